@@ -1,0 +1,220 @@
+//! Element types and MLX's type-promotion rules.
+
+use std::fmt;
+
+use half::{bf16, f16};
+
+/// The element type of an [`Array`](crate::Array).
+///
+/// ```
+/// use mlx_array::Dtype;
+/// assert_eq!(Dtype::promote(Dtype::I32, Dtype::F16), Dtype::F16);
+/// assert_eq!(Dtype::F32.size_of(), 4);
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Dtype {
+    /// Boolean, stored as one byte (0 or 1).
+    Bool,
+    /// Unsigned 32-bit integer.
+    U32,
+    /// Signed 32-bit integer.
+    I32,
+    /// Signed 64-bit integer.
+    I64,
+    /// IEEE half precision.
+    F16,
+    /// Brain floating point (8-bit exponent, 7-bit mantissa).
+    BF16,
+    /// IEEE single precision.
+    F32,
+}
+
+/// Every dtype, in promotion order.
+pub const ALL_DTYPES: [Dtype; 7] = [
+    Dtype::Bool,
+    Dtype::U32,
+    Dtype::I32,
+    Dtype::I64,
+    Dtype::F16,
+    Dtype::BF16,
+    Dtype::F32,
+];
+
+impl Dtype {
+    /// Bytes per element.
+    pub const fn size_of(self) -> usize {
+        match self {
+            Dtype::Bool => 1,
+            Dtype::F16 | Dtype::BF16 => 2,
+            Dtype::U32 | Dtype::I32 | Dtype::F32 => 4,
+            Dtype::I64 => 8,
+        }
+    }
+
+    /// True for f16, bf16 and f32.
+    pub const fn is_float(self) -> bool {
+        matches!(self, Dtype::F16 | Dtype::BF16 | Dtype::F32)
+    }
+
+    /// True for the integer types (not bool).
+    pub const fn is_integer(self) -> bool {
+        matches!(self, Dtype::U32 | Dtype::I32 | Dtype::I64)
+    }
+
+    /// True for the signed integer types.
+    pub const fn is_signed_integer(self) -> bool {
+        matches!(self, Dtype::I32 | Dtype::I64)
+    }
+
+    /// The lower-case name MLX and NumPy use (`float32`, `bfloat16`, ...).
+    pub const fn name(self) -> &'static str {
+        match self {
+            Dtype::Bool => "bool",
+            Dtype::U32 => "uint32",
+            Dtype::I32 => "int32",
+            Dtype::I64 => "int64",
+            Dtype::F16 => "float16",
+            Dtype::BF16 => "bfloat16",
+            Dtype::F32 => "float32",
+        }
+    }
+
+    /// The safetensors name of the dtype (`F32`, `BF16`, `BOOL`, ...).
+    pub const fn safetensors_name(self) -> &'static str {
+        match self {
+            Dtype::Bool => "BOOL",
+            Dtype::U32 => "U32",
+            Dtype::I32 => "I32",
+            Dtype::I64 => "I64",
+            Dtype::F16 => "F16",
+            Dtype::BF16 => "BF16",
+            Dtype::F32 => "F32",
+        }
+    }
+
+    /// Parses a name as printed by [`Dtype::name`] or [`Dtype::safetensors_name`].
+    pub fn from_name(name: &str) -> Option<Dtype> {
+        ALL_DTYPES
+            .into_iter()
+            .find(|d| d.name() == name || d.safetensors_name() == name)
+    }
+
+    /// The result type of a binary operation on `a` and `b`, following MLX:
+    /// bool promotes to anything; mixing signed and unsigned 32-bit integers gives
+    /// int64; integers with a float give that float; f16 with bf16 gives f32.
+    pub fn promote(a: Dtype, b: Dtype) -> Dtype {
+        use Dtype::*;
+        if a == b {
+            return a;
+        }
+        match (a, b) {
+            (Bool, x) | (x, Bool) => x,
+            (F32, _) | (_, F32) => F32,
+            (F16, BF16) | (BF16, F16) => F32,
+            (F16, _) | (_, F16) => F16,
+            (BF16, _) | (_, BF16) => BF16,
+            // Only integers remain.
+            (I64, _) | (_, I64) => I64,
+            (U32, I32) | (I32, U32) => I64,
+            _ => unreachable!("all dtype pairs are covered"),
+        }
+    }
+
+    /// The float type an operation on this dtype computes in (ints and bool give f32).
+    pub fn to_float(self) -> Dtype {
+        if self.is_float() { self } else { Dtype::F32 }
+    }
+}
+
+impl fmt::Display for Dtype {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// A Rust type that can be stored in an [`Array`](crate::Array).
+pub trait Element: bytemuck::Pod + Send + Sync + Copy + PartialEq + fmt::Debug + 'static {
+    /// The matching [`Dtype`].
+    const DTYPE: Dtype;
+    /// Converts to f64 (exact for every supported type but i64 beyond 2^53).
+    fn to_f64(self) -> f64;
+    /// Converts from f64 with Rust's `as` semantics (saturating, NaN to 0 for ints).
+    fn from_f64(v: f64) -> Self;
+}
+
+/// Booleans are stored as one byte; `bool` itself is not `Pod`, so arrays of
+/// booleans are read and written as this wrapper.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default, bytemuck::Pod, bytemuck::Zeroable)]
+#[repr(transparent)]
+pub struct Bool8(pub u8);
+
+impl From<bool> for Bool8 {
+    fn from(b: bool) -> Self {
+        Bool8(b as u8)
+    }
+}
+
+impl From<Bool8> for bool {
+    fn from(b: Bool8) -> Self {
+        b.0 != 0
+    }
+}
+
+macro_rules! element {
+    ($t:ty, $d:expr, |$v:ident| $to:expr, |$w:ident| $from:expr) => {
+        impl Element for $t {
+            const DTYPE: Dtype = $d;
+            #[inline]
+            fn to_f64(self) -> f64 {
+                let $v = self;
+                $to
+            }
+            #[inline]
+            fn from_f64(v: f64) -> Self {
+                let $w = v;
+                $from
+            }
+        }
+    };
+}
+
+element!(Bool8, Dtype::Bool, |v| v.0 as f64, |w| Bool8((w != 0.0) as u8));
+element!(u32, Dtype::U32, |v| v as f64, |w| w as u32);
+element!(i32, Dtype::I32, |v| v as f64, |w| w as i32);
+element!(i64, Dtype::I64, |v| v as f64, |w| w as i64);
+element!(f16, Dtype::F16, |v| v.to_f64(), |w| f16::from_f64(w));
+element!(bf16, Dtype::BF16, |v| v.to_f64(), |w| bf16::from_f64(w));
+element!(f32, Dtype::F32, |v| v as f64, |w| w as f32);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn promotion_matches_mlx_table() {
+        use Dtype::*;
+        let cases = [
+            (Bool, I32, I32),
+            (U32, I32, I64),
+            (U32, I64, I64),
+            (I32, F16, F16),
+            (I64, BF16, BF16),
+            (F16, BF16, F32),
+            (BF16, F32, F32),
+            (Bool, Bool, Bool),
+        ];
+        for (a, b, want) in cases {
+            assert_eq!(Dtype::promote(a, b), want, "{a} with {b}");
+            assert_eq!(Dtype::promote(b, a), want, "{b} with {a}");
+        }
+    }
+
+    #[test]
+    fn names_round_trip() {
+        for d in ALL_DTYPES {
+            assert_eq!(Dtype::from_name(d.name()), Some(d));
+            assert_eq!(Dtype::from_name(d.safetensors_name()), Some(d));
+        }
+        assert_eq!(Dtype::from_name("complex64"), None);
+    }
+}

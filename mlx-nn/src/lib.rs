@@ -1,0 +1,1 @@
+//! Neural-network layers, the `Module` trait, losses and `average_gradients` (filled by a later issue).
