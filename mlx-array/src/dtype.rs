@@ -140,11 +140,28 @@ pub trait Element: bytemuck::Pod + Send + Sync + Copy + PartialEq + fmt::Debug +
     fn to_f64(self) -> f64;
     /// Converts from f64 with Rust's `as` semantics (saturating, NaN to 0 for ints).
     fn from_f64(v: f64) -> Self;
+    /// Converts to i64 (floats truncate toward zero, saturating).
+    fn to_i64(self) -> i64;
+    /// Converts from i64 with C's wrapping semantics for narrower integers.
+    fn from_i64(v: i64) -> Self;
+}
+
+/// Converts one element between dtypes as `astype` does: through f64 when
+/// either side is a float, through i64 between integers, bool as 0/1.
+#[inline(always)]
+pub fn cast<A: Element, B: Element>(a: A) -> B {
+    if A::DTYPE.is_float() || B::DTYPE.is_float() {
+        B::from_f64(a.to_f64())
+    } else {
+        B::from_i64(a.to_i64())
+    }
 }
 
 /// Booleans are stored as one byte; `bool` itself is not `Pod`, so arrays of
 /// booleans are read and written as this wrapper.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default, bytemuck::Pod, bytemuck::Zeroable)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Default, bytemuck::Pod, bytemuck::Zeroable,
+)]
 #[repr(transparent)]
 pub struct Bool8(pub u8);
 
@@ -161,7 +178,7 @@ impl From<Bool8> for bool {
 }
 
 macro_rules! element {
-    ($t:ty, $d:expr, |$v:ident| $to:expr, |$w:ident| $from:expr) => {
+    ($t:ty, $d:expr, |$v:ident| $to:expr, |$w:ident| $from:expr, |$x:ident| $toi:expr, |$y:ident| $fromi:expr) => {
         impl Element for $t {
             const DTYPE: Dtype = $d;
             #[inline]
@@ -174,17 +191,69 @@ macro_rules! element {
                 let $w = v;
                 $from
             }
+            #[inline]
+            fn to_i64(self) -> i64 {
+                let $x = self;
+                $toi
+            }
+            #[inline]
+            fn from_i64(v: i64) -> Self {
+                let $y = v;
+                $fromi
+            }
         }
     };
 }
 
-element!(Bool8, Dtype::Bool, |v| v.0 as f64, |w| Bool8((w != 0.0) as u8));
-element!(u32, Dtype::U32, |v| v as f64, |w| w as u32);
-element!(i32, Dtype::I32, |v| v as f64, |w| w as i32);
-element!(i64, Dtype::I64, |v| v as f64, |w| w as i64);
-element!(f16, Dtype::F16, |v| v.to_f64(), |w| f16::from_f64(w));
-element!(bf16, Dtype::BF16, |v| v.to_f64(), |w| bf16::from_f64(w));
-element!(f32, Dtype::F32, |v| v as f64, |w| w as f32);
+element!(
+    Bool8,
+    Dtype::Bool,
+    |v| v.0 as f64,
+    |w| Bool8((w != 0.0) as u8),
+    |x| x.0 as i64,
+    |y| Bool8((y != 0) as u8)
+);
+element!(
+    u32,
+    Dtype::U32,
+    |v| v as f64,
+    |w| w as u32,
+    |x| x as i64,
+    |y| y as u32
+);
+element!(
+    i32,
+    Dtype::I32,
+    |v| v as f64,
+    |w| w as i32,
+    |x| x as i64,
+    |y| y as i32
+);
+element!(i64, Dtype::I64, |v| v as f64, |w| w as i64, |x| x, |y| y);
+element!(
+    f16,
+    Dtype::F16,
+    |v| v.to_f64(),
+    |w| f16::from_f64(w),
+    |x| x.to_f64() as i64,
+    |y| f16::from_f64(y as f64)
+);
+element!(
+    bf16,
+    Dtype::BF16,
+    |v| v.to_f64(),
+    |w| bf16::from_f64(w),
+    |x| x.to_f64() as i64,
+    |y| bf16::from_f64(y as f64)
+);
+element!(
+    f32,
+    Dtype::F32,
+    |v| v as f64,
+    |w| w as f32,
+    |x| x as i64,
+    |y| y as f32
+);
 
 #[cfg(test)]
 mod tests {

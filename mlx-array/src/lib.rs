@@ -1,4 +1,50 @@
 //! Lazy n-dimensional arrays for machine learning, in the spirit of MLX.
-pub mod dtype;
+//!
+//! Building an expression records a graph and costs almost nothing;
+//! [`eval`] runs it on multithreaded CPU kernels, frees intermediates as
+//! soon as they are no longer needed, and leaves the results detached from
+//! their inputs.
+//!
+//! ```
+//! use mlx_array::{eval, random, Array, Dtype};
+//! let x = random::normal(&random::key(0), &[64, 32], Dtype::F32).unwrap();
+//! let w = Array::ones(&[32, 8], Dtype::F32);
+//! let y = x.matmul(&w).unwrap().softmax(&[-1]).unwrap();
+//! let total = y.sum(&[-1], false).unwrap();
+//! eval((&y, &total)).unwrap();
+//! assert!(total.to_vec::<f32>().unwrap().iter().all(|s| (s - 1.0).abs() < 1e-5));
+//! ```
+//!
+//! The pieces:
+//! - [`Array`], [`Dtype`] and the ops in [`ops`] (also methods on `Array`);
+//! - [`Primitive`]: the open trait every graph node implements;
+//! - [`eval`] and [`Evaluable`];
+//! - [`memory`]: MLX-style byte accounting;
+//! - [`random`]: counter-based random numbers from explicit keys;
+//! - [`Tree`]: nested parameter trees; [`io`]: safetensors files.
 
-pub use dtype::{Bool8, Dtype, Element, ALL_DTYPES};
+pub mod array;
+pub mod backend;
+pub mod dtype;
+pub mod error;
+pub mod eval;
+mod format;
+pub mod io;
+pub mod memory;
+pub mod ops;
+pub mod primitive;
+pub mod primitives;
+pub mod random;
+pub mod shape;
+pub mod tree;
+
+pub use array::Array;
+pub use backend::cpu::blas;
+pub use dtype::{ALL_DTYPES, Bool8, Dtype, Element};
+pub use error::{Error, Result};
+pub use eval::{Evaluable, eval};
+pub use io::{load_safetensors, load_tree, save_safetensors, save_tree};
+pub use ops::*;
+pub use primitive::{ArrayData, Primitive};
+pub use primitives::primitive_names;
+pub use tree::Tree;

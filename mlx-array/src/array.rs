@@ -1,0 +1,236 @@
+//! `Array`: the cheap-to-clone lazy handle.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use crate::primitive::{ArrayData, Primitive};
+use crate::shape::size_of_shape;
+use crate::{Dtype, Element, Error, Result};
+
+static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+
+/// A lazy n-dimensional array.
+///
+/// Cloning is cheap (a reference count). Building an expression records a
+/// graph; [`eval`](crate::eval) runs it. Reading values (`item`, `to_vec`,
+/// `Display`) evaluates implicitly.
+///
+/// ```
+/// use mlx_array::{Array, Dtype};
+/// let a = Array::from_slice(&[1.0f32, 2.0, 3.0], &[3]).unwrap();
+/// let b = a.add(&Array::ones(&[3], Dtype::F32)).unwrap().exp().unwrap();
+/// assert_eq!(b.shape(), &[3]);
+/// let v: Vec<f32> = b.to_vec().unwrap();
+/// assert!((v[0] - 2f32.exp()).abs() < 1e-5);
+/// ```
+#[derive(Clone)]
+pub struct Array {
+    pub(crate) node: Arc<Node>,
+}
+
+pub(crate) struct Node {
+    pub(crate) id: u64,
+    pub(crate) shape: Vec<usize>,
+    pub(crate) dtype: Dtype,
+    pub(crate) state: Mutex<State>,
+}
+
+pub(crate) enum State {
+    /// Not yet computed: how to compute it.
+    Pending {
+        primitive: Arc<dyn Primitive>,
+        inputs: Vec<Array>,
+    },
+    /// Computed and detached from its inputs.
+    Ready(ArrayData),
+}
+
+impl Drop for Node {
+    /// Releases a chain of pending nodes without recursion, so dropping a graph
+    /// 100k nodes deep cannot overflow the stack.
+    fn drop(&mut self) {
+        let state = self.state.get_mut().unwrap_or_else(|e| e.into_inner());
+        let State::Pending { inputs, .. } = state else {
+            return;
+        };
+        let mut stack = std::mem::take(inputs);
+        while let Some(a) = stack.pop() {
+            if let Some(mut node) = Arc::into_inner(a.node) {
+                let s = node.state.get_mut().unwrap_or_else(|e| e.into_inner());
+                if let State::Pending { inputs, .. } = s {
+                    stack.append(inputs);
+                }
+            }
+        }
+    }
+}
+
+impl Array {
+    fn with_state(shape: Vec<usize>, dtype: Dtype, state: State) -> Array {
+        Array {
+            node: Arc::new(Node {
+                id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+                shape,
+                dtype,
+                state: Mutex::new(state),
+            }),
+        }
+    }
+
+    /// An array computed by `primitive` from `inputs`, with the given output
+    /// shape and dtype. This is how ops (here and in other crates) build nodes.
+    pub fn from_primitive(
+        primitive: impl Primitive,
+        inputs: Vec<Array>,
+        shape: Vec<usize>,
+        dtype: Dtype,
+    ) -> Array {
+        Array::with_state(
+            shape,
+            dtype,
+            State::Pending {
+                primitive: Arc::new(primitive),
+                inputs,
+            },
+        )
+    }
+
+    /// An already evaluated array holding `data`.
+    pub fn from_data(data: ArrayData, shape: Vec<usize>, dtype: Dtype) -> Array {
+        Array::with_state(shape, dtype, State::Ready(data))
+    }
+
+    /// An array holding a copy of `values` with the given shape.
+    ///
+    /// Fails when the number of values does not match the shape.
+    pub fn from_slice<T: Element>(values: &[T], shape: &[usize]) -> Result<Array> {
+        if values.len() != size_of_shape(shape) {
+            return Err(Error::shape(
+                "from_slice",
+                format!("{} values cannot fill shape {shape:?}", values.len()),
+            ));
+        }
+        Ok(Array::from_data(
+            ArrayData::from_slice(values, shape),
+            shape.to_vec(),
+            T::DTYPE,
+        ))
+    }
+
+    /// Like [`Array::from_slice`], taking ownership of a vector.
+    pub fn from_vec<T: Element>(values: Vec<T>, shape: &[usize]) -> Result<Array> {
+        Array::from_slice(&values, shape)
+    }
+
+    /// A 0-dimensional array holding `value`.
+    pub fn scalar<T: Element>(value: T) -> Array {
+        Array::from_data(ArrayData::from_slice(&[value], &[]), vec![], T::DTYPE)
+    }
+
+    /// The shape.
+    pub fn shape(&self) -> &[usize] {
+        &self.node.shape
+    }
+
+    /// The element type.
+    pub fn dtype(&self) -> Dtype {
+        self.node.dtype
+    }
+
+    /// Number of dimensions.
+    pub fn ndim(&self) -> usize {
+        self.node.shape.len()
+    }
+
+    /// Number of elements.
+    pub fn size(&self) -> usize {
+        size_of_shape(&self.node.shape)
+    }
+
+    /// Bytes the elements occupy when dense.
+    pub fn nbytes(&self) -> usize {
+        self.size() * self.dtype().size_of()
+    }
+
+    /// Size of dimension `axis` (negative counts from the end).
+    pub fn dim(&self, axis: i32) -> Result<usize> {
+        let a = crate::shape::normalize_axis("dim", axis, self.ndim())?;
+        Ok(self.node.shape[a])
+    }
+
+    /// A process-unique identifier of this node (clones share it).
+    pub fn id(&self) -> u64 {
+        self.node.id
+    }
+
+    /// True once the array has been computed.
+    pub fn is_evaluated(&self) -> bool {
+        matches!(*self.lock(), State::Ready(_))
+    }
+
+    pub(crate) fn lock(&self) -> MutexGuard<'_, State> {
+        self.node.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The name of the primitive that computes this array, if it is still pending.
+    pub fn primitive_name(&self) -> Option<&'static str> {
+        match &*self.lock() {
+            State::Pending { primitive, .. } => Some(primitive.name()),
+            State::Ready(_) => None,
+        }
+    }
+
+    /// The evaluated data. Fails if the array has not been evaluated; kernels
+    /// call it on their inputs, which the evaluator has already computed.
+    pub fn data(&self) -> Result<ArrayData> {
+        match &*self.lock() {
+            State::Ready(d) => Ok(d.clone()),
+            State::Pending { primitive, .. } => Err(Error::eval(
+                primitive.name(),
+                "data() called on an array that has not been evaluated",
+            )),
+        }
+    }
+
+    /// Evaluates this array (see [`eval`](crate::eval)).
+    pub fn eval(&self) -> Result<()> {
+        crate::eval(self)
+    }
+
+    /// The elements in row-major order, converted to `T` (as `astype` would).
+    pub fn to_vec<T: Element>(&self) -> Result<Vec<T>> {
+        let a = if self.dtype() == T::DTYPE {
+            self.clone()
+        } else {
+            self.astype(T::DTYPE)?
+        };
+        let a = a.contiguous()?;
+        a.eval()?;
+        let data = a.data()?;
+        Ok(data.as_slice::<T>(a.size()).to_vec())
+    }
+
+    /// The single element of a one-element array, converted to `T`.
+    pub fn item<T: Element>(&self) -> Result<T> {
+        if self.size() != 1 {
+            return Err(Error::shape(
+                "item",
+                format!(
+                    "item() needs exactly one element, the array has shape {:?}",
+                    self.shape()
+                ),
+            ));
+        }
+        Ok(self.to_vec::<T>()?[0])
+    }
+}
+
+impl std::fmt::Debug for Array {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Array(shape={:?}, dtype={}", self.shape(), self.dtype())?;
+        match self.primitive_name() {
+            Some(p) => write!(f, ", pending {p})"),
+            None => write!(f, ")"),
+        }
+    }
+}

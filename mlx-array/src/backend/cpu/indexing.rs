@@ -1,0 +1,177 @@
+//! Gathers (`take`, `take_along_axis`) and placing views into larger buffers
+//! (`concatenate`, `pad`). These only move elements, so they work on raw
+//! element bytes of any dtype.
+
+use rayon::prelude::*;
+
+use super::copy::{contiguous, copy_cast};
+use super::strided::{Layout, for_each_run};
+use crate::shape::{contiguous_strides, size_of_shape};
+use crate::{ArrayData, Dtype, Error, Result};
+
+/// Reads an index array (any integer dtype) as i64, contiguous.
+fn indices_i64(idx: &ArrayData, shape: &[usize], dtype: Dtype) -> Vec<i64> {
+    let c = copy_cast(idx, shape, dtype, Dtype::I64);
+    c.as_slice::<i64>(size_of_shape(shape)).to_vec()
+}
+
+/// Wraps negative indices and checks the range.
+fn resolve(op: &str, i: i64, len: usize) -> Result<usize> {
+    let j = if i < 0 { i + len as i64 } else { i };
+    if j < 0 || j >= len as i64 {
+        return Err(Error::eval(
+            op,
+            format!("index {i} is out of range for an axis of size {len}"),
+        ));
+    }
+    Ok(j as usize)
+}
+
+/// `take` along `axis`: output shape `a[..axis] + idx + a[axis+1..]`.
+pub fn take(
+    a: &ArrayData,
+    a_shape: &[usize],
+    dtype: Dtype,
+    idx: &ArrayData,
+    idx_shape: &[usize],
+    idx_dtype: Dtype,
+    axis: usize,
+    out_shape: &[usize],
+) -> Result<ArrayData> {
+    let a = contiguous(a, a_shape, dtype);
+    let es = dtype.size_of();
+    let pre: usize = a_shape[..axis].iter().product();
+    let len = a_shape[axis];
+    let post: usize = a_shape[axis + 1..].iter().product();
+    let ids = indices_i64(idx, idx_shape, idx_dtype)
+        .into_iter()
+        .map(|i| resolve("take", i, len))
+        .collect::<Result<Vec<_>>>()?;
+    let mut out = ArrayData::alloc(out_shape, dtype);
+    let row = post * es;
+    if row == 0 || ids.is_empty() || pre == 0 {
+        return Ok(out);
+    }
+    let src = a.as_slice::<u8>(size_of_shape(a_shape) * es);
+    let dst = out.as_mut_slice::<u8>(size_of_shape(out_shape) * es);
+    let n_ids = ids.len();
+    dst.par_chunks_mut(row)
+        .enumerate()
+        .with_min_len(64)
+        .for_each(|(r, chunk)| {
+            let (p, j) = (r / n_ids, ids[r % n_ids]);
+            let start = (p * len + j) * row;
+            chunk.copy_from_slice(&src[start..start + row]);
+        });
+    Ok(out)
+}
+
+/// `take_along_axis`: `a` and `idx` already broadcast to `out_shape` except
+/// along `axis`, where `a` has its own length.
+pub fn take_along_axis(
+    a: &ArrayData,
+    a_len: usize,
+    dtype: Dtype,
+    idx: &ArrayData,
+    idx_dtype: Dtype,
+    axis: usize,
+    out_shape: &[usize],
+) -> Result<ArrayData> {
+    let ids = indices_i64(idx, out_shape, idx_dtype);
+    let mut a_strides = a.strides().to_vec();
+    let axis_stride = a_strides[axis];
+    a_strides[axis] = 0;
+    let n = size_of_shape(out_shape);
+    let out = ArrayData::alloc(out_shape, dtype);
+    let layout = Layout::<1>::new(out_shape, [&a_strides], [a.offset()]);
+    let es = dtype.size_of() as isize;
+    let src = a.storage().as_ptr() as *const u8;
+    let dst = out.storage().as_ptr();
+    let mut k = 0usize;
+    let mut err = None;
+    for_each_run(&layout, |[off], run, [s]| {
+        for r in 0..run as isize {
+            match resolve("take_along_axis", ids[k], a_len) {
+                Ok(j) => {
+                    let from = (off + r * s + j as isize * axis_stride) * es;
+                    // SAFETY: `from` addresses an element of `a`'s view; `k < n` slots in `out`.
+                    unsafe {
+                        std::ptr::copy_nonoverlapping(
+                            src.offset(from),
+                            dst.add(k * es as usize),
+                            es as usize,
+                        )
+                    };
+                }
+                Err(e) => err = Some(e),
+            }
+            k += 1;
+        }
+    });
+    debug_assert!(k == n || n == 0);
+    match err {
+        Some(e) => Err(e),
+        None => Ok(out),
+    }
+}
+
+/// Copies the view `src` of `shape` into `dst` (contiguous, of `dst_shape`)
+/// starting at element `dst_offset`.
+pub fn copy_into(
+    dst: &mut ArrayData,
+    dst_shape: &[usize],
+    dst_offset: usize,
+    src: &ArrayData,
+    shape: &[usize],
+    dtype: Dtype,
+) {
+    let es = dtype.size_of() as isize;
+    let dst_strides = contiguous_strides(dst_shape);
+    let layout = Layout::<2>::new(
+        shape,
+        [&dst_strides, src.strides()],
+        [dst_offset, src.offset()],
+    );
+    let sp = src.storage().as_ptr() as *const u8;
+    let dp = dst.storage().as_ptr();
+    assert_eq!(
+        std::sync::Arc::strong_count(dst.storage()),
+        1,
+        "copy_into writes to a fresh buffer"
+    );
+    for_each_run(&layout, |[d, s], run, [ds, ss]| {
+        if ds == 1 && ss == 1 {
+            // SAFETY: as below, for a whole contiguous run.
+            unsafe {
+                std::ptr::copy_nonoverlapping(
+                    sp.offset(s * es),
+                    dp.offset(d * es),
+                    run * es as usize,
+                )
+            };
+            return;
+        }
+        for r in 0..run as isize {
+            // SAFETY: both offsets address elements inside their buffers; the
+            // destination is exclusively ours (asserted above).
+            unsafe {
+                std::ptr::copy_nonoverlapping(
+                    sp.offset((s + r * ss) * es),
+                    dp.offset((d + r * ds) * es),
+                    es as usize,
+                )
+            };
+        }
+    });
+}
+
+/// A contiguous buffer of `shape` filled with `value` (given as f64, cast to `dtype`).
+pub fn filled(shape: &[usize], dtype: Dtype, value: f64) -> ArrayData {
+    let n = size_of_shape(shape);
+    let mut out = ArrayData::alloc(shape, dtype);
+    super::dispatch!(dtype, T => {
+        let v = <T as crate::Element>::from_f64(value);
+        out.as_mut_slice::<T>(n).par_iter_mut().with_min_len(1 << 14).for_each(|x| *x = v);
+    });
+    out
+}

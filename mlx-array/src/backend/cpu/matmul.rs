@@ -1,0 +1,103 @@
+//! Batched matrix products on top of [`blas::sgemm`](super::blas::sgemm).
+
+use super::copy::copy_cast;
+use super::strided::{Layout, for_each_run};
+use crate::shape::size_of_shape;
+use crate::{ArrayData, Dtype};
+
+/// How one operand's matrices can be handed to GEMM without a copy.
+fn gemm_view(strides: &[isize], rows: usize, cols: usize) -> Option<(bool, usize)> {
+    let n = strides.len();
+    let (rs, cs) = (strides[n - 2], strides[n - 1]);
+    if (cs == 1 || cols == 1) && rs >= cols as isize && rs > 0 {
+        Some((false, rs as usize))
+    } else if (rs == 1 || rows == 1) && cs >= rows as isize && cs > 0 {
+        Some((true, cs as usize))
+    } else if rows == 1 && cols == 1 {
+        Some((false, 1))
+    } else {
+        None
+    }
+}
+
+/// Prepares an operand: f32 data whose matrices GEMM can read directly.
+fn operand(data: &ArrayData, shape: &[usize], dtype: Dtype) -> (ArrayData, bool, usize) {
+    let (r, c) = (shape[shape.len() - 2], shape[shape.len() - 1]);
+    if dtype == Dtype::F32 {
+        if let Some((t, ld)) = gemm_view(data.strides(), r, c) {
+            return (data.clone(), t, ld);
+        }
+    }
+    let copy = copy_cast(data, shape, dtype, Dtype::F32);
+    (copy, false, c.max(1))
+}
+
+/// `a @ b` for `a` of shape `[..., m, k]` and `b` of `[..., k, n]` whose batch
+/// dimensions are already broadcast to `out_shape[..-2]`. Floats only; f16
+/// and bf16 compute in f32.
+pub fn matmul(
+    a: &ArrayData,
+    a_shape: &[usize],
+    b: &ArrayData,
+    b_shape: &[usize],
+    dtype: Dtype,
+    out_shape: &[usize],
+) -> ArrayData {
+    let nd = out_shape.len();
+    let (m, n, k) = (
+        out_shape[nd - 2],
+        out_shape[nd - 1],
+        a_shape[a_shape.len() - 1],
+    );
+    let (a32, ta, lda) = operand(a, a_shape, dtype);
+    let (b32, tb, ldb) = operand(b, b_shape, dtype);
+    let mut out = ArrayData::alloc(out_shape, Dtype::F32);
+    let total = size_of_shape(out_shape);
+    if total == 0 {
+        return out;
+    }
+    let c = out.as_mut_slice::<f32>(total).as_mut_ptr();
+    let batch = &out_shape[..nd - 2];
+    let layout = Layout::<2>::new(
+        batch,
+        [&a32.strides()[..nd - 2], &b32.strides()[..nd - 2]],
+        [a32.offset(), b32.offset()],
+    );
+    let (pa, pb) = (
+        a32.storage().as_ptr() as *const f32,
+        b32.storage().as_ptr() as *const f32,
+    );
+    let mut idx = 0usize;
+    for_each_run(&layout, |[oa, ob], run, [sa, sb]| {
+        for r in 0..run as isize {
+            // SAFETY: offsets address matrices inside each operand; each batch
+            // writes its own m x n block of the fresh output.
+            unsafe {
+                super::blas::sgemm(
+                    ta,
+                    tb,
+                    m,
+                    n,
+                    k,
+                    1.0,
+                    pa.offset(oa + r * sa),
+                    lda,
+                    pb.offset(ob + r * sb),
+                    ldb,
+                    0.0,
+                    c.add(idx * m * n),
+                    n,
+                );
+                if k == 0 {
+                    std::ptr::write_bytes(c.add(idx * m * n), 0, m * n);
+                }
+            }
+            idx += 1;
+        }
+    });
+    if dtype == Dtype::F32 {
+        out
+    } else {
+        copy_cast(&out, out_shape, Dtype::F32, dtype)
+    }
+}

@@ -1,0 +1,3 @@
+//! Kernels, one folder per backend, one file per family of kernels.
+
+pub mod cpu;

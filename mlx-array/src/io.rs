@@ -1,0 +1,149 @@
+//! safetensors files: save and load named arrays in the format MLX and
+//! PyTorch read (`mx.load`, `safetensors.torch.load_file`).
+
+use std::borrow::Cow;
+use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
+
+use safetensors::tensor::{Dtype as StDtype, SafeTensors, View};
+
+use crate::{Array, ArrayData, Dtype, Error, Result, Tree};
+
+fn to_st(d: Dtype) -> StDtype {
+    match d {
+        Dtype::Bool => StDtype::BOOL,
+        Dtype::U32 => StDtype::U32,
+        Dtype::I32 => StDtype::I32,
+        Dtype::I64 => StDtype::I64,
+        Dtype::F16 => StDtype::F16,
+        Dtype::BF16 => StDtype::BF16,
+        Dtype::F32 => StDtype::F32,
+    }
+}
+
+fn from_st(d: StDtype) -> Option<Dtype> {
+    Some(match d {
+        StDtype::BOOL => Dtype::Bool,
+        StDtype::U32 => Dtype::U32,
+        StDtype::I32 => Dtype::I32,
+        StDtype::I64 => Dtype::I64,
+        StDtype::F16 => Dtype::F16,
+        StDtype::BF16 => Dtype::BF16,
+        StDtype::F32 => Dtype::F32,
+        _ => return None,
+    })
+}
+
+/// An evaluated, contiguous array seen as safetensors bytes.
+struct Bytes {
+    dtype: Dtype,
+    shape: Vec<usize>,
+    data: ArrayData,
+    len: usize,
+}
+
+impl View for &Bytes {
+    fn dtype(&self) -> StDtype {
+        to_st(self.dtype)
+    }
+    fn shape(&self) -> &[usize] {
+        &self.shape
+    }
+    fn data(&self) -> Cow<'_, [u8]> {
+        Cow::Borrowed(self.data.as_slice::<u8>(self.len))
+    }
+    fn data_len(&self) -> usize {
+        self.len
+    }
+}
+
+fn io_err(path: &Path, source: std::io::Error) -> Error {
+    Error::Io {
+        path: path.display().to_string(),
+        source,
+    }
+}
+
+/// Writes named arrays (evaluating them) to a safetensors file, atomically:
+/// the file appears complete under its name or not at all.
+pub fn save_safetensors(
+    path: impl AsRef<Path>,
+    arrays: &[(String, Array)],
+    metadata: Option<HashMap<String, String>>,
+) -> Result<()> {
+    let path = path.as_ref();
+    let contiguous = arrays
+        .iter()
+        .map(|(_, a)| a.contiguous())
+        .collect::<Result<Vec<_>>>()?;
+    crate::eval(&contiguous)?;
+    let bytes = arrays
+        .iter()
+        .zip(&contiguous)
+        .map(|((name, a), c)| {
+            Ok((
+                name.clone(),
+                Bytes {
+                    dtype: a.dtype(),
+                    shape: a.shape().to_vec(),
+                    data: c.data()?,
+                    len: a.nbytes(),
+                },
+            ))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let views: Vec<(String, &Bytes)> = bytes.iter().map(|(n, b)| (n.clone(), b)).collect();
+    let tmp = path.with_extension(format!("tmp.{}", std::process::id()));
+    safetensors::serialize_to_file(views, metadata, &tmp).map_err(|e| Error::Format {
+        path: tmp.display().to_string(),
+        message: e.to_string(),
+    })?;
+    std::fs::rename(&tmp, path).map_err(|e| io_err(path, e))
+}
+
+/// Writes a tree with dotted names (see [`save_safetensors`]).
+pub fn save_tree(
+    path: impl AsRef<Path>,
+    tree: &Tree,
+    metadata: Option<HashMap<String, String>>,
+) -> Result<()> {
+    save_safetensors(path, &tree.flatten(), metadata)
+}
+
+/// Reads every array of a safetensors file (copied into array buffers) and its metadata.
+pub fn load_safetensors(
+    path: impl AsRef<Path>,
+) -> Result<(BTreeMap<String, Array>, HashMap<String, String>)> {
+    let path = path.as_ref();
+    let file = std::fs::File::open(path).map_err(|e| io_err(path, e))?;
+    // SAFETY: the mapping is read-only and dropped before returning; the
+    // contents are validated by the safetensors parser and copied out.
+    let map = unsafe { memmap2::Mmap::map(&file) }.map_err(|e| io_err(path, e))?;
+    let fmt = |message: String| Error::Format {
+        path: path.display().to_string(),
+        message,
+    };
+    let (_, meta) = SafeTensors::read_metadata(&map).map_err(|e| fmt(e.to_string()))?;
+    let st = SafeTensors::deserialize(&map).map_err(|e| fmt(e.to_string()))?;
+    let mut out = BTreeMap::new();
+    for (name, view) in st.tensors() {
+        let dtype = from_st(view.dtype()).ok_or_else(|| {
+            fmt(format!(
+                "tensor `{name}` has unsupported dtype {:?}",
+                view.dtype()
+            ))
+        })?;
+        let shape = view.shape().to_vec();
+        let mut data = ArrayData::alloc(&shape, dtype);
+        let bytes = view.data();
+        data.as_mut_slice::<u8>(bytes.len()).copy_from_slice(bytes);
+        out.insert(name, Array::from_data(data, shape, dtype));
+    }
+    let metadata = meta.metadata().clone().unwrap_or_default();
+    Ok((out, metadata))
+}
+
+/// Reads a safetensors file into a tree (dotted names nest).
+pub fn load_tree(path: impl AsRef<Path>) -> Result<Tree> {
+    Tree::unflatten(load_safetensors(path)?.0)
+}

@@ -1,0 +1,18 @@
+//! Operations: validating builders that record primitives in the graph.
+//!
+//! Each op is a free function here and a method on [`Array`](crate::Array).
+//! Nothing is computed until [`eval`](crate::eval).
+
+mod creation;
+mod elementwise;
+mod indexing;
+mod linalg;
+mod reduce;
+mod shape;
+
+pub use creation::*;
+pub use elementwise::*;
+pub use indexing::*;
+pub use linalg::*;
+pub use reduce::*;
+pub use shape::*;

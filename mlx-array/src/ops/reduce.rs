@@ -1,0 +1,225 @@
+//! Reductions and the composites built from them (mean, var, logsumexp, softmax).
+
+use crate::primitives::reduce::{ArgReduce, CumSum, Reduce, ReduceOp};
+use crate::shape::{normalize_axes, normalize_axis};
+use crate::{Array, Dtype, Result};
+
+fn reduce(
+    op: ReduceOp,
+    x: &Array,
+    axes: &[i32],
+    keepdims: bool,
+    name: &'static str,
+) -> Result<Array> {
+    let axes = normalize_axes(name, axes, x.ndim())?;
+    let kept: Vec<usize> = (0..x.ndim())
+        .filter(|a| !axes.contains(a))
+        .map(|a| x.shape()[a])
+        .collect();
+    let dtype = match (op, x.dtype()) {
+        (ReduceOp::Sum | ReduceOp::Prod, Dtype::Bool) => Dtype::I32,
+        (_, d) => d,
+    };
+    let out = if axes.is_empty() {
+        x.astype(dtype)?
+    } else {
+        Array::from_primitive(
+            Reduce {
+                op,
+                axes: axes.clone(),
+            },
+            vec![x.clone()],
+            kept,
+            dtype,
+        )
+    };
+    if keepdims {
+        keep(&out, x.shape(), &axes)
+    } else {
+        Ok(out)
+    }
+}
+
+/// Reinserts reduced axes as size 1.
+fn keep(out: &Array, in_shape: &[usize], axes: &[usize]) -> Result<Array> {
+    let shape: Vec<usize> = (0..in_shape.len())
+        .map(|a| if axes.contains(&a) { 1 } else { in_shape[a] })
+        .collect();
+    out.reshape(&shape.iter().map(|&d| d as i64).collect::<Vec<_>>())
+}
+
+fn all_axes(x: &Array) -> Vec<i32> {
+    (0..x.ndim() as i32).collect()
+}
+
+macro_rules! reductions {
+    ($($(#[$m:meta])* $f:ident, $all:ident => $op:ident),+ $(,)?) => {
+        $(
+            $(#[$m])*
+            pub fn $f(x: &Array, axes: &[i32], keepdims: bool) -> Result<Array> {
+                reduce(ReduceOp::$op, x, axes, keepdims, stringify!($f))
+            }
+        )+
+        impl Array {
+            $(
+                $(#[$m])*
+                pub fn $f(&self, axes: &[i32], keepdims: bool) -> Result<Array> {
+                    $f(self, axes, keepdims)
+                }
+                /// The same over every axis, giving a scalar.
+                pub fn $all(&self) -> Result<Array> {
+                    $f(self, &all_axes(self), false)
+                }
+            )+
+        }
+    };
+}
+
+reductions! {
+    /// Sum over `axes` (bools count as int32).
+    sum, sum_all => Sum,
+    /// Product over `axes`.
+    prod, prod_all => Prod,
+    /// Maximum over `axes` (NaN propagates).
+    max, max_all => Max,
+    /// Minimum over `axes` (NaN propagates).
+    min, min_all => Min,
+}
+
+/// Mean over `axes` (integers give float32).
+pub fn mean(x: &Array, axes: &[i32], keepdims: bool) -> Result<Array> {
+    let ax = normalize_axes("mean", axes, x.ndim())?;
+    let count: usize = ax.iter().map(|&a| x.shape()[a]).product();
+    let xf = x.astype(x.dtype().to_float())?;
+    sum(&xf, axes, keepdims)?.div_scalar(count as f64)
+}
+
+/// Variance over `axes` with `ddof` delta degrees of freedom.
+pub fn var(x: &Array, axes: &[i32], keepdims: bool, ddof: usize) -> Result<Array> {
+    let ax = normalize_axes("var", axes, x.ndim())?;
+    let count: usize = ax.iter().map(|&a| x.shape()[a]).product();
+    let xf = x.astype(x.dtype().to_float())?;
+    let centered = xf.subtract(&mean(&xf, axes, true)?)?;
+    let ss = sum(&centered.square()?, axes, keepdims)?;
+    ss.div_scalar(count.saturating_sub(ddof) as f64)
+}
+
+/// `log(sum(exp(x)))` over `axes`, computed stably.
+pub fn logsumexp(x: &Array, axes: &[i32], keepdims: bool) -> Result<Array> {
+    let xf = x.astype(x.dtype().to_float())?;
+    let m = max(&xf, axes, true)?.stop_gradient()?;
+    // An all -inf (or +inf) slice would give inf - inf; shift by 0 there instead.
+    let finite = m.abs()?.less(&m.scalar_like(f64::INFINITY))?;
+    let m = finite.where_(&m, &m.scalar_like(0.0))?;
+    let s = sum(&xf.subtract(&m)?.exp()?, axes, true)?.log()?.add(&m)?;
+    if keepdims {
+        Ok(s)
+    } else {
+        s.squeeze(
+            &normalize_axes("logsumexp", axes, x.ndim())?
+                .iter()
+                .map(|&a| a as i32)
+                .collect::<Vec<_>>(),
+        )
+    }
+}
+
+/// Softmax over `axes`: `exp(x - max) / sum(exp(x - max))`.
+pub fn softmax(x: &Array, axes: &[i32]) -> Result<Array> {
+    let xf = x.astype(x.dtype().to_float())?;
+    let m = max(&xf, axes, true)?.stop_gradient()?;
+    let e = xf.subtract(&m)?.exp()?;
+    e.divide(&sum(&e, axes, true)?)
+}
+
+fn arg_reduce(is_max: bool, x: &Array, axis: i32, keepdims: bool) -> Result<Array> {
+    let name = if is_max { "argmax" } else { "argmin" };
+    let a = normalize_axis(name, axis, x.ndim())?;
+    if x.shape()[a] == 0 {
+        return Err(crate::Error::shape(
+            name,
+            format!("axis {a} of shape {:?} is empty", x.shape()),
+        ));
+    }
+    let kept: Vec<usize> = (0..x.ndim())
+        .filter(|&i| i != a)
+        .map(|i| x.shape()[i])
+        .collect();
+    let out = Array::from_primitive(
+        ArgReduce { is_max, axis: a },
+        vec![x.clone()],
+        kept,
+        Dtype::U32,
+    );
+    if keepdims {
+        keep(&out, x.shape(), &[a])
+    } else {
+        Ok(out)
+    }
+}
+
+/// Index of the first maximum along `axis`, as uint32.
+pub fn argmax(x: &Array, axis: i32, keepdims: bool) -> Result<Array> {
+    arg_reduce(true, x, axis, keepdims)
+}
+
+/// Index of the first minimum along `axis`, as uint32.
+pub fn argmin(x: &Array, axis: i32, keepdims: bool) -> Result<Array> {
+    arg_reduce(false, x, axis, keepdims)
+}
+
+/// Cumulative sum along `axis`; `reverse` scans from the end, `inclusive`
+/// includes the current element.
+pub fn cumsum(x: &Array, axis: i32, reverse: bool, inclusive: bool) -> Result<Array> {
+    let a = normalize_axis("cumsum", axis, x.ndim())?;
+    let dtype = if x.dtype() == Dtype::Bool {
+        Dtype::I32
+    } else {
+        x.dtype()
+    };
+    Ok(Array::from_primitive(
+        CumSum {
+            axis: a,
+            reverse,
+            inclusive,
+        },
+        vec![x.clone()],
+        x.shape().to_vec(),
+        dtype,
+    ))
+}
+
+impl Array {
+    /// See [`mean`].
+    pub fn mean(&self, axes: &[i32], keepdims: bool) -> Result<Array> {
+        mean(self, axes, keepdims)
+    }
+    /// The mean of every element.
+    pub fn mean_all(&self) -> Result<Array> {
+        mean(self, &all_axes(self), false)
+    }
+    /// See [`var`].
+    pub fn var(&self, axes: &[i32], keepdims: bool, ddof: usize) -> Result<Array> {
+        var(self, axes, keepdims, ddof)
+    }
+    /// See [`logsumexp`].
+    pub fn logsumexp(&self, axes: &[i32], keepdims: bool) -> Result<Array> {
+        logsumexp(self, axes, keepdims)
+    }
+    /// See [`softmax`].
+    pub fn softmax(&self, axes: &[i32]) -> Result<Array> {
+        softmax(self, axes)
+    }
+    /// See [`argmax`].
+    pub fn argmax(&self, axis: i32, keepdims: bool) -> Result<Array> {
+        argmax(self, axis, keepdims)
+    }
+    /// See [`argmin`].
+    pub fn argmin(&self, axis: i32, keepdims: bool) -> Result<Array> {
+        argmin(self, axis, keepdims)
+    }
+    /// See [`cumsum`].
+    pub fn cumsum(&self, axis: i32, reverse: bool, inclusive: bool) -> Result<Array> {
+        cumsum(self, axis, reverse, inclusive)
+    }
+}

@@ -1,0 +1,131 @@
+//! The `Primitive` trait: one node kind of the lazy graph.
+
+use std::fmt;
+use std::sync::Arc;
+
+use crate::memory::Storage;
+use crate::shape::{contiguous_strides, is_row_contiguous, size_of_shape};
+use crate::{Array, Dtype, Element, Result};
+
+/// A computation that produces one array from its inputs.
+///
+/// Ops validate their arguments, compute the output shape and dtype, and build
+/// an [`Array`] whose node holds a primitive (see [`Array::from_primitive`]).
+/// When the array is evaluated, every input is already evaluated and the
+/// primitive's kernel runs. Other crates add primitives of their own (the
+/// collectives of `mlx-dist`, for example) by implementing this trait.
+pub trait Primitive: Send + Sync + fmt::Debug + 'static {
+    /// A short stable name (`add`, `matmul`, `all_sum`) used in errors and in
+    /// the conformance suite.
+    fn name(&self) -> &'static str;
+
+    /// Runs the CPU kernel. Every input is evaluated; `out` carries the output
+    /// shape and dtype chosen when the op was built.
+    fn eval_cpu(&self, inputs: &[Array], out: &Array) -> Result<ArrayData>;
+}
+
+/// The evaluated contents of an array: a view (strides and offset, in
+/// elements) into a shared [`Storage`].
+///
+/// Views let transpose, broadcast, slicing and most reshapes share memory with
+/// their input instead of copying it.
+#[derive(Clone)]
+pub struct ArrayData {
+    storage: Arc<Storage>,
+    strides: Vec<isize>,
+    offset: usize,
+}
+
+impl fmt::Debug for ArrayData {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ArrayData")
+            .field("bytes", &self.storage.capacity())
+            .field("strides", &self.strides)
+            .field("offset", &self.offset)
+            .finish()
+    }
+}
+
+impl ArrayData {
+    /// A view of `storage` with the given element strides and element offset.
+    pub fn new(storage: Arc<Storage>, strides: Vec<isize>, offset: usize) -> ArrayData {
+        ArrayData {
+            storage,
+            strides,
+            offset,
+        }
+    }
+
+    /// A fresh, uninitialised, contiguous buffer for `shape` and `dtype`.
+    pub fn alloc(shape: &[usize], dtype: Dtype) -> ArrayData {
+        let bytes = size_of_shape(shape) * dtype.size_of();
+        ArrayData::new(Arc::new(Storage::new(bytes)), contiguous_strides(shape), 0)
+    }
+
+    /// A contiguous buffer holding a copy of `values`.
+    pub fn from_slice<T: Element>(values: &[T], shape: &[usize]) -> ArrayData {
+        let mut d = ArrayData::alloc(shape, T::DTYPE);
+        d.as_mut_slice::<T>(values.len()).copy_from_slice(values);
+        d
+    }
+
+    /// Element strides, one per dimension (may be 0 for broadcast, negative for reversed views).
+    pub fn strides(&self) -> &[isize] {
+        &self.strides
+    }
+
+    /// Offset of the first element, in elements.
+    pub fn offset(&self) -> usize {
+        self.offset
+    }
+
+    /// The underlying allocation.
+    pub fn storage(&self) -> &Arc<Storage> {
+        &self.storage
+    }
+
+    /// A view sharing this storage with other strides and offset.
+    pub fn view(&self, strides: Vec<isize>, offset: usize) -> ArrayData {
+        ArrayData {
+            storage: self.storage.clone(),
+            strides,
+            offset,
+        }
+    }
+
+    /// True when the view is dense and row-major for `shape`.
+    pub fn is_contiguous(&self, shape: &[usize]) -> bool {
+        is_row_contiguous(shape, &self.strides)
+    }
+
+    /// Pointer to the first element, typed.
+    pub fn ptr<T>(&self) -> *const T {
+        // SAFETY: offset stays inside the allocation by construction of views.
+        unsafe { (self.storage.as_ptr() as *const T).add(self.offset) }
+    }
+
+    /// The first `len` elements as a slice. Only valid for contiguous data.
+    pub fn as_slice<T: bytemuck::Pod>(&self, len: usize) -> &[T] {
+        debug_assert!(
+            self.offset * size_of::<T>() + len * size_of::<T>() <= self.storage.capacity()
+        );
+        // SAFETY: contiguous views of `len` elements lie inside the allocation, and
+        // Storage is 64-byte aligned.
+        unsafe { std::slice::from_raw_parts(self.ptr::<T>(), len) }
+    }
+
+    /// Mutable access to a freshly allocated buffer. Kernels call this only on
+    /// data they just allocated and have not shared.
+    #[allow(clippy::mut_from_ref)]
+    pub fn as_mut_slice<T: bytemuck::Pod>(&mut self, len: usize) -> &mut [T] {
+        assert!(
+            Arc::strong_count(&self.storage) == 1,
+            "kernels may only write to buffers they own"
+        );
+        assert!((self.offset + len) * size_of::<T>() <= self.storage.capacity());
+        // SAFETY: unique owner (checked above), in bounds, aligned.
+        unsafe {
+            std::slice::from_raw_parts_mut(self.storage.as_ptr().cast::<T>().add(self.offset), len)
+        }
+    }
+}

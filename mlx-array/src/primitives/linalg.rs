@@ -1,0 +1,25 @@
+//! Matrix multiplication.
+
+use crate::backend::cpu::matmul;
+use crate::{Array, ArrayData, Primitive, Result};
+
+/// `a @ b` over the last two axes, batch axes already broadcast.
+#[derive(Debug, Clone)]
+pub struct Matmul;
+
+impl Primitive for Matmul {
+    fn name(&self) -> &'static str {
+        "matmul"
+    }
+    fn eval_cpu(&self, inputs: &[Array], out: &Array) -> Result<ArrayData> {
+        let (a, b) = (&inputs[0], &inputs[1]);
+        Ok(matmul::matmul(
+            &a.data()?,
+            a.shape(),
+            &b.data()?,
+            b.shape(),
+            out.dtype(),
+            out.shape(),
+        ))
+    }
+}

@@ -1,0 +1,43 @@
+//! Every primitive of the graph, grouped by family. Ops (in [`crate::ops`])
+//! validate arguments and build nodes from these.
+
+pub mod creation;
+pub mod elementwise;
+pub mod indexing;
+pub mod linalg;
+pub mod reduce;
+pub mod view;
+
+use elementwise::{BinaryOp, UnaryOp};
+
+/// The names of all primitives this crate defines. The conformance suite
+/// checks that each one has a test case, so a new primitive cannot go untested.
+pub fn primitive_names() -> Vec<&'static str> {
+    let mut names: Vec<&'static str> = UnaryOp::ALL.iter().map(|o| o.name()).collect();
+    names.extend(BinaryOp::ALL.iter().map(|o| o.name()));
+    names.extend([
+        "where",
+        "astype",
+        "stop_gradient",
+        "reshape",
+        "transpose",
+        "broadcast_to",
+        "slice",
+        "contiguous",
+        "take",
+        "take_along_axis",
+        "concatenate",
+        "pad",
+        "sum",
+        "prod",
+        "max",
+        "min",
+        "argmax",
+        "argmin",
+        "cumsum",
+        "matmul",
+        "arange",
+        "random_bits",
+    ]);
+    names
+}
