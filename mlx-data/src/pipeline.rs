@@ -1,0 +1,245 @@
+//! One call from configuration to ready token stores: resolve the source, get a
+//! tokenizer, and open or build the train and validation stores.
+
+use crate::error::{DataError, IoContext, Result};
+use crate::hub::{HubClient, HubConfig, RepoKind};
+use crate::lockfile::{FileLock, publish, sibling, temp_sibling};
+use crate::source::{Resolved, SourceSpec, Split};
+use crate::store::{BuildSpec, Outcome, StoreMeta, TokenStore};
+use crate::tokenizer::TextTokenizer;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Which tokenizer to use.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum TokenizerSpec {
+    /// GPT-2 from the Hub (`gpt2`), else a byte-level BPE of `fallback_vocab_size`
+    /// trained on the training split and cached.
+    Auto {
+        /// Vocabulary size of the fallback BPE.
+        fallback_vocab_size: usize,
+    },
+    /// GPT-2's `tokenizer.json` from the Hub (an error if unavailable).
+    Gpt2Hub,
+    /// A local `tokenizer.json`.
+    File(PathBuf),
+    /// Local GPT-2 style `vocab.json` + `merges.txt` (byte-level BPE).
+    VocabMerges {
+        /// `vocab.json`.
+        vocab: PathBuf,
+        /// `merges.txt`.
+        merges: PathBuf,
+    },
+    /// A byte-level BPE trained on the training split and cached.
+    TrainByteLevel {
+        /// Vocabulary size, EOS included.
+        vocab_size: usize,
+    },
+}
+
+impl Default for TokenizerSpec {
+    fn default() -> Self {
+        TokenizerSpec::Auto {
+            fallback_vocab_size: 4096,
+        }
+    }
+}
+
+/// Everything [`prepare`] needs.
+#[derive(Debug, Clone)]
+pub struct DataConfig {
+    /// Text source.
+    pub source: SourceSpec,
+    /// Tokenizer.
+    pub tokenizer: TokenizerSpec,
+    /// Where token stores and trained tokenizers live (`MLX_DATA_CACHE`, else
+    /// `~/.cache/mlx-data`).
+    pub cache_dir: PathBuf,
+    /// Hub settings.
+    pub hub: HubConfig,
+    /// How long a rank waits for another rank that is building a store.
+    pub lock_deadline: Duration,
+}
+
+impl Default for DataConfig {
+    fn default() -> Self {
+        let cache_dir = std::env::var_os("MLX_DATA_CACHE")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| {
+                let home = std::env::var_os("HOME")
+                    .or_else(|| std::env::var_os("USERPROFILE"))
+                    .unwrap_or_else(|| ".".into());
+                PathBuf::from(home).join(".cache").join("mlx-data")
+            });
+        DataConfig {
+            source: SourceSpec::default(),
+            tokenizer: TokenizerSpec::default(),
+            cache_dir,
+            hub: HubConfig::from_env(),
+            lock_deadline: Duration::from_secs(3600),
+        }
+    }
+}
+
+/// Ready-to-load data: the tokenizer and both splits' stores.
+#[derive(Debug, Clone)]
+pub struct Prepared {
+    /// The tokenizer the stores were built with.
+    pub tokenizer: TextTokenizer,
+    /// Training tokens.
+    pub train: Arc<TokenStore>,
+    /// Validation tokens.
+    pub validation: Arc<TokenStore>,
+    /// `hub`, `local` or `offline`.
+    pub source_kind: &'static str,
+}
+
+/// Resolves the source, loads or trains the tokenizer, then opens or builds the
+/// train and validation token stores (one builder across processes).
+pub fn prepare(cfg: &DataConfig) -> Result<Prepared> {
+    let hub = HubClient::new(cfg.hub.clone());
+    let train_src = cfg.source.resolve(Split::Train, &hub)?;
+    let valid_src = match &train_src {
+        // Keep both splits from the same place even if the Hub drops out in between.
+        Resolved::Offline(o) => Resolved::Offline(o.clone()),
+        _ => cfg.source.resolve(Split::Validation, &hub)?,
+    };
+    let tokenizer = load_tokenizer(cfg, &hub, &train_src)?;
+    tracing::info!(
+        tokenizer = tokenizer.description(),
+        vocab = tokenizer.vocab_size(),
+        "tokenizer"
+    );
+    let (train, _) = open_or_build_split(
+        &cfg.cache_dir,
+        &train_src,
+        Split::Train,
+        &tokenizer,
+        cfg.lock_deadline,
+    )?;
+    let (validation, _) = open_or_build_split(
+        &cfg.cache_dir,
+        &valid_src,
+        Split::Validation,
+        &tokenizer,
+        cfg.lock_deadline,
+    )?;
+    Ok(Prepared {
+        tokenizer,
+        train: Arc::new(train),
+        validation: Arc::new(validation),
+        source_kind: train_src.kind(),
+    })
+}
+
+fn load_tokenizer(cfg: &DataConfig, hub: &HubClient, train: &Resolved) -> Result<TextTokenizer> {
+    let gpt2 = || -> Result<TextTokenizer> {
+        let path = hub.fetch(RepoKind::Model, "gpt2", "main", "tokenizer.json")?;
+        TextTokenizer::from_file(&path)
+    };
+    match &cfg.tokenizer {
+        TokenizerSpec::Auto {
+            fallback_vocab_size,
+        } => match gpt2() {
+            Ok(t) => Ok(t),
+            Err(e @ DataError::NotCached { .. }) => {
+                tracing::warn!(error = %e, "GPT-2 tokenizer unavailable; training a byte-level BPE on the corpus");
+                trained_tokenizer(
+                    &cfg.cache_dir,
+                    train,
+                    *fallback_vocab_size,
+                    cfg.lock_deadline,
+                )
+            }
+            Err(e) => Err(e),
+        },
+        TokenizerSpec::Gpt2Hub => gpt2(),
+        TokenizerSpec::File(p) => TextTokenizer::from_file(p),
+        TokenizerSpec::VocabMerges { vocab, merges } => {
+            TextTokenizer::from_vocab_merges(vocab, merges)
+        }
+        TokenizerSpec::TrainByteLevel { vocab_size } => {
+            trained_tokenizer(&cfg.cache_dir, train, *vocab_size, cfg.lock_deadline)
+        }
+    }
+}
+
+/// A byte-level BPE trained on `train`'s training split, cached under `cache_dir`.
+pub fn trained_tokenizer(
+    cache_dir: &Path,
+    train: &Resolved,
+    vocab_size: usize,
+    deadline: Duration,
+) -> Result<TextTokenizer> {
+    let id = format!("{}:bpe{vocab_size}", train.identity(Split::Train)?);
+    let path = cache_dir.join("tokenizers").join(format!(
+        "bpe-{:016x}.json",
+        xxhash_rust::xxh3::xxh3_64(id.as_bytes())
+    ));
+    if let Ok(t) = TextTokenizer::from_file(&path) {
+        return Ok(t);
+    }
+    let _lock = FileLock::acquire(&sibling(&path, ".lock"), deadline)?;
+    if let Ok(t) = TextTokenizer::from_file(&path) {
+        return Ok(t);
+    }
+    tracing::info!(vocab_size, path = %path.display(), "training a byte-level BPE tokenizer on the corpus");
+    let corpus = train.load(Split::Train)?;
+    let docs: Vec<&str> = corpus.docs().collect();
+    let t = TextTokenizer::train_byte_level(&docs, vocab_size)?;
+    let dir = path.parent().unwrap_or(Path::new("."));
+    std::fs::create_dir_all(dir).at(dir)?;
+    let tmp = temp_sibling(&path);
+    t.save(&tmp)?;
+    publish(&tmp, &path)?;
+    // Reload so the hash is that of the file every other rank will load.
+    TextTokenizer::from_file(&path)
+}
+
+/// Opens or builds the token store of one split of a resolved source.
+pub fn open_or_build_split(
+    cache_dir: &Path,
+    source: &Resolved,
+    split: Split,
+    tokenizer: &TextTokenizer,
+    deadline: Duration,
+) -> Result<(TokenStore, Outcome)> {
+    let meta = StoreMeta {
+        source: source.identity(split)?,
+        tokenizer_hash: tokenizer.hash().to_owned(),
+        split: split.name().to_owned(),
+    };
+    let key =
+        xxhash_rust::xxh3::xxh3_64(format!("{}|{}", meta.source, meta.tokenizer_hash).as_bytes());
+    let path = cache_dir.join("stores").join(format!(
+        "{}-{}-{key:016x}.tokens",
+        source.kind(),
+        split.name()
+    ));
+    let spec = BuildSpec {
+        meta,
+        vocab_size: tokenizer.vocab_size(),
+        eos: tokenizer.eos_id(),
+        lock_deadline: deadline,
+    };
+    crate::store::open_or_build(&path, &spec, |w| {
+        let corpus = source.load(split)?;
+        tokenize_into(&corpus, tokenizer, w)
+    })
+}
+
+/// Tokenizes every document of `corpus` in parallel chunks and appends them to `w`.
+pub fn tokenize_into(
+    corpus: &crate::source::Corpus,
+    tokenizer: &TextTokenizer,
+    w: &mut crate::store::StoreWriter,
+) -> Result<()> {
+    let docs: Vec<&str> = corpus.docs().collect();
+    for chunk in docs.chunks(4096) {
+        for ids in tokenizer.encode_docs(chunk)? {
+            w.push_doc(&ids)?;
+        }
+    }
+    Ok(())
+}

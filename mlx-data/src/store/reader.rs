@@ -1,0 +1,267 @@
+//! Opens, validates and memory-maps a token store.
+
+use super::format::{HEADER_LEN, Header, StoreMeta, TokenDtype};
+use crate::error::{DataError, IoContext, Result};
+use memmap2::Mmap;
+use std::fs::File;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+/// How much of a store to check when opening it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Verify {
+    /// Header, sizes and the checksum of every data byte (read, not mapped, so
+    /// checking does not add to resident memory).
+    #[default]
+    Full,
+    /// Header and sizes only.
+    HeaderOnly,
+}
+
+/// A read-only, memory-mapped token store.
+#[derive(Debug)]
+pub struct TokenStore {
+    map: Mmap,
+    header: Header,
+    path: PathBuf,
+}
+
+/// A borrowed run of tokens in the store's own width.
+#[derive(Debug, Clone, Copy)]
+pub enum Tokens<'a> {
+    /// Two-byte ids.
+    U16(&'a [u16]),
+    /// Four-byte ids.
+    U32(&'a [u32]),
+}
+
+impl Tokens<'_> {
+    /// Number of tokens.
+    pub fn len(&self) -> usize {
+        match self {
+            Tokens::U16(s) => s.len(),
+            Tokens::U32(s) => s.len(),
+        }
+    }
+
+    /// True when empty.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The id at `i`.
+    pub fn get(&self, i: usize) -> Option<u32> {
+        match self {
+            Tokens::U16(s) => s.get(i).map(|&t| t as u32),
+            Tokens::U32(s) => s.get(i).copied(),
+        }
+    }
+
+    /// Copies the first `out.len()` ids (at most `len()`) into `out`; returns how many.
+    pub fn copy_to(&self, out: &mut [u32]) -> usize {
+        let n = out.len().min(self.len());
+        match self {
+            Tokens::U16(s) => out[..n]
+                .iter_mut()
+                .zip(*s)
+                .for_each(|(o, &t)| *o = t as u32),
+            Tokens::U32(s) => out[..n].copy_from_slice(&s[..n]),
+        }
+        n
+    }
+
+    /// The ids as a vector.
+    pub fn to_vec(&self) -> Vec<u32> {
+        let mut v = vec![0; self.len()];
+        self.copy_to(&mut v);
+        v
+    }
+}
+
+impl TokenStore {
+    /// Opens `path`, validating the header, the file length and (with
+    /// [`Verify::Full`]) the data checksum. Never returns a damaged store.
+    pub fn open(path: &Path, verify: Verify) -> Result<TokenStore> {
+        if cfg!(target_endian = "big") {
+            return Err(DataError::Config(
+                "token stores are little endian only".into(),
+            ));
+        }
+        let mut file = File::open(path).at(path)?;
+        let mut head = Vec::with_capacity(HEADER_LEN);
+        (&mut file)
+            .take(HEADER_LEN as u64)
+            .read_to_end(&mut head)
+            .at(path)?;
+        let header = Header::decode(&head, path)?;
+        let actual = file.metadata().at(path)?.len();
+        if actual != header.file_len {
+            return Err(DataError::CorruptStore {
+                path: path.to_path_buf(),
+                offset: actual.min(header.file_len),
+                expected: format!("file length {}", header.file_len),
+                found: format!("file length {actual} (truncated or extended)"),
+            });
+        }
+        if verify == Verify::Full {
+            let mut hasher = xxhash_rust::xxh3::Xxh3::new();
+            let mut buf = vec![0u8; 1 << 20];
+            loop {
+                let n = file.read(&mut buf).at(path)?;
+                if n == 0 {
+                    break;
+                }
+                hasher.update(&buf[..n]);
+            }
+            let sum = hasher.digest();
+            if sum != header.data_checksum {
+                return Err(DataError::CorruptStore {
+                    path: path.to_path_buf(),
+                    offset: HEADER_LEN as u64,
+                    expected: format!("data checksum {:#018x}", header.data_checksum),
+                    found: format!("{sum:#018x}"),
+                });
+            }
+        }
+        // SAFETY: the file is only ever replaced by rename, never modified in place, so
+        // the mapping stays consistent for as long as we hold it.
+        let map = unsafe { Mmap::map(&file) }.at(path)?;
+        #[cfg(unix)]
+        let _ = map.advise(memmap2::Advice::Random);
+        let store = TokenStore {
+            map,
+            header,
+            path: path.to_path_buf(),
+        };
+        store.check_index_ends()?;
+        Ok(store)
+    }
+
+    fn check_index_ends(&self) -> Result<()> {
+        let idx = self.index();
+        let (first, last) = (idx[0], idx[idx.len() - 1]);
+        if first != 0 || last != self.header.n_tokens {
+            return Err(DataError::CorruptStore {
+                path: self.path.clone(),
+                offset: self.header.index_offset,
+                expected: format!("index from 0 to {}", self.header.n_tokens),
+                found: format!("index from {first} to {last}"),
+            });
+        }
+        Ok(())
+    }
+
+    /// The store's path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The decoded header.
+    pub fn header(&self) -> &Header {
+        &self.header
+    }
+
+    /// Provenance recorded at build time.
+    pub fn meta(&self) -> &StoreMeta {
+        &self.header.meta
+    }
+
+    /// Number of documents.
+    pub fn n_docs(&self) -> u64 {
+        self.header.n_docs
+    }
+
+    /// Number of tokens, EOS separators included.
+    pub fn n_tokens(&self) -> u64 {
+        self.header.n_tokens
+    }
+
+    /// The end-of-sequence id.
+    pub fn eos(&self) -> u32 {
+        self.header.eos
+    }
+
+    /// The tokenizer vocabulary size.
+    pub fn vocab_size(&self) -> usize {
+        self.header.vocab_size as usize
+    }
+
+    fn index(&self) -> &[u64] {
+        let start = self.header.index_offset as usize;
+        let bytes = &self.map[start..self.header.file_len as usize];
+        // The index offset is 8-aligned and the mapping is page aligned; the
+        // layout was validated in `open`.
+        bytemuck::cast_slice(bytes)
+    }
+
+    /// Tokens `start..end` of the whole stream (documents joined by EOS).
+    pub fn tokens(&self, start: u64, end: u64) -> Tokens<'_> {
+        let end = end.min(self.header.n_tokens);
+        let start = start.min(end);
+        let w = self.header.dtype.width();
+        let bytes = &self.map[HEADER_LEN + start as usize * w..HEADER_LEN + end as usize * w];
+        match self.header.dtype {
+            TokenDtype::U16 => Tokens::U16(bytemuck::cast_slice(bytes)),
+            TokenDtype::U32 => Tokens::U32(bytemuck::cast_slice(bytes)),
+        }
+    }
+
+    /// The token range of document `i` (without its EOS), or an error naming the
+    /// index entry if the index is inconsistent.
+    pub fn doc_range(&self, i: u64) -> Result<(u64, u64)> {
+        let idx = self.index();
+        let (Some(&s), Some(&e)) = (idx.get(i as usize), idx.get(i as usize + 1)) else {
+            return Err(DataError::Config(format!(
+                "document {i} out of range ({} documents in {})",
+                self.n_docs(),
+                self.path.display()
+            )));
+        };
+        if e <= s || e > self.header.n_tokens {
+            return Err(DataError::CorruptStore {
+                path: self.path.clone(),
+                offset: self.header.index_offset + 8 * i,
+                expected: format!("increasing offsets up to {}", self.header.n_tokens),
+                found: format!("{s}..{e}"),
+            });
+        }
+        Ok((s, e - 1))
+    }
+
+    /// Document `i` without its trailing EOS.
+    pub fn doc(&self, i: u64) -> Result<Tokens<'_>> {
+        let (s, e) = self.doc_range(i)?;
+        Ok(self.tokens(s, e))
+    }
+
+    /// Tells the OS this process is done with tokens `start..end`: their pages leave
+    /// this process's resident set (they stay in the shared page cache).
+    pub fn release(&self, start: u64, end: u64) {
+        #[cfg(unix)]
+        {
+            let w = self.header.dtype.width() as u64;
+            // Round outwards: dropping a neighbour's page only costs a re-read later.
+            let page: u64 = if cfg!(target_os = "macos") {
+                16384
+            } else {
+                4096
+            };
+            let from = (HEADER_LEN as u64 + start * w) / page * page;
+            let to =
+                ((HEADER_LEN as u64 + end * w).div_ceil(page) * page).min(self.map.len() as u64);
+            if to > from {
+                // SAFETY: the mapping is read-only and file backed; dropping its pages
+                // only means they are read again from the file on the next access.
+                let _ = unsafe {
+                    self.map.unchecked_advise_range(
+                        memmap2::UncheckedAdvice::DontNeed,
+                        from as usize,
+                        (to - from) as usize,
+                    )
+                };
+            }
+        }
+        #[cfg(not(unix))]
+        let _ = (start, end);
+    }
+}

@@ -1,0 +1,106 @@
+//! Streams documents into a new token store file (normally a temporary sibling).
+
+use super::format::{HEADER_LEN, Header, StoreMeta, TokenDtype, index_offset};
+use crate::error::{DataError, IoContext, Result};
+use std::fs::File;
+use std::io::{BufWriter, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+use xxhash_rust::xxh3::Xxh3;
+
+/// Writes tokens document by document, then the index and the header.
+pub struct StoreWriter {
+    out: BufWriter<File>,
+    hasher: Xxh3,
+    path: PathBuf,
+    dtype: TokenDtype,
+    eos: u32,
+    vocab_size: u32,
+    offsets: Vec<u64>,
+    n_tokens: u64,
+    scratch: Vec<u8>,
+}
+
+impl StoreWriter {
+    /// Creates `path` (truncating it) for a store of the given vocabulary.
+    pub fn create(path: &Path, vocab_size: usize, eos: u32) -> Result<StoreWriter> {
+        if eos as usize >= vocab_size {
+            return Err(DataError::Config(format!(
+                "EOS id {eos} is outside the vocabulary of {vocab_size}"
+            )));
+        }
+        let file = File::create(path).at(path)?;
+        let mut out = BufWriter::with_capacity(1 << 20, file);
+        out.write_all(&[0u8; HEADER_LEN]).at(path)?;
+        Ok(StoreWriter {
+            out,
+            hasher: Xxh3::new(),
+            path: path.to_path_buf(),
+            dtype: TokenDtype::for_vocab(vocab_size),
+            eos,
+            vocab_size: vocab_size as u32,
+            offsets: vec![0],
+            n_tokens: 0,
+            scratch: Vec::new(),
+        })
+    }
+
+    fn put(&mut self, bytes_from: usize) -> Result<()> {
+        let bytes = &self.scratch[bytes_from..];
+        self.hasher.update(bytes);
+        self.out.write_all(bytes).at(&self.path)
+    }
+
+    /// Appends one document (its tokens then EOS). Ids must be below the vocabulary size.
+    pub fn push_doc(&mut self, tokens: &[u32]) -> Result<()> {
+        self.scratch.clear();
+        for &t in tokens.iter().chain(std::iter::once(&self.eos)) {
+            if t >= self.vocab_size {
+                return Err(DataError::Tokenizer {
+                    context: format!("writing {}", self.path.display()),
+                    message: format!("token id {t} >= vocabulary size {}", self.vocab_size),
+                });
+            }
+            match self.dtype {
+                TokenDtype::U16 => self.scratch.extend_from_slice(&(t as u16).to_le_bytes()),
+                TokenDtype::U32 => self.scratch.extend_from_slice(&t.to_le_bytes()),
+            }
+        }
+        self.put(0)?;
+        self.n_tokens += tokens.len() as u64 + 1;
+        self.offsets.push(self.n_tokens);
+        Ok(())
+    }
+
+    /// Writes the index and header, syncs, and returns the header written.
+    pub fn finish(mut self, meta: StoreMeta) -> Result<Header> {
+        let index_at = index_offset(self.dtype, self.n_tokens);
+        let tokens_end = HEADER_LEN as u64 + self.n_tokens * self.dtype.width() as u64;
+        self.scratch.clear();
+        self.scratch.resize((index_at - tokens_end) as usize, 0);
+        for o in &self.offsets {
+            self.scratch.extend_from_slice(&o.to_le_bytes());
+        }
+        self.put(0)?;
+        let header = Header {
+            dtype: self.dtype,
+            n_tokens: self.n_tokens,
+            n_docs: self.offsets.len() as u64 - 1,
+            eos: self.eos,
+            vocab_size: self.vocab_size,
+            index_offset: index_at,
+            file_len: index_at + self.offsets.len() as u64 * 8,
+            data_checksum: self.hasher.digest(),
+            meta,
+        };
+        let bytes = header.encode()?;
+        let path = self.path.clone();
+        let mut file = self
+            .out
+            .into_inner()
+            .map_err(|e| DataError::io(&path, e.into_error()))?;
+        file.seek(SeekFrom::Start(0)).at(&path)?;
+        file.write_all(&bytes).at(&path)?;
+        file.sync_all().at(&path)?;
+        Ok(header)
+    }
+}
