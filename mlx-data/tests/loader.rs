@@ -1,0 +1,218 @@
+//! Loader: pad/pack contents against independent expectations, batch splitting,
+//! exactly-once per epoch across ranks, resume mid-epoch, prefetching.
+
+mod common;
+
+use common::*;
+use mlx_data::{
+    BatchMode, BatchSize, DataError, DataLoader, LoaderConfig, LoaderState, Prefetcher,
+};
+use std::collections::HashSet;
+use std::sync::Arc;
+
+const VOCAB: u32 = 1000;
+
+fn store(n_docs: u64) -> (tempfile::TempDir, Arc<mlx_data::TokenStore>) {
+    let dir = tempfile::tempdir().unwrap();
+    let s = synthetic_store(&dir.path().join("l.tokens"), n_docs, VOCAB);
+    (dir, Arc::new(s))
+}
+
+/// The concatenated stream, computed from the formula rather than the store.
+fn stream(n_docs: u64) -> Vec<u32> {
+    let mut s = vec![];
+    for i in 0..n_docs {
+        s.extend(doc_tokens(i, VOCAB));
+        s.push(EOS);
+    }
+    s
+}
+
+fn cfg(mode: BatchMode, block: usize, batch: BatchSize, rank: usize, world: usize) -> LoaderConfig {
+    LoaderConfig {
+        block_size: block,
+        batch,
+        mode,
+        seed: 5,
+        rank,
+        world,
+        release_pages: true,
+    }
+}
+
+#[test]
+fn pad_rows_and_mask_match_the_documents() {
+    let (_d, s) = store(300);
+    let block = 20;
+    let mut l =
+        DataLoader::new(s, cfg(BatchMode::Pad, block, BatchSize::PerRank(4), 0, 1)).unwrap();
+    let mut saw_short = false;
+    let mut saw_long = false;
+    for _ in 0..30 {
+        let b = l.next_batch().unwrap();
+        assert_eq!(b.tokens.len(), 4 * (block + 1));
+        assert_eq!(b.loss_mask.len(), 4 * block);
+        for r in 0..4 {
+            let doc = doc_tokens(b.samples[r], VOCAB);
+            let mut want = doc.clone();
+            want.truncate(block + 1);
+            want.resize(block + 1, EOS);
+            assert_eq!(b.row(r), &want[..]);
+            // Targets count up to and including the first EOS after the story.
+            let want_mask: Vec<u8> = (0..block).map(|j| (j < doc.len()) as u8).collect();
+            assert_eq!(b.mask(r), &want_mask[..]);
+            assert_eq!(b.inputs(r), &want[..block]);
+            assert_eq!(b.targets(r), &want[1..]);
+            saw_short |= doc.len() < block;
+            saw_long |= doc.len() > block + 1;
+        }
+    }
+    assert!(saw_short && saw_long);
+}
+
+#[test]
+fn pack_rows_are_contiguous_windows_of_the_stream() {
+    let (_d, s) = store(200);
+    let full = stream(200);
+    let block = 16;
+    let mut l =
+        DataLoader::new(s, cfg(BatchMode::Pack, block, BatchSize::PerRank(3), 0, 1)).unwrap();
+    assert_eq!(l.n_samples(), (full.len() as u64 - 1) / block as u64);
+    for _ in 0..20 {
+        let b = l.next_batch().unwrap();
+        assert!(b.loss_mask.iter().all(|&m| m == 1));
+        for r in 0..3 {
+            let start = b.samples[r] as usize * block;
+            assert_eq!(b.row(r), &full[start..start + block + 1]);
+        }
+    }
+}
+
+#[test]
+fn global_batch_must_divide_by_world() {
+    let (_d, s) = store(100);
+    let err = DataLoader::new(
+        s.clone(),
+        cfg(BatchMode::Pad, 8, BatchSize::Global(6), 0, 4),
+    )
+    .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            DataError::BatchNotDivisible {
+                global: 6,
+                world: 4
+            }
+        ),
+        "{err}"
+    );
+    assert!(err.to_string().contains("not divisible"));
+    let l = DataLoader::new(
+        s.clone(),
+        cfg(BatchMode::Pad, 8, BatchSize::Global(8), 1, 4),
+    )
+    .unwrap();
+    assert_eq!(l.per_rank_batch(), 2);
+    let l = DataLoader::new(s, cfg(BatchMode::Pad, 8, BatchSize::PerRank(3), 1, 4)).unwrap();
+    assert_eq!(l.per_rank_batch(), 3);
+}
+
+#[test]
+fn too_little_data_is_a_clear_error() {
+    let (_d, s) = store(5);
+    let err = DataLoader::new(s, cfg(BatchMode::Pad, 8, BatchSize::Global(8), 0, 2)).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            DataError::NotEnoughData {
+                needed: 8,
+                available: 5,
+                ..
+            }
+        ),
+        "{err}"
+    );
+}
+
+#[test]
+fn one_epoch_across_ranks_uses_each_sample_once() {
+    let (_d, s) = store(240);
+    for mode in [BatchMode::Pad, BatchMode::Pack] {
+        for world in 1..=8 {
+            let mut seen = HashSet::new();
+            let mut n_samples = 0;
+            for rank in 0..world {
+                let mut l =
+                    DataLoader::new(s.clone(), cfg(mode, 10, BatchSize::PerRank(2), rank, world))
+                        .unwrap();
+                n_samples = l.n_samples();
+                for _ in 0..l.batches_per_epoch() {
+                    let b = l.next_batch().unwrap();
+                    assert_eq!(b.epoch, 0);
+                    for x in b.samples {
+                        assert!(seen.insert(x), "{mode:?} world {world}: sample {x} twice");
+                    }
+                }
+                assert_eq!(l.next_batch().unwrap().epoch, 1);
+            }
+            let per_rank = n_samples / world as u64;
+            assert_eq!(seen.len() as u64, world as u64 * (per_rank - per_rank % 2));
+        }
+    }
+}
+
+#[test]
+fn resume_mid_epoch_reproduces_the_uninterrupted_run() {
+    let (_d, s) = store(100);
+    let c = cfg(BatchMode::Pad, 12, BatchSize::Global(6), 1, 3);
+    let mut straight = DataLoader::new(s.clone(), c.clone()).unwrap();
+    let reference: Vec<_> = (0..40).map(|_| straight.next_batch().unwrap()).collect();
+    assert!(straight.batches_per_epoch() < 40, "must cross epochs");
+
+    let mut first = DataLoader::new(s.clone(), c.clone()).unwrap();
+    for b in reference.iter().take(7) {
+        assert_eq!(&first.next_batch().unwrap(), b);
+    }
+    let saved = first.state().to_json();
+    drop(first);
+    let mut resumed = DataLoader::new(s.clone(), c.clone()).unwrap();
+    resumed
+        .restore(&LoaderState::from_json(&saved).unwrap())
+        .unwrap();
+    for b in reference.iter().skip(7) {
+        assert_eq!(&resumed.next_batch().unwrap(), b);
+    }
+
+    // A state from a different world size is refused.
+    let mut other =
+        DataLoader::new(s, cfg(BatchMode::Pad, 12, BatchSize::Global(6), 1, 2)).unwrap();
+    let err = other
+        .restore(&LoaderState::from_json(&saved).unwrap())
+        .unwrap_err();
+    assert!(
+        matches!(err, DataError::StateMismatch { field: "world", .. }),
+        "{err}"
+    );
+}
+
+#[test]
+fn prefetcher_delivers_the_same_batches_and_resumes_exactly() {
+    let (_d, s) = store(100);
+    let c = cfg(BatchMode::Pack, 8, BatchSize::PerRank(4), 0, 2);
+    let mut plain = DataLoader::new(s.clone(), c.clone()).unwrap();
+    let reference: Vec<_> = (0..30).map(|_| plain.next_batch().unwrap()).collect();
+
+    let mut p = Prefetcher::spawn(DataLoader::new(s.clone(), c.clone()).unwrap(), 3).unwrap();
+    for b in reference.iter().take(11) {
+        assert_eq!(&p.next_batch().unwrap(), b);
+    }
+    // The thread has read ahead; the saved state is the consumer's.
+    let state = p.state();
+    drop(p);
+    let mut l = DataLoader::new(s, c).unwrap();
+    l.restore(&state).unwrap();
+    let mut p = Prefetcher::spawn(l, 2).unwrap();
+    for b in reference.iter().skip(11) {
+        assert_eq!(&p.next_batch().unwrap(), b);
+    }
+}
