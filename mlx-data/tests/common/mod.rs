@@ -1,6 +1,8 @@
 //! Helpers shared by the integration tests.
 #![allow(dead_code)]
 
+pub mod hub_server;
+
 use mlx_data::store::{BuildSpec, StoreMeta, StoreWriter};
 use mlx_data::{TokenStore, Verify};
 use std::path::Path;
