@@ -62,8 +62,13 @@ pub fn exp(x: f32) -> f32 {
     p = p * r + 1.666_666_5e-1;
     p = p * r + 5.000_000_1e-1;
     let y = p * r * r + r + 1.0;
-    let scale = f32::from_bits(((n as i32 + 127) as u32) << 23);
-    let v = y * scale;
+    // 2^n as two factors, so that n = 128 (near the top of the range) and
+    // n = -126 both stay representable.
+    let n = n as i32;
+    let half = n >> 1;
+    let s1 = f32::from_bits(((half + 127) as u32) << 23);
+    let s2 = f32::from_bits(((n - half + 127) as u32) << 23);
+    let v = y * s1 * s2;
     if x > 88.722_83 {
         f32::INFINITY
     } else if x < -87.336_55 {

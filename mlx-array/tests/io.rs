@@ -1,0 +1,161 @@
+//! safetensors files and parameter trees.
+
+use std::collections::HashMap;
+
+use mlx_array::{
+    ALL_DTYPES, Array, Dtype, Tree, load_safetensors, load_tree, random, save_safetensors,
+    save_tree,
+};
+
+fn sample(dtype: Dtype, i: u64) -> Array {
+    let x = random::uniform(&random::key(i), -100.0, 100.0, &[3, 5], Dtype::F32).unwrap();
+    x.astype(dtype).unwrap()
+}
+
+fn bytes_of(a: &Array) -> Vec<u8> {
+    let c = a.contiguous().unwrap();
+    c.eval().unwrap();
+    c.data().unwrap().as_slice::<u8>(a.nbytes()).to_vec()
+}
+
+#[test]
+fn every_dtype_round_trips_bit_exactly_with_metadata() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("all.safetensors");
+    let arrays: Vec<(String, Array)> = ALL_DTYPES
+        .iter()
+        .enumerate()
+        .map(|(i, &d)| (format!("t.{}", d.name()), sample(d, i as u64)))
+        .collect();
+    // A transposed (non-contiguous) view is written in logical order.
+    let mut arrays = arrays;
+    arrays.push(("view".into(), sample(Dtype::F32, 99).t().unwrap()));
+    let meta = HashMap::from([("format".to_string(), "mlx".to_string())]);
+    save_safetensors(&path, &arrays, Some(meta)).unwrap();
+    let (loaded, meta) = load_safetensors(&path).unwrap();
+    assert_eq!(meta.get("format").map(String::as_str), Some("mlx"));
+    assert_eq!(loaded.len(), arrays.len());
+    for (name, a) in &arrays {
+        let b = &loaded[name];
+        assert_eq!((b.shape(), b.dtype()), (a.shape(), a.dtype()), "{name}");
+        assert_eq!(bytes_of(a), bytes_of(b), "{name}");
+    }
+}
+
+#[test]
+fn the_file_follows_the_safetensors_layout() {
+    // Checked by hand against the format description, independently of the
+    // safetensors crate: u64 LE header length, JSON header, then the bytes.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("x.safetensors");
+    let a = Array::from_slice(&[1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0], &[2, 3]).unwrap();
+    save_safetensors(&path, &[("w".into(), a)], None).unwrap();
+    let raw = std::fs::read(&path).unwrap();
+    let n = u64::from_le_bytes(raw[..8].try_into().unwrap()) as usize;
+    let header: serde_json::Value = serde_json::from_slice(&raw[8..8 + n]).unwrap();
+    assert_eq!(header["w"]["dtype"], "F32");
+    assert_eq!(header["w"]["shape"], serde_json::json!([2, 3]));
+    let off = &header["w"]["data_offsets"];
+    let (s, e) = (
+        off[0].as_u64().unwrap() as usize,
+        off[1].as_u64().unwrap() as usize,
+    );
+    let body = &raw[8 + n + s..8 + n + e];
+    let floats: Vec<f32> = body
+        .chunks(4)
+        .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+        .collect();
+    assert_eq!(floats, vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0]);
+}
+
+#[test]
+fn bad_files_give_errors_naming_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("nope.safetensors");
+    let err = load_safetensors(&missing).unwrap_err().to_string();
+    assert!(err.contains("nope.safetensors"), "{err}");
+    let good = dir.path().join("good.safetensors");
+    save_safetensors(&good, &[("w".into(), Array::ones(&[64], Dtype::F32))], None).unwrap();
+    let mut raw = std::fs::read(&good).unwrap();
+    raw.truncate(raw.len() - 10);
+    let truncated = dir.path().join("truncated.safetensors");
+    std::fs::write(&truncated, &raw).unwrap();
+    let err = load_safetensors(&truncated).unwrap_err().to_string();
+    assert!(err.contains("truncated.safetensors"), "{err}");
+    let garbage = dir.path().join("garbage.safetensors");
+    std::fs::write(&garbage, b"\xff\xff\xff\xff\xff\xff\xff\x7fgarbage").unwrap();
+    assert!(load_safetensors(&garbage).is_err());
+}
+
+#[test]
+fn trees_flatten_unflatten_map_and_zip() {
+    let items = vec![
+        (
+            "layers.0.attention.wq.weight".to_string(),
+            Array::ones(&[2], Dtype::F32),
+        ),
+        (
+            "layers.1.attention.wq.weight".to_string(),
+            Array::zeros(&[2], Dtype::F32),
+        ),
+        (
+            "norm.weight".to_string(),
+            Array::full(&[2], 3.0, Dtype::F32),
+        ),
+    ];
+    let tree = Tree::unflatten(items.clone()).unwrap();
+    let names: Vec<String> = tree.flatten().into_iter().map(|(n, _)| n).collect();
+    assert_eq!(
+        names,
+        items.iter().map(|(n, _)| n.clone()).collect::<Vec<_>>()
+    );
+    assert!(matches!(tree.get("layers"), Some(Tree::List(l)) if l.len() == 2));
+    let doubled = tree.map(|_, a| a.mul_scalar(2.0)).unwrap();
+    assert_eq!(
+        doubled
+            .get_array("norm.weight")
+            .unwrap()
+            .to_vec::<f32>()
+            .unwrap(),
+        vec![6.0, 6.0]
+    );
+    let summed = tree.zip_map(&doubled, |_, a, b| a.add(b)).unwrap();
+    assert_eq!(
+        summed
+            .get_array("layers.0.attention.wq.weight")
+            .unwrap()
+            .to_vec::<f32>()
+            .unwrap(),
+        vec![3.0, 3.0]
+    );
+    let other = Tree::unflatten(vec![(
+        "norm.bias".to_string(),
+        Array::ones(&[2], Dtype::F32),
+    )])
+    .unwrap();
+    let err = tree
+        .zip_map(&other, |_, a, _| Ok(a.clone()))
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("layers") || err.contains("norm"), "{err}");
+    assert!(
+        Tree::unflatten(vec![
+            ("a".to_string(), Array::ones(&[1], Dtype::F32)),
+            ("a.b".to_string(), Array::ones(&[1], Dtype::F32))
+        ])
+        .is_err()
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("tree.safetensors");
+    save_tree(&p, &tree, None).unwrap();
+    let back = load_tree(&p).unwrap();
+    assert_eq!(back.flatten().len(), 3);
+    assert_eq!(
+        back.get_array("norm.weight")
+            .unwrap()
+            .to_vec::<f32>()
+            .unwrap(),
+        vec![3.0, 3.0]
+    );
+    mlx_array::eval(&back).unwrap();
+}
