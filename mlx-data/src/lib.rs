@@ -11,12 +11,14 @@
 //! let cfg = LoaderConfig { rank: 0, world: 2, batch: BatchSize::Global(4), ..Default::default() };
 //! let mut batches = Prefetcher::spawn(DataLoader::new(data.train.clone(), cfg)?, 4)?;
 //! let batch = batches.next_batch()?;          // 2 rows of block_size + 1 tokens
-//! let (inputs, targets) = (batch.inputs(0), batch.targets(0));
+//! let (x, y) = batch.inputs_targets()?;       // (2, 512) u32 Arrays: [:, :-1], [:, 1:]
+//! let mask = batch.loss_mask_array()?;        // (2, 512) f32, 0 on padding targets
 //! let saved = batches.state().to_json();      // for an exact resume later
-//! # let _ = (inputs, targets, saved);
+//! # let _ = (x, y, mask, saved);
 //! # Ok(()) }
 //! ```
 
+pub mod arrays;
 pub mod batch;
 pub mod corpus;
 pub mod error;
@@ -31,6 +33,7 @@ pub mod source;
 pub mod store;
 pub mod tokenizer;
 
+pub use arrays::BatchArrays;
 pub use batch::{Batch, BatchMode};
 pub use corpus::OfflineCorpus;
 pub use error::{DataError, Result};
