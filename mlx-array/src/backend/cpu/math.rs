@@ -52,8 +52,13 @@ pub fn exp(x: f32) -> f32 {
     const LN2_HI: f32 = 0.693_359_4;
     const LN2_LO: f32 = -2.121_944_4e-4;
     const ROUND: f32 = 12_582_912.0; // 1.5 * 2^23: adding it rounds to an integer.
-    let xc = x.clamp(-87.336_55, 88.722_83);
-    let n = (xc * LOG2E + ROUND) - ROUND;
+    const HI: f32 = 88.722_83;
+    const LO: f32 = -87.336_55;
+    let xc = x.max(LO).min(HI);
+    let t = xc * LOG2E + ROUND;
+    let n = t - ROUND;
+    // The integer n sits in the low mantissa bits of t.
+    let ni = t.to_bits() as i32 - 0x4B40_0000;
     let r = xc - n * LN2_HI - n * LN2_LO;
     let mut p = 1.987_569_1e-4_f32;
     p = p * r + 1.398_199_9e-3;
@@ -62,21 +67,15 @@ pub fn exp(x: f32) -> f32 {
     p = p * r + 1.666_666_5e-1;
     p = p * r + 5.000_000_1e-1;
     let y = p * r * r + r + 1.0;
-    // 2^n as two factors, so that n = 128 (near the top of the range) and
-    // n = -126 both stay representable.
-    let n = n as i32;
-    let half = n >> 1;
+    // 2^n as two factors, so that n = 128 and n = -126 both stay representable.
+    let half = ni >> 1;
     let s1 = f32::from_bits(((half + 127) as u32) << 23);
-    let s2 = f32::from_bits(((n - half + 127) as u32) << 23);
+    let s2 = f32::from_bits(((ni - half + 127) as u32) << 23);
     let v = y * s1 * s2;
-    if x > 88.722_83 {
-        f32::INFINITY
-    } else if x < -87.336_55 {
-        // Below the smallest normal f32: flush to zero (as GPU kernels do).
-        0.0
-    } else {
-        v
-    }
+    let v = if x > HI { f32::INFINITY } else { v };
+    // Below the smallest normal f32: flush to zero (as GPU kernels do).
+    let v = if x < LO { 0.0 } else { v };
+    if x.is_nan() { x } else { v }
 }
 
 /// The logistic function `1 / (1 + e^-x)`, accurate for large |x| of either sign.

@@ -184,10 +184,7 @@ pub fn map1<A: crate::Element, O: crate::Element>(
         unsafe {
             let p = pa.at(oa);
             if sa == 1 {
-                let src = std::slice::from_raw_parts(p, seg.len());
-                for (o, &x) in seg.iter_mut().zip(src) {
-                    *o = f(x);
-                }
+                run1(std::slice::from_raw_parts(p, seg.len()), seg, &f);
             } else {
                 for (i, o) in seg.iter_mut().enumerate() {
                     *o = f(*p.offset(i as isize * sa));
@@ -283,4 +280,58 @@ pub fn map3<A: crate::Element, B: crate::Element, C: crate::Element, O: crate::E
         },
     );
     out
+}
+
+/// The contiguous inner loops, compiled twice: for the baseline target and,
+/// on x86-64, for AVX2 + FMA (chosen at run time), so that math such as
+/// `exp` vectorises 8 lanes wide on machines that have it.
+#[inline(always)]
+fn zip1<A: Copy, O>(src: &[A], dst: &mut [O], f: &impl Fn(A) -> O) {
+    for (o, &x) in dst.iter_mut().zip(src) {
+        *o = f(x);
+    }
+}
+
+#[inline(always)]
+fn zip2<A: Copy, B: Copy, O>(a: &[A], b: &[B], dst: &mut [O], f: &impl Fn(A, B) -> O) {
+    for ((o, &x), &y) in dst.iter_mut().zip(a).zip(b) {
+        *o = f(x, y);
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn zip1_avx2<A: Copy, O>(src: &[A], dst: &mut [O], f: &impl Fn(A) -> O) {
+    zip1(src, dst, f)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn zip2_avx2<A: Copy, B: Copy, O>(a: &[A], b: &[B], dst: &mut [O], f: &impl Fn(A, B) -> O) {
+    zip2(a, b, dst, f)
+}
+
+#[cfg(target_arch = "x86_64")]
+fn has_avx2() -> bool {
+    std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma")
+}
+
+#[inline(always)]
+fn run1<A: Copy, O>(src: &[A], dst: &mut [O], f: &impl Fn(A) -> O) {
+    #[cfg(target_arch = "x86_64")]
+    if has_avx2() {
+        // SAFETY: the CPU supports the features the function is compiled for.
+        return unsafe { zip1_avx2(src, dst, f) };
+    }
+    zip1(src, dst, f)
+}
+
+#[inline(always)]
+fn run2<A: Copy, B: Copy, O>(a: &[A], b: &[B], dst: &mut [O], f: &impl Fn(A, B) -> O) {
+    #[cfg(target_arch = "x86_64")]
+    if has_avx2() {
+        // SAFETY: the CPU supports the features the function is compiled for.
+        return unsafe { zip2_avx2(a, b, dst, f) };
+    }
+    zip2(a, b, dst, f)
 }
