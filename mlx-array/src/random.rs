@@ -76,7 +76,7 @@ pub fn uniform(k: &Array, low: f64, high: f64, shape: &[usize], dtype: Dtype) ->
             "needs a floating point dtype",
         ));
     }
-    if !(low < high) {
+    if low.partial_cmp(&high) != Some(std::cmp::Ordering::Less) {
         return Err(Error::invalid(
             "uniform",
             format!("low {low} must be below high {high}"),

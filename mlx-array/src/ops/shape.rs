@@ -32,7 +32,7 @@ pub fn reshape(x: &Array, shape: &[i64]) -> Result<Array> {
     }
     let known = size_of_shape(&out);
     if let Some(i) = infer {
-        if known == 0 || x.size() % known != 0 {
+        if known == 0 || !x.size().is_multiple_of(known) {
             return Err(Error::shape(
                 "reshape",
                 format!("cannot reshape {:?} to {shape:?}", x.shape()),
@@ -393,7 +393,7 @@ pub fn stack(xs: &[Array], axis: i32) -> Result<Array> {
 pub fn split(x: &Array, sections: usize, axis: i32) -> Result<Vec<Array>> {
     let a = normalize_axis("split", axis, x.ndim())?;
     let len = x.shape()[a];
-    if sections == 0 || len % sections != 0 {
+    if sections == 0 || !len.is_multiple_of(sections) {
         return Err(Error::shape(
             "split",
             format!("axis {a} of size {len} does not split into {sections} equal parts"),

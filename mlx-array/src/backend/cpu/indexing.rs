@@ -28,6 +28,7 @@ fn resolve(op: &str, i: i64, len: usize) -> Result<usize> {
 }
 
 /// `take` along `axis`: output shape `a[..axis] + idx + a[axis+1..]`.
+#[allow(clippy::too_many_arguments)]
 pub fn take(
     a: &ArrayData,
     a_shape: &[usize],

@@ -54,6 +54,8 @@ pub fn exp(x: f32) -> f32 {
     const ROUND: f32 = 12_582_912.0; // 1.5 * 2^23: adding it rounds to an integer.
     const HI: f32 = 88.722_83;
     const LO: f32 = -87.336_55;
+    // max/min rather than clamp: NaN becomes a bound here and is restored at the end.
+    #[allow(clippy::manual_clamp)]
     let xc = x.max(LO).min(HI);
     let t = xc * LOG2E + ROUND;
     let n = t - ROUND;
@@ -65,7 +67,7 @@ pub fn exp(x: f32) -> f32 {
     p = p * r + 8.333_452e-3;
     p = p * r + 4.166_579_6e-2;
     p = p * r + 1.666_666_5e-1;
-    p = p * r + 5.000_000_1e-1;
+    p = p * r + 0.5;
     let y = p * r * r + r + 1.0;
     // 2^n as two factors, so that n = 128 and n = -126 both stay representable.
     let half = ni >> 1;

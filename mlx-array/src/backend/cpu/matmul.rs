@@ -23,10 +23,10 @@ fn gemm_view(strides: &[isize], rows: usize, cols: usize) -> Option<(bool, usize
 /// Prepares an operand: f32 data whose matrices GEMM can read directly.
 fn operand(data: &ArrayData, shape: &[usize], dtype: Dtype) -> (ArrayData, bool, usize) {
     let (r, c) = (shape[shape.len() - 2], shape[shape.len() - 1]);
-    if dtype == Dtype::F32 {
-        if let Some((t, ld)) = gemm_view(data.strides(), r, c) {
-            return (data.clone(), t, ld);
-        }
+    if dtype == Dtype::F32
+        && let Some((t, ld)) = gemm_view(data.strides(), r, c)
+    {
+        return (data.clone(), t, ld);
     }
     let copy = copy_cast(data, shape, dtype, Dtype::F32);
     (copy, false, c.max(1))

@@ -310,7 +310,7 @@ fn arg_run<T: Element + PartialOrd>(is_max: bool, p: Plan) -> ArrayData {
                         let nan_x = x != x;
                         let nan_best = best != best;
                         let better = if is_max { x > best } else { x < best };
-                        if (better && !nan_best) || (nan_x && !nan_best) {
+                        if !nan_best && (better || nan_x) {
                             best = x;
                             at = j as u32;
                         }

@@ -29,12 +29,12 @@ impl<const N: usize> Layout<N> {
                 continue;
             }
             let s: [isize; N] = std::array::from_fn(|k| strides[k][d]);
-            if let Some(last) = dims.last_mut() {
-                if (0..N).all(|k| last.1[k] == s[k] * n as isize) {
-                    last.0 *= n;
-                    last.1 = s;
-                    continue;
-                }
+            if let Some(last) = dims.last_mut()
+                && (0..N).all(|k| last.1[k] == s[k] * n as isize)
+            {
+                last.0 *= n;
+                last.1 = s;
+                continue;
             }
             dims.push((n, s));
         }
@@ -215,15 +215,12 @@ pub fn map2<A: crate::Element, B: crate::Element, O: crate::Element>(
             unsafe {
                 let (x, y) = (pa.at(oa), pb.at(ob));
                 match (sa, sb) {
-                    (1, 1) => {
-                        let (x, y) = (
-                            std::slice::from_raw_parts(x, len),
-                            std::slice::from_raw_parts(y, len),
-                        );
-                        for ((o, &u), &v) in seg.iter_mut().zip(x).zip(y) {
-                            *o = f(u, v);
-                        }
-                    }
+                    (1, 1) => run2(
+                        std::slice::from_raw_parts(x, len),
+                        std::slice::from_raw_parts(y, len),
+                        seg,
+                        &f,
+                    ),
                     (1, 0) => {
                         let (x, v) = (std::slice::from_raw_parts(x, len), *y);
                         for (o, &u) in seg.iter_mut().zip(x) {
