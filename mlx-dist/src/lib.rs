@@ -1,1 +1,89 @@
-//! Distributed groups, collectives over TCP/QUIC/MPI and the `mlx-launch` launcher (filled by a later issue).
+//! Distributed communication for data-parallel training, in the style of
+//! MLX's `mx.distributed`: a [`Group`] of ranks, collectives on byte buffers
+//! tagged with an [`mlx_array::Dtype`], the transports that carry them (a
+//! pipelined ring over TCP; QUIC and MPI are planned behind the same API) and
+//! the `mlx-launch` binary that starts the ranks.
+//!
+//! The classic first program. Until `mlx-array` has arrays, it runs on a
+//! `Vec<f32>` through the typed byte API; with no launcher it is a group of one
+//! and `all_sum` is the identity:
+//!
+//! ```
+//! use mlx_dist::{init, Backend};
+//!
+//! let world = init(Backend::Any)?;        // size 1 without a launcher
+//! let mut x = vec![1.0f32; 10];           // ones(10)
+//! world.all_sum(&mut x)?;                 // every rank now holds `size` everywhere
+//! assert!(x.iter().all(|&v| v == world.size() as f32));
+//! # Ok::<(), mlx_dist::DistError>(())
+//! ```
+//!
+//! Run it on 4 processes with `mlx-launch -n 4 -- target/debug/examples/all_sum`.
+//! How the launcher configures ranks is described in [`config`]; the frame
+//! layout in [`wire`]; the connection handshake in [`handshake`].
+
+pub mod config;
+pub mod error;
+pub mod group;
+pub mod handshake;
+pub mod launch;
+pub mod reduce;
+pub mod wire;
+
+mod comm;
+mod link;
+mod mesh;
+mod ring;
+mod tcp;
+
+pub use config::{Backend, Config};
+pub use error::{DistError, Result};
+pub use group::Group;
+pub use reduce::ReduceOp;
+
+/// Whether `backend` can be used by this build on this machine.
+pub fn is_available(backend: Backend) -> bool {
+    match backend {
+        Backend::Any | Backend::Ring => true,
+        Backend::Quic | Backend::Mpi => false,
+    }
+}
+
+/// Joins the job described by the launcher's environment (see [`config`]),
+/// or returns a group of one when there is none.
+pub fn init(backend: Backend) -> Result<Group> {
+    match Config::from_env()? {
+        None => Ok(Group::single()),
+        Some((cfg, env_backend)) => {
+            let chosen = match backend {
+                Backend::Any => env_backend.unwrap_or(Backend::Ring),
+                b => b,
+            };
+            init_with_config(&cfg, chosen)
+        }
+    }
+}
+
+/// Joins the job described by `cfg` over `backend` (for tests and tools that
+/// configure ranks themselves). Blocks until every peer is connected.
+pub fn init_with_config(cfg: &Config, backend: Backend) -> Result<Group> {
+    if cfg.world() == 1 {
+        return Ok(Group::single());
+    }
+    match backend {
+        Backend::Any | Backend::Ring => {
+            let listener = tcp::bind(cfg)?;
+            let mesh = tcp::connect_mesh(cfg, listener)?;
+            Ok(Group::from_impl(std::sync::Arc::new(
+                comm::MeshComm::world(mesh, "ring"),
+            )))
+        }
+        b => Err(DistError::Unavailable {
+            backend: b.name(),
+            reason: "not implemented in this build".into(),
+        }),
+    }
+}
+
+#[cfg(test)]
+mod inproc_tests;

@@ -1,0 +1,371 @@
+//! The collectives over a connected [`Mesh`]: the ring for large messages, a
+//! direct exchange for small ones, point-to-point messages, barrier and split.
+//! Transport-independent: TCP and QUIC meshes both run this code.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use mlx_array::Dtype;
+
+use crate::error::Result;
+use crate::group::CommImpl;
+use crate::mesh::{Mesh, OpCtx};
+use crate::reduce::{ReduceOp, reduce_into};
+use crate::ring::{self, Lane, Phase, split_even};
+use crate::wire::OpKind;
+
+/// Messages at least this large use every lane (both directions, all connections).
+const MULTI_LANE_BYTES: usize = 1 << 20;
+
+/// A group of ranks on a mesh.
+pub(crate) struct MeshComm {
+    mesh: Arc<Mesh>,
+    /// World rank of each group rank.
+    members: Vec<usize>,
+    rank: usize,
+    id: u32,
+    seq: AtomicU64,
+    /// Per group peer: frames sent to it and received from it.
+    p2p: Mutex<Vec<[u64; 2]>>,
+    splits: AtomicU64,
+    backend: &'static str,
+}
+
+fn op_kind(op: ReduceOp) -> OpKind {
+    match op {
+        ReduceOp::Sum => OpKind::AllSum,
+        ReduceOp::Max => OpKind::AllMax,
+        ReduceOp::Min => OpKind::AllMin,
+    }
+}
+
+impl MeshComm {
+    /// The world group of a mesh.
+    pub(crate) fn world(mesh: Mesh, backend: &'static str) -> MeshComm {
+        let members = (0..mesh.world).collect();
+        let rank = mesh.rank;
+        Self::with_members(Arc::new(mesh), members, rank, 0, backend)
+    }
+
+    fn with_members(
+        mesh: Arc<Mesh>,
+        members: Vec<usize>,
+        rank: usize,
+        id: u32,
+        backend: &'static str,
+    ) -> MeshComm {
+        let n = members.len();
+        MeshComm {
+            mesh,
+            members,
+            rank,
+            id,
+            seq: AtomicU64::new(0),
+            p2p: Mutex::new(vec![[0, 0]; n]),
+            splits: AtomicU64::new(0),
+            backend,
+        }
+    }
+
+    fn n(&self) -> usize {
+        self.members.len()
+    }
+
+    fn ctx(&self, op: OpKind, dtype: Dtype, total: usize) -> OpCtx<'_> {
+        OpCtx {
+            mesh: &self.mesh,
+            op,
+            group: self.id,
+            seq: self.seq.fetch_add(1, Ordering::Relaxed),
+            dtype,
+            total: total as u64,
+        }
+    }
+
+    /// Runs `f` holding the mesh; a failure poisons the mesh and tells the peers.
+    fn guarded<T>(&self, op: OpKind, f: impl FnOnce() -> Result<T>) -> Result<T> {
+        let _g = self.mesh.begin()?;
+        let r = f();
+        if let Err(e) = &r {
+            self.mesh.fail(e, op);
+        }
+        r
+    }
+
+    /// Lane `k` of `count`: (ring position, right, left, link, rank at each position).
+    fn lane_geometry(&self, k: usize, count: usize) -> (usize, usize, usize, usize, bool) {
+        let (n, r) = (self.n(), self.rank);
+        let (dir, conn) = if count == 1 { (0, 0) } else { (k % 2, k / 2) };
+        let link = dir * self.mesh.conns + conn;
+        let next = self.members[(r + 1) % n];
+        let prev = self.members[(r + n - 1) % n];
+        if dir == 0 {
+            (r, next, prev, link, false)
+        } else {
+            (n - 1 - r, prev, next, link, true)
+        }
+    }
+
+    fn lane_count(&self, total: usize) -> usize {
+        if total >= MULTI_LANE_BYTES {
+            2 * self.mesh.conns
+        } else {
+            1
+        }
+    }
+
+    /// Lanes for an all-reduce of `total` bytes.
+    fn reduce_lanes(&self, total: usize, elem: usize) -> Vec<Lane> {
+        let count = self.lane_count(total);
+        split_even(total / elem, count)
+            .into_iter()
+            .enumerate()
+            .map(|(k, seg)| {
+                let (pos, right, left, link, _) = self.lane_geometry(k, count);
+                let chunks = split_even(seg.len(), self.n())
+                    .into_iter()
+                    .map(|c| (seg.start + c.start) * elem..(seg.start + c.end) * elem)
+                    .collect();
+                Lane {
+                    chunks,
+                    pos,
+                    right,
+                    left,
+                    link,
+                }
+            })
+            .collect()
+    }
+
+    /// Lanes over a rank-major buffer of `n` blocks of `block` bytes (all-gather, reduce-scatter).
+    fn block_lanes(&self, block: usize, elem: usize) -> Vec<Lane> {
+        let n = self.n();
+        let count = self.lane_count(block * n);
+        split_even(block / elem, count)
+            .into_iter()
+            .enumerate()
+            .map(|(k, sub)| {
+                let (pos, right, left, link, reversed) = self.lane_geometry(k, count);
+                let chunks = (0..n)
+                    .map(|q| {
+                        let owner = if reversed { n - 1 - q } else { q };
+                        owner * block + sub.start * elem..owner * block + sub.end * elem
+                    })
+                    .collect();
+                Lane {
+                    chunks,
+                    pos,
+                    right,
+                    left,
+                    link,
+                }
+            })
+            .collect()
+    }
+
+    /// Receives one frame of `len` bytes from every other group rank, in rank order.
+    fn recv_all(&self, ctx: &OpCtx<'_>, len: usize) -> Result<Vec<Option<Vec<u8>>>> {
+        (0..self.n())
+            .map(|j| {
+                if j == self.rank {
+                    return Ok(None);
+                }
+                let mut v = vec![0u8; len];
+                ctx.recv(self.members[j], 0, &mut v)?;
+                Ok(Some(v))
+            })
+            .collect()
+    }
+
+    fn send_all(&self, ctx: &OpCtx<'_>, data: impl Fn(usize) -> Vec<u8>) -> Result<()> {
+        for j in (0..self.n()).filter(|&j| j != self.rank) {
+            ctx.send(self.members[j], 0, &data(j))?;
+        }
+        Ok(())
+    }
+
+    fn split_group(&self, color: i32, key: i32) -> Result<MeshComm> {
+        let mine: Vec<u8> = [color.to_le_bytes(), key.to_le_bytes()].concat();
+        let all = self.all_gather(&mine, Dtype::I32)?;
+        let mut entries: Vec<(i32, usize)> = Vec::new();
+        for j in 0..self.n() {
+            let c = i32::from_le_bytes(all[8 * j..8 * j + 4].try_into().expect("4 bytes"));
+            let k = i32::from_le_bytes(all[8 * j + 4..8 * j + 8].try_into().expect("4 bytes"));
+            if c == color {
+                entries.push((k, j));
+            }
+        }
+        entries.sort();
+        let new_rank = entries
+            .iter()
+            .position(|&(_, j)| j == self.rank)
+            .expect("we share our own colour");
+        let members = entries.iter().map(|&(_, j)| self.members[j]).collect();
+        let index = self.splits.fetch_add(1, Ordering::Relaxed);
+        // FNV-1a of (parent id, split index, colour): equal on every member, distinct between groups.
+        let mut h: u32 = 0x811c_9dc5;
+        for b in self
+            .id
+            .to_le_bytes()
+            .into_iter()
+            .chain(index.to_le_bytes())
+            .chain(color.to_le_bytes())
+        {
+            h = (h ^ u32::from(b)).wrapping_mul(0x0100_0193);
+        }
+        Ok(Self::with_members(
+            self.mesh.clone(),
+            members,
+            new_rank,
+            h,
+            self.backend,
+        ))
+    }
+}
+
+impl CommImpl for MeshComm {
+    fn rank(&self) -> usize {
+        self.rank
+    }
+
+    fn size(&self) -> usize {
+        self.n()
+    }
+
+    fn backend(&self) -> &'static str {
+        self.backend
+    }
+
+    fn all_reduce(&self, buf: &mut [u8], dtype: Dtype, op: ReduceOp) -> Result<()> {
+        let kind = op_kind(op);
+        self.guarded(kind, || {
+            let ctx = self.ctx(kind, dtype, buf.len());
+            if buf.len() <= self.mesh.small {
+                let mine = buf.to_vec();
+                self.send_all(&ctx, |_| mine.clone())?;
+                let mut got = self.recv_all(&ctx, buf.len())?;
+                got[self.rank] = Some(mine);
+                // The same order on every rank, so every rank gets identical bits.
+                let mut it = got.into_iter().map(|v| v.expect("filled"));
+                let mut acc = it.next().expect("at least one rank");
+                for x in it {
+                    reduce_into(&mut acc, &x, dtype, op);
+                }
+                buf.copy_from_slice(&acc);
+                return Ok(());
+            }
+            let lanes = self.reduce_lanes(buf.len(), dtype.size_of());
+            ring::run(&ctx, buf, &lanes, self.n(), Phase::AllReduce(op))
+        })
+    }
+
+    fn all_gather(&self, input: &[u8], dtype: Dtype) -> Result<Vec<u8>> {
+        self.guarded(OpKind::AllGather, || {
+            let (n, b) = (self.n(), input.len());
+            let ctx = self.ctx(OpKind::AllGather, dtype, b);
+            let mut out = vec![0u8; n * b];
+            out[self.rank * b..(self.rank + 1) * b].copy_from_slice(input);
+            if n * b <= self.mesh.small {
+                self.send_all(&ctx, |_| input.to_vec())?;
+                for (j, v) in self.recv_all(&ctx, b)?.into_iter().enumerate() {
+                    if let Some(v) = v {
+                        out[j * b..(j + 1) * b].copy_from_slice(&v);
+                    }
+                }
+                return Ok(out);
+            }
+            let lanes = self.block_lanes(b, dtype.size_of());
+            ring::run(&ctx, &mut out, &lanes, n, Phase::AllGather)?;
+            Ok(out)
+        })
+    }
+
+    fn sum_scatter(&self, input: &[u8], dtype: Dtype) -> Result<Vec<u8>> {
+        self.guarded(OpKind::SumScatter, || {
+            let (n, r) = (self.n(), self.rank);
+            let b = input.len() / n;
+            let ctx = self.ctx(OpKind::SumScatter, dtype, input.len());
+            if input.len() <= self.mesh.small {
+                self.send_all(&ctx, |j| input[j * b..(j + 1) * b].to_vec())?;
+                let mut got = self.recv_all(&ctx, b)?;
+                got[r] = Some(input[r * b..(r + 1) * b].to_vec());
+                let mut it = got.into_iter().map(|v| v.expect("filled"));
+                let mut acc = it.next().expect("at least one rank");
+                for x in it {
+                    reduce_into(&mut acc, &x, dtype, ReduceOp::Sum);
+                }
+                return Ok(acc);
+            }
+            let mut work = input.to_vec();
+            let lanes = self.block_lanes(b, dtype.size_of());
+            ring::run(
+                &ctx,
+                &mut work,
+                &lanes,
+                n,
+                Phase::ReduceScatter(ReduceOp::Sum),
+            )?;
+            Ok(work[r * b..(r + 1) * b].to_vec())
+        })
+    }
+
+    fn send(&self, buf: &[u8], dtype: Dtype, dst: usize) -> Result<()> {
+        self.guarded(OpKind::Send, || {
+            let seq = {
+                let mut p = self.p2p.lock().unwrap_or_else(|p| p.into_inner());
+                p[dst][0] += 1;
+                p[dst][0]
+            };
+            let ctx = OpCtx {
+                mesh: &self.mesh,
+                op: OpKind::Send,
+                group: self.id,
+                seq,
+                dtype,
+                total: buf.len() as u64,
+            };
+            ctx.send(self.members[dst], 0, buf)
+        })
+    }
+
+    fn recv(&self, buf: &mut [u8], dtype: Dtype, src: usize) -> Result<()> {
+        self.guarded(OpKind::Send, || {
+            let seq = {
+                let mut p = self.p2p.lock().unwrap_or_else(|p| p.into_inner());
+                p[src][1] += 1;
+                p[src][1]
+            };
+            let ctx = OpCtx {
+                mesh: &self.mesh,
+                op: OpKind::Send,
+                group: self.id,
+                seq,
+                dtype,
+                total: buf.len() as u64,
+            };
+            ctx.recv(self.members[src], 0, buf)
+        })
+    }
+
+    fn barrier(&self) -> Result<()> {
+        self.guarded(OpKind::Barrier, || {
+            let ctx = self.ctx(OpKind::Barrier, Dtype::Bool, 0);
+            self.send_all(&ctx, |_| Vec::new())?;
+            self.recv_all(&ctx, 0).map(|_| ())
+        })
+    }
+
+    fn split(&self, color: i32, key: i32) -> Result<Arc<dyn CommImpl>> {
+        Ok(Arc::new(self.split_group(color, key)?))
+    }
+}
+
+impl std::fmt::Debug for MeshComm {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MeshComm")
+            .field("rank", &self.rank)
+            .field("members", &self.members)
+            .field("id", &self.id)
+            .finish()
+    }
+}

@@ -1,0 +1,325 @@
+//! How a rank learns its place in the job: the environment the launcher sets.
+//!
+//! | variable | meaning |
+//! |---|---|
+//! | `MLX_RANK` | this process's rank (as in MLX) |
+//! | `MLX_WORLD_SIZE` | number of ranks (optional if a host list is given) |
+//! | `MLX_HOSTFILE` | MLX-style JSON file: `[["ip:port"], ["ip:port"], ...]`, one entry per rank |
+//! | `MLX_DIST_HOSTS` | the same list inline, comma separated (`ip:port,ip:port`); wins over the file |
+//! | `MLX_DIST_JOB_ID` | 32 hex digits identifying the job |
+//! | `MLX_DIST_JOB_SECRET` | hex secret every connection proves it knows (HMAC) |
+//! | `MLX_DIST_BACKEND` | `ring`, `quic` or `mpi` |
+//! | `MLX_DIST_CONNECTIONS` | connections per peer and ring direction (default 1) |
+//! | `MLX_DIST_TIMEOUT_MS` | stall timeout (default 30000) |
+//! | `MLX_DIST_CONNECT_TIMEOUT_MS` | deadline to connect to every peer (default 60000) |
+//!
+//! Ranks started by hand with only `MLX_RANK` and `MLX_HOSTFILE`, as with MLX,
+//! still work: the job id and secret are then derived from the host list and a
+//! warning says that connections are not authenticated by a secret.
+
+use std::time::Duration;
+
+use sha2::{Digest, Sha256};
+
+use crate::error::{DistError, Result};
+
+/// Environment variable: this process's rank.
+pub const ENV_RANK: &str = "MLX_RANK";
+/// Environment variable: the world size.
+pub const ENV_WORLD: &str = "MLX_WORLD_SIZE";
+/// Environment variable: path of an MLX-style JSON host file.
+pub const ENV_HOSTFILE: &str = "MLX_HOSTFILE";
+/// Environment variable: comma-separated `host:port` per rank.
+pub const ENV_HOSTS: &str = "MLX_DIST_HOSTS";
+/// Environment variable: job id, 32 hex digits.
+pub const ENV_JOB_ID: &str = "MLX_DIST_JOB_ID";
+/// Environment variable: job secret, hex.
+pub const ENV_SECRET: &str = "MLX_DIST_JOB_SECRET";
+/// Environment variable: backend name.
+pub const ENV_BACKEND: &str = "MLX_DIST_BACKEND";
+/// Environment variable: connections per peer and direction.
+pub const ENV_CONNECTIONS: &str = "MLX_DIST_CONNECTIONS";
+/// Environment variable: stall timeout in milliseconds.
+pub const ENV_TIMEOUT_MS: &str = "MLX_DIST_TIMEOUT_MS";
+/// Environment variable: connect deadline in milliseconds.
+pub const ENV_CONNECT_TIMEOUT_MS: &str = "MLX_DIST_CONNECT_TIMEOUT_MS";
+
+/// Which transport carries the collectives.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Backend {
+    /// Whatever the launcher chose (`MLX_DIST_BACKEND`), else the ring.
+    Any,
+    /// Ring algorithms over TCP.
+    Ring,
+    /// The same algorithms over QUIC (TLS 1.3).
+    Quic,
+    /// MPI (cargo feature `mpi`).
+    Mpi,
+}
+
+impl Backend {
+    /// The name used on the command line and in `MLX_DIST_BACKEND`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Backend::Any => "any",
+            Backend::Ring => "ring",
+            Backend::Quic => "quic",
+            Backend::Mpi => "mpi",
+        }
+    }
+
+    /// Parses a backend name.
+    pub fn from_name(s: &str) -> Option<Backend> {
+        Some(match s.to_ascii_lowercase().as_str() {
+            "any" => Backend::Any,
+            "ring" | "tcp" => Backend::Ring,
+            "quic" => Backend::Quic,
+            "mpi" => Backend::Mpi,
+            _ => return None,
+        })
+    }
+}
+
+impl std::fmt::Display for Backend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Everything a rank needs to join a job; built from the environment by
+/// [`Config::from_env`] or by hand (tests, benchmarks).
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// This rank.
+    pub rank: usize,
+    /// `host:port` each rank listens on, indexed by rank.
+    pub hosts: Vec<String>,
+    /// Job id.
+    pub job_id: [u8; 16],
+    /// Job secret.
+    pub secret: Vec<u8>,
+    /// Connections per peer and ring direction.
+    pub connections_per_peer: usize,
+    /// How long to keep trying to reach every peer at start-up.
+    pub connect_timeout: Duration,
+    /// How long any single wait on a peer may last.
+    pub stall_timeout: Duration,
+    /// Pipelining granularity of the ring, in bytes.
+    pub block_bytes: usize,
+    /// Messages up to this many bytes take the direct low-latency path.
+    pub small_bytes: usize,
+}
+
+impl Config {
+    /// A configuration with the defaults for everything but the job's identity.
+    pub fn new(rank: usize, hosts: Vec<String>, job_id: [u8; 16], secret: Vec<u8>) -> Config {
+        Config {
+            rank,
+            hosts,
+            job_id,
+            secret,
+            connections_per_peer: 1,
+            connect_timeout: Duration::from_secs(60),
+            stall_timeout: Duration::from_secs(30),
+            block_bytes: 256 * 1024,
+            small_bytes: 64 * 1024,
+        }
+    }
+
+    /// The world size.
+    pub fn world(&self) -> usize {
+        self.hosts.len()
+    }
+
+    /// Reads the launcher's environment: `Ok(None)` when there is none (a
+    /// single process), an error when it is present but inconsistent.
+    pub fn from_env() -> Result<Option<(Config, Option<Backend>)>> {
+        Self::from_lookup(|k| std::env::var(k).ok())
+    }
+
+    /// [`Config::from_env`] over any variable lookup (testable).
+    pub fn from_lookup(
+        get: impl Fn(&str) -> Option<String>,
+    ) -> Result<Option<(Config, Option<Backend>)>> {
+        let Some(rank) = get(ENV_RANK) else {
+            return Ok(None);
+        };
+        let rank: usize = rank
+            .trim()
+            .parse()
+            .map_err(|_| DistError::Config(format!("{ENV_RANK}={rank:?} is not a rank")))?;
+        let hosts = if let Some(h) = get(ENV_HOSTS) {
+            h.split(',')
+                .map(|s| s.trim().to_string())
+                .filter(|s| !s.is_empty())
+                .collect()
+        } else if let Some(path) = get(ENV_HOSTFILE) {
+            let text = std::fs::read_to_string(&path).map_err(|e| {
+                DistError::Config(format!("cannot read {ENV_HOSTFILE}={path}: {e}"))
+            })?;
+            parse_hostfile(&text)
+                .map_err(|e| DistError::Config(format!("{ENV_HOSTFILE}={path}: {e}")))?
+        } else {
+            let world = get(ENV_WORLD).unwrap_or_default();
+            if world.trim() == "1" {
+                vec!["127.0.0.1:0".to_string()]
+            } else {
+                return Err(DistError::Config(format!(
+                    "{ENV_RANK} is set but neither {ENV_HOSTS} nor {ENV_HOSTFILE} says where the ranks are"
+                )));
+            }
+        };
+        if let Some(w) = get(ENV_WORLD) {
+            let w: usize = w
+                .trim()
+                .parse()
+                .map_err(|_| DistError::Config(format!("{ENV_WORLD}={w:?} is not a number")))?;
+            if w != hosts.len() {
+                return Err(DistError::Config(format!(
+                    "{ENV_WORLD}={w} but the host list has {} entries",
+                    hosts.len()
+                )));
+            }
+        }
+        if rank >= hosts.len() {
+            return Err(DistError::Config(format!(
+                "{ENV_RANK}={rank} but the world has {} ranks",
+                hosts.len()
+            )));
+        }
+        let (job_id, secret) = match (get(ENV_JOB_ID), get(ENV_SECRET)) {
+            (Some(id), Some(secret)) => {
+                let id = hex_decode(&id).filter(|v| v.len() == 16).ok_or_else(|| {
+                    DistError::Config(format!("{ENV_JOB_ID} must be 32 hex digits"))
+                })?;
+                let secret = hex_decode(&secret)
+                    .ok_or_else(|| DistError::Config(format!("{ENV_SECRET} must be hex")))?;
+                (id.try_into().expect("length checked"), secret)
+            }
+            _ => {
+                tracing::warn!(
+                    rank,
+                    "no {ENV_SECRET}: deriving the job identity from the host list; connections are not authenticated by a secret"
+                );
+                let d = Sha256::digest(hosts.join(",").as_bytes());
+                (
+                    d[..16].try_into().expect("sha256 has 32 bytes"),
+                    d[16..].to_vec(),
+                )
+            }
+        };
+        let mut cfg = Config::new(rank, hosts, job_id, secret);
+        let num = |k: &str| -> Result<Option<u64>> {
+            get(k)
+                .map(|v| {
+                    v.trim()
+                        .parse::<u64>()
+                        .map_err(|_| DistError::Config(format!("{k}={v:?} is not a number")))
+                })
+                .transpose()
+        };
+        if let Some(c) = num(ENV_CONNECTIONS)? {
+            cfg.connections_per_peer = (c as usize).clamp(1, 16);
+        }
+        if let Some(t) = num(ENV_TIMEOUT_MS)? {
+            cfg.stall_timeout = Duration::from_millis(t.max(1));
+        }
+        if let Some(t) = num(ENV_CONNECT_TIMEOUT_MS)? {
+            cfg.connect_timeout = Duration::from_millis(t.max(1));
+        }
+        let backend = match get(ENV_BACKEND) {
+            Some(b) => Some(Backend::from_name(&b).ok_or_else(|| {
+                DistError::Config(format!("{ENV_BACKEND}={b:?} is not ring, quic or mpi"))
+            })?),
+            None => None,
+        };
+        Ok(Some((cfg, backend)))
+    }
+}
+
+/// Parses an MLX-style host file: a JSON list with, per rank, either a list of
+/// `"ip:port"` strings (the first is used) or one such string.
+pub fn parse_hostfile(text: &str) -> std::result::Result<Vec<String>, String> {
+    let v: serde_json::Value = serde_json::from_str(text).map_err(|e| e.to_string())?;
+    let arr = v
+        .as_array()
+        .ok_or("expected a JSON list with one entry per rank")?;
+    arr.iter()
+        .enumerate()
+        .map(|(i, e)| match e {
+            serde_json::Value::String(s) => Ok(s.clone()),
+            serde_json::Value::Array(a) => a
+                .first()
+                .and_then(|s| s.as_str())
+                .map(str::to_string)
+                .ok_or_else(|| format!("entry {i} has no \"ip:port\" string")),
+            _ => Err(format!(
+                "entry {i} is neither a string nor a list of strings"
+            )),
+        })
+        .collect()
+}
+
+/// Lower-case hex of bytes.
+pub fn hex_encode(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+/// Bytes of a hex string, or `None` if it is not hex.
+pub fn hex_decode(s: &str) -> Option<Vec<u8>> {
+    let s = s.trim();
+    if !s.len().is_multiple_of(2) {
+        return None;
+    }
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok())
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    #[test]
+    fn no_environment_means_single_process() {
+        assert!(Config::from_lookup(|_| None).unwrap().is_none());
+    }
+
+    #[test]
+    fn launcher_environment_is_parsed() {
+        let env: HashMap<&str, String> = [
+            (ENV_RANK, "1".to_string()),
+            (ENV_HOSTS, "127.0.0.1:5000,127.0.0.1:5001".into()),
+            (ENV_JOB_ID, "00112233445566778899aabbccddeeff".into()),
+            (ENV_SECRET, "abcd".into()),
+            (ENV_BACKEND, "ring".into()),
+            (ENV_CONNECTIONS, "2".into()),
+        ]
+        .into_iter()
+        .collect();
+        let (c, b) = Config::from_lookup(|k| env.get(k).cloned())
+            .unwrap()
+            .unwrap();
+        assert_eq!((c.rank, c.world(), c.connections_per_peer), (1, 2, 2));
+        assert_eq!(c.secret, vec![0xab, 0xcd]);
+        assert_eq!(b, Some(Backend::Ring));
+    }
+
+    #[test]
+    fn mlx_hostfile_and_errors() {
+        assert_eq!(
+            parse_hostfile(r#"[["127.0.0.1:1"], ["127.0.0.1:2", "x"], "h:3"]"#).unwrap(),
+            vec!["127.0.0.1:1", "127.0.0.1:2", "h:3"]
+        );
+        assert!(parse_hostfile("{}").is_err());
+        let bad = Config::from_lookup(|k| (k == ENV_RANK).then(|| "0".to_string()));
+        assert!(matches!(bad, Err(DistError::Config(_))));
+        assert_eq!(
+            hex_decode(&hex_encode(&[0, 255, 16])),
+            Some(vec![0, 255, 16])
+        );
+        assert_eq!(hex_decode("zz"), None);
+    }
+}

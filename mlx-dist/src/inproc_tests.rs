@@ -1,0 +1,181 @@
+//! In-process tests of the TCP mesh and the collectives: each rank is a thread.
+
+use std::net::TcpListener;
+use std::time::Duration;
+
+use crate::comm::MeshComm;
+use crate::config::Config;
+use crate::error::DistError;
+use crate::group::Group;
+use crate::tcp;
+
+/// Connects `n` ranks in this process and runs `f(group)` on each in its own thread.
+pub(crate) fn with_world<T: Send>(
+    n: usize,
+    tweak: impl Fn(&mut Config) + Sync,
+    f: impl Fn(Group) -> T + Sync,
+) -> Vec<T> {
+    let listeners: Vec<TcpListener> = (0..n)
+        .map(|_| TcpListener::bind("127.0.0.1:0").unwrap())
+        .collect();
+    let hosts: Vec<String> = listeners
+        .iter()
+        .map(|l| l.local_addr().unwrap().to_string())
+        .collect();
+    std::thread::scope(|s| {
+        let hs: Vec<_> = listeners
+            .into_iter()
+            .enumerate()
+            .map(|(r, l)| {
+                let mut cfg = Config::new(r, hosts.clone(), [1; 16], b"secret".to_vec());
+                cfg.connect_timeout = Duration::from_secs(10);
+                tweak(&mut cfg);
+                let f = &f;
+                s.spawn(move || {
+                    let mesh = tcp::connect_mesh(&cfg, l).unwrap();
+                    f(Group::from_impl(std::sync::Arc::new(MeshComm::world(
+                        mesh, "ring",
+                    ))))
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    })
+}
+
+fn data(rank: usize, len: usize) -> Vec<f32> {
+    (0..len)
+        .map(|i| ((i * 7 + rank * 13) % 101) as f32 - 50.0)
+        .collect()
+}
+
+#[test]
+fn all_reduce_all_paths_match_reference() {
+    for n in [2, 3] {
+        let sizes = [0usize, 1, 5, 1000, 40_000, 300_001];
+        let out = with_world(
+            n,
+            |c| {
+                c.block_bytes = 4096;
+                c.connections_per_peer = 2;
+            },
+            |g| {
+                sizes
+                    .iter()
+                    .map(|&len| {
+                        let mut x = data(g.rank(), len);
+                        g.all_sum(&mut x).unwrap();
+                        let mut m = data(g.rank(), len);
+                        g.all_max(&mut m).unwrap();
+                        (x, m)
+                    })
+                    .collect::<Vec<_>>()
+            },
+        );
+        for (k, &len) in sizes.iter().enumerate() {
+            let d: Vec<Vec<f32>> = (0..n).map(|r| data(r, len)).collect();
+            let want: Vec<f32> = (0..len).map(|i| (0..n).map(|r| d[r][i]).sum()).collect();
+            let wmax: Vec<f32> = (0..len)
+                .map(|i| (0..n).map(|r| d[r][i]).fold(f32::MIN, f32::max))
+                .collect();
+            for (r, o) in out.iter().enumerate() {
+                assert_eq!(o[k].0, want, "all_sum n={n} len={len} rank={r}");
+                assert_eq!(o[k].1, wmax, "all_max n={n} len={len} rank={r}");
+            }
+        }
+    }
+}
+
+#[test]
+fn gather_scatter_split_and_p2p() {
+    let n = 4;
+    let out = with_world(
+        n,
+        |c| c.block_bytes = 1024,
+        |g| {
+            let r = g.rank();
+            let mut res = Vec::new();
+            for len in [0usize, 3, 50_000] {
+                let x: Vec<i32> = (0..len).map(|i| (i + 1000 * r) as i32).collect();
+                let ag = g.all_gather(&x).unwrap();
+                let want: Vec<i32> = (0..n)
+                    .flat_map(|q| (0..len).map(move |i| (i + 1000 * q) as i32))
+                    .collect();
+                assert_eq!(ag, want, "all_gather len={len}");
+                let full: Vec<i64> = (0..len * n).map(|i| (i * (r + 1)) as i64).collect();
+                let ss = g.sum_scatter(&full).unwrap();
+                let tot: i64 = (1..=n as i64).sum();
+                let want: Vec<i64> = (r * len..(r + 1) * len).map(|i| i as i64 * tot).collect();
+                assert_eq!(ss, want, "sum_scatter len={len}");
+                res.push(ag.len());
+            }
+            let sub = g.split((r % 2) as i32, -(r as i32)).unwrap();
+            assert_eq!(sub.size(), 2);
+            // Keys are -rank, so the order within each colour is reversed.
+            assert_eq!(sub.rank(), 1 - r / 2);
+            let mut v = vec![r as u32 + 1];
+            sub.all_sum(&mut v).unwrap();
+            assert_eq!(v[0] as usize, if r % 2 == 0 { 1 + 3 } else { 2 + 4 });
+            for src in 0..n {
+                for dst in 0..n {
+                    if src == dst {
+                        continue;
+                    }
+                    if r == src {
+                        g.send(&[src as u32 * 10 + dst as u32; 3], dst).unwrap();
+                    } else if r == dst {
+                        let mut b = [0u32; 3];
+                        g.recv(&mut b, src).unwrap();
+                        assert_eq!(b, [src as u32 * 10 + dst as u32; 3]);
+                    }
+                }
+            }
+            g.barrier().unwrap();
+            res
+        },
+    );
+    assert_eq!(out.len(), n);
+}
+
+#[test]
+fn mismatched_sizes_fail_on_every_rank() {
+    let out = with_world(
+        3,
+        |_| {},
+        |g| {
+            let len = if g.rank() == 1 { 11 } else { 10 };
+            let mut x = vec![1.0f32; len];
+            let e = g.all_sum(&mut x).unwrap_err();
+            let again = g.all_sum(&mut x).unwrap_err();
+            assert!(matches!(again, DistError::Poisoned(_)));
+            e.to_string()
+        },
+    );
+    for (r, e) in out.iter().enumerate() {
+        assert!(
+            e.contains("mismatch") || e.contains("rank"),
+            "rank {r}: {e}"
+        );
+    }
+}
+
+#[test]
+fn dead_peer_is_named() {
+    let out = with_world(
+        3,
+        |c| c.stall_timeout = Duration::from_secs(5),
+        |g| {
+            if g.rank() == 2 {
+                return None; // drops its connections
+            }
+            let mut x = vec![1.0f32; 1 << 20];
+            let t = std::time::Instant::now();
+            let e = g.all_sum(&mut x).unwrap_err();
+            assert!(t.elapsed() < Duration::from_secs(4), "{e}");
+            Some(e)
+        },
+    );
+    for e in out.into_iter().flatten() {
+        assert_eq!(e.culprit(), Some(2), "{e}");
+    }
+}

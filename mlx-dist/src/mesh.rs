@@ -1,0 +1,192 @@
+//! The connected mesh shared by a world group and every group split from it,
+//! and the per-operation context that sends and checks frames.
+
+use std::sync::{Mutex, MutexGuard};
+use std::time::Duration;
+
+use mlx_array::Dtype;
+
+use crate::config::Config;
+use crate::error::{DistError, Result};
+use crate::link::Link;
+use crate::wire::{AbortPayload, FrameHeader, HEADER_LEN, MAX_ABORT_PAYLOAD, OpKind};
+
+/// Links to every peer, and the state that makes failures final.
+pub(crate) struct Mesh {
+    /// This process's world rank.
+    pub rank: usize,
+    /// World size.
+    pub world: usize,
+    /// `links[peer][link]`; empty for this rank.
+    links: Vec<Vec<Box<dyn Link>>>,
+    /// Connections per peer and direction.
+    pub conns: usize,
+    /// Stall timeout.
+    pub stall: Duration,
+    /// Ring pipelining granularity.
+    pub block: usize,
+    /// Small-message threshold.
+    pub small: usize,
+    op_lock: Mutex<()>,
+    poison: Mutex<Option<String>>,
+}
+
+impl Mesh {
+    pub(crate) fn new(cfg: &Config, links: Vec<Vec<Box<dyn Link>>>) -> Mesh {
+        Mesh {
+            rank: cfg.rank,
+            world: cfg.world(),
+            links,
+            conns: cfg.connections_per_peer,
+            stall: cfg.stall_timeout,
+            block: cfg.block_bytes.max(64),
+            small: cfg.small_bytes,
+            op_lock: Mutex::new(()),
+            poison: Mutex::new(None),
+        }
+    }
+
+    /// Takes the mesh for one operation; fails at once if an earlier one poisoned it.
+    pub(crate) fn begin(&self) -> Result<MutexGuard<'_, ()>> {
+        let g = self.op_lock.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(p) = self
+            .poison
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_ref()
+        {
+            return Err(DistError::Poisoned(p.clone()));
+        }
+        Ok(g)
+    }
+
+    pub(crate) fn link(&self, peer: usize, link: usize) -> &dyn Link {
+        &*self.links[peer][link]
+    }
+
+    /// Records the first failure, tells every peer why (best effort), and
+    /// closes every link so that all blocked threads here and there wake up.
+    pub(crate) fn fail(&self, err: &DistError, op: OpKind) {
+        {
+            let mut p = self.poison.lock().unwrap_or_else(|p| p.into_inner());
+            if p.is_some() {
+                return;
+            }
+            *p = Some(err.to_string());
+        }
+        tracing::error!(rank = self.rank, %op, error = %err, "collective failed; closing all links");
+        let payload = AbortPayload {
+            culprit: err.culprit().map(|c| c as u32),
+            reason: err.to_string(),
+        }
+        .encode();
+        let h = FrameHeader {
+            op: OpKind::Abort,
+            dtype: Dtype::Bool,
+            group: 0,
+            seq: 0,
+            total: 0,
+            len: payload.len() as u64,
+        }
+        .encode();
+        for row in &self.links {
+            for l in row {
+                let _ = l.try_send_frame(&h, &payload);
+            }
+        }
+        for row in &self.links {
+            for l in row {
+                l.shutdown();
+            }
+        }
+    }
+}
+
+/// The identity of one operation, as every frame of it carries.
+#[derive(Clone, Copy)]
+pub(crate) struct OpCtx<'a> {
+    pub mesh: &'a Mesh,
+    pub op: OpKind,
+    pub group: u32,
+    pub seq: u64,
+    pub dtype: Dtype,
+    pub total: u64,
+}
+
+impl OpCtx<'_> {
+    fn describe(op: OpKind, group: u32, seq: u64, dtype: Dtype, total: u64) -> String {
+        format!(
+            "{op} #{seq} (group {group}, {}, {total} bytes)",
+            dtype.name()
+        )
+    }
+
+    fn io(&self, e: std::io::Error, peer: usize) -> DistError {
+        DistError::from_io(e, peer, self.op, self.mesh.stall)
+    }
+
+    /// Sends one frame with `payload` to world rank `peer` over link `link`.
+    pub(crate) fn send(&self, peer: usize, link: usize, payload: &[u8]) -> Result<()> {
+        let h = FrameHeader {
+            op: self.op,
+            dtype: self.dtype,
+            group: self.group,
+            seq: self.seq,
+            total: self.total,
+            len: payload.len() as u64,
+        };
+        self.mesh
+            .link(peer, link)
+            .send_frame(&h.encode(), payload)
+            .map_err(|e| self.io(e, peer))
+    }
+
+    /// Receives one frame from `peer` over `link` into `buf`, which must be exactly its payload.
+    pub(crate) fn recv(&self, peer: usize, link: usize, buf: &mut [u8]) -> Result<()> {
+        let l = self.mesh.link(peer, link);
+        let mut hb = [0u8; HEADER_LEN];
+        l.recv_exact(&mut hb).map_err(|e| self.io(e, peer))?;
+        let h = FrameHeader::decode(&hb).map_err(|source| DistError::Wire {
+            peer,
+            op: self.op,
+            source,
+        })?;
+        if h.op == OpKind::Abort {
+            let mut p = vec![0u8; (h.len as usize).min(MAX_ABORT_PAYLOAD)];
+            let a = match l.recv_exact(&mut p) {
+                Ok(()) => AbortPayload::decode(&p),
+                Err(_) => AbortPayload {
+                    culprit: None,
+                    reason: "(truncated abort frame)".into(),
+                },
+            };
+            return Err(DistError::Aborted {
+                op: self.op,
+                reporter: peer,
+                culprit: a.culprit.map(|c| c as usize),
+                reason: a.reason,
+            });
+        }
+        if (h.op, h.group, h.seq, h.dtype, h.total)
+            != (self.op, self.group, self.seq, self.dtype, self.total)
+        {
+            return Err(DistError::Mismatch {
+                peer,
+                ours: Self::describe(self.op, self.group, self.seq, self.dtype, self.total),
+                theirs: Self::describe(h.op, h.group, h.seq, h.dtype, h.total),
+            });
+        }
+        if h.len != buf.len() as u64 {
+            return Err(DistError::Mismatch {
+                peer,
+                ours: format!(
+                    "{} expecting a frame of {} bytes",
+                    Self::describe(self.op, self.group, self.seq, self.dtype, self.total),
+                    buf.len()
+                ),
+                theirs: format!("a frame of {} bytes", h.len),
+            });
+        }
+        l.recv_exact(buf).map_err(|e| self.io(e, peer))
+    }
+}

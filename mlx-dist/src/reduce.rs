@@ -1,0 +1,175 @@
+//! Elementwise reductions on raw little-endian byte buffers, in the buffer's dtype.
+//!
+//! Integers wrap on overflow; `Bool` sums and maxima are logical OR and minima
+//! logical AND; `f16`/`bf16` are computed in `f32` and rounded once.
+
+use half::{bf16, f16};
+use mlx_array::Dtype;
+
+/// The elementwise reduction of a collective.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ReduceOp {
+    /// Sum.
+    Sum,
+    /// Maximum.
+    Max,
+    /// Minimum.
+    Min,
+}
+
+trait Elem: bytemuck::Pod {
+    fn combine(a: Self, b: Self, op: ReduceOp) -> Self;
+}
+
+macro_rules! int_elem {
+    ($t:ty) => {
+        impl Elem for $t {
+            #[inline(always)]
+            fn combine(a: Self, b: Self, op: ReduceOp) -> Self {
+                match op {
+                    ReduceOp::Sum => a.wrapping_add(b),
+                    ReduceOp::Max => a.max(b),
+                    ReduceOp::Min => a.min(b),
+                }
+            }
+        }
+    };
+}
+int_elem!(u32);
+int_elem!(i32);
+int_elem!(i64);
+
+impl Elem for f32 {
+    #[inline(always)]
+    fn combine(a: Self, b: Self, op: ReduceOp) -> Self {
+        match op {
+            ReduceOp::Sum => a + b,
+            ReduceOp::Max => a.max(b),
+            ReduceOp::Min => a.min(b),
+        }
+    }
+}
+
+impl Elem for f16 {
+    #[inline(always)]
+    fn combine(a: Self, b: Self, op: ReduceOp) -> Self {
+        f16::from_f32(f32::combine(a.to_f32(), b.to_f32(), op))
+    }
+}
+
+impl Elem for bf16 {
+    #[inline(always)]
+    fn combine(a: Self, b: Self, op: ReduceOp) -> Self {
+        bf16::from_f32(f32::combine(a.to_f32(), b.to_f32(), op))
+    }
+}
+
+impl Elem for u8 {
+    #[inline(always)]
+    fn combine(a: Self, b: Self, op: ReduceOp) -> Self {
+        let (a, b) = (a != 0, b != 0);
+        (match op {
+            ReduceOp::Sum | ReduceOp::Max => a || b,
+            ReduceOp::Min => a && b,
+        }) as u8
+    }
+}
+
+#[inline(always)]
+fn apply<T: Elem>(dst: &mut [u8], src: &[u8], op: ReduceOp) {
+    match (
+        bytemuck::try_cast_slice_mut::<u8, T>(dst),
+        bytemuck::try_cast_slice::<u8, T>(src),
+    ) {
+        (Ok(d), Ok(s)) => {
+            // Monomorphised per op so the loop vectorises.
+            match op {
+                ReduceOp::Sum => d
+                    .iter_mut()
+                    .zip(s)
+                    .for_each(|(d, s)| *d = T::combine(*d, *s, ReduceOp::Sum)),
+                ReduceOp::Max => d
+                    .iter_mut()
+                    .zip(s)
+                    .for_each(|(d, s)| *d = T::combine(*d, *s, ReduceOp::Max)),
+                ReduceOp::Min => d
+                    .iter_mut()
+                    .zip(s)
+                    .for_each(|(d, s)| *d = T::combine(*d, *s, ReduceOp::Min)),
+            }
+        }
+        _ => {
+            // Unaligned buffers: element by element.
+            let n = size_of::<T>();
+            for (d, s) in dst.chunks_exact_mut(n).zip(src.chunks_exact(n)) {
+                let a: T = bytemuck::pod_read_unaligned(d);
+                let b: T = bytemuck::pod_read_unaligned(s);
+                d.copy_from_slice(bytemuck::bytes_of(&T::combine(a, b, op)));
+            }
+        }
+    }
+}
+
+/// `dst[i] = op(dst[i], src[i])` for every element; `dst` and `src` must have
+/// the same length, a multiple of the dtype's size (checked by callers).
+pub fn reduce_into(dst: &mut [u8], src: &[u8], dtype: Dtype, op: ReduceOp) {
+    debug_assert_eq!(dst.len(), src.len());
+    match dtype {
+        Dtype::Bool => apply::<u8>(dst, src, op),
+        Dtype::U32 => apply::<u32>(dst, src, op),
+        Dtype::I32 => apply::<i32>(dst, src, op),
+        Dtype::I64 => apply::<i64>(dst, src, op),
+        Dtype::F16 => apply::<f16>(dst, src, op),
+        Dtype::BF16 => apply::<bf16>(dst, src, op),
+        Dtype::F32 => apply::<f32>(dst, src, op),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn f32_sum_max_min_aligned_and_not() {
+        let a: Vec<f32> = vec![1.0, -2.0, 3.5];
+        let b: Vec<f32> = vec![0.5, 4.0, -1.0];
+        for off in [0usize, 1] {
+            let mut d = vec![0u8; off];
+            d.extend_from_slice(bytemuck::cast_slice(&a));
+            let mut s = vec![0u8; off];
+            s.extend_from_slice(bytemuck::cast_slice(&b));
+            reduce_into(&mut d[off..], &s[off..], Dtype::F32, ReduceOp::Sum);
+            let got: Vec<f32> = d[off..]
+                .chunks(4)
+                .map(bytemuck::pod_read_unaligned)
+                .collect();
+            assert_eq!(got, vec![1.5, 2.0, 2.5]);
+        }
+        let mut d: Vec<u8> = bytemuck::cast_slice(&a).to_vec();
+        reduce_into(&mut d, bytemuck::cast_slice(&b), Dtype::F32, ReduceOp::Max);
+        assert_eq!(bytemuck::cast_slice::<u8, f32>(&d), &[1.0, 4.0, 3.5]);
+    }
+
+    #[test]
+    fn halves_ints_and_bools() {
+        let mut d: Vec<u8> = bytemuck::cast_slice(&[bf16::from_f32(1.5)]).to_vec();
+        reduce_into(
+            &mut d,
+            bytemuck::cast_slice(&[bf16::from_f32(2.0)]),
+            Dtype::BF16,
+            ReduceOp::Sum,
+        );
+        assert_eq!(bytemuck::cast_slice::<u8, bf16>(&d)[0].to_f32(), 3.5);
+        let mut d: Vec<u8> = bytemuck::cast_slice(&[i32::MAX]).to_vec();
+        reduce_into(
+            &mut d,
+            bytemuck::cast_slice(&[1i32]),
+            Dtype::I32,
+            ReduceOp::Sum,
+        );
+        assert_eq!(bytemuck::cast_slice::<u8, i32>(&d)[0], i32::MIN);
+        let mut d = vec![0u8, 1, 1];
+        reduce_into(&mut d, &[1, 0, 1], Dtype::Bool, ReduceOp::Min);
+        assert_eq!(d, vec![0, 0, 1]);
+    }
+}

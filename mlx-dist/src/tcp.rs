@@ -1,0 +1,235 @@
+//! Building the full mesh of TCP links: every pair of ranks gets
+//! `2 * connections_per_peer` handshaken connections (one set per ring direction).
+//! The higher rank dials the lower one, retrying with backoff up to the
+//! connect deadline; the lower rank accepts, refusing strangers with a logged reason.
+
+use std::collections::BTreeSet;
+use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use crate::config::Config;
+use crate::error::{DistError, Result};
+use crate::handshake::{self, HandshakeError, JobCredentials};
+use crate::link::{Link, TcpLink};
+use crate::mesh::Mesh;
+
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The credentials every connection of this job must show.
+pub(crate) fn credentials(cfg: &Config) -> JobCredentials {
+    JobCredentials {
+        job_id: cfg.job_id,
+        secret: cfg.secret.clone(),
+        world: cfg.world() as u32,
+        links: (2 * cfg.connections_per_peer) as u32,
+    }
+}
+
+fn resolve(addr: &str) -> std::io::Result<SocketAddr> {
+    addr.to_socket_addrs()?.next().ok_or_else(|| {
+        std::io::Error::new(
+            std::io::ErrorKind::NotFound,
+            format!("{addr} resolves to nothing"),
+        )
+    })
+}
+
+/// Binds this rank's listening address (falling back to all interfaces on its port).
+pub(crate) fn bind(cfg: &Config) -> Result<TcpListener> {
+    let me = &cfg.hosts[cfg.rank];
+    let addr = resolve(me)
+        .map_err(|e| DistError::Config(format!("rank {} address {me}: {e}", cfg.rank)))?;
+    TcpListener::bind(addr)
+        .or_else(|_| TcpListener::bind(SocketAddr::new([0, 0, 0, 0].into(), addr.port())))
+        .map_err(|e| DistError::Config(format!("rank {} cannot listen on {me}: {e}", cfg.rank)))
+}
+
+fn tune(s: &TcpStream, timeout: Duration) -> std::io::Result<()> {
+    s.set_nodelay(true)?;
+    s.set_read_timeout(Some(timeout))?;
+    s.set_write_timeout(Some(timeout))
+}
+
+/// Connects the full mesh for `cfg` and returns it.
+pub(crate) fn connect_mesh(cfg: &Config, listener: TcpListener) -> Result<Mesh> {
+    let world = cfg.world();
+    let rank = cfg.rank;
+    let nlinks = 2 * cfg.connections_per_peer;
+    let cred = credentials(cfg);
+    let deadline = Instant::now() + cfg.connect_timeout;
+    let mut slots: Vec<Vec<Option<TcpStream>>> = (0..world)
+        .map(|_| (0..nlinks).map(|_| None).collect())
+        .collect();
+
+    std::thread::scope(|s| -> Result<()> {
+        let cred2 = cred.clone();
+        let acceptor = s.spawn(move || {
+            accept_all(
+                &listener,
+                &cred2,
+                rank,
+                world,
+                nlinks,
+                deadline,
+                cfg.connect_timeout,
+            )
+        });
+        let mut dialled = Vec::new();
+        for peer in 0..rank {
+            for link in 0..nlinks {
+                dialled.push((peer, link, dial(cfg, &cred, peer, link, deadline)?));
+            }
+        }
+        let accepted = acceptor.join().expect("acceptor thread panicked")?;
+        for (peer, link, st) in dialled.into_iter().chain(accepted) {
+            slots[peer][link] = Some(st);
+        }
+        Ok(())
+    })?;
+
+    let mut links: Vec<Vec<Box<dyn Link>>> = Vec::with_capacity(world);
+    for (peer, row) in slots.into_iter().enumerate() {
+        let mut v: Vec<Box<dyn Link>> = Vec::new();
+        if peer != rank {
+            for st in row {
+                let st = st.expect("every link was filled");
+                tune(&st, cfg.stall_timeout)
+                    .map_err(|e| DistError::Config(format!("socket options: {e}")))?;
+                v.push(Box::new(TcpLink::new(st)));
+            }
+        }
+        links.push(v);
+    }
+    tracing::debug!(rank, world, nlinks, "mesh connected");
+    Ok(Mesh::new(cfg, links))
+}
+
+fn dial(
+    cfg: &Config,
+    cred: &JobCredentials,
+    peer: usize,
+    link: usize,
+    deadline: Instant,
+) -> Result<TcpStream> {
+    let addr_s = &cfg.hosts[peer];
+    let mut backoff = Duration::from_millis(5);
+    loop {
+        let attempt = (|| -> std::result::Result<TcpStream, String> {
+            let addr = resolve(addr_s).map_err(|e| e.to_string())?;
+            let left = deadline
+                .saturating_duration_since(Instant::now())
+                .max(Duration::from_millis(10));
+            let mut st = TcpStream::connect_timeout(&addr, left.min(Duration::from_secs(5)))
+                .map_err(|e| e.to_string())?;
+            tune(&st, HANDSHAKE_TIMEOUT).map_err(|e| e.to_string())?;
+            match handshake::client(&mut st, cred, cfg.rank as u32, peer as u32, link as u32) {
+                Ok(()) => Ok(st),
+                Err(e @ (HandshakeError::Io(_) | HandshakeError::Refused(_)))
+                    if is_transient(&e) =>
+                {
+                    Err(e.to_string())
+                }
+                Err(e) => Err(format!("FATAL:{e}")),
+            }
+        })();
+        match attempt {
+            Ok(st) => return Ok(st),
+            Err(e) if e.starts_with("FATAL:") => {
+                return Err(DistError::Handshake {
+                    who: format!("rank {peer} at {addr_s}"),
+                    reason: e["FATAL:".len()..].to_string(),
+                });
+            }
+            Err(e) => {
+                if Instant::now() >= deadline {
+                    return Err(DistError::ConnectTimeout {
+                        peer,
+                        addr: addr_s.clone(),
+                        timeout: cfg.connect_timeout,
+                        last: e,
+                    });
+                }
+                tracing::trace!(rank = cfg.rank, peer, error = %e, "connect retry");
+                std::thread::sleep(backoff);
+                backoff = (backoff * 2).min(Duration::from_millis(250));
+            }
+        }
+    }
+}
+
+fn is_transient(e: &HandshakeError) -> bool {
+    // A closed connection during the handshake (peer restarting its listener) is retried;
+    // an explicit refusal never is.
+    matches!(e, HandshakeError::Io(_))
+}
+
+fn accept_all(
+    listener: &TcpListener,
+    cred: &JobCredentials,
+    rank: usize,
+    world: usize,
+    nlinks: usize,
+    deadline: Instant,
+    timeout: Duration,
+) -> Result<Vec<(usize, usize, TcpStream)>> {
+    let mut missing: BTreeSet<(usize, usize)> = (rank + 1..world)
+        .flat_map(|p| (0..nlinks).map(move |l| (p, l)))
+        .collect();
+    let mut out = Vec::new();
+    if missing.is_empty() {
+        return Ok(out);
+    }
+    listener
+        .set_nonblocking(true)
+        .map_err(|e| DistError::Config(format!("listener: {e}")))?;
+    let (tx, rx) = mpsc::channel();
+    let mut pending = 0usize;
+    while !missing.is_empty() {
+        match listener.accept() {
+            Ok((st, from)) => {
+                let tx = tx.clone();
+                let cred = cred.clone();
+                pending += 1;
+                std::thread::spawn(move || {
+                    let r = (|| {
+                        st.set_nonblocking(false)?;
+                        tune(&st, HANDSHAKE_TIMEOUT)?;
+                        let mut st2 = st;
+                        let hello = handshake::server(&mut st2, &cred, rank as u32)?;
+                        Ok::<_, HandshakeError>((hello, st2))
+                    })();
+                    let _ = tx.send((from, r));
+                });
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+            Err(e) => tracing::warn!(rank, error = %e, "accept failed"),
+        }
+        while let Ok((from, r)) = rx.try_recv() {
+            pending -= 1;
+            match r {
+                Ok((hello, st)) => {
+                    let key = (hello.rank as usize, hello.link as usize);
+                    if hello.rank as usize <= rank || !missing.remove(&key) {
+                        tracing::warn!(rank, %from, peer = hello.rank, link = hello.link, "refused connection: duplicate or unexpected link");
+                        continue;
+                    }
+                    out.push((key.0, key.1, st));
+                }
+                Err(e) => tracing::warn!(rank, %from, reason = %e, "refused connection"),
+            }
+        }
+        if Instant::now() >= deadline {
+            let mut m: Vec<usize> = missing.iter().map(|(p, _)| *p).collect();
+            m.dedup();
+            return Err(DistError::AcceptTimeout {
+                rank,
+                missing: m,
+                timeout,
+            });
+        }
+        // Start-up only: a short sleep between polls of the non-blocking listener.
+        std::thread::sleep(Duration::from_millis(if pending > 0 { 1 } else { 3 }));
+    }
+    Ok(out)
+}
