@@ -118,6 +118,9 @@ impl Group {
     /// Elementwise reduction of `buf` over the group, in place; every rank gets the same bits.
     pub fn all_reduce_bytes(&self, buf: &mut [u8], dtype: Dtype, op: ReduceOp) -> Result<()> {
         check_len("all_reduce", buf.len(), dtype)?;
+        if self.size() == 1 {
+            return Ok(());
+        }
         self.inner.all_reduce(buf, dtype, op)
     }
 
@@ -139,6 +142,9 @@ impl Group {
     /// Every rank's `input` (all the same length), concatenated in rank order.
     pub fn all_gather_bytes(&self, input: &[u8], dtype: Dtype) -> Result<Vec<u8>> {
         check_len("all_gather", input.len(), dtype)?;
+        if self.size() == 1 {
+            return Ok(input.to_vec());
+        }
         self.inner.all_gather(input, dtype)
     }
 
@@ -156,6 +162,9 @@ impl Group {
                     self.size()
                 ),
             });
+        }
+        if self.size() == 1 {
+            return Ok(input.to_vec());
         }
         self.inner.sum_scatter(input, dtype)
     }
@@ -191,6 +200,9 @@ impl Group {
 
     /// Returns when every rank of the group has called it.
     pub fn barrier(&self) -> Result<()> {
+        if self.size() == 1 {
+            return Ok(());
+        }
         self.inner.barrier()
     }
 

@@ -15,6 +15,16 @@ pub(crate) fn with_world<T: Send>(
     tweak: impl Fn(&mut Config) + Sync,
     f: impl Fn(Group) -> T + Sync,
 ) -> Vec<T> {
+    with_world_hook(n, |_| {}, tweak, f)
+}
+
+/// [`with_world`] that first calls `hook` with the addresses, before any rank starts.
+pub(crate) fn with_world_hook<T: Send>(
+    n: usize,
+    hook: impl FnOnce(&[String]),
+    tweak: impl Fn(&mut Config) + Sync,
+    f: impl Fn(Group) -> T + Sync,
+) -> Vec<T> {
     let listeners: Vec<TcpListener> = (0..n)
         .map(|_| TcpListener::bind("127.0.0.1:0").unwrap())
         .collect();
@@ -22,6 +32,7 @@ pub(crate) fn with_world<T: Send>(
         .iter()
         .map(|l| l.local_addr().unwrap().to_string())
         .collect();
+    hook(&hosts);
     std::thread::scope(|s| {
         let hs: Vec<_> = listeners
             .into_iter()
@@ -178,4 +189,51 @@ fn dead_peer_is_named() {
     for e in out.into_iter().flatten() {
         assert_eq!(e.culprit(), Some(2), "{e}");
     }
+}
+
+#[test]
+fn strangers_are_refused_and_the_job_still_forms() {
+    use crate::handshake::{HandshakeError, JobCredentials, client};
+    let mut strangers = Vec::new();
+    let out = with_world_hook(
+        2,
+        |hosts| {
+            // Connect before the ranks start, so rank 0 meets the strangers first.
+            for (job_id, secret) in [
+                ([1u8; 16], b"wrong secret".to_vec()),
+                ([2u8; 16], b"secret".to_vec()),
+            ] {
+                let addr = hosts[0].clone();
+                strangers.push(std::thread::spawn(move || {
+                    let mut s = std::net::TcpStream::connect(addr).unwrap();
+                    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+                    let cred = JobCredentials {
+                        job_id,
+                        secret,
+                        world: 2,
+                        links: 2,
+                    };
+                    client(&mut s, &cred, 1, 0, 0)
+                }));
+            }
+        },
+        |_| {},
+        |g| {
+            let mut x = vec![g.rank() as i32 + 1; 4];
+            g.all_sum(&mut x).unwrap();
+            x[0]
+        },
+    );
+    assert_eq!(out, vec![3, 3]);
+    let results: Vec<_> = strangers.into_iter().map(|t| t.join().unwrap()).collect();
+    assert!(
+        matches!(results[0], Err(HandshakeError::BadMac)),
+        "{:?}",
+        results[0]
+    );
+    assert!(
+        matches!(&results[1], Err(HandshakeError::Refused(r)) if r.contains("job id")),
+        "{:?}",
+        results[1]
+    );
 }

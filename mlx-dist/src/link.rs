@@ -4,6 +4,7 @@
 use std::io::{self, IoSlice, Read, Write};
 use std::net::{Shutdown, TcpStream};
 use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 use crate::wire::HEADER_LEN;
 
@@ -11,8 +12,14 @@ use crate::wire::HEADER_LEN;
 pub(crate) trait Link: Send + Sync {
     /// Writes a frame header and its payload; frames from different threads never interleave.
     fn send_frame(&self, header: &[u8; HEADER_LEN], payload: &[u8]) -> io::Result<()>;
-    /// Like `send_frame` but gives up at once if another thread is writing.
-    fn try_send_frame(&self, header: &[u8; HEADER_LEN], payload: &[u8]) -> bool;
+    /// Like `send_frame` but gives up at `deadline` (waiting for another
+    /// writer to finish its frame, or for room in the stream).
+    fn send_frame_until(
+        &self,
+        header: &[u8; HEADER_LEN],
+        payload: &[u8],
+        deadline: Instant,
+    ) -> bool;
     /// Reads exactly `buf.len()` bytes.
     fn recv_exact(&self, buf: &mut [u8]) -> io::Result<()>;
     /// Closes both directions, waking any thread blocked on the link.
@@ -56,10 +63,24 @@ impl Link for TcpLink {
         self.write_frame(header, payload)
     }
 
-    fn try_send_frame(&self, header: &[u8; HEADER_LEN], payload: &[u8]) -> bool {
-        match self.write_lock.try_lock() {
-            Ok(_g) => self.write_frame(header, payload).is_ok(),
-            Err(_) => false,
+    fn send_frame_until(
+        &self,
+        header: &[u8; HEADER_LEN],
+        payload: &[u8],
+        deadline: Instant,
+    ) -> bool {
+        loop {
+            if let Ok(_g) = self.write_lock.try_lock() {
+                let left = deadline.saturating_duration_since(Instant::now());
+                let _ = self
+                    .stream
+                    .set_write_timeout(Some(left.max(Duration::from_millis(1))));
+                return self.write_frame(header, payload).is_ok();
+            }
+            if Instant::now() >= deadline {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(1));
         }
     }
 

@@ -1,8 +1,9 @@
 //! The connected mesh shared by a world group and every group split from it,
 //! and the per-operation context that sends and checks frames.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, MutexGuard};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use mlx_array::Dtype;
 
@@ -29,6 +30,8 @@ pub(crate) struct Mesh {
     pub small: usize,
     op_lock: Mutex<()>,
     poison: Mutex<Option<String>>,
+    /// Set first thing on failure: senders stop at the next frame boundary.
+    failed: AtomicBool,
 }
 
 impl Mesh {
@@ -43,6 +46,7 @@ impl Mesh {
             small: cfg.small_bytes,
             op_lock: Mutex::new(()),
             poison: Mutex::new(None),
+            failed: AtomicBool::new(false),
         }
     }
 
@@ -73,6 +77,7 @@ impl Mesh {
                 return;
             }
             *p = Some(err.to_string());
+            self.failed.store(true, Ordering::SeqCst);
         }
         tracing::error!(rank = self.rank, %op, error = %err, "collective failed; closing all links");
         let payload = AbortPayload {
@@ -89,9 +94,12 @@ impl Mesh {
             len: payload.len() as u64,
         }
         .encode();
+        // Senders stop at their next frame boundary, so the abort frame is not
+        // spliced into a payload; a stalled link is given up after the deadline.
+        let deadline = Instant::now() + Duration::from_millis(200);
         for row in &self.links {
             for l in row {
-                let _ = l.try_send_frame(&h, &payload);
+                let _ = l.send_frame_until(&h, &payload, deadline);
             }
         }
         for row in &self.links {
@@ -127,6 +135,11 @@ impl OpCtx<'_> {
 
     /// Sends one frame with `payload` to world rank `peer` over link `link`.
     pub(crate) fn send(&self, peer: usize, link: usize, payload: &[u8]) -> Result<()> {
+        if self.mesh.failed.load(Ordering::Relaxed) {
+            return Err(DistError::Poisoned(
+                "an earlier failure in this operation".into(),
+            ));
+        }
         let h = FrameHeader {
             op: self.op,
             dtype: self.dtype,

@@ -100,6 +100,15 @@ struct FirstError<'a> {
 }
 
 impl FirstError<'_> {
+    /// Records a send-side failure a moment late: the receiving side usually
+    /// learns more (an abort frame naming the rank that failed first).
+    fn record_late(&self, e: DistError) {
+        if self.err.get().is_none() {
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        self.record(e);
+    }
+
     fn record(&self, e: DistError) {
         if self.err.get().is_none() {
             self.ctx.mesh.fail(&e, self.ctx.op);
@@ -165,7 +174,7 @@ fn run_lane(
                 // (ring causality), i.e. after this send completed.
                 let data = unsafe { buf.get(r) };
                 if let Err(e) = ctx.send(lane.right, lane.link, data) {
-                    first.record(e);
+                    first.record_late(e);
                     return;
                 }
             }

@@ -239,6 +239,8 @@ pub fn run(spec: &LaunchSpec) -> anyhow::Result<LaunchOutcome> {
 
     let mut statuses: Vec<Option<ExitStatus>> = vec![None; n];
     let mut first_failure: Option<(usize, String)> = None;
+    // (rank, how, killed by a signal), in the order the exits were seen.
+    let mut failures: Vec<(usize, String, bool)> = Vec::new();
     let mut interrupted = false;
     let mut interrupts = 0;
     // When set: (deadline, next signal to send to the survivors).
@@ -271,19 +273,20 @@ pub fn run(spec: &LaunchSpec) -> anyhow::Result<LaunchOutcome> {
                 };
                 statuses[rank] = Some(st);
                 tracing::debug!(rank, status = %describe(&st), "rank exited");
-                if !st.success() && first_failure.is_none() && !interrupted {
+                if !st.success() && !interrupted {
                     let how = describe(&st);
-                    if alive.iter().any(|&a| a) {
+                    let others = alive.iter().any(|&a| a);
+                    if others && stopping.is_none() {
                         tracing::error!(
                             rank,
                             "rank {rank} failed ({how}); stopping the other ranks in {:?}",
                             spec.grace
                         );
+                        stopping = Some((Instant::now() + spec.grace, SIGTERM));
                     } else {
                         tracing::error!(rank, "rank {rank} failed ({how})");
                     }
-                    first_failure = Some((rank, how));
-                    stopping = Some((Instant::now() + spec.grace, SIGTERM));
+                    failures.push((rank, how, signal_of(&st).is_some()));
                 }
             }
             Ok(Event::Interrupt) => {
@@ -305,6 +308,16 @@ pub fn run(spec: &LaunchSpec) -> anyhow::Result<LaunchOutcome> {
             }
             Err(RecvTimeoutError::Disconnected) => break,
         }
+    }
+    // Ranks that lose a peer exit with an error at nearly the same moment as
+    // the peer itself, so the order of exits is not a reliable witness: a rank
+    // killed by a signal is the likelier root cause, then the first one seen.
+    if first_failure.is_none() {
+        first_failure = failures
+            .iter()
+            .find(|f| f.2)
+            .or(failures.first())
+            .map(|(r, how, _)| (*r, how.clone()));
     }
     for h in outputs {
         let _ = h.join();

@@ -1,0 +1,310 @@
+//! Multi-process tests: real ranks started by the real `mlx-launch`.
+//!
+//! The ranks are this test binary itself: `mlx-launch` re-runs it with
+//! `--exact rank_main` and `MLX_DIST_TEST_SCENARIO` set, and `rank_main`
+//! runs that scenario (it does nothing in a normal test run).
+
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+use half::{bf16, f16};
+use mlx_array::{ALL_DTYPES, Dtype};
+use mlx_dist::{Backend, DistError, Group, ReduceOp, init};
+
+const SCENARIO: &str = "MLX_DIST_TEST_SCENARIO";
+
+fn launch(n: usize, scenario: &str, extra: &[&str]) -> (Output, Duration) {
+    let exe = std::env::current_exe().unwrap();
+    let t = Instant::now();
+    let out = Command::new(env!("CARGO_BIN_EXE_mlx-launch"))
+        .args([
+            "-n",
+            &n.to_string(),
+            "--env",
+            &format!("{SCENARIO}={scenario}"),
+        ])
+        .args(extra)
+        .arg("--")
+        .arg(exe)
+        .args([
+            "--exact",
+            "rank_main",
+            "--nocapture",
+            "--test-threads",
+            "1",
+            "-q",
+        ])
+        .output()
+        .unwrap();
+    (out, t.elapsed())
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "{}\n{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+/// Element `i` of rank `r`'s data, as a small integer so every sum is exact in every dtype.
+fn val(r: usize, i: usize, d: Dtype) -> f64 {
+    let v = ((i * 7 + r * 13) % 17) as f64;
+    match d {
+        Dtype::Bool => (i + r).is_multiple_of(3) as u8 as f64,
+        Dtype::U32 => v,
+        _ => v - 8.0,
+    }
+}
+
+fn encode(vals: impl Iterator<Item = f64>, d: Dtype) -> Vec<u8> {
+    let mut out = Vec::new();
+    for v in vals {
+        match d {
+            Dtype::Bool => out.push(v as u8),
+            Dtype::U32 => out.extend((v as u32).to_le_bytes()),
+            Dtype::I32 => out.extend((v as i32).to_le_bytes()),
+            Dtype::I64 => out.extend((v as i64).to_le_bytes()),
+            Dtype::F16 => out.extend(f16::from_f64(v).to_le_bytes()),
+            Dtype::BF16 => out.extend(bf16::from_f64(v).to_le_bytes()),
+            Dtype::F32 => out.extend((v as f32).to_le_bytes()),
+        }
+    }
+    out
+}
+
+fn reference(n: usize, i: usize, d: Dtype, op: ReduceOp) -> f64 {
+    let vs = (0..n).map(|r| val(r, i, d));
+    match (op, d) {
+        (ReduceOp::Sum, Dtype::Bool) | (ReduceOp::Max, _) => vs.fold(f64::MIN, f64::max),
+        (ReduceOp::Sum, _) => vs.sum(),
+        (ReduceOp::Min, _) => vs.fold(f64::MAX, f64::min),
+    }
+}
+
+fn check_collectives(g: &Group, sizes: &[usize]) {
+    let (n, r) = (g.size(), g.rank());
+    for d in ALL_DTYPES {
+        for &len in sizes {
+            for op in [ReduceOp::Sum, ReduceOp::Max, ReduceOp::Min] {
+                let mut buf = encode((0..len).map(|i| val(r, i, d)), d);
+                g.all_reduce_bytes(&mut buf, d, op).unwrap();
+                let want = encode((0..len).map(|i| reference(n, i, d, op)), d);
+                assert!(buf == want, "{op:?} {d:?} len {len} differs on rank {r}");
+            }
+            let mine = encode((0..len).map(|i| val(r, i, d)), d);
+            let all = g.all_gather_bytes(&mine, d).unwrap();
+            let want: Vec<u8> = (0..n)
+                .flat_map(|q| encode((0..len).map(|i| val(q, i, d)), d))
+                .collect();
+            assert!(
+                all == want,
+                "all_gather {d:?} len {len} differs on rank {r}"
+            );
+            if d != Dtype::Bool {
+                let full = encode((0..len * n).map(|i| val(r, i, d)), d);
+                let got = g.sum_scatter_bytes(&full, d).unwrap();
+                let want = encode(
+                    (r * len..(r + 1) * len).map(|i| reference(n, i, d, ReduceOp::Sum)),
+                    d,
+                );
+                assert!(
+                    got == want,
+                    "sum_scatter {d:?} len {len} differs on rank {r}"
+                );
+            }
+        }
+    }
+}
+
+fn check_p2p(g: &Group) {
+    let (n, r) = (g.size(), g.rank());
+    for src in 0..n {
+        for dst in (0..n).filter(|&d| d != src) {
+            let msg: Vec<i64> = (0..(src * 10 + dst) * 1000 + 3)
+                .map(|i| i as i64 * (src as i64 + 1))
+                .collect();
+            if r == src {
+                g.send(&msg, dst).unwrap();
+            } else if r == dst {
+                let mut got = vec![0i64; msg.len()];
+                g.recv(&mut got, src).unwrap();
+                assert_eq!(got, msg, "send {src} -> {dst}");
+            }
+        }
+    }
+}
+
+fn scenario_all() {
+    let g = init(Backend::Any).unwrap();
+    let sizes = [0usize, 1, 7, 1000, 70_001];
+    check_collectives(&g, &sizes);
+    check_p2p(&g);
+    // A large message takes every lane of the ring.
+    let mut big = vec![1.0f32; 600_001];
+    g.all_sum(&mut big).unwrap();
+    assert!(big.iter().all(|&v| v == g.size() as f32));
+    // Split: even and odd ranks, reversed order within each.
+    let sub = g.split((g.rank() % 2) as i32, -(g.rank() as i32)).unwrap();
+    let members: Vec<u32> = (0..g.size() as u32)
+        .filter(|q| q % 2 == (g.rank() % 2) as u32)
+        .rev()
+        .collect();
+    assert_eq!(sub.size(), members.len());
+    assert_eq!(members[sub.rank()], g.rank() as u32);
+    let gathered = sub.all_gather(&[g.rank() as u32]).unwrap();
+    assert_eq!(gathered, members);
+    check_collectives(&sub, &[0, 5, 40_000]);
+    if sub.size() > 1 {
+        check_p2p(&sub);
+    }
+    g.barrier().unwrap();
+    println!("RANK {} OK", g.rank());
+}
+
+fn scenario_kill() {
+    let g = init(Backend::Any).unwrap();
+    if g.rank() == 1 {
+        std::thread::spawn(|| {
+            std::thread::sleep(Duration::from_millis(300));
+            // SAFETY: sends SIGKILL to this very process.
+            unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
+        });
+    }
+    let mut x = vec![1.0f32; 1 << 20];
+    let t = Instant::now();
+    loop {
+        if let Err(e) = g.all_sum(&mut x) {
+            println!(
+                "KILLTEST culprit={:?} after {:?}: {e}",
+                e.culprit(),
+                t.elapsed()
+            );
+            std::process::exit(3);
+        }
+        assert!(t.elapsed() < Duration::from_secs(60));
+    }
+}
+
+fn scenario_mismatch() {
+    let g = init(Backend::Any).unwrap();
+    let mut x = vec![0u8; if g.rank() == 0 { 400 } else { 800 }];
+    let e = g.all_sum_bytes(&mut x, Dtype::F32).unwrap_err();
+    let named = matches!(
+        e,
+        DistError::Mismatch { .. } | DistError::Aborted { .. } | DistError::PeerClosed { .. }
+    );
+    println!("MISMATCH rank {} named={named}: {e}", g.rank());
+}
+
+#[test]
+fn rank_main() {
+    match std::env::var(SCENARIO).as_deref() {
+        Ok("all") => scenario_all(),
+        Ok("kill") => scenario_kill(),
+        Ok("mismatch") => scenario_mismatch(),
+        Ok(other) => panic!("unknown scenario {other}"),
+        Err(_) => {}
+    }
+}
+
+fn assert_all_ok(n: usize, extra: &[&str]) {
+    let (out, took) = launch(n, "all", extra);
+    let t = text(&out);
+    assert!(out.status.success(), "world {n} failed:\n{t}");
+    for r in 0..n {
+        assert!(
+            t.contains(&format!("[{r}] RANK {r} OK")),
+            "rank {r} missing:\n{t}"
+        );
+    }
+    eprintln!("world {n}: {took:?}");
+}
+
+#[test]
+fn every_collective_world_2_two_connections() {
+    assert_all_ok(2, &["--connections-per-peer", "2"]);
+}
+
+#[test]
+fn every_collective_world_3() {
+    assert_all_ok(3, &[]);
+}
+
+#[test]
+fn every_collective_world_4() {
+    assert_all_ok(4, &[]);
+}
+
+#[test]
+fn killed_rank_is_named_and_launcher_fails() {
+    let (out, took) = launch(3, "kill", &["--timeout", "10"]);
+    let t = text(&out);
+    assert!(!out.status.success(), "{t}");
+    assert!(
+        t.contains("rank 1 failed"),
+        "launcher must name rank 1:\n{t}"
+    );
+    for r in [0, 2] {
+        let line = t
+            .lines()
+            .find(|l| l.starts_with(&format!("[{r}] KILLTEST")))
+            .unwrap_or_else(|| panic!("rank {r} did not report:\n{t}"));
+        assert!(
+            line.contains("culprit=Some(1)") || line.contains("rank 1"),
+            "rank {r} must name rank 1: {line}"
+        );
+    }
+    assert!(took < Duration::from_secs(20), "took {took:?}");
+}
+
+#[test]
+fn mismatched_sizes_are_an_error_on_every_rank() {
+    let (out, _) = launch(3, "mismatch", &[]);
+    let t = text(&out);
+    assert!(out.status.success(), "{t}");
+    for r in 0..3 {
+        assert!(
+            t.contains(&format!("[{r}] MISMATCH rank {r} named=true")),
+            "rank {r}:\n{t}"
+        );
+    }
+}
+
+#[test]
+fn launcher_reports_a_failing_program() {
+    let out = Command::new(env!("CARGO_BIN_EXE_mlx-launch"))
+        .args([
+            "-n",
+            "2",
+            "--",
+            "sh",
+            "-c",
+            "echo hi from $MLX_RANK; exit $MLX_RANK",
+        ])
+        .output()
+        .unwrap();
+    let t = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{t}");
+    assert!(
+        t.contains("[0] hi from 0") && t.contains("[1] hi from 1"),
+        "{t}"
+    );
+    assert!(t.contains("rank 1 failed (exit status 1)"), "{t}");
+    let out = Command::new(env!("CARGO_BIN_EXE_mlx-launch"))
+        .args([
+            "-n",
+            "2",
+            "--no-prefix",
+            "--env",
+            "X=y",
+            "--",
+            "sh",
+            "-c",
+            "echo $X$MLX_WORLD_SIZE",
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "y2\ny2\n");
+}
