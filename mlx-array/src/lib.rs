@@ -24,6 +24,7 @@
 //! - [`Tree`]: nested parameter trees; [`io`]: safetensors files.
 
 pub mod array;
+pub mod autodiff;
 pub mod backend;
 pub mod dtype;
 pub mod error;
@@ -39,6 +40,7 @@ pub mod shape;
 pub mod tree;
 
 pub use array::Array;
+pub use autodiff::{grad, value_and_grad, value_and_grad_tree, vjp};
 pub use backend::cpu::blas;
 pub use dtype::{ALL_DTYPES, Bool8, Dtype, Element};
 pub use error::{Error, Result};

@@ -22,6 +22,31 @@ pub trait Primitive: Send + Sync + fmt::Debug + 'static {
     /// Runs the CPU kernel. Every input is evaluated; `out` carries the output
     /// shape and dtype chosen when the op was built.
     fn eval_cpu(&self, inputs: &[Array], out: &Array) -> Result<ArrayData>;
+
+    /// The vector-Jacobian product: given the cotangent of the output, the
+    /// cotangent of each input (`None` where no gradient flows, which counts
+    /// as zero). Built lazily from ops, so backward graphs evaluate together
+    /// with the forward one. `output` is this primitive's own output.
+    ///
+    /// The default says the primitive is not differentiable; primitives that
+    /// are, and those whose inputs simply get no gradient, override it.
+    fn vjp(
+        &self,
+        inputs: &[Array],
+        output: &Array,
+        cotangent: &Array,
+    ) -> Result<Vec<Option<Array>>> {
+        let _ = (inputs, output, cotangent);
+        Err(crate::Error::invalid(
+            "vjp",
+            format!("primitive `{}` has no vector-Jacobian product", self.name()),
+        ))
+    }
+}
+
+/// The `vjp` of a primitive through which no gradient flows to any input.
+pub fn no_gradient(inputs: &[Array]) -> Result<Vec<Option<Array>>> {
+    Ok(vec![None; inputs.len()])
 }
 
 /// The evaluated contents of an array: a view (strides and offset, in

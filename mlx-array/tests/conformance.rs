@@ -961,6 +961,220 @@ fn random_bits_case() {
         .unwrap();
 }
 
+// ---------------------------------------------------------------- gradient helpers and the fused loss
+
+fn scatter_add_case() {
+    runner()
+        .run(
+            &(nonempty_shape(1, 3), shape(2), any::<u64>()),
+            |(s, is, seed)| {
+                // The gradient of take: rows of ct added at their indices (repeats accumulate).
+                let axis = seed as usize % s.len();
+                let len = s[axis] as f64;
+                let idx = fill(&is, Dtype::I32, 0.0, len - 1.0, seed ^ 1);
+                let mut cs = s[..axis].to_vec();
+                cs.extend(&is);
+                cs.extend(&s[axis + 1..]);
+                let ct = fill(&cs, Dtype::F32, -3.0, 3.0, seed ^ 2);
+                let prim = mlx_array::primitives::indexing::ScatterAdd {
+                    axis,
+                    along_axis: false,
+                };
+                let got = Array::from_primitive(
+                    prim,
+                    vec![
+                        make(&ct, Dtype::F32, Layout::Dense),
+                        make(&idx, Dtype::I32, Layout::Dense),
+                    ],
+                    s.clone(),
+                    Dtype::F32,
+                );
+                let mut want = Nd::from_fn(&s, |_| 0.0);
+                for_each_index(&cs, |i| {
+                    let mut dst = i[..axis].to_vec();
+                    dst.push(idx.at(&i[axis..axis + is.len()]) as usize);
+                    dst.extend(&i[axis + is.len()..]);
+                    let k = want.flat_index(&dst);
+                    want.v[k] += ct.at(i);
+                });
+                check(&got, &want, Dtype::F32, 1e-5, "scatter_add");
+                Ok(())
+            },
+        )
+        .unwrap();
+    runner()
+        .run(
+            &(nonempty_shape(1, 3), any::<u64>(), 1usize..4),
+            |(s, seed, k)| {
+                let axis = seed as usize % s.len();
+                let mut is = s.clone();
+                is[axis] = k;
+                let idx = fill(&is, Dtype::I64, 0.0, s[axis] as f64 - 1.0, seed ^ 3);
+                let ct = fill(&is, Dtype::F32, -3.0, 3.0, seed ^ 4);
+                let prim = mlx_array::primitives::indexing::ScatterAdd {
+                    axis,
+                    along_axis: true,
+                };
+                let got = Array::from_primitive(
+                    prim,
+                    vec![
+                        make(&ct, Dtype::F32, Layout::Dense),
+                        make(&idx, Dtype::I64, Layout::Dense),
+                    ],
+                    s.clone(),
+                    Dtype::F32,
+                );
+                let mut want = Nd::from_fn(&s, |_| 0.0);
+                for_each_index(&is, |i| {
+                    let mut dst = i.to_vec();
+                    dst[axis] = idx.at(i) as usize;
+                    let f = want.flat_index(&dst);
+                    want.v[f] += ct.at(i);
+                });
+                check(&got, &want, Dtype::F32, 1e-5, "scatter_add along axis");
+                Ok(())
+            },
+        )
+        .unwrap();
+}
+
+fn slice_update_case() {
+    runner()
+        .run(
+            &(
+                nonempty_shape(1, 3),
+                layout(),
+                any::<u64>(),
+                prop::collection::vec(slice_arg(), 1..3),
+            ),
+            |(s, l, seed, args)| {
+                let args: Vec<SliceArg> = args.into_iter().take(s.len()).collect();
+                let x = fill(&s, Dtype::I32, -9.0, 9.0, seed);
+                let picks: Vec<Vec<usize>> = (0..s.len())
+                    .map(|d| slice_indices(s[d], args.get(d).copied().unwrap_or(SliceArg::FULL)))
+                    .collect();
+                let wshape: Vec<usize> = picks.iter().map(|p| p.len()).collect();
+                let u = fill(&wshape, Dtype::I32, 100.0, 200.0, seed ^ 9);
+                let got = make(&x, Dtype::I32, l)
+                    .slice_update(&make(&u, Dtype::I32, l), &args)
+                    .unwrap();
+                let mut want = x.clone();
+                for_each_index(&wshape, |i| {
+                    let dst: Vec<usize> = i.iter().enumerate().map(|(d, &k)| picks[d][k]).collect();
+                    let f = want.flat_index(&dst);
+                    want.v[f] = u.at(i);
+                });
+                check(
+                    &got,
+                    &want,
+                    Dtype::I32,
+                    0.0,
+                    &format!("slice_update {args:?}"),
+                );
+                Ok(())
+            },
+        )
+        .unwrap();
+}
+
+fn ce_inputs(seed: u64, rows: &[usize], v: usize, dtype: Dtype) -> (Nd, Nd) {
+    let mut ls = rows.to_vec();
+    ls.push(v);
+    (
+        fill(&ls, dtype, -6.0, 6.0, seed),
+        fill(rows, Dtype::I32, 0.0, v as f64 - 1.0, seed ^ 11),
+    )
+}
+
+fn cross_entropy_case() {
+    for dtype in FLOATS {
+        runner()
+            .run(
+                &(
+                    prop::collection::vec(1usize..4, 0..3),
+                    1usize..9,
+                    layout(),
+                    any::<u64>(),
+                ),
+                |(rows, v, l, seed)| {
+                    let (x, t) = ce_inputs(seed, &rows, v, dtype);
+                    let got = mlx_array::cross_entropy(
+                        &make(&x, dtype, l),
+                        &make(&t, Dtype::I32, Layout::Dense),
+                    )
+                    .unwrap();
+                    let want = Nd::from_fn(&rows, |i| {
+                        let row: Vec<f64> = (0..v)
+                            .map(|c| {
+                                let mut j = i.to_vec();
+                                j.push(c);
+                                x.at(&j)
+                            })
+                            .collect();
+                        let lse = row.iter().map(|r| r.exp()).sum::<f64>().ln();
+                        quantize(lse - row[t.at(i) as usize], dtype)
+                    });
+                    check(&got, &want, dtype, tol(dtype) * 4.0, "cross_entropy");
+                    Ok(())
+                },
+            )
+            .unwrap();
+    }
+    let bad = mlx_array::cross_entropy(
+        &Array::zeros(&[1, 3], Dtype::F32),
+        &Array::from_slice(&[3i32], &[1]).unwrap(),
+    )
+    .unwrap();
+    assert!(bad.eval().unwrap_err().to_string().contains("out of range"));
+}
+
+fn cross_entropy_grad_case() {
+    for dtype in FLOATS {
+        runner()
+            .run(
+                &(
+                    prop::collection::vec(1usize..4, 0..3),
+                    1usize..9,
+                    any::<u64>(),
+                ),
+                |(rows, v, seed)| {
+                    let (x, t) = ce_inputs(seed, &rows, v, dtype);
+                    let ct = fill(&rows, dtype, -2.0, 2.0, seed ^ 5);
+                    let prim = mlx_array::primitives::loss::CrossEntropyGrad;
+                    let mut shape = rows.clone();
+                    shape.push(v);
+                    let got = Array::from_primitive(
+                        prim,
+                        vec![
+                            make(&x, dtype, Layout::Dense),
+                            make(&t, Dtype::I32, Layout::Dense),
+                            make(&ct, dtype, Layout::Dense),
+                        ],
+                        shape.clone(),
+                        dtype,
+                    );
+                    let want = Nd::from_fn(&shape, |i| {
+                        let r = &i[..rows.len()];
+                        let row: Vec<f64> = (0..v)
+                            .map(|c| {
+                                let mut j = r.to_vec();
+                                j.push(c);
+                                x.at(&j)
+                            })
+                            .collect();
+                        let z: f64 = row.iter().map(|q| q.exp()).sum();
+                        let c = i[rows.len()];
+                        let onehot = (c == t.at(r) as usize) as u8 as f64;
+                        quantize((row[c].exp() / z - onehot) * ct.at(r), dtype)
+                    });
+                    check(&got, &want, dtype, tol(dtype) * 4.0, "cross_entropy_grad");
+                    Ok(())
+                },
+            )
+            .unwrap();
+    }
+}
+
 // ---------------------------------------------------------------- the table
 
 fn case_for(name: &str) -> Option<Box<dyn Fn()>> {
@@ -1003,6 +1217,20 @@ fn case_for(name: &str) -> Option<Box<dyn Fn()>> {
         "matmul" => Box::new(matmul_case),
         "arange" => Box::new(arange_case),
         "random_bits" => Box::new(random_bits_case),
+        "scatter_add" => Box::new(scatter_add_case),
+        "slice_update" => Box::new(slice_update_case),
+        "cross_entropy" => Box::new(cross_entropy_case),
+        "cross_entropy_grad" => Box::new(cross_entropy_grad_case),
+        "tracer" => Box::new(|| {
+            identity_case("tracer", |a| {
+                Array::from_primitive(
+                    mlx_array::autodiff::Tracer,
+                    vec![a.clone()],
+                    a.shape().to_vec(),
+                    a.dtype(),
+                )
+            })
+        }),
         _ => return None,
     })
 }

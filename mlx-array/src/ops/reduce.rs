@@ -132,6 +132,43 @@ pub fn softmax(x: &Array, axes: &[i32]) -> Result<Array> {
     e.divide(&sum(&e, axes, true)?)
 }
 
+/// Per-row softmax cross-entropy over the last axis: `logsumexp(logits) -
+/// logits[target]`, fused so that neither the loss nor its gradient
+/// materialises a log-softmax. `targets` has the logits' shape without the
+/// last axis.
+pub fn cross_entropy(logits: &Array, targets: &Array) -> Result<Array> {
+    if !logits.dtype().is_float() {
+        return Err(crate::Error::dtype(
+            "cross_entropy",
+            logits.dtype(),
+            "logits must be floating point",
+        ));
+    }
+    if !targets.dtype().is_integer() {
+        return Err(crate::Error::dtype(
+            "cross_entropy",
+            targets.dtype(),
+            "targets must be integers",
+        ));
+    }
+    if logits.ndim() == 0 || targets.shape() != &logits.shape()[..logits.ndim() - 1] {
+        return Err(crate::Error::shape(
+            "cross_entropy",
+            format!(
+                "targets of shape {:?} do not match logits of shape {:?} without the class axis",
+                targets.shape(),
+                logits.shape()
+            ),
+        ));
+    }
+    Ok(Array::from_primitive(
+        crate::primitives::loss::CrossEntropy,
+        vec![logits.clone(), targets.clone()],
+        targets.shape().to_vec(),
+        logits.dtype(),
+    ))
+}
+
 fn arg_reduce(is_max: bool, x: &Array, axis: i32, keepdims: bool) -> Result<Array> {
     let name = if is_max { "argmax" } else { "argmin" };
     let a = normalize_axis(name, axis, x.ndim())?;

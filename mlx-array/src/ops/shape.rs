@@ -1,6 +1,6 @@
 //! Shape ops: reshape, transpose, broadcast, slicing, joining and splitting.
 
-use crate::primitives::indexing::{Concatenate, Pad};
+use crate::primitives::indexing::{Concatenate, Pad, SliceUpdate};
 use crate::primitives::view::{BroadcastTo, Contiguous, Reshape, Slice, Transpose};
 use crate::shape::{normalize_axes, normalize_axis, size_of_shape};
 use crate::{Array, Dtype, Error, Result};
@@ -322,6 +322,39 @@ pub fn slice(x: &Array, args: &[SliceArg]) -> Result<Array> {
     ))
 }
 
+/// A copy of `x` with the window `x[args]` replaced by `update` (broadcast to
+/// the window's shape): Python's `x[args] = update`, without mutation.
+pub fn slice_update(x: &Array, update: &Array, args: &[SliceArg]) -> Result<Array> {
+    let window = slice(x, args)?;
+    let upd = update.astype(x.dtype())?.broadcast_to(window.shape())?;
+    let (mut start, mut step) = (vec![], vec![]);
+    for (i, &len) in x.shape().iter().enumerate() {
+        let a = args.get(i).copied().unwrap_or(SliceArg::FULL);
+        start.push(a.resolve(len).0);
+        step.push(a.step as isize);
+    }
+    slice_update_raw(x, &upd, &start, &step)
+}
+
+/// [`slice_update`] with the window already resolved to starts and steps.
+pub(crate) fn slice_update_raw(
+    x: &Array,
+    update: &Array,
+    start: &[usize],
+    step: &[isize],
+) -> Result<Array> {
+    let prim = SliceUpdate {
+        start: start.to_vec(),
+        step: step.to_vec(),
+    };
+    Ok(Array::from_primitive(
+        prim,
+        vec![x.clone(), update.astype(x.dtype())?],
+        x.shape().to_vec(),
+        x.dtype(),
+    ))
+}
+
 /// `x[start:stop]` along one axis.
 pub fn slice_axis(x: &Array, axis: i32, start: i64, stop: i64) -> Result<Array> {
     let a = normalize_axis("slice_axis", axis, x.ndim())?;
@@ -488,6 +521,10 @@ impl Array {
     /// See [`slice_axis`].
     pub fn slice_axis(&self, axis: i32, start: i64, stop: i64) -> Result<Array> {
         slice_axis(self, axis, start, stop)
+    }
+    /// See [`slice_update`].
+    pub fn slice_update(&self, update: &Array, args: &[SliceArg]) -> Result<Array> {
+        slice_update(self, update, args)
     }
     /// See [`split`].
     pub fn split(&self, sections: usize, axis: i32) -> Result<Vec<Array>> {

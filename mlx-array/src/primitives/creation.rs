@@ -27,6 +27,9 @@ impl Primitive for Arange {
         });
         Ok(data)
     }
+    fn vjp(&self, inputs: &[Array], _out: &Array, _ct: &Array) -> Result<Vec<Option<Array>>> {
+        crate::primitive::no_gradient(inputs)
+    }
 }
 
 /// Uniformly random 32-bit words from a `[2]` uint32 key.
@@ -48,5 +51,8 @@ impl Primitive for RandomBits {
         let d = crate::backend::cpu::copy::contiguous(&k.data()?, k.shape(), k.dtype());
         let key = [d.as_slice::<u32>(2)[0], d.as_slice::<u32>(2)[1]];
         Ok(random_bits(key, out.size(), out.shape()))
+    }
+    fn vjp(&self, inputs: &[Array], _out: &Array, _ct: &Array) -> Result<Vec<Option<Array>>> {
+        crate::primitive::no_gradient(inputs)
     }
 }

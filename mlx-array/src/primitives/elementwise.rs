@@ -1,6 +1,7 @@
 //! Elementwise primitives: unary and binary math, `where`, `astype`, `stop_gradient`.
 
 use crate::backend::cpu;
+use crate::primitive::no_gradient;
 use crate::{Array, ArrayData, Primitive, Result};
 
 macro_rules! op_enum {
@@ -125,6 +126,36 @@ impl Primitive for Unary {
     fn eval_cpu(&self, inputs: &[Array], out: &Array) -> Result<ArrayData> {
         cpu::unary::unary(self.0, out.shape(), inputs[0].dtype(), &inputs[0].data()?)
     }
+    fn vjp(&self, inputs: &[Array], out: &Array, ct: &Array) -> Result<Vec<Option<Array>>> {
+        use UnaryOp::*;
+        let x = &inputs[0];
+        if !x.dtype().is_float() {
+            return no_gradient(inputs);
+        }
+        let g = match self.0 {
+            Neg => ct.negative()?,
+            Abs => ct.multiply(&x.sign()?)?,
+            Exp => ct.multiply(out)?,
+            Log => ct.divide(x)?,
+            Log1p => ct.divide(&x.add_scalar(1.0)?)?,
+            Sqrt => ct.divide(&out.mul_scalar(2.0)?)?,
+            // d/dx x^-1/2 = -1/2 x^-3/2 = -1/2 * out / x
+            Rsqrt => ct.multiply(&out.divide(x)?.mul_scalar(-0.5)?)?,
+            Square => ct.multiply(&x.mul_scalar(2.0)?)?,
+            Sin => ct.multiply(&x.cos()?)?,
+            Cos => ct.multiply(&x.sin()?.negative()?)?,
+            Tanh => ct.multiply(&out.square()?.negative()?.add_scalar(1.0)?)?,
+            Sigmoid => ct.multiply(&out.multiply(&out.negative()?.add_scalar(1.0)?)?)?,
+            Erf => ct.multiply(
+                &x.square()?
+                    .negative()?
+                    .exp()?
+                    .mul_scalar(std::f64::consts::FRAC_2_SQRT_PI)?,
+            )?,
+            Sign | Floor | LogicalNot => return no_gradient(inputs),
+        };
+        Ok(vec![Some(g)])
+    }
 }
 
 /// Applies a [`BinaryOp`] to two inputs already broadcast to the output shape
@@ -145,6 +176,38 @@ impl Primitive for Binary {
             &inputs[1].data()?,
         )
     }
+    fn vjp(&self, inputs: &[Array], out: &Array, ct: &Array) -> Result<Vec<Option<Array>>> {
+        use BinaryOp::*;
+        let (a, b) = (&inputs[0], &inputs[1]);
+        if !a.dtype().is_float() {
+            return no_gradient(inputs);
+        }
+        let zero = ct.scalar_like(0.0);
+        let (ga, gb) = match self.0 {
+            Add => (ct.clone(), ct.clone()),
+            Subtract => (ct.clone(), ct.negative()?),
+            Multiply => (ct.multiply(b)?, ct.multiply(a)?),
+            Divide => (ct.divide(b)?, ct.multiply(out)?.divide(b)?.negative()?),
+            Power => {
+                // d/da = b a^(b-1); d/db = a^b log a (0 where a <= 0).
+                let da = ct.multiply(&b.multiply(&a.power(&b.sub_scalar(1.0)?)?)?)?;
+                let pos = a.greater(&zero)?;
+                let log_a = pos.where_(&pos.where_(a, &a.scalar_like(1.0))?.log()?, &zero)?;
+                (da, ct.multiply(&out.multiply(&log_a)?)?)
+            }
+            // Ties send the gradient to the first argument.
+            Maximum => {
+                let first = a.greater_equal(b)?;
+                (first.where_(ct, &zero)?, first.where_(&zero, ct)?)
+            }
+            Minimum => {
+                let first = a.less_equal(b)?;
+                (first.where_(ct, &zero)?, first.where_(&zero, ct)?)
+            }
+            _ => return no_gradient(inputs),
+        };
+        Ok(vec![Some(ga), Some(gb)])
+    }
 }
 
 /// `where(cond, a, b)`: inputs broadcast to the output shape, `cond` bool.
@@ -158,6 +221,15 @@ impl Primitive for Select {
     fn eval_cpu(&self, inputs: &[Array], out: &Array) -> Result<ArrayData> {
         let [c, a, b] = [&inputs[0], &inputs[1], &inputs[2]].map(|x| x.data());
         Ok(cpu::binary::select(out.shape(), out.dtype(), &c?, &a?, &b?))
+    }
+    fn vjp(&self, inputs: &[Array], _out: &Array, ct: &Array) -> Result<Vec<Option<Array>>> {
+        let zero = ct.scalar_like(0.0);
+        let c = &inputs[0];
+        Ok(vec![
+            None,
+            Some(c.where_(ct, &zero)?),
+            Some(c.where_(&zero, ct)?),
+        ])
     }
 }
 
@@ -177,6 +249,12 @@ impl Primitive for AsType {
             out.dtype(),
         ))
     }
+    fn vjp(&self, inputs: &[Array], out: &Array, ct: &Array) -> Result<Vec<Option<Array>>> {
+        if !inputs[0].dtype().is_float() || !out.dtype().is_float() {
+            return no_gradient(inputs);
+        }
+        Ok(vec![Some(ct.astype(inputs[0].dtype())?)])
+    }
 }
 
 /// The identity, through which no gradient flows.
@@ -189,5 +267,8 @@ impl Primitive for StopGradient {
     }
     fn eval_cpu(&self, inputs: &[Array], _out: &Array) -> Result<ArrayData> {
         inputs[0].data()
+    }
+    fn vjp(&self, inputs: &[Array], _out: &Array, _ct: &Array) -> Result<Vec<Option<Array>>> {
+        no_gradient(inputs)
     }
 }

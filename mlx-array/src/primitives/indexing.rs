@@ -25,6 +25,18 @@ impl Primitive for Take {
             out.shape(),
         )
     }
+    fn vjp(&self, inputs: &[Array], _out: &Array, ct: &Array) -> Result<Vec<Option<Array>>> {
+        let g = Array::from_primitive(
+            ScatterAdd {
+                axis: self.0,
+                along_axis: false,
+            },
+            vec![ct.clone(), inputs[1].clone()],
+            inputs[0].shape().to_vec(),
+            ct.dtype(),
+        );
+        Ok(vec![Some(g), None])
+    }
 }
 
 /// Picks, at every position, the entry along `axis` named by the index array.
@@ -46,6 +58,18 @@ impl Primitive for TakeAlongAxis {
             self.0,
             out.shape(),
         )
+    }
+    fn vjp(&self, inputs: &[Array], _out: &Array, ct: &Array) -> Result<Vec<Option<Array>>> {
+        let g = Array::from_primitive(
+            ScatterAdd {
+                axis: self.0,
+                along_axis: true,
+            },
+            vec![ct.clone(), inputs[1].clone()],
+            inputs[0].shape().to_vec(),
+            ct.dtype(),
+        );
+        Ok(vec![Some(g), None])
     }
 }
 
@@ -73,6 +97,22 @@ impl Primitive for Concatenate {
             at += x.shape()[self.0];
         }
         Ok(data)
+    }
+    fn vjp(&self, inputs: &[Array], _out: &Array, ct: &Array) -> Result<Vec<Option<Array>>> {
+        let mut at = 0;
+        inputs
+            .iter()
+            .map(|x| {
+                let n = x.shape()[self.0];
+                at += n;
+                Ok(Some(crate::slice_axis(
+                    ct,
+                    self.0 as i32,
+                    (at - n) as i64,
+                    at as i64,
+                )?))
+            })
+            .collect()
     }
 }
 
@@ -110,5 +150,120 @@ impl Primitive for Pad {
             );
         }
         Ok(data)
+    }
+    fn vjp(&self, inputs: &[Array], _out: &Array, ct: &Array) -> Result<Vec<Option<Array>>> {
+        let args: Vec<crate::SliceArg> = self
+            .low
+            .iter()
+            .zip(inputs[0].shape())
+            .map(|(&l, &d)| crate::SliceArg::range(l as i64, (l + d) as i64))
+            .collect();
+        Ok(vec![Some(ct.slice(&args)?)])
+    }
+}
+
+/// Adds a cotangent into zeros at indexed positions: the gradient of
+/// [`Take`] (`along_axis` false) and [`TakeAlongAxis`] (true). Inputs: the
+/// cotangent and the indices; the output has the gathered array's shape.
+#[derive(Debug, Clone)]
+pub struct ScatterAdd {
+    /// The axis that was indexed.
+    pub axis: usize,
+    /// Whether the gather was `take_along_axis`.
+    pub along_axis: bool,
+}
+
+impl Primitive for ScatterAdd {
+    fn name(&self) -> &'static str {
+        "scatter_add"
+    }
+    fn eval_cpu(&self, inputs: &[Array], out: &Array) -> Result<ArrayData> {
+        let (c, i) = (&inputs[0], &inputs[1]);
+        k::scatter_add(
+            &c.data()?,
+            c.shape(),
+            c.dtype(),
+            &i.data()?,
+            i.shape(),
+            i.dtype(),
+            self.axis,
+            self.along_axis,
+            out.shape(),
+        )
+    }
+    fn vjp(&self, inputs: &[Array], _out: &Array, ct: &Array) -> Result<Vec<Option<Array>>> {
+        let g = if self.along_axis {
+            ct.take_along_axis(&inputs[1], self.axis as i32)?
+        } else {
+            ct.take(&inputs[1], self.axis as i32)?
+        };
+        Ok(vec![Some(g), None])
+    }
+}
+
+/// A copy of the first input with a strided window replaced by the second.
+#[derive(Debug, Clone)]
+pub struct SliceUpdate {
+    /// First index of the window on each axis.
+    pub start: Vec<usize>,
+    /// Step on each axis.
+    pub step: Vec<isize>,
+}
+
+impl Primitive for SliceUpdate {
+    fn name(&self) -> &'static str {
+        "slice_update"
+    }
+    fn eval_cpu(&self, inputs: &[Array], out: &Array) -> Result<ArrayData> {
+        let (base, upd) = (&inputs[0], &inputs[1]);
+        let mut data = crate::backend::cpu::copy::copy_cast(
+            &base.data()?,
+            out.shape(),
+            base.dtype(),
+            out.dtype(),
+        );
+        let strides = contiguous_strides(out.shape());
+        let offset: isize = self
+            .start
+            .iter()
+            .zip(&strides)
+            .map(|(&s, &st)| s as isize * st)
+            .sum();
+        let dst: Vec<isize> = strides
+            .iter()
+            .zip(&self.step)
+            .map(|(&s, &st)| s * st)
+            .collect();
+        if upd.size() > 0 {
+            k::copy_into_strided(
+                &mut data,
+                &dst,
+                offset as usize,
+                &upd.data()?,
+                upd.shape(),
+                upd.dtype(),
+            );
+        }
+        Ok(data)
+    }
+    fn vjp(&self, inputs: &[Array], _out: &Array, ct: &Array) -> Result<Vec<Option<Array>>> {
+        let upd = &inputs[1];
+        let zeros = crate::zeros(upd.shape(), ct.dtype());
+        let g_base = Array::from_primitive(
+            self.clone(),
+            vec![ct.clone(), zeros],
+            ct.shape().to_vec(),
+            ct.dtype(),
+        );
+        let g_upd = Array::from_primitive(
+            crate::primitives::view::Slice {
+                start: self.start.clone(),
+                step: self.step.clone(),
+            },
+            vec![ct.clone()],
+            upd.shape().to_vec(),
+            ct.dtype(),
+        );
+        Ok(vec![Some(g_base), Some(g_upd)])
     }
 }

@@ -22,4 +22,10 @@ impl Primitive for Matmul {
             out.shape(),
         ))
     }
+    fn vjp(&self, inputs: &[Array], _out: &Array, ct: &Array) -> Result<Vec<Option<Array>>> {
+        let (a, b) = (&inputs[0], &inputs[1]);
+        let ga = ct.matmul(&b.swapaxes(-1, -2)?)?;
+        let gb = a.swapaxes(-1, -2)?.matmul(ct)?;
+        Ok(vec![Some(ga), Some(gb)])
+    }
 }

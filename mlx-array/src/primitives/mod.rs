@@ -5,6 +5,7 @@ pub mod creation;
 pub mod elementwise;
 pub mod indexing;
 pub mod linalg;
+pub mod loss;
 pub mod reduce;
 pub mod view;
 
@@ -38,6 +39,11 @@ pub fn primitive_names() -> Vec<&'static str> {
         "matmul",
         "arange",
         "random_bits",
+        "scatter_add",
+        "slice_update",
+        "cross_entropy",
+        "cross_entropy_grad",
+        "tracer",
     ]);
     names
 }

@@ -44,6 +44,36 @@ impl Primitive for Reduce {
             &self.axes,
         ))
     }
+    fn vjp(&self, inputs: &[Array], out: &Array, ct: &Array) -> Result<Vec<Option<Array>>> {
+        let x = &inputs[0];
+        if !x.dtype().is_float() {
+            return crate::primitive::no_gradient(inputs);
+        }
+        let kept: Vec<usize> = (0..x.ndim())
+            .map(|a| {
+                if self.axes.contains(&a) {
+                    1
+                } else {
+                    x.shape()[a]
+                }
+            })
+            .collect();
+        let ct_b = crate::reshape_to(ct, &kept)?.broadcast_to(x.shape())?;
+        let out_b = crate::reshape_to(out, &kept)?.broadcast_to(x.shape())?;
+        let g = match self.op {
+            ReduceOp::Sum => ct_b,
+            // Valid where x != 0 (the usual closed form).
+            ReduceOp::Prod => ct_b.multiply(&out_b)?.divide(x)?,
+            ReduceOp::Max | ReduceOp::Min => {
+                // Split equally between tied extremes.
+                let hit = x.equal(&out_b)?.astype(x.dtype())?;
+                let axes: Vec<i32> = self.axes.iter().map(|&a| a as i32).collect();
+                let count = hit.sum(&axes, true)?;
+                ct_b.multiply(&hit)?.divide(&count)?
+            }
+        };
+        Ok(vec![Some(g)])
+    }
 }
 
 /// Index of the maximum (or minimum) along one axis, as uint32; the axis is dropped.
@@ -68,6 +98,9 @@ impl Primitive for ArgReduce {
             x.dtype(),
             self.axis,
         ))
+    }
+    fn vjp(&self, inputs: &[Array], _out: &Array, _ct: &Array) -> Result<Vec<Option<Array>>> {
+        crate::primitive::no_gradient(inputs)
     }
 }
 
@@ -96,5 +129,15 @@ impl Primitive for CumSum {
             self.reverse,
             self.inclusive,
         ))
+    }
+    fn vjp(&self, inputs: &[Array], _out: &Array, ct: &Array) -> Result<Vec<Option<Array>>> {
+        if !inputs[0].dtype().is_float() {
+            return crate::primitive::no_gradient(inputs);
+        }
+        Ok(vec![Some(ct.cumsum(
+            self.axis as i32,
+            !self.reverse,
+            self.inclusive,
+        )?)])
     }
 }

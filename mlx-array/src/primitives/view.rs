@@ -18,6 +18,9 @@ impl Primitive for Reshape {
         let data = contiguous(&x.data()?, x.shape(), x.dtype());
         Ok(data.view(contiguous_strides(out.shape()), data.offset()))
     }
+    fn vjp(&self, inputs: &[Array], _out: &Array, ct: &Array) -> Result<Vec<Option<Array>>> {
+        Ok(vec![Some(crate::reshape_to(ct, inputs[0].shape())?)])
+    }
 }
 
 /// Permutes the dimensions (a view).
@@ -32,6 +35,13 @@ impl Primitive for Transpose {
         let d = inputs[0].data()?;
         let strides = self.0.iter().map(|&p| d.strides()[p]).collect();
         Ok(d.view(strides, d.offset()))
+    }
+    fn vjp(&self, _inputs: &[Array], _out: &Array, ct: &Array) -> Result<Vec<Option<Array>>> {
+        let mut inverse = vec![0i32; self.0.len()];
+        for (i, &p) in self.0.iter().enumerate() {
+            inverse[p] = i as i32;
+        }
+        Ok(vec![Some(ct.transpose(&inverse)?)])
     }
 }
 
@@ -57,6 +67,21 @@ impl Primitive for BroadcastTo {
             })
             .collect();
         Ok(d.view(strides, d.offset()))
+    }
+    fn vjp(&self, inputs: &[Array], out: &Array, ct: &Array) -> Result<Vec<Option<Array>>> {
+        // Sum over the axes that broadcasting added or stretched.
+        let x = &inputs[0];
+        let lead = out.ndim() - x.ndim();
+        let axes: Vec<i32> = (0..out.ndim())
+            .filter(|&i| i < lead || (x.shape()[i - lead] == 1 && out.shape()[i] != 1))
+            .map(|i| i as i32)
+            .collect();
+        let summed = if axes.is_empty() {
+            ct.clone()
+        } else {
+            ct.sum(&axes, true)?
+        };
+        Ok(vec![Some(crate::reshape_to(&summed, x.shape())?)])
     }
 }
 
@@ -86,6 +111,15 @@ impl Primitive for Slice {
         }
         Ok(d.view(strides, offset as usize))
     }
+    fn vjp(&self, inputs: &[Array], _out: &Array, ct: &Array) -> Result<Vec<Option<Array>>> {
+        let zeros = crate::zeros(inputs[0].shape(), ct.dtype());
+        Ok(vec![Some(crate::ops::slice_update_raw(
+            &zeros,
+            ct,
+            &self.start,
+            &self.step,
+        )?)])
+    }
 }
 
 /// A dense row-major copy (the identity on values).
@@ -106,5 +140,8 @@ impl Primitive for Contiguous {
                 copy_cast(&d, out.shape(), x.dtype(), x.dtype())
             },
         )
+    }
+    fn vjp(&self, _inputs: &[Array], _out: &Array, ct: &Array) -> Result<Vec<Option<Array>>> {
+        Ok(vec![Some(ct.clone())])
     }
 }

@@ -126,11 +126,30 @@ pub fn copy_into(
     shape: &[usize],
     dtype: Dtype,
 ) {
+    copy_into_strided(
+        dst,
+        &contiguous_strides(dst_shape),
+        dst_offset,
+        src,
+        shape,
+        dtype,
+    )
+}
+
+/// Copies the view `src` of `shape` into a fresh buffer `dst` at the element
+/// positions `dst_offset + sum(i_k * dst_strides[k])`.
+pub fn copy_into_strided(
+    dst: &mut ArrayData,
+    dst_strides: &[isize],
+    dst_offset: usize,
+    src: &ArrayData,
+    shape: &[usize],
+    dtype: Dtype,
+) {
     let es = dtype.size_of() as isize;
-    let dst_strides = contiguous_strides(dst_shape);
     let layout = Layout::<2>::new(
         shape,
-        [&dst_strides, src.strides()],
+        [dst_strides, src.strides()],
         [dst_offset, src.offset()],
     );
     let sp = src.storage().as_ptr() as *const u8;
@@ -164,6 +183,60 @@ pub fn copy_into(
             };
         }
     });
+}
+
+/// Adds the rows of `ct` into a zero buffer of `out_shape` at the positions
+/// named by `idx` along `axis`: the gradient of `take` (`along_axis` false:
+/// `ct` has `idx`'s dimensions in place of `axis`) or of `take_along_axis`
+/// (`along_axis` true: `ct` and `idx` have the same shape).
+#[allow(clippy::too_many_arguments)]
+pub fn scatter_add(
+    ct: &ArrayData,
+    ct_shape: &[usize],
+    dtype: Dtype,
+    idx: &ArrayData,
+    idx_shape: &[usize],
+    idx_dtype: Dtype,
+    axis: usize,
+    along_axis: bool,
+    out_shape: &[usize],
+) -> Result<ArrayData> {
+    let len = out_shape[axis];
+    let ids = indices_i64(idx, idx_shape, idx_dtype)
+        .into_iter()
+        .map(|i| resolve("scatter_add", i, len))
+        .collect::<Result<Vec<_>>>()?;
+    let pre: usize = out_shape[..axis].iter().product();
+    let post: usize = out_shape[axis + 1..].iter().product();
+    let n = if along_axis {
+        ct_shape[axis]
+    } else {
+        ids.len()
+    };
+    let c = copy_cast(ct, ct_shape, dtype, Dtype::F32);
+    let cv = c.as_slice::<f32>(size_of_shape(ct_shape));
+    let mut acc = vec![0f32; size_of_shape(out_shape)];
+    if post > 0 {
+        for p in 0..pre {
+            for j in 0..n {
+                let row = (p * n + j) * post;
+                if along_axis {
+                    for q in 0..post {
+                        let t = ids[row + q];
+                        acc[(p * len + t) * post + q] += cv[row + q];
+                    }
+                } else {
+                    let t = ids[j];
+                    let dst = &mut acc[(p * len + t) * post..(p * len + t + 1) * post];
+                    for (d, &v) in dst.iter_mut().zip(&cv[row..row + post]) {
+                        *d += v;
+                    }
+                }
+            }
+        }
+    }
+    let sum = ArrayData::from_slice(&acc, out_shape);
+    Ok(copy_cast(&sum, out_shape, Dtype::F32, dtype))
 }
 
 /// A contiguous buffer of `shape` filled with `value` (given as f64, cast to `dtype`).

@@ -4,6 +4,7 @@ pub(crate) mod binary;
 pub mod blas;
 pub(crate) mod copy;
 pub(crate) mod indexing;
+pub(crate) mod loss;
 pub(crate) mod math;
 pub(crate) mod matmul;
 pub(crate) mod random;

@@ -1,0 +1,294 @@
+//! Reverse-mode differentiation over the lazy graph: `vjp`, `grad`,
+//! `value_and_grad`, on arrays and on parameter trees.
+//!
+//! The function is run on *tracer* copies of the inputs; the backward pass
+//! walks the recorded (still pending) graph from the outputs to the tracers,
+//! calling each primitive's [`Primitive::vjp`](crate::Primitive::vjp). The
+//! gradients are themselves lazy arrays: evaluate them together with the
+//! loss and the update.
+//!
+//! ```
+//! use mlx_array::{autodiff::value_and_grad, Array};
+//! let f = |x: &[Array]| x[0].square()?.sum_all();
+//! let (loss, grads) = value_and_grad(f, &[0])(&[Array::from_slice(&[1.0f32, -3.0], &[2]).unwrap()]).unwrap();
+//! assert_eq!(loss.item::<f32>().unwrap(), 10.0);
+//! assert_eq!(grads[0].to_vec::<f32>().unwrap(), vec![2.0, -6.0]);
+//! ```
+
+use std::collections::{HashMap, HashSet};
+
+use crate::array::State;
+use crate::{Array, ArrayData, Error, Primitive, Result, Tree};
+
+/// Marks a function input during tracing: the identity, and the point where
+/// the backward pass stops.
+#[derive(Debug)]
+pub struct Tracer;
+
+impl Primitive for Tracer {
+    fn name(&self) -> &'static str {
+        "tracer"
+    }
+    fn eval_cpu(&self, inputs: &[Array], _out: &Array) -> Result<ArrayData> {
+        inputs[0].data()
+    }
+    fn vjp(
+        &self,
+        _inputs: &[Array],
+        _output: &Array,
+        cotangent: &Array,
+    ) -> Result<Vec<Option<Array>>> {
+        Ok(vec![Some(cotangent.clone())])
+    }
+}
+
+fn tracer(x: &Array) -> Array {
+    Array::from_primitive(Tracer, vec![x.clone()], x.shape().to_vec(), x.dtype())
+}
+
+/// The pending nodes between `outputs` and the tracers, inputs before users.
+fn backward_order(
+    outputs: &[Array],
+    tracers: &HashSet<u64>,
+) -> Vec<(Array, std::sync::Arc<dyn Primitive>, Vec<Array>)> {
+    let mut order = Vec::new();
+    let mut seen = HashSet::new();
+    let mut stack: Vec<(Array, bool)> = outputs.iter().rev().map(|o| (o.clone(), false)).collect();
+    let mut info: HashMap<u64, (std::sync::Arc<dyn Primitive>, Vec<Array>)> = HashMap::new();
+    while let Some((a, expanded)) = stack.pop() {
+        if expanded {
+            if let Some((p, i)) = info.remove(&a.id()) {
+                order.push((a, p, i));
+            }
+            continue;
+        }
+        if !seen.insert(a.id()) {
+            continue;
+        }
+        let (p, inputs) = match &*a.lock() {
+            State::Ready(_) => continue,
+            State::Pending { primitive, inputs } => (primitive.clone(), inputs.clone()),
+        };
+        let stop = tracers.contains(&a.id());
+        info.insert(a.id(), (p, if stop { vec![] } else { inputs.clone() }));
+        stack.push((a, true));
+        if !stop {
+            for i in inputs.into_iter().rev() {
+                if !seen.contains(&i.id()) {
+                    stack.push((i, false));
+                }
+            }
+        }
+    }
+    order
+}
+
+fn accumulate(cots: &mut HashMap<u64, Array>, target: &Array, g: Array) -> Result<()> {
+    if g.shape() != target.shape() {
+        return Err(Error::eval(
+            "vjp",
+            format!(
+                "a gradient of shape {:?} reached an input of shape {:?}",
+                g.shape(),
+                target.shape()
+            ),
+        ));
+    }
+    let g = if g.dtype() != target.dtype() && target.dtype().is_float() {
+        g.astype(target.dtype())?
+    } else {
+        g
+    };
+    let sum = match cots.remove(&target.id()) {
+        Some(prev) => prev.add(&g)?,
+        None => g,
+    };
+    cots.insert(target.id(), sum);
+    Ok(())
+}
+
+/// Runs `f` on `primals` and returns its outputs and the vector-Jacobian
+/// products of `cotangents` (one per output) with respect to each primal.
+/// Integer and boolean primals get zero gradients.
+pub fn vjp(
+    f: impl FnOnce(&[Array]) -> Result<Vec<Array>>,
+    primals: &[Array],
+    cotangents: &[Array],
+) -> Result<(Vec<Array>, Vec<Array>)> {
+    let tracers: Vec<Array> = primals.iter().map(tracer).collect();
+    let outputs = f(&tracers)?;
+    if outputs.len() != cotangents.len() {
+        return Err(Error::invalid(
+            "vjp",
+            format!(
+                "{} outputs but {} cotangents",
+                outputs.len(),
+                cotangents.len()
+            ),
+        ));
+    }
+    let tracer_ids: HashSet<u64> = tracers.iter().map(Array::id).collect();
+    let order = backward_order(&outputs, &tracer_ids);
+    // Only nodes that depend on a tracer need a backward step.
+    let mut active: HashSet<u64> = tracer_ids.clone();
+    for (a, _, inputs) in &order {
+        if inputs.iter().any(|i| active.contains(&i.id())) {
+            active.insert(a.id());
+        }
+    }
+    let mut cots: HashMap<u64, Array> = HashMap::new();
+    for (o, c) in outputs.iter().zip(cotangents) {
+        if c.shape() != o.shape() {
+            return Err(Error::shape(
+                "vjp",
+                format!(
+                    "cotangent of shape {:?} for an output of shape {:?}",
+                    c.shape(),
+                    o.shape()
+                ),
+            ));
+        }
+        if active.contains(&o.id()) {
+            accumulate(&mut cots, o, c.astype(o.dtype())?)?;
+        }
+    }
+    for (a, primitive, inputs) in order.iter().rev() {
+        if tracer_ids.contains(&a.id()) || !active.contains(&a.id()) {
+            continue;
+        }
+        let Some(ct) = cots.remove(&a.id()) else {
+            continue;
+        };
+        let grads = primitive.vjp(inputs, a, &ct)?;
+        for (input, g) in inputs.iter().zip(grads) {
+            if let Some(g) = g
+                && active.contains(&input.id())
+            {
+                accumulate(&mut cots, input, g)?;
+            }
+        }
+    }
+    let grads = tracers
+        .iter()
+        .zip(primals)
+        .map(|(t, p)| match cots.remove(&t.id()) {
+            Some(g) if p.dtype().is_float() => Ok(g),
+            _ => Ok(crate::zeros_like(p)),
+        })
+        .collect::<Result<Vec<_>>>()?;
+    Ok((outputs, grads))
+}
+
+/// `f`'s scalar value and its gradients with respect to the inputs at `argnums`.
+pub fn value_and_grad<F>(
+    f: F,
+    argnums: &[usize],
+) -> impl Fn(&[Array]) -> Result<(Array, Vec<Array>)>
+where
+    F: Fn(&[Array]) -> Result<Array>,
+{
+    let argnums = argnums.to_vec();
+    move |args: &[Array]| {
+        if let Some(&bad) = argnums.iter().find(|&&i| i >= args.len()) {
+            return Err(Error::invalid(
+                "value_and_grad",
+                format!("argnum {bad} is out of range for {} arguments", args.len()),
+            ));
+        }
+        let primals: Vec<Array> = argnums.iter().map(|&i| args[i].clone()).collect();
+        let inner = |traced: &[Array]| -> Result<Vec<Array>> {
+            let mut full = args.to_vec();
+            for (k, &i) in argnums.iter().enumerate() {
+                full[i] = traced[k].clone();
+            }
+            let out = f(&full)?;
+            if out.size() != 1 {
+                return Err(Error::shape(
+                    "value_and_grad",
+                    format!(
+                        "the function must return a scalar, got shape {:?}",
+                        out.shape()
+                    ),
+                ));
+            }
+            Ok(vec![out])
+        };
+        let mut out_shape = Vec::new();
+        let (outs, grads) = vjp(
+            |t| {
+                let o = inner(t)?;
+                out_shape = o[0].shape().to_vec();
+                Ok(vec![o[0].reshape(&[])?])
+            },
+            &primals,
+            &[Array::ones(&[], crate::Dtype::F32)],
+        )?;
+        let value = outs.into_iter().next().expect("one output");
+        let value = if out_shape.is_empty() {
+            value
+        } else {
+            crate::reshape_to(&value, &out_shape)?
+        };
+        Ok((value, grads))
+    }
+}
+
+/// The gradients of `f`'s scalar value with respect to the inputs at `argnums`.
+pub fn grad<F>(f: F, argnums: &[usize]) -> impl Fn(&[Array]) -> Result<Vec<Array>>
+where
+    F: Fn(&[Array]) -> Result<Array>,
+{
+    let vg = value_and_grad(f, argnums);
+    move |args| Ok(vg(args)?.1)
+}
+
+/// `f`'s scalar value at `params` and its gradient as a tree of the same
+/// structure (zeros for integer leaves).
+pub fn value_and_grad_tree(
+    f: impl FnOnce(&Tree) -> Result<Array>,
+    params: &Tree,
+) -> Result<(Array, Tree)> {
+    let flat = params.flatten();
+    let names: Vec<String> = flat.iter().map(|(n, _)| n.clone()).collect();
+    let primals: Vec<Array> = flat.into_iter().map(|(_, a)| a).collect();
+    let mut out_shape = Vec::new();
+    let (outs, grads) = vjp(
+        |traced| {
+            let tree = Tree::unflatten(names.iter().cloned().zip(traced.iter().cloned()))?;
+            let tree = restructure(params, &tree)?;
+            let o = f(&tree)?;
+            if o.size() != 1 {
+                return Err(Error::shape(
+                    "value_and_grad",
+                    format!(
+                        "the function must return a scalar, got shape {:?}",
+                        o.shape()
+                    ),
+                ));
+            }
+            out_shape = o.shape().to_vec();
+            Ok(vec![o.reshape(&[])?])
+        },
+        &primals,
+        &[Array::ones(&[], crate::Dtype::F32)],
+    )?;
+    let value = outs.into_iter().next().expect("one output");
+    let value = if out_shape.is_empty() {
+        value
+    } else {
+        crate::reshape_to(&value, &out_shape)?
+    };
+    let grads = restructure(params, &Tree::unflatten(names.into_iter().zip(grads))?)?;
+    Ok((value, grads))
+}
+
+/// `values` (rebuilt from dotted names) in exactly the structure of `like`,
+/// so that maps with numeric keys stay maps and empty subtrees survive.
+fn restructure(like: &Tree, values: &Tree) -> Result<Tree> {
+    let flat: HashMap<String, Array> = values.flatten().into_iter().collect();
+    like.map(|path, _| {
+        flat.get(path)
+            .cloned()
+            .ok_or_else(|| Error::invalid("value_and_grad", format!("no value for `{path}`")))
+    })
+}

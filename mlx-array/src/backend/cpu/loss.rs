@@ -1,0 +1,124 @@
+//! The fused softmax cross-entropy: one pass per row for the loss, one for its
+//! gradient, with no logits-sized temporaries.
+
+use half::{bf16, f16};
+use rayon::prelude::*;
+
+use super::copy::{contiguous, copy_cast};
+use super::math::{self, FloatLike};
+use crate::shape::size_of_shape;
+use crate::{ArrayData, Dtype, Error, Result};
+
+fn targets(t: &ArrayData, shape: &[usize], dtype: Dtype, vocab: usize) -> Result<Vec<usize>> {
+    let c = copy_cast(t, shape, dtype, Dtype::I64);
+    c.as_slice::<i64>(size_of_shape(shape))
+        .iter()
+        .map(|&i| {
+            if i < 0 || i as usize >= vocab {
+                Err(Error::eval(
+                    "cross_entropy",
+                    format!("target {i} is out of range for {vocab} classes"),
+                ))
+            } else {
+                Ok(i as usize)
+            }
+        })
+        .collect()
+}
+
+/// `logsumexp(row)` in f32 over a row of any float storage type.
+#[inline]
+fn row_lse<T: FloatLike>(row: &[T]) -> f32 {
+    let m = row
+        .iter()
+        .fold(f32::NEG_INFINITY, |m, &x| m.max(x.to_f32()));
+    if m == f32::NEG_INFINITY {
+        return m;
+    }
+    let s: f32 = row.iter().map(|&x| math::exp(x.to_f32() - m)).sum();
+    m + s.ln()
+}
+
+fn forward<T: FloatLike>(logits: &[T], tg: &[usize], vocab: usize, out: &mut [T]) {
+    out.par_iter_mut()
+        .enumerate()
+        .with_min_len(8)
+        .for_each(|(r, o)| {
+            let row = &logits[r * vocab..(r + 1) * vocab];
+            *o = T::from_f32(row_lse(row) - row[tg[r]].to_f32());
+        });
+}
+
+fn backward<T: FloatLike>(logits: &[T], tg: &[usize], ct: &[f32], vocab: usize, out: &mut [T]) {
+    out.par_chunks_mut(vocab).enumerate().for_each(|(r, o)| {
+        let row = &logits[r * vocab..(r + 1) * vocab];
+        let lse = row_lse(row);
+        let c = ct[r];
+        for (g, &x) in o.iter_mut().zip(row) {
+            *g = T::from_f32(math::exp(x.to_f32() - lse) * c);
+        }
+        o[tg[r]] = T::from_f32(o[tg[r]].to_f32() - c);
+    });
+}
+
+/// Per-row `logsumexp(logits) - logits[target]` over the last axis.
+pub fn cross_entropy(
+    logits: &ArrayData,
+    shape: &[usize],
+    dtype: Dtype,
+    t: &ArrayData,
+    t_dtype: Dtype,
+) -> Result<ArrayData> {
+    let vocab = *shape.last().expect("logits have a class axis");
+    let rows = &shape[..shape.len() - 1];
+    let tg = targets(t, rows, t_dtype, vocab)?;
+    let x = contiguous(logits, shape, dtype);
+    let n = size_of_shape(shape);
+    let mut out = ArrayData::alloc(rows, dtype);
+    let m = tg.len();
+    match dtype {
+        Dtype::F32 => forward::<f32>(x.as_slice(n), &tg, vocab, out.as_mut_slice(m)),
+        Dtype::F16 => forward::<f16>(x.as_slice(n), &tg, vocab, out.as_mut_slice(m)),
+        Dtype::BF16 => forward::<bf16>(x.as_slice(n), &tg, vocab, out.as_mut_slice(m)),
+        d => {
+            return Err(Error::eval(
+                "cross_entropy",
+                format!("logits must be floating point, got {d}"),
+            ));
+        }
+    }
+    Ok(out)
+}
+
+/// `(softmax(logits) - onehot(target)) * ct[row]`: the gradient of
+/// [`cross_entropy`] with respect to the logits.
+pub fn cross_entropy_grad(
+    logits: &ArrayData,
+    shape: &[usize],
+    dtype: Dtype,
+    t: &ArrayData,
+    t_dtype: Dtype,
+    ct: &ArrayData,
+    ct_dtype: Dtype,
+) -> Result<ArrayData> {
+    let vocab = *shape.last().expect("logits have a class axis");
+    let rows = &shape[..shape.len() - 1];
+    let tg = targets(t, rows, t_dtype, vocab)?;
+    let ctv = copy_cast(ct, rows, ct_dtype, Dtype::F32);
+    let ctv = ctv.as_slice::<f32>(tg.len());
+    let x = contiguous(logits, shape, dtype);
+    let n = size_of_shape(shape);
+    let mut out = ArrayData::alloc(shape, dtype);
+    match dtype {
+        Dtype::F32 => backward::<f32>(x.as_slice(n), &tg, ctv, vocab, out.as_mut_slice(n)),
+        Dtype::F16 => backward::<f16>(x.as_slice(n), &tg, ctv, vocab, out.as_mut_slice(n)),
+        Dtype::BF16 => backward::<bf16>(x.as_slice(n), &tg, ctv, vocab, out.as_mut_slice(n)),
+        d => {
+            return Err(Error::eval(
+                "cross_entropy_grad",
+                format!("logits must be floating point, got {d}"),
+            ));
+        }
+    }
+    Ok(out)
+}
