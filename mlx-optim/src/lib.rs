@@ -1,1 +1,59 @@
-//! Optimizers (SGD, Adam, AdamW), learning-rate schedules and gradient clipping (filled by a later issue).
+//! Optimizers for `mlx-array` parameter trees, with MLX's semantics:
+//! [`Sgd`], [`Adam`], [`AdamW`], learning-rate [`schedule`]s,
+//! [`clip_grad_norm`], and optimizer state that saves to and resumes from
+//! safetensors bit for bit.
+//!
+//! The [`Optimizer`] trait works over [`Tree`](mlx_array::Tree)s: it takes
+//! the gradients and the parameters, builds the update lazily, and keeps its
+//! per-parameter state (created on the first update, only for parameters that
+//! have a gradient) in an [`OptimizerState`] that mirrors the parameter
+//! names. Evaluate the parameters and the state together, as in MLX:
+//!
+//! ```
+//! use mlx_array::{eval, Array, Tree};
+//! use mlx_optim::{schedule, AdamW, Optimizer};
+//!
+//! // Minimise |w - target|^2, whose gradient is 2 (w - target).
+//! let target = Array::from_slice(&[1.0f32, -2.0, 3.0], &[3]).unwrap();
+//! let mut params = Tree::unflatten([("w".to_string(), mlx_array::zeros_like(&target))]).unwrap();
+//! let lr = schedule::join_schedules(
+//!     vec![schedule::linear_schedule(0.0, 0.1, 10).unwrap(), schedule::cosine_decay(0.1, 200, 0.0).unwrap()],
+//!     &[10],
+//! ).unwrap();
+//! let mut opt = AdamW::new(lr).weight_decay(0.0);
+//! for _ in 0..200 {
+//!     let w = params.get_array("w").unwrap();
+//!     let g = w.sub(&target).unwrap().mul_scalar(2.0).unwrap();
+//!     let grads = Tree::unflatten([("w".to_string(), g)]).unwrap();
+//!     opt.update(&mut params, &grads).unwrap();
+//!     eval((&params, opt.state())).unwrap();
+//! }
+//! let w: Vec<f32> = params.get_array("w").unwrap().to_vec().unwrap();
+//! assert!(w.iter().zip([1.0, -2.0, 3.0]).all(|(a, b)| (a - b).abs() < 1e-2));
+//! assert_eq!(opt.step(), 200);
+//! ```
+//!
+//! With a module (`mlx-nn`), `optimizer.update(model, grads)` is one line:
+//! `model.update(opt.apply_gradients(&grads, &model.trainable_parameters())?)`.
+//!
+//! Resuming: [`Optimizer::save_state`] writes the step count and every slot
+//! (`step`, `learning_rate`, `<parameter>.<slot>`); [`Optimizer::load_state`]
+//! reads them back and checks them against the model's parameters.
+
+mod adam;
+mod clip;
+mod error;
+mod io;
+mod optimizer;
+pub mod schedule;
+mod sgd;
+mod state;
+mod tree_util;
+
+pub use adam::{Adam, AdamConfig, AdamW};
+pub use clip::clip_grad_norm;
+pub use error::{Error, Result};
+pub use optimizer::{Optimizer, StepContext};
+pub use schedule::Schedule;
+pub use sgd::Sgd;
+pub use state::OptimizerState;

@@ -1,0 +1,253 @@
+//! Adam and AdamW.
+
+use mlx_array::Array;
+
+use crate::Result;
+use crate::optimizer::{Optimizer, StepContext};
+use crate::schedule::Schedule;
+use crate::state::OptimizerState;
+
+/// The hyper-parameters Adam and AdamW share.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct AdamConfig {
+    /// `(beta1, beta2)`, the decay of the running averages of the gradient
+    /// and of its square. Default `(0.9, 0.999)`.
+    pub betas: (f64, f64),
+    /// Added to the denominator. Default `1e-8`.
+    pub eps: f64,
+    /// Divide the moments by `1 - beta^step`. Default `false`, as in MLX.
+    pub bias_correction: bool,
+}
+
+impl Default for AdamConfig {
+    fn default() -> Self {
+        AdamConfig {
+            betas: (0.9, 0.999),
+            eps: 1e-8,
+            bias_correction: false,
+        }
+    }
+}
+
+/// One Adam step on one parameter, with MLX's operation order and its
+/// float32 arithmetic on the scalar coefficients.
+pub(crate) fn adam_single(
+    cfg: &AdamConfig,
+    grad: &Array,
+    param: &Array,
+    m: &Array,
+    v: &Array,
+    ctx: &StepContext,
+) -> Result<(Array, Vec<Array>)> {
+    let (b1, b2) = cfg.betas;
+    let m = m.mul_scalar(b1)?.add(&grad.mul_scalar(1.0 - b1)?)?;
+    let v = v
+        .mul_scalar(b2)?
+        .add(&grad.square()?.mul_scalar(1.0 - b2)?)?;
+    let lr = ctx.learning_rate as f32;
+    let new = if cfg.bias_correction {
+        let step = ctx.step as f32;
+        let c1 = lr / (1.0 - (b1 as f32).powf(step));
+        let c2 = (1.0 - (b2 as f32).powf(step)).sqrt();
+        let numerator = m.mul_scalar(c1 as f64)?;
+        let denominator = v.sqrt()?.div_scalar(c2 as f64)?.add_scalar(cfg.eps)?;
+        param.sub(&numerator.div(&denominator)?)?
+    } else {
+        let numerator = m.mul_scalar(lr as f64)?;
+        param.sub(&numerator.div(&v.sqrt()?.add_scalar(cfg.eps)?)?)?
+    };
+    Ok((new, vec![m, v]))
+}
+
+/// Adam as in MLX (`mlx.optimizers.Adam`):
+///
+/// ```text
+/// m = b1 * m + (1 - b1) * g
+/// v = b2 * v + (1 - b2) * g^2
+/// w = w - lr * m / (sqrt(v) + eps)                                    (default)
+/// w = w - lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps)     (bias_correction)
+/// ```
+///
+/// `m` and `v` start at zero; `t` counts updates from 1.
+///
+/// ```
+/// use mlx_optim::{Adam, AdamConfig, Optimizer};
+/// let opt = Adam::new(1e-3).betas(0.9, 0.95).bias_correction(true);
+/// assert_eq!(opt.config().betas, (0.9, 0.95));
+/// assert_eq!(opt.slot_names(), &["m", "v"]);
+/// ```
+#[derive(Clone, Debug)]
+pub struct Adam {
+    schedule: Schedule,
+    config: AdamConfig,
+    state: OptimizerState,
+}
+
+impl Adam {
+    /// Adam with the given learning rate (a number or a [`Schedule`]) and MLX's defaults.
+    pub fn new(learning_rate: impl Into<Schedule>) -> Self {
+        Adam {
+            schedule: learning_rate.into(),
+            config: AdamConfig::default(),
+            state: OptimizerState::new(),
+        }
+    }
+
+    /// Replaces every shared hyper-parameter.
+    pub fn with_config(mut self, config: AdamConfig) -> Self {
+        self.config = config;
+        self
+    }
+
+    /// Sets `(beta1, beta2)`.
+    pub fn betas(mut self, beta1: f64, beta2: f64) -> Self {
+        self.config.betas = (beta1, beta2);
+        self
+    }
+
+    /// Sets epsilon.
+    pub fn eps(mut self, eps: f64) -> Self {
+        self.config.eps = eps;
+        self
+    }
+
+    /// Enables or disables bias correction.
+    pub fn bias_correction(mut self, on: bool) -> Self {
+        self.config.bias_correction = on;
+        self
+    }
+
+    /// The hyper-parameters.
+    pub fn config(&self) -> &AdamConfig {
+        &self.config
+    }
+}
+
+/// AdamW as in MLX (`mlx.optimizers.AdamW`): Adam applied to the decayed
+/// parameter `w * (1 - lr * weight_decay)` (decoupled weight decay).
+/// Default weight decay 0.01; with weight decay 0 it is exactly Adam.
+///
+/// ```
+/// use mlx_optim::{AdamW, Optimizer};
+/// let opt = AdamW::new(3e-4).weight_decay(0.1);
+/// assert_eq!(opt.weight_decay_value(), 0.1);
+/// assert_eq!(opt.learning_rate(), 3e-4);
+/// ```
+#[derive(Clone, Debug)]
+pub struct AdamW {
+    schedule: Schedule,
+    config: AdamConfig,
+    weight_decay: f64,
+    state: OptimizerState,
+}
+
+impl AdamW {
+    /// AdamW with the given learning rate and MLX's defaults (weight decay 0.01).
+    pub fn new(learning_rate: impl Into<Schedule>) -> Self {
+        AdamW {
+            schedule: learning_rate.into(),
+            config: AdamConfig::default(),
+            weight_decay: 0.01,
+            state: OptimizerState::new(),
+        }
+    }
+
+    /// Replaces every hyper-parameter shared with Adam.
+    pub fn with_config(mut self, config: AdamConfig) -> Self {
+        self.config = config;
+        self
+    }
+
+    /// Sets `(beta1, beta2)`.
+    pub fn betas(mut self, beta1: f64, beta2: f64) -> Self {
+        self.config.betas = (beta1, beta2);
+        self
+    }
+
+    /// Sets epsilon.
+    pub fn eps(mut self, eps: f64) -> Self {
+        self.config.eps = eps;
+        self
+    }
+
+    /// Enables or disables bias correction.
+    pub fn bias_correction(mut self, on: bool) -> Self {
+        self.config.bias_correction = on;
+        self
+    }
+
+    /// Sets the decoupled weight decay.
+    pub fn weight_decay(mut self, weight_decay: f64) -> Self {
+        self.weight_decay = weight_decay;
+        self
+    }
+
+    /// The weight decay.
+    pub fn weight_decay_value(&self) -> f64 {
+        self.weight_decay
+    }
+
+    /// The hyper-parameters shared with Adam.
+    pub fn config(&self) -> &AdamConfig {
+        &self.config
+    }
+}
+
+macro_rules! common_impl {
+    () => {
+        fn slot_names(&self) -> &[&'static str] {
+            &["m", "v"]
+        }
+
+        fn schedule(&self) -> &Schedule {
+            &self.schedule
+        }
+
+        fn set_schedule(&mut self, schedule: Schedule) {
+            self.schedule = schedule;
+        }
+
+        fn state(&self) -> &OptimizerState {
+            &self.state
+        }
+
+        fn state_mut(&mut self) -> &mut OptimizerState {
+            &mut self.state
+        }
+    };
+}
+
+impl Optimizer for Adam {
+    common_impl!();
+
+    fn apply_single(
+        &self,
+        grad: &Array,
+        param: &Array,
+        slots: &[Array],
+        ctx: &StepContext,
+    ) -> Result<(Array, Vec<Array>)> {
+        adam_single(&self.config, grad, param, &slots[0], &slots[1], ctx)
+    }
+}
+
+impl Optimizer for AdamW {
+    common_impl!();
+
+    fn apply_single(
+        &self,
+        grad: &Array,
+        param: &Array,
+        slots: &[Array],
+        ctx: &StepContext,
+    ) -> Result<(Array, Vec<Array>)> {
+        // MLX: parameter * (1 - lr * weight_decay), the scalar in float32.
+        let decayed = if self.weight_decay != 0.0 {
+            let f = 1.0f32 - ctx.learning_rate as f32 * self.weight_decay as f32;
+            param.mul_scalar(f as f64)?
+        } else {
+            param.clone()
+        };
+        adam_single(&self.config, grad, &decayed, &slots[0], &slots[1], ctx)
+    }
+}

@@ -1,0 +1,116 @@
+//! Saving and loading optimizer state through safetensors.
+//!
+//! Layout (what `mx.save_safetensors(path, dict(tree_flatten(opt.state)))`
+//! writes in MLX): `step` (a 0-d int64; MLX uses uint64), `learning_rate`
+//! (a 0-d float32, informative: on load it is recomputed from the schedule
+//! and the step), and one tensor `<parameter path>.<slot>` per slot. The step
+//! is also written to the metadata, under `step`.
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use mlx_array::{Array, Dtype, Tree, load_safetensors, save_safetensors};
+
+use crate::state::OptimizerState;
+use crate::{Error, Result};
+
+const STEP: &str = "step";
+const LEARNING_RATE: &str = "learning_rate";
+
+pub(crate) fn save_state(path: &Path, state: &OptimizerState, learning_rate: f64) -> Result<()> {
+    let step = i64::try_from(state.step())
+        .map_err(|_| Error::Config(format!("step {} does not fit int64", state.step())))?;
+    let mut arrays = vec![
+        (STEP.to_string(), Array::scalar(step)),
+        (
+            LEARNING_RATE.to_string(),
+            Array::scalar(learning_rate as f32),
+        ),
+    ];
+    for (name, a) in state.flatten() {
+        if name == STEP || name == LEARNING_RATE {
+            return Err(Error::Config(format!(
+                "a parameter's state is named `{name}`, which the state file reserves"
+            )));
+        }
+        arrays.push((name, a));
+    }
+    let metadata = HashMap::from([
+        ("format".to_string(), "mlx-optim".to_string()),
+        (STEP.to_string(), state.step().to_string()),
+    ]);
+    save_safetensors(path, &arrays, Some(metadata))?;
+    Ok(())
+}
+
+fn describe(a_shape: &[usize], dtype: Dtype) -> String {
+    format!("{dtype} {a_shape:?}")
+}
+
+pub(crate) fn load_state(path: &Path, params: &Tree, slots: &[&str]) -> Result<OptimizerState> {
+    let file = path.display().to_string();
+    let (mut arrays, _metadata) = load_safetensors(path)?;
+    let step_array = arrays.remove(STEP).ok_or_else(|| Error::Format {
+        file: file.clone(),
+        message: "no `step` tensor: not an optimizer state file".into(),
+    })?;
+    arrays.remove(LEARNING_RATE);
+    if step_array.size() != 1 || step_array.dtype().is_float() {
+        return Err(Error::Format {
+            file,
+            message: format!(
+                "`step` should be one integer, found {}",
+                describe(step_array.shape(), step_array.dtype())
+            ),
+        });
+    }
+    let step = step_array.item::<i64>()?;
+    let step = u64::try_from(step).map_err(|_| Error::Format {
+        file: file.clone(),
+        message: format!("`step` is negative ({step})"),
+    })?;
+
+    let mut state = OptimizerState::new();
+    state.set_step(step);
+    for (name, a) in arrays {
+        let unexpected = |detail: String| Error::UnexpectedState {
+            file: file.clone(),
+            name: name.clone(),
+            detail,
+        };
+        let Some((param, slot)) = name.rsplit_once('.') else {
+            return Err(unexpected(String::new()));
+        };
+        if !slots.contains(&slot) {
+            return Err(unexpected(format!(
+                " (this optimizer keeps the slots {slots:?} per parameter, not `{slot}`)"
+            )));
+        }
+        let p = params
+            .get_array(param)
+            .ok_or_else(|| unexpected(format!(" (no parameter `{param}`)")))?;
+        if p.shape() != a.shape() {
+            return Err(Error::StateMismatch {
+                file: file.clone(),
+                name: name.clone(),
+                expected: describe(p.shape(), p.dtype()),
+                found: describe(a.shape(), a.dtype()),
+            });
+        }
+        state.set(param, slot, a);
+    }
+    if !state.is_empty() {
+        for (param, _) in params.flatten() {
+            for slot in slots {
+                if state.get(&param, slot).is_none() {
+                    return Err(Error::MissingState {
+                        file: file.clone(),
+                        param: param.clone(),
+                        slot: slot.to_string(),
+                    });
+                }
+            }
+        }
+    }
+    Ok(state)
+}

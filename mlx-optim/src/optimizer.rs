@@ -1,0 +1,197 @@
+//! The [`Optimizer`] trait: per-parameter rules applied over parameter trees.
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use mlx_array::{Array, Tree};
+
+use crate::schedule::Schedule;
+use crate::state::OptimizerState;
+use crate::{Error, Result};
+
+/// What an update rule is told besides the gradient, parameter and slots.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct StepContext {
+    /// The learning rate of this update: the schedule at the step count
+    /// before the update (so the first update uses `schedule.at(0)`).
+    pub learning_rate: f64,
+    /// The step count including this update (1 for the first update), as
+    /// MLX's `self.step` inside `apply_single`; used by bias correction.
+    pub step: u64,
+}
+
+/// An optimizer over parameter trees, with MLX's semantics.
+///
+/// An implementation supplies the per-parameter rule ([`Optimizer::apply_single`]),
+/// the names of its per-parameter slots, and access to its schedule and
+/// state; the tree-level methods come for free.
+///
+/// The update is lazy: [`Optimizer::apply_gradients`] returns new parameter
+/// arrays and stores new slot arrays without computing anything. Evaluate the
+/// parameters and [`Optimizer::state`] together:
+///
+/// ```
+/// use mlx_array::{eval, Array, Dtype, Tree};
+/// use mlx_optim::{AdamW, Optimizer};
+/// let mut params = Tree::unflatten([
+///     ("w".to_string(), Array::ones(&[2, 2], Dtype::F32)),
+///     ("b".to_string(), Array::zeros(&[2], Dtype::F32)),
+/// ]).unwrap();
+/// // Only `w` has a gradient: `b` is left untouched and gets no state.
+/// let grads = Tree::unflatten([("w".to_string(), Array::ones(&[2, 2], Dtype::F32))]).unwrap();
+/// let mut opt = AdamW::new(1e-3);
+/// opt.update(&mut params, &grads).unwrap();
+/// eval((&params, opt.state())).unwrap();
+/// assert!(opt.state().param("b").is_none());
+/// ```
+///
+/// With a module (`mlx-nn`), the MLX-style `optimizer.update(model, grads)` is
+/// one line over [`Optimizer::apply_gradients`]:
+/// `model.update(opt.apply_gradients(&grads, &model.trainable_parameters())?)`.
+pub trait Optimizer {
+    /// The names of the slots each parameter gets (`["m", "v"]` for Adam);
+    /// empty for a stateless rule.
+    fn slot_names(&self) -> &[&'static str];
+
+    /// The update of one parameter: returns the new parameter and the new
+    /// slots, in the order of [`Optimizer::slot_names`].
+    fn apply_single(
+        &self,
+        grad: &Array,
+        param: &Array,
+        slots: &[Array],
+        ctx: &StepContext,
+    ) -> Result<(Array, Vec<Array>)>;
+
+    /// The learning-rate schedule.
+    fn schedule(&self) -> &Schedule;
+
+    /// Replaces the learning-rate schedule (a number converts to a constant).
+    fn set_schedule(&mut self, schedule: Schedule);
+
+    /// The step count and per-parameter slots.
+    fn state(&self) -> &OptimizerState;
+
+    /// Mutable access to the state.
+    fn state_mut(&mut self) -> &mut OptimizerState;
+
+    /// Checks the hyper-parameters; called before every update.
+    fn validate(&self) -> Result<()> {
+        Ok(())
+    }
+
+    /// The initial value of slot `slot` for a parameter with gradient `grad`
+    /// (MLX: zeros like the gradient).
+    fn init_slot(&self, slot: &str, grad: &Array) -> Result<Array> {
+        let _ = slot;
+        Ok(mlx_array::zeros_like(grad))
+    }
+
+    /// Number of updates applied so far.
+    fn step(&self) -> u64 {
+        self.state().step()
+    }
+
+    /// The learning rate of the most recent update (before any update, the
+    /// one the first update will use), as MLX's `optimizer.learning_rate`.
+    fn learning_rate(&self) -> f64 {
+        self.schedule().at(self.step().saturating_sub(1))
+    }
+
+    /// Sets a constant learning rate (replacing any schedule).
+    fn set_learning_rate(&mut self, learning_rate: f64) {
+        self.set_schedule(learning_rate.into());
+    }
+
+    /// Creates the state of every parameter in `params` that has none yet
+    /// (optional: updates create state lazily).
+    fn init(&mut self, params: &Tree) -> Result<()> {
+        let names: Vec<&'static str> = self.slot_names().to_vec();
+        for (path, p) in params.flatten() {
+            for slot in &names {
+                if self.state().get(&path, slot).is_none() {
+                    let v = self.init_slot(slot, &p)?;
+                    self.state_mut().set(&path, slot, v);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Applies `grads` to `params` and returns the updated parameters as a
+    /// tree with the structure of `grads` (MLX's `apply_gradients`).
+    ///
+    /// `params` may hold more parameters than `grads` (those are neither
+    /// returned nor given state); a gradient without a parameter, or of
+    /// another shape, is an error naming it. Increments the step. On error
+    /// the state is unchanged.
+    fn apply_gradients(&mut self, grads: &Tree, params: &Tree) -> Result<Tree> {
+        self.validate()?;
+        let step = self.step();
+        let ctx = StepContext {
+            learning_rate: self.schedule().at(step),
+            step: step + 1,
+        };
+        let names: Vec<&'static str> = self.slot_names().to_vec();
+        let mut new_params: HashMap<String, Array> = HashMap::new();
+        let mut new_slots = Vec::new();
+        for (path, g) in grads.flatten() {
+            let p = params
+                .get_array(&path)
+                .ok_or_else(|| Error::NoParameter(path.clone()))?;
+            if p.shape() != g.shape() {
+                return Err(Error::GradientShape {
+                    param: path,
+                    expected: p.shape().to_vec(),
+                    grad: g.shape().to_vec(),
+                });
+            }
+            let slots = names
+                .iter()
+                .map(|s| match self.state().get(&path, s) {
+                    Some(a) => Ok(a.clone()),
+                    None => self.init_slot(s, &g),
+                })
+                .collect::<Result<Vec<_>>>()?;
+            let (np, ns) = self.apply_single(&g, p, &slots, &ctx)?;
+            debug_assert_eq!(ns.len(), names.len());
+            new_slots.push((path.clone(), ns));
+            new_params.insert(path, np);
+        }
+        let state = self.state_mut();
+        for (path, slots) in new_slots {
+            for (name, a) in names.iter().zip(slots) {
+                state.set(&path, name, a);
+            }
+        }
+        state.set_step(step + 1);
+        Ok(grads.map(|path, _| Ok(new_params[path].clone()))?)
+    }
+
+    /// Applies `grads` and writes the updated arrays into `params` in place
+    /// (parameters without a gradient keep their arrays).
+    fn update(&mut self, params: &mut Tree, grads: &Tree) -> Result<()> {
+        let updated = self.apply_gradients(grads, params)?;
+        for (path, a) in updated.flatten() {
+            crate::tree_util::replace_leaf(params, &path, a)?;
+        }
+        Ok(())
+    }
+
+    /// Saves the step count and every slot to a safetensors file (names
+    /// `step`, `learning_rate` and `<parameter>.<slot>`), evaluating them.
+    fn save_state(&self, path: &Path) -> Result<()> {
+        crate::io::save_state(path, self.state(), self.learning_rate())
+    }
+
+    /// Loads state saved by [`Optimizer::save_state`], checking it against
+    /// `params` (pass the parameters being trained): a slot for a parameter
+    /// `params` lacks, a parameter of `params` without its slots, or a slot of
+    /// another shape is an error naming the parameter. Replaces the state
+    /// only on success.
+    fn load_state(&mut self, path: &Path, params: &Tree) -> Result<()> {
+        let state = crate::io::load_state(path, params, self.slot_names())?;
+        *self.state_mut() = state;
+        Ok(())
+    }
+}
