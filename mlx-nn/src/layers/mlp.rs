@@ -1,0 +1,44 @@
+//! The SwiGLU feed-forward block.
+
+use mlx_array::{Array, Result, random};
+
+use crate::impl_module;
+use crate::layers::{activations::silu, linear::Linear};
+
+/// `linear3(silu(linear1(x)) * linear2(x))`, without biases, with the names
+/// of the reference Llama (`linear1` gate, `linear2` up, `linear3` down).
+#[derive(Clone, Debug)]
+pub struct SwiGLU {
+    /// Gate projection `dims -> hidden`.
+    pub linear1: Linear,
+    /// Up projection `dims -> hidden`.
+    pub linear2: Linear,
+    /// Down projection `hidden -> dims`.
+    pub linear3: Linear,
+}
+
+impl_module!(SwiGLU {
+    linear1,
+    linear2,
+    linear3
+});
+
+impl SwiGLU {
+    /// A new block with MLX's Linear initialisation.
+    pub fn new(dims: usize, hidden: usize, key: &Array) -> Result<SwiGLU> {
+        let ks = random::split(key, 3)?;
+        let k = |i: i64| ks.slice_axis(0, i, i + 1)?.reshape(&[2]);
+        Ok(SwiGLU {
+            linear1: Linear::new(dims, hidden, false, &k(0)?)?,
+            linear2: Linear::new(dims, hidden, false, &k(1)?)?,
+            linear3: Linear::new(hidden, dims, false, &k(2)?)?,
+        })
+    }
+
+    /// Applies the block over the last axis.
+    pub fn forward(&self, x: &Array) -> Result<Array> {
+        let a = self.linear1.forward(x)?;
+        let b = self.linear2.forward(x)?;
+        self.linear3.forward(&silu(&a)?.multiply(&b)?)
+    }
+}
