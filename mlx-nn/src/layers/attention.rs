@@ -74,7 +74,7 @@ impl MultiHeadAttention {
         bias: bool,
         key: &Array,
     ) -> Result<MultiHeadAttention> {
-        if num_heads == 0 || dims % num_heads != 0 {
+        if num_heads == 0 || !dims.is_multiple_of(num_heads) {
             return Err(mlx_array::Error::Invalid {
                 op: "MultiHeadAttention",
                 message: format!("dims {dims} do not divide into {num_heads} heads"),

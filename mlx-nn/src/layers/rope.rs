@@ -36,7 +36,7 @@ impl RoPE {
     /// `offset..offset + L`.
     pub fn forward(&self, x: &Array, offset: usize) -> Result<Array> {
         let d = self.dims;
-        if x.ndim() < 2 || d % 2 != 0 || d > *x.shape().last().unwrap_or(&0) {
+        if x.ndim() < 2 || !d.is_multiple_of(2) || d > *x.shape().last().unwrap_or(&0) {
             return Err(Error::Shape {
                 op: "rope",
                 message: format!(
