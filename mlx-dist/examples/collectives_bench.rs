@@ -24,6 +24,12 @@ struct Args {
     /// Largest message in bytes.
     #[arg(long, default_value_t = 256 << 20)]
     max_bytes: usize,
+    /// Smallest message in bytes.
+    #[arg(long, default_value_t = 1024)]
+    min_bytes: usize,
+    /// Operations to time.
+    #[arg(long, value_delimiter = ',', default_value = "all_sum,all_gather")]
+    ops: Vec<String>,
     /// World sizes to run.
     #[arg(long, value_delimiter = ',', default_value = "2,4")]
     worlds: Vec<usize>,
@@ -35,9 +41,9 @@ struct Args {
     backends: Vec<String>,
 }
 
-fn sizes(max: usize) -> Vec<usize> {
+fn sizes(min: usize, max: usize) -> Vec<usize> {
     let mut v = vec![];
-    let mut s = 1024;
+    let mut s = min.max(1024);
     while s <= max {
         v.push(s);
         s *= 4;
@@ -88,16 +94,21 @@ fn rank_main(args: &Args) -> anyhow::Result<()> {
         .split(',')
         .map(|s| s.parse().unwrap())
         .collect();
-    for (k, &bytes) in sizes(args.max_bytes).iter().enumerate() {
+    for (k, &bytes) in sizes(args.min_bytes, args.max_bytes).iter().enumerate() {
         let ceil_gbs = bytes as f64 / ceiling[k] / 1e9;
-        for op in ["all_sum", "all_gather"] {
+        for op in args.ops.iter().map(String::as_str) {
             let mut buf = vec![1.0f32; bytes / 4];
             let part = vec![1.0f32; bytes / 4 / n];
+            let mut out = vec![0.0f32; part.len() * n];
             let mut run = || -> anyhow::Result<()> {
                 if op == "all_sum" {
                     g.all_sum(&mut buf)?;
                 } else {
-                    g.all_gather(&part)?;
+                    g.all_gather_into_bytes(
+                        bytemuck::cast_slice(&part),
+                        bytemuck::cast_slice_mut(&mut out),
+                        mlx_array::Dtype::F32,
+                    )?;
                 }
                 Ok(())
             };
@@ -149,7 +160,7 @@ fn main() -> anyhow::Result<()> {
     if std::env::var("MLX_RANK").is_ok() {
         return rank_main(&args);
     }
-    let sz = sizes(args.max_bytes);
+    let sz = sizes(args.min_bytes, args.max_bytes);
     println!("single-stream TCP copy on loopback (the ceiling):");
     let mut ceiling = Vec::new();
     for &b in &sz {

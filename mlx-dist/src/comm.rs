@@ -186,7 +186,8 @@ impl MeshComm {
 
     fn split_group(&self, color: i32, key: i32) -> Result<MeshComm> {
         let mine: Vec<u8> = [color.to_le_bytes(), key.to_le_bytes()].concat();
-        let all = self.all_gather(&mine, Dtype::I32)?;
+        let mut all = vec![0u8; 8 * self.n()];
+        self.all_gather(&mine, &mut all, Dtype::I32)?;
         let mut entries: Vec<(i32, usize)> = Vec::new();
         for j in 0..self.n() {
             let c = i32::from_le_bytes(all[8 * j..8 * j + 4].try_into().expect("4 bytes"));
@@ -259,11 +260,10 @@ impl CommImpl for MeshComm {
         })
     }
 
-    fn all_gather(&self, input: &[u8], dtype: Dtype) -> Result<Vec<u8>> {
+    fn all_gather(&self, input: &[u8], out: &mut [u8], dtype: Dtype) -> Result<()> {
         self.guarded(OpKind::AllGather, || {
             let (n, b) = (self.n(), input.len());
             let ctx = self.ctx(OpKind::AllGather, dtype, b);
-            let mut out = vec![0u8; n * b];
             out[self.rank * b..(self.rank + 1) * b].copy_from_slice(input);
             if n * b <= self.mesh.small {
                 self.send_all(&ctx, |_| input.to_vec())?;
@@ -272,11 +272,10 @@ impl CommImpl for MeshComm {
                         out[j * b..(j + 1) * b].copy_from_slice(&v);
                     }
                 }
-                return Ok(out);
+                return Ok(());
             }
             let lanes = self.block_lanes(b, dtype.size_of());
-            ring::run(&ctx, &mut out, &lanes, n, Phase::AllGather)?;
-            Ok(out)
+            ring::run(&ctx, out, &lanes, n, Phase::AllGather)
         })
     }
 

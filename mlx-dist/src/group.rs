@@ -15,7 +15,7 @@ pub(crate) trait CommImpl: Send + Sync + std::fmt::Debug {
     fn size(&self) -> usize;
     fn backend(&self) -> &'static str;
     fn all_reduce(&self, buf: &mut [u8], dtype: Dtype, op: ReduceOp) -> Result<()>;
-    fn all_gather(&self, input: &[u8], dtype: Dtype) -> Result<Vec<u8>>;
+    fn all_gather(&self, input: &[u8], out: &mut [u8], dtype: Dtype) -> Result<()>;
     fn sum_scatter(&self, input: &[u8], dtype: Dtype) -> Result<Vec<u8>>;
     fn send(&self, buf: &[u8], dtype: Dtype, dst: usize) -> Result<()>;
     fn recv(&self, buf: &mut [u8], dtype: Dtype, src: usize) -> Result<()>;
@@ -40,8 +40,9 @@ impl CommImpl for Single {
     fn all_reduce(&self, _: &mut [u8], _: Dtype, _: ReduceOp) -> Result<()> {
         Ok(())
     }
-    fn all_gather(&self, input: &[u8], _: Dtype) -> Result<Vec<u8>> {
-        Ok(input.to_vec())
+    fn all_gather(&self, input: &[u8], out: &mut [u8], _: Dtype) -> Result<()> {
+        out.copy_from_slice(input);
+        Ok(())
     }
     fn sum_scatter(&self, input: &[u8], _: Dtype) -> Result<Vec<u8>> {
         Ok(input.to_vec())
@@ -141,11 +142,31 @@ impl Group {
 
     /// Every rank's `input` (all the same length), concatenated in rank order.
     pub fn all_gather_bytes(&self, input: &[u8], dtype: Dtype) -> Result<Vec<u8>> {
+        let mut out = vec![0u8; input.len() * self.size()];
+        self.all_gather_into_bytes(input, &mut out, dtype)?;
+        Ok(out)
+    }
+
+    /// [`Group::all_gather_bytes`] into a caller-owned buffer of `size() * input.len()`
+    /// bytes (reusing buffers avoids page faults on every call).
+    pub fn all_gather_into_bytes(&self, input: &[u8], out: &mut [u8], dtype: Dtype) -> Result<()> {
         check_len("all_gather", input.len(), dtype)?;
-        if self.size() == 1 {
-            return Ok(input.to_vec());
+        if out.len() != input.len() * self.size() {
+            return Err(DistError::InvalidArgument {
+                op: "all_gather",
+                msg: format!(
+                    "output has {} bytes, expected {} ranks x {} bytes",
+                    out.len(),
+                    self.size(),
+                    input.len()
+                ),
+            });
         }
-        self.inner.all_gather(input, dtype)
+        if self.size() == 1 {
+            out.copy_from_slice(input);
+            return Ok(());
+        }
+        self.inner.all_gather(input, out, dtype)
     }
 
     /// Sums `input` over the group and returns this rank's block of the result:
@@ -223,8 +244,13 @@ impl Group {
 
     /// Typed [`Group::all_gather_bytes`].
     pub fn all_gather<T: Element>(&self, input: &[T]) -> Result<Vec<T>> {
-        let v = self.all_gather_bytes(bytemuck::cast_slice(input), T::DTYPE)?;
-        Ok(bytemuck::pod_collect_to_vec(&v))
+        let mut out = vec![T::zeroed(); input.len() * self.size()];
+        self.all_gather_into_bytes(
+            bytemuck::cast_slice(input),
+            bytemuck::cast_slice_mut(&mut out),
+            T::DTYPE,
+        )?;
+        Ok(out)
     }
 
     /// Typed [`Group::sum_scatter_bytes`].

@@ -32,6 +32,8 @@ pub(crate) struct Mesh {
     poison: Mutex<Option<String>>,
     /// Set first thing on failure: senders stop at the next frame boundary.
     failed: AtomicBool,
+    /// Reduction scratch buffers, one per lane, kept between operations.
+    pub scratch: Mutex<Vec<Vec<u64>>>,
 }
 
 impl Mesh {
@@ -47,6 +49,7 @@ impl Mesh {
             op_lock: Mutex::new(()),
             poison: Mutex::new(None),
             failed: AtomicBool::new(false),
+            scratch: Mutex::new(Vec::new()),
         }
     }
 

@@ -133,13 +133,31 @@ pub(crate) fn run(
         ctx,
         err: OnceLock::new(),
     };
+    let words = ctx.mesh.block.div_ceil(8) + 1;
+    let mut scratch =
+        std::mem::take(&mut *ctx.mesh.scratch.lock().unwrap_or_else(|p| p.into_inner()));
+    scratch.resize_with(lanes.len().max(scratch.len()), Vec::new);
+    for v in &mut scratch {
+        v.resize(words, 0);
+    }
     std::thread::scope(|s| {
-        for lane in &lanes[1..] {
+        let mut bufs = scratch.iter_mut();
+        let first_buf = bufs.next().expect("at least one lane");
+        for (lane, buf) in lanes[1..].iter().zip(bufs) {
             let first = &first;
-            s.spawn(move || run_lane(ctx, shared, lane, n, phase, first));
+            s.spawn(move || run_lane(ctx, shared, lane, n, phase, first, buf.as_mut_slice()));
         }
-        run_lane(ctx, shared, &lanes[0], n, phase, &first);
+        run_lane(
+            ctx,
+            shared,
+            &lanes[0],
+            n,
+            phase,
+            &first,
+            first_buf.as_mut_slice(),
+        );
     });
+    *ctx.mesh.scratch.lock().unwrap_or_else(|p| p.into_inner()) = scratch;
     match first.err.into_inner() {
         Some(e) => Err(e),
         None => Ok(()),
@@ -153,6 +171,7 @@ fn run_lane(
     n: usize,
     phase: Phase,
     first: &FirstError<'_>,
+    scratch: &mut [u64],
 ) {
     let elem = ctx.dtype.size_of();
     let block = (ctx.mesh.block / elem).max(1) * elem;
@@ -182,8 +201,7 @@ fn run_lane(
         for b in blocks(chunk(lane.pos + offset), block) {
             let _ = tx.send(b);
         }
-        let mut scratch = vec![0u64; block.div_ceil(8)];
-        let scratch: &mut [u8] = bytemuck::cast_slice_mut(&mut scratch);
+        let scratch: &mut [u8] = bytemuck::cast_slice_mut(scratch);
         for i in 0..steps {
             let c = chunk(lane.pos + offset + 2 * n - i - 1);
             for b in blocks(c, block) {
