@@ -192,6 +192,19 @@ impl Array {
         }
     }
 
+    /// True when `data` (this input's evaluated data, as just read by a
+    /// kernel) may be overwritten: the array is referenced only by the node
+    /// being computed and the evaluator's working copy of its inputs, the
+    /// buffer only by this array and `data`, and the view is dense.
+    /// Kernels use it to write their output over an input they consume last.
+    pub fn is_donatable(&self, data: &ArrayData) -> bool {
+        Arc::strong_count(&self.node) <= 2
+            && Arc::strong_count(data.storage()) <= 2
+            && data.is_contiguous(self.shape())
+            && data.storage().capacity() >= self.nbytes()
+            && self.nbytes() > 0
+    }
+
     /// Evaluates this array (see [`eval`](crate::eval)).
     pub fn eval(&self) -> Result<()> {
         crate::eval(self)

@@ -139,6 +139,21 @@ impl ArrayData {
         unsafe { std::slice::from_raw_parts(self.ptr::<T>(), len) }
     }
 
+    /// Mutable access to a buffer that other handles may still reference.
+    ///
+    /// # Safety
+    /// The caller must guarantee that nothing reads the buffer through any
+    /// other handle from now on (the evaluator's buffer donation), and that
+    /// the view is contiguous with `len` elements.
+    #[allow(clippy::mut_from_ref)]
+    pub unsafe fn as_mut_slice_unchecked<T: bytemuck::Pod>(&self, len: usize) -> &mut [T] {
+        assert!((self.offset + len) * size_of::<T>() <= self.storage.capacity());
+        // SAFETY: in bounds and aligned; exclusivity is the caller's promise.
+        unsafe {
+            std::slice::from_raw_parts_mut(self.storage.as_ptr().cast::<T>().add(self.offset), len)
+        }
+    }
+
     /// Mutable access to a freshly allocated buffer. Kernels call this only on
     /// data they just allocated and have not shared.
     #[allow(clippy::mut_from_ref)]

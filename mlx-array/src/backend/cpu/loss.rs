@@ -90,6 +90,59 @@ pub fn cross_entropy(
     Ok(out)
 }
 
+/// Like [`backward`], overwriting `rows` (the logits) with their gradient.
+fn backward_in_place<T: FloatLike>(rows: &mut [T], tg: &[usize], ct: &[f32], vocab: usize) {
+    rows.par_chunks_mut(vocab).enumerate().for_each(|(r, row)| {
+        let lse = row_lse(row);
+        let c = ct[r];
+        for g in row.iter_mut() {
+            *g = T::from_f32(math::exp(g.to_f32() - lse) * c);
+        }
+        row[tg[r]] = T::from_f32(row[tg[r]].to_f32() - c);
+    });
+}
+
+/// The gradient written over the logits' own buffer, which the caller has
+/// proven nobody else can read again: the whole step then holds a single
+/// logits-sized buffer.
+pub fn cross_entropy_grad_in_place(
+    logits: ArrayData,
+    shape: &[usize],
+    dtype: Dtype,
+    t: &ArrayData,
+    t_dtype: Dtype,
+    ct: &ArrayData,
+    ct_dtype: Dtype,
+) -> Result<ArrayData> {
+    let vocab = *shape.last().expect("logits have a class axis");
+    let rows = &shape[..shape.len() - 1];
+    let tg = targets(t, rows, t_dtype, vocab)?;
+    let ctv = copy_cast(ct, rows, ct_dtype, Dtype::F32);
+    let ctv = ctv.as_slice::<f32>(tg.len());
+    let n = size_of_shape(shape);
+    // SAFETY: the caller guarantees that no other reader of this buffer remains.
+    unsafe {
+        match dtype {
+            Dtype::F32 => {
+                backward_in_place::<f32>(logits.as_mut_slice_unchecked(n), &tg, ctv, vocab)
+            }
+            Dtype::F16 => {
+                backward_in_place::<f16>(logits.as_mut_slice_unchecked(n), &tg, ctv, vocab)
+            }
+            Dtype::BF16 => {
+                backward_in_place::<bf16>(logits.as_mut_slice_unchecked(n), &tg, ctv, vocab)
+            }
+            d => {
+                return Err(Error::eval(
+                    "cross_entropy_grad",
+                    format!("logits must be floating point, got {d}"),
+                ));
+            }
+        }
+    }
+    Ok(logits)
+}
+
 /// `(softmax(logits) - onehot(target)) * ct[row]`: the gradient of
 /// [`cross_entropy`] with respect to the logits.
 pub fn cross_entropy_grad(
