@@ -2,10 +2,10 @@
 
 use mlx_array::Array;
 
-use crate::Result;
 use crate::optimizer::{Optimizer, StepContext};
 use crate::schedule::Schedule;
 use crate::state::OptimizerState;
+use crate::{Result, fused};
 
 /// The hyper-parameters Adam and AdamW share.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -17,6 +17,10 @@ pub struct AdamConfig {
     pub eps: f64,
     /// Divide the moments by `1 - beta^step`. Default `false`, as in MLX.
     pub bias_correction: bool,
+    /// Use the single-pass fused kernel when the parameter, gradient and
+    /// moments are all float32 (bit-identical to the op-by-op graph, about
+    /// four times less memory traffic). Default `true`.
+    pub fused: bool,
 }
 
 impl Default for AdamConfig {
@@ -25,21 +29,52 @@ impl Default for AdamConfig {
             betas: (0.9, 0.999),
             eps: 1e-8,
             bias_correction: false,
+            fused: true,
         }
     }
 }
 
 /// One Adam step on one parameter, with MLX's operation order and its
-/// float32 arithmetic on the scalar coefficients.
+/// float32 arithmetic on the scalar coefficients. `decay` is AdamW's factor
+/// `1 - lr * wd` (in float32), applied to the parameter first.
 pub(crate) fn adam_single(
     cfg: &AdamConfig,
     grad: &Array,
     param: &Array,
     m: &Array,
     v: &Array,
+    decay: Option<f32>,
     ctx: &StepContext,
 ) -> Result<(Array, Vec<Array>)> {
     let (b1, b2) = cfg.betas;
+    if cfg.fused && fused::applies(&[param, grad, m, v]) {
+        let lr = ctx.learning_rate as f32;
+        let step = ctx.step as f32;
+        let (numerator, denominator) = if cfg.bias_correction {
+            (
+                lr / (1.0 - (b1 as f32).powf(step)),
+                Some((1.0 - (b2 as f32).powf(step)).sqrt()),
+            )
+        } else {
+            (lr, None)
+        };
+        let c = fused::AdamCoefficients {
+            decay,
+            b1: b1 as f32,
+            one_minus_b1: (1.0 - b1) as f32,
+            b2: b2 as f32,
+            one_minus_b2: (1.0 - b2) as f32,
+            numerator,
+            denominator,
+            eps: cfg.eps as f32,
+        };
+        let (p, m, v) = fused::adam_step(c, param, grad, m, v)?;
+        return Ok((p, vec![m, v]));
+    }
+    let param = &match decay {
+        Some(f) => param.mul_scalar(f as f64)?,
+        None => param.clone(),
+    };
     let m = m.mul_scalar(b1)?.add(&grad.mul_scalar(1.0 - b1)?)?;
     let v = v
         .mul_scalar(b2)?
@@ -117,6 +152,12 @@ impl Adam {
         self
     }
 
+    /// Enables or disables the fused float32 kernel (see [`AdamConfig::fused`]).
+    pub fn fused(mut self, on: bool) -> Self {
+        self.config.fused = on;
+        self
+    }
+
     /// The hyper-parameters.
     pub fn config(&self) -> &AdamConfig {
         &self.config
@@ -176,6 +217,12 @@ impl AdamW {
         self
     }
 
+    /// Enables or disables the fused float32 kernel (see [`AdamConfig::fused`]).
+    pub fn fused(mut self, on: bool) -> Self {
+        self.config.fused = on;
+        self
+    }
+
     /// Sets the decoupled weight decay.
     pub fn weight_decay(mut self, weight_decay: f64) -> Self {
         self.weight_decay = weight_decay;
@@ -227,7 +274,7 @@ impl Optimizer for Adam {
         slots: &[Array],
         ctx: &StepContext,
     ) -> Result<(Array, Vec<Array>)> {
-        adam_single(&self.config, grad, param, &slots[0], &slots[1], ctx)
+        adam_single(&self.config, grad, param, &slots[0], &slots[1], None, ctx)
     }
 }
 
@@ -242,12 +289,8 @@ impl Optimizer for AdamW {
         ctx: &StepContext,
     ) -> Result<(Array, Vec<Array>)> {
         // MLX: parameter * (1 - lr * weight_decay), the scalar in float32.
-        let decayed = if self.weight_decay != 0.0 {
-            let f = 1.0f32 - ctx.learning_rate as f32 * self.weight_decay as f32;
-            param.mul_scalar(f as f64)?
-        } else {
-            param.clone()
-        };
-        adam_single(&self.config, grad, &decayed, &slots[0], &slots[1], ctx)
+        let decay = (self.weight_decay != 0.0)
+            .then_some(1.0f32 - ctx.learning_rate as f32 * self.weight_decay as f32);
+        adam_single(&self.config, grad, param, &slots[0], &slots[1], decay, ctx)
     }
 }

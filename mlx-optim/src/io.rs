@@ -27,13 +27,15 @@ pub(crate) fn save_state(path: &Path, state: &OptimizerState, learning_rate: f64
             Array::scalar(learning_rate as f32),
         ),
     ];
-    for (name, a) in state.flatten() {
+    let slots = state.flatten();
+    mlx_array::eval(slots.iter().map(|(_, a)| a).collect::<Vec<_>>())?;
+    for (name, a) in slots {
         if name == STEP || name == LEARNING_RATE {
             return Err(Error::Config(format!(
                 "a parameter's state is named `{name}`, which the state file reserves"
             )));
         }
-        arrays.push((name, a));
+        arrays.push((name, at_offset_zero(a)?));
     }
     let metadata = HashMap::from([
         ("format".to_string(), "mlx-optim".to_string()),
@@ -41,6 +43,20 @@ pub(crate) fn save_state(path: &Path, state: &OptimizerState, learning_rate: f64
     ]);
     save_safetensors(path, &arrays, Some(metadata))?;
     Ok(())
+}
+
+/// A copy of an evaluated float32 view that starts inside its buffer.
+///
+/// The fused Adam kernel hands out `m` and `v` as views at an element offset
+/// into one buffer, and `mlx_array::save_safetensors` (as of this writing)
+/// reads a view's bytes from `offset` bytes rather than `offset * 4`, so such
+/// views are copied to buffers of their own before saving. Typed reads
+/// (`to_vec`) handle offsets correctly.
+fn at_offset_zero(a: Array) -> Result<Array> {
+    if a.dtype() != Dtype::F32 || a.data()?.offset() == 0 {
+        return Ok(a);
+    }
+    Ok(Array::from_slice(&a.to_vec::<f32>()?, a.shape())?)
 }
 
 fn describe(a_shape: &[usize], dtype: Dtype) -> String {

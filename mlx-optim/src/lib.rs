@@ -43,6 +43,7 @@
 mod adam;
 mod clip;
 mod error;
+mod fused;
 mod io;
 mod optimizer;
 pub mod schedule;

@@ -345,3 +345,40 @@ fn optimizers_work_as_trait_objects() {
         assert_eq!(opt.learning_rate(), 0.1);
     }
 }
+
+#[test]
+fn fused_kernel_is_bit_identical_to_the_op_graph() {
+    for bc in [false, true] {
+        for wd in [0.0, 0.1] {
+            let fused = run(&mut AdamW::new(0.01).weight_decay(wd).bias_correction(bc));
+            let ops = run(&mut AdamW::new(0.01)
+                .weight_decay(wd)
+                .bias_correction(bc)
+                .fused(false));
+            assert_eq!(fused, ops, "bias_correction={bc} weight_decay={wd}");
+        }
+    }
+}
+
+#[test]
+fn fused_kernel_reads_strided_gradients() {
+    // A transposed gradient is a strided view; the result must not change.
+    let w = mlx_array::Array::from_slice(&[1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0], &[3, 2]).unwrap();
+    let g = mlx_array::Array::from_slice(&[0.5f32, -1.0, 0.25, 2.0, -0.5, 1.5], &[2, 3])
+        .unwrap()
+        .t()
+        .unwrap();
+    let dense = g.contiguous().unwrap();
+    let tree = |a: &mlx_array::Array| Tree::unflatten([("w".to_string(), a.clone())]).unwrap();
+    let mut outs = Vec::new();
+    for (grad, fused) in [(&g, true), (&dense, false)] {
+        let mut params = tree(&w);
+        let mut opt = Adam::new(0.1).fused(fused);
+        for _ in 0..3 {
+            opt.update(&mut params, &tree(grad)).unwrap();
+            eval((&params, opt.state())).unwrap();
+        }
+        outs.push(params.get_array("w").unwrap().to_vec::<f32>().unwrap());
+    }
+    assert_eq!(outs[0], outs[1]);
+}
