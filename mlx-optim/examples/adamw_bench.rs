@@ -100,7 +100,7 @@ fn main() -> anyhow::Result<()> {
 
     let mut opt = AdamW::new(3e-4).fused(fused);
     // The first update creates the moments; time the steady state after it.
-    opt.update(&mut params, &grads)?;
+    opt.update_tree(&mut params, &grads)?;
     eval((&params, opt.state()))?;
     let mut times = Vec::new();
     let mut peak_extra = 0usize;
@@ -108,7 +108,7 @@ fn main() -> anyhow::Result<()> {
         let before = memory::active();
         memory::reset_peak();
         let t = Instant::now();
-        opt.update(&mut params, &grads)?;
+        opt.update_tree(&mut params, &grads)?;
         eval((&params, opt.state()))?;
         times.push(t.elapsed().as_secs_f64());
         peak_extra = peak_extra.max(memory::peak() - before);

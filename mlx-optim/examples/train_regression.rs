@@ -69,7 +69,7 @@ fn main() -> anyhow::Result<()> {
         }
         let (loss, grads) = loss_and_grads(&params, &x, &y)?;
         let (grads, norm) = clip_grad_norm(&grads, 1.0)?;
-        opt.update(&mut params, &grads)?;
+        opt.update_tree(&mut params, &grads)?;
         eval((&loss, &norm, &params, opt.state()))?;
         if step % 50 == 0 || step == STEPS - 1 {
             println!(

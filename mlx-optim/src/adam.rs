@@ -19,7 +19,9 @@ pub struct AdamConfig {
     pub bias_correction: bool,
     /// Use the single-pass fused kernel when the parameter, gradient and
     /// moments are all float32 (bit-identical to the op-by-op graph, about
-    /// four times less memory traffic). Default `true`.
+    /// four times less memory traffic). Default `true`. The new parameter,
+    /// `m` and `v` are then three views of one buffer, freed when all three
+    /// are dropped.
     pub fused: bool,
 }
 

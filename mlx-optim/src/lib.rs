@@ -25,7 +25,7 @@
 //!     let w = params.get_array("w").unwrap();
 //!     let g = w.sub(&target).unwrap().mul_scalar(2.0).unwrap();
 //!     let grads = Tree::unflatten([("w".to_string(), g)]).unwrap();
-//!     opt.update(&mut params, &grads).unwrap();
+//!     opt.update_tree(&mut params, &grads).unwrap();
 //!     eval((&params, opt.state())).unwrap();
 //! }
 //! let w: Vec<f32> = params.get_array("w").unwrap().to_vec().unwrap();
@@ -39,6 +39,8 @@
 //! Resuming: [`Optimizer::save_state`] writes the step count and every slot
 //! (`step`, `learning_rate`, `<parameter>.<slot>`); [`Optimizer::load_state`]
 //! reads them back and checks them against the model's parameters.
+
+#![warn(missing_docs)]
 
 mod adam;
 mod clip;

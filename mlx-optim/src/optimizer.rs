@@ -40,7 +40,7 @@ pub struct StepContext {
 /// // Only `w` has a gradient: `b` is left untouched and gets no state.
 /// let grads = Tree::unflatten([("w".to_string(), Array::ones(&[2, 2], Dtype::F32))]).unwrap();
 /// let mut opt = AdamW::new(1e-3);
-/// opt.update(&mut params, &grads).unwrap();
+/// opt.update_tree(&mut params, &grads).unwrap();
 /// eval((&params, opt.state())).unwrap();
 /// assert!(opt.state().param("b").is_none());
 /// ```
@@ -48,6 +48,8 @@ pub struct StepContext {
 /// With a module (`mlx-nn`), the MLX-style `optimizer.update(model, grads)` is
 /// one line over [`Optimizer::apply_gradients`]:
 /// `model.update(opt.apply_gradients(&grads, &model.trainable_parameters())?)`.
+/// The name `update` is left free for that module-level method; over plain
+/// trees use [`Optimizer::update_tree`].
 pub trait Optimizer {
     /// The names of the slots each parameter gets (`["m", "v"]` for Adam);
     /// empty for a stateless rule.
@@ -169,8 +171,9 @@ pub trait Optimizer {
     }
 
     /// Applies `grads` and writes the updated arrays into `params` in place
-    /// (parameters without a gradient keep their arrays).
-    fn update(&mut self, params: &mut Tree, grads: &Tree) -> Result<()> {
+    /// (parameters without a gradient keep their arrays): MLX's
+    /// `optimizer.update(model, grads)` for a plain parameter tree.
+    fn update_tree(&mut self, params: &mut Tree, grads: &Tree) -> Result<()> {
         let updated = self.apply_gradients(grads, params)?;
         for (path, a) in updated.flatten() {
             crate::tree_util::replace_leaf(params, &path, a)?;

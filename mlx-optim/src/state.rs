@@ -25,7 +25,7 @@ use crate::Result;
 /// let mut params = Tree::unflatten([("w".to_string(), Array::ones(&[3], Dtype::F32))]).unwrap();
 /// let grads = Tree::unflatten([("w".to_string(), Array::ones(&[3], Dtype::F32))]).unwrap();
 /// let mut opt = Adam::new(1e-2);
-/// opt.update(&mut params, &grads).unwrap();
+/// opt.update_tree(&mut params, &grads).unwrap();
 /// eval((&params, opt.state())).unwrap();
 /// assert_eq!(opt.state().step(), 1);
 /// assert_eq!(opt.state().flatten()[0].0, "w.m");

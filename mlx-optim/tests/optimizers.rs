@@ -14,7 +14,7 @@ fn run(opt: &mut dyn Optimizer) -> Vec<Vec<Vec<f32>>> {
     let mut params = params();
     let mut out = Vec::new();
     for t in 0..STEPS {
-        opt.update(&mut params, &grads(t)).unwrap();
+        opt.update_tree(&mut params, &grads(t)).unwrap();
         eval((&params, opt.state())).unwrap();
         out.push(values(&params));
         // The parameter without a gradient is untouched and has no state.
@@ -127,10 +127,10 @@ fn sgd_nesterov_matches_reference() {
 fn sgd_nesterov_needs_momentum_and_no_dampening() {
     let mut params = params();
     let mut opt = Sgd::new(0.1).nesterov(true);
-    let err = opt.update(&mut params, &grads(0)).unwrap_err();
+    let err = opt.update_tree(&mut params, &grads(0)).unwrap_err();
     assert!(matches!(err, Error::Config(_)), "{err}");
     let mut opt = Sgd::new(0.1).momentum(0.9).dampening(0.1).nesterov(true);
-    assert!(opt.update(&mut params, &grads(0)).is_err());
+    assert!(opt.update_tree(&mut params, &grads(0)).is_err());
     assert_eq!(opt.step(), 0, "a failed update leaves the step alone");
 }
 
@@ -270,7 +270,7 @@ fn state_mirrors_the_gradients() {
     let mut params = params();
     let mut opt = Adam::new(0.01);
     assert!(opt.state().is_empty());
-    opt.update(&mut params, &grads(0)).unwrap();
+    opt.update_tree(&mut params, &grads(0)).unwrap();
     let names: Vec<String> = opt.state().flatten().into_iter().map(|(n, _)| n).collect();
     assert_eq!(
         names,
@@ -317,14 +317,14 @@ fn gradient_errors_name_the_parameter() {
     )])
     .unwrap();
     let mut opt = Adam::new(0.1);
-    let err = opt.update(&mut params, &bad).unwrap_err().to_string();
+    let err = opt.update_tree(&mut params, &bad).unwrap_err().to_string();
     assert!(err.contains("nope.w"), "{err}");
     let bad = Tree::unflatten([(
         "b".to_string(),
         mlx_array::Array::zeros(&[5], mlx_array::Dtype::F32),
     )])
     .unwrap();
-    let err = opt.update(&mut params, &bad).unwrap_err().to_string();
+    let err = opt.update_tree(&mut params, &bad).unwrap_err().to_string();
     assert!(err.contains("`b`") && err.contains("[5]"), "{err}");
     assert_eq!(opt.step(), 0);
     assert!(opt.state().is_empty());
@@ -339,7 +339,7 @@ fn optimizers_work_as_trait_objects() {
     ];
     for opt in &mut opts {
         let mut params = params();
-        opt.update(&mut params, &grads(0)).unwrap();
+        opt.update_tree(&mut params, &grads(0)).unwrap();
         eval((&params, opt.state())).unwrap();
         assert_eq!(opt.step(), 1);
         assert_eq!(opt.learning_rate(), 0.1);
@@ -375,7 +375,7 @@ fn fused_kernel_reads_strided_gradients() {
         let mut params = tree(&w);
         let mut opt = Adam::new(0.1).fused(fused);
         for _ in 0..3 {
-            opt.update(&mut params, &tree(grad)).unwrap();
+            opt.update_tree(&mut params, &tree(grad)).unwrap();
             eval((&params, opt.state())).unwrap();
         }
         outs.push(params.get_array("w").unwrap().to_vec::<f32>().unwrap());

@@ -36,7 +36,7 @@ fn make_adamw() -> AdamW {
 fn train(opt: &mut dyn Optimizer, params: &mut Tree, steps: std::ops::Range<usize>) {
     for t in steps {
         let g = grads_at(params, t);
-        opt.update(params, &g).unwrap();
+        opt.update_tree(params, &g).unwrap();
         eval((&*params, opt.state())).unwrap();
     }
 }
