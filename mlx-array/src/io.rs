@@ -50,7 +50,10 @@ impl View for &Bytes {
         &self.shape
     }
     fn data(&self) -> Cow<'_, [u8]> {
-        Cow::Borrowed(self.data.as_slice::<u8>(self.len))
+        Cow::Borrowed(
+            self.data
+                .as_bytes(self.dtype, self.len / self.dtype.size_of()),
+        )
     }
     fn data_len(&self) -> usize {
         self.len

@@ -139,6 +139,15 @@ impl ArrayData {
         unsafe { std::slice::from_raw_parts(self.ptr::<T>(), len) }
     }
 
+    /// The bytes of the first `len` elements of `dtype`, for contiguous data
+    /// (the offset counts elements of `dtype`, not bytes).
+    pub fn as_bytes(&self, dtype: Dtype, len: usize) -> &[u8] {
+        let es = dtype.size_of();
+        assert!(len == 0 || (self.offset + len) * es <= self.storage.capacity());
+        // SAFETY: contiguous views of `len` elements lie inside the allocation.
+        unsafe { std::slice::from_raw_parts(self.storage.as_ptr().add(self.offset * es), len * es) }
+    }
+
     /// Mutable access to a buffer that other handles may still reference.
     ///
     /// # Safety

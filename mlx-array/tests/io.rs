@@ -15,7 +15,7 @@ fn sample(dtype: Dtype, i: u64) -> Array {
 fn bytes_of(a: &Array) -> Vec<u8> {
     let c = a.contiguous().unwrap();
     c.eval().unwrap();
-    c.data().unwrap().as_slice::<u8>(a.nbytes()).to_vec()
+    c.data().unwrap().as_bytes(a.dtype(), a.size()).to_vec()
 }
 
 #[test]
@@ -27,9 +27,18 @@ fn every_dtype_round_trips_bit_exactly_with_metadata() {
         .enumerate()
         .map(|(i, &d)| (format!("t.{}", d.name()), sample(d, i as u64)))
         .collect();
-    // A transposed (non-contiguous) view is written in logical order.
+    // A transposed (non-contiguous) view is written in logical order, and a
+    // contiguous view starting inside its buffer from its own first element.
     let mut arrays = arrays;
     arrays.push(("view".into(), sample(Dtype::F32, 99).t().unwrap()));
+    arrays.push((
+        "row".into(),
+        sample(Dtype::F32, 98).slice_axis(0, 1, 2).unwrap(),
+    ));
+    arrays.push((
+        "row16".into(),
+        sample(Dtype::BF16, 97).slice_axis(0, 2, 3).unwrap(),
+    ));
     let meta = HashMap::from([("format".to_string(), "mlx".to_string())]);
     save_safetensors(&path, &arrays, Some(meta)).unwrap();
     let (loaded, meta) = load_safetensors(&path).unwrap();
@@ -39,6 +48,11 @@ fn every_dtype_round_trips_bit_exactly_with_metadata() {
         let b = &loaded[name];
         assert_eq!((b.shape(), b.dtype()), (a.shape(), a.dtype()), "{name}");
         assert_eq!(bytes_of(a), bytes_of(b), "{name}");
+        assert_eq!(
+            a.to_vec::<f32>().unwrap(),
+            b.to_vec::<f32>().unwrap(),
+            "{name}"
+        );
     }
 }
 

@@ -243,3 +243,29 @@ fn weak_scalars_keep_the_array_dtype() {
     assert_eq!(i.add_scalar(1.0).unwrap().dtype(), Dtype::I32);
     assert_eq!(i.add_scalar(0.5).unwrap().dtype(), Dtype::F32);
 }
+
+#[test]
+fn take_from_a_view_that_starts_inside_its_buffer() {
+    // Rows 1.. of a table: a contiguous view with a non-zero offset.
+    let table = arange(0.0, 12.0, 1.0, Dtype::F32)
+        .unwrap()
+        .reshape(&[4, 3])
+        .unwrap();
+    let tail = table.slice_axis(0, 1, 4).unwrap();
+    let got = tail
+        .take(&Array::from_slice(&[2i32, 0], &[2]).unwrap(), 0)
+        .unwrap();
+    assert_eq!(
+        got.to_vec::<f32>().unwrap(),
+        vec![9.0, 10.0, 11.0, 3.0, 4.0, 5.0]
+    );
+    let bf = tail
+        .astype(Dtype::BF16)
+        .unwrap()
+        .slice_axis(0, 1, 3)
+        .unwrap();
+    let got = bf
+        .take(&Array::from_slice(&[1i32], &[1]).unwrap(), 0)
+        .unwrap();
+    assert_eq!(got.to_vec::<f32>().unwrap(), vec![9.0, 10.0, 11.0]);
+}

@@ -53,7 +53,7 @@ pub fn take(
     if row == 0 || ids.is_empty() || pre == 0 {
         return Ok(out);
     }
-    let src = a.as_slice::<u8>(size_of_shape(a_shape) * es);
+    let src = a.as_bytes(dtype, size_of_shape(a_shape));
     let dst = out.as_mut_slice::<u8>(size_of_shape(out_shape) * es);
     let n_ids = ids.len();
     dst.par_chunks_mut(row)
