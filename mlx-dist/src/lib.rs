@@ -22,11 +22,13 @@
 //! How the launcher configures ranks is described in [`config`]; the frame
 //! layout in [`wire`]; the connection handshake in [`handshake`].
 
+pub mod collectives;
 pub mod config;
 pub mod error;
 pub mod group;
 pub mod handshake;
 pub mod launch;
+mod local;
 pub mod reduce;
 pub mod wire;
 
@@ -36,9 +38,11 @@ mod mesh;
 mod ring;
 mod tcp;
 
+pub use collectives::{all_gather, all_max, all_min, all_sum, recv, recv_like, send, sum_scatter};
 pub use config::{Backend, Config};
 pub use error::{DistError, Result};
 pub use group::Group;
+pub use local::run_local;
 pub use reduce::ReduceOp;
 
 /// Whether `backend` can be used by this build on this machine.

@@ -28,12 +28,14 @@
 //! eval((&loss, &model.parameters())).unwrap();
 //! ```
 
+mod distributed;
 pub mod init;
 pub mod layers;
 pub mod losses;
 pub mod module;
 mod value_and_grad;
 
+pub use distributed::{AverageOptions, average_gradients};
 pub use layers::activations::{GELU, ReLU, SiLU, gelu, gelu_approx, relu, silu};
 pub use layers::attention::{
     MultiHeadAttention, create_additive_causal_mask, merge_heads, scaled_dot_product_attention,

@@ -1,0 +1,301 @@
+//! Collectives on [`Array`]s, as lazy graph primitives: they run when the
+//! graph is evaluated, like any other op, so the same training code works
+//! on one process (where each is the identity) and on many.
+//!
+//! ```
+//! use mlx_array::{Array, Dtype};
+//! let world = mlx_dist::init(mlx_dist::Backend::Any).unwrap();   // size 1 without a launcher
+//! let x = mlx_dist::all_sum(&Array::ones(&[10], Dtype::F32), &world).unwrap();
+//! assert_eq!(x.to_vec::<f32>().unwrap(), vec![world.size() as f32; 10]);
+//! ```
+
+use mlx_array::backend::cpu::copy_contiguous;
+use mlx_array::{Array, ArrayData, Dtype, Error as ArrayError, Primitive, Result};
+
+use crate::{Group, ReduceOp};
+
+fn dist_err(op: &'static str, e: crate::DistError) -> ArrayError {
+    ArrayError::eval(op, e.to_string())
+}
+
+/// The input's bytes, contiguous.
+fn input_bytes(x: &Array) -> Result<ArrayData> {
+    copy_contiguous(&x.data()?, x.shape(), x.dtype())
+}
+
+/// Element-wise sum, max or min over the ranks of a group.
+#[derive(Debug, Clone)]
+pub struct AllReduce {
+    /// The combining operation.
+    pub op: ReduceOp,
+    /// The ranks taking part.
+    pub group: Group,
+}
+
+impl Primitive for AllReduce {
+    fn name(&self) -> &'static str {
+        match self.op {
+            ReduceOp::Sum => "all_sum",
+            ReduceOp::Max => "all_max",
+            ReduceOp::Min => "all_min",
+        }
+    }
+    fn eval_cpu(&self, inputs: &[Array], out: &Array) -> Result<ArrayData> {
+        let x = &inputs[0];
+        let src = input_bytes(x)?;
+        let mut data = ArrayData::alloc(out.shape(), out.dtype());
+        let n = out.nbytes();
+        let buf = data.as_mut_slice::<u8>(n);
+        buf.copy_from_slice(src.as_bytes(x.dtype(), x.size()));
+        self.group
+            .all_reduce_bytes(buf, x.dtype(), self.op)
+            .map_err(|e| dist_err(self.name(), e))?;
+        Ok(data)
+    }
+    fn vjp(&self, _inputs: &[Array], _out: &Array, ct: &Array) -> Result<Vec<Option<Array>>> {
+        // Each rank's input reaches every rank's output: the gradient of a
+        // sum over ranks is the sum of the ranks' cotangents.
+        match self.op {
+            ReduceOp::Sum => Ok(vec![Some(all_sum(ct, &self.group)?)]),
+            _ => Err(ArrayError::Invalid {
+                op: "vjp",
+                message: format!("{} has no vector-Jacobian product", self.name()),
+            }),
+        }
+    }
+}
+
+/// Concatenation of every rank's input along axis 0.
+#[derive(Debug, Clone)]
+pub struct AllGather {
+    /// The ranks taking part.
+    pub group: Group,
+}
+
+impl Primitive for AllGather {
+    fn name(&self) -> &'static str {
+        "all_gather"
+    }
+    fn eval_cpu(&self, inputs: &[Array], out: &Array) -> Result<ArrayData> {
+        let x = &inputs[0];
+        let src = input_bytes(x)?;
+        let mut data = ArrayData::alloc(out.shape(), out.dtype());
+        let buf = data.as_mut_slice::<u8>(out.nbytes());
+        self.group
+            .all_gather_into_bytes(src.as_bytes(x.dtype(), x.size()), buf, x.dtype())
+            .map_err(|e| dist_err("all_gather", e))?;
+        Ok(data)
+    }
+    fn vjp(&self, _inputs: &[Array], _out: &Array, ct: &Array) -> Result<Vec<Option<Array>>> {
+        Ok(vec![Some(sum_scatter(ct, &self.group)?)])
+    }
+}
+
+/// Sum over ranks, of which rank `r` keeps the `r`-th block along axis 0.
+#[derive(Debug, Clone)]
+pub struct SumScatter {
+    /// The ranks taking part.
+    pub group: Group,
+}
+
+impl Primitive for SumScatter {
+    fn name(&self) -> &'static str {
+        "sum_scatter"
+    }
+    fn eval_cpu(&self, inputs: &[Array], out: &Array) -> Result<ArrayData> {
+        let x = &inputs[0];
+        let src = input_bytes(x)?;
+        let block = self
+            .group
+            .sum_scatter_bytes(src.as_bytes(x.dtype(), x.size()), x.dtype())
+            .map_err(|e| dist_err("sum_scatter", e))?;
+        let mut data = ArrayData::alloc(out.shape(), out.dtype());
+        data.as_mut_slice::<u8>(out.nbytes())
+            .copy_from_slice(&block);
+        Ok(data)
+    }
+    fn vjp(&self, _inputs: &[Array], _out: &Array, ct: &Array) -> Result<Vec<Option<Array>>> {
+        Ok(vec![Some(all_gather(ct, &self.group)?)])
+    }
+}
+
+/// Sends the input to another rank; the output is the input (so the send
+/// can be kept in the graph and evaluated).
+#[derive(Debug, Clone)]
+pub struct Send {
+    /// Destination rank.
+    pub dst: usize,
+    /// The group the rank belongs to.
+    pub group: Group,
+}
+
+impl Primitive for Send {
+    fn name(&self) -> &'static str {
+        "send"
+    }
+    fn eval_cpu(&self, inputs: &[Array], _out: &Array) -> Result<ArrayData> {
+        let x = &inputs[0];
+        let src = input_bytes(x)?;
+        self.group
+            .send_bytes(src.as_bytes(x.dtype(), x.size()), x.dtype(), self.dst)
+            .map_err(|e| dist_err("send", e))?;
+        Ok(src)
+    }
+    fn vjp(&self, inputs: &[Array], _out: &Array, _ct: &Array) -> Result<Vec<Option<Array>>> {
+        mlx_array::primitive::no_gradient(inputs)
+    }
+}
+
+/// Receives an array of the output's shape and dtype from another rank.
+#[derive(Debug, Clone)]
+pub struct Recv {
+    /// Source rank.
+    pub src: usize,
+    /// The group the rank belongs to.
+    pub group: Group,
+}
+
+impl Primitive for Recv {
+    fn name(&self) -> &'static str {
+        "recv"
+    }
+    fn eval_cpu(&self, _inputs: &[Array], out: &Array) -> Result<ArrayData> {
+        let mut data = ArrayData::alloc(out.shape(), out.dtype());
+        let buf = data.as_mut_slice::<u8>(out.nbytes());
+        self.group
+            .recv_bytes(buf, out.dtype(), self.src)
+            .map_err(|e| dist_err("recv", e))?;
+        Ok(data)
+    }
+    fn vjp(&self, inputs: &[Array], _out: &Array, _ct: &Array) -> Result<Vec<Option<Array>>> {
+        mlx_array::primitive::no_gradient(inputs)
+    }
+}
+
+fn reduce(op: ReduceOp, x: &Array, group: &Group) -> Result<Array> {
+    if group.size() == 1 {
+        return Ok(x.clone());
+    }
+    Ok(Array::from_primitive(
+        AllReduce {
+            op,
+            group: group.clone(),
+        },
+        vec![x.clone()],
+        x.shape().to_vec(),
+        x.dtype(),
+    ))
+}
+
+/// Element-wise sum over the group (the identity on a group of one).
+pub fn all_sum(x: &Array, group: &Group) -> Result<Array> {
+    reduce(ReduceOp::Sum, x, group)
+}
+
+/// Element-wise maximum over the group.
+pub fn all_max(x: &Array, group: &Group) -> Result<Array> {
+    reduce(ReduceOp::Max, x, group)
+}
+
+/// Element-wise minimum over the group.
+pub fn all_min(x: &Array, group: &Group) -> Result<Array> {
+    reduce(ReduceOp::Min, x, group)
+}
+
+/// Every rank's `x` concatenated along axis 0 (a scalar counts as `[1]`).
+pub fn all_gather(x: &Array, group: &Group) -> Result<Array> {
+    let x = if x.ndim() == 0 {
+        x.reshape(&[1])?
+    } else {
+        x.clone()
+    };
+    if group.size() == 1 {
+        return Ok(x);
+    }
+    let mut shape = x.shape().to_vec();
+    shape[0] *= group.size();
+    let dtype = x.dtype();
+    Ok(Array::from_primitive(
+        AllGather {
+            group: group.clone(),
+        },
+        vec![x],
+        shape,
+        dtype,
+    ))
+}
+
+/// The sum over the group, of which this rank keeps block `rank` of `size`
+/// equal blocks along axis 0 (whose length must divide by the group size).
+pub fn sum_scatter(x: &Array, group: &Group) -> Result<Array> {
+    let n = group.size();
+    if x.ndim() == 0 || !x.shape()[0].is_multiple_of(n) {
+        return Err(ArrayError::Shape {
+            op: "sum_scatter",
+            message: format!(
+                "axis 0 of shape {:?} does not split over {n} ranks",
+                x.shape()
+            ),
+        });
+    }
+    if n == 1 {
+        return Ok(x.clone());
+    }
+    let mut shape = x.shape().to_vec();
+    shape[0] /= n;
+    Ok(Array::from_primitive(
+        SumScatter {
+            group: group.clone(),
+        },
+        vec![x.clone()],
+        shape,
+        x.dtype(),
+    ))
+}
+
+/// Sends `x` to rank `dst`; evaluate the returned array to perform the send.
+pub fn send(x: &Array, dst: usize, group: &Group) -> Result<Array> {
+    check_peer("send", dst, group)?;
+    Ok(Array::from_primitive(
+        Send {
+            dst,
+            group: group.clone(),
+        },
+        vec![x.clone()],
+        x.shape().to_vec(),
+        x.dtype(),
+    ))
+}
+
+/// Receives an array of `shape` and `dtype` from rank `src`.
+pub fn recv(shape: &[usize], dtype: Dtype, src: usize, group: &Group) -> Result<Array> {
+    check_peer("recv", src, group)?;
+    Ok(Array::from_primitive(
+        Recv {
+            src,
+            group: group.clone(),
+        },
+        vec![],
+        shape.to_vec(),
+        dtype,
+    ))
+}
+
+/// Receives an array shaped like `like` from rank `src`.
+pub fn recv_like(like: &Array, src: usize, group: &Group) -> Result<Array> {
+    recv(like.shape(), like.dtype(), src, group)
+}
+
+fn check_peer(op: &'static str, peer: usize, group: &Group) -> Result<()> {
+    if peer >= group.size() || peer == group.rank() {
+        return Err(ArrayError::Invalid {
+            op,
+            message: format!(
+                "rank {peer} is not another rank of this group (rank {} of {})",
+                group.rank(),
+                group.size()
+            ),
+        });
+    }
+    Ok(())
+}
