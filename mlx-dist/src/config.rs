@@ -12,6 +12,8 @@
 //! | `MLX_DIST_CONNECTIONS` | connections per peer and ring direction (default 1) |
 //! | `MLX_DIST_TIMEOUT_MS` | stall timeout (default 30000) |
 //! | `MLX_DIST_CONNECT_TIMEOUT_MS` | deadline to connect to every peer (default 60000) |
+//! | `MLX_DIST_SOCKET_BUFFER` | TCP send/receive buffer bytes asked for (default 0: the kernel's autotuning) |
+//! | `MLX_DIST_THREADED_BYTES` | TCP ring messages at least this large use a sender and a receiver thread per lane (default 4 MiB) |
 //!
 //! Ranks started by hand with only `MLX_RANK` and `MLX_HOSTFILE`, as with MLX,
 //! still work: the job id and secret are then derived from the host list and a
@@ -43,6 +45,12 @@ pub const ENV_CONNECTIONS: &str = "MLX_DIST_CONNECTIONS";
 pub const ENV_TIMEOUT_MS: &str = "MLX_DIST_TIMEOUT_MS";
 /// Environment variable: connect deadline in milliseconds.
 pub const ENV_CONNECT_TIMEOUT_MS: &str = "MLX_DIST_CONNECT_TIMEOUT_MS";
+
+/// Environment variable: TCP socket buffer size in bytes (0 keeps the kernel's autotuning).
+pub const ENV_SOCKET_BUFFER: &str = "MLX_DIST_SOCKET_BUFFER";
+
+/// Environment variable: message size from which the TCP ring uses threads per lane.
+pub const ENV_THREADED_BYTES: &str = "MLX_DIST_THREADED_BYTES";
 
 /// Which transport carries the collectives.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

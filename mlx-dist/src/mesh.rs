@@ -67,6 +67,11 @@ impl Mesh {
         Ok(g)
     }
 
+    /// Whether a failure has been recorded (threads of an operation stop at their next step).
+    pub(crate) fn has_failed(&self) -> bool {
+        self.failed.load(Ordering::Relaxed)
+    }
+
     pub(crate) fn link(&self, peer: usize, link: usize) -> &dyn Link {
         &*self.links[peer][link]
     }
@@ -99,7 +104,7 @@ impl Mesh {
         .encode();
         // Senders stop at their next frame boundary, so the abort frame is not
         // spliced into a payload; a stalled link is given up after the deadline.
-        let deadline = Instant::now() + Duration::from_millis(200);
+        let deadline = Instant::now() + Duration::from_millis(1000);
         for row in &self.links {
             for l in row {
                 let _ = l.send_frame_until(&h, &payload, deadline);
@@ -132,7 +137,7 @@ impl OpCtx<'_> {
         )
     }
 
-    fn io(&self, e: std::io::Error, peer: usize) -> DistError {
+    pub(crate) fn io(&self, e: std::io::Error, peer: usize) -> DistError {
         DistError::from_io(e, peer, self.op, self.mesh.stall)
     }
 
@@ -162,7 +167,22 @@ impl OpCtx<'_> {
         let l = self.mesh.link(peer, link);
         let mut hb = [0u8; HEADER_LEN];
         l.recv_exact(&mut hb).map_err(|e| self.io(e, peer))?;
-        let h = FrameHeader::decode(&hb).map_err(|source| DistError::Wire {
+        self.check_header(peer, link, &hb, buf.len())?;
+        l.recv_exact(buf).map_err(|e| self.io(e, peer))
+    }
+
+    /// Checks a received frame header against this operation and the payload
+    /// length expected; an abort frame (whose payload is read here) becomes
+    /// [`DistError::Aborted`].
+    pub(crate) fn check_header(
+        &self,
+        peer: usize,
+        link: usize,
+        hb: &[u8; HEADER_LEN],
+        expected_len: usize,
+    ) -> Result<()> {
+        let l = self.mesh.link(peer, link);
+        let h = FrameHeader::decode(hb).map_err(|source| DistError::Wire {
             peer,
             op: self.op,
             source,
@@ -192,17 +212,30 @@ impl OpCtx<'_> {
                 theirs: Self::describe(h.op, h.group, h.seq, h.dtype, h.total),
             });
         }
-        if h.len != buf.len() as u64 {
+        if h.len != expected_len as u64 {
             return Err(DistError::Mismatch {
                 peer,
                 ours: format!(
                     "{} expecting a frame of {} bytes",
                     Self::describe(self.op, self.group, self.seq, self.dtype, self.total),
-                    buf.len()
+                    expected_len
                 ),
                 theirs: format!("a frame of {} bytes", h.len),
             });
         }
-        l.recv_exact(buf).map_err(|e| self.io(e, peer))
+        Ok(())
+    }
+
+    /// The header of a frame of this operation with a `len`-byte payload.
+    pub(crate) fn header(&self, len: usize) -> [u8; HEADER_LEN] {
+        FrameHeader {
+            op: self.op,
+            dtype: self.dtype,
+            group: self.group,
+            seq: self.seq,
+            total: self.total,
+            len: len as u64,
+        }
+        .encode()
     }
 }

@@ -15,9 +15,14 @@
 use std::ops::Range;
 use std::sync::{OnceLock, mpsc};
 
+use std::io::IoSlice;
+use std::time::Instant;
+
 use crate::error::{DistError, Result};
+use crate::link::{TcpLink, poll_until};
 use crate::mesh::OpCtx;
 use crate::reduce::{ReduceOp, reduce_into};
+use crate::wire::HEADER_LEN;
 
 /// Which ring algorithm to run.
 #[derive(Clone, Copy, Debug)]
@@ -117,8 +122,341 @@ impl FirstError<'_> {
     }
 }
 
-/// Runs `phase` on every lane over `buf`, in parallel.
+/// Runs `phase` on every lane over `buf`: on this thread with non-blocking
+/// I/O when every link is TCP and the message is below [`threaded_bytes`]
+/// (see [`run_polled`]), else with a sender and a receiver thread per lane.
 pub(crate) fn run(
+    ctx: &OpCtx<'_>,
+    buf: &mut [u8],
+    lanes: &[Lane],
+    n: usize,
+    phase: Phase,
+) -> Result<()> {
+    let tcp = lanes.iter().all(|l| {
+        ctx.mesh.link(l.left, l.link).as_tcp().is_some()
+            && ctx.mesh.link(l.right, l.link).as_tcp().is_some()
+    });
+    if tcp && buf.len() < threaded_bytes() {
+        let mut scratch =
+            std::mem::take(&mut *ctx.mesh.scratch.lock().unwrap_or_else(|p| p.into_inner()));
+        let r = run_polled(ctx, buf, lanes, n, phase, &mut scratch);
+        *ctx.mesh.scratch.lock().unwrap_or_else(|p| p.into_inner()) = scratch;
+        if let Err(e) = &r {
+            ctx.mesh.fail(e, ctx.op);
+        }
+        return r;
+    }
+    run_threaded(ctx, buf, lanes, n, phase)
+}
+
+/// Messages at least this large (default 4 MiB; `MLX_DIST_THREADED_BYTES`
+/// overrides) run on the threaded ring even over TCP: with a sender and a
+/// receiver thread per lane the kernel's copies in and out of the sockets
+/// run on several cores at once, which measured faster for large messages;
+/// below it the polled ring's lack of thread hand-offs wins by far.
+fn threaded_bytes() -> usize {
+    static V: OnceLock<usize> = OnceLock::new();
+    *V.get_or_init(|| {
+        std::env::var(crate::config::ENV_THREADED_BYTES)
+            .ok()
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(4 << 20)
+    })
+}
+
+/// The steps of one lane: what it sends first and what it receives, in order.
+struct Schedule {
+    /// Blocks sent before anything is received.
+    first: Vec<Range<usize>>,
+    /// `(reduce, forward, block)` for every block received, in order.
+    recvs: Vec<(bool, bool, Range<usize>)>,
+}
+
+fn schedule(lane: &Lane, n: usize, phase: Phase, block: usize) -> Schedule {
+    let (steps, offset, reduce_steps) = match phase {
+        Phase::AllReduce(_) => (2 * (n - 1), 0, n - 1),
+        Phase::ReduceScatter(_) => (n - 1, n - 1, n - 1),
+        Phase::AllGather => (n - 1, 0, 0),
+    };
+    let chunk = |k: usize| lane.chunks[k % n].clone();
+    let first = blocks(chunk(lane.pos + offset), block).collect();
+    let mut recvs = Vec::new();
+    for i in 0..steps {
+        for b in blocks(chunk(lane.pos + offset + 2 * n - i - 1), block) {
+            recvs.push((i < reduce_steps, i + 1 < steps, b));
+        }
+    }
+    Schedule { first, recvs }
+}
+
+/// One lane's progress in [`run_polled`].
+struct PolledLane<'a> {
+    lane: &'a Lane,
+    left: &'a TcpLink,
+    right: &'a TcpLink,
+    sched: Schedule,
+    /// Blocks ready to send, in order; the front one has `sent` bytes (header included) out.
+    queue: std::collections::VecDeque<Range<usize>>,
+    sent: usize,
+    header_out: [u8; HEADER_LEN],
+    /// Next entry of `sched.recvs`, and how much of its frame has arrived.
+    next: usize,
+    header_in: [u8; HEADER_LEN],
+    got: usize,
+}
+
+impl PolledLane<'_> {
+    fn done(&self) -> bool {
+        self.queue.is_empty() && self.next == self.sched.recvs.len()
+    }
+
+    /// Writes as much as the socket takes; `Ok(true)` if anything was written.
+    fn push(&mut self, ctx: &OpCtx<'_>, buf: SharedBuf) -> Result<bool> {
+        let mut progress = false;
+        while let Some(b) = self.queue.front().cloned() {
+            if self.sent == 0 {
+                self.header_out = ctx.header(b.len());
+            }
+            // SAFETY: only this lane's thread touches this lane's ranges, and
+            // it writes a queued block only after it has left the queue.
+            let payload = unsafe { buf.get(b.clone()) };
+            let r = if self.sent < HEADER_LEN {
+                self.right.try_write(&[
+                    IoSlice::new(&self.header_out[self.sent..]),
+                    IoSlice::new(payload),
+                ])
+            } else {
+                self.right
+                    .try_write(&[IoSlice::new(&payload[self.sent - HEADER_LEN..])])
+            };
+            match r {
+                Ok(0) => {
+                    return Err(ctx.io(std::io::ErrorKind::WriteZero.into(), self.lane.right));
+                }
+                Ok(k) => {
+                    progress = true;
+                    self.sent += k;
+                    if self.sent == HEADER_LEN + b.len() {
+                        self.queue.pop_front();
+                        self.sent = 0;
+                    }
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(ctx.io(e, self.lane.right)),
+            }
+        }
+        Ok(progress)
+    }
+
+    /// Reads what has arrived, reducing and forwarding complete blocks.
+    fn pull(
+        &mut self,
+        ctx: &OpCtx<'_>,
+        buf: SharedBuf,
+        scratch: &mut [u8],
+        op: Option<ReduceOp>,
+    ) -> Result<bool> {
+        let mut progress = false;
+        while self.next < self.sched.recvs.len() {
+            let (reduce, forward, b) = self.sched.recvs[self.next].clone();
+            let r = if self.got < HEADER_LEN {
+                self.left.try_read(&mut self.header_in[self.got..])
+            } else {
+                let at = self.got - HEADER_LEN;
+                let target = if reduce {
+                    &mut scratch[at..b.len()]
+                } else {
+                    // SAFETY: as in `push`; a block being received is not queued.
+                    unsafe { buf.get_mut(b.start + at..b.end) }
+                };
+                self.left.try_read(target)
+            };
+            match r {
+                Ok(0) => {
+                    return Err(ctx.io(std::io::ErrorKind::UnexpectedEof.into(), self.lane.left));
+                }
+                Ok(k) => {
+                    progress = true;
+                    self.got += k;
+                    if self.got == HEADER_LEN {
+                        ctx.check_header(self.lane.left, self.lane.link, &self.header_in, b.len())?;
+                    }
+                    if self.got == HEADER_LEN + b.len() {
+                        if let (true, Some(op)) = (reduce, op) {
+                            // SAFETY: as above.
+                            let dst = unsafe { buf.get_mut(b.clone()) };
+                            reduce_into(dst, &scratch[..b.len()], ctx.dtype, op);
+                        }
+                        if forward {
+                            self.queue.push_back(b);
+                        }
+                        self.next += 1;
+                        self.got = 0;
+                    }
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(ctx.io(e, self.lane.left)),
+            }
+        }
+        Ok(progress)
+    }
+}
+
+/// Runs every lane on the calling thread over non-blocking TCP links: each lane
+/// writes what its socket takes, reads what has arrived, reduces and
+/// forwards complete blocks, and the thread sleeps in `poll` only when no
+/// lane can move. No thread is spawned and no buffer allocated per
+/// operation (the reduction scratch is the mesh's).
+///
+/// Ordering: a block is forwarded only after it has been completely
+/// received (and reduced), and a chunk is overwritten only after the right
+/// neighbour has received what we sent of it (ring causality), so a queued
+/// send never sees a half-updated block.
+fn run_polled(
+    ctx: &OpCtx<'_>,
+    buf: &mut [u8],
+    lanes: &[Lane],
+    n: usize,
+    phase: Phase,
+    scratch: &mut Vec<Vec<u64>>,
+) -> Result<()> {
+    let elem = ctx.dtype.size_of();
+    let block = (ctx.mesh.block / elem).max(1) * elem;
+    let op = match phase {
+        Phase::AllReduce(op) | Phase::ReduceScatter(op) => Some(op),
+        Phase::AllGather => None,
+    };
+    let words = block.div_ceil(8) + 1;
+    scratch.resize_with(lanes.len().max(scratch.len()), Vec::new);
+    for v in scratch.iter_mut() {
+        v.resize(words, 0);
+    }
+    let shared = SharedBuf {
+        ptr: buf.as_mut_ptr(),
+        len: buf.len(),
+    };
+    drive(ctx, shared, lanes, n, phase, block, op, scratch)
+}
+
+/// Drives `lanes` to completion on this thread.
+#[allow(clippy::too_many_arguments)]
+fn drive(
+    ctx: &OpCtx<'_>,
+    buf: SharedBuf,
+    lanes: &[Lane],
+    n: usize,
+    phase: Phase,
+    block: usize,
+    op: Option<ReduceOp>,
+    scratch: &mut [Vec<u64>],
+) -> Result<()> {
+    let mut state: Vec<PolledLane<'_>> = lanes
+        .iter()
+        .map(|lane| {
+            let tcp = |peer| {
+                ctx.mesh
+                    .link(peer, lane.link)
+                    .as_tcp()
+                    .expect("checked by run")
+            };
+            let sched = schedule(lane, n, phase, block);
+            PolledLane {
+                lane,
+                left: tcp(lane.left),
+                right: tcp(lane.right),
+                queue: sched.first.iter().cloned().collect(),
+                sched,
+                sent: 0,
+                header_out: [0; HEADER_LEN],
+                next: 0,
+                header_in: [0; HEADER_LEN],
+                got: 0,
+            }
+        })
+        .collect();
+    let writers: Vec<_> = state.iter().map(|l| l.right.lock_writes()).collect();
+    let mut fds: Vec<libc::pollfd> = Vec::with_capacity(2 * lanes.len());
+    let result = (|| -> Result<()> {
+        loop {
+            if ctx.mesh.has_failed() {
+                return Err(DistError::Poisoned(
+                    "another lane of this operation failed".into(),
+                ));
+            }
+            let mut progress = false;
+            for (l, s) in state.iter_mut().zip(scratch.iter_mut()) {
+                progress |= l.push(ctx, buf)?;
+                progress |= l.pull(ctx, buf, bytemuck::cast_slice_mut(s), op)?;
+                // What was just received may be sendable at once.
+                progress |= l.push(ctx, buf)?;
+            }
+            if state.iter().all(PolledLane::done) {
+                return Ok(());
+            }
+            if progress {
+                continue;
+            }
+            fds.clear();
+            for l in &state {
+                if l.next < l.sched.recvs.len() {
+                    fds.push(libc::pollfd {
+                        fd: l.left.fd(),
+                        events: libc::POLLIN,
+                        revents: 0,
+                    });
+                }
+                if !l.queue.is_empty() {
+                    fds.push(libc::pollfd {
+                        fd: l.right.fd(),
+                        events: libc::POLLOUT,
+                        revents: 0,
+                    });
+                }
+            }
+            let ready = poll_until(&mut fds, Instant::now() + ctx.mesh.stall)
+                .map_err(|e| ctx.io(e, lanes[0].left))?;
+            if ready == 0 {
+                // Blame the peer we are waiting to hear from, else the one not taking our data.
+                let peer = state
+                    .iter()
+                    .find(|l| l.next < l.sched.recvs.len())
+                    .map_or(lanes[0].right, |l| l.lane.left);
+                return Err(DistError::Stalled {
+                    peer,
+                    op: ctx.op,
+                    timeout: ctx.mesh.stall,
+                });
+            }
+            if let Some(bad) = fds.iter().position(|p| p.revents & libc::POLLNVAL != 0) {
+                let peer = state
+                    .iter()
+                    .find(|l| l.left.fd() == fds[bad].fd)
+                    .map_or(lanes[0].right, |l| l.lane.left);
+                return Err(ctx.io(std::io::ErrorKind::NotConnected.into(), peer));
+            }
+        }
+    })();
+    if result.is_err() {
+        for l in &state {
+            if l.sent > 0 {
+                l.right.mark_torn();
+            }
+        }
+        drop(writers);
+        // Wake the other lanes of this operation (they check the flag each round).
+        if let Err(e) = &result
+            && !matches!(e, DistError::Poisoned(_))
+        {
+            ctx.mesh.fail(e, ctx.op);
+        }
+    }
+    result
+}
+
+/// Runs `phase` on every lane over `buf`, a sender and a receiver thread per lane.
+fn run_threaded(
     ctx: &OpCtx<'_>,
     buf: &mut [u8],
     lanes: &[Lane],

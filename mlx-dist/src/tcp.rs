@@ -94,9 +94,9 @@ pub(crate) fn connect_mesh(cfg: &Config, listener: TcpListener) -> Result<Mesh> 
         if peer != rank {
             for st in row {
                 let st = st.expect("every link was filled");
-                tune(&st, cfg.stall_timeout)
+                let link = TcpLink::new(st, cfg.stall_timeout)
                     .map_err(|e| DistError::Config(format!("socket options: {e}")))?;
-                v.push(Box::new(TcpLink::new(st)));
+                v.push(Box::new(link));
             }
         }
         links.push(v);
