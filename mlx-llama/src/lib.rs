@@ -1,1 +1,19 @@
-//! The Llama model and its data-parallel trainer (filled by a later issue).
+//! The Llama model and its data-parallel trainer: the end-to-end experiment
+//! of this workspace.
+//!
+//! ```no_run
+//! use mlx_llama::{train, TrainConfig};
+//! let world = mlx_dist::init(mlx_dist::Backend::Any)?;   // size 1 without mlx-launch
+//! let summary = train(&TrainConfig::default(), &world)?; // the reference experiment
+//! println!("final loss {:?}", summary.losses.last());
+//! # Ok::<(), anyhow::Error>(())
+//! ```
+pub mod checkpoint;
+pub mod config;
+pub mod metrics;
+pub mod model;
+pub mod trainer;
+
+pub use config::{Batching, DataSource, ScheduleKind, TokenizerChoice, TrainConfig};
+pub use model::{KvCache, Llama, LlamaConfig};
+pub use trainer::{Summary, train};

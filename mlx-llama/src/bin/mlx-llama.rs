@@ -1,0 +1,293 @@
+//! `mlx-llama`: train the Llama model (on 1 rank, or N under `mlx-launch`)
+//! and sample text from a checkpoint.
+
+use std::path::PathBuf;
+
+use anyhow::{Context, Result, bail};
+use clap::{Args, Parser, Subcommand};
+use mlx_llama::{
+    Batching, DataSource, Llama, LlamaConfig, ScheduleKind, TokenizerChoice, TrainConfig, train,
+};
+use mlx_nn::ModuleExt;
+
+#[derive(Parser)]
+#[command(about = "Train a small Llama data-parallel, or sample from a checkpoint")]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Train (the same program on 1 rank or N ranks under mlx-launch).
+    Train(TrainArgs),
+    /// Sample text from a checkpoint.
+    Generate(GenerateArgs),
+}
+
+#[derive(Args, Debug)]
+struct TrainArgs {
+    /// Optimizer steps.
+    #[arg(long, default_value_t = 100)]
+    steps: u64,
+    /// Sequences per step across all ranks.
+    #[arg(long, default_value_t = 4)]
+    global_batch: usize,
+    /// Sequences per step on each rank (overrides --global-batch).
+    #[arg(long)]
+    per_rank_batch: Option<usize>,
+    /// Tokens per sequence.
+    #[arg(long, default_value_t = 512)]
+    block_size: usize,
+    /// Peak learning rate (AdamW).
+    #[arg(long, default_value_t = 3e-4)]
+    lr: f64,
+    /// Schedule after warmup.
+    #[arg(long, value_enum, default_value_t = ScheduleKind::Constant)]
+    schedule: ScheduleKind,
+    /// Linear warmup steps.
+    #[arg(long, default_value_t = 0)]
+    warmup: u64,
+    /// AdamW weight decay.
+    #[arg(long, default_value_t = 0.01)]
+    weight_decay: f64,
+    /// Clip the gradient norm to this.
+    #[arg(long)]
+    grad_clip: Option<f64>,
+    /// Micro-batches accumulated per step.
+    #[arg(long, default_value_t = 1)]
+    grad_accumulation: usize,
+    /// Seed of the weights and the data order.
+    #[arg(long, default_value_t = 42)]
+    seed: u64,
+    /// Data: auto (Hub, else offline), offline, hub, text:TRAIN,VALID or jsonl:TRAIN,VALID.
+    #[arg(long, default_value = "auto")]
+    data: String,
+    /// Tokenizer: auto, a tokenizer.json path, gpt2:DIR (vocab.json + merges.txt) or train:N.
+    #[arg(long, default_value = "auto")]
+    tokenizer: String,
+    /// Padding (one story per row) or packing.
+    #[arg(long, value_enum, default_value_t = Batching::Pack)]
+    batching: Batching,
+    /// Model: layers.
+    #[arg(long, default_value_t = 4)]
+    layers: usize,
+    /// Model: width.
+    #[arg(long, default_value_t = 256)]
+    dims: usize,
+    /// Model: heads.
+    #[arg(long, default_value_t = 4)]
+    heads: usize,
+    /// Model: MLP width.
+    #[arg(long, default_value_t = 512)]
+    mlp_dims: usize,
+    /// Model: vocabulary (grown to the tokenizer's if smaller).
+    #[arg(long, default_value_t = 50257)]
+    vocab: usize,
+    /// Evaluate every N steps (0: never).
+    #[arg(long, default_value_t = 0)]
+    eval_every: u64,
+    /// Validation batches per rank per evaluation.
+    #[arg(long, default_value_t = 4)]
+    eval_batches: usize,
+    /// Checkpoint every N steps (always at the end).
+    #[arg(long, default_value_t = 0)]
+    checkpoint_every: u64,
+    /// Run folder for metrics and checkpoints.
+    #[arg(long, default_value = "runs/latest")]
+    out: PathBuf,
+    /// Continue from the latest checkpoint in the run folder.
+    #[arg(long)]
+    resume: bool,
+    /// Start afresh even if the run folder has checkpoints (they are removed).
+    #[arg(long)]
+    fresh: bool,
+    /// Log every N steps.
+    #[arg(long, default_value_t = 1)]
+    log_every: u64,
+    /// Device: cpu (gpu is not available yet).
+    #[arg(long, default_value = "cpu")]
+    device: String,
+    /// Collective backend: any, ring, quic, mpi.
+    #[arg(long, default_value = "any")]
+    backend: String,
+    /// Write the run's summary as JSON to this file (rank 0).
+    #[arg(long)]
+    summary: Option<PathBuf>,
+}
+
+#[derive(Args, Debug)]
+struct GenerateArgs {
+    /// A run folder (its latest checkpoint) or a checkpoint folder.
+    #[arg(long, default_value = "runs/latest")]
+    checkpoint: PathBuf,
+    /// Text to continue.
+    #[arg(long, default_value = "Once upon a time")]
+    prompt: String,
+    /// Tokens to sample.
+    #[arg(long, default_value_t = 100)]
+    max_tokens: usize,
+    /// Sampling temperature (0: greedy).
+    #[arg(long, default_value_t = 0.8)]
+    temperature: f64,
+    /// Sampling seed.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+}
+
+fn pair(s: &str) -> Result<(PathBuf, PathBuf)> {
+    let (a, b) = s
+        .split_once(',')
+        .with_context(|| format!("expected TRAIN,VALID paths, got `{s}`"))?;
+    Ok((a.into(), b.into()))
+}
+
+fn data_source(s: &str) -> Result<DataSource> {
+    Ok(match s {
+        "auto" => DataSource::Auto,
+        "offline" => DataSource::Offline,
+        "hub" => DataSource::Hub,
+        _ if s.starts_with("text:") => {
+            let (train, validation) = pair(&s[5..])?;
+            DataSource::Text { train, validation }
+        }
+        _ if s.starts_with("jsonl:") => {
+            let (train, validation) = pair(&s[6..])?;
+            DataSource::JsonLines { train, validation }
+        }
+        _ => bail!(
+            "unknown --data `{s}`: use auto, offline, hub, text:TRAIN,VALID or jsonl:TRAIN,VALID"
+        ),
+    })
+}
+
+fn tokenizer(s: &str) -> Result<TokenizerChoice> {
+    Ok(match s {
+        "auto" => TokenizerChoice::Auto,
+        _ if s.starts_with("gpt2:") => TokenizerChoice::Gpt2Files(s[5..].into()),
+        _ if s.starts_with("train:") => TokenizerChoice::Train(
+            s[6..]
+                .parse()
+                .with_context(|| format!("bad vocabulary size in `{s}`"))?,
+        ),
+        _ => TokenizerChoice::File(s.into()),
+    })
+}
+
+fn config(a: &TrainArgs) -> Result<TrainConfig> {
+    Ok(TrainConfig {
+        model: LlamaConfig {
+            num_layers: a.layers,
+            vocab_size: a.vocab,
+            dims: a.dims,
+            mlp_dims: a.mlp_dims,
+            num_heads: a.heads,
+            ..LlamaConfig::default()
+        },
+        steps: a.steps,
+        global_batch: a.global_batch,
+        per_rank_batch: a.per_rank_batch,
+        block_size: a.block_size,
+        learning_rate: a.lr,
+        schedule: a.schedule,
+        warmup: a.warmup,
+        weight_decay: a.weight_decay,
+        grad_clip: a.grad_clip,
+        grad_accumulation: a.grad_accumulation,
+        seed: a.seed,
+        data: data_source(&a.data)?,
+        tokenizer: tokenizer(&a.tokenizer)?,
+        batching: a.batching,
+        eval_every: a.eval_every,
+        eval_batches: a.eval_batches,
+        checkpoint_every: a.checkpoint_every,
+        out_dir: a.out.clone(),
+        log_every: a.log_every,
+        all_reduce_size: 32 << 20,
+        device: a.device.clone(),
+    })
+}
+
+fn run_train(a: TrainArgs) -> Result<()> {
+    let cfg = config(&a)?;
+    let backend = mlx_dist::Backend::from_name(&a.backend)
+        .with_context(|| format!("unknown --backend `{}`", a.backend))?;
+    let group = mlx_dist::init(backend).context("joining the distributed job")?;
+    let has_checkpoint = mlx_llama::checkpoint::latest(&cfg.out_dir)?.is_some();
+    if has_checkpoint && !a.resume {
+        if !a.fresh {
+            bail!(
+                "{} already holds checkpoints: pass --resume to continue, or --fresh to start over",
+                cfg.out_dir.display()
+            );
+        }
+        group.barrier()?;
+        if group.rank() == 0 {
+            std::fs::remove_dir_all(cfg.out_dir.join("checkpoints")).ok();
+            std::fs::remove_file(cfg.out_dir.join("metrics.jsonl")).ok();
+        }
+        group.barrier()?;
+    }
+    let s = train(&cfg, &group)?;
+    if group.rank() == 0 {
+        println!(
+            "done: {} steps, final loss {:.4}, median {:.0} ms/step, {:.0} tokens/s, peak {:.0} MiB per rank; checkpoint {}",
+            s.losses.len(),
+            s.losses.last().copied().unwrap_or(f32::NAN),
+            s.median_ms,
+            s.tokens_per_s,
+            s.peak_mib,
+            s.checkpoint
+                .as_ref()
+                .map_or("none".into(), |p| p.display().to_string())
+        );
+        if let Some(p) = &a.summary {
+            std::fs::write(p, serde_json::to_string_pretty(&s)?)
+                .with_context(|| format!("writing {}", p.display()))?;
+        }
+    }
+    Ok(())
+}
+
+fn run_generate(a: GenerateArgs) -> Result<()> {
+    let dir = if a.checkpoint.join("manifest.json").exists() {
+        a.checkpoint.clone()
+    } else {
+        mlx_llama::checkpoint::latest(&a.checkpoint)?
+            .with_context(|| format!("{} holds no checkpoint", a.checkpoint.display()))?
+    };
+    let text = std::fs::read_to_string(dir.join("manifest.json"))?;
+    let manifest: mlx_llama::checkpoint::Manifest = serde_json::from_str(&text)?;
+    let cfg: TrainConfig = serde_json::from_value(manifest.config.clone())
+        .context("the checkpoint's configuration")?;
+    let model_cfg = LlamaConfig {
+        vocab_size: manifest.vocab_size,
+        ..cfg.model.clone()
+    };
+    let mut model = Llama::new(&model_cfg, 0)?;
+    model.load_weights(dir.join("model.safetensors"))?;
+    let data = mlx_data::prepare(&mlx_llama::trainer::data_config_for(&cfg))
+        .context("loading the tokenizer")?;
+    let ids = data.tokenizer.encode(&a.prompt)?;
+    let out = model.generate(&ids, a.max_tokens, a.temperature, a.seed)?;
+    println!("{}{}", a.prompt, data.tokenizer.decode(&out)?);
+    Ok(())
+}
+
+fn main() {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("MLX_LOG")
+                .unwrap_or_else(|_| "warn".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let result = match Cli::parse().cmd {
+        Cmd::Train(a) => run_train(a),
+        Cmd::Generate(a) => run_generate(a),
+    };
+    if let Err(e) = result {
+        eprintln!("error: {e:#}");
+        std::process::exit(1);
+    }
+}

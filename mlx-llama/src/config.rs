@@ -1,0 +1,149 @@
+//! Everything a training run is configured by, serialisable into checkpoints.
+
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+use crate::LlamaConfig;
+
+/// Where the text comes from.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum DataSource {
+    /// TinyStories from the Hub, else the built-in offline corpus.
+    Auto,
+    /// The built-in offline corpus only.
+    Offline,
+    /// TinyStories from the Hub only.
+    Hub,
+    /// Local text files: train and validation paths, stories separated by `<|endoftext|>`.
+    Text { train: PathBuf, validation: PathBuf },
+    /// Local JSON Lines with a `text` field.
+    JsonLines { train: PathBuf, validation: PathBuf },
+}
+
+/// Which tokenizer to use.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum TokenizerChoice {
+    /// GPT-2 from the Hub, else a byte-level BPE trained on the corpus.
+    Auto,
+    /// A `tokenizer.json` file.
+    File(PathBuf),
+    /// A folder with GPT-2's `vocab.json` and `merges.txt`.
+    Gpt2Files(PathBuf),
+    /// A byte-level BPE of this size trained on the corpus.
+    Train(usize),
+}
+
+/// Learning-rate schedule after warmup.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize, clap::ValueEnum)]
+pub enum ScheduleKind {
+    /// The base rate throughout.
+    Constant,
+    /// Cosine decay to 10% of the base rate at the last step.
+    Cosine,
+}
+
+/// Padding or packing of stories into rows.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize, clap::ValueEnum)]
+pub enum Batching {
+    /// One story per row, truncated or padded (padding does not count in the loss).
+    Pad,
+    /// Stories concatenated and cut into contiguous windows.
+    Pack,
+}
+
+/// A training run.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TrainConfig {
+    /// The model (its vocabulary grows to the tokenizer's if that is larger).
+    pub model: LlamaConfig,
+    /// Optimizer steps.
+    pub steps: u64,
+    /// Sequences per step across all ranks (split evenly), unless `per_rank_batch` is set.
+    pub global_batch: usize,
+    /// Sequences per step on each rank (overrides `global_batch`).
+    pub per_rank_batch: Option<usize>,
+    /// Tokens predicted per sequence.
+    pub block_size: usize,
+    /// Peak learning rate.
+    pub learning_rate: f64,
+    /// Schedule after warmup.
+    pub schedule: ScheduleKind,
+    /// Linear warmup steps from 0.
+    pub warmup: u64,
+    /// AdamW's decoupled weight decay.
+    pub weight_decay: f64,
+    /// Clip the global gradient norm to this.
+    pub grad_clip: Option<f64>,
+    /// Micro-batches accumulated per optimizer step.
+    pub grad_accumulation: usize,
+    /// Seed of the initial weights and the data order.
+    pub seed: u64,
+    /// Text source.
+    pub data: DataSource,
+    /// Tokenizer.
+    pub tokenizer: TokenizerChoice,
+    /// Padding or packing.
+    pub batching: Batching,
+    /// Evaluate on the validation split every this many steps (0: never).
+    pub eval_every: u64,
+    /// Validation batches per rank per evaluation.
+    pub eval_batches: usize,
+    /// Checkpoint every this many steps (0: only at the end).
+    pub checkpoint_every: u64,
+    /// Run folder: metrics, checkpoints.
+    pub out_dir: PathBuf,
+    /// Log every this many steps.
+    pub log_every: u64,
+    /// Bucket size of gradient averaging in bytes.
+    pub all_reduce_size: usize,
+    /// Device: `cpu` (the GPU backend is not available yet).
+    pub device: String,
+}
+
+impl Default for TrainConfig {
+    /// The reference experiment: the reference Llama, batch 4 x 512, AdamW 3e-4, seed 42, 100 steps.
+    fn default() -> Self {
+        TrainConfig {
+            model: LlamaConfig::default(),
+            steps: 100,
+            global_batch: 4,
+            per_rank_batch: None,
+            block_size: 512,
+            learning_rate: 3e-4,
+            schedule: ScheduleKind::Constant,
+            warmup: 0,
+            weight_decay: 0.01,
+            grad_clip: None,
+            grad_accumulation: 1,
+            seed: 42,
+            data: DataSource::Auto,
+            tokenizer: TokenizerChoice::Auto,
+            batching: Batching::Pack,
+            eval_every: 0,
+            eval_batches: 4,
+            checkpoint_every: 0,
+            out_dir: PathBuf::from("runs/latest"),
+            log_every: 1,
+            all_reduce_size: 32 << 20,
+            device: "cpu".into(),
+        }
+    }
+}
+
+impl TrainConfig {
+    /// The parts of the configuration a checkpoint must agree with to resume.
+    pub fn resume_key(&self) -> serde_json::Value {
+        serde_json::json!({
+            "model": self.model,
+            "global_batch": self.global_batch,
+            "per_rank_batch": self.per_rank_batch,
+            "block_size": self.block_size,
+            "grad_accumulation": self.grad_accumulation,
+            "seed": self.seed,
+            "data": self.data,
+            "tokenizer": self.tokenizer,
+            "batching": self.batching,
+        })
+    }
+}

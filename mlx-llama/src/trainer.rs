@@ -1,0 +1,411 @@
+//! The data-parallel training loop: the same program on 1 or N ranks.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Instant;
+
+use anyhow::{Context, Result, anyhow, bail};
+use mlx_array::{Array, Dtype, Tree, eval, memory};
+use mlx_data::{
+    BatchMode, BatchSize, DataConfig, DataLoader, LoaderConfig, LoaderState, Prefetcher,
+    TokenStore, TokenizerSpec,
+};
+use mlx_dist::Group;
+use mlx_nn::losses::{CrossEntropyOptions, Reduction, cross_entropy};
+use mlx_nn::{AverageOptions, ModuleExt, average_gradients, value_and_grad};
+use mlx_optim::{AdamW, Optimizer, Schedule, schedule};
+
+use crate::checkpoint::{self, Manifest};
+use crate::config::{Batching, DataSource, ScheduleKind, TokenizerChoice, TrainConfig};
+use crate::metrics::{Reporter, StepMetrics};
+use crate::{Llama, LlamaConfig};
+
+/// What a finished run reports.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct Summary {
+    /// Training loss of every step run (the world's mean).
+    pub losses: Vec<f32>,
+    /// Validation losses `(step, loss)`.
+    pub val_losses: Vec<(u64, f32)>,
+    /// Median milliseconds per step (steps after the first).
+    pub median_ms: f64,
+    /// Tokens per second over the world at the median step time.
+    pub tokens_per_s: f64,
+    /// This rank's peak array memory, MiB.
+    pub peak_mib: f64,
+    /// Where the last checkpoint went.
+    pub checkpoint: Option<PathBuf>,
+    /// Which data source was used (`hub`, `local` or `offline`).
+    pub source: String,
+}
+
+/// The data pipeline settings of a run (also used to find its tokenizer again).
+pub fn data_config_for(cfg: &TrainConfig) -> DataConfig {
+    use mlx_data::{LocalFormat, LocalSource, OfflineCorpus, SourceSpec};
+    let mut d = DataConfig::default();
+    d.source = match &cfg.data {
+        DataSource::Auto => d.source.clone(),
+        DataSource::Offline => SourceSpec::Offline(OfflineCorpus::default()),
+        DataSource::Hub => match &d.source {
+            SourceSpec::Auto { hub, .. } => SourceSpec::Hub(hub.clone()),
+            s => s.clone(),
+        },
+        DataSource::Text { train, validation } => SourceSpec::Local(LocalSource {
+            train: train.clone(),
+            validation: validation.clone(),
+            format: LocalFormat::Text {
+                separator: "<|endoftext|>".into(),
+            },
+        }),
+        DataSource::JsonLines { train, validation } => SourceSpec::Local(LocalSource {
+            train: train.clone(),
+            validation: validation.clone(),
+            format: LocalFormat::JsonLines,
+        }),
+    };
+    d.tokenizer = match &cfg.tokenizer {
+        TokenizerChoice::Auto => TokenizerSpec::default(),
+        TokenizerChoice::File(p) => TokenizerSpec::File(p.clone()),
+        TokenizerChoice::Gpt2Files(dir) => TokenizerSpec::VocabMerges {
+            vocab: dir.join("vocab.json"),
+            merges: dir.join("merges.txt"),
+        },
+        TokenizerChoice::Train(n) => TokenizerSpec::TrainByteLevel { vocab_size: *n },
+    };
+    d
+}
+
+fn lr_schedule(cfg: &TrainConfig) -> Result<Schedule> {
+    let lr = cfg.learning_rate;
+    let main = match cfg.schedule {
+        ScheduleKind::Constant => schedule::constant(lr),
+        ScheduleKind::Cosine => {
+            schedule::cosine_decay(lr, cfg.steps.saturating_sub(cfg.warmup).max(1), lr * 0.1)?
+        }
+    };
+    if cfg.warmup == 0 {
+        return Ok(main);
+    }
+    let warm = schedule::linear_schedule(0.0, lr, cfg.warmup)?;
+    Ok(schedule::join_schedules(vec![warm, main], &[cfg.warmup])?)
+}
+
+fn loader(
+    store: Arc<TokenStore>,
+    cfg: &TrainConfig,
+    group: &Group,
+    batch: BatchSize,
+) -> Result<DataLoader> {
+    let lc = LoaderConfig {
+        block_size: cfg.block_size,
+        batch,
+        mode: match cfg.batching {
+            Batching::Pad => BatchMode::Pad,
+            Batching::Pack => BatchMode::Pack,
+        },
+        seed: cfg.seed,
+        rank: group.rank(),
+        world: group.size(),
+        release_pages: true,
+    };
+    Ok(DataLoader::new(store, lc)?)
+}
+
+/// The per-rank batch size, or a clear error.
+fn per_rank(cfg: &TrainConfig, world: usize) -> Result<BatchSize> {
+    if let Some(b) = cfg.per_rank_batch {
+        return Ok(BatchSize::PerRank(b));
+    }
+    if cfg.global_batch == 0 || !cfg.global_batch.is_multiple_of(world) {
+        bail!(
+            "the global batch of {} sequences does not split evenly over {world} ranks (use a multiple of {world}, or --per-rank-batch)",
+            cfg.global_batch
+        );
+    }
+    Ok(BatchSize::Global(cfg.global_batch))
+}
+
+/// A micro-batch's inputs, targets and loss weights.
+struct Micro {
+    x: Array,
+    y: Array,
+    mask: Array,
+}
+
+fn micro(b: &mlx_data::Batch) -> Result<Micro> {
+    let (x, y) = b.inputs_targets()?;
+    Ok(Micro {
+        x,
+        y,
+        mask: b.loss_mask_array()?,
+    })
+}
+
+/// Sum of the masked per-token losses of a micro-batch.
+fn loss_sum(model: &Llama, m: &Micro) -> mlx_array::Result<Array> {
+    let opts = CrossEntropyOptions {
+        reduction: Reduction::Sum,
+        weights: Some(m.mask.clone()),
+        ..Default::default()
+    };
+    cross_entropy(&model.forward(&m.x)?, &m.y, &opts)
+}
+
+/// Mean validation loss over every rank's shard (`eval_batches` batches each).
+fn evaluate(model: &Llama, val: &mut DataLoader, batches: usize, group: &Group) -> Result<f32> {
+    let mut sum = Array::zeros(&[], Dtype::F32);
+    let mut count = Array::zeros(&[], Dtype::F32);
+    for _ in 0..batches {
+        let m = micro(&val.next_batch()?)?;
+        sum = sum.add(&loss_sum(model, &m)?)?;
+        count = count.add(&m.mask.sum_all()?)?;
+        eval((&sum, &count))?;
+    }
+    let both = mlx_dist::all_sum(&mlx_array::stack(&[sum, count], 0)?, group)?.to_vec::<f32>()?;
+    Ok(both[0] / both[1].max(1.0))
+}
+
+/// Trains on `group` as configured. Every rank calls this with the same
+/// configuration; rank 0 reports and writes checkpoints.
+pub fn train(cfg: &TrainConfig, group: &Group) -> Result<Summary> {
+    if cfg.device != "cpu" {
+        bail!(
+            "device `{}` is not available: this build runs on the CPU only (the GPU backend is not implemented yet)",
+            cfg.device
+        );
+    }
+    if cfg.grad_accumulation == 0 || cfg.steps == 0 || cfg.block_size == 0 {
+        bail!("steps, block size and gradient accumulation must all be at least 1");
+    }
+    let (rank, world) = (group.rank(), group.size());
+    let batch = per_rank(cfg, world)?;
+    let data = mlx_data::prepare(&data_config_for(cfg)).context("preparing the data")?;
+    if rank == 0 {
+        tracing::info!(
+            rank,
+            source = data.source_kind,
+            vocab = data.tokenizer.vocab_size(),
+            "data ready"
+        );
+    }
+    let vocab = cfg.model.vocab_size.max(data.tokenizer.vocab_size());
+    let model_cfg = LlamaConfig {
+        vocab_size: vocab,
+        ..cfg.model.clone()
+    };
+    let mut model = Llama::new(&model_cfg, cfg.seed)?;
+    let mut opt = AdamW::new(lr_schedule(cfg)?).weight_decay(cfg.weight_decay);
+    let mut train_loader = loader(data.train.clone(), cfg, group, batch)?;
+    let mut val_loader = loader(data.validation.clone(), cfg, group, batch)?;
+
+    let resume_key = cfg.resume_key();
+    let mut first_step = 0;
+    if let Some(dir) = checkpoint::latest(&cfg.out_dir)? {
+        let m = checkpoint::read_manifest(&dir, &resume_key, world)?;
+        model
+            .load_weights(dir.join("model.safetensors"))
+            .with_context(|| format!("loading the model from {}", dir.display()))?;
+        opt.load_state(
+            &dir.join("optimizer.safetensors"),
+            &model.trainable_parameters(),
+        )
+        .map_err(|e| anyhow!("loading the optimizer from {}: {e}", dir.display()))?;
+        let state_path = dir.join(format!("loader_rank{rank}.json"));
+        let state = LoaderState::from_json(
+            &std::fs::read_to_string(&state_path)
+                .with_context(|| format!("reading {}", state_path.display()))?,
+        )?;
+        train_loader.restore(&state)?;
+        first_step = m.step;
+        if rank == 0 {
+            println!("resuming from {} at step {}", dir.display(), m.step);
+        }
+    }
+    eval(&model.parameters())?;
+    if rank == 0 {
+        println!(
+            "training {} parameters on {world} rank(s): {} steps, {} sequences of {} tokens per step, {} data, vocabulary {vocab}",
+            model.num_parameters(),
+            cfg.steps,
+            match batch {
+                BatchSize::Global(b) => b,
+                BatchSize::PerRank(b) => b * world,
+            } * cfg.grad_accumulation,
+            cfg.block_size,
+            data.source_kind
+        );
+    }
+    let mut batches = Prefetcher::spawn(train_loader, 4)?;
+    let mut reporter = if rank == 0 {
+        Some(Reporter::new(&cfg.out_dir, cfg.steps, first_step)?)
+    } else {
+        None
+    };
+    let avg = AverageOptions {
+        all_reduce_size: cfg.all_reduce_size,
+        communication_dtype: None,
+    };
+    let vg = value_and_grad(|m: &Llama, (micro, scale): &(Micro, f64)| {
+        loss_sum(m, micro)?.mul_scalar(*scale)
+    });
+
+    let mut summary = Summary {
+        losses: vec![],
+        val_losses: vec![],
+        median_ms: 0.0,
+        tokens_per_s: 0.0,
+        peak_mib: 0.0,
+        checkpoint: None,
+        source: data.source_kind.into(),
+    };
+    let mut times = vec![];
+    memory::reset_peak();
+    for step in first_step..cfg.steps {
+        let t0 = Instant::now();
+        let micros: Vec<Micro> = (0..cfg.grad_accumulation)
+            .map(|_| micro(&batches.next_batch()?))
+            .collect::<Result<_>>()?;
+        // Normalise by the tokens counted across the world, so that the
+        // averaged gradient is the gradient of the global mean loss.
+        let local_count = micros
+            .iter()
+            .map(|m| m.mask.sum_all())
+            .collect::<mlx_array::Result<Vec<_>>>()?;
+        let count = mlx_dist::all_sum(&mlx_array::stack(&local_count, 0)?.sum_all()?, group)?
+            .item::<f32>()?
+            .max(1.0) as f64;
+        let scale = world as f64 / count;
+        let mut grads: Option<Tree> = None;
+        let mut loss = Array::zeros(&[], Dtype::F32);
+        for m in micros {
+            let (l, g) = vg(&mut model, &(m, scale))?;
+            loss = loss.add(&l)?;
+            grads = Some(match grads {
+                None => g,
+                Some(acc) => acc.zip_map(&g, |_, a, b| a.add(b))?,
+            });
+        }
+        let grads = average_gradients(&grads.expect("at least one micro-batch"), group, &avg)?;
+        let (grads, norm) = match cfg.grad_clip {
+            Some(max) => {
+                let (g, n) = mlx_optim::clip_grad_norm(&grads, max).map_err(|e| anyhow!("{e}"))?;
+                (g, Some(n))
+            }
+            None => (grads, None),
+        };
+        let lr = opt.learning_rate();
+        let new = opt
+            .apply_gradients(&grads, &model.trainable_parameters())
+            .map_err(|e| anyhow!("{e}"))?;
+        model.update(&new)?;
+        let world_loss = mlx_dist::all_sum(&loss, group)?.div_scalar(world as f64)?;
+        eval((&world_loss, &model.parameters(), opt.state(), &norm))?;
+        let loss_value = world_loss.item::<f32>()?;
+        if !loss_value.is_finite() {
+            bail!("the loss became {loss_value} at step {}", step + 1);
+        }
+        let dt = t0.elapsed().as_secs_f64();
+        times.push(dt);
+        summary.losses.push(loss_value);
+        let done = step + 1;
+        let val_loss = if cfg.eval_every > 0 && (done % cfg.eval_every == 0 || done == cfg.steps) {
+            let v = evaluate(&model, &mut val_loader, cfg.eval_batches, group)?;
+            summary.val_losses.push((done, v));
+            Some(v)
+        } else {
+            None
+        };
+        let tokens = (match batch {
+            BatchSize::Global(b) => b,
+            BatchSize::PerRank(b) => b * world,
+        } * cfg.grad_accumulation
+            * cfg.block_size) as f64;
+        if let Some(r) = reporter.as_mut() {
+            r.step(
+                &StepMetrics {
+                    step: done,
+                    loss: loss_value,
+                    learning_rate: lr,
+                    tokens_per_s: tokens / dt,
+                    ms_per_step: dt * 1e3,
+                    peak_mib: memory::peak() as f64 / (1 << 20) as f64,
+                    active_mib: memory::active() as f64 / (1 << 20) as f64,
+                    val_loss,
+                    grad_norm: norm.as_ref().map(|n| n.item::<f32>()).transpose()?,
+                },
+                done % cfg.log_every.max(1) == 0,
+            )?;
+        }
+        if (cfg.checkpoint_every > 0 && done % cfg.checkpoint_every == 0) || done == cfg.steps {
+            summary.checkpoint = Some(save_checkpoint(
+                cfg, &model, &opt, &batches, group, done, vocab,
+            )?);
+        }
+    }
+    if let Some(r) = &reporter {
+        r.finish();
+    }
+    let mut sorted: Vec<f64> = times.iter().skip(1).copied().collect();
+    if sorted.is_empty() {
+        sorted = times.clone();
+    }
+    sorted.sort_by(f64::total_cmp);
+    summary.median_ms = sorted.get(sorted.len() / 2).copied().unwrap_or(0.0) * 1e3;
+    let tokens = (match batch {
+        BatchSize::Global(b) => b,
+        BatchSize::PerRank(b) => b * world,
+    } * cfg.grad_accumulation
+        * cfg.block_size) as f64;
+    summary.tokens_per_s = if summary.median_ms > 0.0 {
+        tokens / (summary.median_ms / 1e3)
+    } else {
+        0.0
+    };
+    summary.peak_mib = memory::peak() as f64 / (1 << 20) as f64;
+    Ok(summary)
+}
+
+fn save_checkpoint(
+    cfg: &TrainConfig,
+    model: &Llama,
+    opt: &AdamW,
+    batches: &Prefetcher,
+    group: &Group,
+    step: u64,
+    vocab: usize,
+) -> Result<PathBuf> {
+    let out = &cfg.out_dir;
+    let tmp = out.join("checkpoints").join(format!(".step_{step:08}.tmp"));
+    if group.rank() == 0 {
+        if tmp.exists() {
+            std::fs::remove_dir_all(&tmp)?;
+        }
+        std::fs::create_dir_all(&tmp).with_context(|| format!("creating {}", tmp.display()))?;
+    }
+    group.barrier()?;
+    let state_path = tmp.join(format!("loader_rank{}.json", group.rank()));
+    std::fs::write(&state_path, batches.state().to_json())
+        .with_context(|| format!("writing {}", state_path.display()))?;
+    group.barrier()?;
+    let dir = checkpoint::step_dir(out, step);
+    if group.rank() == 0 {
+        model.save_weights(tmp.join("model.safetensors"))?;
+        opt.save_state(&tmp.join("optimizer.safetensors"))
+            .map_err(|e| anyhow!("{e}"))?;
+        let manifest = Manifest {
+            format: 1,
+            step,
+            world: group.size(),
+            resume_key: cfg.resume_key(),
+            config: serde_json::to_value(cfg)?,
+            vocab_size: vocab,
+        };
+        std::fs::write(
+            tmp.join("manifest.json"),
+            serde_json::to_string_pretty(&manifest)?,
+        )?;
+        checkpoint::publish(out, &tmp, step)?;
+    }
+    group.barrier()?;
+    Ok(dir)
+}
