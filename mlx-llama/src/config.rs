@@ -55,7 +55,8 @@ pub enum Batching {
 /// A training run.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct TrainConfig {
-    /// The model (its vocabulary grows to the tokenizer's if that is larger).
+    /// The model. A `vocab_size` of 0 takes the tokenizer's vocabulary (50,257
+    /// for GPT-2); a larger tokenizer always grows the model to fit.
     pub model: LlamaConfig,
     /// Optimizer steps.
     pub steps: u64,
@@ -99,13 +100,22 @@ pub struct TrainConfig {
     pub all_reduce_size: usize,
     /// Device: `cpu` (the GPU backend is not available yet).
     pub device: String,
+    /// Where token stores and tokenizers are cached (default: `MLX_DATA_CACHE`
+    /// or `~/.cache/mlx-data`).
+    pub data_cache: Option<PathBuf>,
+    /// Each rank appends its array memory (`memory::active`/`peak`) after
+    /// every step to `<this>.rank<R>.jsonl`, for memory profiling.
+    pub memory_log: Option<PathBuf>,
 }
 
 impl Default for TrainConfig {
     /// The reference experiment: the reference Llama, batch 4 x 512, AdamW 3e-4, seed 42, 100 steps.
     fn default() -> Self {
         TrainConfig {
-            model: LlamaConfig::default(),
+            model: LlamaConfig {
+                vocab_size: 0,
+                ..LlamaConfig::default()
+            },
             steps: 100,
             global_batch: 4,
             per_rank_batch: None,
@@ -127,6 +137,8 @@ impl Default for TrainConfig {
             log_every: 1,
             all_reduce_size: 32 << 20,
             device: "cpu".into(),
+            data_cache: None,
+            memory_log: None,
         }
     }
 }

@@ -43,6 +43,9 @@ pub struct Summary {
 pub fn data_config_for(cfg: &TrainConfig) -> DataConfig {
     use mlx_data::{LocalFormat, LocalSource, OfflineCorpus, SourceSpec};
     let mut d = DataConfig::default();
+    if let Some(dir) = &cfg.data_cache {
+        d.cache_dir = dir.clone();
+    }
     d.source = match &cfg.data {
         DataSource::Auto => d.source.clone(),
         DataSource::Offline => SourceSpec::Offline(OfflineCorpus::default()),
@@ -188,7 +191,11 @@ pub fn train(cfg: &TrainConfig, group: &Group) -> Result<Summary> {
             "data ready"
         );
     }
-    let vocab = cfg.model.vocab_size.max(data.tokenizer.vocab_size());
+    let vocab = if cfg.model.vocab_size == 0 {
+        data.tokenizer.vocab_size()
+    } else {
+        cfg.model.vocab_size.max(data.tokenizer.vocab_size())
+    };
     let model_cfg = LlamaConfig {
         vocab_size: vocab,
         ..cfg.model.clone()
@@ -259,6 +266,16 @@ pub fn train(cfg: &TrainConfig, group: &Group) -> Result<Summary> {
         source: data.source_kind.into(),
     };
     let mut times = vec![];
+    let mut memory_log = match &cfg.memory_log {
+        Some(p) => {
+            let path = PathBuf::from(format!("{}.rank{rank}.jsonl", p.display()));
+            Some(
+                std::fs::File::create(&path)
+                    .with_context(|| format!("creating {}", path.display()))?,
+            )
+        }
+        None => None,
+    };
     memory::reset_peak();
     for step in first_step..cfg.steps {
         let t0 = Instant::now();
@@ -306,6 +323,20 @@ pub fn train(cfg: &TrainConfig, group: &Group) -> Result<Summary> {
         }
         let dt = t0.elapsed().as_secs_f64();
         times.push(dt);
+        if let Some(f) = memory_log.as_mut() {
+            use std::io::Write;
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap_or_default()
+                .as_millis();
+            writeln!(
+                f,
+                "{{\"unix_ms\":{now},\"rank\":{rank},\"step\":{},\"active\":{},\"peak\":{}}}",
+                step + 1,
+                memory::active(),
+                memory::peak()
+            )?;
+        }
         summary.losses.push(loss_value);
         let done = step + 1;
         let val_loss = if cfg.eval_every > 0 && (done % cfg.eval_every == 0 || done == cfg.steps) {

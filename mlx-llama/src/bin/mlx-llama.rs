@@ -81,9 +81,15 @@ struct TrainArgs {
     /// Model: MLP width.
     #[arg(long, default_value_t = 512)]
     mlp_dims: usize,
-    /// Model: vocabulary (grown to the tokenizer's if smaller).
-    #[arg(long, default_value_t = 50257)]
+    /// Model: vocabulary; 0 takes the tokenizer's (50,257 for GPT-2), a smaller one grows to fit it.
+    #[arg(long, default_value_t = 0)]
     vocab: usize,
+    /// Cache folder for token stores and tokenizers.
+    #[arg(long)]
+    data_cache: Option<PathBuf>,
+    /// Each rank appends its array memory per step to PATH.rank<R>.jsonl.
+    #[arg(long)]
+    memory_log: Option<PathBuf>,
     /// Evaluate every N steps (0: never).
     #[arg(long, default_value_t = 0)]
     eval_every: u64,
@@ -205,6 +211,8 @@ fn config(a: &TrainArgs) -> Result<TrainConfig> {
         log_every: a.log_every,
         all_reduce_size: 32 << 20,
         device: a.device.clone(),
+        data_cache: a.data_cache.clone(),
+        memory_log: a.memory_log.clone(),
     })
 }
 
