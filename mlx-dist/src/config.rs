@@ -12,6 +12,9 @@
 //! | `MLX_DIST_CONNECTIONS` | connections per peer and ring direction (default 1) |
 //! | `MLX_DIST_TIMEOUT_MS` | stall timeout (default 30000) |
 //! | `MLX_DIST_CONNECT_TIMEOUT_MS` | deadline to connect to every peer (default 60000) |
+//! | `MLX_DIST_QUIC_CERT` | hex DER of the job's QUIC certificate (quic backend) |
+//! | `MLX_DIST_QUIC_KEY` | hex PKCS#8 DER of its private key |
+//! | `MLX_DIST_QUIC_FINGERPRINT` | hex SHA-256 of the certificate: the only one a rank accepts |
 //! | `MLX_DIST_SOCKET_BUFFER` | TCP send/receive buffer bytes asked for (default 0: the kernel's autotuning) |
 //! | `MLX_DIST_THREADED_BYTES` | TCP ring messages at least this large use a sender and a receiver thread per lane (default 4 MiB) |
 //!
@@ -45,6 +48,31 @@ pub const ENV_CONNECTIONS: &str = "MLX_DIST_CONNECTIONS";
 pub const ENV_TIMEOUT_MS: &str = "MLX_DIST_TIMEOUT_MS";
 /// Environment variable: connect deadline in milliseconds.
 pub const ENV_CONNECT_TIMEOUT_MS: &str = "MLX_DIST_CONNECT_TIMEOUT_MS";
+
+/// Environment variable: the job's QUIC certificate (hex DER).
+pub const ENV_QUIC_CERT: &str = "MLX_DIST_QUIC_CERT";
+/// Environment variable: the QUIC certificate's private key (hex PKCS#8 DER).
+pub const ENV_QUIC_KEY: &str = "MLX_DIST_QUIC_KEY";
+/// Environment variable: SHA-256 fingerprint of the QUIC certificate (hex).
+pub const ENV_QUIC_FINGERPRINT: &str = "MLX_DIST_QUIC_FINGERPRINT";
+
+/// The job's TLS identity for the QUIC backend: one self-signed certificate
+/// shared by the job's ranks, pinned by its fingerprint.
+#[derive(Clone)]
+pub struct QuicCert {
+    /// DER certificate.
+    pub cert_der: Vec<u8>,
+    /// PKCS#8 DER private key.
+    pub key_der: Vec<u8>,
+    /// SHA-256 of `cert_der`: the only certificate a rank accepts from a peer.
+    pub fingerprint: [u8; 32],
+}
+
+impl std::fmt::Debug for QuicCert {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "QuicCert(sha256 {})", hex_encode(&self.fingerprint))
+    }
+}
 
 /// Environment variable: TCP socket buffer size in bytes (0 keeps the kernel's autotuning).
 pub const ENV_SOCKET_BUFFER: &str = "MLX_DIST_SOCKET_BUFFER";
@@ -116,6 +144,8 @@ pub struct Config {
     pub block_bytes: usize,
     /// Messages up to this many bytes take the direct low-latency path.
     pub small_bytes: usize,
+    /// The job's certificate for the QUIC backend.
+    pub quic: Option<QuicCert>,
 }
 
 impl Config {
@@ -131,6 +161,7 @@ impl Config {
             stall_timeout: Duration::from_secs(30),
             block_bytes: 256 * 1024,
             small_bytes: 64 * 1024,
+            quic: None,
         }
     }
 
@@ -234,6 +265,30 @@ impl Config {
         }
         if let Some(t) = num(ENV_CONNECT_TIMEOUT_MS)? {
             cfg.connect_timeout = Duration::from_millis(t.max(1));
+        }
+        if let Some(cert) = get(ENV_QUIC_CERT) {
+            let bad = |k: &str| DistError::Config(format!("{k} must be hex"));
+            let cert_der = hex_decode(&cert).ok_or_else(|| bad(ENV_QUIC_CERT))?;
+            let key_der = get(ENV_QUIC_KEY)
+                .and_then(|k| hex_decode(&k))
+                .ok_or_else(|| bad(ENV_QUIC_KEY))?;
+            let fingerprint: [u8; 32] = get(ENV_QUIC_FINGERPRINT)
+                .and_then(|f| hex_decode(&f))
+                .and_then(|f| f.try_into().ok())
+                .ok_or_else(|| {
+                    DistError::Config(format!("{ENV_QUIC_FINGERPRINT} must be 64 hex digits"))
+                })?;
+            let actual: [u8; 32] = Sha256::digest(&cert_der).into();
+            if actual != fingerprint {
+                return Err(DistError::Config(format!(
+                    "{ENV_QUIC_CERT} does not match {ENV_QUIC_FINGERPRINT}"
+                )));
+            }
+            cfg.quic = Some(QuicCert {
+                cert_der,
+                key_der,
+                fingerprint,
+            });
         }
         let backend = match get(ENV_BACKEND) {
             Some(b) => Some(Backend::from_name(&b).ok_or_else(|| {

@@ -35,11 +35,13 @@ pub mod wire;
 mod comm;
 mod link;
 mod mesh;
+#[cfg(feature = "quic")]
+pub mod quic;
 mod ring;
 mod tcp;
 
 pub use collectives::{all_gather, all_max, all_min, all_sum, recv, recv_like, send, sum_scatter};
-pub use config::{Backend, Config};
+pub use config::{Backend, Config, QuicCert};
 pub use error::{DistError, Result};
 pub use group::Group;
 pub use local::run_local;
@@ -49,7 +51,8 @@ pub use reduce::ReduceOp;
 pub fn is_available(backend: Backend) -> bool {
     match backend {
         Backend::Any | Backend::Ring => true,
-        Backend::Quic | Backend::Mpi => false,
+        Backend::Quic => cfg!(feature = "quic"),
+        Backend::Mpi => false,
     }
 }
 
@@ -80,6 +83,13 @@ pub fn init_with_config(cfg: &Config, backend: Backend) -> Result<Group> {
             let mesh = tcp::connect_mesh(cfg, listener)?;
             Ok(Group::from_impl(std::sync::Arc::new(
                 comm::MeshComm::world(mesh, "ring"),
+            )))
+        }
+        #[cfg(feature = "quic")]
+        Backend::Quic => {
+            let mesh = quic::connect_mesh(cfg)?;
+            Ok(Group::from_impl(std::sync::Arc::new(
+                comm::MeshComm::world(mesh, "quic"),
             )))
         }
         b => Err(DistError::Unavailable {

@@ -221,24 +221,31 @@ fn assert_all_ok(n: usize, extra: &[&str]) {
     eprintln!("world {n}: {took:?}");
 }
 
-#[test]
-fn every_collective_world_2_two_connections() {
-    assert_all_ok(2, &["--connections-per-peer", "2"]);
+/// The suite runs on every transport this build has: `ring` and (feature `quic`) `quic`.
+macro_rules! on_backends {
+    ($($name:ident => $body:expr;)*) => {
+        mod ring {
+            use super::*;
+            $(#[test] fn $name() { ($body)("ring") })*
+        }
+        #[cfg(feature = "quic")]
+        mod quic {
+            use super::*;
+            $(#[test] fn $name() { ($body)("quic") })*
+        }
+    };
 }
 
-#[test]
-fn every_collective_world_3() {
-    assert_all_ok(3, &[]);
+on_backends! {
+    every_collective_world_2_two_connections => |b| assert_all_ok(2, &["--backend", b, "--connections-per-peer", "2"]);
+    every_collective_world_3 => |b| assert_all_ok(3, &["--backend", b]);
+    every_collective_world_4 => |b| assert_all_ok(4, &["--backend", b]);
+    killed_rank_is_named_and_launcher_fails => killed_rank_is_named;
+    mismatched_sizes_are_an_error_on_every_rank => mismatched_sizes;
 }
 
-#[test]
-fn every_collective_world_4() {
-    assert_all_ok(4, &[]);
-}
-
-#[test]
-fn killed_rank_is_named_and_launcher_fails() {
-    let (out, took) = launch(3, "kill", &["--timeout", "10"]);
+fn killed_rank_is_named(backend: &str) {
+    let (out, took) = launch(3, "kill", &["--backend", backend, "--timeout", "10"]);
     let t = text(&out);
     assert!(!out.status.success(), "{t}");
     assert!(
@@ -258,9 +265,8 @@ fn killed_rank_is_named_and_launcher_fails() {
     assert!(took < Duration::from_secs(20), "took {took:?}");
 }
 
-#[test]
-fn mismatched_sizes_are_an_error_on_every_rank() {
-    let (out, _) = launch(3, "mismatch", &[]);
+fn mismatched_sizes(backend: &str) {
+    let (out, _) = launch(3, "mismatch", &["--backend", backend]);
     let t = text(&out);
     assert!(out.status.success(), "{t}");
     for r in 0..3 {

@@ -69,6 +69,8 @@ pub struct JobIdentity {
     pub id: [u8; 16],
     /// 32 random bytes.
     pub secret: [u8; 32],
+    /// A self-signed certificate for this job (QUIC backend only).
+    pub quic: Option<config::QuicCert>,
 }
 
 impl JobIdentity {
@@ -78,7 +80,24 @@ impl JobIdentity {
         let mut secret = [0u8; 32];
         getrandom::fill(&mut id).expect("the operating system's random source failed");
         getrandom::fill(&mut secret).expect("the operating system's random source failed");
-        JobIdentity { id, secret }
+        JobIdentity {
+            id,
+            secret,
+            quic: None,
+        }
+    }
+
+    /// Adds a fresh per-job certificate (for the QUIC backend).
+    #[cfg(feature = "quic")]
+    pub fn with_quic_certificate(mut self) -> Result<JobIdentity, String> {
+        let (cert_der, key_der) = crate::quic::generate_job_certificate()?;
+        let fingerprint = crate::quic::fingerprint(&cert_der);
+        self.quic = Some(config::QuicCert {
+            cert_der,
+            key_der,
+            fingerprint,
+        });
+        Ok(self)
     }
 }
 
@@ -108,6 +127,20 @@ pub fn rank_env(
             spec.connections_per_peer.to_string(),
         ),
     ];
+    if let Some(q) = &job.quic {
+        env.push((
+            config::ENV_QUIC_CERT.to_string(),
+            config::hex_encode(&q.cert_der),
+        ));
+        env.push((
+            config::ENV_QUIC_KEY.to_string(),
+            config::hex_encode(&q.key_der),
+        ));
+        env.push((
+            config::ENV_QUIC_FINGERPRINT.to_string(),
+            config::hex_encode(&q.fingerprint),
+        ));
+    }
     if let Some(t) = spec.stall_timeout {
         env.push((
             config::ENV_TIMEOUT_MS.to_string(),

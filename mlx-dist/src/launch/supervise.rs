@@ -170,6 +170,13 @@ pub fn run(spec: &LaunchSpec) -> anyhow::Result<LaunchOutcome> {
     anyhow::ensure!(!spec.hosts.is_empty(), "no ranks to launch");
     let n = spec.hosts.len();
     let job = JobIdentity::random();
+    #[cfg(feature = "quic")]
+    let job = if spec.backend == crate::config::Backend::Quic {
+        job.with_quic_certificate()
+            .map_err(|e| anyhow::anyhow!("cannot create the job's QUIC certificate: {e}"))?
+    } else {
+        job
+    };
     let addrs = hosts::addresses(&spec.hosts, spec.starting_port)?;
     let all_local = spec.hosts.iter().all(|h| h.ssh.is_none());
     // An MLX-style host file for local jobs (remote ranks get the inline list only).

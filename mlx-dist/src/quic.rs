@@ -1,0 +1,584 @@
+//! The QUIC transport (cargo feature `quic`): the same mesh and ring
+//! algorithms as TCP, each link one bidirectional QUIC stream, all of a peer's
+//! links on one connection. TLS 1.3 authenticates both ends with the job's
+//! certificate: the launcher creates one self-signed certificate per job and
+//! gives every rank its DER and key (`MLX_DIST_QUIC_CERT`, `MLX_DIST_QUIC_KEY`)
+//! and its SHA-256 fingerprint (`MLX_DIST_QUIC_FINGERPRINT`); a peer is
+//! accepted only if it presents exactly that certificate, so traffic is
+//! encrypted and only the job's ranks can join. The HMAC handshake of
+//! [`crate::handshake`] then runs on every stream as on TCP.
+//!
+//! quinn is asynchronous; a small tokio runtime per mesh drives it and the
+//! [`Link`] methods block on it with the stall timeout as deadline, so the
+//! collectives run unchanged (on the threaded ring).
+
+use std::io::{self, Read, Write};
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::sync::{Arc, Mutex, Once};
+use std::time::{Duration, Instant};
+
+use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+use rustls::crypto::{CryptoProvider, WebPkiSupportedAlgorithms};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer, ServerName, UnixTime};
+use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
+use rustls::{DigitallySignedStruct, DistinguishedName, SignatureScheme};
+use sha2::{Digest, Sha256};
+use tokio::runtime::Runtime;
+
+use crate::config::{Config, QuicCert};
+use crate::error::{DistError, Result};
+use crate::handshake::{self, HandshakeError};
+use crate::link::Link;
+use crate::mesh::Mesh;
+use crate::wire::HEADER_LEN;
+
+const SERVER_NAME: &str = "mlx-dist";
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Installs the process-wide rustls crypto provider (ring) once; a provider
+/// installed earlier by someone else is left as it is. Our configurations name
+/// their provider explicitly, so they never depend on the global one.
+pub fn install_crypto_provider() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    });
+}
+
+fn provider() -> Arc<CryptoProvider> {
+    Arc::new(rustls::crypto::ring::default_provider())
+}
+
+/// A fresh self-signed certificate for one job: (DER certificate, PKCS#8 DER key).
+pub fn generate_job_certificate() -> std::result::Result<(Vec<u8>, Vec<u8>), String> {
+    let ck = rcgen::generate_simple_self_signed(vec![SERVER_NAME.to_string()])
+        .map_err(|e| e.to_string())?;
+    Ok((ck.cert.der().to_vec(), ck.key_pair.serialize_der()))
+}
+
+/// SHA-256 of a DER certificate.
+pub fn fingerprint(cert_der: &[u8]) -> [u8; 32] {
+    Sha256::digest(cert_der).into()
+}
+
+/// Accepts exactly one certificate (by fingerprint), as server or client.
+#[derive(Debug)]
+struct PinnedCert {
+    fingerprint: [u8; 32],
+    algs: WebPkiSupportedAlgorithms,
+}
+
+impl PinnedCert {
+    fn check(&self, cert: &CertificateDer<'_>) -> std::result::Result<(), rustls::Error> {
+        if fingerprint(cert.as_ref()) == self.fingerprint {
+            Ok(())
+        } else {
+            Err(rustls::Error::General(
+                "certificate is not this job's (fingerprint differs)".into(),
+            ))
+        }
+    }
+}
+
+impl ServerCertVerifier for PinnedCert {
+    fn verify_server_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        _: &[CertificateDer<'_>],
+        _: &ServerName<'_>,
+        _: &[u8],
+        _: UnixTime,
+    ) -> std::result::Result<ServerCertVerified, rustls::Error> {
+        self.check(end_entity)
+            .map(|()| ServerCertVerified::assertion())
+    }
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> std::result::Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.algs)
+    }
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> std::result::Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.algs)
+    }
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.algs.supported_schemes()
+    }
+}
+
+impl ClientCertVerifier for PinnedCert {
+    fn root_hint_subjects(&self) -> &[DistinguishedName] {
+        &[]
+    }
+    fn verify_client_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        _: &[CertificateDer<'_>],
+        _: UnixTime,
+    ) -> std::result::Result<ClientCertVerified, rustls::Error> {
+        self.check(end_entity)
+            .map(|()| ClientCertVerified::assertion())
+    }
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> std::result::Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.algs)
+    }
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> std::result::Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.algs)
+    }
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.algs.supported_schemes()
+    }
+}
+
+fn tls_configs(
+    id: &QuicCert,
+    idle: Duration,
+) -> std::result::Result<(quinn::ServerConfig, quinn::ClientConfig), String> {
+    let p = provider();
+    let pinned = Arc::new(PinnedCert {
+        fingerprint: id.fingerprint,
+        algs: p.signature_verification_algorithms,
+    });
+    let chain = vec![CertificateDer::from(id.cert_der.clone())];
+    let key = || PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(id.key_der.clone()));
+    let e = |e: rustls::Error| e.to_string();
+    let server = rustls::ServerConfig::builder_with_provider(p.clone())
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .map_err(e)?
+        .with_client_cert_verifier(pinned.clone())
+        .with_single_cert(chain.clone(), key())
+        .map_err(e)?;
+    let client = rustls::ClientConfig::builder_with_provider(p)
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .map_err(e)?
+        .dangerous()
+        .with_custom_certificate_verifier(pinned)
+        .with_client_auth_cert(chain, key())
+        .map_err(e)?;
+    let mut transport = quinn::TransportConfig::default();
+    transport
+        .max_idle_timeout(Some(idle.try_into().map_err(|e| format!("{e}"))?))
+        .keep_alive_interval(Some(Duration::from_millis(500)))
+        .stream_receive_window((16u32 << 20).into())
+        .receive_window((64u32 << 20).into())
+        .send_window(64 << 20);
+    let transport = Arc::new(transport);
+    let mut sc = quinn::ServerConfig::with_crypto(Arc::new(
+        quinn::crypto::rustls::QuicServerConfig::try_from(server).map_err(|e| e.to_string())?,
+    ));
+    sc.transport_config(transport.clone());
+    let mut cc = quinn::ClientConfig::new(Arc::new(
+        quinn::crypto::rustls::QuicClientConfig::try_from(client).map_err(|e| e.to_string())?,
+    ));
+    cc.transport_config(transport);
+    Ok((sc, cc))
+}
+
+/// A QUIC stream as a blocking `Read + Write` (for the handshake and the link).
+struct Stream {
+    send: quinn::SendStream,
+    recv: quinn::RecvStream,
+}
+
+struct BlockingStream<'a> {
+    rt: &'a Runtime,
+    s: &'a mut Stream,
+    deadline: Instant,
+}
+
+/// Runs `fut` on `rt` from a plain thread, giving up after `d`.
+fn timed<F: std::future::Future>(
+    rt: &Runtime,
+    d: Duration,
+    fut: F,
+) -> std::result::Result<F::Output, tokio::time::error::Elapsed> {
+    let _g = rt.enter();
+    rt.block_on(async move { tokio::time::timeout(d, fut).await })
+}
+
+fn timed_out() -> io::Error {
+    io::ErrorKind::TimedOut.into()
+}
+
+impl Read for BlockingStream<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let left = self.deadline.saturating_duration_since(Instant::now());
+        match timed(self.rt, left, self.s.recv.read(buf)) {
+            Err(_) => Err(timed_out()),
+            Ok(Ok(Some(n))) => Ok(n),
+            Ok(Ok(None)) => Ok(0),
+            Ok(Err(e)) => Err(e.into()),
+        }
+    }
+}
+
+impl Write for BlockingStream<'_> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let left = self.deadline.saturating_duration_since(Instant::now());
+        match timed(self.rt, left, self.s.send.write(buf)) {
+            Err(_) => Err(timed_out()),
+            Ok(r) => r.map_err(io::Error::from),
+        }
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+/// One link: a bidirectional QUIC stream.
+struct QuicLink {
+    rt: Arc<Runtime>,
+    conn: quinn::Connection,
+    send: Mutex<quinn::SendStream>,
+    recv: Mutex<quinn::RecvStream>,
+    stall: Duration,
+}
+
+impl QuicLink {
+    fn write(
+        &self,
+        s: &mut quinn::SendStream,
+        parts: [&[u8]; 2],
+        deadline: Instant,
+    ) -> io::Result<()> {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let fut = async {
+            for p in parts {
+                s.write_all(p).await?;
+            }
+            Ok::<(), quinn::WriteError>(())
+        };
+        match timed(&self.rt, left, fut) {
+            Err(_) => Err(timed_out()),
+            Ok(r) => r.map_err(io::Error::from),
+        }
+    }
+}
+
+impl Link for QuicLink {
+    fn send_frame(&self, header: &[u8; HEADER_LEN], payload: &[u8]) -> io::Result<()> {
+        let mut s = self.send.lock().unwrap_or_else(|p| p.into_inner());
+        self.write(&mut s, [header, payload], Instant::now() + self.stall)
+    }
+
+    fn send_frame_until(
+        &self,
+        header: &[u8; HEADER_LEN],
+        payload: &[u8],
+        deadline: Instant,
+    ) -> bool {
+        loop {
+            if let Ok(mut s) = self.send.try_lock() {
+                return self.write(&mut s, [header, payload], deadline).is_ok();
+            }
+            if Instant::now() >= deadline {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    fn recv_exact(&self, buf: &mut [u8]) -> io::Result<()> {
+        let mut r = self.recv.lock().unwrap_or_else(|p| p.into_inner());
+        match timed(&self.rt, self.stall, r.read_exact(buf)) {
+            Err(_) => Err(timed_out()),
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(quinn::ReadExactError::FinishedEarly(_))) => {
+                Err(io::ErrorKind::UnexpectedEof.into())
+            }
+            Ok(Err(quinn::ReadExactError::ReadError(e))) => Err(e.into()),
+        }
+    }
+
+    fn shutdown(&self) {
+        // Closing the connection drops unsent stream data: first give an abort
+        // frame just written a moment to be acknowledged.
+        if let Ok(mut s) = self.send.try_lock()
+            && s.finish().is_ok()
+        {
+            let _ = timed(&self.rt, Duration::from_millis(300), s.stopped());
+        }
+        self.conn.close(1u32.into(), b"mlx-dist: collective failed");
+    }
+}
+
+impl Drop for QuicLink {
+    fn drop(&mut self) {
+        // Let what we sent reach the peer before the process may exit.
+        let s = self.send.get_mut().unwrap_or_else(|p| p.into_inner());
+        if s.finish().is_ok() {
+            let _ = timed(&self.rt, Duration::from_secs(5), s.stopped());
+        }
+    }
+}
+
+fn resolve(addr: &str) -> io::Result<SocketAddr> {
+    addr.to_socket_addrs()?.next().ok_or_else(|| {
+        io::Error::new(
+            io::ErrorKind::NotFound,
+            format!("{addr} resolves to nothing"),
+        )
+    })
+}
+
+fn hs_err(who: String, e: impl std::fmt::Display) -> DistError {
+    DistError::Handshake {
+        who,
+        reason: e.to_string(),
+    }
+}
+
+/// Connects the full mesh of QUIC links for `cfg`.
+pub(crate) fn connect_mesh(cfg: &Config) -> Result<Mesh> {
+    install_crypto_provider();
+    let unavailable = |reason: String| DistError::Unavailable {
+        backend: "quic",
+        reason,
+    };
+    let id = cfg.quic.clone().ok_or_else(|| {
+        unavailable(
+            "no job certificate: start the ranks with `mlx-launch --backend quic` \
+             (MLX_DIST_QUIC_CERT, MLX_DIST_QUIC_KEY, MLX_DIST_QUIC_FINGERPRINT)"
+                .into(),
+        )
+    })?;
+    let (world, rank) = (cfg.world(), cfg.rank);
+    let nlinks = 2 * cfg.connections_per_peer;
+    let cred = crate::tcp::credentials(cfg);
+    let deadline = Instant::now() + cfg.connect_timeout;
+    // Keep-alives run every 500 ms, so the idle timeout only fires when a peer is gone.
+    let idle = cfg.stall_timeout.min(Duration::from_secs(3));
+    let (server_cfg, client_cfg) = tls_configs(&id, idle).map_err(unavailable)?;
+    let rt = Arc::new(
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .map_err(|e| unavailable(format!("tokio runtime: {e}")))?,
+    );
+    let me = &cfg.hosts[rank];
+    let addr =
+        resolve(me).map_err(|e| DistError::Config(format!("rank {rank} address {me}: {e}")))?;
+    let endpoint = {
+        let _g = rt.enter();
+        quinn::Endpoint::server(server_cfg.clone(), addr)
+            .or_else(|_| {
+                quinn::Endpoint::server(
+                    server_cfg,
+                    SocketAddr::new([0, 0, 0, 0].into(), addr.port()),
+                )
+            })
+            .map_err(|e| {
+                DistError::Config(format!("rank {rank} cannot listen (UDP) on {me}: {e}"))
+            })?
+    };
+    let mut endpoint = endpoint;
+    endpoint.set_default_client_config(client_cfg);
+
+    let mut links: Vec<Vec<Option<QuicLink>>> = (0..world)
+        .map(|_| (0..nlinks).map(|_| None).collect())
+        .collect();
+    let accepted = std::thread::scope(|s| -> Result<Vec<(usize, usize, QuicLink)>> {
+        let acceptor =
+            s.spawn(|| accept_all(&rt, &endpoint, &cred, rank, world, nlinks, deadline, cfg));
+        for (peer, row) in links.iter_mut().enumerate().take(rank) {
+            let conn = dial(&rt, &endpoint, cfg, peer, deadline)?;
+            for (link, slot) in row.iter_mut().enumerate() {
+                let who = format!("rank {peer} at {}", cfg.hosts[peer]);
+                let (send, recv) = timed(&rt, HANDSHAKE_TIMEOUT, conn.open_bi())
+                    .map_err(|_| hs_err(who.clone(), "timed out opening a stream"))?
+                    .map_err(|e| hs_err(who.clone(), e))?;
+                let mut st = Stream { send, recv };
+                let mut b = BlockingStream {
+                    rt: &rt,
+                    s: &mut st,
+                    deadline: Instant::now() + HANDSHAKE_TIMEOUT,
+                };
+                handshake::client(&mut b, &cred, rank as u32, peer as u32, link as u32)
+                    .map_err(|e| hs_err(who.clone(), e))?;
+                *slot = Some(QuicLink {
+                    rt: rt.clone(),
+                    conn: conn.clone(),
+                    send: Mutex::new(st.send),
+                    recv: Mutex::new(st.recv),
+                    stall: cfg.stall_timeout,
+                });
+            }
+        }
+        acceptor.join().expect("acceptor thread panicked")
+    })?;
+    for (peer, link, l) in accepted {
+        links[peer][link] = Some(l);
+    }
+    let links = links
+        .into_iter()
+        .enumerate()
+        .map(|(p, row)| {
+            if p == rank {
+                return Vec::new();
+            }
+            row.into_iter()
+                .map(|l| Box::new(l.expect("every link was filled")) as Box<dyn Link>)
+                .collect()
+        })
+        .collect();
+    tracing::debug!(rank, world, nlinks, "quic mesh connected");
+    Ok(Mesh::new(cfg, links))
+}
+
+fn dial(
+    rt: &Runtime,
+    endpoint: &quinn::Endpoint,
+    cfg: &Config,
+    peer: usize,
+    deadline: Instant,
+) -> Result<quinn::Connection> {
+    let addr_s = &cfg.hosts[peer];
+    let mut backoff = Duration::from_millis(5);
+    loop {
+        let attempt = (|| -> std::result::Result<quinn::Connection, (bool, String)> {
+            let addr = resolve(addr_s).map_err(|e| (false, e.to_string()))?;
+            let _g = rt.enter();
+            let connecting = endpoint
+                .connect(addr, SERVER_NAME)
+                .map_err(|e| (true, e.to_string()))?;
+            let left = deadline
+                .saturating_duration_since(Instant::now())
+                .clamp(Duration::from_millis(10), Duration::from_secs(2));
+            match timed(rt, left, connecting) {
+                Err(_) => Err((false, "no answer".into())),
+                Ok(Ok(c)) => Ok(c),
+                // A TLS refusal (wrong certificate) is final; anything else is retried.
+                Ok(Err(quinn::ConnectionError::TransportError(e)))
+                    if e.code.to_string().contains("CRYPTO") =>
+                {
+                    Err((true, e.to_string()))
+                }
+                Ok(Err(e)) => Err((false, e.to_string())),
+            }
+        })();
+        match attempt {
+            Ok(c) => return Ok(c),
+            Err((true, e)) => return Err(hs_err(format!("rank {peer} at {addr_s}"), e)),
+            Err((false, e)) => {
+                if Instant::now() >= deadline {
+                    return Err(DistError::ConnectTimeout {
+                        peer,
+                        addr: addr_s.clone(),
+                        timeout: cfg.connect_timeout,
+                        last: e,
+                    });
+                }
+                tracing::trace!(rank = cfg.rank, peer, error = %e, "quic connect retry");
+                std::thread::sleep(backoff);
+                backoff = (backoff * 2).min(Duration::from_millis(250));
+            }
+        }
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn accept_all(
+    rt: &Arc<Runtime>,
+    endpoint: &quinn::Endpoint,
+    cred: &handshake::JobCredentials,
+    rank: usize,
+    world: usize,
+    nlinks: usize,
+    deadline: Instant,
+    cfg: &Config,
+) -> Result<Vec<(usize, usize, QuicLink)>> {
+    let mut missing: std::collections::BTreeSet<(usize, usize)> = (rank + 1..world)
+        .flat_map(|p| (0..nlinks).map(move |l| (p, l)))
+        .collect();
+    let mut out = Vec::new();
+    while !missing.is_empty() {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let incoming = match timed(rt, left, endpoint.accept()) {
+            Ok(Some(i)) => i,
+            Ok(None) | Err(_) => {
+                let mut m: Vec<usize> = missing.iter().map(|(p, _)| *p).collect();
+                m.dedup();
+                return Err(DistError::AcceptTimeout {
+                    rank,
+                    missing: m,
+                    timeout: cfg.connect_timeout,
+                });
+            }
+        };
+        let from = incoming.remote_address();
+        let conn = match timed(rt, HANDSHAKE_TIMEOUT, async move { incoming.await }) {
+            Ok(Ok(c)) => c,
+            Ok(Err(e)) => {
+                tracing::warn!(rank, %from, reason = %e, "refused QUIC connection");
+                continue;
+            }
+            Err(_) => {
+                tracing::warn!(rank, %from, "QUIC connection timed out during TLS");
+                continue;
+            }
+        };
+        // Every link of this peer arrives on this connection.
+        for _ in 0..nlinks {
+            let (send, recv) = match timed(rt, HANDSHAKE_TIMEOUT, conn.accept_bi()) {
+                Ok(Ok(s)) => s,
+                Ok(Err(e)) => {
+                    tracing::warn!(rank, %from, reason = %e, "QUIC connection lost during set-up");
+                    break;
+                }
+                Err(_) => {
+                    tracing::warn!(rank, %from, "no stream opened in time");
+                    break;
+                }
+            };
+            let mut st = Stream { send, recv };
+            let mut b = BlockingStream {
+                rt,
+                s: &mut st,
+                deadline: Instant::now() + HANDSHAKE_TIMEOUT,
+            };
+            match handshake::server(&mut b, cred, rank as u32) {
+                Ok(hello) => {
+                    let key = (hello.rank as usize, hello.link as usize);
+                    if hello.rank as usize <= rank || !missing.remove(&key) {
+                        tracing::warn!(rank, %from, peer = hello.rank, link = hello.link, "refused stream: duplicate or unexpected link");
+                        continue;
+                    }
+                    out.push((
+                        key.0,
+                        key.1,
+                        QuicLink {
+                            rt: rt.clone(),
+                            conn: conn.clone(),
+                            send: Mutex::new(st.send),
+                            recv: Mutex::new(st.recv),
+                            stall: cfg.stall_timeout,
+                        },
+                    ));
+                }
+                Err(e @ HandshakeError::Io(_)) | Err(e) => {
+                    tracing::warn!(rank, %from, reason = %e, "refused stream");
+                    break;
+                }
+            }
+        }
+    }
+    Ok(out)
+}
