@@ -162,6 +162,82 @@ fn scenario_all() {
     println!("RANK {} OK", g.rank());
 }
 
+/// Array-level collectives (`mlx_dist::all_sum(&Array, ..)` etc.) through the graph.
+fn scenario_arrays() {
+    use mlx_array::Array;
+    let g = init(Backend::Any).unwrap();
+    let (n, r) = (g.size(), g.rank());
+    for len in [0usize, 1, 7, 1001, 70_001] {
+        let mine: Vec<f32> = (0..len).map(|i| val(r, i, Dtype::F32) as f32).collect();
+        let x = Array::from_vec(mine.clone(), &[len]).unwrap();
+        let want = |op| -> Vec<f32> {
+            (0..len)
+                .map(|i| reference(n, i, Dtype::F32, op) as f32)
+                .collect()
+        };
+        assert_eq!(
+            mlx_dist::all_sum(&x, &g).unwrap().to_vec::<f32>().unwrap(),
+            want(ReduceOp::Sum),
+            "all_sum f32 len {len}"
+        );
+        assert_eq!(
+            mlx_dist::all_max(&x, &g).unwrap().to_vec::<f32>().unwrap(),
+            want(ReduceOp::Max),
+            "all_max f32 len {len}"
+        );
+        assert_eq!(
+            mlx_dist::all_min(&x, &g).unwrap().to_vec::<f32>().unwrap(),
+            want(ReduceOp::Min),
+            "all_min f32 len {len}"
+        );
+        let gathered: Vec<f32> = (0..n)
+            .flat_map(|q| (0..len).map(move |i| val(q, i, Dtype::F32) as f32))
+            .collect();
+        assert_eq!(
+            mlx_dist::all_gather(&x, &g)
+                .unwrap()
+                .to_vec::<f32>()
+                .unwrap(),
+            gathered,
+            "all_gather len {len}"
+        );
+        let ints: Vec<i32> = (0..len).map(|i| val(r, i, Dtype::I32) as i32).collect();
+        let xi = Array::from_vec(ints, &[len]).unwrap();
+        let wi: Vec<i32> = (0..len)
+            .map(|i| reference(n, i, Dtype::I32, ReduceOp::Sum) as i32)
+            .collect();
+        assert_eq!(
+            mlx_dist::all_sum(&xi, &g).unwrap().to_vec::<i32>().unwrap(),
+            wi,
+            "all_sum i32 len {len}"
+        );
+        // sum_scatter over a [n * len] array: rank r gets the sums of block r.
+        let full: Vec<f32> = (0..len * n).map(|i| val(r, i, Dtype::F32) as f32).collect();
+        let xs = Array::from_vec(full, &[len * n]).unwrap();
+        let ws: Vec<f32> = (r * len..(r + 1) * len)
+            .map(|i| reference(n, i, Dtype::F32, ReduceOp::Sum) as f32)
+            .collect();
+        assert_eq!(
+            mlx_dist::sum_scatter(&xs, &g)
+                .unwrap()
+                .to_vec::<f32>()
+                .unwrap(),
+            ws,
+            "sum_scatter len {len}"
+        );
+    }
+    // A 2-D array keeps its shape.
+    let x = Array::from_vec(vec![r as f32 + 1.0; 6], &[2, 3]).unwrap();
+    let y = mlx_dist::all_sum(&x, &g).unwrap();
+    assert_eq!(y.shape(), &[2, 3]);
+    assert_eq!(
+        y.to_vec::<f32>().unwrap(),
+        vec![(n * (n + 1) / 2) as f32; 6]
+    );
+    g.barrier().unwrap();
+    println!("RANK {r} OK");
+}
+
 fn scenario_kill() {
     let g = init(Backend::Any).unwrap();
     if g.rank() == 1 {
@@ -201,6 +277,7 @@ fn scenario_mismatch() {
 fn rank_main() {
     match std::env::var(SCENARIO).as_deref() {
         Ok("all") => scenario_all(),
+        Ok("arrays") => scenario_arrays(),
         Ok("kill") => scenario_kill(),
         Ok("mismatch") => scenario_mismatch(),
         Ok(other) => panic!("unknown scenario {other}"),
@@ -209,7 +286,11 @@ fn rank_main() {
 }
 
 fn assert_all_ok(n: usize, extra: &[&str]) {
-    let (out, took) = launch(n, "all", extra);
+    assert_scenario_ok(n, "all", extra);
+}
+
+fn assert_scenario_ok(n: usize, scenario: &str, extra: &[&str]) {
+    let (out, took) = launch(n, scenario, extra);
     let t = text(&out);
     assert!(out.status.success(), "world {n} failed:\n{t}");
     for r in 0..n {
@@ -240,6 +321,9 @@ on_backends! {
     every_collective_world_2_two_connections => |b| assert_all_ok(2, &["--backend", b, "--connections-per-peer", "2"]);
     every_collective_world_3 => |b| assert_all_ok(3, &["--backend", b]);
     every_collective_world_4 => |b| assert_all_ok(4, &["--backend", b]);
+    arrays_world_2 => |b| assert_scenario_ok(2, "arrays", &["--backend", b]);
+    arrays_world_3 => |b| assert_scenario_ok(3, "arrays", &["--backend", b]);
+    arrays_world_4 => |b| assert_scenario_ok(4, "arrays", &["--backend", b]);
     killed_rank_is_named_and_launcher_fails => killed_rank_is_named;
     mismatched_sizes_are_an_error_on_every_rank => mismatched_sizes;
 }
