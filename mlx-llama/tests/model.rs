@@ -1,0 +1,106 @@
+//! The model: MLX's weight names, causal masking, the KV cache, generation.
+
+use mlx_array::{Array, Dtype, random};
+use mlx_llama::{KvCache, Llama, LlamaConfig};
+use mlx_nn::ModuleExt;
+
+fn small() -> Llama {
+    Llama::new(
+        &LlamaConfig {
+            num_layers: 2,
+            vocab_size: 50,
+            dims: 16,
+            mlp_dims: 32,
+            num_heads: 2,
+            ..LlamaConfig::default()
+        },
+        1,
+    )
+    .unwrap()
+}
+
+#[test]
+fn weight_names_follow_mlx_llama() {
+    let names: Vec<String> = small()
+        .named_parameters()
+        .into_iter()
+        .map(|(n, _)| n)
+        .collect();
+    for want in [
+        "embedding.weight",
+        "layers.0.attention.query_proj.weight",
+        "layers.0.attention.key_proj.weight",
+        "layers.0.attention.value_proj.weight",
+        "layers.0.attention.out_proj.weight",
+        "layers.1.norm1.weight",
+        "layers.1.norm2.weight",
+        "layers.1.linear1.weight",
+        "layers.1.linear2.weight",
+        "layers.1.linear3.weight",
+        "norm.weight",
+        "out_proj.weight",
+    ] {
+        assert!(
+            names.iter().any(|n| n == want),
+            "missing {want} in {names:?}"
+        );
+    }
+    let reference = Llama::new(&LlamaConfig::default(), 0).unwrap();
+    assert_eq!(
+        reference.num_parameters(),
+        28_355_328,
+        "the reference model's size (as MLX reports it)"
+    );
+}
+
+#[test]
+fn the_output_at_a_position_ignores_later_tokens() {
+    let m = small();
+    let a = Array::from_slice(&[1u32, 2, 3, 4, 5], &[1, 5]).unwrap();
+    let b = Array::from_slice(&[1u32, 2, 3, 9, 9], &[1, 5]).unwrap();
+    let la = m
+        .forward(&a)
+        .unwrap()
+        .slice_axis(1, 0, 3)
+        .unwrap()
+        .to_vec::<f32>()
+        .unwrap();
+    let lb = m
+        .forward(&b)
+        .unwrap()
+        .slice_axis(1, 0, 3)
+        .unwrap()
+        .to_vec::<f32>()
+        .unwrap();
+    assert_eq!(la, lb);
+}
+
+#[test]
+fn the_kv_cache_reproduces_the_full_forward_pass() {
+    let m = small();
+    let toks = random::randint(&random::key(3), 0, 50, &[1, 7], Dtype::U32).unwrap();
+    let full = m.forward(&toks).unwrap().to_vec::<f32>().unwrap();
+    let mut caches: Vec<Option<KvCache>> = vec![None; 2];
+    let mut pieces = m
+        .forward_cached(&toks.slice_axis(1, 0, 4).unwrap(), &mut caches)
+        .unwrap()
+        .to_vec::<f32>()
+        .unwrap();
+    for t in 4..7 {
+        pieces.extend(
+            m.forward_cached(&toks.slice_axis(1, t, t + 1).unwrap(), &mut caches)
+                .unwrap()
+                .to_vec::<f32>()
+                .unwrap(),
+        );
+    }
+    for (i, (a, b)) in full.iter().zip(&pieces).enumerate() {
+        assert!((a - b).abs() < 1e-4, "logit {i}: full {a} vs cached {b}");
+    }
+    let g1 = m.generate(&[1, 2, 3], 5, 0.0, 0).unwrap();
+    let g2 = m.generate(&[1, 2, 3], 5, 0.0, 0).unwrap();
+    assert_eq!(g1, g2);
+    assert_eq!(g1.len(), 5);
+    assert!(g1.iter().all(|&t| t < 50));
+    assert!(m.generate(&[], 5, 0.0, 0).is_err());
+}
