@@ -6,7 +6,11 @@ pub(crate) mod copy;
 
 /// A contiguous view of `data` (itself when already dense, else a copy), for
 /// primitives in other crates that need raw bytes.
-pub fn copy_contiguous(data: &crate::ArrayData, shape: &[usize], dtype: crate::Dtype) -> crate::Result<crate::ArrayData> {
+pub fn copy_contiguous(
+    data: &crate::ArrayData,
+    shape: &[usize],
+    dtype: crate::Dtype,
+) -> crate::Result<crate::ArrayData> {
     Ok(copy::contiguous(data, shape, dtype))
 }
 pub(crate) mod indexing;
