@@ -1,5 +1,7 @@
 //! Developer and experiment entry points: `cargo xtask test`, `cargo xtask train`, ...
 
+mod bench;
+mod memprof;
 mod test;
 mod train;
 mod util;
@@ -20,11 +22,21 @@ enum Task {
     Test,
     /// Build in release and train the Llama on N ranks through mlx-launch.
     Train(train::TrainArgs),
+    /// The experiment at several world sizes with the memory of every process
+    /// polled ~10 times a second: CSV, Markdown table and PNG chart.
+    Memprof(memprof::Args),
+    /// Benchmarks: `bench train` (tokens/s, ms/step and scaling efficiency).
+    Bench {
+        #[command(subcommand)]
+        what: bench::What,
+    },
 }
 
 fn main() -> Result<()> {
     match Cli::parse().task {
         Task::Test => test::run(),
         Task::Train(a) => train::run(a),
+        Task::Memprof(a) => memprof::run(a),
+        Task::Bench { what } => bench::run(what),
     }
 }

@@ -62,3 +62,77 @@ pub fn build_trainer(profile: &str, build: bool) -> Result<PathBuf> {
     }
     Ok(dir)
 }
+
+/// The folder holding `mlx-launch` and `mlx-llama`: `bin_dir` if given (checked,
+/// never built), else the `dev` or `release` build, built first unless `no_build`.
+pub fn trainer_bins(debug: bool, no_build: bool, bin_dir: Option<&Path>) -> Result<PathBuf> {
+    match bin_dir {
+        Some(dir) => {
+            for bin in ["mlx-launch", "mlx-llama"] {
+                let p = dir.join(format!("{bin}{}", std::env::consts::EXE_SUFFIX));
+                if !p.exists() {
+                    bail!(
+                        "{} is missing: build the launcher and the trainer there first (`cargo build -p mlx-dist -p mlx-llama --bins`, or `cargo test --workspace`, which builds them)",
+                        p.display()
+                    );
+                }
+            }
+            Ok(dir.to_path_buf())
+        }
+        None => build_trainer(if debug { "dev" } else { "release" }, !no_build),
+    }
+}
+
+/// Starts `mlx-launch -n world --backend backend -- mlx-llama train <args>` in the
+/// workspace root with its output (both streams) going to `log`.
+pub fn spawn_trainer(
+    bins: &Path,
+    world: usize,
+    backend: &str,
+    args: &[String],
+    log: &Path,
+) -> Result<std::process::Child> {
+    let file = std::fs::File::create(log).with_context(|| format!("creating {}", log.display()))?;
+    Command::new(bins.join("mlx-launch"))
+        .args(["-n", &world.to_string(), "--backend", backend, "--"])
+        .arg(bins.join("mlx-llama"))
+        .arg("train")
+        .args(args)
+        .current_dir(root())
+        .stdout(file.try_clone()?)
+        .stderr(file)
+        .spawn()
+        .context("starting mlx-launch")
+}
+
+/// The last `lines` lines of a log file (for error messages).
+pub fn log_tail(log: &Path, lines: usize) -> String {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    let all: Vec<&str> = text.lines().collect();
+    all[all.len().saturating_sub(lines)..].join("\n")
+}
+
+/// The current UTC time as `YYYYMMDD-HHMMSS`, for run folder names.
+pub fn timestamp() -> String {
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    let (days, rem) = (secs / 86_400, secs % 86_400);
+    // Howard Hinnant's civil_from_days.
+    let z = days as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!(
+        "{y:04}{m:02}{d:02}-{:02}{:02}{:02}",
+        rem / 3600,
+        rem / 60 % 60,
+        rem % 60
+    )
+}
