@@ -223,7 +223,7 @@ impl Llama {
                 ),
             });
         }
-        let ks = random::split(&random::key(seed), config.num_layers as usize + 2)?;
+        let ks = random::split(&random::key(seed), config.num_layers + 2)?;
         let k = |i: usize| ks.slice_axis(0, i as i64, i as i64 + 1)?.reshape(&[2]);
         let layers = (0..config.num_layers)
             .map(|i| LlamaEncoderLayer::new(config, &k(i + 2)?))

@@ -13,7 +13,7 @@ use mlx_data::{
 use mlx_dist::Group;
 use mlx_nn::losses::{CrossEntropyOptions, Reduction, cross_entropy};
 use mlx_nn::{AverageOptions, ModuleExt, average_gradients, value_and_grad};
-use mlx_optim::{AdamW, Optimizer, Schedule, schedule};
+use mlx_optim::{AdamW, ModuleOptimizer, Optimizer, Schedule, schedule};
 
 use crate::checkpoint::{self, Manifest};
 use crate::config::{Batching, DataSource, ScheduleKind, TokenizerChoice, TrainConfig};
@@ -228,7 +228,7 @@ pub fn train(cfg: &TrainConfig, group: &Group) -> Result<Summary> {
             println!("resuming from {} at step {}", dir.display(), m.step);
         }
     }
-    eval(&model.parameters())?;
+    eval(model.parameters())?;
     if rank == 0 {
         println!(
             "training {} parameters on {world} rank(s): {} steps, {} sequences of {} tokens per step, {} data, vocabulary {vocab}",
@@ -311,10 +311,7 @@ pub fn train(cfg: &TrainConfig, group: &Group) -> Result<Summary> {
             None => (grads, None),
         };
         let lr = opt.learning_rate();
-        let new = opt
-            .apply_gradients(&grads, &model.trainable_parameters())
-            .map_err(|e| anyhow!("{e}"))?;
-        model.update(&new)?;
+        opt.update(&mut model, &grads).map_err(|e| anyhow!("{e}"))?;
         let world_loss = mlx_dist::all_sum(&loss, group)?.div_scalar(world as f64)?;
         eval((&world_loss, &model.parameters(), opt.state(), &norm))?;
         let loss_value = world_loss.item::<f32>()?;

@@ -11,7 +11,7 @@ use crate::{Optimizer, Result};
 /// ```
 /// use mlx_array::{eval, random, Array, Dtype};
 /// use mlx_nn::{losses, value_and_grad, Linear, ModuleExt};
-/// use mlx_optim::{AdamW, ModuleOptimizer};
+/// use mlx_optim::{AdamW, ModuleOptimizer, Optimizer};
 /// let mut model = Linear::new(3, 1, true, &random::key(0)).unwrap();
 /// let mut opt = AdamW::new(1e-2);
 /// let step = value_and_grad(|m: &Linear, x: &Array| m.forward(x)?.square()?.mean_all());

@@ -20,7 +20,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Cmd {
     /// Train (the same program on 1 rank or N ranks under mlx-launch).
-    Train(TrainArgs),
+    Train(Box<TrainArgs>),
     /// Sample text from a checkpoint.
     Generate(GenerateArgs),
 }
@@ -291,7 +291,7 @@ fn main() {
         .with_writer(std::io::stderr)
         .init();
     let result = match Cli::parse().cmd {
-        Cmd::Train(a) => run_train(a),
+        Cmd::Train(a) => run_train(*a),
         Cmd::Generate(a) => run_generate(a),
     };
     if let Err(e) = result {
