@@ -21,6 +21,19 @@ use crate::util::{log_tail, root, spawn_trainer, timestamp, trainer_bins};
 
 const MIB: f64 = (1u64 << 20) as f64;
 
+/// Distinct colours for the ranks' lines (matplotlib's tab10 without grey).
+const RANK_COLORS: [(u8, u8, u8); 9] = [
+    (31, 119, 180),
+    (255, 127, 14),
+    (44, 160, 44),
+    (214, 39, 40),
+    (148, 103, 189),
+    (140, 86, 75),
+    (227, 119, 194),
+    (188, 189, 34),
+    (23, 190, 207),
+];
+
 /// Options of `cargo xtask memprof`; anything after `--` goes to `mlx-llama train`.
 #[derive(ClapArgs, Debug)]
 pub struct Args {
@@ -151,7 +164,7 @@ pub fn run(a: Args) -> Result<()> {
     let csv = out.join("samples.csv");
     write_csv(&csv, &runs)?;
     let md = out.join("memprof.md");
-    let table = markdown(&a, &runs);
+    let table = markdown(&a, &bins, &runs);
     std::fs::write(&md, &table).with_context(|| format!("writing {}", md.display()))?;
     let png = out.join("memprof.png");
     chart(&png, &runs)?;
@@ -390,7 +403,7 @@ fn mib(b: f64) -> String {
     format!("{:.1}", b / MIB)
 }
 
-fn markdown(a: &Args, runs: &[WorldRun]) -> String {
+fn markdown(a: &Args, bins: &Path, runs: &[WorldRun]) -> String {
     let mut s = String::new();
     let _ = writeln!(s, "# memprof\n");
     let _ = writeln!(
@@ -412,11 +425,7 @@ fn markdown(a: &Args, runs: &[WorldRun]) -> String {
             format!(" -- {}", a.trainer.join(" "))
         },
         a.interval_ms,
-        if a.debug || a.bin_dir.is_some() {
-            "debug or given"
-        } else {
-            "release"
-        },
+        bins.display(),
     );
     let _ = writeln!(
         s,
@@ -435,7 +444,7 @@ fn markdown(a: &Args, runs: &[WorldRun]) -> String {
         for p in &per {
             let _ = writeln!(
                 s,
-                "| {} | {} | {} | {} | {:.1} | {} | {} |",
+                "| {} | {} | {} | {} | {:.2} | {} | {} |",
                 run.world,
                 p.who,
                 mib(p.peak as f64),
@@ -558,7 +567,13 @@ fn chart(path: &Path, runs: &[WorldRun]) -> Result<()> {
                 .push((s.t_s, s.rss as f64 / MIB));
         }
         for (i, (who, pts)) in by.into_iter().enumerate() {
-            let color = Palette99::pick(i).to_rgba();
+            let color = match who {
+                Who::Launcher => RGBAColor(0, 0, 0, 1.0),
+                Who::Rank(_) => {
+                    let (r, g, b) = RANK_COLORS[(i - 1) % RANK_COLORS.len()];
+                    RGBAColor(r, g, b, 1.0)
+                }
+            };
             chart
                 .draw_series(LineSeries::new(pts, color.stroke_width(2)))
                 .map_err(|e| anyhow::anyhow!("{e}"))?
@@ -571,9 +586,9 @@ fn chart(path: &Path, runs: &[WorldRun]) -> Result<()> {
             {
                 let pts: Vec<(f64, f64)> =
                     mem.iter().map(|m| (m.t_s, m.active as f64 / MIB)).collect();
-                let thin = color.mix(0.6).stroke_width(1);
+                let thin = color.stroke_width(1);
                 chart
-                    .draw_series(LineSeries::new(pts, thin))
+                    .draw_series(DashedLineSeries::new(pts, 6, 4, thin))
                     .map_err(|e| anyhow::anyhow!("{e}"))?
                     .label(format!("{who} arrays (active, per step)"))
                     .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], thin));
@@ -581,7 +596,7 @@ fn chart(path: &Path, runs: &[WorldRun]) -> Result<()> {
         }
         chart
             .configure_series_labels()
-            .position(SeriesLabelPosition::LowerRight)
+            .position(SeriesLabelPosition::UpperLeft)
             .background_style(WHITE.mix(0.85))
             .border_style(BLACK)
             .label_font(("sans-serif", 13))
