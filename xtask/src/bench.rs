@@ -240,3 +240,33 @@ fn to_json(a: &TrainArgs, rows: &[Row]) -> serde_json::Value {
         "runs": runs,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(world: usize, tokens_per_s: f64) -> Row {
+        Row {
+            world,
+            median_ms: 1.0,
+            tokens_per_s,
+            peak_mib: 1.0,
+            final_loss: None,
+            wall_s: 1.0,
+        }
+    }
+
+    #[test]
+    fn efficiency_is_speedup_over_world_ratio() {
+        let rows = [row(1, 100.0), row(2, 150.0), row(4, 400.0)];
+        let b = base(&rows).unwrap();
+        assert_eq!(scaling(&rows[1], b), (1.5, 0.75));
+        assert_eq!(scaling(&rows[2], b), (4.0, 1.0));
+        // Without world 1, the smallest world is the base.
+        let rows = [row(4, 400.0), row(2, 300.0)];
+        assert_eq!(
+            scaling(&rows[0], base(&rows).unwrap()),
+            (4.0 / 3.0, 2.0 / 3.0)
+        );
+    }
+}

@@ -136,3 +136,20 @@ pub fn timestamp() -> String {
         rem % 60
     )
 }
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn timestamp_is_utc_date_and_time() {
+        let t = super::timestamp();
+        assert_eq!(t.len(), 15, "{t}");
+        assert_eq!(&t[8..9], "-");
+        assert!(
+            t[..8]
+                .chars()
+                .chain(t[9..].chars())
+                .all(|c| c.is_ascii_digit())
+        );
+        assert!(t.as_str() > "20240101-000000");
+    }
+}
