@@ -65,6 +65,10 @@ pub struct Args {
     /// Take mlx-launch and mlx-llama from this folder (never builds).
     #[arg(long)]
     pub bin_dir: Option<PathBuf>,
+    /// Skip the unmonitored one-step run that first prepares the data (tokenizer
+    /// and token store), so that the first world size does not pay for it.
+    #[arg(long)]
+    pub no_prepare: bool,
     /// Options for `mlx-llama train` (see `mlx-llama train --help`).
     #[arg(last = true)]
     pub trainer: Vec<String>,
@@ -156,6 +160,9 @@ pub fn run(a: Args) -> Result<()> {
     };
     std::fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
 
+    if !a.no_prepare {
+        prepare(&a, &bins, &out)?;
+    }
     let mut runs = vec![];
     for &world in &a.worlds {
         runs.push(run_world(&a, &bins, &out, world)?);
@@ -172,6 +179,44 @@ pub fn run(a: Args) -> Result<()> {
     println!("xtask: samples  {}", csv.display());
     println!("xtask: table    {}", md.display());
     println!("xtask: chart    {}", png.display());
+    Ok(())
+}
+
+/// One unmonitored step at world 1, so that the tokenizer and the token store
+/// exist before the measured runs (data is prepared once, then memory-mapped).
+fn prepare(a: &Args, bins: &Path, out: &Path) -> Result<()> {
+    let dir = out.join("prepare");
+    std::fs::create_dir_all(&dir)?;
+    let mut args: Vec<String> = vec![
+        "--out".into(),
+        dir.join("train").display().to_string(),
+        "--fresh".into(),
+        "--steps".into(),
+        "1".into(),
+        "--per-rank-batch".into(),
+        a.per_rank_batch.to_string(),
+    ];
+    args.extend(a.trainer.iter().cloned());
+    let log = dir.join("train.log");
+    eprintln!(
+        "xtask: memprof: preparing the data with one unmonitored step (log {}; skip with --no-prepare)",
+        log.display()
+    );
+    let t = Instant::now();
+    let status = spawn_trainer(bins, 1, &a.backend, &args, &log)?
+        .wait()
+        .context("waiting for mlx-launch")?;
+    if !status.success() {
+        bail!(
+            "the preparation run failed ({status}); the end of {}:\n{}",
+            log.display(),
+            log_tail(&log, 30)
+        );
+    }
+    eprintln!(
+        "xtask: memprof: prepared in {:.1} s",
+        t.elapsed().as_secs_f64()
+    );
     Ok(())
 }
 
@@ -209,7 +254,9 @@ fn run_world(a: &Args, bins: &Path, out: &Path, world: usize) -> Result<WorldRun
         .without_tasks()
         .with_memory()
         .with_cpu()
-        .with_environ(UpdateKind::OnlyIfNotSet);
+        // Always: a child read between fork and exec shows the launcher's.
+        .with_environ(UpdateKind::Always)
+        .with_cmd(UpdateKind::Always);
     let poll = ProcessRefreshKind::nothing()
         .without_tasks()
         .with_memory()
@@ -225,18 +272,36 @@ fn run_world(a: &Args, bins: &Path, out: &Path, world: usize) -> Result<WorldRun
         if ranks.len() < world {
             // Still looking for ranks: list every process (parents and environments).
             sys.refresh_processes_specifics(ProcessesToUpdate::All, true, find);
+            let launcher_cmd = sys.process(launcher).and_then(|p| p.cmd().first().cloned());
             let mut new: Vec<(Pid, Option<usize>)> = sys
                 .processes()
                 .iter()
                 .filter(|(pid, p)| p.parent() == Some(launcher) && !ranks.contains_key(pid))
-                .map(|(pid, p)| (*pid, rank_of(p.environ())))
+                .filter_map(|(pid, p)| match rank_of(p.environ()) {
+                    Some(r) => Some((*pid, Some(r))),
+                    // A child forked but not yet running the trainer still has the
+                    // launcher's environment and command: not a rank yet. With an
+                    // environment we may not read (empty), take it once it has
+                    // started a different program.
+                    None if p.environ().is_empty()
+                        && !p.cmd().is_empty()
+                        && p.cmd().first() != launcher_cmd.as_ref() =>
+                    {
+                        Some((*pid, None))
+                    }
+                    None => None,
+                })
                 .collect();
             new.sort();
             for (pid, rank) in new {
                 // Without a readable environment, ranks are numbered in order of
                 // appearance (the launcher starts them in rank order).
-                let rank = rank.unwrap_or(ranks.len());
-                ranks.insert(pid, rank);
+                let rank = rank.unwrap_or_else(|| {
+                    (0..).find(|r| !ranks.values().any(|x| x == r)).unwrap_or(0)
+                });
+                if !ranks.values().any(|&x| x == rank) {
+                    ranks.insert(pid, rank);
+                }
             }
         } else {
             let pids: Vec<Pid> = std::iter::once(launcher)
