@@ -176,7 +176,7 @@ fn markdown(a: &TrainArgs, rows: &[Row]) -> String {
         s,
         "`cargo xtask bench train --worlds {} --steps {} --backend {}{}{}`: the same global \
          batch split across the ranks; ms/step is the median step (the first step excluded when \
-         there are more), tokens/s counts the whole world.\n",
+         there are more), tokens/s counts the whole world; {} logical cores here.\n",
         a.worlds
             .iter()
             .map(|w| w.to_string())
@@ -190,6 +190,7 @@ fn markdown(a: &TrainArgs, rows: &[Row]) -> String {
         } else {
             format!(" -- {}", a.trainer.join(" "))
         },
+        std::thread::available_parallelism().map_or(0, |n| n.get()),
     );
     let bw = base(rows).map_or(1, |b| b.world);
     let _ = writeln!(
@@ -201,7 +202,7 @@ fn markdown(a: &TrainArgs, rows: &[Row]) -> String {
         let (speedup, eff) = base(rows).map_or((1.0, 1.0), |b| scaling(r, b));
         let _ = writeln!(
             s,
-            "| {} | {:.0} | {:.1} | {:.2}x | {:.0}% | {:.0} | {} | {:.1} |",
+            "| {} | {:.0} | {:.1} | {:.2}x | {:.0}% | {:.1} | {} | {:.1} |",
             r.world,
             r.median_ms,
             r.tokens_per_s,
