@@ -196,41 +196,52 @@ where
             ));
         }
         let primals: Vec<Array> = argnums.iter().map(|&i| args[i].clone()).collect();
-        let inner = |traced: &[Array]| -> Result<Vec<Array>> {
-            let mut full = args.to_vec();
-            for (k, &i) in argnums.iter().enumerate() {
-                full[i] = traced[k].clone();
-            }
-            let out = f(&full)?;
-            if out.size() != 1 {
-                return Err(Error::shape(
-                    "value_and_grad",
-                    format!(
-                        "the function must return a scalar, got shape {:?}",
-                        out.shape()
-                    ),
-                ));
-            }
-            Ok(vec![out])
-        };
-        let mut out_shape = Vec::new();
-        let (outs, grads) = vjp(
-            |t| {
-                let o = inner(t)?;
-                out_shape = o[0].shape().to_vec();
-                Ok(vec![o[0].reshape(&[])?])
+        scalar_vjp(
+            |traced| {
+                let mut full = args.to_vec();
+                for (k, &i) in argnums.iter().enumerate() {
+                    full[i] = traced[k].clone();
+                }
+                f(&full)
             },
             &primals,
-            &[Array::ones(&[], crate::Dtype::F32)],
-        )?;
-        let value = outs.into_iter().next().expect("one output");
-        let value = if out_shape.is_empty() {
-            value
-        } else {
-            crate::reshape_to(&value, &out_shape)?
-        };
-        Ok((value, grads))
+        )
     }
+}
+
+/// Checks that `o` holds one element and returns it as a 0-d array, with the
+/// shape to give the value back afterwards.
+fn as_scalar(o: &Array) -> Result<(Array, Vec<usize>)> {
+    if o.size() != 1 {
+        return Err(Error::shape(
+            "value_and_grad",
+            format!(
+                "the function must return a scalar, got shape {:?}",
+                o.shape()
+            ),
+        ));
+    }
+    Ok((o.reshape(&[])?, o.shape().to_vec()))
+}
+
+/// Runs `f` (returning one scalar) under [`vjp`] with a seed of 1 and gives
+/// the value back in its original shape.
+fn scalar_vjp(
+    f: impl FnOnce(&[Array]) -> Result<Array>,
+    primals: &[Array],
+) -> Result<(Array, Vec<Array>)> {
+    let mut out_shape = Vec::new();
+    let (outs, grads) = vjp(
+        |t| {
+            let (o, shape) = as_scalar(&f(t)?)?;
+            out_shape = shape;
+            Ok(vec![o])
+        },
+        primals,
+        &[Array::ones(&[], crate::Dtype::F32)],
+    )?;
+    let value = outs.into_iter().next().expect("one output");
+    Ok((crate::reshape_to(&value, &out_shape)?, grads))
 }
 
 /// The gradients of `f`'s scalar value with respect to the inputs at `argnums`.
@@ -251,33 +262,13 @@ pub fn value_and_grad_tree(
     let flat = params.flatten();
     let names: Vec<String> = flat.iter().map(|(n, _)| n.clone()).collect();
     let primals: Vec<Array> = flat.into_iter().map(|(_, a)| a).collect();
-    let mut out_shape = Vec::new();
-    let (outs, grads) = vjp(
+    let (value, grads) = scalar_vjp(
         |traced| {
             let tree = Tree::unflatten(names.iter().cloned().zip(traced.iter().cloned()))?;
-            let tree = restructure(params, &tree)?;
-            let o = f(&tree)?;
-            if o.size() != 1 {
-                return Err(Error::shape(
-                    "value_and_grad",
-                    format!(
-                        "the function must return a scalar, got shape {:?}",
-                        o.shape()
-                    ),
-                ));
-            }
-            out_shape = o.shape().to_vec();
-            Ok(vec![o.reshape(&[])?])
+            f(&restructure(params, &tree)?)
         },
         &primals,
-        &[Array::ones(&[], crate::Dtype::F32)],
     )?;
-    let value = outs.into_iter().next().expect("one output");
-    let value = if out_shape.is_empty() {
-        value
-    } else {
-        crate::reshape_to(&value, &out_shape)?
-    };
     let grads = restructure(params, &Tree::unflatten(names.into_iter().zip(grads))?)?;
     Ok((value, grads))
 }

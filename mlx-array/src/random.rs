@@ -49,13 +49,19 @@ pub fn split(k: &Array, num: usize) -> Result<Array> {
     bits(k, &[num, 2])
 }
 
+/// `num` new keys derived from `k`, each a `[2]` key.
+pub fn split_keys(k: &Array, num: usize) -> Result<Vec<Array>> {
+    let ks = split(k, num)?;
+    (0..num as i64)
+        .map(|i| ks.slice_axis(0, i, i + 1)?.reshape(&[2]))
+        .collect()
+}
+
 /// Two new keys derived from `k`.
 pub fn split2(k: &Array) -> Result<[Array; 2]> {
-    let ks = split(k, 2)?;
-    Ok([
-        ks.slice_axis(0, 0, 1)?.reshape(&[2])?,
-        ks.slice_axis(0, 1, 2)?.reshape(&[2])?,
-    ])
+    let mut ks = split_keys(k, 2)?;
+    let b = ks.pop().expect("two keys");
+    Ok([ks.pop().expect("two keys"), b])
 }
 
 /// Uniform float32 in `[0, 1)` with 23 random mantissa bits, plus an offset in ulps.

@@ -76,17 +76,16 @@ impl_module!(LlamaAttention {
 
 impl LlamaAttention {
     fn new(c: &LlamaConfig, key: &Array) -> Result<Self> {
-        let ks = random::split(key, 4)?;
-        let k = |i: i64| ks.slice_axis(0, i, i + 1)?.reshape(&[2]);
+        let ks = random::split_keys(key, 4)?;
         let mut rope = RoPE::new(c.dims / c.num_heads, true);
         rope.base = c.rope_base;
         Ok(LlamaAttention {
             num_heads: c.num_heads,
             rope,
-            query_proj: Linear::new(c.dims, c.dims, false, &k(0)?)?,
-            key_proj: Linear::new(c.dims, c.dims, false, &k(1)?)?,
-            value_proj: Linear::new(c.dims, c.dims, false, &k(2)?)?,
-            out_proj: Linear::new(c.dims, c.dims, false, &k(3)?)?,
+            query_proj: Linear::new(c.dims, c.dims, false, &ks[0])?,
+            key_proj: Linear::new(c.dims, c.dims, false, &ks[1])?,
+            value_proj: Linear::new(c.dims, c.dims, false, &ks[2])?,
+            out_proj: Linear::new(c.dims, c.dims, false, &ks[3])?,
         })
     }
 
@@ -154,15 +153,14 @@ impl_module!(LlamaEncoderLayer {
 
 impl LlamaEncoderLayer {
     fn new(c: &LlamaConfig, key: &Array) -> Result<Self> {
-        let ks = random::split(key, 4)?;
-        let k = |i: i64| ks.slice_axis(0, i, i + 1)?.reshape(&[2]);
+        let ks = random::split_keys(key, 4)?;
         Ok(LlamaEncoderLayer {
-            attention: LlamaAttention::new(c, &k(0)?)?,
+            attention: LlamaAttention::new(c, &ks[0])?,
             norm1: RMSNorm::with_eps(c.dims, c.norm_eps),
             norm2: RMSNorm::with_eps(c.dims, c.norm_eps),
-            linear1: Linear::new(c.dims, c.mlp_dims, false, &k(1)?)?,
-            linear2: Linear::new(c.dims, c.mlp_dims, false, &k(2)?)?,
-            linear3: Linear::new(c.mlp_dims, c.dims, false, &k(3)?)?,
+            linear1: Linear::new(c.dims, c.mlp_dims, false, &ks[1])?,
+            linear2: Linear::new(c.dims, c.mlp_dims, false, &ks[2])?,
+            linear3: Linear::new(c.mlp_dims, c.dims, false, &ks[3])?,
         })
     }
 
@@ -223,16 +221,15 @@ impl Llama {
                 ),
             });
         }
-        let ks = random::split(&random::key(seed), config.num_layers + 2)?;
-        let k = |i: usize| ks.slice_axis(0, i as i64, i as i64 + 1)?.reshape(&[2]);
+        let ks = random::split_keys(&random::key(seed), config.num_layers + 2)?;
         let layers = (0..config.num_layers)
-            .map(|i| LlamaEncoderLayer::new(config, &k(i + 2)?))
+            .map(|i| LlamaEncoderLayer::new(config, &ks[i + 2]))
             .collect::<Result<Vec<_>>>()?;
         Ok(Llama {
-            embedding: Embedding::new(config.vocab_size, config.dims, &k(0)?)?,
+            embedding: Embedding::new(config.vocab_size, config.dims, &ks[0])?,
             layers,
             norm: RMSNorm::with_eps(config.dims, config.norm_eps),
-            out_proj: Linear::new(config.dims, config.vocab_size, false, &k(1)?)?,
+            out_proj: Linear::new(config.dims, config.vocab_size, false, &ks[1])?,
             config: config.clone(),
         })
     }

@@ -41,18 +41,17 @@ impl Primitive for CrossEntropyGrad {
     fn eval_cpu(&self, inputs: &[Array], _out: &Array) -> Result<ArrayData> {
         let (l, t, c) = (&inputs[0], &inputs[1], &inputs[2]);
         let (data, td, cd) = (l.data()?, t.data()?, c.data()?);
-        if l.is_donatable(&data) {
-            return loss::cross_entropy_grad_in_place(
-                data,
-                l.shape(),
-                l.dtype(),
-                &td,
-                t.dtype(),
-                &cd,
-                c.dtype(),
-            );
-        }
-        loss::cross_entropy_grad(&data, l.shape(), l.dtype(), &td, t.dtype(), &cd, c.dtype())
+        let donated = l.is_donatable(&data);
+        loss::cross_entropy_grad(
+            data,
+            l.shape(),
+            l.dtype(),
+            &td,
+            t.dtype(),
+            &cd,
+            c.dtype(),
+            donated,
+        )
     }
     fn vjp(&self, inputs: &[Array], _out: &Array, _ct: &Array) -> Result<Vec<Option<Array>>> {
         // Second derivatives of the loss are not supported; say so rather than return zeros.

@@ -80,14 +80,13 @@ impl MultiHeadAttention {
                 message: format!("dims {dims} do not divide into {num_heads} heads"),
             });
         }
-        let ks = mlx_array::random::split(key, 4)?;
-        let k = |i: i64| ks.slice_axis(0, i, i + 1)?.reshape(&[2]);
+        let ks = mlx_array::random::split_keys(key, 4)?;
         Ok(MultiHeadAttention {
             num_heads,
-            query_proj: Linear::new(dims, dims, bias, &k(0)?)?,
-            key_proj: Linear::new(dims, dims, bias, &k(1)?)?,
-            value_proj: Linear::new(dims, dims, bias, &k(2)?)?,
-            out_proj: Linear::new(dims, dims, bias, &k(3)?)?,
+            query_proj: Linear::new(dims, dims, bias, &ks[0])?,
+            key_proj: Linear::new(dims, dims, bias, &ks[1])?,
+            value_proj: Linear::new(dims, dims, bias, &ks[2])?,
+            out_proj: Linear::new(dims, dims, bias, &ks[3])?,
         })
     }
 

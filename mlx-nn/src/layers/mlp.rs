@@ -26,12 +26,11 @@ impl_module!(SwiGLU {
 impl SwiGLU {
     /// A new block with MLX's Linear initialisation.
     pub fn new(dims: usize, hidden: usize, key: &Array) -> Result<SwiGLU> {
-        let ks = random::split(key, 3)?;
-        let k = |i: i64| ks.slice_axis(0, i, i + 1)?.reshape(&[2]);
+        let ks = random::split_keys(key, 3)?;
         Ok(SwiGLU {
-            linear1: Linear::new(dims, hidden, false, &k(0)?)?,
-            linear2: Linear::new(dims, hidden, false, &k(1)?)?,
-            linear3: Linear::new(hidden, dims, false, &k(2)?)?,
+            linear1: Linear::new(dims, hidden, false, &ks[0])?,
+            linear2: Linear::new(dims, hidden, false, &ks[1])?,
+            linear3: Linear::new(hidden, dims, false, &ks[2])?,
         })
     }
 

@@ -5,6 +5,7 @@ use half::{bf16, f16};
 use rayon::prelude::*;
 
 use super::copy::{contiguous, copy_cast};
+
 use super::math::{self, FloatLike};
 use crate::shape::size_of_shape;
 use crate::{ArrayData, Dtype, Error, Result};
@@ -49,18 +50,6 @@ fn forward<T: FloatLike>(logits: &[T], tg: &[usize], vocab: usize, out: &mut [T]
         });
 }
 
-fn backward<T: FloatLike>(logits: &[T], tg: &[usize], ct: &[f32], vocab: usize, out: &mut [T]) {
-    out.par_chunks_mut(vocab).enumerate().for_each(|(r, o)| {
-        let row = &logits[r * vocab..(r + 1) * vocab];
-        let lse = row_lse(row);
-        let c = ct[r];
-        for (g, &x) in o.iter_mut().zip(row) {
-            *g = T::from_f32(math::exp(x.to_f32() - lse) * c);
-        }
-        o[tg[r]] = T::from_f32(o[tg[r]].to_f32() - c);
-    });
-}
-
 /// Per-row `logsumexp(logits) - logits[target]` over the last axis.
 pub fn cross_entropy(
     logits: &ArrayData,
@@ -90,7 +79,7 @@ pub fn cross_entropy(
     Ok(out)
 }
 
-/// Like [`backward`], overwriting `rows` (the logits) with their gradient.
+/// Overwrites `rows` (logits) with `(softmax(row) - onehot(target)) * ct[row]`.
 fn backward_in_place<T: FloatLike>(rows: &mut [T], tg: &[usize], ct: &[f32], vocab: usize) {
     rows.par_chunks_mut(vocab).enumerate().for_each(|(r, row)| {
         let lse = row_lse(row);
@@ -102,10 +91,13 @@ fn backward_in_place<T: FloatLike>(rows: &mut [T], tg: &[usize], ct: &[f32], voc
     });
 }
 
-/// The gradient written over the logits' own buffer, which the caller has
-/// proven nobody else can read again: the whole step then holds a single
-/// logits-sized buffer.
-pub fn cross_entropy_grad_in_place(
+/// `(softmax(logits) - onehot(target)) * ct[row]`: the gradient of
+/// [`cross_entropy`] with respect to the logits. With `donated`, it is
+/// written over the logits' own buffer, which the caller has proven nobody
+/// else can read again, so the whole step holds one logits-sized buffer;
+/// otherwise into a contiguous copy.
+#[allow(clippy::too_many_arguments)]
+pub fn cross_entropy_grad(
     logits: ArrayData,
     shape: &[usize],
     dtype: Dtype,
@@ -113,24 +105,26 @@ pub fn cross_entropy_grad_in_place(
     t_dtype: Dtype,
     ct: &ArrayData,
     ct_dtype: Dtype,
+    donated: bool,
 ) -> Result<ArrayData> {
     let vocab = *shape.last().expect("logits have a class axis");
     let rows = &shape[..shape.len() - 1];
     let tg = targets(t, rows, t_dtype, vocab)?;
     let ctv = copy_cast(ct, rows, ct_dtype, Dtype::F32);
     let ctv = ctv.as_slice::<f32>(tg.len());
+    let out = if donated {
+        logits
+    } else {
+        copy_cast(&logits, shape, dtype, dtype)
+    };
     let n = size_of_shape(shape);
-    // SAFETY: the caller guarantees that no other reader of this buffer remains.
+    // SAFETY: `out` is either a fresh copy or a donated buffer no one else reads.
     unsafe {
         match dtype {
-            Dtype::F32 => {
-                backward_in_place::<f32>(logits.as_mut_slice_unchecked(n), &tg, ctv, vocab)
-            }
-            Dtype::F16 => {
-                backward_in_place::<f16>(logits.as_mut_slice_unchecked(n), &tg, ctv, vocab)
-            }
+            Dtype::F32 => backward_in_place::<f32>(out.as_mut_slice_unchecked(n), &tg, ctv, vocab),
+            Dtype::F16 => backward_in_place::<f16>(out.as_mut_slice_unchecked(n), &tg, ctv, vocab),
             Dtype::BF16 => {
-                backward_in_place::<bf16>(logits.as_mut_slice_unchecked(n), &tg, ctv, vocab)
+                backward_in_place::<bf16>(out.as_mut_slice_unchecked(n), &tg, ctv, vocab)
             }
             d => {
                 return Err(Error::eval(
@@ -138,39 +132,6 @@ pub fn cross_entropy_grad_in_place(
                     format!("logits must be floating point, got {d}"),
                 ));
             }
-        }
-    }
-    Ok(logits)
-}
-
-/// `(softmax(logits) - onehot(target)) * ct[row]`: the gradient of
-/// [`cross_entropy`] with respect to the logits.
-pub fn cross_entropy_grad(
-    logits: &ArrayData,
-    shape: &[usize],
-    dtype: Dtype,
-    t: &ArrayData,
-    t_dtype: Dtype,
-    ct: &ArrayData,
-    ct_dtype: Dtype,
-) -> Result<ArrayData> {
-    let vocab = *shape.last().expect("logits have a class axis");
-    let rows = &shape[..shape.len() - 1];
-    let tg = targets(t, rows, t_dtype, vocab)?;
-    let ctv = copy_cast(ct, rows, ct_dtype, Dtype::F32);
-    let ctv = ctv.as_slice::<f32>(tg.len());
-    let x = contiguous(logits, shape, dtype);
-    let n = size_of_shape(shape);
-    let mut out = ArrayData::alloc(shape, dtype);
-    match dtype {
-        Dtype::F32 => backward::<f32>(x.as_slice(n), &tg, ctv, vocab, out.as_mut_slice(n)),
-        Dtype::F16 => backward::<f16>(x.as_slice(n), &tg, ctv, vocab, out.as_mut_slice(n)),
-        Dtype::BF16 => backward::<bf16>(x.as_slice(n), &tg, ctv, vocab, out.as_mut_slice(n)),
-        d => {
-            return Err(Error::eval(
-                "cross_entropy_grad",
-                format!("logits must be floating point, got {d}"),
-            ));
         }
     }
     Ok(out)
