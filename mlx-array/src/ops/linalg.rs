@@ -32,6 +32,14 @@ pub fn matmul(a: &Array, b: &Array) -> Result<Array> {
             "only floating point types are supported",
         ));
     }
+    // A batched left operand times a plain matrix is one GEMM over all rows:
+    // no broadcast of the matrix, and its gradient needs no sum over batches.
+    if b.ndim() == 2 && a.ndim() > 2 && a.size() > 0 && a.shape()[a.ndim() - 1] == b.shape()[0] {
+        let k = b.shape()[0] as i64;
+        let mut shape: Vec<i64> = a.shape().iter().map(|&d| d as i64).collect();
+        *shape.last_mut().expect("ndim > 2") = b.shape()[1] as i64;
+        return matmul(&a.reshape(&[-1, k])?, b)?.reshape(&shape);
+    }
     let a2 = if a.ndim() == 1 {
         a.reshape(&[1, a.shape()[0] as i64])?
     } else {
