@@ -150,6 +150,34 @@ pub fn rank_env(
     if let Some(h) = hostfile {
         env.push((config::ENV_HOSTFILE.to_string(), h.display().to_string()));
     }
+    env.extend(thread_env(spec, rank));
     env.extend(spec.env.iter().cloned());
     env
+}
+
+/// Variables that size the thread pools of math libraries.
+const THREAD_VARS: [&str; 5] = [
+    "RAYON_NUM_THREADS",
+    "OPENBLAS_NUM_THREADS",
+    "OMP_NUM_THREADS",
+    "MKL_NUM_THREADS",
+    "VECLIB_MAXIMUM_THREADS",
+];
+
+/// For ranks started on this machine, splits its cores evenly between them
+/// (as torchrun does), so that N ranks with their own thread pools do not
+/// oversubscribe the cores. A variable already set in the launcher's
+/// environment, or given with `--env`, wins.
+fn thread_env(spec: &LaunchSpec, rank: usize) -> Vec<(String, String)> {
+    if spec.hosts[rank].ssh.is_some() {
+        return vec![];
+    }
+    let local = spec.hosts.iter().filter(|h| h.ssh.is_none()).count().max(1);
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let share = (cores / local).max(1).to_string();
+    THREAD_VARS
+        .iter()
+        .filter(|v| std::env::var_os(v).is_none())
+        .map(|v| (v.to_string(), share.clone()))
+        .collect()
 }
