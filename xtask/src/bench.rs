@@ -10,7 +10,7 @@ use std::time::Instant;
 use anyhow::{Context, Result, bail};
 use clap::{Args, Subcommand};
 
-use crate::util::{log_tail, root, spawn_trainer, timestamp, trainer_bins};
+use crate::util::{RunnerArgs, log_tail, root, spawn_trainer, timestamp};
 
 /// What to benchmark.
 #[derive(Subcommand, Debug)]
@@ -28,21 +28,12 @@ pub struct TrainArgs {
     /// Optimizer steps per run (the first is not timed when there are more).
     #[arg(long, default_value_t = 6)]
     pub steps: u64,
-    /// Collective backend: ring, quic or mpi.
-    #[arg(long, default_value = "ring")]
-    pub backend: String,
     /// Run folder (default: runs/bench-train-<UTC time>).
     #[arg(long)]
     pub out: Option<PathBuf>,
-    /// Build and run the debug binaries instead of release ones.
-    #[arg(long)]
-    pub debug: bool,
-    /// Use binaries already built instead of building.
-    #[arg(long)]
-    pub no_build: bool,
-    /// Take mlx-launch and mlx-llama from this folder (never builds).
-    #[arg(long)]
-    pub bin_dir: Option<PathBuf>,
+    /// Where the binaries come from and how the ranks talk.
+    #[command(flatten)]
+    pub runner: RunnerArgs,
     /// Options for `mlx-llama train` (see `mlx-llama train --help`).
     #[arg(last = true)]
     pub trainer: Vec<String>,
@@ -72,7 +63,7 @@ fn train(a: TrainArgs) -> Result<()> {
     if a.steps == 0 {
         bail!("--steps must be at least 1");
     }
-    let bins = trainer_bins(a.debug, a.no_build, a.bin_dir.as_deref())?;
+    let bins = a.runner.binaries()?;
     let out = a.out.clone().unwrap_or_else(|| {
         root()
             .join("runs")
@@ -122,7 +113,7 @@ fn run_world(a: &TrainArgs, bins: &Path, out: &Path, world: usize) -> Result<Row
         log.display()
     );
     let start = Instant::now();
-    let status = spawn_trainer(bins, world, &a.backend, &args, &log)?
+    let status = spawn_trainer(bins, world, &a.runner.backend, &args, &log)?
         .wait()
         .context("waiting for mlx-launch")?;
     let wall_s = start.elapsed().as_secs_f64();
@@ -183,8 +174,8 @@ fn markdown(a: &TrainArgs, rows: &[Row]) -> String {
             .collect::<Vec<_>>()
             .join(","),
         a.steps,
-        a.backend,
-        if a.debug { " --debug" } else { "" },
+        a.runner.backend,
+        if a.runner.debug { " --debug" } else { "" },
         if a.trainer.is_empty() {
             String::new()
         } else {
@@ -235,8 +226,8 @@ fn to_json(a: &TrainArgs, rows: &[Row]) -> serde_json::Value {
         .collect();
     serde_json::json!({
         "steps": a.steps,
-        "backend": a.backend,
-        "debug": a.debug,
+        "backend": a.runner.backend,
+        "debug": a.runner.debug,
         "trainer": a.trainer,
         "runs": runs,
     })

@@ -17,7 +17,7 @@ use anyhow::{Context, Result, bail};
 use clap::Args as ClapArgs;
 use sysinfo::{Pid, ProcessRefreshKind, ProcessesToUpdate, System, UpdateKind};
 
-use crate::util::{log_tail, root, spawn_trainer, timestamp, trainer_bins};
+use crate::util::{RunnerArgs, log_tail, root, spawn_trainer, timestamp};
 
 const MIB: f64 = (1u64 << 20) as f64;
 
@@ -50,25 +50,16 @@ pub struct Args {
     /// Milliseconds between samples.
     #[arg(long, default_value_t = 100)]
     pub interval_ms: u64,
-    /// Collective backend: ring, quic or mpi.
-    #[arg(long, default_value = "ring")]
-    pub backend: String,
     /// Run folder (default: runs/memprof-<UTC time>).
     #[arg(long)]
     pub out: Option<PathBuf>,
-    /// Build and run the debug binaries instead of release ones.
-    #[arg(long)]
-    pub debug: bool,
-    /// Use binaries already built instead of building.
-    #[arg(long)]
-    pub no_build: bool,
-    /// Take mlx-launch and mlx-llama from this folder (never builds).
-    #[arg(long)]
-    pub bin_dir: Option<PathBuf>,
     /// Skip the unmonitored one-step run that first prepares the data (tokenizer
     /// and token store), so that the first world size does not pay for it.
     #[arg(long)]
     pub no_prepare: bool,
+    /// Where the binaries come from and how the ranks talk.
+    #[command(flatten)]
+    pub runner: RunnerArgs,
     /// Options for `mlx-llama train` (see `mlx-llama train --help`).
     #[arg(last = true)]
     pub trainer: Vec<String>,
@@ -150,7 +141,7 @@ pub fn run(a: Args) -> Result<()> {
     if a.per_rank_batch == 0 || a.interval_ms == 0 {
         bail!("--per-rank-batch and --interval-ms must be at least 1");
     }
-    let bins = trainer_bins(a.debug, a.no_build, a.bin_dir.as_deref())?;
+    let bins = a.runner.binaries()?;
     let out = a
         .out
         .clone()
@@ -205,7 +196,7 @@ fn prepare(a: &Args, bins: &Path, out: &Path) -> Result<()> {
         log.display()
     );
     let t = Instant::now();
-    let status = spawn_trainer(bins, 1, &a.backend, &args, &log)?
+    let status = spawn_trainer(bins, 1, &a.runner.backend, &args, &log)?
         .wait()
         .context("waiting for mlx-launch")?;
     if !status.success() {
@@ -249,7 +240,7 @@ fn run_world(a: &Args, bins: &Path, out: &Path, world: usize) -> Result<WorldRun
 
     let start_unix = unix_ms();
     let start = Instant::now();
-    let mut child = spawn_trainer(bins, world, &a.backend, &args, &log)?;
+    let mut child = spawn_trainer(bins, world, &a.runner.backend, &args, &log)?;
     let launcher = Pid::from_u32(child.id());
     let interval = Duration::from_millis(a.interval_ms);
     let find = ProcessRefreshKind::nothing()
@@ -485,8 +476,8 @@ fn markdown(a: &Args, bins: &Path, runs: &[WorldRun]) -> String {
             .join(","),
         a.steps,
         a.per_rank_batch,
-        a.backend,
-        if a.debug { " --debug" } else { "" },
+        a.runner.backend,
+        if a.runner.debug { " --debug" } else { "" },
         if a.trainer.is_empty() {
             String::new()
         } else {

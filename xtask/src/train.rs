@@ -6,7 +6,7 @@ use std::process::Command;
 use anyhow::{Context, Result, bail};
 use clap::Args;
 
-use crate::util::{build_trainer, root};
+use crate::util::{RunnerArgs, root};
 
 /// Options of `cargo xtask train`; anything after `--` goes to `mlx-llama train`.
 #[derive(Args, Debug)]
@@ -14,18 +14,12 @@ pub struct TrainArgs {
     /// Number of processes.
     #[arg(long, default_value_t = 2)]
     pub world: usize,
-    /// Collective backend: ring, quic or mpi.
-    #[arg(long, default_value = "ring")]
-    pub backend: String,
     /// Run folder (default: runs/train-world<N>).
     #[arg(long)]
     pub out: Option<PathBuf>,
-    /// Build and run the debug binaries instead of release ones (for tests).
-    #[arg(long)]
-    pub debug: bool,
-    /// Use binaries already built instead of building.
-    #[arg(long)]
-    pub no_build: bool,
+    /// Where the binaries come from and how the ranks talk.
+    #[command(flatten)]
+    pub runner: RunnerArgs,
     /// Options for `mlx-llama train` (see `mlx-llama train --help`).
     #[arg(last = true)]
     pub trainer: Vec<String>,
@@ -36,7 +30,7 @@ pub fn run(a: TrainArgs) -> Result<()> {
     if a.world == 0 {
         bail!("--world must be at least 1");
     }
-    let bins = build_trainer(if a.debug { "dev" } else { "release" }, !a.no_build)?;
+    let bins = a.runner.binaries()?;
     let out = a
         .out
         .clone()
@@ -56,7 +50,13 @@ pub fn run(a: TrainArgs) -> Result<()> {
         trainer.join(" ")
     );
     let status = Command::new(bins.join("mlx-launch"))
-        .args(["-n", &a.world.to_string(), "--backend", &a.backend, "--"])
+        .args([
+            "-n",
+            &a.world.to_string(),
+            "--backend",
+            &a.runner.backend,
+            "--",
+        ])
         .arg(bins.join("mlx-llama"))
         .args(&trainer)
         .current_dir(root())

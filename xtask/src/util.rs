@@ -153,3 +153,28 @@ mod tests {
         assert!(t.as_str() > "20240101-000000");
     }
 }
+
+/// Where the trainer's binaries come from and how its ranks talk: the
+/// options `train`, `memprof` and `bench train` share.
+#[derive(clap::Args, Debug, Clone)]
+pub struct RunnerArgs {
+    /// Collective backend: ring, quic or mpi.
+    #[arg(long, default_value = "ring")]
+    pub backend: String,
+    /// Build and run the debug binaries instead of release ones.
+    #[arg(long)]
+    pub debug: bool,
+    /// Use binaries already built instead of building.
+    #[arg(long)]
+    pub no_build: bool,
+    /// Take mlx-launch and mlx-llama from this folder (never builds).
+    #[arg(long)]
+    pub bin_dir: Option<PathBuf>,
+}
+
+impl RunnerArgs {
+    /// The folder holding `mlx-launch` and `mlx-llama`, built first unless told not to.
+    pub fn binaries(&self) -> Result<PathBuf> {
+        trainer_bins(self.debug, self.no_build, self.bin_dir.as_deref())
+    }
+}
