@@ -182,6 +182,12 @@ pub fn train(cfg: &TrainConfig, group: &Group) -> Result<Summary> {
     }
     let (rank, world) = (group.rank(), group.size());
     let batch = per_rank(cfg, world)?;
+    // Sequences per optimizer step across the world.
+    let sequences = match batch {
+        BatchSize::Global(b) => b,
+        BatchSize::PerRank(b) => b * world,
+    } * cfg.grad_accumulation;
+    let tokens = (sequences * cfg.block_size) as f64;
     let data = mlx_data::prepare(&data_config_for(cfg)).context("preparing the data")?;
     if rank == 0 {
         tracing::info!(
@@ -234,10 +240,7 @@ pub fn train(cfg: &TrainConfig, group: &Group) -> Result<Summary> {
             "training {} parameters on {world} rank(s): {} steps, {} sequences of {} tokens per step, {} data, vocabulary {vocab}",
             model.num_parameters(),
             cfg.steps,
-            match batch {
-                BatchSize::Global(b) => b,
-                BatchSize::PerRank(b) => b * world,
-            } * cfg.grad_accumulation,
+            sequences,
             cfg.block_size,
             data.source_kind
         );
@@ -343,11 +346,6 @@ pub fn train(cfg: &TrainConfig, group: &Group) -> Result<Summary> {
         } else {
             None
         };
-        let tokens = (match batch {
-            BatchSize::Global(b) => b,
-            BatchSize::PerRank(b) => b * world,
-        } * cfg.grad_accumulation
-            * cfg.block_size) as f64;
         if let Some(r) = reporter.as_mut() {
             r.step(
                 &StepMetrics {
@@ -379,11 +377,6 @@ pub fn train(cfg: &TrainConfig, group: &Group) -> Result<Summary> {
     }
     sorted.sort_by(f64::total_cmp);
     summary.median_ms = sorted.get(sorted.len() / 2).copied().unwrap_or(0.0) * 1e3;
-    let tokens = (match batch {
-        BatchSize::Global(b) => b,
-        BatchSize::PerRank(b) => b * world,
-    } * cfg.grad_accumulation
-        * cfg.block_size) as f64;
     summary.tokens_per_s = if summary.median_ms > 0.0 {
         tokens / (summary.median_ms / 1e3)
     } else {

@@ -26,16 +26,11 @@ impl Primitive for Take {
         )
     }
     fn vjp(&self, inputs: &[Array], _out: &Array, ct: &Array) -> Result<Vec<Option<Array>>> {
-        let g = Array::from_primitive(
-            ScatterAdd {
-                axis: self.0,
-                along_axis: false,
-            },
-            vec![ct.clone(), inputs[1].clone()],
-            inputs[0].shape().to_vec(),
-            ct.dtype(),
-        );
-        Ok(vec![Some(g), None])
+        ScatterAdd {
+            axis: self.0,
+            along_axis: false,
+        }
+        .gradient(inputs, ct)
     }
 }
 
@@ -60,16 +55,11 @@ impl Primitive for TakeAlongAxis {
         )
     }
     fn vjp(&self, inputs: &[Array], _out: &Array, ct: &Array) -> Result<Vec<Option<Array>>> {
-        let g = Array::from_primitive(
-            ScatterAdd {
-                axis: self.0,
-                along_axis: true,
-            },
-            vec![ct.clone(), inputs[1].clone()],
-            inputs[0].shape().to_vec(),
-            ct.dtype(),
-        );
-        Ok(vec![Some(g), None])
+        ScatterAdd {
+            axis: self.0,
+            along_axis: true,
+        }
+        .gradient(inputs, ct)
     }
 }
 
@@ -171,6 +161,20 @@ pub struct ScatterAdd {
     pub axis: usize,
     /// Whether the gather was `take_along_axis`.
     pub along_axis: bool,
+}
+
+impl ScatterAdd {
+    /// The vjp of the gather it undoes: `ct` scattered back to the shape of
+    /// the gathered array (`inputs[0]`) at the indices (`inputs[1]`).
+    fn gradient(self, inputs: &[Array], ct: &Array) -> Result<Vec<Option<Array>>> {
+        let g = Array::from_primitive(
+            self,
+            vec![ct.clone(), inputs[1].clone()],
+            inputs[0].shape().to_vec(),
+            ct.dtype(),
+        );
+        Ok(vec![Some(g), None])
+    }
 }
 
 impl Primitive for ScatterAdd {
