@@ -1,10 +1,13 @@
 //! The evaluator: orders the graph, runs each primitive once, frees as it goes.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::mpsc::{Receiver, Sender, channel, sync_channel};
+use std::sync::{Arc, Mutex, OnceLock};
 
-use crate::Array;
-use crate::Result;
 use crate::array::State;
+use crate::primitive::{ArrayData, Primitive, Stream};
+use crate::{Array, Result};
 
 /// Things that hold arrays to evaluate: an array, slices and vectors of
 /// arrays, parameter trees, references and tuples of these.
@@ -120,16 +123,118 @@ fn topological_order(roots: Vec<Array>) -> Vec<Array> {
 }
 
 fn run(order: Vec<Array>) -> Result<()> {
+    let mut in_flight = InFlight::default();
+    let result = run_nodes(order, &mut in_flight);
+    // Whatever happened, no collective is left running behind the caller's back.
+    let finished = in_flight.finish_all();
+    result.and(finished)
+}
+
+fn run_nodes(order: Vec<Array>, in_flight: &mut InFlight) -> Result<()> {
     for a in order {
         let (primitive, inputs) = match &*a.lock() {
             State::Ready(_) => continue,
             State::Pending { primitive, inputs } => (primitive.clone(), inputs.clone()),
         };
-        let data = primitive.eval_cpu(&inputs, &a)?;
-        drop(inputs);
-        // Detach: replacing the pending state drops this node's references to its inputs.
-        let old = std::mem::replace(&mut *a.lock(), State::Ready(data));
-        drop(old);
+        for i in &inputs {
+            in_flight.finish(i)?;
+        }
+        match primitive.stream() {
+            Stream::Compute => {
+                let data = primitive.eval_cpu(&inputs, &a)?;
+                drop(inputs);
+                set_ready(&a, data);
+            }
+            Stream::Communication => in_flight.submit(a, primitive, inputs),
+        }
     }
     Ok(())
+}
+
+/// Detach: replacing the pending state drops this node's references to its inputs.
+fn set_ready(a: &Array, data: ArrayData) {
+    let old = std::mem::replace(&mut *a.lock(), State::Ready(data));
+    drop(old);
+}
+
+/// Communication-stream nodes submitted by one `eval` and not yet collected.
+#[derive(Default)]
+struct InFlight {
+    pending: HashMap<u64, (Array, Receiver<Result<ArrayData>>)>,
+}
+
+impl InFlight {
+    fn submit(&mut self, a: Array, primitive: Arc<dyn Primitive>, inputs: Vec<Array>) {
+        let (tx, rx) = sync_channel(1);
+        let out = a.clone();
+        let job: Job = Box::new(move || {
+            let result = catch_unwind(AssertUnwindSafe(|| primitive.eval_cpu(&inputs, &out)))
+                .unwrap_or_else(|_| {
+                    Err(crate::Error::eval(primitive.name(), "the kernel panicked"))
+                });
+            let _ = tx.send(result);
+        });
+        let rx = match communication_thread().lock().map(|t| t.send(job)) {
+            Ok(Ok(())) => rx,
+            _ => {
+                let (tx, rx) = sync_channel(1);
+                let _ = tx.send(Err(crate::Error::eval(
+                    "eval",
+                    "the communication thread is not running",
+                )));
+                rx
+            }
+        };
+        self.pending.insert(a.id(), (a, rx));
+    }
+
+    /// Waits for `a` if it is in flight and stores its result.
+    fn finish(&mut self, a: &Array) -> Result<()> {
+        let Some((a, rx)) = self.pending.remove(&a.id()) else {
+            return Ok(());
+        };
+        let data = rx.recv().unwrap_or_else(|_| {
+            Err(crate::Error::eval(
+                "eval",
+                "the communication thread stopped before finishing a collective",
+            ))
+        })?;
+        set_ready(&a, data);
+        Ok(())
+    }
+
+    /// Waits for every node still in flight, in submission order; the first error wins.
+    fn finish_all(&mut self) -> Result<()> {
+        let mut ids: Vec<u64> = self.pending.keys().copied().collect();
+        ids.sort_unstable();
+        let mut first = Ok(());
+        for id in ids {
+            let (a, _) = &self.pending[&id];
+            let a = a.clone();
+            let r = self.finish(&a);
+            if first.is_ok() {
+                first = r;
+            }
+        }
+        first
+    }
+}
+
+type Job = Box<dyn FnOnce() + Send>;
+
+/// The process-wide communication thread: runs jobs one at a time, in order.
+fn communication_thread() -> &'static Mutex<Sender<Job>> {
+    static THREAD: OnceLock<Mutex<Sender<Job>>> = OnceLock::new();
+    THREAD.get_or_init(|| {
+        let (tx, rx) = channel::<Job>();
+        std::thread::Builder::new()
+            .name("mlx-communication".into())
+            .spawn(move || {
+                for job in rx {
+                    job();
+                }
+            })
+            .expect("cannot start the communication thread");
+        Mutex::new(tx)
+    })
 }

@@ -23,6 +23,15 @@ pub trait Primitive: Send + Sync + fmt::Debug + 'static {
     /// shape and dtype chosen when the op was built.
     fn eval_cpu(&self, inputs: &[Array], out: &Array) -> Result<ArrayData>;
 
+    /// Where the evaluator runs this primitive. Compute primitives run in
+    /// graph order on the calling thread; [`Stream::Communication`] ones
+    /// (collectives) are handed, in graph order, to one communication thread
+    /// and run there while the evaluator goes on with nodes that do not need
+    /// their result, so gradient communication overlaps the backward pass.
+    fn stream(&self) -> Stream {
+        Stream::Compute
+    }
+
     /// The vector-Jacobian product: given the cotangent of the output, the
     /// cotangent of each input (`None` where no gradient flows, which counts
     /// as zero). Built lazily from ops, so backward graphs evaluate together
@@ -42,6 +51,16 @@ pub trait Primitive: Send + Sync + fmt::Debug + 'static {
             format!("primitive `{}` has no vector-Jacobian product", self.name()),
         ))
     }
+}
+
+/// The stream a primitive runs on (see [`Primitive::stream`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stream {
+    /// The evaluating thread, in graph order.
+    Compute,
+    /// The process-wide communication thread, in the order the evaluator
+    /// reaches the nodes (the same order on every rank for the same graph).
+    Communication,
 }
 
 /// The `vjp` of a primitive through which no gradient flows to any input.

@@ -1,0 +1,110 @@
+//! The communication stream: primitives that say `Stream::Communication` run
+//! on their own thread, in graph order, while the evaluator goes on.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use mlx_array::{Array, ArrayData, Dtype, Error, Primitive, Result, Stream, eval};
+
+/// A communication primitive that waits (up to a deadline) for `flag` and
+/// returns 1 if it was set while it waited, 0 if not; it also records the
+/// order in which communication nodes ran.
+#[derive(Debug)]
+struct WaitForFlag {
+    flag: Arc<AtomicBool>,
+    ticket: Arc<AtomicUsize>,
+    ran_as: Arc<AtomicUsize>,
+    fail: bool,
+}
+
+impl Primitive for WaitForFlag {
+    fn name(&self) -> &'static str {
+        "wait_for_flag"
+    }
+    fn stream(&self) -> Stream {
+        Stream::Communication
+    }
+    fn eval_cpu(&self, _inputs: &[Array], _out: &Array) -> Result<ArrayData> {
+        self.ran_as
+            .store(self.ticket.fetch_add(1, Ordering::SeqCst), Ordering::SeqCst);
+        if self.fail {
+            return Err(Error::eval("wait_for_flag", "peer 3 closed the connection"));
+        }
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !self.flag.load(Ordering::SeqCst) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let seen = self.flag.load(Ordering::SeqCst) as u8 as f32;
+        Ok(ArrayData::from_slice(&[seen], &[]))
+    }
+}
+
+/// A compute primitive that sets `flag`.
+#[derive(Debug)]
+struct SetFlag(Arc<AtomicBool>);
+
+impl Primitive for SetFlag {
+    fn name(&self) -> &'static str {
+        "set_flag"
+    }
+    fn eval_cpu(&self, _inputs: &[Array], _out: &Array) -> Result<ArrayData> {
+        self.0.store(true, Ordering::SeqCst);
+        Ok(ArrayData::from_slice(&[2.0f32], &[]))
+    }
+}
+
+fn wait(
+    flag: &Arc<AtomicBool>,
+    ticket: &Arc<AtomicUsize>,
+    fail: bool,
+) -> (Array, Arc<AtomicUsize>) {
+    let ran_as = Arc::new(AtomicUsize::new(usize::MAX));
+    let prim = WaitForFlag {
+        flag: flag.clone(),
+        ticket: ticket.clone(),
+        ran_as: ran_as.clone(),
+        fail,
+    };
+    let x = Array::from_primitive(prim, vec![Array::scalar(0.0f32)], vec![], Dtype::F32);
+    (x, ran_as)
+}
+
+#[test]
+fn compute_runs_while_a_communication_node_is_in_flight() {
+    let flag = Arc::new(AtomicBool::new(false));
+    let ticket = Arc::new(AtomicUsize::new(0));
+    let (comm, _) = wait(&flag, &ticket, false);
+    let compute = Array::from_primitive(SetFlag(flag.clone()), vec![], vec![], Dtype::F32);
+    // The communication node comes first in graph order; run sequentially it
+    // would time out before the flag is set.
+    let total = comm.add(&compute).unwrap();
+    eval((&comm, &compute, &total)).unwrap();
+    assert_eq!(
+        comm.item::<f32>().unwrap(),
+        1.0,
+        "the collective did not overlap compute"
+    );
+    assert_eq!(total.item::<f32>().unwrap(), 3.0);
+}
+
+#[test]
+fn communication_nodes_run_in_graph_order_and_errors_reach_eval() {
+    let flag = Arc::new(AtomicBool::new(true));
+    let ticket = Arc::new(AtomicUsize::new(0));
+    let (a, a_ran) = wait(&flag, &ticket, false);
+    let (b, b_ran) = wait(&flag, &ticket, false);
+    let (c, c_ran) = wait(&flag, &ticket, false);
+    eval((&a, &b, &c)).unwrap();
+    let order = [a_ran, b_ran, c_ran].map(|r| r.load(Ordering::SeqCst));
+    assert!(
+        order[0] < order[1] && order[1] < order[2],
+        "ran out of order: {order:?}"
+    );
+
+    let (bad, _) = wait(&flag, &ticket, true);
+    let after = bad.add_scalar(1.0).unwrap();
+    let err = eval(&after).unwrap_err().to_string();
+    assert!(err.contains("peer 3 closed the connection"), "{err}");
+    assert!(!after.is_evaluated());
+}
