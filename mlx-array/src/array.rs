@@ -3,6 +3,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use crate::device::{Device, Transfer};
 use crate::primitive::{ArrayData, Primitive};
 use crate::shape::size_of_shape;
 use crate::{Dtype, Element, Error, Result};
@@ -32,6 +33,7 @@ pub(crate) struct Node {
     pub(crate) id: u64,
     pub(crate) shape: Vec<usize>,
     pub(crate) dtype: Dtype,
+    pub(crate) device: Device,
     pub(crate) state: Mutex<State>,
 }
 
@@ -66,12 +68,13 @@ impl Drop for Node {
 }
 
 impl Array {
-    fn with_state(shape: Vec<usize>, dtype: Dtype, state: State) -> Array {
+    fn with_state(shape: Vec<usize>, dtype: Dtype, device: Device, state: State) -> Array {
         Array {
             node: Arc::new(Node {
                 id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
                 shape,
                 dtype,
+                device,
                 state: Mutex::new(state),
             }),
         }
@@ -79,15 +82,27 @@ impl Array {
 
     /// An array computed by `primitive` from `inputs`, with the given output
     /// shape and dtype. This is how ops (here and in other crates) build nodes.
+    ///
+    /// The node is placed on the primitive's own device if it has one, else
+    /// on the [default device](crate::default_device); inputs living on the
+    /// other device reach it through a transfer node.
     pub fn from_primitive(
         primitive: impl Primitive,
         inputs: Vec<Array>,
         shape: Vec<usize>,
         dtype: Dtype,
     ) -> Array {
+        let device = primitive.device().unwrap_or_else(crate::default_device);
+        let is_transfer = std::any::Any::type_id(&primitive) == std::any::TypeId::of::<Transfer>();
+        let inputs = if is_transfer {
+            inputs
+        } else {
+            inputs.into_iter().map(|x| x.to_device(device)).collect()
+        };
         Array::with_state(
             shape,
             dtype,
+            device,
             State::Pending {
                 primitive: Arc::new(primitive),
                 inputs,
@@ -95,9 +110,14 @@ impl Array {
         )
     }
 
-    /// An already evaluated array holding `data`.
+    /// An already evaluated array holding `data` (on the device its storage is on).
     pub fn from_data(data: ArrayData, shape: Vec<usize>, dtype: Dtype) -> Array {
-        Array::with_state(shape, dtype, State::Ready(data))
+        let device = if data.storage().is_device() {
+            Device::Gpu
+        } else {
+            Device::Cpu
+        };
+        Array::with_state(shape, dtype, device, State::Ready(data))
     }
 
     /// An array holding a copy of `values` with the given shape.
@@ -217,7 +237,7 @@ impl Array {
         } else {
             self.astype(T::DTYPE)?
         };
-        let a = a.contiguous()?;
+        let a = a.contiguous()?.to_device(Device::Cpu);
         a.eval()?;
         let data = a.data()?;
         Ok(data.as_slice::<T>(a.size()).to_vec())
@@ -242,7 +262,7 @@ impl std::fmt::Debug for Array {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "Array(shape={:?}, dtype={}", self.shape(), self.dtype())?;
         match self.primitive_name() {
-            Some(p) => write!(f, ", pending {p})"),
+            Some(p) => write!(f, ", pending {p} on {})", self.device()),
             None => write!(f, ")"),
         }
     }

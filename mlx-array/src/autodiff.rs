@@ -29,6 +29,10 @@ impl Primitive for Tracer {
     fn name(&self) -> &'static str {
         "tracer"
     }
+    fn eval_gpu(&self, inputs: &[Array], out: &Array) -> Result<ArrayData> {
+        // The identity: the same data on whichever device it lives.
+        self.eval_cpu(inputs, out)
+    }
     fn eval_cpu(&self, inputs: &[Array], _out: &Array) -> Result<ArrayData> {
         inputs[0].data()
     }

@@ -53,6 +53,11 @@ pub enum Error {
         message: String,
     },
     /// A file could not be read or written.
+    /// The GPU backend cannot do what was asked: no adapter, out of device
+    /// memory, a dtype or feature this adapter lacks, a lost device, or a
+    /// primitive without a GPU kernel.
+    #[error("gpu: {0}")]
+    Gpu(String),
     #[error("{path}: {source}")]
     Io {
         /// The file.
@@ -94,6 +99,10 @@ impl Error {
         }
     }
     /// An error raised by a kernel while evaluating `op`.
+    /// A GPU backend error.
+    pub fn gpu(message: impl Into<String>) -> Self {
+        Error::Gpu(message.into())
+    }
     pub fn eval(op: impl Into<String>, message: impl Into<String>) -> Self {
         Error::Eval {
             op: op.into(),

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use crate::array::State;
 use crate::primitive::{ArrayData, Primitive, Stream};
-use crate::{Array, Result};
+use crate::{Array, Device, Result};
 
 /// Things that hold arrays to evaluate: an array, slices and vectors of
 /// arrays, parameter trees, references and tuples of these.
@@ -127,7 +127,12 @@ fn run(order: Vec<Array>) -> Result<()> {
     let result = run_nodes(order, &mut in_flight);
     // Whatever happened, no collective is left running behind the caller's back.
     let finished = in_flight.finish_all();
-    result.and(finished)
+    // One command buffer per eval: everything the GPU kernels recorded goes now.
+    #[cfg(feature = "gpu")]
+    let submitted = crate::backend::gpu::submit();
+    #[cfg(not(feature = "gpu"))]
+    let submitted = Ok(());
+    result.and(finished).and(submitted)
 }
 
 fn run_nodes(order: Vec<Array>, in_flight: &mut InFlight) -> Result<()> {
@@ -141,7 +146,10 @@ fn run_nodes(order: Vec<Array>, in_flight: &mut InFlight) -> Result<()> {
         }
         match primitive.stream() {
             Stream::Compute => {
-                let data = primitive.eval_cpu(&inputs, &a)?;
+                let data = match a.device() {
+                    Device::Cpu => primitive.eval_cpu(&inputs, &a)?,
+                    Device::Gpu => primitive.eval_gpu(&inputs, &a)?,
+                };
                 drop(inputs);
                 set_ready(&a, data);
             }

@@ -26,6 +26,7 @@
 pub mod array;
 pub mod autodiff;
 pub mod backend;
+pub mod device;
 pub mod dtype;
 pub mod error;
 pub mod eval;
@@ -42,6 +43,7 @@ pub mod tree;
 pub use array::Array;
 pub use autodiff::{grad, value_and_grad, value_and_grad_tree, vjp};
 pub use backend::cpu::blas;
+pub use device::{Device, default_device, set_default_device};
 pub use dtype::{ALL_DTYPES, Bool8, Dtype, Element};
 pub use error::{Error, Result};
 pub use eval::{Evaluable, eval};

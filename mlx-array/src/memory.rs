@@ -54,6 +54,8 @@ pub fn cache() -> usize {
 
 /// Returns every cached buffer to the system allocator.
 pub fn clear_cache() {
+    #[cfg(feature = "gpu")]
+    crate::backend::gpu::clear_pool();
     let mut free = FREE.lock().unwrap_or_else(|e| e.into_inner());
     for (class, ptrs) in std::mem::take(&mut *free) {
         for p in ptrs {
@@ -86,10 +88,38 @@ fn layout(class: usize) -> Layout {
     Layout::from_size_align(class, ALIGN).expect("size classes are valid layouts")
 }
 
-/// One contiguous, 64-byte aligned allocation shared by the arrays that view it.
+/// One contiguous allocation shared by the arrays that view it: 64-byte
+/// aligned host memory, or (with the `gpu` feature) a buffer on the GPU.
 pub struct Storage {
     ptr: NonNull<u8>,
     class: usize,
+    #[cfg(feature = "gpu")]
+    gpu: Option<crate::backend::gpu::DeviceBuffer>,
+}
+
+/// Counts `bytes` newly live (a pool miss or a reuse) toward [`active`] and [`peak`].
+pub(crate) fn count_live(bytes: usize) {
+    let now = ACTIVE.fetch_add(bytes, Ordering::Relaxed) + bytes;
+    PEAK.fetch_max(now, Ordering::Relaxed);
+}
+
+/// Counts `bytes` no longer live.
+pub(crate) fn count_dead(bytes: usize) {
+    ACTIVE.fetch_sub(bytes, Ordering::Relaxed);
+}
+
+/// Adjusts the bytes held in a reuse cache (host or device).
+pub(crate) fn count_cached(bytes: usize, added: bool) {
+    if added {
+        CACHED.fetch_add(bytes, Ordering::Relaxed);
+    } else {
+        CACHED.fetch_sub(bytes, Ordering::Relaxed);
+    }
+}
+
+/// The cache limit set by [`set_cache_limit`].
+pub(crate) fn cache_limit() -> usize {
+    CACHE_LIMIT.load(Ordering::Relaxed)
 }
 
 // SAFETY: Storage owns its allocation; writes happen only while a kernel holds the
@@ -106,6 +136,8 @@ impl Storage {
                 // A well-aligned, non-null address that is never dereferenced.
                 ptr: NonNull::new(ALIGN as *mut u8).expect("non-null"),
                 class: 0,
+                #[cfg(feature = "gpu")]
+                gpu: None,
             };
         }
         let class = size_class(bytes);
@@ -124,9 +156,41 @@ impl Storage {
                 NonNull::new(raw).unwrap_or_else(|| std::alloc::handle_alloc_error(layout(class)))
             }
         };
-        let now = ACTIVE.fetch_add(class, Ordering::Relaxed) + class;
-        PEAK.fetch_max(now, Ordering::Relaxed);
-        Storage { ptr, class }
+        count_live(class);
+        Storage {
+            ptr,
+            class,
+            #[cfg(feature = "gpu")]
+            gpu: None,
+        }
+    }
+
+    /// Storage for a GPU buffer (which does its own accounting).
+    #[cfg(feature = "gpu")]
+    pub(crate) fn device(buffer: crate::backend::gpu::DeviceBuffer) -> Storage {
+        Storage {
+            ptr: NonNull::new(ALIGN as *mut u8).expect("non-null"),
+            class: buffer.capacity(),
+            gpu: Some(buffer),
+        }
+    }
+
+    /// The GPU buffer, when this storage lives on the GPU.
+    #[cfg(feature = "gpu")]
+    pub(crate) fn device_buffer(&self) -> Option<&crate::backend::gpu::DeviceBuffer> {
+        self.gpu.as_ref()
+    }
+
+    /// True when the bytes live on the GPU (kernels on the host cannot read them).
+    pub fn is_device(&self) -> bool {
+        #[cfg(feature = "gpu")]
+        {
+            self.gpu.is_some()
+        }
+        #[cfg(not(feature = "gpu"))]
+        {
+            false
+        }
     }
 
     /// Allocates and fills with zero bytes.
@@ -143,17 +207,25 @@ impl Storage {
     }
 
     /// Base pointer of the allocation.
+    ///
+    /// # Panics
+    /// On GPU storage: host kernels only ever see host data (the graph moves
+    /// arrays between devices with explicit transfer nodes).
     pub fn as_ptr(&self) -> *mut u8 {
+        assert!(
+            !self.is_device(),
+            "host code read an array that lives on the GPU; move it with `to_device(Device::Cpu)` first"
+        );
         self.ptr.as_ptr()
     }
 }
 
 impl Drop for Storage {
     fn drop(&mut self) {
-        if self.class == 0 {
+        if self.class == 0 || self.is_device() {
             return;
         }
-        ACTIVE.fetch_sub(self.class, Ordering::Relaxed);
+        count_dead(self.class);
         if cache() + self.class <= CACHE_LIMIT.load(Ordering::Relaxed) {
             let mut free = FREE.lock().unwrap_or_else(|e| e.into_inner());
             free.entry(self.class).or_default().push(SendPtr(self.ptr));

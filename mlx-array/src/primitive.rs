@@ -23,6 +23,28 @@ pub trait Primitive: Send + Sync + fmt::Debug + 'static {
     /// shape and dtype chosen when the op was built.
     fn eval_cpu(&self, inputs: &[Array], out: &Array) -> Result<ArrayData>;
 
+    /// Runs the GPU kernel (WGSL through wgpu). Every input is evaluated and
+    /// lives on the GPU; the result must too. The default says there is no
+    /// GPU kernel: placing such a primitive on the GPU is an error at eval,
+    /// never a silent CPU fallback.
+    fn eval_gpu(&self, inputs: &[Array], out: &Array) -> Result<ArrayData> {
+        let _ = (inputs, out);
+        Err(crate::Error::gpu(format!(
+            "primitive `{}` has no GPU kernel; build it on the CPU (Device::Cpu)",
+            self.name()
+        )))
+    }
+
+    /// The device this primitive always runs on, whatever the default
+    /// device (`None`: the default). Communication-stream primitives run
+    /// on the CPU.
+    fn device(&self) -> Option<crate::Device> {
+        match self.stream() {
+            Stream::Communication => Some(crate::Device::Cpu),
+            Stream::Compute => None,
+        }
+    }
+
     /// Where the evaluator runs this primitive. Compute primitives run in
     /// graph order on the calling thread; [`Stream::Communication`] ones
     /// (collectives) are handed, in graph order, to one communication thread

@@ -1,3 +1,5 @@
 //! Kernels, one folder per backend, one file per family of kernels.
 
 pub mod cpu;
+#[cfg(feature = "gpu")]
+pub mod gpu;

@@ -1,6 +1,8 @@
 //! Elementwise primitives: unary and binary math, `where`, `astype`, `stop_gradient`.
 
 use crate::backend::cpu;
+#[cfg(feature = "gpu")]
+use crate::backend::gpu;
 use crate::primitive::no_gradient;
 use crate::{Array, ArrayData, Primitive, Result};
 
@@ -123,6 +125,10 @@ impl Primitive for Unary {
     fn name(&self) -> &'static str {
         self.0.name()
     }
+    #[cfg(feature = "gpu")]
+    fn eval_gpu(&self, inputs: &[Array], out: &Array) -> Result<ArrayData> {
+        gpu::unary(self.0, out.shape(), inputs[0].dtype(), &inputs[0].data()?)
+    }
     fn eval_cpu(&self, inputs: &[Array], out: &Array) -> Result<ArrayData> {
         cpu::unary::unary(self.0, out.shape(), inputs[0].dtype(), &inputs[0].data()?)
     }
@@ -166,6 +172,16 @@ pub struct Binary(pub BinaryOp);
 impl Primitive for Binary {
     fn name(&self) -> &'static str {
         self.0.name()
+    }
+    #[cfg(feature = "gpu")]
+    fn eval_gpu(&self, inputs: &[Array], out: &Array) -> Result<ArrayData> {
+        gpu::binary(
+            self.0,
+            out.shape(),
+            inputs[0].dtype(),
+            &inputs[0].data()?,
+            &inputs[1].data()?,
+        )
     }
     fn eval_cpu(&self, inputs: &[Array], out: &Array) -> Result<ArrayData> {
         cpu::binary::binary(
@@ -218,6 +234,11 @@ impl Primitive for Select {
     fn name(&self) -> &'static str {
         "where"
     }
+    #[cfg(feature = "gpu")]
+    fn eval_gpu(&self, inputs: &[Array], out: &Array) -> Result<ArrayData> {
+        let [c, a, b] = [&inputs[0], &inputs[1], &inputs[2]].map(|x| x.data());
+        gpu::where_(out.shape(), out.dtype(), &c?, &a?, &b?)
+    }
     fn eval_cpu(&self, inputs: &[Array], out: &Array) -> Result<ArrayData> {
         let [c, a, b] = [&inputs[0], &inputs[1], &inputs[2]].map(|x| x.data());
         Ok(cpu::binary::select(out.shape(), out.dtype(), &c?, &a?, &b?))
@@ -240,6 +261,15 @@ pub struct AsType;
 impl Primitive for AsType {
     fn name(&self) -> &'static str {
         "astype"
+    }
+    #[cfg(feature = "gpu")]
+    fn eval_gpu(&self, inputs: &[Array], out: &Array) -> Result<ArrayData> {
+        gpu::astype(
+            &inputs[0].data()?,
+            out.shape(),
+            inputs[0].dtype(),
+            out.dtype(),
+        )
     }
     fn eval_cpu(&self, inputs: &[Array], out: &Array) -> Result<ArrayData> {
         Ok(cpu::copy::copy_cast(
@@ -264,6 +294,9 @@ pub struct StopGradient;
 impl Primitive for StopGradient {
     fn name(&self) -> &'static str {
         "stop_gradient"
+    }
+    fn eval_gpu(&self, inputs: &[Array], out: &Array) -> Result<ArrayData> {
+        self.eval_cpu(inputs, out)
     }
     fn eval_cpu(&self, inputs: &[Array], _out: &Array) -> Result<ArrayData> {
         inputs[0].data()

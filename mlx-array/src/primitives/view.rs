@@ -13,6 +13,17 @@ impl Primitive for Reshape {
     fn name(&self) -> &'static str {
         "reshape"
     }
+    #[cfg(feature = "gpu")]
+    fn eval_gpu(&self, inputs: &[Array], out: &Array) -> Result<ArrayData> {
+        let x = &inputs[0];
+        let d = x.data()?;
+        let data = if d.is_contiguous(x.shape()) {
+            d
+        } else {
+            crate::backend::gpu::copy_contiguous(&d, x.shape(), x.dtype())?
+        };
+        Ok(data.view(contiguous_strides(out.shape()), data.offset()))
+    }
     fn eval_cpu(&self, inputs: &[Array], out: &Array) -> Result<ArrayData> {
         let x = &inputs[0];
         let data = contiguous(&x.data()?, x.shape(), x.dtype());
@@ -30,6 +41,10 @@ pub struct Transpose(pub Vec<usize>);
 impl Primitive for Transpose {
     fn name(&self) -> &'static str {
         "transpose"
+    }
+    fn eval_gpu(&self, inputs: &[Array], out: &Array) -> Result<ArrayData> {
+        // Metadata only: the same view of the same (device) buffer.
+        self.eval_cpu(inputs, out)
     }
     fn eval_cpu(&self, inputs: &[Array], _out: &Array) -> Result<ArrayData> {
         let d = inputs[0].data()?;
@@ -52,6 +67,10 @@ pub struct BroadcastTo;
 impl Primitive for BroadcastTo {
     fn name(&self) -> &'static str {
         "broadcast_to"
+    }
+    fn eval_gpu(&self, inputs: &[Array], out: &Array) -> Result<ArrayData> {
+        // Metadata only: the same view of the same (device) buffer.
+        self.eval_cpu(inputs, out)
     }
     fn eval_cpu(&self, inputs: &[Array], out: &Array) -> Result<ArrayData> {
         let x = &inputs[0];
@@ -98,6 +117,10 @@ impl Primitive for Slice {
     fn name(&self) -> &'static str {
         "slice"
     }
+    fn eval_gpu(&self, inputs: &[Array], out: &Array) -> Result<ArrayData> {
+        // Metadata only: the same view of the same (device) buffer.
+        self.eval_cpu(inputs, out)
+    }
     fn eval_cpu(&self, inputs: &[Array], out: &Array) -> Result<ArrayData> {
         let d = inputs[0].data()?;
         if out.size() == 0 {
@@ -129,6 +152,16 @@ pub struct Contiguous;
 impl Primitive for Contiguous {
     fn name(&self) -> &'static str {
         "contiguous"
+    }
+    #[cfg(feature = "gpu")]
+    fn eval_gpu(&self, inputs: &[Array], out: &Array) -> Result<ArrayData> {
+        let x = &inputs[0];
+        let d = x.data()?;
+        if d.is_contiguous(x.shape()) && d.storage().capacity() > 0 {
+            Ok(d)
+        } else {
+            crate::backend::gpu::copy_contiguous(&d, out.shape(), x.dtype())
+        }
     }
     fn eval_cpu(&self, inputs: &[Array], out: &Array) -> Result<ArrayData> {
         let x = &inputs[0];

@@ -1,0 +1,145 @@
+//! WGSL building blocks: how each dtype is stored, loaded and stored, and
+//! how a thread finds its element in a strided view.
+//!
+//! Kernels bind a `meta: array<u32>` at 0 (sizes, shapes, strides), inputs
+//! at 1.., and the output last. Every dtype is computed in a 32-bit type:
+//! floats in `f32`, `i32`, and `u32` (which also carries `bool` as 0/1).
+
+use crate::primitive::ArrayData;
+use crate::{Dtype, Result};
+
+/// Invocations per workgroup for one-thread-per-element kernels.
+pub(crate) const WORKGROUP: u32 = 256;
+
+/// The WGSL type a dtype is computed in.
+pub(crate) fn compute_type(d: Dtype) -> &'static str {
+    match d {
+        Dtype::F32 | Dtype::F16 | Dtype::BF16 => "f32",
+        Dtype::I32 => "i32",
+        Dtype::U32 | Dtype::Bool | Dtype::I64 => "u32",
+    }
+}
+
+/// True when several elements share one `u32` word.
+pub(crate) fn packed(d: Dtype) -> bool {
+    matches!(d, Dtype::F16 | Dtype::BF16 | Dtype::Bool)
+}
+
+fn storage_type(d: Dtype) -> &'static str {
+    match d {
+        Dtype::F32 => "f32",
+        Dtype::I32 => "i32",
+        _ => "u32",
+    }
+}
+
+/// Shared helpers every kernel includes.
+pub(crate) const PRELUDE: &str = r#"
+fn bf16_bits(v: f32) -> u32 {
+    let b = bitcast<u32>(v);
+    if ((b & 0x7fffffffu) > 0x7f800000u) { return 0x7fc0u; }
+    return (b + 0x7fffu + ((b >> 16u) & 1u)) >> 16u;
+}
+fn f16_bits(v: f32) -> u32 {
+    return pack2x16float(vec2<f32>(v, 0.0)) & 0xffffu;
+}
+"#;
+
+/// `var` declaration of input `name` of dtype `d` at `binding`, and a
+/// `load_<name>(j: u32) -> T` reading element `j`.
+pub(crate) fn input(name: &str, binding: u32, d: Dtype) -> String {
+    let decl = format!(
+        "@group(0) @binding({binding}) var<storage, read> {name}: array<{}>;\n",
+        storage_type(d)
+    );
+    let body = match d {
+        Dtype::F32 | Dtype::I32 | Dtype::U32 | Dtype::I64 => format!("return {name}[j];"),
+        Dtype::F16 => format!("return unpack2x16float({name}[j >> 1u])[j & 1u];"),
+        Dtype::BF16 => format!(
+            "return bitcast<f32>((({name}[j >> 1u] >> ((j & 1u) * 16u)) & 0xffffu) << 16u);"
+        ),
+        Dtype::Bool => format!("return ({name}[j >> 2u] >> ((j & 3u) * 8u)) & 0xffu;"),
+    };
+    format!(
+        "{decl}fn load_{name}(j: u32) -> {} {{ {body} }}\n",
+        compute_type(d)
+    )
+}
+
+/// The output `out` of dtype `d` at `binding`, and `store_out(i: u32, v: T)`.
+/// Packed outputs are written with atomic ORs into a cleared buffer.
+pub(crate) fn output(binding: u32, d: Dtype) -> String {
+    let ty = if packed(d) {
+        "atomic<u32>"
+    } else {
+        storage_type(d)
+    };
+    let decl =
+        format!("@group(0) @binding({binding}) var<storage, read_write> out: array<{ty}>;\n");
+    let body = match d {
+        Dtype::F32 | Dtype::I32 | Dtype::U32 | Dtype::I64 => "out[i] = v;".to_string(),
+        Dtype::F16 => "atomicOr(&out[i >> 1u], f16_bits(v) << ((i & 1u) * 16u));".to_string(),
+        Dtype::BF16 => "atomicOr(&out[i >> 1u], bf16_bits(v) << ((i & 1u) * 16u));".to_string(),
+        Dtype::Bool => "atomicOr(&out[i >> 2u], (v & 1u) << ((i & 3u) * 8u));".to_string(),
+    };
+    format!(
+        "{decl}fn store_out(i: u32, v: {}) {{ {body} }}\n",
+        compute_type(d)
+    )
+}
+
+/// `meta` at binding 0.
+pub(crate) const META: &str = "@group(0) @binding(0) var<storage, read> params: array<u32>;\n";
+
+/// The thread's linear index from a 2-D grid of workgroups.
+pub(crate) const THREAD_INDEX: &str = "let i = gid.x + gid.y * nw.x * 256u;";
+
+/// The kernel entry point signature.
+pub(crate) const ENTRY: &str = "@compute @workgroup_size(256)\nfn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nw: vec3<u32>)";
+
+/// `fn loc(i, base) -> u32`: the element of a strided view (offset and
+/// strides in `meta` from `base`) at row-major position `i` of a shape
+/// stored in `params[shape_at..shape_at + ndim]`.
+pub(crate) fn strided_loc(ndim_at: u32, shape_at: u32) -> String {
+    format!(
+        r#"
+fn loc(i: u32, base: u32) -> u32 {{
+    let nd = params[{ndim_at}u];
+    var idx = bitcast<i32>(params[base]);
+    var rem = i;
+    for (var d = i32(nd) - 1; d >= 0; d = d - 1) {{
+        let s = params[{shape_at}u + u32(d)];
+        idx = idx + i32(rem % s) * bitcast<i32>(params[base + 1u + u32(d)]);
+        rem = rem / s;
+    }}
+    return u32(idx);
+}}
+"#
+    )
+}
+
+/// Appends a view's offset and strides (as `i32` bits) to `meta`.
+pub(crate) fn push_view(meta: &mut Vec<u32>, data: &ArrayData) {
+    meta.push(data.offset() as u32);
+    meta.extend(data.strides().iter().map(|&s| s as i32 as u32));
+}
+
+/// How a kernel reads an input: directly at `offset + i` when the view is
+/// dense, else through `loc`.
+pub(crate) fn is_dense(data: &ArrayData, shape: &[usize]) -> bool {
+    data.is_contiguous(shape)
+}
+
+/// Checks that every index fits the 32-bit arithmetic kernels use.
+pub(crate) fn check_size(op: &'static str, elements: usize, data: &[&ArrayData]) -> Result<()> {
+    let too_big = elements > u32::MAX as usize / 2
+        || data
+            .iter()
+            .any(|d| d.offset() > i32::MAX as usize || d.storage().capacity() > u32::MAX as usize);
+    if too_big {
+        return Err(crate::Error::gpu(format!(
+            "{op}: arrays beyond 2^31 elements are not supported on the GPU"
+        )));
+    }
+    Ok(())
+}

@@ -1,0 +1,326 @@
+//! Elementwise kernels: one thread per output element, inputs read through
+//! their views (dense inputs directly), the output dense.
+
+use super::codegen::{self, compute_type};
+use super::{alloc, context, dispatch, supported};
+use crate::primitive::ArrayData;
+use crate::primitives::elementwise::{BinaryOp, UnaryOp};
+use crate::{Dtype, Error, Result};
+
+/// Runs `expr` (WGSL over `a0`, `a1`, … in each input's compute type) for
+/// every element of `shape`, producing `out_dtype`. `key` names the
+/// expression in the pipeline cache.
+pub(crate) fn map(
+    key: &str,
+    expr: &str,
+    shape: &[usize],
+    inputs: &[(&ArrayData, Dtype)],
+    out_dtype: Dtype,
+) -> Result<ArrayData> {
+    supported(out_dtype)?;
+    for (_, d) in inputs {
+        supported(*d)?;
+    }
+    let n = crate::shape::size_of_shape(shape);
+    let datas: Vec<&ArrayData> = inputs.iter().map(|(d, _)| *d).collect();
+    codegen::check_size(key_op(key), n, &datas)?;
+    let dense: Vec<bool> = inputs
+        .iter()
+        .map(|(d, _)| codegen::is_dense(d, shape))
+        .collect();
+    let ndim = shape.len() as u32;
+    let full_key = format!(
+        "map:{key}:{}:{}",
+        inputs
+            .iter()
+            .zip(&dense)
+            .map(|((_, d), dn)| format!("{d}{}", if *dn { "d" } else { "s" }))
+            .collect::<Vec<_>>()
+            .join(","),
+        out_dtype
+    );
+    let pipeline = context()?.pipeline(&full_key, || {
+        let mut src = String::from(codegen::PRELUDE);
+        src.push_str(MATH);
+        src.push_str(codegen::META);
+        for (k, (_, d)) in inputs.iter().enumerate() {
+            src.push_str(&codegen::input(&format!("in{k}"), k as u32 + 1, *d));
+        }
+        src.push_str(&codegen::output(inputs.len() as u32 + 1, out_dtype));
+        src.push_str(&codegen::strided_loc(1, 2));
+        src.push_str(codegen::ENTRY);
+        src.push_str(" {\n    ");
+        src.push_str(codegen::THREAD_INDEX);
+        src.push_str("\n    if (i >= params[0]) { return; }\n    let nd = params[1];\n");
+        for (k, dn) in dense.iter().enumerate() {
+            let base = format!("(2u + nd + {k}u * (nd + 1u))");
+            if *dn {
+                src.push_str(&format!("    let a{k} = load_in{k}(params[{base}] + i);\n"));
+            } else {
+                src.push_str(&format!("    let a{k} = load_in{k}(loc(i, {base}));\n"));
+            }
+        }
+        src.push_str(&format!("    store_out(i, {expr});\n}}\n"));
+        src
+    })?;
+    let mut meta = vec![n as u32, ndim];
+    meta.extend(shape.iter().map(|&s| s as u32));
+    for (d, _) in inputs {
+        codegen::push_view(&mut meta, d);
+    }
+    let out = alloc(shape, out_dtype)?;
+    dispatch(
+        &pipeline,
+        &meta,
+        &datas,
+        &out,
+        n * out_dtype.size_of(),
+        codegen::packed(out_dtype),
+        n,
+    )?;
+    Ok(out)
+}
+
+fn key_op(key: &str) -> &'static str {
+    // Size errors name the family; the key itself is not 'static.
+    if key.starts_with("unary") {
+        "unary"
+    } else if key.starts_with("binary") {
+        "binary"
+    } else {
+        "elementwise"
+    }
+}
+
+/// A dense copy of any view.
+pub fn copy_contiguous(data: &ArrayData, shape: &[usize], dtype: Dtype) -> Result<ArrayData> {
+    map("copy", "a0", shape, &[(data, dtype)], dtype)
+}
+
+/// Converts between dtypes with the CPU backend's rules (floats to integers
+/// truncate toward zero, anything to bool is `!= 0`).
+pub fn astype(data: &ArrayData, shape: &[usize], from: Dtype, to: Dtype) -> Result<ArrayData> {
+    let src = compute_type(from);
+    let dst = compute_type(to);
+    let expr = if to == Dtype::Bool && src == "f32" {
+        "select(0u, 1u, a0 != 0.0 || is_nan(a0))".to_string()
+    } else if to == Dtype::Bool {
+        format!("select(0u, 1u, a0 != {src}(0))")
+    } else if from == Dtype::Bool {
+        format!("{dst}(a0)")
+    } else if src == dst {
+        "a0".to_string()
+    } else if src == "f32" {
+        // Saturating, NaN to 0, as Rust's `as` does.
+        match dst {
+            "i32" => {
+                "select(select(i32(a0), 2147483647, a0 >= 2147483648.0), 0, is_nan(a0))".to_string()
+            }
+            _ => {
+                "select(select(u32(max(a0, 0.0)), 4294967295u, a0 >= 4294967296.0), 0u, is_nan(a0))"
+                    .to_string()
+            }
+        }
+    } else if dst == "f32" {
+        "f32(a0)".to_string()
+    } else {
+        format!("bitcast<{dst}>(a0)")
+    };
+    map(
+        &format!("astype:{from}>{to}"),
+        &expr,
+        shape,
+        &[(data, from)],
+        to,
+    )
+}
+
+fn unary_expr(op: UnaryOp, dtype: Dtype) -> Option<String> {
+    use UnaryOp::*;
+    let t = compute_type(dtype);
+    let s = match (t, dtype) {
+        (_, Dtype::Bool) => match op {
+            LogicalNot => "select(0u, 1u, a0 == 0u)",
+            Abs | Floor | Square => "a0",
+            _ => return None,
+        },
+        ("f32", _) => match op {
+            Neg => "-a0",
+            Abs => "abs(a0)",
+            Exp => "exp(a0)",
+            Log => "log(a0)",
+            Log1p => "select(log(1.0 + a0), a0 * (1.0 - a0 * (0.5 - a0 / 3.0)), abs(a0) < 1e-4)",
+            Sqrt => "sqrt(a0)",
+            Rsqrt => "inverseSqrt(a0)",
+            Square => "a0 * a0",
+            Sin => "sin(a0)",
+            Cos => "cos(a0)",
+            Tanh => "tanh(clamp(a0, -15.0, 15.0))",
+            Sigmoid => "1.0 / (1.0 + exp(-a0))",
+            Erf => "erf(a0)",
+            Sign => "select(select(a0, -1.0, a0 < 0.0), 1.0, a0 > 0.0)",
+            Floor => "floor(a0)",
+            LogicalNot => "select(0.0, 1.0, a0 == 0.0)",
+        },
+        ("i32", _) => match op {
+            Neg => "-a0",
+            Abs => "select(a0, -a0, a0 < 0)",
+            Square => "a0 * a0",
+            Sign => "select(select(0, -1, a0 < 0), 1, a0 > 0)",
+            Floor => "a0",
+            LogicalNot => "select(0, 1, a0 == 0)",
+            _ => return None,
+        },
+        _ => match op {
+            Neg => "0u - a0",
+            Abs | Floor => "a0",
+            Square => "a0 * a0",
+            Sign => "select(0u, 1u, a0 > 0u)",
+            LogicalNot => "select(0u, 1u, a0 == 0u)",
+            _ => return None,
+        },
+    };
+    Some(s.to_string())
+}
+
+/// The error function (Abramowitz and Stegun 7.1.26, |error| < 1.5e-7).
+const ERF: &str = "erf_as(a0)";
+
+/// Applies a unary op; the output has the input's dtype.
+pub fn unary(op: UnaryOp, shape: &[usize], dtype: Dtype, a: &ArrayData) -> Result<ArrayData> {
+    let expr = unary_expr(op, dtype)
+        .ok_or_else(|| Error::eval(op.name(), format!("no kernel for {dtype}")))?;
+    let expr = expr.replace("erf(a0)", ERF);
+    map(
+        &format!("unary:{}", op.name()),
+        &expr,
+        shape,
+        &[(a, dtype)],
+        dtype,
+    )
+}
+
+fn binary_expr(op: BinaryOp, dtype: Dtype) -> Option<(String, bool)> {
+    use BinaryOp::*;
+    let t = compute_type(dtype);
+    let cmp = |e: &str| Some((format!("select(0u, 1u, {e})"), true));
+    match op {
+        Equal => return cmp("a0 == a1"),
+        NotEqual => return cmp("a0 != a1"),
+        Less => return cmp("a0 < a1"),
+        LessEqual => return cmp("a0 <= a1"),
+        Greater => return cmp("a0 > a1"),
+        GreaterEqual => return cmp("a0 >= a1"),
+        _ => {}
+    }
+    let zero = match t {
+        "f32" => "0.0",
+        "i32" => "0",
+        _ => "0u",
+    };
+    match op {
+        LogicalAnd => return cmp(&format!("a0 != {zero} && a1 != {zero}")),
+        LogicalOr => return cmp(&format!("a0 != {zero} || a1 != {zero}")),
+        _ => {}
+    }
+    if dtype == Dtype::Bool {
+        let e = match op {
+            Add | Maximum | BitwiseOr => "a0 | a1",
+            Multiply | Minimum | BitwiseAnd => "a0 & a1",
+            Subtract | BitwiseXor => "a0 ^ a1",
+            Power => "select(0u, 1u, a0 != 0u || a1 == 0u)",
+            _ => return None,
+        };
+        return Some((e.to_string(), false));
+    }
+    let e = match (op, t) {
+        (Add, _) => "a0 + a1".to_string(),
+        (Subtract, _) => "a0 - a1".to_string(),
+        (Multiply, _) => "a0 * a1".to_string(),
+        (Divide, "f32") => "a0 / a1".to_string(),
+        (Divide, _) => format!("select(a0 / a1, {zero}, a1 == {zero})"),
+        (Power, "f32") => "pow_signed(a0, a1)".to_string(),
+        (Power, "i32") => "ipow(a0, a1)".to_string(),
+        (Power, _) => "upow(a0, a1)".to_string(),
+        (Maximum, "f32") => "select(a1, a0, a0 > a1 || is_nan(a0))".to_string(),
+        (Minimum, "f32") => "select(a1, a0, a0 < a1 || is_nan(a0))".to_string(),
+        (Maximum, _) => "max(a0, a1)".to_string(),
+        (Minimum, _) => "min(a0, a1)".to_string(),
+        (BitwiseAnd, "f32") | (BitwiseOr, "f32") | (BitwiseXor, "f32") => return None,
+        (LeftShift, "f32") | (RightShift, "f32") => return None,
+        (BitwiseAnd, _) => "a0 & a1".to_string(),
+        (BitwiseOr, _) => "a0 | a1".to_string(),
+        (BitwiseXor, _) => "a0 ^ a1".to_string(),
+        (LeftShift, _) => "a0 << (u32(a1) & 31u)".to_string(),
+        (RightShift, _) => "a0 >> (u32(a1) & 31u)".to_string(),
+        _ => return None,
+    };
+    Some((e, false))
+}
+
+/// Helpers some binary expressions call.
+const MATH: &str = r#"
+fn is_nan(x: f32) -> bool {
+    return (bitcast<u32>(x) & 0x7fffffffu) > 0x7f800000u;
+}
+fn erf_as(x: f32) -> f32 {
+    let t = 1.0 / (1.0 + 0.3275911 * abs(x));
+    let y = 1.0 - (((((1.061405429 * t - 1.453152027) * t) + 1.421413741) * t - 0.284496736) * t + 0.254829592) * t * exp(-x * x);
+    return select(-y, y, x >= 0.0);
+}
+fn pow_signed(x: f32, y: f32) -> f32 {
+    if (y == 0.0) { return 1.0; }
+    if (x >= 0.0) { return pow(x, y); }
+    if (floor(y) != y) { return bitcast<f32>(0x7fc00000u); }
+    let m = pow(-x, y);
+    return select(m, -m, (i32(y) & 1) == 1);
+}
+fn ipow(x: i32, y: i32) -> i32 {
+    if (y < 0) { return select(select(0, select(-1, 1, (y & 1) == 0), x == -1), 1, x == 1); }
+    var acc = 1; var b = x; var e = u32(y);
+    loop { if (e == 0u) { break; } if ((e & 1u) == 1u) { acc = acc * b; } b = b * b; e = e >> 1u; }
+    return acc;
+}
+fn upow(x: u32, y: u32) -> u32 {
+    var acc = 1u; var b = x; var e = y;
+    loop { if (e == 0u) { break; } if ((e & 1u) == 1u) { acc = acc * b; } b = b * b; e = e >> 1u; }
+    return acc;
+}
+"#;
+
+/// Applies a binary op to two inputs of `dtype` already broadcast to `shape`.
+pub fn binary(
+    op: BinaryOp,
+    shape: &[usize],
+    dtype: Dtype,
+    a: &ArrayData,
+    b: &ArrayData,
+) -> Result<ArrayData> {
+    let (expr, is_bool) = binary_expr(op, dtype)
+        .ok_or_else(|| Error::eval(op.name(), format!("no kernel for {dtype}")))?;
+    let out = if is_bool { Dtype::Bool } else { dtype };
+    map(
+        &format!("binary:{}", op.name()),
+        &expr,
+        shape,
+        &[(a, dtype), (b, dtype)],
+        out,
+    )
+}
+
+/// `cond ? a : b`, elementwise; `cond` is bool, `a` and `b` share `dtype`.
+pub fn where_(
+    shape: &[usize],
+    dtype: Dtype,
+    cond: &ArrayData,
+    a: &ArrayData,
+    b: &ArrayData,
+) -> Result<ArrayData> {
+    map(
+        "where",
+        "select(a2, a1, a0 != 0u)",
+        shape,
+        &[(cond, Dtype::Bool), (a, dtype), (b, dtype)],
+        dtype,
+    )
+}

@@ -1,0 +1,463 @@
+//! The GPU backend: WGSL kernels through wgpu (Vulkan, Metal or DX12).
+//!
+//! One process-wide [`GpuContext`] holds the device, a pipeline cache keyed
+//! by kernel and dtypes, and a buffer pool with size classes (freed buffers
+//! are reused and counted in [`crate::memory::cache`]). Kernels record their
+//! dispatches into one command encoder that [`submit`] sends at the end of
+//! each `eval`; the only CPU-GPU round trip is a transfer to the CPU.
+//!
+//! Storage layout on the GPU matches the CPU's byte for byte (so transfers
+//! are plain copies): 32-bit types natively; `f16` and `bf16` two to a `u32`
+//! and `bool` four to a `u32`, read with shifts, computed in 32 bits, and
+//! written with atomic ORs into a cleared output. `i64` has no WGSL type and
+//! is refused with an error naming it.
+
+mod codegen;
+mod elementwise;
+
+pub use elementwise::{astype, binary, copy_contiguous, unary, where_};
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use wgpu::util::DeviceExt;
+
+use crate::memory::{self, Storage};
+use crate::primitive::ArrayData;
+use crate::shape::contiguous_strides;
+use crate::{Dtype, Error, Result};
+
+/// The device, its queue, and the caches every kernel shares.
+pub struct GpuContext {
+    device: wgpu::Device,
+    queue: wgpu::Queue,
+    info: wgpu::AdapterInfo,
+    limits: wgpu::Limits,
+    pipelines: Mutex<HashMap<String, Arc<wgpu::ComputePipeline>>>,
+    pool: Mutex<HashMap<u64, Vec<wgpu::Buffer>>>,
+    encoder: Mutex<Option<wgpu::CommandEncoder>>,
+    /// The first asynchronous failure (validation, device lost) not yet reported.
+    failure: Arc<Mutex<Option<String>>>,
+}
+
+static CONTEXT: OnceLock<std::result::Result<GpuContext, String>> = OnceLock::new();
+
+/// The GPU context, created on first use; an error when no adapter works.
+pub fn context() -> Result<&'static GpuContext> {
+    CONTEXT
+        .get_or_init(GpuContext::new)
+        .as_ref()
+        .map_err(|e| Error::gpu(e.clone()))
+}
+
+/// The adapter's name and backend, e.g. `llvmpipe (LLVM 15.0.6, 256 bits) (Vulkan)`.
+pub fn adapter_name() -> Result<String> {
+    let c = context()?;
+    Ok(format!("{} ({:?})", c.info.name, c.info.backend))
+}
+
+impl GpuContext {
+    fn new() -> std::result::Result<GpuContext, String> {
+        let instance =
+            wgpu::Instance::new(wgpu::InstanceDescriptor::new_without_display_handle_from_env());
+        let adapter = pollster::block_on(instance.request_adapter(&wgpu::RequestAdapterOptions {
+            power_preference: wgpu::PowerPreference::HighPerformance,
+            force_fallback_adapter: false,
+            compatible_surface: None,
+            ..Default::default()
+        }))
+        .map_err(|e| {
+            format!(
+                "no GPU adapter found ({e}); on Linux install a Vulkan driver \
+                 (Mesa's `mesa-vulkan-drivers` gives the software lavapipe), or use MLX_DEVICE=cpu"
+            )
+        })?;
+        let info = adapter.get_info();
+        let limits = adapter.limits();
+        let (device, queue) = pollster::block_on(adapter.request_device(&wgpu::DeviceDescriptor {
+            label: Some("mlx-array"),
+            required_features: wgpu::Features::empty(),
+            required_limits: limits.clone(),
+            experimental_features: wgpu::ExperimentalFeatures::disabled(),
+            memory_hints: wgpu::MemoryHints::Performance,
+            trace: wgpu::Trace::Off,
+        }))
+        .map_err(|e| format!("the GPU adapter `{}` refused a device: {e}", info.name))?;
+        let failure = Arc::new(Mutex::new(None::<String>));
+        let f = failure.clone();
+        device.on_uncaptured_error(Arc::new(move |e: wgpu::Error| {
+            let mut slot = f.lock().unwrap_or_else(|p| p.into_inner());
+            slot.get_or_insert_with(|| e.to_string());
+        }));
+        let f = failure.clone();
+        device.set_device_lost_callback(move |reason, message| {
+            let mut slot = f.lock().unwrap_or_else(|p| p.into_inner());
+            *slot = Some(format!("the GPU device was lost ({reason:?}): {message}"));
+        });
+        Ok(GpuContext {
+            device,
+            queue,
+            info,
+            limits,
+            pipelines: Mutex::new(HashMap::new()),
+            pool: Mutex::new(HashMap::new()),
+            encoder: Mutex::new(None),
+            failure,
+        })
+    }
+
+    /// Fails with the first asynchronous error the device reported, if any.
+    fn check(&self) -> Result<()> {
+        match lock(&self.failure).take() {
+            Some(e) => Err(Error::gpu(e)),
+            None => Ok(()),
+        }
+    }
+
+    /// The compiled pipeline for `key`, compiling `source()` the first time.
+    pub(crate) fn pipeline(
+        &self,
+        key: &str,
+        source: impl FnOnce() -> String,
+    ) -> Result<Arc<wgpu::ComputePipeline>> {
+        if let Some(p) = lock(&self.pipelines).get(key) {
+            return Ok(p.clone());
+        }
+        let scope = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
+        let module = self
+            .device
+            .create_shader_module(wgpu::ShaderModuleDescriptor {
+                label: Some(key),
+                source: wgpu::ShaderSource::Wgsl(source().into()),
+            });
+        let pipeline = self
+            .device
+            .create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+                label: Some(key),
+                layout: None,
+                module: &module,
+                entry_point: Some("main"),
+                compilation_options: Default::default(),
+                cache: None,
+            });
+        if let Some(e) = pollster::block_on(scope.pop()) {
+            return Err(Error::gpu(format!("kernel `{key}` failed to compile: {e}")));
+        }
+        let p = Arc::new(pipeline);
+        lock(&self.pipelines).insert(key.to_string(), p.clone());
+        Ok(p)
+    }
+
+    /// A pooled storage buffer of at least `bytes` bytes.
+    fn buffer(&self, bytes: usize) -> Result<DeviceBuffer> {
+        let class = size_class(bytes);
+        let max = self
+            .limits
+            .max_storage_buffer_binding_size
+            .min(self.limits.max_buffer_size);
+        if class > max {
+            return Err(Error::gpu(format!(
+                "an array of {bytes} bytes exceeds the largest storage buffer of `{}` ({max} bytes)",
+                self.info.name
+            )));
+        }
+        let reused = lock(&self.pool).get_mut(&class).and_then(|v| v.pop());
+        let buffer = match reused {
+            Some(b) => {
+                memory::count_cached(class as usize, false);
+                b
+            }
+            None => {
+                let scope = self.device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
+                let b = self.device.create_buffer(&wgpu::BufferDescriptor {
+                    label: None,
+                    size: class,
+                    usage: wgpu::BufferUsages::STORAGE
+                        | wgpu::BufferUsages::COPY_SRC
+                        | wgpu::BufferUsages::COPY_DST,
+                    mapped_at_creation: false,
+                });
+                if let Some(e) = pollster::block_on(scope.pop()) {
+                    return Err(Error::gpu(format!(
+                        "out of device memory allocating {bytes} bytes on `{}`: {e}",
+                        self.info.name
+                    )));
+                }
+                b
+            }
+        };
+        memory::count_live(class as usize);
+        Ok(DeviceBuffer {
+            buffer: Some(buffer),
+            class,
+        })
+    }
+
+    /// Runs `record` on the eval's command encoder (created on first use).
+    pub(crate) fn record(&self, record: impl FnOnce(&mut wgpu::CommandEncoder)) -> Result<()> {
+        self.check()?;
+        let mut slot = lock(&self.encoder);
+        let enc = slot.get_or_insert_with(|| {
+            self.device
+                .create_command_encoder(&wgpu::CommandEncoderDescriptor {
+                    label: Some("eval"),
+                })
+        });
+        record(enc);
+        Ok(())
+    }
+
+    /// Submits the recorded work without waiting for it.
+    fn flush(&self) -> Result<()> {
+        if let Some(enc) = lock(&self.encoder).take() {
+            self.queue.submit([enc.finish()]);
+        }
+        self.check()
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Buffers come in power-of-two size classes from 256 bytes.
+fn size_class(bytes: usize) -> u64 {
+    (bytes.max(1).next_power_of_two() as u64).max(256)
+}
+
+/// A pooled GPU buffer; dropping it returns it to the pool.
+pub struct DeviceBuffer {
+    buffer: Option<wgpu::Buffer>,
+    class: u64,
+}
+
+impl std::fmt::Debug for DeviceBuffer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "DeviceBuffer({} bytes)", self.class)
+    }
+}
+
+impl DeviceBuffer {
+    /// Bytes reserved.
+    pub fn capacity(&self) -> usize {
+        self.class as usize
+    }
+
+    /// The wgpu buffer.
+    pub(crate) fn raw(&self) -> &wgpu::Buffer {
+        self.buffer.as_ref().expect("present until dropped")
+    }
+}
+
+impl Drop for DeviceBuffer {
+    fn drop(&mut self) {
+        let Some(buffer) = self.buffer.take() else {
+            return;
+        };
+        memory::count_dead(self.class as usize);
+        if memory::cache() + self.class as usize > memory::cache_limit() {
+            return; // wgpu frees it once no submitted work uses it
+        }
+        if let Some(Ok(c)) = CONTEXT.get() {
+            lock(&c.pool).entry(self.class).or_default().push(buffer);
+            memory::count_cached(self.class as usize, true);
+        }
+    }
+}
+
+/// Returns every pooled GPU buffer to the driver.
+pub(crate) fn clear_pool() {
+    if let Some(Ok(c)) = CONTEXT.get() {
+        for (class, buffers) in lock(&c.pool).drain() {
+            memory::count_cached(class as usize * buffers.len(), false);
+        }
+    }
+}
+
+/// Submits the work recorded since the last submit (the end of each `eval`).
+pub fn submit() -> Result<()> {
+    match CONTEXT.get() {
+        Some(Ok(c)) => c.flush(),
+        _ => Ok(()),
+    }
+}
+
+/// A fresh, contiguous GPU array of `shape` and `dtype`.
+pub(crate) fn alloc(shape: &[usize], dtype: Dtype) -> Result<ArrayData> {
+    supported(dtype)?;
+    let bytes = crate::shape::size_of_shape(shape) * dtype.size_of();
+    let buffer = context()?.buffer(bytes)?;
+    Ok(ArrayData::new(
+        Arc::new(Storage::device(buffer)),
+        contiguous_strides(shape),
+        0,
+    ))
+}
+
+/// Fails for dtypes the GPU backend cannot hold.
+pub(crate) fn supported(dtype: Dtype) -> Result<()> {
+    if dtype == Dtype::I64 {
+        return Err(Error::gpu(
+            "i64 has no WGSL type (it would need the `shader-int64` feature, which this backend \
+             does not use); cast to i32 or build the op on the CPU",
+        ));
+    }
+    Ok(())
+}
+
+/// The GPU buffer behind `data` (which must live on the GPU).
+pub(crate) fn buffer_of(data: &ArrayData) -> Result<&wgpu::Buffer> {
+    data.storage()
+        .device_buffer()
+        .map(DeviceBuffer::raw)
+        .ok_or_else(|| Error::gpu("a GPU kernel was given an array that lives on the CPU"))
+}
+
+/// Copies host `data` (any view) into a new contiguous GPU array.
+pub(crate) fn upload(data: &ArrayData, shape: &[usize], dtype: Dtype) -> Result<ArrayData> {
+    supported(dtype)?;
+    let c = context()?;
+    let host = crate::backend::cpu::copy_contiguous(data, shape, dtype)?;
+    let n = crate::shape::size_of_shape(shape) * dtype.size_of();
+    let out = alloc(shape, dtype)?;
+    if n > 0 {
+        let mut bytes = host
+            .as_bytes(dtype, crate::shape::size_of_shape(shape))
+            .to_vec();
+        bytes.resize(n.next_multiple_of(4), 0);
+        // Staged through the encoder (not queue.write_buffer) so the copy is
+        // ordered after recorded work that still reads a reused buffer.
+        let staging = c
+            .device
+            .create_buffer_init(&wgpu::util::BufferInitDescriptor {
+                label: Some("upload"),
+                contents: &bytes,
+                usage: wgpu::BufferUsages::COPY_SRC,
+            });
+        let dst = buffer_of(&out)?;
+        c.record(|enc| enc.copy_buffer_to_buffer(&staging, 0, dst, 0, bytes.len() as u64))?;
+    }
+    Ok(out)
+}
+
+/// Copies GPU `data` (any view) into a new contiguous host array: the one
+/// place the CPU waits for the GPU.
+pub(crate) fn download(data: &ArrayData, shape: &[usize], dtype: Dtype) -> Result<ArrayData> {
+    let c = context()?;
+    let dense = if data.offset() == 0 && data.is_contiguous(shape) {
+        data.clone()
+    } else {
+        copy_contiguous(data, shape, dtype)?
+    };
+    let len = crate::shape::size_of_shape(shape);
+    let n = len * dtype.size_of();
+    let mut out = ArrayData::alloc(shape, dtype);
+    if n == 0 {
+        return Ok(out);
+    }
+    let padded = n.next_multiple_of(4) as u64;
+    let staging = c.device.create_buffer(&wgpu::BufferDescriptor {
+        label: Some("download"),
+        size: padded,
+        usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+        mapped_at_creation: false,
+    });
+    let src = buffer_of(&dense)?;
+    c.record(|enc| enc.copy_buffer_to_buffer(src, 0, &staging, 0, padded))?;
+    c.flush()?;
+    let (tx, rx) = std::sync::mpsc::sync_channel(1);
+    staging.slice(..).map_async(wgpu::MapMode::Read, move |r| {
+        let _ = tx.send(r);
+    });
+    c.device
+        .poll(wgpu::PollType::Wait {
+            submission_index: None,
+            timeout: Some(Duration::from_secs(120)),
+        })
+        .map_err(|e| Error::gpu(format!("waiting for the GPU failed: {e}")))?;
+    c.check()?;
+    rx.recv()
+        .map_err(|_| Error::gpu("the GPU never finished mapping a buffer"))?
+        .map_err(|e| Error::gpu(format!("reading a GPU buffer failed: {e}")))?;
+    {
+        let view = staging
+            .slice(..)
+            .get_mapped_range()
+            .map_err(|e| Error::gpu(format!("reading a GPU buffer failed: {e}")))?;
+        out.as_mut_slice::<u8>(n).copy_from_slice(&view[..n]);
+    }
+    staging.unmap();
+    Ok(out)
+}
+
+/// Records one dispatch of `pipeline` over `threads` invocations (in
+/// workgroups of [`codegen::WORKGROUP`]), binding `meta` at 0, the inputs
+/// at 1.., and the output last. `clear_output` zeroes the output first
+/// (packed outputs are written with atomic ORs).
+pub(crate) fn dispatch(
+    pipeline: &wgpu::ComputePipeline,
+    meta: &[u32],
+    inputs: &[&ArrayData],
+    output: &ArrayData,
+    output_bytes: usize,
+    clear_output: bool,
+    threads: usize,
+) -> Result<()> {
+    let c = context()?;
+    if threads == 0 {
+        return Ok(());
+    }
+    let meta_buf = c
+        .device
+        .create_buffer_init(&wgpu::util::BufferInitDescriptor {
+            label: Some("meta"),
+            contents: bytemuck::cast_slice(meta),
+            usage: wgpu::BufferUsages::STORAGE,
+        });
+    let mut buffers = vec![&meta_buf];
+    for d in inputs {
+        buffers.push(buffer_of(d)?);
+    }
+    let out = buffer_of(output)?;
+    buffers.push(out);
+    let layout = pipeline.get_bind_group_layout(0);
+    let entries: Vec<wgpu::BindGroupEntry> = buffers
+        .iter()
+        .enumerate()
+        .map(|(i, b)| wgpu::BindGroupEntry {
+            binding: i as u32,
+            resource: b.as_entire_binding(),
+        })
+        .collect();
+    let bind = c.device.create_bind_group(&wgpu::BindGroupDescriptor {
+        label: None,
+        layout: &layout,
+        entries: &entries,
+    });
+    let groups = threads.div_ceil(codegen::WORKGROUP as usize);
+    let max = c.limits.max_compute_workgroups_per_dimension as usize;
+    let (x, y) = if groups <= max {
+        (groups, 1)
+    } else {
+        (max, groups.div_ceil(max))
+    };
+    if y > max {
+        return Err(Error::gpu(format!(
+            "{threads} invocations exceed one dispatch"
+        )));
+    }
+    c.record(|enc| {
+        if clear_output {
+            enc.clear_buffer(
+                out,
+                0,
+                Some((output_bytes.next_multiple_of(4) as u64).max(4)),
+            );
+        }
+        let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor::default());
+        pass.set_pipeline(pipeline);
+        pass.set_bind_group(0, &bind, &[]);
+        pass.dispatch_workgroups(x as u32, y as u32, 1);
+    })
+}

@@ -1,0 +1,98 @@
+//! Running the same function on both devices and comparing.
+
+use std::sync::{Mutex, MutexGuard};
+
+use mlx_array::device::{gpu_available, with_device};
+use mlx_array::{Array, Device, Dtype, Result, value_and_grad};
+
+use crate::common::values;
+
+static SERIAL: Mutex<()> = Mutex::new(());
+
+/// A guard (tests here run one at a time, so memory counters are theirs)
+/// when a GPU adapter is usable. Without one: a printed skip, or a failure
+/// when `CI` or `MLX_REQUIRE_GPU` says a GPU is expected.
+pub fn gpu() -> Option<MutexGuard<'static, ()>> {
+    match gpu_available() {
+        Ok(()) => Some(SERIAL.lock().unwrap_or_else(|e| e.into_inner())),
+        Err(e) => {
+            let required =
+                std::env::var_os("CI").is_some() || std::env::var_os("MLX_REQUIRE_GPU").is_some();
+            assert!(
+                !required,
+                "a GPU is required here (CI or MLX_REQUIRE_GPU is set): {e}"
+            );
+            eprintln!("skipping GPU test: {e}");
+            None
+        }
+    }
+}
+
+/// Relative tolerance between the two backends for results in `dtype`
+/// (WGSL's exp, log and friends are not correctly rounded).
+pub fn tol(dtype: Dtype) -> f64 {
+    match dtype {
+        Dtype::F32 => 1e-5,
+        Dtype::F16 => 2e-3,
+        Dtype::BF16 => 1.6e-2,
+        _ => 0.0,
+    }
+}
+
+fn close(what: &str, cpu: &[f64], gpu: &[f64], rel: f64) {
+    assert_eq!(cpu.len(), gpu.len(), "{what}: lengths");
+    for (i, (&c, &g)) in cpu.iter().zip(gpu).enumerate() {
+        let ok = if c.is_nan() {
+            g.is_nan()
+        } else if c.is_infinite() {
+            g == c
+        } else {
+            (g - c).abs() <= rel * c.abs().max(1.0)
+        };
+        assert!(
+            ok,
+            "{what}: element {i}: gpu {g}, cpu {c}\n gpu {gpu:?}\n cpu {cpu:?}"
+        );
+    }
+}
+
+/// Builds `f(inputs)` on each device and checks the GPU result against
+/// the CPU one: same shape and dtype, values within `rel`.
+pub fn compare(what: &str, inputs: &[Array], f: impl Fn(&[Array]) -> Result<Array>, rel: f64) {
+    let c = with_device(Device::Cpu, || f(inputs)).unwrap_or_else(|e| panic!("{what} (cpu): {e}"));
+    let g = with_device(Device::Gpu, || f(inputs)).unwrap_or_else(|e| panic!("{what} (gpu): {e}"));
+    if inputs.iter().all(|x| x.id() != g.id()) {
+        assert_eq!(g.device(), Device::Gpu, "{what}: not placed on the GPU");
+    }
+    g.eval()
+        .unwrap_or_else(|e| panic!("{what} (gpu eval): {e}"));
+    assert_eq!(c.shape(), g.shape(), "{what}: shape");
+    assert_eq!(c.dtype(), g.dtype(), "{what}: dtype");
+    close(what, &values(&c), &values(&g), rel.max(tol(c.dtype())));
+}
+
+/// Compares the value and the gradients (with respect to every input) of a
+/// scalar function on both devices.
+pub fn compare_grad(what: &str, inputs: &[Array], f: fn(&[Array]) -> Result<Array>, rel: f64) {
+    let argnums: Vec<usize> = (0..inputs.len()).collect();
+    let run = |device| {
+        with_device(device, || value_and_grad(f, &argnums)(inputs))
+            .unwrap_or_else(|e| panic!("{what} on {device}: {e}"))
+    };
+    let (cv, cg) = run(Device::Cpu);
+    let (gv, gg) = run(Device::Gpu);
+    close(&format!("{what}: value"), &values(&cv), &values(&gv), rel);
+    for (k, (c, g)) in cg.iter().zip(&gg).enumerate() {
+        assert_eq!(
+            g.device(),
+            Device::Gpu,
+            "{what}: gradient {k} not on the GPU"
+        );
+        close(
+            &format!("{what}: gradient {k}"),
+            &values(c),
+            &values(g),
+            rel,
+        );
+    }
+}
