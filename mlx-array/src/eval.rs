@@ -136,7 +136,13 @@ fn run(order: Vec<Array>) -> Result<()> {
 }
 
 fn run_nodes(order: Vec<Array>, in_flight: &mut InFlight) -> Result<()> {
+    #[cfg(feature = "gpu")]
+    let mut fusion = crate::backend::gpu::fusion::Fusion::new(&order);
     for a in order {
+        #[cfg(feature = "gpu")]
+        if fusion.defer(&a) {
+            continue; // its one reader computes it inline
+        }
         let (primitive, inputs) = match &*a.lock() {
             State::Ready(_) => continue,
             State::Pending { primitive, inputs } => (primitive.clone(), inputs.clone()),
@@ -148,6 +154,12 @@ fn run_nodes(order: Vec<Array>, in_flight: &mut InFlight) -> Result<()> {
             Stream::Compute => {
                 let data = match a.device() {
                     Device::Cpu => primitive.eval_cpu(&inputs, &a)?,
+                    #[cfg(feature = "gpu")]
+                    Device::Gpu => match fusion.run(&a)? {
+                        Some(data) => data,
+                        None => primitive.eval_gpu(&inputs, &a)?,
+                    },
+                    #[cfg(not(feature = "gpu"))]
                     Device::Gpu => primitive.eval_gpu(&inputs, &a)?,
                 };
                 drop(inputs);

@@ -126,6 +126,10 @@ impl Primitive for Unary {
         self.0.name()
     }
     #[cfg(feature = "gpu")]
+    fn gpu_expression(&self, inputs: &[Array], _out: &Array) -> Option<String> {
+        gpu::elementwise::unary_expression(self.0, inputs[0].dtype()).ok()
+    }
+    #[cfg(feature = "gpu")]
     fn eval_gpu(&self, inputs: &[Array], out: &Array) -> Result<ArrayData> {
         gpu::unary(self.0, out.shape(), inputs[0].dtype(), &inputs[0].data()?)
     }
@@ -172,6 +176,12 @@ pub struct Binary(pub BinaryOp);
 impl Primitive for Binary {
     fn name(&self) -> &'static str {
         self.0.name()
+    }
+    #[cfg(feature = "gpu")]
+    fn gpu_expression(&self, inputs: &[Array], _out: &Array) -> Option<String> {
+        gpu::elementwise::binary_expression(self.0, inputs[0].dtype())
+            .ok()
+            .map(|(e, _)| e)
     }
     #[cfg(feature = "gpu")]
     fn eval_gpu(&self, inputs: &[Array], out: &Array) -> Result<ArrayData> {
@@ -235,6 +245,10 @@ impl Primitive for Select {
         "where"
     }
     #[cfg(feature = "gpu")]
+    fn gpu_expression(&self, _inputs: &[Array], _out: &Array) -> Option<String> {
+        Some(gpu::elementwise::WHERE.to_string())
+    }
+    #[cfg(feature = "gpu")]
     fn eval_gpu(&self, inputs: &[Array], out: &Array) -> Result<ArrayData> {
         let [c, a, b] = [&inputs[0], &inputs[1], &inputs[2]].map(|x| x.data());
         gpu::where_(out.shape(), out.dtype(), &c?, &a?, &b?)
@@ -261,6 +275,13 @@ pub struct AsType;
 impl Primitive for AsType {
     fn name(&self) -> &'static str {
         "astype"
+    }
+    #[cfg(feature = "gpu")]
+    fn gpu_expression(&self, inputs: &[Array], out: &Array) -> Option<String> {
+        Some(gpu::elementwise::astype_expression(
+            inputs[0].dtype(),
+            out.dtype(),
+        ))
     }
     #[cfg(feature = "gpu")]
     fn eval_gpu(&self, inputs: &[Array], out: &Array) -> Result<ArrayData> {

@@ -310,3 +310,56 @@ fn i64_on_the_gpu_is_a_clear_error() {
     let err = y.eval().unwrap_err().to_string();
     assert!(err.contains("i64") && err.contains("shader-int64"), "{err}");
 }
+
+#[test]
+fn elementwise_chains_fuse_into_one_kernel_with_unfused_results() {
+    let Some(_gpu) = gpu() else { return };
+    for d in [Dtype::F32, Dtype::BF16, Dtype::F16] {
+        let x = input(&[6, 5], 13, d, crate::common::Layout::Transposed);
+        let y = input(&[6, 5], 14, d, crate::common::Layout::Dense);
+        let (xg, yg) = (x.to_device(Device::Gpu), y.to_device(Device::Gpu));
+        mlx_array::eval((&xg, &yg)).unwrap();
+        let chain = |keep: &mut Vec<Array>| {
+            with_device(Device::Gpu, || -> mlx_array::Result<Array> {
+                let a = xg.mul(&yg)?;
+                let b = a.exp()?;
+                let c = b.add(&xg)?;
+                let e = c.sigmoid()?.maximum(&yg)?;
+                keep.extend([a, b, c]);
+                Ok(e)
+            })
+            .unwrap()
+        };
+        // Unfused: the intermediates are held, so each op runs on its own.
+        let mut held = Vec::new();
+        let unfused = chain(&mut held);
+        let before = mlx_array::backend::gpu::dispatch_count();
+        mlx_array::eval((&unfused, &held)).unwrap();
+        let unfused_dispatches = mlx_array::backend::gpu::dispatch_count() - before;
+        // Fused: nobody holds the intermediates.
+        let mut dropped = Vec::new();
+        let fused = chain(&mut dropped);
+        dropped.clear();
+        let before = mlx_array::backend::gpu::dispatch_count();
+        fused.eval().unwrap();
+        let fused_dispatches = mlx_array::backend::gpu::dispatch_count() - before;
+        // a, b and c run alone; sigmoid (held by nobody) still fuses into maximum.
+        assert_eq!(unfused_dispatches, 4, "{d}");
+        assert_eq!(fused_dispatches, 1, "{d}: the chain did not fuse");
+        // Bit for bit: intermediates keep their dtype's rounding when fused.
+        let bits = |a: &Array| values(&a.astype(Dtype::F32).unwrap());
+        assert_eq!(bits(&fused), bits(&unfused), "{d}");
+        compare(
+            &format!("fused chain {d}"),
+            &[x, y],
+            |v| {
+                v[0].mul(&v[1])?
+                    .exp()?
+                    .add(&v[0])?
+                    .sigmoid()?
+                    .maximum(&v[1])
+            },
+            rel(d),
+        );
+    }
+}

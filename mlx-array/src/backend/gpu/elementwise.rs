@@ -17,6 +17,19 @@ pub(crate) fn map(
     inputs: &[(&ArrayData, Dtype)],
     out_dtype: Dtype,
 ) -> Result<ArrayData> {
+    map_with(key, "", expr, shape, inputs, out_dtype)
+}
+
+/// Like [`map`], with WGSL statements run before `expr` (fused chains
+/// compute their intermediates there).
+pub(crate) fn map_with(
+    key: &str,
+    statements: &str,
+    expr: &str,
+    shape: &[usize],
+    inputs: &[(&ArrayData, Dtype)],
+    out_dtype: Dtype,
+) -> Result<ArrayData> {
     supported(out_dtype)?;
     for (_, d) in inputs {
         supported(*d)?;
@@ -60,6 +73,7 @@ pub(crate) fn map(
                 src.push_str(&format!("    let a{k} = load_in{k}(loc(i, {base}));\n"));
             }
         }
+        src.push_str(statements);
         src.push_str(&format!("    store_out(i, {expr});\n}}\n"));
         src
     })?;
@@ -100,6 +114,17 @@ pub fn copy_contiguous(data: &ArrayData, shape: &[usize], dtype: Dtype) -> Resul
 /// Converts between dtypes with the CPU backend's rules (floats to integers
 /// truncate toward zero, anything to bool is `!= 0`).
 pub fn astype(data: &ArrayData, shape: &[usize], from: Dtype, to: Dtype) -> Result<ArrayData> {
+    map(
+        &format!("astype:{from}>{to}"),
+        &astype_expression(from, to),
+        shape,
+        &[(data, from)],
+        to,
+    )
+}
+
+/// The WGSL expression converting `a0` from `from`'s compute type to `to`'s.
+pub(crate) fn astype_expression(from: Dtype, to: Dtype) -> String {
     let src = compute_type(from);
     let dst = compute_type(to);
     let expr = if to == Dtype::Bool && src == "f32" {
@@ -126,13 +151,7 @@ pub fn astype(data: &ArrayData, shape: &[usize], from: Dtype, to: Dtype) -> Resu
     } else {
         format!("bitcast<{dst}>(a0)")
     };
-    map(
-        &format!("astype:{from}>{to}"),
-        &expr,
-        shape,
-        &[(data, from)],
-        to,
-    )
+    expr
 }
 
 fn unary_expr(op: UnaryOp, dtype: Dtype) -> Option<String> {
@@ -186,11 +205,16 @@ fn unary_expr(op: UnaryOp, dtype: Dtype) -> Option<String> {
 /// The error function (Abramowitz and Stegun 7.1.26, |error| < 1.5e-7).
 const ERF: &str = "erf_as(a0)";
 
-/// Applies a unary op; the output has the input's dtype.
-pub fn unary(op: UnaryOp, shape: &[usize], dtype: Dtype, a: &ArrayData) -> Result<ArrayData> {
+/// The WGSL expression of a unary op on `a0` of `dtype`.
+pub(crate) fn unary_expression(op: UnaryOp, dtype: Dtype) -> Result<String> {
     let expr = unary_expr(op, dtype)
         .ok_or_else(|| Error::eval(op.name(), format!("no kernel for {dtype}")))?;
-    let expr = expr.replace("erf(a0)", ERF);
+    Ok(expr.replace("erf(a0)", ERF))
+}
+
+/// Applies a unary op; the output has the input's dtype.
+pub fn unary(op: UnaryOp, shape: &[usize], dtype: Dtype, a: &ArrayData) -> Result<ArrayData> {
+    let expr = unary_expression(op, dtype)?;
     map(
         &format!("unary:{}", op.name()),
         &expr,
@@ -288,6 +312,17 @@ fn upow(x: u32, y: u32) -> u32 {
 }
 "#;
 
+/// The WGSL expression of a binary op on `a0`, `a1` of `dtype`, and the
+/// output dtype.
+pub(crate) fn binary_expression(op: BinaryOp, dtype: Dtype) -> Result<(String, Dtype)> {
+    let (expr, is_bool) = binary_expr(op, dtype)
+        .ok_or_else(|| Error::eval(op.name(), format!("no kernel for {dtype}")))?;
+    Ok((expr, if is_bool { Dtype::Bool } else { dtype }))
+}
+
+/// `where`'s expression: `a0` is the bool condition.
+pub(crate) const WHERE: &str = "select(a2, a1, a0 != 0u)";
+
 /// Applies a binary op to two inputs of `dtype` already broadcast to `shape`.
 pub fn binary(
     op: BinaryOp,
@@ -296,9 +331,7 @@ pub fn binary(
     a: &ArrayData,
     b: &ArrayData,
 ) -> Result<ArrayData> {
-    let (expr, is_bool) = binary_expr(op, dtype)
-        .ok_or_else(|| Error::eval(op.name(), format!("no kernel for {dtype}")))?;
-    let out = if is_bool { Dtype::Bool } else { dtype };
+    let (expr, out) = binary_expression(op, dtype)?;
     map(
         &format!("binary:{}", op.name()),
         &expr,
@@ -318,7 +351,7 @@ pub fn where_(
 ) -> Result<ArrayData> {
     map(
         "where",
-        "select(a2, a1, a0 != 0u)",
+        WHERE,
         shape,
         &[(cond, Dtype::Bool), (a, dtype), (b, dtype)],
         dtype,

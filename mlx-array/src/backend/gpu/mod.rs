@@ -13,7 +13,8 @@
 //! is refused with an error naming it.
 
 mod codegen;
-mod elementwise;
+pub(crate) mod elementwise;
+pub(crate) mod fusion;
 
 pub use elementwise::{astype, binary, copy_contiguous, unary, where_};
 
@@ -391,6 +392,14 @@ pub(crate) fn download(data: &ArrayData, shape: &[usize], dtype: Dtype) -> Resul
     Ok(out)
 }
 
+static DISPATCHES: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// Kernel dispatches recorded since the process started (for profiling and
+/// for tests that check fusion).
+pub fn dispatch_count() -> usize {
+    DISPATCHES.load(std::sync::atomic::Ordering::Relaxed)
+}
+
 /// Records one dispatch of `pipeline` over `threads` invocations (in
 /// workgroups of [`codegen::WORKGROUP`]), binding `meta` at 0, the inputs
 /// at 1.., and the output last. `clear_output` zeroes the output first
@@ -447,6 +456,7 @@ pub(crate) fn dispatch(
             "{threads} invocations exceed one dispatch"
         )));
     }
+    DISPATCHES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     c.record(|enc| {
         if clear_output {
             enc.clear_buffer(

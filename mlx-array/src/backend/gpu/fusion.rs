@@ -1,0 +1,209 @@
+//! Fusing chains of elementwise GPU nodes into one kernel.
+//!
+//! An elementwise node whose only reader is another elementwise node of the
+//! same shape on the GPU, and that nobody else holds, is not computed on
+//! its own: its reader's kernel computes it inline, so the chain
+//! `exp(x * y) + z` runs as one dispatch with no intermediate buffers.
+//! Intermediates keep their dtype's rounding (a `bf16` intermediate is
+//! rounded to `bf16` inside the fused kernel), so fused and unfused results
+//! are identical.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+use super::codegen::compute_type;
+use super::elementwise::map_with;
+use crate::array::State;
+use crate::primitive::{ArrayData, Primitive};
+use crate::{Array, Device, Dtype, Result};
+
+/// Inputs a fused kernel may read (storage bindings: these, `params` and `out`).
+const MAX_LEAVES: usize = 6;
+
+/// Which nodes of one eval are left for their reader to compute inline.
+#[derive(Default)]
+pub(crate) struct Fusion {
+    /// Node id → for each pending node that reads it: whether that reader
+    /// could compute it inline (a fusible GPU node of the same shape).
+    readers: HashMap<u64, Vec<bool>>,
+    /// Ids of the fusible GPU nodes.
+    fusible: HashSet<u64>,
+    deferred: HashSet<u64>,
+}
+
+fn pending(a: &Array) -> Option<(Arc<dyn Primitive>, Vec<Array>)> {
+    match &*a.lock() {
+        State::Pending { primitive, inputs } => Some((primitive.clone(), inputs.clone())),
+        State::Ready(_) => None,
+    }
+}
+
+fn expression(a: &Array) -> Option<(String, Vec<Array>)> {
+    if a.device() != Device::Gpu {
+        return None;
+    }
+    let (p, inputs) = pending(a)?;
+    p.gpu_expression(&inputs, a).map(|e| (e, inputs))
+}
+
+impl Fusion {
+    /// Plans for the nodes of `order` (each after its inputs).
+    pub(crate) fn new(order: &[Array]) -> Fusion {
+        // Ids and flags only: holding the arrays would defeat the
+        // reference count that proves nobody else sees a node.
+        let mut readers: HashMap<u64, Vec<bool>> = HashMap::new();
+        let mut fusible = HashSet::new();
+        for a in order {
+            let Some((_, inputs)) = pending(a) else {
+                continue;
+            };
+            let is_fusible = expression(a).is_some();
+            if is_fusible {
+                fusible.insert(a.id());
+            }
+            for i in inputs {
+                let inline = is_fusible && i.shape() == a.shape();
+                readers.entry(i.id()).or_default().push(inline);
+            }
+        }
+        Fusion {
+            readers,
+            fusible,
+            deferred: HashSet::new(),
+        }
+    }
+
+    /// True (and remembered) when `a` should be computed by its reader.
+    /// `a` is the evaluator's own handle, so two references mean: the
+    /// evaluator and the one pending reader; nobody else can see it.
+    pub(crate) fn defer(&mut self, a: &Array) -> bool {
+        let Some(readers) = self.readers.get(&a.id()) else {
+            return false;
+        };
+        let ok =
+            readers == &[true] && self.fusible.contains(&a.id()) && Arc::strong_count(&a.node) == 2;
+        if ok {
+            self.deferred.insert(a.id());
+        }
+        ok
+    }
+
+    /// Computes `out` (an elementwise GPU node) with its deferred inputs
+    /// inlined; `None` when nothing was deferred into it.
+    pub(crate) fn run(&mut self, out: &Array) -> Result<Option<ArrayData>> {
+        let Some((_, inputs)) = expression(out) else {
+            return Ok(None);
+        };
+        if !inputs.iter().any(|i| self.deferred.contains(&i.id())) {
+            return Ok(None);
+        }
+        let mut k = Kernel::default();
+        let result = match k.node(self, out) {
+            Some(v) if k.leaves.len() <= MAX_LEAVES => v,
+            _ => {
+                // Too wide for one kernel: compute the deferred inputs on their own.
+                for i in &inputs {
+                    self.materialize(i)?;
+                }
+                return Ok(None);
+            }
+        };
+        let leaves: Vec<ArrayData> = k.leaves.iter().map(|a| a.data()).collect::<Result<_>>()?;
+        let typed: Vec<(&ArrayData, Dtype)> = leaves
+            .iter()
+            .zip(&k.leaves)
+            .map(|(d, a)| (d, a.dtype()))
+            .collect();
+        let key = format!("fused:{}=>{}", k.statements, result);
+        map_with(
+            &key,
+            &k.statements,
+            &result,
+            out.shape(),
+            &typed,
+            out.dtype(),
+        )
+        .map(Some)
+    }
+
+    /// Evaluates a deferred node on its own (fusing what was deferred into it).
+    fn materialize(&mut self, a: &Array) -> Result<()> {
+        if !self.deferred.remove(&a.id()) {
+            return Ok(());
+        }
+        let data = match self.run(a)? {
+            Some(d) => d,
+            None => {
+                let (p, inputs) = pending(a).expect("deferred nodes are pending");
+                for i in &inputs {
+                    self.materialize(i)?;
+                }
+                p.eval_gpu(&inputs, a)?
+            }
+        };
+        *a.lock() = State::Ready(data);
+        Ok(())
+    }
+}
+
+/// A fused kernel under construction.
+#[derive(Default)]
+struct Kernel {
+    leaves: Vec<Array>,
+    statements: String,
+    temps: usize,
+}
+
+impl Kernel {
+    /// The WGSL value of `a`: a leaf load, or (for deferred nodes) a temporary
+    /// computed from its inputs. `None` when an input cannot be read here.
+    fn node(&mut self, f: &Fusion, a: &Array) -> Option<String> {
+        let (expr, inputs) = expression(a)?;
+        let operands: Vec<String> = inputs
+            .iter()
+            .map(|i| self.operand(f, i))
+            .collect::<Option<_>>()?;
+        // Through placeholders, so a substituted leaf name is never replaced again.
+        let mut e = expr;
+        for n in 0..operands.len() {
+            e = e.replace(&format!("a{n}"), &format!("@{n}@"));
+        }
+        for (n, v) in operands.iter().enumerate() {
+            e = e.replace(&format!("@{n}@"), v);
+        }
+        let t = format!("t{}", self.temps);
+        self.temps += 1;
+        let rounded = round_to(a.dtype(), &e);
+        self.statements.push_str(&format!(
+            "    let {t}: {} = {rounded};\n",
+            compute_type(a.dtype())
+        ));
+        Some(t)
+    }
+
+    fn operand(&mut self, f: &Fusion, i: &Array) -> Option<String> {
+        if f.deferred.contains(&i.id()) {
+            return self.node(f, i);
+        }
+        let k = match self.leaves.iter().position(|l| l.id() == i.id()) {
+            Some(k) => k,
+            None => {
+                if !i.is_evaluated() {
+                    return None;
+                }
+                self.leaves.push(i.clone());
+                self.leaves.len() - 1
+            }
+        };
+        Some(format!("a{k}"))
+    }
+}
+
+/// `v` rounded to `dtype` and back, as storing and reloading it would.
+fn round_to(dtype: Dtype, v: &str) -> String {
+    match dtype {
+        Dtype::BF16 => format!("bitcast<f32>(bf16_bits({v}) << 16u)"),
+        Dtype::F16 => format!("unpack2x16float(f16_bits({v})).x"),
+        _ => v.to_string(),
+    }
+}
