@@ -29,8 +29,8 @@ use crate::config::{Config, QuicCert};
 use crate::error::{DistError, Result};
 use crate::handshake::{self, HandshakeError};
 use crate::link::Link;
-use crate::mesh::Mesh;
-use crate::wire::HEADER_LEN;
+use crate::mesh::{Mesh, Witness};
+use crate::wire::{AbortPayload, HEADER_LEN};
 
 const SERVER_NAME: &str = "mlx-dist";
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -249,6 +249,9 @@ struct QuicLink {
     send: Mutex<quinn::SendStream>,
     recv: Mutex<quinn::RecvStream>,
     stall: Duration,
+    /// The close reason announced by this rank's witness for the peer (shared
+    /// by every link on the connection); the connection closes with it.
+    announced: Arc<Mutex<Option<Vec<u8>>>>,
 }
 
 impl QuicLink {
@@ -315,7 +318,15 @@ impl Link for QuicLink {
         {
             let _ = timed(&self.rt, Duration::from_millis(300), s.stopped());
         }
-        self.conn.close(1u32.into(), b"mlx-dist: collective failed");
+        match self
+            .announced
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_deref()
+        {
+            Some(reason) => self.conn.close(ABORT_CODE.into(), reason),
+            None => self.conn.close(1u32.into(), b"mlx-dist: collective failed"),
+        }
     }
 }
 
@@ -325,6 +336,42 @@ impl Drop for QuicLink {
         let s = self.send.get_mut().unwrap_or_else(|p| p.into_inner());
         if s.finish().is_ok() {
             let _ = timed(&self.rt, Duration::from_secs(5), s.stopped());
+        }
+    }
+}
+
+/// The application error code of a connection closed by a failing rank; the
+/// close reason is the [`AbortPayload`] naming the rank that failed first.
+const ABORT_CODE: u32 = 0x6d6c_7841;
+/// Largest close reason sent (it must fit in one packet).
+const MAX_CLOSE_REASON: usize = 1000;
+
+/// A QUIC witness is the peer's connection itself: a failing rank closes it
+/// (when its links shut down, after their last frames are acknowledged) with
+/// [`ABORT_CODE`] and the encoded [`AbortPayload`] as reason; a rank that
+/// dies closes nothing, and the connection ends by idle timeout.
+struct QuicWitness {
+    rt: Arc<Runtime>,
+    conn: quinn::Connection,
+    announced: Arc<Mutex<Option<Vec<u8>>>>,
+}
+
+impl Witness for QuicWitness {
+    fn announce(&self, failure: &AbortPayload, _deadline: Instant) {
+        let mut reason = failure.encode();
+        reason.truncate(MAX_CLOSE_REASON);
+        *self.announced.lock().unwrap_or_else(|p| p.into_inner()) = Some(reason);
+    }
+
+    fn hear(&self, deadline: Instant) -> Option<AbortPayload> {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match timed(&self.rt, left, self.conn.closed()) {
+            Ok(quinn::ConnectionError::ApplicationClosed(c))
+                if c.error_code == quinn::VarInt::from_u32(ABORT_CODE) =>
+            {
+                Some(AbortPayload::decode(&c.reason))
+            }
+            _ => None,
         }
     }
 }
@@ -419,6 +466,7 @@ pub(crate) fn connect_mesh(cfg: &Config) -> Result<Mesh> {
                     send: Mutex::new(st.send),
                     recv: Mutex::new(st.recv),
                     stall: cfg.stall_timeout,
+                    announced: Arc::default(),
                 });
             }
         }
@@ -427,20 +475,36 @@ pub(crate) fn connect_mesh(cfg: &Config) -> Result<Mesh> {
     for (peer, link, l) in accepted {
         links[peer][link] = Some(l);
     }
+    let mut witnesses: Vec<Option<Box<dyn Witness>>> = Vec::with_capacity(world);
     let links = links
         .into_iter()
         .enumerate()
         .map(|(p, row)| {
             if p == rank {
+                witnesses.push(None);
                 return Vec::new();
             }
+            let announced: Arc<Mutex<Option<Vec<u8>>>> = Arc::default();
+            let row: Vec<QuicLink> = row
+                .into_iter()
+                .map(|l| {
+                    let mut l = l.expect("every link was filled");
+                    l.announced = announced.clone();
+                    l
+                })
+                .collect();
+            witnesses.push(Some(Box::new(QuicWitness {
+                rt: rt.clone(),
+                conn: row[0].conn.clone(),
+                announced,
+            })));
             row.into_iter()
-                .map(|l| Box::new(l.expect("every link was filled")) as Box<dyn Link>)
+                .map(|l| Box::new(l) as Box<dyn Link>)
                 .collect()
         })
         .collect();
     tracing::debug!(rank, world, nlinks, "quic mesh connected");
-    Ok(Mesh::new(cfg, links))
+    Ok(Mesh::new(cfg, links, witnesses))
 }
 
 fn dial(
@@ -570,6 +634,7 @@ fn accept_all(
                             send: Mutex::new(st.send),
                             recv: Mutex::new(st.recv),
                             stall: cfg.stall_timeout,
+                            announced: Arc::default(),
                         },
                     ));
                 }
