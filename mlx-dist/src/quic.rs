@@ -507,6 +507,11 @@ pub(crate) fn connect_mesh(cfg: &Config) -> Result<Mesh> {
     Ok(Mesh::new(cfg, links, witnesses))
 }
 
+/// Whether a QUIC transport error code is a TLS failure (wrong certificate).
+fn is_tls_refusal(code: &str) -> bool {
+    code.contains("CRYPTO") || code.contains("cryptographic")
+}
+
 fn dial(
     rt: &Runtime,
     endpoint: &quinn::Endpoint,
@@ -530,8 +535,9 @@ fn dial(
                 Err(_) => Err((false, "no answer".into())),
                 Ok(Ok(c)) => Ok(c),
                 // A TLS refusal (wrong certificate) is final; anything else is retried.
+                // (quinn's code displays as "the cryptographic handshake failed: error N".)
                 Ok(Err(quinn::ConnectionError::TransportError(e)))
-                    if e.code.to_string().contains("CRYPTO") =>
+                    if is_tls_refusal(&e.code.to_string()) =>
                 {
                     Err((true, e.to_string()))
                 }
@@ -646,4 +652,92 @@ fn accept_all(
         }
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn job_cert() -> QuicCert {
+        let (cert_der, key_der) = generate_job_certificate().unwrap();
+        let fingerprint = fingerprint(&cert_der);
+        QuicCert {
+            cert_der,
+            key_der,
+            fingerprint,
+        }
+    }
+
+    fn free_udp_ports(n: usize) -> Vec<String> {
+        let socks: Vec<_> = (0..n)
+            .map(|_| std::net::UdpSocket::bind("127.0.0.1:0").unwrap())
+            .collect();
+        socks
+            .iter()
+            .map(|s| s.local_addr().unwrap().to_string())
+            .collect()
+    }
+
+    /// Rank 0 of a real job waits for rank 1; a stranger with `cert` and
+    /// `secret` dials it as rank 1. Returns (the stranger's error and how long
+    /// it took, rank 0's error).
+    fn stranger(cert: QuicCert, secret: &[u8]) -> (DistError, Duration, DistError) {
+        let hosts = free_udp_ports(2);
+        let mut cfg0 = Config::new(0, hosts.clone(), [5; 16], b"job secret".to_vec());
+        cfg0.quic = Some(job_cert());
+        cfg0.connect_timeout = Duration::from_secs(4);
+        let mut cfg1 = Config::new(1, hosts, [5; 16], secret.to_vec());
+        cfg1.quic = Some(cert);
+        cfg1.connect_timeout = Duration::from_secs(4);
+        let rank0 = std::thread::spawn(move || connect_mesh(&cfg0).map(|_| ()));
+        let t = Instant::now();
+        let e1 = connect_mesh(&cfg1).map(|_| ()).unwrap_err();
+        let took = t.elapsed();
+        let e0 = rank0.join().unwrap().unwrap_err();
+        (e1, took, e0)
+    }
+
+    #[test]
+    fn a_stranger_with_another_certificate_is_refused_not_hung() {
+        let (e1, took, e0) = stranger(job_cert(), b"job secret");
+        // TLS refuses it at once (each side pins the job's fingerprint), and
+        // the refusal is final: no retries until the connect deadline.
+        assert!(
+            matches!(&e1, DistError::Handshake { reason, .. } if reason.contains("certificate")),
+            "{e1}"
+        );
+        assert!(
+            took < Duration::from_secs(3),
+            "refused after {took:?}: {e1}"
+        );
+        // The real rank never lets it in and says who is missing.
+        assert!(
+            matches!(&e0, DistError::AcceptTimeout { missing, .. } if missing == &[1]),
+            "{e0}"
+        );
+    }
+
+    #[test]
+    fn a_stranger_with_the_wrong_secret_is_refused_over_quic() {
+        // Even with the job's certificate, the HMAC handshake on every stream
+        // refuses a peer that does not know the job secret.
+        let hosts_cert = job_cert();
+        let hosts = free_udp_ports(2);
+        let mut cfg0 = Config::new(0, hosts.clone(), [5; 16], b"job secret".to_vec());
+        cfg0.quic = Some(hosts_cert.clone());
+        cfg0.connect_timeout = Duration::from_secs(4);
+        let mut cfg1 = Config::new(1, hosts, [5; 16], b"wrong secret".to_vec());
+        cfg1.quic = Some(hosts_cert);
+        cfg1.connect_timeout = Duration::from_secs(4);
+        let rank0 = std::thread::spawn(move || connect_mesh(&cfg0).map(|_| ()));
+        let t = Instant::now();
+        let e1 = connect_mesh(&cfg1).map(|_| ()).unwrap_err();
+        assert!(matches!(e1, DistError::Handshake { .. }), "{e1}");
+        assert!(t.elapsed() < Duration::from_secs(4), "{e1}");
+        let e0 = rank0.join().unwrap().unwrap_err();
+        assert!(
+            matches!(&e0, DistError::AcceptTimeout { missing, .. } if missing == &[1]),
+            "{e0}"
+        );
+    }
 }
