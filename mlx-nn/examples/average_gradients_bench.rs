@@ -84,7 +84,10 @@ fn main() -> anyhow::Result<()> {
         .and_then(|v| v.parse().ok())
         .unwrap_or(5);
     let shapes = llama_shapes();
-    let params: usize = shapes.iter().map(|(_, s)| s.iter().product::<usize>()).sum();
+    let params: usize = shapes
+        .iter()
+        .map(|(_, s)| s.iter().product::<usize>())
+        .sum();
     let say = |s: String| {
         if g.rank() == 0 {
             println!("{s}");
@@ -103,19 +106,31 @@ fn main() -> anyhow::Result<()> {
     let ready = lazy_grads(g.rank(), 1)?;
     eval(&ready)?;
     for (label, opts) in [
-        ("one all_sum per tensor", AverageOptions {
-            all_reduce_size: 0,
-            communication_dtype: None,
-        }),
-        ("average_gradients, 32 MiB buckets", AverageOptions::default()),
-        ("average_gradients, 4 MiB buckets", AverageOptions {
-            all_reduce_size: 4 << 20,
-            communication_dtype: None,
-        }),
-        ("average_gradients, 32 MiB, bf16 on the wire", AverageOptions {
-            all_reduce_size: 32 << 20,
-            communication_dtype: Some(Dtype::BF16),
-        }),
+        (
+            "one all_sum per tensor",
+            AverageOptions {
+                all_reduce_size: 0,
+                communication_dtype: None,
+            },
+        ),
+        (
+            "average_gradients, 32 MiB buckets",
+            AverageOptions::default(),
+        ),
+        (
+            "average_gradients, 4 MiB buckets",
+            AverageOptions {
+                all_reduce_size: 4 << 20,
+                communication_dtype: None,
+            },
+        ),
+        (
+            "average_gradients, 32 MiB, bf16 on the wire",
+            AverageOptions {
+                all_reduce_size: 32 << 20,
+                communication_dtype: Some(Dtype::BF16),
+            },
+        ),
     ] {
         let ms = time(&g, iters, || {
             let avg = average_gradients(&ready, &g, &opts)?;

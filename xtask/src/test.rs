@@ -31,7 +31,15 @@ pub fn run() -> Result<()> {
             "-D",
             "warnings",
         ])?;
-        cargo(&["test", "-p", "mlx-dist", "--features", "mpi", "--test", "mpi"])?;
+        cargo(&[
+            "test",
+            "-p",
+            "mlx-dist",
+            "--features",
+            "mpi",
+            "--test",
+            "mpi",
+        ])?;
     } else {
         eprintln!(
             "xtask test: skipping the MPI backend: mpirun/mpicc not found \
