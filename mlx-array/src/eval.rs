@@ -2,8 +2,8 @@
 
 use std::collections::{HashMap, HashSet};
 use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::Arc;
 use std::sync::mpsc::{Receiver, Sender, channel, sync_channel};
-use std::sync::{Arc, Mutex, OnceLock};
 
 use crate::array::State;
 use crate::primitive::{ArrayData, Primitive, Stream};
@@ -194,8 +194,8 @@ impl InFlight {
                 });
             let _ = tx.send(result);
         });
-        let rx = match communication_thread().lock().map(|t| t.send(job)) {
-            Ok(Ok(())) => rx,
+        let rx = match with_communication_thread(|t| t.send(job)) {
+            Ok(()) => rx,
             _ => {
                 let (tx, rx) = sync_channel(1);
                 let _ = tx.send(Err(crate::Error::eval(
@@ -242,19 +242,26 @@ impl InFlight {
 
 type Job = Box<dyn FnOnce() + Send>;
 
-/// The process-wide communication thread: runs jobs one at a time, in order.
-fn communication_thread() -> &'static Mutex<Sender<Job>> {
-    static THREAD: OnceLock<Mutex<Sender<Job>>> = OnceLock::new();
-    THREAD.get_or_init(|| {
-        let (tx, rx) = channel::<Job>();
-        std::thread::Builder::new()
-            .name("mlx-communication".into())
-            .spawn(move || {
-                for job in rx {
-                    job();
-                }
-            })
-            .expect("cannot start the communication thread");
-        Mutex::new(tx)
-    })
+/// The communication thread of the calling thread: runs jobs one at a time,
+/// in order. One per evaluating thread (a process normally evaluates on one
+/// thread, so one per process), so that several ranks run as threads of one
+/// process (as in `mlx_dist::run_local`) each keep their own order and never
+/// wait behind another rank's collective. It stops when the evaluating thread
+/// exits.
+fn with_communication_thread<T>(f: impl FnOnce(&Sender<Job>) -> T) -> T {
+    thread_local! {
+        static THREAD: Sender<Job> = {
+            let (tx, rx) = channel::<Job>();
+            std::thread::Builder::new()
+                .name("mlx-communication".into())
+                .spawn(move || {
+                    for job in rx {
+                        job();
+                    }
+                })
+                .expect("cannot start the communication thread");
+            tx
+        };
+    }
+    THREAD.with(f)
 }

@@ -89,7 +89,8 @@ pub trait Primitive: Send + Sync + fmt::Debug + 'static {
 pub enum Stream {
     /// The evaluating thread, in graph order.
     Compute,
-    /// The process-wide communication thread, in the order the evaluator
+    /// The communication thread of the evaluating thread (one per process
+    /// when a process evaluates on one thread), in the order the evaluator
     /// reaches the nodes (the same order on every rank for the same graph).
     Communication,
 }

@@ -2,6 +2,13 @@
 //! graph is evaluated, like any other op, so the same training code works
 //! on one process (where each is the identity) and on many.
 //!
+//! Every collective runs on [`Stream::Communication`]: the evaluator hands it,
+//! in graph order, to the communication thread and goes on with nodes that do
+//! not need its result, so (for example) the all_sum of one gradient bucket
+//! overlaps the backward computation of the next. Only that thread talks to
+//! the group while an `eval` is in flight; `eval` returns once every
+//! collective it started has finished.
+//!
 //! ```
 //! use mlx_array::{Array, Dtype};
 //! let world = mlx_dist::init(mlx_dist::Backend::Any).unwrap();   // size 1 without a launcher
@@ -10,7 +17,7 @@
 //! ```
 
 use mlx_array::backend::cpu::copy_contiguous;
-use mlx_array::{Array, ArrayData, Dtype, Error as ArrayError, Primitive, Result};
+use mlx_array::{Array, ArrayData, Dtype, Error as ArrayError, Primitive, Result, Stream};
 
 use crate::{Group, ReduceOp};
 
@@ -39,6 +46,9 @@ impl Primitive for AllReduce {
             ReduceOp::Max => "all_max",
             ReduceOp::Min => "all_min",
         }
+    }
+    fn stream(&self) -> Stream {
+        Stream::Communication
     }
     fn eval_cpu(&self, inputs: &[Array], out: &Array) -> Result<ArrayData> {
         let x = &inputs[0];
@@ -76,6 +86,9 @@ impl Primitive for AllGather {
     fn name(&self) -> &'static str {
         "all_gather"
     }
+    fn stream(&self) -> Stream {
+        Stream::Communication
+    }
     fn eval_cpu(&self, inputs: &[Array], out: &Array) -> Result<ArrayData> {
         let x = &inputs[0];
         let src = input_bytes(x)?;
@@ -101,6 +114,9 @@ pub struct SumScatter {
 impl Primitive for SumScatter {
     fn name(&self) -> &'static str {
         "sum_scatter"
+    }
+    fn stream(&self) -> Stream {
+        Stream::Communication
     }
     fn eval_cpu(&self, inputs: &[Array], out: &Array) -> Result<ArrayData> {
         let x = &inputs[0];
@@ -133,6 +149,9 @@ impl Primitive for Send {
     fn name(&self) -> &'static str {
         "send"
     }
+    fn stream(&self) -> Stream {
+        Stream::Communication
+    }
     fn eval_cpu(&self, inputs: &[Array], _out: &Array) -> Result<ArrayData> {
         let x = &inputs[0];
         let src = input_bytes(x)?;
@@ -158,6 +177,9 @@ pub struct Recv {
 impl Primitive for Recv {
     fn name(&self) -> &'static str {
         "recv"
+    }
+    fn stream(&self) -> Stream {
+        Stream::Communication
     }
     fn eval_cpu(&self, _inputs: &[Array], out: &Array) -> Result<ArrayData> {
         let mut data = ArrayData::alloc(out.shape(), out.dtype());

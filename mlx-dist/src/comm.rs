@@ -82,14 +82,14 @@ impl MeshComm {
         }
     }
 
-    /// Runs `f` holding the mesh; a failure poisons the mesh and tells the peers.
+    /// Runs `f` holding the mesh; a failure poisons the mesh and tells the
+    /// peers, and the error names the rank that failed first.
     fn guarded<T>(&self, op: OpKind, f: impl FnOnce() -> Result<T>) -> Result<T> {
         let _g = self.mesh.begin()?;
-        let r = f();
-        if let Err(e) = &r {
-            self.mesh.fail(e, op);
-        }
-        r
+        f().map_err(|e| {
+            self.mesh.fail(&e, op);
+            self.mesh.attribute(e)
+        })
     }
 
     /// Lane `k` of `count`: (ring position, right, left, link, rank at each position).

@@ -1,8 +1,8 @@
 //! Distributed communication for data-parallel training, in the style of
 //! MLX's `mx.distributed`: a [`Group`] of ranks, collectives on byte buffers
 //! tagged with an [`mlx_array::Dtype`], the transports that carry them (a
-//! pipelined ring over TCP; QUIC and MPI are planned behind the same API) and
-//! the `mlx-launch` binary that starts the ranks.
+//! pipelined ring over TCP; QUIC, feature `quic`, on by default; MPI, feature
+//! `mpi`) and the `mlx-launch` binary that starts the ranks.
 //!
 //! The classic first program. Until `mlx-array` has arrays, it runs on a
 //! `Vec<f32>` through the typed byte API; with no launcher it is a group of one
@@ -35,6 +35,8 @@ pub mod wire;
 mod comm;
 mod link;
 mod mesh;
+#[cfg(feature = "mpi")]
+mod mpi;
 #[cfg(feature = "quic")]
 pub mod quic;
 mod ring;
@@ -52,13 +54,22 @@ pub fn is_available(backend: Backend) -> bool {
     match backend {
         Backend::Any | Backend::Ring => true,
         Backend::Quic => cfg!(feature = "quic"),
-        Backend::Mpi => false,
+        Backend::Mpi => cfg!(feature = "mpi"),
     }
 }
 
 /// Joins the job described by the launcher's environment (see [`config`]),
 /// or returns a group of one when there is none.
+///
+/// With `Backend::Mpi`, or `Backend::Any` in a process started by `mpirun`
+/// (Open MPI's `OMPI_COMM_WORLD_*`, PMI/PMIx variables) and no `mlx-launch`
+/// environment, the world is MPI's (feature `mpi`).
 pub fn init(backend: Backend) -> Result<Group> {
+    if backend == Backend::Mpi
+        || (backend == Backend::Any && Config::from_env()?.is_none() && launched_by_mpi())
+    {
+        return init_mpi();
+    }
     match Config::from_env()? {
         None => Ok(Group::single()),
         Some((cfg, env_backend)) => {
@@ -69,6 +80,29 @@ pub fn init(backend: Backend) -> Result<Group> {
             init_with_config(&cfg, chosen)
         }
     }
+}
+
+#[cfg(feature = "mpi")]
+fn launched_by_mpi() -> bool {
+    mpi::launched_by_mpi()
+}
+
+#[cfg(not(feature = "mpi"))]
+fn launched_by_mpi() -> bool {
+    false
+}
+
+#[cfg(feature = "mpi")]
+fn init_mpi() -> Result<Group> {
+    mpi::world()
+}
+
+#[cfg(not(feature = "mpi"))]
+fn init_mpi() -> Result<Group> {
+    Err(DistError::Unavailable {
+        backend: "mpi",
+        reason: "this build has no MPI support (build mlx-dist with `--features mpi`)".into(),
+    })
 }
 
 /// Joins the job described by `cfg` over `backend` (for tests and tools that
@@ -92,9 +126,11 @@ pub fn init_with_config(cfg: &Config, backend: Backend) -> Result<Group> {
                 comm::MeshComm::world(mesh, "quic"),
             )))
         }
+        Backend::Mpi => init_mpi(),
+        #[allow(unreachable_patterns)]
         b => Err(DistError::Unavailable {
             backend: b.name(),
-            reason: "not implemented in this build".into(),
+            reason: "not compiled into this build".into(),
         }),
     }
 }

@@ -13,7 +13,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use crate::wire::HEADER_LEN;
+use crate::wire::{AbortPayload, FrameHeader, HEADER_LEN, MAX_ABORT_PAYLOAD, OpKind};
 
 /// A duplex byte stream to one peer.
 pub(crate) trait Link: Send + Sync {
@@ -243,5 +243,53 @@ impl Link for TcpLink {
 
     fn as_tcp(&self) -> Option<&TcpLink> {
         Some(self)
+    }
+}
+
+impl TcpLink {
+    /// Reads exactly `buf.len()` bytes, giving up at `deadline`.
+    fn recv_exact_until(&self, mut buf: &mut [u8], deadline: Instant) -> io::Result<()> {
+        while !buf.is_empty() {
+            match (&self.stream).read(buf) {
+                Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
+                Ok(n) => buf = &mut buf[n..],
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    self.wait(libc::POLLIN, deadline)?;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A TCP witness is one more handshaken connection per peer that carries
+/// nothing but a single abort frame.
+impl crate::mesh::Witness for TcpLink {
+    fn announce(&self, failure: &AbortPayload, deadline: Instant) {
+        let payload = failure.encode();
+        let h = FrameHeader {
+            op: OpKind::Abort,
+            dtype: mlx_array::Dtype::Bool,
+            group: 0,
+            seq: 0,
+            total: 0,
+            len: payload.len() as u64,
+        }
+        .encode();
+        let _ = self.send_frame_until(&h, &payload, deadline);
+    }
+
+    fn hear(&self, deadline: Instant) -> Option<AbortPayload> {
+        let mut hb = [0u8; HEADER_LEN];
+        self.recv_exact_until(&mut hb, deadline).ok()?;
+        let h = FrameHeader::decode(&hb).ok()?;
+        if h.op != OpKind::Abort {
+            return None;
+        }
+        let mut p = vec![0u8; (h.len as usize).min(MAX_ABORT_PAYLOAD)];
+        self.recv_exact_until(&mut p, deadline).ok()?;
+        Some(AbortPayload::decode(&p))
     }
 }

@@ -12,6 +12,24 @@ use crate::error::{DistError, Result};
 use crate::link::Link;
 use crate::wire::{AbortPayload, FrameHeader, HEADER_LEN, MAX_ABORT_PAYLOAD, OpKind};
 
+/// How long a rank whose link to a peer closed waits to hear whether that
+/// peer gave up on its own (and whom it blamed) or died; capped by the stall timeout.
+const VERDICT_GRACE: Duration = Duration::from_secs(3);
+
+/// One channel per peer, beside the data links, that only carries the news of
+/// a failure: exact attribution. A rank that fails *announces* whom it blames
+/// before it closes its data links; a rank that sees a peer's data link close
+/// *hears* that peer's witness: an announcement means the peer is alive and
+/// relays the failure of the rank it names; an end of stream (or silence
+/// until the grace period ends) means the peer itself died.
+pub(crate) trait Witness: Send + Sync {
+    /// Tells the peer that this rank gave up, and why (best effort, bounded by `deadline`).
+    fn announce(&self, failure: &AbortPayload, deadline: Instant);
+    /// Waits until `deadline` for the peer's announcement; `None` if the peer
+    /// closed without one (it died or exited) or said nothing in time.
+    fn hear(&self, deadline: Instant) -> Option<AbortPayload>;
+}
+
 /// Links to every peer, and the state that makes failures final.
 pub(crate) struct Mesh {
     /// This process's world rank.
@@ -34,10 +52,19 @@ pub(crate) struct Mesh {
     failed: AtomicBool,
     /// Reduction scratch buffers, one per lane, kept between operations.
     pub scratch: Mutex<Vec<Vec<u64>>>,
+    /// `witnesses[peer]`, the failure channel to each peer (`None` for this rank).
+    witnesses: Vec<Option<Box<dyn Witness>>>,
+    /// What each peer's witness said, once heard: `Some(None)` = the peer died.
+    verdicts: Mutex<Vec<Option<Option<AbortPayload>>>>,
 }
 
 impl Mesh {
-    pub(crate) fn new(cfg: &Config, links: Vec<Vec<Box<dyn Link>>>) -> Mesh {
+    pub(crate) fn new(
+        cfg: &Config,
+        links: Vec<Vec<Box<dyn Link>>>,
+        witnesses: Vec<Option<Box<dyn Witness>>>,
+    ) -> Mesh {
+        let world = cfg.world();
         Mesh {
             rank: cfg.rank,
             world: cfg.world(),
@@ -50,6 +77,44 @@ impl Mesh {
             poison: Mutex::new(None),
             failed: AtomicBool::new(false),
             scratch: Mutex::new(Vec::new()),
+            witnesses,
+            verdicts: Mutex::new(vec![None; world]),
+        }
+    }
+
+    /// What `peer`'s witness says about why its links closed (asked once per
+    /// peer, then remembered): `Some` if it gave up and named the rank that
+    /// failed first, `None` if it died.
+    fn verdict(&self, peer: usize) -> Option<AbortPayload> {
+        let mut v = self.verdicts.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(known) = &v[peer] {
+            return known.clone();
+        }
+        let heard = self
+            .witnesses
+            .get(peer)
+            .and_then(|w| w.as_ref())
+            .and_then(|w| w.hear(Instant::now() + VERDICT_GRACE.min(self.stall)));
+        v[peer] = Some(heard.clone());
+        heard
+    }
+
+    /// The error with exact blame: a closed connection to a peer that was
+    /// itself only relaying a failure becomes [`DistError::Aborted`] naming
+    /// the rank that failed first; anything else is returned as it is.
+    pub(crate) fn attribute(&self, err: DistError) -> DistError {
+        let (peer, op) = match &err {
+            DistError::PeerClosed { peer, op } | DistError::Io { peer, op, .. } => (*peer, *op),
+            _ => return err,
+        };
+        match self.verdict(peer) {
+            Some(a) if a.culprit != Some(peer as u32) => DistError::Aborted {
+                op,
+                reporter: peer,
+                culprit: a.culprit.map(|c| c as usize),
+                reason: a.reason,
+            },
+            _ => err,
         }
     }
 
@@ -78,21 +143,33 @@ impl Mesh {
 
     /// Records the first failure, tells every peer why (best effort), and
     /// closes every link so that all blocked threads here and there wake up.
+    ///
+    /// A closed connection is first attributed (see [`Mesh::attribute`]), so
+    /// the abort frames and the witnesses name the rank that failed first.
     pub(crate) fn fail(&self, err: &DistError, op: OpKind) {
-        {
-            let mut p = self.poison.lock().unwrap_or_else(|p| p.into_inner());
-            if p.is_some() {
-                return;
-            }
-            *p = Some(err.to_string());
-            self.failed.store(true, Ordering::SeqCst);
+        let mut p = self.poison.lock().unwrap_or_else(|p| p.into_inner());
+        if p.is_some() {
+            return;
         }
-        tracing::error!(rank = self.rank, %op, error = %err, "collective failed; closing all links");
-        let payload = AbortPayload {
+        // Other threads of this operation stop while the verdict is awaited.
+        self.failed.store(true, Ordering::SeqCst);
+        let relayed = match err {
+            DistError::PeerClosed { peer, .. } | DistError::Io { peer, .. } => self
+                .verdict(*peer)
+                .filter(|a| a.culprit != Some(*peer as u32)),
+            _ => None,
+        };
+        let failure = relayed.unwrap_or_else(|| AbortPayload {
             culprit: err.culprit().map(|c| c as u32),
             reason: err.to_string(),
-        }
-        .encode();
+        });
+        *p = Some(match failure.culprit {
+            Some(c) => format!("rank {c} failed: {}", failure.reason),
+            None => failure.reason.clone(),
+        });
+        drop(p);
+        tracing::error!(rank = self.rank, %op, error = %err, culprit = ?failure.culprit, "collective failed; closing all links");
+        let payload = failure.encode();
         let h = FrameHeader {
             op: OpKind::Abort,
             dtype: Dtype::Bool,
@@ -109,6 +186,11 @@ impl Mesh {
             for l in row {
                 let _ = l.send_frame_until(&h, &payload, deadline);
             }
+        }
+        // The witnesses speak before any data link closes, so a peer that
+        // sees our links close finds the announcement waiting.
+        for w in self.witnesses.iter().flatten() {
+            w.announce(&failure, deadline);
         }
         for row in &self.links {
             for l in row {

@@ -29,8 +29,8 @@ use crate::config::{Config, QuicCert};
 use crate::error::{DistError, Result};
 use crate::handshake::{self, HandshakeError};
 use crate::link::Link;
-use crate::mesh::Mesh;
-use crate::wire::HEADER_LEN;
+use crate::mesh::{Mesh, Witness};
+use crate::wire::{AbortPayload, HEADER_LEN};
 
 const SERVER_NAME: &str = "mlx-dist";
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -249,6 +249,9 @@ struct QuicLink {
     send: Mutex<quinn::SendStream>,
     recv: Mutex<quinn::RecvStream>,
     stall: Duration,
+    /// The close reason announced by this rank's witness for the peer (shared
+    /// by every link on the connection); the connection closes with it.
+    announced: Arc<Mutex<Option<Vec<u8>>>>,
 }
 
 impl QuicLink {
@@ -315,7 +318,15 @@ impl Link for QuicLink {
         {
             let _ = timed(&self.rt, Duration::from_millis(300), s.stopped());
         }
-        self.conn.close(1u32.into(), b"mlx-dist: collective failed");
+        match self
+            .announced
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_deref()
+        {
+            Some(reason) => self.conn.close(ABORT_CODE.into(), reason),
+            None => self.conn.close(1u32.into(), b"mlx-dist: collective failed"),
+        }
     }
 }
 
@@ -325,6 +336,42 @@ impl Drop for QuicLink {
         let s = self.send.get_mut().unwrap_or_else(|p| p.into_inner());
         if s.finish().is_ok() {
             let _ = timed(&self.rt, Duration::from_secs(5), s.stopped());
+        }
+    }
+}
+
+/// The application error code of a connection closed by a failing rank; the
+/// close reason is the [`AbortPayload`] naming the rank that failed first.
+const ABORT_CODE: u32 = 0x6d6c_7841;
+/// Largest close reason sent (it must fit in one packet).
+const MAX_CLOSE_REASON: usize = 1000;
+
+/// A QUIC witness is the peer's connection itself: a failing rank closes it
+/// (when its links shut down, after their last frames are acknowledged) with
+/// [`ABORT_CODE`] and the encoded [`AbortPayload`] as reason; a rank that
+/// dies closes nothing, and the connection ends by idle timeout.
+struct QuicWitness {
+    rt: Arc<Runtime>,
+    conn: quinn::Connection,
+    announced: Arc<Mutex<Option<Vec<u8>>>>,
+}
+
+impl Witness for QuicWitness {
+    fn announce(&self, failure: &AbortPayload, _deadline: Instant) {
+        let mut reason = failure.encode();
+        reason.truncate(MAX_CLOSE_REASON);
+        *self.announced.lock().unwrap_or_else(|p| p.into_inner()) = Some(reason);
+    }
+
+    fn hear(&self, deadline: Instant) -> Option<AbortPayload> {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match timed(&self.rt, left, self.conn.closed()) {
+            Ok(quinn::ConnectionError::ApplicationClosed(c))
+                if c.error_code == quinn::VarInt::from_u32(ABORT_CODE) =>
+            {
+                Some(AbortPayload::decode(&c.reason))
+            }
+            _ => None,
         }
     }
 }
@@ -419,6 +466,7 @@ pub(crate) fn connect_mesh(cfg: &Config) -> Result<Mesh> {
                     send: Mutex::new(st.send),
                     recv: Mutex::new(st.recv),
                     stall: cfg.stall_timeout,
+                    announced: Arc::default(),
                 });
             }
         }
@@ -427,20 +475,41 @@ pub(crate) fn connect_mesh(cfg: &Config) -> Result<Mesh> {
     for (peer, link, l) in accepted {
         links[peer][link] = Some(l);
     }
+    let mut witnesses: Vec<Option<Box<dyn Witness>>> = Vec::with_capacity(world);
     let links = links
         .into_iter()
         .enumerate()
         .map(|(p, row)| {
             if p == rank {
+                witnesses.push(None);
                 return Vec::new();
             }
+            let announced: Arc<Mutex<Option<Vec<u8>>>> = Arc::default();
+            let row: Vec<QuicLink> = row
+                .into_iter()
+                .map(|l| {
+                    let mut l = l.expect("every link was filled");
+                    l.announced = announced.clone();
+                    l
+                })
+                .collect();
+            witnesses.push(Some(Box::new(QuicWitness {
+                rt: rt.clone(),
+                conn: row[0].conn.clone(),
+                announced,
+            })));
             row.into_iter()
-                .map(|l| Box::new(l.expect("every link was filled")) as Box<dyn Link>)
+                .map(|l| Box::new(l) as Box<dyn Link>)
                 .collect()
         })
         .collect();
     tracing::debug!(rank, world, nlinks, "quic mesh connected");
-    Ok(Mesh::new(cfg, links))
+    Ok(Mesh::new(cfg, links, witnesses))
+}
+
+/// Whether a QUIC transport error code is a TLS failure (wrong certificate).
+fn is_tls_refusal(code: &str) -> bool {
+    code.contains("CRYPTO") || code.contains("cryptographic")
 }
 
 fn dial(
@@ -466,8 +535,9 @@ fn dial(
                 Err(_) => Err((false, "no answer".into())),
                 Ok(Ok(c)) => Ok(c),
                 // A TLS refusal (wrong certificate) is final; anything else is retried.
+                // (quinn's code displays as "the cryptographic handshake failed: error N".)
                 Ok(Err(quinn::ConnectionError::TransportError(e)))
-                    if e.code.to_string().contains("CRYPTO") =>
+                    if is_tls_refusal(&e.code.to_string()) =>
                 {
                     Err((true, e.to_string()))
                 }
@@ -570,6 +640,7 @@ fn accept_all(
                             send: Mutex::new(st.send),
                             recv: Mutex::new(st.recv),
                             stall: cfg.stall_timeout,
+                            announced: Arc::default(),
                         },
                     ));
                 }
@@ -581,4 +652,92 @@ fn accept_all(
         }
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn job_cert() -> QuicCert {
+        let (cert_der, key_der) = generate_job_certificate().unwrap();
+        let fingerprint = fingerprint(&cert_der);
+        QuicCert {
+            cert_der,
+            key_der,
+            fingerprint,
+        }
+    }
+
+    fn free_udp_ports(n: usize) -> Vec<String> {
+        let socks: Vec<_> = (0..n)
+            .map(|_| std::net::UdpSocket::bind("127.0.0.1:0").unwrap())
+            .collect();
+        socks
+            .iter()
+            .map(|s| s.local_addr().unwrap().to_string())
+            .collect()
+    }
+
+    /// Rank 0 of a real job waits for rank 1; a stranger with `cert` and
+    /// `secret` dials it as rank 1. Returns (the stranger's error and how long
+    /// it took, rank 0's error).
+    fn stranger(cert: QuicCert, secret: &[u8]) -> (DistError, Duration, DistError) {
+        let hosts = free_udp_ports(2);
+        let mut cfg0 = Config::new(0, hosts.clone(), [5; 16], b"job secret".to_vec());
+        cfg0.quic = Some(job_cert());
+        cfg0.connect_timeout = Duration::from_secs(4);
+        let mut cfg1 = Config::new(1, hosts, [5; 16], secret.to_vec());
+        cfg1.quic = Some(cert);
+        cfg1.connect_timeout = Duration::from_secs(4);
+        let rank0 = std::thread::spawn(move || connect_mesh(&cfg0).map(|_| ()));
+        let t = Instant::now();
+        let e1 = connect_mesh(&cfg1).map(|_| ()).unwrap_err();
+        let took = t.elapsed();
+        let e0 = rank0.join().unwrap().unwrap_err();
+        (e1, took, e0)
+    }
+
+    #[test]
+    fn a_stranger_with_another_certificate_is_refused_not_hung() {
+        let (e1, took, e0) = stranger(job_cert(), b"job secret");
+        // TLS refuses it at once (each side pins the job's fingerprint), and
+        // the refusal is final: no retries until the connect deadline.
+        assert!(
+            matches!(&e1, DistError::Handshake { reason, .. } if reason.contains("certificate")),
+            "{e1}"
+        );
+        assert!(
+            took < Duration::from_secs(3),
+            "refused after {took:?}: {e1}"
+        );
+        // The real rank never lets it in and says who is missing.
+        assert!(
+            matches!(&e0, DistError::AcceptTimeout { missing, .. } if missing == &[1]),
+            "{e0}"
+        );
+    }
+
+    #[test]
+    fn a_stranger_with_the_wrong_secret_is_refused_over_quic() {
+        // Even with the job's certificate, the HMAC handshake on every stream
+        // refuses a peer that does not know the job secret.
+        let hosts_cert = job_cert();
+        let hosts = free_udp_ports(2);
+        let mut cfg0 = Config::new(0, hosts.clone(), [5; 16], b"job secret".to_vec());
+        cfg0.quic = Some(hosts_cert.clone());
+        cfg0.connect_timeout = Duration::from_secs(4);
+        let mut cfg1 = Config::new(1, hosts, [5; 16], b"wrong secret".to_vec());
+        cfg1.quic = Some(hosts_cert);
+        cfg1.connect_timeout = Duration::from_secs(4);
+        let rank0 = std::thread::spawn(move || connect_mesh(&cfg0).map(|_| ()));
+        let t = Instant::now();
+        let e1 = connect_mesh(&cfg1).map(|_| ()).unwrap_err();
+        assert!(matches!(e1, DistError::Handshake { .. }), "{e1}");
+        assert!(t.elapsed() < Duration::from_secs(4), "{e1}");
+        let e0 = rank0.join().unwrap().unwrap_err();
+        assert!(
+            matches!(&e0, DistError::AcceptTimeout { missing, .. } if missing == &[1]),
+            "{e0}"
+        );
+    }
 }

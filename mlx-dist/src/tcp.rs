@@ -1,5 +1,6 @@
 //! Building the full mesh of TCP links: every pair of ranks gets
-//! `2 * connections_per_peer` handshaken connections (one set per ring direction).
+//! `2 * connections_per_peer` handshaken connections (one set per ring
+//! direction) and one more, the pair's failure witness (see [`crate::mesh::Witness`]).
 //! The higher rank dials the lower one, retrying with backoff up to the
 //! connect deadline; the lower rank accepts, refusing strangers with a logged reason.
 
@@ -12,7 +13,7 @@ use crate::config::Config;
 use crate::error::{DistError, Result};
 use crate::handshake::{self, HandshakeError, JobCredentials};
 use crate::link::{Link, TcpLink};
-use crate::mesh::Mesh;
+use crate::mesh::{Mesh, Witness};
 
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -22,7 +23,8 @@ pub(crate) fn credentials(cfg: &Config) -> JobCredentials {
         job_id: cfg.job_id,
         secret: cfg.secret.clone(),
         world: cfg.world() as u32,
-        links: (2 * cfg.connections_per_peer) as u32,
+        // The data links, then the witness.
+        links: (2 * cfg.connections_per_peer + 1) as u32,
     }
 }
 
@@ -55,7 +57,7 @@ fn tune(s: &TcpStream, timeout: Duration) -> std::io::Result<()> {
 pub(crate) fn connect_mesh(cfg: &Config, listener: TcpListener) -> Result<Mesh> {
     let world = cfg.world();
     let rank = cfg.rank;
-    let nlinks = 2 * cfg.connections_per_peer;
+    let nlinks = 2 * cfg.connections_per_peer + 1;
     let cred = credentials(cfg);
     let deadline = Instant::now() + cfg.connect_timeout;
     let mut slots: Vec<Vec<Option<TcpStream>>> = (0..world)
@@ -89,20 +91,27 @@ pub(crate) fn connect_mesh(cfg: &Config, listener: TcpListener) -> Result<Mesh> 
     })?;
 
     let mut links: Vec<Vec<Box<dyn Link>>> = Vec::with_capacity(world);
+    let mut witnesses: Vec<Option<Box<dyn Witness>>> = Vec::with_capacity(world);
     for (peer, row) in slots.into_iter().enumerate() {
         let mut v: Vec<Box<dyn Link>> = Vec::new();
+        let mut witness: Option<Box<dyn Witness>> = None;
         if peer != rank {
-            for st in row {
+            for (i, st) in row.into_iter().enumerate() {
                 let st = st.expect("every link was filled");
                 let link = TcpLink::new(st, cfg.stall_timeout)
                     .map_err(|e| DistError::Config(format!("socket options: {e}")))?;
-                v.push(Box::new(link));
+                if i + 1 == nlinks {
+                    witness = Some(Box::new(link));
+                } else {
+                    v.push(Box::new(link));
+                }
             }
         }
         links.push(v);
+        witnesses.push(witness);
     }
     tracing::debug!(rank, world, nlinks, "mesh connected");
-    Ok(Mesh::new(cfg, links))
+    Ok(Mesh::new(cfg, links, witnesses))
 }
 
 fn dial(

@@ -7,11 +7,9 @@
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
-use half::{bf16, f16};
-use mlx_array::{ALL_DTYPES, Dtype};
-use mlx_dist::{Backend, DistError, Group, ReduceOp, init};
+mod scenarios;
 
-const SCENARIO: &str = "MLX_DIST_TEST_SCENARIO";
+use scenarios::SCENARIO;
 
 fn launch(n: usize, scenario: &str, extra: &[&str]) -> (Output, Duration) {
     let exe = std::env::current_exe().unwrap();
@@ -47,242 +45,9 @@ fn text(o: &Output) -> String {
     )
 }
 
-/// Element `i` of rank `r`'s data, as a small integer so every sum is exact in every dtype.
-fn val(r: usize, i: usize, d: Dtype) -> f64 {
-    let v = ((i * 7 + r * 13) % 17) as f64;
-    match d {
-        Dtype::Bool => (i + r).is_multiple_of(3) as u8 as f64,
-        Dtype::U32 => v,
-        _ => v - 8.0,
-    }
-}
-
-fn encode(vals: impl Iterator<Item = f64>, d: Dtype) -> Vec<u8> {
-    let mut out = Vec::new();
-    for v in vals {
-        match d {
-            Dtype::Bool => out.push(v as u8),
-            Dtype::U32 => out.extend((v as u32).to_le_bytes()),
-            Dtype::I32 => out.extend((v as i32).to_le_bytes()),
-            Dtype::I64 => out.extend((v as i64).to_le_bytes()),
-            Dtype::F16 => out.extend(f16::from_f64(v).to_le_bytes()),
-            Dtype::BF16 => out.extend(bf16::from_f64(v).to_le_bytes()),
-            Dtype::F32 => out.extend((v as f32).to_le_bytes()),
-        }
-    }
-    out
-}
-
-fn reference(n: usize, i: usize, d: Dtype, op: ReduceOp) -> f64 {
-    let vs = (0..n).map(|r| val(r, i, d));
-    match (op, d) {
-        (ReduceOp::Sum, Dtype::Bool) | (ReduceOp::Max, _) => vs.fold(f64::MIN, f64::max),
-        (ReduceOp::Sum, _) => vs.sum(),
-        (ReduceOp::Min, _) => vs.fold(f64::MAX, f64::min),
-    }
-}
-
-fn check_collectives(g: &Group, sizes: &[usize]) {
-    let (n, r) = (g.size(), g.rank());
-    for d in ALL_DTYPES {
-        for &len in sizes {
-            for op in [ReduceOp::Sum, ReduceOp::Max, ReduceOp::Min] {
-                let mut buf = encode((0..len).map(|i| val(r, i, d)), d);
-                g.all_reduce_bytes(&mut buf, d, op).unwrap();
-                let want = encode((0..len).map(|i| reference(n, i, d, op)), d);
-                assert!(buf == want, "{op:?} {d:?} len {len} differs on rank {r}");
-            }
-            let mine = encode((0..len).map(|i| val(r, i, d)), d);
-            let all = g.all_gather_bytes(&mine, d).unwrap();
-            let want: Vec<u8> = (0..n)
-                .flat_map(|q| encode((0..len).map(|i| val(q, i, d)), d))
-                .collect();
-            assert!(
-                all == want,
-                "all_gather {d:?} len {len} differs on rank {r}"
-            );
-            if d != Dtype::Bool {
-                let full = encode((0..len * n).map(|i| val(r, i, d)), d);
-                let got = g.sum_scatter_bytes(&full, d).unwrap();
-                let want = encode(
-                    (r * len..(r + 1) * len).map(|i| reference(n, i, d, ReduceOp::Sum)),
-                    d,
-                );
-                assert!(
-                    got == want,
-                    "sum_scatter {d:?} len {len} differs on rank {r}"
-                );
-            }
-        }
-    }
-}
-
-fn check_p2p(g: &Group) {
-    let (n, r) = (g.size(), g.rank());
-    for src in 0..n {
-        for dst in (0..n).filter(|&d| d != src) {
-            let msg: Vec<i64> = (0..(src * 10 + dst) * 1000 + 3)
-                .map(|i| i as i64 * (src as i64 + 1))
-                .collect();
-            if r == src {
-                g.send(&msg, dst).unwrap();
-            } else if r == dst {
-                let mut got = vec![0i64; msg.len()];
-                g.recv(&mut got, src).unwrap();
-                assert_eq!(got, msg, "send {src} -> {dst}");
-            }
-        }
-    }
-}
-
-fn scenario_all() {
-    let g = init(Backend::Any).unwrap();
-    let sizes = [0usize, 1, 7, 1000, 70_001];
-    check_collectives(&g, &sizes);
-    check_p2p(&g);
-    // A large message takes every lane of the ring.
-    let mut big = vec![1.0f32; 600_001];
-    g.all_sum(&mut big).unwrap();
-    assert!(big.iter().all(|&v| v == g.size() as f32));
-    // Split: even and odd ranks, reversed order within each.
-    let sub = g.split((g.rank() % 2) as i32, -(g.rank() as i32)).unwrap();
-    let members: Vec<u32> = (0..g.size() as u32)
-        .filter(|q| q % 2 == (g.rank() % 2) as u32)
-        .rev()
-        .collect();
-    assert_eq!(sub.size(), members.len());
-    assert_eq!(members[sub.rank()], g.rank() as u32);
-    let gathered = sub.all_gather(&[g.rank() as u32]).unwrap();
-    assert_eq!(gathered, members);
-    check_collectives(&sub, &[0, 5, 40_000]);
-    if sub.size() > 1 {
-        check_p2p(&sub);
-    }
-    g.barrier().unwrap();
-    println!("RANK {} OK", g.rank());
-}
-
-/// Array-level collectives (`mlx_dist::all_sum(&Array, ..)` etc.) through the graph.
-fn scenario_arrays() {
-    use mlx_array::Array;
-    let g = init(Backend::Any).unwrap();
-    let (n, r) = (g.size(), g.rank());
-    for len in [0usize, 1, 7, 1001, 70_001] {
-        let mine: Vec<f32> = (0..len).map(|i| val(r, i, Dtype::F32) as f32).collect();
-        let x = Array::from_vec(mine.clone(), &[len]).unwrap();
-        let want = |op| -> Vec<f32> {
-            (0..len)
-                .map(|i| reference(n, i, Dtype::F32, op) as f32)
-                .collect()
-        };
-        assert_eq!(
-            mlx_dist::all_sum(&x, &g).unwrap().to_vec::<f32>().unwrap(),
-            want(ReduceOp::Sum),
-            "all_sum f32 len {len}"
-        );
-        assert_eq!(
-            mlx_dist::all_max(&x, &g).unwrap().to_vec::<f32>().unwrap(),
-            want(ReduceOp::Max),
-            "all_max f32 len {len}"
-        );
-        assert_eq!(
-            mlx_dist::all_min(&x, &g).unwrap().to_vec::<f32>().unwrap(),
-            want(ReduceOp::Min),
-            "all_min f32 len {len}"
-        );
-        let gathered: Vec<f32> = (0..n)
-            .flat_map(|q| (0..len).map(move |i| val(q, i, Dtype::F32) as f32))
-            .collect();
-        assert_eq!(
-            mlx_dist::all_gather(&x, &g)
-                .unwrap()
-                .to_vec::<f32>()
-                .unwrap(),
-            gathered,
-            "all_gather len {len}"
-        );
-        let ints: Vec<i32> = (0..len).map(|i| val(r, i, Dtype::I32) as i32).collect();
-        let xi = Array::from_vec(ints, &[len]).unwrap();
-        let wi: Vec<i32> = (0..len)
-            .map(|i| reference(n, i, Dtype::I32, ReduceOp::Sum) as i32)
-            .collect();
-        assert_eq!(
-            mlx_dist::all_sum(&xi, &g).unwrap().to_vec::<i32>().unwrap(),
-            wi,
-            "all_sum i32 len {len}"
-        );
-        // sum_scatter over a [n * len] array: rank r gets the sums of block r.
-        let full: Vec<f32> = (0..len * n).map(|i| val(r, i, Dtype::F32) as f32).collect();
-        let xs = Array::from_vec(full, &[len * n]).unwrap();
-        let ws: Vec<f32> = (r * len..(r + 1) * len)
-            .map(|i| reference(n, i, Dtype::F32, ReduceOp::Sum) as f32)
-            .collect();
-        assert_eq!(
-            mlx_dist::sum_scatter(&xs, &g)
-                .unwrap()
-                .to_vec::<f32>()
-                .unwrap(),
-            ws,
-            "sum_scatter len {len}"
-        );
-    }
-    // A 2-D array keeps its shape.
-    let x = Array::from_vec(vec![r as f32 + 1.0; 6], &[2, 3]).unwrap();
-    let y = mlx_dist::all_sum(&x, &g).unwrap();
-    assert_eq!(y.shape(), &[2, 3]);
-    assert_eq!(
-        y.to_vec::<f32>().unwrap(),
-        vec![(n * (n + 1) / 2) as f32; 6]
-    );
-    g.barrier().unwrap();
-    println!("RANK {r} OK");
-}
-
-fn scenario_kill() {
-    let g = init(Backend::Any).unwrap();
-    if g.rank() == 1 {
-        std::thread::spawn(|| {
-            std::thread::sleep(Duration::from_millis(300));
-            // SAFETY: sends SIGKILL to this very process.
-            unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
-        });
-    }
-    let mut x = vec![1.0f32; 1 << 20];
-    let t = Instant::now();
-    loop {
-        if let Err(e) = g.all_sum(&mut x) {
-            println!(
-                "KILLTEST culprit={:?} after {:?}: {e}",
-                e.culprit(),
-                t.elapsed()
-            );
-            std::process::exit(3);
-        }
-        assert!(t.elapsed() < Duration::from_secs(60));
-    }
-}
-
-fn scenario_mismatch() {
-    let g = init(Backend::Any).unwrap();
-    let mut x = vec![0u8; if g.rank() == 0 { 400 } else { 800 }];
-    let e = g.all_sum_bytes(&mut x, Dtype::F32).unwrap_err();
-    let named = matches!(
-        e,
-        DistError::Mismatch { .. } | DistError::Aborted { .. } | DistError::PeerClosed { .. }
-    );
-    println!("MISMATCH rank {} named={named}: {e}", g.rank());
-}
-
 #[test]
 fn rank_main() {
-    match std::env::var(SCENARIO).as_deref() {
-        Ok("all") => scenario_all(),
-        Ok("arrays") => scenario_arrays(),
-        Ok("kill") => scenario_kill(),
-        Ok("mismatch") => scenario_mismatch(),
-        Ok(other) => panic!("unknown scenario {other}"),
-        Err(_) => {}
-    }
+    scenarios::run_scenario()
 }
 
 fn assert_all_ok(n: usize, extra: &[&str]) {
@@ -324,37 +89,29 @@ on_backends! {
     arrays_world_2 => |b| assert_scenario_ok(2, "arrays", &["--backend", b]);
     arrays_world_3 => |b| assert_scenario_ok(3, "arrays", &["--backend", b]);
     arrays_world_4 => |b| assert_scenario_ok(4, "arrays", &["--backend", b]);
-    killed_rank_is_named_and_launcher_fails => killed_rank_is_named;
+    killed_rank_is_named_and_launcher_fails => |b| killed_rank_is_named(b, 3);
+    killed_rank_is_named_by_every_survivor_world_4 => |b| killed_rank_is_named(b, 4);
     mismatched_sizes_are_an_error_on_every_rank => mismatched_sizes;
 }
 
-fn killed_rank_is_named(backend: &str) {
-    let (out, took) = launch(3, "kill", &["--backend", backend, "--timeout", "10"]);
+fn killed_rank_is_named(backend: &str, n: usize) {
+    let (out, took) = launch(n, "kill", &["--backend", backend, "--timeout", "10"]);
     let t = text(&out);
     assert!(!out.status.success(), "{t}");
     assert!(
         t.contains("rank 1 failed"),
         "launcher must name rank 1:\n{t}"
     );
-    // Every survivor reports an error naming another rank, and at least one
-    // names rank 1 (a survivor may instead name the survivor that relayed the
-    // failure: the gap noted in issue 6; the launcher's report is exact).
-    let lines: Vec<&str> = [0, 2]
-        .iter()
-        .map(|r| {
-            t.lines()
-                .find(|l| l.starts_with(&format!("[{r}] KILLTEST")))
-                .unwrap_or_else(|| panic!("rank {r} did not report:\n{t}"))
-        })
-        .collect();
-    assert!(
-        lines.iter().any(|l| l.contains("culprit=Some(1)")),
-        "no rank named rank 1: {lines:?}"
-    );
-    for (r, l) in [0, 2].iter().zip(&lines) {
+    // Every survivor names rank 1, also one that only saw the other
+    // survivor's links close (that survivor's witness says whom it blamed).
+    for r in (0..n).filter(|&r| r != 1) {
+        let line = t
+            .lines()
+            .find(|l| l.starts_with(&format!("[{r}] KILLTEST")))
+            .unwrap_or_else(|| panic!("rank {r} did not report:\n{t}"));
         assert!(
-            l.contains("culprit=Some(") && !l.contains(&format!("culprit=Some({r})")),
-            "rank {r} must name another rank: {l}"
+            line.contains("culprit=Some(1)") && line.contains("rank 1"),
+            "rank {r} must name rank 1: {line}"
         );
     }
     assert!(took < Duration::from_secs(20), "took {took:?}");

@@ -118,7 +118,24 @@ fn main() {
         .without_time()
         .with_writer(std::io::stderr)
         .init();
-    let result = spec(args).and_then(|s| launch::run(&s));
+    let spec = match spec(args) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("mlx-launch: {e:#}");
+            std::process::exit(2);
+        }
+    };
+    if spec.backend == Backend::Mpi {
+        // mpirun supervises the ranks and reports a failing one itself.
+        match launch::mpirun::run(&spec) {
+            Ok(code) => std::process::exit(code),
+            Err(e) => {
+                eprintln!("mlx-launch: {e:#}");
+                std::process::exit(2);
+            }
+        }
+    }
+    let result = launch::run(&spec);
     match result {
         Ok(outcome) => {
             if let Some((rank, how)) = &outcome.first_failure {

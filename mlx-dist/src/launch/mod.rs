@@ -9,6 +9,7 @@
 //! own errors before they are terminated. Every wait blocks; nothing polls.
 
 mod hosts;
+pub mod mpirun;
 mod supervise;
 
 pub use hosts::{RankHost, parse_launcher_hostfile};

@@ -127,7 +127,7 @@ pub fn astype(data: &ArrayData, shape: &[usize], from: Dtype, to: Dtype) -> Resu
 pub(crate) fn astype_expression(from: Dtype, to: Dtype) -> String {
     let src = compute_type(from);
     let dst = compute_type(to);
-    let expr = if to == Dtype::Bool && src == "f32" {
+    if to == Dtype::Bool && src == "f32" {
         "select(0u, 1u, a0 != 0.0 || is_nan(a0))".to_string()
     } else if to == Dtype::Bool {
         format!("select(0u, 1u, a0 != {src}(0))")
@@ -150,8 +150,7 @@ pub(crate) fn astype_expression(from: Dtype, to: Dtype) -> String {
         "f32(a0)".to_string()
     } else {
         format!("bitcast<{dst}>(a0)")
-    };
-    expr
+    }
 }
 
 fn unary_expr(op: UnaryOp, dtype: Dtype) -> Option<String> {
