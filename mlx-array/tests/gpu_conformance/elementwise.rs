@@ -174,7 +174,7 @@ fn where_and_every_cast_match_the_cpu() {
     for to in [Dtype::I32, Dtype::U32, Dtype::Bool] {
         compare(
             &format!("astype edge f32->{to}"),
-            &[x.clone()],
+            std::slice::from_ref(&x),
             |a| a[0].astype(to),
             0.0,
         );
