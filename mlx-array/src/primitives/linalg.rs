@@ -11,6 +11,18 @@ impl Primitive for Matmul {
     fn name(&self) -> &'static str {
         "matmul"
     }
+    #[cfg(feature = "gpu")]
+    fn eval_gpu(&self, inputs: &[Array], out: &Array) -> Result<ArrayData> {
+        let (a, b) = (&inputs[0], &inputs[1]);
+        crate::backend::gpu::matmul(
+            &a.data()?,
+            a.shape(),
+            &b.data()?,
+            b.shape(),
+            out.dtype(),
+            out.shape(),
+        )
+    }
     fn eval_cpu(&self, inputs: &[Array], out: &Array) -> Result<ArrayData> {
         let (a, b) = (&inputs[0], &inputs[1]);
         Ok(matmul::matmul(

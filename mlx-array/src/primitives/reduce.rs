@@ -34,6 +34,11 @@ impl Primitive for Reduce {
             ReduceOp::Min => "min",
         }
     }
+    #[cfg(feature = "gpu")]
+    fn eval_gpu(&self, inputs: &[Array], _out: &Array) -> Result<ArrayData> {
+        let x = &inputs[0];
+        crate::backend::gpu::reduce(self.op, &x.data()?, x.shape(), x.dtype(), &self.axes)
+    }
     fn eval_cpu(&self, inputs: &[Array], _out: &Array) -> Result<ArrayData> {
         let x = &inputs[0];
         Ok(reduce::reduce(
@@ -89,6 +94,11 @@ impl Primitive for ArgReduce {
     fn name(&self) -> &'static str {
         if self.is_max { "argmax" } else { "argmin" }
     }
+    #[cfg(feature = "gpu")]
+    fn eval_gpu(&self, inputs: &[Array], _out: &Array) -> Result<ArrayData> {
+        let x = &inputs[0];
+        crate::backend::gpu::arg_reduce(self.is_max, &x.data()?, x.shape(), x.dtype(), self.axis)
+    }
     fn eval_cpu(&self, inputs: &[Array], _out: &Array) -> Result<ArrayData> {
         let x = &inputs[0];
         Ok(reduce::arg_reduce(
@@ -118,6 +128,18 @@ pub struct CumSum {
 impl Primitive for CumSum {
     fn name(&self) -> &'static str {
         "cumsum"
+    }
+    #[cfg(feature = "gpu")]
+    fn eval_gpu(&self, inputs: &[Array], _out: &Array) -> Result<ArrayData> {
+        let x = &inputs[0];
+        crate::backend::gpu::cumsum(
+            &x.data()?,
+            x.shape(),
+            x.dtype(),
+            self.axis,
+            self.reverse,
+            self.inclusive,
+        )
     }
     fn eval_cpu(&self, inputs: &[Array], _out: &Array) -> Result<ArrayData> {
         let x = &inputs[0];

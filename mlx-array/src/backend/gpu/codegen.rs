@@ -143,3 +143,34 @@ pub(crate) fn check_size(op: &'static str, elements: usize, data: &[&ArrayData])
     }
     Ok(())
 }
+
+/// The entry point of kernels that work per workgroup (of [`WORKGROUP`]
+/// invocations): `wid`, `nw` and the local index `lid` are in scope.
+pub(crate) const GROUP_ENTRY: &str = "@compute @workgroup_size(256)\nfn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nw: vec3<u32>, @builtin(local_invocation_index) lid: u32)";
+
+/// The workgroup's linear index `g` from the 2-D grid of
+/// [`super::dispatch_groups`].
+pub(crate) const GROUP_INDEX: &str = "let g = wid.x + wid.y * nw.x;";
+
+/// `is_nan(x: f32) -> bool`, exact whatever the compiler assumes about NaNs.
+pub(crate) const IS_NAN: &str = r#"
+fn is_nan(x: f32) -> bool {
+    return (bitcast<u32>(x) & 0x7fffffffu) > 0x7f800000u;
+}
+"#;
+
+/// Drops size-1 dimensions of `(size, stride)` pairs (outermost first) and
+/// merges neighbours that walk memory as one dimension.
+pub(crate) fn collapse(dims: impl IntoIterator<Item = (usize, isize)>) -> Vec<(usize, isize)> {
+    let mut out: Vec<(usize, isize)> = Vec::new();
+    for (size, stride) in dims {
+        if size == 1 {
+            continue;
+        }
+        match out.last_mut() {
+            Some(last) if last.1 == stride * size as isize => *last = (last.0 * size, stride),
+            _ => out.push((size, stride)),
+        }
+    }
+    out
+}

@@ -15,8 +15,14 @@
 mod codegen;
 pub(crate) mod elementwise;
 pub(crate) mod fusion;
+mod matmul;
+mod reduce;
+mod scan;
 
 pub use elementwise::{astype, binary, copy_contiguous, unary, where_};
+pub use matmul::matmul;
+pub use reduce::{arg_reduce, reduce};
+pub use scan::cumsum;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -413,8 +419,34 @@ pub(crate) fn dispatch(
     clear_output: bool,
     threads: usize,
 ) -> Result<()> {
+    let groups = threads.div_ceil(codegen::WORKGROUP as usize);
+    dispatch_groups(
+        pipeline,
+        meta,
+        inputs,
+        output,
+        output_bytes,
+        clear_output,
+        groups,
+    )
+}
+
+/// Like [`dispatch`], but over `groups` workgroups of whatever size and
+/// shape the kernel declares (one per reduced row, one per output tile).
+/// They are spread over a 2-D grid: kernels number them
+/// `wid.x + wid.y * nw.x` ([`codegen::GROUP_INDEX`]) and must ignore
+/// numbers from `groups` on.
+pub(crate) fn dispatch_groups(
+    pipeline: &wgpu::ComputePipeline,
+    meta: &[u32],
+    inputs: &[&ArrayData],
+    output: &ArrayData,
+    output_bytes: usize,
+    clear_output: bool,
+    groups: usize,
+) -> Result<()> {
     let c = context()?;
-    if threads == 0 {
+    if groups == 0 {
         return Ok(());
     }
     let meta_buf = c
@@ -444,7 +476,6 @@ pub(crate) fn dispatch(
         layout: &layout,
         entries: &entries,
     });
-    let groups = threads.div_ceil(codegen::WORKGROUP as usize);
     let max = c.limits.max_compute_workgroups_per_dimension as usize;
     let (x, y) = if groups <= max {
         (groups, 1)
@@ -453,7 +484,7 @@ pub(crate) fn dispatch(
     };
     if y > max {
         return Err(Error::gpu(format!(
-            "{threads} invocations exceed one dispatch"
+            "{groups} workgroups exceed one dispatch"
         )));
     }
     DISPATCHES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);

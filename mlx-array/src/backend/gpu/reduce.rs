@@ -1,0 +1,424 @@
+//! Reductions over any set of axes and argmax/argmin along one axis, read
+//! straight from the input's view (no copy whatever its strides).
+//!
+//! The reduced axes form one run of `len` values per output, walked through
+//! their (collapsed) shape and strides. Long runs get one workgroup per
+//! output: each invocation folds every 256th value, then a tree in
+//! workgroup memory merges the 256 partials. Short runs, and runs whose
+//! outputs sit next to each other in memory (a sum over a leading axis),
+//! get one invocation per output folding its run in order, so neighbouring
+//! invocations read neighbouring values.
+
+use super::codegen::{self, compute_type};
+use super::{alloc, context, dispatch, dispatch_groups, supported};
+use crate::primitive::ArrayData;
+use crate::primitives::reduce::ReduceOp;
+use crate::shape::size_of_shape;
+use crate::{Dtype, Result};
+
+/// Runs no longer than this are folded by one invocation each.
+const SHORT_RUN: usize = 32;
+
+/// The kept and reduced dimensions of a reduction, collapsed, as `meta`
+/// and the kernel's view of them.
+struct Plan {
+    n_out: usize,
+    meta: Vec<u32>,
+    /// The reduced run is one strided dimension.
+    flat_run: bool,
+    /// One invocation per output rather than one workgroup.
+    per_thread: bool,
+}
+
+fn plan(data: &ArrayData, shape: &[usize], axes: &[usize]) -> Plan {
+    let dims = |keep: bool| {
+        codegen::collapse(
+            (0..shape.len())
+                .filter(|a| axes.contains(a) != keep)
+                .map(|a| (shape[a], data.strides()[a])),
+        )
+    };
+    let kept = dims(true);
+    let mut red = dims(false);
+    if red.is_empty() {
+        red.push((1, 0));
+    }
+    let n_out: usize = kept.iter().map(|d| d.0).product();
+    let len: usize = red.iter().map(|d| d.0).product();
+    let mut meta = vec![
+        n_out as u32,
+        len as u32,
+        kept.len() as u32,
+        red.len() as u32,
+        data.offset() as u32,
+    ];
+    for dims in [&kept, &red] {
+        meta.extend(dims.iter().map(|d| d.0 as u32));
+        meta.extend(dims.iter().map(|d| d.1 as i32 as u32));
+    }
+    let inner_red_stride = red.last().map_or(1, |d| d.1);
+    let per_thread = len <= SHORT_RUN || (inner_red_stride != 1 && n_out >= 2048);
+    Plan {
+        n_out,
+        meta,
+        flat_run: red.len() == 1,
+        per_thread,
+    }
+}
+
+/// `base(o)`: where output `o`'s run starts; `at(r)`: the offset of its
+/// `r`-th value from there (see [`plan`] for the `meta` layout).
+fn locators(flat_run: bool) -> String {
+    let at = if flat_run {
+        "    return i32(r) * bitcast<i32>(params[6u + 2u * params[2]]);".to_string()
+    } else {
+        r#"    let nk = params[2];
+    let nr = params[3];
+    let b = 5u + 2u * nk;
+    var idx = 0;
+    var rem = r;
+    for (var d = i32(nr) - 1; d >= 0; d = d - 1) {
+        let s = params[b + u32(d)];
+        idx = idx + i32(rem % s) * bitcast<i32>(params[b + nr + u32(d)]);
+        rem = rem / s;
+    }
+    return idx;"#
+            .to_string()
+    };
+    format!(
+        r#"
+fn base(o: u32) -> i32 {{
+    let nk = params[2];
+    var idx = bitcast<i32>(params[4]);
+    var rem = o;
+    for (var d = i32(nk) - 1; d >= 0; d = d - 1) {{
+        let s = params[5u + u32(d)];
+        idx = idx + i32(rem % s) * bitcast<i32>(params[5u + nk + u32(d)]);
+        rem = rem / s;
+    }}
+    return idx;
+}}
+fn at(r: u32) -> i32 {{
+{at}
+}}
+"#
+    )
+}
+
+/// The accumulator type, its initial value, how a loaded value enters it,
+/// how two merge (WGSL over `a`, `b`), and how it becomes the output.
+struct Fold {
+    acc: &'static str,
+    init: &'static str,
+    conv: &'static str,
+    merge: &'static str,
+    finish: &'static str,
+}
+
+fn fold(op: ReduceOp, dtype: Dtype) -> Fold {
+    use ReduceOp::*;
+    match (compute_type(dtype), dtype) {
+        (_, Dtype::Bool) => Fold {
+            // Sum and product count in i32; max and min are any and all.
+            acc: "i32",
+            init: match op {
+                Sum | Max => "0",
+                Prod | Min => "1",
+            },
+            conv: "i32(x)",
+            merge: match op {
+                Sum => "a + b",
+                Prod => "a * b",
+                Max => "max(a, b)",
+                Min => "min(a, b)",
+            },
+            finish: match op {
+                Sum | Prod => "a",
+                Max | Min => "u32(a)",
+            },
+        },
+        ("f32", _) => Fold {
+            acc: "f32",
+            init: match op {
+                Sum => "0.0",
+                Prod => "1.0",
+                Max => "bitcast<f32>(0xff800000u)",
+                Min => "bitcast<f32>(0x7f800000u)",
+            },
+            conv: "x",
+            // NaN wins, as on the CPU.
+            merge: match op {
+                Sum => "a + b",
+                Prod => "a * b",
+                Max => "select(a, b, b > a || is_nan(b))",
+                Min => "select(a, b, b < a || is_nan(b))",
+            },
+            finish: "a",
+        },
+        ("i32", _) => Fold {
+            acc: "i32",
+            init: match op {
+                Sum => "0",
+                Prod => "1",
+                Max => "bitcast<i32>(0x80000000u)",
+                Min => "2147483647",
+            },
+            conv: "x",
+            merge: match op {
+                Sum => "a + b",
+                Prod => "a * b",
+                Max => "max(a, b)",
+                Min => "min(a, b)",
+            },
+            finish: "a",
+        },
+        _ => Fold {
+            acc: "u32",
+            init: match op {
+                Sum | Max => "0u",
+                Prod => "1u",
+                Min => "0xffffffffu",
+            },
+            conv: "x",
+            merge: match op {
+                Sum => "a + b",
+                Prod => "a * b",
+                Max => "max(a, b)",
+                Min => "min(a, b)",
+            },
+            finish: "a",
+        },
+    }
+}
+
+/// The output dtype of reducing `dtype` with `op` (bool sums count in i32).
+fn out_dtype(op: ReduceOp, dtype: Dtype) -> Dtype {
+    match (op, dtype) {
+        (ReduceOp::Sum | ReduceOp::Prod, Dtype::Bool) => Dtype::I32,
+        (_, d) => d,
+    }
+}
+
+/// Reduces `data` (of `shape`, `dtype`) over `axes` (sorted, distinct) with
+/// the CPU backend's rules: floats accumulate in f32 and NaN propagates
+/// through max and min, integers wrap, bool sums and products count in i32
+/// and bool max and min are any and all. The result is contiguous with the
+/// kept dimensions only.
+pub fn reduce(
+    op: ReduceOp,
+    data: &ArrayData,
+    shape: &[usize],
+    dtype: Dtype,
+    axes: &[usize],
+) -> Result<ArrayData> {
+    supported(dtype)?;
+    let odt = out_dtype(op, dtype);
+    codegen::check_size("reduce", size_of_shape(shape), &[data])?;
+    let p = plan(data, shape, axes);
+    let kept: Vec<usize> = (0..shape.len())
+        .filter(|a| !axes.contains(a))
+        .map(|a| shape[a])
+        .collect();
+    let out = alloc(&kept, odt)?;
+    if p.n_out == 0 {
+        return Ok(out);
+    }
+    let f = fold(op, dtype);
+    let key = format!(
+        "reduce:{op:?}:{dtype}:{}:{}",
+        p.flat_run,
+        if p.per_thread { "thread" } else { "group" }
+    );
+    let pipeline = context()?.pipeline(&key, || {
+        let mut src = String::from(codegen::PRELUDE);
+        src.push_str(codegen::IS_NAN);
+        src.push_str(codegen::META);
+        src.push_str(&codegen::input("in0", 1, dtype));
+        src.push_str(&codegen::output(2, odt));
+        src.push_str(&locators(p.flat_run));
+        src.push_str(&format!(
+            "fn merge(a: {acc}, b: {acc}) -> {acc} {{ return {m}; }}\n\
+             fn value(j: i32) -> {acc} {{ let x = load_in0(u32(j)); return {c}; }}\n\
+             fn finish(a: {acc}) -> {o} {{ return {fin}; }}\n",
+            acc = f.acc,
+            m = f.merge,
+            c = f.conv,
+            o = compute_type(odt),
+            fin = f.finish,
+        ));
+        if p.per_thread {
+            src.push_str(codegen::ENTRY);
+            src.push_str(&format!(
+                r#" {{
+    {index}
+    if (i >= params[0]) {{ return; }}
+    let b = base(i);
+    var acc: {acc} = {init};
+    for (var r = 0u; r < params[1]; r = r + 1u) {{
+        acc = merge(acc, value(b + at(r)));
+    }}
+    store_out(i, finish(acc));
+}}
+"#,
+                index = codegen::THREAD_INDEX,
+                acc = f.acc,
+                init = f.init,
+            ));
+        } else {
+            src.push_str(&format!(
+                "var<workgroup> part: array<{}, 256>;\n{}",
+                f.acc,
+                codegen::GROUP_ENTRY
+            ));
+            src.push_str(&format!(
+                r#" {{
+    {index}
+    let live = g < params[0];
+    var acc: {acc} = {init};
+    if (live) {{
+        let b = base(g);
+        for (var r = lid; r < params[1]; r = r + 256u) {{
+            acc = merge(acc, value(b + at(r)));
+        }}
+    }}
+    part[lid] = acc;
+    workgroupBarrier();
+    for (var s = 128u; s > 0u; s = s >> 1u) {{
+        if (lid < s) {{ part[lid] = merge(part[lid], part[lid + s]); }}
+        workgroupBarrier();
+    }}
+    if (live && lid == 0u) {{ store_out(g, finish(part[0])); }}
+}}
+"#,
+                index = codegen::GROUP_INDEX,
+                acc = f.acc,
+                init = f.init,
+            ));
+        }
+        src
+    })?;
+    let bytes = p.n_out * odt.size_of();
+    let clear = codegen::packed(odt);
+    if p.per_thread {
+        dispatch(&pipeline, &p.meta, &[data], &out, bytes, clear, p.n_out)?;
+    } else {
+        dispatch_groups(&pipeline, &p.meta, &[data], &out, bytes, clear, p.n_out)?;
+    }
+    Ok(out)
+}
+
+/// Index (uint32) of the first maximum (or minimum) along `axis`, kept
+/// dimensions only; a NaN counts as the extreme (the first NaN wins), as
+/// on the CPU. The axis must not be empty.
+pub fn arg_reduce(
+    is_max: bool,
+    data: &ArrayData,
+    shape: &[usize],
+    dtype: Dtype,
+    axis: usize,
+) -> Result<ArrayData> {
+    supported(dtype)?;
+    codegen::check_size("arg_reduce", size_of_shape(shape), &[data])?;
+    let p = plan(data, shape, &[axis]);
+    let kept: Vec<usize> = (0..shape.len())
+        .filter(|&a| a != axis)
+        .map(|a| shape[a])
+        .collect();
+    let out = alloc(&kept, Dtype::U32)?;
+    if p.n_out == 0 {
+        return Ok(out);
+    }
+    let t = compute_type(dtype);
+    let key = format!(
+        "argreduce:{is_max}:{dtype}:{}",
+        if p.per_thread { "thread" } else { "group" }
+    );
+    let pipeline = context()?.pipeline(&key, || {
+        let mut src = String::from(codegen::PRELUDE);
+        src.push_str(codegen::IS_NAN);
+        src.push_str(codegen::META);
+        src.push_str(&codegen::input("in0", 1, dtype));
+        src.push_str(&codegen::output(2, Dtype::U32));
+        src.push_str(&locators(true));
+        let nan = if t == "f32" {
+            "    let an = is_nan(av);\n    let bn = is_nan(bv);\n    \
+             if (an || bn) { return bn && (!an || bi < ai); }\n"
+        } else {
+            ""
+        };
+        let cmp = if is_max { ">" } else { "<" };
+        // Whether candidate (bv, bi) replaces (av, ai); index EMPTY is no candidate.
+        src.push_str(&format!(
+            r#"
+const EMPTY: u32 = 0xffffffffu;
+fn take(av: {t}, ai: u32, bv: {t}, bi: u32) -> bool {{
+    if (bi == EMPTY) {{ return false; }}
+    if (ai == EMPTY) {{ return true; }}
+{nan}    if (bv == av) {{ return bi < ai; }}
+    return bv {cmp} av;
+}}
+"#
+        ));
+        if p.per_thread {
+            src.push_str(codegen::ENTRY);
+            src.push_str(&format!(
+                r#" {{
+    {index}
+    if (i >= params[0]) {{ return; }}
+    let b = base(i);
+    var bv = load_in0(u32(b));
+    var bi = 0u;
+    for (var r = 1u; r < params[1]; r = r + 1u) {{
+        let v = load_in0(u32(b + at(r)));
+        if (take(bv, bi, v, r)) {{ bv = v; bi = r; }}
+    }}
+    store_out(i, bi);
+}}
+"#,
+                index = codegen::THREAD_INDEX,
+            ));
+        } else {
+            src.push_str(&format!(
+                "var<workgroup> part_v: array<{t}, 256>;\n\
+                 var<workgroup> part_i: array<u32, 256>;\n{}",
+                codegen::GROUP_ENTRY
+            ));
+            src.push_str(&format!(
+                r#" {{
+    {index}
+    let live = g < params[0];
+    var bv: {t};
+    var bi = EMPTY;
+    if (live) {{
+        let b = base(g);
+        for (var r = lid; r < params[1]; r = r + 256u) {{
+            let v = load_in0(u32(b + at(r)));
+            if (take(bv, bi, v, r)) {{ bv = v; bi = r; }}
+        }}
+    }}
+    part_v[lid] = bv;
+    part_i[lid] = bi;
+    workgroupBarrier();
+    for (var s = 128u; s > 0u; s = s >> 1u) {{
+        if (lid < s && take(part_v[lid], part_i[lid], part_v[lid + s], part_i[lid + s])) {{
+            part_v[lid] = part_v[lid + s];
+            part_i[lid] = part_i[lid + s];
+        }}
+        workgroupBarrier();
+    }}
+    if (live && lid == 0u) {{ store_out(g, part_i[0]); }}
+}}
+"#,
+                index = codegen::GROUP_INDEX,
+            ));
+        }
+        src
+    })?;
+    let bytes = p.n_out * 4;
+    if p.per_thread {
+        dispatch(&pipeline, &p.meta, &[data], &out, bytes, false, p.n_out)?;
+    } else {
+        dispatch_groups(&pipeline, &p.meta, &[data], &out, bytes, false, p.n_out)?;
+    }
+    Ok(out)
+}
