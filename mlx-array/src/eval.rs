@@ -125,7 +125,14 @@ fn run(order: Vec<Array>) -> Result<()> {
             State::Ready(_) => continue,
             State::Pending { primitive, inputs } => (primitive.clone(), inputs.clone()),
         };
-        let data = primitive.eval_cpu(&inputs, &a)?;
+        let data = if crate::profile::enabled() {
+            let t0 = std::time::Instant::now();
+            let d = primitive.eval_cpu(&inputs, &a)?;
+            crate::profile::record(primitive.name(), a.shape(), t0.elapsed());
+            d
+        } else {
+            primitive.eval_cpu(&inputs, &a)?
+        };
         drop(inputs);
         // Detach: replacing the pending state drops this node's references to its inputs.
         let old = std::mem::replace(&mut *a.lock(), State::Ready(data));

@@ -270,6 +270,68 @@ fn chunk_logits(
     }
 }
 
+/// Independent accumulators per reduction, so that the compiler vectorises
+/// the loops below (f32 sums are not reassociated on their own).
+const LANES: usize = 16;
+
+/// `max(init, max(row))`.
+#[inline]
+fn max_of(row: &[f32], init: f32) -> f32 {
+    let mut acc = [init; LANES];
+    let chunks = row.chunks_exact(LANES);
+    let rest = chunks.remainder();
+    for c in chunks {
+        for i in 0..LANES {
+            acc[i] = acc[i].max(c[i]);
+        }
+    }
+    rest.iter().chain(&acc).fold(init, |m, &x| m.max(x))
+}
+
+/// `sum(exp(row - m))`.
+#[inline]
+fn sum_exp(row: &[f32], m: f32) -> f32 {
+    let mut acc = [0f32; LANES];
+    let chunks = row.chunks_exact(LANES);
+    let rest = chunks.remainder();
+    for c in chunks {
+        for i in 0..LANES {
+            acc[i] += math::exp(c[i] - m);
+        }
+    }
+    acc.iter().sum::<f32>() + rest.iter().map(|&x| math::exp(x - m)).sum::<f32>()
+}
+
+/// `sum(row)`.
+#[inline]
+fn sum_of(row: &[f32]) -> f32 {
+    let mut acc = [0f32; LANES];
+    let chunks = row.chunks_exact(LANES);
+    let rest = chunks.remainder();
+    for c in chunks {
+        for i in 0..LANES {
+            acc[i] += c[i];
+        }
+    }
+    acc.iter().sum::<f32>() + rest.iter().sum::<f32>()
+}
+
+/// Runs `f` compiled for AVX2 and FMA when the CPU has them, so that the
+/// `exp` loops inlined into it use 8-wide vectors.
+#[inline(always)]
+fn vectorised<R>(f: impl FnOnce() -> R) -> R {
+    #[cfg(target_arch = "x86_64")]
+    if std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma") {
+        #[target_feature(enable = "avx2,fma")]
+        unsafe fn avx2<R>(f: impl FnOnce() -> R) -> R {
+            f()
+        }
+        // SAFETY: the CPU supports the features the function is compiled for.
+        return unsafe { avx2(f) };
+    }
+    f()
+}
+
 /// Running per-row statistics of the logits seen so far.
 #[derive(Clone, Copy)]
 struct RowStats {
@@ -316,27 +378,29 @@ impl Lce<'_> {
                 .zip(self.tg.par_iter())
                 .with_min_len(8)
                 .for_each(|((row, st), &t)| {
-                    if t == IGNORED {
-                        return;
-                    }
-                    let m = row.iter().fold(st.max, |m, &x| m.max(x));
-                    if m == f32::NEG_INFINITY {
-                        return;
-                    }
-                    let carried = if st.max == f32::NEG_INFINITY {
-                        0.0
-                    } else {
-                        st.sum * math::exp(st.max - m)
-                    };
-                    let fresh: f32 = row.iter().map(|&x| math::exp(x - m)).sum();
-                    st.max = m;
-                    st.sum = carried + fresh;
-                    if (c0..c0 + n).contains(&t) {
-                        st.target = row[t - c0];
-                    }
-                    if s > 0.0 {
-                        st.total += row.iter().sum::<f32>();
-                    }
+                    vectorised(|| {
+                        if t == IGNORED {
+                            return;
+                        }
+                        let m = max_of(row, st.max);
+                        if m == f32::NEG_INFINITY {
+                            return;
+                        }
+                        let carried = if st.max == f32::NEG_INFINITY {
+                            0.0
+                        } else {
+                            st.sum * math::exp(st.max - m)
+                        };
+                        let fresh = sum_exp(row, m);
+                        st.max = m;
+                        st.sum = carried + fresh;
+                        if (c0..c0 + n).contains(&t) {
+                            st.target = row[t - c0];
+                        }
+                        if s > 0.0 {
+                            st.total += sum_of(row);
+                        }
+                    })
                 });
         }
         let v = self.vocab as f32;
@@ -418,9 +482,11 @@ impl Lce<'_> {
                         return;
                     }
                     let uniform = c * s / v;
-                    for x in row.iter_mut() {
-                        *x = math::exp(*x - lse) * c - uniform;
-                    }
+                    vectorised(|| {
+                        for x in row.iter_mut() {
+                            *x = math::exp(*x - lse) * c - uniform;
+                        }
+                    });
                     if (c0..c0 + n).contains(&t) {
                         row[t - c0] -= c * (1.0 - s);
                     }
