@@ -152,6 +152,7 @@ fn run_nodes(order: Vec<Array>, in_flight: &mut InFlight) -> Result<()> {
         }
         match primitive.stream() {
             Stream::Compute => {
+                let t0 = crate::profile::enabled().then(std::time::Instant::now);
                 let data = match a.device() {
                     Device::Cpu => primitive.eval_cpu(&inputs, &a)?,
                     #[cfg(feature = "gpu")]
@@ -162,6 +163,9 @@ fn run_nodes(order: Vec<Array>, in_flight: &mut InFlight) -> Result<()> {
                     #[cfg(not(feature = "gpu"))]
                     Device::Gpu => primitive.eval_gpu(&inputs, &a)?,
                 };
+                if let Some(t0) = t0 {
+                    crate::profile::record(primitive.name(), a.shape(), t0.elapsed());
+                }
                 drop(inputs);
                 set_ready(&a, data);
             }

@@ -36,6 +36,7 @@ pub mod memory;
 pub mod ops;
 pub mod primitive;
 pub mod primitives;
+pub mod profile;
 pub mod random;
 pub mod shape;
 pub mod tree;

@@ -7,6 +7,7 @@ mod common;
 
 use common::*;
 use mlx_array::primitives::elementwise::{BinaryOp, UnaryOp};
+use mlx_array::primitives::loss::LinearCrossEntropyOptions;
 use mlx_array::{Array, Dtype, SliceArg};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
@@ -1175,6 +1176,183 @@ fn cross_entropy_grad_case() {
     }
 }
 
+/// Random inputs of the fused output projection + cross-entropy: hidden
+/// states `[rows.., d]`, a weight `[v, d]`, targets (some equal to the ignore
+/// index, which may lie outside the vocabulary) and the options.
+struct LceCase {
+    h: Nd,
+    w: Nd,
+    t: Nd,
+    opts: LinearCrossEntropyOptions,
+}
+
+/// One draw of [`lce_strategy`]: row shape, hidden size, classes, ignore
+/// mode (none, out of range, class 0), label smoothing, chunk, layout, seed.
+type LceDraw = (Vec<usize>, usize, usize, u8, bool, usize, Layout, u64);
+
+fn lce_case(draw: &LceDraw, dtype: Dtype) -> LceCase {
+    let (rows, d, v, ignore, smooth, chunk, _, seed) = draw.clone();
+    let mut hs = rows.to_vec();
+    hs.push(d);
+    let mut t = fill(&rows, Dtype::I32, 0.0, v as f64 - 1.0, seed ^ 11);
+    let ignore_index = match ignore {
+        0 => None,
+        1 => {
+            // Out-of-range ignored targets on every third row.
+            t.v.iter_mut().step_by(3).for_each(|x| *x = -100.0);
+            Some(-100)
+        }
+        _ => Some(0),
+    };
+    LceCase {
+        h: fill(&hs, dtype, -2.0, 2.0, seed),
+        w: fill(&[v, d], dtype, -2.0, 2.0, seed ^ 7),
+        t,
+        opts: LinearCrossEntropyOptions {
+            ignore_index,
+            label_smoothing: if smooth { 0.25 } else { 0.0 },
+            chunk,
+        },
+    }
+}
+
+/// The f64 reference: per-row losses and, for row cotangents `ct`, `dh` and `dw`.
+fn lce_ref(c: &LceCase, ct: &[f64]) -> (Vec<f64>, Vec<f64>, Vec<f64>) {
+    let (v, d) = (c.w.shape[0], c.w.shape[1]);
+    let n = c.t.v.len();
+    let s = c.opts.label_smoothing as f64;
+    let (mut loss, mut dh, mut dw) = (vec![0.0; n], vec![0.0; n * d], vec![0.0; v * d]);
+    for r in 0..n {
+        let t = c.t.v[r] as i64;
+        if Some(t) == c.opts.ignore_index {
+            continue;
+        }
+        let x: Vec<f64> = (0..v)
+            .map(|j| (0..d).map(|k| c.h.v[r * d + k] * c.w.v[j * d + k]).sum())
+            .collect();
+        let m = x.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+        let lse = m + x.iter().map(|q| (q - m).exp()).sum::<f64>().ln();
+        let mean = x.iter().sum::<f64>() / v as f64;
+        loss[r] = lse - (1.0 - s) * x[t as usize] - s * mean;
+        for j in 0..v {
+            let target = (1.0 - s) * ((j == t as usize) as u8 as f64) + s / v as f64;
+            let g = ((x[j] - lse).exp() - target) * ct[r];
+            for k in 0..d {
+                dh[r * d + k] += g * c.w.v[j * d + k];
+                dw[j * d + k] += g * c.h.v[r * d + k];
+            }
+        }
+    }
+    (loss, dh, dw)
+}
+
+fn lce_strategy() -> impl Strategy<Value = (Vec<usize>, usize, usize, u8, bool, usize, Layout, u64)>
+{
+    (
+        prop::collection::vec(0usize..4, 1..3),
+        0usize..5,
+        1usize..9,
+        0u8..3,
+        any::<bool>(),
+        0usize..4,
+        layout(),
+        any::<u64>(),
+    )
+}
+
+fn linear_cross_entropy_case() {
+    for dtype in FLOATS {
+        runner()
+            .run(&lce_strategy(), |draw| {
+                let c = lce_case(&draw, dtype);
+                let (rows, l) = (draw.0.clone(), draw.6);
+                let got = mlx_array::linear_cross_entropy(
+                    &make(&c.h, dtype, l),
+                    &make(&c.w, dtype, l),
+                    &make(&c.t, Dtype::I32, Layout::Dense),
+                    &c.opts,
+                )
+                .unwrap();
+                let (loss, _, _) = lce_ref(&c, &vec![0.0; c.t.v.len()]);
+                // Computed in f32 from the (quantized) inputs, whatever their dtype.
+                check(
+                    &got,
+                    &Nd::new(&rows, loss),
+                    Dtype::F32,
+                    tol(Dtype::F32) * 8.0,
+                    "linear_cross_entropy",
+                );
+                Ok(())
+            })
+            .unwrap();
+    }
+    let h = Array::zeros(&[2, 3], Dtype::F32);
+    let w = Array::zeros(&[4, 3], Dtype::F32);
+    let bad = mlx_array::linear_cross_entropy(
+        &h,
+        &w,
+        &Array::from_slice(&[1i32, 4], &[2]).unwrap(),
+        &LinearCrossEntropyOptions::default(),
+    )
+    .unwrap();
+    assert!(bad.eval().unwrap_err().to_string().contains("out of range"));
+    let opts = LinearCrossEntropyOptions::default();
+    let t = Array::from_slice(&[1i32, 2], &[2]).unwrap();
+    assert!(mlx_array::linear_cross_entropy(&h, &w.t().unwrap(), &t, &opts).is_err());
+    assert!(
+        mlx_array::linear_cross_entropy(&h, &w.astype(Dtype::F16).unwrap(), &t, &opts).is_err()
+    );
+    assert!(
+        mlx_array::linear_cross_entropy(&h, &w, &t.astype(Dtype::F32).unwrap(), &opts).is_err()
+    );
+    let smooth = LinearCrossEntropyOptions {
+        label_smoothing: 1.0,
+        ..opts
+    };
+    assert!(mlx_array::linear_cross_entropy(&h, &w, &t, &smooth).is_err());
+}
+
+fn linear_cross_entropy_grad_case() {
+    for dtype in FLOATS {
+        runner()
+            .run(&lce_strategy(), |draw| {
+                let c = lce_case(&draw, dtype);
+                let (rows, l, seed) = (draw.0.clone(), draw.6, draw.7);
+                let ct = fill(&rows, Dtype::F32, -2.0, 2.0, seed ^ 5);
+                let (loss, dh, dw) = lce_ref(&c, &ct.v);
+                let n = c.h.v.len() + c.w.v.len();
+                let got = Array::from_primitive(
+                    mlx_array::primitives::loss::LinearCrossEntropyGrad(c.opts),
+                    vec![
+                        make(&c.h, dtype, l),
+                        make(&c.w, dtype, l),
+                        make(&c.t, Dtype::I32, Layout::Dense),
+                        make(&ct, Dtype::F32, l),
+                        make(&Nd::new(&rows, loss), Dtype::F32, Layout::Dense),
+                    ],
+                    vec![n],
+                    dtype,
+                );
+                let want: Vec<f64> = dh
+                    .into_iter()
+                    .chain(dw)
+                    .map(|x| quantize(x, dtype))
+                    .collect();
+                // The logits are recomputed in f32 and summed over the rows and classes.
+                let rel = tol(dtype).max(1e-4) * 4.0;
+                check(
+                    &got,
+                    &Nd::new(&[n], want),
+                    dtype,
+                    rel,
+                    "linear_cross_entropy_grad",
+                );
+                Ok(())
+            })
+            .unwrap();
+    }
+}
+
 // ---------------------------------------------------------------- the table
 
 fn case_for(name: &str) -> Option<Box<dyn Fn()>> {
@@ -1221,6 +1399,8 @@ fn case_for(name: &str) -> Option<Box<dyn Fn()>> {
         "slice_update" => Box::new(slice_update_case),
         "cross_entropy" => Box::new(cross_entropy_case),
         "cross_entropy_grad" => Box::new(cross_entropy_grad_case),
+        "linear_cross_entropy" => Box::new(linear_cross_entropy_case),
+        "linear_cross_entropy_grad" => Box::new(linear_cross_entropy_grad_case),
         "tracer" => Box::new(|| {
             identity_case("tracer", |a| {
                 Array::from_primitive(

@@ -4,6 +4,7 @@
 //! and strided views; non-differentiable primitives must contribute zero.
 
 use mlx_array::primitives::elementwise::{BinaryOp, UnaryOp};
+use mlx_array::primitives::loss::LinearCrossEntropyOptions;
 use mlx_array::{Array, Dtype, Result, SliceArg, random, value_and_grad};
 
 /// A function of the primitive's inputs.
@@ -210,13 +211,42 @@ fn grad_case(name: &str) -> Option<Case> {
         "cross_entropy" => case(vec![uniform(20, &[3, 5], -2.0, 2.0)], &[0], |a| {
             mlx_array::cross_entropy(&a[0], &ints(&[4, 0, 2], &[3]))
         }),
+        "linear_cross_entropy" => case(
+            vec![
+                uniform(21, &[2, 3, 4], -1.5, 1.5),
+                uniform(22, &[7, 4], -1.5, 1.5),
+            ],
+            &[0, 1],
+            |a| {
+                // Chunks of 3 classes (7 = 3 + 3 + 1), one ignored position, and
+                // label smoothing, stacked with the plain per-row losses.
+                let t = ints(&[6, 0, 2, 3, -100, 5], &[2, 3]);
+                let plain = LinearCrossEntropyOptions {
+                    ignore_index: Some(-100),
+                    chunk: 3,
+                    ..Default::default()
+                };
+                let smooth = LinearCrossEntropyOptions {
+                    label_smoothing: 0.2,
+                    chunk: 0,
+                    ..plain
+                };
+                mlx_array::stack(
+                    &[
+                        mlx_array::linear_cross_entropy(&a[0], &a[1], &t, &plain)?,
+                        mlx_array::linear_cross_entropy(&a[0], &a[1], &t, &smooth)?,
+                    ],
+                    0,
+                )
+            },
+        ),
         "tracer" => case(vec![x23()], &[0], |a| Ok(a[0].clone())),
         _ => None,
     }
 }
 
 /// Primitives that deliberately have no vector-Jacobian product.
-const NO_VJP: &[&str] = &["cross_entropy_grad"];
+const NO_VJP: &[&str] = &["cross_entropy_grad", "linear_cross_entropy_grad"];
 
 fn check(name: &str, c: Case) {
     let out0 = (c.f)(&c.inputs).unwrap();

@@ -2,6 +2,7 @@
 //! safetensors weights are interchangeable.
 
 use mlx_array::{Array, Dtype, Result, concatenate, random};
+use mlx_nn::losses::{CrossEntropyOptions, linear_cross_entropy};
 use mlx_nn::{
     Embedding, Linear, RMSNorm, RoPE, create_additive_causal_mask, impl_module, merge_heads,
     scaled_dot_product_attention, silu, split_heads,
@@ -236,13 +237,37 @@ impl Llama {
 
     /// Logits `[B, L, vocab]` for token ids `[B, L]` (causal).
     pub fn forward(&self, tokens: &Array) -> Result<Array> {
+        self.out_proj.forward(&self.hidden(tokens)?)
+    }
+
+    /// The final normed hidden states `[B, L, dims]` for token ids `[B, L]`
+    /// (causal): everything but the output projection.
+    pub fn hidden(&self, tokens: &Array) -> Result<Array> {
         let l = tokens.shape()[1];
         let mask = create_additive_causal_mask(l, Dtype::F32)?;
         let mut x = self.embedding.forward(tokens)?;
         for layer in &self.layers {
             x = layer.forward(&x, Some(&mask), None)?;
         }
-        self.out_proj.forward(&self.norm.forward(&x)?)
+        self.norm.forward(&x)
+    }
+
+    /// Per-token cross-entropy of the next-token predictions for `tokens`
+    /// against `targets` (both `[B, L]`), reduced as `opts` says. The output
+    /// projection is fused with the loss, so the `[B, L, vocab]` logits are
+    /// never held in memory (see [`mlx_nn::losses::linear_cross_entropy`]).
+    pub fn loss(
+        &self,
+        tokens: &Array,
+        targets: &Array,
+        opts: &CrossEntropyOptions,
+    ) -> Result<Array> {
+        linear_cross_entropy(
+            &self.hidden(tokens)?,
+            self.out_proj.weight.value(),
+            targets,
+            opts,
+        )
     }
 
     /// Logits for new tokens given the caches of earlier ones (one per layer;

@@ -11,7 +11,7 @@ use mlx_data::{
     TokenStore, TokenizerSpec,
 };
 use mlx_dist::Group;
-use mlx_nn::losses::{CrossEntropyOptions, Reduction, cross_entropy};
+use mlx_nn::losses::{CrossEntropyOptions, Reduction};
 use mlx_nn::{AverageOptions, ModuleExt, average_gradients, value_and_grad};
 use mlx_optim::{AdamW, ModuleOptimizer, Optimizer, Schedule, schedule};
 
@@ -151,7 +151,7 @@ fn loss_sum(model: &Llama, m: &Micro) -> mlx_array::Result<Array> {
         weights: Some(m.mask.clone()),
         ..Default::default()
     };
-    cross_entropy(&model.forward(&m.x)?, &m.y, &opts)
+    model.loss(&m.x, &m.y, &opts)
 }
 
 /// Mean validation loss over every rank's shard (`eval_batches` batches each).

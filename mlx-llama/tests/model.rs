@@ -104,3 +104,24 @@ fn the_kv_cache_reproduces_the_full_forward_pass() {
     assert!(g1.iter().all(|&t| t < 50));
     assert!(m.generate(&[], 5, 0.0, 0).is_err());
 }
+
+#[test]
+fn the_fused_training_loss_equals_cross_entropy_of_the_logits() {
+    use mlx_nn::losses::{CrossEntropyOptions, Reduction, cross_entropy};
+    let m = small();
+    let x = Array::from_slice(&[3u32, 7, 1, 0, 5, 2, 9, 4], &[2, 4]).unwrap();
+    let y = Array::from_slice(&[7u32, 1, 0, 5, 2, 9, 4, 8], &[2, 4]).unwrap();
+    let opts = CrossEntropyOptions {
+        reduction: Reduction::Sum,
+        ..Default::default()
+    };
+    let fused = m.loss(&x, &y, &opts).unwrap().item::<f32>().unwrap();
+    let plain = cross_entropy(&m.forward(&x).unwrap(), &y, &opts)
+        .unwrap()
+        .item::<f32>()
+        .unwrap();
+    assert!(
+        (fused - plain).abs() <= 1e-5 * plain.abs(),
+        "{fused} vs {plain}"
+    );
+}

@@ -61,6 +61,12 @@ pub fn cross_entropy(logits: &Array, targets: &Array, opts: &CrossEntropyOptions
             .mul_scalar(1.0 - ls)?
             .add(&lse.subtract(&mean_logit)?.mul_scalar(ls)?)?;
     }
+    reduce(per, targets, opts)
+}
+
+/// Applies the ignore index, the weights and the reduction of `opts` to
+/// per-position f32 losses.
+fn reduce(mut per: Array, targets: &Array, opts: &CrossEntropyOptions) -> Result<Array> {
     let mut weight: Option<Array> = None;
     if let Some(i) = opts.ignore_index {
         weight = Some(targets.not_equal(&Array::scalar(i))?.astype(Dtype::F32)?);
@@ -95,6 +101,52 @@ pub fn cross_entropy(logits: &Array, targets: &Array, opts: &CrossEntropyOptions
             None => per.mean_all(),
         },
     }
+}
+
+/// Softmax cross-entropy of the logits `hidden @ weight^T` against integer
+/// `targets [...]`, fused with that output projection: `hidden [..., D]`,
+/// `weight [V, D]` as a bias-free [`Linear`](crate::Linear) stores it. Same
+/// options and result as [`cross_entropy`] on `linear.forward(hidden)`, but
+/// neither the loss nor its gradient ever holds the `[..., V]` logits, only
+/// one chunk of classes at a time (about 16 MiB). The gradient computes the
+/// logits once more, so it costs one extra projection-sized GEMM.
+///
+/// ```
+/// use mlx_array::Array;
+/// use mlx_nn::losses::{cross_entropy, linear_cross_entropy, CrossEntropyOptions};
+/// let h = Array::from_slice(&[1.0f32, 0.5, -0.5, 1.0], &[2, 2]).unwrap();
+/// let w = Array::from_slice(&[2.0f32, 0.0, 0.0, 2.0, 1.0, 1.0], &[3, 2]).unwrap();
+/// let t = Array::from_slice(&[0i32, 2], &[2]).unwrap();
+/// let opts = CrossEntropyOptions::default();
+/// let fused = linear_cross_entropy(&h, &w, &t, &opts).unwrap().item::<f32>().unwrap();
+/// let plain = cross_entropy(&h.matmul(&w.t().unwrap()).unwrap(), &t, &opts)
+///     .unwrap()
+///     .item::<f32>()
+///     .unwrap();
+/// assert!((fused - plain).abs() < 1e-6);
+/// ```
+pub fn linear_cross_entropy(
+    hidden: &Array,
+    weight: &Array,
+    targets: &Array,
+    opts: &CrossEntropyOptions,
+) -> Result<Array> {
+    if !(0.0..1.0).contains(&opts.label_smoothing) {
+        return Err(Error::Invalid {
+            op: "linear_cross_entropy",
+            message: format!(
+                "label_smoothing must be in [0, 1), got {}",
+                opts.label_smoothing
+            ),
+        });
+    }
+    let fused = mlx_array::primitives::loss::LinearCrossEntropyOptions {
+        ignore_index: opts.ignore_index,
+        label_smoothing: opts.label_smoothing as f32,
+        chunk: 0,
+    };
+    let per = mlx_array::linear_cross_entropy(hidden, weight, targets, &fused)?;
+    reduce(per, targets, opts)
 }
 
 /// Mean squared error (or its sum, or per element).

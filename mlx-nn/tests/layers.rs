@@ -1,7 +1,9 @@
 //! Every layer against a hand-written reference on small inputs.
 
 use mlx_array::{Array, Dtype, random};
-use mlx_nn::losses::{CrossEntropyOptions, Reduction, cross_entropy, mse_loss};
+use mlx_nn::losses::{
+    CrossEntropyOptions, Reduction, cross_entropy, linear_cross_entropy, mse_loss,
+};
 use mlx_nn::*;
 
 fn vals(a: &Array) -> Vec<f32> {
@@ -352,4 +354,98 @@ fn cross_entropy_options_and_mse() {
         0.0,
         "mse",
     );
+}
+
+#[test]
+fn linear_cross_entropy_matches_the_unfused_projection_and_loss() {
+    let h = input(31, &[2, 6, 16]);
+    let w = input(32, &[300, 16]);
+    let mut tv: Vec<i32> = (0..12).map(|i| i * 37 % 300).collect();
+    tv[5] = -100;
+    let targets = Array::from_slice(&tv, &[2, 6]).unwrap();
+    let mask = Array::from_slice(
+        &[
+            1.0f32, 1.0, 0.0, 1.0, 1.0, 1.0, 0.5, 1.0, 1.0, 1.0, 0.0, 1.0,
+        ],
+        &[2, 6],
+    )
+    .unwrap();
+    let all = [
+        CrossEntropyOptions::default(),
+        CrossEntropyOptions {
+            reduction: Reduction::Sum,
+            weights: Some(mask),
+            ignore_index: Some(-100),
+            ..Default::default()
+        },
+        CrossEntropyOptions {
+            reduction: Reduction::None,
+            ignore_index: Some(-100),
+            label_smoothing: 0.1,
+            ..Default::default()
+        },
+    ];
+    for (k, opts) in all.iter().enumerate() {
+        // The unfused reference cannot take an out-of-range ignored target.
+        let safe_t = if opts.ignore_index.is_some() {
+            targets.maximum(&Array::scalar(0i32)).unwrap()
+        } else {
+            targets.abs().unwrap()
+        };
+        let t_fused = if opts.ignore_index.is_some() {
+            targets.clone()
+        } else {
+            safe_t.clone()
+        };
+        let keep = targets.not_equal(&Array::scalar(-100i32)).unwrap();
+        let unfused = |x: &[Array]| {
+            let per = cross_entropy(
+                &x[0].matmul(&x[1].t()?)?,
+                &safe_t,
+                &CrossEntropyOptions {
+                    reduction: Reduction::None,
+                    ignore_index: None,
+                    weights: None,
+                    ..opts.clone()
+                },
+            )?;
+            let per = if opts.ignore_index.is_some() {
+                per.multiply(&keep.astype(Dtype::F32)?)?
+            } else {
+                per
+            };
+            let w = match (&opts.weights, opts.ignore_index) {
+                (Some(m), Some(_)) => Some(m.multiply(&keep.astype(Dtype::F32)?)?),
+                (None, Some(_)) => Some(keep.astype(Dtype::F32)?),
+                (m, None) => m.clone(),
+            };
+            let per = match &opts.weights {
+                Some(m) => per.multiply(m)?,
+                None => per,
+            };
+            let r = match opts.reduction {
+                Reduction::None => per,
+                Reduction::Sum => per.sum_all()?,
+                Reduction::Mean => match w {
+                    Some(w) => per.sum_all()?.divide(&w.sum_all()?)?,
+                    None => per.mean_all()?,
+                },
+            };
+            r.square()?.sum_all()
+        };
+        let fused = |x: &[Array]| {
+            linear_cross_entropy(&x[0], &x[1], &t_fused, opts)?
+                .square()?
+                .sum_all()
+        };
+        let (lu, gu) =
+            mlx_array::value_and_grad(unfused, &[0, 1])(&[h.clone(), w.clone()]).unwrap();
+        let (lf, gf) = mlx_array::value_and_grad(fused, &[0, 1])(&[h.clone(), w.clone()]).unwrap();
+        let lu = lu.item::<f32>().unwrap() as f64;
+        close(&vals(&lf), &[lu], 1e-5, &format!("options {k}: loss"));
+        for (i, (a, b)) in gf.iter().zip(&gu).enumerate() {
+            let want: Vec<f64> = vals(b).into_iter().map(f64::from).collect();
+            close(&vals(a), &want, 1e-4, &format!("options {k}: gradient {i}"));
+        }
+    }
 }

@@ -169,6 +169,82 @@ pub fn cross_entropy(logits: &Array, targets: &Array) -> Result<Array> {
     ))
 }
 
+/// Per-row softmax cross-entropy of the logits `h @ weight^T` over the
+/// last axis, fused with the output projection so that the `[..., V]` logits
+/// are never materialised: the forward pass and its gradient each compute
+/// them one chunk of classes at a time (`opts.chunk`). `h` is `[..., D]`,
+/// `weight` is `[V, D]` (as a linear layer stores it, same float
+/// dtype as `h`), `targets` are integers of shape `h.shape[..-1]`. The losses
+/// are f32. The gradient recomputes the logits once more (one extra GEMM of
+/// the projection's size) in exchange for memory that no longer grows with
+/// `V` times the number of rows.
+///
+/// ```
+/// use mlx_array::{Array, linear_cross_entropy, primitives::loss::LinearCrossEntropyOptions};
+/// let h = Array::from_slice(&[1.0f32, 0.0, 0.0, 1.0], &[2, 2]).unwrap();
+/// let w = Array::from_slice(&[2.0f32, 0.0, 0.0, 2.0], &[2, 2]).unwrap();
+/// let t = Array::from_slice(&[0i32, 1], &[2]).unwrap();
+/// let loss = linear_cross_entropy(&h, &w, &t, &LinearCrossEntropyOptions::default()).unwrap();
+/// let want = (1.0 + (-2f32).exp()).ln();
+/// assert!(loss.to_vec::<f32>().unwrap().iter().all(|l| (l - want).abs() < 1e-6));
+/// ```
+pub fn linear_cross_entropy(
+    h: &Array,
+    weight: &Array,
+    targets: &Array,
+    opts: &crate::primitives::loss::LinearCrossEntropyOptions,
+) -> Result<Array> {
+    const OP: &str = "linear_cross_entropy";
+    if !h.dtype().is_float() || weight.dtype() != h.dtype() {
+        return Err(crate::Error::dtype(
+            OP,
+            weight.dtype(),
+            format!(
+                "hidden states and weight must share one float dtype (hidden states are {})",
+                h.dtype()
+            ),
+        ));
+    }
+    if !targets.dtype().is_integer() {
+        return Err(crate::Error::dtype(
+            OP,
+            targets.dtype(),
+            "targets must be integers",
+        ));
+    }
+    if h.ndim() == 0
+        || weight.ndim() != 2
+        || weight.shape()[0] == 0
+        || weight.shape()[1] != h.shape()[h.ndim() - 1]
+        || targets.shape() != &h.shape()[..h.ndim() - 1]
+    {
+        return Err(crate::Error::shape(
+            OP,
+            format!(
+                "expected hidden states [..., D], a weight [V >= 1, D] and targets [...]; got {:?}, {:?} and {:?}",
+                h.shape(),
+                weight.shape(),
+                targets.shape()
+            ),
+        ));
+    }
+    if !(0.0..1.0).contains(&opts.label_smoothing) {
+        return Err(crate::Error::invalid(
+            OP,
+            format!(
+                "label_smoothing must be in [0, 1), got {}",
+                opts.label_smoothing
+            ),
+        ));
+    }
+    Ok(Array::from_primitive(
+        crate::primitives::loss::LinearCrossEntropy(*opts),
+        vec![h.clone(), weight.clone(), targets.clone()],
+        targets.shape().to_vec(),
+        Dtype::F32,
+    ))
+}
+
 fn arg_reduce(is_max: bool, x: &Array, axis: i32, keepdims: bool) -> Result<Array> {
     let name = if is_max { "argmax" } else { "argmin" };
     let a = normalize_axis(name, axis, x.ndim())?;

@@ -62,3 +62,107 @@ impl Primitive for CrossEntropyGrad {
         ))
     }
 }
+
+/// Options of the fused output projection and cross-entropy
+/// ([`crate::linear_cross_entropy`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct LinearCrossEntropyOptions {
+    /// Rows whose target equals this get a zero loss and no gradient (the
+    /// value may lie outside the vocabulary, like PyTorch's -100).
+    pub ignore_index: Option<i64>,
+    /// Label smoothing in `[0, 1)`: the target distribution puts `1 - s` on
+    /// the target class and `s / V` on every class.
+    pub label_smoothing: f32,
+    /// Classes whose logits are computed at a time; 0 picks about 16 MiB of
+    /// logits per chunk.
+    pub chunk: usize,
+}
+
+impl LinearCrossEntropyOptions {
+    fn args<'a>(
+        &self,
+        h: (&'a ArrayData, &'a Array),
+        w: (&'a ArrayData, &'a Array),
+        t: (&'a ArrayData, &'a Array),
+    ) -> loss::LceArgs<'a> {
+        loss::LceArgs {
+            h: (h.0, h.1.shape()),
+            w: (w.0, w.1.shape()),
+            dtype: h.1.dtype(),
+            t: (t.0, t.1.dtype()),
+            ignore_index: self.ignore_index,
+            label_smoothing: self.label_smoothing,
+            chunk: self.chunk,
+        }
+    }
+}
+
+/// Per-row softmax cross-entropy of the logits `h @ w^T` that never holds
+/// more than one chunk of them: the output projection of a language model
+/// fused with its loss. Inputs: hidden states `[..., D]`, the weight `[V, D]`,
+/// integer targets `[...]`; output: f32 losses `[...]`.
+#[derive(Debug, Clone)]
+pub struct LinearCrossEntropy(pub LinearCrossEntropyOptions);
+
+impl Primitive for LinearCrossEntropy {
+    fn name(&self) -> &'static str {
+        "linear_cross_entropy"
+    }
+    fn eval_cpu(&self, inputs: &[Array], _out: &Array) -> Result<ArrayData> {
+        let (h, w, t) = (&inputs[0], &inputs[1], &inputs[2]);
+        let (hd, wd, td) = (h.data()?, w.data()?, t.data()?);
+        loss::linear_cross_entropy(&self.0.args((&hd, h), (&wd, w), (&td, t)))
+    }
+    fn vjp(&self, inputs: &[Array], out: &Array, ct: &Array) -> Result<Vec<Option<Array>>> {
+        let (h, w) = (&inputs[0], &inputs[1]);
+        let (hn, wn) = (h.size(), w.size());
+        let packed = Array::from_primitive(
+            LinearCrossEntropyGrad(self.0),
+            vec![
+                h.clone(),
+                w.clone(),
+                inputs[2].clone(),
+                ct.clone(),
+                out.clone(),
+            ],
+            vec![hn + wn],
+            h.dtype(),
+        );
+        let dh = crate::reshape_to(&packed.slice_axis(0, 0, hn as i64)?, h.shape())?;
+        let dw = crate::reshape_to(
+            &packed.slice_axis(0, hn as i64, (hn + wn) as i64)?,
+            w.shape(),
+        )?;
+        Ok(vec![Some(dh), Some(dw), None])
+    }
+}
+
+/// The gradient of [`LinearCrossEntropy`]: recomputes the logits one chunk
+/// at a time, turns each chunk into `ct * (softmax - target distribution)` in
+/// place and accumulates `dh += g @ w` and `dw[chunk] = g^T @ h`. Inputs: `h`,
+/// `w`, targets, the row cotangents and the forward losses (from which each
+/// row's logsumexp is recovered); output: one flat buffer, `dh` then `dw`,
+/// which the vjp hands out as two views.
+#[derive(Debug, Clone)]
+pub struct LinearCrossEntropyGrad(pub LinearCrossEntropyOptions);
+
+impl Primitive for LinearCrossEntropyGrad {
+    fn name(&self) -> &'static str {
+        "linear_cross_entropy_grad"
+    }
+    fn eval_cpu(&self, inputs: &[Array], _out: &Array) -> Result<ArrayData> {
+        let (h, w, t, c, l) = (&inputs[0], &inputs[1], &inputs[2], &inputs[3], &inputs[4]);
+        let (hd, wd, td, cd, ld) = (h.data()?, w.data()?, t.data()?, c.data()?, l.data()?);
+        loss::linear_cross_entropy_grad(
+            &self.0.args((&hd, h), (&wd, w), (&td, t)),
+            (&cd, c.dtype()),
+            &ld,
+        )
+    }
+    fn vjp(&self, _inputs: &[Array], _out: &Array, _ct: &Array) -> Result<Vec<Option<Array>>> {
+        Err(crate::Error::invalid(
+            "vjp",
+            "linear_cross_entropy_grad has no vector-Jacobian product (no second derivatives)",
+        ))
+    }
+}

@@ -43,6 +43,8 @@ pub fn primitive_names() -> Vec<&'static str> {
         "slice_update",
         "cross_entropy",
         "cross_entropy_grad",
+        "linear_cross_entropy",
+        "linear_cross_entropy_grad",
         "tracer",
     ]);
     names

@@ -31,6 +31,8 @@ const NOT_YET_ON_GPU: &[&str] = &[
     "slice_update",
     "cross_entropy",
     "cross_entropy_grad",
+    "linear_cross_entropy",
+    "linear_cross_entropy_grad",
 ];
 
 #[test]

@@ -167,7 +167,8 @@ const THREAD_VARS: [&str; 5] = [
 
 /// For ranks started on this machine, splits its cores evenly between them
 /// (as torchrun does), so that N ranks with their own thread pools do not
-/// oversubscribe the cores. A variable already set in the launcher's
+/// oversubscribe the cores, and names OpenBLAS's kernel family for this CPU
+/// (`OPENBLAS_CORETYPE`). A variable already set in the launcher's
 /// environment, or given with `--env`, wins.
 fn thread_env(spec: &LaunchSpec, rank: usize) -> Vec<(String, String)> {
     if spec.hosts[rank].ssh.is_some() {
@@ -176,9 +177,17 @@ fn thread_env(spec: &LaunchSpec, rank: usize) -> Vec<(String, String)> {
     let local = spec.hosts.iter().filter(|h| h.ssh.is_none()).count().max(1);
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let share = (cores / local).max(1).to_string();
-    THREAD_VARS
+    let mut env: Vec<(String, String)> = THREAD_VARS
         .iter()
         .filter(|v| std::env::var_os(v).is_none())
         .map(|v| (v.to_string(), share.clone()))
-        .collect()
+        .collect();
+    // OpenBLAS may not recognise a CPU newer than itself and fall back to
+    // slow generic kernels; name the family this CPU runs.
+    if std::env::var_os("OPENBLAS_CORETYPE").is_none()
+        && let Some(core) = mlx_array::blas::openblas_coretype_for_cpu()
+    {
+        env.push(("OPENBLAS_CORETYPE".into(), core.into()));
+    }
+    env
 }

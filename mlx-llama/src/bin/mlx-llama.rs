@@ -237,6 +237,9 @@ fn run_train(a: TrainArgs) -> Result<()> {
         group.barrier()?;
     }
     let s = train(&cfg, &group)?;
+    if mlx_array::profile::enabled() {
+        eprintln!("rank {}: {}", group.rank(), mlx_array::profile::report(30));
+    }
     if group.rank() == 0 {
         println!(
             "done: {} steps, final loss {:.4}, median {:.0} ms/step, {:.0} tokens/s, peak {:.0} MiB per rank; checkpoint {}",
@@ -283,6 +286,8 @@ fn run_generate(a: GenerateArgs) -> Result<()> {
 }
 
 fn main() {
+    // SAFETY: the first statement of main; no other thread exists yet.
+    unsafe { mlx_array::blas::prefer_native_openblas_kernels() };
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("MLX_LOG")

@@ -136,3 +136,467 @@ pub fn cross_entropy_grad(
     }
     Ok(out)
 }
+
+// ------------------------------------------ output projection + cross-entropy
+
+/// A target that contributes nothing (its row equals the ignore index).
+const IGNORED: usize = usize::MAX;
+
+/// Bytes of logits computed at a time when the caller does not choose.
+const CHUNK_BYTES: usize = 16 << 20;
+
+/// Targets as class indices, with rows equal to `ignore` marked [`IGNORED`].
+fn targets_ignoring(
+    t: &ArrayData,
+    shape: &[usize],
+    dtype: Dtype,
+    vocab: usize,
+    ignore: Option<i64>,
+) -> Result<Vec<usize>> {
+    let c = copy_cast(t, shape, dtype, Dtype::I64);
+    c.as_slice::<i64>(size_of_shape(shape))
+        .iter()
+        .map(|&i| {
+            if Some(i) == ignore {
+                Ok(IGNORED)
+            } else if i < 0 || i as usize >= vocab {
+                Err(Error::eval(
+                    "linear_cross_entropy",
+                    format!("target {i} is out of range for {vocab} classes"),
+                ))
+            } else {
+                Ok(i as usize)
+            }
+        })
+        .collect()
+}
+
+/// Vocabulary columns per chunk: `requested` when set, else about
+/// [`CHUNK_BYTES`] of f32 logits for `rows` rows.
+fn chunk_cols(rows: usize, vocab: usize, requested: usize) -> usize {
+    let c = if requested > 0 {
+        requested
+    } else {
+        (CHUNK_BYTES / 4 / rows.max(1)).max(256)
+    };
+    c.min(vocab).max(1)
+}
+
+/// The view as contiguous f32 (itself when it already is).
+fn f32_dense(data: &ArrayData, shape: &[usize], dtype: Dtype) -> ArrayData {
+    if dtype == Dtype::F32 {
+        contiguous(data, shape, dtype)
+    } else {
+        copy_cast(data, shape, dtype, Dtype::F32)
+    }
+}
+
+/// `C = op(A) @ op(B) + beta * C` through the BLAS, with `k == 0` (an empty
+/// hidden axis) handled here: `C` becomes `beta * C`.
+///
+/// # Safety
+/// As [`super::blas::sgemm`]; `C` is a dense `m x n` block (`ldc == n`).
+#[allow(clippy::too_many_arguments)]
+unsafe fn gemm(
+    ta: bool,
+    tb: bool,
+    m: usize,
+    n: usize,
+    k: usize,
+    a: *const f32,
+    lda: usize,
+    b: *const f32,
+    ldb: usize,
+    beta: f32,
+    c: *mut f32,
+) {
+    if k == 0 {
+        // SAFETY: `c` addresses `m * n` writable elements (caller's promise).
+        let c = unsafe { std::slice::from_raw_parts_mut(c, m * n) };
+        c.iter_mut().for_each(|x| *x *= beta);
+        if beta == 0.0 {
+            c.fill(0.0);
+        }
+        return;
+    }
+    // SAFETY: forwarded from the caller.
+    unsafe {
+        super::blas::sgemm(
+            ta,
+            tb,
+            m,
+            n,
+            k,
+            1.0,
+            a,
+            lda.max(1),
+            b,
+            ldb.max(1),
+            beta,
+            c,
+            n,
+        )
+    }
+}
+
+/// `logits[r, j] = h[r] . w[c0 + j]` for one chunk of `cols` classes, into
+/// the first `rows * cols` elements of `buf` (row stride `cols`).
+fn chunk_logits(
+    h: &[f32],
+    w: &[f32],
+    rows: usize,
+    dims: usize,
+    c0: usize,
+    cols: usize,
+    buf: &mut [f32],
+) {
+    debug_assert!(buf.len() >= rows * cols && w.len() >= (c0 + cols) * dims);
+    // SAFETY: `h` is rows x dims, the chunk of `w` cols x dims (read transposed),
+    // `buf` holds rows x cols; none overlap.
+    unsafe {
+        gemm(
+            false,
+            true,
+            rows,
+            cols,
+            dims,
+            h.as_ptr(),
+            dims,
+            w.as_ptr().add(c0 * dims),
+            dims,
+            0.0,
+            buf.as_mut_ptr(),
+        )
+    }
+}
+
+/// Independent accumulators per reduction, so that the compiler vectorises
+/// the loops below (f32 sums are not reassociated on their own).
+const LANES: usize = 16;
+
+/// `max(init, max(row))`.
+#[inline]
+fn max_of(row: &[f32], init: f32) -> f32 {
+    let mut acc = [init; LANES];
+    let chunks = row.chunks_exact(LANES);
+    let rest = chunks.remainder();
+    for c in chunks {
+        for i in 0..LANES {
+            acc[i] = acc[i].max(c[i]);
+        }
+    }
+    rest.iter().chain(&acc).fold(init, |m, &x| m.max(x))
+}
+
+/// `sum(exp(row - m))`.
+#[inline]
+fn sum_exp(row: &[f32], m: f32) -> f32 {
+    let mut acc = [0f32; LANES];
+    let chunks = row.chunks_exact(LANES);
+    let rest = chunks.remainder();
+    for c in chunks {
+        for i in 0..LANES {
+            acc[i] += math::exp(c[i] - m);
+        }
+    }
+    acc.iter().sum::<f32>() + rest.iter().map(|&x| math::exp(x - m)).sum::<f32>()
+}
+
+/// `sum(row)`.
+#[inline]
+fn sum_of(row: &[f32]) -> f32 {
+    let mut acc = [0f32; LANES];
+    let chunks = row.chunks_exact(LANES);
+    let rest = chunks.remainder();
+    for c in chunks {
+        for i in 0..LANES {
+            acc[i] += c[i];
+        }
+    }
+    acc.iter().sum::<f32>() + rest.iter().sum::<f32>()
+}
+
+/// Runs `f` compiled for AVX2 and FMA when the CPU has them, so that the
+/// `exp` loops inlined into it use 8-wide vectors.
+#[inline(always)]
+fn vectorised<R>(f: impl FnOnce() -> R) -> R {
+    #[cfg(target_arch = "x86_64")]
+    if std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma") {
+        #[target_feature(enable = "avx2,fma")]
+        unsafe fn avx2<R>(f: impl FnOnce() -> R) -> R {
+            f()
+        }
+        // SAFETY: the CPU supports the features the function is compiled for.
+        return unsafe { avx2(f) };
+    }
+    f()
+}
+
+/// Running per-row statistics of the logits seen so far.
+#[derive(Clone, Copy)]
+struct RowStats {
+    max: f32,
+    sum: f32,
+    target: f32,
+    total: f32,
+}
+
+/// The inputs of the fused kernels, as dense f32.
+struct Lce<'a> {
+    h: &'a [f32],
+    w: &'a [f32],
+    tg: Vec<usize>,
+    rows: usize,
+    dims: usize,
+    vocab: usize,
+    cols: usize,
+    smoothing: f32,
+}
+
+impl Lce<'_> {
+    /// Per-row `logsumexp(x) - (1 - s) x[t] - s mean(x)` where `x = h @ w^T`,
+    /// one chunk of classes at a time with an online logsumexp.
+    fn forward(&self, out: &mut [f32]) {
+        let (rows, cols, s) = (self.rows, self.cols, self.smoothing);
+        let mut buf = ArrayData::alloc(&[rows, cols], Dtype::F32);
+        let buf = buf.as_mut_slice::<f32>(rows * cols);
+        let mut stats = vec![
+            RowStats {
+                max: f32::NEG_INFINITY,
+                sum: 0.0,
+                target: 0.0,
+                total: 0.0,
+            };
+            rows
+        ];
+        for c0 in (0..self.vocab).step_by(cols) {
+            let n = cols.min(self.vocab - c0);
+            chunk_logits(self.h, self.w, rows, self.dims, c0, n, buf);
+            buf[..rows * n]
+                .par_chunks(n)
+                .zip(stats.par_iter_mut())
+                .zip(self.tg.par_iter())
+                .with_min_len(8)
+                .for_each(|((row, st), &t)| {
+                    vectorised(|| {
+                        if t == IGNORED {
+                            return;
+                        }
+                        let m = max_of(row, st.max);
+                        if m == f32::NEG_INFINITY {
+                            return;
+                        }
+                        let carried = if st.max == f32::NEG_INFINITY {
+                            0.0
+                        } else {
+                            st.sum * math::exp(st.max - m)
+                        };
+                        let fresh = sum_exp(row, m);
+                        st.max = m;
+                        st.sum = carried + fresh;
+                        if (c0..c0 + n).contains(&t) {
+                            st.target = row[t - c0];
+                        }
+                        if s > 0.0 {
+                            st.total += sum_of(row);
+                        }
+                    })
+                });
+        }
+        let v = self.vocab as f32;
+        out.par_iter_mut()
+            .zip(stats.par_iter())
+            .zip(self.tg.par_iter())
+            .for_each(|((o, st), &t)| {
+                *o = if t == IGNORED {
+                    0.0
+                } else {
+                    st.max + st.sum.ln() - (1.0 - s) * st.target - s * st.total / v
+                };
+            });
+    }
+
+    /// `dh = g @ w` and `dw = g^T @ h` for `g = ct * (softmax(x) - target
+    /// distribution)`, recomputing `x = h @ w^T` one chunk of classes at a
+    /// time. Each row's logsumexp comes back from its loss (`loss + (1 - s)
+    /// x[t] + s mean(x)`, with `x[t]` and `mean(x)` as dot products), so no
+    /// second pass over the logits is needed.
+    fn backward(&self, loss: &[f32], ct: &[f32], dh: &mut [f32], dw: &mut [f32]) {
+        let (rows, dims, vocab, cols, s) =
+            (self.rows, self.dims, self.vocab, self.cols, self.smoothing);
+        let v = vocab as f32;
+        let dot = |a: &[f32], b: &[f32]| a.iter().zip(b).map(|(x, y)| x * y).sum::<f32>();
+        let w_mean: Vec<f32> = if s > 0.0 && dims > 0 {
+            let total = self
+                .w
+                .par_chunks(dims)
+                .fold(
+                    || vec![0f32; dims],
+                    |mut acc, r| {
+                        acc.iter_mut().zip(r).for_each(|(a, x)| *a += x);
+                        acc
+                    },
+                )
+                .reduce(
+                    || vec![0f32; dims],
+                    |mut a, b| {
+                        a.iter_mut().zip(&b).for_each(|(x, y)| *x += y);
+                        a
+                    },
+                );
+            total.into_iter().map(|x| x / v).collect()
+        } else {
+            vec![0f32; dims]
+        };
+        // Per row: its logsumexp and its cotangent (0 for ignored rows).
+        let lse_ct: Vec<(f32, f32)> = (0..rows)
+            .into_par_iter()
+            .map(|r| {
+                let t = self.tg[r];
+                if t == IGNORED || ct[r] == 0.0 {
+                    return (0.0, 0.0);
+                }
+                let hr = &self.h[r * dims..(r + 1) * dims];
+                let xt = dot(hr, &self.w[t * dims..(t + 1) * dims]);
+                let mean = if s > 0.0 { dot(hr, &w_mean) } else { 0.0 };
+                (loss[r] + (1.0 - s) * xt + s * mean, ct[r])
+            })
+            .collect();
+        if rows == 0 || dims == 0 {
+            dw.fill(0.0);
+            return;
+        }
+        let mut buf = ArrayData::alloc(&[rows, cols], Dtype::F32);
+        let buf = buf.as_mut_slice::<f32>(rows * cols);
+        for c0 in (0..vocab).step_by(cols) {
+            let n = cols.min(vocab - c0);
+            chunk_logits(self.h, self.w, rows, dims, c0, n, buf);
+            buf[..rows * n]
+                .par_chunks_mut(n)
+                .zip(lse_ct.par_iter())
+                .zip(self.tg.par_iter())
+                .with_min_len(8)
+                .for_each(|((row, &(lse, c)), &t)| {
+                    if c == 0.0 {
+                        row.fill(0.0);
+                        return;
+                    }
+                    let uniform = c * s / v;
+                    vectorised(|| {
+                        for x in row.iter_mut() {
+                            *x = math::exp(*x - lse) * c - uniform;
+                        }
+                    });
+                    if (c0..c0 + n).contains(&t) {
+                        row[t - c0] -= c * (1.0 - s);
+                    }
+                });
+            // SAFETY: `buf` is rows x n, the chunk of `w` n x dims, `h` rows x
+            // dims, `dh` rows x dims and the chunk of `dw` n x dims; the
+            // outputs overlap no input.
+            unsafe {
+                gemm(
+                    false,
+                    false,
+                    rows,
+                    dims,
+                    n,
+                    buf.as_ptr(),
+                    n,
+                    self.w.as_ptr().add(c0 * dims),
+                    dims,
+                    if c0 == 0 { 0.0 } else { 1.0 },
+                    dh.as_mut_ptr(),
+                );
+                gemm(
+                    true,
+                    false,
+                    n,
+                    dims,
+                    rows,
+                    buf.as_ptr(),
+                    n,
+                    self.h.as_ptr(),
+                    dims,
+                    0.0,
+                    dw.as_mut_ptr().add(c0 * dims),
+                );
+            }
+        }
+    }
+}
+
+/// Shapes and options of a fused output projection + cross-entropy.
+pub struct LceArgs<'a> {
+    /// Hidden states `[..., D]` and their dtype (also the weight's).
+    pub h: (&'a ArrayData, &'a [usize]),
+    /// The projection weight `[V, D]`.
+    pub w: (&'a ArrayData, &'a [usize]),
+    /// The float dtype of `h` and `w`.
+    pub dtype: Dtype,
+    /// Integer targets `[...]` and their dtype.
+    pub t: (&'a ArrayData, Dtype),
+    /// Rows with this target get no loss and no gradient.
+    pub ignore_index: Option<i64>,
+    /// Label smoothing in `[0, 1)`.
+    pub label_smoothing: f32,
+    /// Classes per chunk (0 = about 16 MiB of logits).
+    pub chunk: usize,
+}
+
+/// Runs `f` on the dense f32 view of the arguments.
+fn with_lce<R>(a: &LceArgs<'_>, f: impl FnOnce(&Lce<'_>) -> R) -> Result<R> {
+    let dims = *a.h.1.last().expect("hidden states have a feature axis");
+    let rows_shape = &a.h.1[..a.h.1.len() - 1];
+    let rows = size_of_shape(rows_shape);
+    let vocab = a.w.1[0];
+    let tg = targets_ignoring(a.t.0, rows_shape, a.t.1, vocab, a.ignore_index)?;
+    let h = f32_dense(a.h.0, a.h.1, a.dtype);
+    let w = f32_dense(a.w.0, a.w.1, a.dtype);
+    let lce = Lce {
+        h: h.as_slice(rows * dims),
+        w: w.as_slice(vocab * dims),
+        tg,
+        rows,
+        dims,
+        vocab,
+        cols: chunk_cols(rows, vocab, a.chunk),
+        smoothing: a.label_smoothing,
+    };
+    Ok(f(&lce))
+}
+
+/// Per-row cross-entropy of the logits `h @ w^T` without materialising
+/// them: f32 losses of shape `h.shape[..-1]`.
+pub fn linear_cross_entropy(a: &LceArgs<'_>) -> Result<ArrayData> {
+    let rows_shape = &a.h.1[..a.h.1.len() - 1];
+    let mut out = ArrayData::alloc(rows_shape, Dtype::F32);
+    let n = size_of_shape(rows_shape);
+    with_lce(a, |l| l.forward(out.as_mut_slice(n)))?;
+    Ok(out)
+}
+
+/// The gradients of [`linear_cross_entropy`] for row cotangents `ct` (any
+/// float dtype) given its f32 `loss`: one flat buffer of `a.dtype` holding
+/// `dh` (`h`'s shape) followed by `dw` (`[V, D]`).
+pub fn linear_cross_entropy_grad(
+    a: &LceArgs<'_>,
+    ct: (&ArrayData, Dtype),
+    loss: &ArrayData,
+) -> Result<ArrayData> {
+    let rows_shape = &a.h.1[..a.h.1.len() - 1];
+    let (hn, wn) = (size_of_shape(a.h.1), size_of_shape(a.w.1));
+    let ctv = copy_cast(ct.0, rows_shape, ct.1, Dtype::F32);
+    let lossv = f32_dense(loss, rows_shape, Dtype::F32);
+    let n = size_of_shape(rows_shape);
+    let mut out = ArrayData::alloc(&[hn + wn], Dtype::F32);
+    with_lce(a, |l| {
+        let (dh, dw) = out.as_mut_slice::<f32>(hn + wn).split_at_mut(hn);
+        l.backward(lossv.as_slice(n), ctv.as_slice(n), dh, dw)
+    })?;
+    Ok(if a.dtype == Dtype::F32 {
+        out
+    } else {
+        copy_cast(&out, &[hn + wn], Dtype::F32, a.dtype)
+    })
+}

@@ -1,0 +1,67 @@
+//! Times the reference model's output projection and loss at its shape
+//! (2044 rows of 256 features, 50,257 classes): the fused
+//! `linear_cross_entropy` forward and backward beside the plain GEMMs of the
+//! same size, and reports peak memory above the inputs.
+//!
+//! `cargo run --release -p mlx-array --example lce_bench -- [rows] [reps] [chunk]`
+//! (chunk: classes per chunk, 0 = the default of about 16 MiB of logits).
+
+use std::time::Instant;
+
+use mlx_array::primitives::loss::LinearCrossEntropyOptions;
+use mlx_array::{Array, Dtype, eval, linear_cross_entropy, memory, random, value_and_grad};
+
+fn main() -> mlx_array::Result<()> {
+    // SAFETY: the first statement of main; no other thread exists yet.
+    unsafe { mlx_array::blas::prefer_native_openblas_kernels() };
+    println!("GEMM: {}", mlx_array::blas::name());
+    let args: Vec<usize> = std::env::args()
+        .skip(1)
+        .filter_map(|a| a.parse().ok())
+        .collect();
+    let rows = args.first().copied().unwrap_or(2044);
+    let reps = args.get(1).copied().unwrap_or(3);
+    let (d, v) = (256, 50257);
+    let h = random::normal(&random::key(1), &[rows, d], Dtype::F32)?.mul_scalar(0.1)?;
+    let w = random::normal(&random::key(2), &[v, d], Dtype::F32)?.mul_scalar(0.1)?;
+    let t = random::randint(&random::key(3), 0, v as i64, &[rows], Dtype::I32)?;
+    eval((&h, &w, &t))?;
+    let gflop = 2.0 * (rows * d * v) as f64 / 1e9;
+    let time = |what: &str, gemms: f64, f: &dyn Fn() -> mlx_array::Result<Vec<Array>>| {
+        let (mut best, mut peak) = (f64::MAX, 0usize);
+        for _ in 0..reps.max(1) {
+            memory::reset_peak();
+            let base = memory::active();
+            let t0 = Instant::now();
+            let out = f().expect("the graph builds");
+            eval(&out).expect("it evaluates");
+            best = best.min(t0.elapsed().as_secs_f64());
+            peak = memory::peak() - base;
+        }
+        println!(
+            "{what:<40} {:>8.1} ms {:>6.1} GFLOP/s ({gemms} GEMMs), peak {:>5.0} MiB above the inputs",
+            best * 1e3,
+            gemms * gflop / best,
+            peak as f64 / (1 << 20) as f64
+        );
+    };
+    let opts = LinearCrossEntropyOptions {
+        chunk: args.get(2).copied().unwrap_or(0),
+        ..Default::default()
+    };
+    time("gemm h @ w^T", 1.0, &|| Ok(vec![h.matmul(&w.t()?)?]));
+    time("linear_cross_entropy forward", 1.0, &|| {
+        Ok(vec![linear_cross_entropy(&h, &w, &t, &opts)?])
+    });
+    time("linear_cross_entropy forward+backward", 4.0, &|| {
+        let f = |x: &[Array]| linear_cross_entropy(&x[0], &x[1], &t, &opts)?.sum_all();
+        let (l, g) = value_and_grad(f, &[0, 1])(&[h.clone(), w.clone()])?;
+        Ok(vec![l, g[0].clone(), g[1].clone()])
+    });
+    time("unfused matmul + cross_entropy fwd+bwd", 3.0, &|| {
+        let f = |x: &[Array]| mlx_array::cross_entropy(&x[0].matmul(&x[1].t()?)?, &t)?.sum_all();
+        let (l, g) = value_and_grad(f, &[0, 1])(&[h.clone(), w.clone()])?;
+        Ok(vec![l, g[0].clone(), g[1].clone()])
+    });
+    Ok(())
+}

@@ -1,0 +1,70 @@
+//! Opt-in time spent in each kind of primitive: with `MLX_PROFILE=1` in the
+//! environment, the evaluator times every kernel it runs and [`report`] lists
+//! the totals by primitive name and output shape, largest first. Off by
+//! default (one relaxed atomic load per node).
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::sync::OnceLock;
+use std::time::Duration;
+
+/// `(primitive name, output shape)` -> `(calls, total time)`.
+type Table = HashMap<(&'static str, Vec<usize>), (u64, Duration)>;
+
+static TABLE: Mutex<Option<Table>> = Mutex::new(None);
+
+/// True when `MLX_PROFILE` is set to something other than `0` or empty.
+pub fn enabled() -> bool {
+    static ON: OnceLock<bool> = OnceLock::new();
+    *ON.get_or_init(|| std::env::var("MLX_PROFILE").is_ok_and(|v| !v.is_empty() && v != "0"))
+}
+
+/// Adds one kernel run to the table.
+pub(crate) fn record(name: &'static str, shape: &[usize], dt: Duration) {
+    let mut t = TABLE.lock().unwrap_or_else(|e| e.into_inner());
+    let e = t
+        .get_or_insert_with(HashMap::new)
+        .entry((name, shape.to_vec()))
+        .or_default();
+    e.0 += 1;
+    e.1 += dt;
+}
+
+/// Forgets everything recorded so far.
+pub fn reset() {
+    *TABLE.lock().unwrap_or_else(|e| e.into_inner()) = None;
+}
+
+/// The recorded totals as a text table (at most `rows` lines after the
+/// header, largest total first), with each name's share of the time.
+pub fn report(rows: usize) -> String {
+    let t = TABLE.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(t) = t.as_ref() else {
+        return "no primitives were timed (set MLX_PROFILE=1)\n".into();
+    };
+    let total: f64 = t.values().map(|(_, d)| d.as_secs_f64()).sum();
+    let mut by_name: HashMap<&str, f64> = HashMap::new();
+    for ((n, _), (_, d)) in t {
+        *by_name.entry(n).or_default() += d.as_secs_f64();
+    }
+    let mut names: Vec<_> = by_name.into_iter().collect();
+    names.sort_by(|a, b| b.1.total_cmp(&a.1));
+    let mut out = format!("primitive time: {total:.3} s in all\n");
+    for (n, s) in names.iter().take(rows) {
+        out += &format!(
+            "  {n:<28} {s:>9.3} s {:>5.1}%\n",
+            100.0 * s / total.max(1e-12)
+        );
+    }
+    let mut entries: Vec<_> = t.iter().collect();
+    entries.sort_by_key(|e| std::cmp::Reverse(e.1.1));
+    out += "by output shape:\n";
+    for ((n, shape), (calls, d)) in entries.into_iter().take(rows) {
+        out += &format!(
+            "  {n:<28} {:<22} {calls:>6} calls {:>9.3} s\n",
+            format!("{shape:?}"),
+            d.as_secs_f64()
+        );
+    }
+    out
+}
