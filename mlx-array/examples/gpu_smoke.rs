@@ -11,8 +11,7 @@ fn main() -> mlx_array::Result<()> {
         let t = x.transpose(&[1, 0])?.exp()?;
         let s = x.add(y)?.mul(&x.sigmoid()?)?;
         let b = s.astype(Dtype::BF16)?.add(&s.astype(Dtype::BF16)?)?;
-        Ok(t.reshape(&[6])?
-            .add(&b.astype(Dtype::F32)?.reshape(&[6])?)?)
+        t.reshape(&[6])?.add(&b.astype(Dtype::F32)?.reshape(&[6])?)
     };
     let g = with_device(Device::Gpu, || f(&x, &y))?;
     let c = with_device(Device::Cpu, || f(&x, &y))?;
