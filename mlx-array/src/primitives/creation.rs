@@ -17,6 +17,10 @@ impl Primitive for Arange {
     fn name(&self) -> &'static str {
         "arange"
     }
+    #[cfg(feature = "gpu")]
+    fn eval_gpu(&self, _inputs: &[Array], out: &Array) -> Result<ArrayData> {
+        crate::backend::gpu::arange(self.start, self.step, out.size(), out.dtype())
+    }
     fn eval_cpu(&self, _inputs: &[Array], out: &Array) -> Result<ArrayData> {
         let n = out.size();
         let mut data = ArrayData::alloc(out.shape(), out.dtype());
@@ -39,6 +43,17 @@ pub struct RandomBits;
 impl Primitive for RandomBits {
     fn name(&self) -> &'static str {
         "random_bits"
+    }
+    #[cfg(feature = "gpu")]
+    fn eval_gpu(&self, inputs: &[Array], out: &Array) -> Result<ArrayData> {
+        let k = &inputs[0];
+        if k.size() != 2 || k.dtype() != crate::Dtype::U32 {
+            return Err(Error::eval(
+                "random_bits",
+                "the key must hold exactly two uint32 values",
+            ));
+        }
+        crate::backend::gpu::random_bits(&k.data()?, k.shape(), out.size(), out.shape())
     }
     fn eval_cpu(&self, inputs: &[Array], out: &Array) -> Result<ArrayData> {
         let k = &inputs[0];

@@ -12,6 +12,20 @@ impl Primitive for Take {
     fn name(&self) -> &'static str {
         "take"
     }
+    #[cfg(feature = "gpu")]
+    fn eval_gpu(&self, inputs: &[Array], out: &Array) -> Result<ArrayData> {
+        let (a, i) = (&inputs[0], &inputs[1]);
+        crate::backend::gpu::take(
+            &a.data()?,
+            a.shape(),
+            a.dtype(),
+            &i.data()?,
+            i.shape(),
+            i.dtype(),
+            self.0,
+            out.shape(),
+        )
+    }
     fn eval_cpu(&self, inputs: &[Array], out: &Array) -> Result<ArrayData> {
         let (a, i) = (&inputs[0], &inputs[1]);
         k::take(
@@ -42,6 +56,19 @@ impl Primitive for TakeAlongAxis {
     fn name(&self) -> &'static str {
         "take_along_axis"
     }
+    #[cfg(feature = "gpu")]
+    fn eval_gpu(&self, inputs: &[Array], out: &Array) -> Result<ArrayData> {
+        let (a, i) = (&inputs[0], &inputs[1]);
+        crate::backend::gpu::take_along_axis(
+            &a.data()?,
+            a.shape(),
+            a.dtype(),
+            &i.data()?,
+            i.dtype(),
+            self.0,
+            out.shape(),
+        )
+    }
     fn eval_cpu(&self, inputs: &[Array], out: &Array) -> Result<ArrayData> {
         let (a, i) = (&inputs[0], &inputs[1]);
         k::take_along_axis(
@@ -70,6 +97,14 @@ pub struct Concatenate(pub usize);
 impl Primitive for Concatenate {
     fn name(&self) -> &'static str {
         "concatenate"
+    }
+    #[cfg(feature = "gpu")]
+    fn eval_gpu(&self, inputs: &[Array], out: &Array) -> Result<ArrayData> {
+        let parts = inputs
+            .iter()
+            .map(|x| Ok((x.data()?, x.shape().to_vec())))
+            .collect::<Result<Vec<_>>>()?;
+        crate::backend::gpu::concatenate(&parts, out.dtype(), self.0, out.shape())
     }
     fn eval_cpu(&self, inputs: &[Array], out: &Array) -> Result<ArrayData> {
         let mut data = ArrayData::alloc(out.shape(), out.dtype());
@@ -118,6 +153,18 @@ pub struct Pad {
 impl Primitive for Pad {
     fn name(&self) -> &'static str {
         "pad"
+    }
+    #[cfg(feature = "gpu")]
+    fn eval_gpu(&self, inputs: &[Array], out: &Array) -> Result<ArrayData> {
+        let x = &inputs[0];
+        crate::backend::gpu::pad(
+            &x.data()?,
+            x.shape(),
+            x.dtype(),
+            &self.low,
+            self.value,
+            out.shape(),
+        )
     }
     fn eval_cpu(&self, inputs: &[Array], out: &Array) -> Result<ArrayData> {
         let x = &inputs[0];
@@ -181,6 +228,21 @@ impl Primitive for ScatterAdd {
     fn name(&self) -> &'static str {
         "scatter_add"
     }
+    #[cfg(feature = "gpu")]
+    fn eval_gpu(&self, inputs: &[Array], out: &Array) -> Result<ArrayData> {
+        let (c, i) = (&inputs[0], &inputs[1]);
+        crate::backend::gpu::scatter_add(
+            &c.data()?,
+            c.shape(),
+            c.dtype(),
+            &i.data()?,
+            i.shape(),
+            i.dtype(),
+            self.axis,
+            self.along_axis,
+            out.shape(),
+        )
+    }
     fn eval_cpu(&self, inputs: &[Array], out: &Array) -> Result<ArrayData> {
         let (c, i) = (&inputs[0], &inputs[1]);
         k::scatter_add(
@@ -217,6 +279,19 @@ pub struct SliceUpdate {
 impl Primitive for SliceUpdate {
     fn name(&self) -> &'static str {
         "slice_update"
+    }
+    #[cfg(feature = "gpu")]
+    fn eval_gpu(&self, inputs: &[Array], out: &Array) -> Result<ArrayData> {
+        let (base, upd) = (&inputs[0], &inputs[1]);
+        crate::backend::gpu::slice_update(
+            &base.data()?,
+            out.shape(),
+            out.dtype(),
+            &upd.data()?,
+            upd.shape(),
+            &self.start,
+            &self.step,
+        )
     }
     fn eval_cpu(&self, inputs: &[Array], out: &Array) -> Result<ArrayData> {
         let (base, upd) = (&inputs[0], &inputs[1]);

@@ -13,6 +13,11 @@ impl Primitive for CrossEntropy {
     fn name(&self) -> &'static str {
         "cross_entropy"
     }
+    #[cfg(feature = "gpu")]
+    fn eval_gpu(&self, inputs: &[Array], _out: &Array) -> Result<ArrayData> {
+        let (l, t) = (&inputs[0], &inputs[1]);
+        crate::backend::gpu::cross_entropy(&l.data()?, l.shape(), l.dtype(), &t.data()?, t.dtype())
+    }
     fn eval_cpu(&self, inputs: &[Array], _out: &Array) -> Result<ArrayData> {
         let (l, t) = (&inputs[0], &inputs[1]);
         loss::cross_entropy(&l.data()?, l.shape(), l.dtype(), &t.data()?, t.dtype())
@@ -37,6 +42,22 @@ pub struct CrossEntropyGrad;
 impl Primitive for CrossEntropyGrad {
     fn name(&self) -> &'static str {
         "cross_entropy_grad"
+    }
+    #[cfg(feature = "gpu")]
+    fn eval_gpu(&self, inputs: &[Array], _out: &Array) -> Result<ArrayData> {
+        let (l, t, c) = (&inputs[0], &inputs[1], &inputs[2]);
+        let (data, td, cd) = (l.data()?, t.data()?, c.data()?);
+        let donated = l.is_donatable(&data);
+        crate::backend::gpu::cross_entropy_grad(
+            data,
+            l.shape(),
+            l.dtype(),
+            &td,
+            t.dtype(),
+            &cd,
+            c.dtype(),
+            donated,
+        )
     }
     fn eval_cpu(&self, inputs: &[Array], _out: &Array) -> Result<ArrayData> {
         let (l, t, c) = (&inputs[0], &inputs[1], &inputs[2]);

@@ -5,7 +5,7 @@ use mlx_array::primitives::elementwise::{BinaryOp, UnaryOp};
 use mlx_array::{Array, Device, Dtype, SliceArg, memory};
 
 use crate::common::{LAYOUTS, Nd, make, values};
-use crate::harness::{compare, compare_grad, gpu, tol};
+use crate::harness::{CpuSum, compare, compare_grad, gpu, tol};
 
 /// The primitives this module checks on the GPU.
 pub const NAMES: &[&str] = &[
@@ -246,10 +246,7 @@ fn gradients_through_elementwise_ops_and_views_match_the_cpu() {
             let t = a[0].mul(&a[1])?.tanh()?;
             let s = a[0].sigmoid()?.square()?;
             let q = s.div(&a[1].square()?.add_scalar(1.0)?)?;
-            t.add(&q)?
-                .transpose(&[1, 0])?
-                .to_device(Device::Cpu)
-                .sum(&[0, 1], false)
+            t.add(&q)?.transpose(&[1, 0])?.cpu_sum(&[0, 1])
         },
         1e-4,
     );

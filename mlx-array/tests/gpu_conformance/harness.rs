@@ -96,3 +96,14 @@ pub fn compare_grad(what: &str, inputs: &[Array], f: fn(&[Array]) -> Result<Arra
         );
     }
 }
+
+/// The final scalar reduction, on the CPU (the GPU has no `sum` yet): the
+/// transfer's VJP brings the cotangent back to the GPU.
+pub trait CpuSum {
+    fn cpu_sum(&self, axes: &[i32]) -> mlx_array::Result<Array>;
+}
+impl CpuSum for Array {
+    fn cpu_sum(&self, axes: &[i32]) -> mlx_array::Result<Array> {
+        with_device(Device::Cpu, || self.to_device(Device::Cpu).sum(axes, false))
+    }
+}

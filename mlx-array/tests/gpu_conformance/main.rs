@@ -21,16 +21,6 @@ use std::collections::BTreeSet;
 /// placed on the GPU (never a silent CPU fallback); adding a kernel means
 /// adding its case to a family module and removing it here.
 const NOT_YET_ON_GPU: &[&str] = &[
-    "take",
-    "take_along_axis",
-    "concatenate",
-    "pad",
-    "arange",
-    "random_bits",
-    "scatter_add",
-    "slice_update",
-    "cross_entropy",
-    "cross_entropy_grad",
     "linear_cross_entropy",
     "linear_cross_entropy_grad",
 ];

@@ -1,0 +1,539 @@
+//! Gathers, scatters and placements: `take`, `take_along_axis`,
+//! `scatter_add`, `concatenate`, `pad` and `slice_update`.
+//!
+//! Every input is read through its view (offset, shape and strides in
+//! `params`, found with `vloc`). Negative indices count from the end as on
+//! the CPU; the CPU rejects out-of-range indices at eval, which a kernel
+//! cannot do without a round trip, so here they read as zero (gathers) or
+//! are skipped (scatters) and never touch memory outside the arrays.
+
+use super::codegen::{self, compute_type};
+use super::{alloc, context, dispatch, supported};
+use crate::primitive::ArrayData;
+use crate::shape::{contiguous_strides, size_of_shape};
+use crate::{Dtype, Error, Result};
+
+/// Kernel parameters under construction: scalars first, then view
+/// descriptors `[ndim, shape.., offset, strides..]` appended by [`Meta::view`].
+pub(crate) struct Meta(pub(crate) Vec<u32>);
+
+impl Meta {
+    /// Appends a descriptor of `data` viewed as `shape`; returns its position.
+    pub(crate) fn view(&mut self, data: &ArrayData, shape: &[usize]) -> u32 {
+        self.raw(shape, data.offset(), data.strides())
+    }
+
+    /// Appends a descriptor from explicit parts; returns its position.
+    pub(crate) fn raw(&mut self, shape: &[usize], offset: usize, strides: &[isize]) -> u32 {
+        let at = self.0.len() as u32;
+        self.0.push(shape.len() as u32);
+        self.0.extend(shape.iter().map(|&s| s as u32));
+        self.0.push(offset as u32);
+        self.0.extend(strides.iter().map(|&s| s as i32 as u32));
+        at
+    }
+
+    /// Appends plain values; returns the position of the first.
+    pub(crate) fn list(&mut self, v: impl IntoIterator<Item = usize>) -> u32 {
+        let at = self.0.len() as u32;
+        self.0.extend(v.into_iter().map(|x| x as u32));
+        at
+    }
+}
+
+/// `vloc(i, base)`: the buffer element at row-major position `i` of the
+/// view described at `params[base]`.
+pub(crate) const VLOC: &str = r#"
+fn vloc(i: u32, base: u32) -> u32 {
+    let nd = params[base];
+    var idx = bitcast<i32>(params[base + 1u + nd]);
+    var rem = i;
+    for (var d = i32(nd) - 1; d >= 0; d = d - 1) {
+        let s = params[base + 1u + u32(d)];
+        idx = idx + i32(rem % s) * bitcast<i32>(params[base + 2u + nd + u32(d)]);
+        rem = rem / s;
+    }
+    return u32(idx);
+}
+fn vshape(base: u32, d: u32) -> u32 { return params[base + 1u + d]; }
+fn vstride(base: u32, d: u32) -> i32 { return bitcast<i32>(params[base + 2u + params[base] + d]); }
+fn resolve(v: i32, len: u32) -> i32 {
+    let w = select(v, v + i32(len), v < 0);
+    return select(-1, w, w >= 0 && u32(w) < len);
+}
+"#;
+
+/// `idx_at(j) -> i32`: index `j` of the input `idx` (i32 or u32; u32 values
+/// beyond `i32::MAX` become an out-of-range sentinel).
+pub(crate) fn index_input(binding: u32, d: Dtype) -> Result<String> {
+    let body = match d {
+        Dtype::I32 => "return load_idx(j);",
+        Dtype::U32 => {
+            "let v = load_idx(j); return select(bitcast<i32>(0x80000000u), bitcast<i32>(v), v < 0x80000000u);"
+        }
+        _ => {
+            supported(d)?;
+            return Err(Error::gpu(format!("indices must be i32 or u32, got {d}")));
+        }
+    };
+    Ok(format!(
+        "{}fn idx_at(j: u32) -> i32 {{ {body} }}\n",
+        codegen::input("idx", binding, d)
+    ))
+}
+
+/// The zero of a compute type.
+pub(crate) fn zero(d: Dtype) -> &'static str {
+    match compute_type(d) {
+        "f32" => "0.0",
+        "i32" => "0",
+        _ => "0u",
+    }
+}
+
+/// Header every kernel here starts with.
+pub(crate) fn header() -> String {
+    let mut s = String::from(codegen::PRELUDE);
+    s.push_str(codegen::META);
+    s.push_str(VLOC);
+    s
+}
+
+/// The kernel body opening: `i` is the thread, `params[0]` the thread count.
+pub(crate) fn entry() -> String {
+    format!(
+        "{} {{\n    {}\n    if (i >= params[0]) {{ return; }}\n",
+        codegen::ENTRY,
+        codegen::THREAD_INDEX
+    )
+}
+
+/// `take` along `axis`: output `a[..axis] + idx + a[axis+1..]`.
+#[allow(clippy::too_many_arguments)]
+pub fn take(
+    a: &ArrayData,
+    a_shape: &[usize],
+    dtype: Dtype,
+    idx: &ArrayData,
+    idx_shape: &[usize],
+    idx_dtype: Dtype,
+    axis: usize,
+    out_shape: &[usize],
+) -> Result<ArrayData> {
+    supported(dtype)?;
+    let n = size_of_shape(out_shape);
+    codegen::check_size("take", n.max(size_of_shape(a_shape)), &[a, idx])?;
+    let post: usize = a_shape[axis + 1..].iter().product();
+    let nidx = size_of_shape(idx_shape);
+    let mut m = Meta(vec![
+        n as u32,
+        nidx as u32,
+        post as u32,
+        a_shape[axis] as u32,
+        0,
+        0,
+    ]);
+    m.0[4] = m.view(a, a_shape);
+    m.0[5] = m.view(idx, idx_shape);
+    let key = format!("take:{dtype}:{idx_dtype}");
+    let idx_src = index_input(2, idx_dtype)?;
+    let pipeline = context()?.pipeline(&key, || {
+        let mut s = header();
+        s.push_str(&codegen::input("a", 1, dtype));
+        s.push_str(&idx_src);
+        s.push_str(&codegen::output(3, dtype));
+        s.push_str(&entry());
+        s.push_str(&format!(
+            r#"    let post = params[2]; let nidx = params[1]; let len = params[3];
+    let q = i % post; let r = i / post; let k = r % nidx; let p = r / nidx;
+    let j = resolve(idx_at(vloc(k, params[5])), len);
+    var v = {zero};
+    if (j >= 0) {{ v = load_a(vloc((p * len + u32(j)) * post + q, params[4])); }}
+    store_out(i, v);
+}}
+"#,
+            zero = zero(dtype)
+        ));
+        s
+    })?;
+    let out = alloc(out_shape, dtype)?;
+    dispatch(
+        &pipeline,
+        &m.0,
+        &[a, idx],
+        &out,
+        n * dtype.size_of(),
+        codegen::packed(dtype),
+        n,
+    )?;
+    Ok(out)
+}
+
+/// `take_along_axis`: `a` (of `a_shape`) and `idx` (of `out_shape`) agree
+/// except along `axis`.
+pub fn take_along_axis(
+    a: &ArrayData,
+    a_shape: &[usize],
+    dtype: Dtype,
+    idx: &ArrayData,
+    idx_dtype: Dtype,
+    axis: usize,
+    out_shape: &[usize],
+) -> Result<ArrayData> {
+    supported(dtype)?;
+    let n = size_of_shape(out_shape);
+    codegen::check_size("take_along_axis", n, &[a, idx])?;
+    let mut m = Meta(vec![n as u32, axis as u32, 0, 0]);
+    m.0[2] = m.view(a, a_shape);
+    m.0[3] = m.view(idx, out_shape);
+    let key = format!("take_along_axis:{dtype}:{idx_dtype}");
+    let idx_src = index_input(2, idx_dtype)?;
+    let pipeline = context()?.pipeline(&key, || {
+        let mut s = header();
+        s.push_str(&codegen::input("a", 1, dtype));
+        s.push_str(&idx_src);
+        s.push_str(&codegen::output(3, dtype));
+        s.push_str(&entry());
+        s.push_str(&format!(
+            r#"    let axis = params[1]; let ab = params[2]; let ib = params[3];
+    let nd = params[ib];
+    var rem = i;
+    var off = bitcast<i32>(params[ab + 1u + nd]);
+    for (var d = i32(nd) - 1; d >= 0; d = d - 1) {{
+        let s = vshape(ib, u32(d));
+        let c = rem % s;
+        rem = rem / s;
+        if (u32(d) != axis) {{ off = off + i32(c) * vstride(ab, u32(d)); }}
+    }}
+    let j = resolve(idx_at(vloc(i, ib)), vshape(ab, axis));
+    var v = {zero};
+    if (j >= 0) {{ v = load_a(u32(off + j * vstride(ab, axis))); }}
+    store_out(i, v);
+}}
+"#,
+            zero = zero(dtype)
+        ));
+        s
+    })?;
+    let out = alloc(out_shape, dtype)?;
+    dispatch(
+        &pipeline,
+        &m.0,
+        &[a, idx],
+        &out,
+        n * dtype.size_of(),
+        codegen::packed(dtype),
+        n,
+    )?;
+    Ok(out)
+}
+
+/// `atomic_add(k, v)`: adds `v` to f32 element `k` of the atomic output.
+const ATOMIC_ADD_F32: &str = r#"
+fn atomic_add(k: u32, v: f32) {
+    var old = atomicLoad(&out[k]);
+    loop {
+        let r = atomicCompareExchangeWeak(&out[k], old, bitcast<u32>(bitcast<f32>(old) + v));
+        if (r.exchanged) { break; }
+        old = r.old_value;
+    }
+}
+"#;
+
+/// Adds `ct` into zeros of `out_shape` at the positions `idx` names along
+/// `axis`: the gradient of `take` (`along_axis` false) or of
+/// `take_along_axis` (true). Sums are accumulated in f32 (with atomic
+/// compare-exchange loops, so colliding indices add up) and cast to `dtype`
+/// at the end, as the CPU does.
+#[allow(clippy::too_many_arguments)]
+pub fn scatter_add(
+    ct: &ArrayData,
+    ct_shape: &[usize],
+    dtype: Dtype,
+    idx: &ArrayData,
+    idx_shape: &[usize],
+    idx_dtype: Dtype,
+    axis: usize,
+    along_axis: bool,
+    out_shape: &[usize],
+) -> Result<ArrayData> {
+    supported(dtype)?;
+    let n = size_of_shape(ct_shape);
+    codegen::check_size("scatter_add", n.max(size_of_shape(out_shape)), &[ct, idx])?;
+    let len = out_shape[axis];
+    let post: usize = out_shape[axis + 1..].iter().product();
+    let nidx = size_of_shape(idx_shape);
+    let mut m = Meta(vec![
+        n as u32,
+        nidx as u32,
+        post as u32,
+        len as u32,
+        axis as u32,
+        0,
+        0,
+        0,
+    ]);
+    m.0[5] = m.view(ct, ct_shape);
+    m.0[6] = m.view(idx, idx_shape);
+    m.0[7] = m.raw(out_shape, 0, &contiguous_strides(out_shape));
+    let key = format!("scatter_add:{dtype}:{idx_dtype}:{along_axis}");
+    let idx_src = index_input(2, idx_dtype)?;
+    let pipeline = context()?.pipeline(&key, || {
+        let mut s = header();
+        s.push_str(&codegen::input("ct", 1, dtype));
+        s.push_str(&idx_src);
+        s.push_str("@group(0) @binding(3) var<storage, read_write> out: array<atomic<u32>>;\n");
+        s.push_str(ATOMIC_ADD_F32);
+        s.push_str(&entry());
+        s.push_str("    let nidx = params[1]; let post = params[2]; let len = params[3]; let axis = params[4];\n");
+        s.push_str("    let v = f32(load_ct(vloc(i, params[5])));\n");
+        if along_axis {
+            s.push_str(
+                r#"    let ib = params[6]; let ob = params[7];
+    let nd = params[ib];
+    var rem = i;
+    var off = 0;
+    for (var d = i32(nd) - 1; d >= 0; d = d - 1) {
+        let s = vshape(ib, u32(d));
+        let c = rem % s;
+        rem = rem / s;
+        if (u32(d) != axis) { off = off + i32(c) * vstride(ob, u32(d)); }
+    }
+    let j = resolve(idx_at(vloc(i, ib)), len);
+    if (j >= 0) { atomic_add(u32(off + j * vstride(ob, axis)), v); }
+}
+"#,
+            );
+        } else {
+            s.push_str(
+                r#"    let q = i % post; let r = i / post; let k = r % nidx; let p = r / nidx;
+    let j = resolve(idx_at(vloc(k, params[6])), len);
+    if (j >= 0) { atomic_add((p * len + u32(j)) * post + q, v); }
+}
+"#,
+            );
+        }
+        s
+    })?;
+    if n == 0 {
+        // Nothing to add: the result is zeros.
+        return super::elementwise::map("zeros", zero(dtype), out_shape, &[], dtype);
+    }
+    let out_n = size_of_shape(out_shape);
+    let acc = alloc(out_shape, Dtype::F32)?;
+    dispatch(&pipeline, &m.0, &[ct, idx], &acc, out_n * 4, true, n)?;
+    if dtype == Dtype::F32 {
+        Ok(acc)
+    } else {
+        super::astype(&acc, out_shape, Dtype::F32, dtype)
+    }
+}
+
+/// Copies `src` (a view of `shape`) into `out` at `dst_offset + sum(c_k *
+/// dst_strides[k])`. `first` clears a packed output before writing.
+#[allow(clippy::too_many_arguments)]
+fn place(
+    out: &ArrayData,
+    out_elems: usize,
+    dst_strides: &[isize],
+    dst_offset: usize,
+    src: &ArrayData,
+    shape: &[usize],
+    dtype: Dtype,
+    clear: bool,
+) -> Result<()> {
+    let n = size_of_shape(shape);
+    let mut m = Meta(vec![n as u32, 0, 0]);
+    m.0[1] = m.view(src, shape);
+    m.0[2] = m.raw(shape, dst_offset, dst_strides);
+    let key = format!("place:{dtype}");
+    let pipeline = context()?.pipeline(&key, || {
+        let mut s = header();
+        s.push_str(&codegen::input("x", 1, dtype));
+        s.push_str(&codegen::output(2, dtype));
+        s.push_str(&entry());
+        s.push_str("    store_out(vloc(i, params[2]), load_x(vloc(i, params[1])));\n}\n");
+        s
+    })?;
+    dispatch(
+        &pipeline,
+        &m.0,
+        &[src],
+        out,
+        out_elems * dtype.size_of(),
+        clear,
+        n,
+    )
+}
+
+/// Joins `parts` (views with their shapes, all of `dtype`) along `axis`.
+pub fn concatenate(
+    parts: &[(ArrayData, Vec<usize>)],
+    dtype: Dtype,
+    axis: usize,
+    out_shape: &[usize],
+) -> Result<ArrayData> {
+    supported(dtype)?;
+    let total = size_of_shape(out_shape);
+    let datas: Vec<&ArrayData> = parts.iter().map(|(d, _)| d).collect();
+    codegen::check_size("concatenate", total, &datas)?;
+    let out = alloc(out_shape, dtype)?;
+    let strides = contiguous_strides(out_shape);
+    let mut at = 0;
+    let mut cleared = !codegen::packed(dtype);
+    for (d, shape) in parts {
+        if size_of_shape(shape) > 0 {
+            place(
+                &out,
+                total,
+                &strides,
+                at * strides[axis] as usize,
+                d,
+                shape,
+                dtype,
+                !cleared,
+            )?;
+            cleared = true;
+        }
+        at += shape[axis];
+    }
+    Ok(out)
+}
+
+/// `value` as the bits of `dtype`'s compute type, rounded through `dtype`
+/// as the CPU's `from_f64` does.
+fn value_bits(value: f64, dtype: Dtype) -> u32 {
+    let one = crate::backend::cpu::indexing::filled(&[1], dtype, value);
+    let ct = match compute_type(dtype) {
+        "f32" => Dtype::F32,
+        "i32" => Dtype::I32,
+        _ => Dtype::U32,
+    };
+    let c = crate::backend::cpu::copy::copy_cast(&one, &[1], dtype, ct);
+    u32::from_le_bytes(c.as_bytes(ct, 1)[..4].try_into().expect("4 bytes"))
+}
+
+/// Surrounds `x` with `value`: `low[k]` elements before axis `k`, the rest
+/// of `out_shape` after.
+pub fn pad(
+    x: &ArrayData,
+    x_shape: &[usize],
+    dtype: Dtype,
+    low: &[usize],
+    value: f64,
+    out_shape: &[usize],
+) -> Result<ArrayData> {
+    supported(dtype)?;
+    let n = size_of_shape(out_shape);
+    codegen::check_size("pad", n, &[x])?;
+    let mut m = Meta(vec![n as u32, 0, 0, 0, value_bits(value, dtype)]);
+    m.0[1] = m.view(x, x_shape);
+    m.0[2] = m.list(out_shape.iter().copied());
+    m.0[3] = m.list(low.iter().copied());
+    let key = format!("pad:{dtype}");
+    let pipeline = context()?.pipeline(&key, || {
+        let mut s = header();
+        s.push_str(&codegen::input("x", 1, dtype));
+        s.push_str(&codegen::output(2, dtype));
+        s.push_str(&entry());
+        s.push_str(&format!(
+            r#"    let xb = params[1]; let os = params[2]; let lw = params[3];
+    let nd = params[xb];
+    var rem = i; var inside = true; var xi = 0u; var mul = 1u;
+    for (var d = i32(nd) - 1; d >= 0; d = d - 1) {{
+        let s = params[os + u32(d)];
+        let c = rem % s;
+        rem = rem / s;
+        let xs = vshape(xb, u32(d));
+        let lo = params[lw + u32(d)];
+        if (c < lo || c - lo >= xs) {{ inside = false; }} else {{ xi = xi + (c - lo) * mul; }}
+        mul = mul * xs;
+    }}
+    var v = bitcast<{t}>(params[4]);
+    if (inside) {{ v = load_x(vloc(xi, xb)); }}
+    store_out(i, v);
+}}
+"#,
+            t = compute_type(dtype)
+        ));
+        s
+    })?;
+    let out = alloc(out_shape, dtype)?;
+    dispatch(
+        &pipeline,
+        &m.0,
+        &[x],
+        &out,
+        n * dtype.size_of(),
+        codegen::packed(dtype),
+        n,
+    )?;
+    Ok(out)
+}
+
+/// A copy of `base` (of `shape`) with the window starting at `start` with
+/// steps `step` replaced by `upd` (of `upd_shape`, same dtype).
+#[allow(clippy::too_many_arguments)]
+pub fn slice_update(
+    base: &ArrayData,
+    shape: &[usize],
+    dtype: Dtype,
+    upd: &ArrayData,
+    upd_shape: &[usize],
+    start: &[usize],
+    step: &[isize],
+) -> Result<ArrayData> {
+    supported(dtype)?;
+    let n = size_of_shape(shape);
+    codegen::check_size("slice_update", n, &[base, upd])?;
+    let mut m = Meta(vec![n as u32, 0, 0, 0, 0]);
+    m.0[1] = m.view(base, shape);
+    m.0[2] = m.view(upd, upd_shape);
+    m.0[3] = m.list(start.iter().copied());
+    let at = m.0.len() as u32;
+    m.0.extend(step.iter().map(|&s| s as i32 as u32));
+    m.0[4] = at;
+    let key = format!("slice_update:{dtype}");
+    let pipeline = context()?.pipeline(&key, || {
+        let mut s = header();
+        s.push_str(&codegen::input("b", 1, dtype));
+        s.push_str(&codegen::input("u", 2, dtype));
+        s.push_str(&codegen::output(3, dtype));
+        s.push_str(&entry());
+        s.push_str(
+            r#"    let bb = params[1]; let ub = params[2]; let sa = params[3]; let sp = params[4];
+    let nd = params[bb];
+    var rem = i; var inside = true; var ui = 0u; var mul = 1u;
+    for (var d = i32(nd) - 1; d >= 0; d = d - 1) {
+        let s = vshape(bb, u32(d));
+        let c = rem % s;
+        rem = rem / s;
+        let us = vshape(ub, u32(d));
+        let diff = i32(c) - i32(params[sa + u32(d)]);
+        let st = bitcast<i32>(params[sp + u32(d)]);
+        if (diff % st != 0) {
+            inside = false;
+        } else {
+            let t = diff / st;
+            if (t < 0 || t >= i32(us)) { inside = false; } else { ui = ui + u32(t) * mul; }
+        }
+        mul = mul * us;
+    }
+    if (inside) { store_out(i, load_u(vloc(ui, ub))); } else { store_out(i, load_b(vloc(i, bb))); }
+}
+"#,
+        );
+        s
+    })?;
+    let out = alloc(shape, dtype)?;
+    dispatch(
+        &pipeline,
+        &m.0,
+        &[base, upd],
+        &out,
+        n * dtype.size_of(),
+        codegen::packed(dtype),
+        n,
+    )?;
+    Ok(out)
+}

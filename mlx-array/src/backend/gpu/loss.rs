@@ -1,0 +1,241 @@
+//! The fused softmax cross-entropy and its gradient: one workgroup per row,
+//! max and sum reduced in workgroup memory. Targets out of range (which the
+//! CPU rejects at eval) give a NaN loss and a NaN gradient row.
+
+use super::codegen;
+use super::indexing::{Meta, index_input};
+use super::{alloc, context, dispatch, supported};
+use crate::primitive::ArrayData;
+use crate::shape::size_of_shape;
+use crate::{Dtype, Error, Result};
+
+fn check_float(op: &'static str, dtype: Dtype) -> Result<()> {
+    if !dtype.is_float() {
+        return Err(Error::eval(
+            op,
+            format!("logits must be floating point, got {dtype}"),
+        ));
+    }
+    Ok(())
+}
+
+/// Rounds an f32 to the precision of `d` (as storing and reloading would).
+fn round_fn(d: Dtype) -> &'static str {
+    match d {
+        Dtype::F16 => {
+            "fn rnd(v: f32) -> f32 { return unpack2x16float(pack2x16float(vec2<f32>(v, 0.0))).x; }\n"
+        }
+        Dtype::BF16 => "fn rnd(v: f32) -> f32 { return bitcast<f32>(bf16_bits(v) << 16u); }\n",
+        _ => "fn rnd(v: f32) -> f32 { return v; }\n",
+    }
+}
+
+/// The shared first half: row `row`, its target `t` (-1 when out of range)
+/// and `lse = logsumexp(row)` (every thread of the workgroup holds it).
+fn row_prologue(x_at: &str) -> String {
+    format!(
+        r#"var<workgroup> red: array<f32, 256>;
+fn x_at(j: u32) -> f32 {{ {x_at} }}
+@compute @workgroup_size(256)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nw: vec3<u32>, @builtin(local_invocation_index) lid: u32) {{
+    let row = wid.x + wid.y * nw.x;
+    let rows = params[0];
+    if (row >= rows) {{ return; }}
+    let vocab = params[1];
+    let base = params[2] + row * vocab;
+    var m = bitcast<f32>(0xff800000u);
+    for (var j = lid; j < vocab; j = j + 256u) {{ m = max(m, x_at(base + j)); }}
+    red[lid] = m;
+    workgroupBarrier();
+    for (var s = 128u; s > 0u; s = s >> 1u) {{
+        if (lid < s) {{ red[lid] = max(red[lid], red[lid + s]); }}
+        workgroupBarrier();
+    }}
+    m = red[0];
+    workgroupBarrier();
+    var acc = 0.0;
+    if (m != bitcast<f32>(0xff800000u)) {{
+        for (var j = lid; j < vocab; j = j + 256u) {{ acc = acc + exp(x_at(base + j) - m); }}
+    }}
+    red[lid] = acc;
+    workgroupBarrier();
+    for (var s = 128u; s > 0u; s = s >> 1u) {{
+        if (lid < s) {{ red[lid] = red[lid] + red[lid + s]; }}
+        workgroupBarrier();
+    }}
+    var lse = m;
+    if (m != bitcast<f32>(0xff800000u)) {{ lse = m + log(red[0]); }}
+    let t = resolve_target(idx_at(vloc(row, params[3])), vocab);
+"#
+    )
+}
+
+const HELPERS: &str = r#"
+fn vloc(i: u32, base: u32) -> u32 {
+    let nd = params[base];
+    var idx = bitcast<i32>(params[base + 1u + nd]);
+    var rem = i;
+    for (var d = i32(nd) - 1; d >= 0; d = d - 1) {
+        let s = params[base + 1u + u32(d)];
+        idx = idx + i32(rem % s) * bitcast<i32>(params[base + 2u + nd + u32(d)]);
+        rem = rem / s;
+    }
+    return u32(idx);
+}
+fn resolve_target(v: i32, vocab: u32) -> i32 {
+    return select(-1, v, v >= 0 && u32(v) < vocab);
+}
+"#;
+
+fn dense(logits: &ArrayData, shape: &[usize], dtype: Dtype) -> Result<ArrayData> {
+    if codegen::is_dense(logits, shape) {
+        Ok(logits.clone())
+    } else {
+        super::copy_contiguous(logits, shape, dtype)
+    }
+}
+
+/// Per-row `logsumexp(logits) - logits[target]` over the last axis.
+pub fn cross_entropy(
+    logits: &ArrayData,
+    shape: &[usize],
+    dtype: Dtype,
+    t: &ArrayData,
+    t_dtype: Dtype,
+) -> Result<ArrayData> {
+    check_float("cross_entropy", dtype)?;
+    let vocab = *shape.last().expect("logits have a class axis");
+    let rows_shape = &shape[..shape.len() - 1];
+    let rows = size_of_shape(rows_shape);
+    codegen::check_size("cross_entropy", size_of_shape(shape), &[logits, t])?;
+    let x = dense(logits, shape, dtype)?;
+    let mut m = Meta(vec![rows as u32, vocab as u32, x.offset() as u32, 0]);
+    m.0[3] = m.view(t, rows_shape);
+    let idx_src = index_input(2, t_dtype)?;
+    let key = format!("cross_entropy:{dtype}:{t_dtype}");
+    let pipeline = context()?.pipeline(&key, || {
+        let mut s = String::from(codegen::PRELUDE);
+        s.push_str(codegen::META);
+        s.push_str(HELPERS);
+        s.push_str(&codegen::input("x", 1, dtype));
+        s.push_str(&idx_src);
+        s.push_str(&codegen::output(3, dtype));
+        s.push_str(&row_prologue("return load_x(j);"));
+        s.push_str(
+            r#"    if (lid == 0u) {
+        var loss = bitcast<f32>(0x7fc00000u);
+        if (t >= 0) { loss = lse - x_at(base + u32(t)); }
+        store_out(row, loss);
+    }
+}
+"#,
+        );
+        s
+    })?;
+    let out = alloc(rows_shape, dtype)?;
+    dispatch(
+        &pipeline,
+        &m.0,
+        &[&x, t],
+        &out,
+        rows * dtype.size_of(),
+        codegen::packed(dtype),
+        rows * codegen::WORKGROUP as usize,
+    )?;
+    Ok(out)
+}
+
+/// `(softmax(logits) - onehot(target)) * ct[row]`. With `donated` (and f32
+/// logits, dense from offset 0), written over the logits' own buffer as on
+/// the CPU; otherwise into a new one.
+#[allow(clippy::too_many_arguments)]
+pub fn cross_entropy_grad(
+    logits: ArrayData,
+    shape: &[usize],
+    dtype: Dtype,
+    t: &ArrayData,
+    t_dtype: Dtype,
+    ct: &ArrayData,
+    ct_dtype: Dtype,
+    donated: bool,
+) -> Result<ArrayData> {
+    check_float("cross_entropy_grad", dtype)?;
+    supported(ct_dtype)?;
+    let vocab = *shape.last().expect("logits have a class axis");
+    let rows_shape = &shape[..shape.len() - 1];
+    let rows = size_of_shape(rows_shape);
+    let n = size_of_shape(shape);
+    codegen::check_size("cross_entropy_grad", n, &[&logits, t, ct])?;
+    // In place only where each element is its own word: packed dtypes
+    // would race on shared words without atomics.
+    let in_place =
+        donated && dtype == Dtype::F32 && logits.offset() == 0 && codegen::is_dense(&logits, shape);
+    let x = if in_place {
+        logits
+    } else {
+        dense(&logits, shape, dtype)?
+    };
+    let mut m = Meta(vec![rows as u32, vocab as u32, x.offset() as u32, 0, 0]);
+    m.0[3] = m.view(t, rows_shape);
+    m.0[4] = m.view(ct, rows_shape);
+    let idx_src = index_input(2, t_dtype)?;
+    let key = format!("cross_entropy_grad:{dtype}:{t_dtype}:{ct_dtype}:{in_place}");
+    let pipeline = context()?.pipeline(&key, || {
+        let mut s = String::from(codegen::PRELUDE);
+        s.push_str(codegen::META);
+        s.push_str(HELPERS);
+        s.push_str(round_fn(dtype));
+        // Bindings: 1 is the logits (or the cotangent when in place), 2 the
+        // targets, 3 the cotangent (or the output), 4 the output.
+        if in_place {
+            s.push_str(&codegen::input("c", 1, ct_dtype));
+            s.push_str(&idx_src);
+            s.push_str("@group(0) @binding(3) var<storage, read_write> out: array<f32>;\n");
+            s.push_str("fn store_out(i: u32, v: f32) { out[i] = v; }\n");
+            s.push_str(&row_prologue("return out[j];"));
+        } else {
+            s.push_str(&codegen::input("x", 1, dtype));
+            s.push_str(&idx_src);
+            s.push_str(&codegen::input("c", 3, ct_dtype));
+            s.push_str(&codegen::output(4, dtype));
+            s.push_str(&row_prologue("return load_x(j);"));
+        }
+        s.push_str(
+            r#"    let c = f32(load_c(vloc(row, params[4])));
+    let bad = t < 0;
+    // Every thread has read its elements above; no one else writes them.
+    for (var j = lid; j < vocab; j = j + 256u) {
+        let e = rnd(exp(x_at(base + j) - lse) * c);
+        var g = e;
+        if (bad) { g = bitcast<f32>(0x7fc00000u); } else if (i32(j) == t) { g = e - c; }
+        store_out(row * vocab + j, g);
+    }
+}
+"#,
+        );
+        s
+    })?;
+    if in_place {
+        dispatch(
+            &pipeline,
+            &m.0,
+            &[ct, t],
+            &x,
+            n * 4,
+            false,
+            rows * codegen::WORKGROUP as usize,
+        )?;
+        return Ok(x);
+    }
+    let out = alloc(shape, dtype)?;
+    dispatch(
+        &pipeline,
+        &m.0,
+        &[&x, t, ct],
+        &out,
+        n * dtype.size_of(),
+        codegen::packed(dtype),
+        rows * codegen::WORKGROUP as usize,
+    )?;
+    Ok(out)
+}
