@@ -1,0 +1,135 @@
+//! GPU throughput: matmul GFLOP/s at 1024^3 and at the Llama shapes of
+//! `benches/core.rs`, and one forward+backward of a Llama-like block.
+//!
+//! `cargo run -p mlx-array --example gpu_bench` (full sizes; the dev
+//! profile is optimised), or
+//! `... --example gpu_bench -- --small` to divide every dimension by 4 (a
+//! software adapter such as lavapipe needs that).
+use std::time::Instant;
+
+use mlx_array::device::with_device;
+use mlx_array::{Array, Device, Dtype, Result, random, value_and_grad};
+
+/// (name, m, k, n, transpose a, transpose b), as in `benches/core.rs`.
+const SHAPES: &[(&str, usize, usize, usize, bool, bool)] = &[
+    ("1024^3", 1024, 1024, 1024, false, false),
+    ("logits 2044x256@256x50257", 2044, 256, 50257, false, false),
+    ("dW 256x2044@2044x50257 (aT)", 256, 2044, 50257, true, false),
+    (
+        "dX 2044x50257@50257x256 (bT)",
+        2044,
+        50257,
+        256,
+        false,
+        true,
+    ),
+    ("mlp 2044x256@256x512", 2044, 256, 512, false, false),
+    ("dW 256x2044@2044x512 (aT)", 256, 2044, 512, true, false),
+    ("dX 2044x512@512x256 (bT)", 2044, 512, 256, false, true),
+];
+
+/// A uniform GPU array of `shape` (made on the CPU, moved once).
+fn gpu_uniform(shape: &[usize], seed: u64, scale: f64) -> Result<Array> {
+    let x = random::uniform(&random::key(seed), -scale, scale, shape, Dtype::F32)?;
+    let g = x.to_device(Device::Gpu);
+    g.eval()?;
+    Ok(g)
+}
+
+/// Waits for every queued GPU command (reads back one element of `y`).
+fn sync(y: &Array) -> Result<()> {
+    let first = vec![mlx_array::SliceArg::range(0, 1); y.ndim()];
+    let one = with_device(Device::Gpu, || y.slice(&first))?;
+    one.to_device(Device::Cpu).eval()
+}
+
+/// Seconds per call of `f`, after one warm-up call, over `iters` calls.
+fn time(iters: usize, f: impl Fn() -> Result<Array>) -> Result<f64> {
+    sync(&f()?)?;
+    let t = Instant::now();
+    let mut last = None;
+    for _ in 0..iters {
+        let y = f()?;
+        y.eval()?;
+        last = Some(y);
+    }
+    sync(&last.expect("iters > 0"))?;
+    Ok(t.elapsed().as_secs_f64() / iters as f64)
+}
+
+/// A Llama-like block (RMS norm, 4-head attention without a mask, a SiLU
+/// MLP, residuals), reduced to a scalar loss.
+fn block(p: &[Array]) -> Result<Array> {
+    let (x, wq, wk, wv, wo, w1, w2) = (&p[0], &p[1], &p[2], &p[3], &p[4], &p[5], &p[6]);
+    let (t, d) = (x.shape()[0], x.shape()[1]);
+    let heads = 4;
+    let hd = d / heads;
+    let norm = |v: &Array| -> Result<Array> {
+        v.mul(&v.square()?.mean(&[-1], true)?.add_scalar(1e-5)?.rsqrt()?)
+    };
+    let h = norm(x)?;
+    let split = |w: &Array| -> Result<Array> {
+        h.matmul(w)?
+            .reshape(&[t as i64, heads as i64, hd as i64])?
+            .transpose(&[1, 0, 2])
+    };
+    let (q, k, v) = (split(wq)?, split(wk)?, split(wv)?);
+    let scores = q
+        .matmul(&k.swapaxes(-1, -2)?)?
+        .mul_scalar(1.0 / (hd as f64).sqrt())?;
+    let att = scores.softmax(&[-1])?.matmul(&v)?;
+    let att = att.transpose(&[1, 0, 2])?.reshape(&[t as i64, d as i64])?;
+    let x1 = x.add(&att.matmul(wo)?)?;
+    let u = norm(&x1)?.matmul(w1)?;
+    let x2 = x1.add(&u.mul(&u.sigmoid()?)?.matmul(w2)?)?;
+    x2.square()?.mean_all()
+}
+
+fn main() -> Result<()> {
+    mlx_array::device::gpu_available()?;
+    let small = std::env::args().any(|a| a == "--small");
+    let div = if small { 4 } else { 1 };
+    println!("adapter: {}", mlx_array::backend::gpu::adapter_name()?);
+    println!("sizes divided by {div}");
+    for &(name, m, k, n, ta, tb) in SHAPES {
+        let (m, k, n) = (m / div, k / div, n / div);
+        let a = gpu_uniform(&if ta { [k, m] } else { [m, k] }, 1, 1.0)?;
+        let b = gpu_uniform(&if tb { [n, k] } else { [k, n] }, 2, 1.0)?;
+        let iters = if small { 2 } else { 10 };
+        let s = time(iters, || {
+            with_device(Device::Gpu, || {
+                let a = if ta { a.t()? } else { a.clone() };
+                let b = if tb { b.t()? } else { b.clone() };
+                a.matmul(&b)
+            })
+        })?;
+        let gflops = 2.0 * (m * n * k) as f64 / s / 1e9;
+        println!(
+            "matmul f32 {name} ({m}x{k}x{n}): {gflops:.1} GFLOP/s ({:.2} ms)",
+            s * 1e3
+        );
+    }
+    // One Llama-like block, forward and backward (gradients of every weight).
+    let (t, d) = (511 / div, 256 / div);
+    let mut p = vec![gpu_uniform(&[t, d], 10, 1.0)?];
+    for (i, shape) in [[d, d], [d, d], [d, d], [d, d], [d, 2 * d], [2 * d, d]]
+        .iter()
+        .enumerate()
+    {
+        p.push(gpu_uniform(shape, 11 + i as u64, (1.0 / d as f64).sqrt())?);
+    }
+    let argnums: Vec<usize> = (1..p.len()).collect();
+    let iters = if small { 2 } else { 10 };
+    let s = time(iters, || {
+        with_device(Device::Gpu, || {
+            let (loss, grads) = value_and_grad(block, &argnums)(&p)?;
+            mlx_array::eval((&loss, &grads))?;
+            Ok(loss)
+        })
+    })?;
+    println!(
+        "llama-like block fwd+bwd (T={t}, D={d}, 4 heads, MLP 2D): {:.2} ms/step",
+        s * 1e3
+    );
+    Ok(())
+}
