@@ -13,22 +13,22 @@
 //! is refused with an error naming it.
 
 mod codegen;
+mod creation;
 pub(crate) mod elementwise;
 pub(crate) mod fusion;
+mod indexing;
+mod loss;
 mod matmul;
 mod reduce;
 mod scan;
-mod creation;
-mod indexing;
-mod loss;
 
 pub use creation::{arange, random_bits};
 pub use elementwise::{astype, binary, copy_contiguous, unary, where_};
+pub use indexing::{concatenate, pad, scatter_add, slice_update, take, take_along_axis};
+pub use loss::{cross_entropy, cross_entropy_grad};
 pub use matmul::matmul;
 pub use reduce::{arg_reduce, reduce};
 pub use scan::cumsum;
-pub use indexing::{concatenate, pad, scatter_add, slice_update, take, take_along_axis};
-pub use loss::{cross_entropy, cross_entropy_grad};
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
