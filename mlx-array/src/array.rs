@@ -3,7 +3,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use crate::device::{Device, Transfer};
+use crate::device::Device;
 use crate::primitive::{ArrayData, Primitive};
 use crate::shape::size_of_shape;
 use crate::{Dtype, Element, Error, Result};
@@ -68,7 +68,12 @@ impl Drop for Node {
 }
 
 impl Array {
-    fn with_state(shape: Vec<usize>, dtype: Dtype, device: Device, state: State) -> Array {
+    pub(crate) fn with_state(
+        shape: Vec<usize>,
+        dtype: Dtype,
+        device: Device,
+        state: State,
+    ) -> Array {
         Array {
             node: Arc::new(Node {
                 id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
@@ -93,8 +98,7 @@ impl Array {
         dtype: Dtype,
     ) -> Array {
         let device = primitive.device().unwrap_or_else(crate::default_device);
-        let is_transfer = std::any::Any::type_id(&primitive) == std::any::TypeId::of::<Transfer>();
-        let inputs = if is_transfer {
+        let inputs = if inputs.iter().all(|x| x.device() == device) {
             inputs
         } else {
             inputs.into_iter().map(|x| x.to_device(device)).collect()

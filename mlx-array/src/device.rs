@@ -207,11 +207,16 @@ impl Array {
         if self.device() == device {
             return self.clone();
         }
-        Array::from_primitive(
-            Transfer { to: device },
-            vec![self.clone()],
+        // Built directly: `from_primitive` would route the input through
+        // another transfer.
+        Array::with_state(
             self.shape().to_vec(),
             self.dtype(),
+            device,
+            crate::array::State::Pending {
+                primitive: std::sync::Arc::new(Transfer { to: device }),
+                inputs: vec![self.clone()],
+            },
         )
     }
 }

@@ -53,6 +53,9 @@ impl Fusion {
         // reference count that proves nobody else sees a node.
         let mut readers: HashMap<u64, Vec<bool>> = HashMap::new();
         let mut fusible = HashSet::new();
+        if order.iter().all(|a| a.device() == Device::Cpu) {
+            return Fusion::default(); // nothing to fuse on a CPU-only graph
+        }
         for a in order {
             let Some((_, inputs)) = pending(a) else {
                 continue;
@@ -91,6 +94,9 @@ impl Fusion {
     /// Computes `out` (an elementwise GPU node) with its deferred inputs
     /// inlined; `None` when nothing was deferred into it.
     pub(crate) fn run(&mut self, out: &Array) -> Result<Option<ArrayData>> {
+        if self.deferred.is_empty() {
+            return Ok(None);
+        }
         let Some((_, inputs)) = expression(out) else {
             return Ok(None);
         };
