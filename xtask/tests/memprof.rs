@@ -36,8 +36,10 @@ fn memprof_writes_csv_table_and_chart_for_every_process() {
             "memprof",
             "--worlds",
             "1,2",
+            // Enough steps that every rank lives for several sampling
+            // intervals (3 steps of this model take ~30 ms).
             "--steps",
-            "3",
+            "30",
             "--per-rank-batch",
             "1",
         ])
