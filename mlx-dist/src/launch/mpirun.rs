@@ -3,6 +3,7 @@
 //! environment; the ranks join it with `init(Backend::Mpi)` or `Backend::Any`
 //! (a build of `mlx-dist` with the `mpi` feature).
 
+use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Stdio};
 
@@ -57,13 +58,86 @@ pub fn mpirun_command(spec: &LaunchSpec, running_as_root: bool) -> Vec<String> {
     c
 }
 
-/// `[jobid,rank]<stdout>:text` (mpirun `--tag-output`) as `(rank, is_stderr, text)`.
-fn untag(line: &str) -> Option<(usize, bool, &str)> {
-    let rest = line.strip_prefix('[')?;
+/// A `[jobid,rank]<stdout>:` or `<stderr>:` tag (mpirun `--tag-output`) at
+/// the start of `s`: `(rank, is_stderr, tag length)`.
+fn parse_tag(s: &str) -> Option<(usize, bool, usize)> {
+    let rest = s.strip_prefix('[')?;
     let (ids, rest) = rest.split_once(']')?;
-    let rank = ids.split(',').nth(1)?.trim().parse().ok()?;
-    let (stream, text) = rest.strip_prefix('<')?.split_once(">:")?;
-    Some((rank, stream == "stderr", text))
+    let (job, rank) = ids.split_once(',')?;
+    if job.is_empty() || !job.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let rank = rank.parse().ok()?;
+    let (stream, _) = rest.strip_prefix('<')?.split_once(">:")?;
+    let is_stderr = match stream {
+        "stdout" => false,
+        "stderr" => true,
+        _ => return None,
+    };
+    Some((rank, is_stderr, 1 + ids.len() + 1 + 1 + stream.len() + 2))
+}
+
+/// Where a piece of mpirun's output came from: `(rank, is_stderr)`, or
+/// `None` for mpirun's own messages.
+type Source = Option<(usize, bool)>;
+
+/// Splits mpirun's tagged output back into each rank's lines. Open MPI tags
+/// every chunk a rank writes, not every line, so one physical line can hold
+/// the unfinished line of one rank followed by chunks of others.
+#[derive(Default)]
+struct Untagger {
+    partial: HashMap<Source, String>,
+}
+
+impl Untagger {
+    /// Takes one physical line (without its newline) and returns the lines
+    /// it completes.
+    fn line(&mut self, line: &str) -> Vec<(Source, String)> {
+        let mut pieces: Vec<(Source, &str)> = Vec::new();
+        let (mut source, mut start, mut i) = (None, 0, 0);
+        while i < line.len() {
+            if line.as_bytes()[i] == b'[' {
+                if let Some((rank, err, n)) = parse_tag(&line[i..]) {
+                    if i > start || source.is_some() {
+                        pieces.push((source, &line[start..i]));
+                    }
+                    source = Some((rank, err));
+                    i += n;
+                    start = i;
+                    continue;
+                }
+            }
+            i += 1;
+        }
+        pieces.push((source, &line[start..]));
+        let last = pieces.len() - 1;
+        let mut done = Vec::new();
+        for (k, (source, text)) in pieces.into_iter().enumerate() {
+            let buf = self.partial.entry(source).or_default();
+            buf.push_str(text);
+            if k == last {
+                // The newline ends the line of whoever wrote last.
+                done.push((source, std::mem::take(buf)));
+            }
+        }
+        done
+    }
+
+    /// Lines left unfinished when the stream ended.
+    fn finish(self) -> Vec<(Source, String)> {
+        self.partial
+            .into_iter()
+            .filter(|(_, t)| !t.is_empty())
+            .collect()
+    }
+}
+
+fn print(source: Source, text: &str) {
+    let _ = match source {
+        Some((rank, true)) => writeln!(std::io::stderr(), "[{rank}] {text}"),
+        Some((rank, false)) => writeln!(std::io::stdout(), "[{rank}] {text}"),
+        None => writeln!(std::io::stdout(), "{text}"),
+    };
 }
 
 /// Runs `spec` under `mpirun` and returns the exit code the launcher should
@@ -88,19 +162,15 @@ pub fn run(spec: &LaunchSpec) -> anyhow::Result<i32> {
         .spawn()
         .with_context(|| format!("cannot run {} (is Open MPI installed?)", argv[0]))?;
     let out = child.stdout.take().expect("piped");
+    let mut untagger = Untagger::default();
     for line in BufReader::new(out).lines() {
         let Ok(line) = line else { break };
-        match untag(&line) {
-            Some((rank, true, text)) => {
-                let _ = writeln!(std::io::stderr(), "[{rank}] {text}");
-            }
-            Some((rank, false, text)) => {
-                let _ = writeln!(std::io::stdout(), "[{rank}] {text}");
-            }
-            None => {
-                let _ = writeln!(std::io::stdout(), "{line}");
-            }
+        for (source, text) in untagger.line(&line) {
+            print(source, &text);
         }
+    }
+    for (source, text) in untagger.finish() {
+        print(source, &text);
     }
     let st = child.wait()?;
     Ok(st.code().unwrap_or(1))
@@ -126,11 +196,38 @@ mod tests {
         );
         assert_eq!(&c[c.len() - 2..], ["prog", "--x"]);
         assert!(!mpirun_command(&spec, false).contains(&"--allow-run-as-root".to_string()));
+    }
+
+    #[test]
+    fn tags_become_rank_lines_even_when_chunks_interleave() {
+        let mut u = Untagger::default();
         assert_eq!(
-            untag("[1,2]<stdout>:hello: x"),
-            Some((2, false, "hello: x"))
+            u.line("[1,2]<stdout>:hello: x"),
+            [(Some((2, false)), "hello: x".to_string())]
         );
-        assert_eq!(untag("[1,0]<stderr>:"), Some((0, true, "")));
-        assert_eq!(untag("plain"), None);
+        assert_eq!(u.line("[1,0]<stderr>:"), [(Some((0, true)), String::new())]);
+        assert_eq!(
+            u.line("plain [not a tag]"),
+            [(None, "plain [not a tag]".to_string())]
+        );
+        // Seen under mpirun -np 4: rank 1 wrote "test result: " without a
+        // newline, then rank 3's whole line arrived.
+        assert_eq!(
+            u.line("[1,1]<stdout>:test result: [1,3]<stdout>:RANK 3 OK (mpi)"),
+            [(Some((3, false)), "RANK 3 OK (mpi)".to_string())]
+        );
+        assert_eq!(
+            u.line("[1,1]<stdout>:ok.[1,0]<stdout>:RANK 0 OK (mpi)"),
+            [(Some((0, false)), "RANK 0 OK (mpi)".to_string())]
+        );
+        assert_eq!(
+            u.line("[1,1]<stdout>: done"),
+            [(Some((1, false)), "test result: ok. done".to_string())]
+        );
+        assert_eq!(
+            u.line("[1,2]<stdout>:unfinished[1,3]<stdout>:x"),
+            [(Some((3, false)), "x".to_string())]
+        );
+        assert_eq!(u.finish(), [(Some((2, false)), "unfinished".to_string())]);
     }
 }
