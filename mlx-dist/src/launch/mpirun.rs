@@ -96,16 +96,16 @@ impl Untagger {
         let mut pieces: Vec<(Source, &str)> = Vec::new();
         let (mut source, mut start, mut i) = (None, 0, 0);
         while i < line.len() {
-            if line.as_bytes()[i] == b'[' {
-                if let Some((rank, err, n)) = parse_tag(&line[i..]) {
-                    if i > start || source.is_some() {
-                        pieces.push((source, &line[start..i]));
-                    }
-                    source = Some((rank, err));
-                    i += n;
-                    start = i;
-                    continue;
+            if line.as_bytes()[i] == b'['
+                && let Some((rank, err, n)) = parse_tag(&line[i..])
+            {
+                if i > start || source.is_some() {
+                    pieces.push((source, &line[start..i]));
                 }
+                source = Some((rank, err));
+                i += n;
+                start = i;
+                continue;
             }
             i += 1;
         }
