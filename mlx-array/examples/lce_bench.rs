@@ -3,13 +3,17 @@
 //! `linear_cross_entropy` forward and backward beside the plain GEMMs of the
 //! same size, and reports peak memory above the inputs.
 //!
-//! `cargo run --release -p mlx-array --example lce_bench -- [rows] [reps] [chunk]`
-//! (chunk: classes per chunk, 0 = the default of about 16 MiB of logits).
+//! `cargo run --release -p mlx-array --example lce_bench -- [rows] [reps] [chunk] [block]`
+//! (chunk: classes per chunk, 0 = the default of about 16 MiB of logits;
+//! block: rows per block of `linear_cross_entropy_sum`, 0 = about 24 MiB).
 
 use std::time::Instant;
 
 use mlx_array::primitives::loss::LinearCrossEntropyOptions;
-use mlx_array::{Array, Dtype, eval, linear_cross_entropy, memory, random, value_and_grad};
+use mlx_array::{
+    Array, Dtype, eval, linear_cross_entropy, linear_cross_entropy_sum, memory, random,
+    value_and_grad,
+};
 
 fn main() -> mlx_array::Result<()> {
     // SAFETY: the first statement of main; no other thread exists yet.
@@ -47,11 +51,18 @@ fn main() -> mlx_array::Result<()> {
     };
     let opts = LinearCrossEntropyOptions {
         chunk: args.get(2).copied().unwrap_or(0),
+        block_rows: args.get(3).copied().unwrap_or(0),
         ..Default::default()
     };
     time("gemm h @ w^T", 1.0, &|| Ok(vec![h.matmul(&w.t()?)?]));
     time("linear_cross_entropy forward", 1.0, &|| {
         Ok(vec![linear_cross_entropy(&h, &w, &t, &opts)?])
+    });
+    let ones = Array::ones(t.shape(), Dtype::F32);
+    time("linear_cross_entropy_sum value+grad", 3.0, &|| {
+        let f = |x: &[Array]| linear_cross_entropy_sum(&x[0], &x[1], &t, &ones, &opts);
+        let (l, g) = value_and_grad(f, &[0, 1])(&[h.clone(), w.clone()])?;
+        Ok(vec![l, g[0].clone(), g[1].clone()])
     });
     time("linear_cross_entropy forward+backward", 4.0, &|| {
         let f = |x: &[Array]| linear_cross_entropy(&x[0], &x[1], &t, &opts)?.sum_all();

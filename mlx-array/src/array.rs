@@ -222,8 +222,17 @@ impl Array {
     /// buffer only by this array and `data`, and the view is dense.
     /// Kernels use it to write their output over an input they consume last.
     pub fn is_donatable(&self, data: &ArrayData) -> bool {
+        self.is_donatable_shared(data, 1)
+    }
+
+    /// [`is_donatable`](Self::is_donatable) for a buffer that `views`
+    /// arrays share, each through one input of the node being computed (and
+    /// the kernel's copy of its data): for a kernel that consumes several
+    /// views of one buffer and overwrites all of them, like a fused
+    /// optimizer step whose state rows came from one earlier output.
+    pub fn is_donatable_shared(&self, data: &ArrayData, views: usize) -> bool {
         Arc::strong_count(&self.node) <= 2
-            && Arc::strong_count(data.storage()) <= 2
+            && Arc::strong_count(data.storage()) <= 2 * views
             && data.is_contiguous(self.shape())
             && data.storage().capacity() >= self.nbytes()
             && self.nbytes() > 0

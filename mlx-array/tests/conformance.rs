@@ -1212,6 +1212,7 @@ fn lce_case(draw: &LceDraw, dtype: Dtype) -> LceCase {
             ignore_index,
             label_smoothing: if smooth { 0.25 } else { 0.0 },
             chunk,
+            block_rows: 0,
         },
     }
 }
@@ -1353,6 +1354,94 @@ fn linear_cross_entropy_grad_case() {
     }
 }
 
+fn linear_cross_entropy_sum_case() {
+    for dtype in FLOATS {
+        runner()
+            .run(&lce_strategy(), |draw| {
+                let c = lce_case(&draw, dtype);
+                let (rows, l, seed) = (draw.0.clone(), draw.6, draw.7);
+                // Row weights with zeros (masked rows); blocks of 1 to 3 rows.
+                let mut rw = fill(&rows, Dtype::F32, -1.0, 2.0, seed ^ 9);
+                rw.v.iter_mut().step_by(4).for_each(|x| *x = 0.0);
+                let opts = LinearCrossEntropyOptions {
+                    block_rows: draw.5,
+                    ..c.opts
+                };
+                let (loss, dh, dw) = lce_ref(&c, &rw.v);
+                let total: f64 = loss.iter().zip(&rw.v).map(|(a, b)| a * b).sum();
+                let t = make(&c.t, Dtype::I32, Layout::Dense);
+                let weights = make(&rw, Dtype::F32, l);
+                let f = |x: &[Array]| {
+                    mlx_array::linear_cross_entropy_sum(&x[0], &x[1], &t, &weights, &opts)
+                };
+                let (value, grads) = mlx_array::value_and_grad(f, &[0, 1])(&[
+                    make(&c.h, dtype, l),
+                    make(&c.w, dtype, l),
+                ])
+                .unwrap();
+                let rel = tol(dtype).max(1e-4) * 4.0;
+                check(
+                    &value,
+                    &Nd::new(&[], vec![total]),
+                    Dtype::F32,
+                    rel,
+                    "linear_cross_entropy_sum",
+                );
+                let quantized = |v: Vec<f64>| v.into_iter().map(|x| quantize(x, dtype)).collect();
+                check(
+                    &grads[0],
+                    &Nd::new(&c.h.shape, quantized(dh)),
+                    dtype,
+                    rel,
+                    "dh",
+                );
+                check(
+                    &grads[1],
+                    &Nd::new(&c.w.shape, quantized(dw)),
+                    dtype,
+                    rel,
+                    "dw",
+                );
+                // A cotangent other than 1 scales both gradients.
+                let (_, g3) = mlx_array::vjp(
+                    |x: &[Array]| {
+                        Ok(vec![mlx_array::linear_cross_entropy_sum(
+                            &x[0], &x[1], &t, &weights, &opts,
+                        )?])
+                    },
+                    &[make(&c.h, dtype, l), make(&c.w, dtype, l)],
+                    &[Array::full(&[], 3.0, Dtype::F32)],
+                )
+                .unwrap();
+                let tripled = |g: &Array| g.astype(Dtype::F32).unwrap().mul_scalar(3.0).unwrap();
+                for (a, b) in g3.iter().zip(&grads) {
+                    let (a, b) = (
+                        a.to_vec::<f32>().unwrap(),
+                        tripled(b).to_vec::<f32>().unwrap(),
+                    );
+                    for (x, y) in a.iter().zip(&b) {
+                        assert!(
+                            ((x - y).abs() as f64) <= rel * (1.0 + y.abs() as f64),
+                            "{x} vs {y}"
+                        );
+                    }
+                }
+                Ok(())
+            })
+            .unwrap();
+    }
+    let h = Array::zeros(&[2, 3], Dtype::F32);
+    let w = Array::zeros(&[4, 3], Dtype::F32);
+    let t = Array::from_slice(&[1i32, 2], &[2]).unwrap();
+    let opts = LinearCrossEntropyOptions::default();
+    let err =
+        mlx_array::linear_cross_entropy_sum(&h, &w, &t, &Array::ones(&[3], Dtype::F32), &opts)
+            .unwrap_err()
+            .to_string();
+    assert!(err.contains("row weights"), "{err}");
+    assert!(mlx_array::linear_cross_entropy_sum(&h, &w, &t, &t, &opts).is_err());
+}
+
 // ---------------------------------------------------------------- the table
 
 fn case_for(name: &str) -> Option<Box<dyn Fn()>> {
@@ -1401,6 +1490,9 @@ fn case_for(name: &str) -> Option<Box<dyn Fn()>> {
         "cross_entropy_grad" => Box::new(cross_entropy_grad_case),
         "linear_cross_entropy" => Box::new(linear_cross_entropy_case),
         "linear_cross_entropy_grad" => Box::new(linear_cross_entropy_grad_case),
+        "linear_cross_entropy_value_and_grad" | "packed_loss" => {
+            Box::new(linear_cross_entropy_sum_case)
+        }
         "tracer" => Box::new(|| {
             identity_case("tracer", |a| {
                 Array::from_primitive(

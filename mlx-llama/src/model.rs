@@ -270,6 +270,28 @@ impl Llama {
         )
     }
 
+    /// `sum(row_weights * per-token cross-entropy)` of the next-token
+    /// predictions, computed together with its gradient: the loss of a
+    /// training step (see [`mlx_array::linear_cross_entropy_sum`], which saves
+    /// a GEMM of the output projection's size against [`Self::loss`] under
+    /// `value_and_grad`, but wastes two when not differentiated: evaluate
+    /// with [`Self::loss`]). `row_weights` are floats shaped like `targets`
+    /// (a loss mask times a normalisation) and get no gradient.
+    pub fn loss_for_training(
+        &self,
+        tokens: &Array,
+        targets: &Array,
+        row_weights: &Array,
+    ) -> Result<Array> {
+        mlx_array::linear_cross_entropy_sum(
+            &self.hidden(tokens)?,
+            self.out_proj.weight.value(),
+            targets,
+            row_weights,
+            &Default::default(),
+        )
+    }
+
     /// Logits for new tokens given the caches of earlier ones (one per layer;
     /// start with `vec![None; num_layers]`).
     pub fn forward_cached(&self, tokens: &Array, caches: &mut [Option<KvCache>]) -> Result<Array> {

@@ -255,8 +255,10 @@ pub fn train(cfg: &TrainConfig, group: &Group) -> Result<Summary> {
         all_reduce_size: cfg.all_reduce_size,
         communication_dtype: None,
     };
+    // The loss of a micro-batch is its masked token losses times `scale`,
+    // summed; the fused loss computes its gradient in the same pass.
     let vg = value_and_grad(|m: &Llama, (micro, scale): &(Micro, f64)| {
-        loss_sum(m, micro)?.mul_scalar(*scale)
+        m.loss_for_training(&micro.x, &micro.y, &micro.mask.mul_scalar(*scale)?)
     });
 
     let mut summary = Summary {
@@ -317,6 +319,8 @@ pub fn train(cfg: &TrainConfig, group: &Group) -> Result<Summary> {
         opt.update(&mut model, &grads).map_err(|e| anyhow!("{e}"))?;
         let world_loss = mlx_dist::all_sum(&loss, group)?.div_scalar(world as f64)?;
         eval((&world_loss, &model.parameters(), opt.state(), &norm))?;
+        // The gradients are spent: free them before validation and checkpoints.
+        drop(grads);
         let loss_value = world_loss.item::<f32>()?;
         if !loss_value.is_finite() {
             bail!("the loss became {loss_value} at step {}", step + 1);

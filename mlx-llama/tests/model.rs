@@ -125,3 +125,37 @@ fn the_fused_training_loss_equals_cross_entropy_of_the_logits() {
         "{fused} vs {plain}"
     );
 }
+
+#[test]
+fn the_training_loss_and_its_gradients_equal_the_plain_loss() {
+    use mlx_nn::losses::{CrossEntropyOptions, Reduction};
+    use mlx_nn::value_and_grad;
+    let mut m = small();
+    let x = Array::from_slice(&[3u32, 7, 1, 0, 5, 2, 9, 4], &[2, 4]).unwrap();
+    let y = Array::from_slice(&[7u32, 1, 0, 5, 2, 9, 4, 8], &[2, 4]).unwrap();
+    // A loss mask with one padded position, times a normalisation.
+    let mask = Array::from_slice(&[1.0f32, 1.0, 1.0, 0.0, 1.0, 1.0, 1.0, 1.0], &[2, 4]).unwrap();
+    let weights = mask.mul_scalar(0.25).unwrap();
+    let plain = value_and_grad(|m: &Llama, _: &()| {
+        let opts = CrossEntropyOptions {
+            reduction: Reduction::Sum,
+            weights: Some(mask.clone()),
+            ..Default::default()
+        };
+        m.loss(&x, &y, &opts)?.mul_scalar(0.25)
+    });
+    let fused = value_and_grad(|m: &Llama, _: &()| m.loss_for_training(&x, &y, &weights));
+    let (a, ga) = plain(&mut m, &()).unwrap();
+    let (b, gb) = fused(&mut m, &()).unwrap();
+    let (a, b) = (a.item::<f32>().unwrap(), b.item::<f32>().unwrap());
+    assert!((a - b).abs() <= 1e-5 * a.abs(), "{a} vs {b}");
+    let (fa, fb) = (ga.flatten(), gb.flatten());
+    assert_eq!(fa.len(), fb.len());
+    for ((name, p), (_, q)) in fa.iter().zip(&fb) {
+        let (p, q) = (p.to_vec::<f32>().unwrap(), q.to_vec::<f32>().unwrap());
+        let scale = p.iter().fold(0f32, |s, x| s.max(x.abs())).max(1e-6);
+        for (u, v) in p.iter().zip(&q) {
+            assert!((u - v).abs() <= 1e-4 * scale, "{name}: {u} vs {v}");
+        }
+    }
+}

@@ -144,6 +144,7 @@ pub fn linear_cross_entropy(
         ignore_index: opts.ignore_index,
         label_smoothing: opts.label_smoothing as f32,
         chunk: 0,
+        block_rows: 0,
     };
     let per = mlx_array::linear_cross_entropy(hidden, weight, targets, &fused)?;
     reduce(per, targets, opts)

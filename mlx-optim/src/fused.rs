@@ -9,7 +9,7 @@
 //! the float32 operations of the op-by-op graph in the same order, so the
 //! results are bit-identical to it.
 
-use mlx_array::{Array, ArrayData, Dtype, Primitive, Result};
+use mlx_array::{Array, ArrayData, Device, Dtype, Primitive, Result};
 use rayon::prelude::*;
 
 /// Elements per parallel work item.
@@ -43,12 +43,32 @@ impl Primitive for FusedAdam {
     fn eval_cpu(&self, inputs: &[Array], out: &Array) -> Result<ArrayData> {
         let n = inputs[0].size();
         let data: Vec<ArrayData> = inputs.iter().map(Array::data).collect::<Result<_>>()?;
+        let c = self.0;
+        if in_place(inputs, &data, n) {
+            // SAFETY: `in_place` proved that the three rows of this buffer are
+            // seen only through this node's inputs, which it consumes.
+            let buf = unsafe { data[0].as_mut_slice_unchecked::<f32>(3 * n) };
+            let g = data[1].as_slice::<f32>(n);
+            let (p, rest) = buf.split_at_mut(n);
+            let (m, v) = rest.split_at_mut(n);
+            p.par_chunks_mut(CHUNK)
+                .zip(m.par_chunks_mut(CHUNK))
+                .zip(v.par_chunks_mut(CHUNK))
+                .enumerate()
+                .for_each(|(i, ((p, m), v))| {
+                    let g = &g[i * CHUNK..i * CHUNK + p.len()];
+                    for j in 0..p.len() {
+                        (p[j], m[j], v[j]) = element(&c, p[j], g[j], m[j], v[j]);
+                    }
+                });
+            let strides = mlx_array::shape::contiguous_strides(out.shape());
+            return Ok(ArrayData::new(data[0].storage().clone(), strides, 0));
+        }
         let [p, g, m, v] = [0, 1, 2, 3].map(|i| data[i].as_slice::<f32>(n));
         let mut result = ArrayData::alloc(out.shape(), Dtype::F32);
         let buf = result.as_mut_slice::<f32>(3 * n);
         let (p_out, rest) = buf.split_at_mut(n);
         let (m_out, v_out) = rest.split_at_mut(n);
-        let c = self.0;
         p_out
             .par_chunks_mut(CHUNK)
             .zip(m_out.par_chunks_mut(CHUNK))
@@ -56,59 +76,54 @@ impl Primitive for FusedAdam {
             .enumerate()
             .for_each(|(i, ((po, mo), vo))| {
                 let r = i * CHUNK..(i * CHUNK + po.len());
-                step(
-                    &c,
-                    (&p[r.clone()], &g[r.clone()], &m[r.clone()], &v[r]),
-                    po,
-                    mo,
-                    vo,
-                );
+                let (p, g, m, v) = (&p[r.clone()], &g[r.clone()], &m[r.clone()], &v[r]);
+                for j in 0..po.len() {
+                    (po[j], mo[j], vo[j]) = element(&c, p[j], g[j], m[j], v[j]);
+                }
             });
         Ok(result)
     }
 }
 
-/// The elementwise body, in the op-by-op graph's order of float32 operations.
-#[inline(always)]
-fn step(
-    c: &AdamCoefficients,
-    (p, g, m, v): (&[f32], &[f32], &[f32], &[f32]),
-    po: &mut [f32],
-    mo: &mut [f32],
-    vo: &mut [f32],
-) {
-    let n = po.len();
-    let (p, g, m, v, mo, vo) = (
-        &p[..n],
-        &g[..n],
-        &m[..n],
-        &v[..n],
-        &mut mo[..n],
-        &mut vo[..n],
-    );
-    for i in 0..n {
-        let gi = g[i];
-        let mi = m[i] * c.b1 + gi * c.one_minus_b1;
-        let vi = v[i] * c.b2 + (gi * gi) * c.one_minus_b2;
-        let pi = match c.decay {
-            Some(d) => p[i] * d,
-            None => p[i],
-        };
-        let root = match c.denominator {
-            Some(d) => vi.sqrt() / d,
-            None => vi.sqrt(),
-        };
-        po[i] = pi - (mi * c.numerator) / (root + c.eps);
-        mo[i] = mi;
-        vo[i] = vi;
-    }
+/// True when the step may write over its inputs: `p`, `m` and `v` are rows 0,
+/// 1 and 2 of one dense buffer (the previous step's output) that no array but
+/// these three inputs can see. From the second step on, that is the case once
+/// the optimizer has replaced its state and the model its parameter, so the
+/// update allocates nothing.
+fn in_place(inputs: &[Array], data: &[ArrayData], n: usize) -> bool {
+    let storage = data[0].storage();
+    [(0, 0), (2, n), (3, 2 * n)].iter().all(|&(i, offset)| {
+        std::sync::Arc::ptr_eq(data[i].storage(), storage)
+            && data[i].offset() == offset
+            && inputs[i].is_donatable_shared(&data[i], 3)
+    }) && storage.capacity() >= 3 * n * size_of::<f32>()
+        && !std::sync::Arc::ptr_eq(data[1].storage(), storage)
 }
 
-/// True when the fused kernel applies: every array float32 with one shape.
+/// One element of the step, in the op-by-op graph's order of float32
+/// operations: `(p', m', v')` from `p`, `g`, `m`, `v`.
+#[inline(always)]
+fn element(c: &AdamCoefficients, p: f32, g: f32, m: f32, v: f32) -> (f32, f32, f32) {
+    let m = m * c.b1 + g * c.one_minus_b1;
+    let v = v * c.b2 + (g * g) * c.one_minus_b2;
+    let p = match c.decay {
+        Some(d) => p * d,
+        None => p,
+    };
+    let root = match c.denominator {
+        Some(d) => v.sqrt() / d,
+        None => v.sqrt(),
+    };
+    (p - (m * c.numerator) / (root + c.eps), m, v)
+}
+
+/// True when the fused kernel applies: every array float32 with one shape,
+/// on the CPU. (On the GPU the op-by-op graph runs instead, and the GPU
+/// backend fuses its elementwise chain into one kernel.)
 pub(crate) fn applies(arrays: &[&Array]) -> bool {
-    arrays
-        .iter()
-        .all(|a| a.dtype() == Dtype::F32 && a.shape() == arrays[0].shape())
+    arrays.iter().all(|a| {
+        a.dtype() == Dtype::F32 && a.shape() == arrays[0].shape() && a.device() == Device::Cpu
+    })
 }
 
 /// Builds the fused step; returns `(p', m', v')`, views of one buffer.

@@ -2,7 +2,7 @@
 
 use crate::backend::cpu::loss;
 use crate::primitive::no_gradient;
-use crate::{Array, ArrayData, Primitive, Result};
+use crate::{Array, ArrayData, Dtype, Primitive, Result};
 
 /// Per-row `logsumexp(logits) - logits[target]` over the last axis, without
 /// materialising a log-softmax. Inputs: logits `[..., V]`, integer targets `[...]`.
@@ -97,6 +97,9 @@ pub struct LinearCrossEntropyOptions {
     /// Classes whose logits are computed at a time; 0 picks about 16 MiB of
     /// logits per chunk.
     pub chunk: usize,
+    /// Rows taken at a time by [`crate::linear_cross_entropy_sum`], whose
+    /// blocks span every class; 0 picks about 24 MiB of logits per block.
+    pub block_rows: usize,
 }
 
 impl LinearCrossEntropyOptions {
@@ -114,6 +117,7 @@ impl LinearCrossEntropyOptions {
             ignore_index: self.ignore_index,
             label_smoothing: self.label_smoothing,
             chunk: self.chunk,
+            block_rows: self.block_rows,
         }
     }
 }
@@ -185,5 +189,81 @@ impl Primitive for LinearCrossEntropyGrad {
             "vjp",
             "linear_cross_entropy_grad has no vector-Jacobian product (no second derivatives)",
         ))
+    }
+}
+
+/// The weighted fused loss and its gradients computed together (see
+/// [`crate::linear_cross_entropy_sum`]). Inputs: `h`, `w`, targets, the f32
+/// row weights; output: one flat f32 buffer, `dh` then `dw` then the loss,
+/// which [`PackedLoss`] hands out.
+#[derive(Debug, Clone)]
+pub struct LinearCrossEntropyValueAndGrad(pub LinearCrossEntropyOptions);
+
+impl Primitive for LinearCrossEntropyValueAndGrad {
+    fn name(&self) -> &'static str {
+        "linear_cross_entropy_value_and_grad"
+    }
+    fn eval_cpu(&self, inputs: &[Array], _out: &Array) -> Result<ArrayData> {
+        let (h, w, t, rw) = (&inputs[0], &inputs[1], &inputs[2], &inputs[3]);
+        let (hd, wd, td, rd) = (h.data()?, w.data()?, t.data()?, rw.data()?);
+        loss::linear_cross_entropy_value_and_grad(
+            &self.0.args((&hd, h), (&wd, w), (&td, t)),
+            (&rd, rw.dtype()),
+        )
+    }
+    fn vjp(&self, _inputs: &[Array], _out: &Array, _ct: &Array) -> Result<Vec<Option<Array>>> {
+        Err(crate::Error::invalid(
+            "vjp",
+            "linear_cross_entropy_value_and_grad is differentiated through the loss it packs",
+        ))
+    }
+}
+
+/// The loss packed at the end of a [`LinearCrossEntropyValueAndGrad`] buffer,
+/// as a scalar view (no copy). Inputs: `h`, `w`, the packed buffer. Its
+/// vector-Jacobian product hands out the packed `dh` and `dw`, scaled by the
+/// cotangent unless that is the constant 1 (as `value_and_grad` seeds it),
+/// in which case they are views of the buffer, not copies.
+#[derive(Debug, Clone)]
+pub struct PackedLoss;
+
+impl PackedLoss {
+    fn view(inputs: &[Array]) -> Result<ArrayData> {
+        let packed = inputs[2].data()?;
+        let at = inputs[0].size() + inputs[1].size();
+        Ok(packed.view(vec![], packed.offset() + at))
+    }
+}
+
+impl Primitive for PackedLoss {
+    fn name(&self) -> &'static str {
+        "packed_loss"
+    }
+    #[cfg(feature = "gpu")]
+    fn eval_gpu(&self, inputs: &[Array], _out: &Array) -> Result<ArrayData> {
+        Self::view(inputs)
+    }
+    fn eval_cpu(&self, inputs: &[Array], _out: &Array) -> Result<ArrayData> {
+        Self::view(inputs)
+    }
+    fn vjp(&self, inputs: &[Array], _out: &Array, ct: &Array) -> Result<Vec<Option<Array>>> {
+        let (h, w, packed) = (&inputs[0], &inputs[1], &inputs[2]);
+        let (hn, wn) = (h.size() as i64, w.size() as i64);
+        let unit =
+            ct.is_evaluated() && ct.device() == crate::Device::Cpu && ct.to_vec::<f32>()? == [1.0];
+        let part = |from: i64, to: i64, like: &Array| -> Result<Array> {
+            let g = crate::reshape_to(&packed.slice_axis(0, from, to)?, like.shape())?;
+            let g = if unit {
+                g
+            } else {
+                g.multiply(&ct.astype(Dtype::F32)?)?
+            };
+            g.astype(like.dtype())
+        };
+        Ok(vec![
+            Some(part(0, hn, h)?),
+            Some(part(hn, hn + wn, w)?),
+            None,
+        ])
     }
 }

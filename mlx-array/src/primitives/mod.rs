@@ -45,6 +45,8 @@ pub fn primitive_names() -> Vec<&'static str> {
         "cross_entropy_grad",
         "linear_cross_entropy",
         "linear_cross_entropy_grad",
+        "linear_cross_entropy_value_and_grad",
+        "packed_loss",
         "tracer",
     ]);
     names

@@ -145,6 +145,10 @@ const IGNORED: usize = usize::MAX;
 /// Bytes of logits computed at a time when the caller does not choose.
 const CHUNK_BYTES: usize = 16 << 20;
 
+/// Bytes of logits per row block of the one-pass loss and gradient: larger
+/// blocks mean fewer passes of `dw` through memory.
+const BLOCK_BYTES: usize = 24 << 20;
+
 /// Targets as class indices, with rows equal to `ignore` marked [`IGNORED`].
 fn targets_ignoring(
     t: &ArrayData,
@@ -350,6 +354,7 @@ struct Lce<'a> {
     dims: usize,
     vocab: usize,
     cols: usize,
+    block_rows: usize,
     smoothing: f32,
 }
 
@@ -526,6 +531,125 @@ impl Lce<'_> {
     }
 }
 
+impl Lce<'_> {
+    /// Rows per block of [`Self::value_and_grad`]: as asked, else about
+    /// [`BLOCK_BYTES`] of f32 logits over the whole vocabulary, at least 8 rows.
+    fn block_rows(&self) -> usize {
+        let b = if self.block_rows > 0 {
+            self.block_rows
+        } else {
+            (BLOCK_BYTES / 4 / self.vocab.max(1)).max(8)
+        };
+        b.min(self.rows.max(1))
+    }
+
+    /// The weighted loss `sum_r rw[r] * loss_r` and its gradients `dh`, `dw`
+    /// in one pass, for a caller that knows it will differentiate. Rows are
+    /// taken a block at a time: the block's logits over every class (one
+    /// GEMM), each row's logsumexp, loss and `rw[r] * (softmax - target
+    /// distribution)` in place, then `dh[block] = g @ w` and `dw += g^T @
+    /// h[block]`: three GEMMs in all, against four for the forward and the
+    /// backward of [`Self::forward`] and [`Self::backward`], and each
+    /// exponential computed once.
+    fn value_and_grad(&self, rw: &[f32], dh: &mut [f32], dw: &mut [f32]) -> f32 {
+        let (rows, dims, vocab, s) = (self.rows, self.dims, self.vocab, self.smoothing);
+        let v = vocab as f32;
+        if rows == 0 || dims == 0 {
+            dw.fill(0.0);
+            dh.fill(0.0);
+            if dims > 0 {
+                return 0.0;
+            }
+        }
+        let block = self.block_rows();
+        let mut buf = ArrayData::alloc(&[block, vocab], Dtype::F32);
+        let buf = buf.as_mut_slice::<f32>(block * vocab);
+        let mut total = 0f64;
+        for (b, r0) in (0..rows).step_by(block).enumerate() {
+            let n = block.min(rows - r0);
+            let h = &self.h[r0 * dims..(r0 + n) * dims];
+            if dims > 0 {
+                chunk_logits(h, self.w, n, dims, 0, vocab, buf);
+            } else {
+                buf[..n * vocab].fill(0.0);
+            }
+            let losses: Vec<f32> = buf[..n * vocab]
+                .par_chunks_mut(vocab)
+                .zip(&self.tg[r0..r0 + n])
+                .zip(&rw[r0..r0 + n])
+                .with_min_len(4)
+                .map(|((row, &t), &c)| {
+                    if t == IGNORED || c == 0.0 {
+                        row.fill(0.0);
+                        return 0.0;
+                    }
+                    vectorised(|| {
+                        let target = row[t];
+                        let mean = if s > 0.0 { sum_of(row) / v } else { 0.0 };
+                        let m = max_of(row, f32::NEG_INFINITY);
+                        let mut acc = [0f32; LANES];
+                        let mut chunks = row.chunks_exact_mut(LANES);
+                        for ch in &mut chunks {
+                            for i in 0..LANES {
+                                ch[i] = math::exp(ch[i] - m);
+                                acc[i] += ch[i];
+                            }
+                        }
+                        let mut sum = acc.iter().sum::<f32>();
+                        for x in chunks.into_remainder() {
+                            *x = math::exp(*x - m);
+                            sum += *x;
+                        }
+                        let scale = c / sum;
+                        let uniform = c * s / v;
+                        for x in row.iter_mut() {
+                            *x = *x * scale - uniform;
+                        }
+                        row[t] -= c * (1.0 - s);
+                        c * (m + sum.ln() - (1.0 - s) * target - s * mean)
+                    })
+                })
+                .collect();
+            total += losses.iter().map(|&l| l as f64).sum::<f64>();
+            if dims == 0 {
+                continue;
+            }
+            // SAFETY: `buf` holds n x vocab gradients, `w` is vocab x dims,
+            // `h` n x dims; `dh[r0..]` (n x dims) and `dw` (vocab x dims) are
+            // outputs that overlap no input.
+            unsafe {
+                gemm(
+                    false,
+                    false,
+                    n,
+                    dims,
+                    vocab,
+                    buf.as_ptr(),
+                    vocab,
+                    self.w.as_ptr(),
+                    dims,
+                    0.0,
+                    dh.as_mut_ptr().add(r0 * dims),
+                );
+                gemm(
+                    true,
+                    false,
+                    vocab,
+                    dims,
+                    n,
+                    buf.as_ptr(),
+                    vocab,
+                    h.as_ptr(),
+                    dims,
+                    if b == 0 { 0.0 } else { 1.0 },
+                    dw.as_mut_ptr(),
+                );
+            }
+        }
+        total as f32
+    }
+}
+
 /// Shapes and options of a fused output projection + cross-entropy.
 pub struct LceArgs<'a> {
     /// Hidden states `[..., D]` and their dtype (also the weight's).
@@ -542,6 +666,9 @@ pub struct LceArgs<'a> {
     pub label_smoothing: f32,
     /// Classes per chunk (0 = about 16 MiB of logits).
     pub chunk: usize,
+    /// Rows per block of the one-pass loss and gradient (0 = about 24 MiB
+    /// of logits).
+    pub block_rows: usize,
 }
 
 /// Runs `f` on the dense f32 view of the arguments.
@@ -561,6 +688,7 @@ fn with_lce<R>(a: &LceArgs<'_>, f: impl FnOnce(&Lce<'_>) -> R) -> Result<R> {
         dims,
         vocab,
         cols: chunk_cols(rows, vocab, a.chunk),
+        block_rows: a.block_rows,
         smoothing: a.label_smoothing,
     };
     Ok(f(&lce))
@@ -599,4 +727,24 @@ pub fn linear_cross_entropy_grad(
     } else {
         copy_cast(&out, &[hn + wn], Dtype::F32, a.dtype)
     })
+}
+
+/// The weighted loss `sum_r rw[r] * loss_r` and its gradients in one pass
+/// (see `Lce::value_and_grad`): one flat f32 buffer holding `dh` (`h`'s
+/// shape), then `dw` (`[V, D]`), then the loss.
+pub fn linear_cross_entropy_value_and_grad(
+    a: &LceArgs<'_>,
+    rw: (&ArrayData, Dtype),
+) -> Result<ArrayData> {
+    let rows_shape = &a.h.1[..a.h.1.len() - 1];
+    let (hn, wn) = (size_of_shape(a.h.1), size_of_shape(a.w.1));
+    let n = size_of_shape(rows_shape);
+    let rwv = copy_cast(rw.0, rows_shape, rw.1, Dtype::F32);
+    let mut out = ArrayData::alloc(&[hn + wn + 1], Dtype::F32);
+    with_lce(a, |l| {
+        let (dh, rest) = out.as_mut_slice::<f32>(hn + wn + 1).split_at_mut(hn);
+        let (dw, total) = rest.split_at_mut(wn);
+        total[0] = l.value_and_grad(rwv.as_slice(n), dh, dw);
+    })?;
+    Ok(out)
 }
