@@ -225,7 +225,14 @@ fn as_scalar(o: &Array) -> Result<(Array, Vec<usize>)> {
             ),
         ));
     }
-    Ok((o.reshape(&[])?, o.shape().to_vec()))
+    // A 0-d output is used as it is, so that its vjp sees the seed itself
+    // (a constant 1 that fused losses can recognise) rather than a reshape.
+    let scalar = if o.ndim() == 0 {
+        o.clone()
+    } else {
+        o.reshape(&[])?
+    };
+    Ok((scalar, o.shape().to_vec()))
 }
 
 /// Runs `f` (returning one scalar) under [`vjp`] with a seed of 1 and gives
