@@ -129,6 +129,12 @@ impl Primitive for LinearCrossEntropy {
     fn name(&self) -> &'static str {
         "linear_cross_entropy"
     }
+    #[cfg(feature = "gpu")]
+    fn eval_gpu(&self, inputs: &[Array], _out: &Array) -> Result<ArrayData> {
+        let (h, w, t) = (&inputs[0], &inputs[1], &inputs[2]);
+        let (hd, wd, td) = (h.data()?, w.data()?, t.data()?);
+        crate::backend::gpu::linear_cross_entropy(&self.0.args((&hd, h), (&wd, w), (&td, t)))
+    }
     fn eval_cpu(&self, inputs: &[Array], _out: &Array) -> Result<ArrayData> {
         let (h, w, t) = (&inputs[0], &inputs[1], &inputs[2]);
         let (hd, wd, td) = (h.data()?, w.data()?, t.data()?);
@@ -170,6 +176,16 @@ pub struct LinearCrossEntropyGrad(pub LinearCrossEntropyOptions);
 impl Primitive for LinearCrossEntropyGrad {
     fn name(&self) -> &'static str {
         "linear_cross_entropy_grad"
+    }
+    #[cfg(feature = "gpu")]
+    fn eval_gpu(&self, inputs: &[Array], _out: &Array) -> Result<ArrayData> {
+        let (h, w, t, c, l) = (&inputs[0], &inputs[1], &inputs[2], &inputs[3], &inputs[4]);
+        let (hd, wd, td, cd, ld) = (h.data()?, w.data()?, t.data()?, c.data()?, l.data()?);
+        crate::backend::gpu::linear_cross_entropy_grad(
+            &self.0.args((&hd, h), (&wd, w), (&td, t)),
+            (&cd, c.dtype()),
+            &ld,
+        )
     }
     fn eval_cpu(&self, inputs: &[Array], _out: &Array) -> Result<ArrayData> {
         let (h, w, t, c, l) = (&inputs[0], &inputs[1], &inputs[2], &inputs[3], &inputs[4]);
