@@ -6,12 +6,14 @@
 //! `cargo run --release -p mlx-array --example lce_bench -- [rows] [reps] [chunk] [block]`
 //! (chunk: classes per chunk, 0 = the default of about 16 MiB of logits;
 //! block: rows per block of `linear_cross_entropy_sum`, 0 = about 24 MiB).
+//! `MLX_DEVICE=gpu` runs it on the GPU.
 
 use std::time::Instant;
 
+use mlx_array::device::with_device;
 use mlx_array::primitives::loss::LinearCrossEntropyOptions;
 use mlx_array::{
-    Array, Dtype, eval, linear_cross_entropy, linear_cross_entropy_sum, memory, random,
+    Array, Device, Dtype, eval, linear_cross_entropy, linear_cross_entropy_sum, memory, random,
     value_and_grad,
 };
 
@@ -26,9 +28,21 @@ fn main() -> mlx_array::Result<()> {
     let rows = args.first().copied().unwrap_or(2044);
     let reps = args.get(1).copied().unwrap_or(3);
     let (d, v) = (256, 50257);
-    let h = random::normal(&random::key(1), &[rows, d], Dtype::F32)?.mul_scalar(0.1)?;
-    let w = random::normal(&random::key(2), &[v, d], Dtype::F32)?.mul_scalar(0.1)?;
-    let t = random::randint(&random::key(3), 0, v as i64, &[rows], Dtype::I32)?;
+    // Inputs made on the CPU (randint needs i64), then moved to the default device.
+    let device = mlx_array::default_device();
+    println!("device: {device}");
+    let (h, w, t) = with_device(Device::Cpu, || -> mlx_array::Result<_> {
+        Ok((
+            random::normal(&random::key(1), &[rows, d], Dtype::F32)?.mul_scalar(0.1)?,
+            random::normal(&random::key(2), &[v, d], Dtype::F32)?.mul_scalar(0.1)?,
+            random::randint(&random::key(3), 0, v as i64, &[rows], Dtype::I32)?,
+        ))
+    })?;
+    let (h, w, t) = (
+        h.to_device(device),
+        w.to_device(device),
+        t.to_device(device),
+    );
     eval((&h, &w, &t))?;
     let gflop = 2.0 * (rows * d * v) as f64 / 1e9;
     let time = |what: &str, gemms: f64, f: &dyn Fn() -> mlx_array::Result<Vec<Array>>| {
@@ -39,6 +53,12 @@ fn main() -> mlx_array::Result<()> {
             let t0 = Instant::now();
             let out = f().expect("the graph builds");
             eval(&out).expect("it evaluates");
+            if device == Device::Gpu {
+                // eval only submits GPU work: wait for it by reading one element back.
+                let one = vec![mlx_array::SliceArg::range(0, 1); out[0].ndim()];
+                let first = with_device(Device::Gpu, || out[0].slice(&one)).expect("a slice");
+                first.to_device(Device::Cpu).eval().expect("it reads back");
+            }
             best = best.min(t0.elapsed().as_secs_f64());
             peak = memory::peak() - base;
         }

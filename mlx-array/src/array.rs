@@ -245,12 +245,17 @@ impl Array {
 
     /// The elements in row-major order, converted to `T` (as `astype` would).
     pub fn to_vec<T: Element>(&self) -> Result<Vec<T>> {
-        let a = if self.dtype() == T::DTYPE {
-            self.clone()
-        } else {
-            self.astype(T::DTYPE)?
-        };
-        let a = a.contiguous()?.to_device(Device::Cpu);
+        // Brought to the host first, then converted there, whatever the
+        // default device (the GPU cannot hold every dtype, i64 among them).
+        let a = crate::device::with_device(Device::Cpu, || {
+            let a = self.to_device(Device::Cpu);
+            let a = if a.dtype() == T::DTYPE {
+                a
+            } else {
+                a.astype(T::DTYPE)?
+            };
+            a.contiguous()
+        })?;
         a.eval()?;
         let data = a.data()?;
         Ok(data.as_slice::<T>(a.size()).to_vec())

@@ -67,18 +67,23 @@ fn io_err(path: &Path, source: std::io::Error) -> Error {
     }
 }
 
-/// Writes named arrays (evaluating them) to a safetensors file, atomically:
-/// the file appears complete under its name or not at all.
+/// Writes named arrays (evaluating them, and copying those on the GPU to the
+/// host) to a safetensors file, atomically: the file appears complete under
+/// its name or not at all.
 pub fn save_safetensors(
     path: impl AsRef<Path>,
     arrays: &[(String, Array)],
     metadata: Option<HashMap<String, String>>,
 ) -> Result<()> {
     let path = path.as_ref();
-    let contiguous = arrays
-        .iter()
-        .map(|(_, a)| a.contiguous())
-        .collect::<Result<Vec<_>>>()?;
+    // Arrays on the GPU come back to the host (the copy is placed on the CPU
+    // whatever the default device).
+    let contiguous = crate::device::with_device(crate::Device::Cpu, || {
+        arrays
+            .iter()
+            .map(|(_, a)| a.to_device(crate::Device::Cpu).contiguous())
+            .collect::<Result<Vec<_>>>()
+    })?;
     crate::eval(&contiguous)?;
     let bytes = arrays
         .iter()

@@ -98,7 +98,7 @@ pub struct TrainConfig {
     pub log_every: u64,
     /// Bucket size of gradient averaging in bytes.
     pub all_reduce_size: usize,
-    /// Device: `cpu` (the GPU backend is not available yet).
+    /// Device: `cpu` or `gpu` (any adapter wgpu finds).
     pub device: String,
     /// Where token stores and tokenizers are cached (default: `MLX_DATA_CACHE`
     /// or `~/.cache/mlx-data`).

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::{Context, Result, anyhow, bail};
-use mlx_array::{Array, Dtype, Tree, eval, memory};
+use mlx_array::{Array, Device, Dtype, Tree, eval, memory};
 use mlx_data::{
     BatchMode, BatchSize, DataConfig, DataLoader, LoaderConfig, LoaderState, Prefetcher,
     TokenStore, TokenizerSpec,
@@ -170,13 +170,21 @@ fn evaluate(model: &Llama, val: &mut DataLoader, batches: usize, group: &Group) 
 
 /// Trains on `group` as configured. Every rank calls this with the same
 /// configuration; rank 0 reports and writes checkpoints.
+///
+/// With `device = "gpu"` the model, its gradients and the optimizer run on
+/// the GPU (ops built by this thread are placed there; collectives stay on
+/// the CPU and transfers are inserted where arrays cross); without a usable
+/// adapter it fails at once with the reason.
 pub fn train(cfg: &TrainConfig, group: &Group) -> Result<Summary> {
-    if cfg.device != "cpu" {
-        bail!(
-            "device `{}` is not available: this build runs on the CPU only (the GPU backend is not implemented yet)",
-            cfg.device
-        );
+    let device: Device = cfg.device.parse().map_err(|e| anyhow!("{e}"))?;
+    if device == Device::Gpu {
+        mlx_array::device::gpu_available()
+            .map_err(|e| anyhow!("--device gpu: no usable GPU adapter: {e}"))?;
     }
+    mlx_array::device::with_device(device, || train_on(cfg, group))
+}
+
+fn train_on(cfg: &TrainConfig, group: &Group) -> Result<Summary> {
     if cfg.grad_accumulation == 0 || cfg.steps == 0 || cfg.block_size == 0 {
         bail!("steps, block size and gradient accumulation must all be at least 1");
     }
@@ -207,7 +215,11 @@ pub fn train(cfg: &TrainConfig, group: &Group) -> Result<Summary> {
         ..cfg.model.clone()
     };
     let mut model = Llama::new(&model_cfg, cfg.seed)?;
-    let mut opt = AdamW::new(lr_schedule(cfg)?).weight_decay(cfg.weight_decay);
+    // mlx-optim's fused Adam kernel is CPU-only; on the GPU the op-by-op
+    // update (bit-identical to it) runs instead.
+    let mut opt = AdamW::new(lr_schedule(cfg)?)
+        .weight_decay(cfg.weight_decay)
+        .fused(mlx_array::default_device() == Device::Cpu);
     let mut train_loader = loader(data.train.clone(), cfg, group, batch)?;
     let mut val_loader = loader(data.validation.clone(), cfg, group, batch)?;
 

@@ -222,3 +222,39 @@ fn cross_entropy_gradient_matches_the_cpu_and_donates_on_the_gpu() {
         );
     }
 }
+
+#[test]
+fn gpu_arrays_save_to_safetensors_and_load_on_the_host() {
+    let Some(_gpu) = gpu() else { return };
+    let x = Array::from_slice(&[1.5f32, -2.0, 3.25, 4.0, 5.0, -6.5], &[2, 3]).unwrap();
+    let (y, z) = with_device(Device::Gpu, || {
+        let y = x.mul_scalar(2.0).unwrap();
+        // A transposed view at an offset, as the optimizer hands out.
+        let z = y.transpose(&[1, 0]).unwrap().slice_axis(0, 1, 3).unwrap();
+        (y, z)
+    });
+    assert_eq!(y.device(), Device::Gpu);
+    let dir = std::env::temp_dir().join(format!("mlx-gpu-save-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("w.safetensors");
+    // Saved from inside a GPU scope, as a trainer on the GPU does.
+    with_device(Device::Gpu, || {
+        mlx_array::save_safetensors(
+            &path,
+            &[("y".into(), y.clone()), ("z".into(), z.clone())],
+            None,
+        )
+    })
+    .unwrap();
+    let (loaded, _) = mlx_array::load_safetensors(&path).unwrap();
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert_eq!(
+        loaded["y"].to_vec::<f32>().unwrap(),
+        y.to_vec::<f32>().unwrap()
+    );
+    assert_eq!(loaded["z"].shape(), &[2, 2]);
+    assert_eq!(
+        loaded["z"].to_vec::<f32>().unwrap(),
+        vec![-4.0, 10.0, 6.5, -13.0]
+    );
+}

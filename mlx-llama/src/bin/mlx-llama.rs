@@ -111,7 +111,7 @@ struct TrainArgs {
     /// Log every N steps.
     #[arg(long, default_value_t = 1)]
     log_every: u64,
-    /// Device: cpu (gpu is not available yet).
+    /// Device: cpu or gpu (any adapter wgpu finds; Mesa's lavapipe on Linux without a GPU).
     #[arg(long, default_value = "cpu")]
     device: String,
     /// Collective backend: any, ring, quic, mpi.

@@ -177,7 +177,7 @@ fn targets_ignoring(
 
 /// Vocabulary columns per chunk: `requested` when set, else about
 /// [`CHUNK_BYTES`] of f32 logits for `rows` rows.
-fn chunk_cols(rows: usize, vocab: usize, requested: usize) -> usize {
+pub(crate) fn chunk_cols(rows: usize, vocab: usize, requested: usize) -> usize {
     let c = if requested > 0 {
         requested
     } else {

@@ -31,15 +31,37 @@ pub fn matmul(
     if !dtype.is_float() {
         return Err(Error::eval("matmul", format!("no GPU kernel for {dtype}")));
     }
-    let nd = out_shape.len();
-    let (m, n, k) = (out_shape[nd - 2], out_shape[nd - 1], a_shape[nd - 1]);
     let total = size_of_shape(out_shape);
     codegen::check_size("matmul", total, &[a, b])?;
     codegen::check_size("matmul", size_of_shape(a_shape), &[])?;
     codegen::check_size("matmul", size_of_shape(b_shape), &[])?;
     let out = alloc(out_shape, dtype)?;
+    record(a, a_shape, b, dtype, out_shape, &out, 0, false)?;
+    Ok(out)
+}
+
+/// Records `out[out_offset..] (+)= a @ b` (a dense `[..., m, n]` block of
+/// `dtype` elements; with `accumulate`, added to what is there, which needs
+/// an unpacked dtype) into `out`, reading `a` and `b` through their views.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn record(
+    a: &ArrayData,
+    a_shape: &[usize],
+    b: &ArrayData,
+    dtype: Dtype,
+    out_shape: &[usize],
+    out: &ArrayData,
+    out_offset: usize,
+    accumulate: bool,
+) -> Result<()> {
+    // Packed outputs are cleared and OR-ed into from their first word.
+    debug_assert!(!codegen::packed(dtype) || (out_offset == 0 && !accumulate));
+    debug_assert!(!accumulate || dtype == Dtype::F32);
+    let nd = out_shape.len();
+    let (m, n, k) = (out_shape[nd - 2], out_shape[nd - 1], a_shape[nd - 1]);
+    let total = size_of_shape(out_shape);
     if total == 0 {
-        return Ok(out);
+        return Ok(());
     }
     let batch: usize = out_shape[..nd - 2].iter().product();
     let (tm, tn) = (m.div_ceil(TILE), n.div_ceil(TILE));
@@ -59,6 +81,7 @@ pub fn matmul(
         b.offset() as u32,
         sb[nd - 2] as i32 as u32,
         sb[nd - 1] as i32 as u32,
+        out_offset as u32,
     ];
     meta.extend(out_shape[..nd - 2].iter().map(|&d| d as u32));
     meta.extend(sa[..nd - 2].iter().map(|&s| s as i32 as u32));
@@ -66,26 +89,33 @@ pub fn matmul(
     // Column-major staging when the row stride is the unit one.
     let a_cols = sa[nd - 2] == 1 && sa[nd - 1] != 1;
     let b_cols = sb[nd - 2] == 1 && sb[nd - 1] != 1;
-    let key = format!("matmul:{dtype}:{a_cols}:{b_cols}");
-    let pipeline = context()?.pipeline(&key, || source(dtype, a_cols, b_cols))?;
+    let key = format!("matmul:{dtype}:{a_cols}:{b_cols}:{accumulate}");
+    let pipeline = context()?.pipeline(&key, || source(dtype, a_cols, b_cols, accumulate))?;
     dispatch_groups(
         &pipeline,
         &meta,
         &[a, b],
-        &out,
+        out,
         total * dtype.size_of(),
         codegen::packed(dtype),
         tiles,
     )?;
-    Ok(out)
+    Ok(())
 }
 
-fn source(dtype: Dtype, a_cols: bool, b_cols: bool) -> String {
+fn source(dtype: Dtype, a_cols: bool, b_cols: bool, accumulate: bool) -> String {
     let mut src = String::from(codegen::PRELUDE);
     src.push_str(codegen::META);
     src.push_str(&codegen::input("a", 1, dtype));
     src.push_str(&codegen::input("b", 2, dtype));
-    src.push_str(&codegen::output(3, dtype));
+    if accumulate {
+        src.push_str(
+            "@group(0) @binding(3) var<storage, read_write> out: array<f32>;\n\
+             fn store_out(i: u32, v: f32) { out[i] = out[i] + v; }\n",
+        );
+    } else {
+        src.push_str(&codegen::output(3, dtype));
+    }
     // Staging element e (of 1024) of the a tile: row (of 64) and depth (of 16).
     let (a_row, a_k) = if a_cols {
         ("e & 63u", "e >> 6u")
@@ -146,10 +176,10 @@ var<workgroup> tile_b: array<f32, 1024>;
     var bo = bitcast<i32>(params[10]);
     var rem = bi;
     for (var d = i32(nb) - 1; d >= 0; d = d - 1) {{
-        let s = params[13u + u32(d)];
+        let s = params[14u + u32(d)];
         let c = i32(rem % s);
-        ao = ao + c * bitcast<i32>(params[13u + nb + u32(d)]);
-        bo = bo + c * bitcast<i32>(params[13u + 2u * nb + u32(d)]);
+        ao = ao + c * bitcast<i32>(params[14u + nb + u32(d)]);
+        bo = bo + c * bitcast<i32>(params[14u + 2u * nb + u32(d)]);
         rem = rem / s;
     }}
     let ars = bitcast<i32>(params[8]);
@@ -186,7 +216,7 @@ var<workgroup> tile_b: array<f32, 1024>;
         workgroupBarrier();
     }}
     if (live) {{
-        let ob = bi * m * n;
+        let ob = params[13] + bi * m * n;
         let row0 = tm * 64u + ty * 4u;
         let col0 = tn * 64u + tx * 4u;
 {store}    }}

@@ -1,0 +1,567 @@
+//! The output projection fused with the softmax cross-entropy, and its
+//! gradient, without ever holding the `[rows, V]` logits: as on the CPU
+//! (`backend/cpu/loss.rs`), the classes are taken one chunk at a time, each
+//! chunk's logits computed by the tiled matmul into one pooled scratch
+//! buffer. The forward pass keeps per-row running statistics (max, sum of
+//! exponentials, target logit, logit total) with an online logsumexp; the
+//! backward pass recovers each row's logsumexp from its loss, turns every
+//! chunk into `ct * (softmax - target distribution)` in place and
+//! accumulates `dh += g @ w[chunk]` and `dw[chunk] = g^T @ h` with the
+//! matmul. Everything is recorded into the eval's one command encoder.
+//!
+//! `h` and `w` are computed in f32 whatever their dtype (as on the CPU); the
+//! gradient is cast back to it at the end. Targets out of range (which the
+//! CPU rejects at eval) give a NaN loss and NaN gradient rows.
+
+use super::codegen;
+use super::indexing::{Meta, VLOC};
+use super::{alloc, astype, context, copy_contiguous, dispatch, matmul, supported};
+use crate::backend::cpu::loss::{LceArgs, chunk_cols};
+use crate::primitive::ArrayData;
+use crate::shape::size_of_shape;
+use crate::{Dtype, Error, Result};
+
+const OP: &str = "linear_cross_entropy";
+
+/// Resolved target of a row whose target equals the ignore index.
+const IGNORED: u32 = u32::MAX;
+
+/// Shapes, f32 operands and resolved targets shared by both passes.
+struct Setup {
+    rows: usize,
+    dims: usize,
+    vocab: usize,
+    cols: usize,
+    smoothing: f32,
+    /// `h` as dense f32 `[rows, dims]`.
+    h: ArrayData,
+    /// `w` as dense f32 `[vocab, dims]`.
+    w: ArrayData,
+    /// Per row: its class, [`IGNORED`], or `IGNORED - 1` when out of range.
+    tg: ArrayData,
+}
+
+/// `data` (of `shape` and `dtype`) as a dense f32 array.
+fn f32_dense(data: &ArrayData, shape: &[usize], dtype: Dtype) -> Result<ArrayData> {
+    if dtype != Dtype::F32 {
+        astype(data, shape, dtype, Dtype::F32)
+    } else if codegen::is_dense(data, shape) {
+        Ok(data.clone())
+    } else {
+        copy_contiguous(data, shape, dtype)
+    }
+}
+
+/// The view `[rows, cols]` of dense f32 `data` starting `at` elements in,
+/// with the given strides.
+fn view2(data: &ArrayData, at: usize, strides: [usize; 2]) -> ArrayData {
+    data.view(
+        vec![strides[0] as isize, strides[1] as isize],
+        data.offset() + at,
+    )
+}
+
+impl Setup {
+    fn new(a: &LceArgs<'_>, op: &'static str) -> Result<Setup> {
+        if !matches!(a.dtype, Dtype::F32 | Dtype::F16 | Dtype::BF16) {
+            return Err(Error::eval(
+                op,
+                format!(
+                    "hidden states and weight must be floating point, got {}",
+                    a.dtype
+                ),
+            ));
+        }
+        let (t, t_dtype) = a.t;
+        supported(t_dtype)?;
+        if !matches!(t_dtype, Dtype::I32 | Dtype::U32) {
+            return Err(Error::gpu(format!(
+                "{op}: targets must be i32 or u32 on the GPU, got {t_dtype}"
+            )));
+        }
+        let dims = *a.h.1.last().expect("hidden states have a feature axis");
+        let rows_shape = &a.h.1[..a.h.1.len() - 1];
+        let rows = size_of_shape(rows_shape);
+        let vocab = a.w.1[0];
+        codegen::check_size(op, rows * dims, &[a.h.0, a.w.0, t])?;
+        codegen::check_size(op, vocab * dims, &[])?;
+        let c = context()?;
+        let max_bytes = c
+            .limits
+            .max_storage_buffer_binding_size
+            .min(c.limits.max_buffer_size) as usize;
+        // A chunk of logits must fit one storage buffer (and 32-bit indices).
+        let fit = (max_bytes.min(u32::MAX as usize / 2) / 4 / rows.max(1)).max(1);
+        let cols = chunk_cols(rows, vocab, a.chunk).min(fit);
+        let h = f32_dense(a.h.0, a.h.1, a.dtype)?;
+        let w = f32_dense(a.w.0, a.w.1, a.dtype)?;
+        let tg = resolve_targets(t, rows_shape, t_dtype, vocab, a.ignore_index)?;
+        Ok(Setup {
+            rows,
+            dims,
+            vocab,
+            cols,
+            smoothing: a.label_smoothing,
+            h,
+            w,
+            tg,
+        })
+    }
+
+    /// Records `x[.., ..n] = h @ w[c0..c0 + n]^T` into the dense `[rows, n]`
+    /// scratch `x`.
+    fn chunk_logits(&self, x: &ArrayData, c0: usize, n: usize) -> Result<()> {
+        let (rows, dims) = (self.rows, self.dims);
+        matmul::record(
+            &view2(&self.h, 0, [dims, 1]),
+            &[rows, dims],
+            &view2(&self.w, c0 * dims, [1, dims]),
+            Dtype::F32,
+            &[rows, n],
+            x,
+            0,
+            false,
+        )
+    }
+
+    /// The chunks: `(first class, classes)`.
+    fn chunks(&self) -> impl Iterator<Item = (usize, usize)> + '_ {
+        (0..self.vocab)
+            .step_by(self.cols)
+            .map(|c0| (c0, self.cols.min(self.vocab - c0)))
+    }
+}
+
+/// Per row, a dense u32: its class, [`IGNORED`] when it equals the ignore
+/// index, `IGNORED - 1` when out of range.
+fn resolve_targets(
+    t: &ArrayData,
+    rows_shape: &[usize],
+    t_dtype: Dtype,
+    vocab: usize,
+    ignore: Option<i64>,
+) -> Result<ArrayData> {
+    let rows = size_of_shape(rows_shape);
+    // The ignore index as the target's 32 bits, when a target can equal it.
+    let range = match t_dtype {
+        Dtype::I32 => i32::MIN as i64..=i32::MAX as i64,
+        _ => 0..=u32::MAX as i64,
+    };
+    let ign = ignore.filter(|i| range.contains(i));
+    let mut m = Meta(vec![
+        rows as u32,
+        vocab as u32,
+        ign.is_some() as u32,
+        ign.unwrap_or(0) as u32,
+        0,
+    ]);
+    m.0[4] = m.view(t, rows_shape);
+    let key = format!("lce_targets:{t_dtype}");
+    let pipeline = context()?.pipeline(&key, || {
+        let mut s = String::from(codegen::PRELUDE);
+        s.push_str(codegen::META);
+        s.push_str(VLOC);
+        s.push_str(&codegen::input("t", 1, t_dtype));
+        s.push_str("@group(0) @binding(2) var<storage, read_write> out: array<u32>;\n");
+        s.push_str(codegen::ENTRY);
+        s.push_str(&format!(
+            r#" {{
+    {index}
+    if (i >= params[0]) {{ return; }}
+    let raw = bitcast<u32>(load_t(vloc(i, params[4])));
+    var r = raw;
+    if (params[2] != 0u && raw == params[3]) {{ r = {IGNORED}u; }} else if (raw >= params[1]) {{ r = {bad}u; }}
+    out[i] = r;
+}}
+"#,
+            index = codegen::THREAD_INDEX,
+            bad = IGNORED - 1,
+        ));
+        s
+    })?;
+    let out = alloc(&[rows], Dtype::U32)?;
+    dispatch(&pipeline, &m.0, &[t], &out, rows * 4, false, rows)?;
+    Ok(out)
+}
+
+/// `red` reductions over the 256 invocations of a workgroup (call from
+/// uniform control flow; every invocation gets the result).
+const WORKGROUP_REDUCE: &str = r#"
+var<workgroup> red: array<f32, 256>;
+fn reduce_max(v: f32, lid: u32) -> f32 {
+    red[lid] = v;
+    workgroupBarrier();
+    for (var s = 128u; s > 0u; s = s >> 1u) {
+        if (lid < s) { red[lid] = max(red[lid], red[lid + s]); }
+        workgroupBarrier();
+    }
+    let r = red[0];
+    workgroupBarrier();
+    return r;
+}
+fn reduce_sum(v: f32, lid: u32) -> f32 {
+    red[lid] = v;
+    workgroupBarrier();
+    for (var s = 128u; s > 0u; s = s >> 1u) {
+        if (lid < s) { red[lid] = red[lid] + red[lid + s]; }
+        workgroupBarrier();
+    }
+    let r = red[0];
+    workgroupBarrier();
+    return r;
+}
+"#;
+
+/// One workgroup per row: folds the chunk `x` (`[rows, n]`, classes `c0..`)
+/// into the row's running `(max, sum of exp(x - max), x[target], sum x)` in
+/// `stats`; after the last chunk writes the row's loss.
+fn stats_source() -> String {
+    let mut s = String::from(codegen::PRELUDE);
+    s.push_str(codegen::META);
+    s.push_str(WORKGROUP_REDUCE);
+    s.push_str(
+        r#"@group(0) @binding(1) var<storage, read> x: array<f32>;
+@group(0) @binding(2) var<storage, read> tg: array<u32>;
+@group(0) @binding(3) var<storage, read_write> stats: array<f32>;
+@group(0) @binding(4) var<storage, read_write> out: array<f32>;
+"#,
+    );
+    s.push_str(codegen::GROUP_ENTRY);
+    s.push_str(&format!(
+        r#" {{
+    {index}
+    let row = g;
+    if (row >= params[0]) {{ return; }}
+    let n = params[1];
+    let c0 = params[2];
+    let first = params[3] != 0u;
+    let last = params[4] != 0u;
+    let vocab = params[5];
+    let sm = bitcast<f32>(params[6]);
+    let ninf = bitcast<f32>(0xff800000u);
+    let base = row * n;
+    let t = tg[row];
+    var m0 = ninf;
+    var s0 = 0.0;
+    var xt = 0.0;
+    var tot = 0.0;
+    if (!first) {{
+        m0 = stats[row * 4u];
+        s0 = stats[row * 4u + 1u];
+        xt = stats[row * 4u + 2u];
+        tot = stats[row * 4u + 3u];
+    }}
+    var pm = ninf;
+    for (var j = lid; j < n; j = j + 256u) {{ pm = max(pm, x[base + j]); }}
+    let m = max(m0, reduce_max(pm, lid));
+    var pe = 0.0;
+    var ps = 0.0;
+    if (m != ninf) {{
+        for (var j = lid; j < n; j = j + 256u) {{
+            let v = x[base + j];
+            pe = pe + exp(v - m);
+            ps = ps + v;
+        }}
+    }}
+    let fresh = reduce_sum(pe, lid);
+    let chunk_total = reduce_sum(ps, lid);
+    if (lid != 0u) {{ return; }}
+    if (m != ninf) {{
+        var carried = 0.0;
+        if (m0 != ninf) {{ carried = s0 * exp(m0 - m); }}
+        s0 = carried + fresh;
+        m0 = m;
+        if (t >= c0 && t < c0 + n) {{ xt = x[base + t - c0]; }}
+        tot = tot + chunk_total;
+    }}
+    stats[row * 4u] = m0;
+    stats[row * 4u + 1u] = s0;
+    stats[row * 4u + 2u] = xt;
+    stats[row * 4u + 3u] = tot;
+    if (last) {{
+        var loss = m0 + log(s0) - (1.0 - sm) * xt - sm * tot / f32(vocab);
+        if (t == {IGNORED}u) {{ loss = 0.0; }} else if (t >= vocab) {{ loss = bitcast<f32>(0x7fc00000u); }}
+        out[row] = loss;
+    }}
+}}
+"#,
+        index = codegen::GROUP_INDEX,
+    ));
+    s
+}
+
+/// Per-row cross-entropy of the logits `h @ w^T`, one chunk of classes at a
+/// time: f32 losses of shape `h.shape[..-1]`.
+pub fn linear_cross_entropy(a: &LceArgs<'_>) -> Result<ArrayData> {
+    let st = Setup::new(a, OP)?;
+    let rows = st.rows;
+    let out = alloc(&a.h.1[..a.h.1.len() - 1], Dtype::F32)?;
+    if rows == 0 {
+        return Ok(out);
+    }
+    let x = alloc(&[rows, st.cols], Dtype::F32)?;
+    let stats = alloc(&[rows, 4], Dtype::F32)?;
+    let pipeline = context()?.pipeline("lce_stats", stats_source)?;
+    for (c0, n) in st.chunks() {
+        st.chunk_logits(&x, c0, n)?;
+        let meta = [
+            rows as u32,
+            n as u32,
+            c0 as u32,
+            (c0 == 0) as u32,
+            (c0 + n == st.vocab) as u32,
+            st.vocab as u32,
+            st.smoothing.to_bits(),
+        ];
+        super::dispatch_groups(
+            &pipeline,
+            &meta,
+            &[&x, &st.tg, &stats],
+            &out,
+            rows * 4,
+            false,
+            rows,
+        )?;
+    }
+    Ok(out)
+}
+
+/// `mean(w, axis 0)` as dense f32 `[dims]` (for label smoothing).
+fn column_mean(st: &Setup) -> Result<ArrayData> {
+    let pipeline = context()?.pipeline("lce_column_mean", || {
+        let mut s = String::from(codegen::PRELUDE);
+        s.push_str(codegen::META);
+        s.push_str(
+            r#"@group(0) @binding(1) var<storage, read> w: array<f32>;
+@group(0) @binding(2) var<storage, read_write> out: array<f32>;
+"#,
+        );
+        s.push_str(codegen::ENTRY);
+        s.push_str(&format!(
+            r#" {{
+    {index}
+    let dims = params[0];
+    if (i >= dims) {{ return; }}
+    var acc = 0.0;
+    for (var v = 0u; v < params[1]; v = v + 1u) {{ acc = acc + w[params[2] + v * dims + i]; }}
+    out[i] = acc / f32(params[1]);
+}}
+"#,
+            index = codegen::THREAD_INDEX,
+        ));
+        s
+    })?;
+    let out = alloc(&[st.dims], Dtype::F32)?;
+    let meta = [st.dims as u32, st.vocab as u32, st.w.offset() as u32];
+    dispatch(
+        &pipeline,
+        &meta,
+        &[&st.w],
+        &out,
+        st.dims * 4,
+        false,
+        st.dims,
+    )?;
+    Ok(out)
+}
+
+/// Per row `(logsumexp, cotangent)`: the logsumexp from the loss
+/// (`loss + (1 - s) x[t] + s mean(x)`, with `x[t]` and `mean(x)` as dot
+/// products); `(0, 0)` for ignored rows and rows with a zero cotangent,
+/// NaNs for rows whose target is out of range.
+fn row_terms(
+    st: &Setup,
+    loss: &ArrayData,
+    ct: &ArrayData,
+    w_mean: Option<&ArrayData>,
+) -> Result<ArrayData> {
+    let smooth = w_mean.is_some();
+    let key = format!("lce_rows:{smooth}");
+    let pipeline = context()?.pipeline(&key, || {
+        let mut s = String::from(codegen::PRELUDE);
+        s.push_str(codegen::META);
+        s.push_str(
+            r#"@group(0) @binding(1) var<storage, read> h: array<f32>;
+@group(0) @binding(2) var<storage, read> w: array<f32>;
+@group(0) @binding(3) var<storage, read> tg: array<u32>;
+@group(0) @binding(4) var<storage, read> ct: array<f32>;
+@group(0) @binding(5) var<storage, read> loss: array<f32>;
+"#,
+        );
+        let out_at = if smooth {
+            s.push_str("@group(0) @binding(6) var<storage, read> wm: array<f32>;\n");
+            7
+        } else {
+            6
+        };
+        s.push_str(&format!(
+            "@group(0) @binding({out_at}) var<storage, read_write> out: array<f32>;\n"
+        ));
+        s.push_str(codegen::ENTRY);
+        let mean = if smooth {
+            "for (var d = 0u; d < dims; d = d + 1u) { mean = mean + h[hb + d] * wm[d]; }"
+        } else {
+            ""
+        };
+        s.push_str(&format!(
+            r#" {{
+    {index}
+    if (i >= params[0]) {{ return; }}
+    let dims = params[1];
+    let vocab = params[2];
+    let sm = bitcast<f32>(params[3]);
+    let t = tg[i];
+    let c = ct[params[6] + i];
+    var lse = 0.0;
+    var cr = 0.0;
+    if (t < vocab && c != 0.0) {{
+        let hb = params[4] + i * dims;
+        let wb = params[5] + t * dims;
+        var xt = 0.0;
+        for (var d = 0u; d < dims; d = d + 1u) {{ xt = xt + h[hb + d] * w[wb + d]; }}
+        var mean = 0.0;
+        {mean}
+        lse = loss[params[7] + i] + (1.0 - sm) * xt + sm * mean;
+        cr = c;
+    }} else if (t == {bad}u) {{
+        lse = bitcast<f32>(0x7fc00000u);
+        cr = lse;
+    }}
+    out[i * 2u] = lse;
+    out[i * 2u + 1u] = cr;
+}}
+"#,
+            index = codegen::THREAD_INDEX,
+            bad = IGNORED - 1,
+        ));
+        s
+    })?;
+    let rows = st.rows;
+    let out = alloc(&[rows, 2], Dtype::F32)?;
+    let meta = [
+        rows as u32,
+        st.dims as u32,
+        st.vocab as u32,
+        st.smoothing.to_bits(),
+        st.h.offset() as u32,
+        st.w.offset() as u32,
+        ct.offset() as u32,
+        loss.offset() as u32,
+    ];
+    let mut inputs = vec![&st.h, &st.w, &st.tg, ct, loss];
+    inputs.extend(w_mean);
+    dispatch(&pipeline, &meta, &inputs, &out, rows * 8, false, rows)?;
+    Ok(out)
+}
+
+/// In place over the chunk `x` (`[rows, n]`, classes `c0..`):
+/// `ct * (softmax(x) - (1 - s) onehot(t) - s / V)`, zero for rows whose
+/// cotangent is zero.
+fn grad_source() -> String {
+    let mut s = String::from(codegen::PRELUDE);
+    s.push_str(codegen::META);
+    s.push_str(
+        r#"@group(0) @binding(1) var<storage, read> terms: array<f32>;
+@group(0) @binding(2) var<storage, read> tg: array<u32>;
+@group(0) @binding(3) var<storage, read_write> x: array<f32>;
+"#,
+    );
+    s.push_str(codegen::ENTRY);
+    s.push_str(&format!(
+        r#" {{
+    {index}
+    let n = params[1];
+    if (i >= params[0] * n) {{ return; }}
+    let r = i / n;
+    let j = i % n;
+    let lse = terms[r * 2u];
+    let c = terms[r * 2u + 1u];
+    let sm = bitcast<f32>(params[3]);
+    var g = 0.0;
+    if (c != 0.0) {{
+        g = exp(x[i] - lse) * c - c * sm / f32(params[4]);
+        if (tg[r] == params[2] + j) {{ g = g - c * (1.0 - sm); }}
+    }}
+    x[i] = g;
+}}
+"#,
+        index = codegen::THREAD_INDEX,
+    ));
+    s
+}
+
+/// The gradients of [`linear_cross_entropy`] for row cotangents `ct` given
+/// its f32 `loss`: one flat buffer of `a.dtype` holding `dh` (`h`'s shape)
+/// followed by `dw` (`[V, D]`).
+pub fn linear_cross_entropy_grad(
+    a: &LceArgs<'_>,
+    ct: (&ArrayData, Dtype),
+    loss: &ArrayData,
+) -> Result<ArrayData> {
+    const GRAD: &str = "linear_cross_entropy_grad";
+    supported(ct.1)?;
+    let st = Setup::new(a, GRAD)?;
+    let (rows, dims) = (st.rows, st.dims);
+    let rows_shape = &a.h.1[..a.h.1.len() - 1];
+    let (hn, wn) = (rows * dims, st.vocab * dims);
+    codegen::check_size(GRAD, hn + wn, &[ct.0, loss])?;
+    let flat = alloc(&[hn + wn], Dtype::F32)?;
+    if hn + wn > 0 {
+        let ctv = f32_dense(ct.0, rows_shape, ct.1)?;
+        let lossv = f32_dense(loss, rows_shape, Dtype::F32)?;
+        let w_mean = if st.smoothing > 0.0 {
+            Some(column_mean(&st)?)
+        } else {
+            None
+        };
+        let terms = row_terms(&st, &lossv, &ctv, w_mean.as_ref())?;
+        let x = alloc(&[rows, st.cols], Dtype::F32)?;
+        let pipeline = context()?.pipeline("lce_grad", grad_source)?;
+        for (c0, n) in st.chunks() {
+            st.chunk_logits(&x, c0, n)?;
+            let meta = [
+                rows as u32,
+                n as u32,
+                c0 as u32,
+                st.smoothing.to_bits(),
+                st.vocab as u32,
+            ];
+            dispatch(
+                &pipeline,
+                &meta,
+                &[&terms, &st.tg],
+                &x,
+                rows * n * 4,
+                false,
+                rows * n,
+            )?;
+            // dh (+)= g @ w[chunk]
+            matmul::record(
+                &view2(&x, 0, [n, 1]),
+                &[rows, n],
+                &view2(&st.w, c0 * dims, [dims, 1]),
+                Dtype::F32,
+                &[rows, dims],
+                &flat,
+                0,
+                c0 > 0,
+            )?;
+            // dw[chunk] = g^T @ h
+            matmul::record(
+                &view2(&x, 0, [1, n]),
+                &[n, rows],
+                &view2(&st.h, 0, [dims, 1]),
+                Dtype::F32,
+                &[n, dims],
+                &flat,
+                hn + c0 * dims,
+                false,
+            )?;
+        }
+    }
+    if a.dtype == Dtype::F32 {
+        Ok(flat)
+    } else {
+        astype(&flat, &[hn + wn], Dtype::F32, a.dtype)
+    }
+}

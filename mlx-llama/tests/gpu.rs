@@ -1,0 +1,132 @@
+//! The trainer on the GPU (`device = "gpu"`): the same losses as on the CPU.
+//!
+//! Without an adapter these tests skip with a printed reason, except when
+//! `CI` or `MLX_REQUIRE_GPU` is set: there they fail (as the GPU conformance
+//! suite of mlx-array does; CI installs Mesa's lavapipe).
+
+use std::path::{Path, PathBuf};
+
+use mlx_llama::{Batching, DataSource, LlamaConfig, TrainConfig, train};
+
+/// True when a GPU adapter is usable; otherwise prints why the test is
+/// skipped, or fails when `CI` or `MLX_REQUIRE_GPU` says one is expected.
+fn gpu() -> bool {
+    match mlx_array::device::gpu_available() {
+        Ok(()) => true,
+        Err(e) => {
+            let required =
+                std::env::var_os("CI").is_some() || std::env::var_os("MLX_REQUIRE_GPU").is_some();
+            assert!(
+                !required,
+                "a GPU is required here (CI or MLX_REQUIRE_GPU is set): {e}"
+            );
+            eprintln!("skipping GPU test: {e}");
+            false
+        }
+    }
+}
+
+/// One layer of 16 dimensions on blocks of 16 tokens: small enough for a
+/// software rasteriser (lavapipe).
+fn tiny(out: &Path, device: &str, steps: u64) -> TrainConfig {
+    TrainConfig {
+        model: LlamaConfig {
+            num_layers: 1,
+            vocab_size: 0,
+            dims: 16,
+            mlp_dims: 32,
+            num_heads: 2,
+            ..LlamaConfig::default()
+        },
+        steps,
+        global_batch: 2,
+        block_size: 16,
+        learning_rate: 3e-3,
+        grad_clip: Some(1.0),
+        data: DataSource::Offline,
+        batching: Batching::Pack,
+        out_dir: out.to_path_buf(),
+        data_cache: Some(PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("mlx-data-cache")),
+        device: device.into(),
+        ..TrainConfig::default()
+    }
+}
+
+#[test]
+fn training_on_the_gpu_gives_the_cpu_losses() {
+    if !gpu() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let cpu = train(
+        &tiny(&dir.path().join("cpu"), "cpu", 4),
+        &mlx_dist::Group::single(),
+    )
+    .unwrap();
+    let gpu_dir = dir.path().join("gpu");
+    let mut cfg = tiny(&gpu_dir, "gpu", 4);
+    cfg.eval_every = 4;
+    cfg.eval_batches = 1;
+    let before = mlx_array::backend::gpu::dispatch_count();
+    let gpu = train(&cfg, &mlx_dist::Group::single()).unwrap();
+    assert!(
+        mlx_array::backend::gpu::dispatch_count() > before + 100,
+        "the model did not run on the GPU"
+    );
+    assert_eq!(cpu.losses.len(), 4);
+    for (c, g) in cpu.losses.iter().zip(&gpu.losses) {
+        assert!(
+            (c - g).abs() <= 1e-4 * c.abs(),
+            "cpu {:?} vs gpu {:?}",
+            cpu.losses,
+            gpu.losses
+        );
+    }
+    // Validation ran on the GPU, and the checkpoint came back to the host.
+    assert_eq!(gpu.val_losses.len(), 1);
+    assert!(gpu.val_losses[0].1.is_finite());
+    let ckpt = gpu.checkpoint.expect("a final checkpoint");
+    let (w, _) = mlx_array::load_safetensors(ckpt.join("model.safetensors")).unwrap();
+    assert!(!w.is_empty());
+    // Resuming from a GPU checkpoint on the GPU continues the run.
+    let mut more = tiny(&gpu_dir, "gpu", 5);
+    more.eval_every = 4;
+    more.eval_batches = 1;
+    let resumed = train(&more, &mlx_dist::Group::single()).unwrap();
+    assert_eq!(resumed.losses.len(), 1);
+    assert!(resumed.losses[0].is_finite());
+}
+
+#[test]
+fn two_ranks_on_the_gpu_match_one_rank_on_the_cpu() {
+    if !gpu() {
+        return;
+    }
+    // The collectives run on the CPU; gradients cross to it and back.
+    let dir = tempfile::tempdir().unwrap();
+    let cpu = train(
+        &tiny(&dir.path().join("cpu"), "cpu", 3),
+        &mlx_dist::Group::single(),
+    )
+    .unwrap();
+    let cfg = tiny(&dir.path().join("gpu2"), "gpu", 3);
+    let two = mlx_dist::run_local(2, |g| train(&cfg, &g).unwrap()).unwrap();
+    assert_eq!(two[0].losses, two[1].losses, "ranks disagree");
+    for (c, g) in cpu.losses.iter().zip(&two[0].losses) {
+        assert!(
+            (c - g).abs() <= 1e-4 * c.abs(),
+            "cpu {:?} vs two gpu ranks {:?}",
+            cpu.losses,
+            two[0].losses
+        );
+    }
+}
+
+#[test]
+fn an_unknown_device_is_a_clear_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let err = train(&tiny(dir.path(), "tpu", 1), &mlx_dist::Group::single())
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("unknown device `tpu`"), "{err}");
+}
