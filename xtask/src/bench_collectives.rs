@@ -268,23 +268,26 @@ pub fn run(a: CollectivesArgs) -> Result<()> {
     println!("xtask: table {}", md.display());
     println!("xtask: json  {}", json.display());
 
+    // The first line of each reason; the rest (the log's end) is above and in the table.
+    let first = |s: &str| s.lines().next().unwrap_or_default().to_string();
     let mut failed: Vec<String> = runs
         .iter()
         .filter(|r| r.status == "failed")
         .map(|r| {
-            format!(
-                "{} world {}: {}",
-                r.backend,
-                r.world,
-                r.reason.as_deref().unwrap_or("?")
-            )
+            let reason = first(r.reason.as_deref().unwrap_or("?"));
+            format!("{} world {}: {reason}", r.backend, r.world)
         })
         .collect();
     if let Some(Err(e)) = &avg {
-        failed.push(format!("average_gradients: {e:#}"));
+        failed.push(format!("average_gradients: {}", first(&format!("{e:#}"))));
     }
     if !failed.is_empty() {
-        bail!("{} run(s) failed:\n  {}", failed.len(), failed.join("\n  "));
+        bail!(
+            "{} run(s) failed (details in {}):\n  {}",
+            failed.len(),
+            md.display(),
+            failed.join("\n  ")
+        );
     }
     Ok(())
 }
@@ -534,8 +537,8 @@ fn human(b: u64) -> String {
 
 /// A time in the unit that keeps it readable.
 fn time(us: f64) -> String {
-    if us >= 10_000.0 {
-        format!("{:.1} ms", us / 1e3)
+    if us >= 1_000.0 {
+        format!("{:.2} ms", us / 1e3)
     } else {
         format!("{us:.1} us")
     }
@@ -795,6 +798,7 @@ mod tests {
         assert_eq!(human(1024), "1 KiB");
         assert_eq!(human(64 << 20), "64 MiB");
         assert_eq!(time(12.34), "12.3 us");
-        assert_eq!(time(36_500.0), "36.5 ms");
+        assert_eq!(time(999.94), "999.9 us");
+        assert_eq!(time(36_500.0), "36.50 ms");
     }
 }
