@@ -1,23 +1,42 @@
 //! Collective benchmark: all_sum and all_gather from 1 KiB to 256 MiB at world
 //! 2 and 4 on loopback, against a plain single-stream TCP copy of the same
-//! bytes as the ceiling. One command runs everything:
+//! bytes as the ceiling. `cargo xtask bench collectives` runs it for every
+//! backend (building it with `--features mpi` when Open MPI is there) and
+//! writes the tables into a run folder; by hand:
 //!
 //! ```text
 //! cargo run --release -p mlx-dist --example collectives_bench
 //! cargo run --release -p mlx-dist --example collectives_bench -- --max-bytes 67108864 --worlds 2
+//! cargo run --release -p mlx-dist --features mpi --example collectives_bench -- --backends mpi
 //! ```
 //!
-//! Bus bandwidth follows the NCCL convention: `algbw * 2(n-1)/n` for all_sum,
+//! Ring and QUIC ranks are started the way `mlx-launch` starts them; MPI
+//! ranks through `mpirun` (as `mlx-launch --backend mpi` does). `--json PATH`
+//! writes every figure (and every skipped or failed run with its reason) for
+//! tools. A failed run is reported and the others still run; the exit status
+//! is then non-zero.
+//!
+//! Time per operation is the mean over back-to-back repetitions on rank 0
+//! (after a warm-up and a barrier; a barrier closes the timed loop). Bus
+//! bandwidth follows the NCCL convention: `algbw * 2(n-1)/n` for all_sum,
 //! `algbw * (n-1)/n` for all_gather (bytes = the gathered output), so it is
 //! directly comparable with the bytes one link can move.
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use anyhow::Context;
 use clap::Parser;
 use mlx_dist::launch::{self, LaunchSpec};
 use mlx_dist::{Backend, init};
+use serde_json::{Value, json};
+
+/// Set for the ranks: the ceiling's seconds per size, comma-separated.
+const ENV_CEILING: &str = "BENCH_CEILING";
+/// Set for the ranks when `--json` is given: where rank 0 appends its rows (JSON lines).
+const ENV_ROWS: &str = "BENCH_ROWS";
 
 #[derive(Parser, Debug, Clone)]
 struct Args {
@@ -39,8 +58,12 @@ struct Args {
     /// Backends to run (ring, quic, mpi); unavailable ones are reported and skipped.
     #[arg(long, value_delimiter = ',', default_value = "ring,quic,mpi")]
     backends: Vec<String>,
+    /// Write every figure as JSON here.
+    #[arg(long)]
+    json: Option<PathBuf>,
 }
 
+/// Message sizes: powers of 4 times `min` up to `max`.
 fn sizes(min: usize, max: usize) -> Vec<usize> {
     let mut v = vec![];
     let mut s = min.max(1024);
@@ -51,64 +74,84 @@ fn sizes(min: usize, max: usize) -> Vec<usize> {
     v
 }
 
+/// Timed repetitions for one size: about 256 MiB moved, 3 to 2000 times.
 fn iters(bytes: usize) -> usize {
     ((256usize << 20) / bytes).clamp(3, 2000)
 }
 
 /// Seconds to move `bytes` over one loopback TCP stream (median of a few copies).
-fn tcp_copy(bytes: usize) -> f64 {
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = l.local_addr().unwrap();
+fn tcp_copy(bytes: usize) -> anyhow::Result<f64> {
+    let l = TcpListener::bind("127.0.0.1:0")?;
+    let addr = l.local_addr()?;
     let reps = iters(bytes).min(200);
-    let rx = std::thread::spawn(move || {
-        let (mut s, _) = l.accept().unwrap();
-        s.set_nodelay(true).unwrap();
+    let rx = std::thread::spawn(move || -> std::io::Result<()> {
+        let (mut s, _) = l.accept()?;
+        s.set_nodelay(true)?;
         let mut buf = vec![0u8; bytes];
         for _ in 0..reps + 1 {
-            s.read_exact(&mut buf).unwrap();
-            s.write_all(&[1]).unwrap();
+            s.read_exact(&mut buf)?;
+            s.write_all(&[1])?;
         }
+        Ok(())
     });
-    let mut s = TcpStream::connect(addr).unwrap();
-    s.set_nodelay(true).unwrap();
+    let mut s = TcpStream::connect(addr)?;
+    s.set_nodelay(true)?;
     let buf = vec![7u8; bytes];
     let mut ack = [0u8];
     let mut times = Vec::new();
     for i in 0..reps + 1 {
         let t = Instant::now();
-        s.write_all(&buf).unwrap();
-        s.read_exact(&mut ack).unwrap();
+        s.write_all(&buf)?;
+        s.read_exact(&mut ack)?;
         if i > 0 {
             times.push(t.elapsed().as_secs_f64());
         }
     }
-    rx.join().unwrap();
-    times.sort_by(|a, b| a.partial_cmp(b).unwrap());
-    times[times.len() / 2]
+    rx.join()
+        .map_err(|_| anyhow::anyhow!("the TCP copy's receiver panicked"))??;
+    times.sort_by(|a, b| a.total_cmp(b));
+    Ok(times[times.len() / 2])
 }
 
 fn rank_main(args: &Args) -> anyhow::Result<()> {
     let g = init(Backend::Any)?;
     let n = g.size();
-    let ceiling: Vec<f64> = std::env::var("BENCH_CEILING")?
+    let ceiling: Vec<f64> = std::env::var(ENV_CEILING)?
         .split(',')
-        .map(|s| s.parse().unwrap())
-        .collect();
+        .map(|s| s.parse())
+        .collect::<Result<_, _>>()
+        .with_context(|| format!("{ENV_CEILING} is not a list of seconds"))?;
+    let mut rows = match (g.rank(), std::env::var_os(ENV_ROWS)) {
+        (0, Some(p)) => Some(
+            std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(&p)
+                .with_context(|| format!("opening {}", Path::new(&p).display()))?,
+        ),
+        _ => None,
+    };
     for (k, &bytes) in sizes(args.min_bytes, args.max_bytes).iter().enumerate() {
         let ceil_gbs = bytes as f64 / ceiling[k] / 1e9;
         for op in args.ops.iter().map(String::as_str) {
             let mut buf = vec![1.0f32; bytes / 4];
             let part = vec![1.0f32; bytes / 4 / n];
             let mut out = vec![0.0f32; part.len() * n];
+            // The bytes one operation produces (the gathered output for all_gather).
+            let moved = if op == "all_sum" {
+                buf.len() * 4
+            } else {
+                out.len() * 4
+            };
             let mut run = || -> anyhow::Result<()> {
-                if op == "all_sum" {
-                    g.all_sum(&mut buf)?;
-                } else {
-                    g.all_gather_into_bytes(
+                match op {
+                    "all_sum" => g.all_sum(&mut buf)?,
+                    "all_gather" => g.all_gather_into_bytes(
                         bytemuck::cast_slice(&part),
                         bytemuck::cast_slice_mut(&mut out),
                         mlx_array::Dtype::F32,
-                    )?;
+                    )?,
+                    _ => anyhow::bail!("unknown op {op:?} (all_sum, all_gather)"),
                 }
                 Ok(())
             };
@@ -121,7 +164,7 @@ fn rank_main(args: &Args) -> anyhow::Result<()> {
             }
             g.barrier()?;
             let secs = t.elapsed().as_secs_f64() / it as f64;
-            let algbw = bytes as f64 / secs / 1e9;
+            let algbw = moved as f64 / secs / 1e9;
             let factor = if op == "all_sum" {
                 2.0 * (n - 1) as f64 / n as f64
             } else {
@@ -141,6 +184,19 @@ fn rank_main(args: &Args) -> anyhow::Result<()> {
                     ceil_gbs,
                     100.0 * busbw / ceil_gbs
                 );
+                if let Some(f) = rows.as_mut() {
+                    let row = json!({
+                        "op": op,
+                        "bytes": moved,
+                        "iters": it,
+                        "time_us": secs * 1e6,
+                        "algbw_gbs": algbw,
+                        "busbw_gbs": busbw,
+                        "ceiling_gbs": ceil_gbs,
+                        "ratio": busbw / ceil_gbs,
+                    });
+                    writeln!(f, "{row}")?;
+                }
             }
         }
     }
@@ -155,16 +211,63 @@ fn human(b: usize) -> String {
     }
 }
 
+/// Runs one backend at one world size; `Err` carries why it failed.
+fn launch_one(
+    args: &Args,
+    backend: Backend,
+    world: usize,
+    ceiling: &[f64],
+    rows: Option<&Path>,
+) -> anyhow::Result<()> {
+    let mut cmd = vec![std::env::current_exe()?.display().to_string()];
+    cmd.extend(std::env::args().skip(1));
+    let mut spec = LaunchSpec::local(world, cmd);
+    spec.backend = backend;
+    spec.prefix_output = false;
+    spec.connections_per_peer = args.connections;
+    spec.stall_timeout = Some(Duration::from_secs(120));
+    spec.env.push((
+        ENV_CEILING.into(),
+        ceiling
+            .iter()
+            .map(|t| t.to_string())
+            .collect::<Vec<_>>()
+            .join(","),
+    ));
+    if let Some(p) = rows {
+        spec.env.push((ENV_ROWS.into(), p.display().to_string()));
+    }
+    if backend == Backend::Mpi {
+        // mpirun supervises the ranks: it stops them all when one fails.
+        let code = launch::mpirun::run(&spec)?;
+        anyhow::ensure!(code == 0, "mpirun exited with status {code}");
+        return Ok(());
+    }
+    let out = launch::run(&spec)?;
+    if let Some((rank, how)) = out.first_failure {
+        anyhow::bail!("rank {rank} failed ({how})");
+    }
+    anyhow::ensure!(!out.interrupted, "interrupted");
+    Ok(())
+}
+
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    if std::env::var("MLX_RANK").is_ok() {
+    if std::env::var_os(ENV_CEILING).is_some() {
         return rank_main(&args);
     }
     let sz = sizes(args.min_bytes, args.max_bytes);
+    anyhow::ensure!(
+        !sz.is_empty(),
+        "no message sizes between --min-bytes {} and --max-bytes {}",
+        args.min_bytes,
+        args.max_bytes
+    );
     println!("single-stream TCP copy on loopback (the ceiling):");
     let mut ceiling = Vec::new();
+    let mut ceiling_json = Vec::new();
     for &b in &sz {
-        let t = tcp_copy(b);
+        let t = tcp_copy(b)?;
         println!(
             "  {:>10} {:>11.1} us {:>9.3} GB/s",
             human(b),
@@ -172,42 +275,75 @@ fn main() -> anyhow::Result<()> {
             b as f64 / t / 1e9
         );
         ceiling.push(t);
+        ceiling_json.push(json!({"bytes": b, "time_us": t * 1e6, "gbs": b as f64 / t / 1e9}));
     }
     println!(
         "\n{:<5} {:<10} {:>5} {:>10} {:>11} {:>9} {:>9} {:>9} {:>7}",
         "algo", "op", "world", "bytes", "time us", "algbw", "busbw", "tcp GB/s", "ratio"
     );
-    let exe = std::env::current_exe()?;
+    let mut runs = Vec::new();
+    let mut failures = Vec::new();
     for b in &args.backends {
         let backend =
             Backend::from_name(b).ok_or_else(|| anyhow::anyhow!("unknown backend {b}"))?;
         if !mlx_dist::is_available(backend) {
-            println!("{b:<5} not available in this build; skipped");
+            let reason = format!("{b} is not in this build (cargo feature `{b}` of mlx-dist)");
+            println!("{b:<5} skipped: {reason}");
+            runs.push(json!({"backend": b, "status": "skipped", "reason": reason}));
             continue;
         }
         for &w in &args.worlds {
-            let mut cmd = vec![exe.display().to_string()];
-            cmd.extend(std::env::args().skip(1));
-            let mut spec = LaunchSpec::local(w, cmd);
-            spec.backend = backend;
-            spec.prefix_output = false;
-            spec.connections_per_peer = args.connections;
-            spec.stall_timeout = Some(Duration::from_secs(120));
-            spec.env.push((
-                "BENCH_CEILING".into(),
-                ceiling
-                    .iter()
-                    .map(|t| t.to_string())
-                    .collect::<Vec<_>>()
-                    .join(","),
-            ));
-            let out = launch::run(&spec)?;
-            anyhow::ensure!(
-                out.first_failure.is_none(),
-                "world {w} failed: {:?}",
-                out.first_failure
-            );
+            let rows_file = args
+                .json
+                .as_ref()
+                .map(|j| j.with_extension(format!("{b}-{w}.jsonl")));
+            if let Some(p) = &rows_file {
+                let _ = std::fs::remove_file(p);
+            }
+            let t = Instant::now();
+            let result = launch_one(&args, backend, w, &ceiling, rows_file.as_deref());
+            let wall_s = t.elapsed().as_secs_f64();
+            let rows: Vec<Value> = match &rows_file {
+                Some(p) => std::fs::read_to_string(p)
+                    .unwrap_or_default()
+                    .lines()
+                    .map(serde_json::from_str)
+                    .collect::<Result<_, _>>()
+                    .with_context(|| format!("parsing {}", p.display()))?,
+                None => vec![],
+            };
+            if let Some(p) = &rows_file {
+                let _ = std::fs::remove_file(p);
+            }
+            let (status, reason) = match result {
+                Ok(()) => ("ok", None),
+                Err(e) => {
+                    let reason = format!("{e:#}");
+                    eprintln!("collectives_bench: {b} world {w} failed: {reason}");
+                    failures.push(format!("{b} world {w}: {reason}"));
+                    ("failed", Some(reason))
+                }
+            };
+            runs.push(json!({
+                "backend": b, "world": w, "status": status, "reason": reason,
+                "wall_s": wall_s, "rows": rows,
+            }));
         }
     }
+    if let Some(p) = &args.json {
+        let report = json!({
+            "cores": std::thread::available_parallelism().map_or(0, |n| n.get()),
+            "ceiling": ceiling_json,
+            "runs": runs,
+        });
+        std::fs::write(p, serde_json::to_string_pretty(&report)?)
+            .with_context(|| format!("writing {}", p.display()))?;
+    }
+    anyhow::ensure!(
+        failures.is_empty(),
+        "{} run(s) failed:\n  {}",
+        failures.len(),
+        failures.join("\n  ")
+    );
     Ok(())
 }

@@ -11,7 +11,9 @@
 //! target/release/mlx-launch -n 2 --backend quic -- target/release/examples/average_gradients_bench
 //! ```
 //!
-//! `ITERS` (default 5) sets the number of timed repetitions; the median is printed.
+//! `ITERS` (default 5) sets the number of timed repetitions; the median is
+//! printed. `--json PATH` makes rank 0 also write the figures there as JSON
+//! (`cargo xtask bench collectives` runs it that way at world 2).
 
 use std::time::Instant;
 
@@ -88,6 +90,8 @@ fn main() -> anyhow::Result<()> {
         .iter()
         .map(|(_, s)| s.iter().product::<usize>())
         .sum();
+    let json_path = json_arg()?;
+    let mut figures: Vec<(String, f64)> = Vec::new();
     let say = |s: String| {
         if g.rank() == 0 {
             println!("{s}");
@@ -138,6 +142,7 @@ fn main() -> anyhow::Result<()> {
             Ok(())
         })?;
         say(format!("  {label:<44} {ms:8.1} ms"));
+        figures.push((label.to_string(), ms));
     }
 
     // 2. Overlap: the same averaging with the backward pass in the graph.
@@ -175,5 +180,46 @@ fn main() -> anyhow::Result<()> {
         sequential - overlapped,
         sequential - compute
     ));
+    figures.push((
+        format!("synthetic backward (matmuls, k={k}) alone"),
+        compute,
+    ));
+    figures.push((
+        "backward, then average (two evals, 4 MiB buckets)".into(),
+        sequential,
+    ));
+    figures.push((
+        "backward and average in one eval (overlapped)".into(),
+        overlapped,
+    ));
+    if let (Some(path), 0) = (json_path, g.rank()) {
+        let rows: Vec<serde_json::Value> = figures
+            .iter()
+            .map(|(label, ms)| serde_json::json!({"label": label, "ms": ms}))
+            .collect();
+        let text = serde_json::to_string_pretty(&serde_json::json!({
+            "backend": g.backend().to_string(),
+            "world": g.size(),
+            "tensors": shapes.len(),
+            "parameters": params,
+            "iters": iters,
+            "rows": rows,
+        }))?;
+        std::fs::write(&path, text)
+            .map_err(|e| anyhow::anyhow!("writing {}: {e}", path.display()))?;
+    }
     Ok(())
+}
+
+/// The path after `--json`, if given.
+fn json_arg() -> anyhow::Result<Option<std::path::PathBuf>> {
+    let mut args = std::env::args().skip(1);
+    match args.next().as_deref() {
+        None => Ok(None),
+        Some("--json") => match args.next() {
+            Some(p) => Ok(Some(p.into())),
+            None => anyhow::bail!("--json needs a path"),
+        },
+        Some(other) => anyhow::bail!("unknown argument {other:?} (only --json PATH)"),
+    }
 }

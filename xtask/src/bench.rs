@@ -1,7 +1,8 @@
 //! `cargo xtask bench train`: tokens/s and ms/step of the trainer at several
 //! world sizes (default 1 and 2) with the same global batch, and the scaling
 //! efficiency against world 1. Prints a table and writes `bench.md` and
-//! `bench.json` into the run folder.
+//! `bench.json` into the run folder. `bench collectives` lives in
+//! `bench_collectives.rs`.
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -17,6 +18,10 @@ use crate::util::{RunnerArgs, log_tail, root, spawn_trainer, timestamp};
 pub enum What {
     /// Training throughput at world 1 and 2 (the same global batch), and the scaling efficiency.
     Train(TrainArgs),
+    /// all_sum and all_gather, 1 KiB to 256 MiB at world 2 and 4, per backend
+    /// (ring, quic, mpi) beside one TCP stream; then average_gradients against
+    /// one all_sum per tensor on the reference Llama's gradients.
+    Collectives(crate::bench_collectives::CollectivesArgs),
 }
 
 /// Options of `cargo xtask bench train`; anything after `--` goes to `mlx-llama train`.
@@ -43,6 +48,7 @@ pub struct TrainArgs {
 pub fn run(what: What) -> Result<()> {
     match what {
         What::Train(a) => train(a),
+        What::Collectives(a) => crate::bench_collectives::run(a),
     }
 }
 

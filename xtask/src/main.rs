@@ -1,6 +1,7 @@
 //! Developer and experiment entry points: `cargo xtask test`, `cargo xtask train`, ...
 
 mod bench;
+mod bench_collectives;
 mod memprof;
 mod test;
 mod train;
@@ -25,7 +26,8 @@ enum Task {
     /// The experiment at several world sizes with the memory of every process
     /// polled ~10 times a second: CSV, Markdown table and PNG chart.
     Memprof(memprof::Args),
-    /// Benchmarks: `bench train` (tokens/s, ms/step and scaling efficiency).
+    /// Benchmarks: `bench train` (tokens/s, ms/step and scaling efficiency),
+    /// `bench collectives` (all_sum/all_gather bandwidth per backend, average_gradients).
     Bench {
         #[command(subcommand)]
         what: bench::What,

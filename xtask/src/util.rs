@@ -1,7 +1,8 @@
 //! Running cargo and the workspace's binaries.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Stdio};
+use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 
@@ -103,6 +104,121 @@ pub fn spawn_trainer(
         .stderr(file)
         .spawn()
         .context("starting mlx-launch")
+}
+
+/// How a command run by [`run_logged`] ended.
+pub enum Ended {
+    /// It exited by itself.
+    Exited(std::process::ExitStatus),
+    /// It ran past its deadline; it and every process it started were stopped.
+    TimedOut,
+}
+
+/// Runs `cmd` with its output shown here and copied into `log`; past
+/// `deadline` it and every process it started (ranks, `mpirun`) get SIGTERM,
+/// then SIGKILL 10 s later.
+pub fn run_logged(mut cmd: Command, log: &Path, deadline: Duration) -> Result<Ended> {
+    use std::io::{BufRead, BufReader, Write};
+    use std::sync::{Arc, Mutex, mpsc};
+
+    let file = Arc::new(Mutex::new(
+        std::fs::File::create(log).with_context(|| format!("creating {}", log.display()))?,
+    ));
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .with_context(|| format!("starting {:?}", cmd.get_program()))?;
+    let pid = child.id();
+    let (done_tx, done_rx) = mpsc::channel();
+    let tee = |from: Box<dyn std::io::Read + Send>, to_stderr: bool| {
+        let file = file.clone();
+        let done = done_tx.clone();
+        std::thread::spawn(move || {
+            let mut from = BufReader::new(from);
+            let mut line = Vec::new();
+            while from.read_until(b'\n', &mut line).is_ok_and(|n| n > 0) {
+                let _ = if to_stderr {
+                    std::io::stderr().write_all(&line)
+                } else {
+                    std::io::stdout().write_all(&line)
+                };
+                let _ = file.lock().map(|mut f| f.write_all(&line));
+                line.clear();
+            }
+            let _ = done.send(());
+        })
+    };
+    tee(Box::new(child.stdout.take().expect("piped")), false);
+    tee(Box::new(child.stderr.take().expect("piped")), true);
+    let (exit_tx, exit_rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = exit_tx.send(child.wait());
+    });
+    let ended = match exit_rx.recv_timeout(deadline) {
+        Ok(status) => Ended::Exited(status.context("waiting for the command")?),
+        Err(_) => {
+            let tree = process_tree(pid);
+            signal_all(&tree, sysinfo::Signal::Term);
+            if exit_rx.recv_timeout(Duration::from_secs(10)).is_err() {
+                signal_all(&tree, sysinfo::Signal::Kill);
+                let _ = exit_rx.recv_timeout(Duration::from_secs(10));
+            } else {
+                // The command is gone; its ranks may linger a moment.
+                std::thread::sleep(Duration::from_secs(2));
+                signal_all(&tree, sysinfo::Signal::Kill);
+            }
+            Ended::TimedOut
+        }
+    };
+    // The output threads end when the last writer of the pipes is gone.
+    for _ in 0..2 {
+        if done_rx.recv_timeout(Duration::from_secs(10)).is_err() {
+            break;
+        }
+    }
+    Ok(ended)
+}
+
+/// `pid` and every process below it, parents first.
+fn process_tree(pid: u32) -> Vec<sysinfo::Pid> {
+    use sysinfo::{Pid, ProcessRefreshKind, ProcessesToUpdate, System};
+    let Ok(mut sys) = System::new() else {
+        return vec![Pid::from_u32(pid)];
+    };
+    sys.refresh_processes_specifics(ProcessesToUpdate::All, true, ProcessRefreshKind::nothing());
+    let mut tree = vec![Pid::from_u32(pid)];
+    let mut k = 0;
+    while k < tree.len() {
+        let parent = tree[k];
+        tree.extend(
+            sys.processes()
+                .iter()
+                .filter(|(_, p)| p.parent() == Some(parent))
+                .map(|(pid, _)| *pid),
+        );
+        k += 1;
+    }
+    tree
+}
+
+/// Sends `signal` to each of `pids` that still runs.
+fn signal_all(pids: &[sysinfo::Pid], signal: sysinfo::Signal) {
+    use sysinfo::{ProcessRefreshKind, ProcessesToUpdate, System};
+    let Ok(mut sys) = System::new() else { return };
+    sys.refresh_processes_specifics(
+        ProcessesToUpdate::Some(pids),
+        true,
+        ProcessRefreshKind::nothing(),
+    );
+    for pid in pids {
+        if let Some(p) = sys.process(*pid) {
+            // Signals the platform lacks (SIGTERM on Windows) fall back to killing.
+            if p.kill_with(signal).is_none() {
+                p.kill();
+            }
+        }
+    }
 }
 
 /// The last `lines` lines of a log file (for error messages).
