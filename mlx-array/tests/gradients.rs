@@ -240,13 +240,39 @@ fn grad_case(name: &str) -> Option<Case> {
                 )
             },
         ),
+        // The one-pass training loss: its gradient comes from the pass and is
+        // handed out by `packed_loss`'s vjp.
+        "packed_loss" => case(
+            vec![
+                uniform(23, &[2, 3, 4], -1.5, 1.5),
+                uniform(24, &[7, 4], -1.5, 1.5),
+            ],
+            &[0, 1],
+            |a| {
+                let t = ints(&[6, 0, 2, 3, -100, 5], &[2, 3]);
+                let weights = Array::from_slice(&[1.0f32, 0.5, 0.0, 2.0, 1.0, -1.0], &[2, 3])?;
+                let opts = LinearCrossEntropyOptions {
+                    ignore_index: Some(-100),
+                    label_smoothing: 0.1,
+                    block_rows: 4,
+                    ..Default::default()
+                };
+                mlx_array::linear_cross_entropy_sum(&a[0], &a[1], &t, &weights, &opts)
+            },
+        ),
         "tracer" => case(vec![x23()], &[0], |a| Ok(a[0].clone())),
         _ => None,
     }
 }
 
 /// Primitives that deliberately have no vector-Jacobian product.
-const NO_VJP: &[&str] = &["cross_entropy_grad", "linear_cross_entropy_grad"];
+/// (`linear_cross_entropy_value_and_grad` is differentiated through the
+/// `packed_loss` that reads it, checked above.)
+const NO_VJP: &[&str] = &[
+    "cross_entropy_grad",
+    "linear_cross_entropy_grad",
+    "linear_cross_entropy_value_and_grad",
+];
 
 fn check(name: &str, c: Case) {
     let out0 = (c.f)(&c.inputs).unwrap();
