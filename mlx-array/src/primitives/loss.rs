@@ -159,11 +159,7 @@ impl Primitive for LinearCrossEntropy {
             vec![hn + wn],
             h.dtype(),
         );
-        let dh = crate::reshape_to(&packed.slice_axis(0, 0, hn as i64)?, h.shape())?;
-        let dw = crate::reshape_to(
-            &packed.slice_axis(0, hn as i64, (hn + wn) as i64)?,
-            w.shape(),
-        )?;
+        let (dh, dw) = unpack_gradients(&packed, h, w)?;
         Ok(vec![Some(dh), Some(dw), None])
     }
 }
@@ -304,12 +300,11 @@ impl Primitive for PackedLoss {
         Self::view(inputs)
     }
     fn vjp(&self, inputs: &[Array], _out: &Array, ct: &Array) -> Result<Vec<Option<Array>>> {
-        let (h, w, packed) = (&inputs[0], &inputs[1], &inputs[2]);
-        let (hn, wn) = (h.size() as i64, w.size() as i64);
+        let (h, w) = (&inputs[0], &inputs[1]);
         let unit =
             ct.is_evaluated() && ct.device() == crate::Device::Cpu && ct.to_vec::<f32>()? == [1.0];
-        let part = |from: i64, to: i64, like: &Array| -> Result<Array> {
-            let g = crate::reshape_to(&packed.slice_axis(0, from, to)?, like.shape())?;
+        let (dh, dw) = unpack_gradients(&inputs[2], h, w)?;
+        let finish = |g: Array, like: &Array| -> Result<Array> {
             let g = if unit {
                 g
             } else {
@@ -317,10 +312,16 @@ impl Primitive for PackedLoss {
             };
             g.astype(like.dtype())
         };
-        Ok(vec![
-            Some(part(0, hn, h)?),
-            Some(part(hn, hn + wn, w)?),
-            None,
-        ])
+        Ok(vec![Some(finish(dh, h)?), Some(finish(dw, w)?), None])
     }
+}
+
+/// `dh` and `dw` as views of a flat buffer that holds `dh` (`h`'s shape)
+/// then `dw` (`w`'s), as the fused loss kernels write them.
+fn unpack_gradients(packed: &Array, h: &Array, w: &Array) -> Result<(Array, Array)> {
+    let (hn, wn) = (h.size() as i64, w.size() as i64);
+    Ok((
+        crate::reshape_to(&packed.slice_axis(0, 0, hn)?, h.shape())?,
+        crate::reshape_to(&packed.slice_axis(0, hn, hn + wn)?, w.shape())?,
+    ))
 }

@@ -554,12 +554,9 @@ impl Lce<'_> {
     fn value_and_grad(&self, rw: &[f32], dh: &mut [f32], dw: &mut [f32]) -> f32 {
         let (rows, dims, vocab, s) = (self.rows, self.dims, self.vocab, self.smoothing);
         let v = vocab as f32;
-        if rows == 0 || dims == 0 {
+        if rows == 0 {
             dw.fill(0.0);
-            dh.fill(0.0);
-            if dims > 0 {
-                return 0.0;
-            }
+            return 0.0;
         }
         let block = self.block_rows();
         let mut buf = ArrayData::alloc(&[block, vocab], Dtype::F32);
