@@ -51,6 +51,7 @@ mod module;
 mod optimizer;
 pub mod schedule;
 mod sgd;
+mod sharded;
 mod state;
 mod tree_util;
 
@@ -61,4 +62,5 @@ pub use module::ModuleOptimizer;
 pub use optimizer::{Optimizer, StepContext};
 pub use schedule::Schedule;
 pub use sgd::Sgd;
+pub use sharded::Sharded;
 pub use state::OptimizerState;
