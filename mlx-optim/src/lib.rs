@@ -39,6 +39,12 @@
 //! Resuming: [`Optimizer::save_state`] writes the step count and every slot
 //! (`step`, `learning_rate`, `<parameter>.<slot>`); [`Optimizer::load_state`]
 //! reads them back and checks them against the model's parameters.
+//!
+//! Data-parallel training: wrap the optimizer in [`Sharded`] to keep only
+//! `1 / world` of its state on each rank (ZeRO stage 1). It takes each
+//! rank's own gradients and averages them itself, one `sum_scatter` per
+//! bucket, then gathers the updated parameters: the traffic of one
+//! all-reduce, the results of averaging whole gradients.
 
 #![warn(missing_docs)]
 

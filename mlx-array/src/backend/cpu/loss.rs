@@ -1,5 +1,6 @@
-//! The fused softmax cross-entropy: one pass per row for the loss, one for its
-//! gradient, with no logits-sized temporaries.
+//! Row-wise softmax kernels: the softmax itself, and the fused softmax
+//! cross-entropy (one pass per row for the loss, one for its gradient, with
+//! no logits-sized temporaries).
 
 use half::{bf16, f16};
 use rayon::prelude::*;
@@ -48,6 +49,62 @@ fn forward<T: FloatLike>(logits: &[T], tg: &[usize], vocab: usize, out: &mut [T]
             let row = &logits[r * vocab..(r + 1) * vocab];
             *o = T::from_f32(row_lse(row) - row[tg[r]].to_f32());
         });
+}
+
+/// Overwrites every row with `exp(x - max) / sum(exp(x - max))`, computed in
+/// f32 (a row of `-inf` gives NaN, as the composite graph does).
+fn softmax_rows<T: FloatLike>(rows: &mut [T], width: usize) {
+    rows.par_chunks_mut(width).with_min_len(8).for_each(|row| {
+        let m = row
+            .iter()
+            .fold(f32::NEG_INFINITY, |m, &x| m.max(x.to_f32()));
+        let mut s = 0.0f32;
+        if T::DTYPE == Dtype::F32 {
+            // Keep each exponential where it is (f32 loses nothing).
+            for x in row.iter_mut() {
+                let e = math::exp(x.to_f32() - m);
+                s += e;
+                *x = T::from_f32(e);
+            }
+            for x in row.iter_mut() {
+                *x = T::from_f32(x.to_f32() / s);
+            }
+        } else {
+            s = row.iter().map(|&x| math::exp(x.to_f32() - m)).sum();
+            for x in row.iter_mut() {
+                *x = T::from_f32(math::exp(x.to_f32() - m) / s);
+            }
+        }
+    });
+}
+
+/// Softmax over the last axis. With `donated`, written over the input's own
+/// buffer (which the caller has proven nobody else reads again); otherwise
+/// into a contiguous copy.
+pub fn softmax(x: ArrayData, shape: &[usize], dtype: Dtype, donated: bool) -> Result<ArrayData> {
+    let width = shape.last().copied().unwrap_or(1);
+    let n = size_of_shape(shape);
+    let out = if donated {
+        x
+    } else {
+        copy_cast(&x, shape, dtype, dtype)
+    };
+    if n == 0 || width == 0 {
+        return Ok(out);
+    }
+    // SAFETY: either donated (no other reader) or a fresh copy of our own.
+    match dtype {
+        Dtype::F32 => softmax_rows::<f32>(unsafe { out.as_mut_slice_unchecked(n) }, width),
+        Dtype::F16 => softmax_rows::<f16>(unsafe { out.as_mut_slice_unchecked(n) }, width),
+        Dtype::BF16 => softmax_rows::<bf16>(unsafe { out.as_mut_slice_unchecked(n) }, width),
+        d => {
+            return Err(Error::eval(
+                "softmax",
+                format!("the input must be floating point, got {d}"),
+            ));
+        }
+    }
+    Ok(out)
 }
 
 /// Per-row `logsumexp(logits) - logits[target]` over the last axis.
