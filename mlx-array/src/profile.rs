@@ -1,8 +1,7 @@
 //! Opt-in time spent in each kind of primitive: with `MLX_PROFILE=1` in the
 //! environment, the evaluator times every kernel it runs and [`report`] lists
 //! the totals by primitive name and output shape, largest first, and the
-//! kernel after which the most array memory was in use (where a peak comes
-//! from). Off by default (one relaxed atomic load per node).
+//! kernel (compute or collective) by which array memory reached its peak. Off by default (one relaxed atomic load per node).
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -14,7 +13,8 @@ type Table = HashMap<(&'static str, Vec<usize>), (u64, Duration)>;
 
 static TABLE: Mutex<Option<Table>> = Mutex::new(None);
 
-/// The most array memory seen right after a kernel, and that kernel.
+/// The most array memory seen (the process's peak), and the kernel during
+/// or right before which it was first reached.
 static PEAK: Mutex<Option<(usize, &'static str, Vec<usize>)>> = Mutex::new(None);
 
 /// True when `MLX_PROFILE` is set to something other than `0` or empty.
@@ -35,7 +35,10 @@ pub(crate) fn record(name: &'static str, shape: &[usize], dt: Duration) {
     drop(t);
     // Right after a kernel its output and all its inputs are alive: the
     // moments at which array memory peaks.
-    let active = crate::memory::active();
+    // The process's peak may also have been reached inside a kernel (its
+    // scratch) or between kernels: a new peak since the last record is put
+    // down to this kernel.
+    let active = crate::memory::active().max(crate::memory::peak());
     let mut p = PEAK.lock().unwrap_or_else(|e| e.into_inner());
     if p.as_ref().is_none_or(|(most, _, _)| active > *most) {
         *p = Some((active, name, shape.to_vec()));
@@ -65,7 +68,7 @@ pub fn report(rows: usize) -> String {
     let mut out = format!("primitive time: {total:.3} s in all\n");
     if let Some((bytes, name, shape)) = PEAK.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
         out += &format!(
-            "most array memory: {:.1} MiB, right after {name} {shape:?}\n",
+            "peak array memory: {:.1} MiB, reached by {name} {shape:?}\n",
             *bytes as f64 / (1 << 20) as f64
         );
     }
