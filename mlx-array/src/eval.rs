@@ -200,6 +200,10 @@ impl InFlight {
             if let Some(t0) = t0 {
                 crate::profile::record(primitive.name(), out.shape(), t0.elapsed());
             }
+            // Let go of the inputs and of this handle before the result is
+            // announced: a kernel that runs next counts references to decide
+            // whether it may write over a buffer.
+            drop((inputs, out));
             let _ = tx.send(result);
         });
         let rx = match with_communication_thread(|t| t.send(job)) {

@@ -389,7 +389,14 @@ fn train_on(cfg: &TrainConfig, group: &Group) -> Result<Summary> {
         model.update(&new)?;
         drop(new);
         let world_loss = mlx_dist::all_sum(&loss, group)?.div_scalar(world as f64)?;
-        eval((&world_loss, &model.parameters(), opt.get().state(), &norm))?;
+        // New parameters last layer first: the evaluator runs each one's
+        // update as soon as the backward pass has produced its gradient, so
+        // the activations a gradient needs and the gradient itself are freed
+        // early instead of all being held until the backward pass is done.
+        let mut updated = model.parameters().leaves();
+        updated.reverse();
+        eval((&world_loss, &updated, opt.get().state(), &norm))?;
+        drop(updated);
         let loss_value = world_loss.item::<f32>()?;
         if !loss_value.is_finite() {
             bail!("the loss became {loss_value} at step {}", step + 1);
