@@ -337,13 +337,19 @@ fn train_on(cfg: &TrainConfig, group: &Group) -> Result<Summary> {
             .collect::<Result<_>>()?;
         // Normalise by the tokens counted across the world, so that the
         // averaged gradient is the gradient of the global mean loss.
-        let local_count = micros
-            .iter()
-            .map(|m| m.mask.sum_all())
-            .collect::<mlx_array::Result<Vec<_>>>()?;
-        let count = mlx_dist::all_sum(&mlx_array::stack(&local_count, 0)?.sum_all()?, group)?
-            .item::<f32>()?
-            .max(1.0) as f64;
+        let count = if cfg.batching == Batching::Pack {
+            // Packed rows have no padding: every target of every rank counts,
+            // so the world's count is known without asking the other ranks.
+            tokens
+        } else {
+            let local_count = micros
+                .iter()
+                .map(|m| m.mask.sum_all())
+                .collect::<mlx_array::Result<Vec<_>>>()?;
+            mlx_dist::all_sum(&mlx_array::stack(&local_count, 0)?.sum_all()?, group)?
+                .item::<f32>()?
+                .max(1.0) as f64
+        };
         let scale = world as f64 / count;
         let mut loss = Array::zeros(&[], Dtype::F32);
         // Each stage of the gradients replaces the previous one, which is

@@ -58,23 +58,36 @@ fn softmax_rows<T: FloatLike>(rows: &mut [T], width: usize) {
         let m = row
             .iter()
             .fold(f32::NEG_INFINITY, |m, &x| m.max(x.to_f32()));
-        let mut s = 0.0f32;
-        if T::DTYPE == Dtype::F32 {
-            // Keep each exponential where it is (f32 loses nothing).
-            for x in row.iter_mut() {
-                let e = math::exp(x.to_f32() - m);
-                s += e;
-                *x = T::from_f32(e);
-            }
-            for x in row.iter_mut() {
-                *x = T::from_f32(x.to_f32() / s);
-            }
-        } else {
-            s = row.iter().map(|&x| math::exp(x.to_f32() - m)).sum();
-            for x in row.iter_mut() {
-                *x = T::from_f32(math::exp(x.to_f32() - m) / s);
-            }
+        let s: f32 = row.iter().map(|&x| math::exp(x.to_f32() - m)).sum();
+        for x in row.iter_mut() {
+            *x = T::from_f32(math::exp(x.to_f32() - m) / s);
         }
+    });
+}
+
+/// [`softmax_rows`] for f32, in lanes the compiler turns into vector code,
+/// each exponential kept where it is until the division.
+fn softmax_rows_f32(rows: &mut [f32], width: usize) {
+    rows.par_chunks_mut(width).with_min_len(8).for_each(|row| {
+        vectorised(|| {
+            let m = max_of(row, f32::NEG_INFINITY);
+            let mut acc = [0f32; LANES];
+            let mut chunks = row.chunks_exact_mut(LANES);
+            for ch in &mut chunks {
+                for i in 0..LANES {
+                    ch[i] = math::exp(ch[i] - m);
+                    acc[i] += ch[i];
+                }
+            }
+            let mut s = acc.iter().sum::<f32>();
+            for x in chunks.into_remainder() {
+                *x = math::exp(*x - m);
+                s += *x;
+            }
+            for x in row.iter_mut() {
+                *x /= s;
+            }
+        })
     });
 }
 
@@ -94,7 +107,7 @@ pub fn softmax(x: ArrayData, shape: &[usize], dtype: Dtype, donated: bool) -> Re
     }
     // SAFETY: either donated (no other reader) or a fresh copy of our own.
     match dtype {
-        Dtype::F32 => softmax_rows::<f32>(unsafe { out.as_mut_slice_unchecked(n) }, width),
+        Dtype::F32 => softmax_rows_f32(unsafe { out.as_mut_slice_unchecked(n) }, width),
         Dtype::F16 => softmax_rows::<f16>(unsafe { out.as_mut_slice_unchecked(n) }, width),
         Dtype::BF16 => softmax_rows::<bf16>(unsafe { out.as_mut_slice_unchecked(n) }, width),
         d => {
