@@ -1,6 +1,6 @@
 //! The evaluator: orders the graph, runs each primitive once, frees as it goes.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashMap, HashSet};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 use std::sync::mpsc::{Receiver, Sender, channel, sync_channel};
@@ -135,137 +135,42 @@ fn run(order: Vec<Array>) -> Result<()> {
     result.and(finished).and(submitted)
 }
 
-/// Runs the nodes in `order`. A CPU node that needs the result of a
-/// collective still in flight (directly, or through another such node) waits
-/// in a queue while the nodes after it that do not need it run: the compute
-/// thread goes on with the backward pass while a gradient bucket is being
-/// summed. Waiting nodes run, in order, as soon as what they need is there.
-/// Collectives never overtake one another (every rank must start them in the
-/// same order), and GPU nodes run in order.
 fn run_nodes(order: Vec<Array>, in_flight: &mut InFlight) -> Result<()> {
     #[cfg(feature = "gpu")]
     let mut fusion = crate::backend::gpu::fusion::Fusion::new(&order);
-    let mut waiting: VecDeque<Array> = VecDeque::new();
-    let mut waiting_ids: HashSet<u64> = HashSet::new();
-    let mut waiting_collectives = 0usize;
     for a in order {
         #[cfg(feature = "gpu")]
         if fusion.defer(&a) {
             continue; // its one reader computes it inline
         }
-        let (stream, inputs) = match &*a.lock() {
+        let (primitive, inputs) = match &*a.lock() {
             State::Ready(_) => continue,
-            State::Pending { primitive, inputs } => (primitive.stream(), inputs.clone()),
+            State::Pending { primitive, inputs } => (primitive.clone(), inputs.clone()),
         };
-        // What was waiting and can go now, goes first.
-        while let Some(front) = waiting.front() {
-            if must_wait(front, in_flight, &waiting_ids)? {
-                break;
+        for i in &inputs {
+            in_flight.finish(i)?;
+        }
+        match primitive.stream() {
+            Stream::Compute => {
+                let t0 = crate::profile::enabled().then(std::time::Instant::now);
+                let data = match a.device() {
+                    Device::Cpu => primitive.eval_cpu(&inputs, &a)?,
+                    #[cfg(feature = "gpu")]
+                    Device::Gpu => match fusion.run(&a)? {
+                        Some(data) => data,
+                        None => primitive.eval_gpu(&inputs, &a)?,
+                    },
+                    #[cfg(not(feature = "gpu"))]
+                    Device::Gpu => primitive.eval_gpu(&inputs, &a)?,
+                };
+                if let Some(t0) = t0 {
+                    crate::profile::record(primitive.name(), a.shape(), t0.elapsed());
+                }
+                drop(inputs);
+                set_ready(&a, data);
             }
-            let front = waiting.pop_front().expect("a front node");
-            waiting_ids.remove(&front.id());
-            if is_collective(&front) {
-                waiting_collectives -= 1;
-            }
-            #[cfg(feature = "gpu")]
-            run_node(&front, in_flight, &mut fusion)?;
-            #[cfg(not(feature = "gpu"))]
-            run_node(&front, in_flight)?;
+            Stream::Communication => in_flight.submit(a, primitive, inputs),
         }
-        let collective = stream == Stream::Communication;
-        let wait = a.device() == Device::Cpu
-            && ((collective && waiting_collectives > 0)
-                || inputs_wait(&inputs, in_flight, &waiting_ids)?);
-        // The kernel counts references to its inputs (buffer donation).
-        drop(inputs);
-        if wait {
-            waiting_ids.insert(a.id());
-            waiting_collectives += usize::from(collective);
-            waiting.push_back(a);
-            continue;
-        }
-        if a.device() != Device::Cpu {
-            // In order: everything queued before it runs first.
-            for w in waiting.drain(..) {
-                #[cfg(feature = "gpu")]
-                run_node(&w, in_flight, &mut fusion)?;
-                #[cfg(not(feature = "gpu"))]
-                run_node(&w, in_flight)?;
-            }
-            waiting_ids.clear();
-            waiting_collectives = 0;
-        }
-        #[cfg(feature = "gpu")]
-        run_node(&a, in_flight, &mut fusion)?;
-        #[cfg(not(feature = "gpu"))]
-        run_node(&a, in_flight)?;
-    }
-    for w in waiting {
-        #[cfg(feature = "gpu")]
-        run_node(&w, in_flight, &mut fusion)?;
-        #[cfg(not(feature = "gpu"))]
-        run_node(&w, in_flight)?;
-    }
-    Ok(())
-}
-
-fn is_collective(a: &Array) -> bool {
-    matches!(&*a.lock(), State::Pending { primitive, .. } if primitive.stream() == Stream::Communication)
-}
-
-/// True when one of `inputs` is a waiting node or a collective still running.
-fn inputs_wait(inputs: &[Array], in_flight: &mut InFlight, waiting: &HashSet<u64>) -> Result<bool> {
-    for i in inputs {
-        if waiting.contains(&i.id()) || in_flight.running(i)? {
-            return Ok(true);
-        }
-    }
-    Ok(false)
-}
-
-/// True when the waiting node `a` must go on waiting.
-fn must_wait(a: &Array, in_flight: &mut InFlight, waiting: &HashSet<u64>) -> Result<bool> {
-    let inputs = match &*a.lock() {
-        State::Ready(_) => return Ok(false),
-        State::Pending { inputs, .. } => inputs.clone(),
-    };
-    inputs_wait(&inputs, in_flight, waiting)
-}
-
-/// Computes one node (collecting the collectives it needs), or submits it
-/// to the communication thread if it is a collective.
-fn run_node(
-    a: &Array,
-    in_flight: &mut InFlight,
-    #[cfg(feature = "gpu")] fusion: &mut crate::backend::gpu::fusion::Fusion,
-) -> Result<()> {
-    let (primitive, inputs) = match &*a.lock() {
-        State::Ready(_) => return Ok(()),
-        State::Pending { primitive, inputs } => (primitive.clone(), inputs.clone()),
-    };
-    for i in &inputs {
-        in_flight.finish(i)?;
-    }
-    match primitive.stream() {
-        Stream::Compute => {
-            let t0 = crate::profile::enabled().then(std::time::Instant::now);
-            let data = match a.device() {
-                Device::Cpu => primitive.eval_cpu(&inputs, a)?,
-                #[cfg(feature = "gpu")]
-                Device::Gpu => match fusion.run(a)? {
-                    Some(data) => data,
-                    None => primitive.eval_gpu(&inputs, a)?,
-                },
-                #[cfg(not(feature = "gpu"))]
-                Device::Gpu => primitive.eval_gpu(&inputs, a)?,
-            };
-            if let Some(t0) = t0 {
-                crate::profile::record(primitive.name(), a.shape(), t0.elapsed());
-            }
-            drop(inputs);
-            set_ready(a, data);
-        }
-        Stream::Communication => in_flight.submit(a.clone(), primitive, inputs),
     }
     Ok(())
 }
@@ -313,24 +218,6 @@ impl InFlight {
             }
         };
         self.pending.insert(a.id(), (a, rx));
-    }
-
-    /// True while `a` is a collective whose result has not arrived; a result
-    /// that has arrived is stored (an error is returned at once).
-    fn running(&mut self, a: &Array) -> Result<bool> {
-        let Some((_, rx)) = self.pending.get(&a.id()) else {
-            return Ok(false);
-        };
-        match rx.try_recv() {
-            Ok(data) => {
-                let (a, _) = self.pending.remove(&a.id()).expect("pending");
-                set_ready(&a, data?);
-                Ok(false)
-            }
-            Err(std::sync::mpsc::TryRecvError::Empty) => Ok(true),
-            // The sender is gone without a result: `finish` reports it.
-            Err(std::sync::mpsc::TryRecvError::Disconnected) => Ok(false),
-        }
     }
 
     /// Waits for `a` if it is in flight and stores its result.
