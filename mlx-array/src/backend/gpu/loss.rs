@@ -158,7 +158,7 @@ pub fn softmax(x: &ArrayData, shape: &[usize], dtype: Dtype) -> Result<ArrayData
     check_float("softmax", dtype)?;
     let width = shape.last().copied().unwrap_or(1);
     let n = size_of_shape(shape);
-    let rows = if width == 0 { 0 } else { n / width };
+    let rows = n.checked_div(width).unwrap_or(0);
     codegen::check_size("softmax", n, &[x])?;
     let out = alloc(shape, dtype)?;
     if rows == 0 {
