@@ -192,10 +192,18 @@ impl InFlight {
         let (tx, rx) = sync_channel(1);
         let out = a.clone();
         let job: Job = Box::new(move || {
+            let t0 = crate::profile::enabled().then(std::time::Instant::now);
             let result = catch_unwind(AssertUnwindSafe(|| primitive.eval_cpu(&inputs, &out)))
                 .unwrap_or_else(|_| {
                     Err(crate::Error::eval(primitive.name(), "the kernel panicked"))
                 });
+            if let Some(t0) = t0 {
+                crate::profile::record(primitive.name(), out.shape(), t0.elapsed());
+            }
+            // Let go of the inputs and of this handle before the result is
+            // announced: a kernel that runs next counts references to decide
+            // whether it may write over a buffer.
+            drop((inputs, out));
             let _ = tx.send(result);
         });
         let rx = match with_communication_thread(|t| t.send(job)) {

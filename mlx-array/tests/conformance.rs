@@ -1129,6 +1129,56 @@ fn cross_entropy_case() {
     assert!(bad.eval().unwrap_err().to_string().contains("out of range"));
 }
 
+fn softmax_case() {
+    for dtype in FLOATS {
+        runner()
+            .run(
+                &(
+                    prop::collection::vec(1usize..4, 0..3),
+                    1usize..9,
+                    layout(),
+                    any::<u64>(),
+                ),
+                |(rows, v, l, seed)| {
+                    let mut shape = rows.clone();
+                    shape.push(v);
+                    let x = fill(&shape, dtype, -6.0, 6.0, seed);
+                    let got = mlx_array::softmax(&make(&x, dtype, l), &[-1]).unwrap();
+                    let want = Nd::from_fn(&shape, |i| {
+                        let (row, c) = i.split_at(i.len() - 1);
+                        let at = |k: usize| {
+                            let mut j = row.to_vec();
+                            j.push(k);
+                            x.at(&j)
+                        };
+                        let m = (0..v).map(at).fold(f64::NEG_INFINITY, f64::max);
+                        let s: f64 = (0..v).map(|k| (at(k) - m).exp()).sum();
+                        quantize((at(c[0]) - m).exp() / s, dtype)
+                    });
+                    check(&got, &want, dtype, tol(dtype) * 4.0, "softmax");
+                    Ok(())
+                },
+            )
+            .unwrap();
+    }
+    // Over a leading axis the composite graph runs; it must agree with the
+    // primitive over the same values moved last.
+    let x = Array::from_slice(&[1.0f32, -2.0, 0.5, 3.0, 0.0, -1.0], &[2, 3]).unwrap();
+    let first = mlx_array::softmax(&x, &[0])
+        .unwrap()
+        .to_vec::<f32>()
+        .unwrap();
+    let last = mlx_array::softmax(&x.t().unwrap(), &[-1])
+        .unwrap()
+        .t()
+        .unwrap()
+        .to_vec::<f32>()
+        .unwrap();
+    for (a, b) in first.iter().zip(&last) {
+        assert!((a - b).abs() < 1e-6, "{first:?} vs {last:?}");
+    }
+}
+
 fn cross_entropy_grad_case() {
     for dtype in FLOATS {
         runner()
@@ -1494,6 +1544,7 @@ fn case_for(name: &str) -> Option<Box<dyn Fn()>> {
         "scatter_add" => Box::new(scatter_add_case),
         "slice_update" => Box::new(slice_update_case),
         "cross_entropy" => Box::new(cross_entropy_case),
+        "softmax" => Box::new(softmax_case),
         "cross_entropy_grad" => Box::new(cross_entropy_grad_case),
         "linear_cross_entropy" => Box::new(linear_cross_entropy_case),
         "linear_cross_entropy_grad" => Box::new(linear_cross_entropy_grad_case),

@@ -208,6 +208,11 @@ fn grad_case(name: &str) -> Option<Case> {
         "slice_update" => case(vec![x23(), uniform(19, &[2, 1], -1.0, 1.0)], &[0, 1], |a| {
             a[0].slice_update(&a[1], &[SliceArg::FULL, SliceArg::range(1, 2)])
         }),
+        "softmax" => case(vec![uniform(21, &[2, 3, 5], -2.0, 2.0)], &[0], |a| {
+            // Weighted so that the gradient is not zero (a softmax sums to one).
+            let w = Array::from_slice(&[0.5f32, -1.0, 2.0, 0.25, 1.5], &[5])?;
+            a[0].softmax(&[-1])?.multiply(&w)?.square()?.sum_all()
+        }),
         "cross_entropy" => case(vec![uniform(20, &[3, 5], -2.0, 2.0)], &[0], |a| {
             mlx_array::cross_entropy(&a[0], &ints(&[4, 0, 2], &[3]))
         }),

@@ -76,6 +76,41 @@ fn intermediates_are_freed_as_soon_as_their_consumer_has_run() {
 }
 
 #[test]
+fn binary_ops_write_over_an_input_nobody_else_reads() {
+    let _g = serial();
+    let n = 1 << 20;
+    let x = arange(0.0, n as f64, 1.0, Dtype::F32).unwrap();
+    x.eval().unwrap();
+    memory::clear_cache();
+    let base = memory::active();
+    memory::reset_peak();
+    // The first op must allocate (the test holds `x`); every later one is
+    // its input's last reader and writes over it: one buffer in all.
+    let mut y = x.mul_scalar(2.0).unwrap();
+    for _ in 0..10 {
+        y = y.add_scalar(1.0).unwrap().div_scalar(2.0).unwrap();
+    }
+    y.eval().unwrap();
+    let extra_peak = memory::peak() - base;
+    assert!(
+        extra_peak <= 4 * n + (1 << 16),
+        "peak grew by {extra_peak} bytes: a chain over one 4 MiB buffer allocated more"
+    );
+    let want = |v: f32| (0..10).fold(2.0 * v, |a, _| (a + 1.0) / 2.0);
+    let got = y.to_vec::<f32>().unwrap();
+    for i in [0, 1, n / 2, n - 1] {
+        assert_eq!(got[i], want(i as f32));
+    }
+    // An intermediate somebody holds is never overwritten.
+    let held = x.mul_scalar(3.0).unwrap();
+    let after = held.add_scalar(1.0).unwrap().mul_scalar(2.0).unwrap();
+    after.eval().unwrap();
+    assert_eq!(held.to_vec::<f32>().unwrap()[7], 21.0);
+    assert_eq!(after.to_vec::<f32>().unwrap()[7], 44.0);
+    assert_eq!(x.to_vec::<f32>().unwrap()[7], 7.0);
+}
+
+#[test]
 fn a_thousand_step_loop_keeps_active_memory_bounded() {
     let _g = serial();
     let mut w = arange(0.0, 4096.0, 1.0, Dtype::F32).unwrap();

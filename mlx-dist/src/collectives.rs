@@ -52,9 +52,22 @@ impl Primitive for AllReduce {
     }
     fn eval_cpu(&self, inputs: &[Array], out: &Array) -> Result<ArrayData> {
         let x = &inputs[0];
+        let n = out.nbytes();
+        let given = x.data()?;
+        if given.offset() == 0 && x.is_donatable(&given) {
+            // Nothing else reads the input: reduce in its buffer rather than
+            // a copy, so a gradient bucket is not held twice.
+            // SAFETY: `is_donatable` proved this node holds the only other
+            // handle, and the view is contiguous from the buffer's start.
+            let buf = unsafe { given.as_mut_slice_unchecked::<u8>(n) };
+            self.group
+                .all_reduce_bytes(buf, x.dtype(), self.op)
+                .map_err(|e| dist_err(self.name(), e))?;
+            let strides = mlx_array::shape::contiguous_strides(out.shape());
+            return Ok(ArrayData::new(given.storage().clone(), strides, 0));
+        }
         let src = input_bytes(x)?;
         let mut data = ArrayData::alloc(out.shape(), out.dtype());
-        let n = out.nbytes();
         let buf = data.as_mut_slice::<u8>(n);
         buf.copy_from_slice(src.as_bytes(x.dtype(), x.size()));
         self.group

@@ -106,6 +106,10 @@ pub struct TrainConfig {
     /// Each rank appends its array memory (`memory::active`/`peak`) after
     /// every step to `<this>.rank<R>.jsonl`, for memory profiling.
     pub memory_log: Option<PathBuf>,
+    /// With more than one rank, shard AdamW's moments over the ranks (ZeRO
+    /// stage 1: each rank keeps `1 / world` of them, the same results); off,
+    /// every rank averages whole gradients and keeps the whole state.
+    pub shard_optimizer: bool,
 }
 
 impl Default for TrainConfig {
@@ -139,6 +143,7 @@ impl Default for TrainConfig {
             device: "cpu".into(),
             data_cache: None,
             memory_log: None,
+            shard_optimizer: true,
         }
     }
 }
@@ -156,6 +161,7 @@ impl TrainConfig {
             "data": self.data,
             "tokenizer": self.tokenizer,
             "batching": self.batching,
+            "shard_optimizer": self.shard_optimizer,
         })
     }
 }

@@ -13,7 +13,7 @@ use mlx_data::{
 use mlx_dist::Group;
 use mlx_nn::losses::{CrossEntropyOptions, Reduction};
 use mlx_nn::{AverageOptions, ModuleExt, average_gradients, value_and_grad};
-use mlx_optim::{AdamW, ModuleOptimizer, Optimizer, Schedule, schedule};
+use mlx_optim::{AdamW, Optimizer, Schedule, Sharded, schedule};
 
 use crate::checkpoint::{self, Manifest};
 use crate::config::{Batching, DataSource, ScheduleKind, TokenizerChoice, TrainConfig};
@@ -128,6 +128,38 @@ fn per_rank(cfg: &TrainConfig, world: usize) -> Result<BatchSize> {
     Ok(BatchSize::Global(cfg.global_batch))
 }
 
+/// AdamW with its state whole on every rank, or sharded over the ranks.
+enum Adam {
+    /// Every rank averages whole gradients and keeps the whole state.
+    Whole(AdamW),
+    /// Each rank keeps the state of its shard of every parameter.
+    Sharded(Sharded<AdamW>),
+}
+
+impl Adam {
+    fn get(&self) -> &dyn Optimizer {
+        match self {
+            Adam::Whole(o) => o,
+            Adam::Sharded(o) => o,
+        }
+    }
+
+    fn get_mut(&mut self) -> &mut dyn Optimizer {
+        match self {
+            Adam::Whole(o) => o,
+            Adam::Sharded(o) => o,
+        }
+    }
+
+    /// The state file of `rank` in a checkpoint folder.
+    fn file_name(&self, rank: usize) -> String {
+        match self {
+            Adam::Whole(_) => "optimizer.safetensors".into(),
+            Adam::Sharded(_) => format!("optimizer_rank{rank}.safetensors"),
+        }
+    }
+}
+
 /// A micro-batch's inputs, targets and loss weights.
 struct Micro {
     x: Array,
@@ -217,9 +249,14 @@ fn train_on(cfg: &TrainConfig, group: &Group) -> Result<Summary> {
     let mut model = Llama::new(&model_cfg, cfg.seed)?;
     // mlx-optim's fused Adam kernel is CPU-only; on the GPU the op-by-op
     // update (bit-identical to it) runs instead.
-    let mut opt = AdamW::new(lr_schedule(cfg)?)
+    let adamw = AdamW::new(lr_schedule(cfg)?)
         .weight_decay(cfg.weight_decay)
         .fused(mlx_array::default_device() == Device::Cpu);
+    let mut opt = if cfg.shard_optimizer && world > 1 {
+        Adam::Sharded(Sharded::new(adamw, group).bucket_bytes(cfg.all_reduce_size))
+    } else {
+        Adam::Whole(adamw)
+    };
     let mut train_loader = loader(data.train.clone(), cfg, group, batch)?;
     let mut val_loader = loader(data.validation.clone(), cfg, group, batch)?;
 
@@ -230,11 +267,10 @@ fn train_on(cfg: &TrainConfig, group: &Group) -> Result<Summary> {
         model
             .load_weights(dir.join("model.safetensors"))
             .with_context(|| format!("loading the model from {}", dir.display()))?;
-        opt.load_state(
-            &dir.join("optimizer.safetensors"),
-            &model.trainable_parameters(),
-        )
-        .map_err(|e| anyhow!("loading the optimizer from {}: {e}", dir.display()))?;
+        let state_file = dir.join(opt.file_name(rank));
+        opt.get_mut()
+            .load_state(&state_file, &model.trainable_parameters())
+            .map_err(|e| anyhow!("loading the optimizer from {}: {e}", dir.display()))?;
         let state_path = dir.join(format!("loader_rank{rank}.json"));
         let state = LoaderState::from_json(
             &std::fs::read_to_string(&state_path)
@@ -301,38 +337,72 @@ fn train_on(cfg: &TrainConfig, group: &Group) -> Result<Summary> {
             .collect::<Result<_>>()?;
         // Normalise by the tokens counted across the world, so that the
         // averaged gradient is the gradient of the global mean loss.
-        let local_count = micros
-            .iter()
-            .map(|m| m.mask.sum_all())
-            .collect::<mlx_array::Result<Vec<_>>>()?;
-        let count = mlx_dist::all_sum(&mlx_array::stack(&local_count, 0)?.sum_all()?, group)?
-            .item::<f32>()?
-            .max(1.0) as f64;
+        let count = if cfg.batching == Batching::Pack {
+            // Packed rows have no padding: every target of every rank counts,
+            // so the world's count is known without asking the other ranks.
+            tokens
+        } else {
+            let local_count = micros
+                .iter()
+                .map(|m| m.mask.sum_all())
+                .collect::<mlx_array::Result<Vec<_>>>()?;
+            mlx_dist::all_sum(&mlx_array::stack(&local_count, 0)?.sum_all()?, group)?
+                .item::<f32>()?
+                .max(1.0) as f64
+        };
         let scale = world as f64 / count;
-        let mut grads: Option<Tree> = None;
         let mut loss = Array::zeros(&[], Dtype::F32);
-        for m in micros {
-            let (l, g) = vg(&mut model, &(m, scale))?;
-            loss = loss.add(&l)?;
-            grads = Some(match grads {
-                None => g,
-                Some(acc) => acc.zip_map(&g, |_, a, b| a.add(b))?,
-            });
-        }
-        let grads = average_gradients(&grads.expect("at least one micro-batch"), group, &avg)?;
+        // Each stage of the gradients replaces the previous one, which is
+        // dropped here so that the graph holds the only references to it:
+        // the evaluator can then free every buffer once its last reader ran.
+        let grads = {
+            let mut grads: Option<Tree> = None;
+            for m in micros {
+                let (l, g) = vg(&mut model, &(m, scale))?;
+                loss = loss.add(&l)?;
+                grads = Some(match grads {
+                    None => g,
+                    Some(acc) => acc.zip_map(&g, |_, a, b| a.add(b))?,
+                });
+            }
+            let own = grads.expect("at least one micro-batch");
+            match &opt {
+                // This rank's shard of the averaged gradients.
+                Adam::Sharded(o) => o.shard_gradients(&own).map_err(|e| anyhow!("{e}"))?,
+                Adam::Whole(_) => average_gradients(&own, group, &avg)?,
+            }
+        };
         let (grads, norm) = match cfg.grad_clip {
             Some(max) => {
-                let (g, n) = mlx_optim::clip_grad_norm(&grads, max).map_err(|e| anyhow!("{e}"))?;
+                let (g, n) = match &opt {
+                    Adam::Sharded(o) => o.clip_grad_norm(&grads, max),
+                    Adam::Whole(_) => mlx_optim::clip_grad_norm(&grads, max),
+                }
+                .map_err(|e| anyhow!("{e}"))?;
+                drop(grads);
                 (g, Some(n))
             }
             None => (grads, None),
         };
-        let lr = opt.learning_rate();
-        opt.update(&mut model, &grads).map_err(|e| anyhow!("{e}"))?;
+        let lr = opt.get().learning_rate();
+        let params = model.trainable_parameters();
+        let new = match &mut opt {
+            Adam::Sharded(o) => o.apply_shards(&grads, &params),
+            Adam::Whole(o) => o.apply_gradients(&grads, &params),
+        }
+        .map_err(|e| anyhow!("{e}"))?;
+        drop((grads, params));
+        model.update(&new)?;
+        drop(new);
         let world_loss = mlx_dist::all_sum(&loss, group)?.div_scalar(world as f64)?;
-        eval((&world_loss, &model.parameters(), opt.state(), &norm))?;
-        // The gradients are spent: free them before validation and checkpoints.
-        drop(grads);
+        // New parameters last layer first: the evaluator runs each one's
+        // update as soon as the backward pass has produced its gradient, so
+        // the activations a gradient needs and the gradient itself are freed
+        // early instead of all being held until the backward pass is done.
+        let mut updated = model.parameters().leaves();
+        updated.reverse();
+        eval((&world_loss, &updated, opt.get().state(), &norm))?;
+        drop(updated);
         let loss_value = world_loss.item::<f32>()?;
         if !loss_value.is_finite() {
             bail!("the loss became {loss_value} at step {}", step + 1);
@@ -405,7 +475,7 @@ fn train_on(cfg: &TrainConfig, group: &Group) -> Result<Summary> {
 fn save_checkpoint(
     cfg: &TrainConfig,
     model: &Llama,
-    opt: &AdamW,
+    opt: &Adam,
     batches: &Prefetcher,
     group: &Group,
     step: u64,
@@ -425,10 +495,18 @@ fn save_checkpoint(
         .with_context(|| format!("writing {}", state_path.display()))?;
     group.barrier()?;
     let dir = checkpoint::step_dir(out, step);
+    if let Adam::Sharded(o) = opt {
+        // Every rank writes its own shard of the optimizer state.
+        o.save_state(&tmp.join(opt.file_name(group.rank())))
+            .map_err(|e| anyhow!("{e}"))?;
+        group.barrier()?;
+    }
     if group.rank() == 0 {
         model.save_weights(tmp.join("model.safetensors"))?;
-        opt.save_state(&tmp.join("optimizer.safetensors"))
-            .map_err(|e| anyhow!("{e}"))?;
+        if let Adam::Whole(o) = opt {
+            o.save_state(&tmp.join(opt.file_name(0)))
+                .map_err(|e| anyhow!("{e}"))?;
+        }
         let manifest = Manifest {
             format: 1,
             step,

@@ -141,6 +141,58 @@ fn resuming_equals_an_uninterrupted_run_and_bad_checkpoints_are_refused() {
 }
 
 #[test]
+fn sharded_optimizer_state_matches_whole_state_and_resumes_exactly() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = |cfg: &TrainConfig| mlx_dist::run_local(2, |g| train(cfg, &g).unwrap()).unwrap();
+    // Two ranks: each sum of two gradients has one order, so sharding the
+    // state changes nothing, bit for bit.
+    let sharded = dir.path().join("sharded");
+    let whole = dir.path().join("whole");
+    let s = run(&tiny(&sharded, 4));
+    let w = run(&TrainConfig {
+        shard_optimizer: false,
+        ..tiny(&whole, 4)
+    });
+    assert_eq!(s[0].losses, w[0].losses);
+    assert_eq!(max_diff(&weights(&sharded), &weights(&whole)), 0.0);
+    let latest = mlx_llama::checkpoint::latest(&sharded).unwrap().unwrap();
+    for r in 0..2 {
+        assert!(
+            latest
+                .join(format!("optimizer_rank{r}.safetensors"))
+                .exists()
+        );
+    }
+    assert!(!latest.join("optimizer.safetensors").exists());
+
+    // Resuming from the shards (with clipping by the global norm) continues
+    // the uninterrupted run exactly.
+    let clipped = |out: &Path, steps| TrainConfig {
+        grad_clip: Some(0.5),
+        ..tiny(out, steps)
+    };
+    let full_dir = dir.path().join("full");
+    let parts = dir.path().join("parts");
+    let full = run(&clipped(&full_dir, 6));
+    let first = run(&clipped(&parts, 3));
+    let rest = run(&clipped(&parts, 6));
+    assert_eq!(first[0].losses, full[0].losses[..3]);
+    assert_eq!(rest[0].losses, full[0].losses[3..]);
+    assert_eq!(max_diff(&weights(&full_dir), &weights(&parts)), 0.0);
+
+    // A checkpoint with sharded state does not resume with whole state.
+    let err = mlx_dist::run_local(2, |g| {
+        let cfg = TrainConfig {
+            shard_optimizer: false,
+            ..clipped(&parts, 8)
+        };
+        format!("{:#}", train(&cfg, &g).unwrap_err())
+    })
+    .unwrap();
+    assert!(err[0].contains("shard_optimizer"), "{}", err[0]);
+}
+
+#[test]
 fn a_global_batch_that_does_not_split_is_an_error() {
     let dir = tempfile::tempdir().unwrap();
     let mut cfg = tiny(dir.path(), 1);

@@ -48,57 +48,50 @@ pub fn average_gradients(grads: &Tree, group: &Group, opts: &AverageOptions) -> 
     }
     let flat = grads.flatten();
     let mut out: Vec<Option<Array>> = vec![None; flat.len()];
-    // Group by the dtype they travel in, keeping the tree order inside a group.
-    let mut by_dtype: BTreeMap<Dtype, Vec<usize>> = BTreeMap::new();
-    for (i, (_, g)) in flat.iter().enumerate() {
-        let wire = if g.dtype().is_float() {
+    let wire_of = |g: &Array| {
+        if g.dtype().is_float() {
             opts.communication_dtype.unwrap_or(g.dtype())
         } else {
             g.dtype()
-        };
-        by_dtype.entry(wire).or_default().push(i);
-    }
-    for (wire, idx) in by_dtype {
-        let mut bucket: Vec<usize> = Vec::new();
-        let mut bytes = 0;
-        let flush = |bucket: &mut Vec<usize>, out: &mut Vec<Option<Array>>| -> Result<()> {
-            if bucket.is_empty() {
-                return Ok(());
-            }
-            let parts = bucket
-                .iter()
-                .map(|&i| flat[i].1.astype(wire)?.reshape(&[-1]))
-                .collect::<Result<Vec<_>>>()?;
-            let summed = mlx_dist::all_sum(&concatenate(&parts, 0)?, group)?;
-            let mut at = 0i64;
-            for &i in bucket.iter() {
-                let g = &flat[i].1;
-                let len = g.size() as i64;
-                let piece = summed.slice_axis(0, at, at + len)?;
-                at += len;
-                let mean = if g.dtype().is_float() {
-                    piece.astype(g.dtype())?.div_scalar(n as f64)?
-                } else {
-                    piece
-                        .astype(Dtype::F32)?
-                        .div_scalar(n as f64)?
-                        .astype(g.dtype())?
-                };
-                out[i] = Some(mlx_array::reshape_to(&mean, g.shape())?);
-            }
-            bucket.clear();
-            Ok(())
-        };
-        for i in idx {
-            let size = flat[i].1.size() * wire.size_of();
-            if !bucket.is_empty() && bytes + size > opts.all_reduce_size {
-                flush(&mut bucket, &mut out)?;
-                bytes = 0;
-            }
-            bucket.push(i);
-            bytes += size;
         }
-        flush(&mut bucket, &mut out)?;
+    };
+    let items: Vec<(Dtype, usize)> = flat.iter().map(|(_, g)| (wire_of(g), g.size())).collect();
+    for (wire, bucket) in gradient_buckets(&items, opts.all_reduce_size) {
+        let parts = bucket
+            .iter()
+            .map(|&i| flat[i].1.astype(wire)?.reshape(&[-1]))
+            .collect::<Result<Vec<_>>>()?;
+        let summed = mlx_dist::all_sum(&concatenate(&parts, 0)?, group)?;
+        // When every tensor travels in its own float dtype, divide the
+        // whole bucket (in its buffer) and hand out views of it: the
+        // averaged gradients then take no memory beyond the bucket.
+        let divide_bucket = bucket.iter().all(|&i| {
+            let d = flat[i].1.dtype();
+            d.is_float() && d == wire
+        });
+        let summed = if divide_bucket {
+            summed.div_scalar(n as f64)?
+        } else {
+            summed
+        };
+        let mut at = 0i64;
+        for &i in bucket.iter() {
+            let g = &flat[i].1;
+            let len = g.size() as i64;
+            let piece = summed.slice_axis(0, at, at + len)?;
+            at += len;
+            let mean = if divide_bucket {
+                piece
+            } else if g.dtype().is_float() {
+                piece.astype(g.dtype())?.div_scalar(n as f64)?
+            } else {
+                piece
+                    .astype(Dtype::F32)?
+                    .div_scalar(n as f64)?
+                    .astype(g.dtype())?
+            };
+            out[i] = Some(mlx_array::reshape_to(&mean, g.shape())?);
+        }
     }
     let averaged = flat
         .iter()
@@ -106,4 +99,41 @@ pub fn average_gradients(grads: &Tree, group: &Group, opts: &AverageOptions) -> 
         .map(|((name, _), a)| (name.clone(), a.expect("every gradient is in a bucket")));
     let averaged: BTreeMap<String, Array> = averaged.collect();
     grads.map(|path, _| Ok(averaged[path].clone()))
+}
+
+/// Groups tensors into communication buckets: `items` are `(dtype, elements)`
+/// in order; the result lists, per dtype (in dtype order), runs of indices
+/// whose bytes add up to about `limit` (a tensor larger than `limit` gets a
+/// bucket of its own; `limit` 0 puts every tensor alone). Order is kept
+/// inside a dtype. Used by [`average_gradients`] and by optimizers that
+/// shard their state (mlx-optim's `Sharded`), so both cut the same buckets.
+///
+/// ```
+/// use mlx_array::Dtype;
+/// let b = mlx_nn::gradient_buckets(&[(Dtype::F32, 4), (Dtype::F32, 4), (Dtype::F32, 4)], 32);
+/// assert_eq!(b, vec![(Dtype::F32, vec![0, 1]), (Dtype::F32, vec![2])]);
+/// ```
+pub fn gradient_buckets(items: &[(Dtype, usize)], limit: usize) -> Vec<(Dtype, Vec<usize>)> {
+    let mut by_dtype: BTreeMap<Dtype, Vec<usize>> = BTreeMap::new();
+    for (i, (d, _)) in items.iter().enumerate() {
+        by_dtype.entry(*d).or_default().push(i);
+    }
+    let mut out = Vec::new();
+    for (dtype, idx) in by_dtype {
+        let mut bucket: Vec<usize> = Vec::new();
+        let mut bytes = 0;
+        for i in idx {
+            let size = items[i].1 * dtype.size_of();
+            if !bucket.is_empty() && bytes + size > limit {
+                out.push((dtype, std::mem::take(&mut bucket)));
+                bytes = 0;
+            }
+            bucket.push(i);
+            bytes += size;
+        }
+        if !bucket.is_empty() {
+            out.push((dtype, bucket));
+        }
+    }
+    out
 }

@@ -70,7 +70,11 @@ pub(crate) fn adam_single(
             denominator,
             eps: cfg.eps as f32,
         };
-        let (p, m, v) = fused::adam_step(c, param, grad, m, v)?;
+        let (p, m, v) = if ctx.parameter_apart {
+            fused::adam_step_apart(c, param, grad, m, v)?
+        } else {
+            fused::adam_step(c, param, grad, m, v)?
+        };
         return Ok((p, vec![m, v]));
     }
     let param = &match decay {

@@ -24,12 +24,22 @@ use crate::Result;
 /// assert!((w2 - 0.8).abs() < 1e-6);
 /// ```
 pub fn clip_grad_norm(grads: &Tree, max_norm: f64) -> Result<(Tree, Array)> {
+    clip_by_norm_squared(grads, max_norm, Ok)
+}
+
+/// [`clip_grad_norm`] where `total` turns the squared norm of `grads` into
+/// the squared norm the clipping goes by (for shards: its sum over ranks).
+pub(crate) fn clip_by_norm_squared(
+    grads: &Tree,
+    max_norm: f64,
+    total: impl FnOnce(Array) -> Result<Array>,
+) -> Result<(Tree, Array)> {
     let mut norm_sq = Array::scalar(0.0f32);
     for g in grads.leaves() {
         let g = g.astype(Dtype::F32)?;
         norm_sq = norm_sq.add(&g.square()?.sum_all()?)?;
     }
-    let total = norm_sq.sqrt()?;
+    let total = total(norm_sq)?.sqrt()?;
     let normalizer = total.scalar_like(max_norm).div(&total.add_scalar(1e-6)?)?;
     let keep = total.less(&total.scalar_like(max_norm))?;
     let clipped = grads.map(|_, g| {

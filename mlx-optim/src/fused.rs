@@ -104,8 +104,22 @@ fn in_place(inputs: &[Array], data: &[ArrayData], n: usize) -> bool {
 /// operations: `(p', m', v')` from `p`, `g`, `m`, `v`.
 #[inline(always)]
 fn element(c: &AdamCoefficients, p: f32, g: f32, m: f32, v: f32) -> (f32, f32, f32) {
-    let m = m * c.b1 + g * c.one_minus_b1;
-    let v = v * c.b2 + (g * g) * c.one_minus_b2;
+    let (m, v) = moments(c, g, m, v);
+    (parameter(c, p, m, v), m, v)
+}
+
+/// The new moments `(m', v')` of one element.
+#[inline(always)]
+fn moments(c: &AdamCoefficients, g: f32, m: f32, v: f32) -> (f32, f32) {
+    (
+        m * c.b1 + g * c.one_minus_b1,
+        v * c.b2 + (g * g) * c.one_minus_b2,
+    )
+}
+
+/// The new parameter of one element from its new moments.
+#[inline(always)]
+fn parameter(c: &AdamCoefficients, p: f32, m: f32, v: f32) -> f32 {
     let p = match c.decay {
         Some(d) => p * d,
         None => p,
@@ -114,7 +128,93 @@ fn element(c: &AdamCoefficients, p: f32, g: f32, m: f32, v: f32) -> (f32, f32, f
         Some(d) => v.sqrt() / d,
         None => v.sqrt(),
     };
-    (p - (m * c.numerator) / (root + c.eps), m, v)
+    p - (m * c.numerator) / (root + c.eps)
+}
+
+/// The moments half of a step whose parameter lives apart from its moments:
+/// `[g, m, v]` to `[2, ...]` holding `m'` and `v'`, written over `m` and `v`
+/// when they are the rows of an earlier output that nothing else sees.
+#[derive(Debug)]
+struct FusedAdamMoments(AdamCoefficients);
+
+impl Primitive for FusedAdamMoments {
+    fn name(&self) -> &'static str {
+        "fused_adam_moments"
+    }
+
+    fn eval_cpu(&self, inputs: &[Array], out: &Array) -> Result<ArrayData> {
+        let n = inputs[0].size();
+        let data: Vec<ArrayData> = inputs.iter().map(Array::data).collect::<Result<_>>()?;
+        let c = self.0;
+        let storage = data[1].storage();
+        let in_place = [(1, 0), (2, n)].iter().all(|&(i, offset)| {
+            std::sync::Arc::ptr_eq(data[i].storage(), storage)
+                && data[i].offset() == offset
+                && inputs[i].is_donatable_shared(&data[i], 2)
+        }) && storage.capacity() >= 2 * n * size_of::<f32>()
+            && !std::sync::Arc::ptr_eq(data[0].storage(), storage);
+        let g = data[0].as_slice::<f32>(n);
+        let step = |m: &mut [f32], v: &mut [f32], g: &[f32], old: Option<(&[f32], &[f32])>| {
+            for j in 0..m.len() {
+                let (mo, vo) = old.map_or((m[j], v[j]), |(m0, v0)| (m0[j], v0[j]));
+                (m[j], v[j]) = moments(&c, g[j], mo, vo);
+            }
+        };
+        if in_place {
+            // SAFETY: the check above proved that both rows of this buffer
+            // are seen only through this node's inputs, which it consumes.
+            let buf = unsafe { data[1].as_mut_slice_unchecked::<f32>(2 * n) };
+            let (m, v) = buf.split_at_mut(n);
+            m.par_chunks_mut(CHUNK)
+                .zip(v.par_chunks_mut(CHUNK))
+                .enumerate()
+                .for_each(|(i, (m, v))| step(m, v, &g[i * CHUNK..i * CHUNK + m.len()], None));
+            let strides = mlx_array::shape::contiguous_strides(out.shape());
+            return Ok(ArrayData::new(data[1].storage().clone(), strides, 0));
+        }
+        let (m0, v0) = (data[1].as_slice::<f32>(n), data[2].as_slice::<f32>(n));
+        let mut result = ArrayData::alloc(out.shape(), Dtype::F32);
+        let buf = result.as_mut_slice::<f32>(2 * n);
+        let (m, v) = buf.split_at_mut(n);
+        m.par_chunks_mut(CHUNK)
+            .zip(v.par_chunks_mut(CHUNK))
+            .enumerate()
+            .for_each(|(i, (m, v))| {
+                let r = i * CHUNK..i * CHUNK + m.len();
+                step(m, v, &g[r.clone()], Some((&m0[r.clone()], &v0[r])));
+            });
+        Ok(result)
+    }
+}
+
+/// The parameter half: `[p, moments]` (the `[2, ...]` output above) to `p'`.
+#[derive(Debug)]
+struct FusedAdamParameter(AdamCoefficients);
+
+impl Primitive for FusedAdamParameter {
+    fn name(&self) -> &'static str {
+        "fused_adam_parameter"
+    }
+
+    fn eval_cpu(&self, inputs: &[Array], out: &Array) -> Result<ArrayData> {
+        let n = inputs[0].size();
+        let c = self.0;
+        let (pd, mv) = (inputs[0].data()?, inputs[1].data()?);
+        let (p, mv) = (pd.as_slice::<f32>(n), mv.as_slice::<f32>(2 * n));
+        let (m, v) = mv.split_at(n);
+        let mut result = ArrayData::alloc(out.shape(), Dtype::F32);
+        result
+            .as_mut_slice::<f32>(n)
+            .par_chunks_mut(CHUNK)
+            .enumerate()
+            .for_each(|(i, o)| {
+                let at = i * CHUNK;
+                for (j, o) in o.iter_mut().enumerate() {
+                    *o = parameter(&c, p[at + j], m[at + j], v[at + j]);
+                }
+            });
+        Ok(result)
+    }
 }
 
 /// True when the fused kernel applies: every array float32 with one shape,
@@ -145,4 +245,37 @@ pub(crate) fn adam_step(
     let row =
         |i: i64| -> Result<Array> { mlx_array::reshape_to(&all.slice_axis(0, i, i + 1)?, &shape) };
     Ok((row(0)?, row(1)?, row(2)?))
+}
+
+/// Builds the fused step for a parameter kept apart from its moments (a
+/// shard that is gathered into a new buffer after the update): returns
+/// `(p', m', v')`, where `m'` and `v'` are the rows of one buffer updated in
+/// place from the second step and `p'` has a buffer of its own, so that
+/// dropping `p'` frees it. Bit-identical to [`adam_step`].
+pub(crate) fn adam_step_apart(
+    c: AdamCoefficients,
+    param: &Array,
+    grad: &Array,
+    m: &Array,
+    v: &Array,
+) -> Result<(Array, Array, Array)> {
+    let shape = param.shape().to_vec();
+    let [param, grad, m, v] = [param, grad, m, v].map(|a| a.contiguous());
+    let mut out_shape = vec![2];
+    out_shape.extend_from_slice(&shape);
+    let mv = Array::from_primitive(
+        FusedAdamMoments(c),
+        vec![grad?, m?, v?],
+        out_shape,
+        Dtype::F32,
+    );
+    let p = Array::from_primitive(
+        FusedAdamParameter(c),
+        vec![param?, mv.clone()],
+        shape.clone(),
+        Dtype::F32,
+    );
+    let row =
+        |i: i64| -> Result<Array> { mlx_array::reshape_to(&mv.slice_axis(0, i, i + 1)?, &shape) };
+    Ok((p, row(0)?, row(1)?))
 }

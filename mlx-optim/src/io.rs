@@ -17,7 +17,20 @@ use crate::{Error, Result};
 const STEP: &str = "step";
 const LEARNING_RATE: &str = "learning_rate";
 
+/// Metadata key naming the shard a file holds: `"<rank>/<world>"`.
+const SHARD: &str = "shard";
+
 pub(crate) fn save_state(path: &Path, state: &OptimizerState, learning_rate: f64) -> Result<()> {
+    save_state_sharded(path, state, learning_rate, None)
+}
+
+/// [`save_state`] of shard `(rank, world)` of a sharded state (noted in the metadata).
+pub(crate) fn save_state_sharded(
+    path: &Path,
+    state: &OptimizerState,
+    learning_rate: f64,
+    shard: Option<(usize, usize)>,
+) -> Result<()> {
     let step = i64::try_from(state.step())
         .map_err(|_| Error::Config(format!("step {} does not fit int64", state.step())))?;
     let mut arrays = vec![
@@ -37,10 +50,13 @@ pub(crate) fn save_state(path: &Path, state: &OptimizerState, learning_rate: f64
         }
         arrays.push((name, at_offset_zero(a)?));
     }
-    let metadata = HashMap::from([
+    let mut metadata = HashMap::from([
         ("format".to_string(), "mlx-optim".to_string()),
         (STEP.to_string(), state.step().to_string()),
     ]);
+    if let Some((rank, world)) = shard {
+        metadata.insert(SHARD.to_string(), format!("{rank}/{world}"));
+    }
     save_safetensors(path, &arrays, Some(metadata))?;
     Ok(())
 }
@@ -64,8 +80,35 @@ fn describe(a_shape: &[usize], dtype: Dtype) -> String {
 }
 
 pub(crate) fn load_state(path: &Path, params: &Tree, slots: &[&str]) -> Result<OptimizerState> {
+    load_state_sharded(path, params, slots, None)
+}
+
+/// [`load_state`] of a file that must hold shard `(rank, world)` (or, with
+/// `None`, a whole state); `params` has the shapes the slots must have.
+pub(crate) fn load_state_sharded(
+    path: &Path,
+    params: &Tree,
+    slots: &[&str],
+    shard: Option<(usize, usize)>,
+) -> Result<OptimizerState> {
     let file = path.display().to_string();
-    let (mut arrays, _metadata) = load_safetensors(path)?;
+    let (mut arrays, metadata) = load_safetensors(path)?;
+    let found = metadata.get(SHARD).cloned();
+    let wanted = shard.map(|(r, w)| format!("{r}/{w}"));
+    if found != wanted {
+        let say = |s: &Option<String>| match s {
+            Some(s) => format!("shard {s} (rank/world) of a sharded state"),
+            None => "a whole (unsharded) state".to_string(),
+        };
+        return Err(Error::Format {
+            file,
+            message: format!(
+                "holds {}, but this optimizer needs {}",
+                say(&found),
+                say(&wanted)
+            ),
+        });
+    }
     let step_array = arrays.remove(STEP).ok_or_else(|| Error::Format {
         file: file.clone(),
         message: "no `step` tensor: not an optimizer state file".into(),

@@ -39,6 +39,12 @@
 //! Resuming: [`Optimizer::save_state`] writes the step count and every slot
 //! (`step`, `learning_rate`, `<parameter>.<slot>`); [`Optimizer::load_state`]
 //! reads them back and checks them against the model's parameters.
+//!
+//! Data-parallel training: wrap the optimizer in [`Sharded`] to keep only
+//! `1 / world` of its state on each rank (ZeRO stage 1). It takes each
+//! rank's own gradients and averages them itself, one `sum_scatter` per
+//! bucket, then gathers the updated parameters: the traffic of one
+//! all-reduce, the results of averaging whole gradients.
 
 #![warn(missing_docs)]
 
@@ -51,6 +57,7 @@ mod module;
 mod optimizer;
 pub mod schedule;
 mod sgd;
+mod sharded;
 mod state;
 mod tree_util;
 
@@ -61,4 +68,5 @@ pub use module::ModuleOptimizer;
 pub use optimizer::{Optimizer, StepContext};
 pub use schedule::Schedule;
 pub use sgd::Sgd;
+pub use sharded::Sharded;
 pub use state::OptimizerState;

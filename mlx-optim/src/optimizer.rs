@@ -18,6 +18,10 @@ pub struct StepContext {
     /// The step count including this update (1 for the first update), as
     /// MLX's `self.step` inside `apply_single`; used by bias correction.
     pub step: u64,
+    /// The parameter given to the rule is a shard that will be gathered into
+    /// a new buffer (see [`crate::Sharded`]), so the new parameter should
+    /// not share a buffer with the slots that outlive the step.
+    pub parameter_apart: bool,
 }
 
 /// An optimizer over parameter trees, with MLX's semantics.
@@ -133,6 +137,7 @@ pub trait Optimizer {
         let ctx = StepContext {
             learning_rate: self.schedule().at(step),
             step: step + 1,
+            parameter_apart: false,
         };
         let names: Vec<&'static str> = self.slot_names().to_vec();
         let mut new_params: HashMap<String, Array> = HashMap::new();

@@ -124,9 +124,19 @@ pub fn logsumexp(x: &Array, axes: &[i32], keepdims: bool) -> Result<Array> {
     }
 }
 
-/// Softmax over `axes`: `exp(x - max) / sum(exp(x - max))`.
+/// Softmax over `axes`: `exp(x - max) / sum(exp(x - max))`. Over the last
+/// axis alone it is one primitive (one pass per row, and only its result
+/// kept for the gradient); over other axes, the composite graph.
 pub fn softmax(x: &Array, axes: &[i32]) -> Result<Array> {
     let xf = x.astype(x.dtype().to_float())?;
+    if x.ndim() > 0 && normalize_axes("softmax", axes, x.ndim())? == [x.ndim() - 1] {
+        return Ok(Array::from_primitive(
+            crate::primitives::softmax::Softmax,
+            vec![xf.clone()],
+            xf.shape().to_vec(),
+            xf.dtype(),
+        ));
+    }
     let m = max(&xf, axes, true)?.stop_gradient()?;
     let e = xf.subtract(&m)?.exp()?;
     e.divide(&sum(&e, axes, true)?)

@@ -194,13 +194,14 @@ impl Primitive for Binary {
         )
     }
     fn eval_cpu(&self, inputs: &[Array], out: &Array) -> Result<ArrayData> {
-        cpu::binary::binary(
-            self.0,
-            out.shape(),
-            inputs[0].dtype(),
-            &inputs[0].data()?,
-            &inputs[1].data()?,
-        )
+        let (a, b) = (&inputs[0], &inputs[1]);
+        let (ad, bd) = (a.data()?, b.data()?);
+        // Write over the first input when this node is its last reader.
+        let donated = out.dtype() == a.dtype()
+            && a.dtype().is_float()
+            && a.shape() == out.shape()
+            && a.is_donatable(&ad);
+        cpu::binary::binary(self.0, out.shape(), a.dtype(), &ad, &bd, donated)
     }
     fn vjp(&self, inputs: &[Array], out: &Array, ct: &Array) -> Result<Vec<Option<Array>>> {
         use BinaryOp::*;

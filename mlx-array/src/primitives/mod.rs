@@ -7,6 +7,7 @@ pub mod indexing;
 pub mod linalg;
 pub mod loss;
 pub mod reduce;
+pub mod softmax;
 pub mod view;
 
 use elementwise::{BinaryOp, UnaryOp};
@@ -47,6 +48,7 @@ pub fn primitive_names() -> Vec<&'static str> {
         "linear_cross_entropy_grad",
         "linear_cross_entropy_value_and_grad",
         "packed_loss",
+        "softmax",
         "tracer",
     ]);
     names

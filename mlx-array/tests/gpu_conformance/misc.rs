@@ -1,5 +1,5 @@
-//! Creation (`arange`, `random_bits`) and the fused cross-entropy on the GPU
-//! against the CPU.
+//! Creation (`arange`, `random_bits`), the softmax and the fused
+//! cross-entropy on the GPU against the CPU.
 
 use mlx_array::device::with_device;
 use mlx_array::primitives::loss::CrossEntropyGrad;
@@ -17,6 +17,7 @@ pub const NAMES: &[&str] = &[
     "random_bits",
     "cross_entropy",
     "cross_entropy_grad",
+    "softmax",
 ];
 
 const FLOATS: [Dtype; 3] = [Dtype::F32, Dtype::F16, Dtype::BF16];
@@ -172,6 +173,37 @@ fn cross_entropy_matches_the_cpu() {
         &[l, t],
         |a| mlx_array::cross_entropy(&a[0], &a[1]),
         0.0,
+    );
+}
+
+#[test]
+fn softmax_and_its_gradient_match_the_cpu() {
+    let Some(_gpu) = gpu() else { return };
+    for d in FLOATS {
+        for layout in LAYOUTS {
+            // Rows wider than one workgroup, and narrow ones.
+            for shape in [[2, 300], [5, 3]] {
+                compare(
+                    &format!("softmax {d} {layout:?} {shape:?}"),
+                    &[logits(&shape, 35, d, layout)],
+                    |a| a[0].softmax(&[-1]),
+                    tol(d).max(1e-5),
+                );
+            }
+        }
+    }
+    let x = Array::from_slice(&[f32::NEG_INFINITY, 0.0, 1.0, 2.0, -1.0, 0.5], &[2, 3]).unwrap();
+    compare("softmax -inf", &[x], |a| a[0].softmax(&[-1]), 1e-6);
+    let none = Array::from_slice::<f32>(&[], &[0, 4]).unwrap();
+    compare("softmax no rows", &[none], |a| a[0].softmax(&[-1]), 0.0);
+    compare_grad(
+        "weighted softmax",
+        &[logits(&[3, 4, 7], 36, Dtype::F32, Layout::Transposed)],
+        |a| {
+            let w = Array::from_slice(&[0.5f32, -1.0, 2.0, 0.25, 1.5, -0.5, 1.0], &[7])?;
+            a[0].softmax(&[-1])?.multiply(&w)?.cpu_sum(&[0, 1, 2])
+        },
+        1e-5,
     );
 }
 

@@ -90,6 +90,10 @@ struct TrainArgs {
     /// Each rank appends its array memory per step to PATH.rank<R>.jsonl.
     #[arg(long)]
     memory_log: Option<PathBuf>,
+    /// Keep the whole AdamW state on every rank and average whole gradients
+    /// (by default, with several ranks, each keeps only its shard).
+    #[arg(long)]
+    no_shard_optimizer: bool,
     /// Evaluate every N steps (0: never).
     #[arg(long, default_value_t = 0)]
     eval_every: u64,
@@ -213,6 +217,7 @@ fn config(a: &TrainArgs) -> Result<TrainConfig> {
         device: a.device.clone(),
         data_cache: a.data_cache.clone(),
         memory_log: a.memory_log.clone(),
+        shard_optimizer: !a.no_shard_optimizer,
     })
 }
 

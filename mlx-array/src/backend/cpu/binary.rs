@@ -3,7 +3,7 @@
 use half::{bf16, f16};
 
 use super::math::FloatLike;
-use super::strided::{map2, map3};
+use super::strided::{map2, map2_in_place, map3};
 use crate::primitives::elementwise::BinaryOp;
 use crate::{ArrayData, Bool8, Dtype, Error, Result};
 
@@ -12,11 +12,18 @@ fn float_binary<T: FloatLike + PartialOrd>(
     shape: &[usize],
     a: &ArrayData,
     b: &ArrayData,
+    donated: bool,
 ) -> ArrayData {
     use BinaryOp::*;
     macro_rules! arith {
         ($f:expr) => {
-            map2::<T, T, T>(shape, a, b, |x, y| T::from_f32($f(x.to_f32(), y.to_f32())))
+            if donated {
+                map2_in_place::<T, T>(shape, a.clone(), b, |x, y| {
+                    T::from_f32($f(x.to_f32(), y.to_f32()))
+                })
+            } else {
+                map2::<T, T, T>(shape, a, b, |x, y| T::from_f32($f(x.to_f32(), y.to_f32())))
+            }
         };
     }
     macro_rules! cmp {
@@ -132,17 +139,20 @@ fn bool_binary(op: BinaryOp, shape: &[usize], a: &ArrayData, b: &ArrayData) -> R
 }
 
 /// Runs `op` on two inputs of the same (already broadcast) shape and dtype.
+/// With `donated` (a float op whose result has `a`'s dtype, and `a` dense
+/// and read by nobody else), the result is written over `a`'s buffer.
 pub fn binary(
     op: BinaryOp,
     shape: &[usize],
     dtype: Dtype,
     a: &ArrayData,
     b: &ArrayData,
+    donated: bool,
 ) -> Result<ArrayData> {
     Ok(match dtype {
-        Dtype::F32 => float_binary::<f32>(op, shape, a, b),
-        Dtype::F16 => float_binary::<f16>(op, shape, a, b),
-        Dtype::BF16 => float_binary::<bf16>(op, shape, a, b),
+        Dtype::F32 => float_binary::<f32>(op, shape, a, b, donated),
+        Dtype::F16 => float_binary::<f16>(op, shape, a, b, donated),
+        Dtype::BF16 => float_binary::<bf16>(op, shape, a, b, donated),
         Dtype::I32 => int_binary!(i32, op, shape, a, b),
         Dtype::I64 => int_binary!(i64, op, shape, a, b),
         Dtype::U32 => int_binary!(u32, op, shape, a, b),

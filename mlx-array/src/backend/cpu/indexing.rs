@@ -215,7 +215,14 @@ pub fn scatter_add(
     };
     let c = copy_cast(ct, ct_shape, dtype, Dtype::F32);
     let cv = c.as_slice::<f32>(size_of_shape(ct_shape));
-    let mut acc = vec![0f32; size_of_shape(out_shape)];
+    // Accumulated in f32 straight into the result's buffer (cast afterwards
+    // only for narrower dtypes): an embedding-sized gradient is allocated once.
+    let total = size_of_shape(out_shape);
+    let mut sum = ArrayData::alloc(out_shape, Dtype::F32);
+    let acc = sum.as_mut_slice::<f32>(total);
+    acc.par_iter_mut()
+        .with_min_len(1 << 14)
+        .for_each(|x| *x = 0.0);
     if post > 0 {
         for p in 0..pre {
             for j in 0..n {
@@ -235,7 +242,9 @@ pub fn scatter_add(
             }
         }
     }
-    let sum = ArrayData::from_slice(&acc, out_shape);
+    if dtype == Dtype::F32 {
+        return Ok(sum);
+    }
     Ok(copy_cast(&sum, out_shape, Dtype::F32, dtype))
 }
 

@@ -1,5 +1,6 @@
-//! The fused softmax cross-entropy: one pass per row for the loss, one for its
-//! gradient, with no logits-sized temporaries.
+//! Row-wise softmax kernels: the softmax itself, and the fused softmax
+//! cross-entropy (one pass per row for the loss, one for its gradient, with
+//! no logits-sized temporaries).
 
 use half::{bf16, f16};
 use rayon::prelude::*;
@@ -48,6 +49,75 @@ fn forward<T: FloatLike>(logits: &[T], tg: &[usize], vocab: usize, out: &mut [T]
             let row = &logits[r * vocab..(r + 1) * vocab];
             *o = T::from_f32(row_lse(row) - row[tg[r]].to_f32());
         });
+}
+
+/// Overwrites every row with `exp(x - max) / sum(exp(x - max))`, computed in
+/// f32 (a row of `-inf` gives NaN, as the composite graph does).
+fn softmax_rows<T: FloatLike>(rows: &mut [T], width: usize) {
+    rows.par_chunks_mut(width).with_min_len(8).for_each(|row| {
+        let m = row
+            .iter()
+            .fold(f32::NEG_INFINITY, |m, &x| m.max(x.to_f32()));
+        let s: f32 = row.iter().map(|&x| math::exp(x.to_f32() - m)).sum();
+        for x in row.iter_mut() {
+            *x = T::from_f32(math::exp(x.to_f32() - m) / s);
+        }
+    });
+}
+
+/// [`softmax_rows`] for f32, in lanes the compiler turns into vector code,
+/// each exponential kept where it is until the division.
+fn softmax_rows_f32(rows: &mut [f32], width: usize) {
+    rows.par_chunks_mut(width).with_min_len(8).for_each(|row| {
+        vectorised(|| {
+            let m = max_of(row, f32::NEG_INFINITY);
+            let mut acc = [0f32; LANES];
+            let mut chunks = row.chunks_exact_mut(LANES);
+            for ch in &mut chunks {
+                for i in 0..LANES {
+                    ch[i] = math::exp(ch[i] - m);
+                    acc[i] += ch[i];
+                }
+            }
+            let mut s = acc.iter().sum::<f32>();
+            for x in chunks.into_remainder() {
+                *x = math::exp(*x - m);
+                s += *x;
+            }
+            for x in row.iter_mut() {
+                *x /= s;
+            }
+        })
+    });
+}
+
+/// Softmax over the last axis. With `donated`, written over the input's own
+/// buffer (which the caller has proven nobody else reads again); otherwise
+/// into a contiguous copy.
+pub fn softmax(x: ArrayData, shape: &[usize], dtype: Dtype, donated: bool) -> Result<ArrayData> {
+    let width = shape.last().copied().unwrap_or(1);
+    let n = size_of_shape(shape);
+    let out = if donated {
+        x
+    } else {
+        copy_cast(&x, shape, dtype, dtype)
+    };
+    if n == 0 || width == 0 {
+        return Ok(out);
+    }
+    // SAFETY: either donated (no other reader) or a fresh copy of our own.
+    match dtype {
+        Dtype::F32 => softmax_rows_f32(unsafe { out.as_mut_slice_unchecked(n) }, width),
+        Dtype::F16 => softmax_rows::<f16>(unsafe { out.as_mut_slice_unchecked(n) }, width),
+        Dtype::BF16 => softmax_rows::<bf16>(unsafe { out.as_mut_slice_unchecked(n) }, width),
+        d => {
+            return Err(Error::eval(
+                "softmax",
+                format!("the input must be floating point, got {d}"),
+            ));
+        }
+    }
+    Ok(out)
 }
 
 /// Per-row `logsumexp(logits) - logits[target]` over the last axis.

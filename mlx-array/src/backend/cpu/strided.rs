@@ -246,6 +246,49 @@ pub fn map2<A: crate::Element, B: crate::Element, O: crate::Element>(
     out
 }
 
+/// `a[i] = f(a[i], b[i])` written over `a`, a dense buffer the caller has
+/// proven nobody else reads (a donated input), with `b` any strided view of
+/// the same shape: the output of a binary op without a new allocation.
+pub fn map2_in_place<A: crate::Element, B: crate::Element>(
+    shape: &[usize],
+    a: crate::ArrayData,
+    b: &crate::ArrayData,
+    f: impl Fn(A, B) -> A + Sync,
+) -> crate::ArrayData {
+    let n = crate::shape::size_of_shape(shape);
+    // `a` is dense in `shape`'s order, so `b`'s layout alone walks both.
+    let layout = Layout::<1>::new(shape, [b.strides()], [b.offset()]);
+    let pb = base_ptr::<B>(b);
+    // SAFETY: `a` was donated: no other handle reads or writes its buffer.
+    let out = unsafe { a.as_mut_slice_unchecked::<A>(n) };
+    fill_segments(out, &layout, |seg, [ob], [sb]| {
+        // SAFETY: the layout only produces offsets inside `b`'s view.
+        unsafe {
+            let y = pb.at(ob);
+            match sb {
+                0 => {
+                    let v = *y;
+                    for o in seg.iter_mut() {
+                        *o = f(*o, v);
+                    }
+                }
+                1 => {
+                    let ys = std::slice::from_raw_parts(y, seg.len());
+                    for (o, &v) in seg.iter_mut().zip(ys) {
+                        *o = f(*o, v);
+                    }
+                }
+                _ => {
+                    for (i, o) in seg.iter_mut().enumerate() {
+                        *o = f(*o, *y.offset(i as isize * sb));
+                    }
+                }
+            }
+        }
+    });
+    a
+}
+
 /// `out[i] = f(a[i], b[i], c[i])` over three strided inputs of the same shape.
 pub fn map3<A: crate::Element, B: crate::Element, C: crate::Element, O: crate::Element>(
     shape: &[usize],

@@ -1,6 +1,7 @@
-//! The fused softmax cross-entropy and its gradient: one workgroup per row,
-//! max and sum reduced in workgroup memory. Targets out of range (which the
-//! CPU rejects at eval) give a NaN loss and a NaN gradient row.
+//! Row-wise softmax kernels: the softmax, and the fused softmax
+//! cross-entropy and its gradient. One workgroup per row, max and sum
+//! reduced in workgroup memory. Targets out of range (which the CPU rejects
+//! at eval) give a NaN loss and a NaN gradient row.
 
 use super::codegen;
 use super::indexing::{Meta, index_input};
@@ -33,6 +34,12 @@ fn round_fn(d: Dtype) -> &'static str {
 /// The shared first half: row `row`, its target `t` (-1 when out of range)
 /// and `lse = logsumexp(row)` (every thread of the workgroup holds it).
 fn row_prologue(x_at: &str) -> String {
+    lse_prologue(x_at) + "    let t = resolve_target(idx_at(vloc(row, params[3])), vocab);\n"
+}
+
+/// Row `row` (of `params[1]` elements from `params[2]`), its maximum `m`
+/// and `lse = logsumexp(row)`, held by every thread of the workgroup.
+fn lse_prologue(x_at: &str) -> String {
     format!(
         r#"var<workgroup> red: array<f32, 256>;
 fn x_at(j: u32) -> f32 {{ {x_at} }}
@@ -65,7 +72,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nw: vec3
     }}
     var lse = m;
     if (m != bitcast<f32>(0xff800000u)) {{ lse = m + log(red[0]); }}
-    let t = resolve_target(idx_at(vloc(row, params[3])), vocab);
+    let total = red[0];
 "#
     )
 }
@@ -139,6 +146,48 @@ pub fn cross_entropy(
         &[&x, t],
         &out,
         rows * dtype.size_of(),
+        codegen::packed(dtype),
+        rows * codegen::WORKGROUP as usize,
+    )?;
+    Ok(out)
+}
+
+/// Softmax over the last axis: `exp(x - max) / sum(exp(x - max))` per row
+/// (a row of `-inf` gives NaN, as on the CPU).
+pub fn softmax(x: &ArrayData, shape: &[usize], dtype: Dtype) -> Result<ArrayData> {
+    check_float("softmax", dtype)?;
+    let width = shape.last().copied().unwrap_or(1);
+    let n = size_of_shape(shape);
+    let rows = n.checked_div(width).unwrap_or(0);
+    codegen::check_size("softmax", n, &[x])?;
+    let out = alloc(shape, dtype)?;
+    if rows == 0 {
+        return Ok(out);
+    }
+    let x = dense(x, shape, dtype)?;
+    let m = Meta(vec![rows as u32, width as u32, x.offset() as u32]);
+    let key = format!("softmax:{dtype}");
+    let pipeline = context()?.pipeline(&key, || {
+        let mut s = String::from(codegen::PRELUDE);
+        s.push_str(codegen::META);
+        s.push_str(&codegen::input("x", 1, dtype));
+        s.push_str(&codegen::output(2, dtype));
+        s.push_str(&lse_prologue("return load_x(j);"));
+        s.push_str(
+            r#"    for (var j = lid; j < vocab; j = j + 256u) {
+        store_out(row * vocab + j, exp(x_at(base + j) - m) / total);
+    }
+}
+"#,
+        );
+        s
+    })?;
+    dispatch(
+        &pipeline,
+        &m.0,
+        &[&x],
+        &out,
+        n * dtype.size_of(),
         codegen::packed(dtype),
         rows * codegen::WORKGROUP as usize,
     )?;

@@ -27,7 +27,7 @@ pub use creation::{arange, random_bits};
 pub use elementwise::{astype, binary, copy_contiguous, unary, where_};
 pub use indexing::{concatenate, pad, scatter_add, slice_update, take, take_along_axis};
 pub use linear_loss::{linear_cross_entropy, linear_cross_entropy_grad};
-pub use loss::{cross_entropy, cross_entropy_grad};
+pub use loss::{cross_entropy, cross_entropy_grad, softmax};
 pub use matmul::matmul;
 pub use reduce::{arg_reduce, reduce};
 pub use scan::cumsum;

@@ -1,0 +1,320 @@
+//! Optimizer state sharded over the ranks of a data-parallel group (ZeRO
+//! stage 1, PyTorch's `ZeroRedundancyOptimizer`): each rank keeps the
+//! moments of only its share of every parameter.
+//!
+//! Every parameter of `N` elements is flattened and cut into `W` equal shards
+//! of `ceil(N / W)` elements (the last padded with zeros), one per rank. A step:
+//!
+//! 1. the ranks' own gradients are summed with one `sum_scatter` per bucket,
+//!    so rank `r` receives only shard `r` of every gradient, and divided by
+//!    `W` (the averaged gradient, shard by shard);
+//! 2. the wrapped optimizer updates shard `r` of every parameter and its slots;
+//! 3. one `all_gather` per bucket rebuilds the whole new parameters on every rank.
+//!
+//! The traffic equals one all-reduce (a reduce-scatter plus an all-gather),
+//! the results equal averaging the gradients and updating every parameter
+//! everywhere (bit for bit on two ranks, where each sum has one order), and
+//! each rank holds `1 / W` of the optimizer state.
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use mlx_array::{Array, Dtype, Tree, concatenate};
+use mlx_dist::Group;
+
+use crate::optimizer::{Optimizer, StepContext};
+use crate::schedule::Schedule;
+use crate::state::OptimizerState;
+use crate::{Error, Result};
+
+/// An optimizer whose state is sharded over the ranks of `group`.
+///
+/// Give it each rank's *own* gradients: it averages them itself, shard by
+/// shard (do not call `average_gradients` first). On a group of one it is
+/// the wrapped optimizer unchanged.
+///
+/// ```
+/// use mlx_array::{eval, Array, Dtype, Tree};
+/// use mlx_optim::{AdamW, Optimizer, Sharded};
+/// let world = mlx_dist::init(mlx_dist::Backend::Any).unwrap();
+/// let mut opt = Sharded::new(AdamW::new(1e-2), &world);
+/// let mut params = Tree::unflatten([("w".to_string(), Array::ones(&[5], Dtype::F32))]).unwrap();
+/// let grads = Tree::unflatten([("w".to_string(), Array::ones(&[5], Dtype::F32))]).unwrap();
+/// opt.update_tree(&mut params, &grads).unwrap();
+/// eval((&params, opt.state())).unwrap();
+/// // Each rank keeps ceil(5 / world) elements of `m` and of `v`.
+/// let m = opt.state().get("w", "m").unwrap();
+/// assert_eq!(m.size(), 5usize.div_ceil(world.size()));
+/// ```
+#[derive(Clone, Debug)]
+pub struct Sharded<O> {
+    inner: O,
+    group: Group,
+    bucket_bytes: usize,
+}
+
+/// Elements per shard of a parameter of `n` elements over `world` ranks.
+fn shard_len(n: usize, world: usize) -> usize {
+    n.div_ceil(world)
+}
+
+impl<O: Optimizer> Sharded<O> {
+    /// Shards `inner`'s state over `group`; buckets of 32 MiB (as
+    /// `average_gradients`).
+    pub fn new(inner: O, group: &Group) -> Self {
+        Sharded {
+            inner,
+            group: group.clone(),
+            bucket_bytes: 32 << 20,
+        }
+    }
+
+    /// Sets the bytes per communication bucket (0: one tensor per collective).
+    pub fn bucket_bytes(mut self, bytes: usize) -> Self {
+        self.bucket_bytes = bytes;
+        self
+    }
+
+    /// The wrapped optimizer.
+    pub fn inner(&self) -> &O {
+        &self.inner
+    }
+
+    /// The group the state is sharded over.
+    pub fn group(&self) -> &Group {
+        &self.group
+    }
+
+    fn world(&self) -> (usize, usize) {
+        (self.group.rank(), self.group.size())
+    }
+
+    /// The buckets of `arrays` (in order), by dtype and about `bucket_bytes`.
+    fn buckets(&self, arrays: &[&Array]) -> Vec<Vec<usize>> {
+        let items: Vec<(Dtype, usize)> = arrays.iter().map(|a| (a.dtype(), a.size())).collect();
+        mlx_nn::gradient_buckets(&items, self.bucket_bytes)
+            .into_iter()
+            .map(|(_, b)| b)
+            .collect()
+    }
+
+    /// This rank's shard of the world's average of every gradient: a tree
+    /// shaped like `grads` whose leaves are flat, `ceil(N / W)` elements
+    /// (zero past the parameter's end). Lazy; one `sum_scatter` per bucket.
+    pub fn shard_gradients(&self, grads: &Tree) -> Result<Tree> {
+        let (_, w) = self.world();
+        let flat = grads.flatten();
+        let arrays: Vec<&Array> = flat.iter().map(|(_, g)| g).collect();
+        let mut shards: HashMap<String, Array> = HashMap::new();
+        for bucket in self.buckets(&arrays) {
+            // Row `r` of the bucket holds shard `r` of each of its gradients.
+            let rows = bucket
+                .iter()
+                .map(|&i| {
+                    let g = arrays[i];
+                    padded(g, w * shard_len(g.size(), w))?.reshape(&[w as i64, -1])
+                })
+                .collect::<mlx_array::Result<Vec<_>>>()?;
+            let mine = mlx_dist::sum_scatter(&concatenate(&rows, 1)?, &self.group)?
+                .reshape(&[-1])?
+                .div_scalar(w as f64)?;
+            let mut at = 0i64;
+            for &i in &bucket {
+                let len = shard_len(arrays[i].size(), w) as i64;
+                shards.insert(flat[i].0.clone(), mine.slice_axis(0, at, at + len)?);
+                at += len;
+            }
+        }
+        Ok(grads.map(|path, _| Ok(shards[path].clone()))?)
+    }
+
+    /// Clips gradient shards (from [`Self::shard_gradients`]) by the global
+    /// norm of the whole gradients, as [`crate::clip_grad_norm`] would clip
+    /// the averaged gradients: the squared norms of the shards are summed
+    /// over the group. Returns the clipped shards and the norm.
+    pub fn clip_grad_norm(&self, shards: &Tree, max_norm: f64) -> Result<(Tree, Array)> {
+        crate::clip::clip_by_norm_squared(shards, max_norm, |sq| {
+            Ok(mlx_dist::all_sum(&sq, &self.group)?)
+        })
+    }
+
+    /// Updates this rank's shard of every parameter of `params` named in
+    /// `shards` (from [`Self::shard_gradients`]) and gathers the new
+    /// parameters from every rank: returns them whole, as a tree shaped
+    /// like `shards`. Increments the step; lazy; on error the state is
+    /// unchanged.
+    pub fn apply_shards(&mut self, shards: &Tree, params: &Tree) -> Result<Tree> {
+        let (r, w) = self.world();
+        self.inner.validate()?;
+        let step = self.inner.step();
+        let ctx = StepContext {
+            learning_rate: self.inner.schedule().at(step),
+            step: step + 1,
+            parameter_apart: true,
+        };
+        let names: Vec<&'static str> = self.inner.slot_names().to_vec();
+        let flat = shards.flatten();
+        let mut whole = Vec::with_capacity(flat.len());
+        let mut new_shards = Vec::with_capacity(flat.len());
+        let mut new_slots = Vec::with_capacity(flat.len());
+        for (path, g) in &flat {
+            let p = params
+                .get_array(path)
+                .ok_or_else(|| Error::NoParameter(path.clone()))?;
+            let len = shard_len(p.size(), w);
+            if g.shape() != [len] {
+                return Err(Error::GradientShape {
+                    param: path.clone(),
+                    expected: vec![len],
+                    grad: g.shape().to_vec(),
+                });
+            }
+            let slots = names
+                .iter()
+                .map(|s| match self.inner.state().get(path, s) {
+                    Some(a) => Ok(a.clone()),
+                    None => self.inner.init_slot(s, g),
+                })
+                .collect::<Result<Vec<_>>>()?;
+            let (np, ns) = self
+                .inner
+                .apply_single(g, &shard_of(p, r, w)?, &slots, &ctx)?;
+            whole.push(p.clone());
+            new_shards.push(np);
+            new_slots.push((path.clone(), ns));
+        }
+        let mut gathered: HashMap<String, Array> = HashMap::new();
+        for bucket in self.buckets(&whole.iter().collect::<Vec<_>>()) {
+            let parts: Vec<Array> = bucket.iter().map(|&i| new_shards[i].clone()).collect();
+            let all = mlx_dist::all_gather(&concatenate(&parts, 0)?, &self.group)?
+                .reshape(&[w as i64, -1])?;
+            let mut at = 0i64;
+            for &i in &bucket {
+                let p = &whole[i];
+                let len = shard_len(p.size(), w) as i64;
+                let rows = all.slice_axis(1, at, at + len)?.reshape(&[-1])?;
+                let param = rows.slice_axis(0, 0, p.size() as i64)?;
+                gathered.insert(flat[i].0.clone(), mlx_array::reshape_to(&param, p.shape())?);
+                at += len;
+            }
+        }
+        let state = self.inner.state_mut();
+        for (path, slots) in new_slots {
+            for (name, a) in names.iter().zip(slots) {
+                state.set(&path, name, a);
+            }
+        }
+        state.set_step(step + 1);
+        Ok(shards.map(|path, _| Ok(gathered[path].clone()))?)
+    }
+
+    /// A tree shaped like `params` whose leaves have this rank's shard
+    /// shapes (lazy zeros, never computed): what the state is checked against.
+    fn shard_shapes(&self, params: &Tree) -> Result<Tree> {
+        let (_, w) = self.world();
+        Ok(params.map(|_, p| Ok(Array::zeros(&[shard_len(p.size(), w)], p.dtype())))?)
+    }
+}
+
+/// `x` flattened and padded with zeros to `len` elements.
+fn padded(x: &Array, len: usize) -> mlx_array::Result<Array> {
+    let flat = x.reshape(&[-1])?;
+    if len == x.size() {
+        return Ok(flat);
+    }
+    concatenate(&[flat, Array::zeros(&[len - x.size()], x.dtype())], 0)
+}
+
+/// Shard `r` of `W` of `p`, flat and zero padded.
+fn shard_of(p: &Array, r: usize, w: usize) -> mlx_array::Result<Array> {
+    let (n, len) = (p.size(), shard_len(p.size(), w));
+    let (lo, hi) = ((r * len).min(n), ((r + 1) * len).min(n));
+    let piece = p.reshape(&[-1])?.slice_axis(0, lo as i64, hi as i64)?;
+    if hi - lo == len {
+        return Ok(piece);
+    }
+    concatenate(&[piece, Array::zeros(&[len - (hi - lo)], p.dtype())], 0)
+}
+
+impl<O: Optimizer> Optimizer for Sharded<O> {
+    fn slot_names(&self) -> &[&'static str] {
+        self.inner.slot_names()
+    }
+
+    fn apply_single(
+        &self,
+        grad: &Array,
+        param: &Array,
+        slots: &[Array],
+        ctx: &StepContext,
+    ) -> Result<(Array, Vec<Array>)> {
+        self.inner.apply_single(grad, param, slots, ctx)
+    }
+
+    fn schedule(&self) -> &Schedule {
+        self.inner.schedule()
+    }
+
+    fn set_schedule(&mut self, schedule: Schedule) {
+        self.inner.set_schedule(schedule);
+    }
+
+    fn state(&self) -> &OptimizerState {
+        self.inner.state()
+    }
+
+    fn state_mut(&mut self) -> &mut OptimizerState {
+        self.inner.state_mut()
+    }
+
+    fn validate(&self) -> Result<()> {
+        self.inner.validate()
+    }
+
+    fn init_slot(&self, slot: &str, grad: &Array) -> Result<Array> {
+        self.inner.init_slot(slot, grad)
+    }
+
+    /// Creates shard-shaped state for every parameter without any.
+    fn init(&mut self, params: &Tree) -> Result<()> {
+        if self.group.size() == 1 {
+            return self.inner.init(params);
+        }
+        let shapes = self.shard_shapes(params)?;
+        self.inner.init(&shapes)
+    }
+
+    /// Averages this rank's own `grads` over the group, shard by shard, and
+    /// applies them: [`Self::shard_gradients`] then [`Self::apply_shards`].
+    fn apply_gradients(&mut self, grads: &Tree, params: &Tree) -> Result<Tree> {
+        if self.group.size() == 1 {
+            return self.inner.apply_gradients(grads, params);
+        }
+        let shards = self.shard_gradients(grads)?;
+        self.apply_shards(&shards, params)
+    }
+
+    /// Saves this rank's shard of the state (give every rank its own path),
+    /// with the rank and world size in the file's metadata.
+    fn save_state(&self, path: &Path) -> Result<()> {
+        let (r, w) = self.world();
+        let shard = (w > 1).then_some((r, w));
+        crate::io::save_state_sharded(path, self.state(), self.learning_rate(), shard)
+    }
+
+    /// Loads a state saved by [`Optimizer::save_state`] on this rank of a
+    /// group of the same size; a file of another rank or world size, or
+    /// whose shards do not fit `params`, is an error naming it.
+    fn load_state(&mut self, path: &Path, params: &Tree) -> Result<()> {
+        let (r, w) = self.world();
+        let shard = (w > 1).then_some((r, w));
+        let checked = if w > 1 {
+            self.shard_shapes(params)?
+        } else {
+            params.clone()
+        };
+        let state = crate::io::load_state_sharded(path, &checked, self.slot_names(), shard)?;
+        *self.state_mut() = state;
+        Ok(())
+    }
+}
