@@ -195,3 +195,52 @@ fn the_moments_are_updated_in_place_from_the_second_step() {
         assert_eq!(seen[1], seen[2]);
     }
 }
+
+#[test]
+fn empty_and_bf16_parameters_are_handled() {
+    let out = mlx_dist::run_local(2, |g| {
+        let mut params = Tree::unflatten([
+            (
+                "empty".to_string(),
+                mlx_array::Array::zeros(&[0, 3], Dtype::F32),
+            ),
+            (
+                "half".to_string(),
+                mlx_array::Array::full(&[5], 1.0, Dtype::BF16),
+            ),
+        ])
+        .unwrap();
+        let grads = Tree::unflatten([
+            (
+                "empty".to_string(),
+                mlx_array::Array::zeros(&[0, 3], Dtype::F32),
+            ),
+            (
+                "half".to_string(),
+                mlx_array::Array::full(&[5], 1.0 + g.rank() as f64, Dtype::BF16),
+            ),
+        ])
+        .unwrap();
+        let mut whole_params = params.clone();
+        let mut opt = Sharded::new(AdamW::new(0.1), &g);
+        opt.update_tree(&mut params, &grads).unwrap();
+        eval((&params, opt.state())).unwrap();
+        let avg = average_gradients(&grads, &g, &AverageOptions::default()).unwrap();
+        let mut whole = AdamW::new(0.1);
+        whole.update_tree(&mut whole_params, &avg).unwrap();
+        let get = |t: &Tree, n: &str| {
+            let a = t.get_array(n).unwrap();
+            (
+                a.shape().to_vec(),
+                a.dtype(),
+                a.astype(Dtype::F32).unwrap().to_vec::<f32>().unwrap(),
+            )
+        };
+        (
+            get(&params, "empty") == get(&whole_params, "empty"),
+            get(&params, "half") == get(&whole_params, "half"),
+        )
+    })
+    .unwrap();
+    assert_eq!(out, vec![(true, true), (true, true)]);
+}
