@@ -393,7 +393,6 @@ fn train_on(cfg: &TrainConfig, group: &Group) -> Result<Summary> {
         .map_err(|e| anyhow!("{e}"))?;
         drop((grads, params));
         model.update(&new)?;
-        drop(new);
         let world_loss = mlx_dist::all_sum(&loss, group)?.div_scalar(world as f64)?;
         // New parameters last layer first: the evaluator runs each one's
         // update as soon as the backward pass has produced its gradient, so
@@ -402,7 +401,6 @@ fn train_on(cfg: &TrainConfig, group: &Group) -> Result<Summary> {
         let mut updated = model.parameters().leaves();
         updated.reverse();
         eval((&world_loss, &updated, opt.get().state(), &norm))?;
-        drop(updated);
         let loss_value = world_loss.item::<f32>()?;
         if !loss_value.is_finite() {
             bail!("the loss became {loss_value} at step {}", step + 1);

@@ -44,8 +44,8 @@ impl Primitive for FusedAdam {
         let n = inputs[0].size();
         let data: Vec<ArrayData> = inputs.iter().map(Array::data).collect::<Result<_>>()?;
         let c = self.0;
-        if in_place(inputs, &data, n) {
-            // SAFETY: `in_place` proved that the three rows of this buffer are
+        if rows_donated(inputs, &data, &[0, 2, 3], n, 1) {
+            // SAFETY: `rows_donated` proved that the three rows of this buffer are
             // seen only through this node's inputs, which it consumes.
             let buf = unsafe { data[0].as_mut_slice_unchecked::<f32>(3 * n) };
             let g = data[1].as_slice::<f32>(n);
@@ -85,19 +85,26 @@ impl Primitive for FusedAdam {
     }
 }
 
-/// True when the step may write over its inputs: `p`, `m` and `v` are rows 0,
-/// 1 and 2 of one dense buffer (the previous step's output) that no array but
-/// these three inputs can see. From the second step on, that is the case once
-/// the optimizer has replaced its state and the model its parameter, so the
-/// update allocates nothing.
-fn in_place(inputs: &[Array], data: &[ArrayData], n: usize) -> bool {
-    let storage = data[0].storage();
-    [(0, 0), (2, n), (3, 2 * n)].iter().all(|&(i, offset)| {
+/// True when the step may write over its inputs: the inputs `rows` are rows
+/// 0, 1, ... (of `n` elements each) of one dense buffer (the previous step's
+/// output) that no array but these inputs can see, and input `apart` (the
+/// gradient) lies elsewhere. From the second step on, that is the case once
+/// the optimizer has replaced its state (and the model its parameter), so
+/// the update allocates nothing.
+fn rows_donated(
+    inputs: &[Array],
+    data: &[ArrayData],
+    rows: &[usize],
+    n: usize,
+    apart: usize,
+) -> bool {
+    let storage = data[rows[0]].storage();
+    rows.iter().enumerate().all(|(k, &i)| {
         std::sync::Arc::ptr_eq(data[i].storage(), storage)
-            && data[i].offset() == offset
-            && inputs[i].is_donatable_shared(&data[i], 3)
-    }) && storage.capacity() >= 3 * n * size_of::<f32>()
-        && !std::sync::Arc::ptr_eq(data[1].storage(), storage)
+            && data[i].offset() == k * n
+            && inputs[i].is_donatable_shared(&data[i], rows.len())
+    }) && storage.capacity() >= rows.len() * n * size_of::<f32>()
+        && !std::sync::Arc::ptr_eq(data[apart].storage(), storage)
 }
 
 /// One element of the step, in the op-by-op graph's order of float32
@@ -146,13 +153,6 @@ impl Primitive for FusedAdamMoments {
         let n = inputs[0].size();
         let data: Vec<ArrayData> = inputs.iter().map(Array::data).collect::<Result<_>>()?;
         let c = self.0;
-        let storage = data[1].storage();
-        let in_place = [(1, 0), (2, n)].iter().all(|&(i, offset)| {
-            std::sync::Arc::ptr_eq(data[i].storage(), storage)
-                && data[i].offset() == offset
-                && inputs[i].is_donatable_shared(&data[i], 2)
-        }) && storage.capacity() >= 2 * n * size_of::<f32>()
-            && !std::sync::Arc::ptr_eq(data[0].storage(), storage);
         let g = data[0].as_slice::<f32>(n);
         let step = |m: &mut [f32], v: &mut [f32], g: &[f32], old: Option<(&[f32], &[f32])>| {
             for j in 0..m.len() {
@@ -160,8 +160,8 @@ impl Primitive for FusedAdamMoments {
                 (m[j], v[j]) = moments(&c, g[j], mo, vo);
             }
         };
-        if in_place {
-            // SAFETY: the check above proved that both rows of this buffer
+        if rows_donated(inputs, &data, &[1, 2], n, 0) {
+            // SAFETY: `rows_donated` proved that both rows of this buffer
             // are seen only through this node's inputs, which it consumes.
             let buf = unsafe { data[1].as_mut_slice_unchecked::<f32>(2 * n) };
             let (m, v) = buf.split_at_mut(n);
@@ -242,9 +242,16 @@ pub(crate) fn adam_step(
     let mut out_shape = vec![3];
     out_shape.extend_from_slice(&shape);
     let all = Array::from_primitive(FusedAdam(c), inputs, out_shape, Dtype::F32);
-    let row =
-        |i: i64| -> Result<Array> { mlx_array::reshape_to(&all.slice_axis(0, i, i + 1)?, &shape) };
-    Ok((row(0)?, row(1)?, row(2)?))
+    Ok((
+        row(&all, 0, &shape)?,
+        row(&all, 1, &shape)?,
+        row(&all, 2, &shape)?,
+    ))
+}
+
+/// Row `i` of a stacked `[rows, ...shape]` output, as an array of `shape`.
+fn row(all: &Array, i: i64, shape: &[usize]) -> Result<Array> {
+    mlx_array::reshape_to(&all.slice_axis(0, i, i + 1)?, shape)
 }
 
 /// Builds the fused step for a parameter kept apart from its moments (a
@@ -275,7 +282,5 @@ pub(crate) fn adam_step_apart(
         shape.clone(),
         Dtype::F32,
     );
-    let row =
-        |i: i64| -> Result<Array> { mlx_array::reshape_to(&mv.slice_axis(0, i, i + 1)?, &shape) };
-    Ok((p, row(0)?, row(1)?))
+    Ok((p, row(&mv, 0, &shape)?, row(&mv, 1, &shape)?))
 }

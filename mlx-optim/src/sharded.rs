@@ -229,11 +229,7 @@ fn padded(x: &Array, len: usize) -> mlx_array::Result<Array> {
 fn shard_of(p: &Array, r: usize, w: usize) -> mlx_array::Result<Array> {
     let (n, len) = (p.size(), shard_len(p.size(), w));
     let (lo, hi) = ((r * len).min(n), ((r + 1) * len).min(n));
-    let piece = p.reshape(&[-1])?.slice_axis(0, lo as i64, hi as i64)?;
-    if hi - lo == len {
-        return Ok(piece);
-    }
-    concatenate(&[piece, Array::zeros(&[len - (hi - lo)], p.dtype())], 0)
+    padded(&p.reshape(&[-1])?.slice_axis(0, lo as i64, hi as i64)?, len)
 }
 
 impl<O: Optimizer> Optimizer for Sharded<O> {

@@ -70,20 +70,7 @@ fn softmax_rows<T: FloatLike>(rows: &mut [T], width: usize) {
 fn softmax_rows_f32(rows: &mut [f32], width: usize) {
     rows.par_chunks_mut(width).with_min_len(8).for_each(|row| {
         vectorised(|| {
-            let m = max_of(row, f32::NEG_INFINITY);
-            let mut acc = [0f32; LANES];
-            let mut chunks = row.chunks_exact_mut(LANES);
-            for ch in &mut chunks {
-                for i in 0..LANES {
-                    ch[i] = math::exp(ch[i] - m);
-                    acc[i] += ch[i];
-                }
-            }
-            let mut s = acc.iter().sum::<f32>();
-            for x in chunks.into_remainder() {
-                *x = math::exp(*x - m);
-                s += *x;
-            }
+            let s = exp_shifted_in_place(row, max_of(row, f32::NEG_INFINITY));
             for x in row.iter_mut() {
                 *x /= s;
             }
@@ -390,6 +377,26 @@ fn sum_of(row: &[f32]) -> f32 {
     acc.iter().sum::<f32>() + rest.iter().sum::<f32>()
 }
 
+/// Replaces every `x` of `row` by `exp(x - m)` and returns their sum, in
+/// lanes (inlined so that it vectorises inside [`vectorised`]).
+#[inline(always)]
+fn exp_shifted_in_place(row: &mut [f32], m: f32) -> f32 {
+    let mut acc = [0f32; LANES];
+    let mut chunks = row.chunks_exact_mut(LANES);
+    for ch in &mut chunks {
+        for i in 0..LANES {
+            ch[i] = math::exp(ch[i] - m);
+            acc[i] += ch[i];
+        }
+    }
+    let mut sum = acc.iter().sum::<f32>();
+    for x in chunks.into_remainder() {
+        *x = math::exp(*x - m);
+        sum += *x;
+    }
+    sum
+}
+
 /// Runs `f` compiled for AVX2 and FMA when the CPU has them, so that the
 /// `exp` loops inlined into it use 8-wide vectors.
 #[inline(always)]
@@ -654,19 +661,7 @@ impl Lce<'_> {
                         let target = row[t];
                         let mean = if s > 0.0 { sum_of(row) / v } else { 0.0 };
                         let m = max_of(row, f32::NEG_INFINITY);
-                        let mut acc = [0f32; LANES];
-                        let mut chunks = row.chunks_exact_mut(LANES);
-                        for ch in &mut chunks {
-                            for i in 0..LANES {
-                                ch[i] = math::exp(ch[i] - m);
-                                acc[i] += ch[i];
-                            }
-                        }
-                        let mut sum = acc.iter().sum::<f32>();
-                        for x in chunks.into_remainder() {
-                            *x = math::exp(*x - m);
-                            sum += *x;
-                        }
+                        let sum = exp_shifted_in_place(row, m);
                         let scale = c / sum;
                         let uniform = c * s / v;
                         for x in row.iter_mut() {
