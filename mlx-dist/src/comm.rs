@@ -237,6 +237,14 @@ impl CommImpl for MeshComm {
         self.backend
     }
 
+    fn shared_memory_peers(&self) -> usize {
+        let me = self.members[self.rank];
+        self.members
+            .iter()
+            .filter(|&&p| p != me && self.mesh.link(p, 0).is_shared())
+            .count()
+    }
+
     fn all_reduce(&self, buf: &mut [u8], dtype: Dtype, op: ReduceOp) -> Result<()> {
         let kind = op_kind(op);
         self.guarded(kind, || {

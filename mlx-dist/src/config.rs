@@ -80,6 +80,10 @@ pub const ENV_SOCKET_BUFFER: &str = "MLX_DIST_SOCKET_BUFFER";
 /// Environment variable: message size from which the TCP ring uses threads per lane.
 pub const ENV_THREADED_BYTES: &str = "MLX_DIST_THREADED_BYTES";
 
+/// Environment variable: `0` keeps ranks on one host from sharing memory
+/// (every byte then goes over TCP); anything else, or unset, allows it.
+pub const ENV_SHM: &str = "MLX_DIST_SHM";
+
 /// Which transport carries the collectives.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Backend {
@@ -146,6 +150,9 @@ pub struct Config {
     pub small_bytes: usize,
     /// The job's certificate for the QUIC backend.
     pub quic: Option<QuicCert>,
+    /// Whether ranks on one host move large payloads through shared memory
+    /// (ring backend; `MLX_DIST_SHM=0` turns it off).
+    pub shared_memory: bool,
 }
 
 impl Config {
@@ -162,6 +169,7 @@ impl Config {
             block_bytes: 256 * 1024,
             small_bytes: 64 * 1024,
             quic: None,
+            shared_memory: true,
         }
     }
 
@@ -265,6 +273,9 @@ impl Config {
         }
         if let Some(t) = num(ENV_CONNECT_TIMEOUT_MS)? {
             cfg.connect_timeout = Duration::from_millis(t.max(1));
+        }
+        if let Some(v) = get(ENV_SHM) {
+            cfg.shared_memory = v.trim() != "0";
         }
         if let Some(cert) = get(ENV_QUIC_CERT) {
             let bad = |k: &str| DistError::Config(format!("{k} must be hex"));

@@ -21,6 +21,10 @@ pub(crate) trait CommImpl: Send + Sync + std::fmt::Debug {
     fn recv(&self, buf: &mut [u8], dtype: Dtype, src: usize) -> Result<()>;
     fn barrier(&self) -> Result<()>;
     fn split(&self, color: i32, key: i32) -> Result<Arc<dyn CommImpl>>;
+    /// Peers in the group reached through shared memory.
+    fn shared_memory_peers(&self) -> usize {
+        0
+    }
 }
 
 /// The group of one process: every collective is the identity.
@@ -106,6 +110,13 @@ impl Group {
     /// The transport's name: `single`, `ring`, `quic` or `mpi`.
     pub fn backend(&self) -> &'static str {
         self.inner.backend()
+    }
+
+    /// How many of this rank's peers in the group it exchanges large
+    /// payloads with through shared memory instead of its sockets (the ring
+    /// backend, for peers on the same host; `MLX_DIST_SHM=0` turns it off).
+    pub fn shared_memory_peers(&self) -> usize {
+        self.inner.shared_memory_peers()
     }
 
     /// Splits the group as `MPI_Comm_split` does: ranks passing the same

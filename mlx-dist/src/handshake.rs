@@ -22,7 +22,7 @@ use sha2::Sha256;
 /// Magic bytes that open a HELLO.
 pub const HELLO_MAGIC: [u8; 4] = *b"MLXH";
 /// Version of the handshake and the wire protocol it leads to.
-pub const PROTOCOL_VERSION: u16 = 1;
+pub const PROTOCOL_VERSION: u16 = 2;
 const HELLO_LEN: usize = 72;
 const NONCE_LEN: usize = 32;
 const MAC_LEN: usize = 32;

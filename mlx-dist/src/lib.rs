@@ -40,6 +40,7 @@ mod mpi;
 #[cfg(feature = "quic")]
 pub mod quic;
 mod ring;
+mod shm;
 mod tcp;
 
 pub use collectives::{all_gather, all_max, all_min, all_sum, recv, recv_like, send, sum_scatter};

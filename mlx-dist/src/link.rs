@@ -29,8 +29,32 @@ pub(crate) trait Link: Send + Sync {
     ) -> bool;
     /// Reads exactly `buf.len()` bytes.
     fn recv_exact(&self, buf: &mut [u8]) -> io::Result<()>;
+    /// Reads the payload of a frame whose header was just read (the shared
+    /// memory link takes large payloads from its segment; a stream reads them).
+    fn recv_payload(&self, buf: &mut [u8]) -> io::Result<()> {
+        self.recv_exact(buf)
+    }
+    /// Hands the `len`-byte payload of a frame whose header was just read to
+    /// `f` piece by piece, as `(offset, bytes)`, for a caller that only reads
+    /// it (a reduction): a stream reads it into `scratch` first; the shared
+    /// memory link passes its segment, saving a copy.
+    fn recv_payload_with(
+        &self,
+        len: usize,
+        scratch: &mut [u8],
+        f: &mut dyn FnMut(usize, &[u8]),
+    ) -> io::Result<()> {
+        let buf = &mut scratch[..len];
+        self.recv_payload(buf)?;
+        f(0, buf);
+        Ok(())
+    }
     /// Closes both directions, waking any thread blocked on the link.
     fn shutdown(&self);
+    /// Whether large payloads go through shared memory.
+    fn is_shared(&self) -> bool {
+        false
+    }
     /// The TCP link behind this link, for the single-threaded polled ring.
     fn as_tcp(&self) -> Option<&TcpLink> {
         None
@@ -158,9 +182,12 @@ impl TcpLink {
         Ok(())
     }
 
-    fn write_frame(
+    /// Writes a header and its payload whole, waiting for room up to
+    /// `deadline` (else the stall timeout); a failure after the first byte
+    /// marks the link torn.
+    pub(crate) fn write_frame(
         &self,
-        header: &[u8; HEADER_LEN],
+        header: &[u8],
         payload: &[u8],
         deadline: Option<Instant>,
     ) -> io::Result<()> {
@@ -193,6 +220,26 @@ impl TcpLink {
             }
         }
         Ok(())
+    }
+
+    /// Whether the peer closed its end (a non-consuming look at the socket,
+    /// safe beside a thread that reads it).
+    pub(crate) fn peer_closed(&self) -> bool {
+        let mut b = [0u8; 1];
+        // SAFETY: a valid socket and a one-byte buffer.
+        let r = unsafe {
+            libc::recv(
+                self.fd(),
+                b.as_mut_ptr().cast(),
+                1,
+                libc::MSG_PEEK | libc::MSG_DONTWAIT,
+            )
+        };
+        r == 0
+            || (r < 0 && {
+                let e = io::Error::last_os_error().kind();
+                e != io::ErrorKind::WouldBlock && e != io::ErrorKind::Interrupted
+            })
     }
 }
 

@@ -254,7 +254,26 @@ impl OpCtx<'_> {
         let mut hb = [0u8; HEADER_LEN];
         l.recv_exact(&mut hb).map_err(|e| self.io(e, peer))?;
         self.check_header(peer, link, &hb, buf.len())?;
-        l.recv_exact(buf).map_err(|e| self.io(e, peer))
+        l.recv_payload(buf).map_err(|e| self.io(e, peer))
+    }
+
+    /// Receives one frame of `len` bytes from `peer` over `link` and hands
+    /// its payload to `f` piece by piece as `(offset, bytes)` (through
+    /// `scratch`, at least `len` bytes, unless the link can lend its own memory).
+    pub(crate) fn recv_with(
+        &self,
+        peer: usize,
+        link: usize,
+        len: usize,
+        scratch: &mut [u8],
+        f: &mut dyn FnMut(usize, &[u8]),
+    ) -> Result<()> {
+        let l = self.mesh.link(peer, link);
+        let mut hb = [0u8; HEADER_LEN];
+        l.recv_exact(&mut hb).map_err(|e| self.io(e, peer))?;
+        self.check_header(peer, link, &hb, len)?;
+        l.recv_payload_with(len, scratch, f)
+            .map_err(|e| self.io(e, peer))
     }
 
     /// Checks a received frame header against this operation and the payload

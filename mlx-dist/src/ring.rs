@@ -545,10 +545,10 @@ fn run_lane(
             for b in blocks(c, block) {
                 let res = match op {
                     Some(op) if i < reduce_steps => {
-                        let tmp = &mut scratch[..b.len()];
-                        ctx.recv(lane.left, lane.link, tmp).map(|()| {
-                            // SAFETY: the sender is not reading this chunk now (see above).
-                            reduce_into(unsafe { buf.get_mut(b.clone()) }, tmp, ctx.dtype, op)
+                        // SAFETY: the sender is not reading this chunk now (see above).
+                        let dst = unsafe { buf.get_mut(b.clone()) };
+                        ctx.recv_with(lane.left, lane.link, b.len(), scratch, &mut |at, src| {
+                            reduce_into(&mut dst[at..at + src.len()], src, ctx.dtype, op)
                         })
                     }
                     // SAFETY: as above.

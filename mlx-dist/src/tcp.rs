@@ -14,6 +14,7 @@ use crate::error::{DistError, Result};
 use crate::handshake::{self, HandshakeError, JobCredentials};
 use crate::link::{Link, TcpLink};
 use crate::mesh::{Mesh, Witness};
+use crate::shm::{self, ShmLink};
 
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -90,26 +91,42 @@ pub(crate) fn connect_mesh(cfg: &Config, listener: TcpListener) -> Result<Mesh> 
         Ok(())
     })?;
 
+    // Every row but our own: the data links, then the witness.
+    let mut streams: Vec<Vec<TcpStream>> = slots
+        .into_iter()
+        .map(|row| row.into_iter().flatten().collect())
+        .collect();
+    let witness_streams: Vec<Option<TcpStream>> = streams.iter_mut().map(|row| row.pop()).collect();
+    let segments = shm::negotiate(rank, &mut streams, cfg.shared_memory)
+        .map_err(|e| DistError::Config(format!("setting up shared memory with a peer: {e}")))?;
+    let link = |st: TcpStream| {
+        TcpLink::new(st, cfg.stall_timeout)
+            .map_err(|e| DistError::Config(format!("socket options: {e}")))
+    };
     let mut links: Vec<Vec<Box<dyn Link>>> = Vec::with_capacity(world);
-    let mut witnesses: Vec<Option<Box<dyn Witness>>> = Vec::with_capacity(world);
-    for (peer, row) in slots.into_iter().enumerate() {
+    let mut shared = 0;
+    for (peer, (row, segs)) in streams.into_iter().zip(segments).enumerate() {
         let mut v: Vec<Box<dyn Link>> = Vec::new();
-        let mut witness: Option<Box<dyn Witness>> = None;
-        if peer != rank {
-            for (i, st) in row.into_iter().enumerate() {
-                let st = st.expect("every link was filled");
-                let link = TcpLink::new(st, cfg.stall_timeout)
-                    .map_err(|e| DistError::Config(format!("socket options: {e}")))?;
-                if i + 1 == nlinks {
-                    witness = Some(Box::new(link));
-                } else {
-                    v.push(Box::new(link));
+        for (st, seg) in row.into_iter().zip(segs) {
+            let tcp = link(st)?;
+            v.push(match seg {
+                Some(seg) => {
+                    shared += 1;
+                    Box::new(ShmLink::new(tcp, seg, rank < peer, cfg.stall_timeout))
                 }
-            }
+                None => Box::new(tcp),
+            });
         }
         links.push(v);
-        witnesses.push(witness);
     }
+    let mut witnesses: Vec<Option<Box<dyn Witness>>> = Vec::with_capacity(world);
+    for st in witness_streams {
+        witnesses.push(match st {
+            Some(st) => Some(Box::new(link(st)?)),
+            None => None,
+        });
+    }
+    tracing::debug!(rank, shared, "data links through shared memory");
     tracing::debug!(rank, world, nlinks, "mesh connected");
     Ok(Mesh::new(cfg, links, witnesses))
 }

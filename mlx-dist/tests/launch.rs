@@ -50,11 +50,22 @@ fn rank_main() {
     scenarios::run_scenario()
 }
 
-fn assert_all_ok(n: usize, extra: &[&str]) {
-    assert_scenario_ok(n, "all", extra);
+fn assert_all_ok(n: usize, extra: &[&str]) -> String {
+    assert_scenario_ok(n, "all", extra)
 }
 
-fn assert_scenario_ok(n: usize, scenario: &str, extra: &[&str]) {
+/// Asserts that every rank of the "all" scenario's output reached `peers`
+/// of its peers through shared memory.
+fn assert_shm_peers(t: &str, n: usize, peers: usize) {
+    for r in 0..n {
+        assert!(
+            t.contains(&format!("[{r}] RANK {r} OK")) && t.contains(&format!("shm peers {peers})")),
+            "rank {r} should share memory with {peers} peers:\n{t}"
+        );
+    }
+}
+
+fn assert_scenario_ok(n: usize, scenario: &str, extra: &[&str]) -> String {
     let (out, took) = launch(n, scenario, extra);
     let t = text(&out);
     assert!(out.status.success(), "world {n} failed:\n{t}");
@@ -65,6 +76,7 @@ fn assert_scenario_ok(n: usize, scenario: &str, extra: &[&str]) {
         );
     }
     eprintln!("world {n}: {took:?}");
+    t
 }
 
 /// The suite runs on every transport this build has: `ring` and (feature `quic`) `quic`.
@@ -72,19 +84,23 @@ macro_rules! on_backends {
     ($($name:ident => $body:expr;)*) => {
         mod ring {
             use super::*;
-            $(#[test] fn $name() { ($body)("ring") })*
+            $(#[test] fn $name() { let _ = ($body)("ring"); })*
         }
         #[cfg(feature = "quic")]
         mod quic {
             use super::*;
-            $(#[test] fn $name() { ($body)("quic") })*
+            $(#[test] fn $name() { let _ = ($body)("quic"); })*
         }
     };
 }
 
 on_backends! {
     every_collective_world_2_two_connections => |b| assert_all_ok(2, &["--backend", b, "--connections-per-peer", "2"]);
-    every_collective_world_3 => |b| assert_all_ok(3, &["--backend", b]);
+    every_collective_world_3 => |b| {
+        let t = assert_all_ok(3, &["--backend", b]);
+        // Ranks on one host share memory over the ring; QUIC stays encrypted end to end.
+        assert_shm_peers(&t, 3, if b == "ring" { 2 } else { 0 });
+    };
     every_collective_world_4 => |b| assert_all_ok(4, &["--backend", b]);
     arrays_world_2 => |b| assert_scenario_ok(2, "arrays", &["--backend", b]);
     arrays_world_3 => |b| assert_scenario_ok(3, "arrays", &["--backend", b]);
@@ -94,8 +110,22 @@ on_backends! {
     mismatched_sizes_are_an_error_on_every_rank => mismatched_sizes;
 }
 
+/// The ring with shared memory turned off: every byte over TCP, the
+/// threaded ring included, and a killed rank still named.
+#[test]
+fn ring_over_tcp_only() {
+    let t = assert_all_ok(3, &["--backend", "ring", "--env", "MLX_DIST_SHM=0"]);
+    assert_shm_peers(&t, 3, 0);
+    killed_rank_is_named_with(3, &["--backend", "ring", "--env", "MLX_DIST_SHM=0"]);
+}
+
 fn killed_rank_is_named(backend: &str, n: usize) {
-    let (out, took) = launch(n, "kill", &["--backend", backend, "--timeout", "10"]);
+    killed_rank_is_named_with(n, &["--backend", backend]);
+}
+
+fn killed_rank_is_named_with(n: usize, extra: &[&str]) {
+    let args: Vec<&str> = extra.iter().copied().chain(["--timeout", "10"]).collect();
+    let (out, took) = launch(n, "kill", &args);
     let t = text(&out);
     assert!(!out.status.success(), "{t}");
     assert!(

@@ -49,8 +49,15 @@ pub fn reference(n: usize, i: usize, d: Dtype, op: ReduceOp) -> f64 {
 }
 
 pub fn check_collectives(g: &Group, sizes: &[usize]) {
-    let (n, r) = (g.size(), g.rank());
     for d in ALL_DTYPES {
+        check_collectives_of(g, d, sizes);
+    }
+}
+
+/// Every collective on `dtype` at each of `sizes` against the reference.
+pub fn check_collectives_of(g: &Group, d: Dtype, sizes: &[usize]) {
+    let (n, r) = (g.size(), g.rank());
+    {
         for &len in sizes {
             for op in [ReduceOp::Sum, ReduceOp::Max, ReduceOp::Min] {
                 let mut buf = encode((0..len).map(|i| val(r, i, d)), d);
@@ -110,6 +117,11 @@ pub fn scenario_all() {
     let mut big = vec![1.0f32; 600_001];
     g.all_sum(&mut big).unwrap();
     assert!(big.iter().all(|&v| v == g.size() as f32));
+    // Messages from 4 MiB take the threaded ring (through shared memory
+    // between ranks on one host), sizes not divisible by the world.
+    check_collectives_of(&g, Dtype::F32, &[1_200_007]);
+    check_collectives_of(&g, Dtype::BF16, &[2_100_013]);
+    check_collectives_of(&g, Dtype::I64, &[600_011]);
     // Split: even and odd ranks, reversed order within each.
     let sub = g.split((g.rank() % 2) as i32, -(g.rank() as i32)).unwrap();
     let members: Vec<u32> = (0..g.size() as u32)
@@ -125,7 +137,12 @@ pub fn scenario_all() {
         check_p2p(&sub);
     }
     g.barrier().unwrap();
-    println!("RANK {} OK ({})", g.rank(), g.backend());
+    println!(
+        "RANK {} OK ({}, shm peers {})",
+        g.rank(),
+        g.backend(),
+        g.shared_memory_peers()
+    );
 }
 
 /// Array-level collectives (`mlx_dist::all_sum(&Array, ..)` etc.) through the graph.
