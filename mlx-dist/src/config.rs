@@ -17,6 +17,7 @@
 //! | `MLX_DIST_QUIC_FINGERPRINT` | hex SHA-256 of the certificate: the only one a rank accepts |
 //! | `MLX_DIST_SOCKET_BUFFER` | TCP send/receive buffer bytes asked for (default 0: the kernel's autotuning) |
 //! | `MLX_DIST_THREADED_BYTES` | TCP ring messages at least this large use a sender and a receiver thread per lane (default 4 MiB) |
+//! | `MLX_DIST_SHM` | `0`: ranks on one host do not share memory (the ring then moves every byte over TCP) |
 //!
 //! Ranks started by hand with only `MLX_RANK` and `MLX_HOSTFILE`, as with MLX,
 //! still work: the job id and secret are then derived from the host list and a
