@@ -98,7 +98,8 @@ pub struct LinearCrossEntropyOptions {
     /// logits per chunk.
     pub chunk: usize,
     /// Rows taken at a time by [`crate::linear_cross_entropy_sum`], whose
-    /// blocks span every class; 0 picks about 24 MiB of logits per block.
+    /// blocks span every class; 0 picks equal blocks of at most 24 MiB of
+    /// logits each.
     pub block_rows: usize,
 }
 
