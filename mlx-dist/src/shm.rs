@@ -133,8 +133,12 @@ mod named {
     }
 
     /// Creates the segment `name` of `len` bytes, readable by this user only;
-    /// returns it and what the peer passes to [`open`].
+    /// returns it and what the peer passes to [`open`]. The memory is
+    /// reserved now: a full `/dev/shm` (64 MiB in a default Docker
+    /// container) is then a refusal here, and the link keeps TCP, instead
+    /// of a `SIGBUS` when a page is first touched mid-collective.
     pub fn create(name: &str, len: usize) -> io::Result<(File, String)> {
+        use std::os::fd::AsRawFd;
         let p = path(name);
         let f = OpenOptions::new()
             .read(true)
@@ -142,8 +146,14 @@ mod named {
             .create_new(true)
             .mode(0o600)
             .open(&p)?;
-        f.set_len(len as u64)?;
-        Ok((f, p.to_string_lossy().into_owned()))
+        let handle = p.to_string_lossy().into_owned();
+        // SAFETY: a valid descriptor; the range is the segment.
+        let r = unsafe { libc::posix_fallocate(f.as_raw_fd(), 0, len as libc::off_t) };
+        if r != 0 {
+            remove(&handle);
+            return Err(io::Error::from_raw_os_error(r));
+        }
+        Ok((f, handle))
     }
 
     pub fn open(handle: &str) -> io::Result<File> {
@@ -226,7 +236,9 @@ pub(crate) fn offer(stream: &mut TcpStream, enabled: bool) -> io::Result<Offer> 
             seg.write_nonce(&nonce);
             Ok((seg, handle, nonce))
         })()
-        .inspect_err(|e| tracing::debug!(error = %e, "no shared memory segment"))
+        .inspect_err(
+            |e| tracing::warn!(error = %e, "no shared memory segment; this link keeps TCP"),
+        )
         .ok()
     } else {
         None

@@ -57,7 +57,7 @@ fn assert_scenario_ok(n: usize, scenario: &str) {
     assert!(out.status.success(), "mpirun world {n} failed:\n{t}");
     for r in 0..n {
         assert!(
-            t.contains(&format!("[{r}] RANK {r} OK (mpi)")),
+            t.contains(&format!("[{r}] RANK {r} OK (mpi")),
             "rank {r} missing:\n{t}"
         );
     }
