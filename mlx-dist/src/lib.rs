@@ -1,8 +1,9 @@
 //! Distributed communication for data-parallel training, in the style of
 //! MLX's `mx.distributed`: a [`Group`] of ranks, collectives on byte buffers
 //! tagged with an [`mlx_array::Dtype`], the transports that carry them (a
-//! pipelined ring over TCP; QUIC, feature `quic`, on by default; MPI, feature
-//! `mpi`) and the `mlx-launch` binary that starts the ranks.
+//! pipelined ring over TCP, whose large payloads go through shared memory
+//! between ranks on one host; QUIC, feature `quic`, on by default; MPI,
+//! feature `mpi`) and the `mlx-launch` binary that starts the ranks.
 //!
 //! The classic first program. Until `mlx-array` has arrays, it runs on a
 //! `Vec<f32>` through the typed byte API; with no launcher it is a group of one
