@@ -209,6 +209,10 @@ const CHUNK_BYTES: usize = 16 << 20;
 /// blocks mean fewer passes of `dw` through memory.
 const BLOCK_BYTES: usize = 24 << 20;
 
+/// Row blocks of the one-pass loss at most, when [`BLOCK_BYTES`] would make
+/// more: each block has a fixed cost of the weight's size.
+const MAX_BLOCKS: usize = 9;
+
 /// Targets as class indices, with rows equal to `ignore` marked [`IGNORED`].
 fn targets_ignoring(
     t: &ArrayData,
@@ -636,16 +640,23 @@ impl Lce<'_> {
 impl Lce<'_> {
     /// Rows per block of [`Self::value_and_grad`]: as asked, else at most
     /// [`BLOCK_BYTES`] of f32 logits over the whole vocabulary (at least 8
-    /// rows), split evenly over the blocks that takes: every block packs all
-    /// of `w` twice and updates all of `dw` whatever its size, so a thin last
-    /// block (22 of 1022 rows at 125 per block) costs far more per row than
-    /// a full one, and equal blocks also hold a little less memory.
+    /// rows) or a [`MAX_BLOCKS`]th of the rows, whichever is more, split
+    /// evenly over the blocks that takes. Every block packs all of `w` twice
+    /// and updates all of `dw` whatever its size (about 20 ms for a 50257 x
+    /// 256 weight), so a thin last block (22 of 1022 rows at 125 per block)
+    /// costs far more per row than a full one, and many blocks cost more
+    /// than a few: with the bound on their number the buffer grows with the
+    /// batch, as the activations do, while staying a ninth of what whole
+    /// logits would take. (At 2044 rows of a 50257-class vocabulary on two
+    /// threads, 9 blocks instead of 17 took 740-820 ms instead of 860-900.)
     fn block_rows(&self) -> usize {
         let rows = self.rows.max(1);
         if self.block_rows > 0 {
             return self.block_rows.min(rows);
         }
-        let most = (BLOCK_BYTES / 4 / self.vocab.max(1)).max(8);
+        let most = (BLOCK_BYTES / 4 / self.vocab.max(1))
+            .max(8)
+            .max(rows.div_ceil(MAX_BLOCKS));
         rows.div_ceil(rows.div_ceil(most))
     }
 
