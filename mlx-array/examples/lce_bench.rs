@@ -6,7 +6,7 @@
 //! `cargo run --release -p mlx-array --example lce_bench -- [rows] [reps] [chunk] [block]`
 //! (chunk: classes per chunk, 0 = the default of about 16 MiB of logits;
 //! block: rows per block of `linear_cross_entropy_sum`, 0 = equal blocks of
-//! at most 24 MiB).
+//! at most 24 MiB or a ninth of the rows, whichever is more).
 //! `MLX_DEVICE=gpu` runs it on the GPU.
 
 use std::time::Instant;

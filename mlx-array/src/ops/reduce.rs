@@ -220,8 +220,8 @@ pub fn linear_cross_entropy(
 /// [`linear_cross_entropy`]'s forward and backward. The gradient is ready
 /// when the value is, so evaluating the value alone (say, for validation)
 /// wastes two GEMMs: use [`linear_cross_entropy`] there. Rows are taken a
-/// block at a time (equal blocks of at most 24 MiB of logits over the whole
-/// vocabulary).
+/// block at a time (equal blocks over the whole vocabulary, of at most 24
+/// MiB of logits or a ninth of the rows, whichever is more).
 /// `row_weights` (float, `targets`' shape; e.g. a loss mask times a scale)
 /// are constants: no gradient flows to them.
 ///

@@ -99,7 +99,7 @@ pub struct LinearCrossEntropyOptions {
     pub chunk: usize,
     /// Rows taken at a time by [`crate::linear_cross_entropy_sum`], whose
     /// blocks span every class; 0 picks equal blocks of at most 24 MiB of
-    /// logits each.
+    /// logits each, or a ninth of the rows when that is more.
     pub block_rows: usize,
 }
 

@@ -772,7 +772,7 @@ pub struct LceArgs<'a> {
     /// Classes per chunk (0 = about 16 MiB of logits).
     pub chunk: usize,
     /// Rows per block of the one-pass loss and gradient (0 = equal blocks
-    /// of at most 24 MiB of logits).
+    /// of at most 24 MiB of logits or a ninth of the rows, whichever is more).
     pub block_rows: usize,
 }
 
