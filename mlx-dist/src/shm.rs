@@ -113,10 +113,16 @@ impl Segment {
     }
 }
 
-/// Creating, opening and removing named segments: files in `/dev/shm` (a
-/// memory file system) on Linux, POSIX `shm_open` objects on macOS.
+// Creating, opening and removing named segments: files in `/dev/shm` (a
+// memory file system) on Linux, POSIX `shm_open` objects on macOS.
 #[cfg(not(target_os = "macos"))]
-mod named {
+use dev_shm as named;
+#[cfg(target_os = "macos")]
+use posix_shm as named;
+
+/// Segments as files in `/dev/shm` (the temporary directory without it).
+#[cfg(not(target_os = "macos"))]
+mod dev_shm {
     use std::fs::{File, OpenOptions};
     use std::io;
     use std::os::unix::fs::OpenOptionsExt;
@@ -165,8 +171,10 @@ mod named {
     }
 }
 
-#[cfg(target_os = "macos")]
-mod named {
+/// Segments as POSIX shared memory objects (`shm_open`): macOS's way, and
+/// compiled everywhere so that its tests run on Linux too.
+#[cfg_attr(not(target_os = "macos"), allow(dead_code))]
+mod posix_shm {
     use std::ffi::CString;
     use std::fs::File;
     use std::io;
@@ -657,5 +665,24 @@ mod tests {
         let handle = o.seg.as_ref().unwrap().1.clone();
         assert!(o.settle(&mut a).unwrap().is_none());
         assert!(named::open(&handle).is_err(), "the name is removed");
+    }
+
+    #[test]
+    fn posix_shared_memory_objects_are_made_shared_and_removed() {
+        // macOS's segments, exercised wherever the tests run.
+        let name = format!("mlxd{}", hex(&random::<12>().unwrap()));
+        assert!(name.len() < 31, "macOS limits names to 31 bytes");
+        let (f, handle) = posix_shm::create(&name, segment_len()).unwrap();
+        let a = Segment::map(&f).unwrap();
+        let b = Segment::map(&posix_shm::open(&handle).unwrap()).unwrap();
+        let n = random::<NONCE_LEN>().unwrap();
+        a.write_nonce(&n);
+        assert_eq!(b.nonce(), n, "both maps see one memory");
+        a.counter(head_at(1)).store(7, Ordering::Release);
+        assert_eq!(b.counter(head_at(1)).load(Ordering::Acquire), 7);
+        posix_shm::remove(&handle);
+        assert!(posix_shm::open(&handle).is_err(), "the name is removed");
+        let (_f, again) = posix_shm::create(&name, 4096).expect("the name is free again");
+        posix_shm::remove(&again);
     }
 }
