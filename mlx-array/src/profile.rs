@@ -1,7 +1,8 @@
 //! Opt-in time spent in each kind of primitive: with `MLX_PROFILE=1` in the
 //! environment, the evaluator times every kernel it runs and [`report`] lists
 //! the totals by primitive name and output shape, largest first, and the
-//! kernel (compute or collective) by which array memory reached its peak. Off by default (one relaxed atomic load per node).
+//! kernel (compute or collective) by which array memory reached its peak.
+//! Off by default (one relaxed atomic load per node).
 
 use std::collections::HashMap;
 use std::sync::Mutex;

@@ -250,11 +250,19 @@ impl OpCtx<'_> {
 
     /// Receives one frame from `peer` over `link` into `buf`, which must be exactly its payload.
     pub(crate) fn recv(&self, peer: usize, link: usize, buf: &mut [u8]) -> Result<()> {
+        self.recv_header(peer, link, buf.len())?
+            .recv_payload(buf)
+            .map_err(|e| self.io(e, peer))
+    }
+
+    /// Reads and checks the header of a frame of `len` bytes from `peer`
+    /// over `link`; the link, for its payload.
+    fn recv_header(&self, peer: usize, link: usize, len: usize) -> Result<&dyn Link> {
         let l = self.mesh.link(peer, link);
         let mut hb = [0u8; HEADER_LEN];
         l.recv_exact(&mut hb).map_err(|e| self.io(e, peer))?;
-        self.check_header(peer, link, &hb, buf.len())?;
-        l.recv_payload(buf).map_err(|e| self.io(e, peer))
+        self.check_header(peer, link, &hb, len)?;
+        Ok(l)
     }
 
     /// Receives one frame of `len` bytes from `peer` over `link` and hands
@@ -268,11 +276,8 @@ impl OpCtx<'_> {
         scratch: &mut [u8],
         f: &mut dyn FnMut(usize, &[u8]),
     ) -> Result<()> {
-        let l = self.mesh.link(peer, link);
-        let mut hb = [0u8; HEADER_LEN];
-        l.recv_exact(&mut hb).map_err(|e| self.io(e, peer))?;
-        self.check_header(peer, link, &hb, len)?;
-        l.recv_payload_with(len, scratch, f)
+        self.recv_header(peer, link, len)?
+            .recv_payload_with(len, scratch, f)
             .map_err(|e| self.io(e, peer))
     }
 

@@ -219,27 +219,30 @@ fn random<const N: usize>() -> io::Result<[u8; N]> {
     Ok(b)
 }
 
-fn hex(b: &[u8]) -> String {
-    b.iter().map(|x| format!("{x:02x}")).collect()
-}
+use crate::config::hex_encode as hex;
 
 const OFFER: u8 = b'S';
 const DECLINE: u8 = b'N';
 const ACCEPT: u8 = b'Y';
 
 /// The creating side's half of a negotiation, between sending the offer and reading the answer.
-pub(crate) struct Offer {
+struct Offer {
     seg: Option<(Segment, String)>,
 }
 
 /// Sends the offer of a new segment over `stream` (or a refusal when
 /// `enabled` is false or the segment cannot be made): the lower rank's first half.
-pub(crate) fn offer(stream: &mut TcpStream, enabled: bool) -> io::Result<Offer> {
+fn offer(stream: &mut TcpStream, enabled: bool) -> io::Result<Offer> {
     let made = if enabled {
         (|| -> io::Result<(Segment, String, [u8; NONCE_LEN])> {
             let name = format!("mlxd{}", hex(&random::<12>()?));
             let (file, handle) = named::create(&name, segment_len())?;
-            let seg = Segment::map(&file).inspect_err(|_| named::remove(&handle))?;
+            // The offer gives the handle's length in one byte (a long
+            // temporary directory's path may not fit).
+            let seg = u8::try_from(handle.len())
+                .map_err(|_| io::Error::other(format!("segment path too long: {handle}")))
+                .and_then(|_| Segment::map(&file))
+                .inspect_err(|_| named::remove(&handle))?;
             let nonce = random::<NONCE_LEN>()?;
             seg.write_nonce(&nonce);
             Ok((seg, handle, nonce))
@@ -274,8 +277,8 @@ pub(crate) fn offer(stream: &mut TcpStream, enabled: bool) -> io::Result<Offer> 
 impl Offer {
     /// Reads the peer's answer and removes the segment's name; the segment
     /// if the peer mapped it.
-    fn settle(self, stream: &mut TcpStream) -> io::Result<Option<Segment>> {
-        let Some((seg, handle)) = self.seg else {
+    fn settle(mut self, stream: &mut TcpStream) -> io::Result<Option<Segment>> {
+        let Some((seg, handle)) = self.seg.take() else {
             return Ok(None);
         };
         let mut a = [0u8; 1];
@@ -283,6 +286,15 @@ impl Offer {
         named::remove(&handle);
         r?;
         Ok((a[0] == ACCEPT).then_some(seg))
+    }
+}
+
+impl Drop for Offer {
+    /// An offer given up unsettled (another link's negotiation failed) still removes its name.
+    fn drop(&mut self) {
+        if let Some((_, handle)) = &self.seg {
+            named::remove(handle);
+        }
     }
 }
 
@@ -322,36 +334,39 @@ fn answer(stream: &mut TcpStream, enabled: bool) -> io::Result<Option<Segment>> 
 
 /// Settles, for every data link of this rank, whether it shares a segment
 /// with its peer: `streams[peer][link]` (handshaken, blocking, with
-/// timeouts; `None` for this rank); returns the segments in the same shape.
-/// Offers go out to every higher rank first, then offers from lower ranks
-/// are answered, then the answers read, so no two ranks wait on each other.
+/// timeouts; an empty row for this rank); returns the segments in the same
+/// shape, or the first failure naming the peer. Offers go out to every
+/// higher rank first, then offers from lower ranks are answered, then the
+/// answers read, so no two ranks wait on each other.
 pub(crate) fn negotiate(
     rank: usize,
     streams: &mut [Vec<TcpStream>],
     enabled: bool,
 ) -> io::Result<Vec<Vec<Option<Segment>>>> {
+    let with_peer =
+        |peer: usize| move |e: io::Error| io::Error::new(e.kind(), format!("rank {peer}: {e}"));
     let mut offers: Vec<Vec<Offer>> = Vec::new();
-    for row in streams.iter_mut().skip(rank + 1) {
+    for (peer, row) in streams.iter_mut().enumerate().skip(rank + 1) {
         offers.push(
             row.iter_mut()
-                .map(|s| offer(s, enabled))
+                .map(|s| offer(s, enabled).map_err(with_peer(peer)))
                 .collect::<io::Result<_>>()?,
         );
     }
     let mut segs: Vec<Vec<Option<Segment>>> = Vec::with_capacity(streams.len());
-    for row in streams.iter_mut().take(rank) {
+    for (peer, row) in streams.iter_mut().enumerate().take(rank) {
         segs.push(
             row.iter_mut()
-                .map(|s| answer(s, enabled))
+                .map(|s| answer(s, enabled).map_err(with_peer(peer)))
                 .collect::<io::Result<_>>()?,
         );
     }
     segs.push(Vec::new());
-    for (row, offers) in streams.iter_mut().skip(rank + 1).zip(offers) {
+    for ((peer, row), offers) in streams.iter_mut().enumerate().skip(rank + 1).zip(offers) {
         segs.push(
             row.iter_mut()
                 .zip(offers)
-                .map(|(s, o)| o.settle(s))
+                .map(|(s, o)| o.settle(s).map_err(with_peer(peer)))
                 .collect::<io::Result<_>>()?,
         );
     }
@@ -484,10 +499,7 @@ impl Link for ShmLink {
         f: &mut dyn FnMut(usize, &[u8]),
     ) -> io::Result<()> {
         if len < MIN_PAYLOAD {
-            let buf = &mut scratch[..len];
-            self.tcp.recv_exact(buf)?;
-            f(0, buf);
-            return Ok(());
+            return self.tcp.recv_payload_with(len, scratch, f);
         }
         self.recv_pieces(len, f)
     }
@@ -665,6 +677,13 @@ mod tests {
         let handle = o.seg.as_ref().unwrap().1.clone();
         assert!(o.settle(&mut a).unwrap().is_none());
         assert!(named::open(&handle).is_err(), "the name is removed");
+        // An offer given up before its answer (another link failed) removes its name too.
+        let mut a = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let o = offer(&mut a, true).unwrap();
+        let handle = o.seg.as_ref().unwrap().1.clone();
+        assert!(named::open(&handle).is_ok());
+        drop(o);
+        assert!(named::open(&handle).is_err(), "the name is removed on drop");
     }
 
     #[test]

@@ -97,8 +97,14 @@ pub(crate) fn connect_mesh(cfg: &Config, listener: TcpListener) -> Result<Mesh> 
         .map(|row| row.into_iter().flatten().collect())
         .collect();
     let witness_streams: Vec<Option<TcpStream>> = streams.iter_mut().map(|row| row.pop()).collect();
+    // A peer may finish connecting to the others later than we do: wait for
+    // its side of the negotiation as long as for a connection.
+    for st in streams.iter().flatten() {
+        tune(st, cfg.connect_timeout)
+            .map_err(|e| DistError::Config(format!("socket options: {e}")))?;
+    }
     let segments = shm::negotiate(rank, &mut streams, cfg.shared_memory)
-        .map_err(|e| DistError::Config(format!("setting up shared memory with a peer: {e}")))?;
+        .map_err(|e| DistError::Config(format!("setting up shared memory with {e}")))?;
     let link = |st: TcpStream| {
         TcpLink::new(st, cfg.stall_timeout)
             .map_err(|e| DistError::Config(format!("socket options: {e}")))
@@ -126,8 +132,7 @@ pub(crate) fn connect_mesh(cfg: &Config, listener: TcpListener) -> Result<Mesh> 
             None => None,
         });
     }
-    tracing::debug!(rank, shared, "data links through shared memory");
-    tracing::debug!(rank, world, nlinks, "mesh connected");
+    tracing::debug!(rank, world, nlinks, shared, "mesh connected");
     Ok(Mesh::new(cfg, links, witnesses))
 }
 
