@@ -117,11 +117,15 @@ pub fn scenario_all() {
     let mut big = vec![1.0f32; 600_001];
     g.all_sum(&mut big).unwrap();
     assert!(big.iter().all(|&v| v == g.size() as f32));
-    // Messages from 4 MiB take the threaded ring (through shared memory
-    // between ranks on one host), sizes not divisible by the world.
-    check_collectives_of(&g, Dtype::F32, &[1_200_007]);
-    check_collectives_of(&g, Dtype::BF16, &[2_100_013]);
-    check_collectives_of(&g, Dtype::I64, &[600_011]);
+    // Messages from 4 MiB take the ring's threaded path (through shared
+    // memory between ranks on one host), sizes not divisible by the world.
+    // Ring only: over QUIC they add load that the kill tests running
+    // beside them cannot afford on two cores.
+    if g.backend() == "ring" {
+        check_collectives_of(&g, Dtype::F32, &[1_200_007]);
+        check_collectives_of(&g, Dtype::BF16, &[2_100_013]);
+        check_collectives_of(&g, Dtype::I64, &[600_011]);
+    }
     // Split: even and odd ranks, reversed order within each.
     let sub = g.split((g.rank() % 2) as i32, -(g.rank() as i32)).unwrap();
     let members: Vec<u32> = (0..g.size() as u32)
