@@ -114,10 +114,14 @@ impl FirstError<'_> {
         self.record(e);
     }
 
+    /// Keeps `e` if it is the operation's first error, and only then fails
+    /// the mesh. The error is kept *before* the mesh fails: failing closes
+    /// this rank's links, and the errors other threads then see (a
+    /// connection this rank closed itself) must not replace the cause.
     fn record(&self, e: DistError) {
-        if self.err.get().is_none() {
-            self.ctx.mesh.fail(&e, self.ctx.op);
-            let _ = self.err.set(e);
+        if self.err.set(e).is_ok() {
+            let first = self.err.get().expect("the error was just kept");
+            self.ctx.mesh.fail(first, self.ctx.op);
         }
     }
 }
@@ -570,6 +574,83 @@ fn run_lane(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::Config;
+    use crate::link::Link;
+    use crate::mesh::Mesh;
+    use crate::wire::OpKind;
+    use std::sync::Mutex;
+
+    /// A link that carries nothing and, when closed, says so and then waits
+    /// to be released: it holds a failing mesh in the middle of `Mesh::fail`.
+    struct SlowToClose {
+        closing: mpsc::Sender<()>,
+        release: Mutex<mpsc::Receiver<()>>,
+    }
+
+    impl Link for SlowToClose {
+        fn send_frame(&self, _: &[u8; HEADER_LEN], _: &[u8]) -> std::io::Result<()> {
+            Ok(())
+        }
+        fn send_frame_until(&self, _: &[u8; HEADER_LEN], _: &[u8], _: Instant) -> bool {
+            true
+        }
+        fn recv_exact(&self, _: &mut [u8]) -> std::io::Result<()> {
+            Err(std::io::ErrorKind::UnexpectedEof.into())
+        }
+        fn shutdown(&self) {
+            let _ = self.closing.send(());
+            let _ = self.release.lock().unwrap().recv();
+        }
+    }
+
+    /// The error an operation reports is its first one, even when another
+    /// thread's error (its link closed by this very failure) is recorded
+    /// while the mesh is still closing its links.
+    #[test]
+    fn the_first_error_survives_errors_from_closing_the_links() {
+        let (closing_tx, closing) = mpsc::channel();
+        let (release, release_rx) = mpsc::channel();
+        let link = SlowToClose {
+            closing: closing_tx,
+            release: Mutex::new(release_rx),
+        };
+        let cfg = Config::new(0, vec!["a:1".into(), "b:1".into()], [1; 16], b"s".to_vec());
+        let links: Vec<Vec<Box<dyn Link>>> = vec![Vec::new(), vec![Box::new(link)]];
+        let mesh = Mesh::new(&cfg, links, vec![None, None]);
+        let ctx = OpCtx {
+            mesh: &mesh,
+            op: OpKind::AllSum,
+            group: 0,
+            seq: 0,
+            dtype: mlx_array::Dtype::F32,
+            total: 4,
+        };
+        let first = FirstError {
+            ctx: &ctx,
+            err: OnceLock::new(),
+        };
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                first.record(DistError::Aborted {
+                    op: OpKind::AllSum,
+                    reporter: 1,
+                    culprit: Some(1),
+                    reason: "the cause".into(),
+                })
+            });
+            closing.recv().unwrap();
+            first.record(DistError::PeerClosed {
+                peer: 1,
+                op: OpKind::AllSum,
+            });
+            release.send(()).unwrap();
+        });
+        let kept = first.err.into_inner().unwrap();
+        assert!(
+            matches!(&kept, DistError::Aborted { reason, .. } if reason == "the cause"),
+            "{kept}"
+        );
+    }
 
     #[test]
     fn split_even_covers_everything() {

@@ -141,7 +141,7 @@ fn killed_rank_is_named_with(n: usize, extra: &[&str]) {
             .unwrap_or_else(|| panic!("rank {r} did not report:\n{t}"));
         assert!(
             line.contains("culprit=Some(1)") && line.contains("rank 1"),
-            "rank {r} must name rank 1: {line}"
+            "rank {r} must name rank 1: {line}\n{t}"
         );
     }
     assert!(took < Duration::from_secs(20), "took {took:?}");
