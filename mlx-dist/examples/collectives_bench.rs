@@ -46,7 +46,7 @@ struct Args {
     /// Smallest message in bytes.
     #[arg(long, default_value_t = 1024)]
     min_bytes: usize,
-    /// Operations to time.
+    /// Operations to time (all_sum, all_gather, sum_scatter).
     #[arg(long, value_delimiter = ',', default_value = "all_sum,all_gather")]
     ops: Vec<String>,
     /// World sizes to run.
@@ -137,7 +137,8 @@ fn rank_main(args: &Args) -> anyhow::Result<()> {
             let mut buf = vec![1.0f32; bytes / 4];
             let part = vec![1.0f32; bytes / 4 / n];
             let mut out = vec![0.0f32; part.len() * n];
-            // The bytes one operation produces (the gathered output for all_gather).
+            // The bytes of the whole message: all_sum's buffer, all_gather's
+            // gathered output, sum_scatter's input (every rank's part of it).
             let moved = if op == "all_sum" {
                 buf.len() * 4
             } else {
@@ -146,12 +147,13 @@ fn rank_main(args: &Args) -> anyhow::Result<()> {
             let mut run = || -> anyhow::Result<()> {
                 match op {
                     "all_sum" => g.all_sum(&mut buf)?,
+                    "sum_scatter" => g.sum_scatter_into(&out, &mut buf[..part.len()])?,
                     "all_gather" => g.all_gather_into_bytes(
                         bytemuck::cast_slice(&part),
                         bytemuck::cast_slice_mut(&mut out),
                         mlx_array::Dtype::F32,
                     )?,
-                    _ => anyhow::bail!("unknown op {op:?} (all_sum, all_gather)"),
+                    _ => anyhow::bail!("unknown op {op:?} (all_sum, all_gather, sum_scatter)"),
                 }
                 Ok(())
             };

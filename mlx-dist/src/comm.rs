@@ -287,32 +287,26 @@ impl CommImpl for MeshComm {
         })
     }
 
-    fn sum_scatter(&self, input: &[u8], dtype: Dtype) -> Result<Vec<u8>> {
+    fn sum_scatter(&self, input: &[u8], out: &mut [u8], dtype: Dtype) -> Result<()> {
         self.guarded(OpKind::SumScatter, || {
             let (n, r) = (self.n(), self.rank);
-            let b = input.len() / n;
+            let b = out.len();
             let ctx = self.ctx(OpKind::SumScatter, dtype, input.len());
             if input.len() <= self.mesh.small {
                 self.send_all(&ctx, |j| input[j * b..(j + 1) * b].to_vec())?;
+                // The same order on every rank as for all_reduce, so that a
+                // block's sum has the same bits whichever rank keeps it.
                 let mut got = self.recv_all(&ctx, b)?;
                 got[r] = Some(input[r * b..(r + 1) * b].to_vec());
                 let mut it = got.into_iter().map(|v| v.expect("filled"));
-                let mut acc = it.next().expect("at least one rank");
+                out.copy_from_slice(&it.next().expect("at least one rank"));
                 for x in it {
-                    reduce_into(&mut acc, &x, dtype, ReduceOp::Sum);
+                    reduce_into(out, &x, dtype, ReduceOp::Sum);
                 }
-                return Ok(acc);
+                return Ok(());
             }
-            let mut work = input.to_vec();
             let lanes = self.block_lanes(b, dtype.size_of());
-            ring::run(
-                &ctx,
-                &mut work,
-                &lanes,
-                n,
-                Phase::ReduceScatter(ReduceOp::Sum),
-            )?;
-            Ok(work[r * b..(r + 1) * b].to_vec())
+            ring::reduce_scatter_into(&ctx, input, out, r, &lanes, n, ReduceOp::Sum)
         })
     }
 

@@ -16,7 +16,9 @@ pub(crate) trait CommImpl: Send + Sync + std::fmt::Debug {
     fn backend(&self) -> &'static str;
     fn all_reduce(&self, buf: &mut [u8], dtype: Dtype, op: ReduceOp) -> Result<()>;
     fn all_gather(&self, input: &[u8], out: &mut [u8], dtype: Dtype) -> Result<()>;
-    fn sum_scatter(&self, input: &[u8], dtype: Dtype) -> Result<Vec<u8>>;
+    /// Sums block `rank` of the `size` equal blocks of `input` over the
+    /// group into `out` (one block long).
+    fn sum_scatter(&self, input: &[u8], out: &mut [u8], dtype: Dtype) -> Result<()>;
     fn send(&self, buf: &[u8], dtype: Dtype, dst: usize) -> Result<()>;
     fn recv(&self, buf: &mut [u8], dtype: Dtype, src: usize) -> Result<()>;
     fn barrier(&self) -> Result<()>;
@@ -48,8 +50,9 @@ impl CommImpl for Single {
         out.copy_from_slice(input);
         Ok(())
     }
-    fn sum_scatter(&self, input: &[u8], _: Dtype) -> Result<Vec<u8>> {
-        Ok(input.to_vec())
+    fn sum_scatter(&self, input: &[u8], out: &mut [u8], _: Dtype) -> Result<()> {
+        out.copy_from_slice(input);
+        Ok(())
     }
     fn send(&self, _: &[u8], _: Dtype, _: usize) -> Result<()> {
         unreachable!("Group::send_bytes rejects dst == rank")
@@ -183,6 +186,16 @@ impl Group {
     /// Sums `input` over the group and returns this rank's block of the result:
     /// `input` holds `size()` equal blocks and rank `r` gets the sum of block `r`.
     pub fn sum_scatter_bytes(&self, input: &[u8], dtype: Dtype) -> Result<Vec<u8>> {
+        let mut out = vec![0u8; input.len() / self.size()];
+        self.sum_scatter_into_bytes(input, &mut out, dtype)?;
+        Ok(out)
+    }
+
+    /// [`Group::sum_scatter_bytes`] into `out`, which must be one block
+    /// (`input.len() / size()` bytes) long. Only `out` is written: with two
+    /// ranks the operation needs no memory beyond it (with more, a block
+    /// per other rank for the sums passing through).
+    pub fn sum_scatter_into_bytes(&self, input: &[u8], out: &mut [u8], dtype: Dtype) -> Result<()> {
         check_len("sum_scatter", input.len(), dtype)?;
         let unit = dtype.size_of() * self.size();
         if !input.len().is_multiple_of(unit) {
@@ -195,10 +208,23 @@ impl Group {
                 ),
             });
         }
-        if self.size() == 1 {
-            return Ok(input.to_vec());
+        if out.len() * self.size() != input.len() {
+            return Err(DistError::InvalidArgument {
+                op: "sum_scatter",
+                msg: format!(
+                    "the output holds {} bytes; one of {} blocks of {} input bytes is {}",
+                    out.len(),
+                    self.size(),
+                    input.len(),
+                    input.len() / self.size()
+                ),
+            });
         }
-        self.inner.sum_scatter(input, dtype)
+        if self.size() == 1 || input.is_empty() {
+            out.copy_from_slice(input);
+            return Ok(());
+        }
+        self.inner.sum_scatter(input, out, dtype)
     }
 
     fn check_peer(&self, op: &'static str, peer: usize) -> Result<()> {
@@ -268,6 +294,15 @@ impl Group {
     pub fn sum_scatter<T: Element>(&self, input: &[T]) -> Result<Vec<T>> {
         let v = self.sum_scatter_bytes(bytemuck::cast_slice(input), T::DTYPE)?;
         Ok(bytemuck::pod_collect_to_vec(&v))
+    }
+
+    /// Typed [`Group::sum_scatter_into_bytes`].
+    pub fn sum_scatter_into<T: Element>(&self, input: &[T], out: &mut [T]) -> Result<()> {
+        self.sum_scatter_into_bytes(
+            bytemuck::cast_slice(input),
+            bytemuck::cast_slice_mut(out),
+            T::DTYPE,
+        )
     }
 
     /// Typed [`Group::send_bytes`].

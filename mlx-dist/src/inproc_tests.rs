@@ -97,6 +97,41 @@ fn all_reduce_all_paths_match_reference() {
     }
 }
 
+/// `sum_scatter_into` over every path: the small-message exchange, the
+/// polled ring (one lane and several) and the threaded ring, with two ranks
+/// (the sums land straight in the output) and three (one more block passes
+/// through scratch), and a wrong output length named.
+#[test]
+fn sum_scatter_into_every_path() {
+    for n in [2usize, 3] {
+        with_world(
+            n,
+            |c| c.block_bytes = 64 << 10,
+            |g| {
+                let r = g.rank();
+                // Per-rank blocks of 16 B, ~0.5 MiB, ~1.5 MiB and ~5 MiB (f32).
+                for len in [4usize, 130_001, 400_003, 1_300_007] {
+                    let x: Vec<f32> = (0..len * n)
+                        .map(|i| ((i % 1009) as f32) * (r as f32 + 1.0))
+                        .collect();
+                    let mut out = vec![f32::NAN; len];
+                    g.sum_scatter_into(&x, &mut out).unwrap();
+                    let ranks: f32 = (1..=n).map(|q| q as f32).sum();
+                    let want: Vec<f32> = (r * len..(r + 1) * len)
+                        .map(|i| ((i % 1009) as f32) * ranks)
+                        .collect();
+                    assert!(out == want, "n={n} len={len} rank {r}");
+                }
+                let err = g
+                    .sum_scatter_into(&[1.0f32; 6], &mut [0.0f32; 4])
+                    .unwrap_err()
+                    .to_string();
+                assert!(err.contains("the output holds 16 bytes"), "{err}");
+            },
+        );
+    }
+}
+
 #[test]
 fn gather_scatter_split_and_p2p() {
     let n = 4;

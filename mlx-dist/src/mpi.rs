@@ -256,7 +256,12 @@ impl MpiComm {
         W::narrow(recv, buf);
     }
 
-    fn sum_scatter_as<W: Widen>(&self, input: &[u8], op: SystemOperation) -> Result<Vec<u8>> {
+    fn sum_scatter_as<W: Widen>(
+        &self,
+        input: &[u8],
+        out: &mut [u8],
+        op: SystemOperation,
+    ) -> Result<()> {
         let send = W::widen(input);
         let block = send.len() / self.size;
         if block > MAX_COUNT {
@@ -265,9 +270,8 @@ impl MpiComm {
         let mut recv = vec![W::Wide::zeroed(); block];
         self.comm
             .reduce_scatter_block_into(&send[..], &mut recv[..], op);
-        let mut out = vec![0u8; input.len() / self.size];
-        W::narrow(&recv, &mut out);
-        Ok(out)
+        W::narrow(&recv, out);
+        Ok(())
     }
 }
 
@@ -314,20 +318,20 @@ impl CommImpl for MpiComm {
         Ok(())
     }
 
-    fn sum_scatter(&self, input: &[u8], dtype: Dtype) -> Result<Vec<u8>> {
+    fn sum_scatter(&self, input: &[u8], out: &mut [u8], dtype: Dtype) -> Result<()> {
         if input.is_empty() {
-            return Ok(Vec::new());
+            return Ok(());
         }
         let _g = lock();
         let sum = system_op(ReduceOp::Sum);
         match dtype {
-            Dtype::Bool => self.sum_scatter_as::<BoolBytes>(input, bool_op(ReduceOp::Sum)),
-            Dtype::U32 => self.sum_scatter_as::<NativeU32>(input, sum),
-            Dtype::I32 => self.sum_scatter_as::<NativeI32>(input, sum),
-            Dtype::I64 => self.sum_scatter_as::<NativeI64>(input, sum),
-            Dtype::F32 => self.sum_scatter_as::<NativeF32>(input, sum),
-            Dtype::F16 => self.sum_scatter_as::<HalfF16>(input, sum),
-            Dtype::BF16 => self.sum_scatter_as::<HalfBf16>(input, sum),
+            Dtype::Bool => self.sum_scatter_as::<BoolBytes>(input, out, bool_op(ReduceOp::Sum)),
+            Dtype::U32 => self.sum_scatter_as::<NativeU32>(input, out, sum),
+            Dtype::I32 => self.sum_scatter_as::<NativeI32>(input, out, sum),
+            Dtype::I64 => self.sum_scatter_as::<NativeI64>(input, out, sum),
+            Dtype::F32 => self.sum_scatter_as::<NativeF32>(input, out, sum),
+            Dtype::F16 => self.sum_scatter_as::<HalfF16>(input, out, sum),
+            Dtype::BF16 => self.sum_scatter_as::<HalfBf16>(input, out, sum),
         }
     }
 

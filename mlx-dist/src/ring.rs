@@ -78,6 +78,89 @@ impl SharedBuf {
     }
 }
 
+/// Where the ring reads and writes the chunks of its (rank-major) buffer.
+#[derive(Clone, Copy)]
+enum Places {
+    /// One buffer, read and overwritten in place.
+    InPlace(SharedBuf),
+    /// A reduce-scatter over an input it only reads: the blocks it receives
+    /// are reduced into this rank's output block (its own chunk) or into
+    /// scratch (the chunks only passing through, with more than two ranks),
+    /// so nothing the size of the input is allocated.
+    Split {
+        /// The input, `n` blocks of `block` bytes; never written.
+        src: SharedBuf,
+        /// This rank's block of the result.
+        out: SharedBuf,
+        /// Blocks of other owners being reduced on their way round, one
+        /// slot per owner but this rank (empty with two ranks).
+        scratch: SharedBuf,
+        /// Bytes per owner block.
+        block: usize,
+        /// This rank's block index.
+        own: usize,
+        /// Ranks (blocks).
+        n: usize,
+    },
+}
+
+impl Places {
+    /// The bytes to send for `r`: `first` blocks (a lane's first chunk) are
+    /// the input's, every other block one that this rank received.
+    ///
+    /// # Safety
+    /// No other thread may be writing `r` while the slice lives.
+    unsafe fn read(&self, r: Range<usize>, first: bool) -> &[u8] {
+        match self {
+            Places::InPlace(buf) => unsafe { buf.get(r) },
+            Places::Split { src, .. } if first => unsafe { src.get(r) },
+            Places::Split { .. } => unsafe { self.write(r) },
+        }
+    }
+
+    /// Where the received bytes of `r` go (all within one owner's block).
+    ///
+    /// # Safety
+    /// No other thread may be reading or writing `r` while the slice lives.
+    #[allow(clippy::mut_from_ref)]
+    unsafe fn write(&self, r: Range<usize>) -> &mut [u8] {
+        match self {
+            Places::InPlace(buf) => unsafe { buf.get_mut(r) },
+            &Places::Split {
+                ref out,
+                ref scratch,
+                block,
+                own,
+                n,
+                ..
+            } => {
+                let (owner, at) = (r.start / block, r.start % block);
+                assert!(r.end <= (owner + 1) * block, "a range crosses blocks");
+                if owner == own {
+                    unsafe { out.get_mut(at..at + r.len()) }
+                } else {
+                    let slot = (owner + n - own - 1) % n;
+                    let at = slot * block + at;
+                    unsafe { scratch.get_mut(at..at + r.len()) }
+                }
+            }
+        }
+    }
+
+    /// Makes `write(r)` hold this rank's own contribution before a received
+    /// block is reduced into it: a copy of the input for `Split`; in place
+    /// it already does.
+    ///
+    /// # Safety
+    /// As [`Places::write`].
+    unsafe fn prepare_reduce(&self, r: Range<usize>) {
+        if let Places::Split { src, .. } = self {
+            let mine = unsafe { src.get(r.clone()) };
+            unsafe { self.write(r) }.copy_from_slice(mine);
+        }
+    }
+}
+
 /// Splits `len` elements into `parts` nearly equal ranges (the first ones one larger).
 pub(crate) fn split_even(len: usize, parts: usize) -> Vec<Range<usize>> {
     let (q, r) = (len / parts, len % parts);
@@ -136,21 +219,71 @@ pub(crate) fn run(
     n: usize,
     phase: Phase,
 ) -> Result<()> {
+    let places = Places::InPlace(SharedBuf {
+        ptr: buf.as_mut_ptr(),
+        len: buf.len(),
+    });
+    run_over(ctx, places, buf.len(), lanes, n, phase)
+}
+
+/// Reduce-scatter of `src` (`n` blocks of `out.len()` bytes, laid out as
+/// [`Lane::chunks`] say) into `out`, this rank's block (`own`), reading
+/// `src` only: the received blocks are reduced into `out` or, with more
+/// than two ranks, into scratch for the ones passing through.
+pub(crate) fn reduce_scatter_into(
+    ctx: &OpCtx<'_>,
+    src: &[u8],
+    out: &mut [u8],
+    own: usize,
+    lanes: &[Lane],
+    n: usize,
+    op: ReduceOp,
+) -> Result<()> {
+    let block = out.len();
+    let mut scratch = vec![0u8; if n > 2 { (n - 1) * block } else { 0 }];
+    let shared = |b: &mut [u8]| SharedBuf {
+        ptr: b.as_mut_ptr(),
+        len: b.len(),
+    };
+    let places = Places::Split {
+        // Never written through (see `Places::read`).
+        src: SharedBuf {
+            ptr: src.as_ptr().cast_mut(),
+            len: src.len(),
+        },
+        out: shared(out),
+        scratch: shared(&mut scratch),
+        block,
+        own,
+        n,
+    };
+    run_over(ctx, places, src.len(), lanes, n, Phase::ReduceScatter(op))
+}
+
+/// [`run`] over `places`, for a message of `total` bytes.
+fn run_over(
+    ctx: &OpCtx<'_>,
+    places: Places,
+    total: usize,
+    lanes: &[Lane],
+    n: usize,
+    phase: Phase,
+) -> Result<()> {
     let tcp = lanes.iter().all(|l| {
         ctx.mesh.link(l.left, l.link).as_tcp().is_some()
             && ctx.mesh.link(l.right, l.link).as_tcp().is_some()
     });
-    if tcp && buf.len() < threaded_bytes() {
+    if tcp && total < threaded_bytes() {
         let mut scratch =
             std::mem::take(&mut *ctx.mesh.scratch.lock().unwrap_or_else(|p| p.into_inner()));
-        let r = run_polled(ctx, buf, lanes, n, phase, &mut scratch);
+        let r = run_polled(ctx, places, lanes, n, phase, &mut scratch);
         *ctx.mesh.scratch.lock().unwrap_or_else(|p| p.into_inner()) = scratch;
         if let Err(e) = &r {
             ctx.mesh.fail(e, ctx.op);
         }
         return r;
     }
-    run_threaded(ctx, buf, lanes, n, phase)
+    run_threaded(ctx, places, lanes, n, phase)
 }
 
 /// Messages at least this large (default 4 MiB; `MLX_DIST_THREADED_BYTES`
@@ -199,8 +332,9 @@ struct PolledLane<'a> {
     left: &'a TcpLink,
     right: &'a TcpLink,
     sched: Schedule,
-    /// Blocks ready to send, in order; the front one has `sent` bytes (header included) out.
-    queue: std::collections::VecDeque<Range<usize>>,
+    /// Blocks ready to send (and whether they are of the lane's first
+    /// chunk), in order; the front one has `sent` bytes (header included) out.
+    queue: std::collections::VecDeque<(Range<usize>, bool)>,
     sent: usize,
     header_out: [u8; HEADER_LEN],
     /// Next entry of `sched.recvs`, and how much of its frame has arrived.
@@ -215,15 +349,15 @@ impl PolledLane<'_> {
     }
 
     /// Writes as much as the socket takes; `Ok(true)` if anything was written.
-    fn push(&mut self, ctx: &OpCtx<'_>, buf: SharedBuf) -> Result<bool> {
+    fn push(&mut self, ctx: &OpCtx<'_>, buf: Places) -> Result<bool> {
         let mut progress = false;
-        while let Some(b) = self.queue.front().cloned() {
+        while let Some((b, first)) = self.queue.front().cloned() {
             if self.sent == 0 {
                 self.header_out = ctx.header(b.len());
             }
             // SAFETY: only this lane's thread touches this lane's ranges, and
             // it writes a queued block only after it has left the queue.
-            let payload = unsafe { buf.get(b.clone()) };
+            let payload = unsafe { buf.read(b.clone(), first) };
             let r = if self.sent < HEADER_LEN {
                 self.right.try_write(&[
                     IoSlice::new(&self.header_out[self.sent..]),
@@ -257,7 +391,7 @@ impl PolledLane<'_> {
     fn pull(
         &mut self,
         ctx: &OpCtx<'_>,
-        buf: SharedBuf,
+        buf: Places,
         scratch: &mut [u8],
         op: Option<ReduceOp>,
     ) -> Result<bool> {
@@ -272,7 +406,7 @@ impl PolledLane<'_> {
                     &mut scratch[at..b.len()]
                 } else {
                     // SAFETY: as in `push`; a block being received is not queued.
-                    unsafe { buf.get_mut(b.start + at..b.end) }
+                    unsafe { buf.write(b.start + at..b.end) }
                 };
                 self.left.try_read(target)
             };
@@ -289,11 +423,12 @@ impl PolledLane<'_> {
                     if self.got == HEADER_LEN + b.len() {
                         if let (true, Some(op)) = (reduce, op) {
                             // SAFETY: as above.
-                            let dst = unsafe { buf.get_mut(b.clone()) };
+                            unsafe { buf.prepare_reduce(b.clone()) };
+                            let dst = unsafe { buf.write(b.clone()) };
                             reduce_into(dst, &scratch[..b.len()], ctx.dtype, op);
                         }
                         if forward {
-                            self.queue.push_back(b);
+                            self.queue.push_back((b, false));
                         }
                         self.next += 1;
                         self.got = 0;
@@ -320,7 +455,7 @@ impl PolledLane<'_> {
 /// send never sees a half-updated block.
 fn run_polled(
     ctx: &OpCtx<'_>,
-    buf: &mut [u8],
+    buf: Places,
     lanes: &[Lane],
     n: usize,
     phase: Phase,
@@ -337,18 +472,14 @@ fn run_polled(
     for v in scratch.iter_mut() {
         v.resize(words, 0);
     }
-    let shared = SharedBuf {
-        ptr: buf.as_mut_ptr(),
-        len: buf.len(),
-    };
-    drive(ctx, shared, lanes, n, phase, block, op, scratch)
+    drive(ctx, buf, lanes, n, phase, block, op, scratch)
 }
 
 /// Drives `lanes` to completion on this thread.
 #[allow(clippy::too_many_arguments)]
 fn drive(
     ctx: &OpCtx<'_>,
-    buf: SharedBuf,
+    buf: Places,
     lanes: &[Lane],
     n: usize,
     phase: Phase,
@@ -370,7 +501,7 @@ fn drive(
                 lane,
                 left: tcp(lane.left),
                 right: tcp(lane.right),
-                queue: sched.first.iter().cloned().collect(),
+                queue: sched.first.iter().map(|b| (b.clone(), true)).collect(),
                 sched,
                 sent: 0,
                 header_out: [0; HEADER_LEN],
@@ -462,15 +593,11 @@ fn drive(
 /// Runs `phase` on every lane over `buf`, a sender and a receiver thread per lane.
 fn run_threaded(
     ctx: &OpCtx<'_>,
-    buf: &mut [u8],
+    shared: Places,
     lanes: &[Lane],
     n: usize,
     phase: Phase,
 ) -> Result<()> {
-    let shared = SharedBuf {
-        ptr: buf.as_mut_ptr(),
-        len: buf.len(),
-    };
     let first = FirstError {
         ctx,
         err: OnceLock::new(),
@@ -508,7 +635,7 @@ fn run_threaded(
 
 fn run_lane(
     ctx: &OpCtx<'_>,
-    buf: SharedBuf,
+    buf: Places,
     lane: &Lane,
     n: usize,
     phase: Phase,
@@ -523,17 +650,18 @@ fn run_lane(
         Phase::AllGather => (n - 1, 0, 0, None),
     };
     let chunk = |k: usize| lane.chunks[k % n].clone();
-    let (tx, rx) = mpsc::channel::<Range<usize>>();
+    // Blocks to send, and whether they are of the lane's first chunk.
+    let (tx, rx) = mpsc::channel::<(Range<usize>, bool)>();
     std::thread::scope(|s| {
         // Owned by this closure so that an early return closes the channel.
         let tx = tx;
         s.spawn(move || {
-            for r in rx {
+            for (r, from_input) in rx {
                 // SAFETY: `r` was either never written in this operation or was
                 // handed over by the receiver after its last write; the receiver
                 // writes it again only after the right neighbour has received it
                 // (ring causality), i.e. after this send completed.
-                let data = unsafe { buf.get(r) };
+                let data = unsafe { buf.read(r, from_input) };
                 if let Err(e) = ctx.send(lane.right, lane.link, data) {
                     first.record_late(e);
                     return;
@@ -541,7 +669,7 @@ fn run_lane(
             }
         });
         for b in blocks(chunk(lane.pos + offset), block) {
-            let _ = tx.send(b);
+            let _ = tx.send((b, true));
         }
         let scratch: &mut [u8] = bytemuck::cast_slice_mut(scratch);
         for i in 0..steps {
@@ -550,20 +678,21 @@ fn run_lane(
                 let res = match op {
                     Some(op) if i < reduce_steps => {
                         // SAFETY: the sender is not reading this chunk now (see above).
-                        let dst = unsafe { buf.get_mut(b.clone()) };
+                        unsafe { buf.prepare_reduce(b.clone()) };
+                        let dst = unsafe { buf.write(b.clone()) };
                         ctx.recv_with(lane.left, lane.link, b.len(), scratch, &mut |at, src| {
                             reduce_into(&mut dst[at..at + src.len()], src, ctx.dtype, op)
                         })
                     }
                     // SAFETY: as above.
-                    _ => ctx.recv(lane.left, lane.link, unsafe { buf.get_mut(b.clone()) }),
+                    _ => ctx.recv(lane.left, lane.link, unsafe { buf.write(b.clone()) }),
                 };
                 if let Err(e) = res {
                     first.record(e);
                     return;
                 }
                 if i + 1 < steps {
-                    let _ = tx.send(b);
+                    let _ = tx.send((b, false));
                 }
             }
         }
