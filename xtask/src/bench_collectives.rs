@@ -40,7 +40,7 @@ pub struct CollectivesArgs {
     /// (mpi needs Open MPI's mpirun; skipped with a reason without it).
     #[arg(long, value_delimiter = ',', default_value = "ring,ring-tcp,quic,mpi")]
     pub backends: Vec<String>,
-    /// Collectives to time.
+    /// Collectives to time: all_sum, all_gather, sum_scatter.
     #[arg(long, value_delimiter = ',', default_value = "all_sum,all_gather")]
     pub ops: Vec<String>,
     /// A quick pass: messages up to 1 MiB, one timed average_gradients repetition.
@@ -158,8 +158,8 @@ pub fn run(a: CollectivesArgs) -> Result<()> {
         }
     }
     for op in &a.ops {
-        if !["all_sum", "all_gather"].contains(&op.as_str()) {
-            bail!("unknown op {op:?}: all_sum or all_gather");
+        if !["all_sum", "all_gather", "sum_scatter"].contains(&op.as_str()) {
+            bail!("unknown op {op:?}: all_sum, all_gather or sum_scatter");
         }
     }
     let out = a.out.clone().unwrap_or_else(|| {
@@ -606,7 +606,8 @@ fn markdown(
         s,
         "`{}`: loopback, {} logical cores, load average {} before and {} after. Time is the mean \
          per operation on rank 0; bus bandwidth (busbw) follows the NCCL convention (all_sum: \
-         algbw x 2(n-1)/n; all_gather: output bytes, x (n-1)/n); \"TCP\" is one loopback TCP \
+         algbw x 2(n-1)/n; all_gather: output bytes, x (n-1)/n; sum_scatter: input bytes, x \
+         (n-1)/n); \"TCP\" is one loopback TCP \
          stream copying the same bytes, measured just before each run, and the ratio is busbw \
          over it.\n",
         a.command_line(),
