@@ -11,6 +11,11 @@
 //! step produced. All-reduce runs `m = 2(n-1)` steps (reducing in the first
 //! `n-1`), reduce-scatter `n-1` reducing steps with `o = -1` so position `p`
 //! ends owning chunk `p`, all-gather `n-1` copying steps with `o = 0`.
+//!
+//! The ring works in place on one buffer, except a reduce-scatter called
+//! through [`reduce_scatter_into`]: it only reads its input and reduces each
+//! received block into the output (this rank's chunk) or into scratch (the
+//! chunks passing through), so a large input is never copied (see `Places`).
 
 use std::ops::Range;
 use std::sync::{OnceLock, mpsc};
