@@ -13,7 +13,7 @@ static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 /// A lazy n-dimensional array.
 ///
 /// Cloning is cheap (a reference count). Building an expression records a
-/// graph; [`eval`](crate::eval) runs it. Reading values (`item`, `to_vec`,
+/// graph; [`eval`](fn@crate::eval) runs it. Reading values (`item`, `to_vec`,
 /// `Display`) evaluates implicitly.
 ///
 /// ```
@@ -238,7 +238,7 @@ impl Array {
             && self.nbytes() > 0
     }
 
-    /// Evaluates this array (see [`eval`](crate::eval)).
+    /// Evaluates this array (see [`eval`](fn@crate::eval)).
     pub fn eval(&self) -> Result<()> {
         crate::eval(self)
     }

@@ -3,7 +3,7 @@
 //!
 //! The function is run on *tracer* copies of the inputs; the backward pass
 //! walks the recorded (still pending) graph from the outputs to the tracers,
-//! calling each primitive's [`Primitive::vjp`](crate::Primitive::vjp). The
+//! calling each primitive's [`Primitive::vjp`]. The
 //! gradients are themselves lazy arrays: evaluate them together with the
 //! loss and the update.
 //!

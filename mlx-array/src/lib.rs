@@ -1,7 +1,7 @@
 //! Lazy n-dimensional arrays for machine learning, in the spirit of MLX.
 //!
 //! Building an expression records a graph and costs almost nothing;
-//! [`eval`] runs it on multithreaded CPU kernels, frees intermediates as
+//! [`eval`](fn@crate::eval) runs it on multithreaded CPU kernels, frees intermediates as
 //! soon as they are no longer needed, and leaves the results detached from
 //! their inputs.
 //!
@@ -18,7 +18,7 @@
 //! The pieces:
 //! - [`Array`], [`Dtype`] and the ops in [`ops`] (also methods on `Array`);
 //! - [`Primitive`]: the open trait every graph node implements;
-//! - [`eval`] and [`Evaluable`];
+//! - [`eval`](fn@crate::eval) and [`Evaluable`];
 //! - [`memory`]: MLX-style byte accounting;
 //! - [`random`]: counter-based random numbers from explicit keys;
 //! - [`Tree`]: nested parameter trees; [`io`]: safetensors files.

@@ -9,7 +9,7 @@
 //! [`crate::handshake`] then runs on every stream as on TCP.
 //!
 //! quinn is asynchronous; a small tokio runtime per mesh drives it and the
-//! [`Link`] methods block on it with the stall timeout as deadline, so the
+//! `Link` methods block on it with the stall timeout as deadline, so the
 //! collectives run unchanged (on the threaded ring).
 
 use std::io::{self, Read, Write};

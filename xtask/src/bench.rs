@@ -33,7 +33,7 @@ pub struct TrainArgs {
     /// Optimizer steps per run (the first is not timed when there are more).
     #[arg(long, default_value_t = 6)]
     pub steps: u64,
-    /// Run folder (default: runs/bench-train-<UTC time>).
+    /// Run folder (default: `runs/bench-train-<UTC time>`).
     #[arg(long)]
     pub out: Option<PathBuf>,
     /// Where the binaries come from and how the ranks talk.

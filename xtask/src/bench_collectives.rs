@@ -58,7 +58,7 @@ pub struct CollectivesArgs {
     /// Use the release binaries already built instead of building.
     #[arg(long)]
     pub no_build: bool,
-    /// Run folder (default: runs/bench-collectives-<UTC time>).
+    /// Run folder (default: `runs/bench-collectives-<UTC time>`).
     #[arg(long)]
     pub out: Option<PathBuf>,
 }

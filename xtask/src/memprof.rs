@@ -50,7 +50,7 @@ pub struct Args {
     /// Milliseconds between samples.
     #[arg(long, default_value_t = 100)]
     pub interval_ms: u64,
-    /// Run folder (default: runs/memprof-<UTC time>).
+    /// Run folder (default: `runs/memprof-<UTC time>`).
     #[arg(long)]
     pub out: Option<PathBuf>,
     /// Skip the unmonitored one-step run that first prepares the data (tokenizer

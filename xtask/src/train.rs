@@ -14,7 +14,7 @@ pub struct TrainArgs {
     /// Number of processes.
     #[arg(long, default_value_t = 2)]
     pub world: usize,
-    /// Run folder (default: runs/train-world<N>).
+    /// Run folder (default: `runs/train-world<N>`).
     #[arg(long)]
     pub out: Option<PathBuf>,
     /// Where the binaries come from and how the ranks talk.

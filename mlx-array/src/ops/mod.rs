@@ -1,7 +1,7 @@
 //! Operations: validating builders that record primitives in the graph.
 //!
 //! Each op is a free function here and a method on [`Array`](crate::Array).
-//! Nothing is computed until [`eval`](crate::eval).
+//! Nothing is computed until [`eval`](fn@crate::eval).
 
 mod creation;
 mod elementwise;

@@ -514,7 +514,7 @@ impl Array {
     pub fn contiguous(&self) -> Result<Array> {
         contiguous(self)
     }
-    /// See [`slice`].
+    /// See [`slice`](fn@slice).
     pub fn slice(&self, args: &[SliceArg]) -> Result<Array> {
         slice(self, args)
     }

@@ -47,7 +47,7 @@ struct Args {
     /// Seconds the other ranks may run on after one fails.
     #[arg(long, default_value_t = 5.0)]
     grace: f64,
-    /// Do not prefix output lines with [rank].
+    /// Do not prefix output lines with `[rank]`.
     #[arg(long)]
     no_prefix: bool,
     /// Log what the launcher does.
