@@ -147,6 +147,7 @@ fn rank_main(args: &Args) -> anyhow::Result<()> {
             let mut run = || -> anyhow::Result<()> {
                 match op {
                     "all_sum" => g.all_sum(&mut buf)?,
+                    // The n-part `out` in, one part of `buf` out.
                     "sum_scatter" => g.sum_scatter_into(&out, &mut buf[..part.len()])?,
                     "all_gather" => g.all_gather_into_bytes(
                         bytemuck::cast_slice(&part),

@@ -152,17 +152,19 @@ impl Places {
         }
     }
 
-    /// Makes `write(r)` hold this rank's own contribution before a received
-    /// block is reduced into it: a copy of the input for `Split`; in place
-    /// it already does.
+    /// Where a received block `r` is reduced: [`Places::write`]'s bytes,
+    /// holding this rank's own contribution (for `Split`, copied from the
+    /// input first; in place they already do).
     ///
     /// # Safety
     /// As [`Places::write`].
-    unsafe fn prepare_reduce(&self, r: Range<usize>) {
+    #[allow(clippy::mut_from_ref)]
+    unsafe fn reduce_target(&self, r: Range<usize>) -> &mut [u8] {
+        let dst = unsafe { self.write(r.clone()) };
         if let Places::Split { src, .. } = self {
-            let mine = unsafe { src.get(r.clone()) };
-            unsafe { self.write(r) }.copy_from_slice(mine);
+            dst.copy_from_slice(unsafe { src.get(r) });
         }
+        dst
     }
 }
 
@@ -428,8 +430,7 @@ impl PolledLane<'_> {
                     if self.got == HEADER_LEN + b.len() {
                         if let (true, Some(op)) = (reduce, op) {
                             // SAFETY: as above.
-                            unsafe { buf.prepare_reduce(b.clone()) };
-                            let dst = unsafe { buf.write(b.clone()) };
+                            let dst = unsafe { buf.reduce_target(b.clone()) };
                             reduce_into(dst, &scratch[..b.len()], ctx.dtype, op);
                         }
                         if forward {
@@ -683,8 +684,7 @@ fn run_lane(
                 let res = match op {
                     Some(op) if i < reduce_steps => {
                         // SAFETY: the sender is not reading this chunk now (see above).
-                        unsafe { buf.prepare_reduce(b.clone()) };
-                        let dst = unsafe { buf.write(b.clone()) };
+                        let dst = unsafe { buf.reduce_target(b.clone()) };
                         ctx.recv_with(lane.left, lane.link, b.len(), scratch, &mut |at, src| {
                             reduce_into(&mut dst[at..at + src.len()], src, ctx.dtype, op)
                         })
