@@ -1,6 +1,6 @@
 //! Where ranks run: local processes or ssh targets, and the addresses they listen on.
 
-use std::net::TcpListener;
+use std::net::{TcpListener, UdpSocket};
 
 /// Where one rank runs.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -72,12 +72,14 @@ pub(crate) fn addresses(
     let all_local = hosts.iter().all(|h| h.ssh.is_none());
     match starting_port {
         None if all_local => {
-            // Hold every listener until all ports are known so that no two ranks share one.
-            let ls: Vec<TcpListener> = hosts
+            // Hold every socket until all ports are known so that no two ranks share one.
+            let held: Vec<(TcpListener, UdpSocket)> = hosts
                 .iter()
-                .map(|_| TcpListener::bind("127.0.0.1:0"))
+                .map(|_| free_tcp_and_udp_port())
                 .collect::<Result<_, _>>()?;
-            ls.iter().map(|l| Ok(l.local_addr()?.to_string())).collect()
+            held.iter()
+                .map(|(l, _)| Ok(l.local_addr()?.to_string()))
+                .collect()
         }
         sp => {
             let base = sp.unwrap_or(32323);
@@ -95,6 +97,21 @@ pub(crate) fn addresses(
                 .collect())
         }
     }
+}
+
+/// A loopback port free for both TCP and UDP, held by both sockets: the TCP
+/// backends listen on it, QUIC binds it over UDP. A port the OS hands out as
+/// free for TCP may be held over UDP by another job's QUIC endpoint.
+fn free_tcp_and_udp_port() -> std::io::Result<(TcpListener, UdpSocket)> {
+    let mut last = None;
+    for _ in 0..64 {
+        let tcp = TcpListener::bind("127.0.0.1:0")?;
+        match UdpSocket::bind(tcp.local_addr()?) {
+            Ok(udp) => return Ok((tcp, udp)),
+            Err(e) => last = Some(e),
+        }
+    }
+    Err(last.expect("the loop ran"))
 }
 
 #[cfg(test)]
@@ -120,5 +137,14 @@ mod tests {
         let local = addresses(&[RankHost::local(), RankHost::local()], None).unwrap();
         assert_ne!(local[0], local[1]);
         assert!(parse_launcher_hostfile("3").is_err());
+    }
+
+    #[test]
+    fn a_chosen_port_is_held_over_tcp_and_udp() {
+        let (tcp, udp) = free_tcp_and_udp_port().unwrap();
+        let port = tcp.local_addr().unwrap().port();
+        assert_eq!(udp.local_addr().unwrap().port(), port);
+        // While held, no other job can take it over UDP (where QUIC listens).
+        assert!(UdpSocket::bind(("127.0.0.1", port)).is_err());
     }
 }
