@@ -200,7 +200,7 @@ pub fn cross_entropy_grad(
 // ------------------------------------------ output projection + cross-entropy
 
 /// A target that contributes nothing (its row equals the ignore index).
-const IGNORED: usize = usize::MAX;
+pub(super) const IGNORED: usize = usize::MAX;
 
 /// Bytes of logits computed at a time when the caller does not choose.
 const CHUNK_BYTES: usize = 16 << 20;
@@ -413,7 +413,7 @@ fn exp_shifted_in_place(row: &mut [f32], m: f32) -> f32 {
 /// times as long as with AVX-512). Every path does the same operations in
 /// the same order, so the results do not depend on the path taken.
 #[inline(always)]
-fn vectorised<R>(f: impl FnOnce() -> R) -> R {
+pub(super) fn vectorised<R>(f: impl FnOnce() -> R) -> R {
     #[cfg(target_arch = "x86_64")]
     {
         if std::is_x86_feature_detected!("avx512f") {
@@ -675,6 +675,10 @@ impl Lce<'_> {
             dw.fill(0.0);
             return 0.0;
         }
+        #[cfg(target_arch = "x86_64")]
+        if super::lce_avx512::available(dims) {
+            return self.value_and_grad_avx512(rw, dh, dw);
+        }
         let block = self.block_rows();
         let mut buf = ArrayData::alloc(&[block, vocab], Dtype::F32);
         let buf = buf.as_mut_slice::<f32>(block * vocab);
@@ -750,6 +754,36 @@ impl Lce<'_> {
                     dw.as_mut_ptr(),
                 );
             }
+        }
+        total as f32
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+impl Lce<'_> {
+    /// [`Self::value_and_grad`] a block at a time through
+    /// [`super::lce_avx512`], blocks rounded up to whole 32-row tiles.
+    fn value_and_grad_avx512(&self, rw: &[f32], dh: &mut [f32], dw: &mut [f32]) -> f32 {
+        use super::lce_avx512::{round_block, value_and_grad_block};
+        let (rows, dims) = (self.rows, self.dims);
+        let block = round_block(self.block_rows());
+        let mut lt = ArrayData::alloc(&[self.vocab, block], Dtype::F32);
+        let lt = lt.as_mut_slice::<f32>(self.vocab * block);
+        let mut total = 0f64;
+        for (b, r0) in (0..rows).step_by(block).enumerate() {
+            let r1 = (r0 + block).min(rows);
+            total += value_and_grad_block(
+                &self.h[r0 * dims..r1 * dims],
+                self.w,
+                &self.tg[r0..r1],
+                &rw[r0..r1],
+                self.smoothing,
+                dims,
+                lt,
+                &mut dh[r0 * dims..r1 * dims],
+                dw,
+                b == 0,
+            );
         }
         total as f32
     }

@@ -14,6 +14,8 @@ pub fn copy_contiguous(
     Ok(copy::contiguous(data, shape, dtype))
 }
 pub(crate) mod indexing;
+#[cfg(target_arch = "x86_64")]
+mod lce_avx512;
 pub(crate) mod loss;
 pub(crate) mod math;
 pub(crate) mod matmul;

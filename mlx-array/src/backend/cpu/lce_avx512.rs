@@ -1,0 +1,576 @@
+//! One row block of the one-pass output projection + cross-entropy
+//! (`Lce::value_and_grad`) on AVX-512, with no packing of the 50,257 x 256
+//! output weight.
+//!
+//! Through the BLAS, each block of rows paid for OpenBLAS packing the whole
+//! weight twice and the block's gradients once (a fifth of the time of the
+//! loss on one core, `perf`). Here the logits are kept transposed, one
+//! column per row of the block (`lt[v][t]`), so that all three products are
+//! `C (+)= A @ B` with `B` and `C` read and written in place, row-major,
+//! and `A` broadcast one element at a time from wherever it lies:
+//!
+//! - `lt = w @ h^T`: `A` is `w` itself, `B` the block's `h` transposed
+//!   (small, made once per block);
+//! - `dw (+)= g^T @ h`: `A` is the gradient `g^T` in `lt`, `B` is `h`;
+//! - `dh^T = w^T @ g^T`: `A` is `w` read down its columns.
+//!
+//! The vocabulary is walked in chunks of [`VC`] classes so that a chunk's
+//! logits and weights stay in the L2 cache between the products that use
+//! them. Sums over chunks run in a fixed order, so the result does not
+//! depend on the number of threads.
+
+use std::arch::x86_64::*;
+
+use rayon::prelude::*;
+
+use super::loss::{IGNORED, vectorised};
+use super::math;
+use crate::{ArrayData, Dtype};
+
+/// Columns of a micro-tile: two 16-lane vectors.
+const NR: usize = 32;
+/// Rows of a micro-tile: 2 x 12 accumulators and 2 vectors of `B` in the
+/// 32 vector registers.
+const MR: usize = 12;
+/// Vocabulary classes per chunk: 256 x 256 f32 weights (256 KiB) and their
+/// logits stay in L2 together.
+const VC: usize = 256;
+/// Partial `dh^T` sums, one per contiguous group of chunks, added in order.
+const GROUPS: usize = 16;
+
+/// Whether the fast path applies: an AVX-512 CPU and a feature axis that
+/// is a whole number of micro-tile columns.
+pub(super) fn available(dims: usize) -> bool {
+    dims > 0 && dims.is_multiple_of(NR) && is_x86_feature_detected!("avx512f")
+}
+
+/// Rows per block rounded up to whole micro-tile columns of `lt`.
+pub(super) fn round_block(rows: usize) -> usize {
+    rows.div_ceil(NR) * NR
+}
+
+/// The `m x NR` tile `C (+)= A @ B` over `k`: `A[i][p]` at `a + i * rs + p *
+/// cs`, `B[p][0..NR]` at `b + p * ldb`, `C[i][0..NR]` at `c + i * ldc`.
+///
+/// `A`'s addresses come from four row pointers (rows `3j`, `3j + 1`, `3j +
+/// 2` at `base[j] + {0, 1, 2} * rs`), each stepped by `cs` per `p`. With a
+/// single pointer walked down the rows and back, every step's addresses
+/// hung on a chain of twelve adds through all the steps before it, and the
+/// tile ran at half speed. When `rs == 1` the offsets are constants.
+///
+/// # Safety
+/// AVX-512F; every address named above is in bounds.
+#[target_feature(enable = "avx512f")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn tile<const M: usize, const UNIT_RS: bool>(
+    k: usize,
+    a: *const f32,
+    rs: usize,
+    cs: usize,
+    b: *const f32,
+    ldb: usize,
+    c: *mut f32,
+    ldc: usize,
+    add: bool,
+) {
+    // SAFETY: the caller's promise covers every pointer below.
+    unsafe {
+        let mut acc = [[_mm512_setzero_ps(); 2]; M];
+        if add {
+            for (i, row) in acc.iter_mut().enumerate() {
+                row[0] = _mm512_loadu_ps(c.add(i * ldc));
+                row[1] = _mm512_loadu_ps(c.add(i * ldc + 16));
+            }
+        }
+        let rs = if UNIT_RS { 1 } else { rs };
+        let mut base = [a; 4];
+        for (j, p) in base.iter_mut().enumerate() {
+            *p = a.wrapping_add(3 * j * rs);
+        }
+        let mut bp = b;
+        for _ in 0..k {
+            let b0 = _mm512_loadu_ps(bp);
+            let b1 = _mm512_loadu_ps(bp.add(16));
+            for (i, row) in acc.iter_mut().enumerate() {
+                let x = if UNIT_RS {
+                    _mm512_set1_ps(*base[0].add(i))
+                } else {
+                    _mm512_set1_ps(*base[i / 3].add((i % 3) * rs))
+                };
+                row[0] = _mm512_fmadd_ps(x, b0, row[0]);
+                row[1] = _mm512_fmadd_ps(x, b1, row[1]);
+            }
+            for p in base.iter_mut() {
+                *p = p.wrapping_add(cs);
+            }
+            bp = bp.add(ldb);
+        }
+        for (i, row) in acc.iter().enumerate() {
+            _mm512_storeu_ps(c.add(i * ldc), row[0]);
+            _mm512_storeu_ps(c.add(i * ldc + 16), row[1]);
+        }
+    }
+}
+
+/// Where `A` of a product lies: element `(i, p)` at `ptr + i * rs + p * cs`.
+#[derive(Clone, Copy)]
+struct Strided {
+    ptr: *const f32,
+    rs: usize,
+    cs: usize,
+}
+
+/// `C (+)= A @ B` for `m x n` `C` (row stride `ldc`, `n` a multiple of
+/// [`NR`]) and `k x n` `B` (row stride `ldb`).
+///
+/// # Safety
+/// AVX-512F; `A`, `B` and `C` are in bounds for these shapes and `C`
+/// overlaps neither input.
+#[target_feature(enable = "avx512f")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn gemm(
+    m: usize,
+    n: usize,
+    k: usize,
+    a: Strided,
+    b: *const f32,
+    ldb: usize,
+    c: *mut f32,
+    ldc: usize,
+    add: bool,
+    prefetch_c: bool,
+) {
+    debug_assert!(n.is_multiple_of(NR));
+    for i0 in (0..m).step_by(MR) {
+        let ai = a.ptr.wrapping_add(i0 * a.rs);
+        let ci = c.wrapping_add(i0 * ldc);
+        for j0 in (0..n).step_by(NR) {
+            let (bj, cj) = (b.wrapping_add(j0), ci.wrapping_add(j0));
+            if prefetch_c {
+                // The next tile's C, which this one's k steps hide.
+                let (ni, nj) = if j0 + NR < n {
+                    (i0, j0 + NR)
+                } else {
+                    (i0 + MR, 0)
+                };
+                if ni < m {
+                    for r in ni..(ni + MR).min(m) {
+                        let p = c.wrapping_add(r * ldc + nj) as *const i8;
+                        // Prefetching never faults.
+                        _mm_prefetch::<_MM_HINT_T0>(p);
+                        _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(64));
+                    }
+                }
+            }
+            macro_rules! call {
+                ($($m:literal)*) => {
+                    match ((m - i0).min(MR), a.rs == 1) {
+                        // SAFETY: the tile lies inside the caller's shapes.
+                        $(($m, true) => unsafe {
+                            tile::<$m, true>(k, ai, 1, a.cs, bj, ldb, cj, ldc, add)
+                        },
+                        ($m, false) => unsafe {
+                            tile::<$m, false>(k, ai, a.rs, a.cs, bj, ldb, cj, ldc, add)
+                        },)*
+                        _ => unreachable!("a tile has 1 to MR rows"),
+                    }
+                };
+            }
+            call!(1 2 3 4 5 6 7 8 9 10 11 12);
+        }
+    }
+}
+
+/// Per-column statistics of one chunk of logits: max, sum of `exp(x -
+/// max)`, and sum of `x` (for label smoothing).
+struct ChunkStats {
+    max: Vec<f32>,
+    sum: Vec<f32>,
+    total: Vec<f32>,
+}
+
+fn chunk_stats(chunk: &[f32], width: usize, smoothing: bool) -> ChunkStats {
+    vectorised(
+        #[inline(always)]
+        || {
+            let mut max = vec![f32::NEG_INFINITY; width];
+            let mut sum = vec![0f32; width];
+            let mut total = vec![0f32; width];
+            for row in chunk.chunks_exact(width) {
+                max.iter_mut().zip(row).for_each(|(m, &x)| *m = m.max(x));
+            }
+            for row in chunk.chunks_exact(width) {
+                sum.iter_mut()
+                    .zip(row.iter().zip(&max))
+                    .for_each(|(s, (&x, &m))| *s += math::exp(x - m));
+                if smoothing {
+                    total.iter_mut().zip(row).for_each(|(t, &x)| *t += x);
+                }
+            }
+            ChunkStats { max, sum, total }
+        },
+    )
+}
+
+/// One row block of the one-pass loss: `n` rows `h` (`n x dims`) with
+/// targets `tg` ([`IGNORED`] = no loss) and weights `rw`, against `w` (`vocab x
+/// dims`). Writes `dh` (`n x dims`) and writes (`first`) or adds to `dw`
+/// (`vocab x dims`); returns `sum_r rw[r] * loss_r`. `lt` is scratch of at
+/// least `vocab * round_block(n)` elements.
+///
+/// The caller has checked [`available`]`(dims)`.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn value_and_grad_block(
+    h: &[f32],
+    w: &[f32],
+    tg: &[usize],
+    rw: &[f32],
+    smoothing: f32,
+    dims: usize,
+    lt: &mut [f32],
+    dh: &mut [f32],
+    dw: &mut [f32],
+    first: bool,
+) -> f64 {
+    assert!(
+        available(dims),
+        "the AVX-512 loss needs avx512f and dims % 32 == 0"
+    );
+    let n = tg.len();
+    let vocab = w.len() / dims;
+    let width = round_block(n);
+    assert!(h.len() == n * dims && rw.len() == n && dh.len() == n * dims);
+    assert!(dw.len() == vocab * dims && lt.len() >= vocab * width);
+    let lt = &mut lt[..vocab * width];
+    let s = smoothing;
+    let v = vocab as f32;
+
+    // h^T, zero in the padding columns. Scratch is `ArrayData`: 64-byte
+    // aligned (vectors split across cache lines cost a fifth of the speed)
+    // and counted by the memory statistics.
+    let mut ht_data = ArrayData::alloc(&[dims * width], Dtype::F32);
+    let ht = ht_data.as_mut_slice::<f32>(dims * width);
+    ht.fill(0.0);
+    for (t, row) in h.chunks_exact(dims).enumerate() {
+        for (d, &x) in row.iter().enumerate() {
+            ht[d * width + t] = x;
+        }
+    }
+
+    let ht: &[f32] = ht;
+
+    // Logits of one chunk of classes at a time, and their column statistics.
+    let stats: Vec<ChunkStats> = lt
+        .par_chunks_mut(VC * width)
+        .enumerate()
+        .map(|(ci, chunk)| {
+            let rows = chunk.len() / width;
+            let a = Strided {
+                ptr: w[ci * VC * dims..].as_ptr(),
+                rs: dims,
+                cs: 1,
+            };
+            // SAFETY: avx512f was checked; `a` is rows x dims of `w`, `ht`
+            // dims x width, `chunk` rows x width, and no input overlaps it.
+            unsafe {
+                gemm(
+                    rows,
+                    width,
+                    dims,
+                    a,
+                    ht.as_ptr(),
+                    width,
+                    chunk.as_mut_ptr(),
+                    width,
+                    false,
+                    false,
+                )
+            };
+            chunk_stats(chunk, width, s > 0.0)
+        })
+        .collect();
+
+    // Each column's logsumexp, its loss, and the coefficients of its gradient.
+    let mut lse = vec![0f32; width];
+    let mut coef = vec![0f32; width];
+    let mut total_loss = 0f64;
+    for t in 0..n {
+        let (y, c) = (tg[t], rw[t]);
+        if y == IGNORED || c == 0.0 {
+            continue;
+        }
+        let m = stats
+            .iter()
+            .map(|st| st.max[t])
+            .fold(f32::NEG_INFINITY, f32::max);
+        let sum: f32 = stats
+            .iter()
+            .map(|st| st.sum[t] * math::exp(st.max[t] - m))
+            .sum();
+        let total: f32 = stats.iter().map(|st| st.total[t]).sum();
+        lse[t] = m + sum.ln();
+        coef[t] = c;
+        let target = lt[y * width + t];
+        total_loss += (c * (lse[t] - (1.0 - s) * target - s * total / v)) as f64;
+    }
+    let uniform: Vec<f32> = coef.iter().map(|&c| c * s / v).collect();
+
+    // Per chunk: the gradient of the logits in place, its share of `dw`,
+    // and its term of `dh^T`, summed per group of chunks.
+    let chunks = vocab.div_ceil(VC);
+    let per_group = chunks.div_ceil(GROUPS);
+    let partials: Vec<ArrayData> = lt
+        .par_chunks_mut(per_group * VC * width)
+        .zip(dw.par_chunks_mut(per_group * VC * dims))
+        .enumerate()
+        .map(|(gi, (lt_g, dw_g))| {
+            let mut dht_data = ArrayData::alloc(&[dims * width], Dtype::F32);
+            let dht = dht_data.as_mut_slice::<f32>(dims * width);
+            dht.fill(0.0);
+            for (k, (chunk, dw_c)) in lt_g
+                .chunks_mut(VC * width)
+                .zip(dw_g.chunks_mut(VC * dims))
+                .enumerate()
+            {
+                let v0 = (gi * per_group + k) * VC;
+                let rows = chunk.len() / width;
+                // This chunk's weights into L2 while the exponentials run:
+                // `dh^T` reads them down their columns, a line per step.
+                for line in w[v0 * dims..(v0 + rows) * dims].chunks(16) {
+                    // SAFETY: SSE is part of x86_64; prefetching never faults.
+                    unsafe { _mm_prefetch::<_MM_HINT_T1>(line.as_ptr() as *const i8) };
+                }
+                vectorised(
+                    #[inline(always)]
+                    || {
+                        for row in chunk.chunks_exact_mut(width) {
+                            for (x, ((&l, &c), &u)) in
+                                row.iter_mut().zip(lse.iter().zip(&coef).zip(&uniform))
+                            {
+                                let p = math::exp(*x - l);
+                                *x = if c == 0.0 { 0.0 } else { p * c - u };
+                            }
+                        }
+                    },
+                );
+                for (t, &y) in tg.iter().enumerate() {
+                    if coef[t] != 0.0 && (v0..v0 + rows).contains(&y) {
+                        chunk[(y - v0) * width + t] -= coef[t] * (1.0 - s);
+                    }
+                }
+                let g = Strided {
+                    ptr: chunk.as_ptr(),
+                    rs: width,
+                    cs: 1,
+                };
+                let wt = Strided {
+                    ptr: w[v0 * dims..].as_ptr(),
+                    rs: 1,
+                    cs: dims,
+                };
+                // SAFETY: avx512f was checked. `g` is rows x n of the chunk
+                // (row stride width), `h` n x dims, `dw_c` rows x dims; `wt`
+                // is dims x rows of `w` read down its columns, the chunk rows
+                // x width, `dht` dims x width. Outputs overlap no input.
+                unsafe {
+                    gemm(
+                        rows,
+                        dims,
+                        n,
+                        g,
+                        h.as_ptr(),
+                        dims,
+                        dw_c.as_mut_ptr(),
+                        dims,
+                        !first,
+                        !first,
+                    );
+                    gemm(
+                        dims,
+                        width,
+                        rows,
+                        wt,
+                        chunk.as_ptr(),
+                        width,
+                        dht.as_mut_ptr(),
+                        width,
+                        true,
+                        false,
+                    );
+                }
+            }
+            dht_data
+        })
+        .collect();
+
+    // dh = (sum of the partial dh^T)^T, the groups added in order.
+    let mut dht = vec![0f32; dims * width];
+    for p in &partials {
+        let p = p.as_slice::<f32>(dims * width);
+        dht.iter_mut().zip(p).for_each(|(a, b)| *a += b);
+    }
+    for (t, row) in dh.chunks_exact_mut(dims).enumerate() {
+        for (d, x) in row.iter_mut().enumerate() {
+            *x = dht[d * width + t];
+        }
+    }
+    total_loss
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A small deterministic pseudo-random sequence in [-1, 1).
+    fn noise(n: usize, seed: u64) -> Vec<f32> {
+        let mut x = seed
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        (0..n)
+            .map(|_| {
+                x = x
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                ((x >> 40) as f32 / (1u64 << 23) as f32) * 2.0 - 1.0
+            })
+            .collect()
+    }
+
+    /// The loss and gradients of one block straight from the definition, in
+    /// f64: `(sum_r rw[r] * loss_r, dh, dw)`.
+    fn reference(
+        h: &[f32],
+        w: &[f32],
+        tg: &[usize],
+        rw: &[f32],
+        s: f64,
+        dims: usize,
+    ) -> (f64, Vec<f64>, Vec<f64>) {
+        let vocab = w.len() / dims;
+        let (mut loss, mut dh, mut dw) = (0f64, vec![0f64; h.len()], vec![0f64; w.len()]);
+        for (t, (&y, &c)) in tg.iter().zip(rw).enumerate() {
+            if y == IGNORED || c == 0.0 {
+                continue;
+            }
+            let (c, hr) = (c as f64, &h[t * dims..(t + 1) * dims]);
+            let x: Vec<f64> = w
+                .chunks(dims)
+                .map(|wr| hr.iter().zip(wr).map(|(&a, &b)| a as f64 * b as f64).sum())
+                .collect();
+            let m = x.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+            let lse = m + x.iter().map(|v| (v - m).exp()).sum::<f64>().ln();
+            let mean = x.iter().sum::<f64>() / vocab as f64;
+            loss += c * (lse - (1.0 - s) * x[y] - s * mean);
+            for (v, &xv) in x.iter().enumerate() {
+                let target = if v == y { 1.0 - s } else { 0.0 } + s / vocab as f64;
+                let g = c * ((xv - lse).exp() - target);
+                for d in 0..dims {
+                    dh[t * dims + d] += g * w[v * dims + d] as f64;
+                    dw[v * dims + d] += g * hr[d] as f64;
+                }
+            }
+        }
+        (loss, dh, dw)
+    }
+
+    fn assert_close(what: &str, got: &[f32], want: &[f64]) {
+        let scale = want.iter().fold(0f64, |a, b| a.max(b.abs())).max(1e-3);
+        for (i, (&g, &w)) in got.iter().zip(want).enumerate() {
+            assert!(
+                (g as f64 - w).abs() <= 1e-4 * scale,
+                "{what}[{i}]: {g} against {w} (scale {scale})"
+            );
+        }
+    }
+
+    /// Two blocks (the second adding to `dw`) of 45 and 13 rows, padded to
+    /// whole tiles, over 613 classes (three chunks, tiles with 1 to 12
+    /// rows), with ignored rows, a zero weight and label smoothing, against
+    /// the definition.
+    #[test]
+    fn blocks_equal_the_definition() {
+        if !available(64) {
+            eprintln!("skipped: this CPU has no AVX-512");
+            return;
+        }
+        let (dims, vocab) = (64, 613);
+        for s in [0.0f32, 0.1] {
+            let w: Vec<f32> = noise(vocab * dims, 1).iter().map(|x| x * 0.5).collect();
+            let mut lt = vec![0f32; vocab * round_block(45)];
+            let mut dw = vec![f32::NAN; vocab * dims];
+            let mut want_dw = vec![0f64; vocab * dims];
+            for (b, rows) in [45usize, 13].into_iter().enumerate() {
+                let h: Vec<f32> = noise(rows * dims, 2 + b as u64);
+                let tg: Vec<usize> = (0..rows)
+                    .map(|r| {
+                        if r % 7 == 3 {
+                            IGNORED
+                        } else {
+                            (r * 97 + b) % vocab
+                        }
+                    })
+                    .collect();
+                let rw: Vec<f32> = (0..rows)
+                    .map(|r| if r == 5 { 0.0 } else { 0.5 + r as f32 / 64.0 })
+                    .collect();
+                let mut dh = vec![f32::NAN; rows * dims];
+                let loss = value_and_grad_block(
+                    &h,
+                    &w,
+                    &tg,
+                    &rw,
+                    s,
+                    dims,
+                    &mut lt,
+                    &mut dh,
+                    &mut dw,
+                    b == 0,
+                );
+                let (want_loss, want_dh, block_dw) = reference(&h, &w, &tg, &rw, s as f64, dims);
+                want_dw.iter_mut().zip(&block_dw).for_each(|(a, b)| *a += b);
+                assert!(
+                    (loss - want_loss).abs() <= 1e-4 * want_loss.abs(),
+                    "loss {loss} against {want_loss}"
+                );
+                assert_close("dh", &dh, &want_dh);
+            }
+            assert_close("dw", &dw, &want_dw);
+        }
+    }
+
+    /// The `dh^T` sums over groups of chunks run in a fixed order: the same
+    /// inputs give the same bits on one thread and on several.
+    #[test]
+    fn results_do_not_depend_on_the_thread_count() {
+        if !available(32) {
+            eprintln!("skipped: this CPU has no AVX-512");
+            return;
+        }
+        let (dims, vocab, rows) = (32, 5000, 40);
+        let (w, h) = (noise(vocab * dims, 3), noise(rows * dims, 4));
+        let tg: Vec<usize> = (0..rows).map(|r| r * 123 % vocab).collect();
+        let rw = vec![1.0f32; rows];
+        let run = |threads: usize| {
+            let pool = rayon::ThreadPoolBuilder::new()
+                .num_threads(threads)
+                .build()
+                .unwrap();
+            pool.install(|| {
+                let (mut lt, mut dh, mut dw) = (
+                    vec![0f32; vocab * round_block(rows)],
+                    vec![0f32; rows * dims],
+                    vec![0f32; vocab * dims],
+                );
+                let l = value_and_grad_block(
+                    &h, &w, &tg, &rw, 0.0, dims, &mut lt, &mut dh, &mut dw, true,
+                );
+                (
+                    l.to_bits(),
+                    dh.iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
+                    dw.iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
+                )
+            })
+        };
+        assert!(run(1) == run(3), "one thread and three differ");
+    }
+}
