@@ -99,7 +99,9 @@ pub struct LinearCrossEntropyOptions {
     pub chunk: usize,
     /// Rows taken at a time by [`crate::linear_cross_entropy_sum`], whose
     /// blocks span every class; 0 picks equal blocks of at most 24 MiB of
-    /// logits each, or a ninth of the rows when that is more.
+    /// logits each, or a ninth of the rows when that is more. On a CPU with
+    /// AVX-512 (and a feature axis a multiple of 32) blocks are rounded up
+    /// to a multiple of 32 rows.
     pub block_rows: usize,
 }
 

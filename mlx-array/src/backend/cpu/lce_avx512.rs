@@ -20,6 +20,7 @@
 //! depend on the number of threads.
 
 use std::arch::x86_64::*;
+use std::sync::OnceLock;
 
 use rayon::prelude::*;
 
@@ -42,6 +43,13 @@ const GROUPS: usize = 16;
 /// is a whole number of micro-tile columns.
 pub(super) fn available(dims: usize) -> bool {
     dims > 0 && dims.is_multiple_of(NR) && is_x86_feature_detected!("avx512f")
+}
+
+/// Whether the one-pass loss takes this path: [`available`], unless
+/// `MLX_LCE=blas` asks for the BLAS path (to compare the two in one build).
+pub(super) fn enabled(dims: usize) -> bool {
+    static BLAS: OnceLock<bool> = OnceLock::new();
+    available(dims) && !*BLAS.get_or_init(|| std::env::var("MLX_LCE").is_ok_and(|v| v == "blas"))
 }
 
 /// Rows per block rounded up to whole micro-tile columns of `lt`.

@@ -676,7 +676,7 @@ impl Lce<'_> {
             return 0.0;
         }
         #[cfg(target_arch = "x86_64")]
-        if super::lce_avx512::available(dims) {
+        if super::lce_avx512::enabled(dims) {
             return self.value_and_grad_avx512(rw, dh, dw);
         }
         let block = self.block_rows();
@@ -806,7 +806,8 @@ pub struct LceArgs<'a> {
     /// Classes per chunk (0 = about 16 MiB of logits).
     pub chunk: usize,
     /// Rows per block of the one-pass loss and gradient (0 = equal blocks
-    /// of at most 24 MiB of logits or a ninth of the rows, whichever is more).
+    /// of at most 24 MiB of logits or a ninth of the rows, whichever is more;
+    /// rounded up to a multiple of 32 on the AVX-512 path).
     pub block_rows: usize,
 }
 
