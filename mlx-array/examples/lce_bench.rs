@@ -3,10 +3,11 @@
 //! `linear_cross_entropy` forward and backward beside the plain GEMMs of the
 //! same size, and reports peak memory above the inputs.
 //!
-//! `cargo run --release -p mlx-array --example lce_bench -- [rows] [reps] [chunk] [block]`
+//! `cargo run --release -p mlx-array --example lce_bench -- [rows] [reps] [chunk] [block] [only]`
 //! (chunk: classes per chunk, 0 = the default of about 16 MiB of logits;
 //! block: rows per block of `linear_cross_entropy_sum`, 0 = equal blocks of
-//! at most 24 MiB or a ninth of the rows, whichever is more).
+//! at most 24 MiB or a ninth of the rows, whichever is more; only: 1 times
+//! the one-pass `linear_cross_entropy_sum` alone, for profiling it).
 //! `MLX_DEVICE=gpu` runs it on the GPU. On an AVX-512 CPU the one-pass
 //! loss (`linear_cross_entropy_sum`) runs its own kernels; `MLX_LCE=blas`
 //! runs it through the BLAS instead, for comparison.
@@ -77,16 +78,22 @@ fn main() -> mlx_array::Result<()> {
         block_rows: args.get(3).copied().unwrap_or(0),
         ..Default::default()
     };
-    time("gemm h @ w^T", 1.0, &|| Ok(vec![h.matmul(&w.t()?)?]));
-    time("linear_cross_entropy forward", 1.0, &|| {
-        Ok(vec![linear_cross_entropy(&h, &w, &t, &opts)?])
-    });
+    let only = args.get(4).is_some_and(|&o| o == 1);
+    if !only {
+        time("gemm h @ w^T", 1.0, &|| Ok(vec![h.matmul(&w.t()?)?]));
+        time("linear_cross_entropy forward", 1.0, &|| {
+            Ok(vec![linear_cross_entropy(&h, &w, &t, &opts)?])
+        });
+    }
     let ones = Array::ones(t.shape(), Dtype::F32);
     time("linear_cross_entropy_sum value+grad", 3.0, &|| {
         let f = |x: &[Array]| linear_cross_entropy_sum(&x[0], &x[1], &t, &ones, &opts);
         let (l, g) = value_and_grad(f, &[0, 1])(&[h.clone(), w.clone()])?;
         Ok(vec![l, g[0].clone(), g[1].clone()])
     });
+    if only {
+        return Ok(());
+    }
     time("linear_cross_entropy forward+backward", 4.0, &|| {
         let f = |x: &[Array]| linear_cross_entropy(&x[0], &x[1], &t, &opts)?.sum_all();
         let (l, g) = value_and_grad(f, &[0, 1])(&[h.clone(), w.clone()])?;
