@@ -190,14 +190,33 @@ unsafe fn gemm(
 }
 
 /// Per-column statistics of one chunk of logits: max, sum of `exp(x -
-/// max)`, and sum of `x` (for label smoothing).
+/// max)`, sum of `x` (for label smoothing), and the logits of the targets
+/// that fall in the chunk, as `(column, logit)`.
 struct ChunkStats {
     max: Vec<f32>,
     sum: Vec<f32>,
     total: Vec<f32>,
+    targets: Vec<(usize, f32)>,
 }
 
-fn chunk_stats(chunk: &[f32], width: usize, smoothing: bool) -> ChunkStats {
+/// The statistics of one chunk of logits (classes `v0..`, `width` columns
+/// per class) whose columns have targets `tg`; leaves `exp(x - max)` in
+/// place of each logit, so that the gradient pass scales instead of
+/// computing each exponential again.
+fn chunk_stats(
+    chunk: &mut [f32],
+    v0: usize,
+    tg: &[usize],
+    width: usize,
+    smoothing: bool,
+) -> ChunkStats {
+    let rows = chunk.len() / width;
+    let targets = tg
+        .iter()
+        .enumerate()
+        .filter(|&(_, &y)| y != IGNORED && (v0..v0 + rows).contains(&y))
+        .map(|(t, &y)| (t, chunk[(y - v0) * width + t]))
+        .collect();
     vectorised(
         #[inline(always)]
         || {
@@ -207,15 +226,23 @@ fn chunk_stats(chunk: &[f32], width: usize, smoothing: bool) -> ChunkStats {
             for row in chunk.chunks_exact(width) {
                 max.iter_mut().zip(row).for_each(|(m, &x)| *m = m.max(x));
             }
-            for row in chunk.chunks_exact(width) {
-                sum.iter_mut()
-                    .zip(row.iter().zip(&max))
-                    .for_each(|(s, (&x, &m))| *s += math::exp(x - m));
+            for row in chunk.chunks_exact_mut(width) {
                 if smoothing {
-                    total.iter_mut().zip(row).for_each(|(t, &x)| *t += x);
+                    total.iter_mut().zip(row.iter()).for_each(|(t, &x)| *t += x);
                 }
+                sum.iter_mut()
+                    .zip(row.iter_mut().zip(&max))
+                    .for_each(|(s, (x, &m))| {
+                        *x = math::exp(*x - m);
+                        *s += *x;
+                    });
             }
-            ChunkStats { max, sum, total }
+            ChunkStats {
+                max,
+                sum,
+                total,
+                targets,
+            }
         },
     )
 }
@@ -294,13 +321,17 @@ pub(super) fn value_and_grad_block(
                     false,
                 )
             };
-            chunk_stats(chunk, width, s > 0.0)
+            chunk_stats(chunk, ci * VC, tg, width, s > 0.0)
         })
         .collect();
 
     // Each column's logsumexp, its loss, and the coefficients of its gradient.
     let mut lse = vec![0f32; width];
     let mut coef = vec![0f32; width];
+    let mut target_logit = vec![0f32; width];
+    for &(t, x) in stats.iter().flat_map(|st| &st.targets) {
+        target_logit[t] = x;
+    }
     let mut total_loss = 0f64;
     for t in 0..n {
         let (y, c) = (tg[t], rw[t]);
@@ -318,7 +349,7 @@ pub(super) fn value_and_grad_block(
         let total: f32 = stats.iter().map(|st| st.total[t]).sum();
         lse[t] = m + sum.ln();
         coef[t] = c;
-        let target = lt[y * width + t];
+        let target = target_logit[t];
         total_loss += (c * (lse[t] - (1.0 - s) * target - s * total / v)) as f64;
     }
     let uniform: Vec<f32> = coef.iter().map(|&c| c * s / v).collect();
@@ -348,15 +379,22 @@ pub(super) fn value_and_grad_block(
                     // SAFETY: SSE is part of x86_64; prefetching never faults.
                     unsafe { _mm_prefetch::<_MM_HINT_T1>(line.as_ptr() as *const i8) };
                 }
+                // `lt` holds `exp(x - max)` of the chunk: the probability is
+                // that times `exp(max - lse)`, one factor per column.
+                let max = &stats[gi * per_group + k].max;
+                let scale: Vec<f32> = coef
+                    .iter()
+                    .zip(max.iter().zip(&lse))
+                    .map(|(&c, (&m, &l))| if c == 0.0 { 0.0 } else { c * math::exp(m - l) })
+                    .collect();
                 vectorised(
                     #[inline(always)]
                     || {
                         for row in chunk.chunks_exact_mut(width) {
-                            for (x, ((&l, &c), &u)) in
-                                row.iter_mut().zip(lse.iter().zip(&coef).zip(&uniform))
-                            {
-                                let p = math::exp(*x - l);
-                                *x = if c == 0.0 { 0.0 } else { p * c - u };
+                            for (x, (&f, &u)) in row.iter_mut().zip(scale.iter().zip(&uniform)) {
+                                // Rows without a loss get exactly zero,
+                                // whatever their logits were.
+                                *x = if f == 0.0 { 0.0 } else { *x * f - u };
                             }
                         }
                     },
