@@ -393,14 +393,18 @@ fn train_on(cfg: &TrainConfig, group: &Group) -> Result<Summary> {
         .map_err(|e| anyhow!("{e}"))?;
         drop((grads, params));
         model.update(&new)?;
-        let world_loss = mlx_dist::all_sum(&loss, group)?.div_scalar(world as f64)?;
         // New parameters last layer first: the evaluator runs each one's
         // update as soon as the backward pass has produced its gradient, so
         // the activations a gradient needs and the gradient itself are freed
         // early instead of all being held until the backward pass is done.
         let mut updated = model.parameters().leaves();
         updated.reverse();
-        eval((&world_loss, &updated, opt.get().state(), &norm))?;
+        eval((&loss, &updated, opt.get().state(), &norm))?;
+        // The world's loss only after the step: summed in the middle of it,
+        // it made each rank wait there for the slower one, on top of the
+        // waits at the gradients' collectives; here the ranks have just met
+        // at those, so it costs one small message.
+        let world_loss = mlx_dist::all_sum(&loss, group)?.div_scalar(world as f64)?;
         let loss_value = world_loss.item::<f32>()?;
         if !loss_value.is_finite() {
             bail!("the loss became {loss_value} at step {}", step + 1);
