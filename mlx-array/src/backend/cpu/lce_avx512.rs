@@ -371,20 +371,21 @@ pub(super) fn value_and_grad_block(
                 .zip(dw_g.chunks_mut(VC * dims))
                 .enumerate()
             {
-                let v0 = (gi * per_group + k) * VC;
-                let rows = chunk.len() / width;
-                // This chunk's weights into L2 while the exponentials run:
-                // `dh^T` reads them down their columns, a line per step.
+                let ci = gi * per_group + k;
+                let (v0, rows) = (ci * VC, chunk.len() / width);
+                // This chunk's weights into L2 while its gradient and `dw`
+                // are computed: `dh^T` reads them down their columns, a line
+                // per step.
                 for line in w[v0 * dims..(v0 + rows) * dims].chunks(16) {
                     // SAFETY: SSE is part of x86_64; prefetching never faults.
                     unsafe { _mm_prefetch::<_MM_HINT_T1>(line.as_ptr() as *const i8) };
                 }
                 // `lt` holds `exp(x - max)` of the chunk: the probability is
                 // that times `exp(max - lse)`, one factor per column.
-                let max = &stats[gi * per_group + k].max;
+                let st = &stats[ci];
                 let scale: Vec<f32> = coef
                     .iter()
-                    .zip(max.iter().zip(&lse))
+                    .zip(st.max.iter().zip(&lse))
                     .map(|(&c, (&m, &l))| if c == 0.0 { 0.0 } else { c * math::exp(m - l) })
                     .collect();
                 vectorised(
@@ -399,9 +400,9 @@ pub(super) fn value_and_grad_block(
                         }
                     },
                 );
-                for (t, &y) in tg.iter().enumerate() {
-                    if coef[t] != 0.0 && (v0..v0 + rows).contains(&y) {
-                        chunk[(y - v0) * width + t] -= coef[t] * (1.0 - s);
+                for &(t, _) in &st.targets {
+                    if coef[t] != 0.0 {
+                        chunk[(tg[t] - v0) * width + t] -= coef[t] * (1.0 - s);
                     }
                 }
                 let g = Strided {
