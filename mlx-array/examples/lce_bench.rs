@@ -6,7 +6,7 @@
 //! `cargo run --release -p mlx-array --example lce_bench -- [rows] [reps] [chunk] [block] [only]`
 //! (chunk: classes per chunk, 0 = the default of about 16 MiB of logits;
 //! block: rows per block of `linear_cross_entropy_sum`, 0 = equal blocks of
-//! at most 24 MiB or a ninth of the rows, whichever is more; only: 1 times
+//! at most 50 MiB or a ninth of the rows, whichever is more; only: 1 times
 //! the one-pass `linear_cross_entropy_sum` alone, for profiling it).
 //! `MLX_DEVICE=gpu` runs it on the GPU. On an AVX-512 CPU the one-pass
 //! loss (`linear_cross_entropy_sum`) runs its own kernels; `MLX_LCE=blas`

@@ -98,11 +98,11 @@ impl Error {
             message: message.into(),
         }
     }
-    /// An error raised by a kernel while evaluating `op`.
     /// A GPU backend error.
     pub fn gpu(message: impl Into<String>) -> Self {
         Error::Gpu(message.into())
     }
+    /// An error raised by a kernel while evaluating `op`.
     pub fn eval(op: impl Into<String>, message: impl Into<String>) -> Self {
         Error::Eval {
             op: op.into(),

@@ -1499,6 +1499,175 @@ fn linear_cross_entropy_sum_case() {
     assert!(mlx_array::linear_cross_entropy_sum(&h, &w, &t, &t, &opts).is_err());
 }
 
+// ---------------------------------------------------------------- attention
+
+/// The f64 reference of `fused_attention` and its gradients for the
+/// cotangent `ct` of the output: `(o, dq, dk, dv)`.
+fn attention_ref(q: &Nd, k: &Nd, v: &Nd, ct: &Nd, scale: f64, causal: bool) -> [Nd; 4] {
+    let (b, h, lq, d) = (q.shape[0], q.shape[1], q.shape[2], q.shape[3]);
+    let (lk, dv) = (k.shape[2], v.shape[3]);
+    let mut out = [
+        Nd::from_fn(&[b, h, lq, dv], |_| 0.0),
+        Nd::from_fn(&q.shape, |_| 0.0),
+        Nd::from_fn(&k.shape, |_| 0.0),
+        Nd::from_fn(&v.shape, |_| 0.0),
+    ];
+    for bi in 0..b {
+        for hi in 0..h {
+            for i in 0..lq {
+                let seen = if causal { i + 1 + lk - lq } else { lk };
+                let s: Vec<f64> = (0..seen)
+                    .map(|j| {
+                        scale
+                            * (0..d)
+                                .map(|c| q.at(&[bi, hi, i, c]) * k.at(&[bi, hi, j, c]))
+                                .sum::<f64>()
+                    })
+                    .collect();
+                let m = s.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+                let z: f64 = s.iter().map(|x| (x - m).exp()).sum();
+                let p: Vec<f64> = s.iter().map(|x| (x - m).exp() / z).collect();
+                let dp: Vec<f64> = (0..seen)
+                    .map(|j| {
+                        (0..dv)
+                            .map(|c| ct.at(&[bi, hi, i, c]) * v.at(&[bi, hi, j, c]))
+                            .sum()
+                    })
+                    .collect();
+                let mean: f64 = p.iter().zip(&dp).map(|(a, b)| a * b).sum();
+                for j in 0..seen {
+                    let ds = p[j] * (dp[j] - mean);
+                    for c in 0..dv {
+                        let o = out[0].flat_index(&[bi, hi, i, c]);
+                        out[0].v[o] += p[j] * v.at(&[bi, hi, j, c]);
+                        let g = out[3].flat_index(&[bi, hi, j, c]);
+                        out[3].v[g] += p[j] * ct.at(&[bi, hi, i, c]);
+                    }
+                    for c in 0..d {
+                        let gq = out[1].flat_index(&[bi, hi, i, c]);
+                        out[1].v[gq] += scale * ds * k.at(&[bi, hi, j, c]);
+                        let gk = out[2].flat_index(&[bi, hi, j, c]);
+                        out[2].v[gk] += scale * ds * q.at(&[bi, hi, i, c]);
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
+/// `fused_attention` and its gradients against [`attention_ref`]: random
+/// sizes, causal or not, fewer queries than keys, strided inputs, every
+/// float dtype (f32 is the fused primitive; the others the graph of ops).
+fn attention_case() {
+    type Draw = (
+        (usize, usize, usize, usize),
+        (usize, usize),
+        bool,
+        Layout,
+        u64,
+    );
+    let strategy = (
+        (1usize..3, 1usize..3, 1usize..6, 0usize..4),
+        (1usize..6, 1usize..6),
+        any::<bool>(),
+        layout(),
+        any::<u64>(),
+    );
+    for dtype in FLOATS {
+        runner()
+            .run(
+                &strategy,
+                |((b, h, lq, extra), (d, dv), causal, l, seed): Draw| {
+                    let lk = lq + extra;
+                    let q = fill(&[b, h, lq, d], dtype, -1.5, 1.5, seed);
+                    let k = fill(&[b, h, lk, d], dtype, -1.5, 1.5, seed ^ 1);
+                    let v = fill(&[b, h, lk, dv], dtype, -1.5, 1.5, seed ^ 2);
+                    let ct = fill(&[b, h, lq, dv], dtype, -1.0, 1.0, seed ^ 3);
+                    let scale = 0.6;
+                    let want = attention_ref(&q, &k, &v, &ct, scale, causal);
+                    let inputs = [
+                        make(&q, dtype, l),
+                        make(&k, dtype, l),
+                        make(&v, dtype, Layout::Dense),
+                    ];
+                    let (outs, grads) = mlx_array::vjp(
+                        |x: &[Array]| {
+                            Ok(vec![mlx_array::fused_attention(
+                                &x[0], &x[1], &x[2], scale, causal,
+                            )?])
+                        },
+                        &inputs,
+                        &[make(&ct, dtype, Layout::Dense)],
+                    )
+                    .unwrap();
+                    let rel = tol(dtype) * 8.0;
+                    check(&outs[0], &want[0], dtype, rel, "attention");
+                    for (g, (w, what)) in grads.iter().zip(want[1..].iter().zip(["dq", "dk", "dv"]))
+                    {
+                        check(g, w, dtype, rel * 2.0, what);
+                    }
+                    Ok(())
+                },
+            )
+            .unwrap();
+    }
+    // Several blocks of query rows, a cache of earlier keys, and a head
+    // wider than the SIMD lanes.
+    for (lq, lk, causal) in [(150, 150, true), (70, 200, true), (130, 97, false)] {
+        let (q, k, v) = (
+            fill(&[1, 2, lq, 40], Dtype::F32, -1.0, 1.0, 5),
+            fill(&[1, 2, lk, 40], Dtype::F32, -1.0, 1.0, 6),
+            fill(&[1, 2, lk, 24], Dtype::F32, -1.0, 1.0, 7),
+        );
+        let ct = fill(&[1, 2, lq, 24], Dtype::F32, -1.0, 1.0, 8);
+        let want = attention_ref(&q, &k, &v, &ct, 0.3, causal);
+        let f = |x: &[Array]| {
+            Ok(vec![mlx_array::fused_attention(
+                &x[0], &x[1], &x[2], 0.3, causal,
+            )?])
+        };
+        let inputs = [q, k, v].map(|x| make(&x, Dtype::F32, Layout::Dense));
+        let (outs, grads) =
+            mlx_array::vjp(f, &inputs, &[make(&ct, Dtype::F32, Layout::Dense)]).unwrap();
+        check(&outs[0], &want[0], Dtype::F32, 1e-4, "attention (blocks)");
+        for (g, w) in grads.iter().zip(&want[1..]) {
+            check(g, w, Dtype::F32, 1e-4, "attention gradients (blocks)");
+        }
+    }
+    // Bad arguments are refused when the op is built, naming what is wrong.
+    let x = Array::zeros(&[1, 1, 3, 2], Dtype::F32);
+    let short = Array::zeros(&[1, 1, 2, 2], Dtype::F32);
+    let err = |r: mlx_array::Result<Array>| r.unwrap_err().to_string();
+    assert!(
+        err(mlx_array::fused_attention(&x, &short, &short, 1.0, true))
+            .contains("no more queries than keys")
+    );
+    assert!(
+        err(mlx_array::fused_attention(&x, &x, &short, 1.0, false)).contains("v [B, H, Lk, dv]")
+    );
+    assert!(
+        err(mlx_array::fused_attention(
+            &x,
+            &x,
+            &x.astype(Dtype::F16).unwrap(),
+            1.0,
+            false
+        ))
+        .contains("one float dtype")
+    );
+    assert!(
+        err(mlx_array::fused_attention(
+            &x.reshape(&[3, 2]).unwrap(),
+            &x,
+            &x,
+            1.0,
+            false
+        ))
+        .contains("[B, H, L, d]")
+    );
+}
+
 // ---------------------------------------------------------------- the table
 
 fn case_for(name: &str) -> Option<Box<dyn Fn()>> {
@@ -1545,6 +1714,7 @@ fn case_for(name: &str) -> Option<Box<dyn Fn()>> {
         "slice_update" => Box::new(slice_update_case),
         "cross_entropy" => Box::new(cross_entropy_case),
         "softmax" => Box::new(softmax_case),
+        "attention" | "attention_output" | "attention_grad" => Box::new(attention_case),
         "cross_entropy_grad" => Box::new(cross_entropy_grad_case),
         "linear_cross_entropy" => Box::new(linear_cross_entropy_case),
         "linear_cross_entropy_grad" => Box::new(linear_cross_entropy_grad_case),

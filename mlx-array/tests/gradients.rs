@@ -265,6 +265,24 @@ fn grad_case(name: &str) -> Option<Case> {
                 mlx_array::linear_cross_entropy_sum(&a[0], &a[1], &t, &weights, &opts)
             },
         ),
+        // The fused attention is differentiated through its output view;
+        // causal with fewer queries than keys (a cache), then plain, with
+        // q and v read through transposed views.
+        "attention_output" => case(
+            vec![
+                uniform(25, &[1, 2, 3, 4], -1.0, 1.0),
+                uniform(26, &[1, 2, 5, 4], -1.0, 1.0),
+                uniform(27, &[1, 5, 2, 3], -1.0, 1.0),
+            ],
+            &[0, 1, 2],
+            |a| {
+                let v = a[2].transpose(&[0, 2, 1, 3])?;
+                let causal = mlx_array::fused_attention(&a[0], &a[1], &v, 0.7, true)?;
+                let q = a[0].swapaxes(1, 2)?.contiguous()?.swapaxes(1, 2)?;
+                let plain = mlx_array::fused_attention(&q, &a[1], &v, 0.4, false)?;
+                mlx_array::stack(&[causal, plain], 0)
+            },
+        ),
         "tracer" => case(vec![x23()], &[0], |a| Ok(a[0].clone())),
         _ => None,
     }
@@ -274,6 +292,8 @@ fn grad_case(name: &str) -> Option<Case> {
 /// (`linear_cross_entropy_value_and_grad` is differentiated through the
 /// `packed_loss` that reads it, checked above.)
 const NO_VJP: &[&str] = &[
+    "attention",
+    "attention_grad",
     "cross_entropy_grad",
     "linear_cross_entropy_grad",
     "linear_cross_entropy_value_and_grad",

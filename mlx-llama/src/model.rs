@@ -1,10 +1,10 @@
 //! The Llama model, structured and named like MLX's Llama example so that
 //! safetensors weights are interchangeable.
 
-use mlx_array::{Array, Dtype, Result, concatenate, random};
+use mlx_array::{Array, Result, concatenate, random};
 use mlx_nn::losses::{CrossEntropyOptions, linear_cross_entropy};
 use mlx_nn::{
-    Embedding, Linear, RMSNorm, RoPE, create_additive_causal_mask, impl_module, merge_heads,
+    AttentionMask, Embedding, Linear, RMSNorm, RoPE, impl_module, merge_heads,
     scaled_dot_product_attention, silu, split_heads,
 };
 use serde::{Deserialize, Serialize};
@@ -95,7 +95,7 @@ impl LlamaAttention {
     pub fn forward(
         &self,
         x: &Array,
-        mask: Option<&Array>,
+        mask: AttentionMask<'_>,
         cache: Option<&mut Option<KvCache>>,
     ) -> Result<Array> {
         let h = self.num_heads;
@@ -169,7 +169,7 @@ impl LlamaEncoderLayer {
     pub fn forward(
         &self,
         x: &Array,
-        mask: Option<&Array>,
+        mask: AttentionMask<'_>,
         cache: Option<&mut Option<KvCache>>,
     ) -> Result<Array> {
         let y = self
@@ -243,11 +243,9 @@ impl Llama {
     /// The final normed hidden states `[B, L, dims]` for token ids `[B, L]`
     /// (causal): everything but the output projection.
     pub fn hidden(&self, tokens: &Array) -> Result<Array> {
-        let l = tokens.shape()[1];
-        let mask = create_additive_causal_mask(l, Dtype::F32)?;
         let mut x = self.embedding.forward(tokens)?;
         for layer in &self.layers {
-            x = layer.forward(&x, Some(&mask), None)?;
+            x = layer.forward(&x, AttentionMask::Causal, None)?;
         }
         self.norm.forward(&x)
     }
@@ -296,20 +294,16 @@ impl Llama {
     /// start with `vec![None; num_layers]`).
     pub fn forward_cached(&self, tokens: &Array, caches: &mut [Option<KvCache>]) -> Result<Array> {
         let l = tokens.shape()[1];
-        let past = caches
-            .first()
-            .and_then(|c| c.as_ref())
-            .map_or(0, |c| c.keys.shape()[2]);
-        // New positions may see every cached position and earlier new ones.
+        // New positions see every cached position and earlier new ones: the
+        // causal mask with the queries as the last positions.
         let mask = if l > 1 {
-            let causal = create_additive_causal_mask(l, Dtype::F32)?;
-            Some(Array::zeros(&[l, past], Dtype::F32).pipe(|z| concatenate(&[z, causal], 1))?)
+            AttentionMask::Causal
         } else {
-            None
+            AttentionMask::None
         };
         let mut x = self.embedding.forward(tokens)?;
         for (layer, cache) in self.layers.iter().zip(caches.iter_mut()) {
-            x = layer.forward(&x, mask.as_ref(), Some(cache))?;
+            x = layer.forward(&x, mask, Some(cache))?;
         }
         self.out_proj.forward(&self.norm.forward(&x)?)
     }
@@ -359,10 +353,3 @@ impl Llama {
         Ok(out)
     }
 }
-
-trait Pipe: Sized {
-    fn pipe<T>(self, f: impl FnOnce(Self) -> T) -> T {
-        f(self)
-    }
-}
-impl Pipe for Array {}

@@ -38,8 +38,8 @@ mod value_and_grad;
 pub use distributed::{AverageOptions, average_gradients, gradient_buckets};
 pub use layers::activations::{GELU, ReLU, SiLU, gelu, gelu_approx, relu, silu};
 pub use layers::attention::{
-    MultiHeadAttention, create_additive_causal_mask, merge_heads, scaled_dot_product_attention,
-    split_heads,
+    AttentionMask, MultiHeadAttention, create_additive_causal_mask, merge_heads,
+    scaled_dot_product_attention, split_heads,
 };
 pub use layers::dropout::Dropout;
 pub use layers::embedding::Embedding;

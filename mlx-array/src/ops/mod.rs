@@ -3,6 +3,7 @@
 //! Each op is a free function here and a method on [`Array`](crate::Array).
 //! Nothing is computed until [`eval`](fn@crate::eval).
 
+mod attention;
 mod creation;
 mod elementwise;
 mod indexing;
@@ -10,6 +11,7 @@ mod linalg;
 mod reduce;
 mod shape;
 
+pub use attention::*;
 pub use creation::*;
 pub use elementwise::*;
 pub use indexing::*;

@@ -98,7 +98,7 @@ pub struct LinearCrossEntropyOptions {
     /// logits per chunk.
     pub chunk: usize,
     /// Rows taken at a time by [`crate::linear_cross_entropy_sum`], whose
-    /// blocks span every class; 0 picks equal blocks of at most 24 MiB of
+    /// blocks span every class; 0 picks equal blocks of at most 50 MiB of
     /// logits each, or a ninth of the rows when that is more. On a CPU with
     /// AVX-512 (and a feature axis a multiple of 32) blocks are rounded up
     /// to a multiple of 32 rows.

@@ -1,6 +1,7 @@
 //! Every primitive of the graph, grouped by family. Ops (in [`crate::ops`])
 //! validate arguments and build nodes from these.
 
+pub mod attention;
 pub mod creation;
 pub mod elementwise;
 pub mod indexing;
@@ -49,6 +50,9 @@ pub fn primitive_names() -> Vec<&'static str> {
         "linear_cross_entropy_value_and_grad",
         "packed_loss",
         "softmax",
+        "attention",
+        "attention_output",
+        "attention_grad",
         "tracer",
     ]);
     names

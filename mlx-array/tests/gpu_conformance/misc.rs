@@ -18,6 +18,9 @@ pub const NAMES: &[&str] = &[
     "cross_entropy",
     "cross_entropy_grad",
     "softmax",
+    "attention",
+    "attention_output",
+    "attention_grad",
 ];
 
 const FLOATS: [Dtype; 3] = [Dtype::F32, Dtype::F16, Dtype::BF16];
@@ -289,4 +292,50 @@ fn gpu_arrays_save_to_safetensors_and_load_on_the_host() {
         loaded["z"].to_vec::<f32>().unwrap(),
         vec![-4.0, 10.0, 6.5, -13.0]
     );
+}
+
+#[test]
+fn fused_attention_and_its_gradients_match_the_cpu() {
+    let Some(_gpu) = gpu() else { return };
+    let input = |shape: &[usize], seed: u64, layout: Layout| {
+        make(
+            &values_in(shape, seed, -1.5, 1.5, false),
+            Dtype::F32,
+            layout,
+        )
+    };
+    for causal in [true, false] {
+        for layout in [Layout::Dense, Layout::Transposed] {
+            // Fewer queries than keys (a cache), values narrower than keys.
+            let qkv = [
+                input(&[2, 2, 3, 4], 40, layout),
+                input(&[2, 2, 5, 4], 41, layout),
+                input(&[2, 2, 5, 3], 42, Layout::Dense),
+            ];
+            compare(
+                &format!("attention causal {causal} {layout:?}"),
+                &qkv,
+                |a| mlx_array::fused_attention(&a[0], &a[1], &a[2], 0.5, causal),
+                1e-5,
+            );
+        }
+    }
+    fn weighted(a: &[Array], causal: bool) -> mlx_array::Result<Array> {
+        let o = mlx_array::fused_attention(&a[0], &a[1], &a[2], 0.7, causal)?;
+        let w = Array::from_slice(&[0.5f32, -1.0, 2.0], &[3])?;
+        o.multiply(&w)?.cpu_sum(&[0, 1, 2, 3])
+    }
+    let qkv = [
+        input(&[1, 2, 4, 5], 43, Layout::Transposed),
+        input(&[1, 2, 6, 5], 44, Layout::Dense),
+        input(&[1, 2, 6, 3], 45, Layout::Dense),
+    ];
+    compare_grad("attention causal", &qkv, |a| weighted(a, true), 1e-4);
+    // Without a mask, more queries than keys.
+    let qkv = [
+        input(&[1, 2, 7, 5], 46, Layout::Dense),
+        qkv[1].clone(),
+        qkv[2].clone(),
+    ];
+    compare_grad("attention", &qkv, |a| weighted(a, false), 1e-4);
 }

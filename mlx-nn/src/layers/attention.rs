@@ -15,8 +15,77 @@ pub fn create_additive_causal_mask(n: usize, dtype: Dtype) -> Result<Array> {
     future.astype(dtype)?.mul_scalar(-1e9)
 }
 
+/// The mask of [`scaled_dot_product_attention`] (MLX's `mask=None`,
+/// `"causal"` or an array).
+#[derive(Clone, Copy, Debug, Default)]
+pub enum AttentionMask<'a> {
+    /// Every query sees every key.
+    #[default]
+    None,
+    /// Query `i` sees keys up to its own position; with fewer queries than
+    /// keys the queries are the last positions (new tokens after a cache).
+    Causal,
+    /// Added to the scores before the softmax (for example
+    /// [`create_additive_causal_mask`]); broadcast against `[..., L, S]`.
+    Additive(&'a Array),
+}
+
+impl<'a> From<Option<&'a Array>> for AttentionMask<'a> {
+    fn from(m: Option<&'a Array>) -> Self {
+        m.map_or(AttentionMask::None, AttentionMask::Additive)
+    }
+}
+
+impl<'a> From<&'a Array> for AttentionMask<'a> {
+    fn from(m: &'a Array) -> Self {
+        AttentionMask::Additive(m)
+    }
+}
+
 /// `softmax(q k^T * scale + mask) v` for `q: [..., L, d]`, `k, v: [..., S, d]`.
-pub fn scaled_dot_product_attention(
+///
+/// For 4-d `[B, H, L, d]` inputs without an additive mask this is
+/// [`mlx_array::fused_attention`]: no `[B, H, L, S]` scores are kept for the
+/// gradient, and a causal mask skips the hidden half of the work.
+///
+/// ```
+/// use mlx_array::{Array, Dtype};
+/// use mlx_nn::{AttentionMask, create_additive_causal_mask, scaled_dot_product_attention};
+/// let x = mlx_array::random::normal(&mlx_array::random::key(0), &[1, 2, 3, 4], Dtype::F32).unwrap();
+/// let fused = scaled_dot_product_attention(&x, &x, &x, 0.5, AttentionMask::Causal).unwrap();
+/// let mask = create_additive_causal_mask(3, Dtype::F32).unwrap();
+/// let composite = scaled_dot_product_attention(&x, &x, &x, 0.5, &mask).unwrap();
+/// let (a, b) = (fused.to_vec::<f32>().unwrap(), composite.to_vec::<f32>().unwrap());
+/// assert!(a.iter().zip(&b).all(|(x, y)| (x - y).abs() < 1e-5));
+/// ```
+pub fn scaled_dot_product_attention<'a>(
+    q: &Array,
+    k: &Array,
+    v: &Array,
+    scale: f64,
+    mask: impl Into<AttentionMask<'a>>,
+) -> Result<Array> {
+    let mask = mask.into();
+    let fused = q.ndim() == 4 && k.ndim() == 4 && v.ndim() == 4;
+    match mask {
+        AttentionMask::None if fused => mlx_array::fused_attention(q, k, v, scale, false),
+        AttentionMask::Causal if fused => mlx_array::fused_attention(q, k, v, scale, true),
+        AttentionMask::Causal => {
+            let (l, s) = (q.shape()[q.ndim() - 2], k.shape()[k.ndim() - 2]);
+            let m = create_additive_causal_mask(s, q.dtype())?.slice_axis(
+                0,
+                (s - l) as i64,
+                s as i64,
+            )?;
+            composite_attention(q, k, v, scale, Some(&m))
+        }
+        AttentionMask::None => composite_attention(q, k, v, scale, None),
+        AttentionMask::Additive(m) => composite_attention(q, k, v, scale, Some(m)),
+    }
+}
+
+/// Attention as a graph of ops: scores, the additive mask, softmax.
+fn composite_attention(
     q: &Array,
     k: &Array,
     v: &Array,
@@ -90,13 +159,14 @@ impl MultiHeadAttention {
         })
     }
 
-    /// Attends `queries [B, L, D]` to `keys`/`values [B, S, D]` with an optional additive mask.
-    pub fn forward(
+    /// Attends `queries [B, L, D]` to `keys`/`values [B, S, D]` under `mask`
+    /// (`None`, `AttentionMask::Causal`, or an additive mask array).
+    pub fn forward<'a>(
         &self,
         queries: &Array,
         keys: &Array,
         values: &Array,
-        mask: Option<&Array>,
+        mask: impl Into<AttentionMask<'a>>,
     ) -> Result<Array> {
         let q = split_heads(&self.query_proj.forward(queries)?, self.num_heads)?;
         let k = split_heads(&self.key_proj.forward(keys)?, self.num_heads)?;

@@ -1,5 +1,6 @@
 //! The CPU backend: multithreaded kernels over strided views.
 
+pub(crate) mod attention;
 pub(crate) mod binary;
 pub mod blas;
 pub(crate) mod copy;

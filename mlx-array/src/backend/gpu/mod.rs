@@ -12,6 +12,7 @@
 //! written with atomic ORs into a cleared output. `i64` has no WGSL type and
 //! is refused with an error naming it.
 
+mod attention;
 mod codegen;
 mod creation;
 pub(crate) mod elementwise;
@@ -23,6 +24,7 @@ mod matmul;
 mod reduce;
 mod scan;
 
+pub use attention::{attention, attention_grad};
 pub use creation::{arange, random_bits};
 pub use elementwise::{astype, binary, copy_contiguous, unary, where_};
 pub use indexing::{concatenate, pad, scatter_add, slice_update, take, take_along_axis};

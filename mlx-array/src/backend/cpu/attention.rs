@@ -1,0 +1,389 @@
+//! Fused scaled dot-product attention and its gradient, one block of query
+//! rows at a time (the FlashAttention recipe on top of GEMM).
+//!
+//! The forward pass never holds more than a `64 x Lk` block of scores: per
+//! block it multiplies the queries by the keys they may see, turns the
+//! scores into probabilities in place, multiplies them by the values, and
+//! keeps each row's logsumexp. With a causal mask a block stops at the last
+//! key its last row sees, so about half of the products are never computed.
+//! The gradient recomputes each block's probabilities from the logsumexp
+//! instead of keeping `[B, H, Lq, Lk]` of them alive from the forward pass.
+//!
+//! Layouts: the output is written as `[B, Lq, H, dv]` (the order
+//! `merge_heads` wants, so that it is a view) followed by the logsumexps
+//! `[B, H, Lq]`; the gradients are `dq [B, Lq, H, d]`, `dk [B, Lk, H, d]`,
+//! `dv [B, Lk, H, dv]` one after another (the order `split_heads` came from).
+
+use super::blas::sgemm;
+use super::copy::copy_cast;
+use super::loss::{exp_shifted_in_place, max_of, vectorised};
+use crate::{ArrayData, Dtype};
+
+/// Query rows per block.
+const BLOCK: usize = 64;
+
+/// The sizes of one attention: `q [b, h, lq, d]`, `k [b, h, lk, d]`,
+/// `v [b, h, lk, dv]`, the score scale and whether the mask is causal (query
+/// `i` sees keys `0..=i + lk - lq`, the queries being the last `lq`
+/// positions).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct AttentionDims {
+    /// Batch.
+    pub b: usize,
+    /// Heads.
+    pub h: usize,
+    /// Query positions.
+    pub lq: usize,
+    /// Key (and value) positions.
+    pub lk: usize,
+    /// Query and key width.
+    pub d: usize,
+    /// Value width.
+    pub dv: usize,
+    /// Multiplies the scores before the softmax.
+    pub scale: f32,
+    /// Each query sees only the keys up to its own position.
+    pub causal: bool,
+}
+
+impl AttentionDims {
+    /// Elements of the output, then of the logsumexps, in the packed buffer.
+    pub fn packed_len(&self) -> (usize, usize) {
+        let rows = self.b * self.h * self.lq;
+        (rows * self.dv, rows)
+    }
+    /// Elements of `dq`, `dk`, `dv` in the packed gradient.
+    pub fn grad_len(&self) -> (usize, usize, usize) {
+        let kv = self.b * self.h * self.lk;
+        (
+            self.b * self.h * self.lq * self.d,
+            kv * self.d,
+            kv * self.dv,
+        )
+    }
+    /// The keys query row `i` sees: `0..limit(i)`.
+    fn limit(&self, i: usize) -> usize {
+        if self.causal {
+            (i + 1 + self.lk - self.lq).min(self.lk)
+        } else {
+            self.lk
+        }
+    }
+}
+
+/// A `[B, H, L, w]` operand as GEMM reads it: row `i` of head `(b, h)`
+/// starts at `b * sb + h * sh + i * si` elements from `ptr`, and its `w`
+/// elements are adjacent.
+#[derive(Clone, Copy)]
+struct Rows {
+    ptr: *mut f32,
+    sb: usize,
+    sh: usize,
+    si: usize,
+}
+
+// SAFETY: a `Rows` is only an address into a buffer the kernel holds alive.
+unsafe impl Send for Rows {}
+unsafe impl Sync for Rows {}
+
+impl Rows {
+    /// The rows of `data` (shape `[B, H, L, w]`): the view itself when its
+    /// rows are dense with non-negative strides, else an f32 copy.
+    fn of(data: &ArrayData, shape: &[usize]) -> (ArrayData, Rows) {
+        let s = data.strides();
+        let fits = s.iter().all(|&x| x >= 0)
+            && (s[3] == 1 || shape[3] <= 1)
+            && (s[2] as usize >= shape[3] || shape[2] <= 1);
+        let data = if fits {
+            data.clone()
+        } else {
+            copy_cast(data, shape, Dtype::F32, Dtype::F32)
+        };
+        let s = data.strides();
+        let rows = Rows {
+            ptr: data.ptr::<f32>() as *mut f32,
+            sb: s[0] as usize,
+            sh: s[1] as usize,
+            si: (s[2] as usize).max(shape[3]),
+        };
+        (data, rows)
+    }
+    /// Dense rows of `w` laid out `[B, L, H, w]` at `ptr`.
+    fn interleaved(ptr: *mut f32, l: usize, h: usize, w: usize) -> Rows {
+        Rows {
+            ptr,
+            sb: l * h * w,
+            sh: w,
+            si: h * w,
+        }
+    }
+    /// Row `i` of head `(b, h)`.
+    fn at(&self, b: usize, h: usize, i: usize) -> *mut f32 {
+        // SAFETY: callers stay inside the operand's `[B, H, L, w]` extent.
+        unsafe { self.ptr.add(b * self.sb + h * self.sh + i * self.si) }
+    }
+}
+
+/// `softmax(scale * q @ k^T [causal]) @ v` for f32 `q`, `k`, `v` shaped as
+/// `dims` says, packed as the module doc describes.
+pub fn attention(q: &ArrayData, k: &ArrayData, v: &ArrayData, dims: &AttentionDims) -> ArrayData {
+    let AttentionDims {
+        b,
+        h,
+        lq,
+        lk,
+        d,
+        dv,
+        ..
+    } = *dims;
+    let (n_out, n_lse) = dims.packed_len();
+    let mut packed = ArrayData::alloc(&[n_out + n_lse], Dtype::F32);
+    let buf = packed.as_mut_slice::<f32>(n_out + n_lse).as_mut_ptr();
+    let (_q, qr) = Rows::of(q, &[b, h, lq, d]);
+    let (_k, kr) = Rows::of(k, &[b, h, lk, d]);
+    let (_v, vr) = Rows::of(v, &[b, h, lk, dv]);
+    let out = Rows::interleaved(buf, lq, h, dv);
+    let mut scores = vec![0f32; BLOCK * lk];
+    for (bi, hi) in heads(b, h) {
+        // SAFETY: the logsumexps of head (bi, hi) are `lq` floats after the output.
+        let lse =
+            unsafe { std::slice::from_raw_parts_mut(buf.add(n_out + (bi * h + hi) * lq), lq) };
+        for i0 in (0..lq).step_by(BLOCK) {
+            let rows = BLOCK.min(lq - i0);
+            let keys = dims.limit(i0 + rows - 1);
+            let s = &mut scores[..rows * keys];
+            // SAFETY: every operand addresses rows of its own buffer, sized above.
+            unsafe {
+                sgemm(
+                    false,
+                    true,
+                    rows,
+                    keys,
+                    d,
+                    dims.scale,
+                    qr.at(bi, hi, i0),
+                    qr.si,
+                    kr.at(bi, hi, 0),
+                    kr.si,
+                    0.0,
+                    s.as_mut_ptr(),
+                    keys,
+                )
+            };
+            vectorised(
+                #[inline(always)]
+                || {
+                    for (r, row) in s.chunks_exact_mut(keys).enumerate() {
+                        let (seen, masked) = row.split_at_mut(dims.limit(i0 + r));
+                        let m = max_of(seen, f32::NEG_INFINITY);
+                        let total = exp_shifted_in_place(seen, m);
+                        let inv = 1.0 / total;
+                        seen.iter_mut().for_each(|p| *p *= inv);
+                        masked.fill(0.0);
+                        lse[i0 + r] = m + total.ln();
+                    }
+                },
+            );
+            // SAFETY: as above; the output rows of this block are written once.
+            unsafe {
+                sgemm(
+                    false,
+                    false,
+                    rows,
+                    dv,
+                    keys,
+                    1.0,
+                    s.as_ptr(),
+                    keys,
+                    vr.at(bi, hi, 0),
+                    vr.si,
+                    0.0,
+                    out.at(bi, hi, i0),
+                    out.si,
+                )
+            };
+        }
+    }
+    packed
+}
+
+/// The gradients `dq`, `dk`, `dv` of [`attention`] for the cotangent `d_out`
+/// of its output (`[B, H, Lq, dv]`, any strides), from `packed`, its result.
+pub fn attention_grad(
+    q: &ArrayData,
+    k: &ArrayData,
+    v: &ArrayData,
+    packed: &ArrayData,
+    d_out: &ArrayData,
+    dims: &AttentionDims,
+) -> ArrayData {
+    let AttentionDims {
+        b,
+        h,
+        lq,
+        lk,
+        d,
+        dv,
+        ..
+    } = *dims;
+    let (nq, nk, nv) = dims.grad_len();
+    let mut grads = ArrayData::alloc(&[nq + nk + nv], Dtype::F32);
+    let all = grads.as_mut_slice::<f32>(nq + nk + nv);
+    // dk and dv accumulate over the query blocks.
+    all[nq..].fill(0.0);
+    let buf = all.as_mut_ptr();
+    let (_q, qr) = Rows::of(q, &[b, h, lq, d]);
+    let (_k, kr) = Rows::of(k, &[b, h, lk, d]);
+    let (_v, vr) = Rows::of(v, &[b, h, lk, dv]);
+    let (_g, gr) = Rows::of(d_out, &[b, h, lq, dv]);
+    let (n_out, _) = dims.packed_len();
+    let packed = crate::backend::cpu::copy::contiguous(packed, &[packed_total(dims)], Dtype::F32);
+    let base = packed.ptr::<f32>() as *mut f32;
+    let out = Rows::interleaved(base, lq, h, dv);
+    let dq = Rows::interleaved(buf, lq, h, d);
+    // SAFETY: dk and dv follow dq in the same allocation.
+    let (dk, dvr) = unsafe {
+        (
+            Rows::interleaved(buf.add(nq), lk, h, d),
+            Rows::interleaved(buf.add(nq + nk), lk, h, dv),
+        )
+    };
+    let mut probs = vec![0f32; BLOCK * lk];
+    let mut dprobs = vec![0f32; BLOCK * lk];
+    let mut dots = [0f32; BLOCK];
+    for (bi, hi) in heads(b, h) {
+        // SAFETY: the logsumexps of head (bi, hi), as `attention` wrote them.
+        let lse = unsafe { std::slice::from_raw_parts(base.add(n_out + (bi * h + hi) * lq), lq) };
+        for i0 in (0..lq).step_by(BLOCK) {
+            let rows = BLOCK.min(lq - i0);
+            let keys = dims.limit(i0 + rows - 1);
+            let (p, dp) = (&mut probs[..rows * keys], &mut dprobs[..rows * keys]);
+            // SAFETY (every GEMM below): the operands address rows of their
+            // own buffers within the extents set above; dk and dv are
+            // accumulated (beta 1) into rows this head owns.
+            unsafe {
+                sgemm(
+                    false,
+                    true,
+                    rows,
+                    keys,
+                    d,
+                    dims.scale,
+                    qr.at(bi, hi, i0),
+                    qr.si,
+                    kr.at(bi, hi, 0),
+                    kr.si,
+                    0.0,
+                    p.as_mut_ptr(),
+                    keys,
+                );
+                sgemm(
+                    false,
+                    true,
+                    rows,
+                    keys,
+                    dv,
+                    1.0,
+                    gr.at(bi, hi, i0),
+                    gr.si,
+                    vr.at(bi, hi, 0),
+                    vr.si,
+                    0.0,
+                    dp.as_mut_ptr(),
+                    keys,
+                );
+            }
+            for (r, dot) in dots[..rows].iter_mut().enumerate() {
+                // SAFETY: row i0 + r of the output and of its cotangent.
+                let (o, g) = unsafe {
+                    (
+                        std::slice::from_raw_parts(out.at(bi, hi, i0 + r), dv),
+                        std::slice::from_raw_parts(gr.at(bi, hi, i0 + r), dv),
+                    )
+                };
+                *dot = o.iter().zip(g).map(|(a, b)| a * b).sum();
+            }
+            vectorised(
+                #[inline(always)]
+                || {
+                    for (r, (pr, dr)) in p
+                        .chunks_exact_mut(keys)
+                        .zip(dp.chunks_exact_mut(keys))
+                        .enumerate()
+                    {
+                        let seen = dims.limit(i0 + r);
+                        let (l, dot) = (lse[i0 + r], dots[r]);
+                        for (x, g) in pr[..seen].iter_mut().zip(&mut dr[..seen]) {
+                            *x = super::math::exp(*x - l);
+                            *g = *x * (*g - dot);
+                        }
+                        pr[seen..].fill(0.0);
+                        dr[seen..].fill(0.0);
+                    }
+                },
+            );
+            unsafe {
+                // dv[..keys] += p^T @ d_out[block]
+                sgemm(
+                    true,
+                    false,
+                    keys,
+                    dv,
+                    rows,
+                    1.0,
+                    p.as_ptr(),
+                    keys,
+                    gr.at(bi, hi, i0),
+                    gr.si,
+                    1.0,
+                    dvr.at(bi, hi, 0),
+                    dvr.si,
+                );
+                // dq[block] = scale * ds @ k[..keys]
+                sgemm(
+                    false,
+                    false,
+                    rows,
+                    d,
+                    keys,
+                    dims.scale,
+                    dp.as_ptr(),
+                    keys,
+                    kr.at(bi, hi, 0),
+                    kr.si,
+                    0.0,
+                    dq.at(bi, hi, i0),
+                    dq.si,
+                );
+                // dk[..keys] += scale * ds^T @ q[block]
+                sgemm(
+                    true,
+                    false,
+                    keys,
+                    d,
+                    rows,
+                    dims.scale,
+                    dp.as_ptr(),
+                    keys,
+                    qr.at(bi, hi, i0),
+                    qr.si,
+                    1.0,
+                    dk.at(bi, hi, 0),
+                    dk.si,
+                );
+            }
+        }
+    }
+    grads
+}
+
+/// Elements of the forward's packed buffer.
+fn packed_total(dims: &AttentionDims) -> usize {
+    let (a, b) = dims.packed_len();
+    a + b
+}
+
+/// Every head `(b, h)` in order.
+fn heads(b: usize, h: usize) -> impl Iterator<Item = (usize, usize)> {
+    (0..b).flat_map(move |bi| (0..h).map(move |hi| (bi, hi)))
+}

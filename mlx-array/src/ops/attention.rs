@@ -1,0 +1,119 @@
+//! Scaled dot-product attention as one fused node (MLX's
+//! `mx.fast.scaled_dot_product_attention`).
+
+use crate::primitives::attention::{Attention, AttentionOutput};
+use crate::{Array, Dtype, Result, arange};
+
+/// `softmax(scale * q @ k^T + mask) @ v` over the last two axes of
+/// `q [B, H, Lq, d]`, `k [B, H, Lk, d]` and `v [B, H, Lk, dv]`, where the
+/// mask, when `causal`, hides from query `i` every key after position
+/// `i + Lk - Lq` (the queries are the last `Lq` positions, as when new
+/// tokens attend to a cache of earlier ones).
+///
+/// For f32 this is one fused primitive on the CPU and the GPU: the
+/// `[B, H, Lq, Lk]` scores and probabilities are never held (each block is
+/// recomputed for the gradient from its rows' logsumexps), and under a
+/// causal mask the hidden half of the products is skipped. Other float
+/// dtypes run the same computation as a graph of ops.
+///
+/// ```
+/// use mlx_array::{Array, Dtype, fused_attention};
+/// let q = Array::ones(&[1, 2, 3, 4], Dtype::F32);
+/// let v = Array::arange(0.0, 24.0, 1.0, Dtype::F32).unwrap().reshape(&[1, 2, 3, 4]).unwrap();
+/// let o = fused_attention(&q, &q, &v, 0.5, true).unwrap();
+/// // Equal scores: each query averages the values it sees.
+/// assert_eq!(o.to_vec::<f32>().unwrap()[..4], [0.0, 1.0, 2.0, 3.0]);
+/// assert_eq!(o.to_vec::<f32>().unwrap()[4..8], [2.0, 3.0, 4.0, 5.0]);
+/// ```
+pub fn fused_attention(q: &Array, k: &Array, v: &Array, scale: f64, causal: bool) -> Result<Array> {
+    const OP: &str = "fused_attention";
+    let (qs, ks, vs) = (q.shape(), k.shape(), v.shape());
+    if q.ndim() != 4 || k.ndim() != 4 || v.ndim() != 4 {
+        return Err(crate::Error::shape(
+            OP,
+            format!("q, k and v must be [B, H, L, d]; got {qs:?}, {ks:?} and {vs:?}"),
+        ));
+    }
+    if ks[..2] != qs[..2] || vs[..3] != ks[..3] || ks[3] != qs[3] {
+        return Err(crate::Error::shape(
+            OP,
+            format!(
+                "expected q [B, H, Lq, d], k [B, H, Lk, d] and v [B, H, Lk, dv]; got {qs:?}, {ks:?} and {vs:?}"
+            ),
+        ));
+    }
+    if ks[2] == 0 || qs[3] == 0 || vs[3] == 0 {
+        return Err(crate::Error::shape(
+            OP,
+            format!(
+                "attention needs at least one key and non-empty heads; got k {ks:?} and v {vs:?}"
+            ),
+        ));
+    }
+    if causal && qs[2] > ks[2] {
+        return Err(crate::Error::shape(
+            OP,
+            format!(
+                "a causal mask needs no more queries than keys (the queries are the last positions); got {} queries and {} keys",
+                qs[2], ks[2]
+            ),
+        ));
+    }
+    let dtype = q.dtype();
+    if !dtype.is_float() || k.dtype() != dtype || v.dtype() != dtype {
+        return Err(crate::Error::dtype(
+            OP,
+            dtype,
+            format!(
+                "q, k and v must share one float dtype; got {dtype}, {} and {}",
+                k.dtype(),
+                v.dtype()
+            ),
+        ));
+    }
+    if !scale.is_finite() {
+        return Err(crate::Error::invalid(
+            OP,
+            format!("the scale must be finite, got {scale}"),
+        ));
+    }
+    if dtype != Dtype::F32 {
+        return composite(q, k, v, scale, causal);
+    }
+    let node = Attention {
+        scale: scale as f32,
+        causal,
+    };
+    let (rows, d) = (qs[0] * qs[1] * qs[2], vs[3]);
+    let inputs = vec![q.clone(), k.clone(), v.clone()];
+    let packed = Array::from_primitive(node, inputs.clone(), vec![rows * d + rows], Dtype::F32);
+    let mut inputs = inputs;
+    inputs.push(packed);
+    Ok(Array::from_primitive(
+        AttentionOutput(node),
+        inputs,
+        vec![qs[0], qs[1], qs[2], d],
+        Dtype::F32,
+    ))
+}
+
+/// The same attention as a graph of ops (scores, additive mask, softmax).
+fn composite(q: &Array, k: &Array, v: &Array, scale: f64, causal: bool) -> Result<Array> {
+    let mut scores = q.mul_scalar(scale)?.matmul(&k.swapaxes(-1, -2)?)?;
+    if causal {
+        let (lq, lk) = (q.shape()[2], k.shape()[2]);
+        let rows = arange((lk - lq) as f64, lk as f64, 1.0, Dtype::I32)?;
+        let cols = arange(0.0, lk as f64, 1.0, Dtype::I32)?;
+        let hidden = cols
+            .reshape(&[1, lk as i64])?
+            .greater(&rows.reshape(&[lq as i64, 1])?)?;
+        // -inf where hidden (a finite -1e9 times a float16 zero would be NaN).
+        let dtype = scores.dtype();
+        let mask = hidden.where_(
+            &Array::full(&[], f64::NEG_INFINITY, dtype),
+            &Array::zeros(&[], dtype),
+        )?;
+        scores = scores.add(&mask)?;
+    }
+    scores.softmax(&[-1])?.matmul(v)
+}
