@@ -1668,6 +1668,103 @@ fn attention_case() {
     );
 }
 
+// ---------------------------------------------------------------- rope
+
+/// `rope` against the rotation computed in f64: every float dtype, strided
+/// inputs, both pairings, an offset, features that pass through; and the
+/// inverse rotation (its gradient) undoes it.
+fn rope_case() {
+    let strategy = (
+        (1usize..3, 1usize..5, 1usize..4),
+        0usize..3,
+        any::<bool>(),
+        0usize..6,
+        layout(),
+        any::<u64>(),
+    );
+    for dtype in FLOATS {
+        runner()
+            .run(
+                &strategy,
+                |((b, l, pairs), extra, traditional, offset, lay, seed)| {
+                    let (dims, width) = (2 * pairs, 2 * pairs + extra);
+                    let x = fill(&[b, l, width], dtype, -2.0, 2.0, seed);
+                    let (base, scale) = (500.0f64, 0.75);
+                    let want = Nd::from_fn(&[b, l, width], |i| {
+                        let c = i[2];
+                        if c >= dims {
+                            return x.at(i);
+                        }
+                        let half = dims / 2;
+                        let (pair, first, partner) = if traditional {
+                            (c / 2, c % 2 == 0, c ^ 1)
+                        } else if c < half {
+                            (c, true, c + half)
+                        } else {
+                            (c - half, false, c - half)
+                        };
+                        let theta = (offset + i[1]) as f64
+                            * scale
+                            * base.powf(-2.0 * pair as f64 / dims as f64);
+                        let (own, other) = (x.at(i), x.at(&[i[0], i[1], partner]));
+                        let v = if first {
+                            own * theta.cos() - other * theta.sin()
+                        } else {
+                            other * theta.sin() + own * theta.cos()
+                        };
+                        quantize(v, dtype)
+                    });
+                    let got = mlx_array::rope(
+                        &make(&x, dtype, lay),
+                        dims,
+                        traditional,
+                        base,
+                        scale,
+                        offset,
+                    )
+                    .unwrap();
+                    check(&got, &want, dtype, tol(dtype) * 4.0 + 1e-5, "rope");
+                    Ok(())
+                },
+            )
+            .unwrap();
+    }
+    // The gradient of a rotation is its inverse: rotating a cotangent back.
+    let x = Array::from_slice(&[0.3f32, -1.2, 0.8, 2.0, -0.5, 0.1], &[3, 2]).unwrap();
+    let (_, g) = mlx_array::vjp(
+        |a: &[Array]| Ok(vec![mlx_array::rope(&a[0], 2, false, 10.0, 1.0, 4)?]),
+        std::slice::from_ref(&x),
+        &[mlx_array::rope(&x, 2, false, 10.0, 1.0, 4).unwrap()],
+    )
+    .unwrap();
+    for (a, b) in g[0]
+        .to_vec::<f32>()
+        .unwrap()
+        .iter()
+        .zip(x.to_vec::<f32>().unwrap())
+    {
+        assert!(
+            (a - b).abs() < 1e-6,
+            "the inverse rotation undoes the rotation"
+        );
+    }
+    let err = |r: mlx_array::Result<Array>| r.unwrap_err().to_string();
+    assert!(err(mlx_array::rope(&x, 3, false, 10.0, 1.0, 0)).contains("cannot rotate 3 features"));
+    assert!(err(mlx_array::rope(&x, 4, false, 10.0, 1.0, 0)).contains("cannot rotate 4 features"));
+    assert!(err(mlx_array::rope(&x, 2, false, 0.0, 1.0, 0)).contains("base must be positive"));
+    assert!(
+        err(mlx_array::rope(
+            &x.astype(Dtype::I32).unwrap(),
+            2,
+            false,
+            10.0,
+            1.0,
+            0
+        ))
+        .contains("floating point")
+    );
+}
+
 // ---------------------------------------------------------------- the table
 
 fn case_for(name: &str) -> Option<Box<dyn Fn()>> {
@@ -1715,6 +1812,7 @@ fn case_for(name: &str) -> Option<Box<dyn Fn()>> {
         "cross_entropy" => Box::new(cross_entropy_case),
         "softmax" => Box::new(softmax_case),
         "attention" | "attention_output" | "attention_grad" => Box::new(attention_case),
+        "rope" => Box::new(rope_case),
         "cross_entropy_grad" => Box::new(cross_entropy_grad_case),
         "linear_cross_entropy" => Box::new(linear_cross_entropy_case),
         "linear_cross_entropy_grad" => Box::new(linear_cross_entropy_grad_case),

@@ -283,6 +283,12 @@ fn grad_case(name: &str) -> Option<Case> {
                 mlx_array::stack(&[causal, plain], 0)
             },
         ),
+        "rope" => case(vec![uniform(28, &[2, 3, 6], -1.0, 1.0)], &[0], |a| {
+            // Halves with a pass-through feature, then pairs of a transposed view.
+            let halves = mlx_array::rope(&a[0], 4, false, 100.0, 1.0, 2)?;
+            let pairs = mlx_array::rope(&a[0].swapaxes(0, 1)?, 6, true, 10.0, 0.5, 0)?;
+            mlx_array::stack(&[halves, pairs.swapaxes(0, 1)?], 0)
+        }),
         "tracer" => case(vec![x23()], &[0], |a| Ok(a[0].clone())),
         _ => None,
     }

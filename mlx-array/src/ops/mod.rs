@@ -9,6 +9,7 @@ mod elementwise;
 mod indexing;
 mod linalg;
 mod reduce;
+mod rope;
 mod shape;
 
 pub use attention::*;
@@ -17,4 +18,5 @@ pub use elementwise::*;
 pub use indexing::*;
 pub use linalg::*;
 pub use reduce::*;
+pub use rope::*;
 pub use shape::*;

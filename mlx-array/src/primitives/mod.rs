@@ -8,6 +8,7 @@ pub mod indexing;
 pub mod linalg;
 pub mod loss;
 pub mod reduce;
+pub mod rope;
 pub mod softmax;
 pub mod view;
 
@@ -53,6 +54,7 @@ pub fn primitive_names() -> Vec<&'static str> {
         "attention",
         "attention_output",
         "attention_grad",
+        "rope",
         "tracer",
     ]);
     names

@@ -21,6 +21,7 @@ pub const NAMES: &[&str] = &[
     "attention",
     "attention_output",
     "attention_grad",
+    "rope",
 ];
 
 const FLOATS: [Dtype; 3] = [Dtype::F32, Dtype::F16, Dtype::BF16];
@@ -338,4 +339,37 @@ fn fused_attention_and_its_gradients_match_the_cpu() {
         qkv[2].clone(),
     ];
     compare_grad("attention", &qkv, |a| weighted(a, false), 1e-4);
+}
+
+#[test]
+fn rope_and_its_gradient_match_the_cpu() {
+    let Some(_gpu) = gpu() else { return };
+    for d in FLOATS {
+        for layout in LAYOUTS {
+            for traditional in [true, false] {
+                let x = make(&values_in(&[2, 5, 6], 47, -2.0, 2.0, false), d, layout);
+                compare(
+                    &format!("rope {d} {layout:?} traditional {traditional}"),
+                    &[x],
+                    |a| mlx_array::rope(&a[0], 4, traditional, 1000.0, 0.5, 3),
+                    tol(d).max(1e-5),
+                );
+            }
+        }
+    }
+    compare_grad(
+        "weighted rope",
+        &[make(
+            &values_in(&[3, 4, 8], 48, -1.0, 1.0, false),
+            Dtype::F32,
+            Layout::Transposed,
+        )],
+        |a| {
+            let w = Array::from_slice(&[0.5f32, -1.0, 2.0, 0.25, 1.5, -0.5, 1.0, 3.0], &[8])?;
+            mlx_array::rope(&a[0], 8, true, 10_000.0, 1.0, 1)?
+                .multiply(&w)?
+                .cpu_sum(&[0, 1, 2])
+        },
+        1e-5,
+    );
 }

@@ -22,6 +22,7 @@ pub(crate) mod math;
 pub(crate) mod matmul;
 pub(crate) mod random;
 pub(crate) mod reduce;
+pub(crate) mod rope;
 pub(crate) mod scan;
 pub(crate) mod strided;
 pub(crate) mod unary;

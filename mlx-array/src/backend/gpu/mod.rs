@@ -22,6 +22,7 @@ mod linear_loss;
 mod loss;
 mod matmul;
 mod reduce;
+mod rope;
 mod scan;
 
 pub use attention::{attention, attention_grad};
@@ -32,6 +33,7 @@ pub use linear_loss::{linear_cross_entropy, linear_cross_entropy_grad};
 pub use loss::{cross_entropy, cross_entropy_grad, softmax};
 pub use matmul::matmul;
 pub use reduce::{arg_reduce, reduce};
+pub use rope::rope;
 pub use scan::cumsum;
 
 use std::collections::HashMap;

@@ -1,0 +1,41 @@
+//! Rotary position embedding as one primitive (see [`crate::rope`]).
+
+pub use crate::backend::cpu::rope::RopeSpec;
+use crate::{Array, ArrayData, Primitive, Result};
+
+/// Rotates the f32 input's first features by position (see [`RopeSpec`]).
+/// The rotation is linear and orthogonal: its vector-Jacobian product is
+/// the same primitive with the angle negated.
+#[derive(Debug, Clone, Copy)]
+pub struct Rope(pub RopeSpec);
+
+impl Primitive for Rope {
+    fn name(&self) -> &'static str {
+        "rope"
+    }
+    #[cfg(feature = "gpu")]
+    fn eval_gpu(&self, inputs: &[Array], _out: &Array) -> Result<ArrayData> {
+        let x = &inputs[0];
+        crate::backend::gpu::rope(&x.data()?, x.shape(), &self.0)
+    }
+    fn eval_cpu(&self, inputs: &[Array], _out: &Array) -> Result<ArrayData> {
+        let x = &inputs[0];
+        Ok(crate::backend::cpu::rope::rope(
+            &x.data()?,
+            x.shape(),
+            &self.0,
+        ))
+    }
+    fn vjp(&self, _inputs: &[Array], _out: &Array, ct: &Array) -> Result<Vec<Option<Array>>> {
+        let inverse = RopeSpec {
+            inverse: !self.0.inverse,
+            ..self.0
+        };
+        Ok(vec![Some(Array::from_primitive(
+            Rope(inverse),
+            vec![ct.astype(crate::Dtype::F32)?],
+            ct.shape().to_vec(),
+            crate::Dtype::F32,
+        ))])
+    }
+}
