@@ -1765,6 +1765,45 @@ fn rope_case() {
     );
 }
 
+// ---------------------------------------------------------------- swiglu
+
+/// `swiglu` against `g / (1 + e^-g) * u` in f64, with broadcasting and
+/// strided inputs, over every float dtype; integers are refused.
+fn swiglu_case() {
+    for dtype in FLOATS {
+        runner()
+            .run(
+                &(broadcast_pair(), layout(), layout(), any::<u64>()),
+                |((sa, sb), la, lb, seed)| {
+                    let x = fill(&sa, dtype, -8.0, 8.0, seed);
+                    let y = fill(&sb, dtype, -3.0, 3.0, seed ^ 0x51);
+                    let want = zip(&x, &y, |g, u| quantize(g / (1.0 + (-g).exp()) * u, dtype));
+                    let got =
+                        mlx_array::swiglu(&make(&x, dtype, la), &make(&y, dtype, lb)).unwrap();
+                    check(
+                        &got,
+                        &want,
+                        dtype,
+                        tol(dtype) * 4.0,
+                        &format!("swiglu {dtype} {sa:?} {sb:?}"),
+                    );
+                    Ok(())
+                },
+            )
+            .unwrap();
+    }
+    let i = Array::from_slice(&[1i32, 2], &[2]).unwrap();
+    let err = mlx_array::swiglu(&i, &i).unwrap_err().to_string();
+    assert!(err.contains("floating point"), "{err}");
+    let extreme = Array::from_slice(&[-200.0f32, 200.0, 0.0], &[3]).unwrap();
+    let got = mlx_array::swiglu(&extreme, &extreme.scalar_like(2.0)).unwrap();
+    assert_eq!(
+        got.to_vec::<f32>().unwrap(),
+        [0.0, 400.0, 0.0],
+        "no overflow at the extremes"
+    );
+}
+
 // ---------------------------------------------------------------- the table
 
 fn case_for(name: &str) -> Option<Box<dyn Fn()>> {
@@ -1813,6 +1852,7 @@ fn case_for(name: &str) -> Option<Box<dyn Fn()>> {
         "softmax" => Box::new(softmax_case),
         "attention" | "attention_output" | "attention_grad" => Box::new(attention_case),
         "rope" => Box::new(rope_case),
+        "swiglu" => Box::new(swiglu_case),
         "cross_entropy_grad" => Box::new(cross_entropy_grad_case),
         "linear_cross_entropy" => Box::new(linear_cross_entropy_case),
         "linear_cross_entropy_grad" => Box::new(linear_cross_entropy_grad_case),

@@ -289,6 +289,14 @@ fn grad_case(name: &str) -> Option<Case> {
             let pairs = mlx_array::rope(&a[0].swapaxes(0, 1)?, 6, true, 10.0, 0.5, 0)?;
             mlx_array::stack(&[halves, pairs.swapaxes(0, 1)?], 0)
         }),
+        "swiglu" => case(
+            vec![
+                uniform(29, &[2, 3], -3.0, 3.0),
+                uniform(30, &[3], -2.0, 2.0),
+            ],
+            &[0, 1],
+            |a| mlx_array::swiglu(&a[0], &a[1]),
+        ),
         "tracer" => case(vec![x23()], &[0], |a| Ok(a[0].clone())),
         _ => None,
     }

@@ -5,7 +5,7 @@ use mlx_array::{Array, Result, concatenate, random};
 use mlx_nn::losses::{CrossEntropyOptions, linear_cross_entropy};
 use mlx_nn::{
     AttentionMask, Embedding, Linear, RMSNorm, RoPE, impl_module, merge_heads,
-    scaled_dot_product_attention, silu, split_heads,
+    scaled_dot_product_attention, split_heads,
 };
 use serde::{Deserialize, Serialize};
 
@@ -177,9 +177,10 @@ impl LlamaEncoderLayer {
             .forward(&self.norm1.forward(x)?, mask, cache)?;
         let x = x.add(&y)?;
         let h = self.norm2.forward(&x)?;
-        let y = self
-            .linear3
-            .forward(&silu(&self.linear1.forward(&h)?)?.multiply(&self.linear2.forward(&h)?)?)?;
+        let y = self.linear3.forward(&mlx_array::swiglu(
+            &self.linear1.forward(&h)?,
+            &self.linear2.forward(&h)?,
+        )?)?;
         x.add(&y)
     }
 }

@@ -56,6 +56,35 @@ pub fn binary(op: BinaryOp, a: &Array, b: &Array) -> Result<Array> {
     Ok(Array::from_primitive(Binary(op), vec![a, b], shape, out))
 }
 
+/// `silu(gate) * up` (the SwiGLU activation of Llama's MLP) as one
+/// elementwise primitive, broadcasting the two; floats only.
+///
+/// ```
+/// use mlx_array::{Array, swiglu};
+/// let g = Array::from_slice(&[0.0f32, 1.0, -2.0], &[3]).unwrap();
+/// let up = Array::from_slice(&[5.0f32, 2.0, 1.0], &[3]).unwrap();
+/// let y = swiglu(&g, &up).unwrap().to_vec::<f32>().unwrap();
+/// let silu = |x: f32| x / (1.0 + (-x).exp());
+/// assert!(y.iter().zip([0.0, 2.0 * silu(1.0), silu(-2.0)]).all(|(a, b)| (a - b).abs() < 1e-6));
+/// ```
+pub fn swiglu(gate: &Array, up: &Array) -> Result<Array> {
+    let dtype = Dtype::promote(gate.dtype(), up.dtype());
+    if !dtype.is_float() {
+        return Err(Error::dtype("swiglu", dtype, "needs floating point inputs"));
+    }
+    let shape = broadcast_shapes("swiglu", gate.shape(), up.shape())?;
+    let inputs = vec![
+        gate.astype(dtype)?.broadcast_to(&shape)?,
+        up.astype(dtype)?.broadcast_to(&shape)?,
+    ];
+    Ok(Array::from_primitive(
+        crate::primitives::elementwise::Swiglu,
+        inputs,
+        shape,
+        dtype,
+    ))
+}
+
 /// `cond ? a : b` elementwise, broadcasting all three.
 pub fn where_(cond: &Array, a: &Array, b: &Array) -> Result<Array> {
     let dtype = Dtype::promote(a.dtype(), b.dtype());

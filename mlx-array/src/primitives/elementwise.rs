@@ -237,6 +237,55 @@ impl Primitive for Binary {
     }
 }
 
+/// `silu(gate) * up`, the SwiGLU activation, in one pass. Inputs: two
+/// floats of the output's shape and dtype. Under autodiff it keeps only
+/// its inputs (the composite `gate * sigmoid(gate) * up` keeps the sigmoid
+/// and the SiLU as well: two activations' worth per MLP).
+#[derive(Debug, Clone, Copy)]
+pub struct Swiglu;
+
+/// `swiglu`'s WGSL expression.
+#[cfg(feature = "gpu")]
+const SWIGLU: &str = "a0 * (1.0 / (1.0 + exp(-a0))) * a1";
+
+impl Primitive for Swiglu {
+    fn name(&self) -> &'static str {
+        "swiglu"
+    }
+    #[cfg(feature = "gpu")]
+    fn gpu_expression(&self, _inputs: &[Array], _out: &Array) -> Option<String> {
+        Some(SWIGLU.to_string())
+    }
+    #[cfg(feature = "gpu")]
+    fn eval_gpu(&self, inputs: &[Array], out: &Array) -> Result<ArrayData> {
+        let (g, u) = (&inputs[0], &inputs[1]);
+        let d = out.dtype();
+        gpu::elementwise::map(
+            "swiglu",
+            SWIGLU,
+            out.shape(),
+            &[(&g.data()?, d), (&u.data()?, d)],
+            d,
+        )
+    }
+    fn eval_cpu(&self, inputs: &[Array], out: &Array) -> Result<ArrayData> {
+        let (g, u) = (&inputs[0], &inputs[1]);
+        cpu::binary::swiglu(out.shape(), out.dtype(), &g.data()?, &u.data()?)
+    }
+    fn vjp(&self, inputs: &[Array], _out: &Array, ct: &Array) -> Result<Vec<Option<Array>>> {
+        // d up = ct * silu(g); d gate = ct * up * s * (1 + g * (1 - s)),
+        // with s = sigmoid(g), written as s + silu * (1 - s).
+        let (g, u) = (&inputs[0], &inputs[1]);
+        let s = g.sigmoid()?;
+        let silu = g.multiply(&s)?;
+        let slope = s.add(&silu.multiply(&s.negative()?.add_scalar(1.0)?)?)?;
+        Ok(vec![
+            Some(ct.multiply(u)?.multiply(&slope)?),
+            Some(ct.multiply(&silu)?),
+        ])
+    }
+}
+
 /// `where(cond, a, b)`: inputs broadcast to the output shape, `cond` bool.
 #[derive(Debug, Clone, Copy)]
 pub struct Select;

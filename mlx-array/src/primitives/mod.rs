@@ -21,6 +21,7 @@ pub fn primitive_names() -> Vec<&'static str> {
     names.extend(BinaryOp::ALL.iter().map(|o| o.name()));
     names.extend([
         "where",
+        "swiglu",
         "astype",
         "stop_gradient",
         "reshape",

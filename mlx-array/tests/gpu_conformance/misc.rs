@@ -22,6 +22,7 @@ pub const NAMES: &[&str] = &[
     "attention_output",
     "attention_grad",
     "rope",
+    "swiglu",
 ];
 
 const FLOATS: [Dtype; 3] = [Dtype::F32, Dtype::F16, Dtype::BF16];
@@ -370,6 +371,40 @@ fn rope_and_its_gradient_match_the_cpu() {
                 .multiply(&w)?
                 .cpu_sum(&[0, 1, 2])
         },
+        1e-5,
+    );
+}
+
+#[test]
+fn swiglu_and_its_gradient_match_the_cpu() {
+    let Some(_gpu) = gpu() else { return };
+    for d in FLOATS {
+        for layout in LAYOUTS {
+            let g = make(&values_in(&[3, 7], 49, -6.0, 6.0, false), d, layout);
+            let u = make(&values_in(&[7], 50, -2.0, 2.0, false), d, Layout::Dense);
+            compare(
+                &format!("swiglu {d} {layout:?}"),
+                &[g, u],
+                |a| mlx_array::swiglu(&a[0], &a[1]),
+                tol(d).max(1e-5),
+            );
+        }
+    }
+    compare_grad(
+        "swiglu",
+        &[
+            make(
+                &values_in(&[4, 5], 51, -3.0, 3.0, false),
+                Dtype::F32,
+                Layout::Transposed,
+            ),
+            make(
+                &values_in(&[4, 5], 52, -2.0, 2.0, false),
+                Dtype::F32,
+                Layout::Dense,
+            ),
+        ],
+        |a| mlx_array::swiglu(&a[0], &a[1])?.cpu_sum(&[0, 1]),
         1e-5,
     );
 }

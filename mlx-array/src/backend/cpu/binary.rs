@@ -160,6 +160,33 @@ pub fn binary(
     })
 }
 
+/// `silu(gate) * up` (`gate * sigmoid(gate) * up`, in f32, as the ops it
+/// replaces compute it) over two float inputs of the same shape and dtype.
+pub fn swiglu(
+    shape: &[usize],
+    dtype: Dtype,
+    gate: &ArrayData,
+    up: &ArrayData,
+) -> Result<ArrayData> {
+    fn run<T: FloatLike>(shape: &[usize], g: &ArrayData, u: &ArrayData) -> ArrayData {
+        map2::<T, T, T>(shape, g, u, |g, u| {
+            let g = g.to_f32();
+            T::from_f32(g * super::math::sigmoid(g) * u.to_f32())
+        })
+    }
+    Ok(match dtype {
+        Dtype::F32 => run::<f32>(shape, gate, up),
+        Dtype::F16 => run::<f16>(shape, gate, up),
+        Dtype::BF16 => run::<bf16>(shape, gate, up),
+        d => {
+            return Err(Error::eval(
+                "swiglu",
+                format!("the inputs must be floating point, got {d}"),
+            ));
+        }
+    })
+}
+
 /// `where(cond, a, b)` over three inputs of the same shape; `cond` is bool.
 pub fn select(
     shape: &[usize],
