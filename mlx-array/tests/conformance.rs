@@ -1804,6 +1804,114 @@ fn swiglu_case() {
     );
 }
 
+// ---------------------------------------------------------------- rms_norm
+
+/// `rms_norm` and its gradients against f64: every float dtype, strided
+/// inputs, empty and one-wide rows, with and without a weight.
+fn rms_norm_case() {
+    let strategy = (
+        prop::collection::vec(0usize..4, 0..3),
+        1usize..9,
+        layout(),
+        any::<bool>(),
+        any::<u64>(),
+    );
+    for dtype in FLOATS {
+        runner()
+            .run(&strategy, |(rows, width, lay, weighted, seed)| {
+                let mut shape = rows.clone();
+                shape.push(width);
+                let x = fill(&shape, dtype, -3.0, 3.0, seed);
+                let w = fill(&[width], Dtype::F32, -2.0, 2.0, seed ^ 7);
+                let ct = fill(&shape, Dtype::F32, -1.0, 1.0, seed ^ 9);
+                let eps = 1e-3;
+                let row = |i: &[usize]| -> Vec<f64> {
+                    (0..width)
+                        .map(|c| {
+                            let mut j = i[..i.len() - 1].to_vec();
+                            j.push(c);
+                            x.at(&j)
+                        })
+                        .collect()
+                };
+                let wv = |c: usize| if weighted { w.at(&[c]) } else { 1.0 };
+                let r_of = |xs: &[f64]| {
+                    1.0 / (xs.iter().map(|v| v * v).sum::<f64>() / width as f64 + eps).sqrt()
+                };
+                let want = Nd::from_fn(&shape, |i| {
+                    let c = i[i.len() - 1];
+                    quantize(x.at(i) * r_of(&row(i)) * wv(c), dtype)
+                });
+                let want_dx = Nd::from_fn(&shape, |i| {
+                    let (xs, c) = (row(i), i[i.len() - 1]);
+                    let r = r_of(&xs);
+                    let cts: Vec<f64> = (0..width)
+                        .map(|k| {
+                            let mut j = i[..i.len() - 1].to_vec();
+                            j.push(k);
+                            ct.at(&j)
+                        })
+                        .collect();
+                    let xg: f64 =
+                        (0..width).map(|k| xs[k] * cts[k] * wv(k)).sum::<f64>() / width as f64;
+                    quantize(r * wv(c) * cts[c] - xs[c] * r * r * r * xg, dtype)
+                });
+                let mut dw = vec![0.0; width];
+                common::for_each_index(&shape, |i| {
+                    let c = i[i.len() - 1];
+                    dw[c] += ct.at(i) * x.at(i) * r_of(&row(i));
+                });
+                let want_dw = Nd::new(&[width], dw);
+                let wa = make(&w, Dtype::F32, Layout::Dense);
+                let (outs, grads) = mlx_array::vjp(
+                    |a: &[Array]| {
+                        Ok(vec![mlx_array::rms_norm(
+                            &a[0],
+                            weighted.then_some(&a[1]),
+                            eps,
+                        )?])
+                    },
+                    &[make(&x, dtype, lay), wa],
+                    &[make(&ct, Dtype::F32, Layout::Dense).astype(dtype).unwrap()],
+                )
+                .unwrap();
+                let rel = tol(dtype) * 8.0;
+                check(&outs[0], &want, dtype, rel, "rms_norm");
+                check(&grads[0], &want_dx, dtype, rel * 2.0, "rms_norm dx");
+                if weighted {
+                    check(
+                        &grads[1],
+                        &want_dw,
+                        Dtype::F32,
+                        (rel * 2.0).max(1e-5),
+                        "rms_norm dw",
+                    );
+                }
+                Ok(())
+            })
+            .unwrap();
+    }
+    let x = Array::zeros(&[2, 3], Dtype::F32);
+    let err = |r: mlx_array::Result<Array>| r.unwrap_err().to_string();
+    assert!(
+        err(mlx_array::rms_norm(
+            &x,
+            Some(&Array::ones(&[2], Dtype::F32)),
+            1e-5
+        ))
+        .contains("shape [3]")
+    );
+    assert!(err(mlx_array::rms_norm(&x, None, -1.0)).contains("eps"));
+    assert!(
+        err(mlx_array::rms_norm(
+            &x.astype(Dtype::I32).unwrap(),
+            None,
+            1e-5
+        ))
+        .contains("floating point")
+    );
+}
+
 // ---------------------------------------------------------------- the table
 
 fn case_for(name: &str) -> Option<Box<dyn Fn()>> {
@@ -1853,6 +1961,7 @@ fn case_for(name: &str) -> Option<Box<dyn Fn()>> {
         "attention" | "attention_output" | "attention_grad" => Box::new(attention_case),
         "rope" => Box::new(rope_case),
         "swiglu" => Box::new(swiglu_case),
+        "rms_norm" | "rms_norm_grad" => Box::new(rms_norm_case),
         "cross_entropy_grad" => Box::new(cross_entropy_grad_case),
         "linear_cross_entropy" => Box::new(linear_cross_entropy_case),
         "linear_cross_entropy_grad" => Box::new(linear_cross_entropy_grad_case),

@@ -297,6 +297,14 @@ fn grad_case(name: &str) -> Option<Case> {
             &[0, 1],
             |a| mlx_array::swiglu(&a[0], &a[1]),
         ),
+        "rms_norm" => case(
+            vec![
+                uniform(31, &[2, 3, 5], -2.0, 2.0),
+                uniform(32, &[5], 0.5, 1.5),
+            ],
+            &[0, 1],
+            |a| mlx_array::rms_norm(&a[0].swapaxes(0, 1)?, Some(&a[1]), 1e-5),
+        ),
         "tracer" => case(vec![x23()], &[0], |a| Ok(a[0].clone())),
         _ => None,
     }
@@ -308,6 +316,7 @@ fn grad_case(name: &str) -> Option<Case> {
 const NO_VJP: &[&str] = &[
     "attention",
     "attention_grad",
+    "rms_norm_grad",
     "cross_entropy_grad",
     "linear_cross_entropy_grad",
     "linear_cross_entropy_value_and_grad",

@@ -7,6 +7,7 @@ pub mod elementwise;
 pub mod indexing;
 pub mod linalg;
 pub mod loss;
+pub mod norm;
 pub mod reduce;
 pub mod rope;
 pub mod softmax;
@@ -56,6 +57,8 @@ pub fn primitive_names() -> Vec<&'static str> {
         "attention_output",
         "attention_grad",
         "rope",
+        "rms_norm",
+        "rms_norm_grad",
         "tracer",
     ]);
     names

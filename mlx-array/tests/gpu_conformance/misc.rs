@@ -23,6 +23,8 @@ pub const NAMES: &[&str] = &[
     "attention_grad",
     "rope",
     "swiglu",
+    "rms_norm",
+    "rms_norm_grad",
 ];
 
 const FLOATS: [Dtype; 3] = [Dtype::F32, Dtype::F16, Dtype::BF16];
@@ -406,5 +408,54 @@ fn swiglu_and_its_gradient_match_the_cpu() {
         ],
         |a| mlx_array::swiglu(&a[0], &a[1])?.cpu_sum(&[0, 1]),
         1e-5,
+    );
+}
+
+#[test]
+fn rms_norm_and_its_gradients_match_the_cpu() {
+    let Some(_gpu) = gpu() else { return };
+    let w = make(
+        &values_in(&[6], 53, 0.5, 1.5, false),
+        Dtype::F32,
+        Layout::Dense,
+    );
+    for d in FLOATS {
+        for layout in LAYOUTS {
+            let x = make(&values_in(&[4, 6], 54, -3.0, 3.0, false), d, layout);
+            compare(
+                &format!("rms_norm {d} {layout:?}"),
+                &[x, w.clone()],
+                |a| mlx_array::rms_norm(&a[0], Some(&a[1]), 1e-5),
+                tol(d).max(1e-5),
+            );
+        }
+    }
+    compare_grad(
+        "weighted rms_norm",
+        &[
+            make(
+                &values_in(&[3, 4, 6], 55, -2.0, 2.0, false),
+                Dtype::F32,
+                Layout::Transposed,
+            ),
+            w,
+        ],
+        |a| {
+            let v = Array::from_slice(&[0.5f32, -1.0, 2.0, 0.25, 1.5, -0.5], &[6])?;
+            mlx_array::rms_norm(&a[0], Some(&a[1]), 1e-5)?
+                .multiply(&v)?
+                .cpu_sum(&[0, 1, 2])
+        },
+        1e-5,
+    );
+    // No rows: the weight's gradient is zero on both devices.
+    compare_grad(
+        "rms_norm of no rows",
+        &[
+            Array::zeros(&[0, 6], Dtype::F32),
+            Array::ones(&[6], Dtype::F32),
+        ],
+        |a| mlx_array::rms_norm(&a[0], Some(&a[1]), 1e-5)?.cpu_sum(&[0, 1]),
+        0.0,
     );
 }

@@ -28,17 +28,10 @@ impl RMSNorm {
             eps,
         }
     }
-    /// Normalises `x` over its last axis.
+    /// Normalises `x` over its last axis (one fused primitive,
+    /// [`mlx_array::rms_norm`]).
     pub fn forward(&self, x: &Array) -> Result<Array> {
-        let xf = x.astype(Dtype::F32)?;
-        let inv = xf
-            .square()?
-            .mean(&[-1], true)?
-            .add_scalar(self.eps)?
-            .rsqrt()?;
-        xf.multiply(&inv)?
-            .multiply(self.weight.value())?
-            .astype(x.dtype())
+        mlx_array::rms_norm(x, Some(self.weight.value()), self.eps)
     }
 }
 

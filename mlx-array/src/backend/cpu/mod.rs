@@ -20,6 +20,7 @@ mod lce_avx512;
 pub(crate) mod loss;
 pub(crate) mod math;
 pub(crate) mod matmul;
+pub(crate) mod norm;
 pub(crate) mod random;
 pub(crate) mod reduce;
 pub(crate) mod rope;

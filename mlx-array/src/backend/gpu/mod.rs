@@ -21,6 +21,7 @@ mod indexing;
 mod linear_loss;
 mod loss;
 mod matmul;
+mod norm;
 mod reduce;
 mod rope;
 mod scan;
@@ -32,6 +33,7 @@ pub use indexing::{concatenate, pad, scatter_add, slice_update, take, take_along
 pub use linear_loss::{linear_cross_entropy, linear_cross_entropy_grad};
 pub use loss::{cross_entropy, cross_entropy_grad, softmax};
 pub use matmul::matmul;
+pub use norm::{rms_norm, rms_norm_grad};
 pub use reduce::{arg_reduce, reduce};
 pub use rope::rope;
 pub use scan::cumsum;

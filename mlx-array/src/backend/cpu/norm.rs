@@ -1,0 +1,123 @@
+//! RMS normalisation and its gradient, a row at a time.
+
+use rayon::prelude::*;
+
+use super::copy::contiguous;
+use super::loss::vectorised;
+use crate::{ArrayData, Dtype};
+
+/// Rows per task of the gradient (each task sums its own part of `dw`;
+/// the parts are added in order, so the result does not depend on the
+/// number of threads).
+const ROWS_PER_TASK: usize = 64;
+
+/// `1 / sqrt(mean(x^2) + eps)` of one row.
+#[inline(always)]
+fn inv_rms(x: &[f32], eps: f32) -> f32 {
+    let ss: f32 = x.iter().map(|v| v * v).sum();
+    1.0 / (ss / x.len() as f32 + eps).sqrt()
+}
+
+/// `x * w / sqrt(mean(x^2) + eps)` over rows of `width` for f32 `x`
+/// (`n` elements, any view) and `w` (`[width]`); a new contiguous buffer.
+pub fn rms_norm(x: &ArrayData, w: &ArrayData, shape: &[usize], eps: f32) -> ArrayData {
+    let n = crate::shape::size_of_shape(shape);
+    let width = shape.last().copied().unwrap_or(1);
+    let mut out = ArrayData::alloc(shape, Dtype::F32);
+    if n == 0 || width == 0 {
+        return out;
+    }
+    let x = contiguous(x, shape, Dtype::F32);
+    let w = contiguous(w, &[width], Dtype::F32);
+    let (x, w) = (x.as_slice::<f32>(n), w.as_slice::<f32>(width));
+    out.as_mut_slice::<f32>(n)
+        .par_chunks_mut(width)
+        .zip(x.par_chunks(width))
+        .with_min_len(16)
+        .for_each(|(o, x)| {
+            vectorised(
+                #[inline(always)]
+                || {
+                    let r = inv_rms(x, eps);
+                    for ((o, &x), &w) in o.iter_mut().zip(x).zip(w) {
+                        *o = x * r * w;
+                    }
+                },
+            )
+        });
+    out
+}
+
+/// The gradients of [`rms_norm`] for the cotangent `ct` of its output:
+/// one buffer, `dx` (`shape`), `dw` (`[width]`), then each row's `r`
+/// (which the GPU's column pass reads). With `r` a row's
+/// inverse RMS and `g = w * ct`: `dx = r * g - x * r^3 * mean(x * g)`,
+/// `dw = sum over rows of ct * x * r`.
+pub fn rms_norm_grad(
+    x: &ArrayData,
+    w: &ArrayData,
+    ct: &ArrayData,
+    shape: &[usize],
+    eps: f32,
+) -> ArrayData {
+    let n = crate::shape::size_of_shape(shape);
+    let width = shape.last().copied().unwrap_or(1);
+    let rows = n.checked_div(width).unwrap_or(0);
+    let mut out = ArrayData::alloc(&[n + width + rows], Dtype::F32);
+    let buf = out.as_mut_slice::<f32>(n + width + rows);
+    let (dx, rest) = buf.split_at_mut(n);
+    let (dw, rs) = rest.split_at_mut(width);
+    dw.fill(0.0);
+    if n == 0 || width == 0 {
+        return out;
+    }
+    let x = contiguous(x, shape, Dtype::F32);
+    let w = contiguous(w, &[width], Dtype::F32);
+    let ct = contiguous(ct, shape, Dtype::F32);
+    let (x, w, ct) = (
+        x.as_slice::<f32>(n),
+        w.as_slice::<f32>(width),
+        ct.as_slice::<f32>(n),
+    );
+    let task = ROWS_PER_TASK * width;
+    let parts: Vec<Vec<f32>> = dx
+        .par_chunks_mut(task)
+        .zip(rs.par_chunks_mut(ROWS_PER_TASK))
+        .zip(x.par_chunks(task).zip(ct.par_chunks(task)))
+        .map(|((dx, rs), (x, ct))| {
+            vectorised(
+                #[inline(always)]
+                || {
+                    let mut part = vec![0f32; width];
+                    for (((dx, x), ct), r_out) in dx
+                        .chunks_exact_mut(width)
+                        .zip(x.chunks_exact(width))
+                        .zip(ct.chunks_exact(width))
+                        .zip(rs.iter_mut())
+                    {
+                        let r = inv_rms(x, eps);
+                        *r_out = r;
+                        let mut xg = 0f32;
+                        for ((&x, &c), &w) in x.iter().zip(ct).zip(w) {
+                            xg += x * c * w;
+                        }
+                        let k = xg / width as f32 * r * r * r;
+                        for (((d, &x), &c), (&w, p)) in
+                            dx.iter_mut().zip(x).zip(ct).zip(w.iter().zip(&mut part))
+                        {
+                            *d = r * w * c - x * k;
+                            *p += c * x * r;
+                        }
+                    }
+                    part
+                },
+            )
+        })
+        .collect();
+    for part in parts {
+        for (d, p) in dw.iter_mut().zip(part) {
+            *d += p;
+        }
+    }
+    out
+}
