@@ -21,7 +21,12 @@
 //! - [`eval`](fn@crate::eval) and [`Evaluable`];
 //! - [`memory`]: MLX-style byte accounting;
 //! - [`random`]: counter-based random numbers from explicit keys;
-//! - [`Tree`]: nested parameter trees; [`io`]: safetensors files.
+//! - [`Tree`]: nested parameter trees; [`io`]: safetensors files;
+//! - fused ops, like MLX's `mx.fast`: [`fused_attention`] (optionally
+//!   causal, never holding the `[B, H, L, L]` scores), [`rope`],
+//!   [`rms_norm`], [`swiglu`], and [`linear_cross_entropy_sum`] (the output
+//!   projection, loss and gradients in one pass). Each is one primitive
+//!   with CPU and GPU kernels whose gradient keeps only what it needs.
 
 pub mod array;
 pub mod autodiff;

@@ -32,14 +32,13 @@ impl_module!(Block {
 });
 
 impl Block {
-    fn forward(&self, x: &Array, mask: &Array, rope: &RoPE) -> Result<Array> {
+    fn forward(&self, x: &Array, mask: AttentionMask<'_>, rope: &RoPE) -> Result<Array> {
         let h = self.norm1.forward(x)?;
         let a = &self.attention;
         let q = rope.forward(&split_heads(&a.query_proj.forward(&h)?, H)?, 0)?;
         let k = rope.forward(&split_heads(&a.key_proj.forward(&h)?, H)?, 0)?;
         let v = split_heads(&a.value_proj.forward(&h)?, H)?;
-        let o =
-            scaled_dot_product_attention(&q, &k, &v, 1.0 / ((D / H) as f64).sqrt(), Some(mask))?;
+        let o = scaled_dot_product_attention(&q, &k, &v, 1.0 / ((D / H) as f64).sqrt(), mask)?;
         let x = x.add(&a.out_proj.forward(&merge_heads(&o)?)?)?;
         x.add(&self.mlp.forward(&self.norm2.forward(&x)?)?)
     }
@@ -73,19 +72,29 @@ fn block(c: &mut Criterion) {
     let mask = create_additive_causal_mask(L, Dtype::F32).unwrap();
     let rope = RoPE::new(D / H, true);
     eval((&x, &mask)).unwrap();
-    let vg = value_and_grad(|m: &Block, x: &Array| m.forward(x, &mask, &rope)?.sum_all());
-    let mut step = || {
-        let (loss, grads) = vg(&mut blk, &x).unwrap();
-        eval((&loss, &grads)).unwrap();
-        black_box(loss);
-    };
-    peak_of(
-        "llama block fwd+bwd (4x511x256, 4 heads, MLP 512)",
-        &mut step,
-    );
     let mut g = c.benchmark_group("llama_block");
     g.sample_size(10).measurement_time(Duration::from_secs(5));
-    g.bench_function("forward_backward_4x511x256", |b| b.iter(&mut step));
+    // The causal mask as an additive array (the graph of ops: the scores and
+    // probabilities are held for the gradient), then as `Causal` (the fused
+    // primitive, which skips the hidden half).
+    for (name, mask) in [
+        ("additive_mask", AttentionMask::Additive(&mask)),
+        ("causal_fused", AttentionMask::Causal),
+    ] {
+        let vg = value_and_grad(|m: &Block, x: &Array| m.forward(x, mask, &rope)?.sum_all());
+        let mut step = || {
+            let (loss, grads) = vg(&mut blk, &x).unwrap();
+            eval((&loss, &grads)).unwrap();
+            black_box(loss);
+        };
+        peak_of(
+            &format!("llama block fwd+bwd (4x511x256, 4 heads, MLP 512), {name}"),
+            &mut step,
+        );
+        g.bench_function(format!("forward_backward_4x511x256_{name}"), |b| {
+            b.iter(&mut step)
+        });
+    }
     g.finish();
 }
 

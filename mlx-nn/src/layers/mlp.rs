@@ -3,7 +3,7 @@
 use mlx_array::{Array, Result, random};
 
 use crate::impl_module;
-use crate::layers::{activations::silu, linear::Linear};
+use crate::layers::linear::Linear;
 
 /// `linear3(silu(linear1(x)) * linear2(x))`, without biases, with the names
 /// of the reference Llama (`linear1` gate, `linear2` up, `linear3` down).
@@ -34,10 +34,11 @@ impl SwiGLU {
         })
     }
 
-    /// Applies the block over the last axis.
+    /// Applies the block over the last axis (the activation is one fused
+    /// primitive, [`mlx_array::swiglu`]).
     pub fn forward(&self, x: &Array) -> Result<Array> {
         let a = self.linear1.forward(x)?;
         let b = self.linear2.forward(x)?;
-        self.linear3.forward(&silu(&a)?.multiply(&b)?)
+        self.linear3.forward(&mlx_array::swiglu(&a, &b)?)
     }
 }
