@@ -5,7 +5,7 @@ use rayon::prelude::*;
 use super::copy::contiguous;
 use crate::{ArrayData, Dtype};
 
-/// How [`rope`] rotates: the first `dims` features of each row, in
+/// How [`crate::rope`] rotates: the first `dims` features of each row, in
 /// consecutive pairs (`traditional`) or as two halves, by the angle
 /// `(offset + position) * scale * base^(-2i / dims)` for pair `i`, negated
 /// when `inverse` (the transpose of the rotation, for the gradient).
