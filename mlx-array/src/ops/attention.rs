@@ -17,9 +17,9 @@ use crate::{Array, Dtype, Result, arange};
 /// dtypes run the same computation as a graph of ops.
 ///
 /// ```
-/// use mlx_array::{Array, Dtype, fused_attention};
+/// use mlx_array::{Array, Dtype, arange, fused_attention};
 /// let q = Array::ones(&[1, 2, 3, 4], Dtype::F32);
-/// let v = Array::arange(0.0, 24.0, 1.0, Dtype::F32).unwrap().reshape(&[1, 2, 3, 4]).unwrap();
+/// let v = arange(0.0, 24.0, 1.0, Dtype::F32).unwrap().reshape(&[1, 2, 3, 4]).unwrap();
 /// let o = fused_attention(&q, &q, &v, 0.5, true).unwrap();
 /// // Equal scores: each query averages the values it sees.
 /// assert_eq!(o.to_vec::<f32>().unwrap()[..4], [0.0, 1.0, 2.0, 3.0]);

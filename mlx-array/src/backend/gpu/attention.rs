@@ -145,14 +145,14 @@ pub fn attention(
 
 /// The WGSL that recomputes, for query `qi` of head `bh` against key `j`,
 /// `p` (the probability) and `ds = p * (d_out . v_j - delta)`, with
-/// `delta = d_out_i . o_i` already in scope and `q0`, `g0` the query's and
-/// its cotangent's first elements.
+/// `delta = d_out_i . o_i` already in scope, `q0`, `g0` the query's and
+/// its cotangent's first elements and `lse0h` the head's first logsumexp.
 const PROBABILITY: &str = r#"
         let k0 = params[7] + (bh * lk() + j) * D;
         let v0 = params[8] + (bh * lk() + j) * DV;
         var s = 0.0;
         for (var c = 0u; c < D; c = c + 1u) { s = s + load_q(q0 + c) * load_k(k0 + c); }
-        let p = exp(s * scale() - load_packed(lse0 + qi));
+        let p = exp(s * scale() - load_packed(lse0h + qi));
         var dp = 0.0;
         for (var c = 0u; c < DV; c = c + 1u) { dp = dp + load_g(g0 + c) * load_v(v0 + c); }
         let ds = p * (dp - delta);
@@ -230,7 +230,7 @@ pub fn attention_grad(
     }}
 }}
 "#,
-            PROBABILITY.replace("lse0 + qi", "lse0h + qi")
+            PROBABILITY
         ))
     })?;
     let dkv = context()?.pipeline(&format!("attention_dkv:{d}:{dv}"), || {
@@ -259,7 +259,7 @@ pub fn attention_grad(
     for (var c = 0u; c < DV; c = c + 1u) {{ store_out(params[12] + row * DV + c, dv[c]); }}
 }}
 "#,
-            PROBABILITY.replace("lse0 + qi", "lse0h + qi"),
+            PROBABILITY,
         ))
     })?;
     let mut meta = meta;
