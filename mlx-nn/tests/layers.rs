@@ -449,3 +449,34 @@ fn linear_cross_entropy_matches_the_unfused_projection_and_loss() {
         }
     }
 }
+
+/// Keys and values shared by every head (broadcast) still attend, through
+/// the graph of ops, and agree with the fused path on explicit copies.
+#[test]
+fn attention_with_broadcast_heads_matches_explicit_heads() {
+    use mlx_array::{Dtype, random};
+    use mlx_nn::{AttentionMask, scaled_dot_product_attention};
+    let q = random::normal(&random::key(7), &[2, 3, 4, 8], Dtype::F32).unwrap();
+    let k = random::normal(&random::key(8), &[2, 1, 4, 8], Dtype::F32).unwrap();
+    let v = random::normal(&random::key(9), &[2, 1, 4, 8], Dtype::F32).unwrap();
+    let shared = scaled_dot_product_attention(&q, &k, &v, 0.35, AttentionMask::Causal).unwrap();
+    let whole = |x: &mlx_array::Array| x.broadcast_to(&[2, 3, 4, 8]).unwrap().contiguous().unwrap();
+    let explicit =
+        scaled_dot_product_attention(&q, &whole(&k), &whole(&v), 0.35, AttentionMask::Causal)
+            .unwrap();
+    let (a, b) = (vals(&shared), vals(&explicit));
+    assert_eq!(a.len(), b.len());
+    // More queries than keys under a causal mask is refused on both paths.
+    let long = random::normal(&random::key(10), &[2, 3, 5, 8], Dtype::F32).unwrap();
+    for keys in [k.clone(), whole(&k)] {
+        let err =
+            scaled_dot_product_attention(&long, &keys, &whole(&v), 1.0, AttentionMask::Causal)
+                .err()
+                .map(|e| e.to_string())
+                .unwrap_or_default();
+        assert!(err.contains("no more queries than keys"), "{err}");
+    }
+    for (x, y) in a.iter().zip(&b) {
+        assert!((x - y).abs() < 1e-5, "{x} vs {y}");
+    }
+}

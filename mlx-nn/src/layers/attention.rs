@@ -66,12 +66,26 @@ pub fn scaled_dot_product_attention<'a>(
     mask: impl Into<AttentionMask<'a>>,
 ) -> Result<Array> {
     let mask = mask.into();
-    let fused = q.ndim() == 4 && k.ndim() == 4 && v.ndim() == 4;
+    // The fused primitive takes `[B, H, L, d]` with equal batch and heads;
+    // anything else (other ranks, broadcast heads) runs the graph of ops.
+    let fused = q.ndim() == 4
+        && k.ndim() == 4
+        && v.ndim() == 4
+        && q.shape()[..2] == k.shape()[..2]
+        && k.shape()[..3] == v.shape()[..3];
     match mask {
         AttentionMask::None if fused => mlx_array::fused_attention(q, k, v, scale, false),
         AttentionMask::Causal if fused => mlx_array::fused_attention(q, k, v, scale, true),
         AttentionMask::Causal => {
             let (l, s) = (q.shape()[q.ndim() - 2], k.shape()[k.ndim() - 2]);
+            if l > s {
+                return Err(mlx_array::Error::Shape {
+                    op: "scaled_dot_product_attention",
+                    message: format!(
+                        "a causal mask needs no more queries than keys (the queries are the last positions); got {l} queries and {s} keys"
+                    ),
+                });
+            }
             let m = create_additive_causal_mask(s, q.dtype())?.slice_axis(
                 0,
                 (s - l) as i64,
