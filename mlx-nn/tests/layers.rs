@@ -480,3 +480,25 @@ fn attention_with_broadcast_heads_matches_explicit_heads() {
         assert!((x - y).abs() < 1e-5, "{x} vs {y}");
     }
 }
+
+/// The additive causal mask holds no NaN in any float dtype (-1e9 is -inf
+/// in float16, and 0 * -inf would be NaN).
+#[test]
+fn the_causal_mask_is_finite_or_minus_infinity_in_every_float_dtype() {
+    use mlx_array::Dtype;
+    for dtype in [Dtype::F32, Dtype::F16, Dtype::BF16] {
+        let m = mlx_nn::create_additive_causal_mask(3, dtype)
+            .unwrap()
+            .astype(Dtype::F32)
+            .unwrap();
+        let v = vals(&m);
+        for (k, x) in v.iter().enumerate() {
+            let (i, j) = (k / 3, k % 3);
+            if j > i {
+                assert!(*x <= -1e9 * 0.99, "{dtype} [{i}, {j}] = {x}");
+            } else {
+                assert_eq!(*x, 0.0, "{dtype} [{i}, {j}]");
+            }
+        }
+    }
+}

@@ -6,13 +6,14 @@ use crate::impl_module;
 use crate::layers::linear::Linear;
 
 /// `[n, n]` additive mask: 0 on and below the diagonal, -1e9 above (MLX's
-/// `create_additive_causal_mask`).
+/// `create_additive_causal_mask`; -1e9 rounds to -inf in float16).
 pub fn create_additive_causal_mask(n: usize, dtype: Dtype) -> Result<Array> {
     let i = arange(0.0, n as f64, 1.0, Dtype::I32)?;
     let future = i
         .reshape(&[n as i64, 1])?
         .less(&i.reshape(&[1, n as i64])?)?;
-    future.astype(dtype)?.mul_scalar(-1e9)
+    // A select, not `future * -1e9`: in float16 that is 0 * -inf, NaN.
+    future.where_(&Array::full(&[], -1e9, dtype), &Array::zeros(&[], dtype))
 }
 
 /// The mask of [`scaled_dot_product_attention`] (MLX's `mask=None`,
