@@ -450,8 +450,8 @@ fn linear_cross_entropy_matches_the_unfused_projection_and_loss() {
     }
 }
 
-/// Keys and values shared by every head (broadcast) still attend, through
-/// the graph of ops, and agree with the fused path on explicit copies.
+/// Keys and values shared by every head (a broadcast view) attend as
+/// explicit per-head copies do.
 #[test]
 fn attention_with_broadcast_heads_matches_explicit_heads() {
     use mlx_array::{Dtype, random};

@@ -2,7 +2,7 @@
 //! `mx.fast.scaled_dot_product_attention`).
 
 use crate::primitives::attention::{Attention, AttentionOutput};
-use crate::{Array, Dtype, Result, arange};
+use crate::{Array, Dtype, Result};
 
 /// `softmax(scale * q @ k^T + mask) @ v` over the last two axes of
 /// `q [B, H, Lq, d]`, `k [B, H, Lk, d]` and `v [B, H, Lk, dv]`, where the
@@ -10,11 +10,11 @@ use crate::{Array, Dtype, Result, arange};
 /// `i + Lk - Lq` (the queries are the last `Lq` positions, as when new
 /// tokens attend to a cache of earlier ones).
 ///
-/// For f32 this is one fused primitive on the CPU and the GPU: the
-/// `[B, H, Lq, Lk]` scores and probabilities are never held (each block is
-/// recomputed for the gradient from its rows' logsumexps), and under a
-/// causal mask the hidden half of the products is skipped. Other float
-/// dtypes run the same computation as a graph of ops.
+/// One fused primitive on the CPU and the GPU, computed in f32 (the result
+/// has the inputs' dtype): the `[B, H, Lq, Lk]` scores and probabilities
+/// are never held (each block is recomputed for the gradient from its rows'
+/// logsumexps), and under a causal mask the hidden half of the products is
+/// skipped.
 ///
 /// ```
 /// use mlx_array::{Array, Dtype, arange, fused_attention};
@@ -78,7 +78,9 @@ pub fn fused_attention(q: &Array, k: &Array, v: &Array, scale: f64, causal: bool
         ));
     }
     if dtype != Dtype::F32 {
-        return composite(q, k, v, scale, causal);
+        // Computed in f32, like the other fused ops.
+        let [q, k, v] = [q, k, v].map(|x| x.astype(Dtype::F32));
+        return fused_attention(&q?, &k?, &v?, scale, causal)?.astype(dtype);
     }
     let node = Attention {
         scale: scale as f32,
@@ -95,25 +97,4 @@ pub fn fused_attention(q: &Array, k: &Array, v: &Array, scale: f64, causal: bool
         vec![qs[0], qs[1], qs[2], d],
         Dtype::F32,
     ))
-}
-
-/// The same attention as a graph of ops (scores, additive mask, softmax).
-fn composite(q: &Array, k: &Array, v: &Array, scale: f64, causal: bool) -> Result<Array> {
-    let mut scores = q.mul_scalar(scale)?.matmul(&k.swapaxes(-1, -2)?)?;
-    if causal {
-        let (lq, lk) = (q.shape()[2], k.shape()[2]);
-        let rows = arange((lk - lq) as f64, lk as f64, 1.0, Dtype::I32)?;
-        let cols = arange(0.0, lk as f64, 1.0, Dtype::I32)?;
-        let hidden = cols
-            .reshape(&[1, lk as i64])?
-            .greater(&rows.reshape(&[lq as i64, 1])?)?;
-        // -inf where hidden (a finite -1e9 times a float16 zero would be NaN).
-        let dtype = scores.dtype();
-        let mask = hidden.where_(
-            &Array::full(&[], f64::NEG_INFINITY, dtype),
-            &Array::zeros(&[], dtype),
-        )?;
-        scores = scores.add(&mask)?;
-    }
-    scores.softmax(&[-1])?.matmul(v)
 }

@@ -46,7 +46,8 @@ impl<'a> From<&'a Array> for AttentionMask<'a> {
 /// `softmax(q k^T * scale + mask) v` for `q: [..., L, d]`, `k, v: [..., S, d]`.
 ///
 /// For 4-d `[B, H, L, d]` inputs without an additive mask this is
-/// [`mlx_array::fused_attention`]: no `[B, H, L, S]` scores are kept for the
+/// [`mlx_array::fused_attention`] (keys and values shared over the batch or
+/// the heads are broadcast): no `[B, H, L, S]` scores are kept for the
 /// gradient, and a causal mask skips the hidden half of the work.
 ///
 /// ```
@@ -67,16 +68,27 @@ pub fn scaled_dot_product_attention<'a>(
     mask: impl Into<AttentionMask<'a>>,
 ) -> Result<Array> {
     let mask = mask.into();
-    // The fused primitive takes `[B, H, L, d]` with equal batch and heads;
-    // anything else (other ranks, broadcast heads) runs the graph of ops.
-    let fused = q.ndim() == 4
-        && k.ndim() == 4
-        && v.ndim() == 4
-        && q.shape()[..2] == k.shape()[..2]
-        && k.shape()[..3] == v.shape()[..3];
+    // The fused primitive takes `[B, H, L, d]` with the batch and heads of
+    // the queries: keys and values shared over them are broadcast (a view).
+    // Other ranks run the graph of ops.
+    let fused = || -> Option<(Array, Array)> {
+        if q.ndim() != 4 || k.ndim() != 4 || v.ndim() != 4 {
+            return None;
+        }
+        let lead = &q.shape()[..2];
+        let to_q = |x: &Array| {
+            let s = x.shape();
+            x.broadcast_to(&[lead[0], lead[1], s[2], s[3]]).ok()
+        };
+        Some((to_q(k)?, to_q(v)?))
+    };
+    let causal = matches!(mask, AttentionMask::Causal);
+    if (causal || matches!(mask, AttentionMask::None))
+        && let Some((k, v)) = fused()
+    {
+        return mlx_array::fused_attention(q, &k, &v, scale, causal);
+    }
     match mask {
-        AttentionMask::None if fused => mlx_array::fused_attention(q, k, v, scale, false),
-        AttentionMask::Causal if fused => mlx_array::fused_attention(q, k, v, scale, true),
         AttentionMask::Causal => {
             let (l, s) = (q.shape()[q.ndim() - 2], k.shape()[k.ndim() - 2]);
             if l > s {

@@ -82,10 +82,6 @@ struct Rows {
     si: usize,
 }
 
-// SAFETY: a `Rows` is only an address into a buffer the kernel holds alive.
-unsafe impl Send for Rows {}
-unsafe impl Sync for Rows {}
-
 impl Rows {
     /// The rows of `data` (shape `[B, H, L, w]`): the view itself when its
     /// rows are dense with non-negative strides, else an f32 copy.
@@ -122,6 +118,42 @@ impl Rows {
         // SAFETY: callers stay inside the operand's `[B, H, L, w]` extent.
         unsafe { self.ptr.add(b * self.sb + h * self.sh + i * self.si) }
     }
+    /// The matrix of head `(b, h)` from row `i` on, as GEMM reads it.
+    fn mat(&self, b: usize, h: usize, i: usize) -> Mat {
+        Mat(self.at(b, h, i), self.si)
+    }
+}
+
+/// A row-major matrix for GEMM: its first element and its row stride.
+#[derive(Clone, Copy)]
+struct Mat(*mut f32, usize);
+
+impl Mat {
+    /// A dense block of `cols` columns.
+    fn dense(block: &mut [f32], cols: usize) -> Mat {
+        Mat(block.as_mut_ptr(), cols)
+    }
+}
+
+/// `c = alpha * op(a) @ op(b) + beta * c` with `op(a)` `m x k` and `op(b)`
+/// `k x n` ([`sgemm`] over [`Mat`]s).
+///
+/// # Safety
+/// As [`sgemm`]: the matrices lie inside live buffers and `c` overlaps
+/// neither `a` nor `b`.
+#[allow(clippy::too_many_arguments)]
+unsafe fn gemm(
+    ta: bool,
+    tb: bool,
+    [m, n, k]: [usize; 3],
+    alpha: f32,
+    a: Mat,
+    b: Mat,
+    beta: f32,
+    c: Mat,
+) {
+    // SAFETY: forwarded from the caller.
+    unsafe { sgemm(ta, tb, m, n, k, alpha, a.0, a.1, b.0, b.1, beta, c.0, c.1) }
 }
 
 /// `softmax(scale * q @ k^T [causal]) @ v` for f32 `q`, `k`, `v` shaped as
@@ -152,22 +184,18 @@ pub fn attention(q: &ArrayData, k: &ArrayData, v: &ArrayData, dims: &AttentionDi
             let rows = BLOCK.min(lq - i0);
             let keys = dims.limit(i0 + rows - 1);
             let s = &mut scores[..rows * keys];
+            let (q_blk, k_all) = (qr.mat(bi, hi, i0), kr.mat(bi, hi, 0));
             // SAFETY: every operand addresses rows of its own buffer, sized above.
             unsafe {
-                sgemm(
+                gemm(
                     false,
                     true,
-                    rows,
-                    keys,
-                    d,
+                    [rows, keys, d],
                     dims.scale,
-                    qr.at(bi, hi, i0),
-                    qr.si,
-                    kr.at(bi, hi, 0),
-                    kr.si,
+                    q_blk,
+                    k_all,
                     0.0,
-                    s.as_mut_ptr(),
-                    keys,
+                    Mat::dense(s, keys),
                 )
             };
             vectorised(
@@ -186,20 +214,16 @@ pub fn attention(q: &ArrayData, k: &ArrayData, v: &ArrayData, dims: &AttentionDi
             );
             // SAFETY: as above; the output rows of this block are written once.
             unsafe {
-                sgemm(
+                let o_blk = out.mat(bi, hi, i0);
+                gemm(
                     false,
                     false,
-                    rows,
-                    dv,
-                    keys,
+                    [rows, dv, keys],
                     1.0,
-                    s.as_ptr(),
-                    keys,
-                    vr.at(bi, hi, 0),
-                    vr.si,
+                    Mat::dense(s, keys),
+                    vr.mat(bi, hi, 0),
                     0.0,
-                    out.at(bi, hi, i0),
-                    out.si,
+                    o_blk,
                 )
             };
         }
@@ -236,8 +260,8 @@ pub fn attention_grad(
     let (_k, kr) = Rows::of(k, &[b, h, lk, d]);
     let (_v, vr) = Rows::of(v, &[b, h, lk, dv]);
     let (_g, gr) = Rows::of(d_out, &[b, h, lq, dv]);
-    let (n_out, _) = dims.packed_len();
-    let packed = crate::backend::cpu::copy::contiguous(packed, &[packed_total(dims)], Dtype::F32);
+    let (n_out, n_lse) = dims.packed_len();
+    let packed = super::copy::contiguous(packed, &[n_out + n_lse], Dtype::F32);
     let base = packed.ptr::<f32>() as *mut f32;
     let out = Rows::interleaved(base, lq, h, dv);
     let dq = Rows::interleaved(buf, lq, h, d);
@@ -258,39 +282,32 @@ pub fn attention_grad(
             let rows = BLOCK.min(lq - i0);
             let keys = dims.limit(i0 + rows - 1);
             let (p, dp) = (&mut probs[..rows * keys], &mut dprobs[..rows * keys]);
+            let (q_blk, g_blk) = (qr.mat(bi, hi, i0), gr.mat(bi, hi, i0));
+            let (k_all, v_all) = (kr.mat(bi, hi, 0), vr.mat(bi, hi, 0));
             // SAFETY (every GEMM below): the operands address rows of their
             // own buffers within the extents set above; dk and dv are
             // accumulated (beta 1) into rows this head owns.
             unsafe {
-                sgemm(
+                // The scores, as in the forward pass, and d_out @ v^T.
+                gemm(
                     false,
                     true,
-                    rows,
-                    keys,
-                    d,
+                    [rows, keys, d],
                     dims.scale,
-                    qr.at(bi, hi, i0),
-                    qr.si,
-                    kr.at(bi, hi, 0),
-                    kr.si,
+                    q_blk,
+                    k_all,
                     0.0,
-                    p.as_mut_ptr(),
-                    keys,
+                    Mat::dense(p, keys),
                 );
-                sgemm(
+                gemm(
                     false,
                     true,
-                    rows,
-                    keys,
-                    dv,
+                    [rows, keys, dv],
                     1.0,
-                    gr.at(bi, hi, i0),
-                    gr.si,
-                    vr.at(bi, hi, 0),
-                    vr.si,
+                    g_blk,
+                    v_all,
                     0.0,
-                    dp.as_mut_ptr(),
-                    keys,
+                    Mat::dense(dp, keys),
                 );
             }
             for (r, dot) in dots[..rows].iter_mut().enumerate() {
@@ -322,65 +339,45 @@ pub fn attention_grad(
                     }
                 },
             );
+            let (p, ds) = (Mat::dense(p, keys), Mat::dense(dp, keys));
             unsafe {
                 // dv[..keys] += p^T @ d_out[block]
-                sgemm(
+                gemm(
                     true,
                     false,
-                    keys,
-                    dv,
-                    rows,
+                    [keys, dv, rows],
                     1.0,
-                    p.as_ptr(),
-                    keys,
-                    gr.at(bi, hi, i0),
-                    gr.si,
+                    p,
+                    g_blk,
                     1.0,
-                    dvr.at(bi, hi, 0),
-                    dvr.si,
+                    dvr.mat(bi, hi, 0),
                 );
                 // dq[block] = scale * ds @ k[..keys]
-                sgemm(
+                gemm(
                     false,
                     false,
-                    rows,
-                    d,
-                    keys,
+                    [rows, d, keys],
                     dims.scale,
-                    dp.as_ptr(),
-                    keys,
-                    kr.at(bi, hi, 0),
-                    kr.si,
+                    ds,
+                    k_all,
                     0.0,
-                    dq.at(bi, hi, i0),
-                    dq.si,
+                    dq.mat(bi, hi, i0),
                 );
                 // dk[..keys] += scale * ds^T @ q[block]
-                sgemm(
+                gemm(
                     true,
                     false,
-                    keys,
-                    d,
-                    rows,
+                    [keys, d, rows],
                     dims.scale,
-                    dp.as_ptr(),
-                    keys,
-                    qr.at(bi, hi, i0),
-                    qr.si,
+                    ds,
+                    q_blk,
                     1.0,
-                    dk.at(bi, hi, 0),
-                    dk.si,
+                    dk.mat(bi, hi, 0),
                 );
             }
         }
     }
     grads
-}
-
-/// Elements of the forward's packed buffer.
-fn packed_total(dims: &AttentionDims) -> usize {
-    let (a, b) = dims.packed_len();
-    a + b
 }
 
 /// Every head `(b, h)` in order.

@@ -374,7 +374,7 @@ fn sum_exp(row: &[f32], m: f32) -> f32 {
 
 /// `sum(row)`.
 #[inline]
-pub(super) fn sum_of(row: &[f32]) -> f32 {
+fn sum_of(row: &[f32]) -> f32 {
     let mut acc = [0f32; LANES];
     let chunks = row.chunks_exact(LANES);
     let rest = chunks.remainder();

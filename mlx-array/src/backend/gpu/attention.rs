@@ -8,18 +8,32 @@
 //! the probabilities it needs from the forward's logsumexps.
 
 use super::codegen;
-use super::{alloc, context, dispatch};
+use super::{alloc, context, dense, dispatch};
 use crate::backend::cpu::attention::AttentionDims;
 use crate::primitive::ArrayData;
 use crate::{Dtype, Result};
 
-/// `data` (f32 `shape`) dense from its offset.
-fn dense(data: &ArrayData, shape: &[usize]) -> Result<ArrayData> {
-    if codegen::is_dense(data, shape) {
-        Ok(data.clone())
-    } else {
-        super::copy_contiguous(data, shape, Dtype::F32)
-    }
+/// `q`, `k`, `v` (f32, shaped as `dims` says) dense from their offsets.
+fn dense_qkv(
+    q: &ArrayData,
+    k: &ArrayData,
+    v: &ArrayData,
+    dims: &AttentionDims,
+) -> Result<[ArrayData; 3]> {
+    let AttentionDims {
+        b,
+        h,
+        lq,
+        lk,
+        d,
+        dv,
+        ..
+    } = *dims;
+    Ok([
+        dense(q, &[b, h, lq, d], Dtype::F32)?,
+        dense(k, &[b, h, lk, d], Dtype::F32)?,
+        dense(v, &[b, h, lk, dv], Dtype::F32)?,
+    ])
 }
 
 /// Sizes, flags and the inputs' offsets, as every kernel here reads them.
@@ -73,19 +87,9 @@ pub fn attention(
     v: &ArrayData,
     dims: &AttentionDims,
 ) -> Result<ArrayData> {
-    let AttentionDims {
-        b,
-        h,
-        lq,
-        lk,
-        d,
-        dv,
-        ..
-    } = *dims;
+    let (d, dv) = (dims.d, dims.dv);
     let (n_out, n_lse) = dims.packed_len();
-    let q = dense(q, &[b, h, lq, d])?;
-    let k = dense(k, &[b, h, lk, d])?;
-    let v = dense(v, &[b, h, lk, dv])?;
+    let [q, k, v] = dense_qkv(q, k, v, dims)?;
     codegen::check_size("attention", n_out + n_lse, &[&q, &k, &v])?;
     let out = alloc(&[n_out + n_lse], Dtype::F32)?;
     if n_lse == 0 {
@@ -187,11 +191,9 @@ pub fn attention_grad(
     } = *dims;
     let (n_out, n_lse) = dims.packed_len();
     let (nq, nk, nv) = dims.grad_len();
-    let q = dense(q, &[b, h, lq, d])?;
-    let k = dense(k, &[b, h, lk, d])?;
-    let v = dense(v, &[b, h, lk, dv])?;
-    let packed = dense(packed, &[n_out + n_lse])?;
-    let g = dense(d_out, &[b, h, lq, dv])?;
+    let [q, k, v] = dense_qkv(q, k, v, dims)?;
+    let packed = dense(packed, &[n_out + n_lse], Dtype::F32)?;
+    let g = dense(d_out, &[b, h, lq, dv], Dtype::F32)?;
     let inputs = [&q, &k, &v, &packed, &g];
     codegen::check_size("attention_grad", nq + nk + nv, &inputs)?;
     let out = alloc(&[nq + nk + nv], Dtype::F32)?;

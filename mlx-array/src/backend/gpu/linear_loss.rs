@@ -15,7 +15,7 @@
 
 use super::codegen;
 use super::indexing::{Meta, VLOC};
-use super::{alloc, astype, context, copy_contiguous, dispatch, matmul, supported};
+use super::{alloc, astype, context, dispatch, matmul, supported};
 use crate::backend::cpu::loss::{LceArgs, chunk_cols};
 use crate::primitive::ArrayData;
 use crate::shape::size_of_shape;
@@ -45,10 +45,8 @@ struct Setup {
 fn f32_dense(data: &ArrayData, shape: &[usize], dtype: Dtype) -> Result<ArrayData> {
     if dtype != Dtype::F32 {
         astype(data, shape, dtype, Dtype::F32)
-    } else if codegen::is_dense(data, shape) {
-        Ok(data.clone())
     } else {
-        copy_contiguous(data, shape, dtype)
+        super::dense(data, shape, dtype)
     }
 }
 

@@ -5,7 +5,7 @@
 
 use super::codegen;
 use super::indexing::{Meta, index_input};
-use super::{alloc, context, dispatch, supported};
+use super::{alloc, context, dense, dispatch, supported};
 use crate::primitive::ArrayData;
 use crate::shape::size_of_shape;
 use crate::{Dtype, Error, Result};
@@ -93,14 +93,6 @@ fn resolve_target(v: i32, vocab: u32) -> i32 {
     return select(-1, v, v >= 0 && u32(v) < vocab);
 }
 "#;
-
-fn dense(logits: &ArrayData, shape: &[usize], dtype: Dtype) -> Result<ArrayData> {
-    if codegen::is_dense(logits, shape) {
-        Ok(logits.clone())
-    } else {
-        super::copy_contiguous(logits, shape, dtype)
-    }
-}
 
 /// Per-row `logsumexp(logits) - logits[target]` over the last axis.
 pub fn cross_entropy(

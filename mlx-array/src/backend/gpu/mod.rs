@@ -316,6 +316,16 @@ pub(crate) fn alloc(shape: &[usize], dtype: Dtype) -> Result<ArrayData> {
     ))
 }
 
+/// `data` itself when it is dense for `shape` from its offset (as kernels
+/// that index `offset + i` need), else a dense copy.
+pub(crate) fn dense(data: &ArrayData, shape: &[usize], dtype: Dtype) -> Result<ArrayData> {
+    if codegen::is_dense(data, shape) {
+        Ok(data.clone())
+    } else {
+        copy_contiguous(data, shape, dtype)
+    }
+}
+
 /// Fails for dtypes the GPU backend cannot hold.
 pub(crate) fn supported(dtype: Dtype) -> Result<()> {
     if dtype == Dtype::I64 {

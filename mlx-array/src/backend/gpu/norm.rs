@@ -3,17 +3,9 @@
 //! inverse RMS that the first gradient pass left after `dw`.
 
 use super::codegen;
-use super::{alloc, context, dispatch};
+use super::{alloc, context, dense, dispatch};
 use crate::primitive::ArrayData;
 use crate::{Dtype, Result};
-
-fn dense(data: &ArrayData, shape: &[usize]) -> Result<ArrayData> {
-    if codegen::is_dense(data, shape) {
-        Ok(data.clone())
-    } else {
-        super::copy_contiguous(data, shape, Dtype::F32)
-    }
-}
 
 /// Shader source: bindings for `inputs`, the f32 output, and `inv_rms`.
 fn header(inputs: &[&str]) -> String {
@@ -47,7 +39,10 @@ pub fn rms_norm(x: &ArrayData, w: &ArrayData, shape: &[usize], eps: f32) -> Resu
     if n == 0 || width == 0 {
         return Ok(out);
     }
-    let (x, w) = (dense(x, shape)?, dense(w, &[width])?);
+    let (x, w) = (
+        dense(x, shape, Dtype::F32)?,
+        dense(w, &[width], Dtype::F32)?,
+    );
     codegen::check_size("rms_norm", n, &[&x, &w])?;
     let rows = n / width;
     let meta = [
@@ -90,7 +85,11 @@ pub fn rms_norm_grad(
     if total == 0 {
         return Ok(out);
     }
-    let (x, w, ct) = (dense(x, shape)?, dense(w, &[width])?, dense(ct, shape)?);
+    let (x, w, ct) = (
+        dense(x, shape, Dtype::F32)?,
+        dense(w, &[width], Dtype::F32)?,
+        dense(ct, shape, Dtype::F32)?,
+    );
     codegen::check_size("rms_norm_grad", total, &[&x, &w, &ct])?;
     let meta = [
         rows as u32,

@@ -2,7 +2,7 @@
 //! reading its pair's partner (see `backend::cpu::rope`).
 
 use super::codegen;
-use super::{alloc, context, dispatch};
+use super::{alloc, context, dense, dispatch};
 use crate::backend::cpu::rope::RopeSpec;
 use crate::primitive::ArrayData;
 use crate::{Dtype, Result};
@@ -11,11 +11,7 @@ use crate::{Dtype, Result};
 pub fn rope(x: &ArrayData, shape: &[usize], spec: &RopeSpec) -> Result<ArrayData> {
     let n = crate::shape::size_of_shape(shape);
     let nd = shape.len();
-    let x = if codegen::is_dense(x, shape) {
-        x.clone()
-    } else {
-        super::copy_contiguous(x, shape, Dtype::F32)?
-    };
+    let x = dense(x, shape, Dtype::F32)?;
     codegen::check_size("rope", n, &[&x])?;
     let out = alloc(shape, Dtype::F32)?;
     if n == 0 {
