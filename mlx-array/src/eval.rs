@@ -75,6 +75,9 @@ tuple_evaluable!(A 0, B 1, C 2, D 3, E 4);
 /// each primitive runs once on multithreaded kernels, each evaluated array is
 /// detached from its inputs, and an intermediate buffer is released as soon as
 /// its last consumer has run (unless the caller still holds the array).
+/// Collectives ([`Stream::Communication`]) run on a thread of their own, and
+/// whatever does not wait for one runs first, while they travel
+/// (`MLX_OVERLAP=0` keeps plain graph order instead).
 ///
 /// ```
 /// use mlx_array::{eval, Array, Dtype};
@@ -87,7 +90,7 @@ tuple_evaluable!(A 0, B 1, C 2, D 3, E 4);
 pub fn eval(outputs: impl Evaluable) -> Result<()> {
     let mut roots = Vec::new();
     outputs.collect_arrays(&mut roots);
-    let order = topological_order(roots);
+    let order = overlap_communication(topological_order(roots));
     run(order)
 }
 
@@ -120,6 +123,54 @@ fn topological_order(roots: Vec<Array>) -> Vec<Array> {
         }
     }
     order
+}
+
+/// Reorders a topological order so that communication overlaps computation.
+///
+/// Each node gets a level: the number of communication nodes on the
+/// longest path of collectives it waits for (a collective counts for the
+/// nodes after it, not for itself). Nodes run by level, and in their original
+/// order within a level, which keeps every node after its inputs. So every
+/// collective is submitted as soon as its inputs are computed, and the
+/// computation that needs no pending collective runs while it travels: a
+/// backward pass goes on to the next layer while the gradients of the last
+/// one are summed, instead of waiting at each collective for the slower
+/// rank. Every rank reorders the same graph the same way, so collectives
+/// keep one order across ranks. A graph without collectives is unchanged.
+fn overlap_communication(order: Vec<Array>) -> Vec<Array> {
+    let mut level: HashMap<u64, (usize, bool)> = HashMap::with_capacity(order.len());
+    let mut any = false;
+    let mut levels = Vec::with_capacity(order.len());
+    for a in &order {
+        let (l, comm) = match &*a.lock() {
+            State::Ready(_) => (0, false),
+            State::Pending { primitive, inputs } => {
+                let l = inputs
+                    .iter()
+                    .filter_map(|i| level.get(&i.id()))
+                    .map(|&(l, comm)| l + usize::from(comm))
+                    .max()
+                    .unwrap_or(0);
+                (l, primitive.stream() == Stream::Communication)
+            }
+        };
+        any |= comm;
+        level.insert(a.id(), (l, comm));
+        levels.push(l);
+    }
+    if !any || !overlap_enabled() {
+        return order;
+    }
+    let mut keyed: Vec<(usize, Array)> = levels.into_iter().zip(order).collect();
+    keyed.sort_by_key(|&(l, _)| l);
+    keyed.into_iter().map(|(_, a)| a).collect()
+}
+
+/// Whether [`overlap_communication`] reorders: yes, unless `MLX_OVERLAP=0`
+/// asks for plain graph order (to measure what the overlap gains).
+fn overlap_enabled() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("MLX_OVERLAP").map_or(true, |v| v != "0"))
 }
 
 fn run(order: Vec<Array>) -> Result<()> {
@@ -225,7 +276,13 @@ impl InFlight {
         let Some((a, rx)) = self.pending.remove(&a.id()) else {
             return Ok(());
         };
-        let data = rx.recv().unwrap_or_else(|_| {
+        let t0 = crate::profile::enabled().then(std::time::Instant::now);
+        let received = rx.recv();
+        if let Some(t0) = t0 {
+            // Time the evaluating thread sat idle for a collective.
+            crate::profile::record("wait for a collective", a.shape(), t0.elapsed());
+        }
+        let data = received.unwrap_or_else(|_| {
             Err(crate::Error::eval(
                 "eval",
                 "the communication thread stopped before finishing a collective",

@@ -108,3 +108,57 @@ fn communication_nodes_run_in_graph_order_and_errors_reach_eval() {
     assert!(err.contains("peer 3 closed the connection"), "{err}");
     assert!(!after.is_evaluated());
 }
+
+/// The collective's reader comes before the independent compute in graph
+/// order; run in that order, the reader would wait for the collective, which
+/// waits (until its deadline) for the compute. The evaluator runs what needs
+/// no collective first.
+#[test]
+fn what_needs_no_collective_runs_before_what_waits_for_one() {
+    let flag = Arc::new(AtomicBool::new(false));
+    let ticket = Arc::new(AtomicUsize::new(0));
+    let (comm, _) = wait(&flag, &ticket, false);
+    let reader = comm.add_scalar(1.0).unwrap();
+    let compute = Array::from_primitive(SetFlag(flag.clone()), vec![], vec![], Dtype::F32);
+    let t0 = Instant::now();
+    eval((&reader, &compute)).unwrap();
+    assert_eq!(
+        reader.item::<f32>().unwrap(),
+        2.0,
+        "the collective's reader ran before the compute that the collective waited for"
+    );
+    assert!(t0.elapsed() < Duration::from_secs(5));
+    assert_eq!(compute.item::<f32>().unwrap(), 2.0);
+}
+
+/// A collective fed by another collective's reader waits for that chain;
+/// compute that needs neither still runs first, and every node sees its
+/// inputs' values (the reordering keeps each node after its inputs).
+#[test]
+fn chained_collectives_keep_their_order_and_their_inputs() {
+    let first_flag = Arc::new(AtomicBool::new(false));
+    let ticket = Arc::new(AtomicUsize::new(0));
+    let (first, first_ran) = wait(&first_flag, &ticket, false);
+    let between = first.add_scalar(10.0).unwrap();
+    let second_flag = Arc::new(AtomicBool::new(true));
+    let second_ran = Arc::new(AtomicUsize::new(usize::MAX));
+    let second = Array::from_primitive(
+        WaitForFlag {
+            flag: second_flag,
+            ticket: ticket.clone(),
+            ran_as: second_ran.clone(),
+            fail: false,
+        },
+        vec![between.clone()],
+        vec![],
+        Dtype::F32,
+    );
+    let last = second.add(&between).unwrap();
+    let compute = Array::from_primitive(SetFlag(first_flag.clone()), vec![], vec![], Dtype::F32);
+    let also = compute.mul_scalar(3.0).unwrap();
+    eval((&last, &also)).unwrap();
+    assert_eq!(first.item::<f32>().unwrap(), 1.0, "the compute ran late");
+    assert_eq!(last.item::<f32>().unwrap(), 12.0);
+    assert_eq!(also.item::<f32>().unwrap(), 6.0);
+    assert!(first_ran.load(Ordering::SeqCst) < second_ran.load(Ordering::SeqCst));
+}

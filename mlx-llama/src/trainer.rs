@@ -393,10 +393,14 @@ fn train_on(cfg: &TrainConfig, group: &Group) -> Result<Summary> {
         .map_err(|e| anyhow!("{e}"))?;
         drop((grads, params));
         model.update(&new)?;
-        // New parameters last layer first: the evaluator runs each one's
-        // update as soon as the backward pass has produced its gradient, so
-        // the activations a gradient needs and the gradient itself are freed
-        // early instead of all being held until the backward pass is done.
+        // New parameters last layer first: at world 1 the evaluator runs
+        // each one's update as soon as the backward pass has produced its
+        // gradient, so the activations a gradient needs and the gradient
+        // itself are freed early instead of all being held until the
+        // backward pass is done. With more ranks, each gradient's collective
+        // starts as soon as the gradient exists and the backward pass goes
+        // on while it travels; the updates that read the collectives run
+        // after it (see `mlx_array::eval`).
         let mut updated = model.parameters().leaves();
         updated.reverse();
         eval((&loss, &updated, opt.get().state(), &norm))?;
