@@ -32,7 +32,7 @@ ours=(train --steps 5 --tokenizer "$TOKENIZER" --data offline --fresh)
 
 # Each run's step time goes to $work/times (round, who, seconds per step) for
 # the summary at the end.
-mlx_time() { sed -n 's/^RESULT .*"median_step_s": \([0-9.e-]*\).*/\1/p'; }
+mlx_time() { sed -n 's/^RESULT {[^{}]*"median_step_s": \([0-9.e-]*\).*/\1/p'; }
 our_time() { sed -n 's/.*median \([0-9]*\) ms\/step.*/\1/p' | awk '{ print $1 / 1000 }'; }
 times="$work/times"
 for round in $(seq 1 "$rounds"); do
