@@ -117,16 +117,24 @@ impl Primitive for AllGather {
     }
 }
 
-/// Sum over ranks, of which rank `r` keeps the `r`-th block along axis 0.
+/// Sum over ranks, of which rank `r` keeps the `r`-th block along axis 0;
+/// with `mean`, divided by the number of ranks.
 #[derive(Debug, Clone)]
 pub struct SumScatter {
     /// The ranks taking part.
     pub group: Group,
+    /// Divide the sum by the group's size (float32 only; [`mean_scatter`]
+    /// builds other dtypes' means from a sum and a division).
+    pub mean: bool,
 }
 
 impl Primitive for SumScatter {
     fn name(&self) -> &'static str {
-        "sum_scatter"
+        if self.mean {
+            "mean_scatter"
+        } else {
+            "sum_scatter"
+        }
     }
     fn stream(&self) -> Stream {
         Stream::Communication
@@ -142,11 +150,25 @@ impl Primitive for SumScatter {
                 data.as_mut_slice::<u8>(out.nbytes()),
                 x.dtype(),
             )
-            .map_err(|e| dist_err("sum_scatter", e))?;
+            .map_err(|e| dist_err(self.name(), e))?;
+        if self.mean {
+            // In the sum's own buffer while it is hot: the same float32
+            // division as `div_scalar`, without a second buffer or pass
+            // through memory.
+            let size = self.group.size() as f32;
+            for v in data.as_mut_slice::<f32>(out.size()) {
+                *v /= size;
+            }
+        }
         Ok(data)
     }
     fn vjp(&self, _inputs: &[Array], _out: &Array, ct: &Array) -> Result<Vec<Option<Array>>> {
-        Ok(vec![Some(all_gather(ct, &self.group)?)])
+        let gathered = all_gather(ct, &self.group)?;
+        Ok(vec![Some(if self.mean {
+            gathered.div_scalar(self.group.size() as f64)?
+        } else {
+            gathered
+        })])
     }
 }
 
@@ -265,10 +287,39 @@ pub fn all_gather(x: &Array, group: &Group) -> Result<Array> {
 /// The sum over the group, of which this rank keeps block `rank` of `size`
 /// equal blocks along axis 0 (whose length must divide by the group size).
 pub fn sum_scatter(x: &Array, group: &Group) -> Result<Array> {
+    scatter(x, group, false)
+}
+
+/// The mean over the group, of which this rank keeps block `rank` (as
+/// [`sum_scatter`], divided by the group's size): what a data-parallel rank
+/// needs of the averaged gradients when it updates only its shard of the
+/// parameters. Equals `sum_scatter(x, group)?.div_scalar(size)` bit for bit;
+/// for float32 the division happens in the sum's buffer, so no second
+/// buffer of the shard's size is made.
+///
+/// ```
+/// use mlx_array::{Array, Dtype};
+/// let world = mlx_dist::init(mlx_dist::Backend::Any).unwrap();   // size 1 without a launcher
+/// let n = world.size();
+/// let x = Array::full(&[2 * n], 3.0, Dtype::F32);
+/// let mine = mlx_dist::mean_scatter(&x, &world).unwrap();
+/// assert_eq!(mine.to_vec::<f32>().unwrap(), vec![3.0; 2]);
+/// ```
+pub fn mean_scatter(x: &Array, group: &Group) -> Result<Array> {
+    if x.dtype() == Dtype::F32 {
+        scatter(x, group, true)
+    } else {
+        sum_scatter(x, group)?.div_scalar(group.size() as f64)
+    }
+}
+
+/// [`sum_scatter`], or with `mean` [`mean_scatter`] of float32.
+fn scatter(x: &Array, group: &Group, mean: bool) -> Result<Array> {
     let n = group.size();
+    let op = if mean { "mean_scatter" } else { "sum_scatter" };
     if x.ndim() == 0 || !x.shape()[0].is_multiple_of(n) {
         return Err(ArrayError::Shape {
-            op: "sum_scatter",
+            op,
             message: format!(
                 "axis 0 of shape {:?} does not split over {n} ranks",
                 x.shape()
@@ -283,6 +334,7 @@ pub fn sum_scatter(x: &Array, group: &Group) -> Result<Array> {
     Ok(Array::from_primitive(
         SumScatter {
             group: group.clone(),
+            mean,
         },
         vec![x.clone()],
         shape,

@@ -44,7 +44,9 @@ mod ring;
 mod shm;
 mod tcp;
 
-pub use collectives::{all_gather, all_max, all_min, all_sum, recv, recv_like, send, sum_scatter};
+pub use collectives::{
+    all_gather, all_max, all_min, all_sum, mean_scatter, recv, recv_like, send, sum_scatter,
+};
 pub use config::{Backend, Config, QuicCert};
 pub use error::{DistError, Result};
 pub use group::Group;

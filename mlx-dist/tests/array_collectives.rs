@@ -1,7 +1,9 @@
 //! Collectives on Arrays, on real multi-rank worlds (threads over loopback TCP).
 
 use mlx_array::{Array, Dtype, arange, random, value_and_grad};
-use mlx_dist::{all_gather, all_max, all_min, all_sum, recv_like, run_local, send, sum_scatter};
+use mlx_dist::{
+    all_gather, all_max, all_min, all_sum, mean_scatter, recv_like, run_local, send, sum_scatter,
+};
 
 fn rank_data(r: usize, n: usize, dtype: Dtype) -> Array {
     arange(0.0, n as f64, 1.0, Dtype::F32)
@@ -132,4 +134,72 @@ fn gradients_flow_through_all_sum() {
             assert!((a - 2.0 * b).abs() < 1e-6);
         }
     }
+}
+
+/// `mean_scatter` is `sum_scatter` divided by the group's size, bit for bit
+/// (float32 divides in the sum's buffer; other dtypes go through the graph),
+/// and its gradient is the gathered cotangent divided by the size.
+#[test]
+fn mean_scatter_is_the_sum_scatter_divided_by_the_size() {
+    for world in [2, 3] {
+        for dtype in [Dtype::F32, Dtype::BF16] {
+            let out = run_local(world, |g| {
+                let x = random::normal(
+                    &random::key(7 + g.rank() as u64),
+                    &[world * 5, 3],
+                    Dtype::F32,
+                )
+                .unwrap()
+                .astype(dtype)
+                .unwrap();
+                let bits = |a: Array| {
+                    a.astype(Dtype::F32)
+                        .unwrap()
+                        .to_vec::<f32>()
+                        .unwrap()
+                        .iter()
+                        .map(|v| v.to_bits())
+                        .collect::<Vec<_>>()
+                };
+                let mean = mean_scatter(&x, &g).unwrap();
+                assert_eq!(mean.shape(), [5, 3]);
+                let want = sum_scatter(&x, &g)
+                    .unwrap()
+                    .div_scalar(world as f64)
+                    .unwrap();
+                (bits(mean), bits(want))
+            })
+            .unwrap();
+            for (r, (got, want)) in out.into_iter().enumerate() {
+                assert_eq!(got, want, "world {world}, {dtype:?}, rank {r}");
+            }
+        }
+    }
+    // d/dx_r of sum(mean_scatter(x) * c) over the ranks is c gathered / world.
+    let out = run_local(2, |g| {
+        let x = Array::ones(&[4], Dtype::F32);
+        let c = arange(1.0, 3.0, 1.0, Dtype::F32)
+            .unwrap()
+            .add_scalar(g.rank() as f64 * 2.0)
+            .unwrap();
+        let f = |a: &[Array]| mean_scatter(&a[0], &g)?.multiply(&c)?.sum_all();
+        let (_, grads) = value_and_grad(f, &[0])(&[x]).unwrap();
+        grads[0].to_vec::<f32>().unwrap()
+    })
+    .unwrap();
+    for got in out {
+        assert_eq!(got, vec![0.5, 1.0, 1.5, 2.0]);
+    }
+    assert!(mean_scatter(&Array::ones(&[3], Dtype::F32), &mlx_dist::Group::single()).is_ok());
+    let err = run_local(2, |g| {
+        mean_scatter(&Array::ones(&[3], Dtype::F32), &g)
+            .unwrap_err()
+            .to_string()
+    })
+    .unwrap();
+    assert!(
+        err[0].contains("mean_scatter") && err[0].contains("does not split over 2"),
+        "{}",
+        err[0]
+    );
 }

@@ -423,10 +423,11 @@ fn train_on(cfg: &TrainConfig, group: &Group) -> Result<Summary> {
                 .as_millis();
             writeln!(
                 f,
-                "{{\"unix_ms\":{now},\"rank\":{rank},\"step\":{},\"active\":{},\"peak\":{}}}",
+                "{{\"unix_ms\":{now},\"rank\":{rank},\"step\":{},\"active\":{},\"peak\":{},\"cache\":{}}}",
                 step + 1,
                 memory::active(),
-                memory::peak()
+                memory::peak(),
+                memory::cache()
             )?;
         }
         summary.losses.push(loss_value);

@@ -42,7 +42,7 @@
 //!
 //! Data-parallel training: wrap the optimizer in [`Sharded`] to keep only
 //! `1 / world` of its state on each rank (ZeRO stage 1). It takes each
-//! rank's own gradients and averages them itself, one `sum_scatter` per
+//! rank's own gradients and averages them itself, one `mean_scatter` per
 //! bucket, then gathers the updated parameters: the traffic of one
 //! all-reduce, the results of averaging whole gradients.
 

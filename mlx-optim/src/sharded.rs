@@ -5,9 +5,9 @@
 //! Every parameter of `N` elements is flattened and cut into `W` equal shards
 //! of `ceil(N / W)` elements (the last padded with zeros), one per rank. A step:
 //!
-//! 1. the ranks' own gradients are summed with one `sum_scatter` per bucket,
-//!    so rank `r` receives only shard `r` of every gradient, and divided by
-//!    `W` (the averaged gradient, shard by shard);
+//! 1. the ranks' own gradients are averaged with one `mean_scatter` per
+//!    bucket (a `sum_scatter` divided by `W` in its own buffer), so rank `r`
+//!    receives only shard `r` of every averaged gradient;
 //! 2. the wrapped optimizer updates shard `r` of every parameter and its slots;
 //! 3. one `all_gather` per bucket rebuilds the whole new parameters on every rank.
 //!
@@ -100,7 +100,7 @@ impl<O: Optimizer> Sharded<O> {
 
     /// This rank's shard of the world's average of every gradient: a tree
     /// shaped like `grads` whose leaves are flat, `ceil(N / W)` elements
-    /// (zero past the parameter's end). Lazy; one `sum_scatter` per bucket.
+    /// (zero past the parameter's end). Lazy; one `mean_scatter` per bucket.
     pub fn shard_gradients(&self, grads: &Tree) -> Result<Tree> {
         let (_, w) = self.world();
         let flat = grads.flatten();
@@ -115,9 +115,8 @@ impl<O: Optimizer> Sharded<O> {
                     padded(g, w * shard_len(g.size(), w))?.reshape(&[w as i64, -1])
                 })
                 .collect::<mlx_array::Result<Vec<_>>>()?;
-            let mine = mlx_dist::sum_scatter(&concatenate(&rows, 1)?, &self.group)?
-                .reshape(&[-1])?
-                .div_scalar(w as f64)?;
+            let mine =
+                mlx_dist::mean_scatter(&concatenate(&rows, 1)?, &self.group)?.reshape(&[-1])?;
             let mut at = 0i64;
             for &i in &bucket {
                 let len = shard_len(arrays[i].size(), w) as i64;
