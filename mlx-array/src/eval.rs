@@ -137,31 +137,54 @@ fn topological_order(roots: Vec<Array>) -> Vec<Array> {
 /// one are summed, instead of waiting at each collective for the slower
 /// rank. Every rank reorders the same graph the same way, so collectives
 /// keep one order across ranks. A graph without collectives is unchanged.
+///
+/// A computation that reads only evaluated arrays (and other such
+/// computations), like the zeros of a first step's optimizer moments, moves
+/// down to the level of its first reader: run early it would gain no
+/// overlap, and its buffer would be held through the whole backward pass.
 fn overlap_communication(order: Vec<Array>) -> Vec<Array> {
-    let mut level: HashMap<u64, (usize, bool)> = HashMap::with_capacity(order.len());
-    let mut any = false;
-    let mut levels = Vec::with_capacity(order.len());
-    for a in &order {
-        let (l, comm) = match &*a.lock() {
-            State::Ready(_) => (0, false),
+    let index: HashMap<u64, usize> = order.iter().enumerate().map(|(i, a)| (a.id(), i)).collect();
+    let n = order.len();
+    // Per node: its inputs among the pending nodes, whether it is a
+    // collective, whether it reads only evaluated arrays and such nodes.
+    let mut inputs = Vec::with_capacity(n);
+    let mut comm = vec![false; n];
+    let mut source = vec![false; n];
+    let mut level = vec![0usize; n];
+    for (i, a) in order.iter().enumerate() {
+        let pending: Vec<usize> = match &*a.lock() {
+            State::Ready(_) => Vec::new(),
             State::Pending { primitive, inputs } => {
-                let l = inputs
+                comm[i] = primitive.stream() == Stream::Communication;
+                inputs
                     .iter()
-                    .filter_map(|i| level.get(&i.id()))
-                    .map(|&(l, comm)| l + usize::from(comm))
-                    .max()
-                    .unwrap_or(0);
-                (l, primitive.stream() == Stream::Communication)
+                    .filter_map(|x| index.get(&x.id()).copied())
+                    .collect()
             }
         };
-        any |= comm;
-        level.insert(a.id(), (l, comm));
-        levels.push(l);
+        level[i] = pending
+            .iter()
+            .map(|&j| level[j] + usize::from(comm[j]))
+            .max()
+            .unwrap_or(0);
+        source[i] = !comm[i] && pending.iter().all(|&j| source[j]);
+        inputs.push(pending);
     }
-    if !any || !overlap_enabled() {
+    if !comm.contains(&true) || !overlap_enabled() {
         return order;
     }
-    let mut keyed: Vec<(usize, Array)> = levels.into_iter().zip(order).collect();
+    // Readers come after what they read: walking back, every reader's final
+    // level is known before the nodes it reads.
+    let mut first_reader = vec![usize::MAX; n];
+    for i in (0..n).rev() {
+        if source[i] && first_reader[i] != usize::MAX {
+            level[i] = first_reader[i];
+        }
+        for &j in &inputs[i] {
+            first_reader[j] = first_reader[j].min(level[i]);
+        }
+    }
+    let mut keyed: Vec<(usize, Array)> = level.into_iter().zip(order).collect();
     keyed.sort_by_key(|&(l, _)| l);
     keyed.into_iter().map(|(_, a)| a).collect()
 }

@@ -162,3 +162,56 @@ fn chained_collectives_keep_their_order_and_their_inputs() {
     assert_eq!(also.item::<f32>().unwrap(), 6.0);
     assert!(first_ran.load(Ordering::SeqCst) < second_ran.load(Ordering::SeqCst));
 }
+
+/// A compute primitive with no inputs that records when it ran.
+#[derive(Debug)]
+struct Record {
+    ticket: Arc<AtomicUsize>,
+    ran_as: Arc<AtomicUsize>,
+}
+
+impl Primitive for Record {
+    fn name(&self) -> &'static str {
+        "record"
+    }
+    fn eval_cpu(&self, _inputs: &[Array], _out: &Array) -> Result<ArrayData> {
+        self.ran_as
+            .store(self.ticket.fetch_add(1, Ordering::SeqCst), Ordering::SeqCst);
+        Ok(ArrayData::from_slice(&[5.0f32], &[]))
+    }
+}
+
+/// A computation that reads nothing pending and is read only after a
+/// collective (like a first step's zero moments) runs just before its
+/// reader, not early with the work the collective overlaps: its buffer is
+/// not held while the collective travels.
+#[test]
+fn what_only_a_collective_reader_needs_runs_late() {
+    let flag = Arc::new(AtomicBool::new(true));
+    let ticket = Arc::new(AtomicUsize::new(0));
+    let (comm, comm_ran) = wait(&flag, &ticket, false);
+    let record = |t: &Arc<AtomicUsize>| {
+        let ran_as = Arc::new(AtomicUsize::new(usize::MAX));
+        let prim = Record {
+            ticket: t.clone(),
+            ran_as: ran_as.clone(),
+        };
+        (
+            Array::from_primitive(prim, vec![], vec![], Dtype::F32),
+            ran_as,
+        )
+    };
+    let (late, late_ran) = record(&ticket);
+    let reader = comm.add(&late).unwrap();
+    let (work, work_ran) = record(&ticket);
+    let more_work = work.add_scalar(1.0).unwrap();
+    eval((&reader, &more_work)).unwrap();
+    assert_eq!(reader.item::<f32>().unwrap(), 6.0);
+    assert_eq!(more_work.item::<f32>().unwrap(), 6.0);
+    let [c, l, w] = [comm_ran, late_ran, work_ran].map(|r| r.load(Ordering::SeqCst));
+    assert!(
+        l > w,
+        "the collective reader's own input ran before the other work ({l} <= {w})"
+    );
+    assert!(c != usize::MAX);
+}
