@@ -143,6 +143,15 @@ fn topological_order(roots: Vec<Array>) -> Vec<Array> {
 /// down to the level of its first reader: run early it would gain no
 /// overlap, and its buffer would be held through the whole backward pass.
 fn overlap_communication(order: Vec<Array>) -> Vec<Array> {
+    // Most graphs hold no collective: leave them as they are, before
+    // building anything.
+    let has_collective = |a: &Array| match &*a.lock() {
+        State::Pending { primitive, .. } => primitive.stream() == Stream::Communication,
+        State::Ready(_) => false,
+    };
+    if !overlap_enabled() || !order.iter().any(has_collective) {
+        return order;
+    }
     let index: HashMap<u64, usize> = order.iter().enumerate().map(|(i, a)| (a.id(), i)).collect();
     let n = order.len();
     // Per node: its inputs among the pending nodes, whether it is a
@@ -169,9 +178,6 @@ fn overlap_communication(order: Vec<Array>) -> Vec<Array> {
             .unwrap_or(0);
         source[i] = !comm[i] && pending.iter().all(|&j| source[j]);
         inputs.push(pending);
-    }
-    if !comm.contains(&true) || !overlap_enabled() {
-        return order;
     }
     // Readers come after what they read: walking back, every reader's final
     // level is known before the nodes it reads.

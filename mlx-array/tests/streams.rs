@@ -59,6 +59,16 @@ fn wait(
     ticket: &Arc<AtomicUsize>,
     fail: bool,
 ) -> (Array, Arc<AtomicUsize>) {
+    wait_reading(flag, ticket, fail, Array::scalar(0.0f32))
+}
+
+/// [`wait`] as a reader of `input`.
+fn wait_reading(
+    flag: &Arc<AtomicBool>,
+    ticket: &Arc<AtomicUsize>,
+    fail: bool,
+    input: Array,
+) -> (Array, Arc<AtomicUsize>) {
     let ran_as = Arc::new(AtomicUsize::new(usize::MAX));
     let prim = WaitForFlag {
         flag: flag.clone(),
@@ -66,7 +76,7 @@ fn wait(
         ran_as: ran_as.clone(),
         fail,
     };
-    let x = Array::from_primitive(prim, vec![Array::scalar(0.0f32)], vec![], Dtype::F32);
+    let x = Array::from_primitive(prim, vec![input], vec![], Dtype::F32);
     (x, ran_as)
 }
 
@@ -141,18 +151,7 @@ fn chained_collectives_keep_their_order_and_their_inputs() {
     let (first, first_ran) = wait(&first_flag, &ticket, false);
     let between = first.add_scalar(10.0).unwrap();
     let second_flag = Arc::new(AtomicBool::new(true));
-    let second_ran = Arc::new(AtomicUsize::new(usize::MAX));
-    let second = Array::from_primitive(
-        WaitForFlag {
-            flag: second_flag,
-            ticket: ticket.clone(),
-            ran_as: second_ran.clone(),
-            fail: false,
-        },
-        vec![between.clone()],
-        vec![],
-        Dtype::F32,
-    );
+    let (second, second_ran) = wait_reading(&second_flag, &ticket, false, between.clone());
     let last = second.add(&between).unwrap();
     let compute = Array::from_primitive(SetFlag(first_flag.clone()), vec![], vec![], Dtype::F32);
     let also = compute.mul_scalar(3.0).unwrap();
