@@ -1,10 +1,35 @@
 //! Checkpoints: model and optimizer state in safetensors plus a JSON
 //! manifest, written into a temporary folder and renamed into place.
+//!
+//! Durability: every file is fsynced by whoever writes it, the temporary
+//! folder before it is renamed, and `checkpoints/` after each rename (the
+//! folder's and the `latest` pointer's). The manifest lists every other file
+//! of the folder with its size and sha256, checked before a resume; a
+//! checkpoint that fails the check is passed over for the next newest.
 
+use std::fs::File;
+use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
 use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+/// The manifest format written: 2 adds `files` (format 1 had no checksums).
+pub const FORMAT: u32 = 2;
+
+const MANIFEST: &str = "manifest.json";
+
+/// One file of a checkpoint folder, as its manifest records it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FileEntry {
+    /// File name inside the checkpoint folder.
+    pub name: String,
+    /// Size in bytes.
+    pub bytes: u64,
+    /// SHA-256 of the contents, lowercase hex.
+    pub sha256: String,
+}
 
 /// What a checkpoint folder's `manifest.json` holds.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -21,6 +46,20 @@ pub struct Manifest {
     pub config: serde_json::Value,
     /// Vocabulary size of the model (after growing to the tokenizer's).
     pub vocab_size: usize,
+    /// Every other file of the folder, by name (empty in format 1).
+    #[serde(default)]
+    pub files: Vec<FileEntry>,
+}
+
+/// A checkpoint that passed [`verify`], found by [`latest_good`].
+#[derive(Clone, Debug)]
+pub struct Found {
+    /// The checkpoint folder.
+    pub dir: PathBuf,
+    /// Its manifest.
+    pub manifest: Manifest,
+    /// Newer checkpoints passed over, each with what was wrong with it.
+    pub rejected: Vec<String>,
 }
 
 /// The folder of the checkpoint after `step` steps.
@@ -28,7 +67,16 @@ pub fn step_dir(out: &Path, step: u64) -> PathBuf {
     out.join("checkpoints").join(format!("step_{step:08}"))
 }
 
-/// The most recent complete checkpoint under `out`, if any.
+/// The step of a checkpoint folder name (`step_00000012`), if it is one.
+fn step_of(name: &str) -> Option<u64> {
+    let digits = name.strip_prefix("step_")?;
+    if digits.len() < 8 || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    digits.parse().ok()
+}
+
+/// The checkpoint `latest` points to under `out`, if any (unverified).
 pub fn latest(out: &Path) -> Result<Option<PathBuf>> {
     let pointer = out.join("checkpoints").join("latest");
     if !pointer.exists() {
@@ -37,7 +85,7 @@ pub fn latest(out: &Path) -> Result<Option<PathBuf>> {
     let name = std::fs::read_to_string(&pointer)
         .with_context(|| format!("reading {}", pointer.display()))?;
     let dir = out.join("checkpoints").join(name.trim());
-    if !dir.join("manifest.json").exists() {
+    if !dir.join(MANIFEST).exists() {
         bail!(
             "{} names {}, which is not a complete checkpoint",
             pointer.display(),
@@ -47,20 +95,196 @@ pub fn latest(out: &Path) -> Result<Option<PathBuf>> {
     Ok(Some(dir))
 }
 
-/// Reads and checks a checkpoint's manifest against the run's resume key.
-pub fn read_manifest(dir: &Path, resume_key: &serde_json::Value, world: usize) -> Result<Manifest> {
-    let path = dir.join("manifest.json");
+/// Every complete checkpoint under `out` (a `step_N` folder with a
+/// manifest), oldest first. Other folders are not checkpoints.
+pub fn list(out: &Path) -> Result<Vec<(u64, PathBuf)>> {
+    let root = out.join("checkpoints");
+    if !root.exists() {
+        return Ok(vec![]);
+    }
+    let mut found = vec![];
+    for entry in std::fs::read_dir(&root).with_context(|| format!("listing {}", root.display()))? {
+        let path = entry?.path();
+        let step = path.file_name().and_then(|n| n.to_str()).and_then(step_of);
+        if let Some(step) = step.filter(|_| path.join(MANIFEST).is_file()) {
+            found.push((step, path));
+        }
+    }
+    found.sort();
+    Ok(found)
+}
+
+/// Flushes a file or a folder (opened read-only; works on Linux and macOS) to disk.
+pub fn sync_path(path: &Path) -> Result<()> {
+    File::open(path)
+        .and_then(|f| f.sync_all())
+        .with_context(|| format!("syncing {}", path.display()))
+}
+
+/// Writes `bytes` to `path` and flushes it to disk.
+pub fn write_synced(path: &Path, bytes: &[u8]) -> Result<()> {
+    let mut f = File::create(path).with_context(|| format!("creating {}", path.display()))?;
+    f.write_all(bytes)
+        .and_then(|()| f.sync_all())
+        .with_context(|| format!("writing {}", path.display()))
+}
+
+/// Size and SHA-256 (lowercase hex) of a file.
+fn hash_file(path: &Path) -> std::io::Result<(u64, String)> {
+    let mut f = File::open(path)?;
+    let mut hasher = Sha256::new();
+    let mut buf = vec![0u8; 1 << 20];
+    let mut bytes = 0u64;
+    loop {
+        let n = f.read(&mut buf)?;
+        if n == 0 {
+            break;
+        }
+        hasher.update(&buf[..n]);
+        bytes += n as u64;
+    }
+    let hex = hasher
+        .finalize()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    Ok((bytes, hex))
+}
+
+/// Size and SHA-256 of every file of `dir` but the manifest, by name. Call
+/// it once every rank has written its files.
+pub fn file_entries(dir: &Path) -> Result<Vec<FileEntry>> {
+    let mut files = vec![];
+    for entry in std::fs::read_dir(dir).with_context(|| format!("listing {}", dir.display()))? {
+        let path = entry?.path();
+        let name = path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        if name == MANIFEST || !path.is_file() {
+            continue;
+        }
+        let (bytes, sha256) =
+            hash_file(&path).with_context(|| format!("hashing {}", path.display()))?;
+        files.push(FileEntry {
+            name,
+            bytes,
+            sha256,
+        });
+    }
+    files.sort_by(|a, b| a.name.cmp(&b.name));
+    Ok(files)
+}
+
+/// Writes `manifest` into `dir`, flushed to disk.
+pub fn write_manifest(dir: &Path, manifest: &Manifest) -> Result<()> {
+    write_synced(
+        &dir.join(MANIFEST),
+        serde_json::to_string_pretty(manifest)?.as_bytes(),
+    )
+}
+
+/// Reads a manifest, checking only that this version can read it.
+fn parse_manifest(dir: &Path) -> Result<Manifest> {
+    let path = dir.join(MANIFEST);
     let text =
         std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
     let m: Manifest = serde_json::from_str(&text)
         .with_context(|| format!("{} is not a valid checkpoint manifest", path.display()))?;
-    if m.format != 1 {
+    if m.format == 0 || m.format > FORMAT {
         bail!(
-            "{}: checkpoint format {} is not supported (expected 1)",
+            "{}: checkpoint format {} is not supported (expected 1 to {FORMAT})",
             path.display(),
             m.format
         );
     }
+    Ok(m)
+}
+
+/// Reads a checkpoint's manifest and checks every file it lists (size, then
+/// sha256); the error names the file and what is wrong. A format-1
+/// checkpoint has no checksums: it is accepted unverified, with a warning.
+pub fn verify(dir: &Path) -> Result<Manifest> {
+    let m = parse_manifest(dir)?;
+    if m.format == 1 {
+        tracing::warn!(
+            checkpoint = %dir.display(),
+            "checkpoint format 1 has no checksums: its files are not verified"
+        );
+    }
+    for f in &m.files {
+        let path = dir.join(&f.name);
+        let (bytes, sha256) = hash_file(&path).with_context(|| {
+            format!("{}: listed in the manifest but unreadable", path.display())
+        })?;
+        if bytes != f.bytes {
+            bail!(
+                "{}: {bytes} bytes, the manifest says {}",
+                path.display(),
+                f.bytes
+            );
+        }
+        if sha256 != f.sha256 {
+            bail!(
+                "{}: sha256 {sha256}, the manifest says {}",
+                path.display(),
+                f.sha256
+            );
+        }
+    }
+    Ok(m)
+}
+
+/// The newest intact checkpoint under `out`: the one `latest` points to,
+/// else the others by step, newest first, each passed over with a warning
+/// saying what was wrong. `None` when there is no checkpoint at all; an
+/// error listing every problem when none is intact.
+pub fn latest_good(out: &Path) -> Result<Option<Found>> {
+    let pointer = out.join("checkpoints").join("latest");
+    let mut rejected = vec![];
+    let mut candidates = vec![];
+    if pointer.exists() {
+        match std::fs::read_to_string(&pointer) {
+            Ok(name) => candidates.push(out.join("checkpoints").join(name.trim())),
+            Err(e) => rejected.push(format!("{}: unreadable: {e}", pointer.display())),
+        }
+    }
+    for (_, dir) in list(out)?.into_iter().rev() {
+        if !candidates.contains(&dir) {
+            candidates.push(dir);
+        }
+    }
+    for dir in candidates {
+        match verify(&dir) {
+            Ok(manifest) => {
+                return Ok(Some(Found {
+                    dir,
+                    manifest,
+                    rejected,
+                }));
+            }
+            Err(e) => {
+                tracing::warn!(
+                    checkpoint = %dir.display(),
+                    "passing over a corrupt checkpoint: {e:#}"
+                );
+                rejected.push(format!("{}: {e:#}", dir.display()));
+            }
+        }
+    }
+    if rejected.is_empty() {
+        return Ok(None);
+    }
+    bail!(
+        "no intact checkpoint under {}:\n  {}",
+        out.join("checkpoints").display(),
+        rejected.join("\n  ")
+    )
+}
+
+/// Reads and checks a checkpoint's manifest against the run's resume key.
+pub fn read_manifest(dir: &Path, resume_key: &serde_json::Value, world: usize) -> Result<Manifest> {
+    let m = parse_manifest(dir)?;
     if &m.resume_key != resume_key {
         let diff: Vec<String> = resume_key
             .as_object()
@@ -92,19 +316,48 @@ pub fn read_manifest(dir: &Path, resume_key: &serde_json::Value, world: usize) -
     Ok(m)
 }
 
-/// Makes `tmp` the checkpoint for `step` (atomically, by rename) and points `latest` at it.
+/// Makes `tmp` (every file in it already synced) the checkpoint for `step`:
+/// syncs the folder, renames it into place, points `latest` at it (a synced
+/// temporary file renamed over the old pointer) and syncs `checkpoints/`
+/// after each rename.
 pub fn publish(out: &Path, tmp: &Path, step: u64) -> Result<PathBuf> {
+    let root = out.join("checkpoints");
     let dir = step_dir(out, step);
+    sync_path(tmp)?;
     if dir.exists() {
         std::fs::remove_dir_all(&dir).with_context(|| format!("replacing {}", dir.display()))?;
     }
     std::fs::rename(tmp, &dir).with_context(|| format!("publishing {}", dir.display()))?;
-    let pointer = out.join("checkpoints").join("latest");
+    sync_path(&root)?;
+    let pointer = root.join("latest");
     let tmp_pointer = pointer.with_extension("tmp");
-    std::fs::write(
-        &tmp_pointer,
-        dir.file_name().expect("named").to_string_lossy().as_bytes(),
-    )?;
-    std::fs::rename(&tmp_pointer, &pointer)?;
+    write_synced(&tmp_pointer, format!("step_{step:08}").as_bytes())?;
+    std::fs::rename(&tmp_pointer, &pointer)
+        .with_context(|| format!("replacing {}", pointer.display()))?;
+    sync_path(&root)?;
     Ok(dir)
+}
+
+/// Deletes the oldest complete checkpoints beyond the `keep` newest (0 keeps
+/// all), never the one `latest` points to; returns the folders deleted.
+pub fn prune(out: &Path, keep: usize) -> Result<Vec<PathBuf>> {
+    let all = list(out)?;
+    if keep == 0 || all.len() <= keep {
+        return Ok(vec![]);
+    }
+    let current = latest(out).ok().flatten();
+    let mut deleted = vec![];
+    for (_, dir) in &all[..all.len() - keep] {
+        if Some(dir) == current.as_ref() {
+            continue;
+        }
+        // Without its manifest the folder is no longer a checkpoint, so an
+        // interrupted deletion leaves nothing that looks like one.
+        std::fs::remove_file(dir.join(MANIFEST))
+            .and_then(|()| std::fs::remove_dir_all(dir))
+            .with_context(|| format!("deleting {}", dir.display()))?;
+        deleted.push(dir.clone());
+    }
+    sync_path(&out.join("checkpoints"))?;
+    Ok(deleted)
 }

@@ -92,6 +92,10 @@ pub struct TrainConfig {
     pub eval_batches: usize,
     /// Checkpoint every this many steps (0: only at the end).
     pub checkpoint_every: u64,
+    /// Keep only the newest this many checkpoints, deleting older ones after
+    /// each new one is published (0: keep all; `latest` is never deleted).
+    #[serde(default)]
+    pub keep_checkpoints: usize,
     /// Run folder: metrics, checkpoints.
     pub out_dir: PathBuf,
     /// Log every this many steps.
@@ -137,6 +141,7 @@ impl Default for TrainConfig {
             eval_every: 0,
             eval_batches: 4,
             checkpoint_every: 0,
+            keep_checkpoints: 0,
             out_dir: PathBuf::from("runs/latest"),
             log_every: 1,
             all_reduce_size: 32 << 20,

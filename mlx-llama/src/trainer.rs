@@ -262,7 +262,7 @@ fn train_on(cfg: &TrainConfig, group: &Group) -> Result<Summary> {
 
     let resume_key = cfg.resume_key();
     let mut first_step = 0;
-    if let Some(dir) = checkpoint::latest(&cfg.out_dir)? {
+    if let Some(dir) = resume_from(cfg, group)? {
         let m = checkpoint::read_manifest(&dir, &resume_key, world)?;
         model
             .load_weights(dir.join("model.safetensors"))
@@ -479,6 +479,31 @@ fn train_on(cfg: &TrainConfig, group: &Group) -> Result<Summary> {
     Ok(summary)
 }
 
+/// The checkpoint to resume from: rank 0 picks the newest intact one
+/// ([`checkpoint::latest_good`]) and tells the others its step.
+fn resume_from(cfg: &TrainConfig, group: &Group) -> Result<Option<PathBuf>> {
+    let found = match group.rank() {
+        0 => checkpoint::latest_good(&cfg.out_dir),
+        _ => Ok(None),
+    };
+    // The step chosen, 0 for none, -1 when rank 0 failed (every rank must
+    // take part in the collective before any returns an error).
+    let mut code = [match &found {
+        Ok(Some(f)) => i64::try_from(f.manifest.step).unwrap_or(i64::MAX),
+        Ok(None) => 0,
+        Err(_) => -1,
+    }];
+    group.all_sum(&mut code)?;
+    if let Some(f) = found? {
+        return Ok(Some(f.dir));
+    }
+    match code[0] {
+        0 => Ok(None),
+        step if step > 0 => Ok(Some(checkpoint::step_dir(&cfg.out_dir, step as u64))),
+        _ => bail!("rank 0 found no intact checkpoint to resume from (see its error)"),
+    }
+}
+
 fn save_checkpoint(
     cfg: &TrainConfig,
     model: &Llama,
@@ -497,36 +522,42 @@ fn save_checkpoint(
         std::fs::create_dir_all(&tmp).with_context(|| format!("creating {}", tmp.display()))?;
     }
     group.barrier()?;
+    // Each rank syncs the files it writes; once all are written (the
+    // barriers), rank 0 hashes every one into the manifest and publishes.
     let state_path = tmp.join(format!("loader_rank{}.json", group.rank()));
-    std::fs::write(&state_path, batches.state().to_json())
-        .with_context(|| format!("writing {}", state_path.display()))?;
+    checkpoint::write_synced(&state_path, batches.state().to_json().as_bytes())?;
     group.barrier()?;
     let dir = checkpoint::step_dir(out, step);
     if let Adam::Sharded(o) = opt {
         // Every rank writes its own shard of the optimizer state.
-        o.save_state(&tmp.join(opt.file_name(group.rank())))
-            .map_err(|e| anyhow!("{e}"))?;
+        let path = tmp.join(opt.file_name(group.rank()));
+        o.save_state(&path).map_err(|e| anyhow!("{e}"))?;
+        checkpoint::sync_path(&path)?;
         group.barrier()?;
     }
     if group.rank() == 0 {
-        model.save_weights(tmp.join("model.safetensors"))?;
+        let weights = tmp.join("model.safetensors");
+        model.save_weights(&weights)?;
+        checkpoint::sync_path(&weights)?;
         if let Adam::Whole(o) = opt {
-            o.save_state(&tmp.join(opt.file_name(0)))
-                .map_err(|e| anyhow!("{e}"))?;
+            let path = tmp.join(opt.file_name(0));
+            o.save_state(&path).map_err(|e| anyhow!("{e}"))?;
+            checkpoint::sync_path(&path)?;
         }
         let manifest = Manifest {
-            format: 1,
+            format: checkpoint::FORMAT,
             step,
             world: group.size(),
             resume_key: cfg.resume_key(),
             config: serde_json::to_value(cfg)?,
             vocab_size: vocab,
+            files: checkpoint::file_entries(&tmp)?,
         };
-        std::fs::write(
-            tmp.join("manifest.json"),
-            serde_json::to_string_pretty(&manifest)?,
-        )?;
+        checkpoint::write_manifest(&tmp, &manifest)?;
         checkpoint::publish(out, &tmp, step)?;
+        for old in checkpoint::prune(out, cfg.keep_checkpoints)? {
+            tracing::info!(rank = 0, checkpoint = %old.display(), "deleted an old checkpoint");
+        }
     }
     group.barrier()?;
     Ok(dir)

@@ -1,9 +1,15 @@
 //! The trainer on small configurations: data-parallel equivalence, learning,
-//! exact resume, refusing bad checkpoints.
+//! exact resume, refusing bad checkpoints, checksums and falling back past
+//! corrupt ones, keeping the newest N.
 
+use std::collections::BTreeMap;
+use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 
+use mlx_llama::checkpoint;
 use mlx_llama::{Batching, DataSource, LlamaConfig, TrainConfig, train};
+use sha2::{Digest, Sha256};
 
 fn tiny(out: &Path, steps: u64) -> TrainConfig {
     TrainConfig {
@@ -35,6 +41,78 @@ fn weights(out: &Path) -> Vec<(String, Vec<f32>)> {
     w.into_iter()
         .map(|(n, a)| (n, a.to_vec::<f32>().unwrap()))
         .collect()
+}
+
+/// Every file of a checkpoint folder but the manifest: name to (size, sha256).
+fn files_on_disk(dir: &Path) -> BTreeMap<String, (u64, String)> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.file_name().unwrap() != "manifest.json")
+        .map(|p| {
+            let bytes = std::fs::read(&p).unwrap();
+            let hash: String = Sha256::digest(&bytes)
+                .iter()
+                .map(|b| format!("{b:02x}"))
+                .collect();
+            let name = p.file_name().unwrap().to_string_lossy().into_owned();
+            (name, (bytes.len() as u64, hash))
+        })
+        .collect()
+}
+
+/// Checks that the manifest lists exactly the folder's files, with their sizes and hashes.
+fn assert_manifest_covers(dir: &Path) {
+    let text = std::fs::read_to_string(dir.join("manifest.json")).unwrap();
+    let m: checkpoint::Manifest = serde_json::from_str(&text).unwrap();
+    assert_eq!(m.format, 2);
+    let listed: BTreeMap<String, (u64, String)> = m
+        .files
+        .into_iter()
+        .map(|f| (f.name, (f.bytes, f.sha256)))
+        .collect();
+    assert_eq!(listed, files_on_disk(dir), "in {}", dir.display());
+}
+
+/// Flips the last byte of a file (tensor data, not the header).
+fn flip_last_byte(path: &Path) {
+    let mut bytes = std::fs::read(path).unwrap();
+    *bytes.last_mut().unwrap() ^= 0x01;
+    std::fs::write(path, bytes).unwrap();
+}
+
+/// Cuts a file to half its length.
+fn truncate(path: &Path) {
+    let bytes = std::fs::read(path).unwrap();
+    std::fs::write(path, &bytes[..bytes.len() / 2]).unwrap();
+}
+
+/// A `Write` into a shared buffer, for capturing log lines.
+#[derive(Clone, Default)]
+struct Captured(Arc<Mutex<Vec<u8>>>);
+
+impl Write for Captured {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(b);
+        Ok(b.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Runs `f` on this thread with its warnings captured; returns both.
+fn with_warnings<T>(f: impl FnOnce() -> T) -> (T, String) {
+    let buf = Captured::default();
+    let writer = buf.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::WARN)
+        .with_ansi(false)
+        .with_writer(move || writer.clone())
+        .finish();
+    let out = tracing::subscriber::with_default(subscriber, f);
+    let text = String::from_utf8_lossy(&buf.0.lock().unwrap()).into_owned();
+    (out, text)
 }
 
 fn max_diff(a: &[(String, Vec<f32>)], b: &[(String, Vec<f32>)]) -> f32 {
@@ -121,23 +199,152 @@ fn resuming_equals_an_uninterrupted_run_and_bad_checkpoints_are_refused() {
         err.contains("different configuration") && err.contains("num_layers"),
         "{err}"
     );
-    // A truncated weights file is refused, naming it.
-    let latest = mlx_llama::checkpoint::latest(&parts).unwrap().unwrap();
-    let w = latest.join("model.safetensors");
-    let bytes = std::fs::read(&w).unwrap();
-    std::fs::write(&w, &bytes[..bytes.len() / 2]).unwrap();
+    // One flipped byte in the latest weights: the run resumes from the
+    // checkpoint before it (step 3), warning which file is wrong.
+    let step6 = checkpoint::step_dir(&parts, 6);
+    flip_last_byte(&step6.join("model.safetensors"));
+    let (again, warnings) = with_warnings(|| train(&tiny(&parts, 6), &mlx_dist::Group::single()));
+    assert_eq!(
+        again.unwrap().losses,
+        full.losses[3..],
+        "did not resume from step 3"
+    );
+    assert!(
+        warnings.contains("step_00000006") && warnings.contains("model.safetensors"),
+        "{warnings}"
+    );
+    // With every checkpoint corrupt (a changed byte in the step 6 that run
+    // wrote again, a garbled manifest) the error says what is wrong with each.
+    flip_last_byte(&step6.join("model.safetensors"));
+    std::fs::write(
+        checkpoint::step_dir(&parts, 3).join("manifest.json"),
+        "{ not json",
+    )
+    .unwrap();
     let err = format!(
         "{:#}",
         train(&tiny(&parts, 8), &mlx_dist::Group::single()).unwrap_err()
     );
-    assert!(err.contains("model.safetensors"), "{err}");
-    // A garbled manifest too.
-    std::fs::write(latest.join("manifest.json"), "{ not json").unwrap();
-    let err = format!(
-        "{:#}",
-        train(&tiny(&parts, 8), &mlx_dist::Group::single()).unwrap_err()
+    for part in [
+        "step_00000006",
+        "model.safetensors",
+        "sha256",
+        "step_00000003",
+        "manifest",
+    ] {
+        assert!(err.contains(part), "no `{part}` in: {err}");
+    }
+}
+
+#[test]
+fn a_checkpoint_lists_every_file_with_its_size_and_sha256() {
+    let dir = tempfile::tempdir().unwrap();
+    train(&tiny(dir.path(), 1), &mlx_dist::Group::single()).unwrap();
+    let latest = checkpoint::latest(dir.path()).unwrap().unwrap();
+    assert_manifest_covers(&latest);
+    let names = files_on_disk(&latest).into_keys().collect::<Vec<_>>();
+    assert_eq!(
+        names,
+        [
+            "loader_rank0.json",
+            "model.safetensors",
+            "optimizer.safetensors"
+        ]
     );
-    assert!(err.contains("manifest"), "{err}");
+}
+
+#[test]
+fn corrupt_or_truncated_files_are_caught_and_passed_over() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path();
+    let cfg = TrainConfig {
+        checkpoint_every: 1,
+        ..tiny(out, 3)
+    };
+    train(&cfg, &mlx_dist::Group::single()).unwrap();
+    let good = checkpoint::latest_good(out).unwrap().unwrap();
+    assert_eq!((good.manifest.step, good.rejected.len()), (3, 0));
+
+    // A flipped byte: the previous checkpoint, naming the file.
+    flip_last_byte(&checkpoint::step_dir(out, 3).join("model.safetensors"));
+    let found = checkpoint::latest_good(out).unwrap().unwrap();
+    assert_eq!(found.dir, checkpoint::step_dir(out, 2));
+    assert!(
+        found.rejected[0].contains("model.safetensors") && found.rejected[0].contains("sha256"),
+        "{:?}",
+        found.rejected
+    );
+    // A truncated file: caught by its size.
+    truncate(&checkpoint::step_dir(out, 2).join("loader_rank0.json"));
+    let found = checkpoint::latest_good(out).unwrap().unwrap();
+    assert_eq!(found.manifest.step, 1);
+    assert!(
+        found.rejected[1].contains("loader_rank0.json") && found.rejected[1].contains("bytes"),
+        "{:?}",
+        found.rejected
+    );
+    // A missing file, then none left: an error naming each problem.
+    std::fs::remove_file(checkpoint::step_dir(out, 1).join("optimizer.safetensors")).unwrap();
+    let err = format!("{:#}", checkpoint::latest_good(out).unwrap_err());
+    for part in [
+        "step_00000003",
+        "model.safetensors",
+        "step_00000002",
+        "loader_rank0.json",
+        "step_00000001",
+        "optimizer.safetensors",
+    ] {
+        assert!(err.contains(part), "no `{part}` in: {err}");
+    }
+
+    // A format-1 manifest (no checksums) is still read; an unknown format is not.
+    let step1 = checkpoint::step_dir(out, 1);
+    let mut m: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(step1.join("manifest.json")).unwrap())
+            .unwrap();
+    m["format"] = 1.into();
+    m.as_object_mut().unwrap().remove("files");
+    std::fs::write(step1.join("manifest.json"), m.to_string()).unwrap();
+    assert_eq!(checkpoint::verify(&step1).unwrap().step, 1);
+    m["format"] = 3.into();
+    std::fs::write(step1.join("manifest.json"), m.to_string()).unwrap();
+    let err = format!("{:#}", checkpoint::verify(&step1).unwrap_err());
+    assert!(err.contains("format 3"), "{err}");
+}
+
+#[test]
+fn keep_checkpoints_keeps_the_newest_n() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path();
+    // Folders that are not checkpoints are never touched.
+    let others = [
+        out.join("checkpoints").join("notes"),
+        out.join("checkpoints").join("step_old"),
+    ];
+    for o in &others {
+        std::fs::create_dir_all(o).unwrap();
+        std::fs::write(o.join("manifest.json"), "{}").unwrap();
+    }
+    let cfg = TrainConfig {
+        checkpoint_every: 1,
+        keep_checkpoints: 2,
+        ..tiny(out, 5)
+    };
+    train(&cfg, &mlx_dist::Group::single()).unwrap();
+    let steps = |out: &Path| {
+        checkpoint::list(out)
+            .unwrap()
+            .into_iter()
+            .map(|(s, _)| s)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(steps(out), [4, 5]);
+    assert!(others.iter().all(|o| o.join("manifest.json").exists()));
+    // 0 keeps all; the checkpoint `latest` points to is never deleted.
+    assert!(checkpoint::prune(out, 0).unwrap().is_empty());
+    std::fs::write(out.join("checkpoints").join("latest"), "step_00000004").unwrap();
+    assert!(checkpoint::prune(out, 1).unwrap().is_empty());
+    assert_eq!(steps(out), [4, 5]);
 }
 
 #[test]
@@ -164,6 +371,9 @@ fn sharded_optimizer_state_matches_whole_state_and_resumes_exactly() {
         );
     }
     assert!(!latest.join("optimizer.safetensors").exists());
+    // The manifest covers every rank's files.
+    assert_manifest_covers(&latest);
+    assert_eq!(files_on_disk(&latest).len(), 5);
 
     // Resuming from the shards (with clipping by the global norm) continues
     // the uninterrupted run exactly.
@@ -179,6 +389,11 @@ fn sharded_optimizer_state_matches_whole_state_and_resumes_exactly() {
     assert_eq!(first[0].losses, full[0].losses[..3]);
     assert_eq!(rest[0].losses, full[0].losses[3..]);
     assert_eq!(max_diff(&weights(&full_dir), &weights(&parts)), 0.0);
+
+    // A corrupt shard of rank 1: both ranks resume from the step before.
+    flip_last_byte(&checkpoint::step_dir(&parts, 6).join("optimizer_rank1.safetensors"));
+    let again = run(&clipped(&parts, 6));
+    assert_eq!(again[1].losses, full[0].losses[3..]);
 
     // A checkpoint with sharded state does not resume with whole state.
     let err = mlx_dist::run_local(2, |g| {

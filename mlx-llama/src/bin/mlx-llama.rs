@@ -103,6 +103,10 @@ struct TrainArgs {
     /// Checkpoint every N steps (always at the end).
     #[arg(long, default_value_t = 0)]
     checkpoint_every: u64,
+    /// Keep only the newest N checkpoints, deleting older ones as new ones
+    /// are published (0: keep all).
+    #[arg(long, default_value_t = 0)]
+    keep_checkpoints: usize,
     /// Run folder for metrics and checkpoints.
     #[arg(long, default_value = "runs/latest")]
     out: PathBuf,
@@ -211,6 +215,7 @@ fn config(a: &TrainArgs) -> Result<TrainConfig> {
         eval_every: a.eval_every,
         eval_batches: a.eval_batches,
         checkpoint_every: a.checkpoint_every,
+        keep_checkpoints: a.keep_checkpoints,
         out_dir: a.out.clone(),
         log_every: a.log_every,
         all_reduce_size: 32 << 20,
@@ -226,7 +231,8 @@ fn run_train(a: TrainArgs) -> Result<()> {
     let backend = mlx_dist::Backend::from_name(&a.backend)
         .with_context(|| format!("unknown --backend `{}`", a.backend))?;
     let group = mlx_dist::init(backend).context("joining the distributed job")?;
-    let has_checkpoint = mlx_llama::checkpoint::latest(&cfg.out_dir)?.is_some();
+    let has_checkpoint = cfg.out_dir.join("checkpoints").join("latest").exists()
+        || !mlx_llama::checkpoint::list(&cfg.out_dir)?.is_empty();
     if has_checkpoint && !a.resume {
         if !a.fresh {
             bail!(
@@ -266,14 +272,14 @@ fn run_train(a: TrainArgs) -> Result<()> {
 }
 
 fn run_generate(a: GenerateArgs) -> Result<()> {
-    let dir = if a.checkpoint.join("manifest.json").exists() {
-        a.checkpoint.clone()
+    let (dir, manifest) = if a.checkpoint.join("manifest.json").exists() {
+        let m = mlx_llama::checkpoint::verify(&a.checkpoint)?;
+        (a.checkpoint.clone(), m)
     } else {
-        mlx_llama::checkpoint::latest(&a.checkpoint)?
-            .with_context(|| format!("{} holds no checkpoint", a.checkpoint.display()))?
+        let f = mlx_llama::checkpoint::latest_good(&a.checkpoint)?
+            .with_context(|| format!("{} holds no checkpoint", a.checkpoint.display()))?;
+        (f.dir, f.manifest)
     };
-    let text = std::fs::read_to_string(dir.join("manifest.json"))?;
-    let manifest: mlx_llama::checkpoint::Manifest = serde_json::from_str(&text)?;
     let cfg: TrainConfig = serde_json::from_value(manifest.config.clone())
         .context("the checkpoint's configuration")?;
     let model_cfg = LlamaConfig {
