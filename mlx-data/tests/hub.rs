@@ -1,6 +1,7 @@
 //! Hub downloads against a local server speaking the Hub's URL layout: cache
 //! layout, interrupted transfers that resume, clear failures, offline mode,
-//! deadlines, checksums, and the full pipeline from a Hub dataset.
+//! deadlines, checksums, hostile headers and names, and the full pipeline from a Hub
+//! dataset.
 
 mod common;
 
@@ -9,7 +10,8 @@ use mlx_data::{
     DataConfig, DataError, HubClient, HubConfig, HubDataset, RepoKind, SourceSpec, TokenizerSpec,
     prepare,
 };
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
@@ -289,4 +291,177 @@ fn prepare_builds_stores_from_a_hub_dataset() {
     assert_eq!(data.validation.n_docs() as usize, docs.len());
     let ids = data.validation.doc(1).unwrap().to_vec();
     assert_eq!(data.tokenizer.decode(&ids).unwrap(), docs[1]);
+}
+
+/// Every entry under `root` (symlinks not followed) with its length, recursively.
+fn tree(root: &Path) -> BTreeMap<PathBuf, u64> {
+    let mut out = BTreeMap::new();
+    let mut todo = vec![root.to_path_buf()];
+    while let Some(dir) = todo.pop() {
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for e in entries {
+            let path = e.unwrap().path();
+            let meta = std::fs::symlink_metadata(&path).unwrap();
+            if meta.is_dir() {
+                todo.push(path.clone());
+            }
+            out.insert(path, meta.len());
+        }
+    }
+    out
+}
+
+/// A tempdir holding the Hub cache as a subfolder, with one honest download in it so
+/// that a test can see that nothing was created, changed or deleted, inside or out.
+fn hostile_setup() -> (HubServer, tempfile::TempDir, HubClient) {
+    let (srv, _, _) = server();
+    let root = tempfile::tempdir().unwrap();
+    let hub = HubClient::new(config(&srv.endpoint, &root.path().join("hf").join("hub")));
+    hub.fetch(RepoKind::Dataset, REPO, "main", "TinyStories-valid.txt")
+        .unwrap();
+    (srv, root, hub)
+}
+
+/// Fetches a cached and an uncached file; both must fail naming `header` and `value`.
+fn assert_refused(hub: &HubClient, header: &str, value: &str) {
+    for file in ["TinyStories-valid.txt", "TinyStories-train.txt"] {
+        let err = hub
+            .fetch(RepoKind::Dataset, REPO, "main", file)
+            .unwrap_err();
+        let msg = err.to_string();
+        assert!(
+            matches!(err, DataError::Hub { .. }) && msg.contains(header) && msg.contains(value),
+            "{header}: {value}: {msg}"
+        );
+    }
+}
+
+#[test]
+fn commit_header_that_is_not_a_hex_id_is_refused_and_nothing_is_written() {
+    let (srv, root, hub) = hostile_setup();
+    let before = tree(root.path());
+    let hex39 = "0123456789abcdef0123456789abcdef0123456";
+    let not_hex = "0123456789abcdef0123456789abcdef0123456g";
+    for commit in [
+        "../../escape",
+        "../../../../escape",
+        "../../../../../../../../escape",
+        "/tmp/escape",
+        "..",
+        hex39,
+        not_hex,
+    ] {
+        srv.set_header("x-repo-commit", commit);
+        assert_refused(&hub, "x-repo-commit", commit);
+        assert_eq!(tree(root.path()), before, "x-repo-commit: {commit}");
+    }
+}
+
+#[test]
+fn etag_headers_that_are_not_hex_ids_are_refused_and_nothing_is_written() {
+    let (srv, root, hub) = hostile_setup();
+    let before = tree(root.path());
+    let sha = ServedFile::lfs(b"x".to_vec()).etag;
+    for header in ["ETag", "x-linked-etag"] {
+        for value in [
+            "\"../../escape\"".to_owned(),
+            "W/\"../../../../escape\"".to_owned(),
+            "\"..\"".to_owned(),
+            format!("\"{}/{}\"", &sha[..20], &sha[21..]),
+            format!("\"{}\"", &sha[..63]),
+            format!("\"{}z\"", &sha[..63]),
+            "\"\"".to_owned(),
+        ] {
+            srv.clear_headers();
+            srv.set_header(header, &value);
+            assert_refused(
+                &hub,
+                &header.to_ascii_lowercase(),
+                &value.replace('"', "\\\""),
+            );
+            assert_eq!(tree(root.path()), before, "{header}: {value}");
+        }
+    }
+}
+
+#[test]
+fn weak_and_linked_etags_with_hex_ids_are_accepted() {
+    let (srv, train, valid) = server();
+    let dir = tempfile::tempdir().unwrap();
+    let hub = HubClient::new(config(&srv.endpoint, dir.path()));
+    srv.set_header(
+        "ETag",
+        &format!("W/\"{}\"", ServedFile::lfs(train.clone()).etag),
+    );
+    let p = hub
+        .fetch(RepoKind::Dataset, REPO, "main", "TinyStories-train.txt")
+        .unwrap();
+    assert_eq!(std::fs::read(p).unwrap(), train);
+    srv.clear_headers();
+    srv.set_header("ETag", "\"not-the-blob-id\"");
+    srv.set_header(
+        "x-linked-etag",
+        &format!("\"{}\"", ServedFile::lfs(valid.clone()).etag),
+    );
+    let p = hub
+        .fetch(RepoKind::Dataset, REPO, "main", "TinyStories-valid.txt")
+        .unwrap();
+    assert_eq!(std::fs::read(p).unwrap(), valid);
+}
+
+#[test]
+fn unsafe_names_from_the_caller_are_refused_before_any_request() {
+    let (srv, _, _) = server();
+    let root = tempfile::tempdir().unwrap();
+    let hub = HubClient::new(config(&srv.endpoint, &root.path().join("hub")));
+    let ok_file = "TinyStories-valid.txt";
+    let cases = [
+        (REPO, "main", "../escape"),
+        (REPO, "main", "a/../../escape"),
+        (REPO, "main", "/etc/passwd"),
+        (REPO, "main", "a//b"),
+        (REPO, "main", "./a"),
+        (REPO, "main", "a\\..\\b"),
+        (REPO, "main", ""),
+        (REPO, "../../escape", ok_file),
+        (REPO, "refs/../..", ok_file),
+        (REPO, "", ok_file),
+        ("../escape", "main", ok_file),
+        ("/abs/repo", "main", ok_file),
+    ];
+    for (repo, revision, file) in cases {
+        for offline in [false, true] {
+            let mut cfg = hub.config().clone();
+            cfg.offline = offline;
+            let err = HubClient::new(cfg)
+                .fetch(RepoKind::Dataset, repo, revision, file)
+                .unwrap_err();
+            assert!(
+                matches!(err, DataError::Config(_)),
+                "{repo} {revision} {file}: {err}"
+            );
+        }
+    }
+    assert!(srv.seen().is_empty(), "{:?}", srv.seen());
+    assert!(tree(root.path()).is_empty());
+}
+
+#[test]
+fn a_ref_file_that_is_not_a_commit_is_not_followed() {
+    let (_srv, root, hub) = hostile_setup();
+    let cache = &hub.config().cache_dir;
+    // A file outside the repository folder that a `..` ref would reach.
+    std::fs::create_dir_all(cache.join("elsewhere")).unwrap();
+    std::fs::write(cache.join("elsewhere/TinyStories-valid.txt"), b"not yours").unwrap();
+    let repo_dir = cache.join("datasets--roneneldan--TinyStories");
+    std::fs::write(repo_dir.join("refs/main"), "../../elsewhere").unwrap();
+    let mut offline = hub.config().clone();
+    offline.offline = true;
+    let err = HubClient::new(offline)
+        .fetch(RepoKind::Dataset, REPO, "main", "TinyStories-valid.txt")
+        .unwrap_err();
+    assert!(matches!(err, DataError::NotCached { .. }), "{err}");
+    drop(root);
 }

@@ -1,4 +1,5 @@
-//! Token store: round trip, corruption detection, stale rebuilds, concurrent builders.
+//! Token store: round trip, corruption detection, hostile headers with valid
+//! checksums, stale rebuilds, concurrent builders.
 
 mod common;
 
@@ -249,4 +250,268 @@ fn lock_wait_has_a_deadline() {
         .unwrap_err();
     assert!(matches!(err, DataError::LockTimeout { .. }), "{err}");
     assert!(t.elapsed() < std::time::Duration::from_secs(3));
+}
+
+// ---- Hostile headers: a crafted file with a correct checksum must never panic. ----
+
+/// (offset, width) of every numeric header field after the magic, as laid out in
+/// `mlx_data::store::format`.
+const FIELDS: [(usize, usize); 11] = [
+    (8, 4),  // version
+    (12, 4), // token width
+    (16, 8), // n_tokens
+    (24, 8), // n_docs
+    (32, 4), // eos
+    (36, 4), // vocab_size
+    (40, 8), // tokens_offset
+    (48, 8), // index_offset
+    (56, 8), // file_len
+    (64, 8), // data_checksum
+    (72, 4), // meta_len
+];
+
+fn get_field(b: &[u8], (at, width): (usize, usize)) -> u64 {
+    let mut v = [0u8; 8];
+    v[..width].copy_from_slice(&b[at..at + width]);
+    u64::from_le_bytes(v)
+}
+
+fn set_field(b: &mut [u8], (at, width): (usize, usize), value: u64) {
+    b[at..at + width].copy_from_slice(&value.to_le_bytes()[..width]);
+}
+
+/// Recomputes both checksums the way the writer does, so that only the field
+/// checks stand between a crafted file and the reader.
+fn reseal(b: &mut [u8], data_too: bool) {
+    use mlx_data::store::format::{HEADER_LEN, HEADER_SUM_AT, header_checksum};
+    if data_too && b.len() >= HEADER_LEN {
+        let sum = xxhash_rust::xxh3::xxh3_64(&b[HEADER_LEN..]);
+        set_field(b, FIELDS[9], sum);
+    }
+    let sum = header_checksum(b);
+    b[HEADER_SUM_AT..HEADER_SUM_AT + 8].copy_from_slice(&sum.to_le_bytes());
+}
+
+/// The bytes of a small valid store with 2-byte (`wide == false`) or 4-byte tokens.
+fn valid_store_bytes(wide: bool) -> Vec<u8> {
+    static STORES: std::sync::OnceLock<[Vec<u8>; 2]> = std::sync::OnceLock::new();
+    let stores = STORES.get_or_init(|| {
+        let dir = tempfile::tempdir().unwrap();
+        [300u32, 100_000].map(|vocab| {
+            let path = dir.path().join(format!("{vocab}.tokens"));
+            synthetic_store(&path, 20, vocab);
+            std::fs::read(&path).unwrap()
+        })
+    });
+    stores[wide as usize].clone()
+}
+
+/// Writes `bytes` as a store and opens it both ways; any store that opens is read
+/// everywhere a caller could reach, including out-of-range requests.
+fn open_crafted(bytes: &[u8]) -> Vec<mlx_data::Result<()>> {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("crafted.tokens");
+    std::fs::write(&path, bytes).unwrap();
+    [Verify::Full, Verify::HeaderOnly]
+        .map(|verify| -> mlx_data::Result<()> {
+            let store = TokenStore::open(&path, verify)?;
+            let n = store.n_tokens();
+            assert_eq!(store.tokens(0, n).len() as u64, n);
+            assert!(store.tokens(u64::MAX - 1, u64::MAX).is_empty());
+            for i in (0..store.n_docs().min(64)).chain([store.n_docs(), u64::MAX]) {
+                if let Ok((s, e)) = store.doc_range(i) {
+                    assert!(s <= e && e < n, "doc {i}: {s}..{e} of {n}");
+                    assert_eq!(store.doc(i)?.len() as u64, e - s);
+                }
+            }
+            store.release(0, u64::MAX);
+            store.release(u64::MAX, u64::MAX);
+            Ok(())
+        })
+        .into_iter()
+        .collect()
+}
+
+fn corrupt_message(r: mlx_data::Result<TokenStore>) -> String {
+    match r {
+        Err(e @ DataError::CorruptStore { .. }) => e.to_string(),
+        other => panic!("expected CorruptStore, got {other:?}"),
+    }
+}
+
+/// A new value for a field: anything, something small, near the top, near the
+/// original (where off-by-one mistakes live), or the original plus a multiple of
+/// 2^62 (a count whose byte size wraps around to the real one).
+#[derive(Debug, Clone)]
+enum Value {
+    Exactly(u64),
+    Near(i64),
+    Wrapped(u64, i64),
+}
+
+fn value() -> impl proptest::strategy::Strategy<Value = Value> {
+    use proptest::prelude::*;
+    prop_oneof![
+        any::<u64>().prop_map(Value::Exactly),
+        (0u64..5000).prop_map(Value::Exactly),
+        (0u64..16).prop_map(|d| Value::Exactly(u64::MAX - d)),
+        (0u64..16).prop_map(|d| Value::Exactly((1 << 63) + d)),
+        (-16i64..=16).prop_map(Value::Near),
+        (1u64..4, -2i64..=2).prop_map(|(k, d)| Value::Wrapped(k, d)),
+    ]
+}
+
+impl Value {
+    fn apply(&self, old: u64) -> u64 {
+        match *self {
+            Value::Exactly(v) => v,
+            Value::Near(d) => old.wrapping_add_signed(d),
+            Value::Wrapped(k, d) => old.wrapping_add(k << 62).wrapping_add_signed(d),
+        }
+    }
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(512))]
+
+    #[test]
+    fn crafted_headers_with_valid_checksums_never_panic(
+        wide: bool,
+        edits in proptest::collection::vec((0..FIELDS.len(), value()), 1..5),
+        index_edits in proptest::collection::vec((0usize..64, value()), 0..3),
+        consistent_offsets: bool,
+        new_len in proptest::option::of(0usize..12_000),
+    ) {
+        let mut b = valid_store_bytes(wide);
+        let index_at = get_field(&b, FIELDS[7]) as usize;
+        for (i, v) in &index_edits {
+            let at = (index_at + 8 * i).min(b.len() - 8);
+            let old = get_field(&b, (at, 8));
+            set_field(&mut b, (at, 8), v.apply(old));
+        }
+        if let Some(len) = new_len {
+            b.resize(len.max(4096), 0);
+        }
+        reseal(&mut b, true);
+        for (f, v) in &edits {
+            let old = get_field(&b, FIELDS[*f]);
+            set_field(&mut b, FIELDS[*f], v.apply(old));
+        }
+        if consistent_offsets {
+            // What unchecked (wrapping) arithmetic would derive from the counts: the
+            // overflow cases then pass every equality check and only bounds stop them.
+            let width = get_field(&b, FIELDS[1]);
+            let n_tokens = get_field(&b, FIELDS[2]);
+            let n_docs = get_field(&b, FIELDS[3]);
+            let index = n_tokens.wrapping_mul(width).wrapping_add(4096).wrapping_add(7) & !7;
+            set_field(&mut b, FIELDS[7], index);
+            set_field(&mut b, FIELDS[8], index.wrapping_add(n_docs.wrapping_add(1).wrapping_mul(8)));
+        }
+        reseal(&mut b, false);
+        let _ = open_crafted(&b);
+    }
+}
+
+#[test]
+fn unedited_store_opens_through_the_crafting_helpers() {
+    for wide in [false, true] {
+        let mut b = valid_store_bytes(wide);
+        reseal(&mut b, true);
+        assert!(open_crafted(&b).iter().all(Result::is_ok));
+    }
+}
+
+#[test]
+fn token_count_so_large_that_offsets_overflow_is_refused() {
+    for wide in [false, true] {
+        let mut b = valid_store_bytes(wide);
+        let n_tokens = get_field(&b, FIELDS[2]);
+        let width = get_field(&b, FIELDS[1]);
+        // n_tokens * width wraps around to the real byte count: the index offset and
+        // file length in the header stay right, only the count is hostile.
+        let hostile = n_tokens + (1u64 << 63) / (width / 2);
+        assert_eq!(hostile.wrapping_mul(width), n_tokens * width);
+        set_field(&mut b, FIELDS[2], hostile);
+        // The last index entry agrees with the hostile count.
+        let last = get_field(&b, FIELDS[8]) as usize - 8;
+        set_field(&mut b, (last, 8), hostile);
+        reseal(&mut b, true);
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("overflow.tokens");
+        std::fs::write(&path, &b).unwrap();
+        let msg = corrupt_message(TokenStore::open(&path, Verify::HeaderOnly));
+        assert!(msg.contains(&format!("n_tokens {hostile}")), "{msg}");
+
+        // A document count whose index length overflows.
+        let mut b = valid_store_bytes(wide);
+        set_field(&mut b, FIELDS[3], u64::MAX);
+        reseal(&mut b, false);
+        std::fs::write(&path, &b).unwrap();
+        let msg = corrupt_message(TokenStore::open(&path, Verify::HeaderOnly));
+        assert!(msg.contains(&format!("n_docs {}", u64::MAX)), "{msg}");
+
+        // Counts that fit on their own but whose index end does not.
+        let mut b = valid_store_bytes(wide);
+        let n_tokens = 1u64 << 61;
+        set_field(&mut b, FIELDS[2], n_tokens);
+        set_field(&mut b, FIELDS[7], n_tokens * width + 4096);
+        set_field(&mut b, FIELDS[3], n_tokens);
+        reseal(&mut b, false);
+        std::fs::write(&path, &b).unwrap();
+        let msg = corrupt_message(TokenStore::open(&path, Verify::HeaderOnly));
+        assert!(
+            msg.contains(&format!("n_docs {n_tokens} whose index")),
+            "{msg}"
+        );
+    }
+}
+
+#[test]
+fn lengths_past_the_end_of_the_file_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("long.tokens");
+    let b0 = valid_store_bytes(false);
+    let (n_tokens, index_at, file_len) = (
+        get_field(&b0, FIELDS[2]),
+        get_field(&b0, FIELDS[7]),
+        get_field(&b0, FIELDS[8]),
+    );
+
+    // A self-consistent header describing 1000 more tokens than the file holds.
+    let mut b = b0.clone();
+    set_field(&mut b, FIELDS[2], n_tokens + 1000);
+    set_field(&mut b, FIELDS[7], index_at + 2000);
+    set_field(&mut b, FIELDS[8], file_len + 2000);
+    reseal(&mut b, false);
+    std::fs::write(&path, &b).unwrap();
+    let msg = corrupt_message(TokenStore::open(&path, Verify::HeaderOnly));
+    assert!(
+        msg.contains(&format!("file length {}", file_len + 2000)),
+        "{msg}"
+    );
+
+    // A file length that disagrees with the counts, and one past u64::MAX's reach.
+    for bad in [file_len + 8, u64::MAX] {
+        let mut b = b0.clone();
+        set_field(&mut b, FIELDS[8], bad);
+        reseal(&mut b, false);
+        std::fs::write(&path, &b).unwrap();
+        let msg = corrupt_message(TokenStore::open(&path, Verify::HeaderOnly));
+        assert!(msg.contains(&format!("file_len {bad}")), "{msg}");
+    }
+
+    // Metadata longer than the header, an EOS outside the vocabulary, and a
+    // vocabulary that does not fit the token width.
+    for (field, value, name) in [
+        (10, 5000, "meta_len 5000"),
+        (4, 300, "eos 300"),
+        (5, 70_000, "vocab_size 70000"),
+    ] {
+        let mut b = b0.clone();
+        set_field(&mut b, FIELDS[field], value);
+        reseal(&mut b, false);
+        std::fs::write(&path, &b).unwrap();
+        let msg = corrupt_message(TokenStore::open(&path, Verify::HeaderOnly));
+        assert!(msg.contains(name), "{msg}");
+    }
 }

@@ -1,9 +1,13 @@
 //! The Hugging Face cache layout shared with Python:
 //! `<cache>/<kind>s--<owner>--<name>/{blobs/<etag>, snapshots/<commit>/<file>, refs/<revision>}`
 //! plus `<cache>/.locks/<folder>/<etag>.lock`.
+//!
+//! Commits and ETags come from the server and become path components, so they are
+//! accepted only as hex ids ([`is_commit`], [`is_blob_id`]); names the caller gives
+//! (repository, revision, file) must be plain relative paths ([`check_relative`]).
 
-use crate::error::{IoContext, Result};
-use std::path::{Path, PathBuf};
+use crate::error::{DataError, IoContext, Result};
+use std::path::{Component, Path, PathBuf};
 
 /// Model or dataset repository.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -27,9 +31,49 @@ pub struct CachedRepo {
     pub revision: String,
 }
 
-/// True for a full 40-hex-digit commit hash.
+fn is_hex(s: &str, len: usize) -> bool {
+    s.len() == len && s.bytes().all(|b| b.is_ascii_hexdigit())
+}
+
+/// True for a full 40-hex-digit commit hash (the Hub's git commits are sha1).
 pub fn is_commit(rev: &str) -> bool {
-    rev.len() == 40 && rev.bytes().all(|b| b.is_ascii_hexdigit())
+    is_hex(rev, 40)
+}
+
+/// True for a blob name the Hub uses: a sha256 (64 hex digits, LFS files) or a git
+/// sha1 (40 hex digits, other files).
+pub fn is_blob_id(etag: &str) -> bool {
+    is_hex(etag, 40) || is_hex(etag, 64)
+}
+
+/// Checks a `/`-separated name given by the caller (repository id, revision or file):
+/// relative, each component a plain name (not empty, `.`, `..` or a drive prefix),
+/// no `\` and no NUL, so that it stays inside the cache folder when joined to it.
+pub fn check_relative(what: &str, name: &str) -> Result<()> {
+    let plain = |c: &str| {
+        let mut parts = Path::new(c).components();
+        matches!(
+            (parts.next(), parts.next()),
+            (Some(Component::Normal(_)), None)
+        )
+    };
+    if name.contains(['\\', '\0']) || !name.split('/').all(plain) {
+        return Err(DataError::Config(format!(
+            "Hub {what} {name:?} must be a relative path of non-empty components \
+             without '.', '..', '\\' or NUL"
+        )));
+    }
+    Ok(())
+}
+
+/// Refuses a commit or ETag that is not a hex id before it becomes a path component.
+fn check_id(what: &str, id: &str, valid: fn(&str) -> bool) -> Result<()> {
+    if !valid(id) {
+        return Err(DataError::Config(format!(
+            "cache {what} {id:?} is not a hex id (40 digits, or 64 for an etag)"
+        )));
+    }
+    Ok(())
 }
 
 impl CachedRepo {
@@ -80,7 +124,8 @@ impl CachedRepo {
             return Some(self.revision.clone());
         }
         let c = std::fs::read_to_string(self.ref_path()).ok()?;
-        Some(c.trim().to_owned()).filter(|c| !c.is_empty())
+        // A ref file that does not hold a commit id is ignored, not followed.
+        Some(c.trim().to_owned()).filter(|c| is_commit(c))
     }
 
     /// The cached copy of `file` at this revision, if complete.
@@ -95,6 +140,8 @@ impl CachedRepo {
         if self.revision == commit {
             return Ok(());
         }
+        check_relative("revision", &self.revision)?;
+        check_id("commit", commit, is_commit)?;
         let path = self.ref_path();
         if let Some(d) = path.parent() {
             std::fs::create_dir_all(d).at(d)?;
@@ -107,6 +154,9 @@ impl CachedRepo {
     /// Points `snapshots/<commit>/<file>` at `blobs/<etag>` with a relative symlink
     /// (a copy where symlinks are unavailable).
     pub fn link_snapshot(&self, commit: &str, file: &str, etag: &str) -> Result<PathBuf> {
+        check_id("commit", commit, is_commit)?;
+        check_id("etag", etag, is_blob_id)?;
+        check_relative("file name", file)?;
         let dest = self.snapshot_file(commit, file);
         let dir = dest.parent().unwrap_or(Path::new("."));
         std::fs::create_dir_all(dir).at(dir)?;

@@ -1,7 +1,7 @@
 //! Downloads files from the Hub's `resolve` URLs into the shared cache, with
 //! resume, retries, deadlines, checksum verification and progress reports.
 
-use super::cache::{CachedRepo, RepoKind};
+use super::cache::{CachedRepo, RepoKind, check_relative, is_blob_id, is_commit};
 use super::config::HubConfig;
 use crate::error::{DataError, IoContext, Result};
 use crate::lockfile::{FileLock, sibling};
@@ -93,7 +93,13 @@ impl HubClient {
     /// The local path of `file`, downloading it unless the cache already has it at
     /// the revision's current commit. Offline mode, or a Hub that cannot be reached,
     /// falls back to the cached copy and otherwise fails with [`DataError::NotCached`].
+    /// `repo`, `revision` and `file` must be plain relative names (no `..`, no leading
+    /// `/`), and the server's commit and ETag must be hex ids; anything else is refused
+    /// before it touches the cache.
     pub fn fetch(&self, kind: RepoKind, repo: &str, revision: &str, file: &str) -> Result<PathBuf> {
+        check_relative("repository id", repo)?;
+        check_relative("revision", revision)?;
+        check_relative("file name", file)?;
         let cache = CachedRepo {
             cache_dir: self.cfg.cache_dir.clone(),
             kind,
@@ -169,14 +175,30 @@ impl HubClient {
                 url: url.to_owned(),
                 message: format!("response lacks the {h} header (is this a Hub endpoint?)"),
             };
+            // Commit and ETag become path components (snapshots/<commit>, blobs/<etag>):
+            // only hex ids are accepted, so a hostile server cannot reach outside the cache.
+            let refused = |h: &str, value: &str, expected: &str| DataError::Hub {
+                url: url.to_owned(),
+                message: format!("refusing the {h} header {value:?}: expected {expected}"),
+            };
             let meta = (|| {
                 let commit =
                     header(&resp, "x-repo-commit").ok_or_else(|| missing("x-repo-commit"))?;
-                let etag = header(&resp, "x-linked-etag")
-                    .or_else(|| header(&resp, "etag"))
-                    .map(|e| clean_etag(&e))
-                    .filter(|e| !e.is_empty() && !e.contains('/'))
+                if !is_commit(&commit) {
+                    return Err(refused(
+                        "x-repo-commit",
+                        &commit,
+                        "a 40-hex-digit commit id",
+                    ));
+                }
+                let (name, raw) = ["x-linked-etag", "etag"]
+                    .into_iter()
+                    .find_map(|h| header(&resp, h).map(|v| (h, v)))
                     .ok_or_else(|| missing("etag"))?;
+                let etag = clean_etag(&raw);
+                if !is_blob_id(&etag) {
+                    return Err(refused(name, &raw, "a quoted 40- or 64-hex-digit id"));
+                }
                 let size = header(&resp, "x-linked-size")
                     .or_else(|| header(&resp, "content-length"))
                     .and_then(|s| s.trim().parse().ok())

@@ -23,7 +23,8 @@ pub const VERSION: u32 = 1;
 /// Header size; tokens start here, page aligned.
 pub const HEADER_LEN: usize = 4096;
 const META_AT: usize = 76;
-const HEADER_SUM_AT: usize = HEADER_LEN - 8;
+/// Byte offset of the header checksum (the last 8 header bytes).
+pub const HEADER_SUM_AT: usize = HEADER_LEN - 8;
 
 /// Width of stored token ids.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -87,9 +88,27 @@ pub struct Header {
     pub meta: StoreMeta,
 }
 
-/// Byte offset of the 8-byte aligned index after `n_tokens` tokens.
-pub fn index_offset(dtype: TokenDtype, n_tokens: u64) -> u64 {
-    (HEADER_LEN as u64 + n_tokens * dtype.width() as u64).next_multiple_of(8)
+/// Byte offset of the 8-byte aligned index after `n_tokens` tokens, or `None` when
+/// it does not fit in 64 bits.
+pub fn index_offset(dtype: TokenDtype, n_tokens: u64) -> Option<u64> {
+    n_tokens
+        .checked_mul(dtype.width() as u64)?
+        .checked_add(HEADER_LEN as u64)?
+        .checked_next_multiple_of(8)
+}
+
+/// Length of a store whose index starts at `index_offset` and lists `n_docs`
+/// documents (`n_docs + 1` offsets), or `None` when it does not fit in 64 bits.
+pub fn store_len(index_offset: u64, n_docs: u64) -> Option<u64> {
+    n_docs
+        .checked_add(1)?
+        .checked_mul(8)?
+        .checked_add(index_offset)
+}
+
+/// The header checksum: xxh3-64 of the first 4088 bytes (stored in the last 8).
+pub fn header_checksum(header: &[u8]) -> u64 {
+    xxhash_rust::xxh3::xxh3_64(header.get(..HEADER_SUM_AT).unwrap_or(header))
 }
 
 impl Header {
@@ -117,7 +136,7 @@ impl Header {
         b[64..72].copy_from_slice(&self.data_checksum.to_le_bytes());
         b[72..76].copy_from_slice(&(meta.len() as u32).to_le_bytes());
         b[META_AT..META_AT + meta.len()].copy_from_slice(&meta);
-        let sum = xxhash_rust::xxh3::xxh3_64(&b[..HEADER_SUM_AT]);
+        let sum = header_checksum(&b);
         b[HEADER_SUM_AT..].copy_from_slice(&sum.to_le_bytes());
         Ok(b)
     }
@@ -154,7 +173,7 @@ impl Header {
                 version.to_string(),
             ));
         }
-        let sum = xxhash_rust::xxh3::xxh3_64(&b[..HEADER_SUM_AT]);
+        let sum = header_checksum(b);
         if sum != u64_at(HEADER_SUM_AT) {
             return Err(corrupt(
                 HEADER_SUM_AT,
@@ -162,48 +181,90 @@ impl Header {
                 format!("{:#018x}", u64_at(HEADER_SUM_AT)),
             ));
         }
+        // Past the checksum every field may still be hostile (a crafted file can carry
+        // a correct checksum): each is checked against the others with checked
+        // arithmetic, and the reader checks `file_len` against the real file size.
         let dtype = match u32_at(12) {
             2 => TokenDtype::U16,
             4 => TokenDtype::U32,
             w => return Err(corrupt(12, "token width 2 or 4".into(), w.to_string())),
         };
+        let vocab_size = u32_at(36);
+        if vocab_size == 0 || TokenDtype::for_vocab(vocab_size as usize) != dtype {
+            let range = match dtype {
+                TokenDtype::U16 => "1..=65536",
+                TokenDtype::U32 => "65537 and up",
+            };
+            return Err(corrupt(
+                36,
+                format!("vocab_size {range} for token width {}", dtype.width()),
+                format!("vocab_size {vocab_size}"),
+            ));
+        }
+        let eos = u32_at(32);
+        if eos >= vocab_size {
+            return Err(corrupt(
+                32,
+                format!("eos below vocab_size {vocab_size}"),
+                format!("eos {eos}"),
+            ));
+        }
         let n_tokens = u64_at(16);
-        let n_docs = u64_at(24);
+        let Some(expected_index) = index_offset(dtype, n_tokens) else {
+            return Err(corrupt(
+                16,
+                "n_tokens whose byte size fits in 64 bits".into(),
+                format!("n_tokens {n_tokens}"),
+            ));
+        };
         let index_at = u64_at(48);
-        if u64_at(40) != HEADER_LEN as u64 || index_at != index_offset(dtype, n_tokens) {
+        if u64_at(40) != HEADER_LEN as u64 || index_at != expected_index {
             return Err(corrupt(
                 40,
-                format!(
-                    "tokens at {HEADER_LEN}, index at {}",
-                    index_offset(dtype, n_tokens)
-                ),
-                format!("tokens at {}, index at {index_at}", u64_at(40)),
+                format!("tokens_offset {HEADER_LEN}, index_offset {expected_index}"),
+                format!("tokens_offset {}, index_offset {index_at}", u64_at(40)),
+            ));
+        }
+        // Every document holds at least its EOS.
+        let n_docs = u64_at(24);
+        if n_docs > n_tokens || (n_docs == 0) != (n_tokens == 0) {
+            return Err(corrupt(
+                24,
+                format!("n_docs from 1 to n_tokens {n_tokens} (0 only when empty)"),
+                format!("n_docs {n_docs}"),
             ));
         }
         let file_len = u64_at(56);
-        if file_len != index_at + (n_docs + 1) * 8 {
+        let expected_len = store_len(index_at, n_docs);
+        if expected_len != Some(file_len) || usize::try_from(file_len).is_err() {
             return Err(corrupt(
                 56,
-                format!("file length {}", index_at + (n_docs + 1) * 8),
-                file_len.to_string(),
+                match expected_len {
+                    Some(l) => format!("file_len {l} addressable in memory"),
+                    None => format!("n_docs {n_docs} whose index fits in 64 bits"),
+                },
+                format!("file_len {file_len}"),
             ));
         }
-        let meta_len = u32_at(72) as usize;
-        if META_AT + meta_len > HEADER_SUM_AT {
+        let meta_len = u32_at(72);
+        let Some(meta) = b
+            .get(META_AT..HEADER_SUM_AT)
+            .and_then(|m| m.get(..meta_len as usize))
+        else {
             return Err(corrupt(
                 72,
-                "metadata inside the header".into(),
-                meta_len.to_string(),
+                format!("meta_len at most {}", HEADER_SUM_AT - META_AT),
+                format!("meta_len {meta_len}"),
             ));
-        }
-        let meta: StoreMeta = serde_json::from_slice(&b[META_AT..META_AT + meta_len])
+        };
+        let meta: StoreMeta = serde_json::from_slice(meta)
             .map_err(|e| corrupt(META_AT, "metadata JSON".into(), e.to_string()))?;
         Ok(Header {
             dtype,
             n_tokens,
             n_docs,
-            eos: u32_at(32),
-            vocab_size: u32_at(36),
+            eos,
+            vocab_size,
             index_offset: index_at,
             file_len,
             data_checksum: u64_at(64),

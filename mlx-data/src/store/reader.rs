@@ -139,13 +139,13 @@ impl TokenStore {
 
     fn check_index_ends(&self) -> Result<()> {
         let idx = self.index();
-        let (first, last) = (idx[0], idx[idx.len() - 1]);
-        if first != 0 || last != self.header.n_tokens {
+        let (first, last) = (idx.first().copied(), idx.last().copied());
+        if first != Some(0) || last != Some(self.header.n_tokens) {
             return Err(DataError::CorruptStore {
                 path: self.path.clone(),
                 offset: self.header.index_offset,
                 expected: format!("index from 0 to {}", self.header.n_tokens),
-                found: format!("index from {first} to {last}"),
+                found: format!("index from {first:?} to {last:?}"),
             });
         }
         Ok(())
@@ -186,31 +186,42 @@ impl TokenStore {
         self.header.vocab_size as usize
     }
 
+    /// The map's bytes `start..end`; empty if out of range (which `open`'s checks of
+    /// the header against the file size rule out).
+    fn bytes(&self, start: u64, end: u64) -> &[u8] {
+        match (usize::try_from(start), usize::try_from(end)) {
+            (Ok(s), Ok(e)) => self.map.get(s..e).unwrap_or_default(),
+            _ => &[],
+        }
+    }
+
     fn index(&self) -> &[u64] {
-        let start = self.header.index_offset as usize;
-        let bytes = &self.map[start..self.header.file_len as usize];
-        // The index offset is 8-aligned and the mapping is page aligned; the
-        // layout was validated in `open`.
-        bytemuck::cast_slice(bytes)
+        // The index offset is 8-aligned and the mapping is page aligned.
+        let bytes = self.bytes(self.header.index_offset, self.header.file_len);
+        bytemuck::try_cast_slice(bytes).unwrap_or_default()
     }
 
     /// Tokens `start..end` of the whole stream (documents joined by EOS).
     pub fn tokens(&self, start: u64, end: u64) -> Tokens<'_> {
         let end = end.min(self.header.n_tokens);
         let start = start.min(end);
-        let w = self.header.dtype.width();
-        let bytes = &self.map[HEADER_LEN + start as usize * w..HEADER_LEN + end as usize * w];
+        // In range: `open` checked that the n_tokens tokens end inside the file.
+        let w = self.header.dtype.width() as u64;
+        let at = |t: u64| HEADER_LEN as u64 + t * w;
+        let bytes = self.bytes(at(start), at(end));
         match self.header.dtype {
-            TokenDtype::U16 => Tokens::U16(bytemuck::cast_slice(bytes)),
-            TokenDtype::U32 => Tokens::U32(bytemuck::cast_slice(bytes)),
+            TokenDtype::U16 => Tokens::U16(bytemuck::try_cast_slice(bytes).unwrap_or_default()),
+            TokenDtype::U32 => Tokens::U32(bytemuck::try_cast_slice(bytes).unwrap_or_default()),
         }
     }
 
     /// The token range of document `i` (without its EOS), or an error naming the
     /// index entry if the index is inconsistent.
     pub fn doc_range(&self, i: u64) -> Result<(u64, u64)> {
-        let idx = self.index();
-        let (Some(&s), Some(&e)) = (idx.get(i as usize), idx.get(i as usize + 1)) else {
+        let idx = usize::try_from(i)
+            .ok()
+            .and_then(|i| self.index().get(i..=i.checked_add(1)?));
+        let Some(&[s, e]) = idx else {
             return Err(DataError::Config(format!(
                 "document {i} out of range ({} documents in {})",
                 self.n_docs(),
@@ -245,6 +256,8 @@ impl TokenStore {
             // 6.18/ext4, at most a 2 MiB huge page), so releasing single pages would
             // leave those behind. Dropping a neighbour costs only a minor fault later.
             let page: u64 = 2 << 20;
+            let end = end.min(self.header.n_tokens);
+            let start = start.min(end);
             let from = (HEADER_LEN as u64 + start * w) / page * page;
             let to =
                 ((HEADER_LEN as u64 + end * w).div_ceil(page) * page).min(self.map.len() as u64);

@@ -28,6 +28,11 @@ impl StoreWriter {
                 "EOS id {eos} is outside the vocabulary of {vocab_size}"
             )));
         }
+        let vocab = u32::try_from(vocab_size).map_err(|_| {
+            DataError::Config(format!(
+                "vocabulary of {vocab_size} does not fit in 32 bits"
+            ))
+        })?;
         let file = File::create(path).at(path)?;
         let mut out = BufWriter::with_capacity(1 << 20, file);
         out.write_all(&[0u8; HEADER_LEN]).at(path)?;
@@ -37,7 +42,7 @@ impl StoreWriter {
             path: path.to_path_buf(),
             dtype: TokenDtype::for_vocab(vocab_size),
             eos,
-            vocab_size: vocab_size as u32,
+            vocab_size: vocab,
             offsets: vec![0],
             n_tokens: 0,
             scratch: Vec::new(),
@@ -73,7 +78,8 @@ impl StoreWriter {
 
     /// Writes the index and header, syncs, and returns the header written.
     pub fn finish(mut self, meta: StoreMeta) -> Result<Header> {
-        let index_at = index_offset(self.dtype, self.n_tokens);
+        let too_big = || DataError::Config(format!("{} tokens overflow the store", self.n_tokens));
+        let index_at = index_offset(self.dtype, self.n_tokens).ok_or_else(too_big)?;
         let tokens_end = HEADER_LEN as u64 + self.n_tokens * self.dtype.width() as u64;
         self.scratch.clear();
         self.scratch.resize((index_at - tokens_end) as usize, 0);

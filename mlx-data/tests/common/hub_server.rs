@@ -47,6 +47,10 @@ pub struct State {
     pub files: Mutex<HashMap<String, ServedFile>>,
     /// Commit announced in `x-repo-commit`.
     pub commit: String,
+    /// Header values sent instead of the defaults (`x-repo-commit`, `ETag`) or in
+    /// addition to them, matched by case-insensitive name; lets a test play a
+    /// hostile server.
+    pub headers: Mutex<Vec<(String, String)>>,
     /// This many next GETs send only part of the body, then close.
     pub truncate_gets: AtomicUsize,
     /// This many next GETs send part of the body, then stall.
@@ -75,6 +79,7 @@ impl HubServer {
         let state = Arc::new(State {
             files: Mutex::new(files),
             commit: "0123456789abcdef0123456789abcdef01234567".into(),
+            headers: Mutex::new(vec![]),
             truncate_gets: AtomicUsize::new(0),
             stall_gets: AtomicUsize::new(0),
             seen: Mutex::new(vec![]),
@@ -106,6 +111,18 @@ impl HubServer {
     /// Requests seen so far.
     pub fn seen(&self) -> Vec<Seen> {
         self.state.seen.lock().unwrap().clone()
+    }
+
+    /// Sends `value` for header `name` from now on (replacing the default value).
+    pub fn set_header(&self, name: &str, value: &str) {
+        let mut h = self.state.headers.lock().unwrap();
+        h.retain(|(n, _)| !n.eq_ignore_ascii_case(name));
+        h.push((name.to_owned(), value.to_owned()));
+    }
+
+    /// Goes back to the default headers.
+    pub fn clear_headers(&self) {
+        self.state.headers.lock().unwrap().clear();
     }
 
     /// Forgets the requests seen so far.
@@ -177,10 +194,18 @@ fn handle(mut conn: TcpStream, st: &State) -> std::io::Result<()> {
         );
     };
     let total = file.bytes.len();
-    let common = format!(
-        "x-repo-commit: {}\r\nETag: \"{}\"\r\nAccept-Ranges: bytes\r\nConnection: close\r\n",
-        st.commit, file.etag
-    );
+    let mut headers = vec![
+        ("x-repo-commit".to_owned(), st.commit.clone()),
+        ("ETag".to_owned(), format!("\"{}\"", file.etag)),
+    ];
+    for (name, value) in st.headers.lock().unwrap().iter() {
+        headers.retain(|(n, _)| !n.eq_ignore_ascii_case(name));
+        headers.push((name.clone(), value.clone()));
+    }
+    let mut common = String::from("Accept-Ranges: bytes\r\nConnection: close\r\n");
+    for (name, value) in headers {
+        common.push_str(&format!("{name}: {value}\r\n"));
+    }
     if method == "HEAD" {
         let resp = format!("HTTP/1.1 200 OK\r\n{common}Content-Length: {total}\r\n\r\n");
         return conn.write_all(resp.as_bytes());
