@@ -228,7 +228,7 @@ fn launch_one(
     spec.backend = backend;
     spec.prefix_output = false;
     spec.connections_per_peer = args.connections;
-    spec.stall_timeout = Some(Duration::from_secs(120));
+    spec.collective_timeout = Some(Duration::from_secs(120));
     spec.env.push((
         ENV_CEILING.into(),
         ceiling
@@ -247,11 +247,10 @@ fn launch_one(
         return Ok(());
     }
     let out = launch::run(&spec)?;
-    if let Some((rank, how)) = out.first_failure {
-        anyhow::bail!("rank {rank} failed ({how})");
+    match out.report() {
+        Some(why) => anyhow::bail!(why),
+        None => Ok(()),
     }
-    anyhow::ensure!(!out.interrupted, "interrupted");
-    Ok(())
 }
 
 fn main() -> anyhow::Result<()> {

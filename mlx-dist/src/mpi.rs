@@ -9,6 +9,13 @@
 //! runs at process exit. Dtypes MPI has no type for travel widened: `f16` and
 //! `bf16` are reduced in `f32` and rounded once (as the other transports do),
 //! `bool` as bytes normalised to 0/1 with max (or) and min (and).
+//!
+//! Failures: this transport has no collective timeout and no liveness check
+//! (`MLX_DIST_TIMEOUT_MS` and `MLX_DIST_LIVENESS_MS` do not apply). A rank
+//! that dies or exits with a failure is detected by `mpirun`, which aborts
+//! the job; a rank that is alive but never reaches a collective hangs the
+//! job until it is interrupted or killed from outside. See
+//! [`crate::launch::mpirun`] for what `mlx-launch` adds around `mpirun`.
 
 use std::mem::ManuallyDrop;
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -3,7 +3,12 @@
 //! ```text
 //! mlx-launch -n 4 -- target/release/examples/all_sum
 //! mlx-launch --hosts a,b --backend ring --env RUST_LOG=info -- ./train --steps 100
+//! mlx-launch -n 2 --timeout 1800 --liveness-timeout 10 -- ./train
 //! ```
+//!
+//! Exit status: 0 when every rank succeeded; else that of the first rank that
+//! failed on its own (its exit code, or 128 + signal), 130 when interrupted,
+//! 2 when the command line is wrong or the ranks cannot be started.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -41,12 +46,18 @@ struct Args {
     /// TCP connections per peer and ring direction.
     #[arg(long, default_value_t = 1)]
     connections_per_peer: usize,
-    /// Stall timeout for the ranks, in seconds (default 30).
-    #[arg(long)]
-    timeout: Option<f64>,
-    /// Seconds the other ranks may run on after one fails.
-    #[arg(long, default_value_t = 5.0)]
-    grace: f64,
+    /// Collective timeout, in seconds: how long a live rank that is late to a
+    /// collective is waited for (default 600, as NCCL's). Sets MLX_DIST_TIMEOUT_MS.
+    #[arg(long, value_name = "SECS", value_parser = timeout_secs, allow_negative_numbers = true)]
+    timeout: Option<Duration>,
+    /// Liveness timeout, in seconds: a rank whose heartbeats stop for this long
+    /// is declared dead (default 5). Sets MLX_DIST_LIVENESS_MS.
+    #[arg(long, value_name = "SECS", value_parser = timeout_secs, allow_negative_numbers = true)]
+    liveness_timeout: Option<Duration>,
+    /// Seconds the other ranks may run on after one fails; then they get
+    /// SIGTERM, and SIGKILL 2 s later.
+    #[arg(long, value_name = "SECS", default_value = "5", value_parser = grace_secs, allow_negative_numbers = true)]
+    grace: Duration,
     /// Do not prefix output lines with `[rank]`.
     #[arg(long)]
     no_prefix: bool,
@@ -56,6 +67,14 @@ struct Args {
     /// The program and its arguments.
     #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
     command: Vec<String>,
+}
+
+fn timeout_secs(s: &str) -> Result<Duration, String> {
+    launch::parse_seconds(s, true)
+}
+
+fn grace_secs(s: &str) -> Result<Duration, String> {
+    launch::parse_seconds(s, false)
 }
 
 fn spec(a: Args) -> anyhow::Result<LaunchSpec> {
@@ -101,8 +120,9 @@ fn spec(a: Args) -> anyhow::Result<LaunchSpec> {
         starting_port: a.starting_port,
         connections_per_peer: a.connections_per_peer.max(1),
         prefix_output: !a.no_prefix,
-        grace: Duration::from_secs_f64(a.grace.max(0.0)),
-        stall_timeout: a.timeout.map(|t| Duration::from_secs_f64(t.max(0.001))),
+        grace: a.grace,
+        collective_timeout: a.timeout,
+        liveness_timeout: a.liveness_timeout,
     })
 }
 
@@ -126,6 +146,11 @@ fn main() {
         }
     };
     if spec.backend == Backend::Mpi {
+        if spec.collective_timeout.is_some() || spec.liveness_timeout.is_some() {
+            eprintln!(
+                "mlx-launch: warning: the MPI backend has no collective or liveness timeout; --timeout and --liveness-timeout are ignored"
+            );
+        }
         // mpirun supervises the ranks and reports a failing one itself.
         match launch::mpirun::run(&spec) {
             Ok(code) => std::process::exit(code),
@@ -138,8 +163,8 @@ fn main() {
     let result = launch::run(&spec);
     match result {
         Ok(outcome) => {
-            if let Some((rank, how)) = &outcome.first_failure {
-                eprintln!("mlx-launch: rank {rank} failed ({how})");
+            if let Some(line) = outcome.report() {
+                eprintln!("mlx-launch: {line}");
             }
             std::process::exit(outcome.exit_code());
         }

@@ -7,12 +7,33 @@
 //! `[rank]` prefix, standard input goes to rank 0, Ctrl-C is forwarded to every
 //! rank, and when one rank fails the others get a grace period to report their
 //! own errors before they are terminated. Every wait blocks; nothing polls.
+//!
+//! What the launcher guarantees:
+//! - Each rank runs in a process group of its own, and every signal the
+//!   launcher sends goes to the whole group, so a rank's children share its
+//!   fate. SIGTERM is followed by SIGCONT (a stopped rank acts on it), and
+//!   SIGKILL follows 2 s later. Processes a rank leaves behind in its group
+//!   are killed when the launch ends (start them with `setsid` to keep them).
+//! - Ranks die with the launcher, even when it is killed with SIGKILL: on
+//!   Linux through `PR_SET_PDEATHSIG`, on macOS through [`watch_parent`],
+//!   which the rank's `init` calls (local ranks only; see [`parent`]).
+//! - The failure reported is the first one the launcher did not cause
+//!   itself: ranks it signalled (after another failed, or on Ctrl-C) are
+//!   not blamed.
+//! - The timeouts of the ranks come from the spec: [`LaunchSpec::collective_timeout`]
+//!   (`MLX_DIST_TIMEOUT_MS`) and [`LaunchSpec::liveness_timeout`]
+//!   (`MLX_DIST_LIVENESS_MS`).
+//!
+//! The MPI backend is launched by `mpirun` instead, with weaker guarantees:
+//! see [`mpirun`].
 
 mod hosts;
 pub mod mpirun;
+pub mod parent;
 mod supervise;
 
 pub use hosts::{RankHost, parse_launcher_hostfile};
+pub use parent::{ENV_PARENT_PID, watch_parent};
 pub use supervise::{LaunchOutcome, run};
 
 use std::path::PathBuf;
@@ -41,8 +62,14 @@ pub struct LaunchSpec {
     pub prefix_output: bool,
     /// How long the other ranks may run on after one failed before they are terminated.
     pub grace: Duration,
-    /// Stall timeout passed to the ranks (`MLX_DIST_TIMEOUT_MS`).
-    pub stall_timeout: Option<Duration>,
+    /// Collective timeout of the ranks (`MLX_DIST_TIMEOUT_MS`): how long a
+    /// live peer that is late to a collective is waited for. `None` leaves
+    /// the ranks' default (10 minutes).
+    pub collective_timeout: Option<Duration>,
+    /// Liveness timeout of the ranks (`MLX_DIST_LIVENESS_MS`): a peer whose
+    /// heartbeats stop for this long is declared dead. `None` leaves the
+    /// ranks' default (5 s).
+    pub liveness_timeout: Option<Duration>,
 }
 
 impl LaunchSpec {
@@ -58,7 +85,8 @@ impl LaunchSpec {
             connections_per_peer: 1,
             prefix_output: true,
             grace: Duration::from_secs(5),
-            stall_timeout: None,
+            collective_timeout: None,
+            liveness_timeout: None,
         }
     }
 }
@@ -142,11 +170,14 @@ pub fn rank_env(
             config::hex_encode(&q.fingerprint),
         ));
     }
-    if let Some(t) = spec.stall_timeout {
-        env.push((
-            config::ENV_TIMEOUT_MS.to_string(),
-            t.as_millis().to_string(),
-        ));
+    for (key, t) in [
+        (config::ENV_TIMEOUT_MS, spec.collective_timeout),
+        (config::ENV_LIVENESS_MS, spec.liveness_timeout),
+    ] {
+        if let Some(t) = t {
+            // The ranks count whole milliseconds and refuse 0.
+            env.push((key.to_string(), t.as_millis().max(1).to_string()));
+        }
     }
     if let Some(h) = hostfile {
         env.push((config::ENV_HOSTFILE.to_string(), h.display().to_string()));
@@ -154,6 +185,28 @@ pub fn rank_env(
     env.extend(thread_env(spec, rank));
     env.extend(spec.env.iter().cloned());
     env
+}
+
+/// Parses a number of seconds given on the command line: a finite,
+/// non-negative number, and at least a millisecond when `timeout` (the
+/// ranks count timeouts in whole milliseconds). The error says what is wrong
+/// with the value; clap adds the flag and the value.
+pub fn parse_seconds(text: &str, timeout: bool) -> Result<Duration, String> {
+    let secs: f64 = text
+        .trim()
+        .parse()
+        .map_err(|_| "expected a number of seconds".to_string())?;
+    if !secs.is_finite() {
+        return Err("expected a finite number of seconds".into());
+    }
+    if secs < 0.0 {
+        return Err("expected a non-negative number of seconds".into());
+    }
+    let d = Duration::try_from_secs_f64(secs).map_err(|e| format!("{e}"))?;
+    if timeout && d < Duration::from_millis(1) {
+        return Err("a timeout must be at least 0.001 seconds".into());
+    }
+    Ok(d)
 }
 
 /// Variables that size the thread pools of math libraries.
@@ -190,4 +243,39 @@ fn thread_env(spec: &LaunchSpec, rank: usize) -> Vec<(String, String)> {
         env.push(("OPENBLAS_CORETYPE".into(), core.into()));
     }
     env
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn seconds_are_finite_and_non_negative() {
+        assert_eq!(parse_seconds("1.5", true), Ok(Duration::from_millis(1500)));
+        assert_eq!(parse_seconds("0", false), Ok(Duration::ZERO));
+        for bad in ["inf", "-inf", "nan", "NaN", "-1", "abc", "", "1e400"] {
+            assert!(parse_seconds(bad, false).is_err(), "{bad}");
+        }
+        assert!(parse_seconds("0", true).is_err());
+        assert!(parse_seconds("0.0001", true).is_err());
+        assert!(
+            parse_seconds("1e30", false).is_err(),
+            "too large for a Duration"
+        );
+    }
+
+    #[test]
+    fn timeouts_reach_the_ranks() {
+        let mut spec = LaunchSpec::local(2, vec!["p".into()]);
+        let job = JobIdentity::random();
+        let addrs = ["a:1".to_string(), "b:2".to_string()];
+        let env = rank_env(&spec, &job, &addrs, 1, None);
+        assert!(!env.iter().any(|(k, _)| k == config::ENV_TIMEOUT_MS));
+        spec.collective_timeout = Some(Duration::from_secs(600));
+        spec.liveness_timeout = Some(Duration::from_micros(10));
+        let env = rank_env(&spec, &job, &addrs, 1, None);
+        let get = |key: &str| env.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_str());
+        assert_eq!(get(config::ENV_TIMEOUT_MS), Some("600000"));
+        assert_eq!(get(config::ENV_LIVENESS_MS), Some("1"));
+    }
 }

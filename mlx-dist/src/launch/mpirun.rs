@@ -2,14 +2,45 @@
 //! (`MLX_LAUNCH_MPIRUN` names another binary), which sets up MPI's own
 //! environment; the ranks join it with `init(Backend::Mpi)` or `Backend::Any`
 //! (a build of `mlx-dist` with the `mpi` feature).
+//!
+//! # What the MPI backend guarantees
+//!
+//! mpirun, not `mlx-launch`, starts and supervises the ranks, and the MPI
+//! transport has no timeouts and no liveness check of its own: `--timeout`
+//! and `--liveness-timeout` (`MLX_DIST_TIMEOUT_MS`, `MLX_DIST_LIVENESS_MS`)
+//! do not apply to it.
+//! - A rank that exits with a failure status or is killed is noticed by
+//!   mpirun, which aborts the job (it stops the other ranks) and exits
+//!   non-zero; `mlx-launch` exits with mpirun's status and does not name the
+//!   rank itself (mpirun's own message does).
+//! - A rank that is alive but makes no progress (a deadlock, a stopped
+//!   process, a rank that never reaches a collective) is not detected: the
+//!   other ranks wait inside MPI and the job hangs until it is interrupted
+//!   (Ctrl-C or SIGTERM to `mlx-launch`) or killed from outside (a batch
+//!   system's time limit).
+//!
+//! What `mlx-launch` adds around mpirun, as for its own ranks: mpirun runs
+//! in a process group of its own that dies with `mlx-launch` (on Linux
+//! `PR_SET_PDEATHSIG`, even when `mlx-launch` is killed with SIGKILL); Ctrl-C
+//! (and SIGTERM, SIGHUP) is forwarded to that group as SIGINT, upon which
+//! mpirun stops the job, and SIGKILL follows after `--grace` (at once on a
+//! second Ctrl-C); the group is killed when mpirun exits. Open MPI starts
+//! each rank in a process group of its own, so these signals reach the ranks
+//! only through mpirun: a rank outlives a killed mpirun unless Open MPI's own
+//! clean-up stops it.
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Stdio};
+use std::sync::mpsc;
 
 use anyhow::Context;
 
 use super::LaunchSpec;
+use super::supervise::{
+    finish_output, forward_interrupts, forward_stdin, report_exit, signal_group, spawn_guarded,
+    status_code, supervise,
+};
 
 /// The `mpirun` command line (program and arguments) for `spec`.
 pub fn mpirun_command(spec: &LaunchSpec, running_as_root: bool) -> Vec<String> {
@@ -141,7 +172,9 @@ fn print(source: Source, text: &str) {
 }
 
 /// Runs `spec` under `mpirun` and returns the exit code the launcher should
-/// exit with (mpirun's: non-zero when a rank failed).
+/// exit with (mpirun's: non-zero when a rank failed; 128 + signal when
+/// mpirun was killed). Call it from the thread that waits for the launch
+/// (see [`super::run`]).
 pub fn run(spec: &LaunchSpec) -> anyhow::Result<i32> {
     // SAFETY: geteuid has no preconditions.
     let root = unsafe { libc::geteuid() } == 0;
@@ -149,31 +182,54 @@ pub fn run(spec: &LaunchSpec) -> anyhow::Result<i32> {
     tracing::info!(?argv, "launching through mpirun");
     let mut cmd = Command::new(&argv[0]);
     cmd.args(&argv[1..]);
-    if !spec.prefix_output {
-        let st = cmd
-            .status()
-            .with_context(|| format!("cannot run {} (is Open MPI installed?)", argv[0]))?;
-        return Ok(st.code().unwrap_or(1));
+    // mpirun runs in a process group of its own, which does not read the
+    // terminal: standard input reaches it through a pipe.
+    cmd.stdin(Stdio::piped());
+    if spec.prefix_output {
+        cmd.stdout(Stdio::piped());
     }
-    // With --tag-output everything arrives on mpirun's stdout, tagged; it
-    // becomes `[rank] text` on our stdout or stderr, like the other backends.
-    let mut child = cmd
-        .stdout(Stdio::piped())
-        .spawn()
-        .with_context(|| format!("cannot run {} (is Open MPI installed?)", argv[0]))?;
-    let out = child.stdout.take().expect("piped");
-    let mut untagger = Untagger::default();
-    for line in BufReader::new(out).lines() {
-        let Ok(line) = line else { break };
-        for (source, text) in untagger.line(&line) {
-            print(source, &text);
+    let (tx, rx) = mpsc::channel();
+    forward_interrupts(Some(tx.clone()));
+    let mut child = match spawn_guarded(&mut cmd) {
+        Ok(c) => c,
+        Err(e) => {
+            forward_interrupts(None);
+            return Err(e)
+                .with_context(|| format!("cannot run {} (is Open MPI installed?)", argv[0]));
         }
+    };
+    let pgid = child.id();
+    forward_stdin(&mut child);
+    let (out_tx, out_rx) = mpsc::channel::<()>();
+    if let Some(out) = child.stdout.take() {
+        // With --tag-output everything arrives on mpirun's stdout, tagged; it
+        // becomes `[rank] text` on our stdout or stderr, like the other backends.
+        std::thread::spawn(move || {
+            let _done = out_tx;
+            let mut untagger = Untagger::default();
+            for line in BufReader::new(out).lines() {
+                let Ok(line) = line else { break };
+                for (source, text) in untagger.line(&line) {
+                    print(source, &text);
+                }
+            }
+            for (source, text) in untagger.finish() {
+                print(source, &text);
+            }
+        });
+    } else {
+        drop(out_tx);
     }
-    for (source, text) in untagger.finish() {
-        print(source, &text);
+    report_exit(child, 0, tx);
+    let s = supervise(&[pgid], 1, &rx, spec.grace, false, &|_| argv[0].clone());
+    forward_interrupts(None);
+    signal_group(pgid, libc::SIGKILL);
+    finish_output(out_rx);
+    match (&s.statuses[0], &s.first_failure) {
+        (Some(st), _) => Ok(status_code(st)),
+        (None, Some((_, how))) => anyhow::bail!("{} {how}", argv[0]),
+        (None, None) => anyhow::bail!("{} was not waited for", argv[0]),
     }
-    let st = child.wait()?;
-    Ok(st.code().unwrap_or(1))
 }
 
 #[cfg(test)]

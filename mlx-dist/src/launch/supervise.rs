@@ -4,42 +4,77 @@
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::mpsc::{self, RecvTimeoutError, Sender};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use super::{JobIdentity, LaunchSpec, hosts, rank_env};
+use super::{JobIdentity, LaunchSpec, hosts, parent, rank_env};
 
 /// How a launch ended.
 #[derive(Debug)]
 pub struct LaunchOutcome {
     /// Exit status of each rank, by rank.
     pub statuses: Vec<Option<ExitStatus>>,
-    /// The first rank that failed and how, if any.
+    /// The first failure the launcher did not cause (see [`run`]): the rank and how it failed.
     pub first_failure: Option<(usize, String)>,
     /// Whether the user interrupted the job.
     pub interrupted: bool,
+    /// The ranks the launcher signalled before they exited (after another
+    /// rank failed, or forwarding Ctrl-C); their failures are not blamed.
+    pub signalled: Vec<bool>,
 }
 
 impl LaunchOutcome {
     /// The exit code the launcher should return: 0 when every rank succeeded,
-    /// else the failed rank's code (or 128 + signal, or 1).
+    /// else the failed rank's code (or 128 + signal), 130 when interrupted,
+    /// or 1.
     pub fn exit_code(&self) -> i32 {
-        let Some((r, _)) = &self.first_failure else {
-            return if self.interrupted { 130 } else { 0 };
-        };
-        match self.statuses[*r] {
-            Some(st) => match (st.code(), signal_of(&st)) {
-                (Some(c), _) if c != 0 => c,
-                (_, Some(s)) => 128 + s,
-                _ => 1,
-            },
-            None => 1,
+        if let Some((r, _)) = &self.first_failure {
+            return self.statuses[*r].map_or(1, |st| status_code(&st));
+        }
+        if self.interrupted {
+            130
+        } else if self.statuses.iter().all(|s| s.is_some_and(|s| s.success())) {
+            0
+        } else {
+            1
+        }
+    }
+
+    /// The line that says why the launch failed, if it did.
+    pub fn report(&self) -> Option<String> {
+        if let Some((rank, how)) = &self.first_failure {
+            return Some(format!("rank {rank} failed ({how})"));
+        }
+        let stopped: Vec<usize> = (0..self.statuses.len())
+            .filter(|&r| self.signalled[r] && !self.statuses[r].is_some_and(|s| s.success()))
+            .collect();
+        if self.interrupted && stopped.is_empty() {
+            Some("interrupted".into())
+        } else if self.interrupted {
+            Some(format!(
+                "interrupted; the launcher stopped ranks {stopped:?} (no rank failed on its own)"
+            ))
+        } else if !stopped.is_empty() {
+            Some(format!(
+                "ranks {stopped:?} were stopped by the launcher (no rank failed on its own)"
+            ))
+        } else {
+            None
         }
     }
 }
 
-enum Event {
+/// The exit code that reports `st`: its code, or 128 + the signal that killed it.
+pub(crate) fn status_code(st: &ExitStatus) -> i32 {
+    match (st.code(), signal_of(st)) {
+        (Some(c), _) => c,
+        (None, Some(s)) => 128 + s,
+        _ => 1,
+    }
+}
+
+pub(crate) enum Event {
     Exited(usize, std::io::Result<ExitStatus>),
     Interrupt,
 }
@@ -47,7 +82,8 @@ enum Event {
 /// The Ctrl-C handler can be installed once per process; it forwards to the current launch.
 static INTERRUPTS: OnceLock<Mutex<Option<Sender<Event>>>> = OnceLock::new();
 
-fn install_interrupt_handler(tx: Sender<Event>) {
+/// Sends Ctrl-C (and SIGTERM, SIGHUP) to `tx` as [`Event::Interrupt`]; `None` stops forwarding.
+pub(crate) fn forward_interrupts(tx: Option<Sender<Event>>) {
     let slot = INTERRUPTS.get_or_init(|| {
         let r = ctrlc::set_handler(|| {
             if let Some(tx) = INTERRUPTS.get().and_then(|m| m.lock().ok()).and_then(|g| g.clone()) {
@@ -59,17 +95,11 @@ fn install_interrupt_handler(tx: Sender<Event>) {
         }
         Mutex::new(None)
     });
-    *slot.lock().unwrap_or_else(|p| p.into_inner()) = Some(tx);
+    *slot.lock().unwrap_or_else(|p| p.into_inner()) = tx;
 }
 
-#[cfg(unix)]
 fn signal_of(st: &ExitStatus) -> Option<i32> {
     std::os::unix::process::ExitStatusExt::signal(st)
-}
-
-#[cfg(not(unix))]
-fn signal_of(_: &ExitStatus) -> Option<i32> {
-    None
 }
 
 fn describe(st: &ExitStatus) -> String {
@@ -80,20 +110,193 @@ fn describe(st: &ExitStatus) -> String {
     }
 }
 
-#[cfg(unix)]
-fn signal(pid: u32, sig: i32) {
-    // SAFETY: kill(2) with a pid we started and have not yet reaped.
+/// Sends `sig` to the process group `pgid` (a rank and the processes it
+/// started); a stopped group is continued so that it acts on the signal.
+pub(crate) fn signal_group(pgid: u32, sig: i32) {
+    // SAFETY: kill(2) on a process group we created; the group id stays
+    // reserved while any member lives.
     unsafe {
-        libc::kill(pid as libc::pid_t, sig);
+        libc::kill(-(pgid as libc::pid_t), sig);
+        if sig != libc::SIGKILL {
+            libc::kill(-(pgid as libc::pid_t), libc::SIGCONT);
+        }
     }
 }
 
-#[cfg(unix)]
-const SIGINT: i32 = libc::SIGINT;
-#[cfg(unix)]
-const SIGTERM: i32 = libc::SIGTERM;
-#[cfg(unix)]
-const SIGKILL: i32 = libc::SIGKILL;
+/// Starts `cmd` in a process group of its own that dies with the launcher
+/// (see [`parent`]). Call it from the thread that waits for the launch: on
+/// Linux the child is killed when the thread that started it exits.
+pub(crate) fn spawn_guarded(cmd: &mut Command) -> std::io::Result<Child> {
+    std::os::unix::process::CommandExt::process_group(cmd, 0);
+    parent::die_with_launcher(cmd);
+    cmd.spawn()
+}
+
+/// Waits for `child` on a thread of its own and reports its exit as process `index`.
+pub(crate) fn report_exit(mut child: Child, index: usize, tx: Sender<Event>) {
+    std::thread::spawn(move || {
+        let st = child.wait();
+        let _ = tx.send(Event::Exited(index, st));
+    });
+}
+
+/// Copies this process's standard input to `child`'s on a detached thread.
+pub(crate) fn forward_stdin(child: &mut Child) {
+    if let Some(mut stdin) = child.stdin.take() {
+        std::thread::spawn(move || {
+            let _ = std::io::copy(&mut std::io::stdin().lock(), &mut stdin);
+        });
+    }
+}
+
+/// How long output forwarding may go on after the last process exited: a
+/// grandchild that escaped the process group may hold a pipe open for ever.
+const OUTPUT_DEADLINE: Duration = Duration::from_secs(2);
+
+/// How long a terminated process has before SIGKILL.
+const KILL_AFTER: Duration = Duration::from_secs(2);
+
+/// Waits until every output forwarder holding a clone of the sender of
+/// `done` finished, or [`OUTPUT_DEADLINE`] passed.
+pub(crate) fn finish_output(done: Receiver<()>) {
+    if let Err(RecvTimeoutError::Timeout) = done.recv_timeout(OUTPUT_DEADLINE) {
+        tracing::debug!(
+            "output still open {OUTPUT_DEADLINE:?} after the last rank exited (a process outside the ranks' groups holds it); not waiting for it"
+        );
+    }
+}
+
+/// One failure: the process, how it failed, whether a signal killed it, and
+/// whether the launcher had signalled it.
+struct Failure {
+    index: usize,
+    how: String,
+    by_signal: bool,
+    caused: bool,
+}
+
+/// What [`supervise`] saw.
+pub(crate) struct Supervised {
+    /// Exit status of each process, by index.
+    pub statuses: Vec<Option<ExitStatus>>,
+    /// The first failure the launcher did not cause: a process killed by a
+    /// signal the launcher did not send is the likelier root cause, else the
+    /// first one seen.
+    pub first_failure: Option<(usize, String)>,
+    /// Which processes the launcher signalled before they exited.
+    pub signalled: Vec<bool>,
+    /// Whether an interrupt arrived.
+    pub interrupted: bool,
+}
+
+/// Waits until every process of `pgids` (process `i` leads group `pgids[i]`,
+/// out of `n` meant to run) reported its exit on `rx`. When one fails on its
+/// own the others get `grace`, then SIGTERM, then SIGKILL; an interrupt is
+/// forwarded as SIGINT (SIGKILL on the second) and SIGKILL follows after
+/// `grace`. `stop_now` starts the stopping at once (a rank could not start).
+/// `name` names process `i` in the log.
+pub(crate) fn supervise(
+    pgids: &[u32],
+    n: usize,
+    rx: &Receiver<Event>,
+    grace: Duration,
+    stop_now: bool,
+    name: &dyn Fn(usize) -> String,
+) -> Supervised {
+    // A year stands for "for ever" and keeps Instant arithmetic in range.
+    let grace = grace.min(Duration::from_secs(365 * 24 * 3600));
+    let mut alive = vec![true; pgids.len()];
+    let mut signalled = vec![false; n];
+    let mut statuses: Vec<Option<ExitStatus>> = vec![None; n];
+    let mut failures: Vec<Failure> = Vec::new();
+    let mut interrupted = false;
+    let mut interrupts = 0;
+    // When set: (deadline, next signal to send to the survivors).
+    let mut stopping: Option<(Instant, i32)> = stop_now.then(|| (Instant::now(), libc::SIGTERM));
+    let send = |alive: &[bool], signalled: &mut [bool], sig: i32| {
+        for (r, _) in alive.iter().enumerate().filter(|(_, a)| **a) {
+            signalled[r] = true;
+            signal_group(pgids[r], sig);
+        }
+    };
+    while alive.iter().any(|&a| a) {
+        let ev = match stopping {
+            None => rx.recv().map_err(|_| RecvTimeoutError::Disconnected),
+            Some((t, _)) => rx.recv_timeout(t.saturating_duration_since(Instant::now())),
+        };
+        match ev {
+            Ok(Event::Exited(r, st)) => {
+                alive[r] = false;
+                let caused = signalled[r];
+                let (how, by_signal) = match st {
+                    Ok(st) if st.success() => {
+                        statuses[r] = Some(st);
+                        tracing::debug!("{} exited", name(r));
+                        continue;
+                    }
+                    Ok(st) => {
+                        statuses[r] = Some(st);
+                        (describe(&st), signal_of(&st).is_some())
+                    }
+                    Err(e) => (format!("could not be waited for: {e}"), false),
+                };
+                let who = name(r);
+                if caused {
+                    tracing::debug!("{who} exited ({how}) after the launcher signalled it");
+                } else if alive.iter().any(|&a| a) && stopping.is_none() {
+                    tracing::error!("{who} failed ({how}); stopping the others in {grace:?}");
+                    stopping = Some((Instant::now() + grace, libc::SIGTERM));
+                } else {
+                    tracing::error!("{who} failed ({how})");
+                }
+                failures.push(Failure {
+                    index: r,
+                    how,
+                    by_signal,
+                    caused,
+                });
+            }
+            Ok(Event::Interrupt) => {
+                interrupted = true;
+                interrupts += 1;
+                let sig = if interrupts == 1 {
+                    libc::SIGINT
+                } else {
+                    libc::SIGKILL
+                };
+                tracing::warn!("interrupted; forwarding signal {sig}");
+                send(&alive, &mut signalled, sig);
+                stopping = Some((Instant::now() + grace, libc::SIGKILL));
+            }
+            Err(RecvTimeoutError::Timeout) => {
+                let sig = stopping.map_or(libc::SIGKILL, |(_, s)| s);
+                tracing::debug!(
+                    signal = sig,
+                    "grace period over; signalling the remaining processes"
+                );
+                send(&alive, &mut signalled, sig);
+                stopping = Some((Instant::now() + KILL_AFTER, libc::SIGKILL));
+            }
+            Err(RecvTimeoutError::Disconnected) => break,
+        }
+    }
+    // Ranks that lose a peer exit with an error at nearly the same moment as
+    // the peer itself, so the order of exits is not a reliable witness: a rank
+    // killed by a signal is the likelier root cause, then the first one seen.
+    // Failures the launcher caused by signalling are never the cause.
+    let own: Vec<&Failure> = failures.iter().filter(|f| !f.caused).collect();
+    let first_failure = own
+        .iter()
+        .find(|f| f.by_signal)
+        .or(own.first())
+        .map(|f| (f.index, f.how.clone()));
+    Supervised {
+        statuses,
+        first_failure,
+        signalled,
+        interrupted,
+    }
+}
 
 fn shell_quote(s: &str) -> String {
     if !s.is_empty()
@@ -112,6 +315,7 @@ fn command_for(spec: &LaunchSpec, rank: usize, env: &[(String, String)]) -> Comm
             let mut c = Command::new(&spec.command[0]);
             c.args(&spec.command[1..]);
             c.envs(env.iter().map(|(k, v)| (k, v)));
+            c.env(parent::ENV_PARENT_PID, std::process::id().to_string());
             if let Some(d) = &spec.cwd {
                 c.current_dir(d);
             }
@@ -137,12 +341,16 @@ fn command_for(spec: &LaunchSpec, rank: usize, env: &[(String, String)]) -> Comm
     }
 }
 
+/// Copies `src` line by line to `sink` with a `[rank]` prefix on a thread
+/// that holds `done` until the stream ends.
 fn forward<R: Read + Send + 'static, W: Write>(
     src: R,
     rank: usize,
+    done: Sender<()>,
     mut sink: impl FnMut() -> W + Send + 'static,
-) -> std::thread::JoinHandle<()> {
+) {
     std::thread::spawn(move || {
+        let _done = done;
         let mut r = BufReader::new(src);
         let mut line = Vec::new();
         let prefix = format!("[{rank}] ");
@@ -161,10 +369,16 @@ fn forward<R: Read + Send + 'static, W: Write>(
                 }
             }
         }
-    })
+    });
 }
 
 /// Starts every rank of `spec` and supervises them until all have exited.
+///
+/// The ranks are started from the calling thread, which this blocks until
+/// the launch is over (on Linux a rank is killed when the thread that
+/// started it exits). When the last rank exited, whatever the ranks left
+/// in their process groups is killed, and output still open 2 s later is
+/// abandoned.
 pub fn run(spec: &LaunchSpec) -> anyhow::Result<LaunchOutcome> {
     anyhow::ensure!(!spec.command.is_empty(), "no program to launch");
     anyhow::ensure!(!spec.hosts.is_empty(), "no ranks to launch");
@@ -195,10 +409,9 @@ pub fn run(spec: &LaunchSpec) -> anyhow::Result<LaunchOutcome> {
     tracing::info!(world = n, backend = %spec.backend, ?addrs, "launching");
 
     let (tx, rx) = mpsc::channel();
-    install_interrupt_handler(tx.clone());
-    let mut pids = Vec::with_capacity(n);
-    let mut outputs = Vec::new();
-    let mut alive = vec![true; n];
+    let (out_tx, out_rx) = mpsc::channel();
+    forward_interrupts(Some(tx.clone()));
+    let mut pgids = Vec::with_capacity(n);
     let mut spawn_error = None;
     for rank in 0..n {
         let env = rank_env(spec, &job, &addrs, rank, hostfile.as_deref());
@@ -211,124 +424,36 @@ pub fn run(spec: &LaunchSpec) -> anyhow::Result<LaunchOutcome> {
         if spec.prefix_output {
             cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
         }
-        #[cfg(unix)]
-        std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
-        let mut child: Child = match cmd.spawn() {
+        let mut child = match spawn_guarded(&mut cmd) {
             Ok(c) => c,
             Err(e) => {
                 spawn_error = Some(anyhow::anyhow!(
                     "cannot start rank {rank} ({}): {e}",
                     spec.command[0]
                 ));
-                alive.truncate(rank);
                 break;
             }
         };
-        pids.push(child.id());
-        if let Some(mut stdin) = child.stdin.take() {
-            std::thread::spawn(move || {
-                let _ = std::io::copy(&mut std::io::stdin().lock(), &mut stdin);
-            });
-        }
+        pgids.push(child.id());
+        forward_stdin(&mut child);
         if let Some(o) = child.stdout.take() {
-            outputs.push(forward(o, rank, || std::io::stdout().lock()));
+            forward(o, rank, out_tx.clone(), || std::io::stdout().lock());
         }
         if let Some(e) = child.stderr.take() {
-            outputs.push(forward(e, rank, || std::io::stderr().lock()));
+            forward(e, rank, out_tx.clone(), || std::io::stderr().lock());
         }
-        let tx = tx.clone();
-        std::thread::spawn(move || {
-            let st = child.wait();
-            let _ = tx.send(Event::Exited(rank, st));
-        });
+        report_exit(child, rank, tx.clone());
     }
-    drop(tx);
+    drop((tx, out_tx));
 
-    let mut statuses: Vec<Option<ExitStatus>> = vec![None; n];
-    let mut first_failure: Option<(usize, String)> = None;
-    // (rank, how, killed by a signal), in the order the exits were seen.
-    let mut failures: Vec<(usize, String, bool)> = Vec::new();
-    let mut interrupted = false;
-    let mut interrupts = 0;
-    // When set: (deadline, next signal to send to the survivors).
-    let mut stopping: Option<(Instant, i32)> = None;
-    if spawn_error.is_some() {
-        stopping = Some((Instant::now(), SIGTERM));
+    let s = supervise(&pgids, n, &rx, spec.grace, spawn_error.is_some(), &|r| {
+        format!("rank {r}")
+    });
+    forward_interrupts(None);
+    for &g in &pgids {
+        signal_group(g, libc::SIGKILL);
     }
-    let stop_all = |alive: &[bool], sig: i32| {
-        for (r, &a) in alive.iter().enumerate() {
-            if a {
-                signal(pids[r], sig);
-            }
-        }
-    };
-    while alive.iter().any(|&a| a) {
-        let ev = match stopping {
-            None => rx.recv().map_err(|_| RecvTimeoutError::Disconnected),
-            Some((t, _)) => rx.recv_timeout(t.saturating_duration_since(Instant::now())),
-        };
-        match ev {
-            Ok(Event::Exited(rank, st)) => {
-                alive[rank] = false;
-                let st = match st {
-                    Ok(s) => s,
-                    Err(e) => {
-                        first_failure
-                            .get_or_insert((rank, format!("could not be waited for: {e}")));
-                        continue;
-                    }
-                };
-                statuses[rank] = Some(st);
-                tracing::debug!(rank, status = %describe(&st), "rank exited");
-                if !st.success() && !interrupted {
-                    let how = describe(&st);
-                    let others = alive.iter().any(|&a| a);
-                    if others && stopping.is_none() {
-                        tracing::error!(
-                            rank,
-                            "rank {rank} failed ({how}); stopping the other ranks in {:?}",
-                            spec.grace
-                        );
-                        stopping = Some((Instant::now() + spec.grace, SIGTERM));
-                    } else {
-                        tracing::error!(rank, "rank {rank} failed ({how})");
-                    }
-                    failures.push((rank, how, signal_of(&st).is_some()));
-                }
-            }
-            Ok(Event::Interrupt) => {
-                interrupted = true;
-                interrupts += 1;
-                let sig = if interrupts == 1 { SIGINT } else { SIGKILL };
-                tracing::warn!("interrupted; forwarding signal {sig} to every rank");
-                stop_all(&alive, sig);
-                stopping = Some((Instant::now() + spec.grace, SIGKILL));
-            }
-            Err(RecvTimeoutError::Timeout) => {
-                let (_, sig) = stopping.expect("timeouts only while stopping");
-                tracing::debug!(
-                    signal = sig,
-                    "grace period over; signalling the remaining ranks"
-                );
-                stop_all(&alive, sig);
-                stopping = Some((Instant::now() + Duration::from_secs(2), SIGKILL));
-            }
-            Err(RecvTimeoutError::Disconnected) => break,
-        }
-    }
-    // Ranks that lose a peer exit with an error at nearly the same moment as
-    // the peer itself, so the order of exits is not a reliable witness: a rank
-    // killed by a signal is the likelier root cause, then the first one seen.
-    if first_failure.is_none() {
-        first_failure = failures
-            .iter()
-            .find(|f| f.2)
-            .or(failures.first())
-            .map(|(r, how, _)| (*r, how.clone()));
-    }
-    for h in outputs {
-        let _ = h.join();
-    }
+    finish_output(out_rx);
     if let Some(p) = hostfile {
         let _ = std::fs::remove_file(p);
     }
@@ -336,9 +461,10 @@ pub fn run(spec: &LaunchSpec) -> anyhow::Result<LaunchOutcome> {
         return Err(e);
     }
     Ok(LaunchOutcome {
-        statuses,
-        first_failure,
-        interrupted,
+        statuses: s.statuses,
+        first_failure: s.first_failure,
+        interrupted: s.interrupted,
+        signalled: s.signalled,
     })
 }
 

@@ -1,0 +1,368 @@
+//! How `mlx-launch` handles processes: the real binary, with `/bin/sh -c`
+//! scripts as ranks (each sees `MLX_RANK`, and `T`, a scratch directory
+//! where it writes its pid). Every wait is bounded, and every process a test
+//! started is killed when the test ends, passed or not.
+
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+const LAUNCH: &str = env!("CARGO_BIN_EXE_mlx-launch");
+
+/// A scratch directory and the launcher started in it; on drop, kills the
+/// launcher and every process whose pid a rank wrote into the directory.
+struct Job {
+    dir: PathBuf,
+    launcher: Option<Child>,
+}
+
+impl Job {
+    fn new(name: &str) -> Job {
+        let dir =
+            std::env::temp_dir().join(format!("mlx-launcher-test-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        Job {
+            dir,
+            launcher: None,
+        }
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.dir.join(name)
+    }
+
+    /// Starts `mlx-launch ARGS -- /bin/sh -c SCRIPT`; its output goes to files.
+    fn launch(&mut self, args: &[&str], script: &str) -> &mut Job {
+        self.launch_with(args, script, &[])
+    }
+
+    fn launch_with(&mut self, args: &[&str], script: &str, env: &[(&str, &Path)]) -> &mut Job {
+        let child = Command::new(LAUNCH)
+            .args(args)
+            .args(["--", "/bin/sh", "-c", script])
+            .env("T", &self.dir)
+            .envs(env.iter().copied())
+            .stdin(Stdio::null())
+            .stdout(File::create(self.path("launcher.out")).unwrap())
+            .stderr(File::create(self.path("launcher.err")).unwrap())
+            .spawn()
+            .unwrap();
+        self.launcher = Some(child);
+        self
+    }
+
+    fn launcher_pid(&self) -> i32 {
+        self.launcher.as_ref().unwrap().id() as i32
+    }
+
+    /// The launcher's exit status, or a panic after `limit`.
+    fn wait(&mut self, limit: Duration) -> ExitStatus {
+        let child = self.launcher.as_mut().unwrap();
+        let t = Instant::now();
+        loop {
+            if let Some(st) = child.try_wait().unwrap() {
+                return st;
+            }
+            assert!(
+                t.elapsed() < limit,
+                "mlx-launch still running after {limit:?}:\n{}",
+                self.output()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn output(&self) -> String {
+        let read = |f| std::fs::read_to_string(self.path(f)).unwrap_or_default();
+        format!("{}{}", read("launcher.out"), read("launcher.err"))
+    }
+
+    fn last_stderr_line(&self) -> String {
+        let err = std::fs::read_to_string(self.path("launcher.err")).unwrap_or_default();
+        err.lines().last().unwrap_or_default().to_string()
+    }
+
+    /// The pid a rank wrote to `name`, waiting up to 5 s for it.
+    fn pid(&self, name: &str) -> i32 {
+        let mut pid = None;
+        assert!(
+            eventually(Duration::from_secs(5), || {
+                pid = read_pid(&self.path(name));
+                pid.is_some()
+            }),
+            "no pid in {name}:\n{}",
+            self.output()
+        );
+        pid.unwrap()
+    }
+}
+
+impl Drop for Job {
+    fn drop(&mut self) {
+        if let Some(c) = self.launcher.as_mut() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        for entry in std::fs::read_dir(&self.dir).into_iter().flatten().flatten() {
+            if let Some(pid) = read_pid(&entry.path()) {
+                // SAFETY: kill(2) on processes this test started (ranks lead their group).
+                unsafe {
+                    libc::kill(-pid, libc::SIGKILL);
+                    libc::kill(pid, libc::SIGKILL);
+                }
+            }
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn read_pid(p: &Path) -> Option<i32> {
+    let name = p.file_name()?.to_str()?;
+    if !["pid", "child", "escaped"]
+        .iter()
+        .any(|k| name.starts_with(k))
+    {
+        return None;
+    }
+    std::fs::read_to_string(p)
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
+        .filter(|&p| p > 1)
+}
+
+/// Whether `f` holds within `limit` (checked every 20 ms).
+fn eventually(limit: Duration, mut f: impl FnMut() -> bool) -> bool {
+    let t = Instant::now();
+    loop {
+        if f() {
+            return true;
+        }
+        if t.elapsed() > limit {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Whether process `pid` is gone: no such process, or a zombie that
+/// nobody reaped yet (a dead orphan waits for init).
+fn gone(pid: i32) -> bool {
+    // SAFETY: signal 0 only checks that the process exists.
+    if unsafe { libc::kill(pid, 0) } == -1
+        && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH)
+    {
+        return true;
+    }
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| {
+            s.rsplit(')')
+                .next()
+                .map(|r| r.trim_start().starts_with('Z'))
+        })
+        .unwrap_or(false)
+}
+
+fn assert_gone(job: &Job, what: &str, pid: i32) {
+    assert!(
+        eventually(Duration::from_secs(3), || gone(pid)),
+        "{what} (pid {pid}) is still running:\n{}",
+        job.output()
+    );
+}
+
+/// Rank 1 fails at once; rank 0, which the launcher then terminates, is
+/// not blamed: the launcher exits with rank 1's status and names it last.
+#[test]
+fn the_failure_reported_is_the_one_the_launcher_did_not_cause() {
+    let mut job = Job::new("first-failure");
+    let t = Instant::now();
+    let st = job
+        .launch(
+            &["-n", "2", "--grace", "1"],
+            r#"echo $$ > "$T/pid.$MLX_RANK"; [ "$MLX_RANK" = 1 ] && exit 3; exec sleep 60"#,
+        )
+        .wait(Duration::from_secs(8));
+    assert_eq!(st.code(), Some(3), "{}", job.output());
+    let last = job.last_stderr_line();
+    assert!(
+        last.contains("rank 1 failed (exit status 3)"),
+        "the last line must name rank 1: {last:?}\n{}",
+        job.output()
+    );
+    assert!(
+        t.elapsed() < Duration::from_secs(5),
+        "took {:?}",
+        t.elapsed()
+    );
+}
+
+/// The processes a rank started die with it: the signals go to the rank's
+/// process group, and what a failed rank left behind is killed at the end.
+#[test]
+fn a_ranks_children_die_with_the_launch() {
+    let mut job = Job::new("children");
+    let st = job
+        .launch(
+            &["-n", "2", "--grace", "0.5"],
+            r#"sleep 1000 & echo $! > "$T/child.$MLX_RANK"
+               [ "$MLX_RANK" = 1 ] && exit 3
+               echo $$ > "$T/pid.0"; exec sleep 60"#,
+        )
+        .wait(Duration::from_secs(8));
+    assert_eq!(st.code(), Some(3), "{}", job.output());
+    for rank in 0..2 {
+        let child = job.pid(&format!("child.{rank}"));
+        assert_gone(&job, &format!("rank {rank}'s child"), child);
+    }
+}
+
+/// SIGKILL leaves the launcher no chance to clean up: the ranks still die.
+#[test]
+fn ranks_die_when_the_launcher_is_killed() {
+    let mut job = Job::new("launcher-killed");
+    job.launch(
+        &["-n", "2"],
+        r#"echo $$ > "$T/pid.$MLX_RANK"; exec sleep 60"#,
+    );
+    let ranks = [job.pid("pid.0"), job.pid("pid.1")];
+    // SAFETY: kill(2) on the launcher this test started.
+    unsafe { libc::kill(job.launcher_pid(), libc::SIGKILL) };
+    job.wait(Duration::from_secs(5));
+    for (r, pid) in ranks.into_iter().enumerate() {
+        assert_gone(&job, &format!("rank {r}"), pid);
+    }
+}
+
+/// The same for mpirun under `--backend mpi` (a stand-in named by
+/// `MLX_LAUNCH_MPIRUN`, so that no MPI is needed).
+#[test]
+fn mpirun_dies_when_the_launcher_is_killed() {
+    let mut job = Job::new("mpirun-killed");
+    let fake = job.path("fake-mpirun");
+    std::fs::write(
+        &fake,
+        "#!/bin/sh\necho $$ > \"$T/pid.mpirun\"\nexec sleep 60\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&fake, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    job.launch_with(
+        &["--backend", "mpi", "-n", "2"],
+        "true",
+        &[("MLX_LAUNCH_MPIRUN", &fake)],
+    );
+    let mpirun = job.pid("pid.mpirun");
+    // SAFETY: kill(2) on the launcher this test started.
+    unsafe { libc::kill(job.launcher_pid(), libc::SIGKILL) };
+    job.wait(Duration::from_secs(5));
+    assert_gone(&job, "mpirun", mpirun);
+}
+
+/// Durations are finite, non-negative numbers (timeouts positive); anything
+/// else is a usage error naming the flag and the value, never a panic.
+#[test]
+fn bad_durations_are_usage_errors() {
+    for (flag, value) in [
+        ("--grace", "inf"),
+        ("--grace", "nan"),
+        ("--grace", "-1"),
+        ("--grace", "abc"),
+        ("--timeout", "-1"),
+        ("--timeout", "0"),
+        ("--liveness-timeout", "inf"),
+    ] {
+        let out = Command::new(LAUNCH)
+            .args(["-n", "1", flag, value, "--", "true"])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{flag} {value}: {err}");
+        assert!(
+            err.contains(flag) && err.contains(&format!("'{value}'")),
+            "{flag} {value}: the message must name both: {err}"
+        );
+        assert!(!err.contains("panicked"), "{flag} {value}: {err}");
+    }
+}
+
+/// A stopped rank cannot act on SIGTERM: the launcher continues it, so it
+/// terminates (running its TERM trap) within the grace period, before the
+/// SIGKILL that would follow 2 s later.
+#[test]
+fn a_stopped_rank_is_continued_and_terminated() {
+    let mut job = Job::new("stopped");
+    job.launch(
+        &["-n", "2", "--grace", "1"],
+        r#"if [ "$MLX_RANK" = 0 ]; then
+               echo $$ > "$T/pid.0"
+               trap 'echo term > "$T/term.0"; exit 7' TERM
+               while :; do sleep 0.1; done
+           fi
+           i=0; while [ ! -e "$T/go" ] && [ $i -lt 200 ]; do sleep 0.05; i=$((i+1)); done
+           exit 3"#,
+    );
+    let rank0 = job.pid("pid.0");
+    // SAFETY: kill(2) on the process group of a rank this test started.
+    unsafe { libc::kill(-rank0, libc::SIGSTOP) };
+    File::create(job.path("go")).unwrap();
+    let t = Instant::now();
+    let st = job.wait(Duration::from_secs(8));
+    let took = t.elapsed();
+    assert_eq!(st.code(), Some(3), "{}", job.output());
+    assert!(
+        job.path("term.0").exists(),
+        "the stopped rank never acted on SIGTERM (took {took:?}):\n{}",
+        job.output()
+    );
+    // grace (1 s) + the SIGKILL deadline (2 s): it must be done before.
+    assert!(took < Duration::from_secs(3), "took {took:?}");
+}
+
+/// A process that left the rank's process group (setsid) and keeps its
+/// output pipe open does not hold the launcher: it gives up on the output
+/// 2 s after the last rank exited.
+#[test]
+fn output_held_open_by_an_escaped_process_does_not_hang_the_launcher() {
+    let mut job = Job::new("escaped");
+    let t = Instant::now();
+    let st = job
+        .launch(
+            &["-n", "1"],
+            r#"setsid sh -c 'echo $$ > "$T/escaped"; exec sleep 30' &
+               i=0; while [ ! -s "$T/escaped" ] && [ $i -lt 100 ]; do sleep 0.05; i=$((i+1)); done
+               echo done"#,
+        )
+        .wait(Duration::from_secs(8));
+    assert!(st.success(), "{}", job.output());
+    assert!(job.output().contains("[0] done"), "{}", job.output());
+    assert!(
+        t.elapsed() < Duration::from_secs(6),
+        "took {:?}",
+        t.elapsed()
+    );
+}
+
+/// Ctrl-C is forwarded; the ranks it stops are not blamed, and the launcher
+/// says it was interrupted.
+#[test]
+fn an_interrupted_launch_says_so() {
+    let mut job = Job::new("interrupted");
+    job.launch(
+        &["-n", "2"],
+        r#"echo $$ > "$T/pid.$MLX_RANK"; exec sleep 60"#,
+    );
+    let ranks = [job.pid("pid.0"), job.pid("pid.1")];
+    // SAFETY: kill(2) on the launcher this test started.
+    unsafe { libc::kill(job.launcher_pid(), libc::SIGINT) };
+    let st = job.wait(Duration::from_secs(8));
+    assert_eq!(st.code(), Some(130), "{}", job.output());
+    let last = job.last_stderr_line();
+    assert!(last.contains("interrupted"), "{last:?}\n{}", job.output());
+    for (r, pid) in ranks.into_iter().enumerate() {
+        assert_gone(&job, &format!("rank {r}"), pid);
+    }
+}
