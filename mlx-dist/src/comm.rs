@@ -7,8 +7,9 @@ use std::sync::{Arc, Mutex};
 
 use mlx_array::Dtype;
 
-use crate::error::Result;
+use crate::error::{DistError, Result};
 use crate::group::CommImpl;
+use crate::liveness::Membership;
 use crate::mesh::{Mesh, OpCtx};
 use crate::reduce::{ReduceOp, reduce_into};
 use crate::ring::{self, Lane, Phase, split_even};
@@ -19,7 +20,9 @@ const MULTI_LANE_BYTES: usize = 1 << 20;
 
 /// A group of ranks on a mesh.
 pub(crate) struct MeshComm {
-    mesh: Arc<Mesh>,
+    /// The mesh, shared with every group split from the same world; the
+    /// last group dropped leaves it cleanly.
+    mesh: Arc<Membership>,
     /// World rank of each group rank.
     members: Vec<usize>,
     rank: usize,
@@ -40,15 +43,25 @@ fn op_kind(op: ReduceOp) -> OpKind {
 }
 
 impl MeshComm {
-    /// The world group of a mesh.
-    pub(crate) fn world(mesh: Mesh, backend: &'static str) -> MeshComm {
+    /// The world group of a mesh; starts its heartbeats.
+    pub(crate) fn world(mesh: Mesh, backend: &'static str) -> Result<MeshComm> {
         let members = (0..mesh.world).collect();
         let rank = mesh.rank;
-        Self::with_members(Arc::new(mesh), members, rank, 0, backend)
+        let mesh = Membership::start(mesh).map_err(|e| DistError::Unavailable {
+            backend,
+            reason: format!("cannot start the heartbeat threads: {e}"),
+        })?;
+        Ok(Self::with_members(
+            Arc::new(mesh),
+            members,
+            rank,
+            0,
+            backend,
+        ))
     }
 
     fn with_members(
-        mesh: Arc<Mesh>,
+        mesh: Arc<Membership>,
         members: Vec<usize>,
         rank: usize,
         id: u32,
@@ -72,24 +85,43 @@ impl MeshComm {
     }
 
     fn ctx(&self, op: OpKind, dtype: Dtype, total: usize) -> OpCtx<'_> {
+        let seq = self.seq.fetch_add(1, Ordering::Relaxed);
+        self.ctx_at(op, seq, dtype, total, &self.members)
+    }
+
+    /// The context of operation `seq` among `members` (world ranks),
+    /// recorded as this rank's current one (its heartbeats say so, and a
+    /// timeout names who is missing).
+    fn ctx_at(
+        &self,
+        op: OpKind,
+        seq: u64,
+        dtype: Dtype,
+        total: usize,
+        members: &[usize],
+    ) -> OpCtx<'_> {
+        self.mesh.enter(op, self.id, seq, members);
         OpCtx {
             mesh: &self.mesh,
             op,
             group: self.id,
-            seq: self.seq.fetch_add(1, Ordering::Relaxed),
+            seq,
             dtype,
             total: total as u64,
         }
     }
 
     /// Runs `f` holding the mesh; a failure poisons the mesh and tells the
-    /// peers, and the error names the rank that failed first.
-    fn guarded<T>(&self, op: OpKind, f: impl FnOnce() -> Result<T>) -> Result<T> {
+    /// peers, and the error is the mesh's first failure, naming the rank at
+    /// fault (see [`Mesh::attribute`]).
+    fn guarded<T>(&self, f: impl FnOnce() -> Result<T>) -> Result<T> {
         let _g = self.mesh.begin()?;
-        f().map_err(|e| {
-            self.mesh.fail(&e, op);
-            self.mesh.attribute(e)
-        })
+        let r = f().map_err(|e| {
+            self.mesh.fail(&e);
+            self.mesh.first_failure().unwrap_or(e)
+        });
+        self.mesh.exit();
+        r
     }
 
     /// Lane `k` of `count`: (ring position, right, left, link, rank at each position).
@@ -247,7 +279,7 @@ impl CommImpl for MeshComm {
 
     fn all_reduce(&self, buf: &mut [u8], dtype: Dtype, op: ReduceOp) -> Result<()> {
         let kind = op_kind(op);
-        self.guarded(kind, || {
+        self.guarded(|| {
             let ctx = self.ctx(kind, dtype, buf.len());
             if buf.len() <= self.mesh.small {
                 let mine = buf.to_vec();
@@ -269,7 +301,7 @@ impl CommImpl for MeshComm {
     }
 
     fn all_gather(&self, input: &[u8], out: &mut [u8], dtype: Dtype) -> Result<()> {
-        self.guarded(OpKind::AllGather, || {
+        self.guarded(|| {
             let (n, b) = (self.n(), input.len());
             let ctx = self.ctx(OpKind::AllGather, dtype, b);
             out[self.rank * b..(self.rank + 1) * b].copy_from_slice(input);
@@ -288,7 +320,7 @@ impl CommImpl for MeshComm {
     }
 
     fn sum_scatter(&self, input: &[u8], out: &mut [u8], dtype: Dtype) -> Result<()> {
-        self.guarded(OpKind::SumScatter, || {
+        self.guarded(|| {
             let (n, r) = (self.n(), self.rank);
             let b = out.len();
             let ctx = self.ctx(OpKind::SumScatter, dtype, input.len());
@@ -311,45 +343,33 @@ impl CommImpl for MeshComm {
     }
 
     fn send(&self, buf: &[u8], dtype: Dtype, dst: usize) -> Result<()> {
-        self.guarded(OpKind::Send, || {
+        self.guarded(|| {
             let seq = {
                 let mut p = self.p2p.lock().unwrap_or_else(|p| p.into_inner());
                 p[dst][0] += 1;
                 p[dst][0]
             };
-            let ctx = OpCtx {
-                mesh: &self.mesh,
-                op: OpKind::Send,
-                group: self.id,
-                seq,
-                dtype,
-                total: buf.len() as u64,
-            };
+            let pair = [self.members[self.rank], self.members[dst]];
+            let ctx = self.ctx_at(OpKind::Send, seq, dtype, buf.len(), &pair);
             ctx.send(self.members[dst], 0, buf)
         })
     }
 
     fn recv(&self, buf: &mut [u8], dtype: Dtype, src: usize) -> Result<()> {
-        self.guarded(OpKind::Send, || {
+        self.guarded(|| {
             let seq = {
                 let mut p = self.p2p.lock().unwrap_or_else(|p| p.into_inner());
                 p[src][1] += 1;
                 p[src][1]
             };
-            let ctx = OpCtx {
-                mesh: &self.mesh,
-                op: OpKind::Send,
-                group: self.id,
-                seq,
-                dtype,
-                total: buf.len() as u64,
-            };
+            let pair = [self.members[self.rank], self.members[src]];
+            let ctx = self.ctx_at(OpKind::Send, seq, dtype, buf.len(), &pair);
             ctx.recv(self.members[src], 0, buf)
         })
     }
 
     fn barrier(&self) -> Result<()> {
-        self.guarded(OpKind::Barrier, || {
+        self.guarded(|| {
             let ctx = self.ctx(OpKind::Barrier, Dtype::Bool, 0);
             self.send_all(&ctx, |_| Vec::new())?;
             self.recv_all(&ctx, 0).map(|_| ())

@@ -10,7 +10,8 @@
 //! | `MLX_DIST_JOB_SECRET` | hex secret every connection proves it knows (HMAC) |
 //! | `MLX_DIST_BACKEND` | `ring`, `quic` or `mpi` |
 //! | `MLX_DIST_CONNECTIONS` | connections per peer and ring direction (default 1) |
-//! | `MLX_DIST_TIMEOUT_MS` | stall timeout (default 30000) |
+//! | `MLX_DIST_TIMEOUT_MS` | collective timeout: how long a live peer that is late to a collective is waited for (default 600000, ten minutes, as NCCL) |
+//! | `MLX_DIST_LIVENESS_MS` | liveness timeout: a peer whose heartbeats stop for this long is declared dead (default 5000) |
 //! | `MLX_DIST_CONNECT_TIMEOUT_MS` | deadline to connect to every peer (default 60000) |
 //! | `MLX_DIST_QUIC_CERT` | hex DER of the job's QUIC certificate (quic backend) |
 //! | `MLX_DIST_QUIC_KEY` | hex PKCS#8 DER of its private key |
@@ -45,8 +46,15 @@ pub const ENV_SECRET: &str = "MLX_DIST_JOB_SECRET";
 pub const ENV_BACKEND: &str = "MLX_DIST_BACKEND";
 /// Environment variable: connections per peer and direction.
 pub const ENV_CONNECTIONS: &str = "MLX_DIST_CONNECTIONS";
-/// Environment variable: stall timeout in milliseconds.
+/// Environment variable: collective timeout in milliseconds.
 pub const ENV_TIMEOUT_MS: &str = "MLX_DIST_TIMEOUT_MS";
+/// Environment variable: liveness timeout in milliseconds.
+pub const ENV_LIVENESS_MS: &str = "MLX_DIST_LIVENESS_MS";
+
+/// The default collective timeout: ten minutes, as NCCL's.
+pub const DEFAULT_COLLECTIVE_TIMEOUT: Duration = Duration::from_secs(600);
+/// The default liveness timeout.
+pub const DEFAULT_LIVENESS_TIMEOUT: Duration = Duration::from_secs(5);
 /// Environment variable: connect deadline in milliseconds.
 pub const ENV_CONNECT_TIMEOUT_MS: &str = "MLX_DIST_CONNECT_TIMEOUT_MS";
 
@@ -143,8 +151,14 @@ pub struct Config {
     pub connections_per_peer: usize,
     /// How long to keep trying to reach every peer at start-up.
     pub connect_timeout: Duration,
-    /// How long any single wait on a peer may last.
-    pub stall_timeout: Duration,
+    /// How long a live peer that is late to a collective is waited for (a
+    /// collective that makes no progress for this long fails, naming the
+    /// ranks that have not reached it).
+    pub collective_timeout: Duration,
+    /// How long a peer may send no heartbeat before it is declared dead
+    /// (frozen, stopped, or its host or network gone). Heartbeats go every
+    /// fifth of it from a thread of their own, whatever the rank computes.
+    pub liveness_timeout: Duration,
     /// Pipelining granularity of the ring, in bytes.
     pub block_bytes: usize,
     /// Messages up to this many bytes take the direct low-latency path.
@@ -166,7 +180,8 @@ impl Config {
             secret,
             connections_per_peer: 1,
             connect_timeout: Duration::from_secs(60),
-            stall_timeout: Duration::from_secs(30),
+            collective_timeout: DEFAULT_COLLECTIVE_TIMEOUT,
+            liveness_timeout: DEFAULT_LIVENESS_TIMEOUT,
             block_bytes: 256 * 1024,
             small_bytes: 64 * 1024,
             quic: None,
@@ -270,7 +285,10 @@ impl Config {
             cfg.connections_per_peer = (c as usize).clamp(1, 16);
         }
         if let Some(t) = num(ENV_TIMEOUT_MS)? {
-            cfg.stall_timeout = Duration::from_millis(t.max(1));
+            cfg.collective_timeout = positive_ms(ENV_TIMEOUT_MS, t)?;
+        }
+        if let Some(t) = num(ENV_LIVENESS_MS)? {
+            cfg.liveness_timeout = positive_ms(ENV_LIVENESS_MS, t)?;
         }
         if let Some(t) = num(ENV_CONNECT_TIMEOUT_MS)? {
             cfg.connect_timeout = Duration::from_millis(t.max(1));
@@ -310,6 +328,16 @@ impl Config {
         };
         Ok(Some((cfg, backend)))
     }
+}
+
+/// A timeout of `ms` milliseconds from variable `key`: zero is an error.
+fn positive_ms(key: &str, ms: u64) -> Result<Duration> {
+    if ms == 0 {
+        return Err(DistError::Config(format!(
+            "{key}=0: a timeout must be at least 1 ms"
+        )));
+    }
+    Ok(Duration::from_millis(ms))
 }
 
 /// Parses an MLX-style host file: a JSON list with, per rank, either a list of

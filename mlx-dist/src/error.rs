@@ -1,12 +1,14 @@
 //! The error type of every fallible operation in this crate.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::wire::{OpKind, WireError};
 
 /// An error from a distributed operation. Messages name the peer rank, the
-/// operation and the sizes involved.
-#[derive(Debug, thiserror::Error)]
+/// operation and the sizes involved. Clonable, so that every operation that
+/// fails after a failure reports that first failure.
+#[derive(Clone, Debug, thiserror::Error)]
 pub enum DistError {
     /// The connection to a peer closed (the peer exited, crashed or was killed).
     #[error("{op}: connection to rank {peer} closed (rank {peer} exited, crashed or was killed)")]
@@ -16,8 +18,43 @@ pub enum DistError {
         /// The operation in progress.
         op: OpKind,
     },
-    /// A peer sent or accepted nothing for longer than the stall timeout.
-    #[error("{op}: rank {peer} stalled: no progress for {timeout:?} (stall timeout)")]
+    /// A peer stopped sending heartbeats: it is frozen or stopped, or its
+    /// host or the network to it is gone.
+    #[error(
+        "rank {peer} is unresponsive: no heartbeat for {silent:.1?} (liveness timeout {timeout:?}); \
+         it is frozen or stopped, or its host or the network to it is gone"
+    )]
+    Unresponsive {
+        /// World rank of the peer.
+        peer: usize,
+        /// How long it had been silent.
+        silent: Duration,
+        /// The liveness timeout.
+        timeout: Duration,
+    },
+    /// Live peers did not reach a collective within the collective timeout.
+    #[error(
+        "{op} #{seq} (group {group}): {} late: alive, but did not join within {timeout:?} \
+         (collective timeout; raise it with MLX_DIST_TIMEOUT_MS or mlx-launch --timeout){}",
+        ranks_phrase(late), if detail.is_empty() { String::new() } else { format!("; {detail}") }
+    )]
+    Late {
+        /// The world ranks that had not reached the operation, lowest first.
+        late: Vec<usize>,
+        /// The operation waiting for them.
+        op: OpKind,
+        /// Its group id.
+        group: u32,
+        /// Its sequence number in the group.
+        seq: u64,
+        /// The timeout that ran out.
+        timeout: Duration,
+        /// What the late ranks were doing, as their heartbeats said.
+        detail: String,
+    },
+    /// A peer made no progress within the collective timeout although its
+    /// heartbeats say it is inside the same operation (a transport stall).
+    #[error("{op}: rank {peer} stalled: no progress for {timeout:?} (collective timeout)")]
     Stalled {
         /// World rank of the peer.
         peer: usize,
@@ -25,6 +62,17 @@ pub enum DistError {
         op: OpKind,
         /// The timeout that ran out.
         timeout: Duration,
+    },
+    /// A peer closed its group cleanly while this rank still needed it.
+    #[error(
+        "{op}: rank {peer} left the job (closed its group normally) while this rank still \
+         waited for it: the ranks did not run the same collectives"
+    )]
+    PeerLeft {
+        /// World rank of the peer.
+        peer: usize,
+        /// The operation in progress.
+        op: OpKind,
     },
     /// Another I/O error on the link to a peer.
     #[error("{op}: I/O error with rank {peer}: {source}")]
@@ -34,7 +82,7 @@ pub enum DistError {
         /// The operation in progress.
         op: OpKind,
         /// The underlying error.
-        source: std::io::Error,
+        source: Arc<std::io::Error>,
     },
     /// The peer is taking part in a different operation, or the same one with other sizes.
     #[error(
@@ -120,8 +168,27 @@ pub enum DistError {
         reason: String,
     },
     /// An earlier failure left the connections unusable.
-    #[error("the communicator is unusable after an earlier failure: {0}")]
-    Poisoned(String),
+    #[error("the communicator is unusable after an earlier failure: {reason}")]
+    Poisoned {
+        /// The world rank the earlier failure blamed, if any.
+        culprit: Option<usize>,
+        /// The earlier failure.
+        reason: String,
+    },
+}
+
+/// "rank 3 is" or "ranks 1, 3 are".
+fn ranks_phrase(r: &[usize]) -> String {
+    match r {
+        [one] => format!("rank {one} is"),
+        _ => format!(
+            "ranks {} are",
+            r.iter()
+                .map(usize::to_string)
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    }
 }
 
 impl DistError {
@@ -130,10 +197,13 @@ impl DistError {
         match self {
             DistError::PeerClosed { peer, .. }
             | DistError::Stalled { peer, .. }
+            | DistError::Unresponsive { peer, .. }
+            | DistError::PeerLeft { peer, .. }
             | DistError::Io { peer, .. }
             | DistError::Wire { peer, .. }
             | DistError::ConnectTimeout { peer, .. } => Some(*peer),
-            DistError::Aborted { culprit, .. } => *culprit,
+            DistError::Aborted { culprit, .. } | DistError::Poisoned { culprit, .. } => *culprit,
+            DistError::Late { late, .. } => late.first().copied(),
             _ => None,
         }
     }
@@ -151,7 +221,7 @@ impl DistError {
             _ => DistError::Io {
                 peer,
                 op,
-                source: e,
+                source: Arc::new(e),
             },
         }
     }

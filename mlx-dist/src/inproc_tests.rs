@@ -44,9 +44,9 @@ pub(crate) fn with_world_hook<T: Send>(
                 let f = &f;
                 s.spawn(move || {
                     let mesh = tcp::connect_mesh(&cfg, l).unwrap();
-                    f(Group::from_impl(std::sync::Arc::new(MeshComm::world(
-                        mesh, "ring",
-                    ))))
+                    f(Group::from_impl(std::sync::Arc::new(
+                        MeshComm::world(mesh, "ring").unwrap(),
+                    )))
                 })
             })
             .collect();
@@ -193,7 +193,7 @@ fn mismatched_sizes_fail_on_every_rank() {
             let mut x = vec![1.0f32; len];
             let e = g.all_sum(&mut x).unwrap_err();
             let again = g.all_sum(&mut x).unwrap_err();
-            assert!(matches!(again, DistError::Poisoned(_)));
+            assert!(matches!(again, DistError::Poisoned { .. }));
             e.to_string()
         },
     );
@@ -206,13 +206,13 @@ fn mismatched_sizes_fail_on_every_rank() {
 }
 
 #[test]
-fn dead_peer_is_named() {
+fn a_peer_that_leaves_early_is_named() {
     let out = with_world(
         3,
-        |c| c.stall_timeout = Duration::from_secs(5),
+        |c| c.collective_timeout = Duration::from_secs(5),
         |g| {
             if g.rank() == 2 {
-                return None; // drops its connections
+                return None; // closes its group cleanly, one collective early
             }
             let mut x = vec![1.0f32; 1 << 20];
             let t = std::time::Instant::now();
@@ -232,6 +232,82 @@ fn dead_peer_is_named() {
     for (r, e) in &errs {
         assert_eq!(e.culprit(), Some(2), "rank {r}: {e}");
         assert!(e.to_string().contains("rank 2"), "rank {r}: {e}");
+    }
+}
+
+/// Timeouts short enough for a test: liveness 300 ms, collective `collective`.
+fn quick(collective: Duration) -> impl Fn(&mut Config) + Sync {
+    move |c| {
+        c.liveness_timeout = Duration::from_millis(300);
+        c.collective_timeout = collective;
+    }
+}
+
+#[test]
+fn a_busy_rank_is_waited_for_far_past_the_liveness_timeout() {
+    let out = with_world(3, quick(Duration::from_secs(20)), |g| {
+        if g.rank() == 0 {
+            // Ten liveness timeouts of work before the collective.
+            std::thread::sleep(Duration::from_secs(3));
+        }
+        let mut x = vec![1.0f32; 1000];
+        g.all_sum(&mut x).map(|()| x[0])
+    });
+    for (r, v) in out.into_iter().enumerate() {
+        assert_eq!(v.unwrap_or_else(|e| panic!("rank {r}: {e}")), 3.0);
+    }
+}
+
+#[test]
+fn a_live_rank_late_past_the_collective_timeout_is_named_late() {
+    let t = std::time::Instant::now();
+    let out = with_world(3, quick(Duration::from_millis(1500)), |g| {
+        if g.rank() == 2 {
+            std::thread::sleep(Duration::from_secs(4));
+        }
+        let mut x = vec![1.0f32; 1000];
+        g.all_sum(&mut x).unwrap_err()
+    });
+    for (r, e) in out.iter().enumerate() {
+        assert_eq!(e.culprit(), Some(2), "rank {r}: {e}");
+    }
+    // The first survivor to time out names rank 2 late; the other may hear
+    // it from that one first (an Aborted relaying the same words).
+    assert!(
+        out.iter()
+            .take(2)
+            .any(|e| matches!(e, DistError::Late { late, .. } if late == &[2])),
+        "{out:?}"
+    );
+    for (r, e) in out.iter().take(2).enumerate() {
+        let m = e.to_string();
+        assert!(
+            m.contains("rank 2 is late") && m.contains("not in a collective"),
+            "rank {r}: {m}"
+        );
+    }
+    assert!(t.elapsed() < Duration::from_secs(10), "{:?}", t.elapsed());
+}
+
+#[test]
+fn ranks_that_exit_right_after_their_last_collective_fail_nobody() {
+    // Each round: every rank's last act is a collective, then it drops its
+    // group at once; the slowest rank must still complete (issue 5).
+    for round in 0..20 {
+        let out = with_world(3, quick(Duration::from_secs(10)), |g| {
+            let len = if round % 2 == 0 { 10 } else { 300_000 };
+            let mut x = vec![g.rank() as f32; len];
+            if g.rank() == round % 3 {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            g.all_sum(&mut x).map(|()| x[len - 1])
+        });
+        for (r, v) in out.into_iter().enumerate() {
+            assert_eq!(
+                v.unwrap_or_else(|e| panic!("round {round} rank {r}: {e}")),
+                3.0
+            );
+        }
     }
 }
 

@@ -31,10 +31,12 @@ pub mod handshake;
 pub mod launch;
 mod local;
 pub mod reduce;
+pub mod report;
 pub mod wire;
 
 mod comm;
 mod link;
+mod liveness;
 mod mesh;
 #[cfg(feature = "mpi")]
 mod mpi;
@@ -69,18 +71,97 @@ pub fn is_available(backend: Backend) -> bool {
 /// (Open MPI's `OMPI_COMM_WORLD_*`, PMI/PMIx variables) and no `mlx-launch`
 /// environment, the world is MPI's (feature `mpi`).
 pub fn init(backend: Backend) -> Result<Group> {
-    if backend == Backend::Mpi
-        || (backend == Backend::Any && Config::from_env()?.is_none() && launched_by_mpi())
+    init_with(&InitOptions::new(backend))
+}
+
+/// How to join a job: the backend, and timeouts that override the
+/// environment's (`MLX_DIST_TIMEOUT_MS`, `MLX_DIST_LIVENESS_MS`) for the
+/// world group and every group split from it.
+///
+/// ```
+/// use std::time::Duration;
+/// use mlx_dist::{init_with, Backend, InitOptions};
+///
+/// // A rank that may spend 30 minutes alone in an evaluation before the
+/// // next collective, and whose peers are declared dead after 10 s of silence.
+/// let world = init_with(
+///     &InitOptions::new(Backend::Any)
+///         .collective_timeout(Duration::from_secs(1800))
+///         .liveness_timeout(Duration::from_secs(10)),
+/// )?;
+/// assert_eq!(world.size(), 1); // no launcher here
+/// # Ok::<(), mlx_dist::DistError>(())
+/// ```
+#[derive(Clone, Debug)]
+pub struct InitOptions {
+    /// The transport.
+    pub backend: Backend,
+    /// How long a live peer that is late to a collective is waited for
+    /// (default: the environment's, else ten minutes).
+    pub collective_timeout: Option<std::time::Duration>,
+    /// How long a peer may send no heartbeat before it is declared dead
+    /// (default: the environment's, else 5 s).
+    pub liveness_timeout: Option<std::time::Duration>,
+}
+
+impl InitOptions {
+    /// Options for `backend`, every timeout from the environment or its default.
+    pub fn new(backend: Backend) -> InitOptions {
+        InitOptions {
+            backend,
+            collective_timeout: None,
+            liveness_timeout: None,
+        }
+    }
+
+    /// Sets the collective timeout.
+    pub fn collective_timeout(mut self, t: std::time::Duration) -> InitOptions {
+        self.collective_timeout = Some(t);
+        self
+    }
+
+    /// Sets the liveness timeout.
+    pub fn liveness_timeout(mut self, t: std::time::Duration) -> InitOptions {
+        self.liveness_timeout = Some(t);
+        self
+    }
+}
+
+/// [`init`] with explicit options.
+pub fn init_with(opts: &InitOptions) -> Result<Group> {
+    let backend = opts.backend;
+    for t in [opts.collective_timeout, opts.liveness_timeout]
+        .into_iter()
+        .flatten()
     {
+        if t.is_zero() {
+            return Err(DistError::InvalidArgument {
+                op: "init",
+                msg: "a timeout must be longer than zero".into(),
+            });
+        }
+    }
+    let env = Config::from_env()?;
+    if env.is_some() {
+        // Started by mlx-launch: die with it, even if it is killed.
+        launch::watch_parent();
+    }
+    if backend == Backend::Mpi || (backend == Backend::Any && env.is_none() && launched_by_mpi()) {
         return init_mpi();
     }
-    match Config::from_env()? {
+    match env {
         None => Ok(Group::single()),
-        Some((cfg, env_backend)) => {
+        Some((mut cfg, env_backend)) => {
             let chosen = match backend {
                 Backend::Any => env_backend.unwrap_or(Backend::Ring),
                 b => b,
             };
+            if let Some(t) = opts.collective_timeout {
+                cfg.collective_timeout = t;
+            }
+            if let Some(t) = opts.liveness_timeout {
+                cfg.liveness_timeout = t;
+            }
             init_with_config(&cfg, chosen)
         }
     }
@@ -120,14 +201,14 @@ pub fn init_with_config(cfg: &Config, backend: Backend) -> Result<Group> {
             let listener = tcp::bind(cfg)?;
             let mesh = tcp::connect_mesh(cfg, listener)?;
             Ok(Group::from_impl(std::sync::Arc::new(
-                comm::MeshComm::world(mesh, "ring"),
+                comm::MeshComm::world(mesh, "ring")?,
             )))
         }
         #[cfg(feature = "quic")]
         Backend::Quic => {
             let mesh = quic::connect_mesh(cfg)?;
             Ok(Group::from_impl(std::sync::Arc::new(
-                comm::MeshComm::world(mesh, "quic"),
+                comm::MeshComm::world(mesh, "quic")?,
             )))
         }
         Backend::Mpi => init_mpi(),

@@ -2,7 +2,7 @@
 //! from two threads at once (one sending, one receiving). Transports implement it.
 //!
 //! TCP links are non-blocking sockets: blocking calls wait in `poll(2)` with the
-//! stall timeout as deadline, and the ring drives every link of an operation
+//! collective timeout as deadline, and the ring drives every link of an operation
 //! from one thread with partial reads and writes (see `ring::run_polled`), so
 //! a collective costs no thread hand-offs.
 
@@ -13,7 +13,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use crate::wire::{AbortPayload, FrameHeader, HEADER_LEN, MAX_ABORT_PAYLOAD, OpKind};
+use crate::wire::HEADER_LEN;
 
 /// A duplex byte stream to one peer.
 pub(crate) trait Link: Send + Sync {
@@ -29,6 +29,12 @@ pub(crate) trait Link: Send + Sync {
     ) -> bool;
     /// Reads exactly `buf.len()` bytes.
     fn recv_exact(&self, buf: &mut [u8]) -> io::Result<()>;
+    /// Reads exactly `buf.len()` bytes, giving up at `deadline` (`TimedOut`).
+    fn recv_exact_until(&self, buf: &mut [u8], deadline: Instant) -> io::Result<()>;
+    /// Ends this side of the stream once what was written is delivered
+    /// (TCP: a half-close, the kernel delivers the rest; QUIC: the stream is
+    /// finished and its acknowledgement awaited), giving up at `deadline`.
+    fn finish(&self, deadline: Instant);
     /// Reads the payload of a frame whose header was just read (the shared
     /// memory link takes large payloads from its segment; a stream reads them).
     fn recv_payload(&self, buf: &mut [u8]) -> io::Result<()> {
@@ -78,7 +84,8 @@ fn socket_buffer() -> usize {
 pub(crate) struct TcpLink {
     stream: TcpStream,
     write_lock: Mutex<()>,
-    stall: Duration,
+    /// The collective timeout: the default deadline of every wait.
+    timeout: Duration,
     /// A frame was left half written: no abort frame may follow on this link.
     torn: AtomicBool,
 }
@@ -124,8 +131,8 @@ fn set_buffer(fd: RawFd, opt: libc::c_int, bytes: usize) {
 
 impl TcpLink {
     /// Wraps a connected, handshaken stream: non-blocking, `TCP_NODELAY`,
-    /// the socket buffer size of `socket_buffer`; every wait on it is bounded by `stall`.
-    pub(crate) fn new(stream: TcpStream, stall: Duration) -> io::Result<TcpLink> {
+    /// the socket buffer size of `socket_buffer`; every wait on it is bounded by `timeout`.
+    pub(crate) fn new(stream: TcpStream, timeout: Duration) -> io::Result<TcpLink> {
         stream.set_nodelay(true)?;
         stream.set_nonblocking(true)?;
         let fd = stream.as_raw_fd();
@@ -137,7 +144,7 @@ impl TcpLink {
         Ok(TcpLink {
             stream,
             write_lock: Mutex::new(()),
-            stall,
+            timeout,
             torn: AtomicBool::new(false),
         })
     }
@@ -183,7 +190,7 @@ impl TcpLink {
     }
 
     /// Writes a header and its payload whole, waiting for room up to
-    /// `deadline` (else the stall timeout); a failure after the first byte
+    /// `deadline` (else the collective timeout); a failure after the first byte
     /// marks the link torn.
     pub(crate) fn write_frame(
         &self,
@@ -203,7 +210,7 @@ impl TcpLink {
                 }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                    let d = deadline.unwrap_or_else(|| Instant::now() + self.stall);
+                    let d = deadline.unwrap_or_else(|| Instant::now() + self.timeout);
                     if let Err(e) = self.wait(libc::POLLOUT, d) {
                         if written > 0 {
                             self.mark_torn();
@@ -276,12 +283,20 @@ impl Link for TcpLink {
                 Ok(n) => buf = &mut buf[n..],
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                    self.wait(libc::POLLIN, Instant::now() + self.stall)?;
+                    self.wait(libc::POLLIN, Instant::now() + self.timeout)?;
                 }
                 Err(e) => return Err(e),
             }
         }
         Ok(())
+    }
+
+    fn recv_exact_until(&self, buf: &mut [u8], deadline: Instant) -> io::Result<()> {
+        TcpLink::recv_exact_until(self, buf, deadline)
+    }
+
+    fn finish(&self, _deadline: Instant) {
+        let _ = self.stream.shutdown(Shutdown::Write);
     }
 
     fn shutdown(&self) {
@@ -308,35 +323,5 @@ impl TcpLink {
             }
         }
         Ok(())
-    }
-}
-
-/// A TCP witness is one more handshaken connection per peer that carries
-/// nothing but a single abort frame.
-impl crate::mesh::Witness for TcpLink {
-    fn announce(&self, failure: &AbortPayload, deadline: Instant) {
-        let payload = failure.encode();
-        let h = FrameHeader {
-            op: OpKind::Abort,
-            dtype: mlx_array::Dtype::Bool,
-            group: 0,
-            seq: 0,
-            total: 0,
-            len: payload.len() as u64,
-        }
-        .encode();
-        let _ = self.send_frame_until(&h, &payload, deadline);
-    }
-
-    fn hear(&self, deadline: Instant) -> Option<AbortPayload> {
-        let mut hb = [0u8; HEADER_LEN];
-        self.recv_exact_until(&mut hb, deadline).ok()?;
-        let h = FrameHeader::decode(&hb).ok()?;
-        if h.op != OpKind::Abort {
-            return None;
-        }
-        let mut p = vec![0u8; (h.len as usize).min(MAX_ABORT_PAYLOAD)];
-        self.recv_exact_until(&mut p, deadline).ok()?;
-        Some(AbortPayload::decode(&p))
     }
 }

@@ -54,7 +54,9 @@ pub fn run_local<T: Send>(n: usize, f: impl Fn(Group) -> T + Sync) -> Result<Vec
                 let f = &f;
                 s.spawn(move || -> Result<T> {
                     let mesh = tcp::connect_mesh(&cfg, l)?;
-                    Ok(f(Group::from_impl(Arc::new(MeshComm::world(mesh, "ring")))))
+                    Ok(f(Group::from_impl(Arc::new(MeshComm::world(
+                        mesh, "ring",
+                    )?))))
                 })
             })
             .collect();

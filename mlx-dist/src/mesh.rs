@@ -1,5 +1,6 @@
 //! The connected mesh shared by a world group and every group split from it,
-//! and the per-operation context that sends and checks frames.
+//! and the per-operation context that sends and checks frames. Liveness
+//! (heartbeats, goodbyes, announcements of failure) is [`crate::liveness`]'s.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, MutexGuard};
@@ -10,31 +11,10 @@ use mlx_array::Dtype;
 use crate::config::Config;
 use crate::error::{DistError, Result};
 use crate::link::Link;
+use crate::liveness::{Liveness, PeerStatus};
 use crate::wire::{AbortPayload, FrameHeader, HEADER_LEN, MAX_ABORT_PAYLOAD, OpKind};
 
-/// How long a rank whose link to a peer closed waits to hear whether that
-/// peer gave up on its own (and whom it blamed) or died; capped by the stall
-/// timeout. A peer that died answers at once over TCP (end of stream); only
-/// a QUIC peer that vanished without closing costs the whole grace. 3 s was
-/// too short on a loaded 2-core machine: a relaying rank's QUIC close
-/// reason arrived after 3.5 s and the relay was blamed.
-const VERDICT_GRACE: Duration = Duration::from_secs(6);
-
-/// One channel per peer, beside the data links, that only carries the news of
-/// a failure: exact attribution. A rank that fails *announces* whom it blames
-/// before it closes its data links; a rank that sees a peer's data link close
-/// *hears* that peer's witness: an announcement means the peer is alive and
-/// relays the failure of the rank it names; an end of stream (or silence
-/// until the grace period ends) means the peer itself died.
-pub(crate) trait Witness: Send + Sync {
-    /// Tells the peer that this rank gave up, and why (best effort, bounded by `deadline`).
-    fn announce(&self, failure: &AbortPayload, deadline: Instant);
-    /// Waits until `deadline` for the peer's announcement; `None` if the peer
-    /// closed without one (it died or exited) or said nothing in time.
-    fn hear(&self, deadline: Instant) -> Option<AbortPayload>;
-}
-
-/// Links to every peer, and the state that makes failures final.
+/// Links to every peer, the liveness state, and what makes failures final.
 pub(crate) struct Mesh {
     /// This process's world rank.
     pub rank: usize,
@@ -44,37 +24,46 @@ pub(crate) struct Mesh {
     links: Vec<Vec<Box<dyn Link>>>,
     /// Connections per peer and direction.
     pub conns: usize,
-    /// Stall timeout.
-    pub stall: Duration,
+    /// The collective timeout: the longest a wait on a live peer may last
+    /// without progress.
+    pub timeout: Duration,
     /// Ring pipelining granularity.
     pub block: usize,
     /// Small-message threshold.
     pub small: usize,
     op_lock: Mutex<()>,
-    poison: Mutex<Option<String>>,
+    /// The first failure, once there is one: every later error reports it.
+    poison: Mutex<Option<DistError>>,
     /// Set first thing on failure: senders stop at the next frame boundary.
     failed: AtomicBool,
     /// Reduction scratch buffers, one per lane, kept between operations.
     pub scratch: Mutex<Vec<Vec<u64>>>,
-    /// `witnesses[peer]`, the failure channel to each peer (`None` for this rank).
-    witnesses: Vec<Option<Box<dyn Witness>>>,
-    /// What each peer's witness said, once heard: `Some(None)` = the peer died.
-    verdicts: Mutex<Vec<Option<Option<AbortPayload>>>>,
+    /// `witnesses[peer]`: the liveness channel to each peer (`None` for this
+    /// rank), see [`crate::liveness`].
+    witnesses: Vec<Option<Box<dyn Link>>>,
+    /// What the witnesses said.
+    pub live: Liveness,
+    /// World ranks of the group of the operation in progress.
+    members: Mutex<Vec<usize>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 impl Mesh {
     pub(crate) fn new(
         cfg: &Config,
         links: Vec<Vec<Box<dyn Link>>>,
-        witnesses: Vec<Option<Box<dyn Witness>>>,
+        witnesses: Vec<Option<Box<dyn Link>>>,
     ) -> Mesh {
         let world = cfg.world();
         Mesh {
             rank: cfg.rank,
-            world: cfg.world(),
+            world,
             links,
             conns: cfg.connections_per_peer,
-            stall: cfg.stall_timeout,
+            timeout: cfg.collective_timeout,
             block: cfg.block_bytes.max(64),
             small: cfg.small_bytes,
             op_lock: Mutex::new(()),
@@ -82,58 +71,116 @@ impl Mesh {
             failed: AtomicBool::new(false),
             scratch: Mutex::new(Vec::new()),
             witnesses,
-            verdicts: Mutex::new(vec![None; world]),
+            live: Liveness::new(world, cfg.liveness_timeout),
+            members: Mutex::new(Vec::new()),
         }
     }
 
-    /// What `peer`'s witness says about why its links closed (asked once per
-    /// peer, then remembered): `Some` if it gave up and named the rank that
-    /// failed first, `None` if it died.
-    fn verdict(&self, peer: usize) -> Option<AbortPayload> {
-        let mut v = self.verdicts.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(known) = &v[peer] {
-            return known.clone();
-        }
-        let heard = self
-            .witnesses
-            .get(peer)
-            .and_then(|w| w.as_ref())
-            .and_then(|w| w.hear(Instant::now() + VERDICT_GRACE.min(self.stall)));
-        v[peer] = Some(heard.clone());
-        heard
+    /// The liveness channel to `peer`.
+    pub(crate) fn witness(&self, peer: usize) -> Option<&dyn Link> {
+        self.witnesses.get(peer).and_then(|w| w.as_deref())
     }
 
-    /// The error with exact blame: a closed connection to a peer that was
-    /// itself only relaying a failure becomes [`DistError::Aborted`] naming
-    /// the rank that failed first; anything else is returned as it is.
+    /// The error with exact blame:
+    /// - a closed connection to a peer becomes what that peer's witness
+    ///   says: [`DistError::Aborted`] naming the rank it blames if it gave
+    ///   up, [`DistError::PeerLeft`] if it closed its group cleanly,
+    ///   [`DistError::Unresponsive`] if it fell silent;
+    /// - a collective timeout becomes [`DistError::Late`] naming the live
+    ///   ranks that never reached the operation, as their heartbeats say.
     pub(crate) fn attribute(&self, err: DistError) -> DistError {
         let (peer, op) = match &err {
             DistError::PeerClosed { peer, op } | DistError::Io { peer, op, .. } => (*peer, *op),
+            DistError::Stalled { peer, op, timeout } => {
+                return match self.live.status(*peer) {
+                    PeerStatus::Alive | PeerStatus::Closed => self.blame_late(*peer, *op, *timeout),
+                    status => self.judged(*peer, *op, status).unwrap_or(err),
+                };
+            }
             _ => return err,
         };
-        match self.verdict(peer) {
-            Some(a) if a.culprit != Some(peer as u32) => DistError::Aborted {
+        let status = self.live.verdict(peer, Instant::now() + self.live.timeout);
+        self.judged(peer, op, status).unwrap_or(err)
+    }
+
+    /// What a closed or stalled link to `peer` means, given its witness's verdict.
+    fn judged(&self, peer: usize, op: OpKind, status: PeerStatus) -> Option<DistError> {
+        Some(match status {
+            PeerStatus::Announced(a) => DistError::Aborted {
                 op,
                 reporter: peer,
                 culprit: a.culprit.map(|c| c as usize),
                 reason: a.reason,
             },
-            _ => err,
+            PeerStatus::Departed => DistError::PeerLeft { peer, op },
+            PeerStatus::Silent(silent) => DistError::Unresponsive {
+                peer,
+                silent,
+                timeout: self.live.timeout,
+            },
+            PeerStatus::Closed | PeerStatus::Alive => return None,
+        })
+    }
+
+    /// A collective that waited `timeout` on `peer` without progress: the
+    /// ranks of its group whose heartbeats say they are elsewhere are late;
+    /// if every one is inside it, `peer` stalled.
+    fn blame_late(&self, peer: usize, op: OpKind, timeout: Duration) -> DistError {
+        let stalled = DistError::Stalled { peer, op, timeout };
+        let Some(mine) = self.live.current() else {
+            return stalled;
+        };
+        let mut late = Vec::new();
+        let mut detail = Vec::new();
+        for &m in lock(&self.members).iter().filter(|&&m| m != self.rank) {
+            let (hb, age) = self.live.heartbeat_of(m);
+            if hb.current == Some(mine) {
+                continue;
+            }
+            late.push(m);
+            let doing = match hb.current {
+                Some((o, g, s)) => format!("is in {o} #{s} of group {g}"),
+                None => "is not in a collective".to_string(),
+            };
+            detail.push(format!("rank {m} {doing} (heartbeat {age:.1?} ago)"));
+        }
+        if late.is_empty() {
+            return stalled;
+        }
+        DistError::Late {
+            late,
+            op: mine.0,
+            group: mine.1,
+            seq: mine.2,
+            timeout,
+            detail: detail.join(", "),
         }
     }
 
     /// Takes the mesh for one operation; fails at once if an earlier one poisoned it.
     pub(crate) fn begin(&self) -> Result<MutexGuard<'_, ()>> {
-        let g = self.op_lock.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(p) = self
-            .poison
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .as_ref()
-        {
-            return Err(DistError::Poisoned(p.clone()));
+        let g = lock(&self.op_lock);
+        if let Some(first) = lock(&self.poison).as_ref() {
+            return Err(DistError::Poisoned {
+                culprit: first.culprit(),
+                reason: first.to_string(),
+            });
         }
         Ok(g)
+    }
+
+    /// Records (for heartbeats and blame) that this rank entered `op` #`seq`
+    /// of group `group`, whose members are `members` (world ranks).
+    pub(crate) fn enter(&self, op: OpKind, group: u32, seq: u64, members: &[usize]) {
+        let mut m = lock(&self.members);
+        m.clear();
+        m.extend_from_slice(members);
+        self.live.enter(op, group, seq);
+    }
+
+    /// Records that this rank left its operation.
+    pub(crate) fn exit(&self) {
+        self.live.exit();
     }
 
     /// Whether a failure has been recorded (threads of an operation stop at their next step).
@@ -141,38 +188,46 @@ impl Mesh {
         self.failed.load(Ordering::Relaxed)
     }
 
+    /// The first failure, if there was one.
+    pub(crate) fn first_failure(&self) -> Option<DistError> {
+        lock(&self.poison).clone()
+    }
+
     pub(crate) fn link(&self, peer: usize, link: usize) -> &dyn Link {
         &*self.links[peer][link]
     }
 
-    /// Records the first failure, tells every peer why (best effort), and
-    /// closes every link so that all blocked threads here and there wake up.
-    ///
-    /// A closed connection is first attributed (see [`Mesh::attribute`]), so
-    /// the abort frames and the witnesses name the rank that failed first.
-    pub(crate) fn fail(&self, err: &DistError, op: OpKind) {
-        let mut p = self.poison.lock().unwrap_or_else(|p| p.into_inner());
-        if p.is_some() {
+    /// Records the first failure (attributed, see [`Mesh::attribute`]),
+    /// tells every peer whom it blames (the witnesses first, then an abort
+    /// frame on each data link, best effort and bounded), and closes every
+    /// data link so that all blocked threads here and there wake up.
+    pub(crate) fn fail(&self, err: &DistError) {
+        if self.has_failed() {
             return;
         }
-        // Other threads of this operation stop while the verdict is awaited.
-        self.failed.store(true, Ordering::SeqCst);
-        let relayed = match err {
-            DistError::PeerClosed { peer, .. } | DistError::Io { peer, .. } => self
-                .verdict(*peer)
-                .filter(|a| a.culprit != Some(*peer as u32)),
-            _ => None,
+        let err = self.attribute(err.clone());
+        {
+            let mut p = lock(&self.poison);
+            if p.is_some() {
+                return;
+            }
+            self.failed.store(true, Ordering::SeqCst);
+            *p = Some(err.clone());
+        }
+        let failure = match &err {
+            DistError::Aborted {
+                culprit, reason, ..
+            } => AbortPayload {
+                culprit: culprit.map(|c| c as u32),
+                reason: reason.clone(),
+            },
+            e => AbortPayload {
+                culprit: e.culprit().map(|c| c as u32),
+                reason: e.to_string(),
+            },
         };
-        let failure = relayed.unwrap_or_else(|| AbortPayload {
-            culprit: err.culprit().map(|c| c as u32),
-            reason: err.to_string(),
-        });
-        *p = Some(match failure.culprit {
-            Some(c) => format!("rank {c} failed: {}", failure.reason),
-            None => failure.reason.clone(),
-        });
-        drop(p);
-        tracing::error!(rank = self.rank, %op, error = %err, culprit = ?failure.culprit, "collective failed; closing all links");
+        tracing::error!(rank = self.rank, error = %err, culprit = ?failure.culprit, "collective failed; closing all links");
+        crate::report::failure(self.rank, failure.culprit, &err.to_string());
         let payload = failure.encode();
         let h = FrameHeader {
             op: OpKind::Abort,
@@ -183,23 +238,44 @@ impl Mesh {
             len: payload.len() as u64,
         }
         .encode();
+        // The witnesses speak (and are delivered) before any data link
+        // closes, so a peer that sees our links close finds the announcement.
+        let deadline = Instant::now() + Duration::from_millis(500);
+        for w in self.witnesses.iter().flatten() {
+            if w.send_frame_until(&h, &payload, deadline) {
+                w.finish(deadline);
+            }
+        }
         // Senders stop at their next frame boundary, so the abort frame is not
         // spliced into a payload; a stalled link is given up after the deadline.
-        let deadline = Instant::now() + Duration::from_millis(1000);
+        let deadline = Instant::now() + Duration::from_millis(300);
         for row in &self.links {
             for l in row {
                 let _ = l.send_frame_until(&h, &payload, deadline);
             }
         }
-        // The witnesses speak before any data link closes, so a peer that
-        // sees our links close finds the announcement waiting.
-        for w in self.witnesses.iter().flatten() {
-            w.announce(&failure, deadline);
-        }
         for row in &self.links {
             for l in row {
                 l.shutdown();
             }
+        }
+    }
+
+    /// Delivers what this rank sent on every data link and ends its side
+    /// (a clean exit), giving up at `deadline`.
+    pub(crate) fn flush_links(&self, deadline: Instant) {
+        for l in self.links.iter().flatten() {
+            l.finish(deadline);
+        }
+    }
+
+    /// Closes every link and witness.
+    pub(crate) fn close_links(&self) {
+        for l in self.links.iter().flatten() {
+            l.shutdown();
+        }
+        for w in self.witnesses.iter().flatten() {
+            w.shutdown();
         }
     }
 }
@@ -224,15 +300,16 @@ impl OpCtx<'_> {
     }
 
     pub(crate) fn io(&self, e: std::io::Error, peer: usize) -> DistError {
-        DistError::from_io(e, peer, self.op, self.mesh.stall)
+        DistError::from_io(e, peer, self.op, self.mesh.timeout)
     }
 
     /// Sends one frame with `payload` to world rank `peer` over link `link`.
     pub(crate) fn send(&self, peer: usize, link: usize, payload: &[u8]) -> Result<()> {
         if self.mesh.failed.load(Ordering::Relaxed) {
-            return Err(DistError::Poisoned(
-                "an earlier failure in this operation".into(),
-            ));
+            return Err(DistError::Poisoned {
+                culprit: None,
+                reason: "an earlier failure in this operation".into(),
+            });
         }
         let h = FrameHeader {
             op: self.op,

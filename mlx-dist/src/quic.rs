@@ -9,8 +9,11 @@
 //! [`crate::handshake`] then runs on every stream as on TCP.
 //!
 //! quinn is asynchronous; a small tokio runtime per mesh drives it and the
-//! `Link` methods block on it with the stall timeout as deadline, so the
-//! collectives run unchanged (on the threaded ring).
+//! `Link` methods block on it with the collective timeout as deadline, so the
+//! collectives run unchanged (on the threaded ring). One more stream per
+//! peer is its witness, carrying heartbeats as over TCP (see
+//! [`crate::liveness`]); QUIC's own idle timeout is twice the liveness
+//! timeout, so a silent peer is named by the heartbeats first.
 
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, ToSocketAddrs};
@@ -29,8 +32,8 @@ use crate::config::{Config, QuicCert};
 use crate::error::{DistError, Result};
 use crate::handshake::{self, HandshakeError};
 use crate::link::Link;
-use crate::mesh::{Mesh, Witness};
-use crate::wire::{AbortPayload, HEADER_LEN};
+use crate::mesh::Mesh;
+use crate::wire::HEADER_LEN;
 
 const SERVER_NAME: &str = "mlx-dist";
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -150,6 +153,7 @@ impl ClientCertVerifier for PinnedCert {
 fn tls_configs(
     id: &QuicCert,
     idle: Duration,
+    keep_alive: Duration,
 ) -> std::result::Result<(quinn::ServerConfig, quinn::ClientConfig), String> {
     let p = provider();
     let pinned = Arc::new(PinnedCert {
@@ -175,7 +179,7 @@ fn tls_configs(
     let mut transport = quinn::TransportConfig::default();
     transport
         .max_idle_timeout(Some(idle.try_into().map_err(|e| format!("{e}"))?))
-        .keep_alive_interval(Some(Duration::from_millis(500)))
+        .keep_alive_interval(Some(keep_alive))
         .stream_receive_window((16u32 << 20).into())
         .receive_window((64u32 << 20).into())
         .send_window(64 << 20);
@@ -248,10 +252,8 @@ struct QuicLink {
     conn: quinn::Connection,
     send: Mutex<quinn::SendStream>,
     recv: Mutex<quinn::RecvStream>,
-    stall: Duration,
-    /// The close reason announced by this rank's witness for the peer (shared
-    /// by every link on the connection); the connection closes with it.
-    announced: Arc<Mutex<Option<Vec<u8>>>>,
+    /// The collective timeout: the default deadline of every wait.
+    timeout: Duration,
 }
 
 impl QuicLink {
@@ -278,7 +280,7 @@ impl QuicLink {
 impl Link for QuicLink {
     fn send_frame(&self, header: &[u8; HEADER_LEN], payload: &[u8]) -> io::Result<()> {
         let mut s = self.send.lock().unwrap_or_else(|p| p.into_inner());
-        self.write(&mut s, [header, payload], Instant::now() + self.stall)
+        self.write(&mut s, [header, payload], Instant::now() + self.timeout)
     }
 
     fn send_frame_until(
@@ -299,8 +301,13 @@ impl Link for QuicLink {
     }
 
     fn recv_exact(&self, buf: &mut [u8]) -> io::Result<()> {
+        self.recv_exact_until(buf, Instant::now() + self.timeout)
+    }
+
+    fn recv_exact_until(&self, buf: &mut [u8], deadline: Instant) -> io::Result<()> {
         let mut r = self.recv.lock().unwrap_or_else(|p| p.into_inner());
-        match timed(&self.rt, self.stall, r.read_exact(buf)) {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match timed(&self.rt, left, r.read_exact(buf)) {
             Err(_) => Err(timed_out()),
             Ok(Ok(())) => Ok(()),
             Ok(Err(quinn::ReadExactError::FinishedEarly(_))) => {
@@ -310,69 +317,27 @@ impl Link for QuicLink {
         }
     }
 
-    fn shutdown(&self) {
-        // Closing the connection drops unsent stream data: first give an abort
-        // frame just written a moment to be acknowledged.
-        if let Ok(mut s) = self.send.try_lock()
-            && s.finish().is_ok()
-        {
-            let _ = timed(&self.rt, Duration::from_millis(300), s.stopped());
-        }
-        match self
-            .announced
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .as_deref()
-        {
-            Some(reason) => self.conn.close(ABORT_CODE.into(), reason),
-            None => self.conn.close(1u32.into(), b"mlx-dist: collective failed"),
-        }
-    }
-}
-
-impl Drop for QuicLink {
-    fn drop(&mut self) {
-        // Let what we sent reach the peer before the process may exit.
-        let s = self.send.get_mut().unwrap_or_else(|p| p.into_inner());
-        if s.finish().is_ok() {
-            let _ = timed(&self.rt, Duration::from_secs(5), s.stopped());
-        }
-    }
-}
-
-/// The application error code of a connection closed by a failing rank; the
-/// close reason is the [`AbortPayload`] naming the rank that failed first.
-const ABORT_CODE: u32 = 0x6d6c_7841;
-/// Largest close reason sent (it must fit in one packet).
-const MAX_CLOSE_REASON: usize = 1000;
-
-/// A QUIC witness is the peer's connection itself: a failing rank closes it
-/// (when its links shut down, after their last frames are acknowledged) with
-/// [`ABORT_CODE`] and the encoded [`AbortPayload`] as reason; a rank that
-/// dies closes nothing, and the connection ends by idle timeout.
-struct QuicWitness {
-    rt: Arc<Runtime>,
-    conn: quinn::Connection,
-    announced: Arc<Mutex<Option<Vec<u8>>>>,
-}
-
-impl Witness for QuicWitness {
-    fn announce(&self, failure: &AbortPayload, _deadline: Instant) {
-        let mut reason = failure.encode();
-        reason.truncate(MAX_CLOSE_REASON);
-        *self.announced.lock().unwrap_or_else(|p| p.into_inner()) = Some(reason);
-    }
-
-    fn hear(&self, deadline: Instant) -> Option<AbortPayload> {
-        let left = deadline.saturating_duration_since(Instant::now());
-        match timed(&self.rt, left, self.conn.closed()) {
-            Ok(quinn::ConnectionError::ApplicationClosed(c))
-                if c.error_code == quinn::VarInt::from_u32(ABORT_CODE) =>
-            {
-                Some(AbortPayload::decode(&c.reason))
+    fn finish(&self, deadline: Instant) {
+        // quinn keeps unsent data in this process: wait until the peer has
+        // acknowledged all of it (or stopped the stream), so that closing
+        // the connection or exiting loses nothing.
+        loop {
+            if let Ok(mut s) = self.send.try_lock() {
+                if s.finish().is_ok() {
+                    let left = deadline.saturating_duration_since(Instant::now());
+                    let _ = timed(&self.rt, left, s.stopped());
+                }
+                return;
             }
-            _ => None,
+            if Instant::now() >= deadline {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(1));
         }
+    }
+
+    fn shutdown(&self) {
+        self.conn.close(1u32.into(), b"mlx-dist: closed");
     }
 }
 
@@ -407,12 +372,16 @@ pub(crate) fn connect_mesh(cfg: &Config) -> Result<Mesh> {
         )
     })?;
     let (world, rank) = (cfg.world(), cfg.rank);
-    let nlinks = 2 * cfg.connections_per_peer;
+    // The data links, then the witness.
+    let nlinks = 2 * cfg.connections_per_peer + 1;
     let cred = crate::tcp::credentials(cfg);
     let deadline = Instant::now() + cfg.connect_timeout;
-    // Keep-alives run every 500 ms, so the idle timeout only fires when a peer is gone.
-    let idle = cfg.stall_timeout.min(Duration::from_secs(3));
-    let (server_cfg, client_cfg) = tls_configs(&id, idle).map_err(unavailable)?;
+    // The heartbeats name a silent peer after the liveness timeout; QUIC's
+    // keep-alives hold the connection open meanwhile, and its idle timeout
+    // (twice as long) only ends a connection nobody closed.
+    let idle = 2 * cfg.liveness_timeout;
+    let keep_alive = crate::liveness::heartbeat_interval(cfg.liveness_timeout);
+    let (server_cfg, client_cfg) = tls_configs(&id, idle, keep_alive).map_err(unavailable)?;
     let rt = Arc::new(
         tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
@@ -465,8 +434,7 @@ pub(crate) fn connect_mesh(cfg: &Config) -> Result<Mesh> {
                     conn: conn.clone(),
                     send: Mutex::new(st.send),
                     recv: Mutex::new(st.recv),
-                    stall: cfg.stall_timeout,
-                    announced: Arc::default(),
+                    timeout: cfg.collective_timeout,
                 });
             }
         }
@@ -475,32 +443,18 @@ pub(crate) fn connect_mesh(cfg: &Config) -> Result<Mesh> {
     for (peer, link, l) in accepted {
         links[peer][link] = Some(l);
     }
-    let mut witnesses: Vec<Option<Box<dyn Witness>>> = Vec::with_capacity(world);
+    let mut witnesses: Vec<Option<Box<dyn Link>>> = Vec::with_capacity(world);
     let links = links
         .into_iter()
         .enumerate()
         .map(|(p, row)| {
-            if p == rank {
-                witnesses.push(None);
-                return Vec::new();
-            }
-            let announced: Arc<Mutex<Option<Vec<u8>>>> = Arc::default();
-            let row: Vec<QuicLink> = row
+            let mut row: Vec<Box<dyn Link>> = row
                 .into_iter()
-                .map(|l| {
-                    let mut l = l.expect("every link was filled");
-                    l.announced = announced.clone();
-                    l
-                })
-                .collect();
-            witnesses.push(Some(Box::new(QuicWitness {
-                rt: rt.clone(),
-                conn: row[0].conn.clone(),
-                announced,
-            })));
-            row.into_iter()
+                .flatten()
                 .map(|l| Box::new(l) as Box<dyn Link>)
-                .collect()
+                .collect();
+            witnesses.push(if p == rank { None } else { row.pop() });
+            row
         })
         .collect();
     tracing::debug!(rank, world, nlinks, "quic mesh connected");
@@ -639,8 +593,7 @@ fn accept_all(
                             conn: conn.clone(),
                             send: Mutex::new(st.send),
                             recv: Mutex::new(st.recv),
-                            stall: cfg.stall_timeout,
-                            announced: Arc::default(),
+                            timeout: cfg.collective_timeout,
                         },
                     ));
                 }

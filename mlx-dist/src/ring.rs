@@ -211,7 +211,7 @@ impl FirstError<'_> {
     fn record(&self, e: DistError) {
         if self.err.set(e).is_ok() {
             let first = self.err.get().expect("the error was just kept");
-            self.ctx.mesh.fail(first, self.ctx.op);
+            self.ctx.mesh.fail(first);
         }
     }
 }
@@ -286,7 +286,7 @@ fn run_over(
         let r = run_polled(ctx, places, lanes, n, phase, &mut scratch);
         *ctx.mesh.scratch.lock().unwrap_or_else(|p| p.into_inner()) = scratch;
         if let Err(e) = &r {
-            ctx.mesh.fail(e, ctx.op);
+            ctx.mesh.fail(e);
         }
         return r;
     }
@@ -522,9 +522,10 @@ fn drive(
     let result = (|| -> Result<()> {
         loop {
             if ctx.mesh.has_failed() {
-                return Err(DistError::Poisoned(
-                    "another lane of this operation failed".into(),
-                ));
+                return Err(DistError::Poisoned {
+                    culprit: None,
+                    reason: "another lane of this operation failed".into(),
+                });
             }
             let mut progress = false;
             for (l, s) in state.iter_mut().zip(scratch.iter_mut()) {
@@ -556,7 +557,7 @@ fn drive(
                     });
                 }
             }
-            let ready = poll_until(&mut fds, Instant::now() + ctx.mesh.stall)
+            let ready = poll_until(&mut fds, Instant::now() + ctx.mesh.timeout)
                 .map_err(|e| ctx.io(e, lanes[0].left))?;
             if ready == 0 {
                 // Blame the peer we are waiting to hear from, else the one not taking our data.
@@ -567,7 +568,7 @@ fn drive(
                 return Err(DistError::Stalled {
                     peer,
                     op: ctx.op,
-                    timeout: ctx.mesh.stall,
+                    timeout: ctx.mesh.timeout,
                 });
             }
             if let Some(bad) = fds.iter().position(|p| p.revents & libc::POLLNVAL != 0) {
@@ -588,9 +589,9 @@ fn drive(
         drop(writers);
         // Wake the other lanes of this operation (they check the flag each round).
         if let Err(e) = &result
-            && !matches!(e, DistError::Poisoned(_))
+            && !matches!(e, DistError::Poisoned { .. })
         {
-            ctx.mesh.fail(e, ctx.op);
+            ctx.mesh.fail(e);
         }
     }
     result
@@ -731,6 +732,10 @@ mod tests {
         fn recv_exact(&self, _: &mut [u8]) -> std::io::Result<()> {
             Err(std::io::ErrorKind::UnexpectedEof.into())
         }
+        fn recv_exact_until(&self, b: &mut [u8], _: Instant) -> std::io::Result<()> {
+            self.recv_exact(b)
+        }
+        fn finish(&self, _: Instant) {}
         fn shutdown(&self) {
             let _ = self.closing.send(());
             let _ = self.release.lock().unwrap().recv();

@@ -15,7 +15,7 @@
 //! whose payload is at least [`MIN_PAYLOAD`] bytes is sent as its header on
 //! the socket followed by its payload in slot-sized pieces: the sender waits
 //! for a free slot (polling the receiver's counter with backoff, up to the
-//! stall timeout), copies the piece in, publishes it and writes a doorbell
+//! collective timeout), copies the piece in, publishes it and writes a doorbell
 //! byte; the receiver reads the doorbell, takes the piece and frees the slot.
 //! Both sides know the payload's length from the header, so the framing on
 //! the socket is unambiguous.
@@ -379,32 +379,43 @@ pub(crate) struct ShmLink {
     seg: Segment,
     /// The direction this side sends on (0 for the creator, the lower rank).
     out: usize,
-    stall: Duration,
+    /// The collective timeout: how long a sender waits for a free slot.
+    timeout: Duration,
     closed: AtomicBool,
 }
 
 impl ShmLink {
     /// `lower`: whether this side created the segment (the lower rank).
-    pub(crate) fn new(tcp: TcpLink, seg: Segment, lower: bool, stall: Duration) -> ShmLink {
+    pub(crate) fn new(tcp: TcpLink, seg: Segment, lower: bool, timeout: Duration) -> ShmLink {
         ShmLink {
             tcp,
             seg,
             out: usize::from(!lower),
-            stall,
+            timeout,
             closed: AtomicBool::new(false),
         }
     }
 
     /// Waits until slot `head` of our direction is free (the receiver has
     /// taken slot `head - SLOTS`): spins briefly, then sleeps with backoff,
-    /// giving up when the link closes, the peer goes away or the stall
-    /// timeout passes without the receiver taking anything.
+    /// giving up when the link closes, the peer goes away or the collective
+    /// timeout passes without the receiver taking anything. The receiver's
+    /// counter lives in memory the peer writes: a value that runs ahead of
+    /// what was published is an error, never an overflow.
     fn wait_for_slot(&self, head: u64) -> io::Result<()> {
         let tail = self.seg.counter(tail_at(self.out));
         let mut seen = tail.load(Ordering::Acquire);
-        let mut deadline = Instant::now() + self.stall;
+        let mut deadline = Instant::now() + self.timeout;
         let mut round = 0u32;
-        while head - seen >= SLOTS {
+        loop {
+            let in_flight = head.checked_sub(seen).ok_or_else(|| {
+                out_of_step(format!(
+                    "the receiver freed slot {seen}, past the {head} published"
+                ))
+            })?;
+            if in_flight < SLOTS {
+                return Ok(());
+            }
             if self.closed.load(Ordering::Relaxed) {
                 return Err(io::ErrorKind::NotConnected.into());
             }
@@ -426,10 +437,9 @@ impl ShmLink {
             let now = tail.load(Ordering::Acquire);
             if now != seen {
                 seen = now;
-                deadline = Instant::now() + self.stall;
+                deadline = Instant::now() + self.timeout;
             }
         }
-        Ok(())
     }
 
     /// Sends a large payload: the header, then each piece into a slot with its doorbell.
@@ -447,7 +457,7 @@ impl ShmLink {
                     piece.len(),
                 )
             };
-            head.store(h + 1, Ordering::Release);
+            head.store(h.wrapping_add(1), Ordering::Release);
             // The first doorbell travels with the header.
             let hdr: &[u8] = if i == 0 { header } else { &[] };
             self.tcp.write_frame(hdr, &[DOORBELL], None)?;
@@ -480,6 +490,14 @@ impl Link for ShmLink {
 
     fn recv_exact(&self, buf: &mut [u8]) -> io::Result<()> {
         self.tcp.recv_exact(buf)
+    }
+
+    fn recv_exact_until(&self, buf: &mut [u8], deadline: Instant) -> io::Result<()> {
+        self.tcp.recv_exact_until(buf, deadline)
+    }
+
+    fn finish(&self, deadline: Instant) {
+        self.tcp.finish(deadline)
     }
 
     fn recv_payload(&self, buf: &mut [u8]) -> io::Result<()> {
@@ -518,6 +536,14 @@ impl Link for ShmLink {
     }
 }
 
+/// The error of a shared memory link whose counters or doorbells disagree.
+fn out_of_step(what: String) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::InvalidData,
+        format!("shared memory link out of step: {what}"),
+    )
+}
+
 impl ShmLink {
     /// Takes a large payload piece by piece: each doorbell, then the slot.
     fn recv_pieces(&self, len: usize, f: &mut dyn FnMut(usize, &[u8])) -> io::Result<()> {
@@ -528,14 +554,19 @@ impl ShmLink {
             let mut bell = [0u8; 1];
             self.tcp.recv_exact(&mut bell)?;
             let t = tail.load(Ordering::Relaxed);
-            if bell[0] != DOORBELL || head.load(Ordering::Acquire) <= t {
-                return Err(io::Error::new(
-                    io::ErrorKind::InvalidData,
-                    format!(
-                        "shared memory link out of step (byte {:#04x} where a doorbell was due)",
-                        bell[0]
-                    ),
-                ));
+            let h = head.load(Ordering::Acquire);
+            if bell[0] != DOORBELL {
+                return Err(out_of_step(format!(
+                    "byte {:#04x} where a doorbell was due",
+                    bell[0]
+                )));
+            }
+            // Both counters live in memory the peer can write: a slot is
+            // taken only if it was published and not more than SLOTS ahead.
+            if h <= t || h - t > SLOTS {
+                return Err(out_of_step(format!(
+                    "{h} slots published, {t} taken (at most {SLOTS} in flight)"
+                )));
             }
             // SAFETY: the sender published slot `t` (head > t) and will not
             // touch it again until we free it below.
@@ -650,7 +681,7 @@ mod tests {
         });
         assert!(
             t.elapsed() < Duration::from_secs(5),
-            "far within the stall timeout"
+            "far within the collective timeout"
         );
     }
 

@@ -1,6 +1,7 @@
 //! Building the full mesh of TCP links: every pair of ranks gets
 //! `2 * connections_per_peer` handshaken connections (one set per ring
-//! direction) and one more, the pair's failure witness (see [`crate::mesh::Witness`]).
+//! direction) and one more, the pair's witness (heartbeats and the news of
+//! failures and goodbyes, see [`crate::liveness`]).
 //! The higher rank dials the lower one, retrying with backoff up to the
 //! connect deadline; the lower rank accepts, refusing strangers with a logged reason.
 
@@ -13,7 +14,7 @@ use crate::config::Config;
 use crate::error::{DistError, Result};
 use crate::handshake::{self, HandshakeError, JobCredentials};
 use crate::link::{Link, TcpLink};
-use crate::mesh::{Mesh, Witness};
+use crate::mesh::Mesh;
 use crate::shm::{self, ShmLink};
 
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -106,7 +107,7 @@ pub(crate) fn connect_mesh(cfg: &Config, listener: TcpListener) -> Result<Mesh> 
     let segments = shm::negotiate(rank, &mut streams, cfg.shared_memory)
         .map_err(|e| DistError::Config(format!("setting up shared memory with {e}")))?;
     let link = |st: TcpStream| {
-        TcpLink::new(st, cfg.stall_timeout)
+        TcpLink::new(st, cfg.collective_timeout)
             .map_err(|e| DistError::Config(format!("socket options: {e}")))
     };
     let mut links: Vec<Vec<Box<dyn Link>>> = Vec::with_capacity(world);
@@ -118,14 +119,14 @@ pub(crate) fn connect_mesh(cfg: &Config, listener: TcpListener) -> Result<Mesh> 
             v.push(match seg {
                 Some(seg) => {
                     shared += 1;
-                    Box::new(ShmLink::new(tcp, seg, rank < peer, cfg.stall_timeout))
+                    Box::new(ShmLink::new(tcp, seg, rank < peer, cfg.collective_timeout))
                 }
                 None => Box::new(tcp),
             });
         }
         links.push(v);
     }
-    let mut witnesses: Vec<Option<Box<dyn Witness>>> = Vec::with_capacity(world);
+    let mut witnesses: Vec<Option<Box<dyn Link>>> = Vec::with_capacity(world);
     for st in witness_streams {
         witnesses.push(match st {
             Some(st) => Some(Box::new(link(st)?)),

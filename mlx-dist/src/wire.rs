@@ -19,6 +19,12 @@
 //! compared with that expectation before anything is read or allocated; the only
 //! frames with a length chosen by the peer are `Abort` frames, capped at
 //! [`MAX_ABORT_PAYLOAD`]. Element data travel in the host's little-endian layout.
+//!
+//! The liveness channel (one connection or stream per peer, beside the data
+//! links) carries only `Heartbeat` frames (a [`Heartbeat`] payload of
+//! [`HEARTBEAT_LEN`] bytes, every fifth of the liveness timeout), one `Abort`
+//! frame when a rank gives up, and the `Bye` / `ByeAck` pair (no payload)
+//! of a clean exit.
 
 use std::io::Read;
 
@@ -53,6 +59,12 @@ pub enum OpKind {
     Barrier = 7,
     /// The sender failed and gives up; the payload says why.
     Abort = 8,
+    /// The sender is alive; the payload ([`Heartbeat`]) says what it is doing.
+    Heartbeat = 9,
+    /// The sender closes its group cleanly: its closing connections are no failure.
+    Bye = 10,
+    /// The answer to `Bye`: the receiver knows, and sends nothing more.
+    ByeAck = 11,
 }
 
 impl OpKind {
@@ -67,6 +79,9 @@ impl OpKind {
             6 => OpKind::Send,
             7 => OpKind::Barrier,
             8 => OpKind::Abort,
+            9 => OpKind::Heartbeat,
+            10 => OpKind::Bye,
+            11 => OpKind::ByeAck,
             _ => return None,
         })
     }
@@ -82,6 +97,9 @@ impl OpKind {
             OpKind::Send => "send/recv",
             OpKind::Barrier => "barrier",
             OpKind::Abort => "abort",
+            OpKind::Heartbeat => "heartbeat",
+            OpKind::Bye => "goodbye",
+            OpKind::ByeAck => "goodbye acknowledgement",
         }
     }
 }
@@ -120,8 +138,11 @@ pub fn dtype_from_code(c: u8) -> Option<Dtype> {
 }
 
 /// Why bytes could not be decoded as a frame.
-#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[derive(Clone, Debug, thiserror::Error, PartialEq, Eq)]
 pub enum WireError {
+    /// A heartbeat payload of the wrong length.
+    #[error("heartbeat payload of {0} bytes (expected {HEARTBEAT_LEN})")]
+    BadHeartbeat(usize),
     /// Fewer bytes than a header.
     #[error("truncated frame header: {0} of {HEADER_LEN} bytes")]
     Truncated(usize),
@@ -284,6 +305,69 @@ impl AbortPayload {
     }
 }
 
+/// Size of an encoded [`Heartbeat`].
+pub const HEARTBEAT_LEN: usize = 24;
+
+/// The payload of a `Heartbeat` frame: the operation the sender is inside,
+/// if any, so that a peer whose collective times out can name the ranks
+/// that have not reached it.
+///
+/// ```text
+/// offset size field
+///      0    1 in_op  1 if inside an operation, else 0
+///      1    1 op     OpKind of that operation (0 when idle)
+///      2    2 reserved
+///      4    4 group  its group id (u32 LE)
+///      8    8 seq    its sequence number in the group (u64 LE)
+///     16    8 begun  operations begun by the sender so far (u64 LE)
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct Heartbeat {
+    /// The operation the sender is inside: (op, group, seq).
+    pub current: Option<(OpKind, u32, u64)>,
+    /// How many operations the sender has begun.
+    pub begun: u64,
+}
+
+impl Heartbeat {
+    /// The [`HEARTBEAT_LEN`] bytes of this heartbeat.
+    pub fn encode(&self) -> [u8; HEARTBEAT_LEN] {
+        let mut b = [0u8; HEARTBEAT_LEN];
+        if let Some((op, group, seq)) = self.current {
+            b[0] = 1;
+            b[1] = op as u8;
+            b[4..8].copy_from_slice(&group.to_le_bytes());
+            b[8..16].copy_from_slice(&seq.to_le_bytes());
+        }
+        b[16..24].copy_from_slice(&self.begun.to_le_bytes());
+        b
+    }
+
+    /// Decodes a heartbeat; an unknown op or a wrong length is an error, never a panic.
+    pub fn decode(b: &[u8]) -> Result<Heartbeat, WireError> {
+        if b.len() != HEARTBEAT_LEN {
+            return Err(WireError::BadHeartbeat(b.len()));
+        }
+        let word = |r: std::ops::Range<usize>| {
+            let mut w = [0u8; 8];
+            w[..r.len()].copy_from_slice(&b[r]);
+            u64::from_le_bytes(w)
+        };
+        let current = match b[0] {
+            0 => None,
+            _ => Some((
+                OpKind::from_u8(b[1]).ok_or(WireError::BadOp(b[1]))?,
+                word(4..8) as u32,
+                word(8..16),
+            )),
+        };
+        Ok(Heartbeat {
+            current,
+            begun: word(16..24),
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -348,6 +432,24 @@ mod tests {
         assert_eq!(AbortPayload::decode(&[1]).culprit, None);
     }
 
+    #[test]
+    fn heartbeat_round_trip() {
+        for hb in [
+            Heartbeat::default(),
+            Heartbeat {
+                current: Some((OpKind::SumScatter, 0xdead_beef, u64::MAX - 1)),
+                begun: 1 << 40,
+            },
+        ] {
+            assert_eq!(Heartbeat::decode(&hb.encode()), Ok(hb));
+        }
+        let mut b = Heartbeat::default().encode();
+        b[0] = 1;
+        b[1] = 200;
+        assert_eq!(Heartbeat::decode(&b), Err(WireError::BadOp(200)));
+        assert_eq!(Heartbeat::decode(&b[..3]), Err(WireError::BadHeartbeat(3)));
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(2000))]
 
@@ -355,6 +457,7 @@ mod tests {
         fn decoder_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..128)) {
             let _ = FrameHeader::decode(&bytes);
             let _ = AbortPayload::decode(&bytes);
+            let _ = Heartbeat::decode(&bytes);
             if let Ok((h, p)) = read_frame(&mut &bytes[..], 64) {
                 prop_assert!(p.len() <= 64);
                 prop_assert_eq!(h.len as usize, p.len());
@@ -363,7 +466,7 @@ mod tests {
 
         #[test]
         fn valid_prefix_with_random_tail(seq: u64, total: u64, len: u64, group: u32,
-                                        op in 1u8..=8, dt in 0u8..=6,
+                                        op in 1u8..=11, dt in 0u8..=6,
                                         tail in proptest::collection::vec(any::<u8>(), 0..256)) {
             let h = FrameHeader { op: OpKind::from_u8(op).unwrap(), dtype: dtype_from_code(dt).unwrap(),
                                   group, seq, total, len };

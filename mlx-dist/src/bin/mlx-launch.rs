@@ -54,10 +54,11 @@ struct Args {
     /// is declared dead (default 5). Sets MLX_DIST_LIVENESS_MS.
     #[arg(long, value_name = "SECS", value_parser = timeout_secs, allow_negative_numbers = true)]
     liveness_timeout: Option<Duration>,
-    /// Seconds the other ranks may run on after one fails; then they get
-    /// SIGTERM, and SIGKILL 2 s later.
-    #[arg(long, value_name = "SECS", default_value = "5", value_parser = grace_secs, allow_negative_numbers = true)]
-    grace: Duration,
+    /// Seconds the other ranks may run on after one fails, to notice and
+    /// report whom they blame; then they get SIGTERM, and SIGKILL 2 s later
+    /// (default: the liveness timeout plus 3 s).
+    #[arg(long, value_name = "SECS", value_parser = grace_secs, allow_negative_numbers = true)]
+    grace: Option<Duration>,
     /// Do not prefix output lines with `[rank]`.
     #[arg(long)]
     no_prefix: bool,
@@ -120,7 +121,9 @@ fn spec(a: Args) -> anyhow::Result<LaunchSpec> {
         starting_port: a.starting_port,
         connections_per_peer: a.connections_per_peer.max(1),
         prefix_output: !a.no_prefix,
-        grace: a.grace,
+        grace: a
+            .grace
+            .unwrap_or_else(|| launch::default_grace(a.liveness_timeout)),
         collective_timeout: a.timeout,
         liveness_timeout: a.liveness_timeout,
     })

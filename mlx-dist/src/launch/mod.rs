@@ -34,7 +34,7 @@ mod supervise;
 
 pub use hosts::{RankHost, parse_launcher_hostfile};
 pub use parent::{ENV_PARENT_PID, watch_parent};
-pub use supervise::{LaunchOutcome, run};
+pub use supervise::{Blame, LaunchOutcome, run};
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -60,7 +60,9 @@ pub struct LaunchSpec {
     pub connections_per_peer: usize,
     /// Prefix every output line with `[rank]`.
     pub prefix_output: bool,
-    /// How long the other ranks may run on after one failed before they are terminated.
+    /// How long the other ranks may run on after one failed before they are
+    /// terminated: long enough for them to notice and report whom they blame
+    /// (see [`default_grace`]).
     pub grace: Duration,
     /// Collective timeout of the ranks (`MLX_DIST_TIMEOUT_MS`): how long a
     /// live peer that is late to a collective is waited for. `None` leaves
@@ -84,11 +86,17 @@ impl LaunchSpec {
             starting_port: None,
             connections_per_peer: 1,
             prefix_output: true,
-            grace: Duration::from_secs(5),
+            grace: default_grace(None),
             collective_timeout: None,
             liveness_timeout: None,
         }
     }
+}
+
+/// The grace period that lets survivors detect a silent rank (the liveness
+/// timeout, `liveness` or the default) and report it: that timeout plus 3 s.
+pub fn default_grace(liveness: Option<Duration>) -> Duration {
+    liveness.unwrap_or(config::DEFAULT_LIVENESS_TIMEOUT) + Duration::from_secs(3)
 }
 
 /// The identity of one launch: a random job id and secret.

@@ -22,6 +22,21 @@ pub struct LaunchOutcome {
     /// The ranks the launcher signalled before they exited (after another
     /// rank failed, or forwarding Ctrl-C); their failures are not blamed.
     pub signalled: Vec<bool>,
+    /// The rank the failing ranks' own reports blame (see [`crate::report`]):
+    /// a frozen or unresponsive rank never exits by itself, so only its
+    /// peers can name it.
+    pub blamed: Option<Blame>,
+}
+
+/// The rank that the ranks' failure reports name.
+#[derive(Clone, Debug)]
+pub struct Blame {
+    /// The blamed rank.
+    pub rank: usize,
+    /// What the first reporter said.
+    pub reason: String,
+    /// The ranks that blamed it.
+    pub reporters: Vec<usize>,
 }
 
 impl LaunchOutcome {
@@ -29,6 +44,12 @@ impl LaunchOutcome {
     /// else the failed rank's code (or 128 + signal), 130 when interrupted,
     /// or 1.
     pub fn exit_code(&self) -> i32 {
+        if let Some(b) = &self.blamed
+            && !self.signalled[b.rank]
+            && let Some(st) = self.statuses[b.rank].filter(|s| !s.success())
+        {
+            return status_code(&st);
+        }
         if let Some((r, _)) = &self.first_failure {
             return self.statuses[*r].map_or(1, |st| status_code(&st));
         }
@@ -43,6 +64,20 @@ impl LaunchOutcome {
 
     /// The line that says why the launch failed, if it did.
     pub fn report(&self) -> Option<String> {
+        if let Some(b) = &self.blamed {
+            let by: Vec<String> = b.reporters.iter().map(usize::to_string).collect();
+            let mut line = format!(
+                "rank {} failed (as rank{} {} reported: {})",
+                b.rank,
+                if by.len() == 1 { "" } else { "s" },
+                by.join(", "),
+                b.reason
+            );
+            if let Some(st) = self.statuses[b.rank].filter(|_| !self.signalled[b.rank]) {
+                line += &format!("; rank {} itself ended with {}", b.rank, describe(&st));
+            }
+            return Some(line);
+        }
         if let Some((rank, how)) = &self.first_failure {
             return Some(format!("rank {rank} failed ({how})"));
         }
@@ -407,6 +442,18 @@ pub fn run(spec: &LaunchSpec) -> anyhow::Result<LaunchOutcome> {
         None
     };
     tracing::info!(world = n, backend = %spec.backend, ?addrs, "launching");
+    // Where failing ranks say whom they blame (see `crate::report`).
+    let reports = std::env::temp_dir().join(format!(
+        "mlx-launch-{}.reports",
+        crate::config::hex_encode(&job.id[..8])
+    ));
+    std::fs::create_dir_all(&reports)?;
+    let mut spec = spec.clone();
+    spec.env.push((
+        crate::report::ENV_REPORT_DIR.to_string(),
+        reports.display().to_string(),
+    ));
+    let spec = &spec;
 
     let (tx, rx) = mpsc::channel();
     let (out_tx, out_rx) = mpsc::channel();
@@ -457,14 +504,22 @@ pub fn run(spec: &LaunchSpec) -> anyhow::Result<LaunchOutcome> {
     if let Some(p) = hostfile {
         let _ = std::fs::remove_file(p);
     }
+    let filed = crate::report::read_reports(&reports, n);
+    let _ = std::fs::remove_dir_all(&reports);
     if let Some(e) = spawn_error {
         return Err(e);
     }
+    let blamed = crate::report::most_blamed(&filed).map(|(rank, by)| Blame {
+        rank,
+        reason: by[0].reason.clone(),
+        reporters: by.iter().map(|r| r.rank).collect(),
+    });
     Ok(LaunchOutcome {
         statuses: s.statuses,
         first_failure: s.first_failure,
         interrupted: s.interrupted,
         signalled: s.signalled,
+        blamed,
     })
 }
 
