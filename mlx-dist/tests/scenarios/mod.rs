@@ -271,6 +271,161 @@ pub fn scenario_mismatch() {
     println!("MISMATCH rank {} named={named}: {e}", g.rank());
 }
 
+/// The folder where the fault scenarios write pids, progress and verdicts.
+pub const FAULT_DIR: &str = "MLX_FAULT_DIR";
+/// The message size of the fault loop, in bytes.
+pub const FAULT_BYTES: &str = "MLX_FAULT_BYTES";
+
+fn fault_dir() -> std::path::PathBuf {
+    std::env::var_os(FAULT_DIR).expect("MLX_FAULT_DIR").into()
+}
+
+fn unix_ms() -> u128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis()
+}
+
+/// Writes `text` to `name` in the fault folder, atomically.
+fn fault_note(name: &str, text: &str) {
+    let dir = fault_dir();
+    let tmp = dir.join(format!(".{name}.tmp"));
+    std::fs::write(&tmp, text).unwrap();
+    std::fs::rename(tmp, dir.join(name)).unwrap();
+}
+
+/// all_sums of `MLX_FAULT_BYTES` bytes in a loop until one fails (the test
+/// kills or stops a rank): writes `pid-R`, `started-R` after three rounds,
+/// and on failure `fault-R` = "culprit unix_ms message", then exits 3.
+pub fn scenario_fault_loop() {
+    let g = init(Backend::Any).unwrap();
+    let r = g.rank();
+    fault_note(&format!("pid-{r}"), &std::process::id().to_string());
+    let bytes: usize = std::env::var(FAULT_BYTES).unwrap().parse().unwrap();
+    let mut x = vec![1.0f32; bytes / 4];
+    let t = Instant::now();
+    for i in 0u64.. {
+        if let Err(e) = g.all_sum(&mut x) {
+            let c = e.culprit().map_or("none".to_string(), |c| c.to_string());
+            fault_note(&format!("fault-{r}"), &format!("{c} {} {e}", unix_ms()));
+            std::process::exit(3);
+        }
+        if i == 2 {
+            fault_note(&format!("started-{r}"), "");
+        }
+        assert!(t.elapsed() < Duration::from_secs(120), "no fault came");
+    }
+}
+
+/// Rank 0 computes on its main thread for `MLX_BUSY_MS` before each of
+/// two all_sums the others already wait in; every rank must succeed.
+pub fn scenario_busy() {
+    let g = init(Backend::Any).unwrap();
+    let busy = Duration::from_millis(std::env::var("MLX_BUSY_MS").unwrap().parse().unwrap());
+    for round in 0..2 {
+        if g.rank() == 0 {
+            let t = Instant::now();
+            let mut acc = 0u64;
+            while t.elapsed() < busy {
+                acc = std::hint::black_box(acc.wrapping_mul(6364136223846793005).wrapping_add(1));
+            }
+        }
+        let mut x = vec![1.0f32; 1 << 16];
+        g.all_sum(&mut x).unwrap();
+        assert_eq!(x[0], g.size() as f32, "round {round}");
+    }
+    println!("BUSY rank {} OK", g.rank());
+}
+
+/// A small deterministic generator, the same on every rank.
+struct SplitMix(u64);
+
+impl SplitMix {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+/// `MLX_SOAK_OPS` random collectives (op, dtype, size, group split, seed
+/// from `MLX_SOAK_SEED`) checked against the reference on every rank.
+pub fn scenario_soak() {
+    let g = init(Backend::Any).unwrap();
+    let ops: u64 = std::env::var("MLX_SOAK_OPS").unwrap().parse().unwrap();
+    let seed: u64 = std::env::var("MLX_SOAK_SEED").unwrap().parse().unwrap();
+    let mut rng = SplitMix(seed);
+    // Groups to draw from: the world, halves by parity, and halves by order.
+    let n = g.size();
+    let groups = [
+        g.clone(),
+        g.split((g.rank() % 2) as i32, g.rank() as i32).unwrap(),
+        g.split((g.rank() < n / 2) as i32, -(g.rank() as i32))
+            .unwrap(),
+    ];
+    let t = Instant::now();
+    for k in 0..ops {
+        let sub = &groups[rng.below(3) as usize];
+        let d = ALL_DTYPES[rng.below(ALL_DTYPES.len() as u64) as usize];
+        // Mostly small, some on the ring's paths, now and then past the threaded size.
+        let len = match rng.below(100) {
+            0..=69 => rng.below(64) as usize,
+            70..=96 => rng.below(40_000) as usize,
+            _ => (1 << 20) + rng.below(1 << 20) as usize,
+        };
+        let (sn, sr) = (sub.size(), sub.rank());
+        let shift = (k % 7) as usize;
+        let mine = encode((0..len).map(|i| val(sr, i + shift, d)), d);
+        match rng.below(6) {
+            0..=2 => {
+                let op = [ReduceOp::Sum, ReduceOp::Max, ReduceOp::Min][rng.below(3) as usize];
+                let mut buf = mine;
+                sub.all_reduce_bytes(&mut buf, d, op).unwrap();
+                let want = encode((0..len).map(|i| reference(sn, i + shift, d, op)), d);
+                assert!(buf == want, "op {k}: {op:?} {d:?} len {len}");
+            }
+            3 => {
+                let all = sub.all_gather_bytes(&mine, d).unwrap();
+                let want: Vec<u8> = (0..sn)
+                    .flat_map(|q| encode((0..len).map(|i| val(q, i + shift, d)), d))
+                    .collect();
+                assert!(all == want, "op {k}: all_gather {d:?} len {len}");
+            }
+            4 if d != Dtype::Bool => {
+                let full = encode((0..len * sn).map(|i| val(sr, i + shift, d)), d);
+                let got = sub.sum_scatter_bytes(&full, d).unwrap();
+                let want = encode(
+                    (sr * len..(sr + 1) * len).map(|i| reference(sn, i + shift, d, ReduceOp::Sum)),
+                    d,
+                );
+                assert!(got == want, "op {k}: sum_scatter {d:?} len {len}");
+            }
+            _ if sn > 1 => {
+                // A message from one rank of the group to another.
+                let src = rng.below(sn as u64) as usize;
+                let dst = (src + 1 + rng.below(sn as u64 - 1) as usize) % sn;
+                let msg = encode((0..len).map(|i| val(src, i + shift, d)), d);
+                if sr == src {
+                    sub.send_bytes(&msg, d, dst).unwrap();
+                } else if sr == dst {
+                    let mut got = vec![0u8; msg.len()];
+                    sub.recv_bytes(&mut got, d, src).unwrap();
+                    assert!(got == msg, "op {k}: send {src} -> {dst} {d:?} len {len}");
+                }
+            }
+            _ => sub.barrier().unwrap(),
+        }
+    }
+    g.barrier().unwrap();
+    println!("SOAK rank {} OK {ops} ops in {:?}", g.rank(), t.elapsed());
+}
+
 /// Runs the scenario named by `MLX_DIST_TEST_SCENARIO`, if any (as a rank).
 pub fn run_scenario() {
     match std::env::var(SCENARIO).as_deref() {
@@ -279,6 +434,9 @@ pub fn run_scenario() {
         Ok("kill") => scenario_kill(),
         Ok("mismatch") => scenario_mismatch(),
         Ok("single") => scenario_single(),
+        Ok("fault_loop") => scenario_fault_loop(),
+        Ok("busy") => scenario_busy(),
+        Ok("soak") => scenario_soak(),
         Ok(other) => panic!("unknown scenario {other}"),
         Err(_) => {}
     }
