@@ -122,6 +122,14 @@ struct TrainArgs {
     /// Device: cpu or gpu (any adapter wgpu finds; Mesa's lavapipe on Linux without a GPU).
     #[arg(long, default_value = "cpu")]
     device: String,
+    /// Seconds a collective waits for a live rank that is late (a long
+    /// evaluation or checkpoint on one rank); default MLX_DIST_TIMEOUT_MS, else 600.
+    #[arg(long, value_name = "SECS", value_parser = positive_secs)]
+    collective_timeout: Option<std::time::Duration>,
+    /// Seconds without a heartbeat after which a rank is declared dead;
+    /// default MLX_DIST_LIVENESS_MS, else 5.
+    #[arg(long, value_name = "SECS", value_parser = positive_secs)]
+    liveness_timeout: Option<std::time::Duration>,
     /// Collective backend: any, ring, quic, mpi.
     #[arg(long, default_value = "any")]
     backend: String,
@@ -226,11 +234,19 @@ fn config(a: &TrainArgs) -> Result<TrainConfig> {
     })
 }
 
+/// A timeout in seconds: finite and above zero (the launcher's own rule).
+fn positive_secs(s: &str) -> std::result::Result<std::time::Duration, String> {
+    mlx_dist::launch::parse_seconds(s, true)
+}
+
 fn run_train(a: TrainArgs) -> Result<()> {
     let cfg = config(&a)?;
     let backend = mlx_dist::Backend::from_name(&a.backend)
         .with_context(|| format!("unknown --backend `{}`", a.backend))?;
-    let group = mlx_dist::init(backend).context("joining the distributed job")?;
+    let mut join = mlx_dist::InitOptions::new(backend);
+    join.collective_timeout = a.collective_timeout;
+    join.liveness_timeout = a.liveness_timeout;
+    let group = mlx_dist::init_with(&join).context("joining the distributed job")?;
     let has_checkpoint = cfg.out_dir.join("checkpoints").join("latest").exists()
         || !mlx_llama::checkpoint::list(&cfg.out_dir)?.is_empty();
     if has_checkpoint && !a.resume {
