@@ -238,18 +238,24 @@ impl Mesh {
             len: payload.len() as u64,
         }
         .encode();
-        // The witnesses speak (and are delivered) before any data link
-        // closes, so a peer that sees our links close finds the announcement.
+        // The witnesses of the live peers speak (and are delivered) before
+        // any data link closes, so a peer that sees our links close finds
+        // the announcement; a dead or silent peer hears nothing, and waiting
+        // for its acknowledgement would only delay the others.
+        let alive = |p: usize| matches!(self.live.status(p), PeerStatus::Alive);
         let deadline = Instant::now() + Duration::from_millis(500);
-        for w in self.witnesses.iter().flatten() {
-            if w.send_frame_until(&h, &payload, deadline) {
+        for (p, w) in self.witnesses.iter().enumerate() {
+            if let Some(w) = w.as_ref().filter(|_| alive(p))
+                && w.send_frame_until(&h, &payload, deadline)
+            {
                 w.finish(deadline);
             }
         }
-        // Senders stop at their next frame boundary, so the abort frame is not
-        // spliced into a payload; a stalled link is given up after the deadline.
-        let deadline = Instant::now() + Duration::from_millis(300);
-        for row in &self.links {
+        // An abort frame on each data link too, for a peer reading it right
+        // now; only where the link is free at once (an operation blocked on
+        // it holds its write side, and the witnesses have told that peer).
+        let deadline = Instant::now() + Duration::from_millis(20);
+        for (p, row) in self.links.iter().enumerate().filter(|&(p, _)| alive(p)) {
             for l in row {
                 let _ = l.send_frame_until(&h, &payload, deadline);
             }
