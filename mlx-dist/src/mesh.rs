@@ -255,7 +255,7 @@ impl Mesh {
         // now; only where the link is free at once (an operation blocked on
         // it holds its write side, and the witnesses have told that peer).
         let deadline = Instant::now() + Duration::from_millis(20);
-        for (p, row) in self.links.iter().enumerate().filter(|&(p, _)| alive(p)) {
+        for (_, row) in self.links.iter().enumerate().filter(|&(p, _)| alive(p)) {
             for l in row {
                 let _ = l.send_frame_until(&h, &payload, deadline);
             }

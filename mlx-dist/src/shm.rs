@@ -685,6 +685,32 @@ mod tests {
         );
     }
 
+    /// The counters live in memory the peer writes: a receiver counter that
+    /// runs ahead of what was published, or a publisher counter too far
+    /// ahead, is an error on the link, never a panic or an overflow.
+    #[test]
+    fn counters_a_peer_corrupts_are_errors_not_panics() {
+        let (a, b) = pair(Duration::from_secs(5));
+        // The receiver of a's direction "freed" slots a never published.
+        a.seg
+            .counter(tail_at(a.out))
+            .store(u64::MAX, Ordering::Release);
+        let e = a
+            .send_frame(&[0; HEADER_LEN], &pattern(SLOT, 1))
+            .unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::InvalidData, "{e}");
+        // A doorbell arrives for a slot whose publisher counter ran far ahead.
+        let (a, b2) = pair(Duration::from_secs(5));
+        drop(b);
+        b2.seg
+            .counter(head_at(1 - b2.out))
+            .store(u64::MAX / 2, Ordering::Release);
+        a.tcp.write_frame(&[], &[DOORBELL], None).unwrap();
+        let mut buf = vec![0u8; MIN_PAYLOAD];
+        let e = b2.recv_payload(&mut buf).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::InvalidData, "{e}");
+    }
+
     #[test]
     fn ranks_that_disable_it_or_cannot_map_it_keep_tcp() {
         let l = TcpListener::bind("127.0.0.1:0").unwrap();

@@ -6,7 +6,8 @@
 //! must fail with an error naming that rank within the liveness timeout plus
 //! 2 s, the launcher must exit non-zero naming it, and no process or
 //! shared-memory segment may be left. Also: a rank busy far longer than the
-//! liveness timeout fails nothing, and a soak of 10,000 random collectives.
+//! liveness timeout fails nothing, ranks that exit right after their last
+//! collective fail nobody, and a soak of 10,000 random collectives.
 //!
 //! The timeouts are shortened through the launcher's configuration
 //! (`--liveness-timeout 2`), not by special cases in the code. The runs
@@ -51,14 +52,7 @@ fn launcher(n: usize, scenario: &str, env: &[(&str, String)], extra: &[&str]) ->
     c.args(extra)
         .arg("--")
         .arg(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "rank_main",
-            "--nocapture",
-            "--test-threads",
-            "1",
-            "-q",
-        ]);
+        .args(scenarios::RANK_ARGS);
     c
 }
 
@@ -292,17 +286,39 @@ fn busy(backend: &str) {
     )
     .output()
     .unwrap();
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let text = scenarios::output_text(&out);
     assert!(
         out.status.success(),
         "{backend}: a busy rank failed the job:\n{text}"
     );
     for r in 0..3 {
         assert!(text.contains(&format!("BUSY rank {r} OK")), "{text}");
+    }
+}
+
+/// Ten jobs at world 3 whose ranks exit right after their one collective
+/// (the slow rank and the size vary): a rank that finished first must not
+/// fail one still reading its last bytes.
+fn exit_after_last_collective(backend: &str) {
+    let _g = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    for round in 0..10 {
+        let bytes = if round % 2 == 0 { 1 << 10 } else { 1 << 20 };
+        let out = launcher(
+            3,
+            "last",
+            &[
+                ("MLX_LAST_BYTES", bytes.to_string()),
+                ("MLX_LAST_SLOW", (round % 3).to_string()),
+            ],
+            &["--backend", backend],
+        )
+        .output()
+        .unwrap();
+        let text = scenarios::output_text(&out);
+        assert!(out.status.success(), "{backend} round {round}:\n{text}");
+        for r in 0..3 {
+            assert!(text.contains(&format!("LAST rank {r} OK")), "{text}");
+        }
     }
 }
 
@@ -325,6 +341,7 @@ on_backends! {
     kill_and_stop_world_3 => |b| world(b, 3);
     kill_and_stop_world_4 => |b| world(b, 4);
     a_busy_rank_fails_nothing => busy;
+    exiting_after_the_last_collective_fails_nobody => exit_after_last_collective;
 }
 
 /// 10,000 random collectives (op, dtype, size, group split) on 4 ranks over
@@ -345,11 +362,7 @@ fn soak_ten_thousand_random_collectives() {
     )
     .output()
     .unwrap();
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let text = scenarios::output_text(&out);
     assert!(out.status.success(), "soak (seed {seed}) failed:\n{text}");
     for r in 0..4 {
         assert!(

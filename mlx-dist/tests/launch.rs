@@ -24,26 +24,13 @@ fn launch(n: usize, scenario: &str, extra: &[&str]) -> (Output, Duration) {
         .args(extra)
         .arg("--")
         .arg(exe)
-        .args([
-            "--exact",
-            "rank_main",
-            "--nocapture",
-            "--test-threads",
-            "1",
-            "-q",
-        ])
+        .args(scenarios::RANK_ARGS)
         .output()
         .unwrap();
     (out, t.elapsed())
 }
 
-fn text(o: &Output) -> String {
-    format!(
-        "{}\n{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
+use scenarios::output_text as text;
 
 #[test]
 fn rank_main() {

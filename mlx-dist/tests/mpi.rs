@@ -39,21 +39,10 @@ fn assert_scenario_ok(n: usize, scenario: &str) {
         .args(["--env", &format!("{SCENARIO}={scenario}")])
         .arg("--")
         .arg(exe)
-        .args([
-            "--exact",
-            "rank_main",
-            "--nocapture",
-            "--test-threads",
-            "1",
-            "-q",
-        ])
+        .args(scenarios::RANK_ARGS)
         .output()
         .unwrap();
-    let t = format!(
-        "{}\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let t = scenarios::output_text(&out);
     assert!(out.status.success(), "mpirun world {n} failed:\n{t}");
     for r in 0..n {
         assert!(

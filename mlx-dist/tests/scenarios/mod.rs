@@ -13,6 +13,25 @@ use mlx_dist::{Backend, DistError, Group, ReduceOp, init};
 /// The variable naming the scenario a rank runs.
 pub const SCENARIO: &str = "MLX_DIST_TEST_SCENARIO";
 
+/// The arguments that make this test binary run `rank_main` alone, as a rank.
+pub const RANK_ARGS: [&str; 6] = [
+    "--exact",
+    "rank_main",
+    "--nocapture",
+    "--test-threads",
+    "1",
+    "-q",
+];
+
+/// A finished process's standard output and error, as one text.
+pub fn output_text(o: &std::process::Output) -> String {
+    format!(
+        "{}\n{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
 /// Element `i` of rank `r`'s data, as a small integer so every sum is exact in every dtype.
 pub fn val(r: usize, i: usize, d: Dtype) -> f64 {
     let v = ((i * 7 + r * 13) % 17) as f64;
@@ -338,6 +357,21 @@ pub fn scenario_busy() {
     println!("BUSY rank {} OK", g.rank());
 }
 
+/// One all_sum of `MLX_LAST_BYTES` bytes (rank `MLX_LAST_SLOW` arrives 20 ms
+/// late), then the process exits: its last act is the collective.
+pub fn scenario_last() {
+    let g = init(Backend::Any).unwrap();
+    let bytes: usize = std::env::var("MLX_LAST_BYTES").unwrap().parse().unwrap();
+    let slow: usize = std::env::var("MLX_LAST_SLOW").unwrap().parse().unwrap();
+    if g.rank() == slow {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let mut x = vec![1.0f32; bytes / 4];
+    g.all_sum(&mut x).unwrap();
+    assert_eq!(x[x.len() - 1], g.size() as f32);
+    println!("LAST rank {} OK", g.rank());
+}
+
 /// A small deterministic generator, the same on every rank.
 struct SplitMix(u64);
 
@@ -437,6 +471,7 @@ pub fn run_scenario() {
         Ok("fault_loop") => scenario_fault_loop(),
         Ok("busy") => scenario_busy(),
         Ok("soak") => scenario_soak(),
+        Ok("last") => scenario_last(),
         Ok(other) => panic!("unknown scenario {other}"),
         Err(_) => {}
     }
