@@ -208,19 +208,6 @@ impl Liveness {
     }
 }
 
-/// The frame header of a liveness message with a `len`-byte payload.
-fn header(op: OpKind, len: usize) -> [u8; HEADER_LEN] {
-    FrameHeader {
-        op,
-        dtype: mlx_array::Dtype::Bool,
-        group: 0,
-        seq: 0,
-        total: 0,
-        len: len as u64,
-    }
-    .encode()
-}
-
 /// This process's membership in a mesh: the mesh, and the threads that keep
 /// its liveness (one heartbeat sender, one reader per peer). Groups hold it;
 /// dropping the last one leaves the mesh cleanly (see [`Membership::drop`]).
@@ -274,7 +261,7 @@ impl Drop for Membership {
         if !mesh.has_failed() {
             let deadline = Instant::now() + live.timeout;
             mesh.flush_links(deadline);
-            let bye = header(OpKind::Bye, 0);
+            let bye = FrameHeader::control(OpKind::Bye, 0);
             let told: Vec<usize> = (0..mesh.world)
                 .filter(|&p| matches!(live.status(p), PeerStatus::Alive))
                 .filter(|&p| {
@@ -292,7 +279,7 @@ impl Drop for Membership {
 fn heartbeat(mesh: &Mesh) {
     let live = &mesh.live;
     let every = live.interval();
-    let h = header(OpKind::Heartbeat, HEARTBEAT_LEN);
+    let h = FrameHeader::control(OpKind::Heartbeat, HEARTBEAT_LEN);
     let mut stop = lock(&live.stop);
     loop {
         if *stop || mesh.has_failed() {
@@ -399,7 +386,11 @@ fn listen(mesh: &Mesh, peer: usize) {
             }
             OpKind::Bye => {
                 live.settle(peer, PeerStatus::Departed);
-                let _ = w.send_frame_until(&header(OpKind::ByeAck, 0), &[], read_deadline);
+                let _ = w.send_frame_until(
+                    &FrameHeader::control(OpKind::ByeAck, 0),
+                    &[],
+                    read_deadline,
+                );
                 // Read on until the peer closes (its acknowledgement of our
                 // own goodbye may still come).
             }

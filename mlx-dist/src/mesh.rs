@@ -229,15 +229,7 @@ impl Mesh {
         tracing::error!(rank = self.rank, error = %err, culprit = ?failure.culprit, "collective failed; closing all links");
         crate::report::failure(self.rank, failure.culprit, &err.to_string());
         let payload = failure.encode();
-        let h = FrameHeader {
-            op: OpKind::Abort,
-            dtype: Dtype::Bool,
-            group: 0,
-            seq: 0,
-            total: 0,
-            len: payload.len() as u64,
-        }
-        .encode();
+        let h = FrameHeader::control(OpKind::Abort, payload.len());
         // The witnesses of the live peers speak (and are delivered) before
         // any data link closes, so a peer that sees our links close finds
         // the announcement; a dead or silent peer hears nothing, and waiting

@@ -197,6 +197,20 @@ pub struct FrameHeader {
 }
 
 impl FrameHeader {
+    /// The encoded header of a control frame (`Abort`, `Heartbeat`, `Bye`,
+    /// `ByeAck`): no group, sequence or dtype, a `len`-byte payload.
+    pub fn control(op: OpKind, len: usize) -> [u8; HEADER_LEN] {
+        FrameHeader {
+            op,
+            dtype: Dtype::Bool,
+            group: 0,
+            seq: 0,
+            total: 0,
+            len: len as u64,
+        }
+        .encode()
+    }
+
     /// Encodes the header into its 40 bytes.
     pub fn encode(&self) -> [u8; HEADER_LEN] {
         let mut b = [0u8; HEADER_LEN];
