@@ -22,6 +22,13 @@
 //! Run it on 4 processes with `mlx-launch -n 4 -- target/debug/examples/all_sum`.
 //! How the launcher configures ranks is described in [`config`]; the frame
 //! layout in [`wire`]; the connection handshake in [`handshake`].
+//!
+//! Failures are errors that name the rank at fault, never hangs: every rank
+//! heartbeats to every peer from a thread of its own, so a peer that dies or
+//! falls silent is reported after the liveness timeout (5 s), while a live
+//! peer that is merely busy is waited for up to the collective timeout (ten
+//! minutes); both are set per world with [`init_with`] and [`InitOptions`],
+//! or by the environment ([`config`]).
 
 pub mod collectives;
 pub mod config;
