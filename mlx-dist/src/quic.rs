@@ -12,7 +12,7 @@
 //! `Link` methods block on it with the collective timeout as deadline, so the
 //! collectives run unchanged (on the threaded ring). One more stream per
 //! peer is its witness, carrying heartbeats as over TCP (see
-//! [`crate::liveness`]); QUIC's own idle timeout is twice the liveness
+//! `crate::liveness`); QUIC's own idle timeout is twice the liveness
 //! timeout, so a silent peer is named by the heartbeats first.
 
 use std::io::{self, Read, Write};

@@ -3,7 +3,7 @@
 //!
 //! - Linux: the launcher asks the kernel to SIGKILL every process it starts
 //!   when the launcher goes away (`PR_SET_PDEATHSIG`, set between fork and
-//!   exec, see [`die_with_launcher`]). The kernel sends it when the *thread*
+//!   exec, see `die_with_launcher`). The kernel sends it when the *thread*
 //!   that forked exits, so the launcher forks from the thread that waits for
 //!   the whole launch.
 //! - macOS has no such request: the rank watches the launcher itself.
