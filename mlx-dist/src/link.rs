@@ -291,25 +291,6 @@ impl Link for TcpLink {
         Ok(())
     }
 
-    fn recv_exact_until(&self, buf: &mut [u8], deadline: Instant) -> io::Result<()> {
-        TcpLink::recv_exact_until(self, buf, deadline)
-    }
-
-    fn finish(&self, _deadline: Instant) {
-        let _ = self.stream.shutdown(Shutdown::Write);
-    }
-
-    fn shutdown(&self) {
-        let _ = self.stream.shutdown(Shutdown::Both);
-    }
-
-    fn as_tcp(&self) -> Option<&TcpLink> {
-        Some(self)
-    }
-}
-
-impl TcpLink {
-    /// Reads exactly `buf.len()` bytes, giving up at `deadline`.
     fn recv_exact_until(&self, mut buf: &mut [u8], deadline: Instant) -> io::Result<()> {
         while !buf.is_empty() {
             match (&self.stream).read(buf) {
@@ -323,5 +304,17 @@ impl TcpLink {
             }
         }
         Ok(())
+    }
+
+    fn finish(&self, _deadline: Instant) {
+        let _ = self.stream.shutdown(Shutdown::Write);
+    }
+
+    fn shutdown(&self) {
+        let _ = self.stream.shutdown(Shutdown::Both);
+    }
+
+    fn as_tcp(&self) -> Option<&TcpLink> {
+        Some(self)
     }
 }

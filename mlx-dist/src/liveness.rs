@@ -20,7 +20,6 @@
 //!   waits (bounded) for each peer's `ByeAck`, so its closing connections
 //!   are not mistaken for a crash while a peer finishes its last collective.
 
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -70,10 +69,10 @@ pub(crate) struct Liveness {
     changed: Condvar,
     /// This rank's current operation and count, sent in every heartbeat.
     own: Mutex<Heartbeat>,
-    /// Set while this rank closes its group: closing peers are no failure.
-    leaving: AtomicBool,
-    stop: Mutex<bool>,
-    stop_cv: Condvar,
+    /// Set when this rank closes its group: the heartbeats stop, and peers
+    /// that close are no failure.
+    leaving: Mutex<bool>,
+    leaving_cv: Condvar,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -98,9 +97,8 @@ impl Liveness {
             ),
             changed: Condvar::new(),
             own: Mutex::new(Heartbeat::default()),
-            leaving: AtomicBool::new(false),
-            stop: Mutex::new(false),
-            stop_cv: Condvar::new(),
+            leaving: Mutex::new(false),
+            leaving_cv: Condvar::new(),
         }
     }
 
@@ -184,7 +182,7 @@ impl Liveness {
     }
 
     fn is_leaving(&self) -> bool {
-        self.leaving.load(Ordering::SeqCst)
+        *lock(&self.leaving)
     }
 
     /// Waits until every peer in `peers` acknowledged our goodbye or is no
@@ -252,9 +250,8 @@ impl Drop for Membership {
     fn drop(&mut self) {
         let mesh = &self.mesh;
         let live = &mesh.live;
-        live.leaving.store(true, Ordering::SeqCst);
-        *lock(&live.stop) = true;
-        live.stop_cv.notify_all();
+        *lock(&live.leaving) = true;
+        live.leaving_cv.notify_all();
         if let Some(h) = self.sender.take() {
             let _ = h.join();
         }
@@ -280,7 +277,7 @@ fn heartbeat(mesh: &Mesh) {
     let live = &mesh.live;
     let every = live.interval();
     let h = FrameHeader::control(OpKind::Heartbeat, HEARTBEAT_LEN);
-    let mut stop = lock(&live.stop);
+    let mut stop = lock(&live.leaving);
     loop {
         if *stop || mesh.has_failed() {
             return;
@@ -293,10 +290,10 @@ fn heartbeat(mesh: &Mesh) {
                 let _ = w.send_frame_until(&h, &payload, Instant::now() + every);
             }
         }
-        stop = lock(&live.stop);
+        stop = lock(&live.leaving);
         if !*stop {
             stop = live
-                .stop_cv
+                .leaving_cv
                 .wait_timeout(stop, every)
                 .unwrap_or_else(|p| p.into_inner())
                 .0;
