@@ -43,6 +43,15 @@ pub(crate) fn failure(rank: usize, culprit: Option<u32>, reason: &str) {
     }
 }
 
+/// Saves rank `rank`'s report, received as JSON text (a remote rank's,
+/// carried back by its agent: remote hosts need not share the launcher's
+/// file system).
+pub(crate) fn save(dir: &Path, rank: usize, json: &str) {
+    if let Err(e) = std::fs::write(path_of(dir, rank), json.trim()) {
+        tracing::debug!(rank, error = %e, "could not save a remote rank's failure report");
+    }
+}
+
 /// Every report in `dir`, by rank; files that are not reports are skipped.
 pub fn read_reports(dir: &Path, world: usize) -> Vec<FailureReport> {
     (0..world)

@@ -39,14 +39,43 @@ fn resolve(addr: &str) -> std::io::Result<SocketAddr> {
     })
 }
 
-/// Binds this rank's listening address (falling back to all interfaces on its port).
+/// Binds this rank's listening address (falling back to all interfaces on
+/// its port); a rank with several addresses listens on all interfaces.
 pub(crate) fn bind(cfg: &Config) -> Result<TcpListener> {
     let me = &cfg.hosts[cfg.rank];
     let addr = resolve(me)
         .map_err(|e| DistError::Config(format!("rank {} address {me}: {e}", cfg.rank)))?;
-    TcpListener::bind(addr)
-        .or_else(|_| TcpListener::bind(SocketAddr::new([0, 0, 0, 0].into(), addr.port())))
-        .map_err(|e| DistError::Config(format!("rank {} cannot listen on {me}: {e}", cfg.rank)))
+    let any = SocketAddr::new(
+        if addr.is_ipv6() {
+            std::net::Ipv6Addr::UNSPECIFIED.into()
+        } else {
+            std::net::Ipv4Addr::UNSPECIFIED.into()
+        },
+        addr.port(),
+    );
+    let several = cfg
+        .extra_addresses
+        .get(cfg.rank)
+        .is_some_and(|e| !e.is_empty());
+    let bound = if several {
+        TcpListener::bind(any)
+    } else {
+        TcpListener::bind(addr).or_else(|_| TcpListener::bind(any))
+    };
+    bound.map_err(|e| DistError::Config(format!("rank {} cannot listen on {me}: {e}", cfg.rank)))
+}
+
+/// The address link `link` to `peer` dials: data links take the peer's
+/// addresses in turn (one network interface each), the witness (the last
+/// link) its first.
+fn address_of(cfg: &Config, peer: usize, link: usize) -> &str {
+    let extra = cfg.extra_addresses.get(peer).map_or(&[][..], |e| &e[..]);
+    let witness = link == 2 * cfg.connections_per_peer;
+    match link % (extra.len() + 1) {
+        0 => &cfg.hosts[peer],
+        _ if witness => &cfg.hosts[peer],
+        i => &extra[i - 1],
+    }
 }
 
 fn tune(s: &TcpStream, timeout: Duration) -> std::io::Result<()> {
@@ -144,7 +173,7 @@ fn dial(
     link: usize,
     deadline: Instant,
 ) -> Result<TcpStream> {
-    let addr_s = &cfg.hosts[peer];
+    let addr_s = address_of(cfg, peer, link);
     let mut backoff = Duration::from_millis(5);
     loop {
         let attempt = (|| -> std::result::Result<TcpStream, String> {
@@ -177,7 +206,7 @@ fn dial(
                 if Instant::now() >= deadline {
                     return Err(DistError::ConnectTimeout {
                         peer,
-                        addr: addr_s.clone(),
+                        addr: addr_s.to_string(),
                         timeout: cfg.connect_timeout,
                         last: e,
                     });

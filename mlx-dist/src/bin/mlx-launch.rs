@@ -4,7 +4,12 @@
 //! mlx-launch -n 4 -- target/release/examples/all_sum
 //! mlx-launch --hosts a,b --backend ring --env RUST_LOG=info -- ./train --steps 100
 //! mlx-launch -n 2 --timeout 1800 --liveness-timeout 10 -- ./train
+//! mlx-launch --check --hostfile hosts.json -- ./train
 //! ```
+//!
+//! Remote ranks run `mlx-launch --remote-agent` on their host (through
+//! ssh), which receives the job's secrets on standard input; see
+//! `mlx_dist::launch::agent`.
 //!
 //! Exit status: 0 when every rank succeeded; else that of the first rank that
 //! failed on its own (its exit code, or 128 + signal), 130 when interrupted,
@@ -22,22 +27,39 @@ use mlx_dist::launch::{self, LaunchSpec, RankHost, parse_launcher_hostfile};
 #[derive(Parser, Debug)]
 #[command(name = "mlx-launch", version, about)]
 struct Args {
-    /// Number of processes (per host when --hosts or --hostfile is given).
+    /// Number of processes (per host when --hosts or --hostfile is given;
+    /// with an MPI-style host file, it replaces every host's slots).
     #[arg(short = 'n', long = "nproc")]
     n: Option<usize>,
     /// Comma-separated hosts to start ranks on over ssh (localhost runs locally).
     #[arg(long, value_delimiter = ',')]
     hosts: Vec<String>,
-    /// JSON host file: MLX's [{"ssh": "host", "ips": ["10.0.0.1"]}, ...] or ["host", ...].
+    /// Host file: MLX's JSON [{"ssh": "host", "ips": ["10.0.0.1", ...]}, ...]
+    /// (the ring uses every IP), or MPI's text (`host slots=N` per line).
     #[arg(long)]
     hostfile: Option<PathBuf>,
+    /// Check that the hosts are ready instead of launching: ssh in batch
+    /// mode, the same mlx-launch and program everywhere, free ports, names
+    /// resolving alike. Prints what to fix; exits 1 if anything is wrong.
+    #[arg(long)]
+    check: bool,
+    /// ssh configuration file for the remote ranks (ssh -F).
+    #[arg(long, env = "MLX_LAUNCH_SSH_CONFIG", value_name = "FILE")]
+    ssh_config: Option<PathBuf>,
+    /// Path of mlx-launch on the remote hosts (default: this program's path,
+    /// as on hosts that share a file system).
+    #[arg(long, value_name = "PATH")]
+    remote_launcher: Option<String>,
+    /// Extra argument for mpirun (MPI backend; repeatable), e.g. --mpi-arg=--bind-to --mpi-arg=core.
+    #[arg(long = "mpi-arg", value_name = "ARG", allow_hyphen_values = true)]
+    mpi_args: Vec<String>,
     /// Transport: ring (TCP), quic or mpi.
     #[arg(long, default_value = "ring")]
     backend: String,
     /// Extra environment variable for every rank, K=V (repeatable).
     #[arg(long = "env", value_name = "K=V")]
     env: Vec<String>,
-    /// Working directory of the ranks.
+    /// Working directory of the ranks (default: this one, on every host).
     #[arg(long)]
     cwd: Option<PathBuf>,
     /// First port; rank r listens on starting-port + r (free ports are chosen for local jobs otherwise).
@@ -81,19 +103,27 @@ fn grace_secs(s: &str) -> Result<Duration, String> {
 fn spec(a: Args) -> anyhow::Result<LaunchSpec> {
     let backend = Backend::from_name(&a.backend)
         .with_context(|| format!("unknown backend {:?}", a.backend))?;
+    if a.n == Some(0) {
+        bail!("-n 0: there must be at least one process");
+    }
     let per_host = a.n.unwrap_or(1);
     let hosts: Vec<RankHost> = if let Some(f) = &a.hostfile {
         let text =
             std::fs::read_to_string(f).with_context(|| format!("reading {}", f.display()))?;
-        let hs =
+        let entries =
             parse_launcher_hostfile(&text).map_err(|e| anyhow::anyhow!("{}: {e}", f.display()))?;
-        hs.iter()
-            .flat_map(|h| std::iter::repeat_n(h.clone(), per_host))
+        entries
+            .iter()
+            .flat_map(|e| std::iter::repeat_n(e.host.clone(), a.n.or(e.slots).unwrap_or(1)))
             .collect()
     } else if !a.hosts.is_empty() {
-        a.hosts
+        let hs = a
+            .hosts
             .iter()
-            .flat_map(|h| std::iter::repeat_n(RankHost::on(h), per_host))
+            .map(|h| RankHost::on(h).map_err(|e| anyhow::anyhow!("--hosts: {e}")))
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        hs.iter()
+            .flat_map(|h| std::iter::repeat_n(h.clone(), per_host))
             .collect()
     } else {
         let n =
@@ -107,9 +137,11 @@ fn spec(a: Args) -> anyhow::Result<LaunchSpec> {
         .env
         .iter()
         .map(|kv| {
-            kv.split_once('=')
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .with_context(|| format!("--env {kv:?} is not K=V"))
+            let (k, v) = kv
+                .split_once('=')
+                .with_context(|| format!("--env {kv:?} is not K=V"))?;
+            launch::check_env_key(k).map_err(|e| anyhow::anyhow!("--env: {e}"))?;
+            Ok((k.to_string(), v.to_string()))
         })
         .collect::<anyhow::Result<_>>()?;
     Ok(LaunchSpec {
@@ -126,11 +158,23 @@ fn spec(a: Args) -> anyhow::Result<LaunchSpec> {
             .unwrap_or_else(|| launch::default_grace(a.liveness_timeout)),
         collective_timeout: a.timeout,
         liveness_timeout: a.liveness_timeout,
+        ssh_config: a.ssh_config,
+        remote_launcher: a.remote_launcher,
+        mpi_args: a.mpi_args,
     })
 }
 
 fn main() {
+    // The remote end of a launch, started by another mlx-launch over ssh:
+    // everything it needs comes on standard input.
+    let argv: Vec<String> = std::env::args().skip(1).collect();
+    match argv.iter().map(String::as_str).collect::<Vec<_>>()[..] {
+        [launch::agent::AGENT_FLAG] => std::process::exit(launch::agent::run_agent()),
+        [launch::check::PROBE_FLAG] => std::process::exit(launch::check::run_probe()),
+        _ => {}
+    }
     let args = Args::parse();
+    let checking = args.check;
     let level = if args.verbose { "debug" } else { "warn" };
     tracing_subscriber::fmt()
         .with_env_filter(
@@ -148,6 +192,17 @@ fn main() {
             std::process::exit(2);
         }
     };
+    if checking {
+        let ready = launch::check::check(&spec, &mut std::io::stdout().lock());
+        std::process::exit(match ready {
+            Ok(true) => 0,
+            Ok(false) => 1,
+            Err(e) => {
+                eprintln!("mlx-launch --check: {e}");
+                2
+            }
+        });
+    }
     if spec.backend == Backend::Mpi {
         if spec.collective_timeout.is_some() || spec.liveness_timeout.is_some() {
             eprintln!(

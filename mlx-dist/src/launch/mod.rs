@@ -27,13 +27,19 @@
 //! The MPI backend is launched by `mpirun` instead, with weaker guarantees:
 //! see [`mpirun`].
 
+pub mod agent;
+pub mod check;
 mod hosts;
 pub mod mpirun;
 pub mod parent;
+mod remote;
 mod supervise;
 
-pub use hosts::{RankHost, parse_launcher_hostfile};
+pub use hosts::{
+    DEFAULT_STARTING_PORT, HostfileEntry, RankHost, check_ssh_destination, parse_launcher_hostfile,
+};
 pub use parent::{ENV_PARENT_PID, watch_parent};
+pub use remote::default_remote_launcher;
 pub use supervise::{Blame, LaunchOutcome, run};
 
 use std::path::PathBuf;
@@ -52,7 +58,8 @@ pub struct LaunchSpec {
     pub backend: Backend,
     /// Extra environment variables for every rank.
     pub env: Vec<(String, String)>,
-    /// Working directory of the ranks.
+    /// Working directory of the ranks: local ones inherit the launcher's
+    /// when unset, and remote ones start in the same path (as with MLX).
     pub cwd: Option<PathBuf>,
     /// First port; rank `r` listens on `starting_port + r`. Local jobs pick free ports when unset.
     pub starting_port: Option<u16>,
@@ -72,6 +79,12 @@ pub struct LaunchSpec {
     /// heartbeats stop for this long is declared dead. `None` leaves the
     /// ranks' default (5 s).
     pub liveness_timeout: Option<Duration>,
+    /// An ssh configuration file for the remote ranks (`ssh -F`).
+    pub ssh_config: Option<PathBuf>,
+    /// Path of `mlx-launch` on the remote hosts (see [`default_remote_launcher`]).
+    pub remote_launcher: Option<String>,
+    /// Extra arguments for `mpirun` (MPI backend).
+    pub mpi_args: Vec<String>,
 }
 
 impl LaunchSpec {
@@ -89,7 +102,27 @@ impl LaunchSpec {
             grace: default_grace(None),
             collective_timeout: None,
             liveness_timeout: None,
+            ssh_config: None,
+            remote_launcher: None,
+            mpi_args: Vec::new(),
         }
+    }
+}
+
+/// Refuses an environment variable name that is not an identifier
+/// (`[A-Za-z_][A-Za-z0-9_]*`): names reach a remote shell and `env`.
+pub fn check_env_key(key: &str) -> Result<(), String> {
+    let mut b = key.bytes();
+    let ok = b
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == b'_')
+        && b.all(|c| c.is_ascii_alphanumeric() || c == b'_');
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "environment variable name {key:?} is not an identifier (letters, digits and '_', not starting with a digit)"
+        ))
     }
 }
 
@@ -226,26 +259,33 @@ const THREAD_VARS: [&str; 5] = [
     "VECLIB_MAXIMUM_THREADS",
 ];
 
-/// For ranks started on this machine, splits its cores evenly between them
-/// (as torchrun does), so that N ranks with their own thread pools do not
-/// oversubscribe the cores, and names OpenBLAS's kernel family for this CPU
-/// (`OPENBLAS_CORETYPE`). A variable already set in the launcher's
-/// environment, or given with `--env`, wins.
+/// For ranks started on this machine: see [`thread_vars`]. Remote ranks get
+/// theirs from their agent, which counts the cores of their host.
 fn thread_env(spec: &LaunchSpec, rank: usize) -> Vec<(String, String)> {
     if spec.hosts[rank].ssh.is_some() {
         return vec![];
     }
-    let local = spec.hosts.iter().filter(|h| h.ssh.is_none()).count().max(1);
+    let local = spec.hosts.iter().filter(|h| h.ssh.is_none()).count();
+    thread_vars(local, &[])
+}
+
+/// Splits this machine's cores evenly between the `ranks_here` ranks it
+/// runs (as torchrun does), so that ranks with their own thread pools do
+/// not oversubscribe the cores, and names OpenBLAS's kernel family for this
+/// CPU (`OPENBLAS_CORETYPE`). A variable already set in this process's
+/// environment, or in `given` (the job's `--env`), wins.
+pub(crate) fn thread_vars(ranks_here: usize, given: &[(String, String)]) -> Vec<(String, String)> {
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let share = (cores / local).max(1).to_string();
+    let share = (cores / ranks_here.max(1)).max(1).to_string();
+    let unset = |v: &str| std::env::var_os(v).is_none() && !given.iter().any(|(k, _)| k == v);
     let mut env: Vec<(String, String)> = THREAD_VARS
         .iter()
-        .filter(|v| std::env::var_os(v).is_none())
+        .filter(|v| unset(v))
         .map(|v| (v.to_string(), share.clone()))
         .collect();
     // OpenBLAS may not recognise a CPU newer than itself and fall back to
     // slow generic kernels; name the family this CPU runs.
-    if std::env::var_os("OPENBLAS_CORETYPE").is_none()
+    if unset("OPENBLAS_CORETYPE")
         && let Some(core) = mlx_array::blas::openblas_coretype_for_cpu()
     {
         env.push(("OPENBLAS_CORETYPE".into(), core.into()));
@@ -270,6 +310,35 @@ mod tests {
             parse_seconds("1e30", false).is_err(),
             "too large for a Duration"
         );
+    }
+
+    #[test]
+    fn environment_names_are_identifiers() {
+        for ok in ["A", "_x1", "MLX_DIST_SHM"] {
+            assert!(check_env_key(ok).is_ok(), "{ok}");
+        }
+        for bad in ["", "1A", "A-B", "A B", "A;rm", "$(x)", "A=B"] {
+            assert!(check_env_key(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn cores_are_shared_and_given_values_win() {
+        let given = vec![("OMP_NUM_THREADS".to_string(), "7".to_string())];
+        let v = thread_vars(1, &given);
+        assert!(!v.iter().any(|(k, _)| k == "OMP_NUM_THREADS"));
+        let cores = std::thread::available_parallelism().unwrap().get();
+        if std::env::var_os("RAYON_NUM_THREADS").is_none() {
+            let rayon = |n| {
+                thread_vars(n, &[])
+                    .into_iter()
+                    .find(|(k, _)| k == "RAYON_NUM_THREADS")
+                    .unwrap()
+                    .1
+            };
+            assert_eq!(rayon(1), cores.to_string());
+            assert_eq!(rayon(cores * 4), "1");
+        }
     }
 
     #[test]

@@ -85,6 +85,7 @@ pub fn mpirun_command(spec: &LaunchSpec, running_as_root: bool) -> Vec<String> {
         c.push("-x".into());
         c.push(format!("{k}={v}"));
     }
+    c.extend(spec.mpi_args.iter().cloned());
     c.extend(spec.command.iter().cloned());
     c
 }
@@ -221,7 +222,15 @@ pub fn run(spec: &LaunchSpec) -> anyhow::Result<i32> {
         drop(out_tx);
     }
     report_exit(child, 0, tx);
-    let s = supervise(&[pgid], 1, &rx, spec.grace, false, &|_| argv[0].clone());
+    let s = supervise(
+        1,
+        &|_, sig| signal_group(pgid, sig),
+        1,
+        &rx,
+        spec.grace,
+        false,
+        &|_| argv[0].clone(),
+    );
     forward_interrupts(None);
     signal_group(pgid, libc::SIGKILL);
     finish_output(out_rx);

@@ -8,7 +8,9 @@ use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use super::{JobIdentity, LaunchSpec, hosts, parent, rank_env};
+use std::path::PathBuf;
+
+use super::{JobIdentity, LaunchSpec, agent, hosts, parent, rank_env, remote};
 
 /// How a launch ended.
 #[derive(Debug)]
@@ -224,14 +226,16 @@ pub(crate) struct Supervised {
     pub interrupted: bool,
 }
 
-/// Waits until every process of `pgids` (process `i` leads group `pgids[i]`,
-/// out of `n` meant to run) reported its exit on `rx`. When one fails on its
-/// own the others get `grace`, then SIGTERM, then SIGKILL; an interrupt is
-/// forwarded as SIGINT (SIGKILL on the second) and SIGKILL follows after
-/// `grace`. `stop_now` starts the stopping at once (a rank could not start).
-/// `name` names process `i` in the log.
+/// Waits until each of the `started` processes (out of `n` meant to run)
+/// reported its exit on `rx`; `signal(i, sig)` signals process `i` (its
+/// whole process group, or a remote rank through its agent). When one
+/// fails on its own the others get `grace`, then SIGTERM, then SIGKILL; an
+/// interrupt is forwarded as SIGINT (SIGKILL on the second) and SIGKILL
+/// follows after `grace`. `stop_now` starts the stopping at once (a rank
+/// could not start). `name` names process `i` in the log.
 pub(crate) fn supervise(
-    pgids: &[u32],
+    started: usize,
+    signal: &dyn Fn(usize, i32),
     n: usize,
     rx: &Receiver<Event>,
     grace: Duration,
@@ -240,7 +244,7 @@ pub(crate) fn supervise(
 ) -> Supervised {
     // A year stands for "for ever" and keeps Instant arithmetic in range.
     let grace = grace.min(Duration::from_secs(365 * 24 * 3600));
-    let mut alive = vec![true; pgids.len()];
+    let mut alive = vec![true; started];
     let mut signalled = vec![false; n];
     let mut statuses: Vec<Option<ExitStatus>> = vec![None; n];
     let mut failures: Vec<Failure> = Vec::new();
@@ -251,7 +255,7 @@ pub(crate) fn supervise(
     let send = |alive: &[bool], signalled: &mut [bool], sig: i32| {
         for (r, _) in alive.iter().enumerate().filter(|(_, a)| **a) {
             signalled[r] = true;
-            signal_group(pgids[r], sig);
+            signal(r, sig);
         }
     };
     while alive.iter().any(|&a| a) {
@@ -333,54 +337,25 @@ pub(crate) fn supervise(
     }
 }
 
-fn shell_quote(s: &str) -> String {
-    if !s.is_empty()
-        && s.bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"-_./=:,@%+".contains(&b))
-    {
-        s.to_string()
-    } else {
-        format!("'{}'", s.replace('\'', "'\\''"))
+/// The command that starts local rank `rank` with `env`.
+fn local_command(spec: &LaunchSpec, env: &[(String, String)]) -> Command {
+    let mut c = Command::new(&spec.command[0]);
+    c.args(&spec.command[1..]);
+    c.envs(env.iter().map(|(k, v)| (k, v)));
+    c.env(parent::ENV_PARENT_PID, std::process::id().to_string());
+    if let Some(d) = &spec.cwd {
+        c.current_dir(d);
     }
+    c
 }
 
-fn command_for(spec: &LaunchSpec, rank: usize, env: &[(String, String)]) -> Command {
-    match &spec.hosts[rank].ssh {
-        None => {
-            let mut c = Command::new(&spec.command[0]);
-            c.args(&spec.command[1..]);
-            c.envs(env.iter().map(|(k, v)| (k, v)));
-            c.env(parent::ENV_PARENT_PID, std::process::id().to_string());
-            if let Some(d) = &spec.cwd {
-                c.current_dir(d);
-            }
-            c
-        }
-        Some(host) => {
-            let mut script = String::new();
-            if let Some(d) = &spec.cwd {
-                script += &format!("cd {} && ", shell_quote(&d.display().to_string()));
-            }
-            script += "exec env";
-            for (k, v) in env {
-                script += &format!(" {}={}", k, shell_quote(v));
-            }
-            for a in &spec.command {
-                script += " ";
-                script += &shell_quote(a);
-            }
-            let mut c = Command::new("ssh");
-            c.args(["-o", "BatchMode=yes", host, &script]);
-            c
-        }
-    }
-}
-
-/// Copies `src` line by line to `sink` with a `[rank]` prefix on a thread
-/// that holds `done` until the stream ends.
+/// Copies `src` line by line to `sink`, after `prefix`, on a thread that
+/// holds `done` until the stream ends. With `reports`, a line that carries a
+/// remote rank's failure report (see [`agent`]) is saved there instead.
 fn forward<R: Read + Send + 'static, W: Write>(
     src: R,
-    rank: usize,
+    prefix: String,
+    reports: Option<(PathBuf, usize)>,
     done: Sender<()>,
     mut sink: impl FnMut() -> W + Send + 'static,
 ) {
@@ -388,12 +363,17 @@ fn forward<R: Read + Send + 'static, W: Write>(
         let _done = done;
         let mut r = BufReader::new(src);
         let mut line = Vec::new();
-        let prefix = format!("[{rank}] ");
         loop {
             line.clear();
             match r.read_until(b'\n', &mut line) {
                 Ok(0) | Err(_) => break,
                 Ok(_) => {
+                    if let Some((dir, rank)) = &reports
+                        && let Some(json) = line.strip_prefix(agent::REPORT_MARKER.as_bytes())
+                    {
+                        crate::report::save(dir, *rank, &String::from_utf8_lossy(json));
+                        continue;
+                    }
                     if !line.ends_with(b"\n") {
                         line.push(b'\n');
                     }
@@ -407,6 +387,109 @@ fn forward<R: Read + Send + 'static, W: Write>(
     });
 }
 
+/// How the launcher signals one rank.
+enum Handle {
+    /// A local process group.
+    Local(u32),
+    /// A remote rank: through its agent, else by killing the local ssh.
+    Remote { ssh: u32, control: remote::Control },
+}
+
+impl Handle {
+    fn signal(&self, sig: i32) {
+        match self {
+            Handle::Local(pgid) => signal_group(*pgid, sig),
+            Handle::Remote { ssh, control } => {
+                if !control.send(&agent::Frame::Signal(sig)) {
+                    signal_group(*ssh, libc::SIGKILL);
+                }
+            }
+        }
+    }
+
+    /// Ends whatever is left of the rank once the launch is over.
+    fn finish(&self) {
+        match self {
+            Handle::Local(pgid) => signal_group(*pgid, libc::SIGKILL),
+            Handle::Remote { ssh, control } => {
+                control.close();
+                signal_group(*ssh, libc::SIGKILL);
+            }
+        }
+    }
+}
+
+/// Starts rank `rank`: locally, or over ssh through its agent, with its
+/// output forwarded (and, for a remote rank, its failure report saved in
+/// `reports`).
+fn start_rank(
+    spec: &LaunchSpec,
+    rank: usize,
+    job: &JobIdentity,
+    addrs: &[String],
+    hostfile: Option<&std::path::Path>,
+    reports: &std::path::Path,
+    out: &Sender<()>,
+) -> anyhow::Result<(Handle, Child)> {
+    let env = rank_env(spec, job, addrs, rank, hostfile);
+    let prefix = if spec.prefix_output {
+        format!("[{rank}] ")
+    } else {
+        String::new()
+    };
+    let Some(host) = &spec.hosts[rank].ssh else {
+        let mut cmd = local_command(spec, &env);
+        cmd.stdin(if rank == 0 {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        });
+        if spec.prefix_output {
+            cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
+        }
+        let mut child = spawn_guarded(&mut cmd)
+            .map_err(|e| anyhow::anyhow!("cannot start rank {rank} ({}): {e}", spec.command[0]))?;
+        forward_stdin(&mut child);
+        if let Some(o) = child.stdout.take() {
+            forward(o, prefix.clone(), None, out.clone(), || {
+                std::io::stdout().lock()
+            });
+        }
+        if let Some(e) = child.stderr.take() {
+            forward(e, prefix, None, out.clone(), || std::io::stderr().lock());
+        }
+        return Ok((Handle::Local(child.id()), child));
+    };
+    // The rank's environment holds the job secret: it goes to the agent on
+    // ssh's standard input, never on a command line.
+    let mut env = env;
+    env.retain(|(k, _)| k != crate::report::ENV_REPORT_DIR);
+    let order = remote::order_for(spec, rank, env);
+    let mut cmd = remote::agent_command(spec, host);
+    cmd.stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = spawn_guarded(&mut cmd)
+        .map_err(|e| anyhow::anyhow!("cannot start ssh for rank {rank} on {host}: {e}"))?;
+    let stdin = child.stdin.take().expect("piped");
+    let control = remote::Control::start(stdin, &order)
+        .map_err(|e| anyhow::anyhow!("cannot send rank {rank}'s order to ssh ({host}): {e}"))?;
+    if rank == 0 {
+        control.forward_stdin();
+    }
+    if let Some(o) = child.stdout.take() {
+        forward(o, prefix.clone(), None, out.clone(), || {
+            std::io::stdout().lock()
+        });
+    }
+    if let Some(e) = child.stderr.take() {
+        let saved = Some((reports.to_path_buf(), rank));
+        forward(e, prefix, saved, out.clone(), || std::io::stderr().lock());
+    }
+    let ssh = child.id();
+    Ok((Handle::Remote { ssh, control }, child))
+}
+
 /// Starts every rank of `spec` and supervises them until all have exited.
 ///
 /// The ranks are started from the calling thread, which this blocks until
@@ -417,6 +500,9 @@ fn forward<R: Read + Send + 'static, W: Write>(
 pub fn run(spec: &LaunchSpec) -> anyhow::Result<LaunchOutcome> {
     anyhow::ensure!(!spec.command.is_empty(), "no program to launch");
     anyhow::ensure!(!spec.hosts.is_empty(), "no ranks to launch");
+    if let Some(p) = super::check::launch_problems(spec).first() {
+        anyhow::bail!("{p}");
+    }
     let n = spec.hosts.len();
     let job = JobIdentity::random();
     #[cfg(feature = "quic")]
@@ -458,47 +544,42 @@ pub fn run(spec: &LaunchSpec) -> anyhow::Result<LaunchOutcome> {
     let (tx, rx) = mpsc::channel();
     let (out_tx, out_rx) = mpsc::channel();
     forward_interrupts(Some(tx.clone()));
-    let mut pgids = Vec::with_capacity(n);
+    let mut handles: Vec<Handle> = Vec::with_capacity(n);
     let mut spawn_error = None;
     for rank in 0..n {
-        let env = rank_env(spec, &job, &addrs, rank, hostfile.as_deref());
-        let mut cmd = command_for(spec, rank, &env);
-        cmd.stdin(if rank == 0 {
-            Stdio::piped()
-        } else {
-            Stdio::null()
-        });
-        if spec.prefix_output {
-            cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
-        }
-        let mut child = match spawn_guarded(&mut cmd) {
-            Ok(c) => c,
+        match start_rank(
+            spec,
+            rank,
+            &job,
+            &addrs,
+            hostfile.as_deref(),
+            &reports,
+            &out_tx,
+        ) {
+            Ok((handle, child)) => {
+                handles.push(handle);
+                report_exit(child, rank, tx.clone());
+            }
             Err(e) => {
-                spawn_error = Some(anyhow::anyhow!(
-                    "cannot start rank {rank} ({}): {e}",
-                    spec.command[0]
-                ));
+                spawn_error = Some(e);
                 break;
             }
-        };
-        pgids.push(child.id());
-        forward_stdin(&mut child);
-        if let Some(o) = child.stdout.take() {
-            forward(o, rank, out_tx.clone(), || std::io::stdout().lock());
         }
-        if let Some(e) = child.stderr.take() {
-            forward(e, rank, out_tx.clone(), || std::io::stderr().lock());
-        }
-        report_exit(child, rank, tx.clone());
     }
     drop((tx, out_tx));
 
-    let s = supervise(&pgids, n, &rx, spec.grace, spawn_error.is_some(), &|r| {
-        format!("rank {r}")
-    });
+    let s = supervise(
+        handles.len(),
+        &|r, sig| handles[r].signal(sig),
+        n,
+        &rx,
+        spec.grace,
+        spawn_error.is_some(),
+        &|r| format!("rank {r}"),
+    );
     forward_interrupts(None);
-    for &g in &pgids {
-        signal_group(g, libc::SIGKILL);
+    for h in &handles {
+        h.finish();
     }
     finish_output(out_rx);
     if let Some(p) = hostfile {
@@ -521,16 +602,4 @@ pub fn run(spec: &LaunchSpec) -> anyhow::Result<LaunchOutcome> {
         signalled: s.signalled,
         blamed,
     })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn quoting() {
-        assert_eq!(shell_quote("a=b"), "a=b");
-        assert_eq!(shell_quote("it's"), "'it'\\''s'");
-        assert_eq!(shell_quote(""), "''");
-    }
 }

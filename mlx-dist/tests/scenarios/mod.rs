@@ -372,6 +372,20 @@ pub fn scenario_last() {
     println!("LAST rank {} OK", g.rank());
 }
 
+/// Connects, sums, then holds the connections open for `MLX_HOLD_MS`
+/// (so that a test can look at them), then sums again.
+pub fn scenario_hold() {
+    let g = init(Backend::Any).unwrap();
+    let mut x = vec![1.0f32; 1 << 20];
+    g.all_sum(&mut x).unwrap();
+    println!("HOLD rank {}", g.rank());
+    let ms: u64 = std::env::var("MLX_HOLD_MS").unwrap().parse().unwrap();
+    std::thread::sleep(Duration::from_millis(ms));
+    g.all_sum(&mut x).unwrap();
+    assert!(x.iter().all(|&v| v == (g.size() * g.size()) as f32));
+    println!("HOLD rank {} OK", g.rank());
+}
+
 /// A small deterministic generator, the same on every rank.
 struct SplitMix(u64);
 
@@ -472,6 +486,7 @@ pub fn run_scenario() {
         Ok("busy") => scenario_busy(),
         Ok("soak") => scenario_soak(),
         Ok("last") => scenario_last(),
+        Ok("hold") => scenario_hold(),
         Ok(other) => panic!("unknown scenario {other}"),
         Err(_) => {}
     }

@@ -1,0 +1,355 @@
+//! The remote end of a launch: `mlx-launch --remote-agent`, which ssh starts
+//! on each host, one per rank.
+//!
+//! Everything secret or long travels on ssh's standard input, never on a
+//! command line (`ps` and `/proc/*/cmdline` show command lines to every
+//! user of both machines): the launcher's first line is a JSON [`Order`]
+//! (the rank's program, environment with the job secret and QUIC key,
+//! working directory), then [frames](Frame) follow: standard input for the
+//! rank, signals to forward. When the launcher's side of the connection
+//! ends without a goodbye, because the launcher or its ssh died, the agent
+//! kills the rank and everything the rank started: a lost launcher leaves
+//! nothing running on any host.
+//!
+//! The agent sends nothing back but the rank's own output (passed through)
+//! and, after the rank exited, its failure report (see [`crate::report`]) as
+//! one line on standard error starting with [`REPORT_MARKER`], which the
+//! launcher takes out of the output.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use super::supervise::{signal_group, spawn_guarded, status_code};
+
+/// The argument that makes `mlx-launch` the agent of one remote rank.
+pub const AGENT_FLAG: &str = "--remote-agent";
+
+/// Version of the launcher-agent protocol; a launcher and an agent of
+/// different versions refuse each other (the agent says so).
+pub(crate) const PROTOCOL: u64 = 1;
+
+/// The start of the line that carries a remote rank's failure report.
+pub(crate) const REPORT_MARKER: &str = "\u{1}mlx-launch-report ";
+
+/// What the launcher asks the agent to start.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct Order {
+    /// The rank (for messages and its report).
+    pub rank: usize,
+    /// The program and its arguments.
+    pub command: Vec<String>,
+    /// Working directory.
+    pub cwd: Option<String>,
+    /// Environment to add (the job's variables, secrets included).
+    pub env: Vec<(String, String)>,
+    /// How many ranks of the job run on this host: they share its cores.
+    pub ranks_on_host: usize,
+}
+
+impl Order {
+    /// The order as the one JSON line the agent reads first.
+    pub fn to_line(&self) -> String {
+        let mut s = serde_json::json!({
+            "protocol": PROTOCOL,
+            "version": env!("CARGO_PKG_VERSION"),
+            "rank": self.rank,
+            "command": self.command,
+            "cwd": self.cwd,
+            "env": self.env.iter().map(|(k, v)| [k, v]).collect::<Vec<_>>(),
+            "ranks_on_host": self.ranks_on_host,
+        })
+        .to_string();
+        s.push('\n');
+        s
+    }
+
+    /// Parses the order line, refusing another protocol or version.
+    pub fn parse(line: &str) -> Result<Order, String> {
+        let v: serde_json::Value =
+            serde_json::from_str(line).map_err(|e| format!("the order is not JSON: {e}"))?;
+        let theirs = v["version"].as_str().unwrap_or("?");
+        if v["protocol"].as_u64() != Some(PROTOCOL) || theirs != env!("CARGO_PKG_VERSION") {
+            return Err(format!(
+                "the launcher is mlx-launch {theirs} but this host runs mlx-launch {}: install the same version on every host",
+                env!("CARGO_PKG_VERSION")
+            ));
+        }
+        let strings = |key: &str| -> Result<Vec<String>, String> {
+            v[key]
+                .as_array()
+                .ok_or(format!("the order has no {key}"))?
+                .iter()
+                .map(|s| s.as_str().map(str::to_string))
+                .collect::<Option<_>>()
+                .ok_or(format!("the order's {key} holds a non-string"))
+        };
+        let env = v["env"]
+            .as_array()
+            .ok_or("the order has no env")?
+            .iter()
+            .map(|kv| match (kv[0].as_str(), kv[1].as_str()) {
+                (Some(k), Some(v)) => Ok((k.to_string(), v.to_string())),
+                _ => Err("the order's env holds a non-pair".to_string()),
+            })
+            .collect::<Result<_, _>>()?;
+        let command = strings("command")?;
+        if command.is_empty() {
+            return Err("the order names no program".into());
+        }
+        Ok(Order {
+            rank: v["rank"].as_u64().ok_or("the order has no rank")? as usize,
+            command,
+            cwd: v["cwd"].as_str().map(str::to_string),
+            env,
+            ranks_on_host: v["ranks_on_host"].as_u64().unwrap_or(1).max(1) as usize,
+        })
+    }
+}
+
+/// What the launcher sends after the order.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Frame {
+    /// Bytes for the rank's standard input.
+    Input(Vec<u8>),
+    /// The rank's standard input ends.
+    EndOfInput,
+    /// Send this signal to the rank's process group.
+    Signal(i32),
+}
+
+impl Frame {
+    /// The frame's bytes: a tag, then for input a 4-byte length and the data.
+    pub fn encode(&self) -> Vec<u8> {
+        match self {
+            Frame::Input(d) => {
+                let mut v = Vec::with_capacity(5 + d.len());
+                v.push(b'i');
+                v.extend_from_slice(&(d.len() as u32).to_le_bytes());
+                v.extend_from_slice(d);
+                v
+            }
+            Frame::EndOfInput => vec![b'e'],
+            Frame::Signal(s) => vec![b's', *s as u8],
+        }
+    }
+
+    /// Reads one frame; `Ok(None)` at the end of the stream.
+    pub fn read(r: &mut impl Read) -> std::io::Result<Option<Frame>> {
+        let mut tag = [0u8; 1];
+        if r.read(&mut tag)? == 0 {
+            return Ok(None);
+        }
+        Ok(Some(match tag[0] {
+            b'i' => {
+                let mut len = [0u8; 4];
+                r.read_exact(&mut len)?;
+                let mut d = vec![0u8; u32::from_le_bytes(len) as usize];
+                r.read_exact(&mut d)?;
+                Frame::Input(d)
+            }
+            b'e' => Frame::EndOfInput,
+            b's' => {
+                let mut s = [0u8; 1];
+                r.read_exact(&mut s)?;
+                Frame::Signal(s[0] as i32)
+            }
+            t => {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::InvalidData,
+                    format!("unknown frame tag {t:#x}"),
+                ));
+            }
+        }))
+    }
+}
+
+/// Runs the agent: reads the order on standard input, starts the rank and
+/// returns the exit code to end with (the rank's, or 128 + the signal that
+/// killed it; 127 when the rank could not be started).
+pub fn run_agent() -> i32 {
+    let host = hostname();
+    let mut input = BufReader::new(std::io::stdin());
+    let mut line = String::new();
+    if let Err(e) = input.read_line(&mut line) {
+        eprintln!("mlx-launch agent on {host}: cannot read the order: {e}");
+        return 127;
+    }
+    let order = match Order::parse(&line) {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("mlx-launch agent on {host}: {e}");
+            return 127;
+        }
+    };
+    let reports = std::env::temp_dir().join(format!(
+        "mlx-launch-agent-{}-{}",
+        std::process::id(),
+        order.rank
+    ));
+    match start_and_wait(&order, input, &reports) {
+        Ok(code) => {
+            send_report(&reports, order.rank);
+            let _ = std::fs::remove_dir_all(&reports);
+            code
+        }
+        Err(e) => {
+            let _ = std::fs::remove_dir_all(&reports);
+            eprintln!(
+                "mlx-launch agent on {host}: cannot start rank {} ({}): {e}",
+                order.rank, order.command[0]
+            );
+            127
+        }
+    }
+}
+
+/// Starts the rank of `order`, forwards the launcher's frames (read from
+/// `frames`, which may hold some already) and waits for the rank's exit.
+fn start_and_wait(
+    order: &Order,
+    mut frames: BufReader<std::io::Stdin>,
+    reports: &std::path::Path,
+) -> std::io::Result<i32> {
+    std::fs::create_dir_all(reports)?;
+    let mut cmd = Command::new(&order.command[0]);
+    cmd.args(&order.command[1..]);
+    if let Some(d) = &order.cwd {
+        // A clear error instead of exec's "No such file or directory".
+        if !std::path::Path::new(d).is_dir() {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::NotFound,
+                format!("the working directory {d} does not exist here (use --cwd)"),
+            ));
+        }
+        cmd.current_dir(d);
+    }
+    cmd.envs(super::thread_vars(order.ranks_on_host, &order.env));
+    cmd.envs(order.env.iter().map(|(k, v)| (k, v)));
+    cmd.env(crate::report::ENV_REPORT_DIR, reports);
+    cmd.env(
+        super::parent::ENV_PARENT_PID,
+        std::process::id().to_string(),
+    );
+    cmd.stdin(Stdio::piped()).stderr(Stdio::piped());
+    let mut child = spawn_guarded(&mut cmd)?;
+    let pgid = child.id();
+    let mut stdin = child.stdin.take();
+    let stderr = child.stderr.take().expect("piped");
+    // The rank's standard error passes through a thread that remembers
+    // whether the last line ended, so that the report starts a line.
+    let (done_tx, done_rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut src = stderr;
+        let mut out = std::io::stderr();
+        let mut buf = [0u8; 8192];
+        let mut ended = true;
+        while let Ok(n) = src.read(&mut buf) {
+            if n == 0 {
+                break;
+            }
+            let _ = out.write_all(&buf[..n]);
+            let _ = out.flush();
+            ended = buf[n - 1] == b'\n';
+        }
+        let _ = done_tx.send(ended);
+    });
+    // Frames from the launcher, until it goes away.
+    std::thread::spawn(move || {
+        loop {
+            match Frame::read(&mut frames) {
+                Ok(Some(Frame::Input(d))) => {
+                    if let Some(s) = stdin.as_mut()
+                        && s.write_all(&d).is_err()
+                    {
+                        stdin = None;
+                    }
+                }
+                Ok(Some(Frame::EndOfInput)) => stdin = None,
+                Ok(Some(Frame::Signal(sig))) => signal_group(pgid, sig),
+                // The launcher, its ssh or the network is gone while the
+                // rank runs: nobody would ever stop it.
+                Ok(None) | Err(_) => {
+                    signal_group(pgid, libc::SIGKILL);
+                    return;
+                }
+            }
+        }
+    });
+    let status = child.wait()?;
+    // Whatever the rank left in its group goes with it.
+    signal_group(pgid, libc::SIGKILL);
+    let ended = done_rx.recv_timeout(Duration::from_secs(2)).unwrap_or(true);
+    if !ended {
+        eprintln!();
+    }
+    Ok(status_code(&status))
+}
+
+/// Sends the rank's failure report, if it wrote one, as a marked line.
+fn send_report(dir: &std::path::Path, rank: usize) {
+    if let Some(r) = crate::report::read_reports(dir, rank + 1).pop()
+        && r.rank == rank
+    {
+        let json = serde_json::json!({ "rank": r.rank, "culprit": r.culprit, "reason": r.reason });
+        let mut err = std::io::stderr().lock();
+        let _ = writeln!(err, "{REPORT_MARKER}{json}");
+        let _ = err.flush();
+    }
+}
+
+/// This machine's host name, for messages.
+pub(crate) fn hostname() -> String {
+    let mut buf = [0u8; 256];
+    // SAFETY: gethostname writes at most buf.len() bytes into buf.
+    let r = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
+    if r != 0 {
+        return "this host".into();
+    }
+    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+    String::from_utf8_lossy(&buf[..end]).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn orders_round_trip_and_other_versions_are_refused() {
+        let o = Order {
+            rank: 3,
+            command: vec!["./train".into(), "--steps".into(), "it's 5".into()],
+            cwd: Some("/work dir".into()),
+            env: vec![("MLX_DIST_JOB_SECRET".into(), "ab\ncd".into())],
+            ranks_on_host: 2,
+        };
+        let line = o.to_line();
+        assert_eq!(line.matches('\n').count(), 1, "one line: {line}");
+        assert_eq!(Order::parse(&line).unwrap(), o);
+        let other = line.replace(env!("CARGO_PKG_VERSION"), "0.0.0-other");
+        let e = Order::parse(&other).unwrap_err();
+        assert!(e.contains("0.0.0-other"), "{e}");
+        assert!(Order::parse("{").is_err());
+    }
+
+    #[test]
+    fn frames_round_trip() {
+        let frames = [
+            Frame::Input(b"hello\n".to_vec()),
+            Frame::Input(Vec::new()),
+            Frame::Signal(libc::SIGINT),
+            Frame::EndOfInput,
+        ];
+        let bytes: Vec<u8> = frames.iter().flat_map(Frame::encode).collect();
+        let mut r = &bytes[..];
+        for f in &frames {
+            assert_eq!(Frame::read(&mut r).unwrap().as_ref(), Some(f));
+        }
+        assert_eq!(Frame::read(&mut r).unwrap(), None);
+        assert!(Frame::read(&mut &b"x"[..]).is_err());
+        assert!(
+            Frame::read(&mut &b"i\x05\0\0\0ab"[..]).is_err(),
+            "a cut frame"
+        );
+    }
+}

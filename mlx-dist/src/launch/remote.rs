@@ -1,0 +1,180 @@
+//! The launcher's side of a remote rank: the `ssh` command that starts the
+//! rank's agent ([`super::agent`]), and the control channel (ssh's standard
+//! input) that carries the order, the rank's input and the signals.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{ChildStdin, Command};
+use std::sync::{Arc, Mutex};
+
+use super::LaunchSpec;
+use super::agent::{AGENT_FLAG, Frame, Order};
+
+/// Where `mlx-launch` is on the remote hosts when the spec does not say:
+/// this program when it is `mlx-launch`, else the `mlx-launch` beside it
+/// (or beside the folder it is in, as for test and example binaries in
+/// Cargo's target folder), else `mlx-launch` on the remote `PATH`. Hosts
+/// that share the file system (a cluster's shared home) find it at the
+/// same path.
+pub fn default_remote_launcher() -> String {
+    let Ok(me) = std::env::current_exe() else {
+        return "mlx-launch".into();
+    };
+    if me.file_stem().is_some_and(|s| s == "mlx-launch") {
+        return me.display().to_string();
+    }
+    let dir = me.parent();
+    [dir, dir.and_then(Path::parent)]
+        .into_iter()
+        .flatten()
+        .map(|d| d.join("mlx-launch"))
+        .find(|p| p.is_file())
+        .map_or_else(|| "mlx-launch".into(), |p| p.display().to_string())
+}
+
+/// Quotes `s` for a POSIX shell (the remote login shell reads ssh's command).
+pub(crate) fn shell_quote(s: &str) -> String {
+    if !s.is_empty()
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-_./=:,@%+".contains(&b))
+    {
+        s.to_string()
+    } else {
+        format!("'{}'", s.replace('\'', "'\\''"))
+    }
+}
+
+/// The ssh file and options every remote command of `spec` uses.
+pub(crate) fn ssh_base(ssh_config: Option<&Path>) -> Command {
+    let mut c = Command::new(std::env::var("MLX_LAUNCH_SSH").unwrap_or_else(|_| "ssh".into()));
+    if let Some(f) = ssh_config {
+        c.arg("-F").arg(f);
+    }
+    // Never ask for a password; notice a host that is gone within ~15 s;
+    // no terminal, so that the rank's output is not rewritten.
+    c.args([
+        "-o",
+        "BatchMode=yes",
+        "-o",
+        "ServerAliveInterval=5",
+        "-o",
+        "ServerAliveCountMax=3",
+        "-T",
+    ]);
+    c
+}
+
+/// `ssh HOST 'LAUNCHER --remote-agent'`: the command line holds no secret
+/// and nothing from the user but the (checked) host and launcher path.
+pub(crate) fn agent_command(spec: &LaunchSpec, host: &str) -> Command {
+    let mut c = ssh_base(spec.ssh_config.as_deref());
+    let launcher = spec
+        .remote_launcher
+        .clone()
+        .unwrap_or_else(default_remote_launcher);
+    // `--` ends ssh's options: the host was checked not to look like one,
+    // and this makes sure.
+    c.arg("--")
+        .arg(host)
+        .arg(format!("{} {AGENT_FLAG}", shell_quote(&launcher)));
+    c
+}
+
+/// The order for remote rank `rank`: its environment, program and working
+/// directory (the spec's, else the launcher's own, as MLX's launcher does).
+pub(crate) fn order_for(spec: &LaunchSpec, rank: usize, env: Vec<(String, String)>) -> Order {
+    let here = &spec.hosts[rank].ssh;
+    let cwd: Option<PathBuf> = spec.cwd.clone().or_else(|| std::env::current_dir().ok());
+    Order {
+        rank,
+        command: spec.command.clone(),
+        cwd: cwd.map(|d| d.display().to_string()),
+        env,
+        ranks_on_host: spec.hosts.iter().filter(|h| &h.ssh == here).count(),
+    }
+}
+
+/// The control channel of a remote rank: ssh's standard input.
+#[derive(Clone)]
+pub(crate) struct Control(Arc<Mutex<Option<ChildStdin>>>);
+
+impl Control {
+    /// Takes `stdin` and writes the order on it first.
+    pub fn start(mut stdin: ChildStdin, order: &Order) -> std::io::Result<Control> {
+        stdin.write_all(order.to_line().as_bytes())?;
+        stdin.flush()?;
+        Ok(Control(Arc::new(Mutex::new(Some(stdin)))))
+    }
+
+    /// Sends `frame`; false when the channel is closed (ssh is gone).
+    pub fn send(&self, frame: &Frame) -> bool {
+        let mut g = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(s) = g.as_mut() else {
+            return false;
+        };
+        let ok = s
+            .write_all(&frame.encode())
+            .and_then(|()| s.flush())
+            .is_ok();
+        if !ok {
+            *g = None;
+        }
+        ok
+    }
+
+    /// Closes the channel: an agent whose rank still runs kills it.
+    pub fn close(&self) {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).take();
+    }
+
+    /// Copies this process's standard input to the rank on a detached thread.
+    pub fn forward_stdin(&self) {
+        let control = self.clone();
+        std::thread::spawn(move || {
+            let mut buf = vec![0u8; 64 * 1024];
+            let mut input = std::io::stdin().lock();
+            loop {
+                match std::io::Read::read(&mut input, &mut buf) {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => {
+                        if !control.send(&Frame::Input(buf[..n].to_vec())) {
+                            return;
+                        }
+                    }
+                }
+            }
+            control.send(&Frame::EndOfInput);
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quoting() {
+        assert_eq!(shell_quote("a=b"), "a=b");
+        assert_eq!(shell_quote("it's"), "'it'\\''s'");
+        assert_eq!(shell_quote(""), "''");
+        assert_eq!(shell_quote("$(rm -rf /)"), "'$(rm -rf /)'");
+    }
+
+    #[test]
+    fn the_ssh_command_holds_no_secret() {
+        let mut spec = LaunchSpec::local(2, vec!["prog".into()]);
+        spec.hosts[1] = super::super::RankHost::on("node1").unwrap();
+        spec.remote_launcher = Some("/opt/my tools/mlx-launch".into());
+        let c = agent_command(&spec, "node1");
+        let args: Vec<String> = c
+            .get_args()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect();
+        let n = args.len();
+        assert_eq!(&args[n - 3..n - 1], ["--", "node1"]);
+        assert_eq!(args[n - 1], "'/opt/my tools/mlx-launch' --remote-agent");
+        let order = order_for(&spec, 1, vec![("MLX_DIST_JOB_SECRET".into(), "s3".into())]);
+        assert_eq!(order.ranks_on_host, 1);
+        assert!(!args.iter().any(|a| a.contains("s3")));
+    }
+}
