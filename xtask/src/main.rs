@@ -2,6 +2,7 @@
 
 mod bench;
 mod bench_collectives;
+mod hosts;
 mod memprof;
 mod test;
 mod train;
@@ -32,6 +33,13 @@ enum Task {
         #[command(subcommand)]
         what: bench::What,
     },
+    /// Emulated hosts on this Linux machine (network namespaces with sshd,
+    /// optionally rate-shaped links) for multi-host tests: `hosts up N`,
+    /// `hosts down`, `hosts shape RATE`, `hosts status`.
+    Hosts {
+        #[command(subcommand)]
+        what: hosts::Cmd,
+    },
 }
 
 fn main() -> Result<()> {
@@ -40,5 +48,6 @@ fn main() -> Result<()> {
         Task::Train(a) => train::run(a),
         Task::Memprof(a) => memprof::run(a),
         Task::Bench { what } => bench::run(what),
+        Task::Hosts { what } => hosts::run(what),
     }
 }
