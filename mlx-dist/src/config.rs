@@ -204,6 +204,15 @@ impl Config {
     pub fn from_lookup(
         get: impl Fn(&str) -> Option<String>,
     ) -> Result<Option<(Config, Option<Backend>)>> {
+        // Ranks started by Slurm's srun: Slurm's variables stand for the
+        // launcher's rank, hosts and job id; the rest is read as below.
+        if let Some(slurm) = crate::slurm::launcher_variables(&get)? {
+            let get = move |k: &str| {
+                let own = slurm.iter().find(|(v, _)| *v == k);
+                own.map(|(_, x)| x.clone()).or_else(|| get(k))
+            };
+            return Self::from_lookup(&get as &dyn Fn(&str) -> Option<String>);
+        }
         let Some(rank) = get(ENV_RANK) else {
             return Ok(None);
         };
@@ -259,14 +268,16 @@ impl Config {
                     .ok_or_else(|| DistError::Config(format!("{ENV_SECRET} must be hex")))?;
                 (id.try_into().expect("length checked"), secret)
             }
-            _ => {
+            (id, _) => {
                 tracing::warn!(
                     rank,
                     "no {ENV_SECRET}: deriving the job identity from the host list; connections are not authenticated by a secret"
                 );
                 let d = Sha256::digest(hosts.join(",").as_bytes());
+                // A job id given without a secret (Slurm's) is kept.
+                let id = id.and_then(|id| hex_decode(&id)?.try_into().ok());
                 (
-                    d[..16].try_into().expect("sha256 has 32 bytes"),
+                    id.unwrap_or_else(|| d[..16].try_into().expect("sha256 has 32 bytes")),
                     d[16..].to_vec(),
                 )
             }

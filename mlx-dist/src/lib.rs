@@ -23,6 +23,21 @@
 //! How the launcher configures ranks is described in [`config`]; the frame
 //! layout in [`wire`]; the connection handshake in [`handshake`].
 //!
+//! Under Slurm, `srun -n 4 target/debug/examples/all_sum` works too, without
+//! `mlx-launch`: a task of an srun step with no `MLX_RANK` takes its rank
+//! from `SLURM_PROCID` and the ranks' addresses from the step's node list
+//! and tasks per node, assuming srun's default block distribution (another
+//! `SLURM_DISTRIBUTION` that would place ranks differently is an error).
+//! Rank `r` listens on `<its node's name>:<port>`, the port being its
+//! task's share of `srun --resv-ports` (`SLURM_STEP_RESV_PORTS`), else
+//! `MLX_DIST_PORT` plus its index on the node, else one derived from the
+//! job and step ids; node names must resolve to the fast network's
+//! interface, or set `MLX_DIST_HOSTS` yourself. Export
+//! `MLX_DIST_JOB_SECRET` (srun passes it on) for authenticated
+//! connections; every other variable of [`config`] applies as usual. With
+//! `MLX_DIST_BACKEND=mpi` (or a build with feature `mpi` under
+//! `srun --mpi=pmix` and no `MLX_DIST_BACKEND`) the world is MPI's.
+//!
 //! Failures are errors that name the rank at fault, never hangs: every rank
 //! heartbeats to every peer from a thread of its own, so a peer that dies or
 //! falls silent is reported after the liveness timeout (5 s), while a live
@@ -51,6 +66,7 @@ mod mpi;
 pub mod quic;
 mod ring;
 mod shm;
+mod slurm;
 mod tcp;
 
 pub use collectives::{
