@@ -11,7 +11,12 @@
 //! ```
 //!
 //! Ring and QUIC ranks are started the way `mlx-launch` starts them; MPI
-//! ranks through `mpirun` (as `mlx-launch --backend mpi` does). `--json PATH`
+//! ranks through `mpirun` (as `mlx-launch --backend mpi` does). With
+//! `--hosts h0,h1,...` (and `--ssh-config`) the ranks run on those hosts over
+//! ssh, one per host, and `--ceiling-gbs` gives the ceiling measured apart;
+//! `--tcp-recv ADDR` / `--tcp-send ADDR` are the two ends of a one-stream
+//! measurement between hosts (`cargo xtask bench collectives --hosts 4` runs
+//! all of this on emulated hosts). `--json PATH`
 //! writes every figure (and every skipped or failed run with its reason) for
 //! tools. A failed run is reported and the others still run; the exit status
 //! is then non-zero.
@@ -61,6 +66,46 @@ struct Args {
     /// Write every figure as JSON here.
     #[arg(long)]
     json: Option<PathBuf>,
+    /// Start the ranks over ssh on these hosts, one rank per host (world `w`
+    /// takes the first `w`), through mlx-launch's library as `mlx-launch
+    /// --hosts` does; the remote hosts must share this file system.
+    #[arg(long, value_delimiter = ',')]
+    hosts: Vec<String>,
+    /// ssh configuration file for `--hosts` (`ssh -F`).
+    #[arg(long)]
+    ssh_config: Option<PathBuf>,
+    /// The ceiling in GB/s for every size (e.g. one TCP stream between two
+    /// hosts, measured apart); without it, a loopback TCP copy of each size.
+    #[arg(long)]
+    ceiling_gbs: Option<f64>,
+    /// Extra argument for mpirun (repeatable), e.g.
+    /// `--mpi-arg=--mca --mpi-arg=btl_tcp_if_include --mpi-arg=10.0.0.0/24`.
+    #[arg(long, allow_hyphen_values = true)]
+    mpi_arg: Vec<String>,
+    /// Time each size for about this many seconds (at least 3 repetitions,
+    /// at most the default count) instead of moving about 256 MiB.
+    #[arg(long)]
+    seconds_per_size: Option<f64>,
+    /// Extra environment variable for every rank, K=V (repeatable), e.g.
+    /// `--env MLX_DIST_SOCKET_BUFFER=4194304`.
+    #[arg(long)]
+    env: Vec<String>,
+    /// One-stream mode, no ranks: accept one connection on ADDR, read what
+    /// the sender sends and acknowledge each transfer (see `--tcp-send`).
+    #[arg(long, value_name = "ADDR")]
+    tcp_recv: Option<String>,
+    /// One-stream mode, no ranks: send `--tcp-bytes` to ADDR `--tcp-reps`
+    /// times over one TCP connection, each time waiting for the receiver's
+    /// acknowledgement, and print the median GB/s as JSON (the first
+    /// transfer is a warm-up and not counted).
+    #[arg(long, value_name = "ADDR")]
+    tcp_send: Option<String>,
+    /// Bytes per transfer of `--tcp-send`.
+    #[arg(long, default_value_t = 256 << 20)]
+    tcp_bytes: usize,
+    /// Transfers of `--tcp-send`, the warm-up included.
+    #[arg(long, default_value_t = 4)]
+    tcp_reps: usize,
 }
 
 /// Message sizes: powers of 4 times `min` up to `max`.
@@ -113,6 +158,77 @@ fn tcp_copy(bytes: usize) -> anyhow::Result<f64> {
     Ok(times[times.len() / 2])
 }
 
+/// `--tcp-recv`: reads transfers announced by an 8-byte length and
+/// acknowledges each with one byte, until the sender closes.
+fn tcp_recv(addr: &str) -> anyhow::Result<()> {
+    let l = TcpListener::bind(addr).with_context(|| format!("listening on {addr}"))?;
+    // Ready: the sender may connect (it retries until then anyway).
+    println!("listening on {addr}");
+    std::io::stdout().flush()?;
+    let (mut s, _) = l.accept()?;
+    s.set_nodelay(true)?;
+    let mut buf = vec![0u8; 4 << 20];
+    loop {
+        let mut len = [0u8; 8];
+        match s.read_exact(&mut len) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(()),
+            Err(e) => return Err(e.into()),
+        }
+        let mut left = u64::from_le_bytes(len) as usize;
+        while left > 0 {
+            let k = buf.len().min(left);
+            s.read_exact(&mut buf[..k])?;
+            left -= k;
+        }
+        s.write_all(&[1])?;
+    }
+}
+
+/// `--tcp-send`: the one-stream rate to `addr` (see [`Args::tcp_send`]).
+fn tcp_send(addr: &str, bytes: usize, reps: usize) -> anyhow::Result<()> {
+    anyhow::ensure!(
+        reps >= 2,
+        "--tcp-reps must be at least 2 (the first is a warm-up)"
+    );
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut s = loop {
+        match TcpStream::connect(addr) {
+            Ok(s) => break s,
+            Err(_) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
+            Err(e) => return Err(e).with_context(|| format!("connecting to {addr}")),
+        }
+    };
+    s.set_nodelay(true)?;
+    let buf = vec![7u8; (4 << 20).min(bytes.max(1))];
+    let mut ack = [0u8];
+    let mut times = Vec::new();
+    for i in 0..reps {
+        let t = Instant::now();
+        s.write_all(&(bytes as u64).to_le_bytes())?;
+        let mut left = bytes;
+        while left > 0 {
+            let k = buf.len().min(left);
+            s.write_all(&buf[..k])?;
+            left -= k;
+        }
+        s.read_exact(&mut ack)?;
+        if i > 0 {
+            times.push(t.elapsed().as_secs_f64());
+        }
+    }
+    let mut sorted = times.clone();
+    sorted.sort_by(|a, b| a.total_cmp(b));
+    let median = sorted[sorted.len() / 2];
+    let gbs: Vec<f64> = times.iter().map(|t| bytes as f64 / t / 1e9).collect();
+    println!(
+        "{}",
+        json!({"bytes": bytes, "reps": reps - 1, "median_s": median,
+               "gbs": bytes as f64 / median / 1e9, "each_gbs": gbs})
+    );
+    Ok(())
+}
+
 fn rank_main(args: &Args) -> anyhow::Result<()> {
     let g = init(Backend::Any)?;
     let n = g.size();
@@ -158,9 +274,22 @@ fn rank_main(args: &Args) -> anyhow::Result<()> {
                 }
                 Ok(())
             };
+            let warm = Instant::now();
             run()?;
+            let warm = warm.elapsed().as_secs_f64();
+            let it = match args.seconds_per_size {
+                // Fewer repetitions where one takes long (slow links): what
+                // fits the budget by the warm-up's time, at least 3. The
+                // ranks agree on the mean of their counts (exact in f32).
+                Some(budget) => {
+                    let mine = ((budget / warm.max(1e-9)) as usize).clamp(3, iters(bytes));
+                    let mut c = [mine as f32];
+                    g.all_sum(&mut c)?;
+                    (c[0] as usize / n).max(3)
+                }
+                None => iters(bytes),
+            };
             g.barrier()?;
-            let it = iters(bytes);
             let t = Instant::now();
             for _ in 0..it {
                 run()?;
@@ -225,6 +354,25 @@ fn launch_one(
     let mut cmd = vec![std::env::current_exe()?.display().to_string()];
     cmd.extend(std::env::args().skip(1));
     let mut spec = LaunchSpec::local(world, cmd);
+    if !args.hosts.is_empty() {
+        anyhow::ensure!(
+            args.hosts.len() >= world,
+            "world {world} needs {world} hosts; --hosts names {}",
+            args.hosts.len()
+        );
+        spec.hosts = args.hosts[..world]
+            .iter()
+            .map(|h| launch::RankHost::on(h).map_err(anyhow::Error::msg))
+            .collect::<anyhow::Result<_>>()?;
+        spec.ssh_config = args.ssh_config.clone();
+        spec.mpi_args = args.mpi_arg.clone();
+    }
+    for kv in &args.env {
+        let (k, v) = kv
+            .split_once('=')
+            .ok_or_else(|| anyhow::anyhow!("--env {kv:?} is not K=V"))?;
+        spec.env.push((k.into(), v.into()));
+    }
     spec.backend = backend;
     spec.prefix_output = false;
     spec.connections_per_peer = args.connections;
@@ -258,6 +406,12 @@ fn main() -> anyhow::Result<()> {
     if std::env::var_os(ENV_CEILING).is_some() {
         return rank_main(&args);
     }
+    if let Some(addr) = &args.tcp_recv {
+        return tcp_recv(addr);
+    }
+    if let Some(addr) = &args.tcp_send {
+        return tcp_send(addr, args.tcp_bytes, args.tcp_reps);
+    }
     let sz = sizes(args.min_bytes, args.max_bytes);
     anyhow::ensure!(
         !sz.is_empty(),
@@ -265,17 +419,28 @@ fn main() -> anyhow::Result<()> {
         args.min_bytes,
         args.max_bytes
     );
-    println!("single-stream TCP copy on loopback (the ceiling):");
     let mut ceiling = Vec::new();
     let mut ceiling_json = Vec::new();
+    match args.ceiling_gbs {
+        Some(g) => println!("the ceiling (given): {g:.3} GB/s at every size"),
+        None => println!("single-stream TCP copy on loopback (the ceiling):"),
+    }
     for &b in &sz {
-        let t = tcp_copy(b)?;
-        println!(
-            "  {:>10} {:>11.1} us {:>9.3} GB/s",
-            human(b),
-            t * 1e6,
-            b as f64 / t / 1e9
-        );
+        let t = match args.ceiling_gbs {
+            Some(g) => {
+                anyhow::ensure!(g > 0.0, "--ceiling-gbs must be positive");
+                b as f64 / (g * 1e9)
+            }
+            None => tcp_copy(b)?,
+        };
+        if args.ceiling_gbs.is_none() {
+            println!(
+                "  {:>10} {:>11.1} us {:>9.3} GB/s",
+                human(b),
+                t * 1e6,
+                b as f64 / t / 1e9
+            );
+        }
         ceiling.push(t);
         ceiling_json.push(json!({"bytes": b, "time_us": t * 1e6, "gbs": b as f64 / t / 1e9}));
     }

@@ -8,7 +8,8 @@
 //! `mlx-nn/examples/average_gradients_bench.rs` (their `--json` output); this
 //! builds them in release, runs one backend and world at a time under a
 //! deadline, and writes `collectives.md` and `collectives.json` into the run
-//! folder.
+//! folder. With `--hosts N` it runs across emulated hosts over shaped links
+//! instead (see `bench_multihost.rs`).
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -58,13 +59,36 @@ pub struct CollectivesArgs {
     /// Use the release binaries already built instead of building.
     #[arg(long)]
     pub no_build: bool,
-    /// Run folder (default: `runs/bench-collectives-<UTC time>`).
+    /// Run folder (default: `runs/bench-collectives-<UTC time>`, or
+    /// `runs/bench-multihost-<UTC time>` with `--hosts`).
     #[arg(long)]
     pub out: Option<PathBuf>,
+    /// Multi-host mode: bring up this many emulated hosts (network
+    /// namespaces with sshd, `cargo xtask hosts`), one rank per host, and
+    /// measure over their shaped links at each of `--rates` (backends ring,
+    /// quic, mpi, and mlx: MLX's ring from ~/mlx-venv); then fit the
+    /// alpha-beta model and project a training step onto more hosts. Needs
+    /// root; holds /tmp/mlx-hosts.lock while it runs.
+    #[arg(long)]
+    pub hosts: Option<usize>,
+    /// Link rates of the multi-host mode (tc syntax), each host's link in
+    /// each direction.
+    #[arg(long, value_delimiter = ',', default_value = "10gbit,1gbit")]
+    pub rates: Vec<String>,
+    /// Multi-host mode: the per-step compute time at world 1 in ms (the
+    /// reference Llama, BENCHMARKS.md) for the projection.
+    #[arg(long, default_value_t = 1230.0)]
+    pub compute_ms: f64,
+    /// Multi-host mode: link rates to project the step onto (tc syntax).
+    #[arg(long, value_delimiter = ',', default_value = "10gbit,100gbit")]
+    pub project_rates: Vec<String>,
+    /// Multi-host mode: host counts to project the step onto.
+    #[arg(long, value_delimiter = ',', default_value = "8,16,64")]
+    pub project_hosts: Vec<usize>,
 }
 
 impl CollectivesArgs {
-    fn max_bytes(&self) -> u64 {
+    pub(crate) fn max_bytes(&self) -> u64 {
         if self.quick {
             self.max_bytes.min(1 << 20)
         } else {
@@ -77,7 +101,7 @@ impl CollectivesArgs {
     }
 
     /// The command line that reproduces this run.
-    fn command_line(&self) -> String {
+    pub(crate) fn command_line(&self) -> String {
         let mut s = String::from("cargo xtask bench collectives");
         let default = CollectivesArgs {
             max_bytes: 256 << 20,
@@ -92,7 +116,18 @@ impl CollectivesArgs {
             timeout: 900,
             no_build: false,
             out: None,
+            hosts: None,
+            rates: ["10gbit", "1gbit"].map(String::from).to_vec(),
+            compute_ms: 1230.0,
+            project_rates: ["10gbit", "100gbit"].map(String::from).to_vec(),
+            project_hosts: vec![8, 16, 64],
         };
+        if let Some(n) = self.hosts {
+            let _ = write!(s, " --hosts {n}");
+            if self.rates != default.rates {
+                let _ = write!(s, " --rates {}", self.rates.join(","));
+            }
+        }
         if self.max_bytes != default.max_bytes {
             let _ = write!(s, " --max-bytes {}", self.max_bytes);
         }
@@ -113,39 +148,54 @@ impl CollectivesArgs {
         if self.avg_iters != default.avg_iters {
             let _ = write!(s, " --avg-iters {}", self.avg_iters);
         }
-        if self.no_average_gradients {
+        if self.no_average_gradients && self.hosts.is_none() {
             s.push_str(" --no-average-gradients");
+        }
+        if self.hosts.is_some() {
+            if self.compute_ms != default.compute_ms {
+                let _ = write!(s, " --compute-ms {}", self.compute_ms);
+            }
+            if self.project_rates != default.project_rates {
+                let _ = write!(s, " --project-rates {}", self.project_rates.join(","));
+            }
+            if self.project_hosts != default.project_hosts {
+                let h: Vec<String> = self.project_hosts.iter().map(|h| h.to_string()).collect();
+                let _ = write!(s, " --project-hosts {}", h.join(","));
+            }
         }
         s
     }
 }
 
 /// One backend at one world size.
-struct Run {
-    backend: String,
-    world: usize,
+pub(crate) struct Run {
+    pub backend: String,
+    pub world: usize,
     /// "ok", "failed" or "skipped".
-    status: String,
-    reason: Option<String>,
-    wall_s: f64,
+    pub status: String,
+    pub reason: Option<String>,
+    pub wall_s: f64,
     /// The TCP copy's GB/s per size, measured just before this run.
-    ceiling: Vec<(u64, f64)>,
-    rows: Vec<Row>,
+    pub ceiling: Vec<(u64, f64)>,
+    pub rows: Vec<Row>,
 }
 
 /// One collective at one message size.
-struct Row {
-    op: String,
-    bytes: u64,
-    time_us: f64,
-    algbw: f64,
-    busbw: f64,
-    ceiling: f64,
-    ratio: f64,
+pub(crate) struct Row {
+    pub op: String,
+    pub bytes: u64,
+    pub time_us: f64,
+    pub algbw: f64,
+    pub busbw: f64,
+    pub ceiling: f64,
+    pub ratio: f64,
 }
 
 /// Runs the benchmark and writes the run folder.
 pub fn run(a: CollectivesArgs) -> Result<()> {
+    if a.hosts.is_some() {
+        return crate::bench_multihost::run(&a);
+    }
     if a.worlds.is_empty() || a.worlds.iter().any(|&w| w < 2) {
         bail!("--worlds needs world sizes of at least 2, e.g. 2,4");
     }
@@ -297,7 +347,7 @@ pub fn run(a: CollectivesArgs) -> Result<()> {
 }
 
 impl Run {
-    fn skipped(backend: &str, reason: &str) -> Run {
+    pub(crate) fn skipped(backend: &str, reason: &str) -> Run {
         Run {
             backend: backend.into(),
             world: 0,
@@ -313,7 +363,7 @@ impl Run {
 /// Why the MPI backend cannot run here (`None` when it can). Unless
 /// `--no-build`, this builds the collectives example with `--features mpi`
 /// (its log goes to `build-mpi.log` in the run folder).
-fn mpi_unusable(a: &CollectivesArgs, out: &Path) -> Option<String> {
+pub(crate) fn mpi_unusable(a: &CollectivesArgs, out: &Path) -> Option<String> {
     let mpirun = std::env::var("MLX_LAUNCH_MPIRUN").unwrap_or_else(|_| "mpirun".into());
     match Command::new(&mpirun).arg("--version").output() {
         Ok(o) if o.status.success() => {}
@@ -360,7 +410,7 @@ fn mpi_unusable(a: &CollectivesArgs, out: &Path) -> Option<String> {
     }
 }
 
-/// One backend at one world size through the collectives example.
+/// One backend at one world size through the collectives example, on loopback.
 fn run_collectives(
     a: &CollectivesArgs,
     bench: &Path,
@@ -368,8 +418,22 @@ fn run_collectives(
     backend: &str,
     world: usize,
 ) -> Result<Run> {
-    let json_path = raw.join(format!("{backend}-world{world}.json"));
-    let log = raw.join(format!("{backend}-world{world}.log"));
+    run_collectives_with(a, bench, raw, backend, world, "", &[])
+}
+
+/// [`run_collectives`] with `extra` arguments for the example (hosts, the
+/// ceiling) and `tag` before the names of its files in `raw`.
+pub(crate) fn run_collectives_with(
+    a: &CollectivesArgs,
+    bench: &Path,
+    raw: &Path,
+    backend: &str,
+    world: usize,
+    tag: &str,
+    extra: &[String],
+) -> Result<Run> {
+    let json_path = raw.join(format!("{tag}{backend}-world{world}.json"));
+    let log = raw.join(format!("{tag}{backend}-world{world}.log"));
     let _ = std::fs::remove_file(&json_path);
     let mut cmd = Command::new(bench);
     if backend == "ring-tcp" {
@@ -386,9 +450,10 @@ fn run_collectives(
         ])
         .arg("--json")
         .arg(&json_path)
+        .args(extra)
         .current_dir(root());
     eprintln!(
-        "\nxtask: {backend} world {world}: {} (log {})",
+        "\nxtask: {tag}{backend} world {world}: {} (log {})",
         describe(&cmd),
         log.display()
     );
@@ -520,7 +585,7 @@ fn run_average_gradients(
     serde_json::from_str(&text).with_context(|| format!("parsing {}", json_path.display()))
 }
 
-fn describe(cmd: &Command) -> String {
+pub(crate) fn describe(cmd: &Command) -> String {
     std::iter::once(cmd.get_program())
         .chain(cmd.get_args())
         .map(|s| s.to_string_lossy().into_owned())
@@ -529,13 +594,13 @@ fn describe(cmd: &Command) -> String {
 }
 
 /// The 1, 5 and 15 minute load averages (Linux; `None` elsewhere).
-fn load_average() -> Option<String> {
+pub(crate) fn load_average() -> Option<String> {
     let s = std::fs::read_to_string("/proc/loadavg").ok()?;
     Some(s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
 }
 
 /// `1 KiB`, `64 MiB`.
-fn human(b: u64) -> String {
+pub(crate) fn human(b: u64) -> String {
     if b >= 1 << 20 {
         format!("{} MiB", b >> 20)
     } else {
@@ -544,7 +609,7 @@ fn human(b: u64) -> String {
 }
 
 /// A time in the unit that keeps it readable.
-fn time(us: f64) -> String {
+pub(crate) fn time(us: f64) -> String {
     if us >= 1_000.0 {
         format!("{:.2} ms", us / 1e3)
     } else {

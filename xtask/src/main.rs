@@ -1,7 +1,9 @@
 //! Developer and experiment entry points: `cargo xtask test`, `cargo xtask train`, ...
 
+mod alpha_beta;
 mod bench;
 mod bench_collectives;
+mod bench_multihost;
 mod hosts;
 mod memprof;
 mod test;
