@@ -1,9 +1,12 @@
 //! The evaluator: orders the graph, runs each primitive once, frees as it goes.
 
+use std::cell::Cell;
 use std::collections::{HashMap, HashSet};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, Sender, channel, sync_channel};
+use std::time::{Duration, Instant};
 
 use crate::array::State;
 use crate::primitive::{ArrayData, Primitive, Stream};
@@ -271,14 +274,20 @@ impl InFlight {
     fn submit(&mut self, a: Array, primitive: Arc<dyn Primitive>, inputs: Vec<Array>) {
         let (tx, rx) = sync_channel(1);
         let out = a.clone();
+        let busy = BUSY.with(Arc::clone);
         let job: Job = Box::new(move || {
-            let t0 = crate::profile::enabled().then(std::time::Instant::now);
+            let t0 = Instant::now();
             let result = catch_unwind(AssertUnwindSafe(|| primitive.eval_cpu(&inputs, &out)))
                 .unwrap_or_else(|_| {
                     Err(crate::Error::eval(primitive.name(), "the kernel panicked"))
                 });
-            if let Some(t0) = t0 {
-                crate::profile::record(primitive.name(), out.shape(), t0.elapsed());
+            let took = t0.elapsed();
+            busy.fetch_add(
+                u64::try_from(took.as_nanos()).unwrap_or(u64::MAX),
+                Ordering::Relaxed,
+            );
+            if crate::profile::enabled() {
+                crate::profile::record(primitive.name(), out.shape(), took);
             }
             // Let go of the inputs and of this handle before the result is
             // announced: a kernel that runs next counts references to decide
@@ -305,11 +314,13 @@ impl InFlight {
         let Some((a, rx)) = self.pending.remove(&a.id()) else {
             return Ok(());
         };
-        let t0 = crate::profile::enabled().then(std::time::Instant::now);
+        let t0 = Instant::now();
         let received = rx.recv();
-        if let Some(t0) = t0 {
-            // Time the evaluating thread sat idle for a collective.
-            crate::profile::record("wait for a collective", a.shape(), t0.elapsed());
+        // Time the evaluating thread sat idle for a collective.
+        let waited = t0.elapsed();
+        WAITED.with(|w| w.set(w.get() + waited));
+        if crate::profile::enabled() {
+            crate::profile::record("wait for a collective", a.shape(), waited);
         }
         let data = received.unwrap_or_else(|_| {
             Err(crate::Error::eval(
@@ -339,6 +350,58 @@ impl InFlight {
 }
 
 type Job = Box<dyn FnOnce() + Send>;
+
+/// Where the calling thread's evaluations spent time on collectives, since
+/// the thread started: see [`communication_times`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CommunicationTimes {
+    /// Time the evaluating thread sat blocked, waiting for a collective's
+    /// result (the communication it could not overlap, and the wait for
+    /// slower ranks).
+    pub waited: Duration,
+    /// Time its communication thread spent running collectives (moving and
+    /// reducing data, and waiting for the peers), overlapped or not.
+    pub busy: Duration,
+}
+
+impl std::ops::Sub for CommunicationTimes {
+    type Output = CommunicationTimes;
+    /// The time spent between two readings (saturating).
+    fn sub(self, earlier: CommunicationTimes) -> CommunicationTimes {
+        CommunicationTimes {
+            waited: self.waited.saturating_sub(earlier.waited),
+            busy: self.busy.saturating_sub(earlier.busy),
+        }
+    }
+}
+
+thread_local! {
+    /// Time this thread's evaluations waited for collectives.
+    static WAITED: Cell<Duration> = const { Cell::new(Duration::ZERO) };
+    /// Nanoseconds this thread's communication thread spent in collectives
+    /// (each job adds its own).
+    static BUSY: Arc<AtomicU64> = Arc::new(AtomicU64::new(0));
+}
+
+/// The time the calling thread's evaluations have waited for collectives
+/// and the time its communication thread has spent in them, since the
+/// thread started. Always counted (two clock readings per collective), so
+/// that a trainer can report, per step, how long it waited on the network:
+/// subtract two readings.
+///
+/// ```
+/// let before = mlx_array::eval::communication_times();
+/// // ... an eval with collectives ...
+/// let step = mlx_array::eval::communication_times() - before;
+/// assert!(step.waited <= std::time::Duration::from_secs(1));
+/// ```
+pub fn communication_times() -> CommunicationTimes {
+    let busy = BUSY.with(|b| b.load(Ordering::Relaxed));
+    CommunicationTimes {
+        waited: WAITED.with(Cell::get),
+        busy: Duration::from_nanos(busy),
+    }
+}
 
 /// The communication thread of the calling thread: runs jobs one at a time,
 /// in order. One per evaluating thread (a process normally evaluates on one
