@@ -35,7 +35,7 @@ pub mod losses;
 pub mod module;
 mod value_and_grad;
 
-pub use distributed::{AverageOptions, average_gradients, gradient_buckets};
+pub use distributed::{AverageOptions, average_gradients, average_sparse_rows, gradient_buckets};
 pub use layers::activations::{GELU, ReLU, SiLU, gelu, gelu_approx, relu, silu};
 pub use layers::attention::{
     AttentionMask, MultiHeadAttention, create_additive_causal_mask, merge_heads,
