@@ -14,6 +14,8 @@ pub mod metrics;
 pub mod model;
 pub mod trainer;
 
-pub use config::{Batching, DataSource, ScheduleKind, TokenizerChoice, TrainConfig};
+pub use config::{
+    Batching, CommunicationDtype, DataSource, ScheduleKind, TokenizerChoice, TrainConfig,
+};
 pub use model::{KvCache, Llama, LlamaConfig};
 pub use trainer::{Summary, train};

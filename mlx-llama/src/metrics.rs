@@ -20,6 +20,13 @@ pub struct StepMetrics {
     pub tokens_per_s: f64,
     /// Wall time of the step.
     pub ms_per_step: f64,
+    /// Of the step's wall time, how long this rank sat blocked waiting for
+    /// collectives (communication the step could not overlap with
+    /// computation, and waits for slower ranks).
+    pub comm_wait_ms: f64,
+    /// How long this rank's communication thread spent in collectives during
+    /// the step, overlapped or not.
+    pub comm_ms: f64,
     /// This rank's peak array memory so far, MiB.
     pub peak_mib: f64,
     /// This rank's live array memory after the step, MiB.
@@ -70,6 +77,12 @@ impl Reporter {
             "step {:>5} loss {:.4} lr {:.2e} {:.0} tok/s {:.0} ms/step peak {:.0} MiB",
             m.step, m.loss, m.learning_rate, m.tokens_per_s, m.ms_per_step, m.peak_mib
         );
+        if m.comm_ms > 0.0 {
+            line.push_str(&format!(
+                " comm {:.0} ms (waited {:.0})",
+                m.comm_ms, m.comm_wait_ms
+            ));
+        }
         if let Some(v) = m.val_loss {
             line.push_str(&format!(" val_loss {v:.4}"));
         }

@@ -29,6 +29,17 @@ pub struct Summary {
     pub val_losses: Vec<(u64, f32)>,
     /// Median milliseconds per step (steps after the first).
     pub median_ms: f64,
+    /// Milliseconds of every step run, in order.
+    pub step_ms: Vec<f64>,
+    /// Of every step, the milliseconds this rank sat blocked waiting for
+    /// collectives (see [`mlx_array::eval::communication_times`]).
+    pub comm_wait_ms: Vec<f64>,
+    /// Of every step, the milliseconds this rank's communication thread
+    /// spent in collectives, overlapped with computation or not.
+    pub comm_ms: Vec<f64>,
+    /// Median over the steps after the first of the time each rank waited
+    /// for collectives, per rank (index: rank).
+    pub median_comm_wait_ms: Vec<f64>,
     /// Tokens per second over the world at the median step time.
     pub tokens_per_s: f64,
     /// This rank's peak array memory, MiB.
@@ -165,6 +176,9 @@ struct Micro {
     x: Array,
     y: Array,
     mask: Array,
+    /// The input tokens (`x`), on the host: the rows of the embedding that
+    /// get a gradient.
+    tokens: Vec<u32>,
 }
 
 fn micro(b: &mlx_data::Batch) -> Result<Micro> {
@@ -173,7 +187,80 @@ fn micro(b: &mlx_data::Batch) -> Result<Micro> {
         x,
         y,
         mask: b.loss_mask_array()?,
+        tokens: (0..b.batch_size)
+            .flat_map(|r| b.inputs(r).iter().copied())
+            .collect(),
     })
+}
+
+/// The parameter whose gradient is zero outside the rows of the batch's
+/// tokens (the token embedding; the output projection is not tied to it).
+const EMBEDDING: &str = "embedding.weight";
+
+/// This rank's gradients averaged over the world, or with a sharded
+/// optimizer its shards of the average. With `sparse` (this rank's input
+/// tokens and the tokens per rank, the same on every rank) the embedding's
+/// gradient travels as the rows of those tokens only (see
+/// [`mlx_nn::average_sparse_rows`]); its shard is then cut here as
+/// [`Sharded`] cuts every parameter: flat, `ceil(N / W)` elements per rank,
+/// zero padded. Gradients travel in `avg.communication_dtype` when one is
+/// set, and come back in their own dtype.
+fn average(
+    own: Tree,
+    sparse: Option<(&[u32], usize)>,
+    opt: &Adam,
+    group: &Group,
+    avg: &AverageOptions,
+) -> Result<Tree> {
+    let (rest, embedding) = match sparse {
+        Some(_) => {
+            let mut rest = own.flatten();
+            let at = rest
+                .iter()
+                .position(|(n, _)| n == EMBEDDING)
+                .context("the model has no embedding gradient")?;
+            let (_, e) = rest.remove(at);
+            (Tree::unflatten(rest)?, Some(e))
+        }
+        None => (own, None),
+    };
+    let mut averaged = match opt {
+        Adam::Whole(_) => average_gradients(&rest, group, avg)?,
+        Adam::Sharded(o) => match avg.communication_dtype {
+            Some(d) => {
+                let cast = rest.map(|_, g| cast_float(g, d))?;
+                let shards = o.shard_gradients(&cast).map_err(|e| anyhow!("{e}"))?;
+                drop(cast);
+                shards.zip_map(&rest, |_, s, g| cast_float(s, g.dtype()))?
+            }
+            None => o.shard_gradients(&rest).map_err(|e| anyhow!("{e}"))?,
+        },
+    }
+    .flatten();
+    drop(rest);
+    if let (Some((tokens, capacity)), Some(e)) = (sparse, embedding) {
+        let mean =
+            mlx_nn::average_sparse_rows(&e, tokens, capacity, group, avg.communication_dtype)?;
+        drop(e);
+        let mean = match opt {
+            Adam::Whole(_) => mean,
+            Adam::Sharded(_) => {
+                let (r, w) = (group.rank(), group.size());
+                let n = mean.size();
+                let len = n.div_ceil(w);
+                let (lo, hi) = ((r * len).min(n), ((r + 1) * len).min(n));
+                let mine = mean.reshape(&[-1])?.slice_axis(0, lo as i64, hi as i64)?;
+                if hi - lo < len {
+                    let zeros = Array::zeros(&[len - (hi - lo)], mean.dtype());
+                    mlx_array::concatenate(&[mine, zeros], 0)?
+                } else {
+                    mine
+                }
+            }
+        };
+        averaged.push((EMBEDDING.to_string(), mean));
+    }
+    Ok(Tree::unflatten(averaged)?)
 }
 
 /// Sum of the masked per-token losses of a micro-batch.
@@ -301,8 +388,12 @@ fn train_on(cfg: &TrainConfig, group: &Group) -> Result<Summary> {
     };
     let avg = AverageOptions {
         all_reduce_size: cfg.all_reduce_size,
-        communication_dtype: None,
+        communication_dtype: cfg.communication_dtype.map(|d| d.dtype()),
     };
+    // The embedding's gradient travels as the rows of the batch's tokens.
+    let sparse_embedding = cfg.sparse_embedding_gradients
+        && world > 1
+        && model.trainable_parameters().get_array(EMBEDDING).is_some();
     // The loss of a micro-batch is its masked token losses times `scale`,
     // summed; the fused loss computes its gradient in the same pass.
     let vg = value_and_grad(|m: &Llama, (micro, scale): &(Micro, f64)| {
@@ -313,6 +404,10 @@ fn train_on(cfg: &TrainConfig, group: &Group) -> Result<Summary> {
         losses: vec![],
         val_losses: vec![],
         median_ms: 0.0,
+        step_ms: vec![],
+        comm_wait_ms: vec![],
+        comm_ms: vec![],
+        median_comm_wait_ms: vec![],
         tokens_per_s: 0.0,
         peak_mib: 0.0,
         checkpoint: None,
@@ -332,6 +427,7 @@ fn train_on(cfg: &TrainConfig, group: &Group) -> Result<Summary> {
     memory::reset_peak();
     for step in first_step..cfg.steps {
         let t0 = Instant::now();
+        let comm0 = mlx_array::eval::communication_times();
         let micros: Vec<Micro> = (0..cfg.grad_accumulation)
             .map(|_| micro(&batches.next_batch()?))
             .collect::<Result<_>>()?;
@@ -351,6 +447,14 @@ fn train_on(cfg: &TrainConfig, group: &Group) -> Result<Summary> {
                 .max(1.0) as f64
         };
         let scale = world as f64 / count;
+        let sparse_rows: Option<(Vec<u32>, usize)> = sparse_embedding.then(|| {
+            let tokens: Vec<u32> = micros
+                .iter()
+                .flat_map(|m| m.tokens.iter().copied())
+                .collect();
+            let capacity = tokens.len();
+            (tokens, capacity)
+        });
         let mut loss = Array::zeros(&[], Dtype::F32);
         // Each stage of the gradients replaces the previous one, which is
         // dropped here so that the graph holds the only references to it:
@@ -366,11 +470,8 @@ fn train_on(cfg: &TrainConfig, group: &Group) -> Result<Summary> {
                 });
             }
             let own = grads.expect("at least one micro-batch");
-            match &opt {
-                // This rank's shard of the averaged gradients.
-                Adam::Sharded(o) => o.shard_gradients(&own).map_err(|e| anyhow!("{e}"))?,
-                Adam::Whole(_) => average_gradients(&own, group, &avg)?,
-            }
+            let sparse = sparse_rows.as_ref().map(|(t, c)| (t.as_slice(), *c));
+            average(own, sparse, &opt, group, &avg)?
         };
         let (grads, norm) = match cfg.grad_clip {
             Some(max) => {
@@ -414,7 +515,11 @@ fn train_on(cfg: &TrainConfig, group: &Group) -> Result<Summary> {
             bail!("the loss became {loss_value} at step {}", step + 1);
         }
         let dt = t0.elapsed().as_secs_f64();
+        let comm = mlx_array::eval::communication_times() - comm0;
         times.push(dt);
+        summary.step_ms.push(dt * 1e3);
+        summary.comm_wait_ms.push(comm.waited.as_secs_f64() * 1e3);
+        summary.comm_ms.push(comm.busy.as_secs_f64() * 1e3);
         if let Some(f) = memory_log.as_mut() {
             use std::io::Write;
             let now = std::time::SystemTime::now()
@@ -447,6 +552,8 @@ fn train_on(cfg: &TrainConfig, group: &Group) -> Result<Summary> {
                     learning_rate: lr,
                     tokens_per_s: tokens / dt,
                     ms_per_step: dt * 1e3,
+                    comm_wait_ms: comm.waited.as_secs_f64() * 1e3,
+                    comm_ms: comm.busy.as_secs_f64() * 1e3,
                     peak_mib: memory::peak() as f64 / (1 << 20) as f64,
                     active_mib: memory::active() as f64 / (1 << 20) as f64,
                     val_loss,
@@ -464,19 +571,45 @@ fn train_on(cfg: &TrainConfig, group: &Group) -> Result<Summary> {
     if let Some(r) = &reporter {
         r.finish();
     }
-    let mut sorted: Vec<f64> = times.iter().skip(1).copied().collect();
-    if sorted.is_empty() {
-        sorted = times.clone();
-    }
-    sorted.sort_by(f64::total_cmp);
-    summary.median_ms = sorted.get(sorted.len() / 2).copied().unwrap_or(0.0) * 1e3;
+    summary.median_ms = median_after_first(&times) * 1e3;
     summary.tokens_per_s = if summary.median_ms > 0.0 {
         tokens / (summary.median_ms / 1e3)
     } else {
         0.0
     };
     summary.peak_mib = memory::peak() as f64 / (1 << 20) as f64;
+    // Every rank's median wait (the faster ranks wait for the slower ones).
+    let waits = median_after_first(&summary.comm_wait_ms);
+    summary.median_comm_wait_ms = if world > 1 {
+        let mine = Array::from_slice(&[waits as f32], &[1])?;
+        mlx_dist::all_gather(&mine, group)?
+            .to_vec::<f32>()?
+            .into_iter()
+            .map(f64::from)
+            .collect()
+    } else {
+        vec![waits]
+    };
     Ok(summary)
+}
+
+/// The median of `xs` past the first (all of them when there is one).
+fn median_after_first(xs: &[f64]) -> f64 {
+    let mut v: Vec<f64> = xs.iter().skip(1).copied().collect();
+    if v.is_empty() {
+        v = xs.to_vec();
+    }
+    v.sort_by(f64::total_cmp);
+    v.get(v.len() / 2).copied().unwrap_or(0.0)
+}
+
+/// `x` cast to the float dtype `to`; arrays of other dtypes as they are.
+fn cast_float(x: &Array, to: Dtype) -> mlx_array::Result<Array> {
+    if x.dtype().is_float() && x.dtype() != to {
+        x.astype(to)
+    } else {
+        Ok(x.clone())
+    }
 }
 
 /// The checkpoint to resume from: rank 0 picks the newest intact one
@@ -561,4 +694,113 @@ fn save_checkpoint(
     }
     group.barrier()?;
     Ok(dir)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use super::*;
+    use crate::LlamaConfig;
+    use crate::config::CommunicationDtype;
+
+    fn tiny(out: &Path, steps: u64) -> TrainConfig {
+        TrainConfig {
+            model: LlamaConfig {
+                num_layers: 2,
+                vocab_size: 0,
+                dims: 32,
+                mlp_dims: 64,
+                num_heads: 2,
+                ..LlamaConfig::default()
+            },
+            steps,
+            global_batch: 4,
+            block_size: 32,
+            learning_rate: 3e-3,
+            data: DataSource::Offline,
+            batching: Batching::Pack,
+            out_dir: out.to_path_buf(),
+            data_cache: Some(
+                Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/tmp/mlx-data-cache"),
+            ),
+            ..TrainConfig::default()
+        }
+    }
+
+    /// The last checkpoint's weights, as bits.
+    fn weights(out: &Path) -> Vec<(String, Vec<u32>)> {
+        let dir = checkpoint::latest(out).unwrap().expect("a checkpoint");
+        let (w, _) = mlx_array::load_safetensors(dir.join("model.safetensors")).unwrap();
+        w.into_iter()
+            .map(|(n, a)| {
+                let bits = a.to_vec::<f32>().unwrap().into_iter().map(f32::to_bits);
+                (n, bits.collect())
+            })
+            .collect()
+    }
+
+    fn run(world: usize, cfg: &TrainConfig) -> Vec<Summary> {
+        mlx_dist::run_local(world, |g| train(cfg, &g).unwrap()).unwrap()
+    }
+
+    #[test]
+    fn sparse_embedding_gradients_equal_the_dense_ones() {
+        let dir = tempfile::tempdir().unwrap();
+        for shard in [true, false] {
+            // Two micro-batches: the rows are the union of their tokens.
+            let cfg = |name: &str, sparse: bool| TrainConfig {
+                shard_optimizer: shard,
+                grad_accumulation: 2,
+                sparse_embedding_gradients: sparse,
+                ..tiny(&dir.path().join(format!("{name}-{shard}")), 3)
+            };
+            let sparse = run(2, &cfg("sparse", true));
+            let dense = run(2, &cfg("dense", false));
+            // At world 2 each element is one sum of two values either way.
+            assert_eq!(sparse[0].losses, dense[0].losses);
+            assert_eq!(
+                weights(&dir.path().join(format!("sparse-{shard}"))),
+                weights(&dir.path().join(format!("dense-{shard}")))
+            );
+        }
+        // Three ranks add in another order than the ring: close, not equal.
+        let cfg = |name: &str, sparse: bool| TrainConfig {
+            global_batch: 3,
+            sparse_embedding_gradients: sparse,
+            ..tiny(&dir.path().join(name), 3)
+        };
+        let sparse = run(3, &cfg("sparse3", true));
+        let dense = run(3, &cfg("dense3", false));
+        for (a, b) in sparse[0].losses.iter().zip(&dense[0].losses) {
+            assert!((a - b).abs() < 1e-4, "{a} vs {b}");
+        }
+    }
+
+    #[test]
+    fn bf16_communication_trains_like_f32_and_steps_report_their_waits() {
+        let dir = tempfile::tempdir().unwrap();
+        for shard in [true, false] {
+            let cfg = |name: &str, comm| TrainConfig {
+                shard_optimizer: shard,
+                communication_dtype: comm,
+                ..tiny(&dir.path().join(format!("{name}-{shard}")), 4)
+            };
+            let f32s = run(2, &cfg("f32", None));
+            let bf16 = run(2, &cfg("bf16", Some(CommunicationDtype::Bf16)));
+            assert_ne!(f32s[0].losses, bf16[0].losses, "bf16 rounds the gradients");
+            for (a, b) in f32s[0].losses.iter().zip(&bf16[0].losses) {
+                assert!((a - b).abs() < 2e-2 * a.abs(), "{a} vs {b}");
+            }
+            for s in f32s.iter().chain(&bf16) {
+                assert_eq!(s.step_ms.len(), 4);
+                assert_eq!(s.comm_wait_ms.len(), 4);
+                assert_eq!(s.median_comm_wait_ms.len(), 2);
+                assert!(s.comm_ms.iter().all(|&c| c > 0.0), "{:?}", s.comm_ms);
+                for (w, t) in s.comm_wait_ms.iter().zip(&s.step_ms) {
+                    assert!(*w >= 0.0 && w <= t, "waited {w} ms of a {t} ms step");
+                }
+            }
+        }
+    }
 }

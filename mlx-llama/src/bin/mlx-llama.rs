@@ -6,7 +6,8 @@ use std::path::PathBuf;
 use anyhow::{Context, Result, bail};
 use clap::{Args, Parser, Subcommand};
 use mlx_llama::{
-    Batching, DataSource, Llama, LlamaConfig, ScheduleKind, TokenizerChoice, TrainConfig, train,
+    Batching, CommunicationDtype, DataSource, Llama, LlamaConfig, ScheduleKind, TokenizerChoice,
+    TrainConfig, train,
 };
 use mlx_nn::ModuleExt;
 
@@ -90,6 +91,19 @@ struct TrainArgs {
     /// Each rank appends its array memory per step to PATH.rank<R>.jsonl.
     #[arg(long)]
     memory_log: Option<PathBuf>,
+    /// Bytes per gradient communication bucket (MLX's all_reduce_size;
+    /// 0: one collective per tensor); suffixes KiB, MiB, GiB, K, M, G allowed.
+    #[arg(long, default_value = "32MiB", value_parser = byte_size)]
+    all_reduce_size: usize,
+    /// The dtype gradients travel in between the ranks (MLX's
+    /// communication_type): bf16 or f16 halve the bytes of f32 gradients;
+    /// default: their own dtype.
+    #[arg(long, value_enum, alias = "communication-type")]
+    communication_dtype: Option<CommunicationDtype>,
+    /// Send the embedding's whole gradient between the ranks (by default
+    /// only the rows of the batch's tokens travel: the rest are zero).
+    #[arg(long)]
+    dense_embedding_gradients: bool,
     /// Keep the whole AdamW state on every rank and average whole gradients
     /// (by default, with several ranks, each keeps only its shard).
     #[arg(long)]
@@ -226,12 +240,34 @@ fn config(a: &TrainArgs) -> Result<TrainConfig> {
         keep_checkpoints: a.keep_checkpoints,
         out_dir: a.out.clone(),
         log_every: a.log_every,
-        all_reduce_size: 32 << 20,
+        all_reduce_size: a.all_reduce_size,
+        communication_dtype: a.communication_dtype,
+        sparse_embedding_gradients: !a.dense_embedding_gradients,
         device: a.device.clone(),
         data_cache: a.data_cache.clone(),
         memory_log: a.memory_log.clone(),
         shard_optimizer: !a.no_shard_optimizer,
     })
+}
+
+/// A size in bytes: digits with an optional binary (KiB, MiB, GiB) or
+/// decimal-looking (K, M, G, taken as powers of 1024 too) suffix.
+fn byte_size(s: &str) -> std::result::Result<usize, String> {
+    let t = s.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (digits, unit) = t.split_at(split);
+    let n: usize = digits
+        .parse()
+        .map_err(|_| format!("expected a number of bytes like 4194304 or 4MiB, got `{s}`"))?;
+    let scale: usize = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "k" | "kib" => 1 << 10,
+        "m" | "mib" => 1 << 20,
+        "g" | "gib" => 1 << 30,
+        u => return Err(format!("unknown unit `{u}` in `{s}`: use KiB, MiB or GiB")),
+    };
+    n.checked_mul(scale)
+        .ok_or_else(|| format!("`{s}` is too large"))
 }
 
 /// A timeout in seconds: finite and above zero (the launcher's own rule).
