@@ -1,8 +1,9 @@
 //! `cargo xtask bench train`: tokens/s and ms/step of the trainer at several
 //! world sizes (default 1 and 2) with the same global batch, and the scaling
 //! efficiency against world 1. Prints a table and writes `bench.md` and
-//! `bench.json` into the run folder. `bench collectives` lives in
-//! `bench_collectives.rs`.
+//! `bench.json` into the run folder. With `--hosts N` it runs across
+//! emulated hosts over shaped links instead (`bench_train_hosts.rs`).
+//! `bench collectives` lives in `bench_collectives.rs`.
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -13,10 +14,15 @@ use clap::{Args, Subcommand};
 
 use crate::util::{RunnerArgs, log_tail, root, spawn_trainer, timestamp};
 
+#[path = "bench_train_hosts.rs"]
+mod train_hosts;
+
 /// What to benchmark.
 #[derive(Subcommand, Debug)]
 pub enum What {
-    /// Training throughput at world 1 and 2 (the same global batch), and the scaling efficiency.
+    /// Training throughput at world 1 and 2 (the same global batch), and the
+    /// scaling efficiency; with --hosts N, the step across emulated hosts
+    /// over shaped links, overlap on/off, f32/bf16 gradients.
     Train(TrainArgs),
     /// all_sum and all_gather, 1 KiB to 256 MiB at world 2 and 4, per backend
     /// (ring, quic, mpi) beside one TCP stream; then average_gradients against
@@ -27,9 +33,10 @@ pub enum What {
 /// Options of `cargo xtask bench train`; anything after `--` goes to `mlx-llama train`.
 #[derive(Args, Debug)]
 pub struct TrainArgs {
-    /// World sizes to run, one after the other.
-    #[arg(long, value_delimiter = ',', default_value = "1,2")]
-    pub worlds: Vec<usize>,
+    /// World sizes to run, one after the other (default 1,2; with --hosts
+    /// 2,4, as many as there are hosts).
+    #[arg(long, value_delimiter = ',')]
+    pub worlds: Option<Vec<usize>>,
     /// Optimizer steps per run (the first is not timed when there are more).
     #[arg(long, default_value_t = 6)]
     pub steps: u64,
@@ -39,9 +46,19 @@ pub struct TrainArgs {
     /// Where the binaries come from and how the ranks talk.
     #[command(flatten)]
     pub runner: RunnerArgs,
+    /// Across emulated hosts instead of loopback.
+    #[command(flatten)]
+    pub hosts: train_hosts::HostsArgs,
     /// Options for `mlx-llama train` (see `mlx-llama train --help`).
     #[arg(last = true)]
     pub trainer: Vec<String>,
+}
+
+impl TrainArgs {
+    /// The worlds of the loopback mode.
+    fn loopback_worlds(&self) -> Vec<usize> {
+        self.worlds.clone().unwrap_or_else(|| vec![1, 2])
+    }
 }
 
 /// Runs the benchmark named by `what`.
@@ -63,17 +80,22 @@ struct Row {
 }
 
 fn train(a: TrainArgs) -> Result<()> {
-    if a.worlds.is_empty() || a.worlds.contains(&0) {
+    let worlds = a.loopback_worlds();
+    if worlds.is_empty() || worlds.contains(&0) {
         bail!("--worlds needs world sizes of at least 1, e.g. 1,2");
     }
     if a.steps == 0 {
         bail!("--steps must be at least 1");
     }
+    if a.hosts.hosts == Some(0) {
+        bail!("--hosts needs at least 2 hosts");
+    }
     let bins = a.runner.binaries()?;
-    let out = a.out.clone().unwrap_or_else(|| {
-        root()
+    let out = a.out.clone().unwrap_or_else(|| match a.hosts.hosts {
+        Some(_) => train_hosts::default_out(),
+        None => root()
             .join("runs")
-            .join(format!("bench-train-{}", timestamp()))
+            .join(format!("bench-train-{}", timestamp())),
     });
     let out = if out.is_absolute() {
         out
@@ -81,8 +103,11 @@ fn train(a: TrainArgs) -> Result<()> {
         root().join(out)
     };
     std::fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
+    if let Some(n) = a.hosts.hosts {
+        return train_hosts::run(&a, &a.hosts, n, &bins, &out);
+    }
     let mut rows = vec![];
-    for &world in &a.worlds {
+    for &world in &worlds {
         rows.push(run_world(&a, &bins, &out, world)?);
     }
     let table = markdown(&a, &rows);
@@ -174,7 +199,7 @@ fn markdown(a: &TrainArgs, rows: &[Row]) -> String {
         "`cargo xtask bench train --worlds {} --steps {} --backend {}{}{}`: the same global \
          batch split across the ranks; ms/step is the median step (the first step excluded when \
          there are more), tokens/s counts the whole world; {} logical cores here.\n",
-        a.worlds
+        a.loopback_worlds()
             .iter()
             .map(|w| w.to_string())
             .collect::<Vec<_>>()
