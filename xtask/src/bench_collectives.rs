@@ -80,11 +80,16 @@ pub struct CollectivesArgs {
     #[arg(long, default_value_t = 1230.0)]
     pub compute_ms: f64,
     /// Multi-host mode: link rates to project the step onto (tc syntax).
-    #[arg(long, value_delimiter = ',', default_value = "10gbit,100gbit")]
+    #[arg(long, value_delimiter = ',', default_value = "1gbit,10gbit,100gbit")]
     pub project_rates: Vec<String>,
     /// Multi-host mode: host counts to project the step onto.
     #[arg(long, value_delimiter = ',', default_value = "8,16,64")]
     pub project_hosts: Vec<usize>,
+    /// Multi-host mode without measuring: fit and project again from the
+    /// `multihost.json` of this earlier run folder (e.g. with another
+    /// `--compute-ms`), rewriting its report.
+    #[arg(long)]
+    pub from_run: Option<PathBuf>,
 }
 
 impl CollectivesArgs {
@@ -119,9 +124,13 @@ impl CollectivesArgs {
             hosts: None,
             rates: ["10gbit", "1gbit"].map(String::from).to_vec(),
             compute_ms: 1230.0,
-            project_rates: ["10gbit", "100gbit"].map(String::from).to_vec(),
+            project_rates: ["1gbit", "10gbit", "100gbit"].map(String::from).to_vec(),
             project_hosts: vec![8, 16, 64],
+            from_run: None,
         };
+        if let Some(d) = &self.from_run {
+            let _ = write!(s, " --from-run {}", d.display());
+        }
         if let Some(n) = self.hosts {
             let _ = write!(s, " --hosts {n}");
             if self.rates != default.rates {
@@ -151,7 +160,7 @@ impl CollectivesArgs {
         if self.no_average_gradients && self.hosts.is_none() {
             s.push_str(" --no-average-gradients");
         }
-        if self.hosts.is_some() {
+        if self.hosts.is_some() || self.from_run.is_some() {
             if self.compute_ms != default.compute_ms {
                 let _ = write!(s, " --compute-ms {}", self.compute_ms);
             }
@@ -193,7 +202,7 @@ pub(crate) struct Row {
 
 /// Runs the benchmark and writes the run folder.
 pub fn run(a: CollectivesArgs) -> Result<()> {
-    if a.hosts.is_some() {
+    if a.hosts.is_some() || a.from_run.is_some() {
         return crate::bench_multihost::run(&a);
     }
     if a.worlds.is_empty() || a.worlds.iter().any(|&w| w < 2) {

@@ -30,7 +30,8 @@ use serde_json::{Value, json};
 
 use crate::alpha_beta::{self, Fit, Projection, Sample};
 use crate::bench_collectives::{
-    CollectivesArgs, Run, describe, human, load_average, mpi_unusable, run_collectives_with, time,
+    CollectivesArgs, Row, Run, describe, human, load_average, mpi_unusable, run_collectives_with,
+    time,
 };
 use crate::hosts::{self, Hosts, HostsGuard};
 use crate::util::{Ended, cargo, log_tail, root, run_logged, target_dir, timestamp};
@@ -161,6 +162,14 @@ struct RateFits {
 
 /// Runs the multi-host benchmark (see the module documentation).
 pub fn run(a: &CollectivesArgs) -> Result<()> {
+    if let Some(dir) = &a.from_run {
+        let dir = if dir.is_absolute() {
+            dir.clone()
+        } else {
+            root().join(dir)
+        };
+        return reanalyse(a, &dir);
+    }
     let n_hosts = a.hosts.context("multi-host mode needs --hosts")?;
     if n_hosts < 2 {
         bail!("--hosts needs at least 2 hosts");
@@ -179,11 +188,9 @@ pub fn run(a: &CollectivesArgs) -> Result<()> {
     if rates.is_empty() {
         bail!("--rates needs at least one rate, e.g. 10gbit,1gbit");
     }
-    let mut project_bits = Vec::new();
     for r in &a.project_rates {
-        match hosts::parse_rate(r).map_err(anyhow::Error::msg)? {
-            Some(rate) => project_bits.push((rate.text.clone(), rate.bits_per_sec)),
-            None => bail!("--project-rates takes link rates, e.g. 10gbit,100gbit"),
+        if hosts::parse_rate(r).map_err(anyhow::Error::msg)?.is_none() {
+            bail!("--project-rates takes link rates, e.g. 10gbit,100gbit");
         }
     }
     if a.project_hosts.iter().any(|&h| h < 2) {
@@ -389,70 +396,21 @@ pub fn run(a: &CollectivesArgs) -> Result<()> {
     let load_end = load_average();
     let wall_s = started.elapsed().as_secs_f64();
 
-    // The model and the projection.
-    let fits: Vec<RateFits> = results
-        .iter()
-        .map(|r| RateFits {
-            rate: r.rate.clone(),
-            bits: r.bits,
-            joint: alpha_beta::fit(&r.ring_samples(None)),
-            per_world: worlds
-                .iter()
-                .map(|&w| (w, alpha_beta::fit(&r.ring_samples(Some(w)))))
-                .collect(),
-        })
-        .collect();
-    let grad_bytes = alpha_beta::reference_llama_parameters() * 4;
-    let compute_s = a.compute_ms / 1e3;
-    let projections = project_all(
-        &fits,
-        &project_bits,
-        &a.project_hosts,
-        grad_bytes,
-        compute_s,
-    );
-    let png = out.join("projection.png");
-    let chart = match &projections {
-        Some(p) => projection_chart(&png, p, compute_s)
-            .map(|()| Some(png.clone()))
-            .unwrap_or_else(|e| {
-                eprintln!("xtask: the projection chart failed: {e:#}");
-                None
-            }),
-        None => None,
-    };
-
-    let ctx = Report {
-        a,
+    let report = Report {
+        command: a.command_line(),
+        reanalysis: None,
         n_hosts,
-        worlds: &worlds,
-        backends: &backends,
+        worlds,
+        backends,
+        ops: a.ops.clone(),
+        max_bytes: a.max_bytes(),
+        cores: std::thread::available_parallelism().map_or(0, |n| n.get()),
         load: (load_start, load_end),
         wall_s,
-        grad_bytes,
-        compute_s,
+        grad_bytes: alpha_beta::reference_llama_parameters() * 4,
+        compute_s: a.compute_ms / 1e3,
     };
-    let md = markdown(
-        &ctx,
-        &results,
-        &fits,
-        projections.as_ref(),
-        chart.as_deref(),
-    );
-    let md_path = out.join("multihost.md");
-    std::fs::write(&md_path, &md).with_context(|| format!("writing {}", md_path.display()))?;
-    let json_path = out.join("multihost.json");
-    std::fs::write(
-        &json_path,
-        serde_json::to_string_pretty(&to_json(&ctx, &results, &fits, projections.as_ref()))?,
-    )
-    .with_context(|| format!("writing {}", json_path.display()))?;
-    println!("\n{md}");
-    println!("xtask: table {}", md_path.display());
-    println!("xtask: json  {}", json_path.display());
-    if let Some(p) = &chart {
-        println!("xtask: chart {}", p.display());
-    }
+    analyse(a, &report, &results, &out)?;
 
     let failed: Vec<String> = results
         .iter()
@@ -474,11 +432,231 @@ pub fn run(a: &CollectivesArgs) -> Result<()> {
         bail!(
             "{} run(s) failed (details in {}): {}",
             failed.len(),
-            md_path.display(),
+            out.join("multihost.md").display(),
             failed.join(", ")
         );
     }
     Ok(())
+}
+
+/// Fits the model, projects the step and writes `multihost.md`,
+/// `multihost.json` and `projection.png` into `out`.
+fn analyse(a: &CollectivesArgs, c: &Report, results: &[RateResult], out: &Path) -> Result<()> {
+    let mut project_bits = Vec::new();
+    for r in &a.project_rates {
+        match hosts::parse_rate(r).map_err(anyhow::Error::msg)? {
+            Some(rate) => project_bits.push((rate.text.clone(), rate.bits_per_sec)),
+            None => bail!("--project-rates takes link rates, e.g. 10gbit,100gbit"),
+        }
+    }
+    let fits: Vec<RateFits> = results
+        .iter()
+        .map(|r| RateFits {
+            rate: r.rate.clone(),
+            bits: r.bits,
+            joint: alpha_beta::fit(&r.ring_samples(None)),
+            per_world: c
+                .worlds
+                .iter()
+                .map(|&w| (w, alpha_beta::fit(&r.ring_samples(Some(w)))))
+                .collect(),
+        })
+        .collect();
+    let projections = project_all(
+        &fits,
+        &project_bits,
+        &a.project_hosts,
+        c.grad_bytes,
+        c.compute_s,
+    );
+    let png = out.join("projection.png");
+    let chart = match &projections {
+        Some(p) => projection_chart(&png, p, c.compute_s)
+            .map(|()| Some(png.clone()))
+            .unwrap_or_else(|e| {
+                eprintln!("xtask: the projection chart failed: {e:#}");
+                None
+            }),
+        None => None,
+    };
+    let md = markdown(c, results, &fits, projections.as_ref(), chart.as_deref());
+    let md_path = out.join("multihost.md");
+    std::fs::write(&md_path, &md).with_context(|| format!("writing {}", md_path.display()))?;
+    let json_path = out.join("multihost.json");
+    std::fs::write(
+        &json_path,
+        serde_json::to_string_pretty(&to_json(c, results, &fits, projections.as_ref()))?,
+    )
+    .with_context(|| format!("writing {}", json_path.display()))?;
+    println!("\n{md}");
+    println!("xtask: table {}", md_path.display());
+    println!("xtask: json  {}", json_path.display());
+    if let Some(p) = &chart {
+        println!("xtask: chart {}", p.display());
+    }
+    Ok(())
+}
+
+/// `--from-run DIR`: the measurements of an earlier run (its
+/// `multihost.json`) analysed again, with this command's projection options,
+/// into the same folder.
+fn reanalyse(a: &CollectivesArgs, dir: &Path) -> Result<()> {
+    let path = dir.join("multihost.json");
+    let text =
+        std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+    let v: Value =
+        serde_json::from_str(&text).with_context(|| format!("parsing {}", path.display()))?;
+    let (report, results) = from_json(&v, a)
+        .with_context(|| format!("{} is not a multi-host report", path.display()))?;
+    analyse(a, &report, &results, dir)
+}
+
+/// The report and measurements [`to_json`] wrote (`None` if something is missing).
+fn from_json(v: &Value, a: &CollectivesArgs) -> Option<(Report, Vec<RateResult>)> {
+    let strs = |x: &Value| -> Vec<String> {
+        x.as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|s| s.as_str().map(String::from))
+            .collect()
+    };
+    let text = |x: &Value| x.as_str().map(String::from);
+    let mut results = Vec::new();
+    for r in v["rates"].as_array()? {
+        let runs = r["runs"]
+            .as_array()?
+            .iter()
+            .map(|x| Run {
+                backend: text(&x["backend"]).unwrap_or_default(),
+                world: x["world"].as_u64().unwrap_or(0) as usize,
+                status: text(&x["status"]).unwrap_or_default(),
+                reason: text(&x["reason"]),
+                wall_s: x["wall_s"].as_f64().unwrap_or(0.0),
+                ceiling: vec![],
+                rows: x["rows"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|y| {
+                        Some(Row {
+                            op: text(&y["op"])?,
+                            bytes: y["bytes"].as_u64()?,
+                            time_us: y["time_us"].as_f64()?,
+                            algbw: y["algbw_gbs"].as_f64()?,
+                            busbw: y["busbw_gbs"].as_f64()?,
+                            ceiling: 0.0,
+                            ratio: y["ratio"].as_f64()?,
+                        })
+                    })
+                    .collect(),
+            })
+            .collect();
+        let mlx = r["mlx"]
+            .as_array()?
+            .iter()
+            .map(|m| MlxRun {
+                world: m["world"].as_u64().unwrap_or(0) as usize,
+                status: text(&m["status"]).unwrap_or_default(),
+                reason: text(&m["reason"]),
+                rows: m["rows"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|y| {
+                        Some(MlxRow {
+                            bytes: y["bytes"].as_u64()?,
+                            secs: y["median_s"].as_f64()?,
+                            busbw: y["busbw_gbs"].as_f64()?,
+                            ok: y["ok"].as_bool().unwrap_or(false),
+                        })
+                    })
+                    .collect(),
+            })
+            .collect();
+        let floats = |x: &Value| -> Vec<f64> {
+            x.as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(Value::as_f64)
+                .collect()
+        };
+        results.push(RateResult {
+            rate: text(&r["rate"])?,
+            bits: r["bits_per_sec"].as_u64()?,
+            ceiling: match r["ceiling_gbs"].as_f64() {
+                Some(g) => Ok(g),
+                None => Err(text(&r["ceiling_error"]).unwrap_or_else(|| "not measured".into())),
+            },
+            ceiling_each: floats(&r["ceiling_transfers_gbs"]),
+            concurrent: r["concurrent_streams"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|c| {
+                    let n = c["n"].as_u64().unwrap_or(0) as usize;
+                    match c["gbs"].as_array() {
+                        Some(_) => (n, Ok(floats(&c["gbs"]))),
+                        None => (n, Err(text(&c["error"]).unwrap_or_default())),
+                    }
+                })
+                .collect(),
+            runs,
+            mlx,
+            load_before: text(&r["load_average_before"]),
+        });
+    }
+    let worlds: Vec<usize> = v["worlds"]
+        .as_array()?
+        .iter()
+        .filter_map(|w| w.as_u64().map(|w| w as usize))
+        .collect();
+    let mut backends: Vec<String> = Vec::new();
+    for b in ["ring", "quic", "mpi", "mlx"] {
+        let present = results
+            .iter()
+            .any(|r| r.runs.iter().any(|x| x.backend == b) || (b == "mlx" && !r.mlx.is_empty()));
+        if present {
+            backends.push(b.into());
+        }
+    }
+    let report = Report {
+        command: text(&v["command"])?,
+        reanalysis: Some(a.command_line()),
+        n_hosts: v["hosts"].as_u64()? as usize,
+        worlds,
+        backends,
+        // What the rows hold, where the report does not say.
+        ops: match strs(&v["ops"]) {
+            ops if !ops.is_empty() => ops,
+            _ => ["all_sum", "all_gather", "sum_scatter"]
+                .into_iter()
+                .filter(|op| {
+                    results
+                        .iter()
+                        .flat_map(|r| r.runs.iter().flat_map(|x| &x.rows))
+                        .any(|x| x.op == *op)
+                })
+                .map(String::from)
+                .collect(),
+        },
+        max_bytes: v["max_bytes"].as_u64().unwrap_or_else(|| {
+            results
+                .iter()
+                .flat_map(|r| r.runs.iter().flat_map(|x| &x.rows))
+                .map(|x| x.bytes)
+                .max()
+                .unwrap_or(0)
+        }),
+        cores: v["cores"].as_u64().unwrap_or(0) as usize,
+        load: (
+            text(&v["load_average_before"]),
+            text(&v["load_average_after"]),
+        ),
+        wall_s: v["wall_s"].as_f64().unwrap_or(0.0),
+        grad_bytes: alpha_beta::reference_llama_parameters() * 4,
+        compute_s: a.compute_ms / 1e3,
+    };
+    Some((report, results))
 }
 
 /// Takes `/tmp/mlx-hosts.lock` for as long as the returned file lives,
@@ -805,22 +983,26 @@ fn run_mlx(
 
 /// The projection of every `(rate, hosts)`, with the model's parameters.
 struct Projections {
-    /// The fit the projection starts from: its rate, worlds and parameters.
-    base_rate: String,
-    base_over: String,
-    base: Fit,
-    base_bits: u64,
-    /// The link efficiency of the lowest measured rate's fit (network-bound
-    /// on this machine), for the second variant; `None` with one rate.
-    low: Option<(String, f64)>,
-    /// Per projected rate: `(name, bits, beta, beta at the low efficiency, rows)`.
+    /// Which fits the parameters come from: `world N` (the smallest world's)
+    /// or `every world`.
+    over: String,
+    /// The highest link efficiency measured (its rate and value), for the
+    /// second variant; `None` with one measured rate.
+    best: Option<(String, f64)>,
     rates: Vec<ProjectedRate>,
 }
 
+/// One projected link rate.
 struct ProjectedRate {
     name: String,
+    /// The measured rate whose fit gives alpha and the link efficiency.
+    from: String,
+    alpha: f64,
+    /// The link efficiency of that fit: (1/beta) / link rate.
+    efficiency: f64,
     beta: f64,
-    beta_low: Option<f64>,
+    /// beta at the best efficiency measured (when another fit has it).
+    beta_best: Option<f64>,
     rows: Vec<(Projection, Option<Projection>)>,
     /// Every host count from 2 to the largest, for the chart.
     curve: Vec<Projection>,
@@ -831,6 +1013,22 @@ fn efficiency(fit: &Fit, bits: u64) -> f64 {
     (1.0 / fit.beta) / (bits as f64 / 8.0)
 }
 
+/// The fit a projection uses at one measured rate: its smallest world's,
+/// whose ranks each have a core of their own here (four ranks on two cores
+/// measure this machine's CPU at 10 Gbit/s, not the link), else the fit over
+/// every world.
+fn base_fit(f: &RateFits) -> Option<(Fit, String)> {
+    let smallest = f.per_world.iter().min_by_key(|(w, _)| *w);
+    match smallest {
+        Some((w, Some(x))) => Some((*x, format!("world {w}"))),
+        _ => f.joint.map(|x| (x, "every world".to_string())),
+    }
+}
+
+/// Projects every rate of `project` onto every host count of `hosts`. Each
+/// projected rate takes alpha and the link efficiency e from the fit at the
+/// fastest measured rate not above it (else the slowest measured), and
+/// beta = 1 / (e x rate); the second variant takes the best e measured.
 fn project_all(
     fits: &[RateFits],
     project: &[(String, u64)],
@@ -838,55 +1036,54 @@ fn project_all(
     grad_bytes: u64,
     compute_s: f64,
 ) -> Option<Projections> {
-    // The fastest measured rate with a fit gives alpha and the link
-    // efficiency: the fit of its smallest world, whose ranks each have a core
-    // of their own here (four ranks on two cores measure the machine's CPU
-    // at 10 Gbit/s, not the link), else the fit over every world.
-    let with_fit: Vec<(&RateFits, Fit)> = fits
+    let with_fit: Vec<(&RateFits, Fit, String)> = fits
         .iter()
-        .filter_map(|f| {
-            let smallest = f.per_world.iter().min_by_key(|(w, _)| *w);
-            smallest.and_then(|(_, x)| *x).or(f.joint).map(|j| (f, j))
-        })
-        .filter(|(_, j)| j.beta > 0.0)
+        .filter_map(|f| base_fit(f).map(|(x, over)| (f, x, over)))
+        .filter(|(_, x, _)| x.beta > 0.0)
         .collect();
-    let (hi, base) = *with_fit.iter().max_by_key(|(f, _)| f.bits)?;
-    let lo = with_fit
+    let slowest = with_fit.iter().min_by_key(|(f, _, _)| f.bits)?;
+    let best = with_fit
         .iter()
-        .min_by_key(|(f, _)| f.bits)
-        .filter(|(f, _)| f.bits != hi.bits)
-        .map(|(f, j)| (f.rate.clone(), efficiency(j, f.bits)));
-    let e = efficiency(&base, hi.bits);
+        .map(|(f, x, _)| (f, efficiency(x, f.bits)))
+        .max_by(|a, b| a.1.total_cmp(&b.1))
+        .filter(|_| with_fit.len() > 1)
+        .map(|(f, e)| (f.rate.clone(), e, f.bits));
     let max_hosts = hosts.iter().copied().max().unwrap_or(2).max(2);
     let rates = project
         .iter()
         .map(|(name, bits)| {
+            let (f, fit, _) = with_fit
+                .iter()
+                .filter(|(f, _, _)| f.bits <= *bits)
+                .max_by_key(|(f, _, _)| f.bits)
+                .unwrap_or(slowest);
+            let e = efficiency(fit, f.bits);
             let beta = 1.0 / (e * *bits as f64 / 8.0);
-            let beta_low = lo.as_ref().map(|(_, el)| 1.0 / (el * *bits as f64 / 8.0));
+            let beta_best = best
+                .as_ref()
+                .filter(|(_, _, b)| *b != f.bits)
+                .map(|(_, eb, _)| 1.0 / (eb * *bits as f64 / 8.0));
             let p = |b: f64, h: usize| {
-                alpha_beta::project(base.alpha, b, grad_bytes as f64, compute_s, h)
+                alpha_beta::project(fit.alpha, b, grad_bytes as f64, compute_s, h)
             };
             ProjectedRate {
                 name: name.clone(),
+                from: f.rate.clone(),
+                alpha: fit.alpha,
+                efficiency: e,
                 beta,
-                beta_low,
+                beta_best,
                 rows: hosts
                     .iter()
-                    .map(|&h| (p(beta, h), beta_low.map(|bl| p(bl, h))))
+                    .map(|&h| (p(beta, h), beta_best.map(|bb| p(bb, h))))
                     .collect(),
                 curve: (2..=max_hosts).map(|h| p(beta, h)).collect(),
             }
         })
         .collect();
     Some(Projections {
-        base_rate: hi.rate.clone(),
-        base_over: match hi.per_world.iter().min_by_key(|(w, _)| *w) {
-            Some((w, Some(_))) => format!("world {w}"),
-            _ => "every world".into(),
-        },
-        base,
-        base_bits: hi.bits,
-        low: lo,
+        over: slowest.2.clone(),
+        best: best.map(|(r, e, _)| (r, e)),
         rates,
     })
 }
@@ -936,6 +1133,7 @@ fn projection_chart(path: &Path, p: &Projections, compute_s: f64) -> Result<()> 
         .configure_mesh()
         .x_desc("hosts (one rank each; log scale)")
         .y_desc("compute / step time, %")
+        .y_label_formatter(&|y| format!("{y:.0}"))
         .x_label_formatter(&|x| format!("{:.0}", 2f64.powf(*x)))
         .x_labels(max_hosts.log2() as usize + 1)
         .label_style(("sans-serif", 14))
@@ -972,7 +1170,9 @@ fn projection_chart(path: &Path, p: &Projections, compute_s: f64) -> Result<()> 
             .map_err(|e| err(&e))?
             .label(format!("{}: perfect overlap", r.name))
             .legend(move |(x, y)| {
-                PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(1))
+                EmptyElement::at((x, y))
+                    + PathElement::new(vec![(0, 0), (7, 0)], color.stroke_width(2))
+                    + PathElement::new(vec![(13, 0), (20, 0)], color.stroke_width(2))
             });
         let marks: Vec<(f64, f64)> = r
             .rows
@@ -1002,11 +1202,17 @@ fn projection_chart(path: &Path, p: &Projections, compute_s: f64) -> Result<()> 
 }
 
 /// What the report says about the run as a whole.
-struct Report<'a> {
-    a: &'a CollectivesArgs,
+struct Report {
+    /// The command that measured.
+    command: String,
+    /// The command that re-analysed the figures (`--from-run`), if one did.
+    reanalysis: Option<String>,
     n_hosts: usize,
-    worlds: &'a [usize],
-    backends: &'a [String],
+    worlds: Vec<usize>,
+    backends: Vec<String>,
+    ops: Vec<String>,
+    max_bytes: u64,
+    cores: usize,
     load: (Option<String>, Option<String>),
     wall_s: f64,
     grad_bytes: u64,
@@ -1066,24 +1272,27 @@ fn gbs(x: f64) -> String {
 }
 
 fn markdown(
-    c: &Report<'_>,
+    c: &Report,
     results: &[RateResult],
     fits: &[RateFits],
     proj: Option<&Projections>,
     chart: Option<&Path>,
 ) -> String {
-    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+    let cores = c.cores;
     let mut s = String::new();
     let _ = writeln!(
         s,
-        "`{}`: {} emulated hosts (network namespaces joined by a bridge, each link shaped by \
+        "`{}`{}: {} emulated hosts (network namespaces joined by a bridge, each link shaped by \
          `tc tbf` in both directions), one rank per host, ranks started over ssh: ours by \
          mlx-launch's library, MPI by `mpirun --host` (`--mca mpi_yield_when_idle 1`), MLX's ring \
          in each host's namespace with `MLX_RANK`/`MLX_HOSTFILE`. **This machine has {cores} \
          logical cores: the {} ranks of the largest world share them** (and the kernel's network \
          work), so figures that need more CPU than that are this machine's, not the link's. Load \
          average {} before and {} after; {:.0} s in all.\n",
-        c.a.command_line(),
+        c.command,
+        c.reanalysis
+            .as_ref()
+            .map_or(String::new(), |r| format!(" (analysed again by `{r}`)")),
         c.n_hosts,
         c.worlds.iter().max().unwrap_or(&0),
         c.load.0.as_deref().unwrap_or("?"),
@@ -1103,7 +1312,7 @@ fn markdown(
     let _ = writeln!(s, "### Goals\n");
     let _ = writeln!(s, "| goal | measured | met |");
     let _ = writeln!(s, "|---|---|---|");
-    for (goal, got) in goals(results, c.worlds) {
+    for (goal, got) in goals(results, &c.worlds) {
         match got {
             Some((v, ok)) => {
                 let _ = writeln!(
@@ -1173,7 +1382,7 @@ fn markdown(
         let sizes: Vec<u64> = KEY_SIZES
             .iter()
             .copied()
-            .filter(|&b| b <= c.a.max_bytes() && b != 64 << 10)
+            .filter(|&b| b <= c.max_bytes && b != 64 << 10)
             .collect();
         let _ = writeln!(
             s,
@@ -1189,8 +1398,8 @@ fn markdown(
             "|---|---:|---:|---:|{}---:|",
             "---:|".repeat(sizes.len())
         );
-        for b in c.backends {
-            for &w in c.worlds {
+        for b in &c.backends {
+            for &w in &c.worlds {
                 let t = |bytes: u64| {
                     r.point(b, w, "all_sum", bytes)
                         .map_or("-".into(), |(secs, _)| time(secs * 1e6))
@@ -1219,7 +1428,7 @@ fn markdown(
             }
         }
         let _ = writeln!(s);
-        if c.a.ops.iter().any(|o| o == "all_gather") {
+        if c.ops.iter().any(|o| o == "all_gather") {
             let _ = writeln!(
                 s,
                 "| all_gather | world | 1 KiB time | {} | 64 MiB / ceiling |",
@@ -1231,7 +1440,7 @@ fn markdown(
             );
             let _ = writeln!(s, "|---|---:|---:|{}---:|", "---:|".repeat(sizes.len()));
             for b in c.backends.iter().filter(|b| *b != "mlx") {
-                for &w in c.worlds {
+                for &w in &c.worlds {
                     let cells: Vec<String> = sizes
                         .iter()
                         .map(|&bytes| {
@@ -1302,7 +1511,7 @@ fn markdown(
     // Every size, per op: time and busbw of each backend and world.
     let _ = writeln!(s, "### Every size\n");
     for r in results {
-        for op in &c.a.ops {
+        for op in &c.ops {
             let cols: Vec<(&str, usize)> = c
                 .backends
                 .iter()
@@ -1370,7 +1579,7 @@ fn markdown(
     );
     let _ = writeln!(s, "|---|---|---:|---:|---:|---:|---:|---:|---:|");
     for f in fits {
-        let rows = std::iter::once(("worlds ".to_string() + &join(c.worlds), f.joint))
+        let rows = std::iter::once(("worlds ".to_string() + &join(&c.worlds), f.joint))
             .chain(f.per_world.iter().map(|(w, x)| (format!("world {w}"), *x)));
         for (over, fit) in rows {
             match fit {
@@ -1423,19 +1632,16 @@ fn markdown(
             );
             let _ = writeln!(
                 s,
-                "Parameters: alpha = {:.1} us and the link efficiency e = (1/beta) / link rate = \
-                 {:.1}% of the {} fit over {} (the smallest world: one core per rank here; at \
-                 world 4 four ranks share two cores), so beta = 1 / (e x link rate) at each \
-                 projected rate.{}\n",
-                p.base.alpha * 1e6,
-                100.0 * efficiency(&p.base, p.base_bits),
-                p.base_rate,
-                p.base_over,
-                match &p.low {
+                "Parameters: each projected rate takes alpha and the link efficiency e = \
+                 (1/beta) / link rate from the fit at the fastest measured rate not above it, \
+                 over {} (the smallest world: one core per rank here; at world 4 four ranks \
+                 share two cores), and beta = 1 / (e x link rate).{}\n",
+                p.over,
+                match &p.best {
                     Some((rate, e)) => format!(
-                        " The last two columns take instead the {rate} fit's efficiency ({}), \
-                         {:.1}%, where this machine's cores were not the bound.",
-                        p.base_over,
+                        " The last two columns take the best efficiency measured instead, \
+                         {:.1}% at {rate}, where this machine's cores were not the bound (what \
+                         hosts with cores to spare would see).",
                         100.0 * e
                     ),
                     None => String::new(),
@@ -1443,56 +1649,31 @@ fn markdown(
             );
             let _ = writeln!(
                 s,
-                "| hosts | link | all_sum | step, no overlap | efficiency | step, overlap | efficiency |{}",
-                if p.low.is_some() {
-                    " all_sum at the other efficiency | efficiency, no overlap |"
-                } else {
-                    ""
-                }
+                "| link | fit from | alpha | e | hosts | all_sum | step, no overlap | efficiency | step, overlap | efficiency | all_sum at the best e | efficiency, no overlap |"
             );
             let _ = writeln!(
                 s,
-                "|---:|---|---:|---:|---:|---:|---:|{}",
-                if p.low.is_some() { "---:|---:|" } else { "" }
+                "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
             );
             for r in &p.rates {
-                for (x, low) in &r.rows {
-                    let _ = write!(
+                for (x, best) in &r.rows {
+                    let _ = writeln!(
                         s,
-                        "| {} | {} | {:.1} ms | {:.0} ms | {:.1}% | {:.0} ms | {:.1}% |",
-                        x.hosts,
+                        "| {} | {} | {:.1} us | {:.1}% | {} | {:.1} ms | {:.0} ms | {:.1}% | {:.0} ms | {:.1}% | {} | {} |",
                         r.name,
+                        r.from,
+                        r.alpha * 1e6,
+                        100.0 * r.efficiency,
+                        x.hosts,
                         x.comm_s * 1e3,
                         x.step_serial_s * 1e3,
                         100.0 * x.eff_serial,
                         x.step_overlap_s * 1e3,
-                        100.0 * x.eff_overlap
+                        100.0 * x.eff_overlap,
+                        best.map_or("-".into(), |b| format!("{:.1} ms", b.comm_s * 1e3)),
+                        best.map_or("-".into(), |b| format!("{:.1}%", 100.0 * b.eff_serial)),
                     );
-                    if let Some(l) = low {
-                        let _ = write!(
-                            s,
-                            " {:.1} ms | {:.1}% |",
-                            l.comm_s * 1e3,
-                            100.0 * l.eff_serial
-                        );
-                    }
-                    let _ = writeln!(s);
                 }
-            }
-            let _ = writeln!(s);
-            for r in &p.rates {
-                let _ = writeln!(
-                    s,
-                    "- {}: beta {:.4} ns/B (1/beta {:.2} GB/s){}",
-                    r.name,
-                    r.beta * 1e9,
-                    1.0 / r.beta / 1e9,
-                    r.beta_low.map_or(String::new(), |b| format!(
-                        "; at the other efficiency {:.4} ns/B ({:.2} GB/s)",
-                        b * 1e9,
-                        1.0 / b / 1e9
-                    ))
-                );
             }
             let _ = writeln!(s);
             if let Some(path) = chart {
@@ -1546,7 +1727,7 @@ fn proj_json(x: &Projection) -> Value {
 }
 
 fn to_json(
-    c: &Report<'_>,
+    c: &Report,
     results: &[RateResult],
     fits: &[RateFits],
     proj: Option<&Projections>,
@@ -1602,15 +1783,18 @@ fn to_json(
             })
         })
         .collect();
-    let goals: Vec<Value> = goals(results, c.worlds)
+    let goals: Vec<Value> = goals(results, &c.worlds)
         .into_iter()
         .map(|(g, got)| json!({"goal": g, "measured": got.as_ref().map(|x| &x.0), "met": got.map(|x| x.1)}))
         .collect();
     json!({
-        "command": c.a.command_line(),
+        "command": c.command,
+        "analysed_again_by": c.reanalysis,
+        "ops": c.ops,
+        "max_bytes": c.max_bytes,
         "hosts": c.n_hosts,
         "worlds": c.worlds,
-        "cores": std::thread::available_parallelism().map_or(0, |n| n.get()),
+        "cores": c.cores,
         "load_average_before": c.load.0,
         "load_average_after": c.load.1,
         "wall_s": c.wall_s,
@@ -1620,15 +1804,14 @@ fn to_json(
         "projection": proj.map(|p| json!({
             "gradient_bytes": c.grad_bytes,
             "compute_s": c.compute_s,
-            "alpha_s": p.base.alpha,
-            "from_fit_at": p.base_rate,
-            "fitted_over": p.base_over,
-            "link_efficiency": efficiency(&p.base, p.base_bits),
-            "other_efficiency": p.low.as_ref().map(|(r, e)| json!({"rate": r, "efficiency": e})),
+            "fitted_over": p.over,
+            "best_efficiency": p.best.as_ref().map(|(r, e)| json!({"rate": r, "efficiency": e})),
             "rates": p.rates.iter().map(|r| json!({
-                "rate": r.name, "beta_s_per_byte": r.beta, "beta_other_s_per_byte": r.beta_low,
+                "rate": r.name, "fit_from": r.from, "alpha_s": r.alpha,
+                "link_efficiency": r.efficiency, "beta_s_per_byte": r.beta,
+                "beta_at_best_efficiency_s_per_byte": r.beta_best,
                 "rows": r.rows.iter().map(|(x, l)| json!({
-                    "fit": proj_json(x), "other_efficiency": l.as_ref().map(proj_json),
+                    "fit": proj_json(x), "at_best_efficiency": l.as_ref().map(proj_json),
                 })).collect::<Vec<_>>(),
             })).collect::<Vec<_>>(),
         })),
@@ -1638,7 +1821,6 @@ fn to_json(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::bench_collectives::Row;
 
     fn row(op: &str, bytes: u64, time_us: f64, busbw: f64) -> Row {
         Row {
@@ -1737,7 +1919,7 @@ mod tests {
     }
 
     #[test]
-    fn the_projection_starts_from_the_fastest_rate() {
+    fn each_projected_rate_takes_the_nearest_measured_fit_below() {
         let fit = |alpha: f64, beta: f64| Fit {
             alpha,
             beta,
@@ -1755,38 +1937,44 @@ mod tests {
             RateFits {
                 rate: "1gbit".into(),
                 bits: 1_000_000_000,
-                joint: Some(fit(80e-6, 8.4e-9)),
+                joint: Some(fit(80e-6, 8.4e-9)), // 95.2% of the link
                 per_world: vec![],
             },
         ];
-        let p = project_all(
-            &fits,
-            &[("100gbit".into(), 100_000_000_000)],
-            &[8, 64],
-            1 << 30,
-            1.0,
-        )
-        .unwrap();
-        assert_eq!(p.base_rate, "10gbit");
-        assert_eq!(p.base.alpha, 50e-6);
-        // 100 Gbit/s at the 10gbit fit's 50%: 6.25 GB/s.
-        assert!((1.0 / p.rates[0].beta / 1e9 - 6.25).abs() < 1e-9);
-        let (x, low) = &p.rates[0].rows[1];
+        let rates = [
+            ("100mbit".to_string(), 100_000_000),
+            ("1gbit".to_string(), 1_000_000_000),
+            ("100gbit".to_string(), 100_000_000_000),
+        ];
+        let p = project_all(&fits, &rates, &[8, 64], 1 << 30, 1.0).unwrap();
+        let from: Vec<&str> = p.rates.iter().map(|r| r.from.as_str()).collect();
+        assert_eq!(from, ["1gbit", "1gbit", "10gbit"]);
+        assert_eq!(p.over, "every world");
+        let best = p.best.clone().unwrap();
+        assert_eq!(best.0, "1gbit");
+        assert!((best.1 - 1.0 / 8.4e-9 / 125e6).abs() < 1e-12);
+        // 100 Gbit/s at the 10gbit fit's 50%: 6.25 GB/s, alpha from that fit.
+        let r = &p.rates[2];
+        assert_eq!(r.alpha, 50e-6);
+        assert!((1.0 / r.beta / 1e9 - 6.25).abs() < 1e-9);
+        let (x, best) = &r.rows[1];
         assert_eq!(x.hosts, 64);
-        let expect = alpha_beta::predict(50e-6, p.rates[0].beta, 64, (1u64 << 30) as f64);
+        let expect = alpha_beta::predict(50e-6, r.beta, 64, (1u64 << 30) as f64);
         assert!((x.comm_s - expect).abs() < 1e-12);
         assert!(
-            low.unwrap().comm_s < x.comm_s,
+            best.unwrap().comm_s < x.comm_s,
             "1gbit's efficiency is higher"
         );
-        assert_eq!(p.rates[0].curve.len(), 63);
-        assert_eq!(p.base_over, "every world");
+        assert_eq!(r.curve.len(), 63);
+        // The 1gbit projection is its own fit: no second variant.
+        assert!(p.rates[1].rows[0].1.is_none());
+        assert!((p.rates[1].beta - 8.4e-9).abs() < 1e-18);
         assert!(project_all(&[], &[], &[8], 1, 1.0).is_none());
-        // With fits per world, the smallest world's is the base.
+        // With fits per world, the smallest world's is used.
         let mut fits = fits;
         fits[0].per_world = vec![(4, Some(fit(90e-6, 4e-9))), (2, Some(fit(20e-6, 1e-9)))];
         let p = project_all(&fits, &[("10gbit".into(), 10_000_000_000)], &[8], 1, 1.0).unwrap();
-        assert_eq!((p.base.alpha, p.base_over.as_str()), (20e-6, "world 2"));
+        assert_eq!(p.rates[0].alpha, 20e-6);
     }
 
     #[test]
