@@ -36,7 +36,8 @@ pub const ENV_RANK: &str = "MLX_RANK";
 pub const ENV_WORLD: &str = "MLX_WORLD_SIZE";
 /// Environment variable: path of an MLX-style JSON host file.
 pub const ENV_HOSTFILE: &str = "MLX_HOSTFILE";
-/// Environment variable: comma-separated `host:port` per rank.
+/// Environment variable: comma-separated `host:port` per rank; a rank with
+/// several network interfaces lists them joined by `|` (`10.0.0.1:5000|10.0.1.1:5000`).
 pub const ENV_HOSTS: &str = "MLX_DIST_HOSTS";
 /// Environment variable: job id, 32 hex digits.
 pub const ENV_JOB_ID: &str = "MLX_DIST_JOB_ID";
@@ -141,8 +142,13 @@ impl std::fmt::Display for Backend {
 pub struct Config {
     /// This rank.
     pub rank: usize,
-    /// `host:port` each rank listens on, indexed by rank.
+    /// `host:port` each rank listens on, indexed by rank: the address that
+    /// carries the control traffic (handshakes, heartbeats).
     pub hosts: Vec<String>,
+    /// Further `host:port` addresses of each rank, indexed by rank (other
+    /// network interfaces, on the same port): the ring spreads its data
+    /// connections over a rank's addresses. Usually empty.
+    pub extra_addresses: Vec<Vec<String>>,
     /// Job id.
     pub job_id: [u8; 16],
     /// Job secret.
@@ -175,6 +181,7 @@ impl Config {
     pub fn new(rank: usize, hosts: Vec<String>, job_id: [u8; 16], secret: Vec<u8>) -> Config {
         Config {
             rank,
+            extra_addresses: vec![Vec::new(); hosts.len()],
             hosts,
             job_id,
             secret,
@@ -282,7 +289,9 @@ impl Config {
                 )
             }
         };
+        let (hosts, extra_addresses) = split_addresses(hosts);
         let mut cfg = Config::new(rank, hosts, job_id, secret);
+        cfg.extra_addresses = extra_addresses;
         let num = |k: &str| -> Result<Option<u64>> {
             get(k)
                 .map(|v| {
@@ -351,8 +360,23 @@ fn positive_ms(key: &str, ms: u64) -> Result<Duration> {
     Ok(Duration::from_millis(ms))
 }
 
+/// Splits each rank's entry (`ip:port`, or several joined by `|`) into its
+/// first address and the others.
+fn split_addresses(entries: Vec<String>) -> (Vec<String>, Vec<Vec<String>>) {
+    entries
+        .iter()
+        .map(|e| {
+            let mut all = e.split('|').map(|a| a.trim().to_string());
+            let first = all.next().unwrap_or_default();
+            (first, all.filter(|a| !a.is_empty()).collect())
+        })
+        .unzip()
+}
+
 /// Parses an MLX-style host file: a JSON list with, per rank, either a list of
-/// `"ip:port"` strings (the first is used) or one such string.
+/// `"ip:port"` strings (one per network interface) or one such string. Each
+/// rank's entry is returned as its addresses joined by `|`, the form
+/// `MLX_DIST_HOSTS` takes.
 pub fn parse_hostfile(text: &str) -> std::result::Result<Vec<String>, String> {
     let v: serde_json::Value = serde_json::from_str(text).map_err(|e| e.to_string())?;
     let arr = v
@@ -362,11 +386,13 @@ pub fn parse_hostfile(text: &str) -> std::result::Result<Vec<String>, String> {
         .enumerate()
         .map(|(i, e)| match e {
             serde_json::Value::String(s) => Ok(s.clone()),
-            serde_json::Value::Array(a) => a
-                .first()
-                .and_then(|s| s.as_str())
-                .map(str::to_string)
-                .ok_or_else(|| format!("entry {i} has no \"ip:port\" string")),
+            serde_json::Value::Array(a) => {
+                let all: Option<Vec<&str>> = a.iter().map(|s| s.as_str()).collect();
+                match all {
+                    Some(all) if !all.is_empty() => Ok(all.join("|")),
+                    _ => Err(format!("entry {i} is not a list of \"ip:port\" strings")),
+                }
+            }
             _ => Err(format!(
                 "entry {i} is neither a string nor a list of strings"
             )),
@@ -424,9 +450,18 @@ mod tests {
     #[test]
     fn mlx_hostfile_and_errors() {
         assert_eq!(
-            parse_hostfile(r#"[["127.0.0.1:1"], ["127.0.0.1:2", "x"], "h:3"]"#).unwrap(),
-            vec!["127.0.0.1:1", "127.0.0.1:2", "h:3"]
+            parse_hostfile(r#"[["127.0.0.1:1"], ["127.0.0.1:2", "x:2"], "h:3"]"#).unwrap(),
+            vec!["127.0.0.1:1", "127.0.0.1:2|x:2", "h:3"]
         );
+        let env = |k: &str| match k {
+            ENV_RANK => Some("1".to_string()),
+            ENV_HOSTS => Some("a:1,b:2|c:2".to_string()),
+            _ => None,
+        };
+        let (cfg, _) = Config::from_lookup(env).unwrap().unwrap();
+        assert_eq!(cfg.hosts, vec!["a:1", "b:2"]);
+        assert_eq!(cfg.extra_addresses, vec![vec![], vec!["c:2".to_string()]]);
+        assert!(parse_hostfile("[[]]").is_err());
         assert!(parse_hostfile("{}").is_err());
         let bad = Config::from_lookup(|k| (k == ENV_RANK).then(|| "0".to_string()));
         assert!(matches!(bad, Err(DistError::Config(_))));

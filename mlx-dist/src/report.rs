@@ -52,6 +52,15 @@ pub(crate) fn save(dir: &Path, rank: usize, json: &str) {
     }
 }
 
+/// Rank `rank`'s report in `dir` as written, if there is one (an agent
+/// sends it on without knowing the world size).
+pub(crate) fn read_raw(dir: &Path, rank: usize) -> Option<String> {
+    let text = std::fs::read_to_string(path_of(dir, rank)).ok()?;
+    serde_json::from_str::<serde_json::Value>(&text)
+        .ok()
+        .map(|v| v.to_string())
+}
+
 /// Every report in `dir`, by rank; files that are not reports are skipped.
 pub fn read_reports(dir: &Path, world: usize) -> Vec<FailureReport> {
     (0..world)

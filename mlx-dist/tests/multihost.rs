@@ -419,12 +419,9 @@ fn a_hostfile_entry_with_two_addresses_uses_both() {
             .unwrap()
             .to_string()
     };
-    for i in 0..2 {
+    for (i, ip) in second.iter().enumerate() {
         let d = dev(i);
-        h.netns(
-            i,
-            &["ip", "addr", "add", &format!("{}/24", second[i]), "dev", &d],
-        );
+        h.netns(i, &["ip", "addr", "add", &format!("{ip}/24"), "dev", &d]);
     }
     let file = std::env::temp_dir().join(format!("mlx-mh-ips-{}.json", std::process::id()));
     let json = serde_json::json!([
@@ -463,17 +460,10 @@ fn a_hostfile_entry_with_two_addresses_uses_both() {
         std::thread::sleep(Duration::from_millis(50));
     }
     let out = job.wait_with_output().unwrap();
-    for i in 0..2 {
+    for (i, ip) in second.iter().enumerate() {
         h.netns(
             i,
-            &[
-                "ip",
-                "addr",
-                "del",
-                &format!("{}/24", second[i]),
-                "dev",
-                &dev(i),
-            ],
+            &["ip", "addr", "del", &format!("{ip}/24"), "dev", &dev(i)],
         );
     }
     std::fs::remove_file(file).unwrap();
@@ -510,21 +500,25 @@ fn check_says_ready_and_names_what_is_wrong() {
         t.contains("the program ./no-such-program is not there"),
         "{t}"
     );
-    let mut c = h.launcher(&[
-        "--hosts",
-        &h.pair(),
-        "--starting-port",
-        "41000",
-        "--env",
-        "MLX_HOLD_MS=6000",
-    ]);
-    c.args(scenario_command("hold"));
-    let job = c
+    // Another program holds rank 1's port on host 1.
+    let busy = format!("{}:41001", h.ips[1]);
+    let mut holder = Command::new("ip")
+        .args(["netns", "exec", &h.names[1], &exe])
+        .args(scenarios::RANK_ARGS)
+        .env(SCENARIO, "listen")
+        .env("MLX_LISTEN", &busy)
+        .env("MLX_HOLD_MS", "30000")
         .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    std::thread::sleep(Duration::from_secs(2));
+    // (Kept open until the holder is killed: it prints more.)
+    let mut holder_out = std::io::BufReader::new(holder.stdout.take().unwrap());
+    let mut line = String::new();
+    while !line.contains("LISTENING") {
+        line.clear();
+        let n = std::io::BufRead::read_line(&mut holder_out, &mut line).unwrap();
+        assert!(n > 0, "the port holder ended before listening");
+    }
     let (out, t) = run(h.launcher(&[
         "--check",
         "--hosts",
@@ -534,11 +528,61 @@ fn check_says_ready_and_names_what_is_wrong() {
         "--",
         &exe,
     ]));
-    let job_out = job.wait_with_output().unwrap();
-    assert!(job_out.status.success(), "{}", text(&job_out));
+    holder.kill().unwrap();
+    holder.wait().unwrap();
+    drop(holder_out);
     assert_eq!(out.status.code(), Some(1), "{t}");
     assert!(
         t.contains(&format!("cannot listen on {}:41001 over TCP", h.ips[1])),
         "{t}"
     );
+}
+
+#[test]
+fn a_frozen_remote_rank_is_named_from_its_peers_reports() {
+    let Some(h) = hosts() else { return };
+    let tag = unique_tag();
+    let mut c = h.launcher(&[
+        "--hosts",
+        &h.pair(),
+        "--liveness-timeout",
+        "2",
+        "--env",
+        "MLX_HOLD_MS=4000",
+        "--env",
+        &format!("MLX_TEST_TAG={tag}"),
+    ]);
+    c.args(scenario_command("hold"));
+    let job = c
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The ranks are this test binary; rank 1 runs on the second host.
+    let exe_name = std::env::current_exe().unwrap();
+    let exe_name = exe_name.file_name().unwrap().to_string_lossy();
+    let comm: String = exe_name.chars().take(15).collect();
+    let rank1 = || {
+        tagged(&tag).into_iter().find(|&p| {
+            environ_value(p, "MLX_RANK").as_deref() == Some("1")
+                && std::fs::read_to_string(format!("/proc/{p}/comm"))
+                    .is_ok_and(|c| c.trim() == comm)
+        })
+    };
+    wait_for("rank 1 to start", Duration::from_secs(20), || {
+        rank1().is_some()
+    });
+    // Let it connect and finish its first sum, then freeze it.
+    std::thread::sleep(Duration::from_millis(1500));
+    let pid = rank1().unwrap();
+    unsafe { libc::kill(pid as i32, libc::SIGSTOP) };
+    let out = job.wait_with_output().unwrap();
+    let t = text(&out);
+    assert!(!out.status.success(), "{t}");
+    // Rank 0's report crossed ssh: only it could name the frozen rank.
+    assert!(
+        t.contains("mlx-launch: rank 1 failed (as rank 0 reported:"),
+        "{t}"
+    );
+    no_rank_left(&tag);
 }

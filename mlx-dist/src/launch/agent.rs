@@ -288,10 +288,7 @@ fn start_and_wait(
 
 /// Sends the rank's failure report, if it wrote one, as a marked line.
 fn send_report(dir: &std::path::Path, rank: usize) {
-    if let Some(r) = crate::report::read_reports(dir, rank + 1).pop()
-        && r.rank == rank
-    {
-        let json = serde_json::json!({ "rank": r.rank, "culprit": r.culprit, "reason": r.reason });
+    if let Some(json) = crate::report::read_raw(dir, rank) {
         let mut err = std::io::stderr().lock();
         let _ = writeln!(err, "{REPORT_MARKER}{json}");
         let _ = err.flush();

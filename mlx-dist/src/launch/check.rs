@@ -204,6 +204,9 @@ struct Target {
 /// Checks every host of `spec`, printing a line per host and what to fix;
 /// returns whether everything is ready.
 pub fn check(spec: &LaunchSpec, out: &mut impl Write) -> std::io::Result<bool> {
+    let mut resolved = spec.clone();
+    remote::resolve_ssh_names(&mut resolved);
+    let spec = &resolved;
     let addrs = match hosts::addresses(&spec.hosts, spec.starting_port) {
         Ok(a) => a,
         Err(e) => {

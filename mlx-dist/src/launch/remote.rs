@@ -64,6 +64,50 @@ pub(crate) fn ssh_base(ssh_config: Option<&Path>) -> Command {
     c
 }
 
+/// Gives every remote rank named only by its ssh destination the address
+/// ssh itself would connect to (`ssh -G`, which applies the ssh
+/// configuration: an alias `mlxh0` with `HostName 10.77.0.1` becomes
+/// 10.77.0.1), so that the peers dial what ssh reaches even when the name
+/// is not in DNS. Addresses given in a host file are kept.
+pub(crate) fn resolve_ssh_names(spec: &mut LaunchSpec) {
+    let mut known: Vec<(String, Option<String>)> = Vec::new();
+    for h in &mut spec.hosts {
+        let Some(dest) = &h.ssh else { continue };
+        let name = dest.rsplit_once('@').map_or(dest.as_str(), |(_, n)| n);
+        if h.ips.len() != 1 || h.ips[0] != name.trim_start_matches('[').trim_end_matches(']') {
+            continue;
+        }
+        let resolved = match known.iter().find(|(d, _)| d == dest) {
+            Some((_, r)) => r.clone(),
+            None => {
+                let r = ssh_hostname(spec.ssh_config.as_deref(), dest);
+                known.push((dest.clone(), r.clone()));
+                r
+            }
+        };
+        if let Some(ip) = resolved {
+            h.ips = vec![ip];
+        }
+    }
+}
+
+/// The `hostname` ssh would connect to for `dest` (`ssh -G`), if ssh says.
+fn ssh_hostname(ssh_config: Option<&Path>, dest: &str) -> Option<String> {
+    let mut c = Command::new(std::env::var("MLX_LAUNCH_SSH").unwrap_or_else(|_| "ssh".into()));
+    if let Some(f) = ssh_config {
+        c.arg("-F").arg(f);
+    }
+    let out = c.args(["-G", "--", dest]).output().ok()?;
+    if !out.status.success() {
+        return None;
+    }
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .find_map(|l| l.strip_prefix("hostname "))
+        .map(|h| h.trim().to_string())
+        .filter(|h| super::check_ssh_destination(h).is_ok())
+}
+
 /// `ssh HOST 'LAUNCHER --remote-agent'`: the command line holds no secret
 /// and nothing from the user but the (checked) host and launcher path.
 pub(crate) fn agent_command(spec: &LaunchSpec, host: &str) -> Command {
@@ -158,6 +202,27 @@ mod tests {
         assert_eq!(shell_quote("it's"), "'it'\\''s'");
         assert_eq!(shell_quote(""), "''");
         assert_eq!(shell_quote("$(rm -rf /)"), "'$(rm -rf /)'");
+    }
+
+    #[test]
+    fn ssh_aliases_become_the_address_ssh_connects_to() {
+        if Command::new("ssh").arg("-V").output().is_err() {
+            eprintln!("skipping: no ssh client");
+            return;
+        }
+        let cfg = std::env::temp_dir().join(format!("mlx-ssh-g-{}", std::process::id()));
+        std::fs::write(&cfg, "Host alias1\n  HostName 10.1.2.3\n").unwrap();
+        let mut spec = LaunchSpec::local(3, vec!["p".into()]);
+        spec.ssh_config = Some(cfg.clone());
+        spec.hosts[0] = super::super::RankHost::on("alias1").unwrap();
+        spec.hosts[1] = super::super::RankHost::on("root@alias1").unwrap();
+        spec.hosts[2] = super::super::RankHost::on("alias1").unwrap();
+        spec.hosts[2].ips = vec!["10.9.9.9".into()];
+        resolve_ssh_names(&mut spec);
+        std::fs::remove_file(cfg).unwrap();
+        assert_eq!(spec.hosts[0].ips, ["10.1.2.3"]);
+        assert_eq!(spec.hosts[1].ips, ["10.1.2.3"]);
+        assert_eq!(spec.hosts[2].ips, ["10.9.9.9"], "given addresses are kept");
     }
 
     #[test]

@@ -500,6 +500,9 @@ fn start_rank(
 pub fn run(spec: &LaunchSpec) -> anyhow::Result<LaunchOutcome> {
     anyhow::ensure!(!spec.command.is_empty(), "no program to launch");
     anyhow::ensure!(!spec.hosts.is_empty(), "no ranks to launch");
+    let mut resolved = spec.clone();
+    remote::resolve_ssh_names(&mut resolved);
+    let spec = &resolved;
     if let Some(p) = super::check::launch_problems(spec).first() {
         anyhow::bail!("{p}");
     }

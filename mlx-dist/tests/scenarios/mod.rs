@@ -386,6 +386,16 @@ pub fn scenario_hold() {
     println!("HOLD rank {} OK", g.rank());
 }
 
+/// Not a rank: holds a TCP listener on `MLX_LISTEN` (as another job's
+/// rank would) for `MLX_HOLD_MS`.
+pub fn scenario_listen() {
+    let addr = std::env::var("MLX_LISTEN").unwrap();
+    let _l = std::net::TcpListener::bind(&addr).unwrap();
+    println!("LISTENING {addr}");
+    let ms: u64 = std::env::var("MLX_HOLD_MS").unwrap().parse().unwrap();
+    std::thread::sleep(Duration::from_millis(ms));
+}
+
 /// A small deterministic generator, the same on every rank.
 struct SplitMix(u64);
 
@@ -487,6 +497,7 @@ pub fn run_scenario() {
         Ok("soak") => scenario_soak(),
         Ok("last") => scenario_last(),
         Ok("hold") => scenario_hold(),
+        Ok("listen") => scenario_listen(),
         Ok(other) => panic!("unknown scenario {other}"),
         Err(_) => {}
     }
