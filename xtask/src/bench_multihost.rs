@@ -102,11 +102,13 @@ struct RateResult {
 }
 
 impl RateResult {
-    /// The ceiling used for the ratios: the measured stream, else what the
-    /// link carries as TCP payload with a 1500-byte MTU (1448 of 1514 bytes).
+    /// The ceiling used for the ratios: the measured stream's best timed
+    /// transfer (the machine's other work only ever slows a transfer down),
+    /// else what the link carries as TCP payload with a 1500-byte MTU (1448
+    /// of 1514 bytes).
     fn ceiling_gbs(&self) -> f64 {
         match &self.ceiling {
-            Ok(g) => *g,
+            Ok(g) => self.ceiling_each.iter().copied().fold(*g, f64::max),
             Err(_) => self.bits as f64 / 8e9 * 1448.0 / 1514.0,
         }
     }
@@ -303,7 +305,7 @@ pub fn run(a: &CollectivesArgs) -> Result<()> {
         let tag = format!("{}-", rate.text);
         let secs = if a.quick { 0.4 } else { 1.0 };
         let bytes = ((rate.bytes_per_sec() as f64 * secs) as u64).max(16 << 20);
-        let reps = if a.quick { 3 } else { 4 };
+        let reps = if a.quick { 3 } else { 5 };
         let one = streams(&bench, &guard, &[(0, 1)], bytes, reps, &raw, &tag);
         let (ceiling, ceiling_each) = match one {
             Ok(mut v) => {
@@ -1340,11 +1342,12 @@ fn markdown(
             Ok(g) => {
                 let _ = writeln!(
                     s,
-                    "Ceiling (one TCP stream, median): **{} GB/s** ({:.1}% of the {:.3} GB/s link; \
-                     transfers {}).",
-                    gbs(*g),
-                    100.0 * g / (r.bits as f64 / 8e9),
+                    "Ceiling (one TCP stream, the best timed transfer): **{} GB/s** ({:.1}% of \
+                     the {:.3} GB/s link; median {}; transfers {}).",
+                    gbs(ceil),
+                    100.0 * ceil / (r.bits as f64 / 8e9),
                     r.bits as f64 / 8e9,
+                    gbs(*g),
                     r.ceiling_each
                         .iter()
                         .map(|x| gbs(*x))
