@@ -20,7 +20,6 @@
 //! `multihost.md`, `multihost.json` and `projection.png` into the run folder.
 
 use std::fmt::Write as _;
-use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -37,7 +36,6 @@ use crate::hosts::{self, Hosts, HostsGuard};
 use crate::util::{Ended, cargo, log_tail, root, run_logged, target_dir, timestamp};
 
 /// Everyone who brings the emulated hosts up takes this lock first.
-const LOCK: &str = "/tmp/mlx-hosts.lock";
 /// The goals' message size.
 const GOAL_BYTES: u64 = 64 << 20;
 /// QUIC's goal at 10 Gbit/s: this fraction of the ring's bus bandwidth.
@@ -285,7 +283,7 @@ pub fn run(a: &CollectivesArgs) -> Result<()> {
         eprintln!("xtask: mlx: skipped, {why}");
     }
 
-    let lock = take_lock()?;
+    let lock = crate::hosts_lock::take()?;
     let load_start = load_average();
     eprintln!(
         "xtask: bringing up {n_hosts} emulated hosts, links {}",
@@ -659,66 +657,6 @@ fn from_json(v: &Value, a: &CollectivesArgs) -> Option<(Report, Vec<RateResult>)
         compute_s: a.compute_ms / 1e3,
     };
     Some((report, results))
-}
-
-/// Takes `/tmp/mlx-hosts.lock` for as long as the returned file lives,
-/// waiting for whoever holds it.
-fn take_lock() -> Result<File> {
-    // Run under `flock /tmp/mlx-hosts.lock cargo xtask ...`, this process
-    // inherits the descriptor that holds the lock: a lock of our own on a
-    // fresh descriptor would wait for it forever.
-    if let Some(f) = inherited_lock(Path::new(LOCK)) {
-        eprintln!("xtask: {LOCK} is held for us (inherited from flock)");
-        return Ok(f);
-    }
-    let f = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .read(true)
-        .write(true)
-        .open(LOCK)
-        .with_context(|| format!("opening {LOCK}"))?;
-    match f.try_lock() {
-        Ok(()) => {}
-        Err(std::fs::TryLockError::WouldBlock) => {
-            eprintln!("xtask: waiting for {LOCK} (someone else is using the emulated hosts)");
-            f.lock().with_context(|| format!("locking {LOCK}"))?;
-        }
-        Err(std::fs::TryLockError::Error(e)) => {
-            return Err(e).with_context(|| format!("locking {LOCK}"));
-        }
-    }
-    Ok(f)
-}
-
-/// A descriptor of `path` this process has open (inherited) whose open
-/// file holds the lock (or takes it at once), duplicated; Linux only.
-fn inherited_lock(path: &Path) -> Option<File> {
-    use std::os::fd::{BorrowedFd, RawFd};
-    let entries = std::fs::read_dir("/proc/self/fd").ok()?;
-    for e in entries.flatten() {
-        let Ok(target) = std::fs::read_link(e.path()) else {
-            continue;
-        };
-        if target != path {
-            continue;
-        }
-        let Some(fd) = e.file_name().to_str().and_then(|n| n.parse::<RawFd>().ok()) else {
-            continue;
-        };
-        // SAFETY: the descriptor is open (listed just now) and only borrowed
-        // for the duplication; nothing in this process closes it meanwhile.
-        let dup = unsafe { BorrowedFd::borrow_raw(fd) }.try_clone_to_owned();
-        let Ok(file) = dup.map(File::from) else {
-            continue;
-        };
-        // flock(2) locks belong to the open file: on the one that holds the
-        // lock, taking it again succeeds at once.
-        if file.try_lock().is_ok() {
-            return Some(file);
-        }
-    }
-    None
 }
 
 /// The example's arguments for `backend` at world `w` over the hosts.
@@ -1978,23 +1916,6 @@ mod tests {
         fits[0].per_world = vec![(4, Some(fit(90e-6, 4e-9))), (2, Some(fit(20e-6, 1e-9)))];
         let p = project_all(&fits, &[("10gbit".into(), 10_000_000_000)], &[8], 1, 1.0).unwrap();
         assert_eq!(p.rates[0].alpha, 20e-6);
-    }
-
-    #[test]
-    fn a_lock_held_by_an_open_descriptor_is_found() {
-        let path = std::env::temp_dir().join(format!("mlx-multihost-lock-{}", std::process::id()));
-        assert!(inherited_lock(&path).is_none(), "nothing open yet");
-        let held = File::create(&path).unwrap();
-        held.lock().unwrap();
-        // A fresh open file of the same path would wait: the held one is found.
-        let fresh = File::open(&path).unwrap();
-        assert!(matches!(
-            fresh.try_lock(),
-            Err(std::fs::TryLockError::WouldBlock)
-        ));
-        assert!(inherited_lock(&path).is_some());
-        drop((held, fresh));
-        let _ = std::fs::remove_file(&path);
     }
 
     #[test]

@@ -21,9 +21,6 @@ use crate::bench::TrainArgs;
 use crate::hosts::{Hosts, HostsGuard};
 use crate::util::{log_tail, root};
 
-/// The lock every user of the emulated hosts holds while it uses them.
-pub const HOSTS_LOCK: &str = "/tmp/mlx-hosts.lock";
-
 /// Options of the multi-host mode (flattened into `bench train`).
 #[derive(clap::Args, Debug, Clone)]
 pub struct HostsArgs {
@@ -121,31 +118,6 @@ fn threads_per_rank(world: usize) -> usize {
     (cores / world.max(1)).max(1)
 }
 
-/// Takes [`HOSTS_LOCK`] (waiting, and saying so, while another user holds
-/// it); released when the file is dropped.
-fn lock_hosts() -> Result<File> {
-    let f = File::options()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(HOSTS_LOCK)
-        .with_context(|| format!("opening {HOSTS_LOCK}"))?;
-    match f.try_lock() {
-        Ok(()) => {}
-        Err(std::fs::TryLockError::WouldBlock) => {
-            eprintln!(
-                "xtask: waiting for {HOSTS_LOCK}: another user of the emulated hosts holds it \
-                 (do not run this under `flock {HOSTS_LOCK}`: it takes the lock itself)"
-            );
-            f.lock().with_context(|| format!("locking {HOSTS_LOCK}"))?;
-        }
-        Err(std::fs::TryLockError::Error(e)) => {
-            return Err(e).with_context(|| format!("locking {HOSTS_LOCK}"));
-        }
-    }
-    Ok(f)
-}
-
 /// Runs the multi-host benchmark: brings `n` hosts up, runs the matrix,
 /// writes `bench.md` and `bench.json` into `out`, brings the hosts down.
 pub fn run(a: &TrainArgs, h: &HostsArgs, n: usize, bins: &Path, out: &Path) -> Result<()> {
@@ -190,7 +162,7 @@ pub fn run(a: &TrainArgs, h: &HostsArgs, n: usize, bins: &Path, out: &Path) -> R
             }
         }
     }
-    let _lock = lock_hosts()?;
+    let _lock = crate::hosts_lock::take()?;
     eprintln!(
         "xtask: bench train across {n} emulated host(s), links {}; {} run(s) of {} steps",
         h.rate,

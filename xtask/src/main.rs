@@ -5,6 +5,7 @@ mod bench;
 mod bench_collectives;
 mod bench_multihost;
 mod hosts;
+mod hosts_lock;
 mod memprof;
 mod test;
 mod train;

@@ -1,14 +1,21 @@
 //! `cargo xtask test`: the whole suite, as CI runs it.
 
-use anyhow::Result;
+use std::ffi::OsStr;
 
-use crate::util::cargo;
+use anyhow::{Result, bail};
+
+use crate::util::{cargo, cargo_with_env};
+use crate::{hosts, hosts_lock};
 
 /// fmt check, clippy with -D warnings, then every test of the workspace;
 /// then the MPI backend (feature `mlx-dist/mpi`): clippy and its multi-process
-/// tests under `mpirun`, building only `mlx-dist` again with the feature.
-/// Without Open MPI they are skipped with a reason, unless `CI` is set.
+/// tests under `mpirun`, building only `mlx-dist` again with the feature;
+/// then the multi-host tests across two emulated hosts (`xtask hosts`).
+/// Without Open MPI, or where hosts cannot be emulated (not root, not Linux,
+/// no sshd), those are skipped with a reason, unless `CI` is set. Under CI
+/// the Slurm test must run too (`MLX_DIST_TEST_SLURM`).
 pub fn run() -> Result<()> {
+    let ci = std::env::var_os("CI").is_some();
     cargo(&["fmt", "--all", "--", "--check"])?;
     cargo(&[
         "clippy",
@@ -18,8 +25,13 @@ pub fn run() -> Result<()> {
         "-D",
         "warnings",
     ])?;
-    cargo(&["test", "--workspace", "--no-fail-fast"])?;
-    if mpi_installed() || std::env::var_os("CI").is_some() {
+    let slurm: &[(&str, &OsStr)] = if ci {
+        &[("MLX_DIST_TEST_SLURM", OsStr::new("1"))]
+    } else {
+        &[]
+    };
+    cargo_with_env(&["test", "--workspace", "--no-fail-fast"], slurm)?;
+    if mpi_installed() || ci {
         cargo(&[
             "clippy",
             "-p",
@@ -46,7 +58,25 @@ pub fn run() -> Result<()> {
              (Debian: libopenmpi-dev openmpi-bin clang libclang-dev)"
         );
     }
-    Ok(())
+    multi_host(ci)
+}
+
+/// `mlx-dist`'s multi-host tests across two emulated hosts, under the hosts'
+/// machine-wide lock; the hosts come down afterwards, also on failure.
+fn multi_host(ci: bool) -> Result<()> {
+    if let Err(why) = hosts::available() {
+        if ci {
+            bail!("CI is set, but the multi-host tests cannot run: {why}");
+        }
+        eprintln!("xtask test: skipping the multi-host tests: {why}");
+        return Ok(());
+    }
+    let _lock = hosts_lock::take()?;
+    let guard = hosts::HostsGuard::up(2, None)?;
+    cargo_with_env(
+        &["test", "-p", "mlx-dist", "--test", "multihost"],
+        &[("MLX_TEST_HOSTS", guard.state_dir.as_os_str())],
+    )
 }
 
 /// Whether Open MPI's launcher and compiler wrapper are on the PATH.

@@ -16,10 +16,20 @@ pub fn root() -> PathBuf {
 
 /// Runs a cargo command in the workspace root and fails if it fails.
 pub fn cargo(args: &[&str]) -> Result<()> {
+    cargo_with_env(args, &[])
+}
+
+/// [`cargo`] with extra environment variables for it and what it runs.
+pub fn cargo_with_env(args: &[&str], env: &[(&str, &std::ffi::OsStr)]) -> Result<()> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    eprintln!("xtask: cargo {}", args.join(" "));
+    let shown: Vec<String> = env
+        .iter()
+        .map(|(k, v)| format!("{k}={} ", v.to_string_lossy()))
+        .collect();
+    eprintln!("xtask: {}cargo {}", shown.concat(), args.join(" "));
     let status = Command::new(&cargo)
         .args(args)
+        .envs(env.iter().copied())
         .current_dir(root())
         .status()
         .with_context(|| format!("could not start {cargo}"))?;
