@@ -60,8 +60,8 @@ struct Args {
     /// Connections per peer and ring direction.
     #[arg(long, default_value_t = 1)]
     connections: usize,
-    /// Backends to run (ring, quic, mpi); unavailable ones are reported and skipped.
-    #[arg(long, value_delimiter = ',', default_value = "ring,quic,mpi")]
+    /// Backends to run (ring, tls, quic, mpi); unavailable ones are reported and skipped.
+    #[arg(long, value_delimiter = ',', default_value = "ring,tls,quic,mpi")]
     backends: Vec<String>,
     /// Write every figure as JSON here.
     #[arg(long)]

@@ -8,12 +8,12 @@
 //! | `MLX_DIST_HOSTS` | the same list inline, comma separated (`ip:port,ip:port`); wins over the file |
 //! | `MLX_DIST_JOB_ID` | 32 hex digits identifying the job |
 //! | `MLX_DIST_JOB_SECRET` | hex secret every connection proves it knows (HMAC) |
-//! | `MLX_DIST_BACKEND` | `ring`, `quic` or `mpi` |
+//! | `MLX_DIST_BACKEND` | `ring`, `tls`, `quic` or `mpi` |
 //! | `MLX_DIST_CONNECTIONS` | connections per peer and ring direction (default 1) |
 //! | `MLX_DIST_TIMEOUT_MS` | collective timeout: how long a live peer that is late to a collective is waited for (default 600000, ten minutes, as NCCL) |
 //! | `MLX_DIST_LIVENESS_MS` | liveness timeout: a peer whose heartbeats stop for this long is declared dead (default 5000) |
 //! | `MLX_DIST_CONNECT_TIMEOUT_MS` | deadline to connect to every peer (default 60000) |
-//! | `MLX_DIST_QUIC_CERT` | hex DER of the job's QUIC certificate (quic backend) |
+//! | `MLX_DIST_QUIC_CERT` | hex DER of the job's certificate (tls and quic backends) |
 //! | `MLX_DIST_QUIC_KEY` | hex PKCS#8 DER of its private key |
 //! | `MLX_DIST_QUIC_FINGERPRINT` | hex SHA-256 of the certificate: the only one a rank accepts |
 //! | `MLX_DIST_SOCKET_BUFFER` | TCP send/receive buffer bytes asked for (default 0: the kernel's autotuning) |
@@ -103,6 +103,9 @@ pub enum Backend {
     Ring,
     /// The same algorithms over QUIC (TLS 1.3).
     Quic,
+    /// The ring over TCP with TLS 1.3 on every connection (encrypted,
+    /// the kernel's TCP offloads kept).
+    Tls,
     /// MPI (cargo feature `mpi`).
     Mpi,
 }
@@ -114,6 +117,7 @@ impl Backend {
             Backend::Any => "any",
             Backend::Ring => "ring",
             Backend::Quic => "quic",
+            Backend::Tls => "tls",
             Backend::Mpi => "mpi",
         }
     }
@@ -124,6 +128,7 @@ impl Backend {
             "any" => Backend::Any,
             "ring" | "tcp" => Backend::Ring,
             "quic" => Backend::Quic,
+            "tls" => Backend::Tls,
             "mpi" => Backend::Mpi,
             _ => return None,
         })
@@ -342,7 +347,7 @@ impl Config {
         }
         let backend = match get(ENV_BACKEND) {
             Some(b) => Some(Backend::from_name(&b).ok_or_else(|| {
-                DistError::Config(format!("{ENV_BACKEND}={b:?} is not ring, quic or mpi"))
+                DistError::Config(format!("{ENV_BACKEND}={b:?} is not ring, tls, quic or mpi"))
             })?),
             None => None,
         };

@@ -25,6 +25,17 @@ pub(crate) fn with_world_hook<T: Send>(
     tweak: impl Fn(&mut Config) + Sync,
     f: impl Fn(Group) -> T + Sync,
 ) -> Vec<T> {
+    with_world_on(n, false, hook, tweak, f)
+}
+
+/// [`with_world_hook`] over the plain ring or (`encrypted`) the ring over TLS.
+pub(crate) fn with_world_on<T: Send>(
+    n: usize,
+    encrypted: bool,
+    hook: impl FnOnce(&[String]),
+    tweak: impl Fn(&mut Config) + Sync,
+    f: impl Fn(Group) -> T + Sync,
+) -> Vec<T> {
     let listeners: Vec<TcpListener> = (0..n)
         .map(|_| TcpListener::bind("127.0.0.1:0").unwrap())
         .collect();
@@ -43,9 +54,10 @@ pub(crate) fn with_world_hook<T: Send>(
                 tweak(&mut cfg);
                 let f = &f;
                 s.spawn(move || {
-                    let mesh = tcp::connect_mesh(&cfg, l).unwrap();
+                    let mesh = tcp::connect_mesh(&cfg, l, encrypted).unwrap();
+                    let name = if encrypted { "tls" } else { "ring" };
                     f(Group::from_impl(std::sync::Arc::new(
-                        MeshComm::world(mesh, "ring").unwrap(),
+                        MeshComm::world(mesh, name).unwrap(),
                     )))
                 })
             })

@@ -68,6 +68,10 @@ mod ring;
 mod shm;
 mod slurm;
 mod tcp;
+#[cfg(feature = "tls")]
+pub mod tls;
+#[cfg(feature = "tls")]
+mod tls_link;
 
 pub use collectives::{
     all_gather, all_max, all_min, all_sum, mean_scatter, recv, recv_like, send, sum_scatter,
@@ -83,6 +87,7 @@ pub fn is_available(backend: Backend) -> bool {
     match backend {
         Backend::Any | Backend::Ring => true,
         Backend::Quic => cfg!(feature = "quic"),
+        Backend::Tls => cfg!(feature = "tls"),
         Backend::Mpi => cfg!(feature = "mpi"),
     }
 }
@@ -222,9 +227,17 @@ pub fn init_with_config(cfg: &Config, backend: Backend) -> Result<Group> {
     match backend {
         Backend::Any | Backend::Ring => {
             let listener = tcp::bind(cfg)?;
-            let mesh = tcp::connect_mesh(cfg, listener)?;
+            let mesh = tcp::connect_mesh(cfg, listener, false)?;
             Ok(Group::from_impl(std::sync::Arc::new(
                 comm::MeshComm::world(mesh, "ring")?,
+            )))
+        }
+        #[cfg(feature = "tls")]
+        Backend::Tls => {
+            let listener = tcp::bind(cfg)?;
+            let mesh = tcp::connect_mesh(cfg, listener, true)?;
+            Ok(Group::from_impl(std::sync::Arc::new(
+                comm::MeshComm::world(mesh, "tls")?,
             )))
         }
         #[cfg(feature = "quic")]

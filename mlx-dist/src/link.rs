@@ -174,6 +174,18 @@ impl TcpLink {
         (&self.stream).read(buf)
     }
 
+    /// Waits until the socket has something to read, up to `deadline` (`TimedOut`).
+    #[cfg_attr(not(feature = "tls"), allow(dead_code))]
+    pub(crate) fn wait_readable(&self, deadline: Instant) -> io::Result<()> {
+        self.wait(libc::POLLIN, deadline)
+    }
+
+    /// Whether a frame was left half written.
+    #[cfg_attr(not(feature = "tls"), allow(dead_code))]
+    pub(crate) fn is_torn(&self) -> bool {
+        self.torn.load(Ordering::SeqCst)
+    }
+
     fn wait(&self, events: libc::c_short, deadline: Instant) -> io::Result<()> {
         let mut p = [libc::pollfd {
             fd: self.fd(),

@@ -53,7 +53,7 @@ pub fn run_local<T: Send>(n: usize, f: impl Fn(Group) -> T + Sync) -> Result<Vec
                 cfg.connect_timeout = Duration::from_secs(30);
                 let f = &f;
                 s.spawn(move || -> Result<T> {
-                    let mesh = tcp::connect_mesh(&cfg, l)?;
+                    let mesh = tcp::connect_mesh(&cfg, l, false)?;
                     Ok(f(Group::from_impl(Arc::new(MeshComm::world(
                         mesh, "ring",
                     )?))))

@@ -17,15 +17,9 @@
 
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, ToSocketAddrs};
-use std::sync::{Arc, Mutex, Once};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
-use rustls::crypto::{CryptoProvider, WebPkiSupportedAlgorithms};
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer, ServerName, UnixTime};
-use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
-use rustls::{DigitallySignedStruct, DistinguishedName, SignatureScheme};
-use sha2::{Digest, Sha256};
 use tokio::runtime::Runtime;
 
 use crate::config::{Config, QuicCert};
@@ -33,149 +27,17 @@ use crate::error::{DistError, Result};
 use crate::handshake::{self, HandshakeError};
 use crate::link::Link;
 use crate::mesh::Mesh;
+use crate::tls::{SERVER_NAME, install_crypto_provider};
 use crate::wire::HEADER_LEN;
 
-const SERVER_NAME: &str = "mlx-dist";
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// Installs the process-wide rustls crypto provider (ring) once; a provider
-/// installed earlier by someone else is left as it is. Our configurations name
-/// their provider explicitly, so they never depend on the global one.
-pub fn install_crypto_provider() {
-    static ONCE: Once = Once::new();
-    ONCE.call_once(|| {
-        let _ = rustls::crypto::ring::default_provider().install_default();
-    });
-}
-
-fn provider() -> Arc<CryptoProvider> {
-    Arc::new(rustls::crypto::ring::default_provider())
-}
-
-/// A fresh self-signed certificate for one job: (DER certificate, PKCS#8 DER key).
-pub fn generate_job_certificate() -> std::result::Result<(Vec<u8>, Vec<u8>), String> {
-    let ck = rcgen::generate_simple_self_signed(vec![SERVER_NAME.to_string()])
-        .map_err(|e| e.to_string())?;
-    Ok((ck.cert.der().to_vec(), ck.key_pair.serialize_der()))
-}
-
-/// SHA-256 of a DER certificate.
-pub fn fingerprint(cert_der: &[u8]) -> [u8; 32] {
-    Sha256::digest(cert_der).into()
-}
-
-/// Accepts exactly one certificate (by fingerprint), as server or client.
-#[derive(Debug)]
-struct PinnedCert {
-    fingerprint: [u8; 32],
-    algs: WebPkiSupportedAlgorithms,
-}
-
-impl PinnedCert {
-    fn check(&self, cert: &CertificateDer<'_>) -> std::result::Result<(), rustls::Error> {
-        if fingerprint(cert.as_ref()) == self.fingerprint {
-            Ok(())
-        } else {
-            Err(rustls::Error::General(
-                "certificate is not this job's (fingerprint differs)".into(),
-            ))
-        }
-    }
-}
-
-impl ServerCertVerifier for PinnedCert {
-    fn verify_server_cert(
-        &self,
-        end_entity: &CertificateDer<'_>,
-        _: &[CertificateDer<'_>],
-        _: &ServerName<'_>,
-        _: &[u8],
-        _: UnixTime,
-    ) -> std::result::Result<ServerCertVerified, rustls::Error> {
-        self.check(end_entity)
-            .map(|()| ServerCertVerified::assertion())
-    }
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> std::result::Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.algs)
-    }
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> std::result::Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.algs)
-    }
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.algs.supported_schemes()
-    }
-}
-
-impl ClientCertVerifier for PinnedCert {
-    fn root_hint_subjects(&self) -> &[DistinguishedName] {
-        &[]
-    }
-    fn verify_client_cert(
-        &self,
-        end_entity: &CertificateDer<'_>,
-        _: &[CertificateDer<'_>],
-        _: UnixTime,
-    ) -> std::result::Result<ClientCertVerified, rustls::Error> {
-        self.check(end_entity)
-            .map(|()| ClientCertVerified::assertion())
-    }
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> std::result::Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.algs)
-    }
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> std::result::Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.algs)
-    }
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.algs.supported_schemes()
-    }
-}
 
 fn tls_configs(
     id: &QuicCert,
     idle: Duration,
     keep_alive: Duration,
 ) -> std::result::Result<(quinn::ServerConfig, quinn::ClientConfig), String> {
-    let p = provider();
-    let pinned = Arc::new(PinnedCert {
-        fingerprint: id.fingerprint,
-        algs: p.signature_verification_algorithms,
-    });
-    let chain = vec![CertificateDer::from(id.cert_der.clone())];
-    let key = || PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(id.key_der.clone()));
-    let e = |e: rustls::Error| e.to_string();
-    let server = rustls::ServerConfig::builder_with_provider(p.clone())
-        .with_protocol_versions(&[&rustls::version::TLS13])
-        .map_err(e)?
-        .with_client_cert_verifier(pinned.clone())
-        .with_single_cert(chain.clone(), key())
-        .map_err(e)?;
-    let client = rustls::ClientConfig::builder_with_provider(p)
-        .with_protocol_versions(&[&rustls::version::TLS13])
-        .map_err(e)?
-        .dangerous()
-        .with_custom_certificate_verifier(pinned)
-        .with_client_auth_cert(chain, key())
-        .map_err(e)?;
+    let (server, client) = crate::tls::rustls_configs(id)?;
     let mut transport = quinn::TransportConfig::default();
     transport
         .max_idle_timeout(Some(idle.try_into().map_err(|e| format!("{e}"))?))
@@ -645,6 +507,7 @@ fn accept_all(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::tls::{fingerprint, generate_job_certificate};
 
     fn job_cert() -> QuicCert {
         let (cert_der, key_der) = generate_job_certificate().unwrap();

@@ -84,8 +84,10 @@ fn tune(s: &TcpStream, timeout: Duration) -> std::io::Result<()> {
     s.set_write_timeout(Some(timeout))
 }
 
-/// Connects the full mesh for `cfg` and returns it.
-pub(crate) fn connect_mesh(cfg: &Config, listener: TcpListener) -> Result<Mesh> {
+/// Connects the full mesh for `cfg` and returns it; with `encrypted`, every
+/// connection carries TLS 1.3 with the job's certificate (and shared memory
+/// is not used).
+pub(crate) fn connect_mesh(cfg: &Config, listener: TcpListener, encrypted: bool) -> Result<Mesh> {
     let world = cfg.world();
     let rank = cfg.rank;
     let nlinks = 2 * cfg.connections_per_peer + 1;
@@ -133,6 +135,9 @@ pub(crate) fn connect_mesh(cfg: &Config, listener: TcpListener) -> Result<Mesh> 
         tune(st, cfg.connect_timeout)
             .map_err(|e| DistError::Config(format!("socket options: {e}")))?;
     }
+    if encrypted {
+        return encrypted_mesh(cfg, streams, witness_streams);
+    }
     let segments = shm::negotiate(rank, &mut streams, cfg.shared_memory)
         .map_err(|e| DistError::Config(format!("setting up shared memory with {e}")))?;
     let link = |st: TcpStream| {
@@ -164,6 +169,25 @@ pub(crate) fn connect_mesh(cfg: &Config, listener: TcpListener) -> Result<Mesh> 
     }
     tracing::debug!(rank, world, nlinks, shared, "mesh connected");
     Ok(Mesh::new(cfg, links, witnesses))
+}
+
+#[cfg(feature = "tls")]
+fn encrypted_mesh(
+    cfg: &Config,
+    streams: Vec<Vec<TcpStream>>,
+    witnesses: Vec<Option<TcpStream>>,
+) -> Result<Mesh> {
+    let (links, witnesses) = crate::tls_link::wrap_mesh(cfg, streams, witnesses)?;
+    tracing::debug!(rank = cfg.rank, world = cfg.world(), "tls mesh connected");
+    Ok(Mesh::new(cfg, links, witnesses))
+}
+
+#[cfg(not(feature = "tls"))]
+fn encrypted_mesh(_: &Config, _: Vec<Vec<TcpStream>>, _: Vec<Option<TcpStream>>) -> Result<Mesh> {
+    Err(DistError::Unavailable {
+        backend: "tls",
+        reason: "this build has no TLS (build mlx-dist with the feature `tls`)".into(),
+    })
 }
 
 fn dial(

@@ -328,6 +328,11 @@ macro_rules! on_backends {
             use super::*;
             $(#[test] fn $name() { ($body)("ring") })*
         }
+        #[cfg(feature = "tls")]
+        mod tls {
+            use super::*;
+            $(#[test] fn $name() { ($body)("tls"); })*
+        }
         #[cfg(feature = "quic")]
         mod quic {
             use super::*;

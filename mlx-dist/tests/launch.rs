@@ -66,12 +66,18 @@ fn assert_scenario_ok(n: usize, scenario: &str, extra: &[&str]) -> String {
     t
 }
 
-/// The suite runs on every transport this build has: `ring` and (feature `quic`) `quic`.
+/// The suite runs on every transport this build has: `ring`, (feature `tls`)
+/// `tls` and (feature `quic`) `quic`.
 macro_rules! on_backends {
     ($($name:ident => $body:expr;)*) => {
         mod ring {
             use super::*;
             $(#[test] fn $name() { let _ = ($body)("ring"); })*
+        }
+        #[cfg(feature = "tls")]
+        mod tls {
+            use super::*;
+            $(#[test] fn $name() { let _ = ($body)("tls"); })*
         }
         #[cfg(feature = "quic")]
         mod quic {
@@ -85,7 +91,7 @@ on_backends! {
     every_collective_world_2_two_connections => |b| assert_all_ok(2, &["--backend", b, "--connections-per-peer", "2"]);
     every_collective_world_3 => |b| {
         let t = assert_all_ok(3, &["--backend", b]);
-        // Ranks on one host share memory over the ring; QUIC stays encrypted end to end.
+        // Ranks on one host share memory over the ring; TLS and QUIC stay encrypted end to end.
         assert_shm_peers(&t, 3, if b == "ring" { 2 } else { 0 });
     };
     every_collective_world_4 => |b| assert_all_ok(4, &["--backend", b]);

@@ -508,10 +508,13 @@ pub fn run(spec: &LaunchSpec) -> anyhow::Result<LaunchOutcome> {
     }
     let n = spec.hosts.len();
     let job = JobIdentity::random();
-    #[cfg(feature = "quic")]
-    let job = if spec.backend == crate::config::Backend::Quic {
+    #[cfg(feature = "tls")]
+    let job = if matches!(
+        spec.backend,
+        crate::config::Backend::Quic | crate::config::Backend::Tls
+    ) {
         job.with_quic_certificate()
-            .map_err(|e| anyhow::anyhow!("cannot create the job's QUIC certificate: {e}"))?
+            .map_err(|e| anyhow::anyhow!("cannot create the job's TLS certificate: {e}"))?
     } else {
         job
     };
