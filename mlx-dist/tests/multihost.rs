@@ -124,7 +124,7 @@ fn assert_ranks_ok(t: &str, world: usize, backend: &str, shm_peers: Option<usize
 }
 
 #[test]
-fn ranks_on_two_hosts_over_ring_and_quic() {
+fn ranks_on_two_hosts_over_ring_tls_and_quic() {
     let Some(h) = hosts() else { return };
     let mpi_style = std::env::temp_dir().join(format!("mlx-mh-hostfile-{}", std::process::id()));
     std::fs::write(
@@ -135,7 +135,7 @@ fn ranks_on_two_hosts_over_ring_and_quic() {
         ),
     )
     .unwrap();
-    for backend in ["ring", "quic"] {
+    for backend in ["ring", "tls", "quic"] {
         // World 2: one rank per host, from --hosts.
         let mut c = h.launcher(&["--hosts", &h.pair(), "--backend", backend]);
         c.args(scenario_command("all"));

@@ -37,9 +37,14 @@ pub struct CollectivesArgs {
     /// World sizes.
     #[arg(long, value_delimiter = ',', default_value = "2,4")]
     pub worlds: Vec<usize>,
-    /// Backends: ring, ring-tcp (the ring with shared memory off), quic, mpi
-    /// (mpi needs Open MPI's mpirun; skipped with a reason without it).
-    #[arg(long, value_delimiter = ',', default_value = "ring,ring-tcp,quic,mpi")]
+    /// Backends: ring, ring-tcp (the ring with shared memory off), tls (the
+    /// ring over TLS 1.3), quic, mpi (mpi needs Open MPI's mpirun; skipped
+    /// with a reason without it).
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "ring,ring-tcp,tls,quic,mpi"
+    )]
     pub backends: Vec<String>,
     /// Collectives to time: all_sum, all_gather, sum_scatter.
     #[arg(long, value_delimiter = ',', default_value = "all_sum,all_gather")]
@@ -111,7 +116,7 @@ impl CollectivesArgs {
         let default = CollectivesArgs {
             max_bytes: 256 << 20,
             worlds: vec![2, 4],
-            backends: ["ring", "ring-tcp", "quic", "mpi"]
+            backends: ["ring", "ring-tcp", "tls", "quic", "mpi"]
                 .map(String::from)
                 .to_vec(),
             ops: ["all_sum", "all_gather"].map(String::from).to_vec(),
@@ -212,8 +217,8 @@ pub fn run(a: CollectivesArgs) -> Result<()> {
         bail!("--max-bytes must be at least 1024 (the smallest message)");
     }
     for b in &a.backends {
-        if !["ring", "ring-tcp", "quic", "mpi"].contains(&b.as_str()) {
-            bail!("unknown backend {b:?}: ring, ring-tcp, quic or mpi");
+        if !["ring", "ring-tcp", "tls", "quic", "mpi"].contains(&b.as_str()) {
+            bail!("unknown backend {b:?}: ring, ring-tcp, tls, quic or mpi");
         }
     }
     for op in &a.ops {
