@@ -2,8 +2,9 @@
 //! emulated hosts (`xtask hosts`: network namespaces with sshd, links shaped
 //! with tc tbf), one rank per host, at every world of `--worlds` (default 2
 //! and 4), with the evaluator's overlap of communication on and off
-//! (`MLX_OVERLAP`) and the gradients travelling in f32 and in bf16
-//! (`--communication-dtype`). For each run: seconds per step (median of the
+//! (`MLX_OVERLAP`), the gradients travelling in f32 and in bf16
+//! (`--communication-dtype`), and AdamW's state sharded over the ranks or
+//! whole on each (`--no-shard-optimizer`). For each run: seconds per step (median of the
 //! steps after the first) and how long the step waited on the network (the
 //! time the ranks sat blocked on collectives, from the trainer's summary),
 //! beside the same world on loopback. Takes `/tmp/mlx-hosts.lock` for its
@@ -41,6 +42,12 @@ pub struct HostsArgs {
     /// --communication-dtype): f32 (as they are), bf16, f16.
     #[arg(long, value_delimiter = ',', default_value = "f32,bf16")]
     pub comm: Vec<String>,
+    /// With --hosts: where AdamW's state lives: `sharded` over the ranks
+    /// (each rank updates its share of the weights, then all_gathers them
+    /// in f32), `whole` on every rank (`--no-shard-optimizer`: one all_sum
+    /// of the gradients, in --comm's dtype), or both.
+    #[arg(long, value_delimiter = ',', default_value = "sharded,whole")]
+    pub optimizer_state: Vec<OptimizerState>,
     /// With --hosts: run the whole matrix this many times, interleaved
     /// (the table gives each configuration's median).
     #[arg(long, default_value_t = 1)]
@@ -60,6 +67,24 @@ pub enum Toggle {
     Off,
 }
 
+/// Where AdamW's state lives.
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OptimizerState {
+    /// Sharded over the ranks (the trainer's default).
+    Sharded,
+    /// Whole on every rank.
+    Whole,
+}
+
+impl OptimizerState {
+    fn name(self) -> &'static str {
+        match self {
+            OptimizerState::Sharded => "sharded",
+            OptimizerState::Whole => "whole",
+        }
+    }
+}
+
 /// Where a run's ranks ran.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Place {
@@ -76,12 +101,13 @@ struct Config {
     place: Place,
     overlap: bool,
     comm: String,
+    state: OptimizerState,
 }
 
 impl Config {
     fn label(&self) -> String {
         format!(
-            "w{}-{}-{}-{}",
+            "w{}-{}-{}-{}-{}",
             self.world,
             match self.place {
                 Place::Hosts => "hosts",
@@ -92,7 +118,8 @@ impl Config {
             } else {
                 "no-overlap"
             },
-            self.comm
+            self.comm,
+            self.state.name()
         )
     }
 }
@@ -128,8 +155,8 @@ pub fn run(a: &TrainArgs, h: &HostsArgs, n: usize, bins: &Path, out: &Path) -> R
     if worlds.is_empty() || worlds.iter().any(|&w| w < 2 || w > n) {
         bail!("--worlds must be between 2 and the {n} host(s) of --hosts, e.g. --worlds 2");
     }
-    if h.overlap.is_empty() || h.comm.is_empty() || h.repeats == 0 {
-        bail!("--overlap, --comm and --repeats need at least one value each");
+    if h.overlap.is_empty() || h.comm.is_empty() || h.optimizer_state.is_empty() || h.repeats == 0 {
+        bail!("--overlap, --comm, --optimizer-state and --repeats need at least one value each");
     }
     for c in &h.comm {
         if !["f32", "bf16", "f16"].contains(&c.as_str()) {
@@ -141,24 +168,28 @@ pub fn run(a: &TrainArgs, h: &HostsArgs, n: usize, bins: &Path, out: &Path) -> R
     }
     let mut matrix = vec![];
     for &world in &worlds {
-        if !h.no_loopback {
-            for comm in &h.comm {
-                matrix.push(Config {
-                    world,
-                    place: Place::Loopback,
-                    overlap: true,
-                    comm: comm.clone(),
-                });
+        for &state in &h.optimizer_state {
+            if !h.no_loopback {
+                for comm in &h.comm {
+                    matrix.push(Config {
+                        world,
+                        place: Place::Loopback,
+                        overlap: true,
+                        comm: comm.clone(),
+                        state,
+                    });
+                }
             }
-        }
-        for &o in &h.overlap {
-            for comm in &h.comm {
-                matrix.push(Config {
-                    world,
-                    place: Place::Hosts,
-                    overlap: o == Toggle::On,
-                    comm: comm.clone(),
-                });
+            for &o in &h.overlap {
+                for comm in &h.comm {
+                    matrix.push(Config {
+                        world,
+                        place: Place::Hosts,
+                        overlap: o == Toggle::On,
+                        comm: comm.clone(),
+                        state,
+                    });
+                }
             }
         }
     }
@@ -290,6 +321,9 @@ fn run_one(
         args.push("--communication-dtype".into());
         args.push(c.comm.clone());
     }
+    if c.state == OptimizerState::Whole {
+        args.push("--no-shard-optimizer".into());
+    }
     args.extend(a.trainer.iter().cloned());
     let (mut cmd, shown) = command(c, hosts, bins, &a.runner.backend, &args)?;
     let log = dir.join("train.log");
@@ -380,6 +414,33 @@ fn group<'a>(runs: &'a [Measured], c: &Config) -> Vec<&'a Measured> {
         .collect()
 }
 
+/// The matrix options that differ from their defaults, as on a command line.
+fn matrix_flags(h: &HostsArgs) -> String {
+    let mut s = String::new();
+    let overlap: Vec<&str> = h
+        .overlap
+        .iter()
+        .map(|o| if *o == Toggle::On { "on" } else { "off" })
+        .collect();
+    if overlap != ["on", "off"] {
+        let _ = write!(s, " --overlap {}", overlap.join(","));
+    }
+    if h.comm != ["f32", "bf16"] {
+        let _ = write!(s, " --comm {}", h.comm.join(","));
+    }
+    let states: Vec<&str> = h.optimizer_state.iter().map(|x| x.name()).collect();
+    if states != ["sharded", "whole"] {
+        let _ = write!(s, " --optimizer-state {}", states.join(","));
+    }
+    if h.no_loopback {
+        s.push_str(" --no-loopback");
+    }
+    if h.repeats > 1 {
+        let _ = write!(s, " --repeats {}", h.repeats);
+    }
+    s
+}
+
 fn markdown(a: &TrainArgs, h: &HostsArgs, n: usize, worlds: &[usize], runs: &[Measured]) -> String {
     let mut s = String::new();
     let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
@@ -400,11 +461,7 @@ fn markdown(a: &TrainArgs, h: &HostsArgs, n: usize, worlds: &[usize], runs: &[Me
             .collect::<Vec<_>>()
             .join(","),
         a.steps,
-        if h.repeats > 1 {
-            format!(" --repeats {}", h.repeats)
-        } else {
-            String::new()
-        },
+        matrix_flags(h),
         if a.runner.debug { " --debug" } else { "" },
         if a.trainer.is_empty() {
             String::new()
@@ -415,7 +472,7 @@ fn markdown(a: &TrainArgs, h: &HostsArgs, n: usize, worlds: &[usize], runs: &[Me
     );
     let _ = writeln!(
         s,
-        "| world | links | overlap | gradients travel in | s/step | waited on the network, s (ranks) | comm s (rank 0) | final loss |{}",
+        "| world | links | optimizer state | overlap | gradients travel in | s/step | waited on the network, s (ranks) | comm s (rank 0) | final loss |{}",
         if h.repeats > 1 {
             " s/step of each run |"
         } else {
@@ -424,7 +481,7 @@ fn markdown(a: &TrainArgs, h: &HostsArgs, n: usize, worlds: &[usize], runs: &[Me
     );
     let _ = writeln!(
         s,
-        "|---:|---|---|---|---:|---:|---:|---:|{}",
+        "|---:|---|---|---|---|---:|---:|---:|---:|{}",
         if h.repeats > 1 { "---|" } else { "" }
     );
     let mut seen: Vec<String> = vec![];
@@ -454,12 +511,13 @@ fn markdown(a: &TrainArgs, h: &HostsArgs, n: usize, worlds: &[usize], runs: &[Me
         let c = &m.config;
         let _ = writeln!(
             s,
-            "| {} | {} | {} | {} | {:.3} | {} | {:.3} | {} |{}",
+            "| {} | {} | {} | {} | {} | {:.3} | {} | {:.3} | {} |{}",
             c.world,
             match c.place {
                 Place::Hosts => h.rate.as_str(),
                 Place::Loopback => "loopback",
             },
+            c.state.name(),
             if c.overlap { "on" } else { "off" },
             c.comm,
             step,
@@ -486,6 +544,7 @@ fn to_json(a: &TrainArgs, h: &HostsArgs, n: usize, runs: &[Measured]) -> serde_j
                 "place": match m.config.place { Place::Hosts => "hosts", Place::Loopback => "loopback" },
                 "overlap": m.config.overlap,
                 "communication_dtype": m.config.comm,
+                "optimizer_state": m.config.state.name(),
                 "s_per_step": m.step_s,
                 "waited_s_per_rank": m.wait_s,
                 "comm_s_rank0": m.comm_s,
