@@ -1,14 +1,12 @@
 //! The classic first distributed program: every rank sums `ones(10)`.
 //!
-//! Until `mlx-array` has arrays this runs on a `Vec<f32>` through the typed
-//! byte API; the graph primitive `all_sum(&Array, &Group)` will wrap the same call.
-//!
 //! ```text
 //! cargo run -p mlx-dist --example all_sum                  # one process: prints 1s
 //! mlx-launch -n 4 -- target/debug/examples/all_sum         # four ranks: prints 4s
 //! ```
 
-use mlx_dist::{Backend, init};
+use mlx_array::{Array, Dtype};
+use mlx_dist::{Backend, all_sum, init};
 
 fn main() -> anyhow::Result<()> {
     tracing_subscriber::fmt()
@@ -18,8 +16,7 @@ fn main() -> anyhow::Result<()> {
         )
         .init();
     let world = init(Backend::Any)?;
-    let mut x = vec![1.0f32; 10];
-    world.all_sum(&mut x)?;
-    println!("{} {:?}", world.rank(), x);
+    let x = all_sum(&Array::ones(&[10], Dtype::F32), &world)?;
+    println!("{} {:?}", world.rank(), x.to_vec::<f32>()?);
     Ok(())
 }

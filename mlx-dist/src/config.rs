@@ -94,6 +94,28 @@ pub const ENV_THREADED_BYTES: &str = "MLX_DIST_THREADED_BYTES";
 /// (every byte then goes over TCP); anything else, or unset, allows it.
 pub const ENV_SHM: &str = "MLX_DIST_SHM";
 
+/// Parses a number of seconds given on the command line: a finite,
+/// non-negative number, and at least a millisecond when `timeout` (the
+/// ranks count timeouts in whole milliseconds). The error says what is wrong
+/// with the value; clap adds the flag and the value.
+pub fn parse_seconds(text: &str, timeout: bool) -> Result<Duration, String> {
+    let secs: f64 = text
+        .trim()
+        .parse()
+        .map_err(|_| "expected a number of seconds".to_string())?;
+    if !secs.is_finite() {
+        return Err("expected a finite number of seconds".into());
+    }
+    if secs < 0.0 {
+        return Err("expected a non-negative number of seconds".into());
+    }
+    let d = Duration::try_from_secs_f64(secs).map_err(|e| format!("{e}"))?;
+    if timeout && d < Duration::from_millis(1) {
+        return Err("a timeout must be at least 0.001 seconds".into());
+    }
+    Ok(d)
+}
+
 /// Which transport carries the collectives.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Backend {

@@ -1,23 +1,29 @@
 //! Distributed communication for data-parallel training, in the style of
-//! MLX's `mx.distributed`: a [`Group`] of ranks, collectives on byte buffers
-//! tagged with an [`mlx_array::Dtype`], the transports that carry them (a
-//! pipelined ring over TCP, whose large payloads go through shared memory
-//! between ranks on one host; QUIC, feature `quic`, on by default; MPI,
-//! feature `mpi`) and the `mlx-launch` binary that starts the ranks.
+//! MLX's `mx.distributed`: a [`Group`] of ranks, collectives as primitives of
+//! `mlx-array`'s lazy graph ([`all_sum`], [`all_gather`], [`sum_scatter`],
+//! [`send`]/[`recv`], ...), the transports that carry them (a pipelined ring
+//! over TCP, whose large payloads go through shared memory between ranks on
+//! one host; the ring over TLS 1.3, feature `tls`; QUIC, feature `quic`;
+//! both on by default; MPI, feature `mpi`) and the `mlx-launch` binary that
+//! starts the ranks (feature `launcher`, on by default; the layers above
+//! depend on this crate without it).
 //!
-//! The classic first program. Until `mlx-array` has arrays, it runs on a
-//! `Vec<f32>` through the typed byte API; with no launcher it is a group of one
+//! The classic first program; with no launcher the world is a group of one
 //! and `all_sum` is the identity:
 //!
 //! ```
-//! use mlx_dist::{init, Backend};
+//! use mlx_array::{Array, Dtype};
+//! use mlx_dist::{all_sum, init, Backend};
 //!
-//! let world = init(Backend::Any)?;        // size 1 without a launcher
-//! let mut x = vec![1.0f32; 10];           // ones(10)
-//! world.all_sum(&mut x)?;                 // every rank now holds `size` everywhere
-//! assert!(x.iter().all(|&v| v == world.size() as f32));
-//! # Ok::<(), mlx_dist::DistError>(())
+//! let world = init(Backend::Any)?;                             // size 1 without a launcher
+//! let x = all_sum(&Array::ones(&[10], Dtype::F32), &world)?;  // a node of the graph
+//! let v: Vec<f32> = x.to_vec()?;                               // evaluates it
+//! assert!(v.iter().all(|&s| s == world.size() as f32));
+//! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
+//!
+//! [`Group`] also has the same collectives on plain slices
+//! (`world.all_sum(&mut vec)`), for code outside the graph.
 //!
 //! Run it on 4 processes with `mlx-launch -n 4 -- target/debug/examples/all_sum`.
 //! How the launcher configures ranks is described in [`config`]; the frame

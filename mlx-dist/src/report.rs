@@ -46,6 +46,7 @@ pub(crate) fn failure(rank: usize, culprit: Option<u32>, reason: &str) {
 /// Saves rank `rank`'s report, received as JSON text (a remote rank's,
 /// carried back by its agent: remote hosts need not share the launcher's
 /// file system).
+#[cfg_attr(not(feature = "launcher"), allow(dead_code))] // Used by the launcher.
 pub(crate) fn save(dir: &Path, rank: usize, json: &str) {
     if let Err(e) = std::fs::write(path_of(dir, rank), json.trim()) {
         tracing::debug!(rank, error = %e, "could not save a remote rank's failure report");
@@ -54,6 +55,7 @@ pub(crate) fn save(dir: &Path, rank: usize, json: &str) {
 
 /// Rank `rank`'s report in `dir` as written, if there is one (an agent
 /// sends it on without knowing the world size).
+#[cfg_attr(not(feature = "launcher"), allow(dead_code))] // Used by the launcher.
 pub(crate) fn read_raw(dir: &Path, rank: usize) -> Option<String> {
     let text = std::fs::read_to_string(path_of(dir, rank)).ok()?;
     serde_json::from_str::<serde_json::Value>(&text)

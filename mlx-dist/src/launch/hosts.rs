@@ -1,6 +1,7 @@
 //! Where ranks run: local processes or ssh targets, the host files that list
 //! them, and the addresses the ranks listen on.
 
+#[cfg_attr(not(feature = "launcher"), allow(unused_imports))]
 use std::net::{TcpListener, UdpSocket};
 
 /// Where one rank runs.
@@ -193,6 +194,7 @@ fn parse_slots(k: &str) -> Result<usize, String> {
 /// several addresses (all on its one port): consecutive ports from
 /// `starting_port` (rank `r` gets `starting_port + r`), or free loopback
 /// ports chosen by the OS when unset and every rank is local.
+#[cfg_attr(not(feature = "launcher"), allow(dead_code))] // Used by the launcher.
 pub(crate) fn addresses(
     hosts: &[RankHost],
     starting_port: Option<u16>,
@@ -247,6 +249,7 @@ pub const DEFAULT_STARTING_PORT: u16 = 32323;
 /// A loopback port free for both TCP and UDP, held by both sockets: the TCP
 /// backends listen on it, QUIC binds it over UDP. A port the OS hands out as
 /// free for TCP may be held over UDP by another job's QUIC endpoint.
+#[cfg_attr(not(feature = "launcher"), allow(dead_code))] // Used by the launcher.
 fn free_tcp_and_udp_port() -> std::io::Result<(TcpListener, UdpSocket)> {
     let mut last = None;
     for _ in 0..64 {

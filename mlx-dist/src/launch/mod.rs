@@ -27,19 +27,27 @@
 //! The MPI backend is launched by `mpirun` instead, with weaker guarantees:
 //! see [`mpirun`].
 
+#[cfg(feature = "launcher")]
 pub mod agent;
+#[cfg(feature = "launcher")]
 pub mod check;
 mod hosts;
+#[cfg(feature = "launcher")]
 pub mod mpirun;
 pub mod parent;
+#[cfg(feature = "launcher")]
 mod remote;
+#[cfg(feature = "launcher")]
 mod supervise;
 
+pub use crate::config::parse_seconds;
 pub use hosts::{
     DEFAULT_STARTING_PORT, HostfileEntry, RankHost, check_ssh_destination, parse_launcher_hostfile,
 };
 pub use parent::{ENV_PARENT_PID, watch_parent};
+#[cfg(feature = "launcher")]
 pub use remote::default_remote_launcher;
+#[cfg(feature = "launcher")]
 pub use supervise::{Blame, LaunchOutcome, run};
 
 use std::path::PathBuf;
@@ -226,28 +234,6 @@ pub fn rank_env(
     env.extend(thread_env(spec, rank));
     env.extend(spec.env.iter().cloned());
     env
-}
-
-/// Parses a number of seconds given on the command line: a finite,
-/// non-negative number, and at least a millisecond when `timeout` (the
-/// ranks count timeouts in whole milliseconds). The error says what is wrong
-/// with the value; clap adds the flag and the value.
-pub fn parse_seconds(text: &str, timeout: bool) -> Result<Duration, String> {
-    let secs: f64 = text
-        .trim()
-        .parse()
-        .map_err(|_| "expected a number of seconds".to_string())?;
-    if !secs.is_finite() {
-        return Err("expected a finite number of seconds".into());
-    }
-    if secs < 0.0 {
-        return Err("expected a non-negative number of seconds".into());
-    }
-    let d = Duration::try_from_secs_f64(secs).map_err(|e| format!("{e}"))?;
-    if timeout && d < Duration::from_millis(1) {
-        return Err("a timeout must be at least 0.001 seconds".into());
-    }
-    Ok(d)
 }
 
 /// Variables that size the thread pools of math libraries.

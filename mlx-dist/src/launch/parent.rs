@@ -11,6 +11,7 @@
 //!   exit of the process named by [`ENV_PARENT_PID`], which the launcher sets
 //!   for the ranks it starts locally, and then kills the rank's process group.
 
+#[cfg_attr(not(feature = "launcher"), allow(unused_imports))]
 use std::process::Command;
 
 /// Environment variable: the pid of the launcher that started this rank on
@@ -20,6 +21,7 @@ pub const ENV_PARENT_PID: &str = "MLX_LAUNCH_PARENT_PID";
 /// Makes the process `cmd` starts die with this one (Linux: `PR_SET_PDEATHSIG`
 /// with SIGKILL; elsewhere nothing, see [`watch_parent`]). If this process
 /// died before the request took effect, the child exits at once.
+#[cfg_attr(not(feature = "launcher"), allow(dead_code))] // Used by the launcher.
 pub(crate) fn die_with_launcher(cmd: &mut Command) {
     #[cfg(target_os = "linux")]
     {

@@ -272,7 +272,7 @@ fn byte_size(s: &str) -> std::result::Result<usize, String> {
 
 /// A timeout in seconds: finite and above zero (the launcher's own rule).
 fn positive_secs(s: &str) -> std::result::Result<std::time::Duration, String> {
-    mlx_dist::launch::parse_seconds(s, true)
+    mlx_dist::config::parse_seconds(s, true)
 }
 
 fn run_train(a: TrainArgs) -> Result<()> {
