@@ -91,6 +91,7 @@ tuple_evaluable!(A 0, B 1, C 2, D 3, E 4);
 /// assert!(y.is_evaluated() && z.is_evaluated());
 /// ```
 pub fn eval(outputs: impl Evaluable) -> Result<()> {
+    crate::settings::check_once()?;
     let mut roots = Vec::new();
     outputs.collect_arrays(&mut roots);
     let order = overlap_communication(topological_order(roots));
@@ -201,8 +202,7 @@ fn overlap_communication(order: Vec<Array>) -> Vec<Array> {
 /// Whether [`overlap_communication`] reorders: yes, unless `MLX_OVERLAP=0`
 /// asks for plain graph order (to measure what the overlap gains).
 fn overlap_enabled() -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| std::env::var("MLX_OVERLAP").map_or(true, |v| v != "0"))
+    crate::settings::overlap().unwrap_or(true)
 }
 
 fn run(order: Vec<Array>) -> Result<()> {

@@ -43,6 +43,7 @@ pub mod primitive;
 pub mod primitives;
 pub mod profile;
 pub mod random;
+pub mod settings;
 pub mod shape;
 pub mod tree;
 

@@ -6,7 +6,6 @@
 
 use std::collections::HashMap;
 use std::sync::Mutex;
-use std::sync::OnceLock;
 use std::time::Duration;
 
 /// `(primitive name, output shape)` -> `(calls, total time)`.
@@ -18,10 +17,10 @@ static TABLE: Mutex<Option<Table>> = Mutex::new(None);
 /// or right before which it was first reached.
 static PEAK: Mutex<Option<(usize, &'static str, Vec<usize>)>> = Mutex::new(None);
 
-/// True when `MLX_PROFILE` is set to something other than `0` or empty.
+/// True when `MLX_PROFILE=1` or [`crate::settings::set_profile`] asks for it
+/// (a value that is not understood is the first eval's error).
 pub fn enabled() -> bool {
-    static ON: OnceLock<bool> = OnceLock::new();
-    *ON.get_or_init(|| std::env::var("MLX_PROFILE").is_ok_and(|v| !v.is_empty() && v != "0"))
+    crate::settings::profile().unwrap_or(false)
 }
 
 /// Adds one kernel run to the table.

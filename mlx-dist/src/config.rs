@@ -201,6 +201,12 @@ pub struct Config {
     /// Whether ranks on one host move large payloads through shared memory
     /// (ring backend; `MLX_DIST_SHM=0` turns it off).
     pub shared_memory: bool,
+    /// Messages at least this large run on the threaded ring even over TCP
+    /// (a sender and a receiver thread per lane; `MLX_DIST_THREADED_BYTES`).
+    pub threaded_bytes: usize,
+    /// The socket buffer size asked for on every TCP link; 0: the kernel's
+    /// autotuning (`MLX_DIST_SOCKET_BUFFER`).
+    pub socket_buffer: usize,
 }
 
 impl Config {
@@ -220,6 +226,8 @@ impl Config {
             small_bytes: 64 * 1024,
             quic: None,
             shared_memory: true,
+            threaded_bytes: 4 << 20,
+            socket_buffer: 0,
         }
     }
 
@@ -341,7 +349,21 @@ impl Config {
             cfg.connect_timeout = Duration::from_millis(t.max(1));
         }
         if let Some(v) = get(ENV_SHM) {
-            cfg.shared_memory = v.trim() != "0";
+            cfg.shared_memory = match v.trim() {
+                "" | "1" | "on" | "true" => true,
+                "0" | "off" | "false" => false,
+                _ => {
+                    return Err(DistError::Config(format!(
+                        "{ENV_SHM}={v:?} is not understood: use 1 or 0"
+                    )));
+                }
+            };
+        }
+        if let Some(b) = num(ENV_THREADED_BYTES)? {
+            cfg.threaded_bytes = b as usize;
+        }
+        if let Some(b) = num(ENV_SOCKET_BUFFER)? {
+            cfg.socket_buffer = b as usize;
         }
         if let Some(cert) = get(ENV_QUIC_CERT) {
             let bad = |k: &str| DistError::Config(format!("{k} must be hex"));
@@ -472,6 +494,43 @@ mod tests {
         assert_eq!((c.rank, c.world(), c.connections_per_peer), (1, 2, 2));
         assert_eq!(c.secret, vec![0xab, 0xcd]);
         assert_eq!(b, Some(Backend::Ring));
+    }
+
+    #[test]
+    fn transport_knobs_are_read_and_bad_values_refused() {
+        let base = |extra: &[(&'static str, &str)]| {
+            let mut env: HashMap<&str, String> = [
+                (ENV_RANK, "0".to_string()),
+                (ENV_HOSTS, "127.0.0.1:5000,127.0.0.1:5001".into()),
+            ]
+            .into_iter()
+            .collect();
+            env.extend(extra.iter().map(|(k, v)| (*k, v.to_string())));
+            Config::from_lookup(|k| env.get(k).cloned()).map(|c| c.unwrap().0)
+        };
+        let d = base(&[]).unwrap();
+        assert_eq!(
+            (d.threaded_bytes, d.socket_buffer, d.shared_memory),
+            (4 << 20, 0, true)
+        );
+        let c = base(&[
+            (ENV_THREADED_BYTES, "1048576"),
+            (ENV_SOCKET_BUFFER, "65536"),
+            (ENV_SHM, "0"),
+        ])
+        .unwrap();
+        assert_eq!(
+            (c.threaded_bytes, c.socket_buffer, c.shared_memory),
+            (1 << 20, 65536, false)
+        );
+        for (k, v) in [
+            (ENV_THREADED_BYTES, "4M"),
+            (ENV_SOCKET_BUFFER, "-1"),
+            (ENV_SHM, "no way"),
+        ] {
+            let e = base(&[(k, v)]).unwrap_err().to_string();
+            assert!(e.contains(k) && e.contains(v), "{e}");
+        }
     }
 
     #[test]

@@ -67,19 +67,6 @@ pub(crate) trait Link: Send + Sync {
     }
 }
 
-/// Socket buffer size asked for on every TCP link (the kernel may cap it):
-/// `MLX_DIST_SOCKET_BUFFER`; by default (0) the kernel's autotuning, which
-/// measured no worse than a fixed 4 MiB on loopback and may grow further.
-fn socket_buffer() -> usize {
-    static V: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    *V.get_or_init(|| {
-        std::env::var(crate::config::ENV_SOCKET_BUFFER)
-            .ok()
-            .and_then(|v| v.trim().parse().ok())
-            .unwrap_or(0)
-    })
-}
-
 /// A TCP connection (non-blocking; waits go through `poll`).
 pub(crate) struct TcpLink {
     stream: TcpStream,
@@ -131,12 +118,14 @@ fn set_buffer(fd: RawFd, opt: libc::c_int, bytes: usize) {
 
 impl TcpLink {
     /// Wraps a connected, handshaken stream: non-blocking, `TCP_NODELAY`,
-    /// the socket buffer size of `socket_buffer`; every wait on it is bounded by `timeout`.
-    pub(crate) fn new(stream: TcpStream, timeout: Duration) -> io::Result<TcpLink> {
+    /// socket buffers of `buffer` bytes (the kernel may cap them; 0 keeps
+    /// its autotuning, which measured no worse than a fixed 4 MiB on
+    /// loopback and may grow further); every wait on it is bounded by `timeout`.
+    pub(crate) fn new(stream: TcpStream, timeout: Duration, buffer: usize) -> io::Result<TcpLink> {
         stream.set_nodelay(true)?;
         stream.set_nonblocking(true)?;
         let fd = stream.as_raw_fd();
-        let size = socket_buffer();
+        let size = buffer;
         if size > 0 {
             set_buffer(fd, libc::SO_SNDBUF, size);
             set_buffer(fd, libc::SO_RCVBUF, size);

@@ -27,6 +27,12 @@ pub(crate) struct Mesh {
     /// The collective timeout: the longest a wait on a live peer may last
     /// without progress.
     pub timeout: Duration,
+    /// Messages at least this large run on the threaded ring even over TCP:
+    /// with a sender and a receiver thread per lane the kernel's copies in
+    /// and out of the sockets run on several cores at once, which measured
+    /// faster for large messages; below it the polled ring's lack of thread
+    /// hand-offs wins by far ([`Config::threaded_bytes`], default 4 MiB).
+    pub threaded_bytes: usize,
     /// Ring pipelining granularity.
     pub block: usize,
     /// Small-message threshold.
@@ -65,6 +71,7 @@ impl Mesh {
             conns: cfg.connections_per_peer,
             timeout: cfg.collective_timeout,
             block: cfg.block_bytes.max(64),
+            threaded_bytes: cfg.threaded_bytes,
             small: cfg.small_bytes,
             op_lock: Mutex::new(()),
             poison: Mutex::new(None),

@@ -280,7 +280,7 @@ fn run_over(
         ctx.mesh.link(l.left, l.link).as_tcp().is_some()
             && ctx.mesh.link(l.right, l.link).as_tcp().is_some()
     });
-    if tcp && total < threaded_bytes() {
+    if tcp && total < ctx.mesh.threaded_bytes {
         let mut scratch =
             std::mem::take(&mut *ctx.mesh.scratch.lock().unwrap_or_else(|p| p.into_inner()));
         let r = run_polled(ctx, places, lanes, n, phase, &mut scratch);
@@ -291,21 +291,6 @@ fn run_over(
         return r;
     }
     run_threaded(ctx, places, lanes, n, phase)
-}
-
-/// Messages at least this large (default 4 MiB; `MLX_DIST_THREADED_BYTES`
-/// overrides) run on the threaded ring even over TCP: with a sender and a
-/// receiver thread per lane the kernel's copies in and out of the sockets
-/// run on several cores at once, which measured faster for large messages;
-/// below it the polled ring's lack of thread hand-offs wins by far.
-fn threaded_bytes() -> usize {
-    static V: OnceLock<usize> = OnceLock::new();
-    *V.get_or_init(|| {
-        std::env::var(crate::config::ENV_THREADED_BYTES)
-            .ok()
-            .and_then(|v| v.trim().parse().ok())
-            .unwrap_or(4 << 20)
-    })
 }
 
 /// The steps of one lane: what it sends first and what it receives, in order.

@@ -591,8 +591,8 @@ mod tests {
         let o = offer(&mut a, true).unwrap();
         let sb = answer(&mut b, true).unwrap().expect("same host");
         let sa = o.settle(&mut a).unwrap().expect("accepted");
-        let a = TcpLink::new(a, stall).unwrap();
-        let b = TcpLink::new(b, stall).unwrap();
+        let a = TcpLink::new(a, stall, 0).unwrap();
+        let b = TcpLink::new(b, stall, 0).unwrap();
         (
             ShmLink::new(a, sa, true, stall),
             ShmLink::new(b, sb, false, stall),

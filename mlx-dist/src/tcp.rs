@@ -141,7 +141,7 @@ pub(crate) fn connect_mesh(cfg: &Config, listener: TcpListener, encrypted: bool)
     let segments = shm::negotiate(rank, &mut streams, cfg.shared_memory)
         .map_err(|e| DistError::Config(format!("setting up shared memory with {e}")))?;
     let link = |st: TcpStream| {
-        TcpLink::new(st, cfg.collective_timeout)
+        TcpLink::new(st, cfg.collective_timeout, cfg.socket_buffer)
             .map_err(|e| DistError::Config(format!("socket options: {e}")))
     };
     let mut links: Vec<Vec<Box<dyn Link>>> = Vec::with_capacity(world);

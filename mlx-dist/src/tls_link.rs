@@ -84,15 +84,16 @@ pub(crate) fn handshake(
 }
 
 impl TlsLink {
-    /// Wraps a stream whose TLS handshake is done; every wait on it is
-    /// bounded by `timeout`.
+    /// Wraps a stream whose TLS handshake is done (socket buffers of
+    /// `buffer` bytes, 0: the kernel's); every wait on it is bounded by `timeout`.
     pub(crate) fn new(
         stream: TcpStream,
         session: rustls::Connection,
         timeout: Duration,
+        buffer: usize,
     ) -> io::Result<TlsLink> {
         Ok(TlsLink {
-            tcp: TcpLink::new(stream, timeout)?,
+            tcp: TcpLink::new(stream, timeout, buffer)?,
             session: Mutex::new(session),
             sending: Mutex::new(Vec::new()),
             receiving: Mutex::new(Pending::default()),
@@ -298,7 +299,7 @@ pub(crate) fn wrap_mesh(
                 who: format!("rank {peer} at {}", cfg.hosts[peer]),
                 reason: format!("TLS: {e}"),
             })?;
-        let link = TlsLink::new(st, session, timeout)
+        let link = TlsLink::new(st, session, timeout, cfg.socket_buffer)
             .map_err(|e| DistError::Config(format!("socket options: {e}")))?;
         Ok(Box::new(link))
     };

@@ -40,8 +40,10 @@ struct Blas {
 static BLAS: OnceLock<Option<Blas>> = OnceLock::new();
 
 fn candidates() -> Vec<String> {
-    if let Ok(v) = std::env::var("MLX_BLAS") {
-        return if v == "none" { vec![] } else { vec![v] };
+    match crate::settings::blas() {
+        crate::settings::BlasChoice::None => return vec![],
+        crate::settings::BlasChoice::Library(v) => return vec![v],
+        crate::settings::BlasChoice::System => {}
     }
     if cfg!(target_os = "macos") {
         vec!["/System/Library/Frameworks/Accelerate.framework/Accelerate".into()]

@@ -20,7 +20,6 @@
 //! depend on the number of threads.
 
 use std::arch::x86_64::*;
-use std::sync::OnceLock;
 
 use rayon::prelude::*;
 
@@ -48,8 +47,8 @@ pub(super) fn available(dims: usize) -> bool {
 /// Whether the one-pass loss takes this path: [`available`], unless
 /// `MLX_LCE=blas` asks for the BLAS path (to compare the two in one build).
 pub(super) fn enabled(dims: usize) -> bool {
-    static BLAS: OnceLock<bool> = OnceLock::new();
-    available(dims) && !*BLAS.get_or_init(|| std::env::var("MLX_LCE").is_ok_and(|v| v == "blas"))
+    use crate::settings::{LossPath, loss_path};
+    available(dims) && loss_path().map_or(true, |p| p == LossPath::Fused)
 }
 
 /// Rows per block rounded up to whole micro-tile columns of `lt`.

@@ -1,0 +1,276 @@
+//! Every environment variable mlx-array reads, in one place. Each has a
+//! setter that wins over the environment, for programs that configure
+//! themselves. A value that is not understood is an error naming the
+//! variable: [`check`] reports it, and so does the first [`eval`](crate::eval)
+//! of the process, instead of silently using a default.
+//!
+//! | variable | values | default | setter |
+//! |---|---|---|---|
+//! | `MLX_OVERLAP` | `1`/`0` (`on`/`off`, `true`/`false`) | on | [`set_overlap`] |
+//! | `MLX_PROFILE` | `1`/`0` | off | [`set_profile`] |
+//! | `MLX_LCE` | `fused`, `blas` | `fused` where the CPU has AVX-512 | [`set_loss_path`] |
+//! | `MLX_BLAS` | a CBLAS library's path, or `none` | OpenBLAS, or Accelerate on macOS | [`set_blas`] |
+//! | `MLX_DEVICE` | `cpu`, `gpu` | `cpu` | [`crate::device::set_default_device`] |
+//!
+//! ```
+//! mlx_array::settings::set_overlap(false); // plain graph order
+//! assert!(!mlx_array::settings::overlap()?);
+//! mlx_array::settings::set_overlap(true);
+//! # Ok::<(), mlx_array::Error>(())
+//! ```
+
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::{Mutex, OnceLock};
+
+use crate::error::{Error, Result};
+
+/// `MLX_OVERLAP`: the evaluator runs what waits for no collective first.
+pub const MLX_OVERLAP: &str = "MLX_OVERLAP";
+/// `MLX_PROFILE`: time every primitive.
+pub const MLX_PROFILE: &str = "MLX_PROFILE";
+/// `MLX_LCE`: the CPU path of the one-pass output projection and loss.
+pub const MLX_LCE: &str = "MLX_LCE";
+/// `MLX_BLAS`: the CBLAS library for the matrix multiply.
+pub const MLX_BLAS: &str = "MLX_BLAS";
+/// `MLX_DEVICE`: the default device.
+pub const MLX_DEVICE: &str = "MLX_DEVICE";
+
+/// A boolean read from `name` (`default` when unset or empty).
+fn parse_bool(name: &'static str, value: Option<&str>, default: bool) -> Result<bool> {
+    match value.map(|v| v.trim().to_ascii_lowercase()).as_deref() {
+        None | Some("") => Ok(default),
+        Some("1" | "on" | "true" | "yes") => Ok(true),
+        Some("0" | "off" | "false" | "no") => Ok(false),
+        Some(v) => Err(Error::invalid(
+            name,
+            format!("`{v}` is not understood: use 1 or 0"),
+        )),
+    }
+}
+
+/// A boolean setting: the setter's value, else the environment's (read once).
+struct Flag {
+    name: &'static str,
+    default: bool,
+    /// 0: not set in code; 1: off; 2: on.
+    set: AtomicU8,
+    env: OnceLock<std::result::Result<bool, String>>,
+}
+
+impl Flag {
+    const fn new(name: &'static str, default: bool) -> Flag {
+        Flag {
+            name,
+            default,
+            set: AtomicU8::new(0),
+            env: OnceLock::new(),
+        }
+    }
+
+    fn get(&self) -> Result<bool> {
+        match self.set.load(Ordering::Relaxed) {
+            1 => return Ok(false),
+            2 => return Ok(true),
+            _ => {}
+        }
+        self.env
+            .get_or_init(|| {
+                let v = std::env::var(self.name).ok();
+                parse_bool(self.name, v.as_deref(), self.default).map_err(|e| e.to_string())
+            })
+            .clone()
+            .map_err(|message| Error::invalid(self.name, message))
+    }
+
+    fn set(&self, on: bool) {
+        self.set.store(if on { 2 } else { 1 }, Ordering::Relaxed);
+    }
+}
+
+static OVERLAP: Flag = Flag::new(MLX_OVERLAP, true);
+static PROFILE: Flag = Flag::new(MLX_PROFILE, false);
+
+/// Whether the evaluator overlaps communication with computation (runs
+/// what waits for no collective first). Default on.
+pub fn overlap() -> Result<bool> {
+    OVERLAP.get()
+}
+
+/// Turns the evaluator's overlap of communication on or off (wins over `MLX_OVERLAP`).
+pub fn set_overlap(on: bool) {
+    OVERLAP.set(on);
+}
+
+/// Whether every primitive is timed (see [`crate::profile`]). Default off.
+pub fn profile() -> Result<bool> {
+    PROFILE.get()
+}
+
+/// Turns the per-primitive profile on or off (wins over `MLX_PROFILE`).
+pub fn set_profile(on: bool) {
+    PROFILE.set(on);
+}
+
+/// The CPU path of the one-pass output projection and loss.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LossPath {
+    /// The fused AVX-512 kernel where the CPU has it, else BLAS.
+    Fused,
+    /// Always BLAS (to compare the two in one build).
+    Blas,
+}
+
+static LOSS_PATH: Flag = Flag::new(MLX_LCE, false);
+
+fn parse_loss_path(value: Option<&str>) -> Result<LossPath> {
+    match value.map(|v| v.trim().to_ascii_lowercase()).as_deref() {
+        None | Some("" | "fused") => Ok(LossPath::Fused),
+        Some("blas") => Ok(LossPath::Blas),
+        Some(v) => Err(Error::invalid(
+            MLX_LCE,
+            format!("`{v}` is not understood: use fused or blas"),
+        )),
+    }
+}
+
+/// The CPU path of the one-pass loss (`MLX_LCE`).
+pub fn loss_path() -> Result<LossPath> {
+    match LOSS_PATH.set.load(Ordering::Relaxed) {
+        1 => return Ok(LossPath::Fused),
+        2 => return Ok(LossPath::Blas),
+        _ => {}
+    }
+    static ENV: OnceLock<std::result::Result<LossPath, String>> = OnceLock::new();
+    ENV.get_or_init(|| {
+        parse_loss_path(std::env::var(MLX_LCE).ok().as_deref()).map_err(|e| e.to_string())
+    })
+    .clone()
+    .map_err(|m| Error::invalid(MLX_LCE, m))
+}
+
+/// Chooses the CPU path of the one-pass loss (wins over `MLX_LCE`).
+pub fn set_loss_path(path: LossPath) {
+    LOSS_PATH.set(path == LossPath::Blas);
+}
+
+/// Which CBLAS library to load.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum BlasChoice {
+    /// The system's (OpenBLAS and kin; Accelerate on macOS).
+    System,
+    /// None: the pure-Rust GEMM.
+    None,
+    /// This library (a path or a name the dynamic loader finds).
+    Library(String),
+}
+
+static BLAS_SET: Mutex<Option<BlasChoice>> = Mutex::new(None);
+static BLAS_READ: OnceLock<BlasChoice> = OnceLock::new();
+
+/// The CBLAS library the matrix multiply loads (`MLX_BLAS`). Read once, at
+/// the first matrix multiply; [`set_blas`] must come before it.
+pub fn blas() -> BlasChoice {
+    BLAS_READ
+        .get_or_init(|| {
+            if let Some(c) = BLAS_SET.lock().unwrap_or_else(|p| p.into_inner()).clone() {
+                return c;
+            }
+            match std::env::var(MLX_BLAS) {
+                Ok(v) if v.trim() == "none" => BlasChoice::None,
+                Ok(v) if !v.trim().is_empty() => BlasChoice::Library(v.trim().to_string()),
+                _ => BlasChoice::System,
+            }
+        })
+        .clone()
+}
+
+/// Chooses the CBLAS library (wins over `MLX_BLAS`). An error once the
+/// library was loaded: the process keeps the one it has.
+pub fn set_blas(choice: BlasChoice) -> Result<()> {
+    let mut s = BLAS_SET.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(current) = BLAS_READ.get() {
+        if *current == choice {
+            return Ok(());
+        }
+        return Err(Error::invalid(
+            MLX_BLAS,
+            format!(
+                "the BLAS library was already chosen ({current:?}); set it before the first matrix multiply"
+            ),
+        ));
+    }
+    *s = Some(choice);
+    Ok(())
+}
+
+/// Checks every variable above, returning the first one that is not
+/// understood (also: an `MLX_BLAS` library that cannot be loaded).
+pub fn check() -> Result<()> {
+    overlap()?;
+    profile()?;
+    loss_path()?;
+    crate::device::default_device_from_env()?;
+    if let BlasChoice::Library(name) = blas()
+        && !crate::backend::cpu::blas::has_system_blas()
+    {
+        return Err(Error::invalid(
+            MLX_BLAS,
+            format!(
+                "cannot load `{name}` (or it has no cblas_sgemm); use a CBLAS library's path, or none"
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// [`check`], once per process (the evaluator calls it on every eval).
+pub(crate) fn check_once() -> Result<()> {
+    static CHECKED: OnceLock<std::result::Result<(), String>> = OnceLock::new();
+    CHECKED
+        .get_or_init(|| check().map_err(|e| e.to_string()))
+        .clone()
+        .map_err(|m| Error::invalid("settings", m))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn booleans_take_the_usual_spellings_and_refuse_the_rest() {
+        for (v, want) in [
+            ("1", true),
+            ("on", true),
+            ("TRUE", true),
+            ("0", false),
+            ("off", false),
+        ] {
+            assert_eq!(parse_bool("X", Some(v), !want).unwrap(), want, "{v}");
+        }
+        assert!(parse_bool("X", None, true).unwrap());
+        assert!(!parse_bool("X", Some(" "), false).unwrap());
+        let e = parse_bool("MLX_OVERLAP", Some("maybe"), true).unwrap_err();
+        assert!(e.to_string().contains("MLX_OVERLAP"), "{e}");
+        assert!(e.to_string().contains("maybe"), "{e}");
+    }
+
+    #[test]
+    fn the_loss_path_is_fused_or_blas() {
+        assert_eq!(parse_loss_path(None).unwrap(), LossPath::Fused);
+        assert_eq!(parse_loss_path(Some("BLAS")).unwrap(), LossPath::Blas);
+        assert!(
+            parse_loss_path(Some("gpu"))
+                .unwrap_err()
+                .to_string()
+                .contains("MLX_LCE")
+        );
+    }
+
+    #[test]
+    fn a_setter_wins_over_the_environment() {
+        let f = Flag::new("MLX_TEST_SETTINGS_FLAG_UNSET", true);
+        assert!(f.get().unwrap());
+        f.set(false);
+        assert!(!f.get().unwrap());
+    }
+}
