@@ -381,12 +381,11 @@ impl OpCtx<'_> {
         })?;
         if h.op == OpKind::Abort {
             let mut p = vec![0u8; (h.len as usize).min(MAX_ABORT_PAYLOAD)];
+            // A frame cut short is a link that ended: the peer's witness,
+            // which spoke before its data links closed, says whom it blamed.
             let a = match l.recv_exact(&mut p) {
                 Ok(()) => AbortPayload::decode(&p),
-                Err(_) => AbortPayload {
-                    culprit: None,
-                    reason: "(truncated abort frame)".into(),
-                },
+                Err(e) => return Err(self.io(e, peer)),
             };
             return Err(DistError::Aborted {
                 op: self.op,
