@@ -179,17 +179,21 @@ struct Micro {
     /// The input tokens (`x`), on the host: the rows of the embedding that
     /// get a gradient.
     tokens: Vec<u32>,
+    /// The targets that count in the loss, counted on the host.
+    targets: usize,
 }
 
+/// The batch's arrays, built once, and what the step needs of it on the host.
 fn micro(b: &mlx_data::Batch) -> Result<Micro> {
-    let (x, y) = b.inputs_targets()?;
+    let a = b.to_arrays()?;
     Ok(Micro {
-        x,
-        y,
-        mask: b.loss_mask_array()?,
+        x: a.inputs,
+        y: a.targets,
+        mask: a.loss_mask,
         tokens: (0..b.batch_size)
             .flat_map(|r| b.inputs(r).iter().copied())
             .collect(),
+        targets: b.n_target_tokens(),
     })
 }
 
@@ -438,13 +442,11 @@ fn train_on(cfg: &TrainConfig, group: &Group) -> Result<Summary> {
             // so the world's count is known without asking the other ranks.
             tokens
         } else {
-            let local_count = micros
-                .iter()
-                .map(|m| m.mask.sum_all())
-                .collect::<mlx_array::Result<Vec<_>>>()?;
-            mlx_dist::all_sum(&mlx_array::stack(&local_count, 0)?.sum_all()?, group)?
-                .item::<f32>()?
-                .max(1.0) as f64
+            // Counted on the host; one small message sums the world's
+            // (exact: whole numbers far below f32's 2^24).
+            let mut count = [micros.iter().map(|m| m.targets as f32).sum::<f32>()];
+            group.all_sum(&mut count)?;
+            count[0].max(1.0) as f64
         };
         let scale = world as f64 / count;
         let sparse_rows: Option<(Vec<u32>, usize)> = sparse_embedding.then(|| {

@@ -131,11 +131,29 @@ fn max_diff(a: &[(String, Vec<f32>)], b: &[(String, Vec<f32>)]) -> f32 {
 
 #[test]
 fn two_ranks_with_a_global_batch_match_one_rank() {
+    world_two_matches_world_one(Batching::Pack);
+}
+
+/// With padded rows each rank counts its own targets: the loss is normalised
+/// by the world's count, so world 2 still follows world 1.
+#[test]
+fn two_ranks_with_padded_rows_match_one_rank() {
+    world_two_matches_world_one(Batching::Pad);
+}
+
+fn world_two_matches_world_one(batching: Batching) {
     let dir = tempfile::tempdir().unwrap();
     let one = dir.path().join("world1");
     let two = dir.path().join("world2");
-    let s1 = train(&tiny(&one, 10), &mlx_dist::Group::single()).unwrap();
-    let cfg2 = tiny(&two, 10);
+    let cfg1 = TrainConfig {
+        batching,
+        ..tiny(&one, 10)
+    };
+    let s1 = train(&cfg1, &mlx_dist::Group::single()).unwrap();
+    let cfg2 = TrainConfig {
+        batching,
+        ..tiny(&two, 10)
+    };
     let s2 = mlx_dist::run_local(2, |g| train(&cfg2, &g).unwrap()).unwrap();
     assert_eq!(
         s2[0].losses, s2[1].losses,
