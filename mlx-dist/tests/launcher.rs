@@ -233,6 +233,8 @@ fn ranks_die_when_the_launcher_is_killed() {
     // SAFETY: kill(2) on the launcher this test started.
     unsafe { libc::kill(job.launcher_pid(), libc::SIGKILL) };
     job.wait(Duration::from_secs(5));
+    // Its host file and report folder are named by its pid.
+    assert_eq!(remove_job_files_of(job.launcher_pid()), 2);
     for (r, pid) in ranks.into_iter().enumerate() {
         assert_gone(&job, &format!("rank {r}"), pid);
     }
@@ -259,6 +261,7 @@ fn mpirun_dies_when_the_launcher_is_killed() {
     // SAFETY: kill(2) on the launcher this test started.
     unsafe { libc::kill(job.launcher_pid(), libc::SIGKILL) };
     job.wait(Duration::from_secs(5));
+    remove_job_files_of(job.launcher_pid());
     assert_gone(&job, "mpirun", mpirun);
 }
 
@@ -365,4 +368,24 @@ fn an_interrupted_launch_says_so() {
     for (r, pid) in ranks.into_iter().enumerate() {
         assert_gone(&job, &format!("rank {r}"), pid);
     }
+}
+
+/// Removes what a SIGKILLed launcher could not: its job files in the
+/// temporary folder (`mlx-launch-<pid>-*`; the next launch would too).
+/// Returns how many there were.
+fn remove_job_files_of(pid: i32) -> usize {
+    let prefix = format!("mlx-launch-{pid}-");
+    let mut n = 0;
+    for e in std::fs::read_dir(std::env::temp_dir()).unwrap().flatten() {
+        if e.file_name().to_string_lossy().starts_with(&prefix) {
+            let p = e.path();
+            let _ = if p.is_dir() {
+                std::fs::remove_dir_all(&p)
+            } else {
+                std::fs::remove_file(&p)
+            };
+            n += 1;
+        }
+    }
+    n
 }

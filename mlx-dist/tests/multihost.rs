@@ -301,6 +301,13 @@ fn a_sigkilled_launcher_leaves_no_rank_on_any_host() {
     launcher.kill().unwrap();
     launcher.wait().unwrap();
     no_rank_left(&tag);
+    // What it could not remove itself: its report folder, named by its pid.
+    let prefix = format!("mlx-launch-{}-", launcher.id());
+    for e in std::fs::read_dir(std::env::temp_dir()).unwrap().flatten() {
+        if e.file_name().to_string_lossy().starts_with(&prefix) {
+            let _ = std::fs::remove_dir_all(e.path());
+        }
+    }
 }
 
 #[test]

@@ -520,12 +520,11 @@ pub fn run(spec: &LaunchSpec) -> anyhow::Result<LaunchOutcome> {
     };
     let addrs = hosts::addresses(&spec.hosts, spec.starting_port)?;
     let all_local = spec.hosts.iter().all(|h| h.ssh.is_none());
+    remove_files_of_dead_launchers(&std::env::temp_dir());
+    let stem = job_files_stem(std::process::id(), &job.id);
     // An MLX-style host file for local jobs (remote ranks get the inline list only).
     let hostfile = if all_local {
-        let p = std::env::temp_dir().join(format!(
-            "mlx-launch-{}.json",
-            crate::config::hex_encode(&job.id[..8])
-        ));
+        let p = std::env::temp_dir().join(format!("{stem}.json"));
         let json =
             serde_json::to_string(&addrs.iter().map(|a| vec![a.clone()]).collect::<Vec<_>>())?;
         std::fs::write(&p, json)?;
@@ -535,10 +534,7 @@ pub fn run(spec: &LaunchSpec) -> anyhow::Result<LaunchOutcome> {
     };
     tracing::info!(world = n, backend = %spec.backend, ?addrs, "launching");
     // Where failing ranks say whom they blame (see `crate::report`).
-    let reports = std::env::temp_dir().join(format!(
-        "mlx-launch-{}.reports",
-        crate::config::hex_encode(&job.id[..8])
-    ));
+    let reports = std::env::temp_dir().join(format!("{stem}.reports"));
     std::fs::create_dir_all(&reports)?;
     let mut spec = spec.clone();
     spec.env.push((
@@ -608,4 +604,75 @@ pub fn run(spec: &LaunchSpec) -> anyhow::Result<LaunchOutcome> {
         signalled: s.signalled,
         blamed,
     })
+}
+
+/// The name (without extension) of a launcher's job files in the temporary
+/// folder: `mlx-launch-<its pid>-<job>`, so that a later launcher can tell
+/// whose they are.
+fn job_files_stem(pid: u32, job_id: &[u8]) -> String {
+    format!(
+        "mlx-launch-{pid}-{}",
+        crate::config::hex_encode(&job_id[..8.min(job_id.len())])
+    )
+}
+
+/// Removes the job files (`mlx-launch-<pid>-*`) of launchers that are gone:
+/// a SIGKILLed launcher cannot remove its own.
+fn remove_files_of_dead_launchers(dir: &std::path::Path) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let name = e.file_name();
+        let Some(pid) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix("mlx-launch-"))
+            .and_then(|rest| rest.split_once('-'))
+            .and_then(|(pid, _)| pid.parse::<libc::pid_t>().ok())
+            .filter(|&p| p > 0)
+        else {
+            continue;
+        };
+        // SAFETY: signal 0 only asks whether the process exists.
+        let gone = unsafe { libc::kill(pid, 0) } != 0
+            && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH);
+        if gone {
+            let p = e.path();
+            let _ = if p.is_dir() {
+                std::fs::remove_dir_all(&p)
+            } else {
+                std::fs::remove_file(&p)
+            };
+        }
+    }
+}
+
+#[cfg(test)]
+mod job_files_tests {
+    use super::*;
+
+    #[test]
+    fn the_files_of_a_dead_launcher_are_removed_and_a_live_ones_kept() {
+        let dir = std::env::temp_dir().join(format!("mlx-launch-reaper-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        // A process that has exited: its pid is free (until reused).
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let dead = child.id();
+        child.wait().unwrap();
+        let live = std::process::id();
+        let dead_stem = job_files_stem(dead, &[1; 16]);
+        let live_stem = job_files_stem(live, &[2; 16]);
+        for stem in [&dead_stem, &live_stem] {
+            std::fs::write(dir.join(format!("{stem}.json")), "[]").unwrap();
+            std::fs::create_dir_all(dir.join(format!("{stem}.reports"))).unwrap();
+        }
+        std::fs::write(dir.join("mlx-launch-notapid-x.json"), "").unwrap();
+        remove_files_of_dead_launchers(&dir);
+        assert!(!dir.join(format!("{dead_stem}.json")).exists());
+        assert!(!dir.join(format!("{dead_stem}.reports")).exists());
+        assert!(dir.join(format!("{live_stem}.json")).exists());
+        assert!(dir.join(format!("{live_stem}.reports")).exists());
+        assert!(dir.join("mlx-launch-notapid-x.json").exists());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }
