@@ -14,7 +14,7 @@
 //! `[B, H, Lq]`; the gradients are `dq [B, Lq, H, d]`, `dk [B, Lk, H, d]`,
 //! `dv [B, Lk, H, dv]` one after another (the order `split_heads` came from).
 
-use super::blas::sgemm;
+use super::blas::{Mat, gemm};
 use super::copy::copy_cast;
 use super::loss::{exp_shifted_in_place, max_of, vectorised};
 use crate::{ArrayData, Dtype};
@@ -122,38 +122,6 @@ impl Rows {
     fn mat(&self, b: usize, h: usize, i: usize) -> Mat {
         Mat(self.at(b, h, i), self.si)
     }
-}
-
-/// A row-major matrix for GEMM: its first element and its row stride.
-#[derive(Clone, Copy)]
-struct Mat(*mut f32, usize);
-
-impl Mat {
-    /// A dense block of `cols` columns.
-    fn dense(block: &mut [f32], cols: usize) -> Mat {
-        Mat(block.as_mut_ptr(), cols)
-    }
-}
-
-/// `c = alpha * op(a) @ op(b) + beta * c` with `op(a)` `m x k` and `op(b)`
-/// `k x n` ([`sgemm`] over [`Mat`]s).
-///
-/// # Safety
-/// As [`sgemm`]: the matrices lie inside live buffers and `c` overlaps
-/// neither `a` nor `b`.
-#[allow(clippy::too_many_arguments)]
-unsafe fn gemm(
-    ta: bool,
-    tb: bool,
-    [m, n, k]: [usize; 3],
-    alpha: f32,
-    a: Mat,
-    b: Mat,
-    beta: f32,
-    c: Mat,
-) {
-    // SAFETY: forwarded from the caller.
-    unsafe { sgemm(ta, tb, m, n, k, alpha, a.0, a.1, b.0, b.1, beta, c.0, c.1) }
 }
 
 /// `softmax(scale * q @ k^T [causal]) @ v` for f32 `q`, `k`, `v` shaped as

@@ -244,3 +244,58 @@ pub unsafe fn sgemm(
         }
     }
 }
+
+/// A row-major f32 matrix for [`gemm`]: its first element and its row
+/// stride (a raw view: [`gemm`]'s caller vouches for the memory).
+#[derive(Clone, Copy)]
+pub(crate) struct Mat(pub *mut f32, pub usize);
+
+impl Mat {
+    /// A dense block of `cols` columns.
+    pub(crate) fn dense(block: &mut [f32], cols: usize) -> Mat {
+        Mat(block.as_mut_ptr(), cols)
+    }
+
+    /// A matrix that is only read, at `ptr` with row stride `ld`.
+    pub(crate) fn input(ptr: *const f32, ld: usize) -> Mat {
+        Mat(ptr.cast_mut(), ld)
+    }
+}
+
+/// `c = alpha * op(a) @ op(b) + beta * c` with `op(a)` `m x k` and `op(b)`
+/// `k x n`: the one GEMM entry of the CPU kernels ([`sgemm`] over [`Mat`]s;
+/// `k == 0` makes `c` `beta * c`).
+///
+/// # Safety
+/// As [`sgemm`]: the matrices lie inside live buffers and `c` overlaps
+/// neither `a` nor `b`.
+#[allow(clippy::too_many_arguments)]
+pub(crate) unsafe fn gemm(
+    ta: bool,
+    tb: bool,
+    [m, n, k]: [usize; 3],
+    alpha: f32,
+    a: Mat,
+    b: Mat,
+    beta: f32,
+    c: Mat,
+) {
+    // SAFETY: forwarded from the caller.
+    unsafe {
+        sgemm(
+            ta,
+            tb,
+            m,
+            n,
+            k,
+            alpha,
+            a.0,
+            a.1.max(1),
+            b.0,
+            b.1.max(1),
+            beta,
+            c.0,
+            c.1.max(1),
+        )
+    }
+}

@@ -5,6 +5,7 @@
 use half::{bf16, f16};
 use rayon::prelude::*;
 
+use super::blas::{Mat, gemm};
 use super::copy::{contiguous, copy_cast};
 
 use super::math::{self, FloatLike};
@@ -261,54 +262,6 @@ fn f32_dense(data: &ArrayData, shape: &[usize], dtype: Dtype) -> ArrayData {
     }
 }
 
-/// `C = op(A) @ op(B) + beta * C` through the BLAS, with `k == 0` (an empty
-/// hidden axis) handled here: `C` becomes `beta * C`.
-///
-/// # Safety
-/// As [`super::blas::sgemm`]; `C` is a dense `m x n` block (`ldc == n`).
-#[allow(clippy::too_many_arguments)]
-unsafe fn gemm(
-    ta: bool,
-    tb: bool,
-    m: usize,
-    n: usize,
-    k: usize,
-    a: *const f32,
-    lda: usize,
-    b: *const f32,
-    ldb: usize,
-    beta: f32,
-    c: *mut f32,
-) {
-    if k == 0 {
-        // SAFETY: `c` addresses `m * n` writable elements (caller's promise).
-        let c = unsafe { std::slice::from_raw_parts_mut(c, m * n) };
-        c.iter_mut().for_each(|x| *x *= beta);
-        if beta == 0.0 {
-            c.fill(0.0);
-        }
-        return;
-    }
-    // SAFETY: forwarded from the caller.
-    unsafe {
-        super::blas::sgemm(
-            ta,
-            tb,
-            m,
-            n,
-            k,
-            1.0,
-            a,
-            lda.max(1),
-            b,
-            ldb.max(1),
-            beta,
-            c,
-            n,
-        )
-    }
-}
-
 /// `logits[r, j] = h[r] . w[c0 + j]` for one chunk of `cols` classes, into
 /// the first `rows * cols` elements of `buf` (row stride `cols`).
 fn chunk_logits(
@@ -327,15 +280,12 @@ fn chunk_logits(
         gemm(
             false,
             true,
-            rows,
-            cols,
-            dims,
-            h.as_ptr(),
-            dims,
-            w.as_ptr().add(c0 * dims),
-            dims,
+            [rows, cols, dims],
+            1.0,
+            Mat::input(h.as_ptr(), dims),
+            Mat::input(w.as_ptr().add(c0 * dims), dims),
             0.0,
-            buf.as_mut_ptr(),
+            Mat(buf.as_mut_ptr(), cols),
         )
     }
 }
@@ -611,28 +561,22 @@ impl Lce<'_> {
                 gemm(
                     false,
                     false,
-                    rows,
-                    dims,
-                    n,
-                    buf.as_ptr(),
-                    n,
-                    self.w.as_ptr().add(c0 * dims),
-                    dims,
+                    [rows, dims, n],
+                    1.0,
+                    Mat::input(buf.as_ptr(), n),
+                    Mat::input(self.w.as_ptr().add(c0 * dims), dims),
                     if c0 == 0 { 0.0 } else { 1.0 },
-                    dh.as_mut_ptr(),
+                    Mat(dh.as_mut_ptr(), dims),
                 );
                 gemm(
                     true,
                     false,
-                    n,
-                    dims,
-                    rows,
-                    buf.as_ptr(),
-                    n,
-                    self.h.as_ptr(),
-                    dims,
+                    [n, dims, rows],
+                    1.0,
+                    Mat::input(buf.as_ptr(), n),
+                    Mat::input(self.h.as_ptr(), dims),
                     0.0,
-                    dw.as_mut_ptr().add(c0 * dims),
+                    Mat(dw.as_mut_ptr().add(c0 * dims), dims),
                 );
             }
         }
@@ -732,28 +676,22 @@ impl Lce<'_> {
                 gemm(
                     false,
                     false,
-                    n,
-                    dims,
-                    vocab,
-                    buf.as_ptr(),
-                    vocab,
-                    self.w.as_ptr(),
-                    dims,
+                    [n, dims, vocab],
+                    1.0,
+                    Mat::input(buf.as_ptr(), vocab),
+                    Mat::input(self.w.as_ptr(), dims),
                     0.0,
-                    dh.as_mut_ptr().add(r0 * dims),
+                    Mat(dh.as_mut_ptr().add(r0 * dims), dims),
                 );
                 gemm(
                     true,
                     false,
-                    vocab,
-                    dims,
-                    n,
-                    buf.as_ptr(),
-                    vocab,
-                    h.as_ptr(),
-                    dims,
+                    [vocab, dims, n],
+                    1.0,
+                    Mat::input(buf.as_ptr(), vocab),
+                    Mat::input(h.as_ptr(), dims),
                     if b == 0 { 0.0 } else { 1.0 },
-                    dw.as_mut_ptr(),
+                    Mat(dw.as_mut_ptr(), dims),
                 );
             }
         }
