@@ -1,7 +1,7 @@
 //! Every environment variable mlx-array reads, in one place. Each has a
 //! setter that wins over the environment, for programs that configure
 //! themselves. A value that is not understood is an error naming the
-//! variable: [`check`] reports it, and so does the first [`eval`](crate::eval)
+//! variable: [`check`] reports it, and so does the first [`eval`](fn@crate::eval)
 //! of the process, instead of silently using a default.
 //!
 //! | variable | values | default | setter |

@@ -70,6 +70,8 @@ mod mesh;
 mod mpi;
 #[cfg(feature = "quic")]
 pub mod quic;
+#[cfg(feature = "quic")]
+mod quic_link;
 mod ring;
 mod shm;
 mod slurm;

@@ -9,13 +9,13 @@
 //! [`crate::handshake`] then runs on every stream as on TCP.
 //!
 //! quinn is asynchronous; a small tokio runtime per mesh drives it and the
-//! `Link` methods block on it with the collective timeout as deadline, so the
+//! `Link` methods (in `quic_link.rs`) block on it with the collective timeout as deadline, so the
 //! collectives run unchanged (on the threaded ring). One more stream per
 //! peer is its witness, carrying heartbeats as over TCP (see
 //! `crate::liveness`); QUIC's own idle timeout is twice the liveness
 //! timeout, so a silent peer is named by the heartbeats first.
 
-use std::io::{self, Read, Write};
+use std::io;
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -27,8 +27,8 @@ use crate::error::{DistError, Result};
 use crate::handshake::{self, HandshakeError};
 use crate::link::Link;
 use crate::mesh::Mesh;
+use crate::quic_link::{BlockingStream, QuicLink, Stream, timed};
 use crate::tls::{SERVER_NAME, install_crypto_provider};
-use crate::wire::HEADER_LEN;
 
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -87,152 +87,6 @@ fn udp_socket(addr: SocketAddr) -> io::Result<std::net::UdpSocket> {
         }
     }
     Ok(socket)
-}
-
-/// A QUIC stream as a blocking `Read + Write` (for the handshake and the link).
-struct Stream {
-    send: quinn::SendStream,
-    recv: quinn::RecvStream,
-}
-
-struct BlockingStream<'a> {
-    rt: &'a Runtime,
-    s: &'a mut Stream,
-    deadline: Instant,
-}
-
-/// Runs `fut` on `rt` from a plain thread, giving up after `d`.
-fn timed<F: std::future::Future>(
-    rt: &Runtime,
-    d: Duration,
-    fut: F,
-) -> std::result::Result<F::Output, tokio::time::error::Elapsed> {
-    let _g = rt.enter();
-    rt.block_on(async move { tokio::time::timeout(d, fut).await })
-}
-
-fn timed_out() -> io::Error {
-    io::ErrorKind::TimedOut.into()
-}
-
-impl Read for BlockingStream<'_> {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        let left = self.deadline.saturating_duration_since(Instant::now());
-        match timed(self.rt, left, self.s.recv.read(buf)) {
-            Err(_) => Err(timed_out()),
-            Ok(Ok(Some(n))) => Ok(n),
-            Ok(Ok(None)) => Ok(0),
-            Ok(Err(e)) => Err(e.into()),
-        }
-    }
-}
-
-impl Write for BlockingStream<'_> {
-    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        let left = self.deadline.saturating_duration_since(Instant::now());
-        match timed(self.rt, left, self.s.send.write(buf)) {
-            Err(_) => Err(timed_out()),
-            Ok(r) => r.map_err(io::Error::from),
-        }
-    }
-    fn flush(&mut self) -> io::Result<()> {
-        Ok(())
-    }
-}
-
-/// One link: a bidirectional QUIC stream.
-struct QuicLink {
-    rt: Arc<Runtime>,
-    conn: quinn::Connection,
-    send: Mutex<quinn::SendStream>,
-    recv: Mutex<quinn::RecvStream>,
-    /// The collective timeout: the default deadline of every wait.
-    timeout: Duration,
-}
-
-impl QuicLink {
-    fn write(
-        &self,
-        s: &mut quinn::SendStream,
-        parts: [&[u8]; 2],
-        deadline: Instant,
-    ) -> io::Result<()> {
-        let left = deadline.saturating_duration_since(Instant::now());
-        let fut = async {
-            for p in parts {
-                s.write_all(p).await?;
-            }
-            Ok::<(), quinn::WriteError>(())
-        };
-        match timed(&self.rt, left, fut) {
-            Err(_) => Err(timed_out()),
-            Ok(r) => r.map_err(io::Error::from),
-        }
-    }
-}
-
-impl Link for QuicLink {
-    fn send_frame(&self, header: &[u8; HEADER_LEN], payload: &[u8]) -> io::Result<()> {
-        let mut s = self.send.lock().unwrap_or_else(|p| p.into_inner());
-        self.write(&mut s, [header, payload], Instant::now() + self.timeout)
-    }
-
-    fn send_frame_until(
-        &self,
-        header: &[u8; HEADER_LEN],
-        payload: &[u8],
-        deadline: Instant,
-    ) -> bool {
-        loop {
-            if let Ok(mut s) = self.send.try_lock() {
-                return self.write(&mut s, [header, payload], deadline).is_ok();
-            }
-            if Instant::now() >= deadline {
-                return false;
-            }
-            std::thread::sleep(Duration::from_millis(1));
-        }
-    }
-
-    fn recv_exact(&self, buf: &mut [u8]) -> io::Result<()> {
-        self.recv_exact_until(buf, Instant::now() + self.timeout)
-    }
-
-    fn recv_exact_until(&self, buf: &mut [u8], deadline: Instant) -> io::Result<()> {
-        let mut r = self.recv.lock().unwrap_or_else(|p| p.into_inner());
-        let left = deadline.saturating_duration_since(Instant::now());
-        match timed(&self.rt, left, r.read_exact(buf)) {
-            Err(_) => Err(timed_out()),
-            Ok(Ok(())) => Ok(()),
-            Ok(Err(quinn::ReadExactError::FinishedEarly(_))) => {
-                Err(io::ErrorKind::UnexpectedEof.into())
-            }
-            Ok(Err(quinn::ReadExactError::ReadError(e))) => Err(e.into()),
-        }
-    }
-
-    fn finish(&self, deadline: Instant) {
-        // quinn keeps unsent data in this process: wait until the peer has
-        // acknowledged all of it (or stopped the stream), so that closing
-        // the connection or exiting loses nothing.
-        loop {
-            if let Ok(mut s) = self.send.try_lock() {
-                if s.finish().is_ok() {
-                    let left = deadline.saturating_duration_since(Instant::now());
-                    let _ = timed(&self.rt, left, s.stopped());
-                }
-                return;
-            }
-            if Instant::now() >= deadline {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(1));
-        }
-    }
-
-    fn shutdown(&self) {
-        self.conn.close(1u32.into(), b"mlx-dist: closed");
-    }
 }
 
 fn resolve(addr: &str) -> io::Result<SocketAddr> {

@@ -1,5 +1,5 @@
 //! The job's TLS 1.3 identity, shared by the encrypted transports (the
-//! ring over TLS, [`crate::tls_link`], and QUIC): the launcher creates one
+//! ring over TLS, in `tls_link.rs`, and QUIC): the launcher creates one
 //! self-signed certificate per job and gives every rank its DER and key
 //! (`MLX_DIST_QUIC_CERT`, `MLX_DIST_QUIC_KEY`) and its SHA-256 fingerprint
 //! (`MLX_DIST_QUIC_FINGERPRINT`), on ssh's standard input for remote ranks.

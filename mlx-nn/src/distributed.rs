@@ -214,7 +214,7 @@ pub const FIRST_BUCKET_BYTES: usize = 1 << 20;
 /// tensor larger than `limit` gets a bucket of its own; `limit` 0 puts
 /// every tensor alone). As PyTorch's DDP, buckets are cut from the last
 /// tensor to the first, the order in which a backward pass produces the
-/// gradients, and the first bucket holds at most [`FIRST_BUCKET_BYTES`]:
+/// gradients, and the first bucket holds at most `FIRST_BUCKET_BYTES` (1 MiB):
 /// the gradients that exist first are not held back until the later
 /// tensors of a large bucket exist, so their collective starts while the
 /// backward pass goes on. Indices inside a bucket are in ascending order.

@@ -3,9 +3,9 @@
 //!
 //! Everything secret or long travels on ssh's standard input, never on a
 //! command line (`ps` and `/proc/*/cmdline` show command lines to every
-//! user of both machines): the launcher's first line is a JSON [`Order`]
+//! user of both machines): the launcher's first line is a JSON `Order`
 //! (the rank's program, environment with the job secret and QUIC key,
-//! working directory), then [frames](Frame) follow: standard input for the
+//! working directory), then frames (`Frame`) follow: standard input for the
 //! rank, signals to forward. When the launcher's side of the connection
 //! ends without a goodbye, because the launcher or its ssh died, the agent
 //! kills the rank and everything the rank started: a lost launcher leaves
@@ -13,7 +13,7 @@
 //!
 //! The agent sends nothing back but the rank's own output (passed through)
 //! and, after the rank exited, its failure report (see [`crate::report`]) as
-//! one line on standard error starting with [`REPORT_MARKER`], which the
+//! one line on standard error starting with `REPORT_MARKER`, which the
 //! launcher takes out of the output.
 
 use std::io::{BufRead, BufReader, Read, Write};
