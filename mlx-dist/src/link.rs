@@ -77,6 +77,25 @@ pub(crate) struct TcpLink {
     torn: AtomicBool,
 }
 
+/// Runs `f` on what `lock` guards once it is free, or gives up at
+/// `deadline` (`None`): a frame sent while the failure machinery runs must
+/// not wait behind a writer that is itself stuck.
+pub(crate) fn with_lock_until<T, R>(
+    lock: &Mutex<T>,
+    deadline: Instant,
+    f: impl FnOnce(&mut T) -> R,
+) -> Option<R> {
+    loop {
+        if let Ok(mut g) = lock.try_lock() {
+            return Some(f(&mut g));
+        }
+        if Instant::now() >= deadline {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
 /// Waits until one of `fds` is ready or `deadline` passes; returns the number
 /// of ready descriptors (0 on timeout). Retries on `EINTR`.
 pub(crate) fn poll_until(fds: &mut [libc::pollfd], deadline: Instant) -> io::Result<usize> {
@@ -263,18 +282,10 @@ impl Link for TcpLink {
         payload: &[u8],
         deadline: Instant,
     ) -> bool {
-        loop {
-            if let Ok(_g) = self.write_lock.try_lock() {
-                if self.torn.load(Ordering::SeqCst) {
-                    return false;
-                }
-                return self.write_frame(header, payload, Some(deadline)).is_ok();
-            }
-            if Instant::now() >= deadline {
-                return false;
-            }
-            std::thread::sleep(Duration::from_millis(1));
-        }
+        with_lock_until(&self.write_lock, deadline, |_| {
+            !self.is_torn() && self.write_frame(header, payload, Some(deadline)).is_ok()
+        })
+        .unwrap_or(false)
     }
 
     fn recv_exact(&self, mut buf: &mut [u8]) -> io::Result<()> {

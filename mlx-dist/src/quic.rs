@@ -361,17 +361,7 @@ fn accept_all(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tls::{fingerprint, generate_job_certificate};
-
-    fn job_cert() -> QuicCert {
-        let (cert_der, key_der) = generate_job_certificate().unwrap();
-        let fingerprint = fingerprint(&cert_der);
-        QuicCert {
-            cert_der,
-            key_der,
-            fingerprint,
-        }
-    }
+    use crate::tls::test_certificate as job_cert;
 
     fn free_udp_ports(n: usize) -> Vec<String> {
         let socks: Vec<_> = (0..n)

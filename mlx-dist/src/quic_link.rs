@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use tokio::runtime::Runtime;
 
-use crate::link::Link;
+use crate::link::{Link, with_lock_until};
 use crate::wire::HEADER_LEN;
 
 /// A QUIC stream as a blocking `Read + Write` (for the handshake and the link).
@@ -106,15 +106,10 @@ impl Link for QuicLink {
         payload: &[u8],
         deadline: Instant,
     ) -> bool {
-        loop {
-            if let Ok(mut s) = self.send.try_lock() {
-                return self.write(&mut s, [header, payload], deadline).is_ok();
-            }
-            if Instant::now() >= deadline {
-                return false;
-            }
-            std::thread::sleep(Duration::from_millis(1));
-        }
+        with_lock_until(&self.send, deadline, |s| {
+            self.write(s, [header, payload], deadline).is_ok()
+        })
+        .unwrap_or(false)
     }
 
     fn recv_exact(&self, buf: &mut [u8]) -> io::Result<()> {
@@ -138,19 +133,12 @@ impl Link for QuicLink {
         // quinn keeps unsent data in this process: wait until the peer has
         // acknowledged all of it (or stopped the stream), so that closing
         // the connection or exiting loses nothing.
-        loop {
-            if let Ok(mut s) = self.send.try_lock() {
-                if s.finish().is_ok() {
-                    let left = deadline.saturating_duration_since(Instant::now());
-                    let _ = timed(&self.rt, left, s.stopped());
-                }
-                return;
+        with_lock_until(&self.send, deadline, |s| {
+            if s.finish().is_ok() {
+                let left = deadline.saturating_duration_since(Instant::now());
+                let _ = timed(&self.rt, left, s.stopped());
             }
-            if Instant::now() >= deadline {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(1));
-        }
+        });
     }
 
     fn shutdown(&self) {

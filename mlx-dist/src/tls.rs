@@ -163,3 +163,14 @@ pub(crate) fn rustls_configs(
         .map_err(e)?;
     Ok((server, client))
 }
+
+/// A fresh job certificate, for tests.
+#[cfg(test)]
+pub(crate) fn test_certificate() -> QuicCert {
+    let (cert_der, key_der) = generate_job_certificate().expect("rcgen");
+    QuicCert {
+        fingerprint: fingerprint(&cert_der),
+        cert_der,
+        key_der,
+    }
+}

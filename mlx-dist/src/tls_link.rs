@@ -21,7 +21,7 @@ use std::net::TcpStream;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use crate::link::{Link, TcpLink};
+use crate::link::{Link, TcpLink, with_lock_until};
 use crate::wire::HEADER_LEN;
 
 /// Plaintext encrypted per lock of the session: large enough to amortise
@@ -222,20 +222,13 @@ impl Link for TlsLink {
         payload: &[u8],
         deadline: Instant,
     ) -> bool {
-        loop {
-            if let Ok(mut out) = self.sending.try_lock() {
-                if self.tcp.is_torn() {
-                    return false;
-                }
-                return self
-                    .write_encrypted(&mut out, [header, payload], Some(deadline))
-                    .is_ok();
-            }
-            if Instant::now() >= deadline {
-                return false;
-            }
-            std::thread::sleep(Duration::from_millis(1));
-        }
+        with_lock_until(&self.sending, deadline, |out| {
+            !self.tcp.is_torn()
+                && self
+                    .write_encrypted(out, [header, payload], Some(deadline))
+                    .is_ok()
+        })
+        .unwrap_or(false)
     }
 
     fn recv_exact(&self, buf: &mut [u8]) -> io::Result<()> {
@@ -247,7 +240,7 @@ impl Link for TlsLink {
     }
 
     fn finish(&self, deadline: Instant) {
-        if let Ok(mut out) = self.sending.lock() {
+        with_lock_until(&self.sending, deadline, |out| {
             out.clear();
             let mut s = self.session();
             s.send_close_notify();
@@ -257,8 +250,8 @@ impl Link for TlsLink {
                 }
             }
             drop(s);
-            let _ = self.tcp.write_frame(&[], &out, Some(deadline));
-        }
+            let _ = self.tcp.write_frame(&[], out, Some(deadline));
+        });
         self.tcp.finish(deadline);
     }
 
@@ -338,20 +331,10 @@ mod tests {
     use std::net::{TcpListener, TcpStream};
     use std::sync::{Arc, Mutex};
 
-    use crate::config::{Config, QuicCert};
+    use crate::config::Config;
     use crate::error::DistError;
     use crate::inproc_tests::with_world_on;
-    use crate::tls::{fingerprint, generate_job_certificate};
-
-    fn job_cert() -> QuicCert {
-        let (cert_der, key_der) = generate_job_certificate().unwrap();
-        let fingerprint = fingerprint(&cert_der);
-        QuicCert {
-            cert_der,
-            key_der,
-            fingerprint,
-        }
-    }
+    use crate::tls::test_certificate as job_cert;
 
     /// Copies `from` to `to`, appending every byte to `seen`.
     fn pump(mut from: TcpStream, mut to: TcpStream, seen: Arc<Mutex<Vec<u8>>>) {
