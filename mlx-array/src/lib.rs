@@ -31,6 +31,8 @@
 pub mod array;
 pub mod autodiff;
 pub mod backend;
+#[cfg(feature = "conformance")]
+pub mod conformance;
 pub mod device;
 pub mod dtype;
 pub mod error;

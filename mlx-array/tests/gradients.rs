@@ -376,9 +376,21 @@ fn check(name: &str, c: Case) {
     }
 }
 
+/// The primitives whose gradients `tests/conformance.rs` does not check yet.
+fn unspecified() -> Vec<&'static str> {
+    let specified: Vec<&str> = mlx_array::conformance::specs()
+        .iter()
+        .map(|s| s.name())
+        .collect();
+    mlx_array::primitive_names()
+        .into_iter()
+        .filter(|n| !specified.contains(n))
+        .collect()
+}
+
 #[test]
 fn every_primitive_has_a_gradient_case() {
-    let missing: Vec<&str> = mlx_array::primitive_names()
+    let missing: Vec<&str> = unspecified()
         .into_iter()
         .filter(|n| grad_case(n).is_none() && !NO_VJP.contains(n))
         .collect();
@@ -391,7 +403,7 @@ fn every_primitive_has_a_gradient_case() {
 #[test]
 fn every_gradient_matches_finite_differences() {
     let mut failures = vec![];
-    for name in mlx_array::primitive_names() {
+    for name in unspecified() {
         let Some(c) = grad_case(name) else { continue };
         if let Err(e) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| check(name, c))) {
             let msg = e

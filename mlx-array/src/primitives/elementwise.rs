@@ -376,3 +376,6 @@ impl Primitive for StopGradient {
         no_gradient(inputs)
     }
 }
+
+#[cfg(feature = "conformance")]
+pub(crate) mod spec;

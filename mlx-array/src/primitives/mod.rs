@@ -15,6 +15,12 @@ pub mod view;
 
 use elementwise::{BinaryOp, UnaryOp};
 
+/// Every primitive's conformance specification, family by family.
+#[cfg(feature = "conformance")]
+pub(crate) fn specs() -> Vec<crate::conformance::Spec> {
+    [elementwise::spec::specs()].concat()
+}
+
 /// The names of all primitives this crate defines. The conformance suite
 /// checks that each one has a test case, so a new primitive cannot go untested.
 pub fn primitive_names() -> Vec<&'static str> {
