@@ -4,7 +4,6 @@
 //! and strided views; non-differentiable primitives must contribute zero.
 
 use mlx_array::primitives::elementwise::{BinaryOp, UnaryOp};
-use mlx_array::primitives::loss::LinearCrossEntropyOptions;
 use mlx_array::{Array, Dtype, Result, SliceArg, random, value_and_grad};
 
 /// A function of the primitive's inputs.
@@ -213,76 +212,6 @@ fn grad_case(name: &str) -> Option<Case> {
             let w = Array::from_slice(&[0.5f32, -1.0, 2.0, 0.25, 1.5], &[5])?;
             a[0].softmax(&[-1])?.multiply(&w)?.square()?.sum_all()
         }),
-        "cross_entropy" => case(vec![uniform(20, &[3, 5], -2.0, 2.0)], &[0], |a| {
-            mlx_array::cross_entropy(&a[0], &ints(&[4, 0, 2], &[3]))
-        }),
-        "linear_cross_entropy" => case(
-            vec![
-                uniform(21, &[2, 3, 4], -1.5, 1.5),
-                uniform(22, &[7, 4], -1.5, 1.5),
-            ],
-            &[0, 1],
-            |a| {
-                // Chunks of 3 classes (7 = 3 + 3 + 1), one ignored position, and
-                // label smoothing, stacked with the plain per-row losses.
-                let t = ints(&[6, 0, 2, 3, -100, 5], &[2, 3]);
-                let plain = LinearCrossEntropyOptions {
-                    ignore_index: Some(-100),
-                    chunk: 3,
-                    ..Default::default()
-                };
-                let smooth = LinearCrossEntropyOptions {
-                    label_smoothing: 0.2,
-                    chunk: 0,
-                    ..plain
-                };
-                mlx_array::stack(
-                    &[
-                        mlx_array::linear_cross_entropy(&a[0], &a[1], &t, &plain)?,
-                        mlx_array::linear_cross_entropy(&a[0], &a[1], &t, &smooth)?,
-                    ],
-                    0,
-                )
-            },
-        ),
-        // The one-pass training loss: its gradient comes from the pass and is
-        // handed out by `packed_loss`'s vjp.
-        "packed_loss" => case(
-            vec![
-                uniform(23, &[2, 3, 4], -1.5, 1.5),
-                uniform(24, &[7, 4], -1.5, 1.5),
-            ],
-            &[0, 1],
-            |a| {
-                let t = ints(&[6, 0, 2, 3, -100, 5], &[2, 3]);
-                let weights = Array::from_slice(&[1.0f32, 0.5, 0.0, 2.0, 1.0, -1.0], &[2, 3])?;
-                let opts = LinearCrossEntropyOptions {
-                    ignore_index: Some(-100),
-                    label_smoothing: 0.1,
-                    block_rows: 4,
-                    ..Default::default()
-                };
-                mlx_array::linear_cross_entropy_sum(&a[0], &a[1], &t, &weights, &opts)
-            },
-        ),
-        // The fused attention is differentiated through its output view;
-        // causal with fewer queries than keys (a cache), then plain, with
-        // q and v read through transposed views.
-        "attention_output" => case(
-            vec![
-                uniform(25, &[1, 2, 3, 4], -1.0, 1.0),
-                uniform(26, &[1, 2, 5, 4], -1.0, 1.0),
-                uniform(27, &[1, 5, 2, 3], -1.0, 1.0),
-            ],
-            &[0, 1, 2],
-            |a| {
-                let v = a[2].transpose(&[0, 2, 1, 3])?;
-                let causal = mlx_array::fused_attention(&a[0], &a[1], &v, 0.7, true)?;
-                let q = a[0].swapaxes(1, 2)?.contiguous()?.swapaxes(1, 2)?;
-                let plain = mlx_array::fused_attention(&q, &a[1], &v, 0.4, false)?;
-                mlx_array::stack(&[causal, plain], 0)
-            },
-        ),
         "rope" => case(vec![uniform(28, &[2, 3, 6], -1.0, 1.0)], &[0], |a| {
             // Halves with a pass-through feature, then pairs of a transposed view.
             let halves = mlx_array::rope(&a[0], 4, false, 100.0, 1.0, 2)?;
@@ -311,16 +240,7 @@ fn grad_case(name: &str) -> Option<Case> {
 }
 
 /// Primitives that deliberately have no vector-Jacobian product.
-/// (`linear_cross_entropy_value_and_grad` is differentiated through the
-/// `packed_loss` that reads it, checked above.)
-const NO_VJP: &[&str] = &[
-    "attention",
-    "attention_grad",
-    "rms_norm_grad",
-    "cross_entropy_grad",
-    "linear_cross_entropy_grad",
-    "linear_cross_entropy_value_and_grad",
-];
+const NO_VJP: &[&str] = &["rms_norm_grad"];
 
 fn check(name: &str, c: Case) {
     let out0 = (c.f)(&c.inputs).unwrap();
@@ -419,21 +339,6 @@ fn every_gradient_matches_finite_differences() {
         failures.len(),
         failures.join("\n")
     );
-}
-
-#[test]
-fn primitives_without_a_vjp_say_so() {
-    let l = uniform(21, &[2, 3], -1.0, 1.0);
-    let t = ints(&[0, 2], &[2]);
-    let g = |x: &[Array]| {
-        let inner = mlx_array::grad(
-            |y: &[Array]| mlx_array::cross_entropy(&y[0], &t)?.sum_all(),
-            &[0],
-        );
-        inner(x)?[0].sum_all()
-    };
-    let err = mlx_array::grad(g, &[0])(&[l]).unwrap_err().to_string();
-    assert!(err.contains("cross_entropy_grad"), "{err}");
 }
 
 #[test]

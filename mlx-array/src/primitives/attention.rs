@@ -162,5 +162,8 @@ impl Primitive for AttentionGrad {
             "vjp",
             "attention_grad has no vector-Jacobian product (no second derivatives)",
         ))
+
+#[cfg(feature = "conformance")]
+pub(crate) mod spec;
     }
 }

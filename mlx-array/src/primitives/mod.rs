@@ -18,7 +18,12 @@ use elementwise::{BinaryOp, UnaryOp};
 /// Every primitive's conformance specification, family by family.
 #[cfg(feature = "conformance")]
 pub(crate) fn specs() -> Vec<crate::conformance::Spec> {
-    [elementwise::spec::specs()].concat()
+    [
+        elementwise::spec::specs(),
+        loss::spec::specs(),
+        attention::spec::specs(),
+    ]
+    .concat()
 }
 
 /// The names of all primitives this crate defines. The conformance suite

@@ -12,25 +12,30 @@ mod harness;
 
 mod elementwise;
 mod indexing;
-mod linear_loss;
 mod misc;
 mod reduce;
 
 use std::collections::BTreeSet;
 
-/// Every primitive must have a case in a family module: one without a GPU
-/// kernel fails here rather than at a user's eval.
+/// Every primitive must have a case in a family module, or a conformance
+/// specification that runs on the GPU (`tests/conformance.rs`,
+/// `<name>::gpu`): one without a GPU kernel fails here rather than at a
+/// user's eval.
 #[test]
 fn every_primitive_has_a_gpu_case() {
+    let specified = mlx_array::conformance::specs()
+        .into_iter()
+        .filter(|s| s.devices().contains(&mlx_array::Device::Gpu))
+        .map(|s| s.name());
     let covered: BTreeSet<&str> = [
         elementwise::NAMES,
         reduce::NAMES,
         indexing::NAMES,
-        linear_loss::NAMES,
         misc::NAMES,
     ]
     .concat()
     .into_iter()
+    .chain(specified)
     .collect();
     for name in mlx_array::primitive_names() {
         assert!(

@@ -1,0 +1,358 @@
+//! Conformance specifications of the fused attention: the packed forward
+//! buffer (outputs and each row's logsumexp), the output view that
+//! `fused_attention` returns, and the packed `dq`, `dk`, `dv` that its
+//! vector-Jacobian product reads, each against an f64 reference on the CPU
+//! and the GPU.
+
+use proptest::prelude::*;
+
+use super::{Attention, AttentionGrad, AttentionOutput};
+use crate::conformance::*;
+use crate::{Array, Dtype};
+
+/// Every attention primitive's specification.
+pub fn specs() -> Vec<Spec> {
+    vec![
+        Spec::new::<Attention>("attention", attention_values, || {
+            // Differentiated through the output view it packs (below), never
+            // directly: the packed buffer alone refuses, naming itself.
+            GradCase::new(qkv_inputs(), &[0, 1, 2], |a| {
+                let n = packed_len(a[0].shape(), a[2].shape());
+                let node = Attention {
+                    scale: 0.7,
+                    causal: true,
+                };
+                Ok(Array::from_primitive(node, a.to_vec(), vec![n], Dtype::F32))
+            })
+            .refused()
+        }),
+        Spec::new::<AttentionOutput>("attention_output", output_values, || {
+            // Causal with fewer queries than keys (a cache), then plain, with
+            // q and v read through transposed views.
+            GradCase::new(
+                vec![
+                    uniform(25, &[1, 2, 3, 4], -1.0, 1.0),
+                    uniform(26, &[1, 2, 5, 4], -1.0, 1.0),
+                    uniform(27, &[1, 5, 2, 3], -1.0, 1.0),
+                ],
+                &[0, 1, 2],
+                |a| {
+                    let v = a[2].transpose(&[0, 2, 1, 3])?;
+                    let causal = crate::fused_attention(&a[0], &a[1], &v, 0.7, true)?;
+                    let q = a[0].swapaxes(1, 2)?.contiguous()?.swapaxes(1, 2)?;
+                    let plain = crate::fused_attention(&q, &a[1], &v, 0.4, false)?;
+                    crate::stack(&[causal, plain], 0)
+                },
+            )
+        }),
+        Spec::new::<AttentionGrad>("attention_grad", grad_values, || {
+            // The gradient, differentiated again: no second derivatives.
+            GradCase::new(qkv_inputs(), &[0, 1, 2], |a| {
+                let loss =
+                    |x: &[Array]| crate::fused_attention(&x[0], &x[1], &x[2], 0.7, true)?.sum_all();
+                Ok(crate::grad(loss, &[0, 1, 2])(a)?[0].clone())
+            })
+            .refused()
+        }),
+    ]
+}
+
+/// Small f32 `q`, `k`, `v` (fewer queries than keys, values narrower).
+fn qkv_inputs() -> Vec<Array> {
+    vec![
+        uniform(25, &[1, 2, 3, 4], -1.0, 1.0),
+        uniform(26, &[1, 2, 5, 4], -1.0, 1.0),
+        uniform(27, &[1, 2, 5, 3], -1.0, 1.0),
+    ]
+}
+
+/// The length of an [`Attention`] buffer: `[B, Lq, H, dv]` then `[B, H, Lq]`.
+fn packed_len(q: &[usize], v: &[usize]) -> usize {
+    let rows = q[0] * q[1] * q[2];
+    rows * v[3] + rows
+}
+
+/// The f64 reference of attention: the output, each row's logsumexp, and
+/// the gradients for the cotangent `ct` of the output.
+struct Reference {
+    o: Nd,
+    lse: Nd,
+    dq: Nd,
+    dk: Nd,
+    dv: Nd,
+}
+
+fn reference(q: &Nd, k: &Nd, v: &Nd, ct: &Nd, scale: f64, causal: bool) -> Reference {
+    let (b, h, lq, d) = (q.shape[0], q.shape[1], q.shape[2], q.shape[3]);
+    let (lk, dv) = (k.shape[2], v.shape[3]);
+    let zeros = |shape: &[usize]| Nd::from_fn(shape, |_| 0.0);
+    let mut r = Reference {
+        o: zeros(&[b, h, lq, dv]),
+        lse: zeros(&[b, h, lq]),
+        dq: zeros(&q.shape),
+        dk: zeros(&k.shape),
+        dv: zeros(&v.shape),
+    };
+    for bi in 0..b {
+        for hi in 0..h {
+            for i in 0..lq {
+                let seen = if causal { i + 1 + lk - lq } else { lk };
+                let s: Vec<f64> = (0..seen)
+                    .map(|j| {
+                        scale
+                            * (0..d)
+                                .map(|c| q.at(&[bi, hi, i, c]) * k.at(&[bi, hi, j, c]))
+                                .sum::<f64>()
+                    })
+                    .collect();
+                let m = s.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+                let z: f64 = s.iter().map(|x| (x - m).exp()).sum();
+                let at = r.lse.flat_index(&[bi, hi, i]);
+                r.lse.v[at] = m + z.ln();
+                let p: Vec<f64> = s.iter().map(|x| (x - m).exp() / z).collect();
+                let dp: Vec<f64> = (0..seen)
+                    .map(|j| {
+                        (0..dv)
+                            .map(|c| ct.at(&[bi, hi, i, c]) * v.at(&[bi, hi, j, c]))
+                            .sum()
+                    })
+                    .collect();
+                let mean: f64 = p.iter().zip(&dp).map(|(a, b)| a * b).sum();
+                for j in 0..seen {
+                    let ds = p[j] * (dp[j] - mean);
+                    for c in 0..dv {
+                        let o = r.o.flat_index(&[bi, hi, i, c]);
+                        r.o.v[o] += p[j] * v.at(&[bi, hi, j, c]);
+                        let g = r.dv.flat_index(&[bi, hi, j, c]);
+                        r.dv.v[g] += p[j] * ct.at(&[bi, hi, i, c]);
+                    }
+                    for c in 0..d {
+                        let gq = r.dq.flat_index(&[bi, hi, i, c]);
+                        r.dq.v[gq] += scale * ds * k.at(&[bi, hi, j, c]);
+                        let gk = r.dk.flat_index(&[bi, hi, j, c]);
+                        r.dk.v[gk] += scale * ds * q.at(&[bi, hi, i, c]);
+                    }
+                }
+            }
+        }
+    }
+    r
+}
+
+/// One random problem: `(b, h, lq, extra keys)`, `(d, dv)`, causal, the
+/// layout of `q` and `k`, a seed.
+type Draw = (
+    (usize, usize, usize, usize),
+    (usize, usize),
+    bool,
+    Layout,
+    u64,
+);
+
+fn strategy() -> impl Strategy<Value = Draw> {
+    (
+        (1usize..3, 1usize..3, 1usize..6, 0usize..4),
+        (1usize..6, 1usize..6),
+        any::<bool>(),
+        layout(),
+        any::<u64>(),
+    )
+}
+
+/// A problem's inputs: `q`, `k`, `v` and an output cotangent.
+struct Problem {
+    q: Nd,
+    k: Nd,
+    v: Nd,
+    ct: Nd,
+    scale: f64,
+    causal: bool,
+}
+
+impl Problem {
+    fn random(draw: &Draw, dtype: Dtype) -> Problem {
+        let ((b, h, lq, extra), (d, dv), causal, _, seed) = *draw;
+        let lk = lq + extra;
+        Problem {
+            q: fill(&[b, h, lq, d], dtype, -1.5, 1.5, seed),
+            k: fill(&[b, h, lk, d], dtype, -1.5, 1.5, seed ^ 1),
+            v: fill(&[b, h, lk, dv], dtype, -1.5, 1.5, seed ^ 2),
+            ct: fill(&[b, h, lq, dv], dtype, -1.0, 1.0, seed ^ 3),
+            scale: 0.6,
+            causal,
+        }
+    }
+
+    /// `[b, h, lq, d]` queries against `lk` keys and values of width `dv`.
+    fn fixed([b, h, lq, lk, d, dv]: [usize; 6], scale: f64, causal: bool, seed: u64) -> Problem {
+        Problem {
+            q: fill(&[b, h, lq, d], Dtype::F32, -1.0, 1.0, seed),
+            k: fill(&[b, h, lk, d], Dtype::F32, -1.0, 1.0, seed + 1),
+            v: fill(&[b, h, lk, dv], Dtype::F32, -1.0, 1.0, seed + 2),
+            ct: fill(&[b, h, lq, dv], Dtype::F32, -1.0, 1.0, seed + 3),
+            scale,
+            causal,
+        }
+    }
+
+    fn reference(&self) -> Reference {
+        reference(&self.q, &self.k, &self.v, &self.ct, self.scale, self.causal)
+    }
+
+    fn what(&self, dtype: Dtype, l: Layout) -> String {
+        format!(
+            "{dtype} q {:?} k {:?} v {:?} {l:?} scale {} causal {}",
+            self.q.shape, self.k.shape, self.v.shape, self.scale, self.causal
+        )
+    }
+}
+
+/// Fixed f32 problems: several blocks of query rows, a cache of earlier
+/// keys, a head wider than the SIMD lanes, more queries than keys without a
+/// mask, and the shapes of the old GPU suite.
+fn fixed_problems() -> Vec<(Problem, (f64, f64))> {
+    let blocks = [(150, 150, true), (70, 200, true), (130, 97, false)]
+        .into_iter()
+        .map(|(lq, lk, causal)| {
+            (
+                Problem::fixed([1, 2, lq, lk, 40, 24], 0.3, causal, 5),
+                (1e-4, 1e-4),
+            )
+        });
+    let small = [
+        ([2, 2, 3, 5, 4, 3], 0.5, true),
+        ([2, 2, 3, 5, 4, 3], 0.5, false),
+        ([1, 2, 4, 6, 5, 3], 0.7, true),
+        ([1, 2, 7, 6, 5, 3], 0.7, false),
+    ]
+    .into_iter()
+    .enumerate()
+    .map(|(i, (dims, scale, causal))| {
+        let rel = tol(Dtype::F32) * 8.0;
+        (
+            Problem::fixed(dims, scale, causal, 40 + 4 * i as u64),
+            (rel, rel * 2.0),
+        )
+    });
+    blocks.chain(small).collect()
+}
+
+/// The packed forward buffer on the device under test: `[B, Lq, H, dv]`
+/// outputs then `[B, H, Lq]` logsumexps, f32.
+fn check_packed(cx: &Ctx, p: &Problem, l: Layout, rel: f64) {
+    let r = p.reference();
+    let (b, h, lq, dv) = (p.q.shape[0], p.q.shape[1], p.q.shape[2], p.v.shape[3]);
+    let blhd = Nd::from_fn(&[b, lq, h, dv], |i| r.o.at(&[i[0], i[2], i[1], i[3]]));
+    let want = Nd::new(&[blhd.v.len() + r.lse.v.len()], [blhd.v, r.lse.v].concat());
+    let inputs = vec![
+        make(&p.q, Dtype::F32, l),
+        make(&p.k, Dtype::F32, l),
+        make(&p.v, Dtype::F32, Layout::Dense),
+    ];
+    let node = Attention {
+        scale: p.scale as f32,
+        causal: p.causal,
+    };
+    let got = cx.on(|| Array::from_primitive(node, inputs, want.shape.clone(), Dtype::F32));
+    let what = format!("attention {}", p.what(Dtype::F32, l));
+    cx.check(&got, &want, Dtype::F32, rel, &what);
+}
+
+fn attention_values(cx: &Ctx) {
+    cx.runner()
+        .run(&strategy(), |draw| {
+            check_packed(
+                cx,
+                &Problem::random(&draw, Dtype::F32),
+                draw.3,
+                tol(Dtype::F32) * 8.0,
+            );
+            Ok(())
+        })
+        .unwrap_or_else(|e| panic!("{e}"));
+    for (p, (rel, _)) in fixed_problems() {
+        check_packed(cx, &p, Layout::Dense, rel);
+    }
+}
+
+/// `fused_attention` on the device under test; with `grads`, its vjp for
+/// the problem's cotangent too. Every float dtype: f32 is the fused
+/// primitive, the others cast around it. `rel` for the output, then for the
+/// gradients.
+fn check_fused(cx: &Ctx, p: &Problem, dtype: Dtype, l: Layout, rel: (f64, f64), grads: bool) {
+    let (rel, grad_rel) = rel;
+    let want = p.reference();
+    let inputs = [
+        make(&p.q, dtype, l),
+        make(&p.k, dtype, l),
+        make(&p.v, dtype, Layout::Dense),
+    ];
+    let (scale, causal) = (p.scale, p.causal);
+    let f = |x: &[Array]| crate::fused_attention(&x[0], &x[1], &x[2], scale, causal);
+    let what = p.what(dtype, l);
+    if !grads {
+        let got = cx.on(|| f(&inputs)).expect("fused_attention");
+        cx.check(&got, &want.o, dtype, rel, &format!("attention {what}"));
+        return;
+    }
+    let ct = [make(&p.ct, dtype, Layout::Dense)];
+    let (outs, grads) = cx
+        .on(|| crate::vjp(|x: &[Array]| Ok(vec![f(x)?]), &inputs, &ct))
+        .expect("vjp");
+    cx.check(&outs[0], &want.o, dtype, rel, &format!("attention {what}"));
+    for (g, (w, name)) in grads
+        .iter()
+        .zip([(&want.dq, "dq"), (&want.dk, "dk"), (&want.dv, "dv")])
+    {
+        cx.check(g, w, dtype, grad_rel, &format!("attention {name} {what}"));
+    }
+}
+
+fn output_values(cx: &Ctx) {
+    for dtype in FLOATS {
+        cx.runner()
+            .run(&strategy(), |draw| {
+                let p = Problem::random(&draw, dtype);
+                let rel = tol(dtype) * 8.0;
+                check_fused(cx, &p, dtype, draw.3, (rel, rel * 2.0), false);
+                Ok(())
+            })
+            .unwrap_or_else(|e| panic!("{e}"));
+    }
+    for (p, rel) in fixed_problems() {
+        for l in [Layout::Dense, Layout::Transposed] {
+            check_fused(cx, &p, Dtype::F32, l, rel, false);
+        }
+    }
+    // Bad arguments are refused when the op is built, naming what is wrong.
+    let x = Array::zeros(&[1, 1, 3, 2], Dtype::F32);
+    let short = Array::zeros(&[1, 1, 2, 2], Dtype::F32);
+    cx.on(|| {
+        let err = |r: crate::Result<Array>| r.expect_err("refused").to_string();
+        let fa = crate::fused_attention;
+        let e = err(fa(&x, &short, &short, 1.0, true));
+        assert!(e.contains("no more queries than keys"), "{e}");
+        let e = err(fa(&x, &x, &short, 1.0, false));
+        assert!(e.contains("v [B, H, Lk, dv]"), "{e}");
+        let e = err(fa(&x, &x, &x.astype(Dtype::F16).expect("f16"), 1.0, false));
+        assert!(e.contains("one float dtype"), "{e}");
+        let e = err(fa(&x.reshape(&[3, 2]).expect("2-d"), &x, &x, 1.0, false));
+        assert!(e.contains("[B, H, L, d]"), "{e}");
+    });
+}
+
+fn grad_values(cx: &Ctx) {
+    for dtype in FLOATS {
+        cx.runner()
+            .run(&strategy(), |draw| {
+                let p = Problem::random(&draw, dtype);
+                let rel = tol(dtype) * 8.0;
+                check_fused(cx, &p, dtype, draw.3, (rel, rel * 2.0), true);
+                Ok(())
+            })
+            .unwrap_or_else(|e| panic!("{e}"));
+    }
+    for (p, rel) in fixed_problems() {
+        check_fused(cx, &p, Dtype::F32, Layout::Transposed, rel, true);
+    }
+}
