@@ -8,12 +8,11 @@
 //! with `harness = false` whose `main` is
 //!
 //! ```no_run
-//! fn main() {
-//!     mlx_array::conformance::main(
-//!         mlx_array::conformance::specs(), // or your crate's own list
-//!         &[concat!(env!("CARGO_MANIFEST_DIR"), "/src")],
-//!     )
-//! }
+//! // tests/conformance.rs, with `[[test]] name = "conformance" harness = false`
+//! mlx_array::conformance::main(
+//!     mlx_array::conformance::specs(), // or your crate's own list
+//!     &[concat!(env!("CARGO_MANIFEST_DIR"), "/src")],
+//! )
 //! ```
 //!
 //! A specification for a new unary function is a value check that compares
