@@ -29,10 +29,11 @@ use serde_json::{Value, json};
 
 use crate::alpha_beta::{self, Fit, Projection, Sample};
 use crate::bench_collectives::{
-    CollectivesArgs, Row, Run, describe, human, load_average, mpi_unusable, run_collectives_with,
+    CollectivesArgs, Row, Run, build_example, describe, human, load_average, run_collectives_with,
     time,
 };
 use crate::hosts::{self, Hosts, HostsGuard};
+use crate::report_common::{Goal, goals_table};
 use crate::util::{Ended, cargo, log_tail, root, run_logged, target_dir, timestamp};
 
 /// Everyone who brings the emulated hosts up takes this lock first.
@@ -241,24 +242,8 @@ pub fn run(a: &CollectivesArgs) -> Result<()> {
     let started = Instant::now();
 
     // Build (before taking the lock: others may use the hosts meanwhile).
-    let mut mpi_skipped = None;
-    if backends.iter().any(|b| b == "mpi") {
-        mpi_skipped = mpi_unusable(a, &out);
-        if let Some(reason) = &mpi_skipped {
-            eprintln!("xtask: mpi: skipped, {reason}");
-        }
-    }
+    let mpi_skipped = build_example(a, &backends, &out)?;
     if !a.no_build {
-        if mpi_skipped.is_some() || !backends.iter().any(|b| b == "mpi") {
-            cargo(&[
-                "build",
-                "--release",
-                "-p",
-                "mlx-dist",
-                "--example",
-                "collectives_bench",
-            ])?;
-        }
         // The remote ranks' agent: the mlx-launch beside the example's folder.
         cargo(&[
             "build",
@@ -1165,7 +1150,7 @@ struct Report {
 }
 
 /// The issue's goals: `(goal, measured, met)`; `None` where not measured.
-fn goals(results: &[RateResult], worlds: &[usize]) -> Vec<(String, Option<(String, bool)>)> {
+fn goals(results: &[RateResult], worlds: &[usize]) -> Vec<Goal> {
     let mut v = Vec::new();
     for r in results {
         let Some(goal) = ring_goal(r.bits) else {
@@ -1257,23 +1242,7 @@ fn markdown(
          move at once.\n"
     );
     let _ = writeln!(s, "### Goals\n");
-    let _ = writeln!(s, "| goal | measured | met |");
-    let _ = writeln!(s, "|---|---|---|");
-    for (goal, got) in goals(results, &c.worlds) {
-        match got {
-            Some((v, ok)) => {
-                let _ = writeln!(
-                    s,
-                    "| {goal} | {v} | {} |",
-                    if ok { "yes" } else { "**no**" }
-                );
-            }
-            None => {
-                let _ = writeln!(s, "| {goal} | not measured | - |");
-            }
-        }
-    }
-    let _ = writeln!(s);
+    goals_table(&mut s, goals(results, &c.worlds), "**no**");
 
     for r in results {
         let ceil = r.ceiling_gbs();

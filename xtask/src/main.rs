@@ -7,6 +7,7 @@ mod bench_multihost;
 mod hosts;
 mod hosts_lock;
 mod memprof;
+mod report_common;
 mod test;
 mod train;
 mod util;
