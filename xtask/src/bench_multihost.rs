@@ -1022,13 +1022,8 @@ fn project_all(
 /// no overlap (solid) and perfect overlap (dashed).
 fn projection_chart(path: &Path, p: &Projections, compute_s: f64) -> Result<()> {
     use plotters::prelude::*;
-    use plotters::style::{FontStyle, register_font};
 
-    let _ = register_font(
-        "sans-serif",
-        FontStyle::Normal,
-        epaint_default_fonts::HACK_REGULAR,
-    );
+    crate::report_common::register_chart_font();
     let err = |e: &dyn std::fmt::Display| anyhow::anyhow!("{e}");
     let root_area = BitMapBackend::new(path, (1000, 600)).into_drawing_area();
     root_area.fill(&WHITE).map_err(|e| err(&e))?;

@@ -1,4 +1,5 @@
-//! What the benchmarks' reports share: the table of an issue's goals.
+//! What the benchmarks' reports share: the table of an issue's goals and the
+//! font their charts are drawn with.
 
 use std::fmt::Write as _;
 
@@ -22,6 +23,17 @@ pub(crate) fn goals_table(s: &mut String, goals: Vec<Goal>, no: &str) {
         }
     }
     let _ = writeln!(s);
+}
+
+/// Registers the embedded font (Hack) as "sans-serif", the family the
+/// charts draw their text with: ab_glyph finds no system fonts.
+pub(crate) fn register_chart_font() {
+    use plotters::style::{FontStyle, register_font};
+    let _ = register_font(
+        "sans-serif",
+        FontStyle::Normal,
+        epaint_default_fonts::HACK_REGULAR,
+    );
 }
 
 #[cfg(test)]
