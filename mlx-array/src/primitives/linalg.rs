@@ -41,3 +41,6 @@ impl Primitive for Matmul {
         Ok(vec![Some(ga), Some(gb)])
     }
 }
+
+#[cfg(feature = "conformance")]
+pub(crate) mod spec;

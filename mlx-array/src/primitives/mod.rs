@@ -22,6 +22,11 @@ pub(crate) fn specs() -> Vec<crate::conformance::Spec> {
         elementwise::spec::specs(),
         loss::spec::specs(),
         attention::spec::specs(),
+        reduce::spec::specs(),
+        linalg::spec::specs(),
+        softmax::spec::specs(),
+        norm::spec::specs(),
+        rope::spec::specs(),
     ]
     .concat()
 }

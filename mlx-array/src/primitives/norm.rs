@@ -83,3 +83,6 @@ impl Primitive for RmsNormGrad {
         ))
     }
 }
+
+#[cfg(feature = "conformance")]
+pub(crate) mod spec;

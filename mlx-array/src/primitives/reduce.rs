@@ -163,3 +163,6 @@ impl Primitive for CumSum {
         )?)])
     }
 }
+
+#[cfg(feature = "conformance")]
+pub(crate) mod spec;

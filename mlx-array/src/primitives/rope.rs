@@ -39,3 +39,6 @@ impl Primitive for Rope {
         ))])
     }
 }
+
+#[cfg(feature = "conformance")]
+pub(crate) mod spec;

@@ -34,3 +34,6 @@ impl Primitive for Softmax {
         Ok(vec![Some(out.multiply(&ct.subtract(&dot)?)?)])
     }
 }
+
+#[cfg(feature = "conformance")]
+pub(crate) mod spec;
