@@ -18,6 +18,7 @@ use std::fmt;
 use std::str::FromStr;
 use std::sync::atomic::{AtomicU8, Ordering};
 
+use crate::backend::{cpu, gpu};
 use crate::primitive::{ArrayData, Primitive};
 use crate::{Array, Error, Result};
 
@@ -137,17 +138,10 @@ pub fn with_device<T>(device: Device, f: impl FnOnce() -> T) -> T {
 }
 
 /// Ok when a GPU adapter can be used; otherwise the reason.
+/// (Without the `gpu` feature the reason is that the crate was built
+/// without it.)
 pub fn gpu_available() -> Result<()> {
-    #[cfg(feature = "gpu")]
-    {
-        crate::backend::gpu::context().map(|_| ())
-    }
-    #[cfg(not(feature = "gpu"))]
-    {
-        Err(Error::gpu(
-            "mlx-array was built without its `gpu` feature; rebuild with it to use Device::Gpu",
-        ))
-    }
+    gpu::context().map(|_| ())
 }
 
 /// Copies an array to another device; see [`Array::to_device`].
@@ -170,12 +164,7 @@ impl Primitive for Transfer {
         if !data.storage().is_device() {
             return Ok(data);
         }
-        #[cfg(feature = "gpu")]
-        {
-            crate::backend::gpu::download(&data, x.shape(), x.dtype())
-        }
-        #[cfg(not(feature = "gpu"))]
-        unreachable!("device storage exists only with the gpu feature")
+        gpu::download(&data, x.shape(), x.dtype())
     }
     fn eval_gpu(&self, inputs: &[Array], _out: &Array) -> Result<ArrayData> {
         let x = &inputs[0];
@@ -183,12 +172,9 @@ impl Primitive for Transfer {
         if data.storage().is_device() {
             return Ok(data);
         }
-        #[cfg(feature = "gpu")]
-        {
-            crate::backend::gpu::upload(&data, x.shape(), x.dtype())
-        }
-        #[cfg(not(feature = "gpu"))]
-        unreachable!("gpu nodes exist only with the gpu feature")
+        // Made dense on the host, where the strided copy kernels are.
+        let host = cpu::copy::contiguous(&data, x.shape(), x.dtype());
+        gpu::upload(&host, x.shape(), x.dtype())
     }
     fn vjp(&self, inputs: &[Array], _out: &Array, ct: &Array) -> Result<Vec<Option<Array>>> {
         Ok(vec![Some(ct.to_device(inputs[0].device()))])

@@ -211,18 +211,13 @@ fn run(order: Vec<Array>) -> Result<()> {
     // Whatever happened, no collective is left running behind the caller's back.
     let finished = in_flight.finish_all();
     // One command buffer per eval: everything the GPU kernels recorded goes now.
-    #[cfg(feature = "gpu")]
     let submitted = crate::backend::gpu::submit();
-    #[cfg(not(feature = "gpu"))]
-    let submitted = Ok(());
     result.and(finished).and(submitted)
 }
 
 fn run_nodes(order: Vec<Array>, in_flight: &mut InFlight) -> Result<()> {
-    #[cfg(feature = "gpu")]
     let mut fusion = crate::backend::gpu::fusion::Fusion::new(&order);
     for a in order {
-        #[cfg(feature = "gpu")]
         if fusion.defer(&a) {
             continue; // its one reader computes it inline
         }
@@ -238,13 +233,10 @@ fn run_nodes(order: Vec<Array>, in_flight: &mut InFlight) -> Result<()> {
                 let t0 = crate::profile::enabled().then(std::time::Instant::now);
                 let data = match a.device() {
                     Device::Cpu => primitive.eval_cpu(&inputs, &a)?,
-                    #[cfg(feature = "gpu")]
                     Device::Gpu => match fusion.run(&a)? {
                         Some(data) => data,
                         None => primitive.eval_gpu(&inputs, &a)?,
                     },
-                    #[cfg(not(feature = "gpu"))]
-                    Device::Gpu => primitive.eval_gpu(&inputs, &a)?,
                 };
                 if let Some(t0) = t0 {
                     crate::profile::record(primitive.name(), a.shape(), t0.elapsed());

@@ -38,7 +38,6 @@ pub trait Primitive: Send + Sync + fmt::Debug + 'static {
     /// For elementwise primitives: the WGSL expression computing one output
     /// element from `a0`, `a1`, … (each input's element in its compute
     /// type), so the GPU evaluator can fuse chains of them into one kernel.
-    #[cfg(feature = "gpu")]
     fn gpu_expression(&self, inputs: &[Array], out: &Array) -> Option<String> {
         let _ = (inputs, out);
         None

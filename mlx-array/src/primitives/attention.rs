@@ -6,7 +6,8 @@
 //! [`AttentionGrad`] node for `dq`, `dk` and `dv` together, which hands them
 //! out as views. Nothing of size `[B, H, Lq, Lk]` outlives a kernel.
 
-use crate::backend::cpu::attention::{self, AttentionDims};
+pub use crate::backend::common::attention::AttentionDims;
+use crate::backend::cpu::attention;
 use crate::{Array, ArrayData, Primitive, Result};
 
 impl AttentionDims {
@@ -46,7 +47,6 @@ impl Primitive for Attention {
     fn name(&self) -> &'static str {
         "attention"
     }
-    #[cfg(feature = "gpu")]
     fn eval_gpu(&self, inputs: &[Array], _out: &Array) -> Result<ArrayData> {
         let (q, k, v) = (&inputs[0], &inputs[1], &inputs[2]);
         crate::backend::gpu::attention(&q.data()?, &k.data()?, &v.data()?, &self.dims(inputs))
@@ -87,7 +87,6 @@ impl Primitive for AttentionOutput {
     fn name(&self) -> &'static str {
         "attention_output"
     }
-    #[cfg(feature = "gpu")]
     fn eval_gpu(&self, inputs: &[Array], _out: &Array) -> Result<ArrayData> {
         self.view(inputs)
     }
@@ -134,7 +133,6 @@ impl Primitive for AttentionGrad {
     fn name(&self) -> &'static str {
         "attention_grad"
     }
-    #[cfg(feature = "gpu")]
     fn eval_gpu(&self, inputs: &[Array], _out: &Array) -> Result<ArrayData> {
         let d = |i: usize| inputs[i].data();
         crate::backend::gpu::attention_grad(
@@ -162,8 +160,8 @@ impl Primitive for AttentionGrad {
             "vjp",
             "attention_grad has no vector-Jacobian product (no second derivatives)",
         ))
+    }
+}
 
 #[cfg(feature = "conformance")]
 pub(crate) mod spec;
-    }
-}

@@ -17,7 +17,6 @@ impl Primitive for Arange {
     fn name(&self) -> &'static str {
         "arange"
     }
-    #[cfg(feature = "gpu")]
     fn eval_gpu(&self, _inputs: &[Array], out: &Array) -> Result<ArrayData> {
         crate::backend::gpu::arange(self.start, self.step, out.size(), out.dtype())
     }
@@ -44,7 +43,6 @@ impl Primitive for RandomBits {
     fn name(&self) -> &'static str {
         "random_bits"
     }
-    #[cfg(feature = "gpu")]
     fn eval_gpu(&self, inputs: &[Array], out: &Array) -> Result<ArrayData> {
         let k = &inputs[0];
         if k.size() != 2 || k.dtype() != crate::Dtype::U32 {

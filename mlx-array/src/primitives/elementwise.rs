@@ -1,121 +1,9 @@
 //! Elementwise primitives: unary and binary math, `where`, `astype`, `stop_gradient`.
 
-use crate::backend::cpu;
-#[cfg(feature = "gpu")]
-use crate::backend::gpu;
+pub use crate::backend::common::elementwise::{BinaryOp, UnaryOp};
+use crate::backend::{cpu, gpu};
 use crate::primitive::no_gradient;
 use crate::{Array, ArrayData, Primitive, Result};
-
-macro_rules! op_enum {
-    ($(#[$m:meta])* $name:ident { $($(#[$vm:meta])* $v:ident = $s:literal),+ $(,)? }) => {
-        $(#[$m])*
-        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-        pub enum $name { $($(#[$vm])* $v),+ }
-        impl $name {
-            /// Every variant.
-            pub const ALL: &'static [$name] = &[$($name::$v),+];
-            /// The op's name, as in MLX.
-            pub const fn name(self) -> &'static str {
-                match self { $($name::$v => $s),+ }
-            }
-        }
-    };
-}
-
-op_enum! {
-    /// Functions of one argument.
-    UnaryOp {
-        /// `-x`
-        Neg = "negative",
-        /// `|x|`
-        Abs = "abs",
-        /// `e^x`
-        Exp = "exp",
-        /// natural logarithm
-        Log = "log",
-        /// `log(1 + x)`
-        Log1p = "log1p",
-        /// square root
-        Sqrt = "sqrt",
-        /// `1 / sqrt(x)`
-        Rsqrt = "rsqrt",
-        /// `x * x`
-        Square = "square",
-        /// sine
-        Sin = "sin",
-        /// cosine
-        Cos = "cos",
-        /// hyperbolic tangent
-        Tanh = "tanh",
-        /// `1 / (1 + e^-x)`
-        Sigmoid = "sigmoid",
-        /// the error function
-        Erf = "erf",
-        /// -1, 0 or 1
-        Sign = "sign",
-        /// round toward -inf
-        Floor = "floor",
-        /// logical negation
-        LogicalNot = "logical_not",
-    }
-}
-
-op_enum! {
-    /// Functions of two arguments.
-    BinaryOp {
-        /// `a + b`
-        Add = "add",
-        /// `a - b`
-        Subtract = "subtract",
-        /// `a * b`
-        Multiply = "multiply",
-        /// `a / b`
-        Divide = "divide",
-        /// `a ^ b`
-        Power = "power",
-        /// elementwise max
-        Maximum = "maximum",
-        /// elementwise min
-        Minimum = "minimum",
-        /// `a == b`
-        Equal = "equal",
-        /// `a != b`
-        NotEqual = "not_equal",
-        /// `a < b`
-        Less = "less",
-        /// `a <= b`
-        LessEqual = "less_equal",
-        /// `a > b`
-        Greater = "greater",
-        /// `a >= b`
-        GreaterEqual = "greater_equal",
-        /// logical and
-        LogicalAnd = "logical_and",
-        /// logical or
-        LogicalOr = "logical_or",
-        /// bitwise and
-        BitwiseAnd = "bitwise_and",
-        /// bitwise or
-        BitwiseOr = "bitwise_or",
-        /// bitwise xor
-        BitwiseXor = "bitwise_xor",
-        /// `a << b`
-        LeftShift = "left_shift",
-        /// `a >> b`
-        RightShift = "right_shift",
-    }
-}
-
-impl BinaryOp {
-    /// True for ops whose result is bool whatever the input dtype.
-    pub const fn is_comparison(self) -> bool {
-        use BinaryOp::*;
-        matches!(
-            self,
-            Equal | NotEqual | Less | LessEqual | Greater | GreaterEqual | LogicalAnd | LogicalOr
-        )
-    }
-}
 
 /// Applies a [`UnaryOp`].
 #[derive(Debug, Clone, Copy)]
@@ -125,11 +13,9 @@ impl Primitive for Unary {
     fn name(&self) -> &'static str {
         self.0.name()
     }
-    #[cfg(feature = "gpu")]
     fn gpu_expression(&self, inputs: &[Array], _out: &Array) -> Option<String> {
         gpu::elementwise::unary_expression(self.0, inputs[0].dtype()).ok()
     }
-    #[cfg(feature = "gpu")]
     fn eval_gpu(&self, inputs: &[Array], out: &Array) -> Result<ArrayData> {
         gpu::unary(self.0, out.shape(), inputs[0].dtype(), &inputs[0].data()?)
     }
@@ -177,13 +63,11 @@ impl Primitive for Binary {
     fn name(&self) -> &'static str {
         self.0.name()
     }
-    #[cfg(feature = "gpu")]
     fn gpu_expression(&self, inputs: &[Array], _out: &Array) -> Option<String> {
         gpu::elementwise::binary_expression(self.0, inputs[0].dtype())
             .ok()
             .map(|(e, _)| e)
     }
-    #[cfg(feature = "gpu")]
     fn eval_gpu(&self, inputs: &[Array], out: &Array) -> Result<ArrayData> {
         gpu::binary(
             self.0,
@@ -245,18 +129,15 @@ impl Primitive for Binary {
 pub struct Swiglu;
 
 /// `swiglu`'s WGSL expression.
-#[cfg(feature = "gpu")]
 const SWIGLU: &str = "a0 * (1.0 / (1.0 + exp(-a0))) * a1";
 
 impl Primitive for Swiglu {
     fn name(&self) -> &'static str {
         "swiglu"
     }
-    #[cfg(feature = "gpu")]
     fn gpu_expression(&self, _inputs: &[Array], _out: &Array) -> Option<String> {
         Some(SWIGLU.to_string())
     }
-    #[cfg(feature = "gpu")]
     fn eval_gpu(&self, inputs: &[Array], out: &Array) -> Result<ArrayData> {
         let (g, u) = (&inputs[0], &inputs[1]);
         let d = out.dtype();
@@ -294,11 +175,9 @@ impl Primitive for Select {
     fn name(&self) -> &'static str {
         "where"
     }
-    #[cfg(feature = "gpu")]
     fn gpu_expression(&self, _inputs: &[Array], _out: &Array) -> Option<String> {
-        Some(gpu::elementwise::WHERE.to_string())
+        gpu::elementwise::where_expression().ok()
     }
-    #[cfg(feature = "gpu")]
     fn eval_gpu(&self, inputs: &[Array], out: &Array) -> Result<ArrayData> {
         let [c, a, b] = [&inputs[0], &inputs[1], &inputs[2]].map(|x| x.data());
         gpu::where_(out.shape(), out.dtype(), &c?, &a?, &b?)
@@ -326,14 +205,9 @@ impl Primitive for AsType {
     fn name(&self) -> &'static str {
         "astype"
     }
-    #[cfg(feature = "gpu")]
     fn gpu_expression(&self, inputs: &[Array], out: &Array) -> Option<String> {
-        Some(gpu::elementwise::astype_expression(
-            inputs[0].dtype(),
-            out.dtype(),
-        ))
+        gpu::elementwise::astype_expression(inputs[0].dtype(), out.dtype()).ok()
     }
-    #[cfg(feature = "gpu")]
     fn eval_gpu(&self, inputs: &[Array], out: &Array) -> Result<ArrayData> {
         gpu::astype(
             &inputs[0].data()?,

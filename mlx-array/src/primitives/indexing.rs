@@ -12,7 +12,6 @@ impl Primitive for Take {
     fn name(&self) -> &'static str {
         "take"
     }
-    #[cfg(feature = "gpu")]
     fn eval_gpu(&self, inputs: &[Array], out: &Array) -> Result<ArrayData> {
         let (a, i) = (&inputs[0], &inputs[1]);
         crate::backend::gpu::take(
@@ -56,7 +55,6 @@ impl Primitive for TakeAlongAxis {
     fn name(&self) -> &'static str {
         "take_along_axis"
     }
-    #[cfg(feature = "gpu")]
     fn eval_gpu(&self, inputs: &[Array], out: &Array) -> Result<ArrayData> {
         let (a, i) = (&inputs[0], &inputs[1]);
         crate::backend::gpu::take_along_axis(
@@ -98,7 +96,6 @@ impl Primitive for Concatenate {
     fn name(&self) -> &'static str {
         "concatenate"
     }
-    #[cfg(feature = "gpu")]
     fn eval_gpu(&self, inputs: &[Array], out: &Array) -> Result<ArrayData> {
         let parts = inputs
             .iter()
@@ -154,7 +151,6 @@ impl Primitive for Pad {
     fn name(&self) -> &'static str {
         "pad"
     }
-    #[cfg(feature = "gpu")]
     fn eval_gpu(&self, inputs: &[Array], out: &Array) -> Result<ArrayData> {
         let x = &inputs[0];
         crate::backend::gpu::pad(
@@ -228,7 +224,6 @@ impl Primitive for ScatterAdd {
     fn name(&self) -> &'static str {
         "scatter_add"
     }
-    #[cfg(feature = "gpu")]
     fn eval_gpu(&self, inputs: &[Array], out: &Array) -> Result<ArrayData> {
         let (c, i) = (&inputs[0], &inputs[1]);
         crate::backend::gpu::scatter_add(
@@ -280,7 +275,6 @@ impl Primitive for SliceUpdate {
     fn name(&self) -> &'static str {
         "slice_update"
     }
-    #[cfg(feature = "gpu")]
     fn eval_gpu(&self, inputs: &[Array], out: &Array) -> Result<ArrayData> {
         let (base, upd) = (&inputs[0], &inputs[1]);
         crate::backend::gpu::slice_update(

@@ -11,7 +11,6 @@ impl Primitive for Matmul {
     fn name(&self) -> &'static str {
         "matmul"
     }
-    #[cfg(feature = "gpu")]
     fn eval_gpu(&self, inputs: &[Array], out: &Array) -> Result<ArrayData> {
         let (a, b) = (&inputs[0], &inputs[1]);
         crate::backend::gpu::matmul(

@@ -13,7 +13,6 @@ impl Primitive for CrossEntropy {
     fn name(&self) -> &'static str {
         "cross_entropy"
     }
-    #[cfg(feature = "gpu")]
     fn eval_gpu(&self, inputs: &[Array], _out: &Array) -> Result<ArrayData> {
         let (l, t) = (&inputs[0], &inputs[1]);
         crate::backend::gpu::cross_entropy(&l.data()?, l.shape(), l.dtype(), &t.data()?, t.dtype())
@@ -43,7 +42,6 @@ impl Primitive for CrossEntropyGrad {
     fn name(&self) -> &'static str {
         "cross_entropy_grad"
     }
-    #[cfg(feature = "gpu")]
     fn eval_gpu(&self, inputs: &[Array], _out: &Array) -> Result<ArrayData> {
         let (l, t, c) = (&inputs[0], &inputs[1], &inputs[2]);
         let (data, td, cd) = (l.data()?, t.data()?, c.data()?);
@@ -136,7 +134,6 @@ impl Primitive for LinearCrossEntropy {
     fn name(&self) -> &'static str {
         "linear_cross_entropy"
     }
-    #[cfg(feature = "gpu")]
     fn eval_gpu(&self, inputs: &[Array], _out: &Array) -> Result<ArrayData> {
         let (h, w, t) = (&inputs[0], &inputs[1], &inputs[2]);
         let (hd, wd, td) = (h.data()?, w.data()?, t.data()?);
@@ -180,7 +177,6 @@ impl Primitive for LinearCrossEntropyGrad {
     fn name(&self) -> &'static str {
         "linear_cross_entropy_grad"
     }
-    #[cfg(feature = "gpu")]
     fn eval_gpu(&self, inputs: &[Array], _out: &Array) -> Result<ArrayData> {
         let (h, w, t, c, l) = (&inputs[0], &inputs[1], &inputs[2], &inputs[3], &inputs[4]);
         let (hd, wd, td, cd, ld) = (h.data()?, w.data()?, t.data()?, c.data()?, l.data()?);
@@ -221,7 +217,6 @@ impl Primitive for LinearCrossEntropyValueAndGrad {
     /// On the GPU the pass is the forward kernel and then the gradient
     /// kernel with the row weights as cotangents (four GEMMs; a GPU has
     /// FLOPs to spare where the CPU does not), packed as on the CPU.
-    #[cfg(feature = "gpu")]
     fn eval_gpu(&self, inputs: &[Array], _out: &Array) -> Result<ArrayData> {
         use crate::backend::gpu;
         let (h, w, t, rw) = (&inputs[0], &inputs[1], &inputs[2], &inputs[3]);
@@ -295,7 +290,6 @@ impl Primitive for PackedLoss {
     fn name(&self) -> &'static str {
         "packed_loss"
     }
-    #[cfg(feature = "gpu")]
     fn eval_gpu(&self, inputs: &[Array], _out: &Array) -> Result<ArrayData> {
         Self::view(inputs)
     }
@@ -322,12 +316,12 @@ impl Primitive for PackedLoss {
 /// `dh` and `dw` as views of a flat buffer that holds `dh` (`h`'s shape)
 /// then `dw` (`w`'s), as the fused loss kernels write them.
 fn unpack_gradients(packed: &Array, h: &Array, w: &Array) -> Result<(Array, Array)> {
-
-#[cfg(feature = "conformance")]
-pub(crate) mod spec;
     let (hn, wn) = (h.size() as i64, w.size() as i64);
     Ok((
         crate::reshape_to(&packed.slice_axis(0, 0, hn)?, h.shape())?,
         crate::reshape_to(&packed.slice_axis(0, hn, hn + wn)?, w.shape())?,
     ))
 }
+
+#[cfg(feature = "conformance")]
+pub(crate) mod spec;

@@ -16,7 +16,6 @@ impl Primitive for RmsNorm {
     fn name(&self) -> &'static str {
         "rms_norm"
     }
-    #[cfg(feature = "gpu")]
     fn eval_gpu(&self, inputs: &[Array], _out: &Array) -> Result<ArrayData> {
         let (x, w) = (&inputs[0], &inputs[1]);
         crate::backend::gpu::rms_norm(&x.data()?, &w.data()?, x.shape(), self.eps)
@@ -55,7 +54,6 @@ impl Primitive for RmsNormGrad {
     fn name(&self) -> &'static str {
         "rms_norm_grad"
     }
-    #[cfg(feature = "gpu")]
     fn eval_gpu(&self, inputs: &[Array], _out: &Array) -> Result<ArrayData> {
         let (x, w, c) = (&inputs[0], &inputs[1], &inputs[2]);
         crate::backend::gpu::rms_norm_grad(

@@ -1,20 +1,8 @@
 //! Reductions, arg-reductions and scans.
 
+pub use crate::backend::common::reduce::ReduceOp;
 use crate::backend::cpu::{reduce, scan};
 use crate::{Array, ArrayData, Primitive, Result};
-
-/// How values combine in a reduction.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ReduceOp {
-    /// Sum.
-    Sum,
-    /// Product.
-    Prod,
-    /// Maximum.
-    Max,
-    /// Minimum.
-    Min,
-}
 
 /// Reduces over `axes` (sorted); the output drops those axes.
 #[derive(Debug, Clone)]
@@ -34,7 +22,6 @@ impl Primitive for Reduce {
             ReduceOp::Min => "min",
         }
     }
-    #[cfg(feature = "gpu")]
     fn eval_gpu(&self, inputs: &[Array], _out: &Array) -> Result<ArrayData> {
         let x = &inputs[0];
         crate::backend::gpu::reduce(self.op, &x.data()?, x.shape(), x.dtype(), &self.axes)
@@ -94,7 +81,6 @@ impl Primitive for ArgReduce {
     fn name(&self) -> &'static str {
         if self.is_max { "argmax" } else { "argmin" }
     }
-    #[cfg(feature = "gpu")]
     fn eval_gpu(&self, inputs: &[Array], _out: &Array) -> Result<ArrayData> {
         let x = &inputs[0];
         crate::backend::gpu::arg_reduce(self.is_max, &x.data()?, x.shape(), x.dtype(), self.axis)
@@ -129,7 +115,6 @@ impl Primitive for CumSum {
     fn name(&self) -> &'static str {
         "cumsum"
     }
-    #[cfg(feature = "gpu")]
     fn eval_gpu(&self, inputs: &[Array], _out: &Array) -> Result<ArrayData> {
         let x = &inputs[0];
         crate::backend::gpu::cumsum(

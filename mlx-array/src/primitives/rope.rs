@@ -1,6 +1,6 @@
 //! Rotary position embedding as one primitive (see [`crate::rope`]).
 
-pub use crate::backend::cpu::rope::RopeSpec;
+pub use crate::backend::common::rope::RopeSpec;
 use crate::{Array, ArrayData, Primitive, Result};
 
 /// Rotates the f32 input's first features by position (see [`RopeSpec`]).
@@ -13,7 +13,6 @@ impl Primitive for Rope {
     fn name(&self) -> &'static str {
         "rope"
     }
-    #[cfg(feature = "gpu")]
     fn eval_gpu(&self, inputs: &[Array], _out: &Array) -> Result<ArrayData> {
         let x = &inputs[0];
         crate::backend::gpu::rope(&x.data()?, x.shape(), &self.0)

@@ -17,7 +17,6 @@ impl Primitive for Softmax {
     fn name(&self) -> &'static str {
         "softmax"
     }
-    #[cfg(feature = "gpu")]
     fn eval_gpu(&self, inputs: &[Array], _out: &Array) -> Result<ArrayData> {
         let x = &inputs[0];
         crate::backend::gpu::softmax(&x.data()?, x.shape(), x.dtype())

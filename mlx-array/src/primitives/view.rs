@@ -13,7 +13,6 @@ impl Primitive for Reshape {
     fn name(&self) -> &'static str {
         "reshape"
     }
-    #[cfg(feature = "gpu")]
     fn eval_gpu(&self, inputs: &[Array], out: &Array) -> Result<ArrayData> {
         let x = &inputs[0];
         let d = x.data()?;
@@ -153,7 +152,6 @@ impl Primitive for Contiguous {
     fn name(&self) -> &'static str {
         "contiguous"
     }
-    #[cfg(feature = "gpu")]
     fn eval_gpu(&self, inputs: &[Array], out: &Array) -> Result<ArrayData> {
         let x = &inputs[0];
         let d = x.data()?;

@@ -17,59 +17,11 @@
 use super::blas::{Mat, gemm};
 use super::copy::copy_cast;
 use super::loss::{exp_shifted_in_place, max_of, vectorised};
+use crate::backend::common::attention::AttentionDims;
 use crate::{ArrayData, Dtype};
 
 /// Query rows per block.
 const BLOCK: usize = 64;
-
-/// The sizes of one attention: `q [b, h, lq, d]`, `k [b, h, lk, d]`,
-/// `v [b, h, lk, dv]`, the score scale and whether the mask is causal (query
-/// `i` sees keys `0..=i + lk - lq`, the queries being the last `lq`
-/// positions).
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct AttentionDims {
-    /// Batch.
-    pub b: usize,
-    /// Heads.
-    pub h: usize,
-    /// Query positions.
-    pub lq: usize,
-    /// Key (and value) positions.
-    pub lk: usize,
-    /// Query and key width.
-    pub d: usize,
-    /// Value width.
-    pub dv: usize,
-    /// Multiplies the scores before the softmax.
-    pub scale: f32,
-    /// Each query sees only the keys up to its own position.
-    pub causal: bool,
-}
-
-impl AttentionDims {
-    /// Elements of the output, then of the logsumexps, in the packed buffer.
-    pub fn packed_len(&self) -> (usize, usize) {
-        let rows = self.b * self.h * self.lq;
-        (rows * self.dv, rows)
-    }
-    /// Elements of `dq`, `dk`, `dv` in the packed gradient.
-    pub fn grad_len(&self) -> (usize, usize, usize) {
-        let kv = self.b * self.h * self.lk;
-        (
-            self.b * self.h * self.lq * self.d,
-            kv * self.d,
-            kv * self.dv,
-        )
-    }
-    /// The keys query row `i` sees: `0..limit(i)`.
-    fn limit(&self, i: usize) -> usize {
-        if self.causal {
-            (i + 1 + self.lk - self.lq).min(self.lk)
-        } else {
-            self.lk
-        }
-    }
-}
 
 /// A `[B, H, L, w]` operand as GEMM reads it: row `i` of head `(b, h)`
 /// starts at `b * sb + h * sh + i * si` elements from `ptr`, and its `w`

@@ -4,7 +4,7 @@ use half::{bf16, f16};
 
 use super::math::FloatLike;
 use super::strided::{map2, map2_in_place, map3};
-use crate::primitives::elementwise::BinaryOp;
+use crate::backend::common::elementwise::BinaryOp;
 use crate::{ArrayData, Bool8, Dtype, Error, Result};
 
 fn float_binary<T: FloatLike + PartialOrd>(

@@ -28,39 +28,4 @@ pub(crate) mod scan;
 pub(crate) mod strided;
 pub(crate) mod unary;
 
-/// Runs `$body` with `$T` bound to the Rust element type of `$dtype`.
-macro_rules! dispatch {
-    ($dtype:expr, $T:ident => $body:expr) => {
-        match $dtype {
-            $crate::Dtype::Bool => {
-                type $T = $crate::Bool8;
-                $body
-            }
-            $crate::Dtype::U32 => {
-                type $T = u32;
-                $body
-            }
-            $crate::Dtype::I32 => {
-                type $T = i32;
-                $body
-            }
-            $crate::Dtype::I64 => {
-                type $T = i64;
-                $body
-            }
-            $crate::Dtype::F16 => {
-                type $T = half::f16;
-                $body
-            }
-            $crate::Dtype::BF16 => {
-                type $T = half::bf16;
-                $body
-            }
-            $crate::Dtype::F32 => {
-                type $T = f32;
-                $body
-            }
-        }
-    };
-}
-pub(crate) use dispatch;
+pub(crate) use super::common::dispatch;

@@ -6,7 +6,7 @@ use rayon::prelude::*;
 use super::copy::copy_cast;
 use super::math::FloatLike;
 use super::strided::{Layout, SyncPtr, base_ptr, fill_segments};
-use crate::primitives::reduce::ReduceOp;
+use crate::backend::common::reduce::ReduceOp;
 use crate::shape::size_of_shape;
 use crate::{ArrayData, Bool8, Dtype, Element};
 

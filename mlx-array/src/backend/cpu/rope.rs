@@ -3,45 +3,24 @@
 use rayon::prelude::*;
 
 use super::copy::contiguous;
+use crate::backend::common::rope::RopeSpec;
 use crate::{ArrayData, Dtype};
 
-/// How [`crate::rope`] rotates: the first `dims` features of each row, in
-/// consecutive pairs (`traditional`) or as two halves, by the angle
-/// `(offset + position) * scale * base^(-2i / dims)` for pair `i`, negated
-/// when `inverse` (the transpose of the rotation, for the gradient).
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct RopeSpec {
-    /// Features rotated (even, at most the row width).
-    pub dims: usize,
-    /// Consecutive pairs (true) or halves (false).
-    pub traditional: bool,
-    /// Base of the frequencies.
-    pub base: f32,
-    /// Multiplies positions.
-    pub scale: f32,
-    /// Position of the first row.
-    pub offset: usize,
-    /// Rotate by minus the angle.
-    pub inverse: bool,
-}
-
-impl RopeSpec {
-    /// `(cos, sin)` of every `(position, pair)`, `[len, dims / 2]`, in f32
-    /// as the graph of ops it replaces computed them.
-    fn table(&self, len: usize) -> Vec<(f32, f32)> {
-        let half = self.dims / 2;
-        let k = (-2.0 * (self.base as f64).ln() / self.dims as f64) as f32;
-        let sign = if self.inverse { -1.0 } else { 1.0 };
-        (0..len)
-            .flat_map(|p| {
-                let pos = (self.offset + p) as f32 * self.scale;
-                (0..half).map(move |i| {
-                    let theta = pos * (i as f32 * k).exp();
-                    (theta.cos(), sign * theta.sin())
-                })
+/// `(cos, sin)` of every `(position, pair)`, `[len, dims / 2]`, in f32
+/// as the graph of ops it replaces computed them.
+fn table(spec: &RopeSpec, len: usize) -> Vec<(f32, f32)> {
+    let half = spec.dims / 2;
+    let k = (-2.0 * (spec.base as f64).ln() / spec.dims as f64) as f32;
+    let sign = if spec.inverse { -1.0 } else { 1.0 };
+    (0..len)
+        .flat_map(|p| {
+            let pos = (spec.offset + p) as f32 * spec.scale;
+            (0..half).map(move |i| {
+                let theta = pos * (i as f32 * k).exp();
+                (theta.cos(), sign * theta.sin())
             })
-            .collect()
-    }
+        })
+        .collect()
 }
 
 /// Rotates f32 `x` of `shape` (`[..., L, D]`, any strides; rows are read
@@ -62,7 +41,7 @@ pub fn rope(x: &ArrayData, shape: &[usize], spec: &RopeSpec) -> ArrayData {
     };
     let (outer, strides) = (&shape[..nd - 1], &x.strides()[..nd - 1]);
     let base = x.ptr::<f32>() as usize;
-    let table = spec.table(len);
+    let table = table(spec, len);
     let half = spec.dims / 2;
     out.as_mut_slice::<f32>(n)
         .par_chunks_mut(width)

@@ -4,7 +4,7 @@ use half::{bf16, f16};
 
 use super::math::{self, FloatLike};
 use super::strided::map1;
-use crate::primitives::elementwise::UnaryOp;
+use crate::backend::common::elementwise::UnaryOp;
 use crate::{ArrayData, Bool8, Dtype, Error, Result};
 
 fn float_fn(op: UnaryOp) -> fn(f32) -> f32 {

@@ -9,7 +9,7 @@
 
 use super::codegen;
 use super::{alloc, context, dense, dispatch};
-use crate::backend::cpu::attention::AttentionDims;
+use crate::backend::common::attention::AttentionDims;
 use crate::primitive::ArrayData;
 use crate::{Dtype, Result};
 

@@ -3,8 +3,8 @@
 
 use super::codegen::{self, compute_type};
 use super::{alloc, context, dispatch, supported};
+use crate::backend::common::elementwise::{BinaryOp, UnaryOp};
 use crate::primitive::ArrayData;
-use crate::primitives::elementwise::{BinaryOp, UnaryOp};
 use crate::{Dtype, Error, Result};
 
 /// Runs `expr` (WGSL over `a0`, `a1`, … in each input's compute type) for
@@ -116,7 +116,7 @@ pub fn copy_contiguous(data: &ArrayData, shape: &[usize], dtype: Dtype) -> Resul
 pub fn astype(data: &ArrayData, shape: &[usize], from: Dtype, to: Dtype) -> Result<ArrayData> {
     map(
         &format!("astype:{from}>{to}"),
-        &astype_expression(from, to),
+        &astype_expression(from, to)?,
         shape,
         &[(data, from)],
         to,
@@ -124,10 +124,10 @@ pub fn astype(data: &ArrayData, shape: &[usize], from: Dtype, to: Dtype) -> Resu
 }
 
 /// The WGSL expression converting `a0` from `from`'s compute type to `to`'s.
-pub(crate) fn astype_expression(from: Dtype, to: Dtype) -> String {
+pub(crate) fn astype_expression(from: Dtype, to: Dtype) -> Result<String> {
     let src = compute_type(from);
     let dst = compute_type(to);
-    if to == Dtype::Bool && src == "f32" {
+    let expr = if to == Dtype::Bool && src == "f32" {
         "select(0u, 1u, a0 != 0.0 || is_nan(a0))".to_string()
     } else if to == Dtype::Bool {
         format!("select(0u, 1u, a0 != {src}(0))")
@@ -150,7 +150,8 @@ pub(crate) fn astype_expression(from: Dtype, to: Dtype) -> String {
         "f32(a0)".to_string()
     } else {
         format!("bitcast<{dst}>(a0)")
-    }
+    };
+    Ok(expr)
 }
 
 fn unary_expr(op: UnaryOp, dtype: Dtype) -> Option<String> {
@@ -321,6 +322,11 @@ pub(crate) fn binary_expression(op: BinaryOp, dtype: Dtype) -> Result<(String, D
 
 /// `where`'s expression: `a0` is the bool condition.
 pub(crate) const WHERE: &str = "select(a2, a1, a0 != 0u)";
+
+/// [`WHERE`] for the fusion hook ([`crate::Primitive::gpu_expression`]).
+pub(crate) fn where_expression() -> Result<String> {
+    Ok(WHERE.to_string())
+}
 
 /// Applies a binary op to two inputs of `dtype` already broadcast to `shape`.
 pub fn binary(

@@ -9,6 +9,7 @@
 
 use super::codegen::{self, compute_type};
 use super::{alloc, context, dispatch, supported};
+use crate::dtype::{Element, cast};
 use crate::primitive::ArrayData;
 use crate::shape::{contiguous_strides, size_of_shape};
 use crate::{Dtype, Error, Result};
@@ -403,14 +404,14 @@ pub fn concatenate(
 /// `value` as the bits of `dtype`'s compute type, rounded through `dtype`
 /// as the CPU's `from_f64` does.
 fn value_bits(value: f64, dtype: Dtype) -> u32 {
-    let one = crate::backend::cpu::indexing::filled(&[1], dtype, value);
-    let ct = match compute_type(dtype) {
-        "f32" => Dtype::F32,
-        "i32" => Dtype::I32,
-        _ => Dtype::U32,
-    };
-    let c = crate::backend::cpu::copy::copy_cast(&one, &[1], dtype, ct);
-    u32::from_le_bytes(c.as_bytes(ct, 1)[..4].try_into().expect("4 bytes"))
+    crate::backend::common::dispatch!(dtype, T => {
+        let v = <T as Element>::from_f64(value);
+        match compute_type(dtype) {
+            "f32" => cast::<T, f32>(v).to_bits(),
+            "i32" => cast::<T, i32>(v) as u32,
+            _ => cast::<T, u32>(v),
+        }
+    })
 }
 
 /// Surrounds `x` with `value`: `low[k]` elements before axis `k`, the rest

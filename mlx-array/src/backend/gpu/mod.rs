@@ -345,11 +345,16 @@ pub(crate) fn buffer_of(data: &ArrayData) -> Result<&wgpu::Buffer> {
         .ok_or_else(|| Error::gpu("a GPU kernel was given an array that lives on the CPU"))
 }
 
-/// Copies host `data` (any view) into a new contiguous GPU array.
-pub(crate) fn upload(data: &ArrayData, shape: &[usize], dtype: Dtype) -> Result<ArrayData> {
+/// Copies host `data` (contiguous from its offset: the caller makes a
+/// strided view dense on the host first) into a new contiguous GPU array.
+pub(crate) fn upload(host: &ArrayData, shape: &[usize], dtype: Dtype) -> Result<ArrayData> {
     supported(dtype)?;
+    if !host.is_contiguous(shape) {
+        return Err(Error::gpu(
+            "upload needs a contiguous host view; copy it with the CPU backend first",
+        ));
+    }
     let c = context()?;
-    let host = crate::backend::cpu::copy_contiguous(data, shape, dtype)?;
     let n = crate::shape::size_of_shape(shape) * dtype.size_of();
     let out = alloc(shape, dtype)?;
     if n > 0 {

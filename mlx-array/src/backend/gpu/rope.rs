@@ -3,7 +3,7 @@
 
 use super::codegen;
 use super::{alloc, context, dense, dispatch};
-use crate::backend::cpu::rope::RopeSpec;
+use crate::backend::common::rope::RopeSpec;
 use crate::primitive::ArrayData;
 use crate::{Dtype, Result};
 

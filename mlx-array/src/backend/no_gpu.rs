@@ -1,0 +1,285 @@
+//! `backend::gpu` when mlx-array is built without its `gpu` feature: the
+//! entry points of the wgpu backend that the rest of the crate calls, each
+//! failing with [`UNAVAILABLE`] or giving the answer of a machine with no
+//! GPU (nothing to submit, nothing pooled, nothing to fuse). The primitives,
+//! the evaluator, devices and memory call `gpu::...` the same way in both
+//! builds, so no `cfg` is needed outside `backend/`. No array can live on
+//! the GPU in this build: [`DeviceBuffer`] has no values.
+
+use crate::backend::common::attention::AttentionDims;
+use crate::backend::common::elementwise::{BinaryOp, UnaryOp};
+use crate::backend::common::reduce::ReduceOp;
+use crate::backend::common::rope::RopeSpec;
+use crate::backend::cpu::loss::LceArgs;
+use crate::primitive::ArrayData;
+use crate::{Dtype, Error, Result};
+
+/// Why every GPU entry point fails in this build.
+pub const UNAVAILABLE: &str =
+    "built without the `gpu` feature; rebuild mlx-array with `--features gpu`";
+
+fn unavailable() -> Error {
+    Error::gpu(UNAVAILABLE)
+}
+
+/// The GPU context; none exists in this build.
+#[derive(Debug)]
+pub enum GpuContext {}
+
+/// Always [`UNAVAILABLE`].
+pub fn context() -> Result<&'static GpuContext> {
+    Err(unavailable())
+}
+
+/// Always [`UNAVAILABLE`].
+pub fn adapter_name() -> Result<String> {
+    Err(unavailable())
+}
+
+/// Nothing was recorded, so nothing to submit.
+pub fn submit() -> Result<()> {
+    Ok(())
+}
+
+/// No kernel ever ran: 0.
+pub fn dispatch_count() -> usize {
+    0
+}
+
+/// A GPU buffer; none exists in this build.
+#[derive(Debug)]
+pub enum DeviceBuffer {}
+
+impl DeviceBuffer {
+    /// Bytes reserved (never called: there are no values).
+    pub fn capacity(&self) -> usize {
+        match *self {}
+    }
+}
+
+/// Declares kernels that fail with [`UNAVAILABLE`], with the wgpu backend's signatures.
+macro_rules! unavailable_kernels {
+    ($($(#[$m:meta])* $vis:vis fn $name:ident($($arg:ident: $ty:ty),* $(,)?);)*) => {
+        $(
+            $(#[$m])*
+            #[allow(clippy::too_many_arguments)] // the wgpu backend's signatures
+            $vis fn $name($($arg: $ty),*) -> Result<ArrayData> {
+                let _ = ($($arg,)*);
+                Err(unavailable())
+            }
+        )*
+    };
+}
+
+unavailable_kernels! {
+    /// Always [`UNAVAILABLE`].
+    pub(crate) fn upload(host: &ArrayData, shape: &[usize], dtype: Dtype);
+    /// Always [`UNAVAILABLE`].
+    pub(crate) fn download(data: &ArrayData, shape: &[usize], dtype: Dtype);
+    /// Always [`UNAVAILABLE`].
+    pub fn unary(op: UnaryOp, shape: &[usize], dtype: Dtype, a: &ArrayData);
+    /// Always [`UNAVAILABLE`].
+    pub fn binary(op: BinaryOp, shape: &[usize], dtype: Dtype, a: &ArrayData, b: &ArrayData);
+    /// Always [`UNAVAILABLE`].
+    pub fn where_(shape: &[usize], dtype: Dtype, cond: &ArrayData, a: &ArrayData, b: &ArrayData);
+    /// Always [`UNAVAILABLE`].
+    pub fn astype(data: &ArrayData, shape: &[usize], from: Dtype, to: Dtype);
+    /// Always [`UNAVAILABLE`].
+    pub fn copy_contiguous(data: &ArrayData, shape: &[usize], dtype: Dtype);
+    /// Always [`UNAVAILABLE`].
+    pub fn arange(start: f64, step: f64, n: usize, dtype: Dtype);
+    /// Always [`UNAVAILABLE`].
+    pub fn random_bits(key: &ArrayData, key_shape: &[usize], n: usize, shape: &[usize]);
+    /// Always [`UNAVAILABLE`].
+    pub fn reduce(op: ReduceOp, data: &ArrayData, shape: &[usize], dtype: Dtype, axes: &[usize]);
+    /// Always [`UNAVAILABLE`].
+    pub fn arg_reduce(is_max: bool, data: &ArrayData, shape: &[usize], dtype: Dtype, axis: usize);
+    /// Always [`UNAVAILABLE`].
+    pub fn cumsum(
+        data: &ArrayData,
+        shape: &[usize],
+        dtype: Dtype,
+        axis: usize,
+        reverse: bool,
+        inclusive: bool,
+    );
+    /// Always [`UNAVAILABLE`].
+    pub fn matmul(
+        a: &ArrayData,
+        a_shape: &[usize],
+        b: &ArrayData,
+        b_shape: &[usize],
+        dtype: Dtype,
+        out_shape: &[usize],
+    );
+    /// Always [`UNAVAILABLE`].
+    pub fn take(
+        a: &ArrayData,
+        a_shape: &[usize],
+        dtype: Dtype,
+        idx: &ArrayData,
+        idx_shape: &[usize],
+        idx_dtype: Dtype,
+        axis: usize,
+        out_shape: &[usize],
+    );
+    /// Always [`UNAVAILABLE`].
+    pub fn take_along_axis(
+        a: &ArrayData,
+        a_shape: &[usize],
+        dtype: Dtype,
+        idx: &ArrayData,
+        idx_dtype: Dtype,
+        axis: usize,
+        out_shape: &[usize],
+    );
+    /// Always [`UNAVAILABLE`].
+    pub fn scatter_add(
+        ct: &ArrayData,
+        ct_shape: &[usize],
+        dtype: Dtype,
+        idx: &ArrayData,
+        idx_shape: &[usize],
+        idx_dtype: Dtype,
+        axis: usize,
+        along_axis: bool,
+        out_shape: &[usize],
+    );
+    /// Always [`UNAVAILABLE`].
+    pub fn concatenate(
+        parts: &[(ArrayData, Vec<usize>)],
+        dtype: Dtype,
+        axis: usize,
+        out_shape: &[usize],
+    );
+    /// Always [`UNAVAILABLE`].
+    pub fn pad(
+        x: &ArrayData,
+        x_shape: &[usize],
+        dtype: Dtype,
+        low: &[usize],
+        value: f64,
+        out_shape: &[usize],
+    );
+    /// Always [`UNAVAILABLE`].
+    pub fn slice_update(
+        base: &ArrayData,
+        shape: &[usize],
+        dtype: Dtype,
+        upd: &ArrayData,
+        upd_shape: &[usize],
+        start: &[usize],
+        step: &[isize],
+    );
+    /// Always [`UNAVAILABLE`].
+    pub fn softmax(x: &ArrayData, shape: &[usize], dtype: Dtype);
+    /// Always [`UNAVAILABLE`].
+    pub fn cross_entropy(
+        logits: &ArrayData,
+        shape: &[usize],
+        dtype: Dtype,
+        t: &ArrayData,
+        t_dtype: Dtype,
+    );
+    /// Always [`UNAVAILABLE`].
+    pub fn cross_entropy_grad(
+        logits: ArrayData,
+        shape: &[usize],
+        dtype: Dtype,
+        t: &ArrayData,
+        t_dtype: Dtype,
+        ct: &ArrayData,
+        ct_dtype: Dtype,
+        donated: bool,
+    );
+    /// Always [`UNAVAILABLE`].
+    pub fn linear_cross_entropy(a: &LceArgs<'_>);
+    /// Always [`UNAVAILABLE`].
+    pub fn linear_cross_entropy_grad(
+        a: &LceArgs<'_>,
+        ct: (&ArrayData, Dtype),
+        loss: &ArrayData,
+    );
+    /// Always [`UNAVAILABLE`].
+    pub fn attention(q: &ArrayData, k: &ArrayData, v: &ArrayData, dims: &AttentionDims);
+    /// Always [`UNAVAILABLE`].
+    pub fn attention_grad(
+        q: &ArrayData,
+        k: &ArrayData,
+        v: &ArrayData,
+        packed: &ArrayData,
+        d_out: &ArrayData,
+        dims: &AttentionDims,
+    );
+    /// Always [`UNAVAILABLE`].
+    pub fn rope(x: &ArrayData, shape: &[usize], spec: &RopeSpec);
+    /// Always [`UNAVAILABLE`].
+    pub fn rms_norm(x: &ArrayData, w: &ArrayData, shape: &[usize], eps: f32);
+    /// Always [`UNAVAILABLE`].
+    pub fn rms_norm_grad(x: &ArrayData, w: &ArrayData, ct: &ArrayData, shape: &[usize], eps: f32);
+}
+
+/// The fusion hooks of [`crate::Primitive::gpu_expression`]: no WGSL without a GPU.
+pub(crate) mod elementwise {
+    use super::unavailable;
+    use crate::backend::common::elementwise::{BinaryOp, UnaryOp};
+    use crate::primitive::ArrayData;
+    use crate::{Dtype, Result};
+
+    /// Always [`super::UNAVAILABLE`].
+    pub(crate) fn unary_expression(_op: UnaryOp, _dtype: Dtype) -> Result<String> {
+        Err(unavailable())
+    }
+
+    /// Always [`super::UNAVAILABLE`].
+    pub(crate) fn binary_expression(_op: BinaryOp, _dtype: Dtype) -> Result<(String, Dtype)> {
+        Err(unavailable())
+    }
+
+    /// Always [`super::UNAVAILABLE`].
+    pub(crate) fn astype_expression(_from: Dtype, _to: Dtype) -> Result<String> {
+        Err(unavailable())
+    }
+
+    /// Always [`super::UNAVAILABLE`].
+    pub(crate) fn where_expression() -> Result<String> {
+        Err(unavailable())
+    }
+
+    /// Always [`super::UNAVAILABLE`].
+    pub(crate) fn map(
+        _key: &str,
+        _expr: &str,
+        _shape: &[usize],
+        _inputs: &[(&ArrayData, Dtype)],
+        _out_dtype: Dtype,
+    ) -> Result<ArrayData> {
+        Err(unavailable())
+    }
+}
+
+/// The evaluator's fusion plan: with no GPU nodes, nothing is fused.
+pub(crate) mod fusion {
+    use crate::primitive::ArrayData;
+    use crate::{Array, Result};
+
+    /// Fuses nothing.
+    pub(crate) struct Fusion;
+
+    impl Fusion {
+        /// The empty plan.
+        pub(crate) fn new(_order: &[Array]) -> Fusion {
+            Fusion
+        }
+
+        /// Never defers a node.
+        pub(crate) fn defer(&mut self, _a: &Array) -> bool {
+            false
+        }
+
+        /// Never runs a fused kernel.
+        pub(crate) fn run(&mut self, _out: &Array) -> Result<Option<ArrayData>> {
+            Ok(None)
+        }
+    }
+}
