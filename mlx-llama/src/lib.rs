@@ -12,6 +12,7 @@ pub mod checkpoint;
 pub mod config;
 pub mod metrics;
 pub mod model;
+mod sync;
 pub mod trainer;
 
 pub use config::{

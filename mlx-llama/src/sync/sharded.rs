@@ -1,0 +1,129 @@
+//! ZeRO stage 1: each rank keeps the optimizer state of its shard of every
+//! parameter (see [`mlx_optim::Sharded`]).
+
+use std::path::Path;
+
+use anyhow::{Result, anyhow};
+use mlx_array::{Array, Dtype, Tree};
+use mlx_dist::Group;
+use mlx_optim::{AdamW, Optimizer};
+
+use super::{GradSync, SparseRows, reduce_with};
+use crate::checkpoint;
+
+/// Gradients averaged with one `mean_scatter` per bucket, so that each rank
+/// receives its shards only; the new parameters gathered whole.
+pub(crate) struct Sharded {
+    opt: mlx_optim::Sharded<AdamW>,
+    communication: Option<Dtype>,
+}
+
+impl Sharded {
+    /// `opt`'s state sharded over `group`; buckets of `bucket_bytes`,
+    /// gradients travelling in `communication` (`None`: their own dtype).
+    pub(crate) fn new(
+        opt: AdamW,
+        group: &Group,
+        bucket_bytes: usize,
+        communication: Option<Dtype>,
+    ) -> Self {
+        Sharded {
+            opt: mlx_optim::Sharded::new(opt, group).bucket_bytes(bucket_bytes),
+            communication,
+        }
+    }
+
+    /// This rank's shards of the world's average of the dense `grads`.
+    fn shard(&self, grads: &Tree) -> Result<Tree> {
+        let shard = |g: &Tree| self.opt.shard_gradients(g).map_err(|e| anyhow!("{e}"));
+        match self.communication {
+            Some(d) => {
+                let cast = grads.map(|_, g| cast_float(g, d))?;
+                let shards = shard(&cast)?;
+                drop(cast);
+                Ok(shards.zip_map(grads, |_, s, g| cast_float(s, g.dtype()))?)
+            }
+            None => shard(grads),
+        }
+    }
+
+    /// This rank's shard of `mean`, an averaged gradient, cut as
+    /// [`mlx_optim::Sharded`] cuts every parameter: flat, `ceil(N / W)`
+    /// elements per rank, zero padded.
+    fn own_shard(&self, mean: Array) -> Result<Array> {
+        let group = self.opt.group();
+        let (r, w) = (group.rank(), group.size());
+        let n = mean.size();
+        let len = n.div_ceil(w);
+        let (lo, hi) = ((r * len).min(n), ((r + 1) * len).min(n));
+        let mine = mean.reshape(&[-1])?.slice_axis(0, lo as i64, hi as i64)?;
+        Ok(if hi - lo < len {
+            let zeros = Array::zeros(&[len - (hi - lo)], mean.dtype());
+            mlx_array::concatenate(&[mine, zeros], 0)?
+        } else {
+            mine
+        })
+    }
+
+    /// This rank's state file in a checkpoint folder.
+    fn state_file(&self) -> String {
+        format!("optimizer_rank{}.safetensors", self.opt.group().rank())
+    }
+}
+
+impl GradSync for Sharded {
+    fn reduce(&self, own: Tree, sparse: Option<&SparseRows>) -> Result<Tree> {
+        let dense = |g: &Tree| self.shard(g);
+        let keep = |mean| self.own_shard(mean);
+        reduce_with(
+            own,
+            sparse,
+            self.opt.group(),
+            self.communication,
+            dense,
+            keep,
+        )
+    }
+
+    /// The shards' squared norms are summed over the world (one `all_sum`).
+    fn clip(&self, grads: Tree, max_norm: f64) -> Result<(Tree, Array)> {
+        self.opt
+            .clip_grad_norm(&grads, max_norm)
+            .map_err(|e| anyhow!("{e}"))
+    }
+
+    fn apply(&mut self, grads: Tree, params: Tree) -> Result<Tree> {
+        self.opt
+            .apply_shards(&grads, &params)
+            .map_err(|e| anyhow!("{e}"))
+    }
+
+    /// Every rank writes its own shard, then waits for the others (a barrier).
+    fn save(&self, dir: &Path) -> Result<()> {
+        let path = dir.join(self.state_file());
+        self.opt.save_state(&path).map_err(|e| anyhow!("{e}"))?;
+        checkpoint::sync_path(&path)?;
+        self.opt.group().barrier()?;
+        Ok(())
+    }
+
+    fn load(&mut self, dir: &Path, params: &Tree) -> Result<()> {
+        let path = dir.join(self.state_file());
+        self.opt
+            .load_state(&path, params)
+            .map_err(|e| anyhow!("loading the optimizer from {}: {e}", dir.display()))
+    }
+
+    fn optimizer(&self) -> &dyn Optimizer {
+        &self.opt
+    }
+}
+
+/// `x` cast to the float dtype `to`; arrays of other dtypes as they are.
+fn cast_float(x: &Array, to: Dtype) -> mlx_array::Result<Array> {
+    if x.dtype().is_float() && x.dtype() != to {
+        x.astype(to)
+    } else {
+        Ok(x.clone())
+    }
+}

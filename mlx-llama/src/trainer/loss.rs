@@ -1,0 +1,70 @@
+//! The loss: its gradients over a step's micro-batches, and the validation
+//! loss over the world.
+
+use anyhow::Result;
+use mlx_array::{Array, Dtype, Tree, eval};
+use mlx_data::DataLoader;
+use mlx_dist::Group;
+use mlx_nn::losses::{CrossEntropyOptions, Reduction};
+use mlx_nn::value_and_grad;
+
+use super::batch::{Micro, micro};
+use crate::Llama;
+
+/// The summed loss of `micros` and this rank's own gradients of it, summed
+/// over the micro-batches. A micro-batch's loss is its masked token losses
+/// times `scale`, summed; the fused loss computes its gradient in the same
+/// pass. Lazy.
+pub(super) fn loss_and_grads(
+    model: &mut Llama,
+    micros: Vec<Micro>,
+    scale: f64,
+) -> Result<(Array, Tree)> {
+    let vg = value_and_grad(|m: &Llama, (micro, scale): &(Micro, f64)| {
+        m.loss_for_training(&micro.x, &micro.y, &micro.mask.mul_scalar(*scale)?)
+    });
+    let mut loss = Array::zeros(&[], Dtype::F32);
+    // Each stage of the gradients replaces the previous one, which is
+    // dropped here so that the graph holds the only references to it:
+    // the evaluator can then free every buffer once its last reader ran.
+    let mut grads: Option<Tree> = None;
+    for m in micros {
+        let (l, g) = vg(model, &(m, scale))?;
+        loss = loss.add(&l)?;
+        grads = Some(match grads {
+            None => g,
+            Some(acc) => acc.zip_map(&g, |_, a, b| a.add(b))?,
+        });
+    }
+    let grads = grads.ok_or_else(|| anyhow::anyhow!("a step needs at least one micro-batch"))?;
+    Ok((loss, grads))
+}
+
+/// Sum of the masked per-token losses of a micro-batch.
+fn loss_sum(model: &Llama, m: &Micro) -> mlx_array::Result<Array> {
+    let opts = CrossEntropyOptions {
+        reduction: Reduction::Sum,
+        weights: Some(m.mask.clone()),
+        ..Default::default()
+    };
+    model.loss(&m.x, &m.y, &opts)
+}
+
+/// Mean validation loss over every rank's shard (`batches` batches each).
+pub(super) fn evaluate(
+    model: &Llama,
+    val: &mut DataLoader,
+    batches: usize,
+    group: &Group,
+) -> Result<f32> {
+    let mut sum = Array::zeros(&[], Dtype::F32);
+    let mut count = Array::zeros(&[], Dtype::F32);
+    for _ in 0..batches {
+        let m = micro(&val.next_batch()?)?;
+        sum = sum.add(&loss_sum(model, &m)?)?;
+        count = count.add(&m.mask.sum_all()?)?;
+        eval((&sum, &count))?;
+    }
+    let both = mlx_dist::all_sum(&mlx_array::stack(&[sum, count], 0)?, group)?.to_vec::<f32>()?;
+    Ok(both[0] / both[1].max(1.0))
+}

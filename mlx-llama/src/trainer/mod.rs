@@ -1,0 +1,251 @@
+//! The data-parallel training loop: the same program on 1 or N ranks.
+//!
+//! A step reads like the seeds' loop: the loss and its gradients
+//! (accumulated over micro-batches), their average over the ranks, the
+//! update, the eval. How the gradients are averaged and where the optimizer
+//! state lives is the business of the gradient-synchronisation strategy
+//! (the crate's `sync` module: replicated or sharded), chosen once per run.
+
+mod batch;
+mod checkpoints;
+mod loss;
+mod record;
+mod setup;
+#[cfg(test)]
+mod tests;
+
+use std::time::Instant;
+
+use anyhow::{Context, Result, anyhow, bail};
+use mlx_array::{Array, Device, Tree, eval, memory};
+use mlx_data::{BatchSize, DataLoader, Prefetcher};
+use mlx_dist::Group;
+use mlx_nn::ModuleExt;
+
+use crate::Llama;
+use crate::config::TrainConfig;
+use crate::sync::{self, EMBEDDING, GradSync};
+use batch::StepBatch;
+use record::{Recorder, Stepped};
+
+pub use record::Summary;
+pub use setup::data_config_for;
+
+/// Trains on `group` as configured. Every rank calls this with the same
+/// configuration; rank 0 reports and writes checkpoints.
+///
+/// With `device = "gpu"` the model, its gradients and the optimizer run on
+/// the GPU (ops built by this thread are placed there; collectives stay on
+/// the CPU and transfers are inserted where arrays cross); without a usable
+/// adapter it fails at once with the reason.
+pub fn train(cfg: &TrainConfig, group: &Group) -> Result<Summary> {
+    let device: Device = cfg.device.parse().map_err(|e| anyhow!("{e}"))?;
+    if device == Device::Gpu {
+        mlx_array::device::gpu_available()
+            .map_err(|e| anyhow!("--device gpu: no usable GPU adapter: {e}"))?;
+    }
+    mlx_array::device::with_device(device, || train_on(cfg, group))
+}
+
+fn train_on(cfg: &TrainConfig, group: &Group) -> Result<Summary> {
+    if cfg.grad_accumulation == 0 || cfg.steps == 0 || cfg.block_size == 0 {
+        bail!("steps, block size and gradient accumulation must all be at least 1");
+    }
+    let mut run = Run::start(cfg, group)?;
+    for step in run.first_step..cfg.steps {
+        run.step(step)?;
+    }
+    run.record.finish(run.tokens, group)
+}
+
+/// A run between its steps.
+struct Run<'a> {
+    cfg: &'a TrainConfig,
+    group: &'a Group,
+    model: Llama,
+    /// How the gradients meet and the optimizer state is kept.
+    sync: Box<dyn GradSync>,
+    batches: Prefetcher,
+    val_loader: DataLoader,
+    /// Steps done before this run (resumed from a checkpoint).
+    first_step: u64,
+    /// Tokens per optimizer step across the world.
+    tokens: f64,
+    /// Whether the embedding's gradient travels as the rows of the batch's tokens.
+    sparse_embedding: bool,
+    record: Recorder,
+}
+
+impl<'a> Run<'a> {
+    /// Prepares the data, builds the model and the strategy, and resumes
+    /// from the newest intact checkpoint, if any.
+    fn start(cfg: &'a TrainConfig, group: &'a Group) -> Result<Run<'a>> {
+        let (rank, world) = (group.rank(), group.size());
+        let batch = setup::per_rank(cfg, world)?;
+        // Sequences per optimizer step across the world.
+        let sequences = match batch {
+            BatchSize::Global(b) => b,
+            BatchSize::PerRank(b) => b * world,
+        } * cfg.grad_accumulation;
+        let data = mlx_data::prepare(&data_config_for(cfg)).context("preparing the data")?;
+        if rank == 0 {
+            tracing::info!(
+                rank,
+                source = data.source_kind,
+                vocab = data.tokenizer.vocab_size(),
+                "data ready"
+            );
+        }
+        let mut model = setup::model(cfg, data.tokenizer.vocab_size())?;
+        let mut sync = sync::for_config(cfg, group, setup::adamw(cfg)?);
+        let mut train_loader = setup::loader(data.train.clone(), cfg, group, batch)?;
+        let val_loader = setup::loader(data.validation.clone(), cfg, group, batch)?;
+        let first_step =
+            checkpoints::resume(cfg, group, &mut model, sync.as_mut(), &mut train_loader)?;
+        eval(model.parameters())?;
+        if rank == 0 {
+            println!(
+                "training {} parameters on {world} rank(s): {} steps, {} sequences of {} tokens per step, {} data, vocabulary {}",
+                model.num_parameters(),
+                cfg.steps,
+                sequences,
+                cfg.block_size,
+                data.source_kind,
+                model.config.vocab_size
+            );
+        }
+        let batches = Prefetcher::spawn(train_loader, 4)?;
+        let record = Recorder::new(cfg, rank, first_step, data.source_kind)?;
+        let sparse_embedding = cfg.sparse_embedding_gradients
+            && world > 1
+            && model.trainable_parameters().get_array(EMBEDDING).is_some();
+        memory::reset_peak();
+        Ok(Run {
+            cfg,
+            group,
+            model,
+            sync,
+            batches,
+            val_loader,
+            first_step,
+            tokens: (sequences * cfg.block_size) as f64,
+            sparse_embedding,
+            record,
+        })
+    }
+
+    /// Optimizer step `step` (0-based), as the seeds' loop: loss and
+    /// gradients, average, update, eval; then the records, validation and
+    /// checkpoint.
+    fn step(&mut self, step: u64) -> Result<()> {
+        let t0 = Instant::now();
+        let comm0 = mlx_array::eval::communication_times();
+        let batch = StepBatch::next(
+            &mut self.batches,
+            self.cfg,
+            self.group,
+            self.tokens,
+            self.sparse_embedding,
+        )?;
+        let (loss, grads) = loss::loss_and_grads(&mut self.model, batch.micros, batch.scale)?;
+        let grads = self.sync.reduce(grads, batch.sparse.as_ref())?;
+        let (grads, grad_norm) = self.clip(grads)?;
+        let learning_rate = self.sync.optimizer().learning_rate();
+        self.update(grads)?;
+        self.eval_step(&loss, &grad_norm)?;
+        let loss = self.world_loss(&loss, step)?;
+        let stepped = Stepped {
+            loss,
+            learning_rate,
+            seconds: t0.elapsed().as_secs_f64(),
+            comm: mlx_array::eval::communication_times() - comm0,
+            grad_norm,
+        };
+        self.after(step + 1, &stepped)
+    }
+
+    /// The averaged gradients clipped by their global norm, and that norm,
+    /// when clipping is configured.
+    fn clip(&self, grads: Tree) -> Result<(Tree, Option<Array>)> {
+        Ok(match self.cfg.grad_clip {
+            Some(max) => {
+                let (g, n) = self.sync.clip(grads, max)?;
+                (g, Some(n))
+            }
+            None => (grads, None),
+        })
+    }
+
+    /// The optimizer's update of the model's parameters (lazy).
+    fn update(&mut self, grads: Tree) -> Result<()> {
+        let new = self.sync.apply(grads, self.model.trainable_parameters())?;
+        self.model.update(&new)?;
+        Ok(())
+    }
+
+    /// Evaluates the step: its loss, the new parameters, the optimizer
+    /// state and the gradient norm.
+    fn eval_step(&self, loss: &Array, grad_norm: &Option<Array>) -> Result<()> {
+        // New parameters last layer first: at world 1 the evaluator runs
+        // each one's update as soon as the backward pass has produced its
+        // gradient, so the activations a gradient needs and the gradient
+        // itself are freed early instead of all being held until the
+        // backward pass is done. With more ranks, each gradient's collective
+        // starts as soon as the gradient exists and the backward pass goes
+        // on while it travels; the updates that read the collectives run
+        // after it (see `mlx_array::eval`).
+        let mut updated = self.model.parameters().leaves();
+        updated.reverse();
+        eval((loss, &updated, self.sync.optimizer().state(), grad_norm))?;
+        Ok(())
+    }
+
+    /// The world's mean of this rank's (evaluated) loss of step `step`, or
+    /// an error when it is not finite.
+    fn world_loss(&self, loss: &Array, step: u64) -> Result<f32> {
+        // The world's loss only after the step: summed in the middle of it,
+        // it made each rank wait there for the slower one, on top of the
+        // waits at the gradients' collectives; here the ranks have just met
+        // at those, so it costs one small message.
+        let world_loss =
+            mlx_dist::all_sum(loss, self.group)?.div_scalar(self.group.size() as f64)?;
+        let value = world_loss.item::<f32>()?;
+        if !value.is_finite() {
+            bail!("the loss became {value} at step {}", step + 1);
+        }
+        Ok(value)
+    }
+
+    /// After step `done` (1-based): its records, the validation loss when
+    /// due, the metrics, and a checkpoint when due.
+    fn after(&mut self, done: u64, stepped: &Stepped) -> Result<()> {
+        let cfg = self.cfg;
+        self.record.step(done, stepped)?;
+        let last = done == cfg.steps;
+        let val_loss = if cfg.eval_every > 0 && (done.is_multiple_of(cfg.eval_every) || last) {
+            let v = loss::evaluate(
+                &self.model,
+                &mut self.val_loader,
+                cfg.eval_batches,
+                self.group,
+            )?;
+            self.record.val_loss(done, v);
+            Some(v)
+        } else {
+            None
+        };
+        let log = done.is_multiple_of(cfg.log_every.max(1));
+        self.record
+            .report(done, stepped, val_loss, self.tokens, log)?;
+        if (cfg.checkpoint_every > 0 && done.is_multiple_of(cfg.checkpoint_every)) || last {
+            let parts = checkpoints::Parts {
+                model: &self.model,
+                sync: self.sync.as_ref(),
+                batches: &self.batches,
+            };
+            let dir = checkpoints::save(cfg, self.group, parts, done)?;
+            self.record.checkpoint(dir);
+        }
+        Ok(())
+    }
+}

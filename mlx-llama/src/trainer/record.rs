@@ -1,0 +1,220 @@
+//! What a run records of its steps: the summary it returns, rank 0's
+//! metrics file and progress lines, and each rank's memory log.
+
+use std::fs::File;
+use std::io::Write;
+use std::path::PathBuf;
+
+use anyhow::{Context, Result};
+use mlx_array::eval::CommunicationTimes;
+use mlx_array::{Array, memory};
+use mlx_dist::Group;
+
+use crate::config::TrainConfig;
+use crate::metrics::{Reporter, StepMetrics};
+
+/// What a finished run reports.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct Summary {
+    /// Training loss of every step run (the world's mean).
+    pub losses: Vec<f32>,
+    /// Validation losses `(step, loss)`.
+    pub val_losses: Vec<(u64, f32)>,
+    /// Median milliseconds per step (steps after the first).
+    pub median_ms: f64,
+    /// Milliseconds of every step run, in order.
+    pub step_ms: Vec<f64>,
+    /// Of every step, the milliseconds this rank sat blocked waiting for
+    /// collectives (see [`mlx_array::eval::communication_times`]).
+    pub comm_wait_ms: Vec<f64>,
+    /// Of every step, the milliseconds this rank's communication thread
+    /// spent in collectives, overlapped with computation or not.
+    pub comm_ms: Vec<f64>,
+    /// Median over the steps after the first of the time each rank waited
+    /// for collectives, per rank (index: rank).
+    pub median_comm_wait_ms: Vec<f64>,
+    /// Tokens per second over the world at the median step time.
+    pub tokens_per_s: f64,
+    /// This rank's peak array memory, MiB.
+    pub peak_mib: f64,
+    /// Where the last checkpoint went.
+    pub checkpoint: Option<PathBuf>,
+    /// Which data source was used (`hub`, `local` or `offline`).
+    pub source: String,
+}
+
+/// What one step measured.
+pub(super) struct Stepped {
+    /// The world's mean loss.
+    pub loss: f32,
+    /// The learning rate reported for the step.
+    pub learning_rate: f64,
+    /// Wall time of the step.
+    pub seconds: f64,
+    /// The step's waits for, and time in, collectives.
+    pub comm: CommunicationTimes,
+    /// The global gradient norm before clipping, when clipping (evaluated).
+    pub grad_norm: Option<Array>,
+}
+
+/// A run's records so far.
+pub(super) struct Recorder {
+    rank: usize,
+    summary: Summary,
+    /// Seconds of every step.
+    times: Vec<f64>,
+    /// Rank 0's metrics file and progress display.
+    reporter: Option<Reporter>,
+    memory_log: Option<File>,
+}
+
+impl Recorder {
+    /// Records of a run on `rank` that starts after `first_step` steps, with
+    /// data from `source`.
+    pub(super) fn new(
+        cfg: &TrainConfig,
+        rank: usize,
+        first_step: u64,
+        source: &str,
+    ) -> Result<Recorder> {
+        let reporter = if rank == 0 {
+            Some(Reporter::new(&cfg.out_dir, cfg.steps, first_step)?)
+        } else {
+            None
+        };
+        let summary = Summary {
+            losses: vec![],
+            val_losses: vec![],
+            median_ms: 0.0,
+            step_ms: vec![],
+            comm_wait_ms: vec![],
+            comm_ms: vec![],
+            median_comm_wait_ms: vec![],
+            tokens_per_s: 0.0,
+            peak_mib: 0.0,
+            checkpoint: None,
+            source: source.into(),
+        };
+        let memory_log = match &cfg.memory_log {
+            Some(p) => {
+                let path = PathBuf::from(format!("{}.rank{rank}.jsonl", p.display()));
+                Some(File::create(&path).with_context(|| format!("creating {}", path.display()))?)
+            }
+            None => None,
+        };
+        Ok(Recorder {
+            rank,
+            summary,
+            times: vec![],
+            reporter,
+            memory_log,
+        })
+    }
+
+    /// Records step `done` (1-based): its times, a line of the memory log
+    /// and its loss.
+    pub(super) fn step(&mut self, done: u64, s: &Stepped) -> Result<()> {
+        self.times.push(s.seconds);
+        self.summary.step_ms.push(s.seconds * 1e3);
+        self.summary
+            .comm_wait_ms
+            .push(s.comm.waited.as_secs_f64() * 1e3);
+        self.summary.comm_ms.push(s.comm.busy.as_secs_f64() * 1e3);
+        if let Some(f) = self.memory_log.as_mut() {
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap_or_default()
+                .as_millis();
+            writeln!(
+                f,
+                "{{\"unix_ms\":{now},\"rank\":{},\"step\":{done},\"active\":{},\"peak\":{},\"cache\":{}}}",
+                self.rank,
+                memory::active(),
+                memory::peak(),
+                memory::cache()
+            )?;
+        }
+        self.summary.losses.push(s.loss);
+        Ok(())
+    }
+
+    /// Records the validation loss after step `done`.
+    pub(super) fn val_loss(&mut self, done: u64, loss: f32) {
+        self.summary.val_losses.push((done, loss));
+    }
+
+    /// Rank 0 writes step `done`'s metrics (with `tokens` per step over the
+    /// world) and, with `log`, its progress line.
+    pub(super) fn report(
+        &mut self,
+        done: u64,
+        s: &Stepped,
+        val_loss: Option<f32>,
+        tokens: f64,
+        log: bool,
+    ) -> Result<()> {
+        let Some(r) = self.reporter.as_mut() else {
+            return Ok(());
+        };
+        r.step(
+            &StepMetrics {
+                step: done,
+                loss: s.loss,
+                learning_rate: s.learning_rate,
+                tokens_per_s: tokens / s.seconds,
+                ms_per_step: s.seconds * 1e3,
+                comm_wait_ms: s.comm.waited.as_secs_f64() * 1e3,
+                comm_ms: s.comm.busy.as_secs_f64() * 1e3,
+                peak_mib: memory::peak() as f64 / (1 << 20) as f64,
+                active_mib: memory::active() as f64 / (1 << 20) as f64,
+                val_loss,
+                grad_norm: s.grad_norm.as_ref().map(|n| n.item::<f32>()).transpose()?,
+            },
+            log,
+        )
+    }
+
+    /// Records where the latest checkpoint went.
+    pub(super) fn checkpoint(&mut self, dir: PathBuf) {
+        self.summary.checkpoint = Some(dir);
+    }
+
+    /// The summary of the run, with `tokens` per step over the world; every
+    /// rank calls it (the ranks' waits are gathered).
+    pub(super) fn finish(self, tokens: f64, group: &Group) -> Result<Summary> {
+        if let Some(r) = &self.reporter {
+            r.finish();
+        }
+        let mut summary = self.summary;
+        summary.median_ms = median_after_first(&self.times) * 1e3;
+        summary.tokens_per_s = if summary.median_ms > 0.0 {
+            tokens / (summary.median_ms / 1e3)
+        } else {
+            0.0
+        };
+        summary.peak_mib = memory::peak() as f64 / (1 << 20) as f64;
+        // Every rank's median wait (the faster ranks wait for the slower ones).
+        let waits = median_after_first(&summary.comm_wait_ms);
+        summary.median_comm_wait_ms = if group.size() > 1 {
+            let mine = Array::from_slice(&[waits as f32], &[1])?;
+            mlx_dist::all_gather(&mine, group)?
+                .to_vec::<f32>()?
+                .into_iter()
+                .map(f64::from)
+                .collect()
+        } else {
+            vec![waits]
+        };
+        Ok(summary)
+    }
+}
+
+/// The median of `xs` past the first (all of them when there is one).
+fn median_after_first(xs: &[f64]) -> f64 {
+    let mut v: Vec<f64> = xs.iter().skip(1).copied().collect();
+    if v.is_empty() {
+        v = xs.to_vec();
+    }
+    v.sort_by(f64::total_cmp);
+    v.get(v.len() / 2).copied().unwrap_or(0.0)
+}

@@ -1,0 +1,128 @@
+//! What a run is built from: its data pipeline, batch size, learning-rate
+//! schedule, model and optimizer.
+
+use std::sync::Arc;
+
+use anyhow::{Result, bail};
+use mlx_array::Device;
+use mlx_data::{
+    BatchMode, BatchSize, DataConfig, DataLoader, LoaderConfig, TokenStore, TokenizerSpec,
+};
+use mlx_dist::Group;
+use mlx_optim::{AdamW, Schedule, schedule};
+
+use crate::config::{Batching, DataSource, ScheduleKind, TokenizerChoice, TrainConfig};
+use crate::{Llama, LlamaConfig};
+
+/// The data pipeline settings of a run (also used to find its tokenizer again).
+pub fn data_config_for(cfg: &TrainConfig) -> DataConfig {
+    use mlx_data::{LocalFormat, LocalSource, OfflineCorpus, SourceSpec};
+    let mut d = DataConfig::default();
+    if let Some(dir) = &cfg.data_cache {
+        d.cache_dir = dir.clone();
+    }
+    d.source = match &cfg.data {
+        DataSource::Auto => d.source.clone(),
+        DataSource::Offline => SourceSpec::Offline(OfflineCorpus::default()),
+        DataSource::Hub => match &d.source {
+            SourceSpec::Auto { hub, .. } => SourceSpec::Hub(hub.clone()),
+            s => s.clone(),
+        },
+        DataSource::Text { train, validation } => SourceSpec::Local(LocalSource {
+            train: train.clone(),
+            validation: validation.clone(),
+            format: LocalFormat::Text {
+                separator: "<|endoftext|>".into(),
+            },
+        }),
+        DataSource::JsonLines { train, validation } => SourceSpec::Local(LocalSource {
+            train: train.clone(),
+            validation: validation.clone(),
+            format: LocalFormat::JsonLines,
+        }),
+    };
+    d.tokenizer = match &cfg.tokenizer {
+        TokenizerChoice::Auto => TokenizerSpec::default(),
+        TokenizerChoice::File(p) => TokenizerSpec::File(p.clone()),
+        TokenizerChoice::Gpt2Files(dir) => TokenizerSpec::VocabMerges {
+            vocab: dir.join("vocab.json"),
+            merges: dir.join("merges.txt"),
+        },
+        TokenizerChoice::Train(n) => TokenizerSpec::TrainByteLevel { vocab_size: *n },
+    };
+    d
+}
+
+fn lr_schedule(cfg: &TrainConfig) -> Result<Schedule> {
+    let lr = cfg.learning_rate;
+    let main = match cfg.schedule {
+        ScheduleKind::Constant => schedule::constant(lr),
+        ScheduleKind::Cosine => {
+            schedule::cosine_decay(lr, cfg.steps.saturating_sub(cfg.warmup).max(1), lr * 0.1)?
+        }
+    };
+    if cfg.warmup == 0 {
+        return Ok(main);
+    }
+    let warm = schedule::linear_schedule(0.0, lr, cfg.warmup)?;
+    Ok(schedule::join_schedules(vec![warm, main], &[cfg.warmup])?)
+}
+
+/// AdamW as configured. mlx-optim's fused Adam kernel is CPU-only; on the
+/// GPU the op-by-op update (bit-identical to it) runs instead.
+pub(super) fn adamw(cfg: &TrainConfig) -> Result<AdamW> {
+    Ok(AdamW::new(lr_schedule(cfg)?)
+        .weight_decay(cfg.weight_decay)
+        .fused(mlx_array::default_device() == Device::Cpu))
+}
+
+/// The model as configured, its vocabulary grown to fit a tokenizer of
+/// `tokenizer_vocab` tokens (taken whole when the configured one is 0).
+pub(super) fn model(cfg: &TrainConfig, tokenizer_vocab: usize) -> Result<Llama> {
+    let vocab = if cfg.model.vocab_size == 0 {
+        tokenizer_vocab
+    } else {
+        cfg.model.vocab_size.max(tokenizer_vocab)
+    };
+    let model_cfg = LlamaConfig {
+        vocab_size: vocab,
+        ..cfg.model.clone()
+    };
+    Ok(Llama::new(&model_cfg, cfg.seed)?)
+}
+
+/// This rank's loader of `store`.
+pub(super) fn loader(
+    store: Arc<TokenStore>,
+    cfg: &TrainConfig,
+    group: &Group,
+    batch: BatchSize,
+) -> Result<DataLoader> {
+    let lc = LoaderConfig {
+        block_size: cfg.block_size,
+        batch,
+        mode: match cfg.batching {
+            Batching::Pad => BatchMode::Pad,
+            Batching::Pack => BatchMode::Pack,
+        },
+        seed: cfg.seed,
+        rank: group.rank(),
+        world: group.size(),
+        release_pages: true,
+    };
+    Ok(DataLoader::new(store, lc)?)
+}
+
+/// The per-rank batch size, or a clear error.
+pub(super) fn per_rank(cfg: &TrainConfig, world: usize) -> Result<BatchSize> {
+    if let Some(b) = cfg.per_rank_batch {
+        return Ok(BatchSize::PerRank(b));
+    }
+    if cfg.global_batch == 0 || !cfg.global_batch.is_multiple_of(world) {
+        bail!(
+            "the global batch of {} sequences does not split evenly over {world} ranks (use a multiple of {world}, or --per-rank-batch)",
+            cfg.global_batch
+        );
+    }
+    Ok(BatchSize::Global(cfg.global_batch))
+}

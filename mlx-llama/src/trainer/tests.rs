@@ -1,0 +1,110 @@
+//! The trainer on two and three ranks: sparse embedding gradients and
+//! communication in bf16, with the optimizer state replicated and sharded.
+
+use std::path::Path;
+
+use super::*;
+use crate::LlamaConfig;
+use crate::checkpoint;
+use crate::config::CommunicationDtype;
+use crate::config::{Batching, DataSource};
+
+fn tiny(out: &Path, steps: u64) -> TrainConfig {
+    TrainConfig {
+        model: LlamaConfig {
+            num_layers: 2,
+            vocab_size: 0,
+            dims: 32,
+            mlp_dims: 64,
+            num_heads: 2,
+            ..LlamaConfig::default()
+        },
+        steps,
+        global_batch: 4,
+        block_size: 32,
+        learning_rate: 3e-3,
+        data: DataSource::Offline,
+        batching: Batching::Pack,
+        out_dir: out.to_path_buf(),
+        data_cache: Some(
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/tmp/mlx-data-cache"),
+        ),
+        ..TrainConfig::default()
+    }
+}
+
+/// The last checkpoint's weights, as bits.
+fn weights(out: &Path) -> Vec<(String, Vec<u32>)> {
+    let dir = checkpoint::latest(out).unwrap().expect("a checkpoint");
+    let (w, _) = mlx_array::load_safetensors(dir.join("model.safetensors")).unwrap();
+    w.into_iter()
+        .map(|(n, a)| {
+            let bits = a.to_vec::<f32>().unwrap().into_iter().map(f32::to_bits);
+            (n, bits.collect())
+        })
+        .collect()
+}
+
+fn run(world: usize, cfg: &TrainConfig) -> Vec<Summary> {
+    mlx_dist::run_local(world, |g| train(cfg, &g).unwrap()).unwrap()
+}
+
+#[test]
+fn sparse_embedding_gradients_equal_the_dense_ones() {
+    let dir = tempfile::tempdir().unwrap();
+    for shard in [true, false] {
+        // Two micro-batches: the rows are the union of their tokens.
+        let cfg = |name: &str, sparse: bool| TrainConfig {
+            shard_optimizer: shard,
+            grad_accumulation: 2,
+            sparse_embedding_gradients: sparse,
+            ..tiny(&dir.path().join(format!("{name}-{shard}")), 3)
+        };
+        let sparse = run(2, &cfg("sparse", true));
+        let dense = run(2, &cfg("dense", false));
+        // At world 2 each element is one sum of two values either way.
+        assert_eq!(sparse[0].losses, dense[0].losses);
+        assert_eq!(
+            weights(&dir.path().join(format!("sparse-{shard}"))),
+            weights(&dir.path().join(format!("dense-{shard}")))
+        );
+    }
+    // Three ranks add in another order than the ring: close, not equal.
+    let cfg = |name: &str, sparse: bool| TrainConfig {
+        global_batch: 3,
+        sparse_embedding_gradients: sparse,
+        ..tiny(&dir.path().join(name), 3)
+    };
+    let sparse = run(3, &cfg("sparse3", true));
+    let dense = run(3, &cfg("dense3", false));
+    for (a, b) in sparse[0].losses.iter().zip(&dense[0].losses) {
+        assert!((a - b).abs() < 1e-4, "{a} vs {b}");
+    }
+}
+
+#[test]
+fn bf16_communication_trains_like_f32_and_steps_report_their_waits() {
+    let dir = tempfile::tempdir().unwrap();
+    for shard in [true, false] {
+        let cfg = |name: &str, comm| TrainConfig {
+            shard_optimizer: shard,
+            communication_dtype: comm,
+            ..tiny(&dir.path().join(format!("{name}-{shard}")), 4)
+        };
+        let f32s = run(2, &cfg("f32", None));
+        let bf16 = run(2, &cfg("bf16", Some(CommunicationDtype::Bf16)));
+        assert_ne!(f32s[0].losses, bf16[0].losses, "bf16 rounds the gradients");
+        for (a, b) in f32s[0].losses.iter().zip(&bf16[0].losses) {
+            assert!((a - b).abs() < 2e-2 * a.abs(), "{a} vs {b}");
+        }
+        for s in f32s.iter().chain(&bf16) {
+            assert_eq!(s.step_ms.len(), 4);
+            assert_eq!(s.comm_wait_ms.len(), 4);
+            assert_eq!(s.median_comm_wait_ms.len(), 2);
+            assert!(s.comm_ms.iter().all(|&c| c > 0.0), "{:?}", s.comm_ms);
+            for (w, t) in s.comm_wait_ms.iter().zip(&s.step_ms) {
+                assert!(*w >= 0.0 && w <= t, "waited {w} ms of a {t} ms step");
+            }
+        }
+    }
+}
