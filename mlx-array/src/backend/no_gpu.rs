@@ -46,6 +46,9 @@ pub fn dispatch_count() -> usize {
     0
 }
 
+/// No pool to clear.
+pub(crate) fn clear_pool() {}
+
 /// A GPU buffer; none exists in this build.
 #[derive(Debug)]
 pub enum DeviceBuffer {}

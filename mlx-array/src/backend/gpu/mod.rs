@@ -44,7 +44,8 @@ use std::time::Duration;
 
 use wgpu::util::DeviceExt;
 
-use crate::memory::{self, Storage};
+use crate::memory::Storage;
+use crate::memory::accounting;
 use crate::primitive::ArrayData;
 use crate::shape::contiguous_strides;
 use crate::{Dtype, Error, Result};
@@ -186,7 +187,7 @@ impl GpuContext {
         let reused = lock(&self.pool).get_mut(&class).and_then(|v| v.pop());
         let buffer = match reused {
             Some(b) => {
-                memory::count_cached(class as usize, false);
+                accounting::count_cached(class as usize, false);
                 b
             }
             None => {
@@ -208,7 +209,7 @@ impl GpuContext {
                 b
             }
         };
-        memory::count_live(class as usize);
+        accounting::count_live(class as usize);
         Ok(DeviceBuffer {
             buffer: Some(buffer),
             class,
@@ -276,13 +277,13 @@ impl Drop for DeviceBuffer {
         let Some(buffer) = self.buffer.take() else {
             return;
         };
-        memory::count_dead(self.class as usize);
-        if memory::cache() + self.class as usize > memory::cache_limit() {
+        accounting::count_dead(self.class as usize);
+        if accounting::cache() + self.class as usize > accounting::cache_limit() {
             return; // wgpu frees it once no submitted work uses it
         }
         if let Some(Ok(c)) = CONTEXT.get() {
             lock(&c.pool).entry(self.class).or_default().push(buffer);
-            memory::count_cached(self.class as usize, true);
+            accounting::count_cached(self.class as usize, true);
         }
     }
 }
@@ -291,7 +292,7 @@ impl Drop for DeviceBuffer {
 pub(crate) fn clear_pool() {
     if let Some(Ok(c)) = CONTEXT.get() {
         for (class, buffers) in lock(&c.pool).drain() {
-            memory::count_cached(class as usize * buffers.len(), false);
+            accounting::count_cached(class as usize * buffers.len(), false);
         }
     }
 }
@@ -310,7 +311,7 @@ pub(crate) fn alloc(shape: &[usize], dtype: Dtype) -> Result<ArrayData> {
     let bytes = crate::shape::size_of_shape(shape) * dtype.size_of();
     let buffer = context()?.buffer(bytes)?;
     Ok(ArrayData::new(
-        Arc::new(Storage::device(buffer)),
+        Arc::new(Storage::Device(buffer)),
         contiguous_strides(shape),
         0,
     ))
