@@ -294,3 +294,6 @@ fn restructure(like: &Tree, values: &Tree) -> Result<Tree> {
             .ok_or_else(|| Error::invalid("value_and_grad", format!("no value for `{path}`")))
     })
 }
+
+#[cfg(feature = "conformance")]
+pub(crate) mod spec;

@@ -206,3 +206,6 @@ impl Array {
         )
     }
 }
+
+#[cfg(feature = "conformance")]
+pub(crate) mod spec;

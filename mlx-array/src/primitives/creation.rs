@@ -69,3 +69,6 @@ impl Primitive for RandomBits {
         crate::primitive::no_gradient(inputs)
     }
 }
+
+#[cfg(feature = "conformance")]
+pub(crate) mod spec;

@@ -340,3 +340,6 @@ impl Primitive for SliceUpdate {
         Ok(vec![Some(g_base), Some(g_upd)])
     }
 }
+
+#[cfg(feature = "conformance")]
+pub(crate) mod spec;

@@ -27,6 +27,11 @@ pub(crate) fn specs() -> Vec<crate::conformance::Spec> {
         softmax::spec::specs(),
         norm::spec::specs(),
         rope::spec::specs(),
+        view::spec::specs(),
+        indexing::spec::specs(),
+        creation::spec::specs(),
+        crate::device::spec::specs(),
+        crate::autodiff::spec::specs(),
     ]
     .concat()
 }

@@ -176,3 +176,6 @@ impl Primitive for Contiguous {
         Ok(vec![Some(ct.clone())])
     }
 }
+
+#[cfg(feature = "conformance")]
+pub(crate) mod spec;
