@@ -1,207 +1,16 @@
-//! Row-wise softmax kernels: the softmax itself, and the fused softmax
-//! cross-entropy (one pass per row for the loss, one for its gradient, with
-//! no logits-sized temporaries).
+//! The output projection fused with the cross-entropy: the loss of the
+//! logits `h @ w^T`, its gradients, and both in one pass, a chunk of classes
+//! or a block of rows at a time, so that the logits are never whole in
+//! memory.
 
-use half::{bf16, f16};
 use rayon::prelude::*;
 
-use super::blas::{Mat, gemm};
-use super::copy::{contiguous, copy_cast};
-
-use super::math::{self, FloatLike};
+use super::rows::{IGNORED, exp_shifted_in_place, max_of, sum_exp, sum_of, targets, vectorised};
+use crate::backend::cpu::blas::{Mat, gemm};
+use crate::backend::cpu::copy::{contiguous, copy_cast};
+use crate::backend::cpu::math;
 use crate::shape::size_of_shape;
-use crate::{ArrayData, Dtype, Error, Result};
-
-fn targets(t: &ArrayData, shape: &[usize], dtype: Dtype, vocab: usize) -> Result<Vec<usize>> {
-    let c = copy_cast(t, shape, dtype, Dtype::I64);
-    c.as_slice::<i64>(size_of_shape(shape))
-        .iter()
-        .map(|&i| {
-            if i < 0 || i as usize >= vocab {
-                Err(Error::eval(
-                    "cross_entropy",
-                    format!("target {i} is out of range for {vocab} classes"),
-                ))
-            } else {
-                Ok(i as usize)
-            }
-        })
-        .collect()
-}
-
-/// `logsumexp(row)` in f32 over a row of any float storage type.
-#[inline]
-fn row_lse<T: FloatLike>(row: &[T]) -> f32 {
-    let m = row
-        .iter()
-        .fold(f32::NEG_INFINITY, |m, &x| m.max(x.to_f32()));
-    if m == f32::NEG_INFINITY {
-        return m;
-    }
-    let s: f32 = row.iter().map(|&x| math::exp(x.to_f32() - m)).sum();
-    m + s.ln()
-}
-
-fn forward<T: FloatLike>(logits: &[T], tg: &[usize], vocab: usize, out: &mut [T]) {
-    out.par_iter_mut()
-        .enumerate()
-        .with_min_len(8)
-        .for_each(|(r, o)| {
-            let row = &logits[r * vocab..(r + 1) * vocab];
-            *o = T::from_f32(row_lse(row) - row[tg[r]].to_f32());
-        });
-}
-
-/// Overwrites every row with `exp(x - max) / sum(exp(x - max))`, computed in
-/// f32 (a row of `-inf` gives NaN, as the composite graph does).
-fn softmax_rows<T: FloatLike>(rows: &mut [T], width: usize) {
-    rows.par_chunks_mut(width).with_min_len(8).for_each(|row| {
-        let m = row
-            .iter()
-            .fold(f32::NEG_INFINITY, |m, &x| m.max(x.to_f32()));
-        let s: f32 = row.iter().map(|&x| math::exp(x.to_f32() - m)).sum();
-        for x in row.iter_mut() {
-            *x = T::from_f32(math::exp(x.to_f32() - m) / s);
-        }
-    });
-}
-
-/// [`softmax_rows`] for f32, in lanes the compiler turns into vector code,
-/// each exponential kept where it is until the division.
-fn softmax_rows_f32(rows: &mut [f32], width: usize) {
-    rows.par_chunks_mut(width).with_min_len(8).for_each(|row| {
-        vectorised(
-            #[inline(always)]
-            || {
-                let s = exp_shifted_in_place(row, max_of(row, f32::NEG_INFINITY));
-                for x in row.iter_mut() {
-                    *x /= s;
-                }
-            },
-        )
-    });
-}
-
-/// Softmax over the last axis. With `donated`, written over the input's own
-/// buffer (which the caller has proven nobody else reads again); otherwise
-/// into a contiguous copy.
-pub fn softmax(x: ArrayData, shape: &[usize], dtype: Dtype, donated: bool) -> Result<ArrayData> {
-    let width = shape.last().copied().unwrap_or(1);
-    let n = size_of_shape(shape);
-    let out = if donated {
-        x
-    } else {
-        copy_cast(&x, shape, dtype, dtype)
-    };
-    if n == 0 || width == 0 {
-        return Ok(out);
-    }
-    // SAFETY: either donated (no other reader) or a fresh copy of our own.
-    match dtype {
-        Dtype::F32 => softmax_rows_f32(unsafe { out.as_mut_slice_unchecked(n) }, width),
-        Dtype::F16 => softmax_rows::<f16>(unsafe { out.as_mut_slice_unchecked(n) }, width),
-        Dtype::BF16 => softmax_rows::<bf16>(unsafe { out.as_mut_slice_unchecked(n) }, width),
-        d => {
-            return Err(Error::eval(
-                "softmax",
-                format!("the input must be floating point, got {d}"),
-            ));
-        }
-    }
-    Ok(out)
-}
-
-/// Per-row `logsumexp(logits) - logits[target]` over the last axis.
-pub fn cross_entropy(
-    logits: &ArrayData,
-    shape: &[usize],
-    dtype: Dtype,
-    t: &ArrayData,
-    t_dtype: Dtype,
-) -> Result<ArrayData> {
-    let vocab = *shape.last().expect("logits have a class axis");
-    let rows = &shape[..shape.len() - 1];
-    let tg = targets(t, rows, t_dtype, vocab)?;
-    let x = contiguous(logits, shape, dtype);
-    let n = size_of_shape(shape);
-    let mut out = ArrayData::alloc(rows, dtype);
-    let m = tg.len();
-    match dtype {
-        Dtype::F32 => forward::<f32>(x.as_slice(n), &tg, vocab, out.as_mut_slice(m)),
-        Dtype::F16 => forward::<f16>(x.as_slice(n), &tg, vocab, out.as_mut_slice(m)),
-        Dtype::BF16 => forward::<bf16>(x.as_slice(n), &tg, vocab, out.as_mut_slice(m)),
-        d => {
-            return Err(Error::eval(
-                "cross_entropy",
-                format!("logits must be floating point, got {d}"),
-            ));
-        }
-    }
-    Ok(out)
-}
-
-/// Overwrites `rows` (logits) with `(softmax(row) - onehot(target)) * ct[row]`.
-fn backward_in_place<T: FloatLike>(rows: &mut [T], tg: &[usize], ct: &[f32], vocab: usize) {
-    rows.par_chunks_mut(vocab).enumerate().for_each(|(r, row)| {
-        let lse = row_lse(row);
-        let c = ct[r];
-        for g in row.iter_mut() {
-            *g = T::from_f32(math::exp(g.to_f32() - lse) * c);
-        }
-        row[tg[r]] = T::from_f32(row[tg[r]].to_f32() - c);
-    });
-}
-
-/// `(softmax(logits) - onehot(target)) * ct[row]`: the gradient of
-/// [`cross_entropy`] with respect to the logits. With `donated`, it is
-/// written over the logits' own buffer, which the caller has proven nobody
-/// else can read again, so the whole step holds one logits-sized buffer;
-/// otherwise into a contiguous copy.
-#[allow(clippy::too_many_arguments)]
-pub fn cross_entropy_grad(
-    logits: ArrayData,
-    shape: &[usize],
-    dtype: Dtype,
-    t: &ArrayData,
-    t_dtype: Dtype,
-    ct: &ArrayData,
-    ct_dtype: Dtype,
-    donated: bool,
-) -> Result<ArrayData> {
-    let vocab = *shape.last().expect("logits have a class axis");
-    let rows = &shape[..shape.len() - 1];
-    let tg = targets(t, rows, t_dtype, vocab)?;
-    let ctv = copy_cast(ct, rows, ct_dtype, Dtype::F32);
-    let ctv = ctv.as_slice::<f32>(tg.len());
-    let out = if donated {
-        logits
-    } else {
-        copy_cast(&logits, shape, dtype, dtype)
-    };
-    let n = size_of_shape(shape);
-    // SAFETY: `out` is either a fresh copy or a donated buffer no one else reads.
-    unsafe {
-        match dtype {
-            Dtype::F32 => backward_in_place::<f32>(out.as_mut_slice_unchecked(n), &tg, ctv, vocab),
-            Dtype::F16 => backward_in_place::<f16>(out.as_mut_slice_unchecked(n), &tg, ctv, vocab),
-            Dtype::BF16 => {
-                backward_in_place::<bf16>(out.as_mut_slice_unchecked(n), &tg, ctv, vocab)
-            }
-            d => {
-                return Err(Error::eval(
-                    "cross_entropy_grad",
-                    format!("logits must be floating point, got {d}"),
-                ));
-            }
-        }
-    }
-    Ok(out)
-}
-
-// ------------------------------------------ output projection + cross-entropy
-
-/// A target that contributes nothing (its row equals the ignore index).
-pub(super) const IGNORED: usize = usize::MAX;
+use crate::{ArrayData, Dtype, Result};
 
 /// Bytes of logits computed at a time when the caller does not choose.
 const CHUNK_BYTES: usize = 16 << 20;
@@ -215,32 +24,6 @@ const BLOCK_BYTES: usize = 50 << 20;
 /// Row blocks of the one-pass loss at most, when [`BLOCK_BYTES`] would make
 /// more: each block has a fixed cost of the weight's size.
 const MAX_BLOCKS: usize = 9;
-
-/// Targets as class indices, with rows equal to `ignore` marked [`IGNORED`].
-fn targets_ignoring(
-    t: &ArrayData,
-    shape: &[usize],
-    dtype: Dtype,
-    vocab: usize,
-    ignore: Option<i64>,
-) -> Result<Vec<usize>> {
-    let c = copy_cast(t, shape, dtype, Dtype::I64);
-    c.as_slice::<i64>(size_of_shape(shape))
-        .iter()
-        .map(|&i| {
-            if Some(i) == ignore {
-                Ok(IGNORED)
-            } else if i < 0 || i as usize >= vocab {
-                Err(Error::eval(
-                    "linear_cross_entropy",
-                    format!("target {i} is out of range for {vocab} classes"),
-                ))
-            } else {
-                Ok(i as usize)
-            }
-        })
-        .collect()
-}
 
 /// Vocabulary columns per chunk: `requested` when set, else about
 /// [`CHUNK_BYTES`] of f32 logits for `rows` rows.
@@ -288,104 +71,6 @@ fn chunk_logits(
             Mat(buf.as_mut_ptr(), cols),
         )
     }
-}
-
-/// Independent accumulators per reduction, so that the compiler vectorises
-/// the loops below (f32 sums are not reassociated on their own).
-const LANES: usize = 16;
-
-/// `max(init, max(row))`.
-#[inline]
-pub(super) fn max_of(row: &[f32], init: f32) -> f32 {
-    let mut acc = [init; LANES];
-    let chunks = row.chunks_exact(LANES);
-    let rest = chunks.remainder();
-    for c in chunks {
-        for i in 0..LANES {
-            acc[i] = acc[i].max(c[i]);
-        }
-    }
-    rest.iter().chain(&acc).fold(init, |m, &x| m.max(x))
-}
-
-/// `sum(exp(row - m))`.
-#[inline]
-fn sum_exp(row: &[f32], m: f32) -> f32 {
-    let mut acc = [0f32; LANES];
-    let chunks = row.chunks_exact(LANES);
-    let rest = chunks.remainder();
-    for c in chunks {
-        for i in 0..LANES {
-            acc[i] += math::exp(c[i] - m);
-        }
-    }
-    acc.iter().sum::<f32>() + rest.iter().map(|&x| math::exp(x - m)).sum::<f32>()
-}
-
-/// `sum(row)`.
-#[inline]
-fn sum_of(row: &[f32]) -> f32 {
-    let mut acc = [0f32; LANES];
-    let chunks = row.chunks_exact(LANES);
-    let rest = chunks.remainder();
-    for c in chunks {
-        for i in 0..LANES {
-            acc[i] += c[i];
-        }
-    }
-    acc.iter().sum::<f32>() + rest.iter().sum::<f32>()
-}
-
-/// Replaces every `x` of `row` by `exp(x - m)` and returns their sum, in
-/// lanes (inlined so that it vectorises inside [`vectorised`]).
-#[inline(always)]
-pub(super) fn exp_shifted_in_place(row: &mut [f32], m: f32) -> f32 {
-    let mut acc = [0f32; LANES];
-    let mut chunks = row.chunks_exact_mut(LANES);
-    for ch in &mut chunks {
-        for i in 0..LANES {
-            ch[i] = math::exp(ch[i] - m);
-            acc[i] += ch[i];
-        }
-    }
-    let mut sum = acc.iter().sum::<f32>();
-    for x in chunks.into_remainder() {
-        *x = math::exp(*x - m);
-        sum += *x;
-    }
-    sum
-}
-
-/// Runs `f` compiled for AVX-512 (else AVX2 and FMA) when the CPU has it, so
-/// that the `exp` loops inlined into it use 16- (else 8-) wide vectors.
-///
-/// Only code inlined into `f` gets the wider instructions, and LLVM does not
-/// inline a large closure on its own: pass `#[inline(always)] || ...`, or
-/// the body runs as plain SSE2 (the one-pass loss's row pass then took 2.6
-/// times as long as with AVX-512). Every path does the same operations in
-/// the same order, so the results do not depend on the path taken.
-#[inline(always)]
-pub(super) fn vectorised<R>(f: impl FnOnce() -> R) -> R {
-    #[cfg(target_arch = "x86_64")]
-    {
-        if std::is_x86_feature_detected!("avx512f") {
-            #[target_feature(enable = "avx512f,avx2,fma")]
-            unsafe fn avx512<R>(f: impl FnOnce() -> R) -> R {
-                f()
-            }
-            // SAFETY: the CPU supports the features the function is compiled for.
-            return unsafe { avx512(f) };
-        }
-        if std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma") {
-            #[target_feature(enable = "avx2,fma")]
-            unsafe fn avx2<R>(f: impl FnOnce() -> R) -> R {
-                f()
-            }
-            // SAFETY: the CPU supports the features the function is compiled for.
-            return unsafe { avx2(f) };
-        }
-    }
-    f()
 }
 
 /// Running per-row statistics of the logits seen so far.
@@ -622,7 +307,7 @@ impl Lce<'_> {
             return 0.0;
         }
         #[cfg(target_arch = "x86_64")]
-        if super::lce_avx512::enabled(dims) {
+        if crate::backend::cpu::lce_avx512::enabled(dims) {
             return self.value_and_grad_avx512(rw, dh, dw);
         }
         let block = self.block_rows();
@@ -702,9 +387,9 @@ impl Lce<'_> {
 #[cfg(target_arch = "x86_64")]
 impl Lce<'_> {
     /// [`Self::value_and_grad`] a block at a time through
-    /// [`super::lce_avx512`], blocks rounded up to whole 32-row tiles.
+    /// [`crate::backend::cpu::lce_avx512`], blocks rounded up to whole 32-row tiles.
     fn value_and_grad_avx512(&self, rw: &[f32], dh: &mut [f32], dw: &mut [f32]) -> f32 {
-        use super::lce_avx512::{round_block, value_and_grad_block};
+        use crate::backend::cpu::lce_avx512::{round_block, value_and_grad_block};
         let (rows, dims) = (self.rows, self.dims);
         let block = round_block(self.block_rows());
         let mut lt = ArrayData::alloc(&[self.vocab, block], Dtype::F32);
@@ -757,7 +442,14 @@ fn with_lce<R>(a: &LceArgs<'_>, f: impl FnOnce(&Lce<'_>) -> R) -> Result<R> {
     let rows_shape = &a.h.1[..a.h.1.len() - 1];
     let rows = size_of_shape(rows_shape);
     let vocab = a.w.1[0];
-    let tg = targets_ignoring(a.t.0, rows_shape, a.t.1, vocab, a.ignore_index)?;
+    let tg = targets(
+        "linear_cross_entropy",
+        a.t.0,
+        rows_shape,
+        a.t.1,
+        vocab,
+        a.ignore_index,
+    )?;
     let h = f32_dense(a.h.0, a.h.1, a.dtype);
     let w = f32_dense(a.w.0, a.w.1, a.dtype);
     let lce = Lce {
