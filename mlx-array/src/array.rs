@@ -34,7 +34,30 @@ pub(crate) struct Node {
     pub(crate) shape: Vec<usize>,
     pub(crate) dtype: Dtype,
     pub(crate) device: Device,
+    pub(crate) kind: NodeKind,
     pub(crate) state: Mutex<State>,
+}
+
+/// What a node's value is.
+#[derive(Clone)]
+pub(crate) enum NodeKind {
+    /// An array: one output of its primitive.
+    Single,
+    /// The shared computation of a primitive with several outputs (see
+    /// [`Array::from_primitive_outputs`]): never handed to users, read only
+    /// through its [`NodeKind::Output`] nodes.
+    Outputs(Arc<[OutputSpec]>),
+    /// Output `index` of the multi-output node that is its one input.
+    Output(usize),
+}
+
+/// The shape and dtype of one output of a multi-output primitive.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OutputSpec {
+    /// The output's shape.
+    pub shape: Vec<usize>,
+    /// The output's dtype.
+    pub dtype: Dtype,
 }
 
 pub(crate) enum State {
@@ -45,6 +68,18 @@ pub(crate) enum State {
     },
     /// Computed and detached from its inputs.
     Ready(ArrayData),
+    /// The outputs of a multi-output node, computed and detached.
+    ReadyOutputs(Vec<ArrayData>),
+}
+
+impl State {
+    /// The primitive and inputs of a pending node.
+    pub(crate) fn pending(&self) -> Option<(&Arc<dyn Primitive>, &Vec<Array>)> {
+        match self {
+            State::Pending { primitive, inputs } => Some((primitive, inputs)),
+            State::Ready(_) | State::ReadyOutputs(_) => None,
+        }
+    }
 }
 
 impl Drop for Node {
@@ -74,12 +109,23 @@ impl Array {
         device: Device,
         state: State,
     ) -> Array {
+        Array::node(shape, dtype, device, NodeKind::Single, state)
+    }
+
+    fn node(
+        shape: Vec<usize>,
+        dtype: Dtype,
+        device: Device,
+        kind: NodeKind,
+        state: State,
+    ) -> Array {
         Array {
             node: Arc::new(Node {
                 id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
                 shape,
                 dtype,
                 device,
+                kind,
                 state: Mutex::new(state),
             }),
         }
@@ -97,12 +143,7 @@ impl Array {
         shape: Vec<usize>,
         dtype: Dtype,
     ) -> Array {
-        let device = primitive.device().unwrap_or_else(crate::default_device);
-        let inputs = if inputs.iter().all(|x| x.device() == device) {
-            inputs
-        } else {
-            inputs.into_iter().map(|x| x.to_device(device)).collect()
-        };
+        let (device, inputs) = placed(&primitive, inputs);
         Array::with_state(
             shape,
             dtype,
@@ -112,6 +153,73 @@ impl Array {
                 inputs,
             },
         )
+    }
+
+    /// The arrays a primitive with several outputs computes together from
+    /// `inputs`, one per entry of `outputs` (as MLX's `array::make_arrays`).
+    /// The primitive runs once, through
+    /// [`Primitive::eval_cpu_outputs`]/[`Primitive::eval_gpu_outputs`], when
+    /// any of them is evaluated; under autodiff it gets the cotangents of all
+    /// of them at once ([`Primitive::vjp_outputs`]). An output nobody holds
+    /// any more is freed as soon as the primitive has run.
+    ///
+    /// Placement is as for [`Array::from_primitive`].
+    pub fn from_primitive_outputs(
+        primitive: impl Primitive,
+        inputs: Vec<Array>,
+        outputs: Vec<OutputSpec>,
+    ) -> Vec<Array> {
+        let (device, inputs) = placed(&primitive, inputs);
+        let dtype = outputs.first().map_or(Dtype::F32, |o| o.dtype);
+        let n = outputs.len();
+        let group = Array::node(
+            vec![],
+            dtype,
+            device,
+            NodeKind::Outputs(outputs.into()),
+            State::Pending {
+                primitive: Arc::new(primitive),
+                inputs,
+            },
+        );
+        (0..n).map(|i| group.output(i)).collect()
+    }
+
+    /// Output `index` of this multi-output node, as a new lazy array.
+    pub(crate) fn output(&self, index: usize) -> Array {
+        let NodeKind::Outputs(specs) = &self.node.kind else {
+            unreachable!("output() of a single-output node")
+        };
+        let spec = &specs[index];
+        Array::node(
+            spec.shape.clone(),
+            spec.dtype,
+            self.device(),
+            NodeKind::Output(index),
+            State::Pending {
+                primitive: Arc::new(crate::primitives::outputs::Output { index }),
+                inputs: vec![self.clone()],
+            },
+        )
+    }
+
+    /// The outputs' shapes and dtypes, when this is a multi-output node.
+    pub(crate) fn output_specs(&self) -> Option<&[OutputSpec]> {
+        match &self.node.kind {
+            NodeKind::Outputs(specs) => Some(specs),
+            _ => None,
+        }
+    }
+
+    /// The evaluated data of output `index` of this multi-output node.
+    pub(crate) fn output_data(&self, index: usize) -> Result<ArrayData> {
+        match &*self.lock() {
+            State::ReadyOutputs(d) if index < d.len() => Ok(d[index].clone()),
+            _ => Err(Error::eval(
+                "output",
+                format!("output {index} read from a node that has not computed it"),
+            )),
+        }
     }
 
     /// An already evaluated array holding `data` (on the device its storage is on).
@@ -189,7 +297,7 @@ impl Array {
 
     /// True once the array has been computed.
     pub fn is_evaluated(&self) -> bool {
-        matches!(*self.lock(), State::Ready(_))
+        !matches!(*self.lock(), State::Pending { .. })
     }
 
     pub(crate) fn lock(&self) -> MutexGuard<'_, State> {
@@ -200,7 +308,7 @@ impl Array {
     pub fn primitive_name(&self) -> Option<&'static str> {
         match &*self.lock() {
             State::Pending { primitive, .. } => Some(primitive.name()),
-            State::Ready(_) => None,
+            State::Ready(_) | State::ReadyOutputs(_) => None,
         }
     }
 
@@ -212,6 +320,10 @@ impl Array {
             State::Pending { primitive, .. } => Err(Error::eval(
                 primitive.name(),
                 "data() called on an array that has not been evaluated",
+            )),
+            State::ReadyOutputs(_) => Err(Error::eval(
+                "data",
+                "a multi-output node has no data of its own; read its outputs",
             )),
         }
     }
@@ -283,5 +395,19 @@ impl std::fmt::Debug for Array {
             Some(p) => write!(f, ", pending {p} on {})", self.device()),
             None => write!(f, ")"),
         }
+    }
+}
+
+/// The device a node of `primitive` goes on (its own, else the default) and
+/// `inputs` brought there.
+fn placed(primitive: &impl Primitive, inputs: Vec<Array>) -> (Device, Vec<Array>) {
+    let device = primitive.device().unwrap_or_else(crate::default_device);
+    if inputs.iter().all(|x| x.device() == device) {
+        (device, inputs)
+    } else {
+        (
+            device,
+            inputs.into_iter().map(|x| x.to_device(device)).collect(),
+        )
     }
 }

@@ -17,7 +17,7 @@
 
 use std::collections::{HashMap, HashSet};
 
-use crate::array::State;
+use crate::array::NodeKind;
 use crate::{Array, ArrayData, Error, Primitive, Result, Tree};
 
 /// Marks a function input during tracing: the identity, and the point where
@@ -69,9 +69,9 @@ fn backward_order(
         if !seen.insert(a.id()) {
             continue;
         }
-        let (p, inputs) = match &*a.lock() {
-            State::Ready(_) => continue,
-            State::Pending { primitive, inputs } => (primitive.clone(), inputs.clone()),
+        let (p, inputs) = match a.lock().pending() {
+            None => continue,
+            Some((primitive, inputs)) => (primitive.clone(), inputs.clone()),
         };
         let stop = tracers.contains(&a.id());
         info.insert(a.id(), (p, if stop { vec![] } else { inputs.clone() }));
@@ -156,14 +156,43 @@ pub fn vjp(
             accumulate(&mut cots, o, c.astype(o.dtype())?)?;
         }
     }
+    // The cotangents of a multi-output node's outputs, gathered from its
+    // output nodes (which come after it in the order, so the walk back
+    // reaches all of them before the node itself).
+    let mut output_cots: HashMap<u64, Vec<Option<Array>>> = HashMap::new();
     for (a, primitive, inputs) in order.iter().rev() {
         if tracer_ids.contains(&a.id()) || !active.contains(&a.id()) {
             continue;
         }
-        let Some(ct) = cots.remove(&a.id()) else {
-            continue;
+        let grads = match &a.node.kind {
+            NodeKind::Output(index) => {
+                if let Some(ct) = cots.remove(&a.id()) {
+                    let node = &inputs[0];
+                    let n = node.output_specs().map_or(0, <[_]>::len);
+                    let slots = output_cots
+                        .entry(node.id())
+                        .or_insert_with(|| vec![None; n]);
+                    slots[*index] = Some(match slots[*index].take() {
+                        Some(prev) => prev.add(&ct)?,
+                        None => ct,
+                    });
+                }
+                continue;
+            }
+            NodeKind::Outputs(specs) => {
+                let Some(cts) = output_cots.remove(&a.id()) else {
+                    continue;
+                };
+                let outputs: Vec<Array> = (0..specs.len()).map(|i| a.output(i)).collect();
+                primitive.vjp_outputs(inputs, &outputs, &cts)?
+            }
+            NodeKind::Single => {
+                let Some(ct) = cots.remove(&a.id()) else {
+                    continue;
+                };
+                primitive.vjp(inputs, a, &ct)?
+            }
         };
-        let grads = primitive.vjp(inputs, a, &ct)?;
         for (input, g) in inputs.iter().zip(grads) {
             if let Some(g) = g
                 && active.contains(&input.id())

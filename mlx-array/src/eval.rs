@@ -114,9 +114,9 @@ fn topological_order(roots: Vec<Array>) -> Vec<Array> {
             if !seen.insert(a.id()) {
                 continue;
             }
-            let inputs = match &*a.lock() {
-                State::Ready(_) => continue,
-                State::Pending { inputs, .. } => inputs.clone(),
+            let inputs = match a.lock().pending() {
+                None => continue,
+                Some((_, inputs)) => inputs.clone(),
             };
             stack.push((a, true));
             for i in inputs.into_iter().rev() {
@@ -149,9 +149,9 @@ fn topological_order(roots: Vec<Array>) -> Vec<Array> {
 fn overlap_communication(order: Vec<Array>) -> Vec<Array> {
     // Most graphs hold no collective: leave them as they are, before
     // building anything.
-    let has_collective = |a: &Array| match &*a.lock() {
-        State::Pending { primitive, .. } => primitive.stream() == Stream::Communication,
-        State::Ready(_) => false,
+    let has_collective = |a: &Array| match a.lock().pending() {
+        Some((primitive, _)) => primitive.stream() == Stream::Communication,
+        None => false,
     };
     if !overlap_enabled() || !order.iter().any(has_collective) {
         return order;
@@ -165,9 +165,9 @@ fn overlap_communication(order: Vec<Array>) -> Vec<Array> {
     let mut source = vec![false; n];
     let mut level = vec![0usize; n];
     for (i, a) in order.iter().enumerate() {
-        let pending: Vec<usize> = match &*a.lock() {
-            State::Ready(_) => Vec::new(),
-            State::Pending { primitive, inputs } => {
+        let pending: Vec<usize> = match a.lock().pending() {
+            None => Vec::new(),
+            Some((primitive, inputs)) => {
                 comm[i] = primitive.stream() == Stream::Communication;
                 inputs
                     .iter()
@@ -221,12 +221,16 @@ fn run_nodes(order: Vec<Array>, in_flight: &mut InFlight) -> Result<()> {
         if fusion.defer(&a) {
             continue; // its one reader computes it inline
         }
-        let (primitive, inputs) = match &*a.lock() {
-            State::Ready(_) => continue,
-            State::Pending { primitive, inputs } => (primitive.clone(), inputs.clone()),
+        let (primitive, inputs) = match a.lock().pending() {
+            None => continue,
+            Some((primitive, inputs)) => (primitive.clone(), inputs.clone()),
         };
         for i in &inputs {
             in_flight.finish(i)?;
+        }
+        if let Some(outputs) = a.output_specs() {
+            run_outputs(&a, &*primitive, inputs, outputs)?;
+            continue;
         }
         match primitive.stream() {
             Stream::Compute => {
@@ -247,6 +251,44 @@ fn run_nodes(order: Vec<Array>, in_flight: &mut InFlight) -> Result<()> {
             Stream::Communication => in_flight.submit(a, primitive, inputs),
         }
     }
+    Ok(())
+}
+
+/// Runs a multi-output node's primitive once, for all its outputs.
+fn run_outputs(
+    a: &Array,
+    primitive: &dyn Primitive,
+    inputs: Vec<Array>,
+    outputs: &[crate::OutputSpec],
+) -> Result<()> {
+    if primitive.stream() == Stream::Communication {
+        return Err(crate::Error::eval(
+            primitive.name(),
+            "communication primitives have one output",
+        ));
+    }
+    let t0 = crate::profile::enabled().then(std::time::Instant::now);
+    let data = match a.device() {
+        Device::Cpu => primitive.eval_cpu_outputs(&inputs, outputs)?,
+        Device::Gpu => primitive.eval_gpu_outputs(&inputs, outputs)?,
+    };
+    if data.len() != outputs.len() {
+        return Err(crate::Error::eval(
+            primitive.name(),
+            format!(
+                "computed {} outputs, {} expected",
+                data.len(),
+                outputs.len()
+            ),
+        ));
+    }
+    if let Some(t0) = t0 {
+        let shape = outputs.first().map_or(&[][..], |o| &o.shape[..]);
+        crate::profile::record(primitive.name(), shape, t0.elapsed());
+    }
+    drop(inputs);
+    let old = std::mem::replace(&mut *a.lock(), State::ReadyOutputs(data));
+    drop(old);
     Ok(())
 }
 

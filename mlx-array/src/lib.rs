@@ -49,7 +49,7 @@ pub mod settings;
 pub mod shape;
 pub mod tree;
 
-pub use array::Array;
+pub use array::{Array, OutputSpec};
 pub use autodiff::{grad, value_and_grad, value_and_grad_tree, vjp};
 pub use backend::cpu::blas;
 pub use device::{Device, default_device, set_default_device};

@@ -3,6 +3,7 @@
 use std::fmt;
 use std::sync::Arc;
 
+use crate::array::OutputSpec;
 use crate::memory::Storage;
 use crate::shape::{contiguous_strides, is_row_contiguous, size_of_shape};
 use crate::{Array, Dtype, Element, Result};
@@ -20,8 +21,14 @@ pub trait Primitive: Send + Sync + fmt::Debug + 'static {
     fn name(&self) -> &'static str;
 
     /// Runs the CPU kernel. Every input is evaluated; `out` carries the output
-    /// shape and dtype chosen when the op was built.
-    fn eval_cpu(&self, inputs: &[Array], out: &Array) -> Result<ArrayData>;
+    /// shape and dtype chosen when the op was built. Every single-output
+    /// primitive implements it (primitives with several outputs implement
+    /// [`eval_cpu_outputs`](Self::eval_cpu_outputs) instead); the default
+    /// says there is no CPU kernel.
+    fn eval_cpu(&self, inputs: &[Array], out: &Array) -> Result<ArrayData> {
+        let _ = (inputs, out);
+        Err(crate::Error::eval(self.name(), "no CPU kernel"))
+    }
 
     /// Runs the GPU kernel (WGSL through wgpu). Every input is evaluated and
     /// lives on the GPU; the result must too. The default says there is no
@@ -29,10 +36,25 @@ pub trait Primitive: Send + Sync + fmt::Debug + 'static {
     /// never a silent CPU fallback.
     fn eval_gpu(&self, inputs: &[Array], out: &Array) -> Result<ArrayData> {
         let _ = (inputs, out);
-        Err(crate::Error::gpu(format!(
-            "primitive `{}` has no GPU kernel; build it on the CPU (Device::Cpu)",
-            self.name()
-        )))
+        Err(no_gpu_kernel(self.name()))
+    }
+
+    /// For a primitive with several outputs (built with
+    /// [`Array::from_primitive_outputs`]): runs the CPU kernel once for all
+    /// of them, returning one buffer per entry of `outputs`, of its shape
+    /// and dtype.
+    fn eval_cpu_outputs(&self, inputs: &[Array], outputs: &[OutputSpec]) -> Result<Vec<ArrayData>> {
+        let _ = (inputs, outputs);
+        Err(crate::Error::eval(
+            self.name(),
+            "a single-output primitive, built with Array::from_primitive",
+        ))
+    }
+
+    /// [`eval_cpu_outputs`](Self::eval_cpu_outputs) on the GPU.
+    fn eval_gpu_outputs(&self, inputs: &[Array], outputs: &[OutputSpec]) -> Result<Vec<ArrayData>> {
+        let _ = (inputs, outputs);
+        Err(no_gpu_kernel(self.name()))
     }
 
     /// For elementwise primitives: the WGSL expression computing one output
@@ -81,6 +103,22 @@ pub trait Primitive: Send + Sync + fmt::Debug + 'static {
             format!("primitive `{}` has no vector-Jacobian product", self.name()),
         ))
     }
+
+    /// The vector-Jacobian product of a primitive with several outputs:
+    /// given the cotangent of each output (`None` where none reaches it),
+    /// the cotangent of each input. `outputs` are this primitive's outputs.
+    fn vjp_outputs(
+        &self,
+        inputs: &[Array],
+        outputs: &[Array],
+        cotangents: &[Option<Array>],
+    ) -> Result<Vec<Option<Array>>> {
+        let _ = (inputs, outputs, cotangents);
+        Err(crate::Error::invalid(
+            "vjp",
+            format!("primitive `{}` has no vector-Jacobian product", self.name()),
+        ))
+    }
 }
 
 /// The stream a primitive runs on (see [`Primitive::stream`]).
@@ -92,6 +130,12 @@ pub enum Stream {
     /// when a process evaluates on one thread), in the order the evaluator
     /// reaches the nodes (the same order on every rank for the same graph).
     Communication,
+}
+
+fn no_gpu_kernel(name: &str) -> crate::Error {
+    crate::Error::gpu(format!(
+        "primitive `{name}` has no GPU kernel; build it on the CPU (Device::Cpu)"
+    ))
 }
 
 /// The `vjp` of a primitive through which no gradient flows to any input.

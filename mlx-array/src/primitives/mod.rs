@@ -8,6 +8,7 @@ pub mod indexing;
 pub mod linalg;
 pub mod loss;
 pub mod norm;
+pub mod outputs;
 pub mod reduce;
 pub mod rope;
 pub mod softmax;
@@ -32,6 +33,7 @@ pub(crate) fn specs() -> Vec<crate::conformance::Spec> {
         creation::spec::specs(),
         crate::device::spec::specs(),
         crate::autodiff::spec::specs(),
+        outputs::spec::specs(),
     ]
     .concat()
 }

@@ -32,10 +32,9 @@ pub(crate) struct Fusion {
 }
 
 fn pending(a: &Array) -> Option<(Arc<dyn Primitive>, Vec<Array>)> {
-    match &*a.lock() {
-        State::Pending { primitive, inputs } => Some((primitive.clone(), inputs.clone())),
-        State::Ready(_) => None,
-    }
+    a.lock()
+        .pending()
+        .map(|(primitive, inputs)| (primitive.clone(), inputs.clone()))
 }
 
 fn expression(a: &Array) -> Option<(String, Vec<Array>)> {
