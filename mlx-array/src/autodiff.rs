@@ -46,6 +46,35 @@ impl Primitive for Tracer {
     }
 }
 
+thread_local! {
+    /// How many functions this thread is tracing for differentiation.
+    static TRACING: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+/// Counts a function being traced while it lives.
+struct Tracing;
+
+impl Tracing {
+    fn start() -> Tracing {
+        TRACING.with(|t| t.set(t.get() + 1));
+        Tracing
+    }
+}
+
+impl Drop for Tracing {
+    fn drop(&mut self) {
+        TRACING.with(|t| t.set(t.get().saturating_sub(1)));
+    }
+}
+
+/// True while this thread runs a function that [`vjp`] (and so `grad`,
+/// `value_and_grad`) is about to differentiate: fused ops use it to choose
+/// between a kernel that computes their gradient in the forward pass and
+/// their plain forward (as MLX's `fast` ops carry a fallback).
+pub fn is_tracing() -> bool {
+    TRACING.with(|t| t.get() > 0)
+}
+
 fn tracer(x: &Array) -> Array {
     Array::from_primitive(Tracer, vec![x.clone()], x.shape().to_vec(), x.dtype())
 }
@@ -120,7 +149,10 @@ pub fn vjp(
     cotangents: &[Array],
 ) -> Result<(Vec<Array>, Vec<Array>)> {
     let tracers: Vec<Array> = primals.iter().map(tracer).collect();
-    let outputs = f(&tracers)?;
+    let outputs = {
+        let _tracing = Tracing::start();
+        f(&tracers)?
+    };
     if outputs.len() != cotangents.len() {
         return Err(Error::invalid(
             "vjp",

@@ -1,7 +1,7 @@
 //! Scaled dot-product attention as one fused node (MLX's
 //! `mx.fast.scaled_dot_product_attention`).
 
-use crate::primitives::attention::{Attention, AttentionOutput};
+use crate::primitives::attention::Attention;
 use crate::{Array, Dtype, Result};
 
 /// `softmax(scale * q @ k^T + mask) @ v` over the last two axes of
@@ -86,15 +86,5 @@ pub fn fused_attention(q: &Array, k: &Array, v: &Array, scale: f64, causal: bool
         scale: scale as f32,
         causal,
     };
-    let (rows, d) = (qs[0] * qs[1] * qs[2], vs[3]);
-    let inputs = vec![q.clone(), k.clone(), v.clone()];
-    let packed = Array::from_primitive(node, inputs.clone(), vec![rows * d + rows], Dtype::F32);
-    let mut inputs = inputs;
-    inputs.push(packed);
-    Ok(Array::from_primitive(
-        AttentionOutput(node),
-        inputs,
-        vec![qs[0], qs[1], qs[2], d],
-        Dtype::F32,
-    ))
+    Ok(node.build(q, k, v).swap_remove(0))
 }

@@ -264,23 +264,16 @@ pub fn linear_cross_entropy_sum(
             ),
         ));
     }
-    let packed = Array::from_primitive(
-        crate::primitives::loss::LinearCrossEntropyValueAndGrad(*opts),
-        vec![
-            h.clone(),
-            weight.clone(),
-            targets.clone(),
-            crate::stop_gradient(&row_weights.astype(Dtype::F32)?)?,
-        ],
-        vec![h.size() + weight.size() + 1],
-        Dtype::F32,
-    );
-    Ok(Array::from_primitive(
-        crate::primitives::loss::PackedLoss,
-        vec![h.clone(), weight.clone(), packed],
-        vec![],
-        Dtype::F32,
-    ))
+    let row_weights = crate::stop_gradient(&row_weights.astype(Dtype::F32)?)?;
+    if !crate::autodiff::is_tracing() {
+        // Not about to be differentiated: the loss alone, without the
+        // gradient GEMMs the fused pass would spend.
+        return linear_cross_entropy(h, weight, targets, opts)?
+            .multiply(&row_weights)?
+            .sum_all();
+    }
+    let node = crate::primitives::loss::LinearCrossEntropyValueAndGrad(*opts);
+    Ok(node.build(h, weight, targets, row_weights).swap_remove(0))
 }
 
 /// The argument checks shared by the fused output projection + loss ops.

@@ -1,14 +1,15 @@
 //! Fused scaled dot-product attention (see [`crate::fused_attention`]).
 //!
-//! Three nodes, like the fused loss: [`Attention`] computes the output and
-//! each row's logsumexp into one buffer; [`AttentionOutput`] is the output
-//! as a view of it, and its vector-Jacobian product builds one
-//! [`AttentionGrad`] node for `dq`, `dk` and `dv` together, which hands them
-//! out as views. Nothing of size `[B, H, Lq, Lk]` outlives a kernel.
+//! Two primitives with several outputs: [`Attention`] computes the output
+//! and each row's logsumexp in one pass; its vector-Jacobian product builds
+//! one [`AttentionGrad`] node for `dq`, `dk` and `dv` together. Nothing of
+//! size `[B, H, Lq, Lk]` outlives a kernel.
+
+use std::sync::Arc;
 
 pub use crate::backend::common::attention::AttentionDims;
 use crate::backend::cpu::attention;
-use crate::{Array, ArrayData, Primitive, Result};
+use crate::{Array, ArrayData, Dtype, OutputSpec, Primitive, Result};
 
 impl AttentionDims {
     /// The sizes of attending `q` to `k` and `v` (4-d, checked by the op).
@@ -27,8 +28,10 @@ impl AttentionDims {
     }
 }
 
-/// `softmax(scale * q @ k^T [causal]) @ v` and the rows' logsumexps, packed
-/// (f32 `[B, Lq, H, dv]` then `[B, H, Lq]`). Inputs: f32 `q`, `k`, `v`.
+/// `softmax(scale * q @ k^T [causal]) @ v` (`[B, H, Lq, dv]`) and the rows'
+/// logsumexps (`[B, H, Lq]`), both f32: two outputs of one kernel, which
+/// writes them into one buffer (the output stored `[B, Lq, H, dv]`).
+/// Inputs: f32 `q`, `k`, `v`.
 #[derive(Debug, Clone, Copy)]
 pub struct Attention {
     /// Multiplies the scores.
@@ -41,121 +44,151 @@ impl Attention {
     fn dims(&self, inputs: &[Array]) -> AttentionDims {
         AttentionDims::of(&inputs[0], &inputs[1], &inputs[2], self.scale, self.causal)
     }
+
+    /// The output and the logsumexps of attending `q` to `k` and `v`.
+    pub(crate) fn build(self, q: &Array, k: &Array, v: &Array) -> Vec<Array> {
+        let (qs, vs) = (q.shape(), v.shape());
+        let f32 = |shape: Vec<usize>| OutputSpec {
+            shape,
+            dtype: Dtype::F32,
+        };
+        Array::from_primitive_outputs(
+            self,
+            vec![q.clone(), k.clone(), v.clone()],
+            vec![
+                f32(vec![qs[0], qs[1], qs[2], vs[3]]),
+                f32(vec![qs[0], qs[1], qs[2]]),
+            ],
+        )
+    }
+}
+
+/// The output and logsumexp views of a forward buffer.
+fn forward_outputs(packed: ArrayData, dims: &AttentionDims) -> Vec<ArrayData> {
+    let (h, lq, dv) = (dims.h, dims.lq, dims.dv);
+    let (n_out, _) = dims.packed_len();
+    let strides = vec![(lq * h * dv) as isize, dv as isize, (h * dv) as isize, 1];
+    let lse = packed.view(vec![(h * lq) as isize, lq as isize, 1], packed.offset() + n_out);
+    vec![packed.view(strides, packed.offset()), lse]
+}
+
+/// The forward buffer behind an output and its logsumexps (views of one
+/// buffer, as [`forward_outputs`] hands them out).
+fn forward_buffer(out: &Array, lse: &Array, dims: &AttentionDims) -> Result<ArrayData> {
+    let (o, l) = (out.data()?, lse.data()?);
+    let (n_out, _) = dims.packed_len();
+    if !Arc::ptr_eq(o.storage(), l.storage()) || l.offset() != o.offset() + n_out {
+        return Err(crate::Error::eval(
+            "attention_grad",
+            "the output and logsumexps must come from one attention node",
+        ));
+    }
+    Ok(o.view(vec![1], o.offset()))
 }
 
 impl Primitive for Attention {
     fn name(&self) -> &'static str {
         "attention"
     }
-    fn eval_gpu(&self, inputs: &[Array], _out: &Array) -> Result<ArrayData> {
+    fn eval_gpu_outputs(&self, inputs: &[Array], _outputs: &[OutputSpec]) -> Result<Vec<ArrayData>> {
         let (q, k, v) = (&inputs[0], &inputs[1], &inputs[2]);
-        crate::backend::gpu::attention(&q.data()?, &k.data()?, &v.data()?, &self.dims(inputs))
+        let dims = self.dims(inputs);
+        let packed = crate::backend::gpu::attention(&q.data()?, &k.data()?, &v.data()?, &dims)?;
+        Ok(forward_outputs(packed, &dims))
     }
-    fn eval_cpu(&self, inputs: &[Array], _out: &Array) -> Result<ArrayData> {
+    fn eval_cpu_outputs(&self, inputs: &[Array], _outputs: &[OutputSpec]) -> Result<Vec<ArrayData>> {
         let (q, k, v) = (&inputs[0], &inputs[1], &inputs[2]);
-        Ok(attention::attention(
-            &q.data()?,
-            &k.data()?,
-            &v.data()?,
-            &self.dims(inputs),
-        ))
+        let dims = self.dims(inputs);
+        let packed = attention::attention(&q.data()?, &k.data()?, &v.data()?, &dims);
+        Ok(forward_outputs(packed, &dims))
     }
-    fn vjp(&self, _inputs: &[Array], _out: &Array, _ct: &Array) -> Result<Vec<Option<Array>>> {
-        Err(crate::Error::invalid(
-            "vjp",
-            "attention is differentiated through the output view it packs",
-        ))
-    }
-}
-
-/// The attention output `[B, H, Lq, dv]` as a view of an [`Attention`]
-/// buffer. Inputs: `q`, `k`, `v`, the packed buffer.
-#[derive(Debug, Clone, Copy)]
-pub struct AttentionOutput(pub Attention);
-
-impl AttentionOutput {
-    fn view(&self, inputs: &[Array]) -> Result<ArrayData> {
-        let dims = self.0.dims(inputs);
-        let packed = inputs[3].data()?;
-        let (h, lq, dv) = (dims.h, dims.lq, dims.dv);
-        let strides = vec![(lq * h * dv) as isize, dv as isize, (h * dv) as isize, 1];
-        Ok(packed.view(strides, packed.offset()))
-    }
-}
-
-impl Primitive for AttentionOutput {
-    fn name(&self) -> &'static str {
-        "attention_output"
-    }
-    fn eval_gpu(&self, inputs: &[Array], _out: &Array) -> Result<ArrayData> {
-        self.view(inputs)
-    }
-    fn eval_cpu(&self, inputs: &[Array], _out: &Array) -> Result<ArrayData> {
-        self.view(inputs)
-    }
-    fn vjp(&self, inputs: &[Array], _out: &Array, ct: &Array) -> Result<Vec<Option<Array>>> {
-        let dims = self.0.dims(inputs);
-        let (nq, nk, nv) = dims.grad_len();
-        let grads = Array::from_primitive(
-            AttentionGrad(self.0),
-            vec![
-                inputs[0].clone(),
-                inputs[1].clone(),
-                inputs[2].clone(),
-                inputs[3].clone(),
-                ct.astype(crate::Dtype::F32)?,
-            ],
-            vec![nq + nk + nv],
-            crate::Dtype::F32,
-        );
-        // Each gradient is stored `[B, L, H, w]`: a view back to `[B, H, L, w]`.
-        let part = |from: usize, len: usize, like: &Array| -> Result<Array> {
-            let s = like.shape();
-            let g = grads.slice_axis(0, from as i64, (from + len) as i64)?;
-            crate::reshape_to(&g, &[s[0], s[2], s[1], s[3]])?.transpose(&[0, 2, 1, 3])
+    fn vjp_outputs(
+        &self,
+        inputs: &[Array],
+        outputs: &[Array],
+        cotangents: &[Option<Array>],
+    ) -> Result<Vec<Option<Array>>> {
+        if cotangents[1].is_some() {
+            return Err(crate::Error::invalid(
+                "vjp",
+                "attention's logsumexps are not differentiable",
+            ));
+        }
+        let Some(ct) = &cotangents[0] else {
+            return Ok(vec![None, None, None]);
         };
-        Ok(vec![
-            Some(part(0, nq, &inputs[0])?),
-            Some(part(nq, nk, &inputs[1])?),
-            Some(part(nq + nk, nv, &inputs[2])?),
-            None,
-        ])
+        let (q, k, v) = (&inputs[0], &inputs[1], &inputs[2]);
+        let f32 = |like: &Array| OutputSpec {
+            shape: like.shape().to_vec(),
+            dtype: Dtype::F32,
+        };
+        let grads = Array::from_primitive_outputs(
+            AttentionGrad(*self),
+            vec![
+                q.clone(),
+                k.clone(),
+                v.clone(),
+                outputs[0].clone(),
+                outputs[1].clone(),
+                ct.astype(Dtype::F32)?,
+            ],
+            vec![f32(q), f32(k), f32(v)],
+        );
+        Ok(grads.into_iter().map(Some).collect())
     }
 }
 
-/// `dq`, `dk`, `dv` of an [`Attention`] for the cotangent of its output,
-/// packed (f32 `[B, Lq, H, d]`, `[B, Lk, H, d]`, `[B, Lk, H, dv]`). Inputs:
-/// `q`, `k`, `v`, the packed forward buffer, the f32 cotangent.
+/// `dq`, `dk`, `dv` of an [`Attention`] for the cotangent of its output:
+/// three f32 outputs of one kernel (stored `[B, L, H, w]` in one buffer).
+/// Inputs: `q`, `k`, `v`, the forward output and logsumexps, the f32
+/// cotangent.
 #[derive(Debug, Clone, Copy)]
 pub struct AttentionGrad(pub Attention);
+
+impl AttentionGrad {
+    /// The three gradients as `[B, H, L, w]` views of the kernel's buffer.
+    fn outputs(grads: ArrayData, dims: &AttentionDims) -> Vec<ArrayData> {
+        let (nq, nk, _) = dims.grad_len();
+        let h = dims.h;
+        let view = |at: usize, l: usize, w: usize| {
+            grads.view(
+                vec![(l * h * w) as isize, w as isize, (h * w) as isize, 1],
+                grads.offset() + at,
+            )
+        };
+        vec![
+            view(0, dims.lq, dims.d),
+            view(nq, dims.lk, dims.d),
+            view(nq + nk, dims.lk, dims.dv),
+        ]
+    }
+}
 
 impl Primitive for AttentionGrad {
     fn name(&self) -> &'static str {
         "attention_grad"
     }
-    fn eval_gpu(&self, inputs: &[Array], _out: &Array) -> Result<ArrayData> {
+    fn eval_gpu_outputs(&self, inputs: &[Array], _outputs: &[OutputSpec]) -> Result<Vec<ArrayData>> {
         let d = |i: usize| inputs[i].data();
-        crate::backend::gpu::attention_grad(
-            &d(0)?,
-            &d(1)?,
-            &d(2)?,
-            &d(3)?,
-            &d(4)?,
-            &self.0.dims(inputs),
-        )
+        let dims = self.0.dims(inputs);
+        let forward = forward_buffer(&inputs[3], &inputs[4], &dims)?;
+        let grads =
+            crate::backend::gpu::attention_grad(&d(0)?, &d(1)?, &d(2)?, &forward, &d(5)?, &dims)?;
+        Ok(Self::outputs(grads, &dims))
     }
-    fn eval_cpu(&self, inputs: &[Array], _out: &Array) -> Result<ArrayData> {
+    fn eval_cpu_outputs(&self, inputs: &[Array], _outputs: &[OutputSpec]) -> Result<Vec<ArrayData>> {
         let d = |i: usize| inputs[i].data();
-        Ok(attention::attention_grad(
-            &d(0)?,
-            &d(1)?,
-            &d(2)?,
-            &d(3)?,
-            &d(4)?,
-            &self.0.dims(inputs),
-        ))
+        let dims = self.0.dims(inputs);
+        let forward = forward_buffer(&inputs[3], &inputs[4], &dims)?;
+        let grads = attention::attention_grad(&d(0)?, &d(1)?, &d(2)?, &forward, &d(5)?, &dims);
+        Ok(Self::outputs(grads, &dims))
     }
-    fn vjp(&self, _inputs: &[Array], _out: &Array, _ct: &Array) -> Result<Vec<Option<Array>>> {
+    fn vjp_outputs(
+        &self,
+        _inputs: &[Array],
+        _outputs: &[Array],
+        _cotangents: &[Option<Array>],
+    ) -> Result<Vec<Option<Array>>> {
         Err(crate::Error::invalid(
             "vjp",
             "attention_grad has no vector-Jacobian product (no second derivatives)",

@@ -2,7 +2,10 @@
 
 use crate::backend::cpu::loss;
 use crate::primitive::no_gradient;
-use crate::{Array, ArrayData, Dtype, Primitive, Result};
+use crate::primitives::elementwise::BinaryOp;
+use crate::primitives::reduce::ReduceOp;
+use crate::shape::contiguous_strides;
+use crate::{Array, ArrayData, Dtype, OutputSpec, Primitive, Result};
 
 /// Per-row `logsumexp(logits) - logits[target]` over the last axis, without
 /// materialising a log-softmax. Inputs: logits `[..., V]`, integer targets `[...]`.
@@ -204,11 +207,41 @@ impl Primitive for LinearCrossEntropyGrad {
 }
 
 /// The weighted fused loss and its gradients computed together (see
-/// [`crate::linear_cross_entropy_sum`]). Inputs: `h`, `w`, targets, the f32
-/// row weights; output: one flat f32 buffer, `dh` then `dw` then the loss,
-/// which [`PackedLoss`] hands out.
+/// [`crate::linear_cross_entropy_sum`]): three f32 outputs, the summed loss,
+/// `dh` and `dw`, from one pass. Inputs: `h`, `w`, targets, the f32 row
+/// weights. Differentiated through its loss output: the vector-Jacobian
+/// product hands out the other two, scaled by the cotangent unless that is
+/// the constant 1 (as `value_and_grad` seeds it), in which case they are
+/// the outputs themselves, not copies.
 #[derive(Debug, Clone)]
 pub struct LinearCrossEntropyValueAndGrad(pub LinearCrossEntropyOptions);
+
+impl LinearCrossEntropyValueAndGrad {
+    /// The loss, `dh` and `dw` of `h`, `w`, `targets` and f32 `row_weights`.
+    pub(crate) fn build(self, h: &Array, w: &Array, targets: &Array, row_weights: Array) -> Vec<Array> {
+        let f32 = |shape: &[usize]| OutputSpec {
+            shape: shape.to_vec(),
+            dtype: Dtype::F32,
+        };
+        Array::from_primitive_outputs(
+            self,
+            vec![h.clone(), w.clone(), targets.clone(), row_weights],
+            vec![f32(&[]), f32(h.shape()), f32(w.shape())],
+        )
+    }
+
+    /// The three outputs as views of the kernels' flat buffer (`dh`, `dw`,
+    /// then the loss).
+    fn outputs(packed: ArrayData, h: &Array, w: &Array) -> Vec<ArrayData> {
+        let (hn, wn) = (h.size(), w.size());
+        let at = packed.offset();
+        vec![
+            packed.view(vec![], at + hn + wn),
+            packed.view(contiguous_strides(h.shape()), at),
+            packed.view(contiguous_strides(w.shape()), at + hn),
+        ]
+    }
+}
 
 impl Primitive for LinearCrossEntropyValueAndGrad {
     fn name(&self) -> &'static str {
@@ -217,7 +250,7 @@ impl Primitive for LinearCrossEntropyValueAndGrad {
     /// On the GPU the pass is the forward kernel and then the gradient
     /// kernel with the row weights as cotangents (four GEMMs; a GPU has
     /// FLOPs to spare where the CPU does not), packed as on the CPU.
-    fn eval_gpu(&self, inputs: &[Array], _out: &Array) -> Result<ArrayData> {
+    fn eval_gpu_outputs(&self, inputs: &[Array], _outputs: &[OutputSpec]) -> Result<Vec<ArrayData>> {
         use crate::backend::gpu;
         let (h, w, t, rw) = (&inputs[0], &inputs[1], &inputs[2], &inputs[3]);
         let (hd, wd, td, rd) = (h.data()?, w.data()?, t.data()?, rw.data()?);
@@ -229,22 +262,10 @@ impl Primitive for LinearCrossEntropyValueAndGrad {
             grads = gpu::astype(&grads, &[n], h.dtype(), Dtype::F32)?;
         }
         let rows = t.shape();
-        let weighted = gpu::binary(
-            crate::primitives::elementwise::BinaryOp::Multiply,
-            rows,
-            Dtype::F32,
-            &loss,
-            &rd,
-        )?;
+        let weighted = gpu::binary(BinaryOp::Multiply, rows, Dtype::F32, &loss, &rd)?;
         let axes: Vec<usize> = (0..rows.len()).collect();
-        let total = gpu::reduce(
-            crate::primitives::reduce::ReduceOp::Sum,
-            &weighted,
-            rows,
-            Dtype::F32,
-            &axes,
-        )?;
-        gpu::concatenate(
+        let total = gpu::reduce(ReduceOp::Sum, &weighted, rows, Dtype::F32, &axes)?;
+        let packed = gpu::concatenate(
             &[
                 (grads, vec![n]),
                 (total.view(vec![0], total.offset()), vec![1]),
@@ -252,64 +273,50 @@ impl Primitive for LinearCrossEntropyValueAndGrad {
             Dtype::F32,
             0,
             &[n + 1],
-        )
+        )?;
+        Ok(Self::outputs(packed, h, w))
     }
-    fn eval_cpu(&self, inputs: &[Array], _out: &Array) -> Result<ArrayData> {
+    fn eval_cpu_outputs(&self, inputs: &[Array], _outputs: &[OutputSpec]) -> Result<Vec<ArrayData>> {
         let (h, w, t, rw) = (&inputs[0], &inputs[1], &inputs[2], &inputs[3]);
         let (hd, wd, td, rd) = (h.data()?, w.data()?, t.data()?, rw.data()?);
-        loss::linear_cross_entropy_value_and_grad(
+        let packed = loss::linear_cross_entropy_value_and_grad(
             &self.0.args((&hd, h), (&wd, w), (&td, t)),
             (&rd, rw.dtype()),
-        )
+        )?;
+        Ok(Self::outputs(packed, h, w))
     }
-    fn vjp(&self, _inputs: &[Array], _out: &Array, _ct: &Array) -> Result<Vec<Option<Array>>> {
-        Err(crate::Error::invalid(
-            "vjp",
-            "linear_cross_entropy_value_and_grad is differentiated through the loss it packs",
-        ))
-    }
-}
-
-/// The loss packed at the end of a [`LinearCrossEntropyValueAndGrad`] buffer,
-/// as a scalar view (no copy). Inputs: `h`, `w`, the packed buffer. Its
-/// vector-Jacobian product hands out the packed `dh` and `dw`, scaled by the
-/// cotangent unless that is the constant 1 (as `value_and_grad` seeds it),
-/// in which case they are views of the buffer, not copies.
-#[derive(Debug, Clone)]
-pub struct PackedLoss;
-
-impl PackedLoss {
-    fn view(inputs: &[Array]) -> Result<ArrayData> {
-        let packed = inputs[2].data()?;
-        let at = inputs[0].size() + inputs[1].size();
-        Ok(packed.view(vec![], packed.offset() + at))
-    }
-}
-
-impl Primitive for PackedLoss {
-    fn name(&self) -> &'static str {
-        "packed_loss"
-    }
-    fn eval_gpu(&self, inputs: &[Array], _out: &Array) -> Result<ArrayData> {
-        Self::view(inputs)
-    }
-    fn eval_cpu(&self, inputs: &[Array], _out: &Array) -> Result<ArrayData> {
-        Self::view(inputs)
-    }
-    fn vjp(&self, inputs: &[Array], _out: &Array, ct: &Array) -> Result<Vec<Option<Array>>> {
+    fn vjp_outputs(
+        &self,
+        inputs: &[Array],
+        outputs: &[Array],
+        cotangents: &[Option<Array>],
+    ) -> Result<Vec<Option<Array>>> {
+        if cotangents[1..].iter().any(Option::is_some) {
+            return Err(crate::Error::invalid(
+                "vjp",
+                "linear_cross_entropy_value_and_grad's gradients have no vector-Jacobian product (no second derivatives)",
+            ));
+        }
+        let Some(ct) = &cotangents[0] else {
+            return no_gradient(inputs);
+        };
         let (h, w) = (&inputs[0], &inputs[1]);
         let unit =
             ct.is_evaluated() && ct.device() == crate::Device::Cpu && ct.to_vec::<f32>()? == [1.0];
-        let (dh, dw) = unpack_gradients(&inputs[2], h, w)?;
-        let finish = |g: Array, like: &Array| -> Result<Array> {
+        let finish = |g: &Array, like: &Array| -> Result<Array> {
             let g = if unit {
-                g
+                g.clone()
             } else {
                 g.multiply(&ct.astype(Dtype::F32)?)?
             };
             g.astype(like.dtype())
         };
-        Ok(vec![Some(finish(dh, h)?), Some(finish(dw, w)?), None])
+        Ok(vec![
+            Some(finish(&outputs[1], h)?),
+            Some(finish(&outputs[2], w)?),
+            None,
+            None,
+        ])
     }
 }
 

@@ -1,12 +1,11 @@
-//! Conformance specifications of the fused attention: the packed forward
-//! buffer (outputs and each row's logsumexp), the output view that
-//! `fused_attention` returns, and the packed `dq`, `dk`, `dv` that its
-//! vector-Jacobian product reads, each against an f64 reference on the CPU
-//! and the GPU.
+//! Conformance specifications of the fused attention: its two outputs
+//! (the output `fused_attention` returns and each row's logsumexp), and
+//! `dq`, `dk`, `dv` that its vector-Jacobian product computes, each against
+//! an f64 reference on the CPU and the GPU.
 
 use proptest::prelude::*;
 
-use super::{Attention, AttentionGrad, AttentionOutput};
+use super::{Attention, AttentionGrad};
 use crate::conformance::*;
 use crate::{Array, Dtype};
 
@@ -14,19 +13,6 @@ use crate::{Array, Dtype};
 pub fn specs() -> Vec<Spec> {
     vec![
         Spec::new::<Attention>("attention", attention_values, || {
-            // Differentiated through the output view it packs (below), never
-            // directly: the packed buffer alone refuses, naming itself.
-            GradCase::new(qkv_inputs(), &[0, 1, 2], |a| {
-                let n = packed_len(a[0].shape(), a[2].shape());
-                let node = Attention {
-                    scale: 0.7,
-                    causal: true,
-                };
-                Ok(Array::from_primitive(node, a.to_vec(), vec![n], Dtype::F32))
-            })
-            .refused()
-        }),
-        Spec::new::<AttentionOutput>("attention_output", output_values, || {
             // Causal with fewer queries than keys (a cache), then plain, with
             // q and v read through transposed views.
             GradCase::new(
@@ -64,12 +50,6 @@ fn qkv_inputs() -> Vec<Array> {
         uniform(26, &[1, 2, 5, 4], -1.0, 1.0),
         uniform(27, &[1, 2, 5, 3], -1.0, 1.0),
     ]
-}
-
-/// The length of an [`Attention`] buffer: `[B, Lq, H, dv]` then `[B, H, Lq]`.
-fn packed_len(q: &[usize], v: &[usize]) -> usize {
-    let rows = q[0] * q[1] * q[2];
-    rows * v[3] + rows
 }
 
 /// The f64 reference of attention: the output, each row's logsumexp, and
@@ -237,14 +217,11 @@ fn fixed_problems() -> Vec<(Problem, (f64, f64))> {
     blocks.chain(small).collect()
 }
 
-/// The packed forward buffer on the device under test: `[B, Lq, H, dv]`
-/// outputs then `[B, H, Lq]` logsumexps, f32.
-fn check_packed(cx: &Ctx, p: &Problem, l: Layout, rel: f64) {
+/// Both outputs of the primitive on the device under test: `[B, H, Lq, dv]`
+/// and the `[B, H, Lq]` logsumexps, f32.
+fn check_outputs(cx: &Ctx, p: &Problem, l: Layout, rel: f64) {
     let r = p.reference();
-    let (b, h, lq, dv) = (p.q.shape[0], p.q.shape[1], p.q.shape[2], p.v.shape[3]);
-    let blhd = Nd::from_fn(&[b, lq, h, dv], |i| r.o.at(&[i[0], i[2], i[1], i[3]]));
-    let want = Nd::new(&[blhd.v.len() + r.lse.v.len()], [blhd.v, r.lse.v].concat());
-    let inputs = vec![
+    let inputs = [
         make(&p.q, Dtype::F32, l),
         make(&p.k, Dtype::F32, l),
         make(&p.v, Dtype::F32, Layout::Dense),
@@ -253,26 +230,24 @@ fn check_packed(cx: &Ctx, p: &Problem, l: Layout, rel: f64) {
         scale: p.scale as f32,
         causal: p.causal,
     };
-    let got = cx.on(|| Array::from_primitive(node, inputs, want.shape.clone(), Dtype::F32));
-    let what = format!("attention {}", p.what(Dtype::F32, l));
-    cx.check(&got, &want, Dtype::F32, rel, &what);
+    let got = cx.on(|| node.build(&inputs[0], &inputs[1], &inputs[2]));
+    let what = p.what(Dtype::F32, l);
+    cx.check(&got[0], &r.o, Dtype::F32, rel, &format!("attention {what}"));
+    cx.check(&got[1], &r.lse, Dtype::F32, rel, &format!("attention logsumexp {what}"));
 }
 
 fn attention_values(cx: &Ctx) {
     cx.runner()
         .run(&strategy(), |draw| {
-            check_packed(
-                cx,
-                &Problem::random(&draw, Dtype::F32),
-                draw.3,
-                tol(Dtype::F32) * 8.0,
-            );
+            let p = Problem::random(&draw, Dtype::F32);
+            check_outputs(cx, &p, draw.3, tol(Dtype::F32) * 8.0);
             Ok(())
         })
         .unwrap_or_else(|e| panic!("{e}"));
     for (p, (rel, _)) in fixed_problems() {
-        check_packed(cx, &p, Layout::Dense, rel);
+        check_outputs(cx, &p, Layout::Dense, rel);
     }
+    output_values(cx);
 }
 
 /// `fused_attention` on the device under test; with `grads`, its vjp for

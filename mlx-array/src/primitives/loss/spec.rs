@@ -11,7 +11,7 @@ use proptest::prelude::*;
 
 use super::{
     CrossEntropy, CrossEntropyGrad, LinearCrossEntropy, LinearCrossEntropyGrad,
-    LinearCrossEntropyOptions, LinearCrossEntropyValueAndGrad, PackedLoss,
+    LinearCrossEntropyOptions, LinearCrossEntropyValueAndGrad,
 };
 use crate::conformance::*;
 use crate::{Array, Device, Dtype};
@@ -88,35 +88,15 @@ pub fn specs() -> Vec<Spec> {
             )
             .refused()
         }),
+        // The one-pass training loss: its gradient comes from the pass, as
+        // its other two outputs.
         Spec::new::<LinearCrossEntropyValueAndGrad>(
             "linear_cross_entropy_value_and_grad",
-            value_and_grad_values,
-            || {
-                // Differentiated through the `packed_loss` that reads it (below),
-                // never directly.
-                let (t, rw) = (ints(&[1, 3], &[2]), uniform(3, &[2], 0.5, 1.5));
-                let opts = LinearCrossEntropyOptions::default();
-                GradCase::new(
-                    vec![
-                        uniform(33, &[2, 3], -1.0, 1.0),
-                        uniform(34, &[4, 3], -1.0, 1.0),
-                    ],
-                    &[0, 1],
-                    move |a| {
-                        Ok(Array::from_primitive(
-                            LinearCrossEntropyValueAndGrad(opts),
-                            vec![a[0].clone(), a[1].clone(), t.clone(), rw.clone()],
-                            vec![a[0].size() + a[1].size() + 1],
-                            Dtype::F32,
-                        ))
-                    },
-                )
-                .refused()
+            |cx: &Ctx| {
+                value_and_grad_values(cx);
+                sum_values(cx);
             },
-        ),
-        // The one-pass training loss: its gradient comes from the pass and is
-        // handed out by `packed_loss`'s vjp.
-        Spec::new::<PackedLoss>("packed_loss", packed_loss_values, || {
+            || {
             let t = ints(&[6, 0, 2, 3, -100, 5], &[2, 3]);
             let weights =
                 Array::from_slice(&[1.0f32, 0.5, 0.0, 2.0, 1.0, -1.0], &[2, 3]).expect("weights");
@@ -667,34 +647,28 @@ fn training_case(dtype: Dtype) -> (LceCase, Nd) {
     (c, rw)
 }
 
-/// The packed buffer of `linear_cross_entropy_value_and_grad` (f32 `dh`,
-/// `dw`, then the weighted loss) on the device under test.
+/// The three outputs of `linear_cross_entropy_value_and_grad` (the
+/// weighted loss, f32 `dh` and `dw`) on the device under test.
 fn check_value_and_grad(cx: &Ctx, c: &LceCase, rw: &Nd, dtype: Dtype, (l, lw): (Layout, Layout)) {
     let (loss, dh, dw) = lce_reference(c, &rw.v);
     let total: f64 = loss.iter().zip(&rw.v).map(|(a, b)| a * b).sum();
-    let n = c.h.v.len() + c.w.v.len() + 1;
-    let inputs = vec![
+    let inputs = [
         make(&c.h, dtype, l),
         make(&c.w, dtype, lw),
         make(&c.t, Dtype::I32, Layout::Dense),
         make(rw, Dtype::F32, l),
     ];
-    let got = cx.on(|| {
-        Array::from_primitive(
-            LinearCrossEntropyValueAndGrad(c.opts),
-            inputs,
-            vec![n],
-            Dtype::F32,
-        )
-    });
-    let want: Vec<f64> = dh.into_iter().chain(dw).chain([total]).collect();
+    let node = LinearCrossEntropyValueAndGrad(c.opts);
+    let got = cx.on(|| node.build(&inputs[0], &inputs[1], &inputs[2], inputs[3].clone()));
     // Everything in f32 from the quantized inputs; the total sums every row.
     let rel = tol(dtype).max(1e-4) * 4.0;
     let what = format!(
         "linear_cross_entropy_value_and_grad {dtype} h {:?} {l:?}, w {:?} {lw:?}, {:?}",
         c.h.shape, c.w.shape, c.opts
     );
-    cx.check(&got, &Nd::new(&[n], want), Dtype::F32, rel, &what);
+    cx.check(&got[0], &Nd::new(&[], vec![total]), Dtype::F32, rel, &format!("{what}: loss"));
+    cx.check(&got[1], &Nd::new(&c.h.shape, dh), Dtype::F32, rel, &format!("{what}: dh"));
+    cx.check(&got[2], &Nd::new(&c.w.shape, dw), Dtype::F32, rel, &format!("{what}: dw"));
 }
 
 fn value_and_grad_values(cx: &Ctx) {
@@ -710,10 +684,10 @@ fn value_and_grad_values(cx: &Ctx) {
     }
 }
 
-/// `linear_cross_entropy_sum` and its gradients through `value_and_grad`
-/// and `vjp` on the device under test: the loss `packed_loss` reads and the
-/// gradients its vjp hands out.
-fn check_packed_loss(cx: &Ctx, c: &LceCase, rw: &Nd, dtype: Dtype, l: Layout) {
+/// `linear_cross_entropy_sum` on the device under test: plainly (the loss
+/// alone), and through `value_and_grad` and `vjp` (the one-pass primitive,
+/// whose vjp hands out its gradient outputs).
+fn check_sum(cx: &Ctx, c: &LceCase, rw: &Nd, dtype: Dtype, l: Layout) {
     let (loss, dh, dw) = lce_reference(c, &rw.v);
     let total: f64 = loss.iter().zip(&rw.v).map(|(a, b)| a * b).sum();
     let t = make(&c.t, Dtype::I32, Layout::Dense);
@@ -721,6 +695,7 @@ fn check_packed_loss(cx: &Ctx, c: &LceCase, rw: &Nd, dtype: Dtype, l: Layout) {
     let opts = c.opts;
     let f = |x: &[Array]| crate::linear_cross_entropy_sum(&x[0], &x[1], &t, &weights, &opts);
     let inputs = [make(&c.h, dtype, l), make(&c.w, dtype, l)];
+    let plain = cx.on(|| f(&inputs)).expect("linear_cross_entropy_sum");
     let (value, grads) = cx
         .on(|| crate::value_and_grad(f, &[0, 1])(&inputs))
         .expect("value_and_grad");
@@ -740,6 +715,7 @@ fn check_packed_loss(cx: &Ctx, c: &LceCase, rw: &Nd, dtype: Dtype, l: Layout) {
         c.h.shape, c.w.shape, c.opts
     );
     cx.check(&value, &Nd::new(&[], vec![total]), Dtype::F32, rel, &what);
+    cx.check(&plain, &Nd::new(&[], vec![total]), Dtype::F32, rel, &format!("{what}: plain"));
     let dh = quantized(Nd::new(&c.h.shape, dh), dtype);
     let dw = quantized(Nd::new(&c.w.shape, dw), dtype);
     cx.check(&grads[0], &dh, dtype, rel, &format!("{what}: dh"));
@@ -769,17 +745,17 @@ fn check_packed_loss(cx: &Ctx, c: &LceCase, rw: &Nd, dtype: Dtype, l: Layout) {
     }
 }
 
-fn packed_loss_values(cx: &Ctx) {
+fn sum_values(cx: &Ctx) {
     for dtype in FLOATS {
         run(cx, &lce_strategy(), |draw| {
             // Blocks of 1 to 3 rows.
             let mut c = lce_case(&draw, dtype);
             c.opts.block_rows = draw.5;
             let rw = row_weights(&draw.0, draw.7 ^ 9);
-            check_packed_loss(cx, &c, &rw, dtype, draw.6);
+            check_sum(cx, &c, &rw, dtype, draw.6);
         });
         let (c, rw) = training_case(dtype);
-        check_packed_loss(cx, &c, &rw, dtype, Layout::Transposed);
+        check_sum(cx, &c, &rw, dtype, Layout::Transposed);
     }
     // Row weights must be floats shaped like the targets.
     let h = Array::zeros(&[2, 3], Dtype::F32);
