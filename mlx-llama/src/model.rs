@@ -2,7 +2,6 @@
 //! safetensors weights are interchangeable.
 
 use mlx_array::{Array, Result, concatenate, random};
-use mlx_nn::losses::{CrossEntropyOptions, linear_cross_entropy};
 use mlx_nn::{
     AttentionMask, Embedding, Linear, RMSNorm, RoPE, impl_module, merge_heads,
     scaled_dot_product_attention, split_heads,
@@ -251,37 +250,15 @@ impl Llama {
         self.norm.forward(&x)
     }
 
-    /// Per-token cross-entropy of the next-token predictions for `tokens`
-    /// against `targets` (both `[B, L]`), reduced as `opts` says. The output
-    /// projection is fused with the loss, so the `[B, L, vocab]` logits are
-    /// never held in memory (see [`mlx_nn::losses::linear_cross_entropy`]).
-    pub fn loss(
-        &self,
-        tokens: &Array,
-        targets: &Array,
-        opts: &CrossEntropyOptions,
-    ) -> Result<Array> {
-        linear_cross_entropy(
-            &self.hidden(tokens)?,
-            self.out_proj.weight.value(),
-            targets,
-            opts,
-        )
-    }
-
     /// `sum(row_weights * per-token cross-entropy)` of the next-token
-    /// predictions, computed together with its gradient: the loss of a
-    /// training step (see [`mlx_array::linear_cross_entropy_sum`], which saves
-    /// a GEMM of the output projection's size against [`Self::loss`] under
-    /// `value_and_grad`, but wastes two when not differentiated: evaluate
-    /// with [`Self::loss`]). `row_weights` are floats shaped like `targets`
-    /// (a loss mask times a normalisation) and get no gradient.
-    pub fn loss_for_training(
-        &self,
-        tokens: &Array,
-        targets: &Array,
-        row_weights: &Array,
-    ) -> Result<Array> {
+    /// predictions for `tokens` against `targets` (both `[B, L]`).
+    /// `row_weights` are floats shaped like `targets` (a loss mask, times a
+    /// normalisation if wanted) and get no gradient. The output projection
+    /// is fused with the loss, so the `[B, L, vocab]` logits are never held
+    /// in memory; under `value_and_grad` the gradient is computed in the
+    /// same pass, and otherwise (evaluation) the loss alone (see
+    /// [`mlx_array::linear_cross_entropy_sum`]).
+    pub fn loss(&self, tokens: &Array, targets: &Array, row_weights: &Array) -> Result<Array> {
         mlx_array::linear_cross_entropy_sum(
             &self.hidden(tokens)?,
             self.out_proj.weight.value(),

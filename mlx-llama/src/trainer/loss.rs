@@ -5,7 +5,6 @@ use anyhow::Result;
 use mlx_array::{Array, Dtype, Tree, eval};
 use mlx_data::DataLoader;
 use mlx_dist::Group;
-use mlx_nn::losses::{CrossEntropyOptions, Reduction};
 use mlx_nn::value_and_grad;
 
 use super::batch::{Micro, micro};
@@ -21,7 +20,7 @@ pub(super) fn loss_and_grads(
     scale: f64,
 ) -> Result<(Array, Tree)> {
     let vg = value_and_grad(|m: &Llama, (micro, scale): &(Micro, f64)| {
-        m.loss_for_training(&micro.x, &micro.y, &micro.mask.mul_scalar(*scale)?)
+        m.loss(&micro.x, &micro.y, &micro.mask.mul_scalar(*scale)?)
     });
     let mut loss = Array::zeros(&[], Dtype::F32);
     // Each stage of the gradients replaces the previous one, which is
@@ -40,16 +39,6 @@ pub(super) fn loss_and_grads(
     Ok((loss, grads))
 }
 
-/// Sum of the masked per-token losses of a micro-batch.
-fn loss_sum(model: &Llama, m: &Micro) -> mlx_array::Result<Array> {
-    let opts = CrossEntropyOptions {
-        reduction: Reduction::Sum,
-        weights: Some(m.mask.clone()),
-        ..Default::default()
-    };
-    model.loss(&m.x, &m.y, &opts)
-}
-
 /// Mean validation loss over every rank's shard (`batches` batches each).
 pub(super) fn evaluate(
     model: &Llama,
@@ -61,7 +50,7 @@ pub(super) fn evaluate(
     let mut count = Array::zeros(&[], Dtype::F32);
     for _ in 0..batches {
         let m = micro(&val.next_batch()?)?;
-        sum = sum.add(&loss_sum(model, &m)?)?;
+        sum = sum.add(&model.loss(&m.x, &m.y, &m.mask)?)?;
         count = count.add(&m.mask.sum_all()?)?;
         eval((&sum, &count))?;
     }
