@@ -388,3 +388,6 @@ fn check_peer(op: &'static str, peer: usize, group: &Group) -> Result<()> {
     }
     Ok(())
 }
+
+#[cfg(feature = "conformance")]
+pub(crate) mod spec;

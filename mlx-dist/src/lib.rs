@@ -90,6 +90,15 @@ pub use group::Group;
 pub use local::run_local;
 pub use reduce::ReduceOp;
 
+/// The conformance specifications of the collectives (feature
+/// `conformance`), for `mlx_array::conformance::main`: each runs in real
+/// worlds of 1, 2 and 3 ranks (threads over loopback TCP) against an f64
+/// reference computed from every rank's inputs.
+#[cfg(feature = "conformance")]
+pub fn conformance_specs() -> Vec<mlx_array::conformance::Spec> {
+    collectives::spec::specs()
+}
+
 /// Whether `backend` can be used by this build on this machine.
 pub fn is_available(backend: Backend) -> bool {
     match backend {

@@ -23,6 +23,16 @@ use crate::{Config, DistError, Group, Result, tcp};
 /// assert_eq!(sums, vec![vec![3.0; 3], vec![3.0; 3]]);
 /// ```
 pub fn run_local<T: Send>(n: usize, f: impl Fn(Group) -> T + Sync) -> Result<Vec<T>> {
+    run_local_with(n, |_| {}, f)
+}
+
+/// [`run_local`] with each rank's [`Config`] adjusted by `configure` (shorter
+/// timeouts for tests whose failures should not wait ten minutes).
+pub(crate) fn run_local_with<T: Send>(
+    n: usize,
+    configure: impl Fn(&mut Config) + Sync,
+    f: impl Fn(Group) -> T + Sync,
+) -> Result<Vec<T>> {
     if n == 1 {
         return Ok(vec![f(Group::single())]);
     }
@@ -51,6 +61,7 @@ pub fn run_local<T: Send>(n: usize, f: impl Fn(Group) -> T + Sync) -> Result<Vec
             .map(|(r, l)| {
                 let mut cfg = Config::new(r, hosts.clone(), [7; 16], secret.clone());
                 cfg.connect_timeout = Duration::from_secs(30);
+                configure(&mut cfg);
                 let f = &f;
                 s.spawn(move || -> Result<T> {
                     let mesh = tcp::connect_mesh(&cfg, l, false)?;

@@ -284,3 +284,6 @@ pub(crate) fn adam_step_apart(
     );
     Ok((p, row(&mv, 0, &shape)?, row(&mv, 1, &shape)?))
 }
+
+#[cfg(feature = "conformance")]
+pub(crate) mod spec;

@@ -70,3 +70,11 @@ pub use schedule::Schedule;
 pub use sgd::Sgd;
 pub use sharded::Sharded;
 pub use state::OptimizerState;
+
+/// The conformance specifications of the fused Adam(W) primitives (feature
+/// `conformance`), for `mlx_array::conformance::main`: each step against
+/// the f64 update formula and, bit for bit, the op-by-op graph.
+#[cfg(feature = "conformance")]
+pub fn conformance_specs() -> Vec<mlx_array::conformance::Spec> {
+    fused::spec::specs()
+}
