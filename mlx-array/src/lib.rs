@@ -59,5 +59,4 @@ pub use eval::{Evaluable, eval};
 pub use io::{load_safetensors, load_tree, save_safetensors, save_tree};
 pub use ops::*;
 pub use primitive::{ArrayData, Primitive, Stream};
-pub use primitives::primitive_names;
 pub use tree::Tree;

@@ -68,7 +68,10 @@ fn forward_outputs(packed: ArrayData, dims: &AttentionDims) -> Vec<ArrayData> {
     let (h, lq, dv) = (dims.h, dims.lq, dims.dv);
     let (n_out, _) = dims.packed_len();
     let strides = vec![(lq * h * dv) as isize, dv as isize, (h * dv) as isize, 1];
-    let lse = packed.view(vec![(h * lq) as isize, lq as isize, 1], packed.offset() + n_out);
+    let lse = packed.view(
+        vec![(h * lq) as isize, lq as isize, 1],
+        packed.offset() + n_out,
+    );
     vec![packed.view(strides, packed.offset()), lse]
 }
 
@@ -90,13 +93,21 @@ impl Primitive for Attention {
     fn name(&self) -> &'static str {
         "attention"
     }
-    fn eval_gpu_outputs(&self, inputs: &[Array], _outputs: &[OutputSpec]) -> Result<Vec<ArrayData>> {
+    fn eval_gpu_outputs(
+        &self,
+        inputs: &[Array],
+        _outputs: &[OutputSpec],
+    ) -> Result<Vec<ArrayData>> {
         let (q, k, v) = (&inputs[0], &inputs[1], &inputs[2]);
         let dims = self.dims(inputs);
         let packed = crate::backend::gpu::attention(&q.data()?, &k.data()?, &v.data()?, &dims)?;
         Ok(forward_outputs(packed, &dims))
     }
-    fn eval_cpu_outputs(&self, inputs: &[Array], _outputs: &[OutputSpec]) -> Result<Vec<ArrayData>> {
+    fn eval_cpu_outputs(
+        &self,
+        inputs: &[Array],
+        _outputs: &[OutputSpec],
+    ) -> Result<Vec<ArrayData>> {
         let (q, k, v) = (&inputs[0], &inputs[1], &inputs[2]);
         let dims = self.dims(inputs);
         let packed = attention::attention(&q.data()?, &k.data()?, &v.data()?, &dims);
@@ -168,7 +179,11 @@ impl Primitive for AttentionGrad {
     fn name(&self) -> &'static str {
         "attention_grad"
     }
-    fn eval_gpu_outputs(&self, inputs: &[Array], _outputs: &[OutputSpec]) -> Result<Vec<ArrayData>> {
+    fn eval_gpu_outputs(
+        &self,
+        inputs: &[Array],
+        _outputs: &[OutputSpec],
+    ) -> Result<Vec<ArrayData>> {
         let d = |i: usize| inputs[i].data();
         let dims = self.0.dims(inputs);
         let forward = forward_buffer(&inputs[3], &inputs[4], &dims)?;
@@ -176,7 +191,11 @@ impl Primitive for AttentionGrad {
             crate::backend::gpu::attention_grad(&d(0)?, &d(1)?, &d(2)?, &forward, &d(5)?, &dims)?;
         Ok(Self::outputs(grads, &dims))
     }
-    fn eval_cpu_outputs(&self, inputs: &[Array], _outputs: &[OutputSpec]) -> Result<Vec<ArrayData>> {
+    fn eval_cpu_outputs(
+        &self,
+        inputs: &[Array],
+        _outputs: &[OutputSpec],
+    ) -> Result<Vec<ArrayData>> {
         let d = |i: usize| inputs[i].data();
         let dims = self.0.dims(inputs);
         let forward = forward_buffer(&inputs[3], &inputs[4], &dims)?;

@@ -3,9 +3,9 @@
 use std::sync::{Mutex, MutexGuard};
 
 use mlx_array::device::{gpu_available, with_device};
-use mlx_array::{Array, Device, Dtype, Result, value_and_grad};
+use mlx_array::{Array, Device, Dtype, Result};
 
-use crate::common::values;
+use mlx_array::conformance::values;
 
 static SERIAL: Mutex<()> = Mutex::new(());
 
@@ -69,41 +69,4 @@ pub fn compare(what: &str, inputs: &[Array], f: impl Fn(&[Array]) -> Result<Arra
     assert_eq!(c.shape(), g.shape(), "{what}: shape");
     assert_eq!(c.dtype(), g.dtype(), "{what}: dtype");
     close(what, &values(&c), &values(&g), rel.max(tol(c.dtype())));
-}
-
-/// Compares the value and the gradients (with respect to every input) of a
-/// scalar function on both devices.
-pub fn compare_grad(what: &str, inputs: &[Array], f: fn(&[Array]) -> Result<Array>, rel: f64) {
-    let argnums: Vec<usize> = (0..inputs.len()).collect();
-    let run = |device| {
-        with_device(device, || value_and_grad(f, &argnums)(inputs))
-            .unwrap_or_else(|e| panic!("{what} on {device}: {e}"))
-    };
-    let (cv, cg) = run(Device::Cpu);
-    let (gv, gg) = run(Device::Gpu);
-    close(&format!("{what}: value"), &values(&cv), &values(&gv), rel);
-    for (k, (c, g)) in cg.iter().zip(&gg).enumerate() {
-        assert_eq!(
-            g.device(),
-            Device::Gpu,
-            "{what}: gradient {k} not on the GPU"
-        );
-        close(
-            &format!("{what}: gradient {k}"),
-            &values(c),
-            &values(g),
-            rel,
-        );
-    }
-}
-
-/// The final scalar reduction, on the CPU (the GPU has no `sum` yet): the
-/// transfer's VJP brings the cotangent back to the GPU.
-pub trait CpuSum {
-    fn cpu_sum(&self, axes: &[i32]) -> mlx_array::Result<Array>;
-}
-impl CpuSum for Array {
-    fn cpu_sum(&self, axes: &[i32]) -> mlx_array::Result<Array> {
-        with_device(Device::Cpu, || self.to_device(Device::Cpu).sum(axes, false))
-    }
 }

@@ -5,14 +5,9 @@ use mlx_array::device::with_device;
 use mlx_array::primitives::loss::CrossEntropyGrad;
 use mlx_array::{Array, Device, Dtype};
 
-use crate::common::{LAYOUTS, Layout, make, values};
 use crate::elementwise::values_in;
-use crate::harness::{CpuSum, compare, compare_grad, gpu, tol};
-
-/// The primitives this module checks on the GPU.
-pub const NAMES: &[&str] = &["swiglu"];
-
-const FLOATS: [Dtype; 3] = [Dtype::F32, Dtype::F16, Dtype::BF16];
+use crate::harness::gpu;
+use mlx_array::conformance::{Layout, make, values};
 
 fn logits(shape: &[usize], seed: u64, d: Dtype, layout: Layout) -> Array {
     make(&values_in(shape, seed, -4.0, 4.0, false), d, layout)
@@ -89,39 +84,5 @@ fn gpu_arrays_save_to_safetensors_and_load_on_the_host() {
     assert_eq!(
         loaded["z"].to_vec::<f32>().unwrap(),
         vec![-4.0, 10.0, 6.5, -13.0]
-    );
-}
-
-#[test]
-fn swiglu_and_its_gradient_match_the_cpu() {
-    let Some(_gpu) = gpu() else { return };
-    for d in FLOATS {
-        for layout in LAYOUTS {
-            let g = make(&values_in(&[3, 7], 49, -6.0, 6.0, false), d, layout);
-            let u = make(&values_in(&[7], 50, -2.0, 2.0, false), d, Layout::Dense);
-            compare(
-                &format!("swiglu {d} {layout:?}"),
-                &[g, u],
-                |a| mlx_array::swiglu(&a[0], &a[1]),
-                tol(d).max(1e-5),
-            );
-        }
-    }
-    compare_grad(
-        "swiglu",
-        &[
-            make(
-                &values_in(&[4, 5], 51, -3.0, 3.0, false),
-                Dtype::F32,
-                Layout::Transposed,
-            ),
-            make(
-                &values_in(&[4, 5], 52, -2.0, 2.0, false),
-                Dtype::F32,
-                Layout::Dense,
-            ),
-        ],
-        |a| mlx_array::swiglu(&a[0], &a[1])?.cpu_sum(&[0, 1]),
-        1e-5,
     );
 }

@@ -6,13 +6,9 @@
 use mlx_array::device::with_device;
 use mlx_array::{Array, Device, Dtype};
 
-use crate::common::{Layout, make};
 use crate::elementwise::values_in;
 use crate::harness::gpu;
-
-/// The primitives this module checks on the GPU (none: the reductions,
-/// arg-reductions, cumsum and matmul have specifications that run there).
-pub const NAMES: &[&str] = &[];
+use mlx_array::conformance::{Layout, make};
 
 /// Quarters in [-2, 2): products and their sums are exact in f32, and the
 /// inputs in f16 and bf16.

@@ -233,7 +233,13 @@ fn check_outputs(cx: &Ctx, p: &Problem, l: Layout, rel: f64) {
     let got = cx.on(|| node.build(&inputs[0], &inputs[1], &inputs[2]));
     let what = p.what(Dtype::F32, l);
     cx.check(&got[0], &r.o, Dtype::F32, rel, &format!("attention {what}"));
-    cx.check(&got[1], &r.lse, Dtype::F32, rel, &format!("attention logsumexp {what}"));
+    cx.check(
+        &got[1],
+        &r.lse,
+        Dtype::F32,
+        rel,
+        &format!("attention logsumexp {what}"),
+    );
 }
 
 fn attention_values(cx: &Ctx) {

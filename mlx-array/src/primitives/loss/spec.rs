@@ -97,26 +97,27 @@ pub fn specs() -> Vec<Spec> {
                 sum_values(cx);
             },
             || {
-            let t = ints(&[6, 0, 2, 3, -100, 5], &[2, 3]);
-            let weights =
-                Array::from_slice(&[1.0f32, 0.5, 0.0, 2.0, 1.0, -1.0], &[2, 3]).expect("weights");
-            GradCase::new(
-                vec![
-                    uniform(23, &[2, 3, 4], -1.5, 1.5),
-                    uniform(24, &[7, 4], -1.5, 1.5),
-                ],
-                &[0, 1],
-                move |a| {
-                    let opts = LinearCrossEntropyOptions {
-                        ignore_index: Some(-100),
-                        label_smoothing: 0.1,
-                        block_rows: 4,
-                        ..Default::default()
-                    };
-                    crate::linear_cross_entropy_sum(&a[0], &a[1], &t, &weights, &opts)
-                },
-            )
-        }),
+                let t = ints(&[6, 0, 2, 3, -100, 5], &[2, 3]);
+                let weights = Array::from_slice(&[1.0f32, 0.5, 0.0, 2.0, 1.0, -1.0], &[2, 3])
+                    .expect("weights");
+                GradCase::new(
+                    vec![
+                        uniform(23, &[2, 3, 4], -1.5, 1.5),
+                        uniform(24, &[7, 4], -1.5, 1.5),
+                    ],
+                    &[0, 1],
+                    move |a| {
+                        let opts = LinearCrossEntropyOptions {
+                            ignore_index: Some(-100),
+                            label_smoothing: 0.1,
+                            block_rows: 4,
+                            ..Default::default()
+                        };
+                        crate::linear_cross_entropy_sum(&a[0], &a[1], &t, &weights, &opts)
+                    },
+                )
+            },
+        ),
     ]
 }
 
@@ -666,9 +667,27 @@ fn check_value_and_grad(cx: &Ctx, c: &LceCase, rw: &Nd, dtype: Dtype, (l, lw): (
         "linear_cross_entropy_value_and_grad {dtype} h {:?} {l:?}, w {:?} {lw:?}, {:?}",
         c.h.shape, c.w.shape, c.opts
     );
-    cx.check(&got[0], &Nd::new(&[], vec![total]), Dtype::F32, rel, &format!("{what}: loss"));
-    cx.check(&got[1], &Nd::new(&c.h.shape, dh), Dtype::F32, rel, &format!("{what}: dh"));
-    cx.check(&got[2], &Nd::new(&c.w.shape, dw), Dtype::F32, rel, &format!("{what}: dw"));
+    cx.check(
+        &got[0],
+        &Nd::new(&[], vec![total]),
+        Dtype::F32,
+        rel,
+        &format!("{what}: loss"),
+    );
+    cx.check(
+        &got[1],
+        &Nd::new(&c.h.shape, dh),
+        Dtype::F32,
+        rel,
+        &format!("{what}: dh"),
+    );
+    cx.check(
+        &got[2],
+        &Nd::new(&c.w.shape, dw),
+        Dtype::F32,
+        rel,
+        &format!("{what}: dw"),
+    );
 }
 
 fn value_and_grad_values(cx: &Ctx) {
@@ -715,7 +734,13 @@ fn check_sum(cx: &Ctx, c: &LceCase, rw: &Nd, dtype: Dtype, l: Layout) {
         c.h.shape, c.w.shape, c.opts
     );
     cx.check(&value, &Nd::new(&[], vec![total]), Dtype::F32, rel, &what);
-    cx.check(&plain, &Nd::new(&[], vec![total]), Dtype::F32, rel, &format!("{what}: plain"));
+    cx.check(
+        &plain,
+        &Nd::new(&[], vec![total]),
+        Dtype::F32,
+        rel,
+        &format!("{what}: plain"),
+    );
     let dh = quantized(Nd::new(&c.h.shape, dh), dtype);
     let dw = quantized(Nd::new(&c.w.shape, dw), dtype);
     cx.check(&grads[0], &dh, dtype, rel, &format!("{what}: dh"));
