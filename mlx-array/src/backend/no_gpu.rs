@@ -8,9 +8,9 @@
 
 use crate::backend::common::attention::AttentionDims;
 use crate::backend::common::elementwise::{BinaryOp, UnaryOp};
+use crate::backend::common::loss::LceArgs;
 use crate::backend::common::reduce::ReduceOp;
 use crate::backend::common::rope::RopeSpec;
-use crate::backend::cpu::loss::LceArgs;
 use crate::primitive::ArrayData;
 use crate::{Dtype, Error, Result};
 

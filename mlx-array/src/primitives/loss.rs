@@ -1,5 +1,6 @@
 //! The fused softmax cross-entropy and its gradient.
 
+use crate::backend::common::loss::LceArgs;
 use crate::backend::cpu::loss;
 use crate::primitive::no_gradient;
 use crate::primitives::elementwise::BinaryOp;
@@ -112,8 +113,8 @@ impl LinearCrossEntropyOptions {
         h: (&'a ArrayData, &'a Array),
         w: (&'a ArrayData, &'a Array),
         t: (&'a ArrayData, &'a Array),
-    ) -> loss::LceArgs<'a> {
-        loss::LceArgs {
+    ) -> LceArgs<'a> {
+        LceArgs {
             h: (h.0, h.1.shape()),
             w: (w.0, w.1.shape()),
             dtype: h.1.dtype(),
@@ -218,7 +219,13 @@ pub struct LinearCrossEntropyValueAndGrad(pub LinearCrossEntropyOptions);
 
 impl LinearCrossEntropyValueAndGrad {
     /// The loss, `dh` and `dw` of `h`, `w`, `targets` and f32 `row_weights`.
-    pub(crate) fn build(self, h: &Array, w: &Array, targets: &Array, row_weights: Array) -> Vec<Array> {
+    pub(crate) fn build(
+        self,
+        h: &Array,
+        w: &Array,
+        targets: &Array,
+        row_weights: Array,
+    ) -> Vec<Array> {
         let f32 = |shape: &[usize]| OutputSpec {
             shape: shape.to_vec(),
             dtype: Dtype::F32,
@@ -250,7 +257,11 @@ impl Primitive for LinearCrossEntropyValueAndGrad {
     /// On the GPU the pass is the forward kernel and then the gradient
     /// kernel with the row weights as cotangents (four GEMMs; a GPU has
     /// FLOPs to spare where the CPU does not), packed as on the CPU.
-    fn eval_gpu_outputs(&self, inputs: &[Array], _outputs: &[OutputSpec]) -> Result<Vec<ArrayData>> {
+    fn eval_gpu_outputs(
+        &self,
+        inputs: &[Array],
+        _outputs: &[OutputSpec],
+    ) -> Result<Vec<ArrayData>> {
         use crate::backend::gpu;
         let (h, w, t, rw) = (&inputs[0], &inputs[1], &inputs[2], &inputs[3]);
         let (hd, wd, td, rd) = (h.data()?, w.data()?, t.data()?, rw.data()?);
@@ -276,7 +287,11 @@ impl Primitive for LinearCrossEntropyValueAndGrad {
         )?;
         Ok(Self::outputs(packed, h, w))
     }
-    fn eval_cpu_outputs(&self, inputs: &[Array], _outputs: &[OutputSpec]) -> Result<Vec<ArrayData>> {
+    fn eval_cpu_outputs(
+        &self,
+        inputs: &[Array],
+        _outputs: &[OutputSpec],
+    ) -> Result<Vec<ArrayData>> {
         let (h, w, t, rw) = (&inputs[0], &inputs[1], &inputs[2], &inputs[3]);
         let (hd, wd, td, rd) = (h.data()?, w.data()?, t.data()?, rw.data()?);
         let packed = loss::linear_cross_entropy_value_and_grad(

@@ -16,7 +16,7 @@
 use super::codegen;
 use super::indexing::{Meta, VLOC};
 use super::{alloc, astype, context, dispatch, matmul, supported};
-use crate::backend::cpu::loss::{LceArgs, chunk_cols};
+use crate::backend::common::loss::{LceArgs, chunk_cols};
 use crate::primitive::ArrayData;
 use crate::shape::size_of_shape;
 use crate::{Dtype, Error, Result};

@@ -6,14 +6,12 @@
 use rayon::prelude::*;
 
 use super::rows::{IGNORED, exp_shifted_in_place, max_of, sum_exp, sum_of, targets, vectorised};
+use crate::backend::common::loss::{LceArgs, chunk_cols};
 use crate::backend::cpu::blas::{Mat, gemm};
 use crate::backend::cpu::copy::{contiguous, copy_cast};
 use crate::backend::cpu::math;
 use crate::shape::size_of_shape;
 use crate::{ArrayData, Dtype, Result};
-
-/// Bytes of logits computed at a time when the caller does not choose.
-const CHUNK_BYTES: usize = 16 << 20;
 
 /// Bytes of logits per row block of the one-pass loss and gradient: larger
 /// blocks mean fewer passes of `dw` through memory. (256 rows of GPT-2's
@@ -24,17 +22,6 @@ const BLOCK_BYTES: usize = 50 << 20;
 /// Row blocks of the one-pass loss at most, when [`BLOCK_BYTES`] would make
 /// more: each block has a fixed cost of the weight's size.
 const MAX_BLOCKS: usize = 9;
-
-/// Vocabulary columns per chunk: `requested` when set, else about
-/// [`CHUNK_BYTES`] of f32 logits for `rows` rows.
-pub(crate) fn chunk_cols(rows: usize, vocab: usize, requested: usize) -> usize {
-    let c = if requested > 0 {
-        requested
-    } else {
-        (CHUNK_BYTES / 4 / rows.max(1)).max(256)
-    };
-    c.min(vocab).max(1)
-}
 
 /// The view as contiguous f32 (itself when it already is).
 fn f32_dense(data: &ArrayData, shape: &[usize], dtype: Dtype) -> ArrayData {
@@ -412,28 +399,6 @@ impl Lce<'_> {
         }
         total as f32
     }
-}
-
-/// Shapes and options of a fused output projection + cross-entropy.
-pub struct LceArgs<'a> {
-    /// Hidden states `[..., D]` and their dtype (also the weight's).
-    pub h: (&'a ArrayData, &'a [usize]),
-    /// The projection weight `[V, D]`.
-    pub w: (&'a ArrayData, &'a [usize]),
-    /// The float dtype of `h` and `w`.
-    pub dtype: Dtype,
-    /// Integer targets `[...]` and their dtype.
-    pub t: (&'a ArrayData, Dtype),
-    /// Rows with this target get no loss and no gradient.
-    pub ignore_index: Option<i64>,
-    /// Label smoothing in `[0, 1)`.
-    pub label_smoothing: f32,
-    /// Classes per chunk (0 = about 16 MiB of logits).
-    pub chunk: usize,
-    /// Rows per block of the one-pass loss and gradient (0 = equal blocks
-    /// of at most 50 MiB of logits or a ninth of the rows, whichever is more;
-    /// rounded up to a multiple of 32 on the AVX-512 path).
-    pub block_rows: usize,
 }
 
 /// Runs `f` on the dense f32 view of the arguments.

@@ -9,9 +9,8 @@ mod linear;
 mod rows;
 
 pub use cross_entropy::{cross_entropy, cross_entropy_grad, softmax};
-pub(crate) use linear::chunk_cols;
 pub use linear::{
-    LceArgs, linear_cross_entropy, linear_cross_entropy_grad, linear_cross_entropy_value_and_grad,
+    linear_cross_entropy, linear_cross_entropy_grad, linear_cross_entropy_value_and_grad,
 };
 #[cfg(target_arch = "x86_64")]
 pub(super) use rows::IGNORED;
