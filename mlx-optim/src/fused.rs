@@ -4,12 +4,12 @@
 //! Op by op, an Adam step is about thirteen elementwise kernels, each of which
 //! allocates a whole tensor and streams one or two tensors through memory.
 //! This primitive reads `p`, `g`, `m`, `v` once and writes `p'`, `m'`, `v'`
-//! once (seven tensor passes, against memcpy's two), into one buffer of shape
-//! `[3, ...]` whose three rows are handed out as views. It performs exactly
+//! once (seven tensor passes, against memcpy's two): three outputs, the rows
+//! of one buffer, which the next step writes over. It performs exactly
 //! the float32 operations of the op-by-op graph in the same order, so the
 //! results are bit-identical to it.
 
-use mlx_array::{Array, ArrayData, Device, Dtype, Primitive, Result};
+use mlx_array::{Array, ArrayData, Device, Dtype, OutputSpec, Primitive, Result};
 use rayon::prelude::*;
 
 /// Elements per parallel work item.
@@ -40,10 +40,11 @@ impl Primitive for FusedAdam {
         "fused_adam"
     }
 
-    fn eval_cpu(&self, inputs: &[Array], out: &Array) -> Result<ArrayData> {
+    fn eval_cpu_outputs(&self, inputs: &[Array], outputs: &[OutputSpec]) -> Result<Vec<ArrayData>> {
         let n = inputs[0].size();
         let data: Vec<ArrayData> = inputs.iter().map(Array::data).collect::<Result<_>>()?;
         let c = self.0;
+        let shape = &outputs[0].shape;
         if rows_donated(inputs, &data, &[0, 2, 3], n, 1) {
             // SAFETY: `rows_donated` proved that the three rows of this buffer are
             // seen only through this node's inputs, which it consumes.
@@ -61,11 +62,10 @@ impl Primitive for FusedAdam {
                         (p[j], m[j], v[j]) = element(&c, p[j], g[j], m[j], v[j]);
                     }
                 });
-            let strides = mlx_array::shape::contiguous_strides(out.shape());
-            return Ok(ArrayData::new(data[0].storage().clone(), strides, 0));
+            return Ok(rows(&data[0], shape, 3));
         }
         let [p, g, m, v] = [0, 1, 2, 3].map(|i| data[i].as_slice::<f32>(n));
-        let mut result = ArrayData::alloc(out.shape(), Dtype::F32);
+        let mut result = ArrayData::alloc(&[3 * n], Dtype::F32);
         let buf = result.as_mut_slice::<f32>(3 * n);
         let (p_out, rest) = buf.split_at_mut(n);
         let (m_out, v_out) = rest.split_at_mut(n);
@@ -81,8 +81,18 @@ impl Primitive for FusedAdam {
                     (po[j], mo[j], vo[j]) = element(&c, p[j], g[j], m[j], v[j]);
                 }
             });
-        Ok(result)
+        Ok(rows(&result, shape, 3))
     }
+}
+
+/// The first `count` rows of `shape` in `buffer` (from its start), as one
+/// output each.
+fn rows(buffer: &ArrayData, shape: &[usize], count: usize) -> Vec<ArrayData> {
+    let n: usize = shape.iter().product();
+    let strides = mlx_array::shape::contiguous_strides(shape);
+    (0..count)
+        .map(|k| ArrayData::new(buffer.storage().clone(), strides.clone(), k * n))
+        .collect()
 }
 
 /// True when the step may write over its inputs: the inputs `rows` are rows
@@ -139,8 +149,9 @@ fn parameter(c: &AdamCoefficients, p: f32, m: f32, v: f32) -> f32 {
 }
 
 /// The moments half of a step whose parameter lives apart from its moments:
-/// `[g, m, v]` to `[2, ...]` holding `m'` and `v'`, written over `m` and `v`
-/// when they are the rows of an earlier output that nothing else sees.
+/// `[g, m, v]` to `m'` and `v'` (two outputs, rows of one buffer), written
+/// over `m` and `v` when they are the rows of an earlier output that nothing
+/// else sees.
 #[derive(Debug)]
 struct FusedAdamMoments(AdamCoefficients);
 
@@ -149,10 +160,11 @@ impl Primitive for FusedAdamMoments {
         "fused_adam_moments"
     }
 
-    fn eval_cpu(&self, inputs: &[Array], out: &Array) -> Result<ArrayData> {
+    fn eval_cpu_outputs(&self, inputs: &[Array], outputs: &[OutputSpec]) -> Result<Vec<ArrayData>> {
         let n = inputs[0].size();
         let data: Vec<ArrayData> = inputs.iter().map(Array::data).collect::<Result<_>>()?;
         let c = self.0;
+        let shape = &outputs[0].shape;
         let g = data[0].as_slice::<f32>(n);
         let step = |m: &mut [f32], v: &mut [f32], g: &[f32], old: Option<(&[f32], &[f32])>| {
             for j in 0..m.len() {
@@ -169,11 +181,10 @@ impl Primitive for FusedAdamMoments {
                 .zip(v.par_chunks_mut(CHUNK))
                 .enumerate()
                 .for_each(|(i, (m, v))| step(m, v, &g[i * CHUNK..i * CHUNK + m.len()], None));
-            let strides = mlx_array::shape::contiguous_strides(out.shape());
-            return Ok(ArrayData::new(data[1].storage().clone(), strides, 0));
+            return Ok(rows(&data[1], shape, 2));
         }
         let (m0, v0) = (data[1].as_slice::<f32>(n), data[2].as_slice::<f32>(n));
-        let mut result = ArrayData::alloc(out.shape(), Dtype::F32);
+        let mut result = ArrayData::alloc(&[2 * n], Dtype::F32);
         let buf = result.as_mut_slice::<f32>(2 * n);
         let (m, v) = buf.split_at_mut(n);
         m.par_chunks_mut(CHUNK)
@@ -183,11 +194,11 @@ impl Primitive for FusedAdamMoments {
                 let r = i * CHUNK..i * CHUNK + m.len();
                 step(m, v, &g[r.clone()], Some((&m0[r.clone()], &v0[r])));
             });
-        Ok(result)
+        Ok(rows(&result, shape, 2))
     }
 }
 
-/// The parameter half: `[p, moments]` (the `[2, ...]` output above) to `p'`.
+/// The parameter half: `[p, m', v']` (the outputs above) to `p'`.
 #[derive(Debug)]
 struct FusedAdamParameter(AdamCoefficients);
 
@@ -199,9 +210,12 @@ impl Primitive for FusedAdamParameter {
     fn eval_cpu(&self, inputs: &[Array], out: &Array) -> Result<ArrayData> {
         let n = inputs[0].size();
         let c = self.0;
-        let (pd, mv) = (inputs[0].data()?, inputs[1].data()?);
-        let (p, mv) = (pd.as_slice::<f32>(n), mv.as_slice::<f32>(2 * n));
-        let (m, v) = mv.split_at(n);
+        let (pd, md, vd) = (inputs[0].data()?, inputs[1].data()?, inputs[2].data()?);
+        let (p, m, v) = (
+            pd.as_slice::<f32>(n),
+            md.as_slice::<f32>(n),
+            vd.as_slice::<f32>(n),
+        );
         let mut result = ArrayData::alloc(out.shape(), Dtype::F32);
         result
             .as_mut_slice::<f32>(n)
@@ -226,7 +240,8 @@ pub(crate) fn applies(arrays: &[&Array]) -> bool {
     })
 }
 
-/// Builds the fused step; returns `(p', m', v')`, views of one buffer.
+/// Builds the fused step; returns `(p', m', v')`, its three outputs (rows of
+/// one buffer).
 pub(crate) fn adam_step(
     c: AdamCoefficients,
     param: &Array,
@@ -239,19 +254,20 @@ pub(crate) fn adam_step(
         .iter()
         .map(|a| a.contiguous())
         .collect::<Result<Vec<_>>>()?;
-    let mut out_shape = vec![3];
-    out_shape.extend_from_slice(&shape);
-    let all = Array::from_primitive(FusedAdam(c), inputs, out_shape, Dtype::F32);
-    Ok((
-        row(&all, 0, &shape)?,
-        row(&all, 1, &shape)?,
-        row(&all, 2, &shape)?,
-    ))
+    let [p, m, v]: [Array; 3] =
+        Array::from_primitive_outputs(FusedAdam(c), inputs, f32_outputs(&shape, 3))
+            .try_into()
+            .map_err(|_| mlx_array::Error::eval("fused_adam", "three outputs expected"))?;
+    Ok((p, m, v))
 }
 
-/// Row `i` of a stacked `[rows, ...shape]` output, as an array of `shape`.
-fn row(all: &Array, i: i64, shape: &[usize]) -> Result<Array> {
-    mlx_array::reshape_to(&all.slice_axis(0, i, i + 1)?, shape)
+/// `count` f32 outputs of `shape`.
+fn f32_outputs(shape: &[usize], count: usize) -> Vec<OutputSpec> {
+    let spec = OutputSpec {
+        shape: shape.to_vec(),
+        dtype: Dtype::F32,
+    };
+    vec![spec; count]
 }
 
 /// Builds the fused step for a parameter kept apart from its moments (a
@@ -268,21 +284,18 @@ pub(crate) fn adam_step_apart(
 ) -> Result<(Array, Array, Array)> {
     let shape = param.shape().to_vec();
     let [param, grad, m, v] = [param, grad, m, v].map(|a| a.contiguous());
-    let mut out_shape = vec![2];
-    out_shape.extend_from_slice(&shape);
-    let mv = Array::from_primitive(
+    let moments = Array::from_primitive_outputs(
         FusedAdamMoments(c),
         vec![grad?, m?, v?],
-        out_shape,
-        Dtype::F32,
+        f32_outputs(&shape, 2),
     );
     let p = Array::from_primitive(
         FusedAdamParameter(c),
-        vec![param?, mv.clone()],
-        shape.clone(),
+        vec![param?, moments[0].clone(), moments[1].clone()],
+        shape,
         Dtype::F32,
     );
-    Ok((p, row(&mv, 0, &shape)?, row(&mv, 1, &shape)?))
+    Ok((p, moments[0].clone(), moments[1].clone()))
 }
 
 #[cfg(feature = "conformance")]
