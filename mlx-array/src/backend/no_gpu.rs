@@ -4,7 +4,7 @@
 //! GPU (nothing to submit, nothing pooled, nothing to fuse). The primitives,
 //! the evaluator, devices and memory call `gpu::...` the same way in both
 //! builds, so no `cfg` is needed outside `backend/`. No array can live on
-//! the GPU in this build: [`DeviceBuffer`] has no values.
+//! the GPU in this build: nothing makes a `Storage::Device`.
 
 use crate::backend::common::attention::AttentionDims;
 use crate::backend::common::elementwise::{BinaryOp, UnaryOp};
@@ -48,17 +48,6 @@ pub fn dispatch_count() -> usize {
 
 /// No pool to clear.
 pub(crate) fn clear_pool() {}
-
-/// A GPU buffer; none exists in this build.
-#[derive(Debug)]
-pub enum DeviceBuffer {}
-
-impl DeviceBuffer {
-    /// Bytes reserved (never called: there are no values).
-    pub fn capacity(&self) -> usize {
-        match *self {}
-    }
-}
 
 /// Declares kernels that fail with [`UNAVAILABLE`], with the wgpu backend's signatures.
 macro_rules! unavailable_kernels {

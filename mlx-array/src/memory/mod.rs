@@ -14,14 +14,15 @@
 //!
 //! The counters and the host allocator live in `accounting`, which the
 //! backends import and which imports no backend; this module adds what
-//! reaches into the backends: clearing their pools, and [`Storage`], which
-//! holds either a host or a device buffer.
+//! reaches into the backends: clearing their pools. [`Storage`] holds
+//! either a host buffer or a device backend's buffer, which it sees only as a
+//! [`DeviceAllocation`], so memory names no backend type.
 
 pub(crate) mod accounting;
 
 pub use accounting::{HostBuffer, active, cache, peak, reset_peak};
 
-use crate::backend::gpu::DeviceBuffer;
+use std::any::Any;
 
 /// Returns every cached buffer to the system allocator (and every pooled
 /// GPU buffer to the driver).
@@ -47,7 +48,16 @@ pub enum Storage {
     Host(HostBuffer),
     /// A buffer on the GPU (none exists without the `gpu` feature); the GPU
     /// backend counts it in [`active`] and pools it itself.
-    Device(DeviceBuffer),
+    Device(Box<dyn DeviceAllocation>),
+}
+
+/// A buffer a device backend allocated: memory holds it for the arrays that
+/// view it, and the backend reads it back through [`Storage::device_buffer`].
+pub trait DeviceAllocation: Send + Sync + std::fmt::Debug + 'static {
+    /// Bytes reserved.
+    fn capacity(&self) -> usize;
+    /// The backend's own type, for it to downcast.
+    fn as_any(&self) -> &dyn Any;
 }
 
 impl Storage {
@@ -67,10 +77,11 @@ impl Storage {
         matches!(self, Storage::Device(_))
     }
 
-    /// The GPU buffer, when this storage lives on the GPU.
-    pub fn device_buffer(&self) -> Option<&DeviceBuffer> {
+    /// The device buffer, when this storage lives on a device and its
+    /// backend's type is `T`.
+    pub fn device_buffer<T: 'static>(&self) -> Option<&T> {
         match self {
-            Storage::Device(b) => Some(b),
+            Storage::Device(b) => b.as_any().downcast_ref::<T>(),
             Storage::Host(_) => None,
         }
     }

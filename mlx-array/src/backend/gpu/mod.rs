@@ -272,6 +272,15 @@ impl DeviceBuffer {
     }
 }
 
+impl crate::memory::DeviceAllocation for DeviceBuffer {
+    fn capacity(&self) -> usize {
+        DeviceBuffer::capacity(self)
+    }
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+}
+
 impl Drop for DeviceBuffer {
     fn drop(&mut self) {
         let Some(buffer) = self.buffer.take() else {
@@ -311,7 +320,7 @@ pub(crate) fn alloc(shape: &[usize], dtype: Dtype) -> Result<ArrayData> {
     let bytes = crate::shape::size_of_shape(shape) * dtype.size_of();
     let buffer = context()?.buffer(bytes)?;
     Ok(ArrayData::new(
-        Arc::new(Storage::Device(buffer)),
+        Arc::new(Storage::Device(Box::new(buffer))),
         contiguous_strides(shape),
         0,
     ))
@@ -341,7 +350,7 @@ pub(crate) fn supported(dtype: Dtype) -> Result<()> {
 /// The GPU buffer behind `data` (which must live on the GPU).
 pub(crate) fn buffer_of(data: &ArrayData) -> Result<&wgpu::Buffer> {
     data.storage()
-        .device_buffer()
+        .device_buffer::<DeviceBuffer>()
         .map(DeviceBuffer::raw)
         .ok_or_else(|| Error::gpu("a GPU kernel was given an array that lives on the CPU"))
 }
