@@ -1,0 +1,1 @@
+//! Progress reporting (being written: see issue 21).
