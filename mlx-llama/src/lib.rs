@@ -10,6 +10,7 @@
 //! ```
 pub mod checkpoint;
 pub mod config;
+pub mod curves;
 pub mod metrics;
 pub mod model;
 mod sync;

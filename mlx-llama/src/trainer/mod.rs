@@ -55,7 +55,19 @@ fn train_on(cfg: &TrainConfig, group: &Group) -> Result<Summary> {
     for step in run.first_step..cfg.steps {
         run.step(step)?;
     }
-    run.record.finish(run.tokens, group)
+    let summary = run.record.finish(run.tokens, group)?;
+    if group.rank() == 0 {
+        // The pictures are for people: a run that trained is not failed by them.
+        match crate::curves::write(&cfg.out_dir) {
+            Ok(w) => println!(
+                "loss curve {}, metrics {}",
+                w.png.display(),
+                w.csv.display()
+            ),
+            Err(e) => eprintln!("warning: no loss curve: {e:#}"),
+        }
+    }
+    Ok(summary)
 }
 
 /// A run between its steps.
