@@ -1,6 +1,7 @@
 //! `loss.png`: the training loss and the validation loss over the steps
-//! above, tokens per second below. The font is DejaVu Sans from the `dejavu`
-//! crate, so the picture does not depend on the fonts a machine has.
+//! above, tokens per second below. The font is Hack from the
+//! `epaint_default_fonts` crate (as xtask's charts use), so the picture does
+//! not depend on the fonts a machine has.
 
 use std::ops::Range;
 use std::path::Path;
@@ -26,12 +27,17 @@ const SIZE: (u32, u32) = (1000, 700);
 fn font() -> Result<()> {
     static REGISTERED: OnceLock<bool> = OnceLock::new();
     let ok = *REGISTERED.get_or_init(|| {
-        register_font("sans-serif", FontStyle::Normal, dejavu::sans::regular()).is_ok()
+        register_font(
+            "sans-serif",
+            FontStyle::Normal,
+            epaint_default_fonts::HACK_REGULAR,
+        )
+        .is_ok()
     });
     if ok {
         Ok(())
     } else {
-        Err(anyhow!("the embedded DejaVu Sans font could not be read"))
+        Err(anyhow!("the embedded Hack font could not be read"))
     }
 }
 
