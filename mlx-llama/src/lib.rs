@@ -13,6 +13,7 @@ pub mod config;
 pub mod curves;
 pub mod metrics;
 pub mod model;
+pub mod options_file;
 mod sync;
 pub mod trainer;
 

@@ -4,7 +4,8 @@
 use std::path::PathBuf;
 
 use anyhow::{Context, Result, bail};
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
+use mlx_llama::options_file;
 use mlx_llama::{
     Batching, CommunicationDtype, DataSource, Llama, LlamaConfig, ScheduleKind, TokenizerChoice,
     TrainConfig, train,
@@ -21,6 +22,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Cmd {
     /// Train (the same program on 1 rank or N ranks under mlx-launch).
+    #[command(args_override_self = true)]
     Train(Box<TrainArgs>),
     /// Sample text from a checkpoint.
     Generate(GenerateArgs),
@@ -28,6 +30,11 @@ enum Cmd {
 
 #[derive(Args, Debug)]
 struct TrainArgs {
+    /// A TOML file of these options (keys are their long names, with `_` or
+    /// `-`; `true` turns a switch on); flags given here override it. The run
+    /// folder keeps the resolved options as run.toml.
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
     /// Optimizer steps.
     #[arg(long, default_value_t = 100)]
     steps: u64,
@@ -275,7 +282,7 @@ fn positive_secs(s: &str) -> std::result::Result<std::time::Duration, String> {
     mlx_dist::config::parse_seconds(s, true)
 }
 
-fn run_train(a: TrainArgs) -> Result<()> {
+fn run_train(a: TrainArgs, resolved: String) -> Result<()> {
     let cfg = config(&a)?;
     let backend = mlx_dist::Backend::from_name(&a.backend)
         .with_context(|| format!("unknown --backend `{}`", a.backend))?;
@@ -298,6 +305,12 @@ fn run_train(a: TrainArgs) -> Result<()> {
             std::fs::remove_file(cfg.out_dir.join("metrics.jsonl")).ok();
         }
         group.barrier()?;
+    }
+    if group.rank() == 0 {
+        std::fs::create_dir_all(&cfg.out_dir)
+            .with_context(|| format!("creating {}", cfg.out_dir.display()))?;
+        let path = cfg.out_dir.join("run.toml");
+        std::fs::write(&path, resolved).with_context(|| format!("writing {}", path.display()))?;
     }
     let s = train(&cfg, &group)?;
     if mlx_array::profile::enabled() {
@@ -348,6 +361,40 @@ fn run_generate(a: GenerateArgs) -> Result<()> {
     Ok(())
 }
 
+/// The command line, with `train --config FILE`'s options put before the
+/// flags given (which override them), and the train options as resolved,
+/// as TOML (empty for the other commands).
+fn parse_command_line() -> (Cli, String) {
+    let argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    let command = Cli::command();
+    let train = command
+        .find_subcommand("train")
+        .expect("the train subcommand")
+        .clone();
+    let argv = if argv.get(1).is_some_and(|a| a == "train") {
+        let mut merged = argv[..1].to_vec();
+        match options_file::with_config_file(&train, argv[1..].to_vec(), "config") {
+            Ok(args) => merged.extend(args),
+            Err(e) => {
+                eprintln!("error: {e:#}");
+                std::process::exit(2);
+            }
+        }
+        merged
+    } else {
+        argv
+    };
+    let matches = command.get_matches_from(argv);
+    let resolved = matches
+        .subcommand_matches("train")
+        .map(|m| options_file::resolved_toml(&train, m, &["config", "resume", "fresh"]))
+        .unwrap_or_default();
+    match Cli::from_arg_matches(&matches) {
+        Ok(cli) => (cli, resolved),
+        Err(e) => e.exit(),
+    }
+}
+
 fn main() {
     // SAFETY: the first statement of main; no other thread exists yet.
     unsafe { mlx_array::blas::prefer_native_openblas_kernels() };
@@ -358,8 +405,9 @@ fn main() {
         )
         .with_writer(std::io::stderr)
         .init();
-    let result = match Cli::parse().cmd {
-        Cmd::Train(a) => run_train(*a),
+    let (cli, resolved) = parse_command_line();
+    let result = match cli.cmd {
+        Cmd::Train(a) => run_train(*a, resolved),
         Cmd::Generate(a) => run_generate(a),
     };
     if let Err(e) = result {
