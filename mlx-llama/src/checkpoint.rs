@@ -361,3 +361,39 @@ pub fn prune(out: &Path, keep: usize) -> Result<Vec<PathBuf>> {
     sync_path(&out.join("checkpoints"))?;
     Ok(deleted)
 }
+
+/// A trained model read back from a checkpoint.
+#[derive(Clone, Debug)]
+pub struct Trained {
+    /// The checkpoint folder it came from.
+    pub dir: PathBuf,
+    /// The run's configuration, as its manifest records it.
+    pub config: crate::TrainConfig,
+    /// The model, its vocabulary the manifest's.
+    pub model: crate::Llama,
+}
+
+/// Loads the model of a checkpoint folder (verified), or of the newest
+/// intact checkpoint of a run folder.
+pub fn load_trained(checkpoint_or_run: &Path) -> Result<Trained> {
+    use mlx_nn::ModuleExt;
+    let (dir, manifest) = if checkpoint_or_run.join(MANIFEST).exists() {
+        (checkpoint_or_run.to_path_buf(), verify(checkpoint_or_run)?)
+    } else {
+        let f = latest_good(checkpoint_or_run)?
+            .with_context(|| format!("{} holds no checkpoint", checkpoint_or_run.display()))?;
+        (f.dir, f.manifest)
+    };
+    let config: crate::TrainConfig = serde_json::from_value(manifest.config.clone())
+        .with_context(|| format!("the configuration in {}", dir.join(MANIFEST).display()))?;
+    let model_config = crate::LlamaConfig {
+        vocab_size: manifest.vocab_size,
+        ..config.model.clone()
+    };
+    let mut model = crate::Llama::new(&model_config, 0)?;
+    let weights = dir.join("model.safetensors");
+    model
+        .load_weights(&weights)
+        .with_context(|| format!("loading {}", weights.display()))?;
+    Ok(Trained { dir, config, model })
+}

@@ -11,6 +11,7 @@
 pub mod checkpoint;
 pub mod config;
 pub mod curves;
+pub mod export;
 pub mod metrics;
 pub mod model;
 pub mod options_file;

@@ -215,9 +215,11 @@ pub trait ModuleExt: Module {
         n
     }
 
-    /// Writes every parameter to a safetensors file (MLX's `save_weights`).
+    /// Writes every parameter to a safetensors file (MLX's `save_weights`),
+    /// its `__metadata__` `{"format": "mlx"}` as MLX writes it.
     fn save_weights(&self, path: impl AsRef<Path>) -> Result<()> {
-        mlx_array::save_safetensors(path, &self.named_parameters(), None)
+        let metadata = [("format".to_string(), "mlx".to_string())].into();
+        mlx_array::save_safetensors(path, &self.named_parameters(), Some(metadata))
     }
 
     /// Reads weights saved by [`ModuleExt::save_weights`] (or MLX). Every

@@ -51,7 +51,8 @@ pub(crate) fn save_state_sharded(
         arrays.push((name, at_offset_zero(a)?));
     }
     let mut metadata = HashMap::from([
-        ("format".to_string(), "mlx-optim".to_string()),
+        // What MLX's `mx.save_safetensors` always writes.
+        ("format".to_string(), "mlx".to_string()),
         (STEP.to_string(), state.step().to_string()),
     ]);
     if let Some((rank, world)) = shard {

@@ -29,7 +29,7 @@ use batch::StepBatch;
 use record::{Recorder, Stepped};
 
 pub use record::Summary;
-pub use setup::data_config_for;
+pub use setup::{data_config_for, tokenizer_for};
 
 /// Trains on `group` as configured. Every rank calls this with the same
 /// configuration; rank 0 reports and writes checkpoints.

@@ -6,7 +6,8 @@ use std::sync::Arc;
 use anyhow::{Result, bail};
 use mlx_array::Device;
 use mlx_data::{
-    BatchMode, BatchSize, DataConfig, DataLoader, LoaderConfig, TokenStore, TokenizerSpec,
+    BatchMode, BatchSize, DataConfig, DataLoader, HubClient, LoaderConfig, Split, TextTokenizer,
+    TokenStore, TokenizerSpec,
 };
 use mlx_dist::Group;
 use mlx_optim::{AdamW, Schedule, schedule};
@@ -51,6 +52,31 @@ pub fn data_config_for(cfg: &TrainConfig) -> DataConfig {
         TokenizerChoice::Train(n) => TokenizerSpec::TrainByteLevel { vocab_size: *n },
     };
     d
+}
+
+/// The run's tokenizer alone: a file, or a trained BPE from the data cache,
+/// is read directly; the automatic choice goes through
+/// [`mlx_data::prepare`] (which opens, or builds, the token stores) to
+/// pick exactly what the run picked.
+pub fn tokenizer_for(cfg: &TrainConfig) -> Result<TextTokenizer> {
+    let d = data_config_for(cfg);
+    Ok(match &d.tokenizer {
+        TokenizerSpec::File(p) => TextTokenizer::from_file(p)?,
+        TokenizerSpec::VocabMerges { vocab, merges } => {
+            TextTokenizer::from_vocab_merges(vocab, merges)?
+        }
+        TokenizerSpec::TrainByteLevel { vocab_size } => {
+            let hub = HubClient::new(d.hub.clone());
+            let train = d.source.resolve(Split::Train, &hub)?;
+            mlx_data::pipeline::trained_tokenizer(
+                &d.cache_dir,
+                &train,
+                *vocab_size,
+                d.lock_deadline,
+            )?
+        }
+        _ => mlx_data::prepare(&d)?.tokenizer,
+    })
 }
 
 fn lr_schedule(cfg: &TrainConfig) -> Result<Schedule> {

@@ -1,0 +1,159 @@
+//! `mlx-llama export`: a checkpoint as a folder others load, in Hugging
+//! Face's layout (`LlamaForCausalLM.from_pretrained`) or mlx-lm's
+//! (`mlx_lm.load`): `config.json`, `generation_config.json`,
+//! `model.safetensors` under Hugging Face's tensor names, and the
+//! tokenizer's files.
+//!
+//! The two differ in RoPE: ours rotates interleaved pairs, as MLX's
+//! `traditional` RoPE, which mlx-lm's Llama does when the configuration says
+//! `rope_traditional`; Hugging Face's rotates halves, so the `hf` export
+//! reorders the rows of every query and key projection within each head
+//! (see [`hf::halves_row_order`]), which leaves the logits unchanged.
+
+pub mod hf;
+pub mod mlx;
+pub mod names;
+mod tokenizer;
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result, bail};
+use mlx_array::{Array, Dtype};
+use mlx_data::TextTokenizer;
+use mlx_nn::ModuleExt;
+
+use crate::Llama;
+
+/// The weights file of an export.
+pub const WEIGHTS: &str = "model.safetensors";
+
+/// Whose layout to write.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Format {
+    /// Hugging Face transformers' `LlamaForCausalLM` (RoPE by halves).
+    Hf,
+    /// mlx-lm's `llama` (RoPE on interleaved pairs, `rope_traditional`).
+    Mlx,
+}
+
+impl Format {
+    /// The `format` the safetensors header's `__metadata__` names.
+    pub fn metadata_format(self) -> &'static str {
+        match self {
+            Format::Hf => "pt",
+            Format::Mlx => "mlx",
+        }
+    }
+}
+
+/// Exports the newest intact checkpoint of a run folder, or a checkpoint
+/// folder, to `out` (created if missing; files of the same names are
+/// replaced). Returns the checkpoint folder read.
+pub fn export(checkpoint_or_run: &Path, out: &Path, format: Format) -> Result<PathBuf> {
+    let trained = crate::checkpoint::load_trained(checkpoint_or_run)?;
+    let tokenizer = crate::trainer::tokenizer_for(&trained.config)
+        .with_context(|| format!("loading the tokenizer of {}", trained.dir.display()))?;
+    write(
+        &trained.model,
+        &tokenizer,
+        trained.config.block_size,
+        out,
+        format,
+    )?;
+    Ok(trained.dir)
+}
+
+/// Writes `model` with `tokenizer` to `out` in `format`;
+/// `max_positions` is the longest sequence it was trained on (the
+/// configuration's `max_position_embeddings`).
+pub fn write(
+    model: &Llama,
+    tokenizer: &TextTokenizer,
+    max_positions: usize,
+    out: &Path,
+    format: Format,
+) -> Result<()> {
+    let c = &model.config;
+    if tokenizer.vocab_size() > c.vocab_size {
+        bail!(
+            "the tokenizer has {} tokens but the model only {} rows of embedding",
+            tokenizer.vocab_size(),
+            c.vocab_size
+        );
+    }
+    std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
+    let metadata = HashMap::from([("format".to_string(), format.metadata_format().to_string())]);
+    let weights = out.join(WEIGHTS);
+    mlx_array::save_safetensors(&weights, &tensors(model, format)?, Some(metadata))
+        .with_context(|| format!("writing {}", weights.display()))?;
+    let special = tokenizer.eos_id();
+    let config = hf::config(c, max_positions, special);
+    let config = match format {
+        Format::Hf => config,
+        Format::Mlx => mlx::config(config),
+    };
+    write_json(&out.join("config.json"), &config)?;
+    write_json(
+        &out.join("generation_config.json"),
+        &hf::generation_config(special),
+    )?;
+    tokenizer::write_files(tokenizer, out)
+}
+
+/// The model's parameters under Hugging Face's names, as float32, the query
+/// and key rows reordered for `hf`.
+pub fn tensors(model: &Llama, format: Format) -> Result<Vec<(String, Array)>> {
+    let c = &model.config;
+    let order = hf::halves_row_order(c.num_heads, c.dims / c.num_heads);
+    let mut out = vec![];
+    for (name, a) in model.named_parameters() {
+        let theirs = names::hf_name(&name)
+            .with_context(|| format!("no Hugging Face name for our parameter `{name}`"))?;
+        let mut values = a.astype(Dtype::F32)?.to_vec::<f32>()?;
+        if format == Format::Hf && names::is_rotated(&theirs) {
+            if a.shape() != [c.dims, c.dims] {
+                bail!(
+                    "`{name}` has shape {:?}, expected [{}, {}]",
+                    a.shape(),
+                    c.dims,
+                    c.dims
+                );
+            }
+            values = hf::reorder_rows(&values, c.dims, &order);
+        }
+        out.push((theirs, Array::from_slice(&values, a.shape())?));
+    }
+    Ok(out)
+}
+
+fn write_json(path: &Path, value: &serde_json::Value) -> Result<()> {
+    std::fs::write(path, serde_json::to_string_pretty(value)? + "\n")
+        .with_context(|| format!("writing {}", path.display()))
+}
+
+/// `mlx-llama export`'s arguments.
+#[derive(clap::Args, Debug)]
+pub struct ExportArgs {
+    /// A run folder (its newest intact checkpoint) or a checkpoint folder.
+    #[arg(long, default_value = "runs/latest")]
+    pub checkpoint: PathBuf,
+    /// The folder to write.
+    #[arg(long)]
+    pub out: PathBuf,
+    /// hf: for transformers' LlamaForCausalLM; mlx: for mlx-lm.
+    #[arg(long, value_enum, default_value_t = Format::Hf)]
+    pub format: Format,
+}
+
+/// Runs `mlx-llama export`, saying what it wrote.
+pub fn run(args: ExportArgs) -> Result<()> {
+    let from = export(&args.checkpoint, &args.out, args.format)?;
+    println!(
+        "exported {} as {:?} to {}",
+        from.display(),
+        args.format,
+        args.out.display()
+    );
+    Ok(())
+}
