@@ -103,6 +103,15 @@ pub enum DataError {
         /// What was wrong.
         message: String,
     },
+    /// A parquet file that cannot be read as asked (missing or non-string column,
+    /// a corrupt file).
+    #[error("parquet file {path}: {message}")]
+    Parquet {
+        /// The parquet file.
+        path: PathBuf,
+        /// What was wrong.
+        message: String,
+    },
     /// The Hub answered with something unexpected or could not be reached.
     #[error("hub request {url}: {message}")]
     Hub {

@@ -1,7 +1,9 @@
-//! Data for training language models on N processes: sources (TinyStories on the
-//! Hugging Face Hub, local files, a built-in offline corpus), tokenizers, a
-//! pre-tokenized memory-mapped token store built once per machine, and a sharded,
-//! resumable, prefetching loader that gives each rank only its own samples.
+//! Data for training language models on N processes: sources (TinyStories' parquet
+//! shards on the Hugging Face Hub, local text, JSON Lines or parquet files, a
+//! built-in offline corpus), tokenizers, a pre-tokenized memory-mapped token store
+//! built once per machine (parquet and JSON Lines are streamed into it batch by
+//! batch, row group by row group), and a sharded, resumable, prefetching loader
+//! that gives each rank only its own samples.
 //!
 //! ```no_run
 //! use mlx_data::{prepare, DataConfig, DataLoader, LoaderConfig, BatchSize, Prefetcher};
@@ -42,6 +44,6 @@ pub use loader::{BatchSize, DataLoader, LoaderConfig, LoaderState};
 pub use pipeline::{DataConfig, Prepared, TokenizerSpec, prepare};
 pub use prefetch::Prefetcher;
 pub use sampler::ShardedSampler;
-pub use source::{Corpus, HubDataset, LocalFormat, LocalSource, SourceSpec, Split};
+pub use source::{Corpus, HubDataset, HubFiles, LocalFormat, LocalSource, SourceSpec, Split};
 pub use store::{TokenStore, Verify};
 pub use tokenizer::TextTokenizer;

@@ -223,11 +223,21 @@ pub fn open_or_build_split(
         eos: tokenizer.eos_id(),
         lock_deadline: deadline,
     };
+    // Streaming sources (parquet, JSON Lines) hand over bounded batches; each batch
+    // is tokenized in parallel and appended in order, so stores are identical run
+    // to run.
     crate::store::open_or_build(&path, &spec, |w| {
-        let corpus = source.load(split)?;
-        tokenize_into(&corpus, tokenizer, w)
+        source.for_each_batch(split, TOKENIZE_BATCH_DOCS, |docs| {
+            for ids in tokenizer.encode_docs(docs)? {
+                w.push_doc(&ids)?;
+            }
+            Ok(())
+        })
     })
 }
+
+/// Documents tokenized together (in parallel) while a store is built.
+pub const TOKENIZE_BATCH_DOCS: usize = 4096;
 
 /// Tokenizes every document of `corpus` in parallel chunks and appends them to `w`.
 pub fn tokenize_into(

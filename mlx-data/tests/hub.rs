@@ -1,11 +1,12 @@
 //! Hub downloads against a local server speaking the Hub's URL layout: cache
 //! layout, interrupted transfers that resume, clear failures, offline mode,
 //! deadlines, checksums, hostile headers and names, and the full pipeline from a Hub
-//! dataset.
+//! dataset (its text files, and its parquet shards found through the file listing).
 
 mod common;
 
 use common::hub_server::{HubServer, ServedFile};
+use common::parquet_files::{expected_docs, text_parquet};
 use mlx_data::{
     DataConfig, DataError, HubClient, HubConfig, HubDataset, RepoKind, SourceSpec, TokenizerSpec,
     prepare,
@@ -268,12 +269,12 @@ fn relative_redirects_are_followed_like_huggingface_hub() {
 }
 
 #[test]
-fn prepare_builds_stores_from_a_hub_dataset() {
+fn prepare_builds_stores_from_a_hub_datasets_text_files() {
     let (srv, _, valid) = server();
     let dir = tempfile::tempdir().unwrap();
     let cfg = DataConfig {
         source: SourceSpec::Auto {
-            hub: HubDataset::default(),
+            hub: HubDataset::tinystories_text(),
             offline: Default::default(),
         },
         tokenizer: TokenizerSpec::TrainByteLevel { vocab_size: 400 },
@@ -291,6 +292,264 @@ fn prepare_builds_stores_from_a_hub_dataset() {
     assert_eq!(data.validation.n_docs() as usize, docs.len());
     let ids = data.validation.doc(1).unwrap().to_vec();
     assert_eq!(data.tokenizer.decode(&ids).unwrap(), docs[1]);
+}
+
+/// TinyStories' layout: two training shards, one validation shard, and files that
+/// are not shards of either split. Returns the server and each split's rows in order.
+fn parquet_server() -> (HubServer, Vec<Option<String>>, Vec<Option<String>>) {
+    let rows = |seed, bytes| -> Vec<Option<String>> {
+        let mut r: Vec<Option<String>> = mlx_data::corpus::stories(seed, bytes)
+            .into_iter()
+            .map(Some)
+            .collect();
+        r.insert(2, None);
+        r.insert(4, Some("  ".into()));
+        r
+    };
+    let (train0, train1, valid) = (rows(21, 60_000), rows(22, 50_000), rows(23, 20_000));
+    let shard = |r: &[Option<String>]| ServedFile::lfs(text_parquet(r, 16));
+    let mut files = HashMap::new();
+    let d = format!("datasets/{REPO}/data");
+    files.insert(
+        format!("{d}/train-00001-of-00002-b3c4.parquet"),
+        shard(&train1),
+    );
+    files.insert(
+        format!("{d}/train-00000-of-00002-a1b2.parquet"),
+        shard(&train0),
+    );
+    files.insert(
+        format!("{d}/validation-00000-of-00001-c5d6.parquet"),
+        shard(&valid),
+    );
+    // Not shards of train or validation: never downloaded.
+    files.insert(
+        format!("{d}/test-00000-of-00001-e7f8.parquet"),
+        shard(&train0),
+    );
+    files.insert(
+        format!("{d}/nested/train-00000-of-00001.parquet"),
+        shard(&valid),
+    );
+    files.insert(
+        format!("datasets/{REPO}/TinyStories-train.txt"),
+        ServedFile::lfs(b"text route".to_vec()),
+    );
+    files.insert(
+        format!("datasets/{REPO}/README.md"),
+        ServedFile::lfs(b"# TinyStories".to_vec()),
+    );
+    let train = train0.into_iter().chain(train1).collect();
+    (HubServer::start(files), train, valid)
+}
+
+fn parquet_config(srv: &HubServer, dir: &Path, offline: bool) -> DataConfig {
+    let mut hub = config(&srv.endpoint, &dir.join("hf"));
+    hub.offline = offline;
+    DataConfig {
+        source: SourceSpec::Auto {
+            hub: HubDataset::default(),
+            offline: Default::default(),
+        },
+        tokenizer: TokenizerSpec::TrainByteLevel { vocab_size: 320 },
+        cache_dir: dir.join("cache"),
+        hub,
+        lock_deadline: Duration::from_secs(60),
+    }
+}
+
+#[test]
+fn prepare_builds_stores_from_the_hubs_parquet_shards_then_works_offline() {
+    let (srv, train, valid) = parquet_server();
+    let dir = tempfile::tempdir().unwrap();
+    let data = prepare(&parquet_config(&srv, dir.path(), false)).unwrap();
+    assert_eq!(data.source_kind, "hub");
+
+    // Both splits hold their shards' documents in shard order.
+    for (store, rows) in [(&data.train, &train), (&data.validation, &valid)] {
+        let docs = expected_docs(rows);
+        assert_eq!(store.n_docs() as usize, docs.len());
+        for (i, doc) in docs.iter().enumerate() {
+            let ids = store.doc(i as u64).unwrap().to_vec();
+            assert_eq!(&data.tokenizer.decode(&ids).unwrap(), doc, "doc {i}");
+        }
+    }
+    // The store's identity pins the commit and the shard names.
+    let commit = &srv.state.commit;
+    assert_eq!(
+        data.train.meta().source,
+        format!(
+            "hub-parquet:{REPO}@{commit}:train:column=text:\
+             data/train-00000-of-00002-a1b2.parquet,data/train-00001-of-00002-b3c4.parquet"
+        )
+    );
+    assert!(
+        data.validation
+            .meta()
+            .source
+            .ends_with(":validation:column=text:data/validation-00000-of-00001-c5d6.parquet"),
+        "{}",
+        data.validation.meta().source
+    );
+    // Listed once per split, only the split's shards fetched, pinned to the commit.
+    let seen = srv.seen();
+    let listings: Vec<_> = seen
+        .iter()
+        .filter(|s| s.path.starts_with("/api/"))
+        .collect();
+    assert_eq!(listings.len(), 2, "{seen:?}");
+    assert_eq!(
+        listings[0].path,
+        format!("/api/datasets/{REPO}/revision/main")
+    );
+    let mut got: Vec<&str> = seen
+        .iter()
+        .filter(|s| s.method == "GET" && !s.path.starts_with("/api/"))
+        .map(|s| s.path.as_str())
+        .collect();
+    got.sort();
+    let resolve = format!("/datasets/{REPO}/resolve/{commit}/data");
+    assert_eq!(
+        got,
+        [
+            format!("{resolve}/train-00000-of-00002-a1b2.parquet"),
+            format!("{resolve}/train-00001-of-00002-b3c4.parquet"),
+            format!("{resolve}/validation-00000-of-00001-c5d6.parquet"),
+        ]
+    );
+    let repo_dir = dir.path().join("hf/datasets--roneneldan--TinyStories");
+    assert_eq!(
+        std::fs::read_to_string(repo_dir.join("refs/main")).unwrap(),
+        *commit
+    );
+
+    // Offline: the cached listing and shards give the same stores, with no request.
+    srv.clear_seen();
+    let offline = prepare(&parquet_config(&srv, dir.path(), true)).unwrap();
+    assert!(srv.seen().is_empty(), "{:?}", srv.seen());
+    assert_eq!(offline.source_kind, "hub");
+    assert_eq!(offline.train.path(), data.train.path());
+    assert_eq!(offline.validation.path(), data.validation.path());
+    assert_eq!(offline.tokenizer.hash(), data.tokenizer.hash());
+
+    // Offline with a cache that lacks a shard: the Hub source fails naming the file,
+    // and Auto falls back to the offline corpus.
+    let shard = repo_dir
+        .join("snapshots")
+        .join(commit)
+        .join("data/train-00001-of-00002-b3c4.parquet");
+    std::fs::remove_file(&shard).unwrap();
+    let mut hub_only = parquet_config(&srv, dir.path(), true);
+    hub_only.source = SourceSpec::Hub(HubDataset::default());
+    let err = prepare(&hub_only).unwrap_err();
+    assert!(
+        matches!(err, DataError::NotCached { .. })
+            && err
+                .to_string()
+                .contains("train-00001-of-00002-b3c4.parquet"),
+        "{err}"
+    );
+    let fallback = prepare(&parquet_config(&srv, &dir.path().join("other"), true)).unwrap();
+    assert_eq!(fallback.source_kind, "offline");
+    assert!(srv.seen().is_empty(), "{:?}", srv.seen());
+}
+
+#[test]
+fn hub_listing_errors_are_clear() {
+    // A repository without the split's shards.
+    let mut files = HashMap::new();
+    files.insert(
+        format!("datasets/{REPO}/data/train-00000-of-00002-a.parquet"),
+        ServedFile::lfs(b"x".to_vec()),
+    );
+    let srv = HubServer::start(files);
+    let dir = tempfile::tempdir().unwrap();
+    let hub = HubClient::new(config(&srv.endpoint, dir.path()));
+    let err = SourceSpec::Hub(HubDataset::default())
+        .resolve(mlx_data::Split::Train, &hub)
+        .unwrap_err();
+    let msg = err.to_string();
+    assert!(
+        msg.contains("data/train-NNNNN-of-NNNNN*.parquet")
+            && msg.contains("complete set of 2")
+            && msg.contains(&srv.state.commit),
+        "{msg}"
+    );
+    let err = SourceSpec::Hub(HubDataset::default())
+        .resolve(mlx_data::Split::Validation, &hub)
+        .unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("no parquet shards named data/validation-"),
+        "{err}"
+    );
+
+    // A repository the Hub does not have: an error, not a fallback.
+    let err = hub
+        .list_files(RepoKind::Dataset, "nobody/nothing", "main")
+        .unwrap_err();
+    assert!(
+        matches!(err, DataError::Hub { .. }) && err.to_string().contains("404"),
+        "{err}"
+    );
+    // Unreachable, nothing cached: NotCached, so Auto can fall back.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let dead = format!("http://{}", closed.local_addr().unwrap());
+    drop(closed);
+    let err = HubClient::new(config(&dead, &dir.path().join("empty")))
+        .list_files(RepoKind::Dataset, REPO, "main")
+        .unwrap_err();
+    assert!(matches!(err, DataError::NotCached { .. }), "{err}");
+    // Unreachable after a listing was cached: the cached listing.
+    let listed = hub.list_files(RepoKind::Dataset, REPO, "main").unwrap();
+    let cached = HubClient::new(config(&dead, dir.path()))
+        .list_files(RepoKind::Dataset, REPO, "main")
+        .unwrap();
+    assert_eq!(cached, listed);
+    assert_eq!(
+        cached.files,
+        ["data/train-00000-of-00002-a.parquet".to_string()]
+    );
+}
+
+#[test]
+fn shard_selection_follows_the_hugging_face_convention() {
+    use mlx_data::source::hub::select_shards;
+    let files: Vec<String> = [
+        "README.md",
+        "data/train-00002-of-00003.parquet",
+        "data/train-00000-of-00003-x.parquet",
+        "data/train-00001-of-00003-y.parquet",
+        "data/validation-00000-of-00001-z.parquet",
+        "data/trainer-00000-of-00001.parquet",
+        "other/train-00000-of-00001.parquet",
+    ]
+    .map(String::from)
+    .to_vec();
+    assert_eq!(
+        select_shards(&files, "data", "train").unwrap(),
+        [
+            "data/train-00000-of-00003-x.parquet",
+            "data/train-00001-of-00003-y.parquet",
+            "data/train-00002-of-00003.parquet",
+        ]
+    );
+    assert_eq!(
+        select_shards(&files, "other", "train").unwrap(),
+        ["other/train-00000-of-00001.parquet"]
+    );
+    let mut gap = files.clone();
+    gap.retain(|f| !f.contains("train-00001"));
+    let err = select_shards(&gap, "data", "train")
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("complete set of 3"), "{err}");
+    let mut twice = files.clone();
+    twice.push("data/train-00001-of-00003-again.parquet".into());
+    assert!(select_shards(&twice, "data", "train").is_err());
+    let mut mixed = files;
+    mixed.push("data/train-00003-of-00004.parquet".into());
+    assert!(select_shards(&mixed, "data", "train").is_err());
 }
 
 /// Every entry under `root` (symlinks not followed) with its length, recursively.

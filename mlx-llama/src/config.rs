@@ -9,7 +9,7 @@ use crate::LlamaConfig;
 /// Where the text comes from.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum DataSource {
-    /// TinyStories from the Hub, else the built-in offline corpus.
+    /// TinyStories from the Hub (its parquet shards), else the built-in offline corpus.
     Auto,
     /// The built-in offline corpus only.
     Offline,
@@ -19,6 +19,8 @@ pub enum DataSource {
     Text { train: PathBuf, validation: PathBuf },
     /// Local JSON Lines with a `text` field.
     JsonLines { train: PathBuf, validation: PathBuf },
+    /// Local parquet with a `text` column: each path a file or a folder of `*.parquet`.
+    Parquet { train: PathBuf, validation: PathBuf },
 }
 
 /// Which tokenizer to use.

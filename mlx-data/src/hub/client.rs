@@ -28,7 +28,7 @@ pub struct HubClient {
     get_agent: Agent,
 }
 
-fn agent(cfg: &HubConfig, redirects: u32) -> Agent {
+pub(super) fn agent(cfg: &HubConfig, redirects: u32) -> Agent {
     Agent::config_builder()
         .http_status_as_error(false)
         .max_redirects(redirects)
@@ -42,7 +42,7 @@ fn agent(cfg: &HubConfig, redirects: u32) -> Agent {
         .into()
 }
 
-fn header(resp: &ureq::http::Response<ureq::Body>, name: &str) -> Option<String> {
+pub(super) fn header(resp: &ureq::http::Response<ureq::Body>, name: &str) -> Option<String> {
     resp.headers()
         .get(name)
         .and_then(|v| v.to_str().ok())

@@ -1,5 +1,5 @@
 //! The Hugging Face Hub: configuration from the environment, the shared cache
-//! layout, and a resumable downloader for `resolve` URLs.
+//! layout, a resumable downloader for `resolve` URLs, and repository file listings.
 //!
 //! Layout and naming follow Python's huggingface_hub (and the hf-hub crate, whose
 //! repository naming we reuse), so either side can reuse the other's downloads.
@@ -9,7 +9,9 @@
 pub mod cache;
 pub mod client;
 pub mod config;
+pub mod listing;
 
 pub use cache::{CachedRepo, RepoKind};
 pub use client::HubClient;
 pub use config::{HubConfig, ProgressFn};
+pub use listing::RepoListing;

@@ -100,33 +100,16 @@ impl Corpus {
         Ok(Corpus::from_docs(&docs))
     }
 
-    /// JSON Lines with a string `text` field on every non-blank line.
+    /// JSON Lines with a string `text` field on every non-blank line, read line by
+    /// line (documents trimmed, blank ones skipped).
     pub fn from_json_lines(path: &Path) -> Result<Corpus> {
-        let bytes = std::fs::read(path).at(path)?;
-        let text = utf8(&bytes, path)?;
         let mut docs = Vec::new();
-        let mut offset = 0u64;
-        for (n, line) in text.split_inclusive('\n').enumerate() {
-            let at = offset;
-            offset += line.len() as u64;
-            if line.trim().is_empty() {
-                continue;
-            }
-            let bad = |message: String| DataError::Source {
-                path: path.to_path_buf(),
-                offset: at,
-                message: format!("line {}: {message}", n + 1),
-            };
-            let v: serde_json::Value = serde_json::from_str(line)
-                .map_err(|e| bad(format!("expected a JSON object: {e}")))?;
-            let t = v
-                .get("text")
-                .and_then(|t| t.as_str())
-                .ok_or_else(|| bad("expected a string field \"text\"".into()))?;
+        super::jsonl::read_json_lines(path, &mut |t| {
             if !t.trim().is_empty() {
                 docs.push(t.trim().to_owned());
             }
-        }
+            Ok(())
+        })?;
         Ok(Corpus::from_docs(&docs))
     }
 

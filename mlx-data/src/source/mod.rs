@@ -1,12 +1,21 @@
-//! Text sources: TinyStories on the Hub, local files, and the built-in offline corpus.
+//! Text sources: TinyStories on the Hub (parquet shards, or its text files), local
+//! files (text, JSON Lines, parquet), and the built-in offline corpus. Parquet and
+//! JSON Lines stream: [`Resolved::for_each_batch`] hands their documents over in
+//! bounded batches, never the whole file.
 
+pub mod batches;
 pub mod corpus;
+pub mod hub;
+pub mod jsonl;
+pub mod parquet;
 
 pub use corpus::Corpus;
+pub use hub::{HubDataset, HubFiles, HubShard};
 
 use crate::corpus::OfflineCorpus;
 use crate::error::{DataError, IoContext, Result};
-use crate::hub::{HubClient, RepoKind};
+use crate::hub::HubClient;
+use batches::DocBatcher;
 use std::path::{Path, PathBuf};
 
 /// Training or validation data.
@@ -28,37 +37,6 @@ impl Split {
     }
 }
 
-/// A text dataset on the Hub: one text file per split, documents separated by a marker.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct HubDataset {
-    /// Repository id.
-    pub repo: String,
-    /// Branch, tag or commit.
-    pub revision: String,
-    /// File of the training split.
-    pub train_file: String,
-    /// File of the validation split.
-    pub validation_file: String,
-    /// Document separator.
-    pub separator: String,
-    /// Use only the documents within the first this-many bytes of each file.
-    pub max_bytes: Option<u64>,
-}
-
-impl Default for HubDataset {
-    /// `roneneldan/TinyStories`, stories separated by `<|endoftext|>`.
-    fn default() -> Self {
-        HubDataset {
-            repo: "roneneldan/TinyStories".into(),
-            revision: "main".into(),
-            train_file: "TinyStories-train.txt".into(),
-            validation_file: "TinyStories-valid.txt".into(),
-            separator: crate::tokenizer::ENDOFTEXT.into(),
-            max_bytes: None,
-        }
-    }
-}
-
 /// How local files are laid out.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum LocalFormat {
@@ -67,8 +45,14 @@ pub enum LocalFormat {
         /// The document separator.
         separator: String,
     },
-    /// JSON Lines, one object with a `text` field per line.
+    /// JSON Lines, one object with a `text` field per line (one file per split).
     JsonLines,
+    /// Parquet (a file, or a folder of `*.parquet` files read in name order) with
+    /// documents in a string column.
+    Parquet {
+        /// The column holding the documents (`text`).
+        column: String,
+    },
 }
 
 /// Local files, one per split.
@@ -113,12 +97,27 @@ impl Default for SourceSpec {
 /// A source pinned down to concrete data, with a stable identity for store headers.
 #[derive(Debug, Clone)]
 pub enum Resolved {
-    /// A downloaded (or cached) Hub file.
+    /// A downloaded (or cached) Hub text file.
     HubFile {
-        /// The dataset.
-        dataset: HubDataset,
+        /// Repository id.
+        repo: String,
         /// Local path of the split's file.
         path: PathBuf,
+        /// Document separator.
+        separator: String,
+        /// Use only the documents within the first this-many bytes.
+        max_bytes: Option<u64>,
+    },
+    /// Downloaded (or cached) parquet shards of one split of a Hub dataset.
+    HubParquet {
+        /// Repository id.
+        repo: String,
+        /// The commit the shards were listed and downloaded at.
+        commit: String,
+        /// The string column holding the documents.
+        column: String,
+        /// The split's shards, in order.
+        shards: Vec<HubShard>,
     },
     /// Local files.
     Local(LocalSource),
@@ -126,15 +125,13 @@ pub enum Resolved {
     Offline(OfflineCorpus),
 }
 
-fn file_identity(path: &Path) -> Result<String> {
-    let canon = path.canonicalize().at(path)?;
+/// Documents per batch when a whole streaming source is gathered by [`Resolved::load`].
+const LOAD_BATCH_DOCS: usize = 4096;
+
+fn file_identity(files: &[PathBuf]) -> Result<String> {
     let mut parts = vec![];
-    let files = if canon.is_dir() {
-        corpus::text_files(&canon)?
-    } else {
-        vec![canon.clone()]
-    };
     for f in files {
+        let f = f.canonicalize().at(f)?;
         let m = std::fs::metadata(&f).at(&f)?;
         let mtime = m
             .modified()
@@ -147,75 +144,158 @@ fn file_identity(path: &Path) -> Result<String> {
     Ok(parts.join(","))
 }
 
+/// Hands every document of a parquet file (non-null, trimmed, non-blank) to `batcher`.
+fn parquet_docs(path: &Path, column: &str, batcher: &mut DocBatcher<'_>) -> Result<()> {
+    parquet::read_parquet_column(
+        path,
+        column,
+        parquet::READ_BATCH_ROWS,
+        &mut |_, _| {},
+        &mut |v| match v {
+            Some(doc) => batcher.push(doc),
+            None => Ok(()),
+        },
+    )
+}
+
+impl LocalSource {
+    /// The file or folder of `split`.
+    pub fn path(&self, split: Split) -> &Path {
+        match split {
+            Split::Train => &self.train,
+            Split::Validation => &self.validation,
+        }
+    }
+}
+
 impl Resolved {
     /// A stable description of exactly which text this is, for one split.
     pub fn identity(&self, split: Split) -> Result<String> {
         Ok(match self {
-            Resolved::HubFile { dataset, path } => {
+            Resolved::HubFile {
+                repo,
+                path,
+                max_bytes,
+                ..
+            } => {
                 // Snapshot paths contain the commit, and blobs are content addressed.
                 let target = std::fs::canonicalize(path).at(path)?;
                 format!(
-                    "hub:{}:{}:{}:max_bytes={:?}",
-                    dataset.repo,
+                    "hub:{repo}:{}:{}:max_bytes={max_bytes:?}",
                     split.name(),
                     target.file_name().unwrap_or_default().to_string_lossy(),
-                    dataset.max_bytes
+                )
+            }
+            Resolved::HubParquet {
+                repo,
+                commit,
+                column,
+                shards,
+            } => {
+                let names: Vec<&str> = shards.iter().map(|s| s.file.as_str()).collect();
+                format!(
+                    "hub-parquet:{repo}@{commit}:{}:column={column}:{}",
+                    split.name(),
+                    names.join(",")
                 )
             }
             Resolved::Local(l) => {
-                let p = match split {
-                    Split::Train => &l.train,
-                    Split::Validation => &l.validation,
+                let p = l.path(split);
+                let files = match &l.format {
+                    LocalFormat::Parquet { .. } => parquet::parquet_files(p)?,
+                    _ if p.is_dir() => corpus::text_files(p)?,
+                    _ => vec![p.to_path_buf()],
                 };
-                format!("local:{:?}:{}", l.format, file_identity(p)?)
+                format!("local:{:?}:{}", l.format, file_identity(&files)?)
             }
             Resolved::Offline(o) => o.identity(split),
         })
     }
 
-    /// Loads the documents of `split`.
+    /// Hands the documents of `split` to `f` in order, at most `batch_docs` at a
+    /// time. Parquet and JSON Lines stream: memory holds one batch of documents plus
+    /// what the reader decodes (a line, or part of one row group). Text files and the
+    /// offline corpus are loaded (mapped) whole, then handed over in batches.
+    pub fn for_each_batch(
+        &self,
+        split: Split,
+        batch_docs: usize,
+        mut f: impl FnMut(&[String]) -> Result<()>,
+    ) -> Result<()> {
+        let mut batcher = DocBatcher::new(batch_docs, &mut f);
+        match self {
+            Resolved::HubParquet { column, shards, .. } => {
+                for s in shards {
+                    parquet_docs(&s.path, column, &mut batcher)?;
+                }
+            }
+            Resolved::Local(l) => match &l.format {
+                LocalFormat::JsonLines => {
+                    jsonl::read_json_lines(l.path(split), &mut |d| batcher.push(d))?
+                }
+                LocalFormat::Parquet { column } => {
+                    for file in parquet::parquet_files(l.path(split))? {
+                        parquet_docs(&file, column, &mut batcher)?;
+                    }
+                }
+                LocalFormat::Text { .. } => {
+                    for d in self.load(split)?.docs() {
+                        batcher.push(d)?;
+                    }
+                }
+            },
+            Resolved::HubFile { .. } | Resolved::Offline(_) => {
+                for d in self.load(split)?.docs() {
+                    batcher.push(d)?;
+                }
+            }
+        }
+        batcher.finish()
+    }
+
+    /// Loads the documents of `split` (for parquet and JSON Lines all of them into
+    /// memory: prefer [`Resolved::for_each_batch`] there).
     pub fn load(&self, split: Split) -> Result<Corpus> {
         match self {
-            Resolved::HubFile { dataset, path } => {
-                Corpus::from_text_file(path, &dataset.separator, dataset.max_bytes)
-            }
+            Resolved::HubFile {
+                path,
+                separator,
+                max_bytes,
+                ..
+            } => Corpus::from_text_file(path, separator, *max_bytes),
             Resolved::Local(l) => {
-                let p = match split {
-                    Split::Train => &l.train,
-                    Split::Validation => &l.validation,
-                };
+                let p = l.path(split);
                 match &l.format {
-                    LocalFormat::JsonLines => Corpus::from_json_lines(p),
                     LocalFormat::Text { separator } if p.is_dir() => {
                         Corpus::from_text_dir(p, separator)
                     }
                     LocalFormat::Text { separator } => Corpus::from_text_file(p, separator, None),
+                    LocalFormat::JsonLines | LocalFormat::Parquet { .. } => self.gather(split),
                 }
             }
+            Resolved::HubParquet { .. } => self.gather(split),
             Resolved::Offline(o) => Ok(Corpus::from_docs(&o.split(split))),
         }
+    }
+
+    /// Every document of a streaming source, gathered into one corpus.
+    fn gather(&self, split: Split) -> Result<Corpus> {
+        let mut docs = Vec::new();
+        self.for_each_batch(split, LOAD_BATCH_DOCS, |batch| {
+            docs.extend_from_slice(batch);
+            Ok(())
+        })?;
+        Ok(Corpus::from_docs(&docs))
     }
 
     /// A short name for logs.
     pub fn kind(&self) -> &'static str {
         match self {
-            Resolved::HubFile { .. } => "hub",
+            Resolved::HubFile { .. } | Resolved::HubParquet { .. } => "hub",
             Resolved::Local(_) => "local",
             Resolved::Offline(_) => "offline",
         }
     }
-}
-
-fn fetch_hub(d: &HubDataset, split: Split, hub: &HubClient) -> Result<Resolved> {
-    let file = match split {
-        Split::Train => &d.train_file,
-        Split::Validation => &d.validation_file,
-    };
-    let path = hub.fetch(RepoKind::Dataset, &d.repo, &d.revision, file)?;
-    Ok(Resolved::HubFile {
-        dataset: d.clone(),
-        path,
-    })
 }
 
 impl SourceSpec {
@@ -223,7 +303,7 @@ impl SourceSpec {
     /// back to the offline corpus when the Hub cannot be used, and logs which.
     pub fn resolve(&self, split: Split, hub: &HubClient) -> Result<Resolved> {
         let r = match self {
-            SourceSpec::Auto { hub: d, offline } => match fetch_hub(d, split, hub) {
+            SourceSpec::Auto { hub: d, offline } => match hub::fetch_hub(d, split, hub) {
                 Ok(r) => r,
                 Err(e @ DataError::NotCached { .. }) => {
                     tracing::warn!(error = %e, "Hub dataset unavailable; using the built-in offline corpus");
@@ -231,7 +311,7 @@ impl SourceSpec {
                 }
                 Err(e) => return Err(e),
             },
-            SourceSpec::Hub(d) => fetch_hub(d, split, hub)?,
+            SourceSpec::Hub(d) => hub::fetch_hub(d, split, hub)?,
             SourceSpec::Local(l) => Resolved::Local(l.clone()),
             SourceSpec::Offline(o) => Resolved::Offline(o.clone()),
         };

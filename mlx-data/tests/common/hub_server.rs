@@ -1,6 +1,8 @@
 //! A tiny HTTP/1.1 server on 127.0.0.1 that serves repositories in the Hugging
-//! Face Hub's URL layout (`/datasets/{repo}/resolve/{rev}/{file}`), with switches
-//! for interrupted and stalled transfers. Every connection is bounded in time.
+//! Face Hub's URL layout (`/datasets/{repo}/resolve/{rev}/{file}`) and their file
+//! listings (`/api/datasets/{repo}/revision/{rev}`: `sha` and `siblings`), with
+//! switches for interrupted and stalled transfers. Every connection is bounded in
+//! time.
 
 use sha2::{Digest, Sha256};
 use std::collections::HashMap;
@@ -176,6 +178,40 @@ fn handle(mut conn: TcpStream, st: &State) -> std::io::Result<()> {
     if let Some(rest) = path.strip_prefix("/gpt2/") {
         let resp = format!(
             "HTTP/1.1 307 Temporary Redirect\r\nLocation: /openai-community/gpt2/{rest}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+        );
+        return conn.write_all(resp.as_bytes());
+    }
+    // /api/{models|datasets}/{owner}/{name}/revision/{rev}: the repository's files.
+    if method == "GET"
+        && let Some((repo, _rev)) = path
+            .strip_prefix("/api/")
+            .and_then(|p| p.split_once("/revision/"))
+    {
+        let repo = repo.strip_prefix("models/").unwrap_or(repo);
+        let prefix = format!("{repo}/");
+        let mut names: Vec<String> = st
+            .files
+            .lock()
+            .unwrap()
+            .keys()
+            .filter_map(|k| k.strip_prefix(&prefix).map(str::to_owned))
+            .collect();
+        if names.is_empty() {
+            return conn.write_all(
+                b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+            );
+        }
+        // Listed in reverse name order: clients must order shards themselves.
+        names.sort_by_key(|n| std::cmp::Reverse(n.clone()));
+        let siblings: Vec<_> = names
+            .iter()
+            .map(|n| serde_json::json!({ "rfilename": n }))
+            .collect();
+        let body =
+            serde_json::json!({ "id": repo, "sha": st.commit, "siblings": siblings }).to_string();
+        let resp = format!(
+            "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
         );
         return conn.write_all(resp.as_bytes());
     }

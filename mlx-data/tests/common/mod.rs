@@ -2,6 +2,7 @@
 #![allow(dead_code)]
 
 pub mod hub_server;
+pub mod parquet_files;
 
 use mlx_data::store::{BuildSpec, StoreMeta, StoreWriter};
 use mlx_data::{TokenStore, Verify};

@@ -68,7 +68,9 @@ struct TrainArgs {
     /// Seed of the weights and the data order.
     #[arg(long, default_value_t = 42)]
     seed: u64,
-    /// Data: auto (Hub, else offline), offline, hub, text:TRAIN,VALID or jsonl:TRAIN,VALID.
+    /// Data: auto (TinyStories' parquet from the Hub, else offline), offline, hub,
+    /// text:TRAIN,VALID, jsonl:TRAIN,VALID or parquet:TRAIN,VALID (files or folders of
+    /// *.parquet with a `text` column).
     #[arg(long, default_value = "auto")]
     data: String,
     /// Tokenizer: auto, a tokenizer.json path, gpt2:DIR (vocab.json + merges.txt) or train:N.
@@ -198,8 +200,13 @@ fn data_source(s: &str) -> Result<DataSource> {
             let (train, validation) = pair(&s[6..])?;
             DataSource::JsonLines { train, validation }
         }
+        _ if s.starts_with("parquet:") => {
+            let (train, validation) = pair(&s[8..])?;
+            DataSource::Parquet { train, validation }
+        }
         _ => bail!(
-            "unknown --data `{s}`: use auto, offline, hub, text:TRAIN,VALID or jsonl:TRAIN,VALID"
+            "unknown --data `{s}`: use auto, offline, hub, text:TRAIN,VALID, jsonl:TRAIN,VALID \
+             or parquet:TRAIN,VALID"
         ),
     })
 }

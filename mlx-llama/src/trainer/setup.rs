@@ -41,6 +41,13 @@ pub fn data_config_for(cfg: &TrainConfig) -> DataConfig {
             validation: validation.clone(),
             format: LocalFormat::JsonLines,
         }),
+        DataSource::Parquet { train, validation } => SourceSpec::Local(LocalSource {
+            train: train.clone(),
+            validation: validation.clone(),
+            format: LocalFormat::Parquet {
+                column: "text".into(),
+            },
+        }),
     };
     d.tokenizer = match &cfg.tokenizer {
         TokenizerChoice::Auto => TokenizerSpec::default(),

@@ -1,0 +1,132 @@
+//! Parquet read through arrow, one row group at a time: only the text column is
+//! decoded, in record batches of bounded size, so memory holds at most one row
+//! group's column (and usually one batch of it), never the whole file.
+
+use crate::error::{DataError, IoContext, Result};
+use arrow_array::{Array, LargeStringArray, StringArray, StringViewArray};
+use parquet::arrow::ProjectionMask;
+use parquet::arrow::arrow_reader::{
+    ArrowReaderMetadata, ArrowReaderOptions, ParquetRecordBatchReaderBuilder,
+};
+use std::path::{Path, PathBuf};
+
+/// Rows per arrow record batch while decoding a row group.
+pub const READ_BATCH_ROWS: usize = 1024;
+
+fn parquet_error(path: &Path, e: impl std::fmt::Display) -> DataError {
+    DataError::Parquet {
+        path: path.to_path_buf(),
+        message: e.to_string(),
+    }
+}
+
+/// The `*.parquet` files of `path`: the file itself, or those directly inside the
+/// folder, sorted by name.
+pub fn parquet_files(path: &Path) -> Result<Vec<PathBuf>> {
+    if !path.is_dir() {
+        return Ok(vec![path.to_path_buf()]);
+    }
+    let mut files: Vec<_> = std::fs::read_dir(path)
+        .at(path)?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "parquet") && p.is_file())
+        .collect();
+    files.sort();
+    if files.is_empty() {
+        return Err(DataError::Config(format!(
+            "folder {} holds no *.parquet files",
+            path.display()
+        )));
+    }
+    Ok(files)
+}
+
+/// Number of rows and row groups of a parquet file, from its footer.
+pub fn parquet_shape(path: &Path) -> Result<(u64, usize)> {
+    let file = std::fs::File::open(path).at(path)?;
+    let meta = ArrowReaderMetadata::load(&file, ArrowReaderOptions::new())
+        .map_err(|e| parquet_error(path, e))?;
+    let m = meta.metadata();
+    Ok((m.file_metadata().num_rows() as u64, m.num_row_groups()))
+}
+
+/// Calls `row` with every value of the string column `column` of the parquet file
+/// `path`, in order (`None` for nulls), decoding one row group at a time in arrow
+/// batches of at most `batch_rows` rows. `row_group` is called before each row group
+/// with its index and row count. A missing column, or one that is not a string
+/// column (Utf8, LargeUtf8 or Utf8View), is an error naming the file, the column
+/// asked for and the columns the file has.
+pub fn read_parquet_column(
+    path: &Path,
+    column: &str,
+    batch_rows: usize,
+    row_group: &mut dyn FnMut(usize, u64),
+    row: &mut dyn FnMut(Option<&str>) -> Result<()>,
+) -> Result<()> {
+    let file = std::fs::File::open(path).at(path)?;
+    let meta = ArrowReaderMetadata::load(&file, ArrowReaderOptions::new())
+        .map_err(|e| parquet_error(path, e))?;
+    let fields = meta.schema().fields();
+    let columns = || {
+        fields
+            .iter()
+            .map(|f| format!("{} ({})", f.name(), f.data_type()))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let Some(index) = fields.iter().position(|f| f.name() == column) else {
+        return Err(parquet_error(
+            path,
+            format!("has no column {column:?}; its columns are: {}", columns()),
+        ));
+    };
+    let is_string = |a: &dyn Array| {
+        let any = a.as_any();
+        any.is::<StringArray>() || any.is::<LargeStringArray>() || any.is::<StringViewArray>()
+    };
+    let empty = arrow_array::new_empty_array(fields[index].data_type());
+    if !is_string(&empty) {
+        return Err(parquet_error(
+            path,
+            format!(
+                "column {column:?} has type {}, expected a string column \
+                 (Utf8, LargeUtf8 or Utf8View); its columns are: {}",
+                fields[index].data_type(),
+                columns()
+            ),
+        ));
+    }
+    let mask = ProjectionMask::roots(meta.parquet_schema(), [index]);
+    for rg in 0..meta.metadata().num_row_groups() {
+        row_group(rg, meta.metadata().row_group(rg).num_rows() as u64);
+        let reader = ParquetRecordBatchReaderBuilder::new_with_metadata(
+            file.try_clone().at(path)?,
+            meta.clone(),
+        )
+        .with_projection(mask.clone())
+        .with_row_groups(vec![rg])
+        .with_batch_size(batch_rows.max(1))
+        .build()
+        .map_err(|e| parquet_error(path, e))?;
+        for batch in reader {
+            let batch = batch.map_err(|e| parquet_error(path, format!("row group {rg}: {e}")))?;
+            let values = batch.column(0).as_any();
+            if let Some(a) = values.downcast_ref::<StringArray>() {
+                a.iter().try_for_each(&mut *row)?;
+            } else if let Some(a) = values.downcast_ref::<LargeStringArray>() {
+                a.iter().try_for_each(&mut *row)?;
+            } else if let Some(a) = values.downcast_ref::<StringViewArray>() {
+                a.iter().try_for_each(&mut *row)?;
+            } else {
+                return Err(parquet_error(
+                    path,
+                    format!(
+                        "row group {rg}: column {column:?} decoded as {}, not a string array",
+                        batch.column(0).data_type()
+                    ),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
