@@ -7,10 +7,9 @@ use anyhow::{Context, Result, bail};
 use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 use mlx_llama::options_file;
 use mlx_llama::{
-    Batching, CommunicationDtype, DataSource, Llama, LlamaConfig, ScheduleKind, TokenizerChoice,
+    Batching, CommunicationDtype, DataSource, LlamaConfig, ScheduleKind, TokenizerChoice,
     TrainConfig, train,
 };
-use mlx_nn::ModuleExt;
 
 #[derive(Parser)]
 #[command(about = "Train a small Llama data-parallel, or sample from a checkpoint")]
@@ -26,6 +25,8 @@ enum Cmd {
     Train(Box<TrainArgs>),
     /// Sample text from a checkpoint.
     Generate(GenerateArgs),
+    /// Write a checkpoint as a folder for transformers (hf) or mlx-lm (mlx).
+    Export(mlx_llama::export::ExportArgs),
 }
 
 #[derive(Args, Debug)]
@@ -68,9 +69,7 @@ struct TrainArgs {
     /// Seed of the weights and the data order.
     #[arg(long, default_value_t = 42)]
     seed: u64,
-    /// Data: auto (TinyStories' parquet from the Hub, else offline), offline, hub,
-    /// text:TRAIN,VALID, jsonl:TRAIN,VALID or parquet:TRAIN,VALID (files or folders of
-    /// *.parquet with a `text` column).
+    /// Data: auto (Hub, else offline), offline, hub, text:TRAIN,VALID or jsonl:TRAIN,VALID.
     #[arg(long, default_value = "auto")]
     data: String,
     /// Tokenizer: auto, a tokenizer.json path, gpt2:DIR (vocab.json + merges.txt) or train:N.
@@ -200,13 +199,8 @@ fn data_source(s: &str) -> Result<DataSource> {
             let (train, validation) = pair(&s[6..])?;
             DataSource::JsonLines { train, validation }
         }
-        _ if s.starts_with("parquet:") => {
-            let (train, validation) = pair(&s[8..])?;
-            DataSource::Parquet { train, validation }
-        }
         _ => bail!(
-            "unknown --data `{s}`: use auto, offline, hub, text:TRAIN,VALID, jsonl:TRAIN,VALID \
-             or parquet:TRAIN,VALID"
+            "unknown --data `{s}`: use auto, offline, hub, text:TRAIN,VALID or jsonl:TRAIN,VALID"
         ),
     })
 }
@@ -344,27 +338,13 @@ fn run_train(a: TrainArgs, resolved: String) -> Result<()> {
 }
 
 fn run_generate(a: GenerateArgs) -> Result<()> {
-    let (dir, manifest) = if a.checkpoint.join("manifest.json").exists() {
-        let m = mlx_llama::checkpoint::verify(&a.checkpoint)?;
-        (a.checkpoint.clone(), m)
-    } else {
-        let f = mlx_llama::checkpoint::latest_good(&a.checkpoint)?
-            .with_context(|| format!("{} holds no checkpoint", a.checkpoint.display()))?;
-        (f.dir, f.manifest)
-    };
-    let cfg: TrainConfig = serde_json::from_value(manifest.config.clone())
-        .context("the checkpoint's configuration")?;
-    let model_cfg = LlamaConfig {
-        vocab_size: manifest.vocab_size,
-        ..cfg.model.clone()
-    };
-    let mut model = Llama::new(&model_cfg, 0)?;
-    model.load_weights(dir.join("model.safetensors"))?;
-    let data = mlx_data::prepare(&mlx_llama::trainer::data_config_for(&cfg))
-        .context("loading the tokenizer")?;
-    let ids = data.tokenizer.encode(&a.prompt)?;
+    let trained = mlx_llama::checkpoint::load_trained(&a.checkpoint)?;
+    let tokenizer =
+        mlx_llama::trainer::tokenizer_for(&trained.config).context("loading the tokenizer")?;
+    let model = trained.model;
+    let ids = tokenizer.encode(&a.prompt)?;
     let out = model.generate(&ids, a.max_tokens, a.temperature, a.seed)?;
-    println!("{}{}", a.prompt, data.tokenizer.decode(&out)?);
+    println!("{}{}", a.prompt, tokenizer.decode(&out)?);
     Ok(())
 }
 
@@ -416,6 +396,7 @@ fn main() {
     let result = match cli.cmd {
         Cmd::Train(a) => run_train(*a, resolved),
         Cmd::Generate(a) => run_generate(a),
+        Cmd::Export(a) => mlx_llama::export::run(a),
     };
     if let Err(e) = result {
         eprintln!("error: {e:#}");
