@@ -1,17 +1,16 @@
 //! Tokenization throughput (MB/s) and loader throughput (batches/s).
 //!
 //! ```text
-//! cargo run --release -p mlx-data --example throughput -- [--mb 8] [--gpt2-dir ../shared/data/gpt2]
+//! cargo run --release -p mlx-data --example throughput -- [--mb 8]
 //! ```
-//! Tokenizes `--mb` megabytes of offline-corpus stories with GPT-2 (vocab.json +
-//! merges.txt, when found) and with a byte-level BPE trained on the corpus, on one
-//! thread and on the whole rayon pool; then builds a token store and times the
-//! loader (block 512, batch 4) in pad and pack mode, plain and prefetched.
+//! Tokenizes `--mb` megabytes of offline-corpus stories with GPT-2 (embedded) and
+//! with a byte-level BPE trained on the corpus, on one thread and on the whole
+//! rayon pool; then builds a GPT-2 token store and times the loader (block 512,
+//! batch 4) in pad and pack mode, plain and prefetched.
 
 use mlx_data::{
     BatchMode, BatchSize, Corpus, DataLoader, LoaderConfig, Prefetcher, TextTokenizer, Verify,
 };
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -45,11 +44,6 @@ fn tokenize(name: &str, t: &TextTokenizer, docs: &[String]) {
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let mb: usize = arg(&args, "--mb").map(|v| v.parse().unwrap()).unwrap_or(8);
-    let gpt2 = arg(&args, "--gpt2-dir")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/data/gpt2")
-        });
     let docs = mlx_data::corpus::stories(7, mb << 20);
 
     let t0 = Instant::now();
@@ -60,19 +54,10 @@ fn main() {
         t0.elapsed()
     );
     tokenize("trained byte-level BPE 4096", &trained, &docs);
-    let tok = if gpt2.join("vocab.json").is_file() {
-        let g =
-            TextTokenizer::from_vocab_merges(&gpt2.join("vocab.json"), &gpt2.join("merges.txt"))
-                .unwrap();
-        tokenize("GPT-2 (vocab+merges)", &g, &docs);
-        g
-    } else {
-        println!(
-            "GPT-2 files not found at {}; loader uses the trained BPE",
-            gpt2.display()
-        );
-        trained
-    };
+    let t0 = Instant::now();
+    let tok = TextTokenizer::gpt2().unwrap();
+    println!("build GPT-2 from the embedded ranks: {:.2?}", t0.elapsed());
+    tokenize("GPT-2 (embedded)", &tok, &docs);
 
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("bench.tokens");

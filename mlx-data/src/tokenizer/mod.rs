@@ -1,10 +1,13 @@
-//! Tokenizers through the `tokenizers` crate: GPT-2 (Hub or local files) or a
-//! byte-level BPE trained on the corpus.
+//! Tokenizers through the `tokenizers` crate: GPT-2 (embedded, Hub or local
+//! files), any `tokenizer.json`, or a byte-level BPE trained on the corpus.
+
+pub mod gpt2;
+mod hf_files;
 
 use crate::error::{DataError, Result};
 use rayon::prelude::*;
 use std::path::Path;
-use tokenizers::models::bpe::{BPE, BpeTrainerBuilder};
+use tokenizers::models::bpe::{BPE, BpeTrainerBuilder, Vocab};
 use tokenizers::pre_tokenizers::byte_level::ByteLevel;
 use tokenizers::{AddedToken, Tokenizer};
 
@@ -40,6 +43,17 @@ fn tok_err(context: impl std::fmt::Display, e: impl std::fmt::Display) -> DataEr
         context: context.to_string(),
         message: e.to_string(),
     }
+}
+
+/// GPT-2's pipeline around a BPE model: byte-level pre-tokenizer (no prefix
+/// space), byte-level decoder and `<|endoftext|>` as a special token.
+fn byte_level_bpe(bpe: BPE) -> Tokenizer {
+    let mut inner = Tokenizer::new(bpe);
+    inner.with_pre_tokenizer(Some(ByteLevel::default().add_prefix_space(false)));
+    inner.with_decoder(Some(ByteLevel::default()));
+    inner.with_post_processor(Some(ByteLevel::default().trim_offsets(false)));
+    inner.add_special_tokens(&[AddedToken::from(ENDOFTEXT, true)]);
+    inner
 }
 
 impl TextTokenizer {
@@ -81,12 +95,27 @@ impl TextTokenizer {
         let bpe = BPE::from_file(&vocab.to_string_lossy(), &merges.to_string_lossy())
             .build()
             .map_err(|e| tok_err(&ctx, e))?;
-        let mut inner = Tokenizer::new(bpe);
-        inner.with_pre_tokenizer(Some(ByteLevel::default().add_prefix_space(false)));
-        inner.with_decoder(Some(ByteLevel::default()));
-        inner.with_post_processor(Some(ByteLevel::default().trim_offsets(false)));
-        inner.add_special_tokens(&[AddedToken::from(ENDOFTEXT, true)]);
-        Self::new(inner, format!("byte-level BPE {ctx}"))
+        Self::new(byte_level_bpe(bpe), format!("byte-level BPE {ctx}"))
+    }
+
+    /// GPT-2's tokenizer (50,257 tokens, `<|endoftext|>` = 50256) with no network
+    /// and no files: its vocabulary and merges are derived from the byte-level BPE
+    /// ranks that the `tiktoken-rs` crate embeds (`r50k_base`), see [`gpt2`].
+    pub fn gpt2() -> Result<TextTokenizer> {
+        let gpt2::VocabMerges { vocab, merges } = gpt2::vocab_merges()?;
+        let vocab: Vocab = vocab
+            .into_iter()
+            .enumerate()
+            .map(|(id, token)| (token, id as u32))
+            .collect();
+        let bpe = BPE::builder()
+            .vocab_and_merges(vocab, merges)
+            .build()
+            .map_err(|e| tok_err("GPT-2 from tiktoken-rs's ranks", e))?;
+        Self::new(
+            byte_level_bpe(bpe),
+            "GPT-2 (r50k_base ranks embedded in tiktoken-rs)",
+        )
     }
 
     /// Trains a byte-level BPE with `vocab_size` entries (EOS included) on `docs`.
