@@ -1,7 +1,7 @@
 //! One call from configuration to ready token stores: resolve the source, get a
 //! tokenizer, and open or build the train and validation stores.
 
-use crate::error::{DataError, IoContext, Result};
+use crate::error::{IoContext, Result};
 use crate::hub::{HubClient, HubConfig, RepoKind};
 use crate::lockfile::{FileLock, publish, sibling, temp_sibling};
 use crate::source::{Resolved, SourceSpec, Split};
@@ -12,14 +12,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 /// Which tokenizer to use.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum TokenizerSpec {
-    /// GPT-2 from the Hub (`gpt2`), else a byte-level BPE of `fallback_vocab_size`
-    /// trained on the training split and cached.
-    Auto {
-        /// Vocabulary size of the fallback BPE.
-        fallback_vocab_size: usize,
-    },
+    /// GPT-2, built from the ranks embedded in the crate (no network, no files);
+    /// see [`TextTokenizer::gpt2`]. The default.
+    #[default]
+    Gpt2,
     /// GPT-2's `tokenizer.json` from the Hub (an error if unavailable).
     Gpt2Hub,
     /// A local `tokenizer.json`.
@@ -36,14 +34,6 @@ pub enum TokenizerSpec {
         /// Vocabulary size, EOS included.
         vocab_size: usize,
     },
-}
-
-impl Default for TokenizerSpec {
-    fn default() -> Self {
-        TokenizerSpec::Auto {
-            fallback_vocab_size: 4096,
-        }
-    }
 }
 
 /// Everything [`prepare`] needs.
@@ -134,27 +124,12 @@ pub fn prepare(cfg: &DataConfig) -> Result<Prepared> {
 }
 
 fn load_tokenizer(cfg: &DataConfig, hub: &HubClient, train: &Resolved) -> Result<TextTokenizer> {
-    let gpt2 = || -> Result<TextTokenizer> {
-        let path = hub.fetch(RepoKind::Model, "gpt2", "main", "tokenizer.json")?;
-        TextTokenizer::from_file(&path)
-    };
     match &cfg.tokenizer {
-        TokenizerSpec::Auto {
-            fallback_vocab_size,
-        } => match gpt2() {
-            Ok(t) => Ok(t),
-            Err(e @ DataError::NotCached { .. }) => {
-                tracing::warn!(error = %e, "GPT-2 tokenizer unavailable; training a byte-level BPE on the corpus");
-                trained_tokenizer(
-                    &cfg.cache_dir,
-                    train,
-                    *fallback_vocab_size,
-                    cfg.lock_deadline,
-                )
-            }
-            Err(e) => Err(e),
-        },
-        TokenizerSpec::Gpt2Hub => gpt2(),
+        TokenizerSpec::Gpt2 => TextTokenizer::gpt2(),
+        TokenizerSpec::Gpt2Hub => {
+            let path = hub.fetch(RepoKind::Model, "gpt2", "main", "tokenizer.json")?;
+            TextTokenizer::from_file(&path)
+        }
         TokenizerSpec::File(p) => TextTokenizer::from_file(p),
         TokenizerSpec::VocabMerges { vocab, merges } => {
             TextTokenizer::from_vocab_merges(vocab, merges)

@@ -1,5 +1,5 @@
-//! End to end with no network: offline corpus, trained tokenizer, stores, loader;
-//! plus local text and JSON Lines sources.
+//! End to end with no network: offline corpus, embedded GPT-2 or trained
+//! tokenizer, stores, loader; plus local text and JSON Lines sources.
 
 mod common;
 
@@ -26,7 +26,7 @@ fn offline_config(
 }
 
 #[test]
-fn offline_mode_falls_back_to_the_builtin_corpus_and_a_trained_tokenizer() {
+fn offline_mode_falls_back_to_the_builtin_corpus_and_trains_a_tokenizer_on_request() {
     let dir = tempfile::tempdir().unwrap();
     let offline = OfflineCorpus {
         seed: 11,
@@ -40,9 +40,7 @@ fn offline_mode_falls_back_to_the_builtin_corpus_and_a_trained_tokenizer() {
     let cfg = offline_config(
         dir.path(),
         source,
-        TokenizerSpec::Auto {
-            fallback_vocab_size: 512,
-        },
+        TokenizerSpec::TrainByteLevel { vocab_size: 512 },
     );
     let data = prepare(&cfg).unwrap();
     assert_eq!(data.source_kind, "offline");
@@ -79,6 +77,37 @@ fn offline_mode_falls_back_to_the_builtin_corpus_and_a_trained_tokenizer() {
     let b = l.next_batch().unwrap();
     assert_eq!(b.batch_size, 2);
     assert_eq!(b.tokens.len(), 2 * 65);
+}
+
+#[test]
+fn default_tokenizer_is_gpt2_with_no_network() {
+    let dir = tempfile::tempdir().unwrap();
+    let offline = OfflineCorpus {
+        seed: 12,
+        train_bytes: 40_000,
+        validation_bytes: 10_000,
+    };
+    let cfg = offline_config(
+        dir.path(),
+        SourceSpec::Offline(offline.clone()),
+        TokenizerSpec::default(),
+    );
+    assert_eq!(cfg.tokenizer, TokenizerSpec::Gpt2);
+    let data = prepare(&cfg).unwrap();
+    assert_eq!(data.tokenizer.vocab_size(), 50257);
+    assert_eq!(data.tokenizer.eos_id(), 50256);
+    assert_eq!(data.train.header().dtype, mlx_data::store::TokenDtype::U16);
+    // The stored ids are GPT-2's, as tiktoken-rs's own GPT-2 encoder gives them.
+    let gpt2 = tiktoken_rs::r50k_base().unwrap();
+    let valid_docs = offline.split(Split::Validation);
+    assert_eq!(data.validation.n_docs() as usize, valid_docs.len());
+    for (i, doc) in valid_docs.iter().enumerate() {
+        let ids = data.validation.doc(i as u64).unwrap().to_vec();
+        assert_eq!(ids, gpt2.encode_with_special_tokens(doc), "document {i}");
+    }
+    // Nothing was downloaded or trained.
+    assert!(!dir.path().join("cache").join("tokenizers").exists());
+    assert!(!dir.path().join("hf").exists());
 }
 
 #[test]

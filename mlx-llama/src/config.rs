@@ -26,7 +26,7 @@ pub enum DataSource {
 /// Which tokenizer to use.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum TokenizerChoice {
-    /// GPT-2 from the Hub, else a byte-level BPE trained on the corpus.
+    /// GPT-2, embedded in the binary (no network, no files).
     Auto,
     /// A `tokenizer.json` file.
     File(PathBuf),

@@ -72,7 +72,8 @@ struct TrainArgs {
     /// Data: auto (Hub, else offline), offline, hub, text:TRAIN,VALID or jsonl:TRAIN,VALID.
     #[arg(long, default_value = "auto")]
     data: String,
-    /// Tokenizer: auto, a tokenizer.json path, gpt2:DIR (vocab.json + merges.txt) or train:N.
+    /// Tokenizer: auto (GPT-2, embedded), a tokenizer.json path, gpt2:DIR (vocab.json +
+    /// merges.txt) or train:N.
     #[arg(long, default_value = "auto")]
     tokenizer: String,
     /// Padding (one story per row) or packing.
