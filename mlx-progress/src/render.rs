@@ -63,19 +63,21 @@ impl Default for Renderer {
 
 impl Renderer {
     /// A renderer drawing on this process's stderr (nothing is drawn when
-    /// stderr is not a terminal).
+    /// stderr is not a terminal), among this process's own bars: lines
+    /// printed with [`crate::println`] or written through [`crate::stderr`]
+    /// (the launcher's log) go above them too.
     pub fn new() -> Renderer {
-        Renderer::with_target(ProgressDrawTarget::stderr())
+        Renderer::with(task::multi().clone())
     }
 
     /// A renderer that keeps track of the bars without drawing them.
     pub fn hidden() -> Renderer {
-        Renderer::with_target(ProgressDrawTarget::hidden())
+        Renderer::with(MultiProgress::with_draw_target(ProgressDrawTarget::hidden()))
     }
 
-    fn with_target(target: ProgressDrawTarget) -> Renderer {
+    fn with(multi: MultiProgress) -> Renderer {
         Renderer {
-            multi: MultiProgress::with_draw_target(target),
+            multi,
             bars: Mutex::new(HashMap::new()),
         }
     }
@@ -101,9 +103,9 @@ impl Renderer {
         let key = (rank, e.pid, e.id);
         let mut bars = self.lock();
         let shown = bars.entry(key).or_insert_with(|| {
-            let bar = self.multi.add(ProgressBar::new(0));
+            // Styled before it joins the others, which draw it from then on.
             let shown = Shown {
-                bar,
+                bar: ProgressBar::hidden(),
                 name: e.name.clone(),
                 unit: e.unit,
                 has_total: e.total.is_some(),
@@ -112,6 +114,7 @@ impl Renderer {
             };
             shown.bar.set_prefix(format!("[{rank}] {}", e.name));
             restyle(&shown);
+            self.multi.add(shown.bar.clone());
             shown
         });
         if shown.has_total != e.total.is_some() {

@@ -16,29 +16,34 @@ pub const EVENT_INTERVAL: Duration = Duration::from_millis(200);
 /// Where plain lines and events go.
 type Sink = Box<dyn Write + Send>;
 
-/// The bars of this process (in [`Mode::Bar`]), drawn together on stderr.
-fn multi() -> &'static MultiProgress {
-    static MULTI: OnceLock<MultiProgress> = OnceLock::new();
+/// The bars this process draws on stderr: its own tasks' (in [`Mode::Bar`])
+/// and a [`crate::render::Renderer`]'s.
+static MULTI: OnceLock<MultiProgress> = OnceLock::new();
+
+/// This process's bars on stderr, set up on first use.
+pub(crate) fn multi() -> &'static MultiProgress {
     MULTI.get_or_init(|| MultiProgress::with_draw_target(ProgressDrawTarget::stderr()))
 }
 
 /// Prints `msg` as a line on stderr, above this process's bars when it draws any.
 pub fn println(msg: impl AsRef<str>) {
     let msg = msg.as_ref();
-    if mode() == Mode::Bar && !multi().is_hidden() {
-        let _ = multi().println(msg);
-    } else {
-        let _ = writeln!(std::io::stderr().lock(), "{msg}");
+    match MULTI.get() {
+        Some(m) if !m.is_hidden() => {
+            let _ = m.println(msg);
+        }
+        _ => {
+            let _ = writeln!(std::io::stderr().lock(), "{msg}");
+        }
     }
 }
 
 /// Runs `f` with this process's bars cleared from the terminal (for output
 /// written some other way), then draws them again.
 pub fn suspend<R>(f: impl FnOnce() -> R) -> R {
-    if mode() == Mode::Bar {
-        multi().suspend(f)
-    } else {
-        f()
+    match MULTI.get() {
+        Some(m) => m.suspend(f),
+        None => f(),
     }
 }
 
@@ -189,15 +194,18 @@ impl TaskBuilder {
             .unwrap_or_else(|| Box::new(std::io::stderr()) as Sink);
         let out = match mode {
             Mode::Bar => {
-                let bar = multi().add(ProgressBar::new(self.total.unwrap_or(0)));
-                if self.total.is_none() {
-                    bar.unset_length();
-                }
+                // Styled before it joins the others, which draw it from then on.
+                let bar = ProgressBar::hidden();
                 bar.set_style(style::style(self.unit, self.total.is_some()));
                 bar.set_prefix(self.name.clone());
                 bar.set_message(self.message.clone());
+                match self.total {
+                    Some(t) => bar.set_length(t),
+                    None => bar.unset_length(),
+                }
                 bar.set_position(self.position);
                 bar.reset_eta();
+                let bar = multi().add(bar);
                 if self.total.is_none() {
                     bar.enable_steady_tick(style::SPIN_EVERY);
                 }
