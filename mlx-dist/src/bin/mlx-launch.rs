@@ -183,7 +183,8 @@ fn main() {
         )
         .with_target(false)
         .without_time()
-        .with_writer(std::io::stderr)
+        .with_ansi(mlx_progress::stderr_color())
+        .with_writer(mlx_progress::stderr)
         .init();
     let spec = match spec(args) {
         Ok(s) => s,

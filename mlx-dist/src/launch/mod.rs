@@ -7,6 +7,9 @@
 //! `[rank]` prefix, standard input goes to rank 0, Ctrl-C is forwarded to every
 //! rank, and when one rank fails the others get a grace period to report their
 //! own errors before they are terminated. Every wait blocks; nothing polls.
+//! When the launcher's stderr is a terminal, the ranks report their progress
+//! as events (`MLX_PROGRESS=events`, unless the user chose a mode) and the
+//! launcher draws them as bars, one per rank and task (see `progress`).
 //!
 //! What the launcher guarantees:
 //! - Each rank runs in a process group of its own, and every signal the
@@ -35,6 +38,8 @@ mod hosts;
 #[cfg(feature = "launcher")]
 pub mod mpirun;
 pub mod parent;
+#[cfg(feature = "launcher")]
+mod progress;
 #[cfg(feature = "launcher")]
 mod remote;
 #[cfg(feature = "launcher")]

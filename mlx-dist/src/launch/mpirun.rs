@@ -35,6 +35,7 @@ use std::process::{Command, Stdio};
 use std::sync::mpsc;
 
 use anyhow::Context;
+use mlx_progress::render::Renderer;
 
 use super::LaunchSpec;
 use super::supervise::{
@@ -164,12 +165,25 @@ impl Untagger {
     }
 }
 
-fn print(source: Source, text: &str) {
-    let _ = match source {
-        Some((rank, true)) => writeln!(std::io::stderr(), "[{rank}] {text}"),
-        Some((rank, false)) => writeln!(std::io::stdout(), "[{rank}] {text}"),
-        None => writeln!(std::io::stdout(), "{text}"),
+/// Prints one line of `source`; with `renderer`, a rank's progress events
+/// become bars and the other lines are printed around them.
+fn print(source: Source, text: &str, renderer: Option<&Renderer>) {
+    let write = || {
+        let _ = match source {
+            Some((rank, true)) => writeln!(std::io::stderr(), "[{rank}] {text}"),
+            Some((rank, false)) => writeln!(std::io::stdout(), "[{rank}] {text}"),
+            None => writeln!(std::io::stdout(), "{text}"),
+        };
     };
+    match (renderer, source) {
+        (None, _) => write(),
+        (Some(r), Some((rank, true))) => {
+            if let Some(text) = r.feed(rank, text) {
+                r.println(format!("[{rank}] {text}"));
+            }
+        }
+        (Some(r), _) => r.suspend(write),
+    }
 }
 
 /// Runs `spec` under `mpirun` and returns the exit code the launcher should
@@ -179,6 +193,9 @@ fn print(source: Source, text: &str) {
 pub fn run(spec: &LaunchSpec) -> anyhow::Result<i32> {
     // SAFETY: geteuid has no preconditions.
     let root = unsafe { libc::geteuid() } == 0;
+    let mut spec = spec.clone();
+    let renderer = super::progress::renderer_for(&mut spec);
+    let spec = &spec;
     let argv = mpirun_command(spec, root);
     tracing::info!(?argv, "launching through mpirun");
     let mut cmd = Command::new(&argv[0]);
@@ -202,20 +219,27 @@ pub fn run(spec: &LaunchSpec) -> anyhow::Result<i32> {
     let pgid = child.id();
     forward_stdin(&mut child);
     let (out_tx, out_rx) = mpsc::channel::<()>();
+    let n = spec.hosts.len();
     if let Some(out) = child.stdout.take() {
         // With --tag-output everything arrives on mpirun's stdout, tagged; it
         // becomes `[rank] text` on our stdout or stderr, like the other backends.
         std::thread::spawn(move || {
             let _done = out_tx;
             let mut untagger = Untagger::default();
+            let renderer = renderer.as_deref();
             for line in BufReader::new(out).lines() {
                 let Ok(line) = line else { break };
                 for (source, text) in untagger.line(&line) {
-                    print(source, &text);
+                    print(source, &text, renderer);
                 }
             }
             for (source, text) in untagger.finish() {
-                print(source, &text);
+                print(source, &text, renderer);
+            }
+            if let Some(r) = renderer {
+                for rank in 0..n {
+                    r.end_rank(rank);
+                }
             }
         });
     } else {

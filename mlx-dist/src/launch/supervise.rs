@@ -5,11 +5,14 @@
 use std::io::{BufRead, BufReader, Read, Write};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use std::path::PathBuf;
 
+use mlx_progress::render::Renderer;
+
+use super::progress::{self, Rendered};
 use super::{JobIdentity, LaunchSpec, agent, hosts, parent, rank_env, remote};
 
 /// How a launch ended.
@@ -349,20 +352,39 @@ fn local_command(spec: &LaunchSpec, env: &[(String, String)]) -> Command {
     c
 }
 
-/// Copies `src` line by line to `sink`, after `prefix`, on a thread that
-/// holds `done` until the stream ends. With `reports`, a line that carries a
-/// remote rank's failure report (see [`agent`]) is saved there instead.
-fn forward<R: Read + Send + 'static, W: Write>(
+/// The stream of a rank that [`forward`] copies.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Stream {
+    Stdout,
+    Stderr,
+}
+
+/// Copies `src` (a rank's `stream`) line by line to the launcher's, after
+/// `prefix`, on a thread that holds `done` until the stream ends. With
+/// `reports`, a line that carries a remote rank's failure report (see
+/// [`agent`]) is saved there instead. With `rendered`, the rank's progress
+/// events become bars and the other lines are printed around them.
+fn forward<R: Read + Send + 'static>(
     src: R,
+    stream: Stream,
     prefix: String,
     reports: Option<(PathBuf, usize)>,
+    rendered: Option<Rendered>,
     done: Sender<()>,
-    mut sink: impl FnMut() -> W + Send + 'static,
 ) {
     std::thread::spawn(move || {
         let _done = done;
         let mut r = BufReader::new(src);
         let mut line = Vec::new();
+        let write = |line: &[u8]| {
+            let mut w: Box<dyn Write> = match stream {
+                Stream::Stdout => Box::new(std::io::stdout().lock()),
+                Stream::Stderr => Box::new(std::io::stderr().lock()),
+            };
+            let _ = w.write_all(prefix.as_bytes());
+            let _ = w.write_all(line);
+            let _ = w.flush();
+        };
         loop {
             line.clear();
             match r.read_until(b'\n', &mut line) {
@@ -377,12 +399,21 @@ fn forward<R: Read + Send + 'static, W: Write>(
                     if !line.ends_with(b"\n") {
                         line.push(b'\n');
                     }
-                    let mut w = sink();
-                    let _ = w.write_all(prefix.as_bytes());
-                    let _ = w.write_all(&line);
-                    let _ = w.flush();
+                    match (&rendered, stream) {
+                        (None, _) => write(&line),
+                        (Some(r), Stream::Stdout) => r.stdout(|| write(&line)),
+                        (Some(r), Stream::Stderr) => {
+                            let text = String::from_utf8_lossy(&line);
+                            r.stderr_line(&prefix, text.trim_end_matches(['\n', '\r']));
+                        }
+                    }
                 }
             }
+        }
+        if let Some(r) = &rendered
+            && stream == Stream::Stderr
+        {
+            r.ended();
         }
     });
 }
@@ -419,6 +450,14 @@ impl Handle {
     }
 }
 
+/// Where the ranks' output goes.
+struct Output {
+    /// Held by each forwarder until its stream ends.
+    done: Sender<()>,
+    /// Draws the ranks' progress events, when the launcher's stderr is a terminal.
+    renderer: Option<Arc<Renderer>>,
+}
+
 /// Starts rank `rank`: locally, or over ssh through its agent, with its
 /// output forwarded (and, for a remote rank, its failure report saved in
 /// `reports`).
@@ -429,14 +468,19 @@ fn start_rank(
     addrs: &[String],
     hostfile: Option<&std::path::Path>,
     reports: &std::path::Path,
-    out: &Sender<()>,
+    output: &Output,
 ) -> anyhow::Result<(Handle, Child)> {
+    let out = &output.done;
     let env = rank_env(spec, job, addrs, rank, hostfile);
     let prefix = if spec.prefix_output {
         format!("[{rank}] ")
     } else {
         String::new()
     };
+    let rendered = output.renderer.as_ref().map(|r| Rendered {
+        renderer: r.clone(),
+        rank,
+    });
     let Some(host) = &spec.hosts[rank].ssh else {
         let mut cmd = local_command(spec, &env);
         cmd.stdin(if rank == 0 {
@@ -451,12 +495,11 @@ fn start_rank(
             .map_err(|e| anyhow::anyhow!("cannot start rank {rank} ({}): {e}", spec.command[0]))?;
         forward_stdin(&mut child);
         if let Some(o) = child.stdout.take() {
-            forward(o, prefix.clone(), None, out.clone(), || {
-                std::io::stdout().lock()
-            });
+            let r = rendered.clone();
+            forward(o, Stream::Stdout, prefix.clone(), None, r, out.clone());
         }
         if let Some(e) = child.stderr.take() {
-            forward(e, prefix, None, out.clone(), || std::io::stderr().lock());
+            forward(e, Stream::Stderr, prefix, None, rendered, out.clone());
         }
         return Ok((Handle::Local(child.id()), child));
     };
@@ -478,13 +521,12 @@ fn start_rank(
         control.forward_stdin();
     }
     if let Some(o) = child.stdout.take() {
-        forward(o, prefix.clone(), None, out.clone(), || {
-            std::io::stdout().lock()
-        });
+        let r = rendered.clone();
+        forward(o, Stream::Stdout, prefix.clone(), None, r, out.clone());
     }
     if let Some(e) = child.stderr.take() {
         let saved = Some((reports.to_path_buf(), rank));
-        forward(e, prefix, saved, out.clone(), || std::io::stderr().lock());
+        forward(e, Stream::Stderr, prefix, saved, rendered, out.clone());
     }
     let ssh = child.id();
     Ok((Handle::Remote { ssh, control }, child))
@@ -541,10 +583,15 @@ pub fn run(spec: &LaunchSpec) -> anyhow::Result<LaunchOutcome> {
         crate::report::ENV_REPORT_DIR.to_string(),
         reports.display().to_string(),
     ));
+    let renderer = progress::renderer_for(&mut spec);
     let spec = &spec;
 
     let (tx, rx) = mpsc::channel();
     let (out_tx, out_rx) = mpsc::channel();
+    let output = Output {
+        done: out_tx,
+        renderer,
+    };
     forward_interrupts(Some(tx.clone()));
     let mut handles: Vec<Handle> = Vec::with_capacity(n);
     let mut spawn_error = None;
@@ -556,7 +603,7 @@ pub fn run(spec: &LaunchSpec) -> anyhow::Result<LaunchOutcome> {
             &addrs,
             hostfile.as_deref(),
             &reports,
-            &out_tx,
+            &output,
         ) {
             Ok((handle, child)) => {
                 handles.push(handle);
@@ -568,7 +615,7 @@ pub fn run(spec: &LaunchSpec) -> anyhow::Result<LaunchOutcome> {
             }
         }
     }
-    drop((tx, out_tx));
+    drop((tx, output));
 
     let s = supervise(
         handles.len(),
