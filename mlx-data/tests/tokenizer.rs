@@ -365,6 +365,56 @@ fn write_hf_files_for_a_trained_bpe_has_no_gpt2_length() {
 }
 
 #[test]
+fn write_hf_files_for_another_tokenizer_is_a_fast_tokenizer_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let json = serde_json::json!({
+        "version": "1.0",
+        "truncation": null,
+        "padding": null,
+        "added_tokens": [{
+            "id": 3, "content": "</s>", "single_word": false,
+            "lstrip": false, "rstrip": false, "normalized": false, "special": true
+        }],
+        "normalizer": null,
+        "pre_tokenizer": {"type": "Whitespace"},
+        "post_processor": null,
+        "decoder": null,
+        "model": {"type": "WordLevel", "vocab": {"a": 0, "b": 1, "<unk>": 2, "</s>": 3}, "unk_token": "<unk>"}
+    });
+    let path = dir.path().join("words.json");
+    std::fs::write(&path, json.to_string()).unwrap();
+    let t = TextTokenizer::from_file(&path).unwrap();
+    assert!(!t.is_byte_level_bpe());
+    assert!(!t.is_gpt2().unwrap());
+    let out = dir.path().join("export");
+    let mut names: Vec<String> = t
+        .write_hf_files(&out)
+        .unwrap()
+        .iter()
+        .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    assert_eq!(
+        names,
+        [
+            "special_tokens_map.json",
+            "tokenizer.json",
+            "tokenizer_config.json"
+        ]
+    );
+    assert!(!out.join("vocab.json").exists());
+    let config: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("tokenizer_config.json")).unwrap())
+            .unwrap();
+    assert_eq!(config["tokenizer_class"], "PreTrainedTokenizerFast");
+    assert_eq!(config["eos_token"], "</s>");
+    assert_eq!(config["add_bos_token"], false);
+    assert!(config.get("model_max_length").is_none(), "{config}");
+    let back = TextTokenizer::from_file(&out.join("tokenizer.json")).unwrap();
+    assert_eq!(back.hash(), t.hash());
+}
+
+#[test]
 fn trained_byte_level_bpe_round_trips_and_saves() {
     let docs = mlx_data::corpus::stories(9, 200_000);
     let t = TextTokenizer::train_byte_level(&docs, 600).unwrap();

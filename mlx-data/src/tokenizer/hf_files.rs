@@ -39,10 +39,11 @@ impl TextTokenizer {
     /// exported weights, creating `dir`, and returns the paths written.
     ///
     /// Always `tokenizer.json`, `tokenizer_config.json` and
-    /// `special_tokens_map.json`. A byte-level BPE also gets `vocab.json` and
-    /// `merges.txt` with `tokenizer_class` `GPT2Tokenizer` (bos, eos and unk its
-    /// EOS token, no prefix space; `model_max_length` 1024 for GPT-2 itself);
-    /// any other tokenizer is a `PreTrainedTokenizerFast` over `tokenizer.json`.
+    /// `special_tokens_map.json`, with bos, eos and unk all the EOS token and no
+    /// BOS or EOS added, so Hugging Face's ids are ours. A byte-level BPE is a
+    /// `GPT2Tokenizer` and also gets `vocab.json` and `merges.txt` (and
+    /// `model_max_length` 1024 when it is GPT-2 itself); any other tokenizer is a
+    /// `PreTrainedTokenizerFast` over `tokenizer.json`.
     pub fn write_hf_files(&self, dir: &Path) -> Result<Vec<PathBuf>> {
         std::fs::create_dir_all(dir).at(dir)?;
         let tokenizer_json = dir.join("tokenizer.json");
@@ -54,37 +55,31 @@ impl TextTokenizer {
                 format!("no token for EOS id {}", self.eos),
             )
         })?;
-        let (config, special) = if self.is_byte_level_bpe() {
+        let mut config = json!({
+            "tokenizer_class": "PreTrainedTokenizerFast",
+            "bos_token": eos,
+            "eos_token": eos,
+            "unk_token": eos,
+            "add_bos_token": false,
+            "add_eos_token": false,
+            "add_prefix_space": false,
+            // Decoding gives back the text exactly, spaces before punctuation included.
+            "clean_up_tokenization_spaces": false,
+        });
+        if self.is_byte_level_bpe() {
             written.extend(
                 self.inner
                     .get_model()
                     .save(dir, None)
                     .map_err(|e| tok_err(dir.display(), e))?,
             );
-            let mut config = json!({
-                "tokenizer_class": "GPT2Tokenizer",
-                "bos_token": eos,
-                "eos_token": eos,
-                "unk_token": eos,
-                "add_bos_token": false,
-                "add_prefix_space": false,
-                // Decoding gives back the text exactly, spaces before punctuation included.
-                "clean_up_tokenization_spaces": false,
-                "errors": "replace",
-            });
+            config["tokenizer_class"] = json!("GPT2Tokenizer");
+            config["errors"] = json!("replace");
             if self.is_gpt2()? {
                 config["model_max_length"] = json!(GPT2_MODEL_MAX_LENGTH);
             }
-            let special = json!({ "bos_token": eos, "eos_token": eos, "unk_token": eos });
-            (config, special)
-        } else {
-            let config = json!({
-                "tokenizer_class": "PreTrainedTokenizerFast",
-                "eos_token": eos,
-                "clean_up_tokenization_spaces": false,
-            });
-            (config, json!({ "eos_token": eos }))
-        };
+        }
+        let special = json!({ "bos_token": eos, "eos_token": eos, "unk_token": eos });
         written.push(write_json(&dir.join("tokenizer_config.json"), &config)?);
         written.push(write_json(&dir.join("special_tokens_map.json"), &special)?);
         Ok(written)
