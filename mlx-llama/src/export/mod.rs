@@ -13,7 +13,6 @@
 pub mod hf;
 pub mod mlx;
 pub mod names;
-mod tokenizer;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -98,7 +97,10 @@ pub fn write(
         &out.join("generation_config.json"),
         &hf::generation_config(special),
     )?;
-    tokenizer::write_files(tokenizer, out)
+    tokenizer
+        .write_hf_files(out)
+        .with_context(|| format!("writing the tokenizer's files to {}", out.display()))?;
+    Ok(())
 }
 
 /// The model's parameters under Hugging Face's names, as float32, the query

@@ -61,13 +61,13 @@ pub fn data_config_for(cfg: &TrainConfig) -> DataConfig {
     d
 }
 
-/// The run's tokenizer alone: a file, or a trained BPE from the data cache,
-/// is read directly; the automatic choice goes through
-/// [`mlx_data::prepare`] (which opens, or builds, the token stores) to
-/// pick exactly what the run picked.
+/// The run's tokenizer alone, without building token stores: the embedded
+/// GPT-2, a file, or a trained BPE from the data cache (trained now if the
+/// cache lost it); GPT-2 from the Hub goes through [`mlx_data::prepare`].
 pub fn tokenizer_for(cfg: &TrainConfig) -> Result<TextTokenizer> {
     let d = data_config_for(cfg);
     Ok(match &d.tokenizer {
+        TokenizerSpec::Gpt2 => TextTokenizer::gpt2()?,
         TokenizerSpec::File(p) => TextTokenizer::from_file(p)?,
         TokenizerSpec::VocabMerges { vocab, merges } => {
             TextTokenizer::from_vocab_merges(vocab, merges)?
