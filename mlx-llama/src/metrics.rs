@@ -1,10 +1,11 @@
 //! Rank 0's progress output and the JSON-lines metrics file.
 
-use std::io::{IsTerminal, Write};
+use std::io::Write;
 use std::path::Path;
+use std::time::Duration;
 
 use anyhow::{Context, Result};
-use indicatif::{ProgressBar, ProgressStyle};
+use mlx_progress::{Mode, Task, Unit};
 use serde::Serialize;
 
 /// One line of `metrics.jsonl`.
@@ -31,23 +32,58 @@ pub struct StepMetrics {
     pub peak_mib: f64,
     /// This rank's live array memory after the step, MiB.
     pub active_mib: f64,
-    /// Validation loss, on steps that evaluate.
+    /// Loss on the validation split, on steps that evaluate (Hugging Face
+    /// Trainer's name).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub val_loss: Option<f32>,
+    pub eval_loss: Option<f32>,
     /// Global gradient norm before clipping, when clipping.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub grad_norm: Option<f32>,
 }
 
-/// Where rank 0 reports: a progress bar on a terminal, plain lines otherwise,
-/// and always the metrics file.
+impl StepMetrics {
+    /// The step as a logfmt line: `step=.. loss=.. lr=.. tokens_per_s=..
+    /// ms_per_step=.. peak_mib=.. eta_s=..` (then `comm_ms`, `comm_wait_ms`
+    /// when communicating, and `eval_loss` when evaluated), with `eta` the
+    /// time the remaining steps should take.
+    pub fn logfmt(&self, eta: Duration) -> String {
+        let mut l = format!(
+            "step={} loss={:.4} lr={:.3e} tokens_per_s={:.0} ms_per_step={:.1} peak_mib={:.0} eta_s={:.0}",
+            self.step,
+            self.loss,
+            self.learning_rate,
+            self.tokens_per_s,
+            self.ms_per_step,
+            self.peak_mib,
+            eta.as_secs_f64()
+        );
+        if self.comm_ms > 0.0 {
+            l += &format!(
+                " comm_ms={:.1} comm_wait_ms={:.1}",
+                self.comm_ms, self.comm_wait_ms
+            );
+        }
+        if let Some(v) = self.eval_loss {
+            l += &format!(" eval_loss={v:.4}");
+        }
+        l
+    }
+}
+
+/// Where rank 0 reports: always the metrics file; a live bar (or, under a
+/// launcher drawing bars, progress events) whose message says the loss,
+/// throughput and ETA; in plain mode (and with progress off) a logfmt line
+/// every `log_every` steps. The validation loss always gets a line.
 pub struct Reporter {
-    bar: Option<ProgressBar>,
+    /// The bar, in [`Mode::Bar`] and [`Mode::Events`].
+    task: Option<Task>,
     file: std::fs::File,
+    steps: u64,
 }
 
 impl Reporter {
-    /// Opens (appends to) `metrics.jsonl` in `out` and sets up the display.
+    /// Opens (appends to) `metrics.jsonl` in `out` and sets up the display
+    /// of a run of `steps` steps resumed after `first`.
     pub fn new(out: &Path, steps: u64, first: u64) -> Result<Reporter> {
         std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
         let path = out.join("metrics.jsonl");
@@ -56,59 +92,81 @@ impl Reporter {
             .append(true)
             .open(&path)
             .with_context(|| format!("opening {}", path.display()))?;
-        let bar = std::io::stderr().is_terminal().then(|| {
-            let b = ProgressBar::new(steps);
-            b.set_style(
-                ProgressStyle::with_template(
-                    "{bar:30} {pos}/{len} {msg} [{elapsed_precise}<{eta_precise}]",
-                )
-                .expect("valid template"),
-            );
-            b.set_position(first);
-            b
+        let task = matches!(mlx_progress::mode(), Mode::Bar | Mode::Events).then(|| {
+            Task::builder("training", Unit::Steps)
+                .total(Some(steps))
+                .position(first)
+                .start()
         });
-        Ok(Reporter { bar, file })
+        Ok(Reporter { task, file, steps })
     }
 
-    /// Records a step.
+    /// Records a step; with `log`, a plain run prints its line.
     pub fn step(&mut self, m: &StepMetrics, log: bool) -> Result<()> {
         writeln!(self.file, "{}", serde_json::to_string(m)?)?;
-        let mut line = format!(
-            "step {:>5} loss {:.4} lr {:.2e} {:.0} tok/s {:.0} ms/step peak {:.0} MiB",
-            m.step, m.loss, m.learning_rate, m.tokens_per_s, m.ms_per_step, m.peak_mib
-        );
-        if m.comm_ms > 0.0 {
-            line.push_str(&format!(
-                " comm {:.0} ms (waited {:.0})",
-                m.comm_ms, m.comm_wait_ms
-            ));
-        }
-        if let Some(v) = m.val_loss {
-            line.push_str(&format!(" val_loss {v:.4}"));
-        }
-        match &self.bar {
-            Some(b) => {
-                b.set_position(m.step);
-                b.set_message(line);
+        let left = self.steps.saturating_sub(m.step);
+        let eta = Duration::from_secs_f64(left as f64 * m.ms_per_step.max(0.0) / 1e3);
+        match &self.task {
+            Some(t) => {
+                t.set_position(m.step);
+                t.set_message(format!(
+                    "loss {:.4} | {} tok/s | {:.0} ms/step | eta {}",
+                    m.loss,
+                    mlx_progress::format::amount(Unit::Tokens, m.tokens_per_s as u64),
+                    m.ms_per_step,
+                    mlx_progress::format::duration(eta)
+                ));
+                if let Some(v) = m.eval_loss {
+                    t.println(format!("step {} eval_loss {v:.4}", m.step));
+                }
             }
-            None if log || m.val_loss.is_some() => println!("{line}"),
+            None if log || m.eval_loss.is_some() => println!("{}", m.logfmt(eta)),
             None => {}
         }
         Ok(())
     }
 
-    /// Prints a message above the bar (or as a line).
-    pub fn note(&self, msg: &str) {
-        match &self.bar {
-            Some(b) => b.println(msg),
-            None => println!("{msg}"),
-        }
-    }
-
     /// Finishes the bar.
     pub fn finish(&self) {
-        if let Some(b) = &self.bar {
-            b.finish();
+        if let Some(t) = &self.task {
+            t.finish();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_plain_line_is_logfmt_with_the_eval_loss_when_evaluated() {
+        let mut m = StepMetrics {
+            step: 20,
+            loss: 3.25,
+            learning_rate: 3e-4,
+            tokens_per_s: 12345.6,
+            ms_per_step: 250.0,
+            comm_wait_ms: 0.0,
+            comm_ms: 0.0,
+            peak_mib: 512.4,
+            active_mib: 100.0,
+            eval_loss: None,
+            grad_norm: None,
+        };
+        assert_eq!(
+            m.logfmt(Duration::from_secs(20)),
+            "step=20 loss=3.2500 lr=3.000e-4 tokens_per_s=12346 ms_per_step=250.0 peak_mib=512 eta_s=20"
+        );
+        m.eval_loss = Some(3.5);
+        m.comm_ms = 10.0;
+        m.comm_wait_ms = 2.5;
+        let l = m.logfmt(Duration::ZERO);
+        assert!(
+            l.ends_with(" eta_s=0 comm_ms=10.0 comm_wait_ms=2.5 eval_loss=3.5000"),
+            "{l}"
+        );
+        let json: serde_json::Value = serde_json::to_value(&m).unwrap();
+        assert_eq!(json["eval_loss"], 3.5);
+        assert!(json.get("val_loss").is_none());
     }
 }

@@ -83,8 +83,8 @@ fn training_on_the_gpu_gives_the_cpu_losses() {
         );
     }
     // Validation ran on the GPU, and the checkpoint came back to the host.
-    assert_eq!(gpu.val_losses.len(), 1);
-    assert!(gpu.val_losses[0].1.is_finite());
+    assert_eq!(gpu.eval_losses.len(), 1);
+    assert!(gpu.eval_losses[0].1.is_finite());
     let ckpt = gpu.checkpoint.expect("a final checkpoint");
     let (w, _) = mlx_array::load_safetensors(ckpt.join("model.safetensors")).unwrap();
     assert!(!w.is_empty());

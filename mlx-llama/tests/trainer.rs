@@ -183,7 +183,7 @@ fn the_loss_falls_on_the_built_in_corpus() {
     let first: f32 = s.losses[..5].iter().sum::<f32>() / 5.0;
     let last: f32 = s.losses[35..].iter().sum::<f32>() / 5.0;
     assert!(last < first - 1.0, "loss went from {first} to {last}");
-    let (_, val) = s.val_losses[0];
+    let (_, val) = s.eval_losses[0];
     assert!(
         val < first - 1.0,
         "validation loss {val} did not fall below {first}"

@@ -391,7 +391,8 @@ fn main() {
             tracing_subscriber::EnvFilter::try_from_env("MLX_LOG")
                 .unwrap_or_else(|_| "warn".into()),
         )
-        .with_writer(std::io::stderr)
+        .with_ansi(mlx_progress::stderr_color())
+        .with_writer(mlx_progress::stderr)
         .init();
     let (cli, resolved) = parse_command_line();
     let result = match cli.cmd {

@@ -234,21 +234,21 @@ impl<'a> Run<'a> {
         let cfg = self.cfg;
         self.record.step(done, stepped)?;
         let last = done == cfg.steps;
-        let val_loss = if cfg.eval_every > 0 && (done.is_multiple_of(cfg.eval_every) || last) {
+        let eval_loss = if cfg.eval_every > 0 && (done.is_multiple_of(cfg.eval_every) || last) {
             let v = loss::evaluate(
                 &self.model,
                 &mut self.val_loader,
                 cfg.eval_batches,
                 self.group,
             )?;
-            self.record.val_loss(done, v);
+            self.record.eval_loss(done, v);
             Some(v)
         } else {
             None
         };
         let log = done.is_multiple_of(cfg.log_every.max(1));
         self.record
-            .report(done, stepped, val_loss, self.tokens, log)?;
+            .report(done, stepped, eval_loss, self.tokens, log)?;
         if (cfg.checkpoint_every > 0 && done.is_multiple_of(cfg.checkpoint_every)) || last {
             let parts = checkpoints::Parts {
                 model: &self.model,

@@ -18,8 +18,8 @@ use crate::metrics::{Reporter, StepMetrics};
 pub struct Summary {
     /// Training loss of every step run (the world's mean).
     pub losses: Vec<f32>,
-    /// Validation losses `(step, loss)`.
-    pub val_losses: Vec<(u64, f32)>,
+    /// Losses on the validation split `(step, loss)` (Hugging Face Trainer's `eval_loss`).
+    pub eval_losses: Vec<(u64, f32)>,
     /// Median milliseconds per step (steps after the first).
     pub median_ms: f64,
     /// Milliseconds of every step run, in order.
@@ -84,7 +84,7 @@ impl Recorder {
         };
         let summary = Summary {
             losses: vec![],
-            val_losses: vec![],
+            eval_losses: vec![],
             median_ms: 0.0,
             step_ms: vec![],
             comm_wait_ms: vec![],
@@ -139,8 +139,8 @@ impl Recorder {
     }
 
     /// Records the validation loss after step `done`.
-    pub(super) fn val_loss(&mut self, done: u64, loss: f32) {
-        self.summary.val_losses.push((done, loss));
+    pub(super) fn eval_loss(&mut self, done: u64, loss: f32) {
+        self.summary.eval_losses.push((done, loss));
     }
 
     /// Rank 0 writes step `done`'s metrics (with `tokens` per step over the
@@ -149,7 +149,7 @@ impl Recorder {
         &mut self,
         done: u64,
         s: &Stepped,
-        val_loss: Option<f32>,
+        eval_loss: Option<f32>,
         tokens: f64,
         log: bool,
     ) -> Result<()> {
@@ -167,7 +167,7 @@ impl Recorder {
                 comm_ms: s.comm.busy.as_secs_f64() * 1e3,
                 peak_mib: memory::peak() as f64 / (1 << 20) as f64,
                 active_mib: memory::active() as f64 / (1 << 20) as f64,
-                val_loss,
+                eval_loss,
                 grad_norm: s.grad_norm.as_ref().map(|n| n.item::<f32>()).transpose()?,
             },
             log,
