@@ -28,7 +28,7 @@ done
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 echo '[["127.0.0.1:42323"],["127.0.0.1:42324"]]' > "$work/hf.json"
-ours=(train --steps 5 --tokenizer "$TOKENIZER" --data offline --fresh)
+ours=(train --steps 5 --eval-every 0 --tokenizer "$TOKENIZER" --data offline --fresh)
 
 # Each run's step time goes to $work/times (round, who, seconds per step) for
 # the summary at the end.

@@ -133,6 +133,9 @@ fn run_world(a: &TrainArgs, bins: &Path, out: &Path, world: usize) -> Result<Row
         "--fresh".into(),
         "--steps".into(),
         a.steps.to_string(),
+        // Measure training steps only (mlx-llama evaluates every 25 by default).
+        "--eval-every".into(),
+        "0".into(),
         "--summary".into(),
         summary.display().to_string(),
     ];

@@ -314,6 +314,9 @@ fn run_one(
         "--fresh".into(),
         "--steps".into(),
         a.steps.to_string(),
+        // Measure training steps only (mlx-llama evaluates every 25 by default).
+        "--eval-every".into(),
+        "0".into(),
         "--summary".into(),
         summary.display().to_string(),
     ];

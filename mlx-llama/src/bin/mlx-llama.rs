@@ -69,7 +69,9 @@ struct TrainArgs {
     /// Seed of the weights and the data order.
     #[arg(long, default_value_t = 42)]
     seed: u64,
-    /// Data: auto (Hub, else offline), offline, hub, text:TRAIN,VALID or jsonl:TRAIN,VALID.
+    /// Data: auto (TinyStories' parquet from the Hub, else offline), offline, hub,
+    /// text:TRAIN,VALID, jsonl:TRAIN,VALID or parquet:TRAIN,VALID (files or folders of
+    /// *.parquet with a `text` column).
     #[arg(long, default_value = "auto")]
     data: String,
     /// Tokenizer: auto (GPT-2, embedded), a tokenizer.json path, gpt2:DIR (vocab.json +
@@ -117,8 +119,9 @@ struct TrainArgs {
     /// (by default, with several ranks, each keeps only its shard).
     #[arg(long)]
     no_shard_optimizer: bool,
-    /// Evaluate every N steps (0: never).
-    #[arg(long, default_value_t = 0)]
+    /// Evaluate on the validation split every N steps (0: never); the
+    /// validation loss is `eval_loss` in metrics.jsonl and loss.png.
+    #[arg(long, default_value_t = 25)]
     eval_every: u64,
     /// Validation batches per rank per evaluation.
     #[arg(long, default_value_t = 4)]
@@ -200,8 +203,13 @@ fn data_source(s: &str) -> Result<DataSource> {
             let (train, validation) = pair(&s[6..])?;
             DataSource::JsonLines { train, validation }
         }
+        _ if s.starts_with("parquet:") => {
+            let (train, validation) = pair(&s[8..])?;
+            DataSource::Parquet { train, validation }
+        }
         _ => bail!(
-            "unknown --data `{s}`: use auto, offline, hub, text:TRAIN,VALID or jsonl:TRAIN,VALID"
+            "unknown --data `{s}`: use auto, offline, hub, text:TRAIN,VALID, jsonl:TRAIN,VALID \
+             or parquet:TRAIN,VALID"
         ),
     })
 }
@@ -297,7 +305,7 @@ fn run_train(a: TrainArgs, resolved: String) -> Result<()> {
     if has_checkpoint && !a.resume {
         if !a.fresh {
             bail!(
-                "{} already holds checkpoints: pass --resume to continue, or --fresh to start over",
+                "{} already holds checkpoints of an earlier run: pass --resume to continue it, --fresh to delete them and start over, or a new --out",
                 cfg.out_dir.display()
             );
         }

@@ -68,6 +68,9 @@ pub(super) fn run_world(a: &Args, bins: &Path, out: &Path, world: usize) -> Resu
         "--fresh".into(),
         "--steps".into(),
         a.steps.to_string(),
+        // Measure training steps only (mlx-llama evaluates every 25 by default).
+        "--eval-every".into(),
+        "0".into(),
         "--per-rank-batch".into(),
         a.per_rank_batch.to_string(),
         "--memory-log".into(),

@@ -1,0 +1,155 @@
+//! The `mlx-llama` program as a user runs it: `--config`, the run folder's
+//! files (run.toml, metrics.jsonl with `eval_loss`, metrics.csv, loss.png),
+//! a second run into a folder with checkpoints refused with what to do,
+//! `--resume`, and no ANSI escapes in output that is not a terminal.
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+const TINY: &str = r#"
+steps = 4
+eval_every = 2
+eval_batches = 1
+layers = 1
+dims = 32
+heads = 2
+mlp_dims = 64
+block_size = 32
+global_batch = 2
+data = "offline"
+"#;
+
+fn mlx_llama(args: &[&str], cache: &Path) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_mlx-llama"))
+        .args(args)
+        .arg("--data-cache")
+        .arg(cache)
+        .env_remove("MLX_PROGRESS")
+        .output()
+        .expect("running mlx-llama")
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+fn losses(run: &Path) -> Vec<(u64, String, Option<String>)> {
+    std::fs::read_to_string(run.join("metrics.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).unwrap();
+            (
+                v["step"].as_u64().unwrap(),
+                v["loss"].to_string(),
+                v.get("eval_loss").map(|e| e.to_string()),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn a_run_folder_holds_what_a_user_needs_and_is_never_overwritten() {
+    let dir = tempfile::tempdir().unwrap();
+    let cache = dir.path().join("cache");
+    let config = dir.path().join("tiny.toml");
+    std::fs::write(&config, TINY).unwrap();
+    let run = dir.path().join("run");
+    let (cfg, out) = (config.to_str().unwrap(), run.to_str().unwrap());
+
+    let first = mlx_llama(&["train", "--config", cfg, "--out", out], &cache);
+    let all = text(&first);
+    assert!(first.status.success(), "{all}");
+    assert!(
+        !all.contains('\u{1b}'),
+        "ANSI escapes in non-terminal output:\n{all}"
+    );
+    let steps = losses(&run);
+    assert_eq!(steps.iter().map(|s| s.0).collect::<Vec<_>>(), [1, 2, 3, 4]);
+    assert!(steps[1].2.is_some() && steps[3].2.is_some(), "{steps:?}");
+    assert!(steps[0].2.is_none() && steps[2].2.is_none(), "{steps:?}");
+    let csv = std::fs::read_to_string(run.join("metrics.csv")).unwrap();
+    assert_eq!(csv.lines().count(), 5, "{csv}");
+    assert!(csv.lines().next().unwrap().contains("eval_loss"));
+    assert_eq!(
+        &std::fs::read(run.join("loss.png")).unwrap()[..4],
+        b"\x89PNG"
+    );
+    let resolved = std::fs::read_to_string(run.join("run.toml")).unwrap();
+    assert!(
+        resolved.contains("steps = 4") && resolved.contains("dims = 32"),
+        "{resolved}"
+    );
+
+    // The same folder again: refused, with the ways out, and nothing touched.
+    let again = mlx_llama(&["train", "--config", cfg, "--out", out], &cache);
+    let said = text(&again);
+    assert!(!again.status.success());
+    for what in ["already holds checkpoints", "--resume", "--fresh", "--out"] {
+        assert!(said.contains(what), "`{what}` missing from:\n{said}");
+    }
+    assert_eq!(losses(&run), steps);
+
+    // The resolved options are the run: a new folder from run.toml trains
+    // the same losses.
+    let copy = dir.path().join("copy");
+    let from_resolved = mlx_llama(
+        &[
+            "train",
+            "--config",
+            run.join("run.toml").to_str().unwrap(),
+            "--out",
+            copy.to_str().unwrap(),
+        ],
+        &cache,
+    );
+    assert!(from_resolved.status.success(), "{}", text(&from_resolved));
+    assert_eq!(losses(&copy), steps);
+
+    // --resume continues where the run stopped.
+    let more = mlx_llama(
+        &[
+            "train", "--config", cfg, "--out", out, "--resume", "--steps", "6",
+        ],
+        &cache,
+    );
+    assert!(more.status.success(), "{}", text(&more));
+    let steps = losses(&run);
+    assert_eq!(
+        steps.iter().map(|s| s.0).collect::<Vec<_>>(),
+        [1, 2, 3, 4, 5, 6]
+    );
+    assert_eq!(
+        std::fs::read_to_string(run.join("metrics.csv"))
+            .unwrap()
+            .lines()
+            .count(),
+        7
+    );
+}
+
+#[test]
+fn a_config_file_with_an_unknown_option_is_refused_by_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("bad.toml");
+    std::fs::write(&config, "steps = 2\nlearning_rate = 0.1\n").unwrap();
+    let o = mlx_llama(
+        &[
+            "train",
+            "--config",
+            config.to_str().unwrap(),
+            "--out",
+            dir.path().join("r").to_str().unwrap(),
+        ],
+        &dir.path().join("cache"),
+    );
+    assert!(!o.status.success());
+    let said = text(&o);
+    assert!(said.contains("unknown option `learning_rate`"), "{said}");
+    assert!(said.contains("lr"), "the known options are listed: {said}");
+    assert!(!dir.path().join("r").exists());
+}
