@@ -109,13 +109,16 @@ impl Reporter {
         match &self.task {
             Some(t) => {
                 t.set_position(m.step);
-                t.set_message(format!(
-                    "loss {:.4} | {} tok/s | {:.0} ms/step | eta {}",
+                let mut msg = format!(
+                    "loss {:.4} | {} tok/s | {:.0} ms/step",
                     m.loss,
                     mlx_progress::format::amount(Unit::Tokens, m.tokens_per_s as u64),
                     m.ms_per_step,
-                    mlx_progress::format::duration(eta)
-                ));
+                );
+                if left > 0 {
+                    msg += &format!(" | eta {}", mlx_progress::format::duration(eta));
+                }
+                t.set_message(msg);
                 if let Some(v) = m.eval_loss {
                     t.println(format!("step {} eval_loss {v:.4}", m.step));
                 }
