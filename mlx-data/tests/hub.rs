@@ -423,6 +423,19 @@ fn prepare_builds_stores_from_the_hubs_parquet_shards_then_works_offline() {
         *commit
     );
 
+    // A second online run lists again and checks each shard with a HEAD, but
+    // downloads nothing: the shards and stores come from the caches.
+    srv.clear_seen();
+    let again = prepare(&parquet_config(&srv, dir.path(), false)).unwrap();
+    assert_eq!(again.train.path(), data.train.path());
+    let seen = srv.seen();
+    let shard_gets = seen
+        .iter()
+        .filter(|s| s.method == "GET" && !s.path.starts_with("/api/"))
+        .count();
+    let heads = seen.iter().filter(|s| s.method == "HEAD").count();
+    assert_eq!((shard_gets, heads), (0, 3), "{seen:?}");
+
     // Offline: the cached listing and shards give the same stores, with no request.
     srv.clear_seen();
     let offline = prepare(&parquet_config(&srv, dir.path(), true)).unwrap();
