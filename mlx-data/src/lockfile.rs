@@ -1,6 +1,7 @@
 //! Inter-process exclusive locks with a deadline, on a lock file beside the guarded path.
 
 use crate::error::{DataError, IoContext, Result};
+use mlx_progress::{Task, Unit};
 use std::fs::{File, OpenOptions, TryLockError};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -15,6 +16,14 @@ pub struct FileLock {
 impl FileLock {
     /// Takes the lock on `path`, polling until `deadline` elapses.
     pub fn acquire(path: &Path, deadline: Duration) -> Result<FileLock> {
+        let name = path.file_name().unwrap_or_default().to_string_lossy();
+        FileLock::acquire_while(path, deadline, &format!("holding {name}"))
+    }
+
+    /// Takes the lock on `path` as [`FileLock::acquire`] does; while another
+    /// process holds it, a spinner says "waiting for another process
+    /// `doing`" (`doing`: what the holder does, as "building a.tokens").
+    pub fn acquire_while(path: &Path, deadline: Duration, doing: &str) -> Result<FileLock> {
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir).at(dir)?;
         }
@@ -27,15 +36,26 @@ impl FileLock {
             .at(path)?;
         let start = Instant::now();
         let mut pause = Duration::from_millis(5);
+        // Shown from the first refusal; dropped unfinished on an error.
+        let mut waiting: Option<Task> = None;
         loop {
             match file.try_lock() {
                 Ok(()) => {
+                    if let Some(w) = waiting {
+                        w.finish();
+                    }
                     return Ok(FileLock {
                         file,
                         path: path.to_path_buf(),
                     });
                 }
-                Err(TryLockError::WouldBlock) => {}
+                Err(TryLockError::WouldBlock) => {
+                    waiting.get_or_insert_with(|| {
+                        Task::builder(format!("waiting for another process {doing}"), Unit::Items)
+                            .message(format!("lock {}", path.display()))
+                            .start()
+                    });
+                }
                 Err(TryLockError::Error(e)) => return Err(DataError::io(path, e)),
             }
             if start.elapsed() >= deadline {
