@@ -494,6 +494,15 @@ pub(crate) fn summary(
     finished: bool,
 ) -> String {
     let mut l = format!("{name}: ");
+    if total.is_none() && pos == 0 {
+        // A wait: nothing counted, only how long it took.
+        l += if finished { "done" } else { "stopped" };
+        l += &format!(" after {}", format::duration(took));
+        if !msg.is_empty() {
+            l += &format!(", {msg}");
+        }
+        return l;
+    }
     if !finished {
         l += "stopped at ";
     }
@@ -677,5 +686,16 @@ mod tests {
             false,
         );
         assert_eq!(s, "training: stopped at 3/5 steps in 9s (0.33/s), loss 3.2");
+        let s = summary(
+            "waiting",
+            Unit::Items,
+            0,
+            None,
+            Duration::from_secs(3),
+            Some(0.0),
+            "a.lock",
+            true,
+        );
+        assert_eq!(s, "waiting: done after 3s, a.lock");
     }
 }
