@@ -94,6 +94,7 @@ fn draw<DB: DrawingBackend>(
     chart
         .configure_mesh()
         .x_desc("step")
+        .x_label_formatter(&|x| format!("{x:.0}"))
         .y_desc("loss")
         .draw()
         .map_err(drawing)?;
@@ -143,7 +144,9 @@ fn draw<DB: DrawingBackend>(
     chart
         .configure_mesh()
         .x_desc("step")
+        .x_label_formatter(&|x| format!("{x:.0}"))
         .y_desc("tokens/s")
+        .y_label_formatter(&|y| format!("{y:.0}"))
         .draw()
         .map_err(drawing)?;
     chart
