@@ -152,9 +152,12 @@ pub struct ExportArgs {
 pub fn run(args: ExportArgs) -> Result<()> {
     let from = export(&args.checkpoint, &args.out, args.format)?;
     println!(
-        "exported {} as {:?} to {}",
+        "exported {} for {} to {}",
         from.display(),
-        args.format,
+        match args.format {
+            Format::Hf => "transformers (hf)",
+            Format::Mlx => "mlx-lm (mlx)",
+        },
         args.out.display()
     );
     Ok(())
