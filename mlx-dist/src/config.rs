@@ -19,6 +19,7 @@
 //! | `MLX_DIST_SOCKET_BUFFER` | TCP send/receive buffer bytes asked for (default 0: the kernel's autotuning) |
 //! | `MLX_DIST_THREADED_BYTES` | TCP ring messages at least this large use a sender and a receiver thread per lane (default 4 MiB) |
 //! | `MLX_DIST_SHM` | `0`: ranks on one host do not share memory (the ring then moves every byte over TCP) |
+//! | `MLX_RESTART_COUNT` | which attempt of the job this is: 0 on the first, `i` after the launcher's `i`-th restart (`mlx-launch --max-restarts`; torchrun's restart count) |
 //!
 //! Ranks started by hand with only `MLX_RANK` and `MLX_HOSTFILE`, as with MLX,
 //! still work: the job id and secret are then derived from the host list and a
@@ -93,6 +94,24 @@ pub const ENV_THREADED_BYTES: &str = "MLX_DIST_THREADED_BYTES";
 /// Environment variable: `0` keeps ranks on one host from sharing memory
 /// (every byte then goes over TCP); anything else, or unset, allows it.
 pub const ENV_SHM: &str = "MLX_DIST_SHM";
+
+/// Environment variable: how many times the launcher restarted the job
+/// before this attempt (0 on the first; see [`restart_count`]).
+pub const ENV_RESTART_COUNT: &str = "MLX_RESTART_COUNT";
+
+/// This process's attempt: [`ENV_RESTART_COUNT`], 0 when unset (a first
+/// attempt, or a program started without the launcher); an error names a
+/// value that is not a whole number.
+pub fn restart_count() -> Result<u32> {
+    match std::env::var(ENV_RESTART_COUNT) {
+        Err(_) => Ok(0),
+        Ok(v) => v.trim().parse().map_err(|_| {
+            DistError::Config(format!(
+                "{ENV_RESTART_COUNT}={v:?} is not a restart count (a whole number)"
+            ))
+        }),
+    }
+}
 
 /// Parses a number of seconds given on the command line: a finite,
 /// non-negative number, and at least a millisecond when `timeout` (the

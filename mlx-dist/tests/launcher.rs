@@ -389,3 +389,184 @@ fn remove_job_files_of(pid: i32) -> usize {
     }
     n
 }
+
+/// The lines of `name` in the job's folder (a rank appends one per attempt).
+fn lines_of(job: &Job, name: &str) -> Vec<String> {
+    std::fs::read_to_string(job.path(name))
+        .unwrap_or_default()
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+/// A job that always fails is restarted `--max-restarts` times, each
+/// attempt announced and told its number, and then exits with the failing
+/// rank's code.
+#[test]
+fn a_job_that_always_fails_stops_after_its_restarts() {
+    let mut job = Job::new("restarts-exhausted");
+    let st = job
+        .launch(
+            &[
+                "-n",
+                "2",
+                "--grace",
+                "1",
+                "--max-restarts",
+                "2",
+                "--restart-backoff",
+                "0.1",
+            ],
+            r#"echo $$ > "$T/pid.$MLX_RANK"; echo "$MLX_RESTART_COUNT" >> "$T/attempts.$MLX_RANK"
+               [ "$MLX_RANK" = 1 ] && exit 3; exec sleep 60"#,
+        )
+        .wait(Duration::from_secs(20));
+    assert_eq!(st.code(), Some(3), "{}", job.output());
+    for rank in 0..2 {
+        assert_eq!(
+            lines_of(&job, &format!("attempts.{rank}")),
+            ["0", "1", "2"],
+            "rank {rank}:\n{}",
+            job.output()
+        );
+    }
+    let out = job.output();
+    for i in 1..=2 {
+        let line = format!(
+            "mlx-launch: rank 1 failed (exit status 3); restarting the job (restart {i} of 2) in"
+        );
+        assert!(out.contains(&line), "no line {line:?}:\n{out}");
+    }
+    assert!(!out.contains("restart 3 of"), "{out}");
+    let last = job.last_stderr_line();
+    assert!(
+        last.contains("rank 1 failed (exit status 3) (after 2 restarts)"),
+        "{last:?}\n{out}"
+    );
+}
+
+/// A job that fails once and then succeeds exits 0 with one restart; the
+/// second attempt has a new job identity (id and secret).
+#[test]
+fn a_job_that_fails_once_succeeds_on_its_restart() {
+    let mut job = Job::new("restart-succeeds");
+    let st = job
+        .launch(
+            &["-n", "2", "--grace", "1", "--max-restarts", "1", "--restart-backoff", "0.1"],
+            r#"echo $$ > "$T/pid.$MLX_RANK"
+               echo "$MLX_RESTART_COUNT $MLX_DIST_JOB_ID $MLX_DIST_JOB_SECRET" >> "$T/attempts.$MLX_RANK"
+               [ "$MLX_RESTART_COUNT" = 1 ] && exit 0
+               [ "$MLX_RANK" = 0 ] && exit 5; exec sleep 60"#,
+        )
+        .wait(Duration::from_secs(20));
+    let out = job.output();
+    assert_eq!(st.code(), Some(0), "{out}");
+    assert!(
+        out.contains("rank 0 failed (exit status 5); restarting the job (restart 1 of 1) in 0.1s"),
+        "{out}"
+    );
+    let attempts = lines_of(&job, "attempts.0");
+    assert_eq!(attempts.len(), 2, "{out}");
+    let words: Vec<Vec<&str>> = attempts.iter().map(|l| l.split(' ').collect()).collect();
+    assert_eq!((words[0][0], words[1][0]), ("0", "1"));
+    assert_eq!(words[0][1].len(), 32, "a job id: {attempts:?}");
+    assert_ne!(words[0][1], words[1][1], "the job id must be new");
+    assert_ne!(words[0][2], words[1][2], "the job secret must be new");
+    assert_eq!(
+        lines_of(&job, "attempts.1"),
+        attempts,
+        "both ranks of an attempt agree"
+    );
+}
+
+/// Ctrl-C (SIGINT to the launcher) stops the job without a restart.
+#[test]
+fn an_interrupted_job_is_not_restarted() {
+    let mut job = Job::new("restart-interrupted");
+    job.launch(
+        &["-n", "2", "--max-restarts", "3", "--restart-backoff", "0.1"],
+        r#"echo $$ > "$T/pid.$MLX_RANK"; echo "$MLX_RESTART_COUNT" >> "$T/attempts.$MLX_RANK"; exec sleep 60"#,
+    );
+    let ranks = [job.pid("pid.0"), job.pid("pid.1")];
+    // SAFETY: kill(2) on the launcher this test started.
+    unsafe { libc::kill(job.launcher_pid(), libc::SIGINT) };
+    let st = job.wait(Duration::from_secs(8));
+    let out = job.output();
+    assert_eq!(st.code(), Some(130), "{out}");
+    assert!(!out.contains("restarting"), "{out}");
+    // Give a wrongly restarted attempt the time to show up.
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(lines_of(&job, "attempts.0"), ["0"], "{out}");
+    for (r, pid) in ranks.into_iter().enumerate() {
+        assert_gone(&job, &format!("rank {r}"), pid);
+    }
+}
+
+/// Ctrl-C while the launcher waits to restart ends it at once, with 130.
+#[test]
+fn an_interrupt_during_the_backoff_stops_the_restarts() {
+    let mut job = Job::new("restart-backoff-interrupted");
+    job.launch(
+        &["-n", "1", "--max-restarts", "2", "--restart-backoff", "30"],
+        r#"echo "$MLX_RESTART_COUNT" >> "$T/attempts.$MLX_RANK"; exit 4"#,
+    );
+    assert!(
+        eventually(Duration::from_secs(8), || job
+            .output()
+            .contains("restart 1 of 2) in 30.0s")),
+        "no restart line:\n{}",
+        job.output()
+    );
+    let t = Instant::now();
+    // SAFETY: kill(2) on the launcher this test started.
+    unsafe { libc::kill(job.launcher_pid(), libc::SIGINT) };
+    let st = job.wait(Duration::from_secs(5));
+    assert_eq!(st.code(), Some(130), "{}", job.output());
+    assert!(
+        t.elapsed() < Duration::from_secs(3),
+        "took {:?}",
+        t.elapsed()
+    );
+    assert_eq!(lines_of(&job, "attempts.0"), ["0"], "{}", job.output());
+    assert!(
+        job.last_stderr_line()
+            .contains("interrupted before restarting"),
+        "{}",
+        job.output()
+    );
+}
+
+/// Without `--max-restarts` a failed job is not restarted, and its ranks
+/// see `MLX_RESTART_COUNT=0`; `--max-restarts` with mpirun is refused.
+#[test]
+fn without_max_restarts_nothing_is_restarted() {
+    let mut job = Job::new("no-restarts");
+    let st = job
+        .launch(
+            &["-n", "1"],
+            r#"echo "$MLX_RESTART_COUNT" >> "$T/attempts.$MLX_RANK"; exit 4"#,
+        )
+        .wait(Duration::from_secs(8));
+    assert_eq!(st.code(), Some(4), "{}", job.output());
+    assert_eq!(lines_of(&job, "attempts.0"), ["0"]);
+    assert!(!job.output().contains("restart"), "{}", job.output());
+    let out = Command::new(LAUNCH)
+        .args([
+            "--backend",
+            "mpi",
+            "-n",
+            "2",
+            "--max-restarts",
+            "1",
+            "--",
+            "true",
+        ])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("--max-restarts is not supported with --backend mpi"),
+        "{err}"
+    );
+}

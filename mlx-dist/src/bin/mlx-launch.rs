@@ -5,13 +5,19 @@
 //! mlx-launch --hosts a,b --backend ring --env RUST_LOG=info -- ./train --steps 100
 //! mlx-launch -n 2 --timeout 1800 --liveness-timeout 10 -- ./train
 //! mlx-launch --check --hostfile hosts.json -- ./train
+//! mlx-launch -n 2 --max-restarts 3 -- ./train --resume
 //! ```
+//!
+//! With `--max-restarts K`, a job whose rank failed is stopped and started
+//! again, whole, up to K times (after `--restart-backoff` seconds, doubling
+//! up to 30 s); each restart is announced on stderr, and the ranks read the
+//! attempt in `MLX_RESTART_COUNT`. Ctrl-C and SIGTERM are never restarted.
 //!
 //! Remote ranks run `mlx-launch --remote-agent` on their host (through
 //! ssh), which receives the job's secrets on standard input; see
 //! `mlx_dist::launch::agent`.
 //!
-//! Exit status: 0 when every rank succeeded; else that of the first rank that
+//! Exit status: 0 when every rank of the last attempt succeeded; else that of the first rank that
 //! failed on its own (its exit code, or 128 + signal), 130 when interrupted,
 //! 2 when the command line is wrong or the ranks cannot be started.
 
@@ -21,7 +27,7 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 use clap::Parser;
 use mlx_dist::Backend;
-use mlx_dist::launch::{self, LaunchSpec, RankHost, parse_launcher_hostfile};
+use mlx_dist::launch::{self, LaunchSpec, RankHost, Restarts, parse_launcher_hostfile};
 
 /// Start a distributed mlx-dist program on several processes.
 #[derive(Parser, Debug)]
@@ -81,6 +87,15 @@ struct Args {
     /// (default: the liveness timeout plus 3 s).
     #[arg(long, value_name = "SECS", value_parser = grace_secs, allow_negative_numbers = true)]
     grace: Option<Duration>,
+    /// When a rank fails, stop the others and start the whole job again, up
+    /// to this many times (the ranks see the attempt in MLX_RESTART_COUNT).
+    /// Not with --backend mpi.
+    #[arg(long, value_name = "K", default_value_t = 0)]
+    max_restarts: u32,
+    /// Seconds to wait before the first restart; the wait doubles for each
+    /// further one, up to 30 s.
+    #[arg(long, value_name = "SECS", value_parser = grace_secs, allow_negative_numbers = true, default_value = "1")]
+    restart_backoff: Duration,
     /// Do not prefix output lines with `[rank]`.
     #[arg(long)]
     no_prefix: bool,
@@ -100,9 +115,19 @@ fn grace_secs(s: &str) -> Result<Duration, String> {
     launch::parse_seconds(s, false)
 }
 
-fn spec(a: Args) -> anyhow::Result<LaunchSpec> {
+fn spec(a: Args) -> anyhow::Result<(LaunchSpec, Restarts)> {
     let backend = Backend::from_name(&a.backend)
         .with_context(|| format!("unknown backend {:?}", a.backend))?;
+    if a.max_restarts > 0 && backend == Backend::Mpi {
+        bail!(
+            "--max-restarts is not supported with --backend mpi (mpirun supervises those ranks); use the ring, tls or quic backend"
+        );
+    }
+    let restarts = Restarts {
+        max_restarts: a.max_restarts,
+        backoff: a.restart_backoff,
+        max_backoff: launch::restart::MAX_BACKOFF.max(a.restart_backoff),
+    };
     if a.n == Some(0) {
         bail!("-n 0: there must be at least one process");
     }
@@ -144,7 +169,7 @@ fn spec(a: Args) -> anyhow::Result<LaunchSpec> {
             Ok((k.to_string(), v.to_string()))
         })
         .collect::<anyhow::Result<_>>()?;
-    Ok(LaunchSpec {
+    let spec = LaunchSpec {
         command: a.command,
         hosts,
         backend,
@@ -161,7 +186,9 @@ fn spec(a: Args) -> anyhow::Result<LaunchSpec> {
         ssh_config: a.ssh_config,
         remote_launcher: a.remote_launcher,
         mpi_args: a.mpi_args,
-    })
+        restart_count: 0,
+    };
+    Ok((spec, restarts))
 }
 
 fn main() {
@@ -186,7 +213,7 @@ fn main() {
         .with_ansi(mlx_progress::stderr_color())
         .with_writer(mlx_progress::stderr)
         .init();
-    let spec = match spec(args) {
+    let (spec, restarts) = match spec(args) {
         Ok(s) => s,
         Err(e) => {
             eprintln!("mlx-launch: {e:#}");
@@ -219,7 +246,9 @@ fn main() {
             }
         }
     }
-    let result = launch::run(&spec);
+    let result = launch::run_with_restarts(&spec, &restarts, &mut |line| {
+        eprintln!("mlx-launch: {line}")
+    });
     match result {
         Ok(outcome) => {
             if let Some(line) = outcome.report() {

@@ -27,6 +27,10 @@
 //!   (`MLX_DIST_TIMEOUT_MS`) and [`LaunchSpec::liveness_timeout`]
 //!   (`MLX_DIST_LIVENESS_MS`).
 //!
+//! With [`run_with_restarts`] (`mlx-launch --max-restarts K`) a failed job
+//! is started again, whole and with a fresh identity, up to K times; see
+//! [`restart`].
+//!
 //! The MPI backend is launched by `mpirun` instead, with weaker guarantees:
 //! see [`mpirun`].
 
@@ -43,6 +47,8 @@ mod progress;
 #[cfg(feature = "launcher")]
 mod remote;
 #[cfg(feature = "launcher")]
+pub mod restart;
+#[cfg(feature = "launcher")]
 mod supervise;
 
 pub use crate::config::parse_seconds;
@@ -52,6 +58,8 @@ pub use hosts::{
 pub use parent::{ENV_PARENT_PID, watch_parent};
 #[cfg(feature = "launcher")]
 pub use remote::default_remote_launcher;
+#[cfg(feature = "launcher")]
+pub use restart::{Restarts, RestartsOutcome, run_with_restarts};
 #[cfg(feature = "launcher")]
 pub use supervise::{Blame, LaunchOutcome, run};
 
@@ -98,6 +106,9 @@ pub struct LaunchSpec {
     pub remote_launcher: Option<String>,
     /// Extra arguments for `mpirun` (MPI backend).
     pub mpi_args: Vec<String>,
+    /// Which attempt of the job this launch is, told to the ranks as
+    /// `MLX_RESTART_COUNT` (0 on the first; `mlx-launch --max-restarts`).
+    pub restart_count: u32,
 }
 
 impl LaunchSpec {
@@ -118,6 +129,7 @@ impl LaunchSpec {
             ssh_config: None,
             remote_launcher: None,
             mpi_args: Vec::new(),
+            restart_count: 0,
         }
     }
 }
@@ -208,6 +220,10 @@ pub fn rank_env(
         (
             config::ENV_CONNECTIONS.to_string(),
             spec.connections_per_peer.to_string(),
+        ),
+        (
+            config::ENV_RESTART_COUNT.to_string(),
+            spec.restart_count.to_string(),
         ),
     ];
     if let Some(q) = &job.quic {
