@@ -103,7 +103,10 @@ impl Reporter {
 
     /// Records a step; with `log`, a plain run prints its line.
     pub fn step(&mut self, m: &StepMetrics, log: bool) -> Result<()> {
-        writeln!(self.file, "{}", serde_json::to_string(m)?)?;
+        // One write per record: a rank killed mid-step leaves whole lines,
+        // which a restarted run appends to.
+        self.file
+            .write_all(format!("{}\n", serde_json::to_string(m)?).as_bytes())?;
         let left = self.steps.saturating_sub(m.step);
         let eta = Duration::from_secs_f64(left as f64 * m.ms_per_step.max(0.0) / 1e3);
         match &self.task {

@@ -136,7 +136,8 @@ struct TrainArgs {
     /// Run folder for metrics and checkpoints.
     #[arg(long, default_value = "runs/latest")]
     out: PathBuf,
-    /// Continue from the latest checkpoint in the run folder.
+    /// Continue from the latest checkpoint in the run folder (implied in a
+    /// job that `mlx-launch --max-restarts` started again).
     #[arg(long)]
     resume: bool,
     /// Start afresh even if the run folder has checkpoints (they are removed).
@@ -302,7 +303,9 @@ fn run_train(a: TrainArgs, resolved: String) -> Result<()> {
     let group = mlx_dist::init_with(&join).context("joining the distributed job")?;
     let has_checkpoint = cfg.out_dir.join("checkpoints").join("latest").exists()
         || !mlx_llama::checkpoint::list(&cfg.out_dir)?.is_empty();
-    if has_checkpoint && !a.resume {
+    // A job that mlx-launch --max-restarts started again resumes, as --resume.
+    let restarted = mlx_dist::config::restart_count()? > 0;
+    if has_checkpoint && !a.resume && !restarted {
         if !a.fresh {
             bail!(
                 "{} already holds checkpoints of an earlier run: pass --resume to continue it, --fresh to delete them and start over, or a new --out",

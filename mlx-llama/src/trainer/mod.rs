@@ -11,6 +11,7 @@ mod checkpoints;
 mod loss;
 mod record;
 mod setup;
+mod test_kill;
 #[cfg(test)]
 mod tests;
 
@@ -249,6 +250,7 @@ impl<'a> Run<'a> {
         let log = done.is_multiple_of(cfg.log_every.max(1));
         self.record
             .report(done, stepped, eval_loss, self.tokens, log)?;
+        test_kill::die_if_asked(self.group.rank(), done)?;
         if (cfg.checkpoint_every > 0 && done.is_multiple_of(cfg.checkpoint_every)) || last {
             let parts = checkpoints::Parts {
                 model: &self.model,
