@@ -2,7 +2,9 @@
 //!
 //! Each run gets its own folder (`runs/train-<date>-<time>-world<N>`) unless
 //! `--out` names one; a folder that already holds checkpoints is never
-//! overwritten without `--fresh`, nor continued without `--resume`.
+//! overwritten without `--fresh`, nor continued without `--resume`. With
+//! `--max-restarts K` a failed job is started again (see `mlx-launch`) and
+//! resumes from its newest checkpoint.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -30,6 +32,10 @@ pub struct TrainArgs {
     /// Start over in `--out`, deleting its checkpoints and metrics.
     #[arg(long)]
     pub fresh: bool,
+    /// When a rank fails, restart the whole job up to K times (`mlx-launch
+    /// --max-restarts`); the restarted trainer resumes from its newest checkpoint.
+    #[arg(long, value_name = "K", default_value_t = 0)]
+    pub max_restarts: u32,
     /// Where the binaries come from and how the ranks talk.
     #[command(flatten)]
     pub runner: RunnerArgs,
@@ -74,6 +80,20 @@ fn trainer_args(a: &TrainArgs, out: &Path) -> Result<Vec<String>> {
     Ok(args)
 }
 
+/// The `mlx-launch` options of the run (before `--`).
+fn launcher_args(a: &TrainArgs) -> Vec<String> {
+    let mut args = vec![
+        "-n".to_string(),
+        a.world.to_string(),
+        "--backend".into(),
+        a.runner.backend.clone(),
+    ];
+    if a.max_restarts > 0 {
+        args.extend(["--max-restarts".into(), a.max_restarts.to_string()]);
+    }
+    args
+}
+
 /// Builds, then starts `world` ranks of `mlx-llama train` through `mlx-launch`.
 pub fn run(a: TrainArgs) -> Result<()> {
     if a.world == 0 {
@@ -103,13 +123,8 @@ pub fn run(a: TrainArgs) -> Result<()> {
         trainer.join(" ")
     );
     let status = Command::new(bins.join("mlx-launch"))
-        .args([
-            "-n",
-            &a.world.to_string(),
-            "--backend",
-            &a.runner.backend,
-            "--",
-        ])
+        .args(launcher_args(&a))
+        .arg("--")
         .arg(bins.join("mlx-llama"))
         .args(&trainer)
         .current_dir(root())
@@ -131,4 +146,38 @@ pub fn run(a: TrainArgs) -> Result<()> {
         out.join("hf").display()
     );
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        train: TrainArgs,
+    }
+
+    fn launcher_args_of(argv: &[&str]) -> Vec<String> {
+        let cli =
+            Cli::try_parse_from(std::iter::once("train").chain(argv.iter().copied())).unwrap();
+        launcher_args(&cli.train)
+    }
+
+    #[test]
+    fn max_restarts_reaches_mlx_launch() {
+        let with = launcher_args_of(&["--world", "3", "--max-restarts", "2"]);
+        let at = with
+            .iter()
+            .position(|a| a == "--max-restarts")
+            .expect("passed on");
+        assert_eq!(with[at + 1], "2");
+        assert_eq!(with[..2], ["-n", "3"]);
+        let without = launcher_args_of(&["--world", "3"]);
+        assert!(
+            !without.iter().any(|a| a == "--max-restarts"),
+            "{without:?}"
+        );
+    }
 }
