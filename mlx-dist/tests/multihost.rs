@@ -339,6 +339,58 @@ fn a_failing_rank_stops_the_remote_ranks() {
     no_rank_left(&tag);
 }
 
+/// `--max-restarts` over ssh: the first attempt runs every collective on
+/// the hosts' fixed ports, then rank 1 fails; the job is started again with
+/// a new identity, and the second attempt binds the same ports and passes.
+#[test]
+fn a_failed_remote_job_is_restarted_on_the_same_ports() {
+    let Some(h) = hosts() else { return };
+    let tag = unique_tag();
+    let mut c = h.launcher(&[
+        "--hosts",
+        &h.pair(),
+        "--grace",
+        "1",
+        "--max-restarts",
+        "1",
+        "--restart-backoff",
+        "0.1",
+        "--env",
+        &format!("MLX_TEST_TAG={tag}"),
+    ]);
+    let mut rank = scenario_command("all");
+    let at = rank.iter().position(|a| a == "--").unwrap();
+    let wrapper = r#""$@"; rc=$?
+        echo "attempt $MLX_RESTART_COUNT job $MLX_DIST_JOB_ID"
+        if [ "$MLX_RESTART_COUNT" = 0 ]; then
+            [ "$MLX_RANK" = 1 ] && exit 3
+            exec sleep 600
+        fi
+        exit $rc"#;
+    for (i, a) in ["sh", "-c", wrapper, "sh"].into_iter().enumerate() {
+        rank.insert(at + 1 + i, a.to_string());
+    }
+    c.args(rank);
+    let (out, t) = run(c);
+    assert_eq!(out.status.code(), Some(0), "{t}");
+    assert!(
+        t.contains("rank 1 failed (exit status 3); restarting the job (restart 1 of 1) in 0.1s"),
+        "{t}"
+    );
+    for r in 0..2 {
+        let ok = format!("[{r}] RANK {r} OK (ring");
+        assert_eq!(t.matches(&ok).count(), 2, "{ok:?} once per attempt:\n{t}");
+    }
+    let job = |attempt: u32| {
+        let want = format!("[0] attempt {attempt} job ");
+        t.lines()
+            .find_map(|l| l.strip_prefix(&want).map(str::to_string))
+            .unwrap_or_else(|| panic!("no {want:?}:\n{t}"))
+    };
+    assert_ne!(job(0), job(1), "each attempt is a new job");
+    no_rank_left(&tag);
+}
+
 #[test]
 fn remote_ranks_start_in_the_launchers_folder_and_share_their_hosts_cores() {
     let Some(h) = hosts() else { return };
