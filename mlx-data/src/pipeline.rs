@@ -7,6 +7,7 @@ use crate::lockfile::{FileLock, publish, sibling, temp_sibling};
 use crate::source::{Resolved, SourceSpec, Split};
 use crate::store::{BuildSpec, Outcome, StoreMeta, TokenStore};
 use crate::tokenizer::TextTokenizer;
+use mlx_progress::{Task, Unit};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -155,14 +156,21 @@ pub fn trained_tokenizer(
     if let Ok(t) = TextTokenizer::from_file(&path) {
         return Ok(t);
     }
-    let _lock = FileLock::acquire(&sibling(&path, ".lock"), deadline)?;
+    let doing = format!("training the tokenizer {}", path.display());
+    let _lock = FileLock::acquire_while(&sibling(&path, ".lock"), deadline, &doing)?;
     if let Ok(t) = TextTokenizer::from_file(&path) {
         return Ok(t);
     }
     tracing::info!(vocab_size, path = %path.display(), "training a byte-level BPE tokenizer on the corpus");
+    let task = Task::spinner(format!(
+        "training a byte-level BPE tokenizer ({vocab_size} tokens)"
+    ));
+    task.set_message("loading the corpus");
     let corpus = train.load(Split::Train)?;
     let docs: Vec<&str> = corpus.docs().collect();
+    task.set_message(format!("on {} documents", docs.len()));
     let t = TextTokenizer::train_byte_level(&docs, vocab_size)?;
+    task.finish();
     let dir = path.parent().unwrap_or(Path::new("."));
     std::fs::create_dir_all(dir).at(dir)?;
     let tmp = temp_sibling(&path);
@@ -202,13 +210,39 @@ pub fn open_or_build_split(
     // is tokenized in parallel and appended in order, so stores are identical run
     // to run.
     crate::store::open_or_build(&path, &spec, |w| {
+        let mut progress = Tokenizing::start(format!("tokenizing {}", split.name()), None);
         source.for_each_batch(split, TOKENIZE_BATCH_DOCS, |docs| {
             for ids in tokenizer.encode_docs(docs)? {
                 w.push_doc(&ids)?;
+                progress.tokens += ids.len() as u64;
             }
+            progress.text(docs.iter().map(|d| d.len() as u64).sum());
             Ok(())
-        })
+        })?;
+        progress.task.finish();
+        Ok(())
     })
+}
+
+/// The progress of tokenizing one split: text bytes done, tokens made.
+struct Tokenizing {
+    task: Task,
+    tokens: u64,
+}
+
+impl Tokenizing {
+    /// Starts the task `name`, of `bytes` of text when known.
+    fn start(name: String, bytes: Option<u64>) -> Tokenizing {
+        let task = Task::new(name, bytes, Unit::Bytes);
+        Tokenizing { task, tokens: 0 }
+    }
+
+    /// `bytes` more text tokenized.
+    fn text(&mut self, bytes: u64) {
+        let tokens = mlx_progress::format::amount(Unit::Tokens, self.tokens);
+        self.task.set_message(format!("{tokens} tokens"));
+        self.task.inc(bytes);
+    }
 }
 
 /// Documents tokenized together (in parallel) while a store is built.
@@ -221,10 +255,15 @@ pub fn tokenize_into(
     w: &mut crate::store::StoreWriter,
 ) -> Result<()> {
     let docs: Vec<&str> = corpus.docs().collect();
+    let bytes = docs.iter().map(|d| d.len() as u64).sum();
+    let mut progress = Tokenizing::start("tokenizing".into(), Some(bytes));
     for chunk in docs.chunks(4096) {
         for ids in tokenizer.encode_docs(chunk)? {
             w.push_doc(&ids)?;
+            progress.tokens += ids.len() as u64;
         }
+        progress.text(chunk.iter().map(|d| d.len() as u64).sum());
     }
+    progress.task.finish();
     Ok(())
 }

@@ -5,6 +5,7 @@ use super::cache::{CachedRepo, RepoKind, check_relative, is_blob_id, is_commit};
 use super::config::HubConfig;
 use crate::error::{DataError, IoContext, Result};
 use crate::lockfile::{FileLock, sibling};
+use mlx_progress::{Task, Unit};
 use sha2::{Digest, Sha256};
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Write};
@@ -215,13 +216,20 @@ impl HubClient {
 
     fn download(&self, url: &str, cache: &CachedRepo, meta: &FileMeta, file: &str) -> Result<()> {
         let blob = cache.blob(&meta.etag);
-        let _lock = FileLock::acquire(&cache.blob_lock(&meta.etag), self.cfg.lock_deadline)?;
+        let doing = format!("downloading {file}");
+        let lock = cache.blob_lock(&meta.etag);
+        let _lock = FileLock::acquire_while(&lock, self.cfg.lock_deadline, &doing)?;
         if blob.is_file() {
             return Ok(()); // another process finished it while we waited
         }
         let dir = blob.parent().unwrap_or(Path::new("."));
         std::fs::create_dir_all(dir).at(dir)?;
         let part = sibling(&blob, ".incomplete");
+        let resumed = std::fs::metadata(&part).map(|m| m.len()).unwrap_or(0);
+        let task = Task::builder(doing, Unit::Bytes)
+            .total(Some(meta.size))
+            .position(resumed.min(meta.size))
+            .start();
         let mut last_error = String::from("no attempt made");
         let mut attempts = 0;
         while attempts < self.cfg.max_attempts.max(1) {
@@ -233,7 +241,7 @@ impl HubClient {
                 std::thread::sleep(Duration::from_millis(100 * (1 << attempts.min(5))));
             }
             attempts += 1;
-            match self.transfer(url, &part, have, meta, file)? {
+            match self.transfer(url, &part, have, meta, file, &task)? {
                 Attempt::Done => break,
                 Attempt::Retry(msg) => {
                     tracing::warn!(%url, attempt = attempts, error = %msg, "download interrupted; resuming");
@@ -252,8 +260,12 @@ impl HubClient {
                 message: last_error,
             });
         }
+        task.set_message("checking its sha256");
         verify_sha256(&part, &meta.etag)?;
-        crate::lockfile::publish(&part, &blob)
+        crate::lockfile::publish(&part, &blob)?;
+        task.set_message("");
+        task.finish();
+        Ok(())
     }
 
     /// One GET from byte `have`; appends to `part`.
@@ -264,6 +276,7 @@ impl HubClient {
         have: u64,
         meta: &FileMeta,
         file: &str,
+        task: &Task,
     ) -> Result<Attempt> {
         let mut req = self.get_agent.get(url);
         if have > 0 {
@@ -320,7 +333,7 @@ impl HubClient {
         let mut reader = resp.into_body().into_reader();
         let mut buf = vec![0u8; 256 << 10];
         let mut done = start;
-        let mut reported = self.report(file, done, meta.size, None);
+        self.report(file, done, meta.size, task);
         loop {
             let n = match reader.read(&mut buf) {
                 Ok(0) => break,
@@ -338,7 +351,7 @@ impl HubClient {
             }
             out.write_all(&buf[..n]).at(part)?;
             done += n as u64;
-            reported = self.report(file, done, meta.size, Some(reported));
+            self.report(file, done, meta.size, task);
         }
         out.sync_all().at(part)?;
         if done == meta.size {
@@ -351,16 +364,13 @@ impl HubClient {
         }
     }
 
-    /// Reports progress; returns the last reported decile.
-    fn report(&self, file: &str, done: u64, total: u64, last: Option<u64>) -> u64 {
+    /// Reports `done` of `total` bytes of `file`: to the configured callback
+    /// and on `task` (a bar, or lines in logs).
+    fn report(&self, file: &str, done: u64, total: u64, task: &Task) {
         if let Some(p) = &self.cfg.progress {
             p(file, done, total);
         }
-        let decile = (done * 10).checked_div(total).unwrap_or(10);
-        if last != Some(decile) {
-            tracing::info!(file, done, total, "downloading: {}%", decile * 10);
-        }
-        decile
+        task.set_position(done);
     }
 }
 

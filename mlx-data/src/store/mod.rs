@@ -91,7 +91,9 @@ where
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir).map_err(|e| DataError::io(dir, e))?;
     }
-    let _lock = FileLock::acquire(&sibling(path, ".lock"), spec.lock_deadline)?;
+    let name = path.file_name().unwrap_or_default().to_string_lossy();
+    let doing = format!("building the token store {name}");
+    let _lock = FileLock::acquire_while(&sibling(path, ".lock"), spec.lock_deadline, &doing)?;
     // Another process may have published while we waited for the lock.
     match try_open(path, spec) {
         Ok(Some(store)) => return Ok((store, Outcome::Reused)),
