@@ -51,9 +51,8 @@ impl FileLock {
                 }
                 Err(TryLockError::WouldBlock) => {
                     waiting.get_or_insert_with(|| {
-                        Task::builder(format!("waiting for another process {doing}"), Unit::Items)
-                            .message(format!("lock {}", path.display()))
-                            .start()
+                        let what = format!("waiting for another process {doing}");
+                        Task::new(what, None, Unit::Items)
                     });
                 }
                 Err(TryLockError::Error(e)) => return Err(DataError::io(path, e)),
