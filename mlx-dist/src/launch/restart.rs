@@ -16,7 +16,7 @@
 use std::sync::mpsc;
 use std::time::Duration;
 
-use super::supervise::{Event, forward_interrupts};
+use super::supervise::{Event, forward_interrupts, interrupts_seen};
 use super::{LaunchOutcome, LaunchSpec};
 
 /// How often and how patiently a failed job is started again.
@@ -122,7 +122,11 @@ pub fn run_with_restarts(
     let mut restarts = 0;
     loop {
         spec.restart_count = restarts;
-        let last = super::run(&spec)?;
+        let seen = interrupts_seen();
+        let mut last = super::run(&spec)?;
+        // An interrupt the attempt did not forward (it came while the
+        // launcher was cleaning up) still means: stop.
+        last.interrupted |= interrupts_seen() != seen;
         if restarts >= policy.max_restarts || !should_restart(&last) {
             return Ok(RestartsOutcome {
                 last,
@@ -136,7 +140,7 @@ pub fn run_with_restarts(
             .report()
             .unwrap_or_else(|| format!("the job failed (exit status {})", last.exit_code()));
         say(&restart_line(&failure, restarts, policy.max_restarts, wait));
-        if interrupted_within(wait) {
+        if interrupted_within(wait) || interrupts_seen() != seen {
             return Ok(RestartsOutcome {
                 last,
                 restarts: restarts - 1,

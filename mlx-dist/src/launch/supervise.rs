@@ -122,10 +122,21 @@ pub(crate) enum Event {
 /// The Ctrl-C handler can be installed once per process; it forwards to the current launch.
 static INTERRUPTS: OnceLock<Mutex<Option<Sender<Event>>>> = OnceLock::new();
 
+/// How many interrupts the handler received, forwarded or not: a launcher
+/// that restarts jobs also sees one that came between two attempts.
+static INTERRUPTS_SEEN: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// The number of interrupts (Ctrl-C, SIGTERM, SIGHUP) received since the
+/// handler was installed (by the first [`forward_interrupts`]).
+pub(crate) fn interrupts_seen() -> u64 {
+    INTERRUPTS_SEEN.load(std::sync::atomic::Ordering::SeqCst)
+}
+
 /// Sends Ctrl-C (and SIGTERM, SIGHUP) to `tx` as [`Event::Interrupt`]; `None` stops forwarding.
 pub(crate) fn forward_interrupts(tx: Option<Sender<Event>>) {
     let slot = INTERRUPTS.get_or_init(|| {
         let r = ctrlc::set_handler(|| {
+            INTERRUPTS_SEEN.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
             if let Some(tx) = INTERRUPTS.get().and_then(|m| m.lock().ok()).and_then(|g| g.clone()) {
                 let _ = tx.send(Event::Interrupt);
             }
