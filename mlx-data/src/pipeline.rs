@@ -210,7 +210,10 @@ pub fn open_or_build_split(
     // is tokenized in parallel and appended in order, so stores are identical run
     // to run.
     crate::store::open_or_build(&path, &spec, |w| {
-        let mut progress = Tokenizing::start(format!("tokenizing {}", split.name()), None);
+        // The total is an estimate (file sizes, parquet footers) for the ETA; the
+        // bar ends at the bytes actually tokenized.
+        let hint = source.text_bytes_hint(split);
+        let mut progress = Tokenizing::start(format!("tokenizing {}", split.name()), hint);
         source.for_each_batch(split, TOKENIZE_BATCH_DOCS, |docs| {
             for ids in tokenizer.encode_docs(docs)? {
                 w.push_doc(&ids)?;
@@ -219,6 +222,7 @@ pub fn open_or_build_split(
             progress.text(docs.iter().map(|d| d.len() as u64).sum());
             Ok(())
         })?;
+        progress.task.set_total(Some(progress.task.position()));
         progress.task.finish();
         Ok(())
     })

@@ -299,3 +299,51 @@ fn documents_come_in_bounded_batches_row_group_by_row_group() {
     assert_eq!(calls, 1);
     assert!(err.to_string().contains("stop here"), "{err}");
 }
+
+#[test]
+fn the_text_size_hint_of_parquet_and_json_lines_is_close_to_the_text() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let train = texts(11, 200_000);
+    let valid = texts(12, 20_000);
+    let bytes = |t: &[Option<String>]| t.iter().flatten().map(|s| s.len() as u64).sum::<u64>();
+    std::fs::write(d.join("train.parquet"), text_parquet(&train, 50)).unwrap();
+    std::fs::write(d.join("valid.parquet"), text_parquet(&valid, 50)).unwrap();
+    std::fs::write(d.join("train.jsonl"), json_lines(&train)).unwrap();
+    std::fs::write(d.join("valid.jsonl"), json_lines(&valid)).unwrap();
+    let close = |hint: Option<u64>, truth: u64, what: &str| {
+        let h = hint.unwrap_or_else(|| panic!("{what}: no hint")) as f64;
+        let ratio = h / truth as f64;
+        // An estimate for a bar's total: within a fifth of the text either way.
+        assert!(
+            (0.8..1.2).contains(&ratio),
+            "{what}: hint {h} for {truth} bytes"
+        );
+    };
+    for (split, truth) in [
+        (Split::Train, bytes(&train)),
+        (Split::Validation, bytes(&valid)),
+    ] {
+        let pq = Resolved::Local(LocalSource {
+            train: d.join("train.parquet"),
+            validation: d.join("valid.parquet"),
+            format: parquet_format(),
+        });
+        close(pq.text_bytes_hint(split), truth, "parquet");
+        let jl = Resolved::Local(LocalSource {
+            train: d.join("train.jsonl"),
+            validation: d.join("valid.jsonl"),
+            format: LocalFormat::JsonLines,
+        });
+        close(jl.text_bytes_hint(split), truth, "json lines");
+    }
+    // A column the files do not have: nothing to estimate.
+    let missing = Resolved::Local(LocalSource {
+        train: d.join("train.parquet"),
+        validation: d.join("valid.parquet"),
+        format: LocalFormat::Parquet {
+            column: "body".into(),
+        },
+    });
+    assert_eq!(missing.text_bytes_hint(Split::Train), Some(0));
+}

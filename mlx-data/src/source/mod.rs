@@ -212,6 +212,48 @@ impl Resolved {
         })
     }
 
+    /// About how many bytes of document text `split` holds, for a progress bar's
+    /// total and ETA before the documents are read: file sizes for text and JSON
+    /// Lines, parquet footers' column sizes, the offline corpus's size. `None`
+    /// when it cannot be told cheaply.
+    pub fn text_bytes_hint(&self, split: Split) -> Option<u64> {
+        let file_len = |p: &Path| std::fs::metadata(p).ok().map(|m| m.len());
+        let parquet = |files: &[PathBuf], column: &str| -> Option<u64> {
+            files
+                .iter()
+                .map(|f| parquet::parquet_text_bytes(f, column).ok())
+                .sum()
+        };
+        match self {
+            Resolved::HubFile {
+                path, max_bytes, ..
+            } => file_len(path).map(|n| max_bytes.map_or(n, |m| n.min(m))),
+            Resolved::HubParquet { column, shards, .. } => {
+                let files: Vec<PathBuf> = shards.iter().map(|s| s.path.clone()).collect();
+                parquet(&files, column)
+            }
+            Resolved::Local(l) => {
+                let p = l.path(split);
+                match &l.format {
+                    LocalFormat::JsonLines => file_len(p),
+                    LocalFormat::Parquet { column } => {
+                        parquet(&parquet::parquet_files(p).ok()?, column)
+                    }
+                    LocalFormat::Text { .. } if p.is_dir() => corpus::text_files(p)
+                        .ok()?
+                        .iter()
+                        .map(|f| file_len(f))
+                        .sum(),
+                    LocalFormat::Text { .. } => file_len(p),
+                }
+            }
+            Resolved::Offline(o) => Some(match split {
+                Split::Train => o.train_bytes,
+                Split::Validation => o.validation_bytes,
+            } as u64),
+        }
+    }
+
     /// Hands the documents of `split` to `f` in order, at most `batch_docs` at a
     /// time. Parquet and JSON Lines stream: memory holds one batch of documents plus
     /// what the reader decodes (a line, or part of one row group). Text files and the

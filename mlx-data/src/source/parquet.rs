@@ -50,6 +50,30 @@ pub fn parquet_shape(path: &Path) -> Result<(u64, usize)> {
     Ok((m.file_metadata().num_rows() as u64, m.num_row_groups()))
 }
 
+/// About how many bytes of text the column `column` of a parquet file holds, from
+/// its footer alone: the column chunks' uncompressed sizes less the 4-byte length
+/// of each value (exact for plainly encoded strings but for page headers; an
+/// estimate for a progress bar, not a count). 0 when the column is missing.
+pub fn parquet_text_bytes(path: &Path, column: &str) -> Result<u64> {
+    let file = std::fs::File::open(path).at(path)?;
+    let meta = ArrowReaderMetadata::load(&file, ArrowReaderOptions::new())
+        .map_err(|e| parquet_error(path, e))?;
+    let m = meta.metadata();
+    let schema = m.file_metadata().schema_descr();
+    let Some(index) =
+        (0..schema.num_columns()).find(|&i| schema.column(i).path().string() == column)
+    else {
+        return Ok(0);
+    };
+    Ok(m.row_groups()
+        .iter()
+        .map(|rg| {
+            let c = rg.column(index);
+            (c.uncompressed_size().max(0) as u64).saturating_sub(4 * c.num_values().max(0) as u64)
+        })
+        .sum())
+}
+
 /// Calls `row` with every value of the string column `column` of the parquet file
 /// `path`, in order (`None` for nulls), decoding one row group at a time in arrow
 /// batches of at most `batch_rows` rows. `row_group` is called before each row group
