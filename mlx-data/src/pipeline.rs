@@ -215,15 +215,9 @@ pub fn open_or_build_split(
         let hint = source.text_bytes_hint(split);
         let mut progress = Tokenizing::start(format!("tokenizing {}", split.name()), hint);
         source.for_each_batch(split, TOKENIZE_BATCH_DOCS, |docs| {
-            for ids in tokenizer.encode_docs(docs)? {
-                w.push_doc(&ids)?;
-                progress.tokens += ids.len() as u64;
-            }
-            progress.text(docs.iter().map(|d| d.len() as u64).sum());
-            Ok(())
+            progress.batch(tokenizer, docs, w)
         })?;
-        progress.task.set_total(Some(progress.task.position()));
-        progress.task.finish();
+        progress.finish();
         Ok(())
     })
 }
@@ -241,11 +235,28 @@ impl Tokenizing {
         Tokenizing { task, tokens: 0 }
     }
 
-    /// `bytes` more text tokenized.
-    fn text(&mut self, bytes: u64) {
+    /// Tokenizes `docs` in parallel, appends them to `w` in order, and counts them.
+    fn batch<S: AsRef<str> + Sync>(
+        &mut self,
+        tokenizer: &TextTokenizer,
+        docs: &[S],
+        w: &mut crate::store::StoreWriter,
+    ) -> Result<()> {
+        for ids in tokenizer.encode_docs(docs)? {
+            w.push_doc(&ids)?;
+            self.tokens += ids.len() as u64;
+        }
         let tokens = mlx_progress::format::amount(Unit::Tokens, self.tokens);
         self.task.set_message(format!("{tokens} tokens"));
-        self.task.inc(bytes);
+        self.task
+            .inc(docs.iter().map(|d| d.as_ref().len() as u64).sum());
+        Ok(())
+    }
+
+    /// Ends the task at the bytes actually tokenized (the total was an estimate).
+    fn finish(self) {
+        self.task.set_total(Some(self.task.position()));
+        self.task.finish();
     }
 }
 
@@ -261,13 +272,9 @@ pub fn tokenize_into(
     let docs: Vec<&str> = corpus.docs().collect();
     let bytes = docs.iter().map(|d| d.len() as u64).sum();
     let mut progress = Tokenizing::start("tokenizing".into(), Some(bytes));
-    for chunk in docs.chunks(4096) {
-        for ids in tokenizer.encode_docs(chunk)? {
-            w.push_doc(&ids)?;
-            progress.tokens += ids.len() as u64;
-        }
-        progress.text(chunk.iter().map(|d| d.len() as u64).sum());
+    for chunk in docs.chunks(TOKENIZE_BATCH_DOCS) {
+        progress.batch(tokenizer, chunk, w)?;
     }
-    progress.task.finish();
+    progress.finish();
     Ok(())
 }

@@ -8,13 +8,9 @@ use arrow_array::{ArrayRef, Int64Array, LargeStringArray, StringViewArray};
 use common::parquet_files::{expected_docs, parquet_of, text_parquet};
 use mlx_data::source::Resolved;
 use mlx_data::source::parquet::{parquet_shape, read_parquet_column};
-use mlx_data::{
-    DataConfig, DataError, HubConfig, LocalFormat, LocalSource, SourceSpec, Split, TokenizerSpec,
-    prepare,
-};
-use std::path::{Path, PathBuf};
+use mlx_data::{DataError, LocalFormat, LocalSource, SourceSpec, Split, TokenizerSpec, prepare};
+use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
 
 /// Stories with the awkward rows a real file has: a null, a blank, padding.
 fn texts(seed: u64, bytes: usize) -> Vec<Option<String>> {
@@ -34,18 +30,6 @@ fn json_lines(texts: &[Option<String>]) -> String {
         .flatten()
         .map(|t| serde_json::json!({ "text": t, "id": 1 }).to_string() + "\n")
         .collect()
-}
-
-fn config(dir: &Path, source: SourceSpec, tokenizer: TokenizerSpec) -> DataConfig {
-    let mut hub = HubConfig::new("http://127.0.0.1:9", dir.join("hf"));
-    hub.offline = true;
-    DataConfig {
-        source,
-        tokenizer,
-        cache_dir: dir.join("cache"),
-        hub,
-        lock_deadline: Duration::from_secs(60),
-    }
 }
 
 fn local(train: PathBuf, validation: PathBuf, format: LocalFormat) -> SourceSpec {
@@ -82,7 +66,7 @@ fn local_parquet_store_equals_the_json_lines_store() {
     std::fs::write(d.join("valid.jsonl"), json_lines(&valid)).unwrap();
 
     // Parquet with a tokenizer trained on it (the trained-tokenizer path reads parquet).
-    let pq = prepare(&config(
+    let pq = prepare(&common::offline_config(
         &d.join("pq"),
         local(d.join("train"), d.join("valid.parquet"), parquet_format()),
         TokenizerSpec::TrainByteLevel { vocab_size: 300 },
@@ -92,7 +76,7 @@ fn local_parquet_store_equals_the_json_lines_store() {
     let tok_file = d.join("tokenizer.json");
     pq.tokenizer.save(&tok_file).unwrap();
 
-    let js = prepare(&config(
+    let js = prepare(&common::offline_config(
         &d.join("js"),
         local(
             d.join("train.jsonl"),
@@ -131,7 +115,7 @@ fn local_parquet_store_equals_the_json_lines_store() {
     let first = std::fs::read(&store).unwrap();
     drop(pq);
     std::fs::remove_file(&store).unwrap();
-    let again = prepare(&config(
+    let again = prepare(&common::offline_config(
         &d.join("pq"),
         local(d.join("train"), d.join("valid.parquet"), parquet_format()),
         TokenizerSpec::TrainByteLevel { vocab_size: 300 },

@@ -4,26 +4,9 @@
 mod common;
 
 use mlx_data::{
-    BatchSize, DataConfig, DataLoader, HubConfig, LoaderConfig, LocalFormat, LocalSource,
-    OfflineCorpus, SourceSpec, Split, TokenizerSpec, prepare,
+    BatchSize, DataLoader, LoaderConfig, LocalFormat, LocalSource, OfflineCorpus, SourceSpec,
+    Split, TokenizerSpec, prepare,
 };
-use std::time::Duration;
-
-fn offline_config(
-    dir: &std::path::Path,
-    source: SourceSpec,
-    tokenizer: TokenizerSpec,
-) -> DataConfig {
-    let mut hub = HubConfig::new("http://127.0.0.1:9", dir.join("hf"));
-    hub.offline = true;
-    DataConfig {
-        source,
-        tokenizer,
-        cache_dir: dir.join("cache"),
-        hub,
-        lock_deadline: Duration::from_secs(60),
-    }
-}
 
 #[test]
 fn offline_mode_falls_back_to_the_builtin_corpus_and_trains_a_tokenizer_on_request() {
@@ -37,7 +20,7 @@ fn offline_mode_falls_back_to_the_builtin_corpus_and_trains_a_tokenizer_on_reque
         hub: Default::default(),
         offline: offline.clone(),
     };
-    let cfg = offline_config(
+    let cfg = common::offline_config(
         dir.path(),
         source,
         TokenizerSpec::TrainByteLevel { vocab_size: 512 },
@@ -87,7 +70,7 @@ fn default_tokenizer_is_gpt2_with_no_network() {
         train_bytes: 40_000,
         validation_bytes: 10_000,
     };
-    let cfg = offline_config(
+    let cfg = common::offline_config(
         dir.path(),
         SourceSpec::Offline(offline.clone()),
         TokenizerSpec::default(),
@@ -179,7 +162,7 @@ fn local_source_with_gpt2_files_end_to_end() {
         vocab: gpt2.join("vocab.json"),
         merges: gpt2.join("merges.txt"),
     };
-    let data = prepare(&offline_config(dir.path(), source, tok)).unwrap();
+    let data = prepare(&common::offline_config(dir.path(), source, tok)).unwrap();
     assert_eq!(data.source_kind, "local");
     let stream = data.train.tokens(0, data.train.n_tokens()).to_vec();
     assert_eq!(

@@ -5,7 +5,7 @@ pub mod hub_server;
 pub mod parquet_files;
 
 use mlx_data::store::{BuildSpec, StoreMeta, StoreWriter};
-use mlx_data::{TokenStore, Verify};
+use mlx_data::{DataConfig, HubConfig, SourceSpec, TokenStore, TokenizerSpec, Verify};
 use std::path::Path;
 use std::time::Duration;
 
@@ -71,4 +71,18 @@ pub fn gpt2_dir() -> Option<std::path::PathBuf> {
         dir.display()
     );
     None
+}
+
+/// A data configuration under `dir` that never touches the network (offline
+/// mode, an unroutable endpoint), with its caches inside `dir`.
+pub fn offline_config(dir: &Path, source: SourceSpec, tokenizer: TokenizerSpec) -> DataConfig {
+    let mut hub = HubConfig::new("http://127.0.0.1:9", dir.join("hf"));
+    hub.offline = true;
+    DataConfig {
+        source,
+        tokenizer,
+        cache_dir: dir.join("cache"),
+        hub,
+        lock_deadline: Duration::from_secs(60),
+    }
 }
