@@ -96,6 +96,12 @@ impl LoaderState {
         serde_json::to_string(self).unwrap_or_default()
     }
 
+    /// Rows of one batch across the world (`per_rank_batch * world`): the
+    /// unit the position counts in, whatever the world size.
+    pub fn global_batch(&self) -> usize {
+        self.per_rank_batch * self.world
+    }
+
     /// Parses a state saved with [`LoaderState::to_json`].
     pub fn from_json(s: &str) -> Result<LoaderState> {
         serde_json::from_str(s).map_err(|e| DataError::Config(format!("loader state JSON: {e}")))
@@ -194,7 +200,18 @@ impl DataLoader {
         }
     }
 
-    /// Continues from a saved state; fails if it was saved by a differently configured loader.
+    /// Continues from a saved state; fails if it was saved by a differently
+    /// configured loader.
+    ///
+    /// The state may come from any rank of any world size whose batches have
+    /// as many rows across the world as this loader's (`per_rank_batch *
+    /// world`): batch `b` of an epoch takes positions `b * G .. (b + 1) * G`
+    /// of the epoch's order (`G` rows across the world), which depends on
+    /// the seed, the epoch and the number of samples alone, and an epoch has
+    /// `n_samples / G` batches whatever the world size. So a run that stops
+    /// at world `N` and resumes at world `M` uses every sample of the epoch
+    /// exactly once across the change; each batch holds the same samples,
+    /// dealt to the ranks differently.
     pub fn restore(&mut self, s: &LoaderState) -> Result<()> {
         let mine = self.state();
         let check = |field: &'static str, expected: String, found: String| {
@@ -209,18 +226,26 @@ impl DataLoader {
             }
         };
         check("seed", mine.seed.to_string(), s.seed.to_string())?;
-        check("rank", mine.rank.to_string(), s.rank.to_string())?;
-        check("world", mine.world.to_string(), s.world.to_string())?;
         check(
             "n_samples",
             mine.n_samples.to_string(),
             s.n_samples.to_string(),
         )?;
-        check(
-            "per_rank_batch",
-            mine.per_rank_batch.to_string(),
-            s.per_rank_batch.to_string(),
-        )?;
+        let rows = |s: &LoaderState| {
+            format!(
+                "{} rows ({} on each of {} ranks)",
+                s.global_batch(),
+                s.per_rank_batch,
+                s.world
+            )
+        };
+        if mine.global_batch() != s.global_batch() {
+            return Err(DataError::StateMismatch {
+                field: "the global batch",
+                expected: rows(&mine),
+                found: rows(s),
+            });
+        }
         check(
             "block_size",
             mine.block_size.to_string(),

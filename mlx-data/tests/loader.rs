@@ -183,16 +183,115 @@ fn resume_mid_epoch_reproduces_the_uninterrupted_run() {
         assert_eq!(&resumed.next_batch().unwrap(), b);
     }
 
-    // A state from a different world size is refused.
+    // A state whose batches have other rows across the world is refused.
     let mut other =
-        DataLoader::new(s, cfg(BatchMode::Pad, 12, BatchSize::Global(6), 1, 2)).unwrap();
+        DataLoader::new(s, cfg(BatchMode::Pad, 12, BatchSize::PerRank(3), 1, 3)).unwrap();
     let err = other
         .restore(&LoaderState::from_json(&saved).unwrap())
         .unwrap_err();
     assert!(
-        matches!(err, DataError::StateMismatch { field: "world", .. }),
+        matches!(
+            err,
+            DataError::StateMismatch {
+                field: "the global batch",
+                ..
+            }
+        ),
         "{err}"
     );
+    assert!(
+        err.to_string().contains("9 rows (3 on each of 3 ranks)"),
+        "{err}"
+    );
+}
+
+/// Each step's samples across the world: the union of every rank's batch.
+fn world_steps(
+    s: &Arc<mlx_data::TokenStore>,
+    mode: BatchMode,
+    world: usize,
+    from: Option<&LoaderState>,
+    steps: usize,
+) -> Vec<(u64, Vec<u64>)> {
+    let mut loaders: Vec<DataLoader> = (0..world)
+        .map(|r| {
+            let c = cfg(mode, 8, BatchSize::Global(12), r, world);
+            let mut l = DataLoader::new(s.clone(), c).unwrap();
+            if let Some(state) = from {
+                l.restore(state).unwrap();
+            }
+            l
+        })
+        .collect();
+    (0..steps)
+        .map(|_| {
+            let mut epoch = None;
+            let mut samples = vec![];
+            for l in &mut loaders {
+                let b = l.next_batch().unwrap();
+                assert!(
+                    epoch.is_none_or(|e| e == b.epoch),
+                    "ranks in different epochs"
+                );
+                epoch = Some(b.epoch);
+                samples.extend(b.samples);
+            }
+            samples.sort();
+            (epoch.unwrap(), samples)
+        })
+        .collect()
+}
+
+/// A run that stops at world N and resumes at world M (the same global
+/// batch) takes, step by step, the samples of a run at world 1: every
+/// sample of an epoch exactly once across the change, across epochs.
+#[test]
+fn a_state_resumes_at_another_world_size_with_each_sample_once() {
+    let (_d, s) = store(150);
+    for mode in [BatchMode::Pad, BatchMode::Pack] {
+        let per_epoch = DataLoader::new(s.clone(), cfg(mode, 8, BatchSize::Global(12), 0, 1))
+            .unwrap()
+            .batches_per_epoch() as usize;
+        // Past the end of the first epoch.
+        let steps = per_epoch + 6;
+        let one = world_steps(&s, mode, 1, None, steps);
+        // Within an epoch no sample repeats: world 1 is a fair reference.
+        for e in 0..2 {
+            let mut seen = HashSet::new();
+            for (_, samples) in one.iter().filter(|(ep, _)| *ep == e) {
+                assert!(
+                    samples.iter().all(|x| seen.insert(*x)),
+                    "{mode:?}: a repeat"
+                );
+            }
+        }
+        for (n, m) in [(4, 2), (2, 3), (3, 1), (1, 4), (6, 4)] {
+            for stop in [1, 5, per_epoch, per_epoch + 2] {
+                let mut first: Vec<DataLoader> = (0..n)
+                    .map(|r| {
+                        let c = cfg(mode, 8, BatchSize::Global(12), r, n);
+                        DataLoader::new(s.clone(), c).unwrap()
+                    })
+                    .collect();
+                let mut got = vec![];
+                for _ in 0..stop {
+                    let mut samples = vec![];
+                    let mut epoch = 0;
+                    for l in &mut first {
+                        let b = l.next_batch().unwrap();
+                        epoch = b.epoch;
+                        samples.extend(b.samples);
+                    }
+                    samples.sort();
+                    got.push((epoch, samples));
+                }
+                // Every rank's state says the same position; take the last's.
+                let state = LoaderState::from_json(&first[n - 1].state().to_json()).unwrap();
+                got.extend(world_steps(&s, mode, m, Some(&state), steps - stop));
+                assert_eq!(got, one, "{mode:?}: world {n} -> {m} after {stop} steps");
+            }
+        }
+    }
 }
 
 #[test]

@@ -206,13 +206,13 @@ impl<O: Optimizer> Sharded<O> {
         state.set_step(step + 1);
         Ok(shards.map(|path, _| Ok(gathered[path].clone()))?)
     }
+}
 
-    /// A tree shaped like `params` whose leaves have this rank's shard
-    /// shapes (lazy zeros, never computed): what the state is checked against.
-    fn shard_shapes(&self, params: &Tree) -> Result<Tree> {
-        let (_, w) = self.world();
-        Ok(params.map(|_, p| Ok(Array::zeros(&[shard_len(p.size(), w)], p.dtype())))?)
-    }
+/// A tree shaped like `params` whose leaves have the shard shapes of a
+/// world of `w` (lazy zeros, never computed): what a shard's state is
+/// checked against.
+pub(crate) fn shard_shapes(params: &Tree, w: usize) -> Result<Tree> {
+    Ok(params.map(|_, p| Ok(Array::zeros(&[shard_len(p.size(), w)], p.dtype())))?)
 }
 
 /// `x` flattened and padded with zeros to `len` elements.
@@ -225,7 +225,7 @@ fn padded(x: &Array, len: usize) -> mlx_array::Result<Array> {
 }
 
 /// Shard `r` of `W` of `p`, flat and zero padded.
-fn shard_of(p: &Array, r: usize, w: usize) -> mlx_array::Result<Array> {
+pub(crate) fn shard_of(p: &Array, r: usize, w: usize) -> mlx_array::Result<Array> {
     let (n, len) = (p.size(), shard_len(p.size(), w));
     let (lo, hi) = ((r * len).min(n), ((r + 1) * len).min(n));
     padded(&p.reshape(&[-1])?.slice_axis(0, lo as i64, hi as i64)?, len)
@@ -275,7 +275,7 @@ impl<O: Optimizer> Optimizer for Sharded<O> {
         if self.group.size() == 1 {
             return self.inner.init(params);
         }
-        let shapes = self.shard_shapes(params)?;
+        let shapes = shard_shapes(params, self.group.size())?;
         self.inner.init(&shapes)
     }
 
@@ -304,7 +304,7 @@ impl<O: Optimizer> Optimizer for Sharded<O> {
         let (r, w) = self.world();
         let shard = (w > 1).then_some((r, w));
         let checked = if w > 1 {
-            self.shard_shapes(params)?
+            shard_shapes(params, w)?
         } else {
             params.clone()
         };
