@@ -15,8 +15,10 @@ use anyhow::{Context, Result, bail};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-/// The manifest format written: 2 adds `files` (format 1 had no checksums).
-pub const FORMAT: u32 = 2;
+/// The manifest format written: 2 adds `files` (format 1 had no
+/// checksums), 3 adds `layout` (what resuming on another number of ranks
+/// needs).
+pub const FORMAT: u32 = 3;
 
 const MANIFEST: &str = "manifest.json";
 
@@ -49,7 +51,32 @@ pub struct Manifest {
     /// Every other file of the folder, by name (empty in format 1).
     #[serde(default)]
     pub files: Vec<FileEntry>,
+    /// How the optimizer state and the data position are laid out, so that
+    /// the checkpoint resumes on any number of ranks (format 3 on).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub layout: Option<Layout>,
 }
+
+/// What a checkpoint records so that it resumes on a different number of
+/// ranks than wrote it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Layout {
+    /// The optimizer state's files, in rank order: one holding the whole
+    /// state, or one per rank of a state sharded over that many ranks (each
+    /// parameter cut flat into `ceil(N / ranks)` elements per rank, see
+    /// [`mlx_optim::read_whole_state`]).
+    pub optimizer_files: Vec<String>,
+    /// Where the training data stands: rank 0's loader state. The position
+    /// (epoch, batches done) is the same on every rank and, for a given
+    /// global batch, means the same samples at any world size (see
+    /// [`mlx_data::DataLoader::restore`]).
+    pub data: mlx_data::LoaderState,
+}
+
+/// The parts of the resume key that may differ when resuming on another
+/// number of ranks: the batch (checked as rows across the world instead)
+/// and whether the optimizer state is sharded (re-sharded on load).
+const RESHARDABLE: [&str; 3] = ["global_batch", "per_rank_batch", "shard_optimizer"];
 
 /// A checkpoint that passed [`verify`], found by [`latest_good`].
 #[derive(Clone, Debug)]
@@ -193,7 +220,7 @@ fn parse_manifest(dir: &Path) -> Result<Manifest> {
         .with_context(|| format!("{} is not a valid checkpoint manifest", path.display()))?;
     if m.format == 0 || m.format > FORMAT {
         bail!(
-            "{}: checkpoint format {} is not supported (expected 1 to {FORMAT})",
+            "{}: checkpoint format {} is not supported (this version reads 1 to {FORMAT})",
             path.display(),
             m.format
         );
@@ -282,35 +309,33 @@ pub fn latest_good(out: &Path) -> Result<Option<Found>> {
     )
 }
 
-/// Reads and checks a checkpoint's manifest against the run's resume key.
-pub fn read_manifest(dir: &Path, resume_key: &serde_json::Value, world: usize) -> Result<Manifest> {
+/// Reads a checkpoint's manifest and checks it against the run's resume
+/// key, all but the parts resharding changes (the batch, whether the
+/// optimizer state is sharded): those are the resume's to check.
+pub fn read_manifest(dir: &Path, resume_key: &serde_json::Value) -> Result<Manifest> {
     let m = parse_manifest(dir)?;
-    if &m.resume_key != resume_key {
-        let diff: Vec<String> = resume_key
-            .as_object()
-            .into_iter()
-            .flatten()
-            .filter(|(k, v)| m.resume_key.get(k.as_str()) != Some(*v))
-            .map(|(k, v)| {
-                format!(
-                    "{k}: checkpoint has {}, this run has {v}",
-                    m.resume_key
-                        .get(k.as_str())
-                        .map_or("nothing".into(), |x| x.to_string())
-                )
-            })
-            .collect();
+    let differs = |k: &str, v: &serde_json::Value| {
+        !RESHARDABLE.contains(&k) && m.resume_key.get(k) != Some(v)
+    };
+    let diff: Vec<String> = resume_key
+        .as_object()
+        .into_iter()
+        .flatten()
+        .filter(|(k, v)| differs(k, v))
+        .map(|(k, v)| {
+            format!(
+                "{k}: checkpoint has {}, this run has {v}",
+                m.resume_key
+                    .get(k.as_str())
+                    .map_or("nothing".into(), |x| x.to_string())
+            )
+        })
+        .collect();
+    if !diff.is_empty() {
         bail!(
             "checkpoint {} was written by a different configuration ({})",
             dir.display(),
             diff.join("; ")
-        );
-    }
-    if m.world != world {
-        bail!(
-            "checkpoint {} was written by {} ranks; this run has {world} (the data position is per rank)",
-            dir.display(),
-            m.world
         );
     }
     Ok(m)

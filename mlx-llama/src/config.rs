@@ -150,6 +150,11 @@ pub struct TrainConfig {
     /// Each rank appends its array memory (`memory::active`/`peak`) after
     /// every step to `<this>.rank<R>.jsonl`, for memory profiling.
     pub memory_log: Option<PathBuf>,
+    /// Each rank appends the samples of every step (epoch, and the index in
+    /// the token store of each of its rows) to `<this>.rank<R>.jsonl`, to
+    /// audit which data a run used.
+    #[serde(default)]
+    pub sample_log: Option<PathBuf>,
     /// With more than one rank, shard AdamW's moments over the ranks (ZeRO
     /// stage 1: each rank keeps `1 / world` of them, the same results); off,
     /// every rank averages whole gradients and keeps the whole state.
@@ -190,6 +195,7 @@ impl Default for TrainConfig {
             device: "cpu".into(),
             data_cache: None,
             memory_log: None,
+            sample_log: None,
             shard_optimizer: true,
         }
     }

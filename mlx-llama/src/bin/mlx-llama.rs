@@ -102,6 +102,10 @@ struct TrainArgs {
     /// Each rank appends its array memory per step to PATH.rank<R>.jsonl.
     #[arg(long)]
     memory_log: Option<PathBuf>,
+    /// Each rank appends the samples of every step (epoch and token-store
+    /// indices of its rows) to PATH.rank<R>.jsonl.
+    #[arg(long)]
+    sample_log: Option<PathBuf>,
     /// Bytes per gradient communication bucket (MLX's all_reduce_size;
     /// 0: one collective per tensor); suffixes KiB, MiB, GiB, K, M, G allowed.
     #[arg(long, default_value = "32MiB", value_parser = byte_size)]
@@ -264,6 +268,7 @@ fn config(a: &TrainArgs) -> Result<TrainConfig> {
         device: a.device.clone(),
         data_cache: a.data_cache.clone(),
         memory_log: a.memory_log.clone(),
+        sample_log: a.sample_log.clone(),
         shard_optimizer: !a.no_shard_optimizer,
     })
 }

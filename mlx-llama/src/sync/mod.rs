@@ -16,7 +16,7 @@
 mod replicated;
 mod sharded;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
 use mlx_array::{Array, Dtype, Tree};
@@ -68,6 +68,14 @@ pub(crate) trait GradSync {
     /// Reads this rank's optimizer state from the checkpoint folder `dir`,
     /// checked against `params` (the parameters being trained).
     fn load(&mut self, dir: &Path, params: &Tree) -> Result<()>;
+
+    /// The files [`GradSync::save`] writes over the world, in rank order.
+    fn state_files(&self) -> Vec<String>;
+
+    /// Reads an optimizer state another layout saved, `files` in its rank
+    /// order (one whole state, or the shards of some number of ranks), and
+    /// keeps what this strategy keeps of it on this rank.
+    fn load_resharded(&mut self, files: &[PathBuf], params: &Tree) -> Result<()>;
 
     /// The optimizer: its learning rate and state.
     fn optimizer(&self) -> &dyn Optimizer;

@@ -1,6 +1,6 @@
 //! Every rank averages whole gradients and keeps the whole optimizer state.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use anyhow::{Result, anyhow};
 use mlx_array::{Array, Dtype, Tree};
@@ -75,6 +75,17 @@ impl GradSync for Replicated {
         self.opt
             .load_state(&dir.join(STATE_FILE), params)
             .map_err(|e| anyhow!("loading the optimizer from {}: {e}", dir.display()))
+    }
+
+    fn state_files(&self) -> Vec<String> {
+        vec![STATE_FILE.to_string()]
+    }
+
+    fn load_resharded(&mut self, files: &[PathBuf], params: &Tree) -> Result<()> {
+        let whole = mlx_optim::read_whole_state(files, params, self.opt.slot_names())
+            .map_err(|e| anyhow!("re-sharding the optimizer state: {e}"))?;
+        *self.opt.state_mut() = whole;
+        Ok(())
     }
 
     fn optimizer(&self) -> &dyn Optimizer {

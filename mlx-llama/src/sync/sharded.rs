@@ -1,7 +1,7 @@
 //! ZeRO stage 1: each rank keeps the optimizer state of its shard of every
 //! parameter (see [`mlx_optim::Sharded`]).
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use anyhow::{Result, anyhow};
 use mlx_array::{Array, Dtype, Tree};
@@ -67,7 +67,7 @@ impl Sharded {
 
     /// This rank's state file in a checkpoint folder.
     fn state_file(&self) -> String {
-        format!("optimizer_rank{}.safetensors", self.opt.group().rank())
+        state_file(self.opt.group().rank())
     }
 }
 
@@ -114,9 +114,24 @@ impl GradSync for Sharded {
             .map_err(|e| anyhow!("loading the optimizer from {}: {e}", dir.display()))
     }
 
+    fn state_files(&self) -> Vec<String> {
+        (0..self.opt.group().size()).map(state_file).collect()
+    }
+
+    fn load_resharded(&mut self, files: &[PathBuf], params: &Tree) -> Result<()> {
+        mlx_optim::read_whole_state(files, params, self.opt.slot_names())
+            .and_then(|whole| self.opt.set_whole_state(&whole))
+            .map_err(|e| anyhow!("re-sharding the optimizer state: {e}"))
+    }
+
     fn optimizer(&self) -> &dyn Optimizer {
         &self.opt
     }
+}
+
+/// The state file of `rank` in a checkpoint folder.
+fn state_file(rank: usize) -> String {
+    format!("optimizer_rank{rank}.safetensors")
 }
 
 /// `x` cast to the float dtype `to`; arrays of other dtypes as they are.

@@ -22,6 +22,17 @@ pub(super) struct Micro {
     pub tokens: Vec<u32>,
     /// The targets that count in the loss, counted on the host.
     pub targets: usize,
+    /// The epoch and the store's samples of the rows, in order.
+    pub drawn: Drawn,
+}
+
+/// Which samples a micro-batch holds: the epoch and each row's sample.
+#[derive(Clone, serde::Serialize)]
+pub(super) struct Drawn {
+    /// The epoch the samples come from.
+    pub epoch: u64,
+    /// The store's index of each row's sample (documents or windows).
+    pub samples: Vec<u64>,
 }
 
 /// The batch's arrays, built once, and what the step needs of it on the host.
@@ -35,6 +46,10 @@ pub(super) fn micro(b: &mlx_data::Batch) -> Result<Micro> {
             .flat_map(|r| b.inputs(r).iter().copied())
             .collect(),
         targets: b.n_target_tokens(),
+        drawn: Drawn {
+            epoch: b.epoch,
+            samples: b.samples.clone(),
+        },
     })
 }
 

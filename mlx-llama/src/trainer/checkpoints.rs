@@ -8,13 +8,15 @@ use mlx_dist::Group;
 use mlx_nn::ModuleExt;
 
 use crate::Llama;
-use crate::checkpoint::{self, Manifest};
+use crate::checkpoint::{self, Layout, Manifest};
 use crate::config::TrainConfig;
 use crate::sync::GradSync;
 
 /// Restores the model, the optimizer state and this rank's loader from the
 /// checkpoint to resume from, if any; returns the steps it had done (0
-/// without one).
+/// without one). A checkpoint written by another number of ranks, or with
+/// the optimizer state sharded when this run keeps it whole or the other
+/// way round, is re-sharded: see [`resume_resharded`].
 pub(super) fn resume(
     cfg: &TrainConfig,
     group: &Group,
@@ -26,21 +28,111 @@ pub(super) fn resume(
         return Ok(0);
     };
     let rank = group.rank();
-    let m = checkpoint::read_manifest(&dir, &cfg.resume_key(), group.size())?;
+    let m = checkpoint::read_manifest(&dir, &cfg.resume_key())?;
     model
         .load_weights(dir.join("model.safetensors"))
         .with_context(|| format!("loading the model from {}", dir.display()))?;
-    sync.load(&dir, &model.trainable_parameters())?;
+    let params = model.trainable_parameters();
+    if !same_layout(&m, cfg, group.size(), &sync.state_files()) {
+        return resume_resharded(&dir, &m, group, sync, &params, loader);
+    }
+    sync.load(&dir, &params)?;
     let state_path = dir.join(format!("loader_rank{rank}.json"));
     let state = LoaderState::from_json(
         &std::fs::read_to_string(&state_path)
             .with_context(|| format!("reading {}", state_path.display()))?,
     )?;
+    check_global_batch(&dir, &state, loader, group.size())?;
     loader.restore(&state)?;
     if rank == 0 {
         println!("resuming from {} at step {}", dir.display(), m.step);
     }
     Ok(m.step)
+}
+
+/// Whether this run lays out the optimizer state as the checkpoint does:
+/// the same world size and the same state files (a checkpoint from before
+/// format 3, which records no files: the same `shard_optimizer`).
+fn same_layout(m: &Manifest, cfg: &TrainConfig, world: usize, mine: &[String]) -> bool {
+    m.world == world
+        && match &m.layout {
+            Some(l) => l.optimizer_files == mine,
+            None => m.resume_key.get("shard_optimizer") == Some(&cfg.shard_optimizer.into()),
+        }
+}
+
+/// Resumes from a checkpoint laid out for another world size or strategy:
+/// the optimizer state is put together whole from its files and cut again
+/// for this world ([`GradSync::load_resharded`]), and every rank's loader
+/// continues from the recorded position, which for the same global batch
+/// means the same samples at any world size.
+fn resume_resharded(
+    dir: &Path,
+    m: &Manifest,
+    group: &Group,
+    sync: &mut dyn GradSync,
+    params: &mlx_array::Tree,
+    loader: &mut DataLoader,
+) -> Result<u64> {
+    let sharding = |files: usize| match files {
+        1 => "whole optimizer state".to_string(),
+        n => format!("optimizer state in {n} shards"),
+    };
+    let Some(layout) = &m.layout else {
+        let then = m
+            .resume_key
+            .get("shard_optimizer")
+            .and_then(|v| v.as_bool());
+        bail!(
+            "checkpoint {} (format {}) was written by {} rank(s) with shard_optimizer {}, and records no layout of its optimizer state and data position, so it cannot be re-sharded for {} rank(s) with shard_optimizer {}: resume it as it was written, or start afresh (--fresh); checkpoints of format 3 on resume on any number of ranks",
+            dir.display(),
+            m.format,
+            m.world,
+            then.map_or("unknown".into(), |b| b.to_string()),
+            group.size(),
+            sync.state_files().len() > 1,
+        );
+    };
+    check_global_batch(dir, &layout.data, loader, group.size())?;
+    let files: Vec<PathBuf> = layout.optimizer_files.iter().map(|f| dir.join(f)).collect();
+    sync.load_resharded(&files, params)
+        .with_context(|| format!("resuming from {}", dir.display()))?;
+    loader.restore(&layout.data)?;
+    if group.rank() == 0 {
+        println!(
+            "resuming from {} at step {}, re-sharded from {} rank(s) ({}) to {} ({})",
+            dir.display(),
+            m.step,
+            m.world,
+            sharding(layout.optimizer_files.len()),
+            group.size(),
+            sharding(sync.state_files().len())
+        );
+    }
+    Ok(m.step)
+}
+
+/// A resume keeps the global batch (the rows of a micro-batch across the
+/// world): the data position counts in it. The error says what to pass.
+fn check_global_batch(
+    dir: &Path,
+    saved: &LoaderState,
+    loader: &DataLoader,
+    world: usize,
+) -> Result<()> {
+    let mine = loader.per_rank_batch() * world;
+    if saved.global_batch() != mine {
+        bail!(
+            "checkpoint {} trained on batches of {} sequences ({} on each of {} ranks); this run's have {mine} ({} on each of {world}): a resume keeps the global batch, where the data position counts, so pass --global-batch {} (it must split evenly over the {world} ranks)",
+            dir.display(),
+            saved.global_batch(),
+            saved.per_rank_batch,
+            saved.world,
+            loader.per_rank_batch(),
+            saved.global_batch()
+        );
+    }
+    Ok(())
 }
 
 /// The checkpoint to resume from: rank 0 picks the newest intact one
@@ -97,14 +189,25 @@ pub(super) fn save(cfg: &TrainConfig, group: &Group, parts: Parts, step: u64) ->
     group.barrier()?;
     parts.sync.save(&tmp)?;
     if group.rank() == 0 {
-        publish(cfg, group, parts.model, &tmp, step)?;
+        let layout = Layout {
+            optimizer_files: parts.sync.state_files(),
+            data: parts.batches.state(),
+        };
+        publish(cfg, group, parts.model, layout, &tmp, step)?;
     }
     group.barrier()?;
     Ok(checkpoint::step_dir(out, step))
 }
 
 /// Rank 0's part: the weights, the manifest, publishing and pruning.
-fn publish(cfg: &TrainConfig, group: &Group, model: &Llama, tmp: &Path, step: u64) -> Result<()> {
+fn publish(
+    cfg: &TrainConfig,
+    group: &Group,
+    model: &Llama,
+    layout: Layout,
+    tmp: &Path,
+    step: u64,
+) -> Result<()> {
     let out = &cfg.out_dir;
     let weights = tmp.join("model.safetensors");
     model.save_weights(&weights)?;
@@ -117,6 +220,7 @@ fn publish(cfg: &TrainConfig, group: &Group, model: &Llama, tmp: &Path, step: u6
         config: serde_json::to_value(cfg)?,
         vocab_size: model.config.vocab_size,
         files: checkpoint::file_entries(tmp)?,
+        layout: Some(layout),
     };
     checkpoint::write_manifest(tmp, &manifest)?;
     checkpoint::publish(out, tmp, step)?;

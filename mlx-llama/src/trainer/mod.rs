@@ -128,7 +128,7 @@ impl<'a> Run<'a> {
             );
         }
         let batches = Prefetcher::spawn(train_loader, 4)?;
-        let record = Recorder::new(cfg, rank, first_step, data.source_kind)?;
+        let record = Recorder::new(cfg, (rank, world), first_step, data.source_kind)?;
         let sparse_embedding = cfg.sparse_embedding_gradients
             && world > 1
             && model.trainable_parameters().get_array(EMBEDDING).is_some();
@@ -160,6 +160,7 @@ impl<'a> Run<'a> {
             self.tokens,
             self.sparse_embedding,
         )?;
+        let drawn = batch.micros.iter().map(|m| m.drawn.clone()).collect();
         let (loss, grads) = loss::loss_and_grads(&mut self.model, batch.micros, batch.scale)?;
         let grads = self.sync.reduce(grads, batch.sparse.as_ref())?;
         let (grads, grad_norm) = self.clip(grads)?;
@@ -173,6 +174,7 @@ impl<'a> Run<'a> {
             seconds: t0.elapsed().as_secs_f64(),
             comm: mlx_array::eval::communication_times() - comm0,
             grad_norm,
+            drawn,
         };
         self.after(step + 1, &stepped)
     }

@@ -1,5 +1,5 @@
 //! What a run records of its steps: the summary it returns, rank 0's
-//! metrics file and progress lines, and each rank's memory log.
+//! metrics file and progress lines, and each rank's memory and sample logs.
 
 use std::fs::File;
 use std::io::Write;
@@ -12,6 +12,8 @@ use mlx_dist::Group;
 
 use crate::config::TrainConfig;
 use crate::metrics::{Reporter, StepMetrics};
+
+use super::batch::Drawn;
 
 /// What a finished run reports.
 #[derive(Clone, Debug, serde::Serialize)]
@@ -55,6 +57,8 @@ pub(super) struct Stepped {
     pub comm: CommunicationTimes,
     /// The global gradient norm before clipping, when clipping (evaluated).
     pub grad_norm: Option<Array>,
+    /// The samples of each of this rank's micro-batches.
+    pub drawn: Vec<Drawn>,
 }
 
 /// A run's records so far.
@@ -66,6 +70,8 @@ pub(super) struct Recorder {
     /// Rank 0's metrics file and progress display.
     reporter: Option<Reporter>,
     memory_log: Option<File>,
+    sample_log: Option<File>,
+    world: usize,
 }
 
 impl Recorder {
@@ -73,7 +79,7 @@ impl Recorder {
     /// data from `source`.
     pub(super) fn new(
         cfg: &TrainConfig,
-        rank: usize,
+        (rank, world): (usize, usize),
         first_step: u64,
         source: &str,
     ) -> Result<Recorder> {
@@ -95,19 +101,39 @@ impl Recorder {
             checkpoint: None,
             source: source.into(),
         };
-        let memory_log = match &cfg.memory_log {
-            Some(p) => {
-                let path = PathBuf::from(format!("{}.rank{rank}.jsonl", p.display()));
-                Some(File::create(&path).with_context(|| format!("creating {}", path.display()))?)
+        let rank_file = |p: &PathBuf, append: bool| {
+            let path = PathBuf::from(format!("{}.rank{rank}.jsonl", p.display()));
+            if let Some(parent) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+                std::fs::create_dir_all(parent)
+                    .with_context(|| format!("creating {}", parent.display()))?;
             }
-            None => None,
+            std::fs::OpenOptions::new()
+                .create(true)
+                .write(true)
+                .append(append)
+                .truncate(!append)
+                .open(&path)
+                .with_context(|| format!("opening {}", path.display()))
         };
+        let memory_log = cfg
+            .memory_log
+            .as_ref()
+            .map(|p| rank_file(p, false))
+            .transpose()?;
+        // Appended to: a resumed run adds the steps it runs.
+        let sample_log = cfg
+            .sample_log
+            .as_ref()
+            .map(|p| rank_file(p, true))
+            .transpose()?;
         Ok(Recorder {
             rank,
             summary,
             times: vec![],
             reporter,
             memory_log,
+            sample_log,
+            world,
         })
     }
 
@@ -133,6 +159,15 @@ impl Recorder {
                 memory::peak(),
                 memory::cache()
             )?;
+        }
+        if let Some(f) = self.sample_log.as_mut() {
+            let line = serde_json::json!({
+                "step": done,
+                "rank": self.rank,
+                "world": self.world,
+                "micro_batches": s.drawn,
+            });
+            writeln!(f, "{line}")?;
         }
         self.summary.losses.push(s.loss);
         Ok(())

@@ -271,6 +271,7 @@ fn exporting_a_checkpoint_reads_its_model_and_tokenizer() {
         config: serde_json::to_value(&cfg).unwrap(),
         vocab_size: VOCAB,
         files: mlx_llama::checkpoint::file_entries(&ckpt).unwrap(),
+        layout: None,
     };
     mlx_llama::checkpoint::write_manifest(&ckpt, &manifest).unwrap();
     // A checkpoint's weights say they are MLX's, as MLX's own do.
