@@ -425,7 +425,10 @@ fn sharded_optimizer_state_matches_whole_state_and_resumes_exactly() {
         ..clipped(&parts, 8)
     });
     for (g, w) in toggled[0].losses.iter().zip(&want[0].losses[6..]) {
-        assert!((g - w).abs() <= 1e-5 * w, "loss {g} resumed whole, {w} sharded");
+        assert!(
+            (g - w).abs() <= 1e-5 * w,
+            "loss {g} resumed whole, {w} sharded"
+        );
     }
     let d = max_diff(&weights(&full8), &weights(&parts));
     eprintln!("resumed with whole state: parameters within {d:e}");
