@@ -154,5 +154,40 @@ fn eval_overhead(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, matmul, elementwise, eval_overhead);
+/// The same products in bfloat16: on the AVX512_BF16 GEMM (where the CPU
+/// has it), and converted to f32 for the BLAS (`MLX_GEMM_BF16=0`), beside
+/// float32 through the BLAS.
+fn matmul_bf16(c: &mut Criterion) {
+    let mut g = c.benchmark_group("matmul_bf16");
+    g.sample_size(10)
+        .warm_up_time(Duration::from_millis(500))
+        .measurement_time(Duration::from_secs(3));
+    for &(name, m, k, n, ta, tb) in SHAPES {
+        g.throughput(Throughput::Elements((2 * m * n * k) as u64));
+        let (a, b) = (operand(m, k, ta, 1), operand(k, n, tb, 2));
+        let (a16, b16) = (
+            a.astype(Dtype::BF16).unwrap(),
+            b.astype(Dtype::BF16).unwrap(),
+        );
+        eval((&a16, &b16)).unwrap();
+        for (path, x, y, gemm) in [
+            ("f32", &a, &b, true),
+            ("bf16", &a16, &b16, true),
+            ("bf16_via_f32", &a16, &b16, false),
+        ] {
+            mlx_array::settings::set_bf16_gemm(gemm);
+            g.bench_function(BenchmarkId::new(path, name), |bch| {
+                bch.iter(|| {
+                    let out = x.matmul(y).unwrap();
+                    out.eval().unwrap();
+                    black_box(out);
+                })
+            });
+        }
+        mlx_array::settings::set_bf16_gemm(true);
+    }
+    g.finish();
+}
+
+criterion_group!(benches, matmul, matmul_bf16, elementwise, eval_overhead);
 criterion_main!(benches);

@@ -10,6 +10,7 @@
 //! | `MLX_PROFILE` | `1`/`0` | off | [`set_profile`] |
 //! | `MLX_LCE` | `fused`, `blas` | `fused` where the CPU has AVX-512 | [`set_loss_path`] |
 //! | `MLX_BLAS` | a CBLAS library's path, or `none` | OpenBLAS, or Accelerate on macOS | [`set_blas`] |
+//! | `MLX_GEMM_BF16` | `1`/`0` | on: bfloat16 products on AVX512_BF16 where the CPU has it (off: convert to f32 for the BLAS) | [`set_bf16_gemm`] |
 //! | `MLX_DEVICE` | `cpu`, `gpu` | `cpu` | [`crate::device::set_default_device`] |
 //!
 //! ```
@@ -32,6 +33,8 @@ pub const MLX_PROFILE: &str = "MLX_PROFILE";
 pub const MLX_LCE: &str = "MLX_LCE";
 /// `MLX_BLAS`: the CBLAS library for the matrix multiply.
 pub const MLX_BLAS: &str = "MLX_BLAS";
+/// `MLX_GEMM_BF16`: bfloat16 products on the CPU's AVX512_BF16 instructions.
+pub const MLX_GEMM_BF16: &str = "MLX_GEMM_BF16";
 /// `MLX_DEVICE`: the default device.
 pub const MLX_DEVICE: &str = "MLX_DEVICE";
 
@@ -89,6 +92,19 @@ impl Flag {
 
 static OVERLAP: Flag = Flag::new(MLX_OVERLAP, true);
 static PROFILE: Flag = Flag::new(MLX_PROFILE, false);
+static BF16_GEMM: Flag = Flag::new(MLX_GEMM_BF16, true);
+
+/// Whether bfloat16 matrix products use AVX512_BF16's instructions where the
+/// CPU has them (default), or convert to f32 for the BLAS. An unreadable
+/// `MLX_GEMM_BF16` counts as the default here; [`check`] reports it.
+pub fn bf16_gemm() -> bool {
+    BF16_GEMM.get().unwrap_or(true)
+}
+
+/// Chooses the bfloat16 product path (wins over `MLX_GEMM_BF16`).
+pub fn set_bf16_gemm(on: bool) {
+    BF16_GEMM.set(on);
+}
 
 /// Whether the evaluator overlaps communication with computation (runs
 /// what waits for no collective first). Default on.
@@ -208,6 +224,7 @@ pub fn set_blas(choice: BlasChoice) -> Result<()> {
 pub fn check() -> Result<()> {
     overlap()?;
     profile()?;
+    BF16_GEMM.get()?;
     loss_path()?;
     crate::device::default_device_from_env()?;
     if let BlasChoice::Library(name) = blas()

@@ -1,4 +1,6 @@
-//! Batched matrix products on top of [`blas::sgemm`](super::blas::sgemm).
+//! Batched matrix products on top of [`blas::sgemm`](super::blas::sgemm),
+//! and for bfloat16 on CPUs with AVX512_BF16 on the bfloat16 GEMM
+//! (`gemm_bf16`), whose float32 sums are rounded to bfloat16 once.
 
 use super::copy::copy_cast;
 use super::strided::{Layout, for_each_run};
@@ -34,7 +36,8 @@ fn operand(data: &ArrayData, shape: &[usize], dtype: Dtype) -> (ArrayData, bool,
 
 /// `a @ b` for `a` of shape `[..., m, k]` and `b` of `[..., k, n]` whose batch
 /// dimensions are already broadcast to `out_shape[..-2]`. Floats only; f16
-/// and bf16 compute in f32.
+/// and bf16 compute in f32 (bf16 with AVX512_BF16's products where the CPU
+/// has them, see [`bf16_gemm`]).
 pub fn matmul(
     a: &ArrayData,
     a_shape: &[usize],
@@ -43,6 +46,10 @@ pub fn matmul(
     dtype: Dtype,
     out_shape: &[usize],
 ) -> ArrayData {
+    #[cfg(target_arch = "x86_64")]
+    if dtype == Dtype::BF16 && bf16_gemm() {
+        return matmul_bf16(a, a_shape, b, b_shape, out_shape);
+    }
     let nd = out_shape.len();
     let (m, n, k) = (
         out_shape[nd - 2],
@@ -100,4 +107,84 @@ pub fn matmul(
     } else {
         copy_cast(&out, out_shape, Dtype::F32, dtype)
     }
+}
+
+/// Whether bfloat16 products take the AVX512_BF16 GEMM: the CPU has it and
+/// `MLX_GEMM_BF16` does not say `f32` (which converts to f32 for `sgemm`,
+/// to compare the two in one build).
+#[cfg(target_arch = "x86_64")]
+fn bf16_gemm() -> bool {
+    super::gemm_bf16::available() && crate::settings::bf16_gemm()
+}
+
+/// [`matmul`] of bfloat16 operands on the AVX512_BF16 GEMM: float32 sums,
+/// rounded to bfloat16 at the end.
+#[cfg(target_arch = "x86_64")]
+fn matmul_bf16(
+    a: &ArrayData,
+    a_shape: &[usize],
+    b: &ArrayData,
+    b_shape: &[usize],
+    out_shape: &[usize],
+) -> ArrayData {
+    use super::gemm_bf16::{Matrix, gemm};
+    let nd = out_shape.len();
+    let (m, n, k) = (
+        out_shape[nd - 2],
+        out_shape[nd - 1],
+        a_shape[a_shape.len() - 1],
+    );
+    let view = |data: &ArrayData, shape: &[usize]| {
+        let (r, c) = (shape[shape.len() - 2], shape[shape.len() - 1]);
+        match gemm_view(data.strides(), r, c) {
+            Some(v) => (data.clone(), v),
+            None => (
+                copy_cast(data, shape, Dtype::BF16, Dtype::BF16),
+                (false, c.max(1)),
+            ),
+        }
+    };
+    let (a16, (ta, lda)) = view(a, a_shape);
+    let (b16, (tb, ldb)) = view(b, b_shape);
+    let mut out = ArrayData::alloc(out_shape, Dtype::F32);
+    let total = size_of_shape(out_shape);
+    if total == 0 {
+        return copy_cast(&out, out_shape, Dtype::F32, Dtype::BF16);
+    }
+    let c = out.as_mut_slice::<f32>(total).as_mut_ptr();
+    let layout = Layout::<2>::new(
+        &out_shape[..nd - 2],
+        [&a16.strides()[..nd - 2], &b16.strides()[..nd - 2]],
+        [a16.offset(), b16.offset()],
+    );
+    let (pa, pb) = (
+        a16.storage().as_ptr() as *const u16,
+        b16.storage().as_ptr() as *const u16,
+    );
+    let matrix = |ptr: *const u16, t: bool, ld: usize| Matrix {
+        ptr,
+        rs: if t { 1 } else { ld },
+        cs: if t { ld } else { 1 },
+    };
+    let mut idx = 0usize;
+    for_each_run(&layout, |[oa, ob], run, [sa, sb]| {
+        for r in 0..run as isize {
+            // SAFETY: `bf16_gemm` checked the CPU; offsets address matrices
+            // inside each operand; each batch writes its own m x n block
+            // of the fresh output.
+            unsafe {
+                gemm(
+                    m,
+                    n,
+                    k,
+                    matrix(pa.offset(oa + r * sa), ta, lda),
+                    matrix(pb.offset(ob + r * sb), tb, ldb),
+                    c.add(idx * m * n),
+                    n,
+                );
+            }
+            idx += 1;
+        }
+    });
+    copy_cast(&out, out_shape, Dtype::F32, Dtype::BF16)
 }

@@ -14,6 +14,8 @@ pub fn copy_contiguous(
 ) -> crate::Result<crate::ArrayData> {
     Ok(copy::contiguous(data, shape, dtype))
 }
+#[cfg(target_arch = "x86_64")]
+mod gemm_bf16;
 pub(crate) mod indexing;
 #[cfg(target_arch = "x86_64")]
 mod lce_avx512;
