@@ -54,17 +54,12 @@ pub enum Batching {
     Pack,
 }
 
-/// The dtype gradients travel in between the ranks (MLX's
-/// `communication_type` of `average_gradients`; PyTorch's bf16/fp16
-/// compression hooks of DDP): they are cast to it before their collectives
-/// and back to their own dtype after, which halves the bytes on the wire
-/// for f32 gradients at the cost of rounding each rank's gradient (and each
-/// partial sum) to it. The new parameters a sharded optimizer gathers always
-/// travel in their own dtype.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+/// A floating-point dtype a run computes or communicates in.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
-pub enum CommunicationDtype {
-    /// 32-bit floats (f32 gradients travel as they are).
+pub enum FloatDtype {
+    /// 32-bit floats.
+    #[default]
     F32,
     /// bfloat16: f32's range, 8 bits of mantissa.
     Bf16,
@@ -72,16 +67,25 @@ pub enum CommunicationDtype {
     F16,
 }
 
-impl CommunicationDtype {
+impl FloatDtype {
     /// The array dtype.
     pub fn dtype(self) -> mlx_array::Dtype {
         match self {
-            CommunicationDtype::F32 => mlx_array::Dtype::F32,
-            CommunicationDtype::Bf16 => mlx_array::Dtype::BF16,
-            CommunicationDtype::F16 => mlx_array::Dtype::F16,
+            FloatDtype::F32 => mlx_array::Dtype::F32,
+            FloatDtype::Bf16 => mlx_array::Dtype::BF16,
+            FloatDtype::F16 => mlx_array::Dtype::F16,
         }
     }
 }
+
+/// The dtype gradients travel in between the ranks (MLX's
+/// `communication_type` of `average_gradients`; PyTorch's bf16/fp16
+/// compression hooks of DDP): they are cast to it before their collectives
+/// and back to their own dtype after, which halves the bytes on the wire
+/// for f32 gradients at the cost of rounding each rank's gradient (and each
+/// partial sum) to it. The new parameters a sharded optimizer gathers always
+/// travel in their own dtype.
+pub type CommunicationDtype = FloatDtype;
 
 /// A training run.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -142,6 +146,16 @@ pub struct TrainConfig {
     /// of the reference model's embedding bytes.
     #[serde(default = "yes")]
     pub sparse_embedding_gradients: bool,
+    /// The dtype of the forward and backward passes: `f32`, or `bf16` /
+    /// `f16` with float32 master weights and optimizer state (mixed
+    /// precision; `f16` with a dynamic loss scale).
+    #[serde(default)]
+    pub dtype: FloatDtype,
+    /// The first loss scale of a float16 run (default 65,536, PyTorch's
+    /// `GradScaler`); it halves on every step whose gradients overflow and
+    /// doubles after 2,000 good ones.
+    #[serde(default)]
+    pub loss_scale: Option<f64>,
     /// Device: `cpu` or `gpu` (any adapter wgpu finds).
     pub device: String,
     /// Where token stores and tokenizers are cached (default: `MLX_DATA_CACHE`
@@ -192,6 +206,8 @@ impl Default for TrainConfig {
             all_reduce_size: 32 << 20,
             communication_dtype: None,
             sparse_embedding_gradients: true,
+            dtype: FloatDtype::F32,
+            loss_scale: None,
             device: "cpu".into(),
             data_cache: None,
             memory_log: None,

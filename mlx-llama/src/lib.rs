@@ -19,7 +19,8 @@ mod sync;
 pub mod trainer;
 
 pub use config::{
-    Batching, CommunicationDtype, DataSource, ScheduleKind, TokenizerChoice, TrainConfig,
+    Batching, CommunicationDtype, DataSource, FloatDtype, ScheduleKind, TokenizerChoice,
+    TrainConfig,
 };
 pub use model::{KvCache, Llama, LlamaConfig};
 pub use trainer::{Summary, train};

@@ -39,6 +39,10 @@ pub struct StepMetrics {
     /// Global gradient norm before clipping, when clipping.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub grad_norm: Option<f32>,
+    /// The loss scale after the step, in float16 runs (halved on a step
+    /// skipped for overflowing gradients).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub loss_scale: Option<f64>,
 }
 
 impl StepMetrics {
@@ -65,6 +69,9 @@ impl StepMetrics {
         }
         if let Some(v) = self.eval_loss {
             l += &format!(" eval_loss={v:.4}");
+        }
+        if let Some(s) = self.loss_scale {
+            l += &format!(" loss_scale={s}");
         }
         l
     }
@@ -158,6 +165,7 @@ mod tests {
             active_mib: 100.0,
             eval_loss: None,
             grad_norm: None,
+            loss_scale: None,
         };
         assert_eq!(
             m.logfmt(Duration::from_secs(20)),

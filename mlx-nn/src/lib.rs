@@ -49,4 +49,4 @@ pub use layers::norm::{LayerNorm, RMSNorm};
 pub use layers::rope::RoPE;
 pub use layers::sequential::{Layer, Sequential};
 pub use module::{Module, ModuleExt, Param};
-pub use value_and_grad::value_and_grad;
+pub use value_and_grad::{value_and_grad, value_and_grad_in};

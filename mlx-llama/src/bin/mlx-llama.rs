@@ -7,8 +7,8 @@ use anyhow::{Context, Result, bail};
 use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 use mlx_llama::options_file;
 use mlx_llama::{
-    Batching, CommunicationDtype, DataSource, LlamaConfig, ScheduleKind, TokenizerChoice,
-    TrainConfig, train,
+    Batching, CommunicationDtype, DataSource, FloatDtype, LlamaConfig, ScheduleKind,
+    TokenizerChoice, TrainConfig, train,
 };
 
 #[derive(Parser)]
@@ -115,6 +115,14 @@ struct TrainArgs {
     /// default: their own dtype.
     #[arg(long, value_enum, alias = "communication-type")]
     communication_dtype: Option<CommunicationDtype>,
+    /// The dtype the model computes in: f32, or bf16 / f16 with float32
+    /// master weights and optimizer state (f16 with a dynamic loss scale).
+    #[arg(long, value_enum, default_value = "f32")]
+    dtype: FloatDtype,
+    /// The first loss scale with --dtype f16 (default 65536); halved on
+    /// every step whose gradients overflow, doubled after 2,000 good ones.
+    #[arg(long)]
+    loss_scale: Option<f64>,
     /// Send the embedding's whole gradient between the ranks (by default
     /// only the rows of the batch's tokens travel: the rest are zero).
     #[arg(long)]
@@ -264,6 +272,8 @@ fn config(a: &TrainArgs) -> Result<TrainConfig> {
         log_every: a.log_every,
         all_reduce_size: a.all_reduce_size,
         communication_dtype: a.communication_dtype,
+        dtype: a.dtype,
+        loss_scale: a.loss_scale,
         sparse_embedding_gradients: !a.dense_embedding_gradients,
         device: a.device.clone(),
         data_cache: a.data_cache.clone(),

@@ -12,6 +12,8 @@ use crate::checkpoint::{self, Layout, Manifest};
 use crate::config::TrainConfig;
 use crate::sync::GradSync;
 
+use super::precision::Precision;
+
 /// Restores the model, the optimizer state and this rank's loader from the
 /// checkpoint to resume from, if any; returns the steps it had done (0
 /// without one). A checkpoint written by another number of ranks, or with
@@ -23,10 +25,12 @@ pub(super) fn resume(
     model: &mut Llama,
     sync: &mut dyn GradSync,
     loader: &mut DataLoader,
+    precision: &mut Precision,
 ) -> Result<u64> {
     let Some(dir) = resume_from(cfg, group)? else {
         return Ok(0);
     };
+    precision.load(&dir)?;
     let rank = group.rank();
     let m = checkpoint::read_manifest(&dir, &cfg.resume_key())?;
     model
@@ -168,6 +172,8 @@ pub(super) struct Parts<'a> {
     pub sync: &'a dyn GradSync,
     /// Where each rank's loader is (every rank writes its own).
     pub batches: &'a Prefetcher,
+    /// The loss scale of a float16 run (rank 0 writes it).
+    pub precision: &'a Precision,
 }
 
 /// Writes the checkpoint after `step` steps (every rank calls it) and
@@ -189,6 +195,7 @@ pub(super) fn save(cfg: &TrainConfig, group: &Group, parts: Parts, step: u64) ->
     group.barrier()?;
     parts.sync.save(&tmp)?;
     if group.rank() == 0 {
+        parts.precision.save(&tmp)?;
         let layout = Layout {
             optimizer_files: parts.sync.state_files(),
             data: parts.batches.state(),

@@ -5,23 +5,33 @@ use anyhow::Result;
 use mlx_array::{Array, Dtype, Tree, eval};
 use mlx_data::DataLoader;
 use mlx_dist::Group;
-use mlx_nn::value_and_grad;
+use mlx_nn::{value_and_grad, value_and_grad_in};
 
 use super::batch::{Micro, micro};
 use crate::Llama;
+use mlx_nn::ModuleExt;
+
+/// A micro-batch's loss and gradients (scaled by the `f64`).
+type LossAndGrads = Box<dyn Fn(&mut Llama, &(Micro, f64)) -> mlx_array::Result<(Array, Tree)>>;
 
 /// The summed loss of `micros` and this rank's own gradients of it, summed
 /// over the micro-batches. A micro-batch's loss is its masked token losses
 /// times `scale`, summed; the fused loss computes its gradient in the same
-/// pass. Lazy.
+/// pass. With `compute` the model runs in that dtype, its gradients coming
+/// back in float32 ([`mlx_nn::value_and_grad_in`]). Lazy.
 pub(super) fn loss_and_grads(
     model: &mut Llama,
     micros: Vec<Micro>,
     scale: f64,
+    compute: Option<Dtype>,
 ) -> Result<(Array, Tree)> {
-    let vg = value_and_grad(|m: &Llama, (micro, scale): &(Micro, f64)| {
+    let f = |m: &Llama, (micro, scale): &(Micro, f64)| {
         m.loss(&micro.x, &micro.y, &micro.mask.mul_scalar(*scale)?)
-    });
+    };
+    let vg: LossAndGrads = match compute {
+        Some(d) => Box::new(value_and_grad_in(d, f)),
+        None => Box::new(value_and_grad(f)),
+    };
     let mut loss = Array::zeros(&[], Dtype::F32);
     // Each stage of the gradients replaces the previous one, which is
     // dropped here so that the graph holds the only references to it:
@@ -39,18 +49,36 @@ pub(super) fn loss_and_grads(
     Ok((loss, grads))
 }
 
-/// Mean validation loss over every rank's shard (`batches` batches each).
+/// Mean validation loss over every rank's shard (`batches` batches each),
+/// the model computing in `compute` when given.
 pub(super) fn evaluate(
     model: &Llama,
     val: &mut DataLoader,
     batches: usize,
     group: &Group,
+    compute: Option<Dtype>,
 ) -> Result<f32> {
+    let cast;
+    let model = match compute {
+        Some(d) => {
+            let mut m = model.clone();
+            m.update(&m.parameters().map(|_, p| {
+                if p.dtype().is_float() {
+                    p.astype(d)
+                } else {
+                    Ok(p.clone())
+                }
+            })?)?;
+            cast = m;
+            &cast
+        }
+        None => model,
+    };
     let mut sum = Array::zeros(&[], Dtype::F32);
     let mut count = Array::zeros(&[], Dtype::F32);
     for _ in 0..batches {
         let m = micro(&val.next_batch()?)?;
-        sum = sum.add(&model.loss(&m.x, &m.y, &m.mask)?)?;
+        sum = sum.add(&model.loss(&m.x, &m.y, &m.mask)?.astype(Dtype::F32)?)?;
         count = count.add(&m.mask.sum_all()?)?;
         eval((&sum, &count))?;
     }

@@ -9,6 +9,7 @@
 mod batch;
 mod checkpoints;
 mod loss;
+mod precision;
 mod record;
 mod setup;
 mod test_kill;
@@ -27,6 +28,7 @@ use crate::Llama;
 use crate::config::TrainConfig;
 use crate::sync::{self, EMBEDDING, GradSync};
 use batch::StepBatch;
+use precision::{Checked, Precision};
 use record::{Recorder, Stepped};
 
 pub use record::Summary;
@@ -56,7 +58,8 @@ fn train_on(cfg: &TrainConfig, group: &Group) -> Result<Summary> {
     for step in run.first_step..cfg.steps {
         run.step(step)?;
     }
-    let summary = run.record.finish(run.tokens, group)?;
+    let mut summary = run.record.finish(run.tokens, group)?;
+    summary.skipped_steps = run.precision.skipped();
     if group.rank() == 0 {
         // The pictures are for people: a run that trained is not failed by them.
         match crate::curves::write(&cfg.out_dir) {
@@ -86,6 +89,8 @@ struct Run<'a> {
     tokens: f64,
     /// Whether the embedding's gradient travels as the rows of the batch's tokens.
     sparse_embedding: bool,
+    /// The compute dtype and, for float16, the loss scale.
+    precision: Precision,
     record: Recorder,
 }
 
@@ -113,8 +118,15 @@ impl<'a> Run<'a> {
         let mut sync = sync::for_config(cfg, group, setup::adamw(cfg)?);
         let mut train_loader = setup::loader(data.train.clone(), cfg, group, batch)?;
         let val_loader = setup::loader(data.validation.clone(), cfg, group, batch)?;
-        let first_step =
-            checkpoints::resume(cfg, group, &mut model, sync.as_mut(), &mut train_loader)?;
+        let mut precision = Precision::for_config(cfg);
+        let first_step = checkpoints::resume(
+            cfg,
+            group,
+            &mut model,
+            sync.as_mut(),
+            &mut train_loader,
+            &mut precision,
+        )?;
         eval(model.parameters())?;
         if rank == 0 {
             println!(
@@ -143,6 +155,7 @@ impl<'a> Run<'a> {
             first_step,
             tokens: (sequences * cfg.block_size) as f64,
             sparse_embedding,
+            precision,
             record,
         })
     }
@@ -161,13 +174,35 @@ impl<'a> Run<'a> {
             self.sparse_embedding,
         )?;
         let drawn = batch.micros.iter().map(|m| m.drawn.clone()).collect();
-        let (loss, grads) = loss::loss_and_grads(&mut self.model, batch.micros, batch.scale)?;
+        let loss_scale = self.precision.loss_scale();
+        let (loss, grads) = loss::loss_and_grads(
+            &mut self.model,
+            batch.micros,
+            batch.scale * loss_scale,
+            self.precision.compute,
+        )?;
         let grads = self.sync.reduce(grads, batch.sparse.as_ref())?;
-        let (grads, grad_norm) = self.clip(grads)?;
         let learning_rate = self.sync.optimizer().learning_rate();
-        self.update(grads)?;
+        let grad_norm = match self.precision.check(grads, self.group)? {
+            Checked::Apply(grads) => {
+                let (grads, grad_norm) = self.clip(grads)?;
+                self.update(grads)?;
+                grad_norm
+            }
+            Checked::Skip(scale) => {
+                if self.group.rank() == 0 {
+                    tracing::warn!(
+                        step = step + 1,
+                        loss_scale = scale,
+                        skipped = self.precision.skipped(),
+                        "float16 gradients overflowed: the step is skipped and the loss scale halved"
+                    );
+                }
+                None
+            }
+        };
         self.eval_step(&loss, &grad_norm)?;
-        let loss = self.world_loss(&loss, step)?;
+        let loss = self.world_loss(&loss.div_scalar(loss_scale)?, step)?;
         let stepped = Stepped {
             loss,
             learning_rate,
@@ -175,6 +210,7 @@ impl<'a> Run<'a> {
             comm: mlx_array::eval::communication_times() - comm0,
             grad_norm,
             drawn,
+            loss_scale: self.precision.scale_if_any(),
         };
         self.after(step + 1, &stepped)
     }
@@ -243,6 +279,7 @@ impl<'a> Run<'a> {
                 &mut self.val_loader,
                 cfg.eval_batches,
                 self.group,
+                self.precision.compute,
             )?;
             self.record.eval_loss(done, v);
             Some(v)
@@ -258,6 +295,7 @@ impl<'a> Run<'a> {
                 model: &self.model,
                 sync: self.sync.as_ref(),
                 batches: &self.batches,
+                precision: &self.precision,
             };
             let dir = checkpoints::save(cfg, self.group, parts, done)?;
             self.record.checkpoint(dir);

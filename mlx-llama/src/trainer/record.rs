@@ -43,6 +43,9 @@ pub struct Summary {
     pub checkpoint: Option<PathBuf>,
     /// Which data source was used (`hub`, `local` or `offline`).
     pub source: String,
+    /// Steps skipped because their float16 gradients overflowed (the
+    /// loss scale's count, over the whole run when resumed).
+    pub skipped_steps: u64,
 }
 
 /// What one step measured.
@@ -59,6 +62,8 @@ pub(super) struct Stepped {
     pub grad_norm: Option<Array>,
     /// The samples of each of this rank's micro-batches.
     pub drawn: Vec<Drawn>,
+    /// The loss scale after the step (float16 runs).
+    pub loss_scale: Option<f64>,
 }
 
 /// A run's records so far.
@@ -100,6 +105,7 @@ impl Recorder {
             peak_mib: 0.0,
             checkpoint: None,
             source: source.into(),
+            skipped_steps: 0,
         };
         let rank_file = |p: &PathBuf, append: bool| {
             let path = PathBuf::from(format!("{}.rank{rank}.jsonl", p.display()));
@@ -204,6 +210,7 @@ impl Recorder {
                 active_mib: memory::active() as f64 / (1 << 20) as f64,
                 eval_loss,
                 grad_norm: s.grad_norm.as_ref().map(|n| n.item::<f32>()).transpose()?,
+                loss_scale: s.loss_scale,
             },
             log,
         )

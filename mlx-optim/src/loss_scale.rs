@@ -1,0 +1,164 @@
+//! Dynamic loss scaling for float16 training (PyTorch's `GradScaler`).
+//!
+//! float16 keeps 5 exponent bits: gradients below about 6e-8 vanish and
+//! above 65,504 overflow. The loss is multiplied by a scale before the
+//! backward pass, so that small gradients stay representable, and the
+//! gradients divided by it afterwards, in float32. When a step's gradients
+//! are not all finite the step is skipped and the scale halved; after
+//! `growth_interval` good steps in a row it doubles.
+//!
+//! ```
+//! use mlx_optim::LossScaler;
+//! let mut s = LossScaler::new();
+//! assert_eq!(s.scale(), 65536.0);
+//! assert!(!s.update(false)); // overflow: skip the step, halve the scale
+//! assert_eq!((s.scale(), s.skipped()), (32768.0, 1));
+//! assert!(s.update(true));
+//! ```
+
+use mlx_array::{Array, Dtype, Tree};
+use serde::{Deserialize, Serialize};
+
+use crate::Result;
+
+/// The loss scale and its history (saved with checkpoints to resume exactly).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct LossScaler {
+    scale: f64,
+    growth_interval: u64,
+    good_steps: u64,
+    skipped: u64,
+}
+
+impl Default for LossScaler {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl LossScaler {
+    /// PyTorch's defaults: a scale of 2^16, doubled after 2,000 good steps.
+    pub fn new() -> Self {
+        LossScaler {
+            scale: 65536.0,
+            growth_interval: 2000,
+            good_steps: 0,
+            skipped: 0,
+        }
+    }
+
+    /// The same with another first scale and growth interval.
+    pub fn with(scale: f64, growth_interval: u64) -> Self {
+        LossScaler {
+            scale,
+            growth_interval: growth_interval.max(1),
+            ..Self::new()
+        }
+    }
+
+    /// What the loss is multiplied by.
+    pub fn scale(&self) -> f64 {
+        self.scale
+    }
+
+    /// Good steps in a row after which the scale doubles.
+    pub fn growth_interval(&self) -> u64 {
+        self.growth_interval
+    }
+
+    /// Steps skipped so far because their gradients were not finite.
+    pub fn skipped(&self) -> u64 {
+        self.skipped
+    }
+
+    /// Records a step whose gradients were (`finite`) or were not all
+    /// finite, and returns whether to apply it: a finite step counts toward
+    /// doubling the scale; another is skipped and halves it.
+    pub fn update(&mut self, finite: bool) -> bool {
+        if finite {
+            self.good_steps += 1;
+            if self.good_steps >= self.growth_interval {
+                self.scale *= 2.0;
+                self.good_steps = 0;
+            }
+        } else {
+            self.scale = (self.scale * 0.5).max(f64::MIN_POSITIVE);
+            self.good_steps = 0;
+            self.skipped += 1;
+        }
+        finite
+    }
+
+    /// `grads` divided by the scale, in their own dtypes. Lazy.
+    pub fn unscale(&self, grads: &Tree) -> Result<Tree> {
+        let inverse = 1.0 / self.scale;
+        Ok(grads.map(|_, g| g.mul_scalar(inverse))?)
+    }
+}
+
+/// A float32 scalar that is 0 when every element of `grads` is finite and
+/// NaN otherwise (`sum(g * 0)`: an infinity or NaN times zero is NaN). Sum
+/// it over the ranks holding parts of the gradients to check them all. Lazy.
+pub fn non_finite_flag(grads: &Tree) -> Result<Array> {
+    let mut flag = Array::zeros(&[], Dtype::F32);
+    for (_, g) in grads.flatten() {
+        let part = g.mul_scalar(0.0)?.sum_all()?.astype(Dtype::F32)?;
+        flag = flag.add(&part)?;
+    }
+    Ok(flag)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_scale_halves_on_overflow_and_doubles_after_the_interval() {
+        let mut s = LossScaler::with(8.0, 3);
+        assert!(s.update(true) && s.update(true));
+        assert!(!s.update(false), "an overflow skips the step");
+        assert_eq!((s.scale(), s.skipped()), (4.0, 1));
+        // The good steps before the overflow no longer count.
+        assert!(s.update(true) && s.update(true));
+        assert_eq!(s.scale(), 4.0);
+        assert!(s.update(true));
+        assert_eq!(s.scale(), 8.0, "doubled after 3 good steps in a row");
+        let saved: LossScaler = serde_json::from_str(&serde_json::to_string(&s).unwrap()).unwrap();
+        assert_eq!(saved, s);
+    }
+
+    #[test]
+    fn the_flag_is_nan_exactly_when_a_gradient_is_not_finite() {
+        let tree = |v: f32| {
+            Tree::unflatten([
+                (
+                    "a".to_string(),
+                    Array::from_slice(&[1.0f32, -2.0], &[2]).unwrap(),
+                ),
+                (
+                    "b".to_string(),
+                    Array::from_slice(&[3.0f32, v], &[2]).unwrap(),
+                ),
+            ])
+            .unwrap()
+        };
+        assert_eq!(
+            non_finite_flag(&tree(5.0)).unwrap().item::<f32>().unwrap(),
+            0.0
+        );
+        for bad in [f32::INFINITY, f32::NEG_INFINITY, f32::NAN] {
+            assert!(
+                non_finite_flag(&tree(bad))
+                    .unwrap()
+                    .item::<f32>()
+                    .unwrap()
+                    .is_nan()
+            );
+        }
+        let halved = LossScaler::with(4.0, 1).unscale(&tree(8.0)).unwrap();
+        assert_eq!(
+            halved.get_array("b").unwrap().to_vec::<f32>().unwrap(),
+            [0.75, 2.0]
+        );
+    }
+}
