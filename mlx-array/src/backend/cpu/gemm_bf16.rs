@@ -15,9 +15,10 @@
 //! 32 columns: 24 accumulators, 2 vectors of `B` and the broadcast in the
 //! 32 vector registers, as the f32 tile of the fused loss. Panels of `KC`
 //! values of `k` keep a strip of `B` (32 KiB) and of `A` in the L1 and L2
-//! caches; tasks of row blocks and column strips run on rayon's threads.
-//! Every element of `C` sums its panels in the same order whatever the
-//! number of threads.
+//! caches; tasks of row blocks and column strips run on rayon's threads,
+//! each summing its block over the panels in a float32 scratch of its own
+//! (cache-sized) and rounding it to bfloat16 into `C` once. Every element
+//! of `C` sums its panels in the same order whatever the number of threads.
 
 use std::arch::x86_64::*;
 
@@ -68,7 +69,7 @@ impl Matrix {
 
 /// The output, written by tasks in disjoint tiles.
 #[derive(Clone, Copy)]
-struct Out(*mut f32);
+struct Out(*mut u16);
 // SAFETY: each task writes its own rows and columns of `C`.
 unsafe impl Send for Out {}
 unsafe impl Sync for Out {}
@@ -76,13 +77,13 @@ unsafe impl Sync for Out {}
 impl Out {
     /// The output's first element (a method, so that closures capture
     /// the `Sync` wrapper rather than the pointer).
-    fn ptr(&self) -> *mut f32 {
+    fn ptr(&self) -> *mut u16 {
         self.0
     }
 }
 
-/// `C = A @ B` in float32 for `m x k` `A` and `k x n` `B`, `C` row-major
-/// with row stride `ldc`.
+/// `C = A @ B` for `m x k` `A` and `k x n` `B`: float32 sums rounded to
+/// bfloat16 (nearest, ties to even), `C` row-major with row stride `ldc`.
 ///
 /// # Safety
 /// [`available`] is true; `A`, `B` and `C` are in bounds for these shapes
@@ -94,7 +95,7 @@ pub(super) unsafe fn gemm(
     k: usize,
     a: Matrix,
     b: Matrix,
-    c: *mut f32,
+    c: *mut u16,
     ldc: usize,
 ) {
     if m == 0 || n == 0 {
@@ -103,7 +104,7 @@ pub(super) unsafe fn gemm(
     let out = Out(c);
     if k == 0 {
         for i in 0..m {
-            // SAFETY: row `i` of `C` is in bounds.
+            // SAFETY: row `i` of `C` is in bounds (bfloat16 zero is 0u16).
             unsafe { std::ptr::write_bytes(c.add(i * ldc), 0, n) };
         }
         return;
@@ -119,6 +120,8 @@ pub(super) unsafe fn gemm(
         let (mc, nc) = (MC.min(m - i0), NC.min(n - j0));
         let mut apack = vec![0u32; mc.div_ceil(MR) * MR * KC / 2];
         let mut bpack = vec![0u16; nc.div_ceil(NR) * NR * KC];
+        // The block's sums, NC columns per row.
+        let mut sums = vec![0f32; mc * NC];
         for p0 in (0..k).step_by(KC) {
             let kc = KC.min(k - p0);
             let pairs = kc.div_ceil(2);
@@ -135,14 +138,23 @@ pub(super) unsafe fn gemm(
                             pairs,
                             apack.as_ptr().add(t * MR * pairs),
                             bpack.as_ptr().add(s * NR * 2 * pairs),
-                            out.ptr().add((i0 + t * MR) * ldc + j0 + s * NR),
-                            ldc,
+                            sums.as_mut_ptr().add(t * MR * NC + s * NR),
+                            NC,
                             rows,
                             cols,
                             p0 > 0,
                         );
                     }
                 }
+            }
+        }
+        for (i, row) in sums.chunks(NC).enumerate() {
+            // SAFETY: row `i0 + i`, columns `j0 .. j0 + nc` of `C` are this
+            // task's and in bounds.
+            let dst =
+                unsafe { std::slice::from_raw_parts_mut(out.ptr().add((i0 + i) * ldc + j0), nc) };
+            for (d, v) in dst.iter_mut().zip(&row[..nc]) {
+                *d = half::bf16::from_f32(*v).to_bits();
             }
         }
     });

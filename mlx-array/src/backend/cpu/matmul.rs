@@ -118,7 +118,7 @@ fn bf16_gemm() -> bool {
 }
 
 /// [`matmul`] of bfloat16 operands on the AVX512_BF16 GEMM: float32 sums,
-/// rounded to bfloat16 at the end.
+/// rounded to bfloat16 once, written straight into the bfloat16 output.
 #[cfg(target_arch = "x86_64")]
 fn matmul_bf16(
     a: &ArrayData,
@@ -146,12 +146,12 @@ fn matmul_bf16(
     };
     let (a16, (ta, lda)) = view(a, a_shape);
     let (b16, (tb, ldb)) = view(b, b_shape);
-    let mut out = ArrayData::alloc(out_shape, Dtype::F32);
+    let mut out = ArrayData::alloc(out_shape, Dtype::BF16);
     let total = size_of_shape(out_shape);
     if total == 0 {
-        return copy_cast(&out, out_shape, Dtype::F32, Dtype::BF16);
+        return out;
     }
-    let c = out.as_mut_slice::<f32>(total).as_mut_ptr();
+    let c = out.as_mut_slice::<half::bf16>(total).as_mut_ptr() as *mut u16;
     let layout = Layout::<2>::new(
         &out_shape[..nd - 2],
         [&a16.strides()[..nd - 2], &b16.strides()[..nd - 2]],
@@ -186,5 +186,5 @@ fn matmul_bf16(
             idx += 1;
         }
     });
-    copy_cast(&out, out_shape, Dtype::F32, Dtype::BF16)
+    out
 }
