@@ -151,19 +151,7 @@ fn four_ranks_resumed_on_two_follow_four_ranks_and_use_each_sample_once() {
     // differently in the last bits, and Adam's m / sqrt(v) carries that into
     // the parameters. Measured: losses within 1.4e-7 relative, parameters
     // within 1.9e-6 of their tensor's largest magnitude.
-    let worst_loss = rel_diffs(&rest, &want[10..]);
-    let worst_param = max_rel_diff(&weights(&whole), &weights(&changed));
-    eprintln!(
-        "largest relative differences: losses {worst_loss:.2e}, parameters {worst_param:.2e}"
-    );
-    assert!(
-        worst_loss <= 1e-5,
-        "losses differ by {worst_loss:e} relative"
-    );
-    assert!(
-        worst_param <= 1e-5,
-        "parameters differ by {worst_param:e} relative"
-    );
+    assert_follows(&rest, &want[10..], &whole, &changed);
 
     // Every step took the same samples as the uninterrupted run's step.
     let want = samples(&whole);
@@ -222,6 +210,25 @@ fn n_samples(out: &Path, step: u64) -> u64 {
         .expect("the layout's data position")
 }
 
+/// Asserts that a resharded run (`got`, its folder `run`) follows an
+/// uninterrupted one (`want`, its folder `reference`) within 1e-5 relative,
+/// in every step's loss and the final parameters.
+fn assert_follows(got: &[f32], want: &[f32], reference: &Path, run: &Path) {
+    let worst_loss = rel_diffs(got, want);
+    let worst_param = max_rel_diff(&weights(reference), &weights(run));
+    eprintln!(
+        "largest relative differences: losses {worst_loss:.2e}, parameters {worst_param:.2e}"
+    );
+    assert!(
+        worst_loss <= 1e-5,
+        "losses differ by {worst_loss:e} relative"
+    );
+    assert!(
+        worst_param <= 1e-5,
+        "parameters differ by {worst_param:e} relative"
+    );
+}
+
 /// The largest relative difference of two runs' losses, step by step.
 fn rel_diffs(got: &[f32], want: &[f32]) -> f64 {
     assert_eq!(got.len(), want.len());
@@ -259,19 +266,7 @@ fn whole_and_sharded_state_move_between_one_to_four_ranks() {
     ));
     got.extend(run(4, &leg(&chain, 12)));
     assert_eq!(got[..3], want[..3]);
-    let worst_loss = rel_diffs(&got, &want);
-    let worst_param = max_rel_diff(&weights(&whole), &weights(&chain));
-    eprintln!(
-        "largest relative differences: losses {worst_loss:.2e}, parameters {worst_param:.2e}"
-    );
-    assert!(
-        worst_loss <= 1e-5,
-        "losses differ by {worst_loss:e} relative"
-    );
-    assert!(
-        worst_param <= 1e-5,
-        "parameters differ by {worst_param:e} relative"
-    );
+    assert_follows(&got, &want, &whole, &chain);
     // The files of each leg's last checkpoint: whole state at worlds 1 and
     // 2 (shard_optimizer off), a shard per rank at 3 and 4.
     for (step, files) in [(3, 1), (6, 3), (9, 1), (12, 4)] {
