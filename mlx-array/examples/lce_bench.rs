@@ -3,11 +3,12 @@
 //! `linear_cross_entropy` forward and backward beside the plain GEMMs of the
 //! same size, and reports peak memory above the inputs.
 //!
-//! `cargo run --release -p mlx-array --example lce_bench -- [rows] [reps] [chunk] [block] [only]`
+//! `cargo run --release -p mlx-array --example lce_bench -- [rows] [reps] [chunk] [block] [only] [bf16]`
 //! (chunk: classes per chunk, 0 = the default of about 16 MiB of logits;
 //! block: rows per block of `linear_cross_entropy_sum`, 0 = equal blocks of
 //! at most 50 MiB or a ninth of the rows, whichever is more; only: 1 times
-//! the one-pass `linear_cross_entropy_sum` alone, for profiling it).
+//! the one-pass `linear_cross_entropy_sum` alone, for profiling it; `bf16`
+//! anywhere: `h` and `w` in bfloat16, as a `--dtype bf16` model has them).
 //! `MLX_DEVICE=gpu` runs it on the GPU. On an AVX-512 CPU the one-pass
 //! loss (`linear_cross_entropy_sum`) runs its own kernels; `MLX_LCE=blas`
 //! runs it through the BLAS instead, for comparison.
@@ -25,16 +26,19 @@ fn main() -> mlx_array::Result<()> {
     // SAFETY: the first statement of main; no other thread exists yet.
     unsafe { mlx_array::blas::prefer_native_openblas_kernels() };
     println!("GEMM: {}", mlx_array::blas::name());
-    let args: Vec<usize> = std::env::args()
-        .skip(1)
-        .filter_map(|a| a.parse().ok())
-        .collect();
+    let words: Vec<String> = std::env::args().skip(1).collect();
+    let args: Vec<usize> = words.iter().filter_map(|a| a.parse().ok()).collect();
+    let dtype = if words.iter().any(|a| a == "bf16") {
+        Dtype::BF16
+    } else {
+        Dtype::F32
+    };
     let rows = args.first().copied().unwrap_or(2044);
     let reps = args.get(1).copied().unwrap_or(3);
     let (d, v) = (256, 50257);
     // Inputs made on the CPU (randint needs i64), then moved to the default device.
     let device = mlx_array::default_device();
-    println!("device: {device}");
+    println!("device: {device}, inputs in {dtype:?}");
     let (h, w, t) = with_device(Device::Cpu, || -> mlx_array::Result<_> {
         Ok((
             random::normal(&random::key(1), &[rows, d], Dtype::F32)?.mul_scalar(0.1)?,
@@ -43,8 +47,8 @@ fn main() -> mlx_array::Result<()> {
         ))
     })?;
     let (h, w, t) = (
-        h.to_device(device),
-        w.to_device(device),
+        h.astype(dtype)?.to_device(device),
+        w.astype(dtype)?.to_device(device),
         t.to_device(device),
     );
     eval((&h, &w, &t))?;

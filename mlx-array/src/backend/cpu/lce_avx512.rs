@@ -28,13 +28,13 @@ use super::math;
 use crate::{ArrayData, Dtype};
 
 /// Columns of a micro-tile: two 16-lane vectors.
-const NR: usize = 32;
+pub(super) const NR: usize = 32;
 /// Rows of a micro-tile: 2 x 12 accumulators and 2 vectors of `B` in the
 /// 32 vector registers.
-const MR: usize = 12;
+pub(super) const MR: usize = 12;
 /// Vocabulary classes per chunk: 256 x 256 f32 weights (256 KiB) and their
 /// logits stay in L2 together.
-const VC: usize = 256;
+pub(super) const VC: usize = 256;
 /// Partial `dh^T` sums, one per contiguous group of chunks, added in order.
 const GROUPS: usize = 16;
 
@@ -120,27 +120,68 @@ unsafe fn tile<const M: usize, const UNIT_RS: bool>(
 }
 
 /// Where `A` of a product lies: element `(i, p)` at `ptr + i * rs + p * cs`.
-#[derive(Clone, Copy)]
-struct Strided {
-    ptr: *const f32,
-    rs: usize,
-    cs: usize,
+pub(super) struct Strided<T> {
+    pub ptr: *const T,
+    pub rs: usize,
+    pub cs: usize,
 }
 
+impl<T> Clone for Strided<T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<T> Copy for Strided<T> {}
+
+/// A micro-tile kernel: `C (+)= A @ B` over `k` steps for one `m x NR`
+/// tile, arguments as [`tile`]'s.
+pub(super) type TileFn<T> =
+    unsafe fn(usize, *const T, usize, usize, *const T, usize, *mut f32, usize, bool);
+
+/// A kernel's tiles of 1 to [`MR`] rows, for `A` with any row stride and
+/// with unit row stride.
+pub(super) type Tiles<T> = [[TileFn<T>; 2]; MR];
+
+/// The [`Tiles`] of a kernel generic over `<const M: usize, const
+/// UNIT_RS: bool>`.
+macro_rules! tiles {
+    ($tile:ident) => {
+        [
+            [$tile::<1, false>, $tile::<1, true>],
+            [$tile::<2, false>, $tile::<2, true>],
+            [$tile::<3, false>, $tile::<3, true>],
+            [$tile::<4, false>, $tile::<4, true>],
+            [$tile::<5, false>, $tile::<5, true>],
+            [$tile::<6, false>, $tile::<6, true>],
+            [$tile::<7, false>, $tile::<7, true>],
+            [$tile::<8, false>, $tile::<8, true>],
+            [$tile::<9, false>, $tile::<9, true>],
+            [$tile::<10, false>, $tile::<10, true>],
+            [$tile::<11, false>, $tile::<11, true>],
+            [$tile::<12, false>, $tile::<12, true>],
+        ]
+    };
+}
+pub(super) use tiles;
+
+/// The f32 tiles.
+const F32_TILES: Tiles<f32> = tiles!(tile);
+
 /// `C (+)= A @ B` for `m x n` `C` (row stride `ldc`, `n` a multiple of
-/// [`NR`]) and `k x n` `B` (row stride `ldb`).
+/// [`NR`]) and `k x n` `B` (row stride `ldb`), a tile at a time with
+/// `tiles`.
 ///
 /// # Safety
-/// AVX-512F; `A`, `B` and `C` are in bounds for these shapes and `C`
-/// overlaps neither input.
-#[target_feature(enable = "avx512f")]
+/// The CPU has the tiles' features; `A`, `B` and `C` are in bounds for
+/// these shapes and `C` overlaps neither input.
 #[allow(clippy::too_many_arguments)]
-unsafe fn gemm(
+pub(super) unsafe fn gemm<T>(
+    tiles: &Tiles<T>,
     m: usize,
     n: usize,
     k: usize,
-    a: Strided,
-    b: *const f32,
+    a: Strided<T>,
+    b: *const T,
     ldb: usize,
     c: *mut f32,
     ldc: usize,
@@ -151,6 +192,7 @@ unsafe fn gemm(
     for i0 in (0..m).step_by(MR) {
         let ai = a.ptr.wrapping_add(i0 * a.rs);
         let ci = c.wrapping_add(i0 * ldc);
+        let tile = tiles[(m - i0).min(MR) - 1][usize::from(a.rs == 1)];
         for j0 in (0..n).step_by(NR) {
             let (bj, cj) = (b.wrapping_add(j0), ci.wrapping_add(j0));
             if prefetch_c {
@@ -163,27 +205,16 @@ unsafe fn gemm(
                 if ni < m {
                     for r in ni..(ni + MR).min(m) {
                         let p = c.wrapping_add(r * ldc + nj) as *const i8;
-                        // Prefetching never faults.
-                        _mm_prefetch::<_MM_HINT_T0>(p);
-                        _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(64));
+                        // SAFETY: SSE is part of x86_64; prefetching never faults.
+                        unsafe {
+                            _mm_prefetch::<_MM_HINT_T0>(p);
+                            _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(64));
+                        }
                     }
                 }
             }
-            macro_rules! call {
-                ($($m:literal)*) => {
-                    match ((m - i0).min(MR), a.rs == 1) {
-                        // SAFETY: the tile lies inside the caller's shapes.
-                        $(($m, true) => unsafe {
-                            tile::<$m, true>(k, ai, 1, a.cs, bj, ldb, cj, ldc, add)
-                        },
-                        ($m, false) => unsafe {
-                            tile::<$m, false>(k, ai, a.rs, a.cs, bj, ldb, cj, ldc, add)
-                        },)*
-                        _ => unreachable!("a tile has 1 to MR rows"),
-                    }
-                };
-            }
-            call!(1 2 3 4 5 6 7 8 9 10 11 12);
+            // SAFETY: the tile lies inside the caller's shapes.
+            unsafe { tile(k, ai, a.rs, a.cs, bj, ldb, cj, ldc, add) };
         }
     }
 }
@@ -246,6 +277,161 @@ fn chunk_stats(
     )
 }
 
+/// The three products of one row block, for one element type of `h` and
+/// `w`: the driver, [`value_and_grad_block`], does everything else in f32.
+pub(super) trait Products: Sync {
+    /// Rows of the block (`n`) and their width rounded up to whole tiles.
+    fn rows_and_width(&self) -> (usize, usize);
+
+    /// The logits of classes `ci * VC ..` (`rows` of them) into `chunk`
+    /// (`rows x width`, column `t` for row `t` of the block).
+    fn logits(&self, ci: usize, rows: usize, chunk: &mut [f32]);
+
+    /// Given the gradient of the chunk's logits (`rows x width`, zero in
+    /// the padding columns): writes (`!add`) or adds its share to `dw_c`
+    /// (the chunk's `rows x dims` of `dw`) and adds its term to `dht`
+    /// (`dims x width`).
+    fn backward(
+        &self,
+        ci: usize,
+        rows: usize,
+        chunk: &mut [f32],
+        dw_c: &mut [f32],
+        dht: &mut [f32],
+        add: bool,
+    );
+}
+
+/// The f32 products: `h` and `w` as they are, `h^T` made once per block.
+struct F32Products<'a> {
+    h: &'a [f32],
+    ht: ArrayData,
+    w: &'a [f32],
+    dims: usize,
+    n: usize,
+    width: usize,
+}
+
+impl<'a> F32Products<'a> {
+    /// The products of the block `h` (`n x dims`) against `w`.
+    fn new(h: &'a [f32], w: &'a [f32], dims: usize) -> Self {
+        let n = h.len() / dims;
+        let width = round_block(n);
+        // h^T, zero in the padding columns. Scratch is `ArrayData`: 64-byte
+        // aligned (vectors split across cache lines cost a fifth of the speed)
+        // and counted by the memory statistics.
+        let mut ht = ArrayData::alloc(&[dims * width], Dtype::F32);
+        let hts = ht.as_mut_slice::<f32>(dims * width);
+        hts.fill(0.0);
+        for (t, row) in h.chunks_exact(dims).enumerate() {
+            for (d, &x) in row.iter().enumerate() {
+                hts[d * width + t] = x;
+            }
+        }
+        Self {
+            h,
+            ht,
+            w,
+            dims,
+            n,
+            width,
+        }
+    }
+}
+
+impl Products for F32Products<'_> {
+    fn rows_and_width(&self) -> (usize, usize) {
+        (self.n, self.width)
+    }
+
+    fn logits(&self, ci: usize, rows: usize, chunk: &mut [f32]) {
+        let (dims, width) = (self.dims, self.width);
+        let a = Strided {
+            ptr: self.w[ci * VC * dims..].as_ptr(),
+            rs: dims,
+            cs: 1,
+        };
+        let ht = self.ht.as_slice::<f32>(dims * width);
+        // SAFETY: avx512f was checked; `a` is rows x dims of `w`, `ht`
+        // dims x width, `chunk` rows x width, and no input overlaps it.
+        unsafe {
+            gemm(
+                &F32_TILES,
+                rows,
+                width,
+                dims,
+                a,
+                ht.as_ptr(),
+                width,
+                chunk.as_mut_ptr(),
+                width,
+                false,
+                false,
+            )
+        };
+    }
+
+    fn backward(
+        &self,
+        ci: usize,
+        rows: usize,
+        chunk: &mut [f32],
+        dw_c: &mut [f32],
+        dht: &mut [f32],
+        add: bool,
+    ) {
+        let (dims, width, v0) = (self.dims, self.width, ci * VC);
+        // This chunk's weights into L2 while `dw` is computed: `dh^T` reads
+        // them down their columns, a line per step.
+        for line in self.w[v0 * dims..(v0 + rows) * dims].chunks(16) {
+            // SAFETY: SSE is part of x86_64; prefetching never faults.
+            unsafe { _mm_prefetch::<_MM_HINT_T1>(line.as_ptr() as *const i8) };
+        }
+        let g = Strided {
+            ptr: chunk.as_ptr(),
+            rs: width,
+            cs: 1,
+        };
+        let wt = Strided {
+            ptr: self.w[v0 * dims..].as_ptr(),
+            rs: 1,
+            cs: dims,
+        };
+        // SAFETY: avx512f was checked. `g` is rows x n of the chunk (row
+        // stride width), `h` n x dims, `dw_c` rows x dims; `wt` is dims x
+        // rows of `w` read down its columns, the chunk rows x width, `dht`
+        // dims x width. Outputs overlap no input.
+        unsafe {
+            gemm(
+                &F32_TILES,
+                rows,
+                dims,
+                self.n,
+                g,
+                self.h.as_ptr(),
+                dims,
+                dw_c.as_mut_ptr(),
+                dims,
+                add,
+                add,
+            );
+            gemm(
+                &F32_TILES,
+                dims,
+                width,
+                rows,
+                wt,
+                chunk.as_ptr(),
+                width,
+                dht.as_mut_ptr(),
+                width,
+                true,
+                false,
+            );
+        }
+    }
+}
+
 /// One row block of the one-pass loss: `n` rows `h` (`n x dims`) with
 /// targets `tg` ([`IGNORED`] = no loss) and weights `rw`, against `w` (`vocab x
 /// dims`). Writes `dh` (`n x dims`) and writes (`first`) or adds to `dw`
@@ -270,56 +456,39 @@ pub(super) fn value_and_grad_block(
         available(dims),
         "the AVX-512 loss needs avx512f and dims % 32 == 0"
     );
-    let n = tg.len();
-    let vocab = w.len() / dims;
-    let width = round_block(n);
-    assert!(h.len() == n * dims && rw.len() == n && dh.len() == n * dims);
+    assert!(h.len() == tg.len() * dims);
+    let products = F32Products::new(h, w, dims);
+    block_with(&products, tg, rw, smoothing, dims, lt, dh, dw, first)
+}
+
+/// [`value_and_grad_block`] with the products of `products` (whose block
+/// has `tg.len()` rows).
+#[allow(clippy::too_many_arguments)]
+pub(super) fn block_with(
+    products: &impl Products,
+    tg: &[usize],
+    rw: &[f32],
+    smoothing: f32,
+    dims: usize,
+    lt: &mut [f32],
+    dh: &mut [f32],
+    dw: &mut [f32],
+    first: bool,
+) -> f64 {
+    let (n, width) = products.rows_and_width();
+    let vocab = dw.len() / dims;
+    assert!(tg.len() == n && rw.len() == n && dh.len() == n * dims);
     assert!(dw.len() == vocab * dims && lt.len() >= vocab * width);
     let lt = &mut lt[..vocab * width];
     let s = smoothing;
     let v = vocab as f32;
-
-    // h^T, zero in the padding columns. Scratch is `ArrayData`: 64-byte
-    // aligned (vectors split across cache lines cost a fifth of the speed)
-    // and counted by the memory statistics.
-    let mut ht_data = ArrayData::alloc(&[dims * width], Dtype::F32);
-    let ht = ht_data.as_mut_slice::<f32>(dims * width);
-    ht.fill(0.0);
-    for (t, row) in h.chunks_exact(dims).enumerate() {
-        for (d, &x) in row.iter().enumerate() {
-            ht[d * width + t] = x;
-        }
-    }
-
-    let ht: &[f32] = ht;
 
     // Logits of one chunk of classes at a time, and their column statistics.
     let stats: Vec<ChunkStats> = lt
         .par_chunks_mut(VC * width)
         .enumerate()
         .map(|(ci, chunk)| {
-            let rows = chunk.len() / width;
-            let a = Strided {
-                ptr: w[ci * VC * dims..].as_ptr(),
-                rs: dims,
-                cs: 1,
-            };
-            // SAFETY: avx512f was checked; `a` is rows x dims of `w`, `ht`
-            // dims x width, `chunk` rows x width, and no input overlaps it.
-            unsafe {
-                gemm(
-                    rows,
-                    width,
-                    dims,
-                    a,
-                    ht.as_ptr(),
-                    width,
-                    chunk.as_mut_ptr(),
-                    width,
-                    false,
-                    false,
-                )
-            };
+            products.logits(ci, chunk.len() / width, chunk);
             chunk_stats(chunk, ci * VC, tg, width, s > 0.0)
         })
         .collect();
@@ -372,13 +541,6 @@ pub(super) fn value_and_grad_block(
             {
                 let ci = gi * per_group + k;
                 let (v0, rows) = (ci * VC, chunk.len() / width);
-                // This chunk's weights into L2 while its gradient and `dw`
-                // are computed: `dh^T` reads them down their columns, a line
-                // per step.
-                for line in w[v0 * dims..(v0 + rows) * dims].chunks(16) {
-                    // SAFETY: SSE is part of x86_64; prefetching never faults.
-                    unsafe { _mm_prefetch::<_MM_HINT_T1>(line.as_ptr() as *const i8) };
-                }
                 // `lt` holds `exp(x - max)` of the chunk: the probability is
                 // that times `exp(max - lse)`, one factor per column.
                 let st = &stats[ci];
@@ -404,46 +566,7 @@ pub(super) fn value_and_grad_block(
                         chunk[(tg[t] - v0) * width + t] -= coef[t] * (1.0 - s);
                     }
                 }
-                let g = Strided {
-                    ptr: chunk.as_ptr(),
-                    rs: width,
-                    cs: 1,
-                };
-                let wt = Strided {
-                    ptr: w[v0 * dims..].as_ptr(),
-                    rs: 1,
-                    cs: dims,
-                };
-                // SAFETY: avx512f was checked. `g` is rows x n of the chunk
-                // (row stride width), `h` n x dims, `dw_c` rows x dims; `wt`
-                // is dims x rows of `w` read down its columns, the chunk rows
-                // x width, `dht` dims x width. Outputs overlap no input.
-                unsafe {
-                    gemm(
-                        rows,
-                        dims,
-                        n,
-                        g,
-                        h.as_ptr(),
-                        dims,
-                        dw_c.as_mut_ptr(),
-                        dims,
-                        !first,
-                        !first,
-                    );
-                    gemm(
-                        dims,
-                        width,
-                        rows,
-                        wt,
-                        chunk.as_ptr(),
-                        width,
-                        dht.as_mut_ptr(),
-                        width,
-                        true,
-                        false,
-                    );
-                }
+                products.backward(ci, rows, chunk, dw_c, dht, !first);
             }
             dht_data
         })
@@ -464,11 +587,11 @@ pub(super) fn value_and_grad_block(
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
 
     /// A small deterministic pseudo-random sequence in [-1, 1).
-    fn noise(n: usize, seed: u64) -> Vec<f32> {
+    pub(in crate::backend::cpu) fn noise(n: usize, seed: u64) -> Vec<f32> {
         let mut x = seed
             .wrapping_mul(6364136223846793005)
             .wrapping_add(1442695040888963407);
@@ -484,7 +607,7 @@ mod tests {
 
     /// The loss and gradients of one block straight from the definition, in
     /// f64: `(sum_r rw[r] * loss_r, dh, dw)`.
-    fn reference(
+    pub(in crate::backend::cpu) fn reference(
         h: &[f32],
         w: &[f32],
         tg: &[usize],
@@ -519,11 +642,12 @@ mod tests {
         (loss, dh, dw)
     }
 
-    fn assert_close(what: &str, got: &[f32], want: &[f64]) {
+    /// Every element of `got` within `tol` times the largest magnitude in `want` of its expectation.
+    pub(in crate::backend::cpu) fn assert_close(what: &str, got: &[f32], want: &[f64], tol: f64) {
         let scale = want.iter().fold(0f64, |a, b| a.max(b.abs())).max(1e-3);
         for (i, (&g, &w)) in got.iter().zip(want).enumerate() {
             assert!(
-                (g as f64 - w).abs() <= 1e-4 * scale,
+                (g as f64 - w).abs() <= tol * scale,
                 "{what}[{i}]: {g} against {w} (scale {scale})"
             );
         }
@@ -578,9 +702,9 @@ mod tests {
                     (loss - want_loss).abs() <= 1e-4 * want_loss.abs(),
                     "loss {loss} against {want_loss}"
                 );
-                assert_close("dh", &dh, &want_dh);
+                assert_close("dh", &dh, &want_dh, 1e-4);
             }
-            assert_close("dw", &dw, &want_dw);
+            assert_close("dw", &dw, &want_dw, 1e-4);
         }
     }
 

@@ -19,6 +19,8 @@ mod gemm_bf16;
 pub(crate) mod indexing;
 #[cfg(target_arch = "x86_64")]
 mod lce_avx512;
+#[cfg(target_arch = "x86_64")]
+mod lce_bf16;
 pub(crate) mod loss;
 pub(crate) mod math;
 pub(crate) mod matmul;

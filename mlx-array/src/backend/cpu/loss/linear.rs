@@ -255,27 +255,33 @@ impl Lce<'_> {
     }
 }
 
+/// Rows per block of the one-pass loss and gradient: `requested` when
+/// non-zero, else at most [`BLOCK_BYTES`] of f32 logits over the whole
+/// vocabulary (at least 8 rows) or a [`MAX_BLOCKS`]th of the rows,
+/// whichever is more, split evenly over the blocks that takes. Every block
+/// packs all of `w` twice and updates all of `dw` whatever its size (about
+/// 20 ms for a 50257 x 256 weight), so a thin last block (22 of 1022 rows
+/// at 125 per block) costs far more per row than a full one, and many
+/// blocks cost more than a few: with the bound on their number the buffer
+/// grows with the batch, as the activations do, while staying a ninth of
+/// what whole logits would take. (At 2044 rows of a 50257-class vocabulary
+/// on two threads, 9 blocks instead of 17 took 740-820 ms instead of
+/// 860-900.)
+fn block_rows(rows: usize, vocab: usize, requested: usize) -> usize {
+    let rows = rows.max(1);
+    if requested > 0 {
+        return requested.min(rows);
+    }
+    let most = (BLOCK_BYTES / 4 / vocab.max(1))
+        .max(8)
+        .max(rows.div_ceil(MAX_BLOCKS));
+    rows.div_ceil(rows.div_ceil(most))
+}
+
 impl Lce<'_> {
-    /// Rows per block of [`Self::value_and_grad`]: as asked, else at most
-    /// [`BLOCK_BYTES`] of f32 logits over the whole vocabulary (at least 8
-    /// rows) or a [`MAX_BLOCKS`]th of the rows, whichever is more, split
-    /// evenly over the blocks that takes. Every block packs all of `w` twice
-    /// and updates all of `dw` whatever its size (about 20 ms for a 50257 x
-    /// 256 weight), so a thin last block (22 of 1022 rows at 125 per block)
-    /// costs far more per row than a full one, and many blocks cost more
-    /// than a few: with the bound on their number the buffer grows with the
-    /// batch, as the activations do, while staying a ninth of what whole
-    /// logits would take. (At 2044 rows of a 50257-class vocabulary on two
-    /// threads, 9 blocks instead of 17 took 740-820 ms instead of 860-900.)
+    /// Rows per block of [`Self::value_and_grad`] ([`block_rows`]).
     fn block_rows(&self) -> usize {
-        let rows = self.rows.max(1);
-        if self.block_rows > 0 {
-            return self.block_rows.min(rows);
-        }
-        let most = (BLOCK_BYTES / 4 / self.vocab.max(1))
-            .max(8)
-            .max(rows.div_ceil(MAX_BLOCKS));
-        rows.div_ceil(rows.div_ceil(most))
+        block_rows(self.rows, self.vocab, self.block_rows)
     }
 
     /// The weighted loss `sum_r rw[r] * loss_r` and its gradients `dh`, `dw`
@@ -478,10 +484,79 @@ pub fn linear_cross_entropy_value_and_grad(
     let n = size_of_shape(rows_shape);
     let rwv = copy_cast(rw.0, rows_shape, rw.1, Dtype::F32);
     let mut out = ArrayData::alloc(&[hn + wn + 1], Dtype::F32);
+    #[cfg(target_arch = "x86_64")]
+    {
+        let dims = *a.h.1.last().expect("hidden states have a feature axis");
+        if a.dtype == Dtype::BF16 && n > 0 && crate::backend::cpu::lce_bf16::enabled(dims) {
+            let (dh, rest) = out.as_mut_slice::<f32>(hn + wn + 1).split_at_mut(hn);
+            let (dw, total) = rest.split_at_mut(wn);
+            total[0] = value_and_grad_bf16(a, rwv.as_slice(n), dh, dw)?;
+            return Ok(out);
+        }
+    }
     with_lce(a, |l| {
         let (dh, rest) = out.as_mut_slice::<f32>(hn + wn + 1).split_at_mut(hn);
         let (dw, total) = rest.split_at_mut(wn);
         total[0] = l.value_and_grad(rwv.as_slice(n), dh, dw);
     })?;
     Ok(out)
+}
+
+/// The one-pass loss and gradients of bfloat16 `h` and `w` through
+/// [`crate::backend::cpu::lce_bf16`] (bfloat16 products, f32 statistics and
+/// results), a block of rows at a time as `Lce::value_and_grad_avx512`.
+#[cfg(target_arch = "x86_64")]
+fn value_and_grad_bf16(a: &LceArgs<'_>, rw: &[f32], dh: &mut [f32], dw: &mut [f32]) -> Result<f32> {
+    use crate::backend::cpu::lce_avx512::round_block;
+    use crate::backend::cpu::lce_bf16::{pair_rows, value_and_grad_block};
+    let dims = *a.h.1.last().expect("hidden states have a feature axis");
+    let rows_shape = &a.h.1[..a.h.1.len() - 1];
+    let (rows, vocab) = (size_of_shape(rows_shape), a.w.1[0]);
+    let tg = targets(
+        "linear_cross_entropy",
+        a.t.0,
+        rows_shape,
+        a.t.1,
+        vocab,
+        a.ignore_index,
+    )?;
+    let h = contiguous(a.h.0, a.h.1, Dtype::BF16);
+    let w = contiguous(a.w.0, a.w.1, Dtype::BF16);
+    let (h, w16) = (
+        h.as_slice::<u16>(rows * dims),
+        w.as_slice::<u16>(vocab * dims),
+    );
+    let w_pairs = pair_rows(w16, vocab, dims);
+    let w_pairs = w_pairs.as_slice::<u32>(vocab.div_ceil(2) * dims);
+    // Two neighbouring features as one word, in place unless the view
+    // starts at an odd element.
+    let w_words: std::borrow::Cow<'_, [u32]> = match bytemuck::try_cast_slice(w16) {
+        Ok(words) => words.into(),
+        Err(_) => w16
+            .chunks_exact(2)
+            .map(|p| p[0] as u32 | (p[1] as u32) << 16)
+            .collect::<Vec<_>>()
+            .into(),
+    };
+    let block = round_block(block_rows(rows, vocab, a.block_rows));
+    let mut lt = ArrayData::alloc(&[vocab, block], Dtype::F32);
+    let lt = lt.as_mut_slice::<f32>(vocab * block);
+    let mut total = 0f64;
+    for (b, r0) in (0..rows).step_by(block).enumerate() {
+        let r1 = (r0 + block).min(rows);
+        total += value_and_grad_block(
+            &h[r0 * dims..r1 * dims],
+            &w_words,
+            w_pairs,
+            &tg[r0..r1],
+            &rw[r0..r1],
+            a.label_smoothing,
+            dims,
+            lt,
+            &mut dh[r0 * dims..r1 * dims],
+            dw,
+            b == 0,
+        );
+    }
+    Ok(total as f32)
 }

@@ -1,0 +1,442 @@
+//! The one-pass output projection + cross-entropy for bfloat16 `h` and `w`
+//! on AVX512_BF16: the three products of [`super::lce_avx512`]'s row block
+//! with `vdpbf16ps` (bfloat16 pairs in, float32 sums out), everything else
+//! (logits, softmax statistics, the gradient of the logits, `dw` and `dh`)
+//! in float32, as PyTorch's autocast and MLX run a bfloat16 model's loss.
+//!
+//! `vdpbf16ps` adds `a[2j] * b[2j] + a[2j + 1] * b[2j + 1]` to float32 lane
+//! `j`, so every product takes `A` as one 32-bit word per row and pair of
+//! `k` (broadcast) and `B` as rows of such words, one per column:
+//!
+//! - logits `w @ h^T`: `k` runs along the features, so `A` is `w` read
+//!   in place (two neighbouring features are one word) and `B` is `h`'s
+//!   words transposed (small, once per block);
+//! - `dw += g^T @ h`: `k` runs along the block's rows; `A` is the logits'
+//!   gradient rounded to bfloat16 as it lies, `B` pairs `h`'s rows (once
+//!   per block);
+//! - `dh^T += w^T @ g^T`: `k` runs along the classes; `A` pairs `w`'s rows
+//!   (made once per call, see [`pair_rows`]), `B` pairs the gradient's rows.
+//!
+//! The gradient is rounded to bfloat16 once per chunk, into both layouts.
+
+use std::arch::x86_64::*;
+use std::cell::RefCell;
+
+use super::lce_avx512::{Products, Strided, Tiles, VC, block_with, gemm, round_block, tiles};
+use crate::{ArrayData, Dtype};
+
+/// Whether the bfloat16 path applies: AVX-512F and AVX512_BF16, a feature
+/// axis of whole micro-tile columns, and bfloat16 products switched on
+/// (`MLX_GEMM_BF16`, [`crate::settings::set_bf16_gemm`]) and the fused loss
+/// not switched off (`MLX_LCE=blas`).
+pub(super) fn enabled(dims: usize) -> bool {
+    super::lce_avx512::enabled(dims)
+        && crate::settings::bf16_gemm()
+        && super::gemm_bf16::available()
+}
+
+/// The bfloat16 tiles.
+const BF16_TILES: Tiles<u32> = tiles!(tile);
+
+/// The `m x NR` tile `C (+)= A @ B` over `k` pairs: word `(i, p)` of `A`
+/// at `a + i * rs + p * cs`, `B`'s words of pair `p` at `b + p * ldb`,
+/// `C[i][0..NR]` at `c + i * ldc`. Row pointers as in the f32 tile.
+///
+/// # Safety
+/// AVX-512F and AVX512_BF16; every address named above is in bounds.
+#[target_feature(enable = "avx512f,avx512bf16")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn tile<const M: usize, const UNIT_RS: bool>(
+    k: usize,
+    a: *const u32,
+    rs: usize,
+    cs: usize,
+    b: *const u32,
+    ldb: usize,
+    c: *mut f32,
+    ldc: usize,
+    add: bool,
+) {
+    // SAFETY: the caller's promise covers every pointer below.
+    unsafe {
+        let mut acc = [[_mm512_setzero_ps(); 2]; M];
+        if add {
+            for (i, row) in acc.iter_mut().enumerate() {
+                row[0] = _mm512_loadu_ps(c.add(i * ldc));
+                row[1] = _mm512_loadu_ps(c.add(i * ldc + 16));
+            }
+        }
+        let rs = if UNIT_RS { 1 } else { rs };
+        let mut base = [a; 4];
+        for (j, p) in base.iter_mut().enumerate() {
+            *p = a.wrapping_add(3 * j * rs);
+        }
+        let mut bp = b;
+        for _ in 0..k {
+            let b0: __m512bh = std::mem::transmute(_mm512_loadu_si512(bp as *const _));
+            let b1: __m512bh = std::mem::transmute(_mm512_loadu_si512(bp.add(16) as *const _));
+            for (i, row) in acc.iter_mut().enumerate() {
+                let word = if UNIT_RS {
+                    *base[0].add(i)
+                } else {
+                    *base[i / 3].add((i % 3) * rs)
+                };
+                let x: __m512bh = std::mem::transmute(_mm512_set1_epi32(word as i32));
+                row[0] = _mm512_dpbf16_ps(row[0], x, b0);
+                row[1] = _mm512_dpbf16_ps(row[1], x, b1);
+            }
+            for p in base.iter_mut() {
+                *p = p.wrapping_add(cs);
+            }
+            bp = bp.add(ldb);
+        }
+        for (i, row) in acc.iter().enumerate() {
+            _mm512_storeu_ps(c.add(i * ldc), row[0]);
+            _mm512_storeu_ps(c.add(i * ldc + 16), row[1]);
+        }
+    }
+}
+
+/// Rows `2q` and `2q + 1` of the `rows x cols` bfloat16 matrix `x` as one
+/// row of words each: word `(q, j)` holds `x[2q][j]` in its low half and
+/// `x[2q + 1][j]` (zero past the last row) in its high half.
+pub(super) fn pair_rows(x: &[u16], rows: usize, cols: usize) -> ArrayData {
+    let pairs = rows.div_ceil(2);
+    let mut out = ArrayData::alloc(&[pairs * cols], Dtype::U32);
+    let words = out.as_mut_slice::<u32>(pairs * cols);
+    for (q, dst) in words.chunks_exact_mut(cols.max(1)).enumerate() {
+        let lo = &x[2 * q * cols..(2 * q + 1) * cols];
+        let hi = x.get((2 * q + 1) * cols..(2 * q + 2) * cols);
+        match hi {
+            Some(hi) => {
+                for ((d, &l), &h) in dst.iter_mut().zip(lo).zip(hi) {
+                    *d = l as u32 | (h as u32) << 16;
+                }
+            }
+            None => {
+                for (d, &l) in dst.iter_mut().zip(lo) {
+                    *d = l as u32;
+                }
+            }
+        }
+    }
+    out
+}
+
+/// The bfloat16 products of one row block.
+pub(super) struct Bf16Products<'a> {
+    /// `w` (`vocab x dims`) as words: two neighbouring features each.
+    w: &'a [u32],
+    /// [`pair_rows`] of `w`.
+    w_pairs: &'a [u32],
+    /// `h`'s words transposed: `dims / 2 x width`, zero past row `n`.
+    h_words_t: ArrayData,
+    /// [`pair_rows`] of `h` padded with zero rows to `width`: `width / 2 x
+    /// dims`.
+    h_pairs: ArrayData,
+    dims: usize,
+    n: usize,
+    width: usize,
+}
+
+impl<'a> Bf16Products<'a> {
+    /// The products of the block `h` (`n x dims` bfloat16) against `w`
+    /// (given as its words and [`pair_rows`]).
+    pub(super) fn new(h: &[u16], w: &'a [u32], w_pairs: &'a [u32], dims: usize) -> Self {
+        let n = h.len() / dims;
+        let width = round_block(n);
+        let half = dims / 2;
+        let mut h_words_t = ArrayData::alloc(&[half * width], Dtype::U32);
+        let hwt = h_words_t.as_mut_slice::<u32>(half * width);
+        hwt.fill(0);
+        for (t, row) in h.chunks_exact(dims).enumerate() {
+            for (p, pair) in row.chunks_exact(2).enumerate() {
+                hwt[p * width + t] = pair[0] as u32 | (pair[1] as u32) << 16;
+            }
+        }
+        let mut padded = vec![0u16; width * dims];
+        padded[..h.len()].copy_from_slice(h);
+        Self {
+            w,
+            w_pairs,
+            h_words_t,
+            h_pairs: pair_rows(&padded, width, dims),
+            dims,
+            n,
+            width,
+        }
+    }
+}
+
+thread_local! {
+    /// Per-thread scratch for one chunk's gradient in bfloat16 (both
+    /// layouts), kept between chunks.
+    static GRADIENT: RefCell<Vec<u32>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Rounds the `rows x width` f32 gradient `g` to bfloat16 into `as_is`
+/// (the same layout, two columns per word: `rows x width / 2` words) and
+/// `paired` ([`pair_rows`]: `ceil(rows / 2) x width` words).
+///
+/// # Safety
+/// AVX-512F and AVX512_BF16; `width` is a multiple of 16 and the buffers
+/// have the sizes above.
+#[target_feature(enable = "avx512f,avx512bf16")]
+unsafe fn round_gradient(
+    g: &[f32],
+    rows: usize,
+    width: usize,
+    as_is: &mut [u32],
+    paired: &mut [u32],
+) {
+    debug_assert!(g.len() == rows * width && width.is_multiple_of(16));
+    debug_assert!(as_is.len() == rows * width / 2 && paired.len() == rows.div_ceil(2) * width);
+    let as_is = as_is.as_mut_ptr() as *mut u16;
+    for q in 0..rows.div_ceil(2) {
+        let (r0, r1) = (2 * q, 2 * q + 1);
+        for t in (0..width).step_by(16) {
+            // SAFETY: rows r0 (and r1 when it exists) of every buffer are in
+            // bounds (the caller's promise).
+            unsafe {
+                let lo = _mm512_cvtneps_pbh(_mm512_loadu_ps(g.as_ptr().add(r0 * width + t)));
+                let lo: __m256i = std::mem::transmute(lo);
+                _mm256_storeu_si256(as_is.add(r0 * width + t) as *mut __m256i, lo);
+                let mut words = _mm512_cvtepu16_epi32(lo);
+                if r1 < rows {
+                    let hi = _mm512_cvtneps_pbh(_mm512_loadu_ps(g.as_ptr().add(r1 * width + t)));
+                    let hi: __m256i = std::mem::transmute(hi);
+                    _mm256_storeu_si256(as_is.add(r1 * width + t) as *mut __m256i, hi);
+                    words =
+                        _mm512_or_si512(words, _mm512_slli_epi32::<16>(_mm512_cvtepu16_epi32(hi)));
+                }
+                _mm512_storeu_si512(paired.as_mut_ptr().add(q * width + t) as *mut _, words);
+            }
+        }
+    }
+}
+
+impl Products for Bf16Products<'_> {
+    fn rows_and_width(&self) -> (usize, usize) {
+        (self.n, self.width)
+    }
+
+    fn logits(&self, ci: usize, rows: usize, chunk: &mut [f32]) {
+        let (half, width) = (self.dims / 2, self.width);
+        let a = Strided {
+            ptr: self.w[ci * VC * half..].as_ptr(),
+            rs: half,
+            cs: 1,
+        };
+        let hwt = self.h_words_t.as_slice::<u32>(half * width);
+        // SAFETY: the CPU was checked ([`enabled`]); `a` is rows x half
+        // words of `w`, `hwt` half x width, `chunk` rows x width; no input
+        // overlaps it.
+        unsafe {
+            gemm(
+                &BF16_TILES,
+                rows,
+                width,
+                half,
+                a,
+                hwt.as_ptr(),
+                width,
+                chunk.as_mut_ptr(),
+                width,
+                false,
+                false,
+            )
+        };
+    }
+
+    fn backward(
+        &self,
+        ci: usize,
+        rows: usize,
+        chunk: &mut [f32],
+        dw_c: &mut [f32],
+        dht: &mut [f32],
+        add: bool,
+    ) {
+        let (dims, width) = (self.dims, self.width);
+        let pairs = rows.div_ceil(2);
+        GRADIENT.with_borrow_mut(|scratch| {
+            let (n_as_is, n_paired) = (rows * width / 2, pairs * width);
+            if scratch.len() < n_as_is + n_paired {
+                scratch.resize(n_as_is + n_paired, 0);
+            }
+            let (as_is, rest) = scratch.split_at_mut(n_as_is);
+            let paired = &mut rest[..n_paired];
+            // SAFETY: the CPU was checked; width is a multiple of 32 and the
+            // buffers have the sizes `round_gradient` asks for.
+            unsafe { round_gradient(chunk, rows, width, as_is, paired) };
+            let g = Strided {
+                ptr: as_is.as_ptr(),
+                rs: width / 2,
+                cs: 1,
+            };
+            // Classes `ci * VC ..` start at word row `ci * VC / 2` of the
+            // pairs (VC is even).
+            let wt = Strided {
+                ptr: self.w_pairs[ci * VC / 2 * dims..].as_ptr(),
+                rs: 1,
+                cs: dims,
+            };
+            let hp = self.h_pairs.as_slice::<u32>(width / 2 * dims);
+            // SAFETY: the CPU was checked. `g` is rows x width / 2 words,
+            // `hp` width / 2 x dims, `dw_c` rows x dims; `wt` is dims x
+            // pairs words, `paired` pairs x width, `dht` dims x width.
+            // Outputs overlap no input.
+            unsafe {
+                gemm(
+                    &BF16_TILES,
+                    rows,
+                    dims,
+                    width / 2,
+                    g,
+                    hp.as_ptr(),
+                    dims,
+                    dw_c.as_mut_ptr(),
+                    dims,
+                    add,
+                    add,
+                );
+                gemm(
+                    &BF16_TILES,
+                    dims,
+                    width,
+                    pairs,
+                    wt,
+                    paired.as_ptr(),
+                    width,
+                    dht.as_mut_ptr(),
+                    width,
+                    true,
+                    false,
+                );
+            }
+        });
+    }
+}
+
+/// One row block of the one-pass loss for bfloat16 `h` (`n x dims`) and
+/// `w` (given as its words, `vocab x dims / 2`, and its [`pair_rows`]),
+/// as [`super::lce_avx512::value_and_grad_block`]: f32 `dh`, `dw` and loss.
+///
+/// The caller has checked [`enabled`]`(dims)`.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn value_and_grad_block(
+    h: &[u16],
+    w: &[u32],
+    w_pairs: &[u32],
+    tg: &[usize],
+    rw: &[f32],
+    smoothing: f32,
+    dims: usize,
+    lt: &mut [f32],
+    dh: &mut [f32],
+    dw: &mut [f32],
+    first: bool,
+) -> f64 {
+    assert!(
+        super::lce_avx512::available(dims) && super::gemm_bf16::available(),
+        "the bfloat16 loss needs avx512f, avx512bf16 and dims % 32 == 0"
+    );
+    let vocab = dw.len() / dims;
+    assert!(h.len() == tg.len() * dims && w.len() == vocab * dims / 2);
+    assert!(w_pairs.len() == vocab.div_ceil(2) * dims);
+    let products = Bf16Products::new(h, w, w_pairs, dims);
+    block_with(&products, tg, rw, smoothing, dims, lt, dh, dw, first)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::cpu::lce_avx512::tests::{assert_close, noise, reference};
+    use crate::backend::cpu::loss::IGNORED;
+    use half::bf16;
+
+    /// bfloat16 bit patterns of `x` and the values they stand for.
+    fn rounded(x: &[f32]) -> (Vec<u16>, Vec<f32>) {
+        let b: Vec<bf16> = x.iter().map(|&v| bf16::from_f32(v)).collect();
+        (
+            b.iter().map(|v| v.to_bits()).collect(),
+            b.iter().map(|v| v.to_f32()).collect(),
+        )
+    }
+
+    /// The words of a bfloat16 matrix with an even number of columns.
+    fn words(x: &[u16]) -> Vec<u32> {
+        x.chunks_exact(2)
+            .map(|p| p[0] as u32 | (p[1] as u32) << 16)
+            .collect()
+    }
+
+    #[test]
+    fn pair_rows_interleaves_neighbouring_rows() {
+        let x: Vec<u16> = (1..=6).collect();
+        let pairs = pair_rows(&x, 3, 2);
+        let got = pairs.as_slice::<u32>(4);
+        assert_eq!(got, [1 | 3 << 16, 2 | 4 << 16, 5, 6]);
+    }
+
+    /// Two blocks (the second adding to `dw`) of 45 and 13 rows over 613
+    /// classes (an odd last chunk, tiles of 1 to 12 rows), with ignored
+    /// rows, a zero weight and label smoothing, against the definition on
+    /// the bfloat16 values in f64. The loss and logits are exact products
+    /// summed in f32; the gradients round the logits' gradient to bfloat16
+    /// (a relative error of 2^-9 per term), hence their wider tolerance.
+    #[test]
+    fn blocks_equal_the_definition_on_bfloat16_values() {
+        if !(super::super::lce_avx512::available(64) && super::super::gemm_bf16::available()) {
+            eprintln!("skipped: this CPU has no AVX512_BF16");
+            return;
+        }
+        let (dims, vocab) = (64, 613);
+        for s in [0.0f32, 0.1] {
+            let w32: Vec<f32> = noise(vocab * dims, 1).iter().map(|x| x * 0.5).collect();
+            let (w16, w) = rounded(&w32);
+            let (w_words, w_pairs) = (words(&w16), pair_rows(&w16, vocab, dims));
+            let w_pairs = w_pairs.as_slice::<u32>(vocab.div_ceil(2) * dims);
+            let mut lt = vec![0f32; vocab * round_block(45)];
+            let mut dw = vec![f32::NAN; vocab * dims];
+            let mut want_dw = vec![0f64; vocab * dims];
+            for (b, rows) in [45usize, 13].into_iter().enumerate() {
+                let (h16, h) = rounded(&noise(rows * dims, 2 + b as u64));
+                let tg: Vec<usize> = (0..rows)
+                    .map(|r| {
+                        if r % 7 == 3 {
+                            IGNORED
+                        } else {
+                            (r * 97 + b) % vocab
+                        }
+                    })
+                    .collect();
+                let rw: Vec<f32> = (0..rows)
+                    .map(|r| if r == 5 { 0.0 } else { 0.5 + r as f32 / 64.0 })
+                    .collect();
+                let mut dh = vec![f32::NAN; rows * dims];
+                let loss = value_and_grad_block(
+                    &h16,
+                    &w_words,
+                    w_pairs,
+                    &tg,
+                    &rw,
+                    s,
+                    dims,
+                    &mut lt,
+                    &mut dh,
+                    &mut dw,
+                    b == 0,
+                );
+                let (want_loss, want_dh, block_dw) = reference(&h, &w, &tg, &rw, s as f64, dims);
+                want_dw.iter_mut().zip(&block_dw).for_each(|(a, b)| *a += b);
+                assert!(
+                    (loss - want_loss).abs() <= 1e-4 * want_loss.abs(),
+                    "loss {loss} against {want_loss}"
+                );
+                assert_close("dh", &dh, &want_dh, 5e-3);
+            }
+            assert_close("dw", &dw, &want_dw, 5e-3);
+        }
+    }
+}
