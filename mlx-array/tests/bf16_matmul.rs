@@ -68,6 +68,9 @@ fn bf16_products_equal_float64_rounded_once() {
         (40, 130, 70),
         (200, 515, 300),
         (5, 1025, 3),
+        // Large enough to pack per task rather than whole (more than 8M
+        // elements of operands), with an odd k spanning five panels.
+        (17, 2051, 4100),
     ];
     for gemm in [true, false] {
         settings::set_bf16_gemm(gemm);

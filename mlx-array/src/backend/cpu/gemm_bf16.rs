@@ -35,9 +35,13 @@ const MC: usize = MR * 16;
 /// Columns per task: whole strips.
 const NC: usize = NR * 8;
 
-/// Whether this CPU has the instructions (checked once, cheaply, by std).
+/// Whether this CPU has the instructions: AVX-512F, BW and VL, and
+/// AVX512_BF16 (checked once, cheaply, by std).
 pub(super) fn available() -> bool {
-    is_x86_feature_detected!("avx512f") && is_x86_feature_detected!("avx512bf16")
+    is_x86_feature_detected!("avx512f")
+        && is_x86_feature_detected!("avx512bf16")
+        && is_x86_feature_detected!("avx512bw")
+        && is_x86_feature_detected!("avx512vl")
 }
 
 /// A matrix of bfloat16 bit patterns: element `(r, c)` at `ptr + r * rs +
@@ -82,6 +86,12 @@ impl Out {
     }
 }
 
+/// Products whose operands together have at most this many elements pack
+/// each operand once, whole, before any tile runs; larger ones pack per
+/// task (a block of `A` and a strip of `B` per panel), so that packing
+/// never holds a copy of a huge operand.
+const PACK_WHOLE: usize = 8 << 20;
+
 /// `C = A @ B` for `m x k` `A` and `k x n` `B`: float32 sums rounded to
 /// bfloat16 (nearest, ties to even), `C` row-major with row stride `ldc`.
 ///
@@ -115,115 +125,299 @@ pub(super) unsafe fn gemm(
     let tasks: Vec<(usize, usize)> = (0..row_blocks)
         .flat_map(|r| (0..col_blocks).map(move |c| (r, c)))
         .collect();
+    let pairs = k.div_ceil(2);
+    if (m + n) * k <= PACK_WHOLE {
+        // Every strip of both operands, packed once over the whole of `k`
+        // (a tile starts at its panel's pair).
+        let mut apack = vec![0u32; m.div_ceil(MR) * MR * pairs];
+        let mut bpack = vec![0u16; n.div_ceil(NR) * NR * 2 * pairs];
+        apack
+            .par_chunks_mut(MR * pairs)
+            .enumerate()
+            // SAFETY: strip `t` of `A` is inside `A` (the caller's promise).
+            .for_each(|(t, strip)| unsafe {
+                pack_a_strip(&a, t * MR, MR.min(m - t * MR), 0, k, strip)
+            });
+        bpack
+            .par_chunks_mut(NR * 2 * pairs)
+            .enumerate()
+            // SAFETY: strip `s` of `B` is inside `B` (the caller's promise).
+            .for_each(|(s, strip)| unsafe {
+                pack_b_strip(&b, 0, k, s * NR, NR.min(n - s * NR), strip)
+            });
+        tasks.par_iter().for_each(|&(rb, cb)| {
+            let (i0, j0) = (rb * MC, cb * NC);
+            let (mc, nc) = (MC.min(m - i0), NC.min(n - j0));
+            let (a0, b0) = (i0 / MR, j0 / NR);
+            // SAFETY: the packs hold every strip; the block is inside `C`.
+            unsafe {
+                block(
+                    mc,
+                    nc,
+                    k,
+                    out,
+                    i0,
+                    j0,
+                    ldc,
+                    |t, p0| apack.as_ptr().add((a0 + t) * MR * pairs + p0 / 2 * MR),
+                    |s, p0| {
+                        bpack
+                            .as_ptr()
+                            .add((b0 + s) * NR * 2 * pairs + p0 / 2 * 2 * NR)
+                    },
+                )
+            };
+        });
+        return;
+    }
     tasks.par_iter().for_each(|&(rb, cb)| {
         let (i0, j0) = (rb * MC, cb * NC);
         let (mc, nc) = (MC.min(m - i0), NC.min(n - j0));
         let mut apack = vec![0u32; mc.div_ceil(MR) * MR * KC / 2];
         let mut bpack = vec![0u16; nc.div_ceil(NR) * NR * KC];
-        // The block's sums, NC columns per row.
-        let mut sums = vec![0f32; mc * NC];
-        for p0 in (0..k).step_by(KC) {
-            let kc = KC.min(k - p0);
-            let pairs = kc.div_ceil(2);
-            // SAFETY: the blocks are inside `A`, `B` and `C` (the caller's
-            // promise and the bounds above); the buffers hold the packs.
-            unsafe {
-                pack_a(&a, i0, mc, p0, kc, &mut apack);
-                pack_b(&b, p0, kc, j0, nc, &mut bpack);
-                for s in 0..nc.div_ceil(NR) {
-                    for t in 0..mc.div_ceil(MR) {
-                        let rows = MR.min(mc - t * MR);
-                        let cols = NR.min(nc - s * NR);
-                        tile(
-                            pairs,
-                            apack.as_ptr().add(t * MR * pairs),
-                            bpack.as_ptr().add(s * NR * 2 * pairs),
-                            sums.as_mut_ptr().add(t * MR * NC + s * NR),
-                            NC,
-                            rows,
-                            cols,
-                            p0 > 0,
-                        );
+        let mut packed_at = usize::MAX;
+        let (ap, bp) = (apack.as_mut_ptr(), bpack.as_mut_ptr());
+        // SAFETY: the packs are this task's own, repacked when a new panel
+        // starts (tiles of one panel run after its packing and before the
+        // next's); the block is inside `A`, `B` and `C`.
+        unsafe {
+            block(
+                mc,
+                nc,
+                k,
+                out,
+                i0,
+                j0,
+                ldc,
+                |t, p0| {
+                    let pairs = KC.min(k - p0).div_ceil(2);
+                    if packed_at != p0 {
+                        packed_at = p0;
+                        let kc = KC.min(k - p0);
+                        for (t, strip) in std::slice::from_raw_parts_mut(ap, apack.len())
+                            .chunks_mut(MR * pairs)
+                            .take(mc.div_ceil(MR))
+                            .enumerate()
+                        {
+                            pack_a_strip(&a, i0 + t * MR, MR.min(mc - t * MR), p0, kc, strip);
+                        }
+                        for (s, strip) in std::slice::from_raw_parts_mut(bp, bpack.len())
+                            .chunks_mut(NR * 2 * pairs)
+                            .take(nc.div_ceil(NR))
+                            .enumerate()
+                        {
+                            pack_b_strip(&b, p0, kc, j0 + s * NR, NR.min(nc - s * NR), strip);
+                        }
                     }
-                }
-            }
-        }
-        for (i, row) in sums.chunks(NC).enumerate() {
-            // SAFETY: row `i0 + i`, columns `j0 .. j0 + nc` of `C` are this
-            // task's and in bounds.
-            let dst =
-                unsafe { std::slice::from_raw_parts_mut(out.ptr().add((i0 + i) * ldc + j0), nc) };
-            for (d, v) in dst.iter_mut().zip(&row[..nc]) {
-                *d = half::bf16::from_f32(*v).to_bits();
-            }
-        }
+                    ap.add(t * MR * pairs) as *const u32
+                },
+                |s, p0| {
+                    let pairs = KC.min(k - p0).div_ceil(2);
+                    bp.add(s * NR * 2 * pairs) as *const u16
+                },
+            )
+        };
     });
 }
 
-/// Packs rows `i0 .. i0 + mc` and columns `p0 .. p0 + kc` of `A`: strips of
-/// [`MR`] rows, in each one word per pair of `k` and row (zero past the
-/// ends).
+/// One task: the `mc x nc` block of `C` at `(i0, j0)` summed over the
+/// panels of `k` in a float32 scratch and rounded to bfloat16 once.
+/// `a_strip(t, p0)` and `b_strip(s, p0)` give the packed strip `t` of the
+/// block's rows and `s` of its columns from pair `p0 / 2` on; for each
+/// panel the first call is `a_strip(0, p0)`, before its `b_strip` calls.
 ///
 /// # Safety
-/// The block is inside `A`; `pack` holds `ceil(mc / MR) * MR * ceil(kc / 2)`
-/// words.
-unsafe fn pack_a(a: &Matrix, i0: usize, mc: usize, p0: usize, kc: usize, pack: &mut [u32]) {
-    let pairs = kc.div_ceil(2);
-    for t in 0..mc.div_ceil(MR) {
-        let strip = &mut pack[t * MR * pairs..(t + 1) * MR * pairs];
-        for i in 0..MR {
-            let row = t * MR + i;
-            for p in 0..pairs {
-                let word = if row < mc {
-                    // SAFETY: inside the block (the caller's promise).
-                    let lo = unsafe { a.at(i0 + row, p0 + 2 * p) } as u32;
-                    let hi = if 2 * p + 1 < kc {
-                        // SAFETY: as above.
-                        unsafe { a.at(i0 + row, p0 + 2 * p + 1) as u32 }
-                    } else {
-                        0
-                    };
-                    lo | (hi << 16)
-                } else {
-                    0
+/// [`available`] is true; the strips hold the panel's pairs; the block is
+/// inside `C`.
+#[allow(clippy::too_many_arguments)]
+unsafe fn block(
+    mc: usize,
+    nc: usize,
+    k: usize,
+    out: Out,
+    i0: usize,
+    j0: usize,
+    ldc: usize,
+    mut a_strip: impl FnMut(usize, usize) -> *const u32,
+    mut b_strip: impl FnMut(usize, usize) -> *const u16,
+) {
+    // The block's sums, NC columns per row.
+    let mut sums = vec![0f32; mc * NC];
+    for p0 in (0..k).step_by(KC) {
+        let pairs = KC.min(k - p0).div_ceil(2);
+        let first = a_strip(0, p0);
+        for s in 0..nc.div_ceil(NR) {
+            let bs = b_strip(s, p0);
+            for t in 0..mc.div_ceil(MR) {
+                let at = if t == 0 { first } else { a_strip(t, p0) };
+                let rows = MR.min(mc - t * MR);
+                let cols = NR.min(nc - s * NR);
+                // SAFETY: the caller's promise; the scratch holds the block.
+                unsafe {
+                    tile(
+                        pairs,
+                        at,
+                        bs,
+                        sums.as_mut_ptr().add(t * MR * NC + s * NR),
+                        NC,
+                        rows,
+                        cols,
+                        p0 > 0,
+                    )
                 };
-                strip[p * MR + i] = word;
+            }
+        }
+    }
+    for (i, row) in sums.chunks(NC).enumerate() {
+        // SAFETY: row `i0 + i`, columns `j0 .. j0 + nc` of `C` are this
+        // task's and in bounds.
+        let dst = unsafe { std::slice::from_raw_parts_mut(out.ptr().add((i0 + i) * ldc + j0), nc) };
+        // SAFETY: the caller's promise ([`available`]).
+        unsafe { round_row(&row[..nc], dst) };
+    }
+}
+
+/// `dst = src` rounded to bfloat16, nearest with ties to even, 16 at a
+/// time with `vcvtneps2bf16` (which, like every AVX512_BF16 instruction,
+/// reads and writes subnormals as zero).
+///
+/// # Safety
+/// [`available`].
+#[target_feature(enable = "avx512f,avx512bf16,avx512bw,avx512vl")]
+unsafe fn round_row(src: &[f32], dst: &mut [u16]) {
+    let (whole, rest) = (src.len() / 16 * 16, src.len() % 16);
+    for (d, v) in dst[..whole].chunks_exact_mut(16).zip(src.chunks_exact(16)) {
+        // SAFETY: 16 floats read, 16 bfloat16 written.
+        unsafe {
+            let b = _mm512_cvtneps_pbh(_mm512_loadu_ps(v.as_ptr()));
+            _mm256_storeu_si256(
+                d.as_mut_ptr() as *mut __m256i,
+                std::mem::transmute::<__m256bh, __m256i>(b),
+            );
+        }
+    }
+    if rest > 0 {
+        let mask = (1u16 << rest) - 1;
+        // SAFETY: the masked load and store touch the last `rest` elements only.
+        unsafe {
+            let v = _mm512_maskz_loadu_ps(mask, src.as_ptr().add(whole));
+            let b: __m256i = std::mem::transmute(_mm512_cvtneps_pbh(v));
+            _mm256_mask_storeu_epi16(dst.as_mut_ptr().add(whole) as *mut i16, mask, b);
+        }
+    }
+}
+
+/// Packs rows `r0 .. r0 + rows` (at most [`MR`]) and columns `p0 .. p0 +
+/// kc` of `A` into one strip: one word per pair of `k` and row, [`MR`]
+/// words per pair (zero past the ends).
+///
+/// # Safety
+/// The block is inside `A`; `strip` holds `MR * ceil(kc / 2)` words.
+unsafe fn pack_a_strip(
+    a: &Matrix,
+    r0: usize,
+    rows: usize,
+    p0: usize,
+    kc: usize,
+    strip: &mut [u32],
+) {
+    let pairs = kc.div_ceil(2);
+    let strip = &mut strip[..MR * pairs];
+    if rows < MR || kc % 2 == 1 {
+        strip.fill(0);
+    }
+    let full = kc / 2;
+    // SAFETY (all reads below): inside the block (the caller's promise).
+    unsafe {
+        if a.cs == 1 {
+            // Rows dense along k: a pair is two neighbours of one row.
+            for i in 0..rows {
+                let row = a.ptr.add((r0 + i) * a.rs + p0);
+                for p in 0..full {
+                    let word = (row.add(2 * p) as *const u32).read_unaligned();
+                    strip[p * MR + i] = word;
+                }
+            }
+        } else if a.rs == 1 {
+            // Columns dense along the rows: a pair is two neighbouring
+            // columns, read side by side.
+            for p in 0..full {
+                let lo = std::slice::from_raw_parts(a.ptr.add((p0 + 2 * p) * a.cs + r0), rows);
+                let hi = std::slice::from_raw_parts(a.ptr.add((p0 + 2 * p + 1) * a.cs + r0), rows);
+                for ((d, &l), &h) in strip[p * MR..p * MR + rows].iter_mut().zip(lo).zip(hi) {
+                    *d = l as u32 | (h as u32) << 16;
+                }
+            }
+        } else {
+            for i in 0..rows {
+                for p in 0..full {
+                    let (l, h) = (a.at(r0 + i, p0 + 2 * p), a.at(r0 + i, p0 + 2 * p + 1));
+                    strip[p * MR + i] = l as u32 | (h as u32) << 16;
+                }
+            }
+        }
+        if kc % 2 == 1 {
+            for i in 0..rows {
+                strip[full * MR + i] = a.at(r0 + i, p0 + kc - 1) as u32;
             }
         }
     }
 }
 
-/// Packs rows `p0 .. p0 + kc` and columns `j0 .. j0 + nc` of `B`: strips of
-/// [`NR`] columns, in each for every pair of `k` the two values of each
-/// column side by side (zero past the ends).
+/// Packs rows `p0 .. p0 + kc` and columns `c0 .. c0 + cols` (at most
+/// [`NR`]) of `B` into one strip: for every pair of `k` the two values of
+/// each column side by side, [`NR`] columns per pair (zero past the ends).
 ///
 /// # Safety
-/// The block is inside `B`; `pack` holds `ceil(nc / NR) * NR * 2 *
-/// ceil(kc / 2)` values.
-unsafe fn pack_b(b: &Matrix, p0: usize, kc: usize, j0: usize, nc: usize, pack: &mut [u16]) {
+/// The block is inside `B`; `strip` holds `NR * 2 * ceil(kc / 2)` values.
+unsafe fn pack_b_strip(
+    b: &Matrix,
+    p0: usize,
+    kc: usize,
+    c0: usize,
+    cols: usize,
+    strip: &mut [u16],
+) {
     let pairs = kc.div_ceil(2);
-    for s in 0..nc.div_ceil(NR) {
-        let strip = &mut pack[s * NR * 2 * pairs..(s + 1) * NR * 2 * pairs];
-        for p in 0..pairs {
-            let dst = &mut strip[p * NR * 2..(p + 1) * NR * 2];
-            for col in 0..NR {
-                let j = s * NR + col;
-                let (lo, hi) = if j < nc {
-                    // SAFETY: inside the block (the caller's promise).
-                    unsafe {
-                        let lo = b.at(p0 + 2 * p, j0 + j);
-                        let hi = if 2 * p + 1 < kc {
-                            b.at(p0 + 2 * p + 1, j0 + j)
-                        } else {
-                            0
-                        };
-                        (lo, hi)
-                    }
-                } else {
-                    (0, 0)
-                };
-                dst[2 * col] = lo;
-                dst[2 * col + 1] = hi;
+    let strip = &mut strip[..NR * 2 * pairs];
+    if cols < NR || kc % 2 == 1 {
+        strip.fill(0);
+    }
+    let full = kc / 2;
+    // SAFETY (all reads below): inside the block (the caller's promise).
+    unsafe {
+        if b.cs == 1 {
+            // Rows dense along the columns: interleave two rows.
+            for p in 0..full {
+                let lo = std::slice::from_raw_parts(b.ptr.add((p0 + 2 * p) * b.rs + c0), cols);
+                let hi = std::slice::from_raw_parts(b.ptr.add((p0 + 2 * p + 1) * b.rs + c0), cols);
+                let dst = &mut strip[p * 2 * NR..p * 2 * NR + 2 * cols];
+                for ((d, &l), &h) in dst.chunks_exact_mut(2).zip(lo).zip(hi) {
+                    d[0] = l;
+                    d[1] = h;
+                }
+            }
+        } else if b.rs == 1 {
+            // Columns dense along k: a pair is one word of a column.
+            for j in 0..cols {
+                let col = b.ptr.add((c0 + j) * b.cs + p0);
+                for p in 0..full {
+                    let word = (col.add(2 * p) as *const u32).read_unaligned();
+                    strip[p * 2 * NR + 2 * j] = word as u16;
+                    strip[p * 2 * NR + 2 * j + 1] = (word >> 16) as u16;
+                }
+            }
+        } else {
+            for p in 0..full {
+                for j in 0..cols {
+                    strip[p * 2 * NR + 2 * j] = b.at(p0 + 2 * p, c0 + j);
+                    strip[p * 2 * NR + 2 * j + 1] = b.at(p0 + 2 * p + 1, c0 + j);
+                }
+            }
+        }
+        if kc % 2 == 1 {
+            for j in 0..cols {
+                strip[full * 2 * NR + 2 * j] = b.at(p0 + kc - 1, c0 + j);
             }
         }
     }
