@@ -11,7 +11,7 @@ use crate::error::{DistError, Result};
 use crate::group::CommImpl;
 use crate::liveness::Membership;
 use crate::mesh::{Mesh, OpCtx};
-use crate::reduce::{ReduceOp, reduce_into};
+use crate::reduce::{ReduceOp, reduce_all};
 use crate::ring::{self, Lane, Phase, split_even};
 use crate::wire::OpKind;
 
@@ -293,13 +293,11 @@ impl CommImpl for MeshComm {
                 self.send_all(&ctx, |_| mine.clone())?;
                 let mut got = self.recv_all(&ctx, buf.len())?;
                 got[self.rank] = Some(mine);
-                // The same order on every rank, so every rank gets identical bits.
-                let mut it = got.into_iter().map(|v| v.expect("filled"));
-                let mut acc = it.next().expect("at least one rank");
-                for x in it {
-                    reduce_into(&mut acc, &x, dtype, op);
-                }
-                buf.copy_from_slice(&acc);
+                // The same order on every rank, so every rank gets identical
+                // bits; half-precision sums accumulate in f32.
+                let parts: Vec<Vec<u8>> = got.into_iter().map(|v| v.expect("filled")).collect();
+                let parts: Vec<&[u8]> = parts.iter().map(Vec::as_slice).collect();
+                reduce_all(buf, &parts, dtype, op);
                 return Ok(());
             }
             let lanes = self.reduce_lanes(buf.len(), dtype.size_of());
@@ -337,11 +335,9 @@ impl CommImpl for MeshComm {
                 // block's sum has the same bits whichever rank keeps it.
                 let mut got = self.recv_all(&ctx, b)?;
                 got[r] = Some(input[r * b..(r + 1) * b].to_vec());
-                let mut it = got.into_iter().map(|v| v.expect("filled"));
-                out.copy_from_slice(&it.next().expect("at least one rank"));
-                for x in it {
-                    reduce_into(out, &x, dtype, ReduceOp::Sum);
-                }
+                let parts: Vec<Vec<u8>> = got.into_iter().map(|v| v.expect("filled")).collect();
+                let parts: Vec<&[u8]> = parts.iter().map(Vec::as_slice).collect();
+                reduce_all(out, &parts, dtype, ReduceOp::Sum);
                 return Ok(());
             }
             let lanes = self.block_lanes(b, dtype.size_of());

@@ -370,3 +370,31 @@ fn strangers_are_refused_and_the_job_still_forms() {
         results[1]
     );
 }
+
+/// Small bfloat16 sums (the direct exchange, where every rank's buffer is
+/// at hand) accumulate in f32 and round once: at four ranks `1 + 3 *
+/// 2^-8` is the tie between `1 + 2^-7` and `1 + 2^-6` and rounds to the
+/// even one, where rounding after each rank's term would leave 1 (each
+/// `+ 2^-8` is a tie that rounds back to 1). `sum_scatter` alike.
+#[test]
+fn small_bfloat16_sums_round_once() {
+    use half::bf16;
+    let out = with_world(
+        4,
+        |_| {},
+        |g| {
+            let term = if g.rank() == 0 { 1.0 } else { 1.0 / 256.0 };
+            let mut x = vec![bf16::from_f32(term); 3];
+            g.all_sum(&mut x).unwrap();
+            let input = vec![bf16::from_f32(term); 4 * 2];
+            let mut mine = vec![bf16::ZERO; 2];
+            g.sum_scatter_into(&input, &mut mine).unwrap();
+            (x, mine)
+        },
+    );
+    let want = bf16::from_f32(1.0 + 2.0 / 128.0);
+    for (r, (all, mine)) in out.iter().enumerate() {
+        assert!(all.iter().all(|&v| v == want), "rank {r}: {all:?}");
+        assert!(mine.iter().all(|&v| v == want), "rank {r}: {mine:?}");
+    }
+}

@@ -1,7 +1,9 @@
 //! Elementwise reductions on raw little-endian byte buffers, in the buffer's dtype.
 //!
 //! Integers wrap on overflow; `Bool` sums and maxima are logical OR and minima
-//! logical AND; `f16`/`bf16` are computed in `f32` and rounded once.
+//! logical AND; `f16`/`bf16` are computed in `f32` and rounded once per
+//! pair, or (`reduce_all`, when every rank's buffer is at hand) summed in
+//! `f32` over all ranks and rounded once.
 
 use half::{bf16, f16};
 use mlx_array::Dtype;
@@ -122,6 +124,46 @@ pub fn reduce_into(dst: &mut [u8], src: &[u8], dtype: Dtype, op: ReduceOp) {
         Dtype::F16 => apply::<f16>(dst, src, op),
         Dtype::BF16 => apply::<bf16>(dst, src, op),
         Dtype::F32 => apply::<f32>(dst, src, op),
+    }
+}
+
+/// The reduction of `parts` (each rank's buffer, in rank order) into
+/// `out`. A sum of `f16`/`bf16` buffers is accumulated in `f32` over every
+/// part and rounded once (pairwise, each partial sum would be rounded: at
+/// four ranks `1 + 3 * 2^-8` in bfloat16 would come out as 1); everything
+/// else is reduced pairwise in order, which for these ops is exact.
+pub fn reduce_all(out: &mut [u8], parts: &[&[u8]], dtype: Dtype, op: ReduceOp) {
+    fn sum_in_f32<T: bytemuck::Pod>(
+        out: &mut [u8],
+        parts: &[&[u8]],
+        to: fn(T) -> f32,
+        from: fn(f32) -> T,
+    ) {
+        let n = out.len() / size_of::<T>();
+        let mut acc = vec![0f32; n];
+        for part in parts {
+            for (a, x) in acc.iter_mut().zip(part.chunks_exact(size_of::<T>())) {
+                *a += to(bytemuck::pod_read_unaligned(x));
+            }
+        }
+        for (o, a) in out.chunks_exact_mut(size_of::<T>()).zip(acc) {
+            o.copy_from_slice(bytemuck::bytes_of(&from(a)));
+        }
+    }
+    let Some((first, rest)) = parts.split_first() else {
+        return;
+    };
+    match (dtype, op) {
+        (Dtype::F16, ReduceOp::Sum) => sum_in_f32::<f16>(out, parts, f16::to_f32, f16::from_f32),
+        (Dtype::BF16, ReduceOp::Sum) => {
+            sum_in_f32::<bf16>(out, parts, bf16::to_f32, bf16::from_f32)
+        }
+        _ => {
+            out.copy_from_slice(first);
+            for part in rest {
+                reduce_into(out, part, dtype, op);
+            }
+        }
     }
 }
 
