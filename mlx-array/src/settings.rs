@@ -10,7 +10,7 @@
 //! | `MLX_PROFILE` | `1`/`0` | off | [`set_profile`] |
 //! | `MLX_LCE` | `fused`, `blas` | `fused` where the CPU has AVX-512 | [`set_loss_path`] |
 //! | `MLX_BLAS` | a CBLAS library's path, or `none` | OpenBLAS, or Accelerate on macOS | [`set_blas`] |
-//! | `MLX_GEMM_BF16` | `1`/`0` | on: bfloat16 products on AVX512_BF16 where the CPU has it (off: convert to f32 for the BLAS) | [`set_bf16_gemm`] |
+//! | `MLX_GEMM_BF16` | `1`/`0` | on: bfloat16 products (matmul, the one-pass output projection + loss) on AVX512_BF16 where the CPU has it (off: convert to f32 for the BLAS and the f32 kernels) | [`set_bf16_gemm`] |
 //! | `MLX_DEVICE` | `cpu`, `gpu` | `cpu` | [`crate::device::set_default_device`] |
 //!
 //! ```

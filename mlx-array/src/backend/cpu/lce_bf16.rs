@@ -14,8 +14,10 @@
 //! - `dw += g^T @ h`: `k` runs along the block's rows; `A` is the logits'
 //!   gradient rounded to bfloat16 as it lies, `B` pairs `h`'s rows (once
 //!   per block);
-//! - `dh^T += w^T @ g^T`: `k` runs along the classes; `A` pairs `w`'s rows
-//!   (made once per call, see [`pair_rows`]), `B` pairs the gradient's rows.
+//! - `dh^T += w^T @ g^T`: `k` runs along the classes; `A` pairs the
+//!   chunk's rows of `w` ([`pair_rows_into`], per chunk into cache-sized
+//!   scratch: pairing all of `w` once per call took 26 MB more at the
+//!   reference shape, a peak above f32's), `B` pairs the gradient's rows.
 //!
 //! The gradient is rounded to bfloat16 once per chunk, into both layouts.
 
@@ -103,7 +105,13 @@ unsafe fn tile<const M: usize, const UNIT_RS: bool>(
 pub(super) fn pair_rows(x: &[u16], rows: usize, cols: usize) -> ArrayData {
     let pairs = rows.div_ceil(2);
     let mut out = ArrayData::alloc(&[pairs * cols], Dtype::U32);
-    let words = out.as_mut_slice::<u32>(pairs * cols);
+    pair_rows_into(x, rows, cols, out.as_mut_slice::<u32>(pairs * cols));
+    out
+}
+
+/// [`pair_rows`] into `words` (`ceil(rows / 2) * cols` of them).
+fn pair_rows_into(x: &[u16], rows: usize, cols: usize, words: &mut [u32]) {
+    debug_assert!(x.len() == rows * cols && words.len() == rows.div_ceil(2) * cols);
     for (q, dst) in words.chunks_exact_mut(cols.max(1)).enumerate() {
         let lo = &x[2 * q * cols..(2 * q + 1) * cols];
         let hi = x.get((2 * q + 1) * cols..(2 * q + 2) * cols);
@@ -120,15 +128,14 @@ pub(super) fn pair_rows(x: &[u16], rows: usize, cols: usize) -> ArrayData {
             }
         }
     }
-    out
 }
 
 /// The bfloat16 products of one row block.
 pub(super) struct Bf16Products<'a> {
     /// `w` (`vocab x dims`) as words: two neighbouring features each.
     w: &'a [u32],
-    /// [`pair_rows`] of `w`.
-    w_pairs: &'a [u32],
+    /// `w` itself (`vocab x dims` bfloat16).
+    w16: &'a [u16],
     /// `h`'s words transposed: `dims / 2 x width`, zero past row `n`.
     h_words_t: ArrayData,
     /// [`pair_rows`] of `h` padded with zero rows to `width`: `width / 2 x
@@ -141,8 +148,8 @@ pub(super) struct Bf16Products<'a> {
 
 impl<'a> Bf16Products<'a> {
     /// The products of the block `h` (`n x dims` bfloat16) against `w`
-    /// (given as its words and [`pair_rows`]).
-    pub(super) fn new(h: &[u16], w: &'a [u32], w_pairs: &'a [u32], dims: usize) -> Self {
+    /// (given as its words and itself).
+    pub(super) fn new(h: &[u16], w: &'a [u32], w16: &'a [u16], dims: usize) -> Self {
         let n = h.len() / dims;
         let width = round_block(n);
         let half = dims / 2;
@@ -158,7 +165,7 @@ impl<'a> Bf16Products<'a> {
         padded[..h.len()].copy_from_slice(h);
         Self {
             w,
-            w_pairs,
+            w16,
             h_words_t,
             h_pairs: pair_rows(&padded, width, dims),
             dims,
@@ -170,7 +177,7 @@ impl<'a> Bf16Products<'a> {
 
 thread_local! {
     /// Per-thread scratch for one chunk's gradient in bfloat16 (both
-    /// layouts), kept between chunks.
+    /// layouts) and its rows of `w` paired, kept between chunks.
     static GRADIENT: RefCell<Vec<u32>> = const { RefCell::new(Vec::new()) };
 }
 
@@ -257,15 +264,17 @@ impl Products for Bf16Products<'_> {
         dht: &mut [f32],
         add: bool,
     ) {
-        let (dims, width) = (self.dims, self.width);
+        let (dims, width, v0) = (self.dims, self.width, ci * VC);
         let pairs = rows.div_ceil(2);
         GRADIENT.with_borrow_mut(|scratch| {
-            let (n_as_is, n_paired) = (rows * width / 2, pairs * width);
-            if scratch.len() < n_as_is + n_paired {
-                scratch.resize(n_as_is + n_paired, 0);
+            let (n_as_is, n_paired, n_w) = (rows * width / 2, pairs * width, pairs * dims);
+            if scratch.len() < n_as_is + n_paired + n_w {
+                scratch.resize(n_as_is + n_paired + n_w, 0);
             }
             let (as_is, rest) = scratch.split_at_mut(n_as_is);
-            let paired = &mut rest[..n_paired];
+            let (paired, rest) = rest.split_at_mut(n_paired);
+            let w_pairs = &mut rest[..n_w];
+            pair_rows_into(&self.w16[v0 * dims..(v0 + rows) * dims], rows, dims, w_pairs);
             // SAFETY: the CPU was checked; width is a multiple of 32 and the
             // buffers have the sizes `round_gradient` asks for.
             unsafe { round_gradient(chunk, rows, width, as_is, paired) };
@@ -274,10 +283,8 @@ impl Products for Bf16Products<'_> {
                 rs: width / 2,
                 cs: 1,
             };
-            // Classes `ci * VC ..` start at word row `ci * VC / 2` of the
-            // pairs (VC is even).
             let wt = Strided {
-                ptr: self.w_pairs[ci * VC / 2 * dims..].as_ptr(),
+                ptr: w_pairs.as_ptr(),
                 rs: 1,
                 cs: dims,
             };
@@ -319,7 +326,7 @@ impl Products for Bf16Products<'_> {
 }
 
 /// One row block of the one-pass loss for bfloat16 `h` (`n x dims`) and
-/// `w` (given as its words, `vocab x dims / 2`, and its [`pair_rows`]),
+/// `w` (given as its words, `vocab x dims / 2`, and itself),
 /// as [`super::lce_avx512::value_and_grad_block`]: f32 `dh`, `dw` and loss.
 ///
 /// The caller has checked [`enabled`]`(dims)`.
@@ -327,7 +334,7 @@ impl Products for Bf16Products<'_> {
 pub(super) fn value_and_grad_block(
     h: &[u16],
     w: &[u32],
-    w_pairs: &[u32],
+    w16: &[u16],
     tg: &[usize],
     rw: &[f32],
     smoothing: f32,
@@ -343,8 +350,8 @@ pub(super) fn value_and_grad_block(
     );
     let vocab = dw.len() / dims;
     assert!(h.len() == tg.len() * dims && w.len() == vocab * dims / 2);
-    assert!(w_pairs.len() == vocab.div_ceil(2) * dims);
-    let products = Bf16Products::new(h, w, w_pairs, dims);
+    assert!(w16.len() == vocab * dims);
+    let products = Bf16Products::new(h, w, w16, dims);
     block_with(&products, tg, rw, smoothing, dims, lt, dh, dw, first)
 }
 
@@ -395,8 +402,7 @@ mod tests {
         for s in [0.0f32, 0.1] {
             let w32: Vec<f32> = noise(vocab * dims, 1).iter().map(|x| x * 0.5).collect();
             let (w16, w) = rounded(&w32);
-            let (w_words, w_pairs) = (words(&w16), pair_rows(&w16, vocab, dims));
-            let w_pairs = w_pairs.as_slice::<u32>(vocab.div_ceil(2) * dims);
+            let w_words = words(&w16);
             let mut lt = vec![0f32; vocab * round_block(45)];
             let mut dw = vec![f32::NAN; vocab * dims];
             let mut want_dw = vec![0f64; vocab * dims];
@@ -418,7 +424,7 @@ mod tests {
                 let loss = value_and_grad_block(
                     &h16,
                     &w_words,
-                    w_pairs,
+                    &w16,
                     &tg,
                     &rw,
                     s,

@@ -508,7 +508,7 @@ pub fn linear_cross_entropy_value_and_grad(
 #[cfg(target_arch = "x86_64")]
 fn value_and_grad_bf16(a: &LceArgs<'_>, rw: &[f32], dh: &mut [f32], dw: &mut [f32]) -> Result<f32> {
     use crate::backend::cpu::lce_avx512::round_block;
-    use crate::backend::cpu::lce_bf16::{pair_rows, value_and_grad_block};
+    use crate::backend::cpu::lce_bf16::value_and_grad_block;
     let dims = *a.h.1.last().expect("hidden states have a feature axis");
     let rows_shape = &a.h.1[..a.h.1.len() - 1];
     let (rows, vocab) = (size_of_shape(rows_shape), a.w.1[0]);
@@ -526,8 +526,6 @@ fn value_and_grad_bf16(a: &LceArgs<'_>, rw: &[f32], dh: &mut [f32], dw: &mut [f3
         h.as_slice::<u16>(rows * dims),
         w.as_slice::<u16>(vocab * dims),
     );
-    let w_pairs = pair_rows(w16, vocab, dims);
-    let w_pairs = w_pairs.as_slice::<u32>(vocab.div_ceil(2) * dims);
     // Two neighbouring features as one word, in place unless the view
     // starts at an odd element.
     let w_words: std::borrow::Cow<'_, [u32]> = match bytemuck::try_cast_slice(w16) {
@@ -547,7 +545,7 @@ fn value_and_grad_bf16(a: &LceArgs<'_>, rw: &[f32], dh: &mut [f32], dw: &mut [f3
         total += value_and_grad_block(
             &h[r0 * dims..r1 * dims],
             &w_words,
-            w_pairs,
+            w16,
             &tg[r0..r1],
             &rw[r0..r1],
             a.label_smoothing,

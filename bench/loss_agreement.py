@@ -1,0 +1,62 @@
+#!/usr/bin/env python3
+"""How closely one training run's loss curve follows another's.
+
+    bench/loss_agreement.py REFERENCE/metrics.csv OTHER/metrics.csv [--from STEP] [--every N] [--smooth K]
+
+Reads the `step,loss,...` CSV that `mlx-llama train` writes next to its
+checkpoints, and prints, for the steps both runs logged from `--from` on
+(default 1), the largest relative difference |other - reference| /
+reference, where it happened, the mean, and a table every `--every` steps.
+`--smooth K` compares the means of each run's last K logged losses
+(a trailing window, as a loss-curve plot's smoothing) instead of single
+steps.
+Exits 1 if the runs share no step.
+"""
+
+import argparse
+import csv
+import sys
+
+
+def losses(path):
+    with open(path, newline="") as f:
+        return {int(r["step"]): float(r["loss"]) for r in csv.DictReader(f) if r["loss"]}
+
+
+def smooth(by_step, k):
+    """Each step's mean over the trailing window of `k` logged steps."""
+    steps = sorted(by_step)
+    return {
+        s: sum(by_step[t] for t in steps[max(0, i - k + 1) : i + 1]) / (i + 1 - max(0, i - k + 1))
+        for i, s in enumerate(steps)
+    }
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("reference")
+    p.add_argument("other")
+    p.add_argument("--from", dest="start", type=int, default=1)
+    p.add_argument("--every", type=int, default=25)
+    p.add_argument("--smooth", type=int, default=1)
+    a = p.parse_args()
+    ref, other = smooth(losses(a.reference), a.smooth), smooth(losses(a.other), a.smooth)
+    steps = sorted(s for s in ref.keys() & other.keys() if s >= a.start)
+    if not steps:
+        sys.exit(f"no step from {a.start} on is in both {a.reference} and {a.other}")
+    rel = {s: abs(other[s] - ref[s]) / abs(ref[s]) for s in steps}
+    worst = max(steps, key=rel.get)
+    print("| step | reference loss | other loss | relative difference |")
+    print("|---|---|---|---|")
+    for s in steps:
+        if s % a.every == 0 or s == steps[0] or s == steps[-1] or s == worst:
+            print(f"| {s} | {ref[s]:.4f} | {other[s]:.4f} | {100 * rel[s]:.2f}% |")
+    mean = sum(rel.values()) / len(rel)
+    print(
+        f"\nsteps {steps[0]}-{steps[-1]} ({len(steps)}): largest relative difference "
+        f"{100 * rel[worst]:.2f}% at step {worst}, mean {100 * mean:.2f}%"
+    )
+
+
+if __name__ == "__main__":
+    main()
