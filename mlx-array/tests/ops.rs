@@ -269,3 +269,50 @@ fn take_from_a_view_that_starts_inside_its_buffer() {
         .unwrap();
     assert_eq!(got.to_vec::<f32>().unwrap(), vec![9.0, 10.0, 11.0]);
 }
+
+/// A gather from a cast that is not yet computed converts only the rows
+/// taken: the result is the cast of the gather (same values and dtype), the
+/// whole cast table is never evaluated, and the gradient reaches the f32
+/// table (each row's count of uses, summed in f32).
+#[test]
+fn take_from_a_pending_cast_converts_only_the_rows_taken() {
+    let table = arange(0.0, 40.0, 1.0, Dtype::F32)
+        .unwrap()
+        .reshape(&[10, 4])
+        .unwrap()
+        .div_scalar(3.0)
+        .unwrap();
+    table.eval().unwrap();
+    let ids = Array::from_slice(&[7i32, 2, 7], &[3]).unwrap();
+    let cast = table.astype(Dtype::BF16).unwrap();
+    let rows = cast.take(&ids, 0).unwrap();
+    assert_eq!(rows.dtype(), Dtype::BF16);
+    let want = table
+        .take(&ids, 0)
+        .unwrap()
+        .astype(Dtype::BF16)
+        .unwrap()
+        .to_vec::<half::bf16>()
+        .unwrap();
+    assert_eq!(rows.to_vec::<half::bf16>().unwrap(), want);
+    assert!(!cast.is_evaluated(), "the whole table was converted");
+
+    let g = mlx_array::grad(
+        |x| {
+            x[0].astype(Dtype::BF16)?
+                .take(&ids, 0)?
+                .astype(Dtype::F32)?
+                .sum_all()
+        },
+        &[0],
+    )(&[table.clone()])
+    .unwrap();
+    assert_eq!(g[0].dtype(), Dtype::F32);
+    let uses: Vec<f32> = (0..10)
+        .flat_map(|r| {
+            let n = [7, 2, 7].iter().filter(|&&i| i == r).count() as f32;
+            [n; 4]
+        })
+        .collect();
+    assert_eq!(g[0].to_vec::<f32>().unwrap(), uses);
+}

@@ -30,6 +30,14 @@ pub fn take(x: &Array, indices: &Array, axis: i32) -> Result<Array> {
             format!("cannot take from empty axis {a} of shape {:?}", x.shape()),
         ));
     }
+    // A gather from a pending cast is the cast of the gather: the same
+    // elements, but only those taken are converted. (A mixed-precision step
+    // casts every parameter to bf16; an embedding table so cast would be
+    // converted whole, kept for the backward pass, and its gradient
+    // scattered in bf16 and converted back whole.)
+    if let Some(source) = pending_cast_source(x) {
+        return take(&source, indices, axis)?.astype(x.dtype());
+    }
     let mut shape = x.shape()[..a].to_vec();
     shape.extend_from_slice(indices.shape());
     shape.extend_from_slice(&x.shape()[a + 1..]);
@@ -39,6 +47,13 @@ pub fn take(x: &Array, indices: &Array, axis: i32) -> Result<Array> {
         shape,
         x.dtype(),
     ))
+}
+
+/// The input of `x` when `x` is a cast (`astype`) not yet computed.
+fn pending_cast_source(x: &Array) -> Option<Array> {
+    let state = x.lock();
+    let (primitive, inputs) = state.pending()?;
+    (primitive.name() == "astype" && inputs.len() == 1).then(|| inputs[0].clone())
 }
 
 /// At each position, the entry of `x` along `axis` named by `indices`, which

@@ -274,7 +274,12 @@ impl Products for Bf16Products<'_> {
             let (as_is, rest) = scratch.split_at_mut(n_as_is);
             let (paired, rest) = rest.split_at_mut(n_paired);
             let w_pairs = &mut rest[..n_w];
-            pair_rows_into(&self.w16[v0 * dims..(v0 + rows) * dims], rows, dims, w_pairs);
+            pair_rows_into(
+                &self.w16[v0 * dims..(v0 + rows) * dims],
+                rows,
+                dims,
+                w_pairs,
+            );
             // SAFETY: the CPU was checked; width is a multiple of 32 and the
             // buffers have the sizes `round_gradient` asks for.
             unsafe { round_gradient(chunk, rows, width, as_is, paired) };
