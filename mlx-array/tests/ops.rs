@@ -305,7 +305,7 @@ fn take_from_a_pending_cast_converts_only_the_rows_taken() {
                 .sum_all()
         },
         &[0],
-    )(&[table.clone()])
+    )(std::slice::from_ref(&table))
     .unwrap();
     assert_eq!(g[0].dtype(), Dtype::F32);
     let uses: Vec<f32> = (0..10)
