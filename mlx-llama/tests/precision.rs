@@ -3,32 +3,19 @@
 //! resumes exactly (its loss scale saved), and overflowing float16 steps
 //! are skipped, counted and logged.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use mlx_array::Dtype;
-use mlx_llama::{Batching, DataSource, FloatDtype, Llama, LlamaConfig, TrainConfig, train};
+use mlx_llama::{FloatDtype, Llama, LlamaConfig, TrainConfig, train};
 use mlx_nn::ModuleExt;
 
+mod common;
+
+/// [`common::tiny`] computing in `dtype`.
 fn tiny(out: &Path, steps: u64, dtype: FloatDtype) -> TrainConfig {
     TrainConfig {
-        model: LlamaConfig {
-            num_layers: 2,
-            vocab_size: 0,
-            dims: 32,
-            mlp_dims: 64,
-            num_heads: 2,
-            ..LlamaConfig::default()
-        },
-        steps,
-        global_batch: 4,
-        block_size: 32,
-        learning_rate: 3e-3,
-        data: DataSource::Offline,
-        batching: Batching::Pack,
-        out_dir: out.to_path_buf(),
-        data_cache: Some(PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("mlx-data-cache")),
         dtype,
-        ..TrainConfig::default()
+        ..common::tiny(out, steps)
     }
 }
 

@@ -77,15 +77,8 @@ fn run(world: usize, cfg: &TrainConfig) -> Vec<f32> {
     s[0].losses.clone()
 }
 
-fn weights(out: &Path) -> Vec<(String, Vec<f32>)> {
-    let dir = mlx_llama::checkpoint::latest(out)
-        .unwrap()
-        .expect("a checkpoint");
-    let (w, _) = mlx_array::load_safetensors(dir.join("model.safetensors")).unwrap();
-    w.into_iter()
-        .map(|(n, a)| (n, a.to_vec::<f32>().unwrap()))
-        .collect()
-}
+mod common;
+use common::weights;
 
 /// Every step's samples across the world from the ranks' sample logs:
 /// step to (epoch, samples sorted), with how many records each step has.

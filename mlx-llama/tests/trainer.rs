@@ -4,44 +4,15 @@
 
 use std::collections::BTreeMap;
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::{Arc, Mutex};
 
 use mlx_llama::checkpoint;
-use mlx_llama::{Batching, DataSource, LlamaConfig, TrainConfig, train};
+use mlx_llama::{Batching, TrainConfig, train};
 use sha2::{Digest, Sha256};
 
-fn tiny(out: &Path, steps: u64) -> TrainConfig {
-    TrainConfig {
-        model: LlamaConfig {
-            num_layers: 2,
-            vocab_size: 0,
-            dims: 32,
-            mlp_dims: 64,
-            num_heads: 2,
-            ..LlamaConfig::default()
-        },
-        steps,
-        global_batch: 4,
-        block_size: 32,
-        learning_rate: 3e-3,
-        data: DataSource::Offline,
-        batching: Batching::Pack,
-        out_dir: out.to_path_buf(),
-        data_cache: Some(PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("mlx-data-cache")),
-        ..TrainConfig::default()
-    }
-}
-
-fn weights(out: &Path) -> Vec<(String, Vec<f32>)> {
-    let dir = mlx_llama::checkpoint::latest(out)
-        .unwrap()
-        .expect("a checkpoint");
-    let (w, _) = mlx_array::load_safetensors(dir.join("model.safetensors")).unwrap();
-    w.into_iter()
-        .map(|(n, a)| (n, a.to_vec::<f32>().unwrap()))
-        .collect()
-}
+mod common;
+use common::{tiny, weights};
 
 /// Every file of a checkpoint folder but the manifest: name to (size, sha256).
 fn files_on_disk(dir: &Path) -> BTreeMap<String, (u64, String)> {
