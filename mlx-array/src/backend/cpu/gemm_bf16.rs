@@ -151,21 +151,12 @@ pub(super) unsafe fn gemm(
             let (a0, b0) = (i0 / MR, j0 / NR);
             // SAFETY: the packs hold every strip; the block is inside `C`.
             unsafe {
-                block(
-                    mc,
-                    nc,
-                    k,
-                    out,
-                    i0,
-                    j0,
-                    ldc,
-                    |t, p0| apack.as_ptr().add((a0 + t) * MR * pairs + p0 / 2 * MR),
-                    |s, p0| {
-                        bpack
-                            .as_ptr()
-                            .add((b0 + s) * NR * 2 * pairs + p0 / 2 * 2 * NR)
-                    },
-                )
+                block(mc, nc, k, out, (i0, j0), ldc, |p0| Panel {
+                    a: apack.as_ptr().add(a0 * MR * pairs + p0 / 2 * MR),
+                    a_step: MR * pairs,
+                    b: bpack.as_ptr().add(b0 * NR * 2 * pairs + p0 / 2 * 2 * NR),
+                    b_step: NR * 2 * pairs,
+                })
             };
         });
         return;
@@ -175,81 +166,72 @@ pub(super) unsafe fn gemm(
         let (mc, nc) = (MC.min(m - i0), NC.min(n - j0));
         let mut apack = vec![0u32; mc.div_ceil(MR) * MR * KC / 2];
         let mut bpack = vec![0u16; nc.div_ceil(NR) * NR * KC];
-        let mut packed_at = usize::MAX;
-        let (ap, bp) = (apack.as_mut_ptr(), bpack.as_mut_ptr());
-        // SAFETY: the packs are this task's own, repacked when a new panel
-        // starts (tiles of one panel run after its packing and before the
-        // next's); the block is inside `A`, `B` and `C`.
+        // SAFETY: the block is inside `A`, `B` and `C`; each panel is packed
+        // into this task's own buffers before its tiles read them.
         unsafe {
-            block(
-                mc,
-                nc,
-                k,
-                out,
-                i0,
-                j0,
-                ldc,
-                |t, p0| {
-                    let pairs = KC.min(k - p0).div_ceil(2);
-                    if packed_at != p0 {
-                        packed_at = p0;
-                        let kc = KC.min(k - p0);
-                        for (t, strip) in std::slice::from_raw_parts_mut(ap, apack.len())
-                            .chunks_mut(MR * pairs)
-                            .take(mc.div_ceil(MR))
-                            .enumerate()
-                        {
-                            pack_a_strip(&a, i0 + t * MR, MR.min(mc - t * MR), p0, kc, strip);
-                        }
-                        for (s, strip) in std::slice::from_raw_parts_mut(bp, bpack.len())
-                            .chunks_mut(NR * 2 * pairs)
-                            .take(nc.div_ceil(NR))
-                            .enumerate()
-                        {
-                            pack_b_strip(&b, p0, kc, j0 + s * NR, NR.min(nc - s * NR), strip);
-                        }
-                    }
-                    ap.add(t * MR * pairs) as *const u32
-                },
-                |s, p0| {
-                    let pairs = KC.min(k - p0).div_ceil(2);
-                    bp.add(s * NR * 2 * pairs) as *const u16
-                },
-            )
+            block(mc, nc, k, out, (i0, j0), ldc, |p0| {
+                let kc = KC.min(k - p0);
+                let pairs = kc.div_ceil(2);
+                for (t, strip) in apack
+                    .chunks_mut(MR * pairs)
+                    .take(mc.div_ceil(MR))
+                    .enumerate()
+                {
+                    pack_a_strip(&a, i0 + t * MR, MR.min(mc - t * MR), p0, kc, strip);
+                }
+                for (s, strip) in bpack
+                    .chunks_mut(NR * 2 * pairs)
+                    .take(nc.div_ceil(NR))
+                    .enumerate()
+                {
+                    pack_b_strip(&b, p0, kc, j0 + s * NR, NR.min(nc - s * NR), strip);
+                }
+                Panel {
+                    a: apack.as_ptr(),
+                    a_step: MR * pairs,
+                    b: bpack.as_ptr(),
+                    b_step: NR * 2 * pairs,
+                }
+            })
         };
     });
 }
 
+/// Where one panel's packed strips of a task's block lie: strip `t` of its
+/// rows at `a + t * a_step`, strip `s` of its columns at `b + s * b_step`.
+struct Panel {
+    a: *const u32,
+    a_step: usize,
+    b: *const u16,
+    b_step: usize,
+}
+
 /// One task: the `mc x nc` block of `C` at `(i0, j0)` summed over the
 /// panels of `k` in a float32 scratch and rounded to bfloat16 once.
-/// `a_strip(t, p0)` and `b_strip(s, p0)` give the packed strip `t` of the
-/// block's rows and `s` of its columns from pair `p0 / 2` on; for each
-/// panel the first call is `a_strip(0, p0)`, before its `b_strip` calls.
+/// `panel(p0)` readies the panel starting at `k = p0` (packing it, if it
+/// must) and says where its strips lie.
 ///
 /// # Safety
-/// [`available`] is true; the strips hold the panel's pairs; the block is
-/// inside `C`.
-#[allow(clippy::too_many_arguments)]
+/// [`available`] is true; the strips hold the panel's pairs until the next
+/// call of `panel`; the block is inside `C`.
 unsafe fn block(
     mc: usize,
     nc: usize,
     k: usize,
     out: Out,
-    i0: usize,
-    j0: usize,
+    (i0, j0): (usize, usize),
     ldc: usize,
-    mut a_strip: impl FnMut(usize, usize) -> *const u32,
-    mut b_strip: impl FnMut(usize, usize) -> *const u16,
+    mut panel: impl FnMut(usize) -> Panel,
 ) {
     // The block's sums, NC columns per row.
     let mut sums = vec![0f32; mc * NC];
     for p0 in (0..k).step_by(KC) {
         let pairs = KC.min(k - p0).div_ceil(2);
-        let first = a_strip(0, p0);
+        let strips = panel(p0);
         for s in 0..nc.div_ceil(NR) {
-            let bs = b_strip(s, p0);
+            let bs = strips.b.wrapping_add(s * strips.b_step);
             for t in 0..mc.div_ceil(MR) {
-                let at = if t == 0 { first } else { a_strip(t, p0) };
+                let at = strips.a.wrapping_add(t * strips.a_step);
                 let rows = MR.min(mc - t * MR);
                 let cols = NR.min(nc - s * NR);
                 // SAFETY: the caller's promise; the scratch holds the block.

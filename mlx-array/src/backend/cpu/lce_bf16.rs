@@ -148,8 +148,9 @@ pub(super) struct Bf16Products<'a> {
 
 impl<'a> Bf16Products<'a> {
     /// The products of the block `h` (`n x dims` bfloat16) against `w`
-    /// (given as its words and itself).
-    pub(super) fn new(h: &[u16], w: &'a [u32], w16: &'a [u16], dims: usize) -> Self {
+    /// (4-byte aligned, read as words too).
+    pub(super) fn new(h: &[u16], w16: &'a [u16], dims: usize) -> Self {
+        let w = bytemuck::cast_slice(w16);
         let n = h.len() / dims;
         let width = round_block(n);
         let half = dims / 2;
@@ -331,14 +332,13 @@ impl Products for Bf16Products<'_> {
 }
 
 /// One row block of the one-pass loss for bfloat16 `h` (`n x dims`) and
-/// `w` (given as its words, `vocab x dims / 2`, and itself),
+/// `w` (`vocab x dims`, 4-byte aligned: it is also read as words),
 /// as [`super::lce_avx512::value_and_grad_block`]: f32 `dh`, `dw` and loss.
 ///
 /// The caller has checked [`enabled`]`(dims)`.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn value_and_grad_block(
     h: &[u16],
-    w: &[u32],
     w16: &[u16],
     tg: &[usize],
     rw: &[f32],
@@ -354,9 +354,8 @@ pub(super) fn value_and_grad_block(
         "the bfloat16 loss needs avx512f, avx512bf16 and dims % 32 == 0"
     );
     let vocab = dw.len() / dims;
-    assert!(h.len() == tg.len() * dims && w.len() == vocab * dims / 2);
-    assert!(w16.len() == vocab * dims);
-    let products = Bf16Products::new(h, w, w16, dims);
+    assert!(h.len() == tg.len() * dims && w16.len() == vocab * dims);
+    let products = Bf16Products::new(h, w16, dims);
     block_with(&products, tg, rw, smoothing, dims, lt, dh, dw, first)
 }
 
@@ -374,13 +373,6 @@ mod tests {
             b.iter().map(|v| v.to_bits()).collect(),
             b.iter().map(|v| v.to_f32()).collect(),
         )
-    }
-
-    /// The words of a bfloat16 matrix with an even number of columns.
-    fn words(x: &[u16]) -> Vec<u32> {
-        x.chunks_exact(2)
-            .map(|p| p[0] as u32 | (p[1] as u32) << 16)
-            .collect()
     }
 
     #[test]
@@ -407,7 +399,10 @@ mod tests {
         for s in [0.0f32, 0.1] {
             let w32: Vec<f32> = noise(vocab * dims, 1).iter().map(|x| x * 0.5).collect();
             let (w16, w) = rounded(&w32);
-            let w_words = words(&w16);
+            // In an `ArrayData`, whose storage is aligned for reading words.
+            let bits: Vec<bf16> = w16.iter().map(|&b| bf16::from_bits(b)).collect();
+            let w16 = ArrayData::from_slice(&bits, &[vocab * dims]);
+            let w16 = w16.as_slice::<u16>(vocab * dims);
             let mut lt = vec![0f32; vocab * round_block(45)];
             let mut dw = vec![f32::NAN; vocab * dims];
             let mut want_dw = vec![0f64; vocab * dims];
@@ -428,8 +423,7 @@ mod tests {
                 let mut dh = vec![f32::NAN; rows * dims];
                 let loss = value_and_grad_block(
                     &h16,
-                    &w_words,
-                    &w16,
+                    w16,
                     &tg,
                     &rw,
                     s,

@@ -387,40 +387,78 @@ impl Lce<'_> {
         let block = round_block(self.block_rows());
         let mut lt = ArrayData::alloc(&[self.vocab, block], Dtype::F32);
         let lt = lt.as_mut_slice::<f32>(self.vocab * block);
-        let mut total = 0f64;
-        for (b, r0) in (0..rows).step_by(block).enumerate() {
-            let r1 = (r0 + block).min(rows);
-            total += value_and_grad_block(
-                &self.h[r0 * dims..r1 * dims],
+        sum_over_blocks(rows, dims, block, dh, |r, dh, first| {
+            value_and_grad_block(
+                &self.h[r.start * dims..r.end * dims],
                 self.w,
-                &self.tg[r0..r1],
-                &rw[r0..r1],
+                &self.tg[r.clone()],
+                &rw[r],
                 self.smoothing,
                 dims,
                 lt,
-                &mut dh[r0 * dims..r1 * dims],
+                dh,
                 dw,
-                b == 0,
-            );
-        }
-        total as f32
+                first,
+            )
+        })
     }
+}
+
+/// Rows, features and classes of the arguments.
+struct Sizes {
+    rows: usize,
+    dims: usize,
+    vocab: usize,
+}
+
+impl Sizes {
+    fn of(a: &LceArgs<'_>) -> Sizes {
+        let (&dims, rows_shape) =
+            a.h.1
+                .split_last()
+                .expect("hidden states have a feature axis");
+        Sizes {
+            rows: size_of_shape(rows_shape),
+            dims,
+            vocab: a.w.1[0],
+        }
+    }
+}
+
+/// Each row's target class, or [`IGNORED`].
+fn row_targets(a: &LceArgs<'_>) -> Result<Vec<usize>> {
+    targets(
+        "linear_cross_entropy",
+        a.t.0,
+        &a.h.1[..a.h.1.len() - 1],
+        a.t.1,
+        a.w.1[0],
+        a.ignore_index,
+    )
+}
+
+/// `sum_r rw[r] * loss_r` over blocks of `block` rows: `f(rows, dh of those
+/// rows, first)` runs one block (the first writes `dw`, the others add).
+#[cfg(target_arch = "x86_64")]
+fn sum_over_blocks(
+    rows: usize,
+    dims: usize,
+    block: usize,
+    dh: &mut [f32],
+    mut f: impl FnMut(std::ops::Range<usize>, &mut [f32], bool) -> f64,
+) -> f32 {
+    let mut total = 0f64;
+    for (b, r0) in (0..rows).step_by(block).enumerate() {
+        let r1 = (r0 + block).min(rows);
+        total += f(r0..r1, &mut dh[r0 * dims..r1 * dims], b == 0);
+    }
+    total as f32
 }
 
 /// Runs `f` on the dense f32 view of the arguments.
 fn with_lce<R>(a: &LceArgs<'_>, f: impl FnOnce(&Lce<'_>) -> R) -> Result<R> {
-    let dims = *a.h.1.last().expect("hidden states have a feature axis");
-    let rows_shape = &a.h.1[..a.h.1.len() - 1];
-    let rows = size_of_shape(rows_shape);
-    let vocab = a.w.1[0];
-    let tg = targets(
-        "linear_cross_entropy",
-        a.t.0,
-        rows_shape,
-        a.t.1,
-        vocab,
-        a.ignore_index,
-    )?;
+    let Sizes { rows, dims, vocab } = Sizes::of(a);
+    let tg = row_targets(a)?;
     let h = f32_dense(a.h.0, a.h.1, a.dtype);
     let w = f32_dense(a.w.0, a.w.1, a.dtype);
     let lce = Lce {
@@ -484,21 +522,15 @@ pub fn linear_cross_entropy_value_and_grad(
     let n = size_of_shape(rows_shape);
     let rwv = copy_cast(rw.0, rows_shape, rw.1, Dtype::F32);
     let mut out = ArrayData::alloc(&[hn + wn + 1], Dtype::F32);
+    let (dh, rest) = out.as_mut_slice::<f32>(hn + wn + 1).split_at_mut(hn);
+    let (dw, total) = rest.split_at_mut(wn);
     #[cfg(target_arch = "x86_64")]
+    if a.dtype == Dtype::BF16 && n > 0 && crate::backend::cpu::lce_bf16::enabled(Sizes::of(a).dims)
     {
-        let dims = *a.h.1.last().expect("hidden states have a feature axis");
-        if a.dtype == Dtype::BF16 && n > 0 && crate::backend::cpu::lce_bf16::enabled(dims) {
-            let (dh, rest) = out.as_mut_slice::<f32>(hn + wn + 1).split_at_mut(hn);
-            let (dw, total) = rest.split_at_mut(wn);
-            total[0] = value_and_grad_bf16(a, rwv.as_slice(n), dh, dw)?;
-            return Ok(out);
-        }
+        total[0] = value_and_grad_bf16(a, rwv.as_slice(n), dh, dw)?;
+        return Ok(out);
     }
-    with_lce(a, |l| {
-        let (dh, rest) = out.as_mut_slice::<f32>(hn + wn + 1).split_at_mut(hn);
-        let (dw, total) = rest.split_at_mut(wn);
-        total[0] = l.value_and_grad(rwv.as_slice(n), dh, dw);
-    })?;
+    with_lce(a, |l| total[0] = l.value_and_grad(rwv.as_slice(n), dh, dw))?;
     Ok(out)
 }
 
@@ -509,52 +541,33 @@ pub fn linear_cross_entropy_value_and_grad(
 fn value_and_grad_bf16(a: &LceArgs<'_>, rw: &[f32], dh: &mut [f32], dw: &mut [f32]) -> Result<f32> {
     use crate::backend::cpu::lce_avx512::round_block;
     use crate::backend::cpu::lce_bf16::value_and_grad_block;
-    let dims = *a.h.1.last().expect("hidden states have a feature axis");
-    let rows_shape = &a.h.1[..a.h.1.len() - 1];
-    let (rows, vocab) = (size_of_shape(rows_shape), a.w.1[0]);
-    let tg = targets(
-        "linear_cross_entropy",
-        a.t.0,
-        rows_shape,
-        a.t.1,
-        vocab,
-        a.ignore_index,
-    )?;
+    let Sizes { rows, dims, vocab } = Sizes::of(a);
+    let tg = row_targets(a)?;
     let h = contiguous(a.h.0, a.h.1, Dtype::BF16);
-    let w = contiguous(a.w.0, a.w.1, Dtype::BF16);
-    let (h, w16) = (
+    let mut w = contiguous(a.w.0, a.w.1, Dtype::BF16);
+    if !(w.ptr::<u16>() as usize).is_multiple_of(4) {
+        // The kernel reads two neighbouring features as one word.
+        w = copy_cast(a.w.0, a.w.1, Dtype::BF16, Dtype::BF16);
+    }
+    let (h, w) = (
         h.as_slice::<u16>(rows * dims),
         w.as_slice::<u16>(vocab * dims),
     );
-    // Two neighbouring features as one word, in place unless the view
-    // starts at an odd element.
-    let w_words: std::borrow::Cow<'_, [u32]> = match bytemuck::try_cast_slice(w16) {
-        Ok(words) => words.into(),
-        Err(_) => w16
-            .chunks_exact(2)
-            .map(|p| p[0] as u32 | (p[1] as u32) << 16)
-            .collect::<Vec<_>>()
-            .into(),
-    };
     let block = round_block(block_rows(rows, vocab, a.block_rows));
     let mut lt = ArrayData::alloc(&[vocab, block], Dtype::F32);
     let lt = lt.as_mut_slice::<f32>(vocab * block);
-    let mut total = 0f64;
-    for (b, r0) in (0..rows).step_by(block).enumerate() {
-        let r1 = (r0 + block).min(rows);
-        total += value_and_grad_block(
-            &h[r0 * dims..r1 * dims],
-            &w_words,
-            w16,
-            &tg[r0..r1],
-            &rw[r0..r1],
+    Ok(sum_over_blocks(rows, dims, block, dh, |r, dh, first| {
+        value_and_grad_block(
+            &h[r.start * dims..r.end * dims],
+            w,
+            &tg[r.clone()],
+            &rw[r],
             a.label_smoothing,
             dims,
             lt,
-            &mut dh[r0 * dims..r1 * dims],
+            dh,
             dw,
-            b == 0,
-        );
-    }
-    Ok(total as f32)
+            first,
+        )
+    }))
 }
