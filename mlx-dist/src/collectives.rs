@@ -88,6 +88,61 @@ impl Primitive for AllReduce {
     }
 }
 
+/// The sum over the group of the ranks' partial results of one value, with
+/// the gradient of model parallelism: see [`sum_partials`].
+#[derive(Debug, Clone)]
+pub struct SumPartials {
+    /// The ranks whose partial results are summed.
+    pub group: Group,
+}
+
+impl Primitive for SumPartials {
+    fn name(&self) -> &'static str {
+        "sum_partials"
+    }
+    fn stream(&self) -> Stream {
+        Stream::Communication
+    }
+    fn eval_cpu(&self, inputs: &[Array], out: &Array) -> Result<ArrayData> {
+        AllReduce {
+            op: ReduceOp::Sum,
+            group: self.group.clone(),
+        }
+        .eval_cpu(inputs, out)
+    }
+    fn vjp(&self, _inputs: &[Array], _out: &Array, ct: &Array) -> Result<Vec<Option<Array>>> {
+        // Every rank computes the same loss from the one sum: its gradient
+        // reaches each partial result unchanged.
+        Ok(vec![Some(ct.clone())])
+    }
+}
+
+/// The identity, whose gradient is summed over the group: see [`sum_gradients`].
+#[derive(Debug, Clone)]
+pub struct SumGradients {
+    /// The ranks whose gradients are summed.
+    pub group: Group,
+}
+
+impl Primitive for SumGradients {
+    fn name(&self) -> &'static str {
+        "sum_gradients"
+    }
+    fn eval_cpu(&self, inputs: &[Array], _out: &Array) -> Result<ArrayData> {
+        inputs[0].data()
+    }
+    fn eval_gpu(&self, inputs: &[Array], _out: &Array) -> Result<ArrayData> {
+        inputs[0].data()
+    }
+    fn vjp(&self, inputs: &[Array], _out: &Array, ct: &Array) -> Result<Vec<Option<Array>>> {
+        // The input feeds every rank's shard of the computation: its
+        // gradient is the sum of what each shard sends back, placed where
+        // the input lives (the sum is made on the CPU).
+        let summed = sum_partials(ct, &self.group)?;
+        Ok(vec![Some(summed.to_device(inputs[0].device()))])
+    }
+}
+
 /// Concatenation of every rank's input along axis 0.
 #[derive(Debug, Clone)]
 pub struct AllGather {
@@ -246,9 +301,66 @@ fn reduce(op: ReduceOp, x: &Array, group: &Group) -> Result<Array> {
     ))
 }
 
-/// Element-wise sum over the group (the identity on a group of one).
+/// Element-wise sum over the group (the identity on a group of one). Its
+/// gradient is the sum of the ranks' gradients, as data parallelism needs
+/// (each rank's loss is a term of the objective); for partial results of
+/// one value that every rank then uses alike, see [`sum_partials`].
 pub fn all_sum(x: &Array, group: &Group) -> Result<Array> {
     reduce(ReduceOp::Sum, x, group)
+}
+
+/// Element-wise sum over the group of partial results of one value, as
+/// model (tensor) parallelism makes them: each rank multiplies its slice of
+/// the input by its slice of a weight (a row-parallel linear layer), and
+/// the sum is the whole product on every rank. The ranks then compute the
+/// same loss from it, so its gradient reaches each partial result
+/// unchanged: the backward pass is the identity (MLX's `all_sum` vjp,
+/// Megatron-LM's "reduce from the model-parallel region").
+///
+/// [`all_sum`] differs only in its gradient: it assumes each rank has a loss
+/// of its own (data parallelism, whose objective is their sum), so its
+/// gradient is the sum of the ranks' gradients.
+///
+/// ```
+/// use mlx_array::{Array, Dtype};
+/// let parts = mlx_dist::run_local(2, |g| {
+///     let x = Array::full(&[2], (g.rank() + 1) as f64, Dtype::F32);
+///     mlx_dist::sum_partials(&x, &g).unwrap().to_vec::<f32>().unwrap()
+/// })
+/// .unwrap();
+/// assert_eq!(parts, vec![vec![3.0; 2], vec![3.0; 2]]);
+/// ```
+pub fn sum_partials(x: &Array, group: &Group) -> Result<Array> {
+    if group.size() == 1 {
+        return Ok(x.clone());
+    }
+    Ok(Array::from_primitive(
+        SumPartials {
+            group: group.clone(),
+        },
+        vec![x.clone()],
+        x.shape().to_vec(),
+        x.dtype(),
+    ))
+}
+
+/// The identity, whose gradient is summed over the group (MLX's
+/// `sum_gradients`, Megatron-LM's "copy to the model-parallel region"):
+/// put on the input of a column-parallel linear layer, whose ranks each
+/// compute a slice of the output from the whole input, so the input's
+/// gradient is the sum of the slices' contributions.
+pub fn sum_gradients(x: &Array, group: &Group) -> Result<Array> {
+    if group.size() == 1 {
+        return Ok(x.clone());
+    }
+    Ok(Array::from_primitive(
+        SumGradients {
+            group: group.clone(),
+        },
+        vec![x.clone()],
+        x.shape().to_vec(),
+        x.dtype(),
+    ))
 }
 
 /// Element-wise maximum over the group.

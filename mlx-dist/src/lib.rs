@@ -82,7 +82,8 @@ pub mod tls;
 mod tls_link;
 
 pub use collectives::{
-    all_gather, all_max, all_min, all_sum, mean_scatter, recv, recv_like, send, sum_scatter,
+    all_gather, all_max, all_min, all_sum, mean_scatter, recv, recv_like, send, sum_gradients,
+    sum_partials, sum_scatter,
 };
 pub use config::{Backend, Config, QuicCert};
 pub use error::{DistError, Result};

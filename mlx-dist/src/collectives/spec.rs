@@ -24,6 +24,9 @@
 //! primitive's own node in a world of one (the public functions return
 //! their input there and would never reach the VJP); all_max and all_min
 //! refuse; send and recv pass no gradient, on rank 0 of a world of two.
+//! sum_partials and sum_gradients, the collectives of model parallelism,
+//! check values as all_sum and the identity, and their gradients across
+//! ranks as the identity and the sum.
 
 use std::sync::{Mutex, mpsc};
 use std::thread::JoinHandle;
@@ -34,7 +37,7 @@ use mlx_array::{ALL_DTYPES, Array, Device, Dtype, Primitive, SliceArg, value_and
 use proptest::prelude::*;
 use proptest::strategy::ValueTree;
 
-use super::{AllGather, AllReduce, Recv, SumScatter};
+use super::{AllGather, AllReduce, Recv, SumGradients, SumPartials, SumScatter};
 use crate::config::Config;
 use crate::local::run_local_with;
 use crate::{Group, ReduceOp};
@@ -57,6 +60,20 @@ pub(crate) fn specs() -> Vec<Spec> {
         }),
         scatter(false),
         scatter(true),
+        Spec::new::<SumPartials>("sum_partials", sum_partials_values, || {
+            GradCase::new(vec![uniform(15, &[3, 2], -2.0, 2.0)], &[0], |a| {
+                let x = a[0].transpose(&[])?;
+                let group = Group::single();
+                Ok(node(SumPartials { group }, &x, x.shape().to_vec()))
+            })
+        }),
+        Spec::new::<SumGradients>("sum_gradients", sum_gradients_values, || {
+            GradCase::new(vec![uniform(16, &[3, 2], -2.0, 2.0)], &[0], |a| {
+                let x = a[0].transpose(&[])?;
+                let group = Group::single();
+                Ok(node(SumGradients { group }, &x, x.shape().to_vec()))
+            })
+        }),
         Spec::new::<super::Send>(
             "send",
             |cx: &Ctx| point_to_point_values(cx, Side::Send),
@@ -538,6 +555,84 @@ fn reduction_values(cx: &Ctx, op: ReduceOp) {
                 );
             }
         }
+    }
+}
+
+// ---------------------------------------------------------------- sum_partials, sum_gradients
+
+/// sum_partials sums as all_sum does; its gradient is each rank's own
+/// cotangent (every rank computes the same loss from the one sum).
+fn sum_partials_values(cx: &Ctx) {
+    for n in [1, 2, 3] {
+        let cases = draw_cases(cx, &ALL_DTYPES, shape(3), &edge_shapes());
+        let got = in_world(cx, n, |g| {
+            cases
+                .iter()
+                .map(|c| {
+                    let nd = rank_values(c, g.rank());
+                    run_case(cx, c, &nd, |x| {
+                        itself("sum_partials", n, x, super::sum_partials(x, g))
+                    })
+                })
+                .collect::<Result<Vec<_>, _>>()
+        });
+        for (i, c) in cases.iter().enumerate() {
+            let parts: Vec<Nd> = (0..n).map(|r| rank_values(c, r)).collect();
+            let want = combine(ReduceOp::Sum, c.dtype, &parts);
+            for r in 0..n {
+                let what = format!("sum_partials in a world of {n}, rank {r}, {c:?}");
+                let rel = sum_tol(c.dtype, n);
+                check_at(&got[r][i], &want, c.dtype, rel, result_device(cx, n), &what);
+                assert_eq!(
+                    values(&got[r][i]),
+                    values(&got[0][i]),
+                    "{what}: every rank must get the same bits"
+                );
+            }
+        }
+    }
+    for n in WORLDS {
+        let grads = rank_gradients(cx, n, &[2, 3], super::sum_partials);
+        expect_gradients(cx, "sum_partials", grads, |r| cotangent(r, &[2, 3]));
+    }
+}
+
+/// sum_gradients gives each rank its own input, where it lies; its
+/// gradient is the sum of the ranks' cotangents.
+fn sum_gradients_values(cx: &Ctx) {
+    for n in [1, 2, 3] {
+        let cases = draw_cases(cx, &ALL_DTYPES, shape(3), &edge_shapes());
+        let got = in_world(cx, n, |g| {
+            cases
+                .iter()
+                .map(|c| {
+                    let nd = rank_values(c, g.rank());
+                    run_case(cx, c, &nd, |x| {
+                        itself("sum_gradients", n, x, super::sum_gradients(x, g))
+                    })
+                })
+                .collect::<Result<Vec<_>, _>>()
+        });
+        for (i, c) in cases.iter().enumerate() {
+            for (r, got) in got.iter().enumerate() {
+                let what = format!("sum_gradients in a world of {n}, rank {r}, {c:?}");
+                check_at(
+                    &got[i],
+                    &rank_values(c, r),
+                    c.dtype,
+                    0.0,
+                    cx.device(),
+                    &what,
+                );
+            }
+        }
+    }
+    for n in WORLDS {
+        let grads = rank_gradients(cx, n, &[2, 3], super::sum_gradients);
+        let cs: Vec<Nd> = (0..n).map(|s| cotangent(s, &[2, 3])).collect();
+        expect_gradients(cx, "sum_gradients", grads, |_| {
+            combine(ReduceOp::Sum, Dtype::F32, &cs)
+        });
     }
 }
 
