@@ -1,4 +1,7 @@
-//! Neural-network building blocks for `mlx-array`, in the shape of `mlx.nn`.
+//! Neural-network building blocks for `mlx-array`, in the shape of `mlx.nn`,
+//! with the tensor-parallel layers of `mlx.nn.layers.distributed`
+//! ([`AllToShardedLinear`], [`ShardedToAllLinear`], [`shard_linear`],
+//! [`shard_inplace`]).
 //!
 //! A model is a struct of layers implementing [`Module`] (one line with
 //! [`impl_module!`]); [`value_and_grad`] gives its loss and gradients as a
@@ -48,5 +51,8 @@ pub use layers::mlp::SwiGLU;
 pub use layers::norm::{LayerNorm, RMSNorm};
 pub use layers::rope::RoPE;
 pub use layers::sequential::{Layer, Sequential};
+pub use layers::sharded::{
+    AllToShardedLinear, AnyLinear, ShardedToAllLinear, Sharding, shard_inplace, shard_linear,
+};
 pub use module::{Module, ModuleExt, Param};
 pub use value_and_grad::{value_and_grad, value_and_grad_in};

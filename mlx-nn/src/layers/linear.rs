@@ -33,10 +33,15 @@ impl Linear {
 
     /// `x @ W^T (+ b)` over the last axis of `x`.
     pub fn forward(&self, x: &Array) -> Result<Array> {
-        let y = x.matmul(&self.weight.value().t()?)?;
-        match &self.bias {
-            Some(b) => y.add(b.value()),
-            None => Ok(y),
-        }
+        affine(x, &self.weight, &self.bias)
+    }
+}
+
+/// `x W^T (+ b)` over the last axis of `x`.
+pub(crate) fn affine(x: &Array, weight: &Param, bias: &Option<Param>) -> Result<Array> {
+    let y = x.matmul(&weight.value().t()?)?;
+    match bias {
+        Some(b) => y.add(b.value()),
+        None => Ok(y),
     }
 }

@@ -9,3 +9,4 @@ pub mod mlp;
 pub mod norm;
 pub mod rope;
 pub mod sequential;
+pub mod sharded;
