@@ -15,6 +15,7 @@ pub mod export;
 pub mod metrics;
 pub mod model;
 pub mod options_file;
+pub mod pipeline;
 mod sync;
 pub mod trainer;
 

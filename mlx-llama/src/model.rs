@@ -2,9 +2,10 @@
 //! safetensors weights are interchangeable.
 
 use mlx_array::{Array, Result, concatenate, random};
+use mlx_dist::Group;
 use mlx_nn::{
-    AttentionMask, Embedding, Linear, RMSNorm, RoPE, impl_module, merge_heads,
-    scaled_dot_product_attention, split_heads,
+    AnyLinear, AttentionMask, Embedding, Linear, RMSNorm, RoPE, Sharding, impl_module, merge_heads,
+    scaled_dot_product_attention, shard_linear, split_heads,
 };
 use serde::{Deserialize, Serialize};
 
@@ -51,20 +52,23 @@ pub struct KvCache {
 }
 
 /// Causal self-attention with RoPE (traditional pairs, as the reference).
+/// Tensor-parallel ([`Llama::shard`]), each rank holds a slice of the heads:
+/// the query, key and value projections are all-to-sharded and the output
+/// projection sharded-to-all.
 #[derive(Clone, Debug)]
 pub struct LlamaAttention {
-    /// Number of heads.
+    /// Number of heads (this rank's, when sharded).
     pub num_heads: usize,
     /// Rotary encoding of queries and keys.
     pub rope: RoPE,
     /// Query projection.
-    pub query_proj: Linear,
+    pub query_proj: AnyLinear,
     /// Key projection.
-    pub key_proj: Linear,
+    pub key_proj: AnyLinear,
     /// Value projection.
-    pub value_proj: Linear,
+    pub value_proj: AnyLinear,
     /// Output projection.
-    pub out_proj: Linear,
+    pub out_proj: AnyLinear,
 }
 
 impl_module!(LlamaAttention {
@@ -82,11 +86,25 @@ impl LlamaAttention {
         Ok(LlamaAttention {
             num_heads: c.num_heads,
             rope,
-            query_proj: Linear::new(c.dims, c.dims, false, &ks[0])?,
-            key_proj: Linear::new(c.dims, c.dims, false, &ks[1])?,
-            value_proj: Linear::new(c.dims, c.dims, false, &ks[2])?,
-            out_proj: Linear::new(c.dims, c.dims, false, &ks[3])?,
+            query_proj: Linear::new(c.dims, c.dims, false, &ks[0])?.into(),
+            key_proj: Linear::new(c.dims, c.dims, false, &ks[1])?.into(),
+            value_proj: Linear::new(c.dims, c.dims, false, &ks[2])?.into(),
+            out_proj: Linear::new(c.dims, c.dims, false, &ks[3])?.into(),
         })
+    }
+
+    /// Keeps this rank's slice of the heads (see [`Llama::shard`]).
+    fn shard(&mut self, group: &Group) -> Result<()> {
+        for p in [
+            &mut self.query_proj,
+            &mut self.key_proj,
+            &mut self.value_proj,
+        ] {
+            *p = shard_whole(p, Sharding::AllToSharded, group)?;
+        }
+        self.out_proj = shard_whole(&self.out_proj, Sharding::ShardedToAll, group)?;
+        self.num_heads /= group.size();
+        Ok(())
     }
 
     /// Attends `x [B, L, D]`; with a cache, the new keys and values are
@@ -102,13 +120,17 @@ impl LlamaAttention {
             .as_ref()
             .and_then(|c| c.as_ref())
             .map_or(0, |c| c.keys.shape()[2]);
-        let q = self
-            .rope
-            .forward(&split_heads(&self.query_proj.forward(x)?, h)?, offset)?;
+        // Sharded, the three projections' gradients are summed over the
+        // group once, on their common input.
+        let x = self.query_proj.sum_input_gradients(x)?;
+        let q = self.rope.forward(
+            &split_heads(&self.query_proj.forward_summed(&x)?, h)?,
+            offset,
+        )?;
         let mut k = self
             .rope
-            .forward(&split_heads(&self.key_proj.forward(x)?, h)?, offset)?;
-        let mut v = split_heads(&self.value_proj.forward(x)?, h)?;
+            .forward(&split_heads(&self.key_proj.forward_summed(&x)?, h)?, offset)?;
+        let mut v = split_heads(&self.value_proj.forward_summed(&x)?, h)?;
         if let Some(slot) = cache {
             if let Some(c) = slot.as_ref() {
                 k = concatenate(&[c.keys.clone(), k], 2)?;
@@ -126,6 +148,8 @@ impl LlamaAttention {
 }
 
 /// One block: RMSNorm, attention, residual; RMSNorm, SwiGLU MLP, residual.
+/// Tensor-parallel, each rank holds a slice of the MLP's hidden features
+/// (gate and up projections all-to-sharded, down sharded-to-all).
 #[derive(Clone, Debug)]
 pub struct LlamaEncoderLayer {
     /// Self-attention.
@@ -135,11 +159,11 @@ pub struct LlamaEncoderLayer {
     /// Norm before the MLP.
     pub norm2: RMSNorm,
     /// MLP gate projection.
-    pub linear1: Linear,
+    pub linear1: AnyLinear,
     /// MLP up projection.
-    pub linear2: Linear,
+    pub linear2: AnyLinear,
     /// MLP down projection.
-    pub linear3: Linear,
+    pub linear3: AnyLinear,
 }
 
 impl_module!(LlamaEncoderLayer {
@@ -158,10 +182,38 @@ impl LlamaEncoderLayer {
             attention: LlamaAttention::new(c, &ks[0])?,
             norm1: RMSNorm::with_eps(c.dims, c.norm_eps),
             norm2: RMSNorm::with_eps(c.dims, c.norm_eps),
-            linear1: Linear::new(c.dims, c.mlp_dims, false, &ks[1])?,
-            linear2: Linear::new(c.dims, c.mlp_dims, false, &ks[2])?,
-            linear3: Linear::new(c.mlp_dims, c.dims, false, &ks[3])?,
+            linear1: Linear::new(c.dims, c.mlp_dims, false, &ks[1])?.into(),
+            linear2: Linear::new(c.dims, c.mlp_dims, false, &ks[2])?.into(),
+            linear3: Linear::new(c.mlp_dims, c.dims, false, &ks[3])?.into(),
         })
+    }
+
+    /// Keeps this rank's slice of the heads and of the MLP's hidden features.
+    fn shard(&mut self, group: &Group) -> Result<()> {
+        self.attention.shard(group)?;
+        self.linear1 = shard_whole(&self.linear1, Sharding::AllToSharded, group)?;
+        self.linear2 = shard_whole(&self.linear2, Sharding::AllToSharded, group)?;
+        self.linear3 = shard_whole(&self.linear3, Sharding::ShardedToAll, group)?;
+        Ok(())
+    }
+
+    /// The whole block, put together from every rank's shards.
+    fn unshard(&self, heads: usize) -> Result<Self> {
+        let mut whole = self.clone();
+        let a = &mut whole.attention;
+        for p in [
+            &mut a.query_proj,
+            &mut a.key_proj,
+            &mut a.value_proj,
+            &mut a.out_proj,
+            &mut whole.linear1,
+            &mut whole.linear2,
+            &mut whole.linear3,
+        ] {
+            *p = p.unshard()?.into();
+        }
+        whole.attention.num_heads = heads;
+        Ok(whole)
     }
 
     /// Applies the block.
@@ -175,12 +227,24 @@ impl LlamaEncoderLayer {
             .attention
             .forward(&self.norm1.forward(x)?, mask, cache)?;
         let x = x.add(&y)?;
-        let h = self.norm2.forward(&x)?;
+        let h = self.linear1.sum_input_gradients(&self.norm2.forward(&x)?)?;
         let y = self.linear3.forward(&mlx_array::swiglu(
-            &self.linear1.forward(&h)?,
-            &self.linear2.forward(&h)?,
+            &self.linear1.forward_summed(&h)?,
+            &self.linear2.forward_summed(&h)?,
         )?)?;
         x.add(&y)
+    }
+}
+
+/// `p`, a whole layer, cut for `group`; a group of one keeps it whole.
+fn shard_whole(p: &AnyLinear, sharding: Sharding, group: &Group) -> Result<AnyLinear> {
+    match (p.as_linear(), group.size()) {
+        (_, 1) => Ok(p.clone()),
+        (Some(l), _) => shard_linear(l, sharding, 1, group),
+        (None, _) => Err(mlx_array::Error::Invalid {
+            op: "shard",
+            message: "a projection is sharded already".into(),
+        }),
     }
 }
 
@@ -235,6 +299,62 @@ impl Llama {
         })
     }
 
+    /// Tensor parallelism: keeps this rank's slice of every block's
+    /// attention heads and MLP hidden features, the projections replaced by
+    /// their sharded forms (Megatron-LM's layout, as mlx-lm's `shard`):
+    /// each block then communicates twice forward (the sums of the
+    /// attention's and the MLP's output projections) and twice backward.
+    /// The embedding, the norms and the output projection stay whole on
+    /// every rank, so every rank computes the same logits and loss. The
+    /// heads and the MLP width must divide by the group's size; on error
+    /// nothing is changed.
+    pub fn shard(&mut self, group: &Group) -> Result<()> {
+        let n = group.size();
+        let c = &self.config;
+        if !c.num_heads.is_multiple_of(n) || !c.mlp_dims.is_multiple_of(n) {
+            return Err(mlx_array::Error::Invalid {
+                op: "shard",
+                message: format!(
+                    "{} heads and an MLP of {} do not split over {n} ranks: both must divide by {n}",
+                    c.num_heads, c.mlp_dims
+                ),
+            });
+        }
+        if self.is_sharded() {
+            return Err(mlx_array::Error::Invalid {
+                op: "shard",
+                message: "the model is sharded already".into(),
+            });
+        }
+        let mut layers = self.layers.clone();
+        for l in &mut layers {
+            l.shard(group)?;
+        }
+        self.layers = layers;
+        Ok(())
+    }
+
+    /// Whether [`Llama::shard`] has cut the model over a group of more than
+    /// one rank.
+    pub fn is_sharded(&self) -> bool {
+        self.layers
+            .first()
+            .is_some_and(|l| l.attention.query_proj.sharding().is_some())
+    }
+
+    /// The whole model, put together from every rank's shards (every rank
+    /// of the group must call it; lazy): what a checkpoint holds, the model
+    /// of one process.
+    pub fn unshard(&self) -> Result<Llama> {
+        let mut whole = self.clone();
+        whole.layers = self
+            .layers
+            .iter()
+            .map(|l| l.unshard(self.config.num_heads))
+            .collect::<Result<_>>()?;
+        Ok(whole)
+    }
+
     /// Logits `[B, L, vocab]` for token ids `[B, L]` (causal).
     pub fn forward(&self, tokens: &Array) -> Result<Array> {
         self.out_proj.forward(&self.hidden(tokens)?)
@@ -287,7 +407,9 @@ impl Llama {
     }
 
     /// Samples `max_tokens` continuations of `prompt` (token ids) with
-    /// temperature (0 picks the most likely token) from `seed`.
+    /// temperature (0 picks the most likely token) from `seed`. Sharded
+    /// ([`Llama::shard`]), every rank of the group calls it and gets the
+    /// same tokens.
     pub fn generate(
         &self,
         prompt: &[u32],
@@ -295,39 +417,56 @@ impl Llama {
         temperature: f64,
         seed: u64,
     ) -> Result<Vec<u32>> {
-        if prompt.is_empty() {
-            return Err(mlx_array::Error::Invalid {
-                op: "generate",
-                message: "the prompt must hold at least one token".into(),
-            });
-        }
+        check_prompt(prompt)?;
         let mut caches: Vec<Option<KvCache>> = vec![None; self.layers.len()];
         let mut key = random::key(seed);
         let mut input = Array::from_slice(prompt, &[1, prompt.len()])?;
         let mut out = Vec::with_capacity(max_tokens);
         for _ in 0..max_tokens {
             let logits = self.forward_cached(&input, &mut caches)?;
-            let last = logits
-                .slice_axis(1, -1, logits.shape()[1] as i64)?
-                .reshape(&[-1])?;
-            let next = if temperature <= 0.0 {
-                last.argmax(-1, false)?
-            } else {
-                let [k1, k2] = random::split2(&key)?;
-                key = k2;
-                random::categorical(&k1, &last.mul_scalar(1.0 / temperature)?, -1)?
-            };
-            let id = next.item::<u32>()?;
+            let id = sample_last(&logits, temperature, &mut key)?;
             out.push(id);
             input = Array::from_slice(&[id], &[1, 1])?;
-            // Keep the caches small in the graph: evaluate them now.
-            let arrays: Vec<Array> = caches
-                .iter()
-                .flatten()
-                .flat_map(|c| [c.keys.clone(), c.values.clone()])
-                .collect();
-            mlx_array::eval(&arrays)?;
+            eval_caches(&caches)?;
         }
         Ok(out)
     }
+}
+
+/// Checks a generation request's prompt.
+pub(crate) fn check_prompt(prompt: &[u32]) -> Result<()> {
+    if prompt.is_empty() {
+        return Err(mlx_array::Error::Invalid {
+            op: "generate",
+            message: "the prompt must hold at least one token".into(),
+        });
+    }
+    Ok(())
+}
+
+/// The token drawn from the last position of `logits` `[1, L, vocab]`: the
+/// most likely at temperature 0, else a sample at `temperature` with the
+/// next key of `key`.
+pub(crate) fn sample_last(logits: &Array, temperature: f64, key: &mut Array) -> Result<u32> {
+    let last = logits
+        .slice_axis(1, -1, logits.shape()[1] as i64)?
+        .reshape(&[-1])?;
+    let next = if temperature <= 0.0 {
+        last.argmax(-1, false)?
+    } else {
+        let [k1, k2] = random::split2(key)?;
+        *key = k2;
+        random::categorical(&k1, &last.mul_scalar(1.0 / temperature)?, -1)?
+    };
+    next.item::<u32>()
+}
+
+/// Evaluates the caches, keeping the graph of the next token small.
+pub(crate) fn eval_caches(caches: &[Option<KvCache>]) -> Result<()> {
+    let arrays: Vec<Array> = caches
+        .iter()
+        .flatten()
+        .flat_map(|c| [c.keys.clone(), c.values.clone()])
+        .collect();
+    mlx_array::eval(&arrays)
 }

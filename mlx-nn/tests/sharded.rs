@@ -260,6 +260,33 @@ fn any_linear_keeps_parameter_names_and_a_group_of_one_is_the_whole_layer() {
             values(&layer.forward(&x).unwrap())
         );
     }
+    let whole = mlx_dist::run_local(2, |g| {
+        let l = Linear::new(4, 6, true, &random::key(4)).unwrap();
+        ["all-to-sharded", "sharded-to-all"].map(|s| {
+            let back = shard_linear(&l, s.parse().unwrap(), 1, &g)
+                .unwrap()
+                .unshard()
+                .unwrap();
+            (
+                values(back.weight.value()),
+                values(back.bias.unwrap().value()),
+            )
+        })
+    })
+    .unwrap();
+    let l = Linear::new(4, 6, true, &random::key(4)).unwrap();
+    let want = (
+        values(l.weight.value()),
+        values(l.bias.as_ref().unwrap().value()),
+    );
+    for (r, both) in whole.into_iter().enumerate() {
+        for (s, got) in both.into_iter().enumerate() {
+            assert_eq!(
+                got, want,
+                "rank {r}, sharding {s}: unshard gives the whole layer back"
+            );
+        }
+    }
     let plain = AnyLinear::from(layer.clone());
     assert!(plain.as_linear().is_some() && plain.sharding().is_none());
     let e = "row-parallel".parse::<Sharding>().unwrap_err().to_string();

@@ -30,7 +30,7 @@
 use std::str::FromStr;
 
 use mlx_array::{Array, ArrayData, Error, Result, concatenate, split};
-use mlx_dist::{Group, sum_gradients, sum_partials};
+use mlx_dist::{Group, all_gather, sum_gradients, sum_partials};
 
 use crate::layers::linear::affine;
 use crate::module::{Module, Param};
@@ -206,6 +206,41 @@ impl AnyLinear {
             AnyLinear::AllToSharded(l) => l.forward_summed(x),
             other => other.forward(x),
         }
+    }
+
+    /// `x` ready for [`forward_summed`](Self::forward_summed): for an
+    /// all-to-sharded layer, `x` with its gradient summed over the group
+    /// ([`mlx_dist::sum_gradients`]); `x` itself otherwise. Apply it once to
+    /// an input that several layers read.
+    pub fn sum_input_gradients(&self, x: &Array) -> Result<Array> {
+        match self {
+            AnyLinear::AllToSharded(l) => sum_gradients(x, &l.group),
+            _ => Ok(x.clone()),
+        }
+    }
+
+    /// The whole layer, put together from every rank's shard (an
+    /// all_gather over the group; every rank must call it). Lazy. The
+    /// inverse of [`shard_linear`] with one segment.
+    pub fn unshard(&self) -> Result<Linear> {
+        Ok(match self {
+            AnyLinear::Linear(l) => l.clone(),
+            AnyLinear::AllToSharded(l) => Linear {
+                weight: Param::new(all_gather(l.weight.value(), &l.group)?),
+                bias: match &l.bias {
+                    Some(b) => Some(Param::new(all_gather(b.value(), &l.group)?)),
+                    None => None,
+                },
+            },
+            AnyLinear::ShardedToAll(l) => {
+                // Columns gathered as the rows of the transpose.
+                let t = l.weight.value().t()?.contiguous()?;
+                Linear {
+                    weight: Param::new(all_gather(&t, &l.group)?.t()?.contiguous()?),
+                    bias: l.bias.clone(),
+                }
+            }
+        })
     }
 
     /// The weight (this rank's shard of it, when sharded).

@@ -1,0 +1,170 @@
+//! Model parallelism against one process: tensor- and pipeline-parallel
+//! generation give the tokens of single-process greedy generation from the
+//! same checkpoint, and a tensor-parallel step gives one process's loss and
+//! gradients (each rank's slice of them).
+
+mod common;
+
+use mlx_array::{Array, Dtype, random};
+use mlx_llama::pipeline::PipelineStage;
+use mlx_llama::{Llama, LlamaConfig, train};
+use mlx_nn::{ModuleExt, value_and_grad};
+
+/// Four blocks of four heads: splits over 2 and 4 ranks either way.
+fn config() -> LlamaConfig {
+    LlamaConfig {
+        num_layers: 4,
+        vocab_size: 0,
+        dims: 32,
+        mlp_dims: 64,
+        num_heads: 4,
+        ..LlamaConfig::default()
+    }
+}
+
+#[test]
+fn tensor_and_pipeline_generation_give_the_tokens_of_one_process() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = common::tiny(dir.path(), 30);
+    cfg.model = config();
+    train(&cfg, &mlx_dist::Group::single()).unwrap();
+    let load = || {
+        mlx_llama::checkpoint::load_trained(dir.path())
+            .unwrap()
+            .model
+    };
+    let prompt = [464u32, 1110, 373, 257];
+    let one = load().generate(&prompt, 24, 0.0, 0).unwrap();
+    assert_eq!(one.len(), 24);
+    for n in [2, 4] {
+        let tensor = mlx_dist::run_local(n, |g| {
+            let mut m = load();
+            m.shard(&g).unwrap();
+            assert_eq!(m.layers[0].attention.num_heads, 4 / n);
+            m.generate(&prompt, 24, 0.0, 0).unwrap()
+        })
+        .unwrap();
+        let pipeline = mlx_dist::run_local(n, |g| {
+            let stage = PipelineStage::new(load(), &g).unwrap();
+            assert_eq!(stage.blocks.len(), 4 / n);
+            stage.generate(&prompt, 24, 0.0, 0).unwrap()
+        })
+        .unwrap();
+        for r in 0..n {
+            assert_eq!(tensor[r], one, "tensor parallel, world {n}, rank {r}");
+            assert_eq!(pipeline[r], one, "pipeline parallel, world {n}, rank {r}");
+        }
+    }
+}
+
+/// Which slice of a whole parameter's gradient a rank holds, by name.
+fn slice_of(name: &str, whole: &Array, n: usize, r: usize) -> Array {
+    let cut = |axis: i32| {
+        let len = whole.shape()[axis as usize] / n;
+        whole
+            .slice_axis(axis, (r * len) as i64, ((r + 1) * len) as i64)
+            .unwrap()
+    };
+    if ["query_proj", "key_proj", "value_proj", "linear1", "linear2"]
+        .iter()
+        .any(|p| name.contains(p))
+    {
+        cut(0)
+    } else if name.contains("attention.out_proj") || name.contains("linear3") {
+        cut(1)
+    } else {
+        whole.clone()
+    }
+}
+
+#[test]
+fn a_tensor_parallel_step_gives_the_loss_and_gradients_of_one_process() {
+    let config = LlamaConfig {
+        vocab_size: 64,
+        ..config()
+    };
+    let k = random::split_keys(&random::key(3), 2).unwrap();
+    let tokens = random::randint(&k[0], 0, 64, &[2, 12], Dtype::U32).unwrap();
+    let targets = random::randint(&k[1], 0, 64, &[2, 12], Dtype::U32).unwrap();
+    let weights = Array::full(&[2, 12], 1.0 / 24.0, Dtype::F32);
+    let step = value_and_grad(|m: &Llama, (t, y, w): &(Array, Array, Array)| m.loss(t, y, w));
+    let batch = (tokens, targets, weights);
+    let (want_loss, want) = step(&mut Llama::new(&config, 0).unwrap(), &batch).unwrap();
+    let want_loss = want_loss.item::<f32>().unwrap();
+    let want = want.flatten();
+    for n in [2, 4] {
+        let got = mlx_dist::run_local(n, |g| {
+            let mut m = Llama::new(&config, 0).unwrap();
+            m.shard(&g).unwrap();
+            let (loss, grads) = step(&mut m, &batch).unwrap();
+            // Evaluated here, together: the backward pass's collectives
+            // need every rank.
+            mlx_array::eval((&loss, &grads)).unwrap();
+            (loss.item::<f32>().unwrap(), grads.flatten())
+        })
+        .unwrap();
+        for (r, (loss, grads)) in got.into_iter().enumerate() {
+            assert!(
+                (loss - want_loss).abs() <= 1e-5 * want_loss.abs(),
+                "world {n}, rank {r}: loss {loss} vs {want_loss}"
+            );
+            assert_eq!(grads.len(), want.len());
+            for ((name, g), (wname, w)) in grads.iter().zip(&want) {
+                assert_eq!(name, wname);
+                let w = slice_of(name, w, n, r);
+                assert_eq!(g.shape(), w.shape(), "world {n}, rank {r}: {name}");
+                let (g, w) = (g.to_vec::<f32>().unwrap(), w.to_vec::<f32>().unwrap());
+                let scale = w.iter().fold(0f32, |m, v| m.max(v.abs()));
+                for (i, (a, b)) in g.iter().zip(&w).enumerate() {
+                    assert!(
+                        (a - b).abs() <= 1e-4 * scale + 1e-7,
+                        "world {n}, rank {r}: {name}[{i}] {a} vs {b}"
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn sharding_refuses_what_does_not_split_and_unshard_restores_the_model() {
+    let config = LlamaConfig {
+        vocab_size: 64,
+        num_heads: 2,
+        ..config()
+    };
+    let whole = Llama::new(&config, 0).unwrap();
+    let want: Vec<(String, Vec<f32>)> = whole
+        .named_parameters()
+        .into_iter()
+        .map(|(n, a)| (n, a.to_vec::<f32>().unwrap()))
+        .collect();
+    let got = mlx_dist::run_local(4, |g| {
+        let mut m = Llama::new(&config, 0).unwrap();
+        let e = m.shard(&g).unwrap_err().to_string();
+        e
+    })
+    .unwrap();
+    assert!(
+        got[0].contains("2 heads and an MLP of 64 do not split over 4 ranks"),
+        "{}",
+        got[0]
+    );
+    let back = mlx_dist::run_local(2, |g| {
+        let mut m = Llama::new(&config, 0).unwrap();
+        m.shard(&g).unwrap();
+        assert!(m.is_sharded());
+        assert!(m.num_parameters() < whole.num_parameters());
+        let e = m.shard(&g).unwrap_err().to_string();
+        assert!(e.contains("sharded already"), "{e}");
+        m.unshard()
+            .unwrap()
+            .named_parameters()
+            .into_iter()
+            .map(|(n, a)| (n, a.to_vec::<f32>().unwrap()))
+            .collect::<Vec<_>>()
+    })
+    .unwrap();
+    assert_eq!(back[0], want);
+    assert_eq!(back[1], want);
+}
