@@ -111,6 +111,11 @@ pub struct TrainConfig {
     pub weight_decay: f64,
     /// Clip the global gradient norm to this.
     pub grad_clip: Option<f64>,
+    /// Ranks each model is split over (tensor parallelism: every block's
+    /// heads and MLP hidden features); the world is that many times the
+    /// data-parallel replicas. 1: every rank holds the whole model.
+    #[serde(default = "one")]
+    pub tensor_parallel: usize,
     /// Micro-batches accumulated per optimizer step.
     pub grad_accumulation: usize,
     /// Seed of the initial weights and the data order.
@@ -193,6 +198,7 @@ impl Default for TrainConfig {
             weight_decay: 0.01,
             grad_clip: None,
             grad_accumulation: 1,
+            tensor_parallel: 1,
             seed: 42,
             data: DataSource::Auto,
             tokenizer: TokenizerChoice::Auto,
@@ -220,6 +226,11 @@ impl Default for TrainConfig {
 /// `true`, the default of fields added after checkpoints were first written.
 fn yes() -> bool {
     true
+}
+
+/// 1, the default of counts added after checkpoints were first written.
+fn one() -> usize {
+    1
 }
 
 impl TrainConfig {

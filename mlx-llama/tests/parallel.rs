@@ -168,3 +168,84 @@ fn sharding_refuses_what_does_not_split_and_unshard_restores_the_model() {
     assert_eq!(back[0], want);
     assert_eq!(back[1], want);
 }
+
+#[test]
+fn tensor_parallel_training_alone_and_mixed_with_data_parallel_trains_as_one_process() {
+    let run = |world: usize, tensor: usize| {
+        let dir = tempfile::tempdir().unwrap();
+        let mut cfg = common::tiny(dir.path(), 4);
+        cfg.model = config();
+        cfg.grad_clip = Some(0.5);
+        cfg.tensor_parallel = tensor;
+        let s = mlx_dist::run_local(world, |g| train(&cfg, &g).unwrap()).unwrap();
+        (s[0].losses.clone(), common::weights(dir.path()), dir)
+    };
+    let (want, want_weights, _d1) = run(1, 1);
+    for (world, tensor) in [(2, 2), (4, 2)] {
+        let (losses, weights, _d) = run(world, tensor);
+        let what = format!(
+            "world {world} as {} replica(s) of {tensor} shards",
+            world / tensor
+        );
+        assert_eq!(losses.len(), want.len(), "{what}");
+        for (step, (a, b)) in losses.iter().zip(&want).enumerate() {
+            assert!(
+                (a - b).abs() <= 2e-4 * b.abs(),
+                "{what}, step {}: loss {a} vs {b}",
+                step + 1
+            );
+        }
+        // The checkpoint holds the whole model, as one process's does.
+        assert_eq!(weights.len(), want_weights.len(), "{what}");
+        for ((n, a), (m, b)) in weights.iter().zip(&want_weights) {
+            assert_eq!(n, m);
+            let scale = b.iter().fold(0f32, |s, v| s.max(v.abs()));
+            let worst = a.iter().zip(b).fold(0f32, |s, (x, y)| s.max((x - y).abs()));
+            assert!(
+                worst <= 1e-3 * scale,
+                "{what}: {n} differs by {worst} (scale {scale})"
+            );
+        }
+    }
+    let e = mlx_dist::run_local(2, |g| {
+        let dir = tempfile::tempdir().unwrap();
+        let mut cfg = common::tiny(dir.path(), 1);
+        cfg.tensor_parallel = 3;
+        format!("{:#}", train(&cfg, &g).unwrap_err())
+    })
+    .unwrap();
+    assert!(
+        e[0].contains("--tensor-parallel 3: the 2 rank(s) do not split"),
+        "{}",
+        e[0]
+    );
+}
+
+#[test]
+fn a_tensor_parallel_run_resumes_at_another_split_as_one_process_trains() {
+    let cfg = |dir: &std::path::Path, steps: u64, tensor: usize| {
+        let mut cfg = common::tiny(dir, steps);
+        cfg.model = config();
+        cfg.tensor_parallel = tensor;
+        cfg.checkpoint_every = 2;
+        cfg
+    };
+    let one = tempfile::tempdir().unwrap();
+    let want = train(&cfg(one.path(), 4, 1), &mlx_dist::Group::single())
+        .unwrap()
+        .losses;
+    let split = tempfile::tempdir().unwrap();
+    let first = cfg(split.path(), 2, 2);
+    mlx_dist::run_local(4, |g| train(&first, &g).unwrap()).unwrap();
+    // Two replicas of two shards wrote it; one model over four ranks goes on.
+    let rest = cfg(split.path(), 4, 4);
+    let s = mlx_dist::run_local(4, |g| train(&rest, &g).unwrap()).unwrap();
+    assert_eq!(s[0].losses.len(), 2, "steps 3 and 4 only");
+    for (i, (a, b)) in s[0].losses.iter().zip(&want[2..]).enumerate() {
+        assert!(
+            (a - b).abs() <= 2e-4 * b.abs(),
+            "step {}: loss {a} vs {b}",
+            i + 3
+        );
+    }
+}

@@ -28,8 +28,10 @@ pub fn clip_grad_norm(grads: &Tree, max_norm: f64) -> Result<(Tree, Array)> {
 }
 
 /// [`clip_grad_norm`] where `total` turns the squared norm of `grads` into
-/// the squared norm the clipping goes by (for shards: its sum over ranks).
-pub(crate) fn clip_by_norm_squared(
+/// the squared norm the clipping goes by (for shards: its sum over ranks;
+/// for tensor-parallel shards, the sharded parameters' squares summed over
+/// the ranks plus the whole ones').
+pub fn clip_by_norm_squared(
     grads: &Tree,
     max_norm: f64,
     total: impl FnOnce(Array) -> Result<Array>,

@@ -64,7 +64,7 @@ mod state;
 mod tree_util;
 
 pub use adam::{Adam, AdamConfig, AdamW};
-pub use clip::clip_grad_norm;
+pub use clip::{clip_by_norm_squared, clip_grad_norm};
 pub use error::{Error, Result};
 pub use loss_scale::{LossScaler, non_finite_flag};
 pub use module::ModuleOptimizer;

@@ -131,6 +131,12 @@ struct TrainArgs {
     /// (by default, with several ranks, each keeps only its shard).
     #[arg(long)]
     no_shard_optimizer: bool,
+    /// Split each model over this many consecutive ranks (tensor
+    /// parallelism: every block's heads and MLP); the world is that many
+    /// times the data-parallel replicas (e.g. -n 4 with 2: two replicas of
+    /// two shards). Each shard keeps its optimizer state whole.
+    #[arg(long, default_value_t = 1)]
+    tensor_parallel: usize,
     /// Evaluate on the validation split every N steps (0: never); the
     /// validation loss is `eval_loss` in metrics.jsonl and loss.png.
     #[arg(long, default_value_t = 25)]
@@ -194,6 +200,22 @@ struct GenerateArgs {
     /// Sampling seed.
     #[arg(long, default_value_t = 0)]
     seed: u64,
+    /// Split the model over the ranks of mlx-launch: `tensor` (every
+    /// block's heads and MLP), `pipeline` (the blocks, in order), or `none`
+    /// (one process).
+    #[arg(long, value_enum, default_value_t = Parallel::None)]
+    parallel: Parallel,
+}
+
+/// How `generate` splits the model over the ranks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum Parallel {
+    /// The whole model in one process.
+    None,
+    /// Tensor parallelism: each rank holds a slice of every block.
+    Tensor,
+    /// Pipeline parallelism: each rank holds some of the blocks.
+    Pipeline,
 }
 
 fn pair(s: &str) -> Result<(PathBuf, PathBuf)> {
@@ -260,6 +282,7 @@ fn config(a: &TrainArgs) -> Result<TrainConfig> {
         weight_decay: a.weight_decay,
         grad_clip: a.grad_clip,
         grad_accumulation: a.grad_accumulation,
+        tensor_parallel: a.tensor_parallel,
         seed: a.seed,
         data: data_source(&a.data)?,
         tokenizer: tokenizer(&a.tokenizer)?,
@@ -365,13 +388,63 @@ fn run_train(a: TrainArgs, resolved: String) -> Result<()> {
 }
 
 fn run_generate(a: GenerateArgs) -> Result<()> {
+    let group = mlx_dist::init(mlx_dist::Backend::Any).context("joining the ranks")?;
+    let (rank, world) = (group.rank(), group.size());
+    if world > 1 && a.parallel == Parallel::None {
+        bail!(
+            "generate runs on {world} ranks: pass --parallel tensor or --parallel pipeline to split the model over them"
+        );
+    }
     let trained = mlx_llama::checkpoint::load_trained(&a.checkpoint)?;
     let tokenizer =
         mlx_llama::trainer::tokenizer_for(&trained.config).context("loading the tokenizer")?;
-    let model = trained.model;
     let ids = tokenizer.encode(&a.prompt)?;
-    let out = model.generate(&ids, a.max_tokens, a.temperature, a.seed)?;
-    println!("{}{}", a.prompt, tokenizer.decode(&out)?);
+    let mut model = trained.model;
+    let (t0, out, params) = match a.parallel {
+        Parallel::None | Parallel::Tensor => {
+            model
+                .shard(&group)
+                .with_context(|| format!("splitting the model over {world} ranks"))?;
+            let params = mlx_nn::ModuleExt::named_parameters(&model)
+                .iter()
+                .map(|(_, a)| a.nbytes())
+                .sum::<usize>();
+            mlx_array::memory::reset_peak();
+            let t0 = std::time::Instant::now();
+            (
+                t0,
+                model.generate(&ids, a.max_tokens, a.temperature, a.seed)?,
+                params,
+            )
+        }
+        Parallel::Pipeline => {
+            let stage = mlx_llama::pipeline::PipelineStage::new(model, &group)
+                .with_context(|| format!("splitting the model over {world} ranks"))?;
+            let params = stage.parameter_bytes();
+            mlx_array::memory::reset_peak();
+            let t0 = std::time::Instant::now();
+            (
+                t0,
+                stage.generate(&ids, a.max_tokens, a.temperature, a.seed)?,
+                params,
+            )
+        }
+    };
+    let secs = t0.elapsed().as_secs_f64();
+    eprintln!(
+        "rank {rank}: holds {:.1} MiB of parameters, peak {:.1} MiB of arrays while generating",
+        params as f64 / 1048576.0,
+        mlx_array::memory::peak() as f64 / 1048576.0
+    );
+    if rank == 0 {
+        println!("{}{}", a.prompt, tokenizer.decode(&out)?);
+        eprintln!(
+            "{} tokens in {secs:.2} s: {:.1} tokens/s ({:?} parallel, {world} rank(s))",
+            out.len(),
+            out.len() as f64 / secs,
+            a.parallel
+        );
+    }
     Ok(())
 }
 

@@ -79,13 +79,17 @@ pub(crate) trait GradSync {
 
     /// The optimizer: its learning rate and state.
     fn optimizer(&self) -> &dyn Optimizer;
+
+    /// The optimizer, to change its state (tensor parallelism cuts a
+    /// resumed whole state into this rank's shards).
+    fn optimizer_mut(&mut self) -> &mut dyn Optimizer;
 }
 
 /// The strategy `cfg` asks for on `group`: sharded with more than one rank
-/// and `shard_optimizer`, replicated otherwise.
+/// and `shard_optimizer` (without tensor parallelism), replicated otherwise.
 pub(crate) fn for_config(cfg: &TrainConfig, group: &Group, adamw: AdamW) -> Box<dyn GradSync> {
     let communication = cfg.communication_dtype.map(|d| d.dtype());
-    if cfg.shard_optimizer && group.size() > 1 {
+    if cfg.shard_optimizer && group.size() > 1 && cfg.tensor_parallel <= 1 {
         Box::new(Sharded::new(
             adamw,
             group,

@@ -91,4 +91,8 @@ impl GradSync for Replicated {
     fn optimizer(&self) -> &dyn Optimizer {
         &self.opt
     }
+
+    fn optimizer_mut(&mut self) -> &mut dyn Optimizer {
+        &mut self.opt
+    }
 }

@@ -127,6 +127,10 @@ impl GradSync for Sharded {
     fn optimizer(&self) -> &dyn Optimizer {
         &self.opt
     }
+
+    fn optimizer_mut(&mut self) -> &mut dyn Optimizer {
+        &mut self.opt
+    }
 }
 
 /// The state file of `rank` in a checkpoint folder.

@@ -12,6 +12,7 @@ mod loss;
 mod precision;
 mod record;
 mod setup;
+mod tensor;
 mod test_kill;
 #[cfg(test)]
 mod tests;
@@ -30,6 +31,7 @@ use crate::sync::{self, EMBEDDING, GradSync};
 use batch::StepBatch;
 use precision::{Checked, Precision};
 use record::{Recorder, Stepped};
+use tensor::TensorShards;
 
 pub use record::Summary;
 pub use setup::{data_config_for, tokenizer_for};
@@ -77,7 +79,13 @@ fn train_on(cfg: &TrainConfig, group: &Group) -> Result<Summary> {
 /// A run between its steps.
 struct Run<'a> {
     cfg: &'a TrainConfig,
-    group: &'a Group,
+    /// Every rank of the run.
+    world: &'a Group,
+    /// The data-parallel ranks: the world, or with tensor parallelism the
+    /// ranks holding the same shard in every replica.
+    group: Group,
+    /// With tensor parallelism, how the model is split.
+    tensor: Option<TensorShards>,
     model: Llama,
     /// How the gradients meet and the optimizer state is kept.
     sync: Box<dyn GradSync>,
@@ -97,13 +105,14 @@ struct Run<'a> {
 impl<'a> Run<'a> {
     /// Prepares the data, builds the model and the strategy, and resumes
     /// from the newest intact checkpoint, if any.
-    fn start(cfg: &'a TrainConfig, group: &'a Group) -> Result<Run<'a>> {
-        let (rank, world) = (group.rank(), group.size());
-        let batch = setup::per_rank(cfg, world)?;
+    fn start(cfg: &'a TrainConfig, world: &'a Group) -> Result<Run<'a>> {
+        let (group, tensor_group) = tensor::groups(cfg, world)?;
+        let (rank, replicas) = (world.rank(), group.size());
+        let batch = setup::per_rank(cfg, replicas)?;
         // Sequences per optimizer step across the world.
         let sequences = match batch {
             BatchSize::Global(b) => b,
-            BatchSize::PerRank(b) => b * world,
+            BatchSize::PerRank(b) => b * replicas,
         } * cfg.grad_accumulation;
         let data = mlx_data::prepare(&data_config_for(cfg)).context("preparing the data")?;
         if rank == 0 {
@@ -115,23 +124,37 @@ impl<'a> Run<'a> {
             );
         }
         let mut model = setup::model(cfg, data.tokenizer.vocab_size())?;
-        let mut sync = sync::for_config(cfg, group, setup::adamw(cfg)?);
-        let mut train_loader = setup::loader(data.train.clone(), cfg, group, batch)?;
-        let val_loader = setup::loader(data.validation.clone(), cfg, group, batch)?;
+        let mut sync = sync::for_config(cfg, &group, setup::adamw(cfg)?);
+        let mut train_loader = setup::loader(data.train.clone(), cfg, &group, batch)?;
+        let val_loader = setup::loader(data.validation.clone(), cfg, &group, batch)?;
         let mut precision = Precision::for_config(cfg);
+        // Resumed whole (a checkpoint holds the whole model), then cut.
         let first_step = checkpoints::resume(
             cfg,
-            group,
+            &group,
             &mut model,
             sync.as_mut(),
             &mut train_loader,
             &mut precision,
         )?;
+        let parameters = model.num_parameters();
+        let tensor = match tensor_group {
+            Some(t) => Some(TensorShards::shard(t, &mut model, sync.optimizer_mut())?),
+            None => None,
+        };
         eval(model.parameters())?;
         if rank == 0 {
+            let split = match &tensor {
+                Some(t) => format!(
+                    "{} data-parallel replica(s) of {} tensor-parallel shards",
+                    replicas,
+                    t.group.size()
+                ),
+                None => format!("{replicas} rank(s)"),
+            };
             println!(
-                "training {} parameters on {world} rank(s): {} steps, {} sequences of {} tokens per step, {} data, vocabulary {}",
-                model.num_parameters(),
+                "training {} parameters on {split}: {} steps, {} sequences of {} tokens per step, {} data, vocabulary {}",
+                parameters,
                 cfg.steps,
                 sequences,
                 cfg.block_size,
@@ -140,14 +163,16 @@ impl<'a> Run<'a> {
             );
         }
         let batches = Prefetcher::spawn(train_loader, 4)?;
-        let record = Recorder::new(cfg, (rank, world), first_step, data.source_kind)?;
+        let record = Recorder::new(cfg, (rank, world.size()), first_step, data.source_kind)?;
         let sparse_embedding = cfg.sparse_embedding_gradients
-            && world > 1
+            && replicas > 1
             && model.trainable_parameters().get_array(EMBEDDING).is_some();
         memory::reset_peak();
         Ok(Run {
             cfg,
+            world,
             group,
+            tensor,
             model,
             sync,
             batches,
@@ -169,7 +194,7 @@ impl<'a> Run<'a> {
         let batch = StepBatch::next(
             &mut self.batches,
             self.cfg,
-            self.group,
+            &self.group,
             self.tokens,
             self.sparse_embedding,
         )?;
@@ -183,14 +208,16 @@ impl<'a> Run<'a> {
         )?;
         let grads = self.sync.reduce(grads, batch.sparse.as_ref())?;
         let learning_rate = self.sync.optimizer().learning_rate();
-        let grad_norm = match self.precision.check(grads, self.group)? {
+        // Every rank of the world agrees whether to skip (the shards'
+        // gradients differ).
+        let grad_norm = match self.precision.check(grads, self.world)? {
             Checked::Apply(grads) => {
                 let (grads, grad_norm) = self.clip(grads)?;
                 self.update(grads)?;
                 grad_norm
             }
             Checked::Skip(scale) => {
-                if self.group.rank() == 0 {
+                if self.world.rank() == 0 {
                     tracing::warn!(
                         step = step + 1,
                         loss_scale = scale,
@@ -218,12 +245,16 @@ impl<'a> Run<'a> {
     /// The averaged gradients clipped by their global norm, and that norm,
     /// when clipping is configured.
     fn clip(&self, grads: Tree) -> Result<(Tree, Option<Array>)> {
-        Ok(match self.cfg.grad_clip {
-            Some(max) => {
+        Ok(match (self.cfg.grad_clip, &self.tensor) {
+            (Some(max), Some(t)) => {
+                let (g, n) = t.clip(grads, max)?;
+                (g, Some(n))
+            }
+            (Some(max), None) => {
                 let (g, n) = self.sync.clip(grads, max)?;
                 (g, Some(n))
             }
-            None => (grads, None),
+            (None, _) => (grads, None),
         })
     }
 
@@ -259,12 +290,44 @@ impl<'a> Run<'a> {
         // waits at the gradients' collectives; here the ranks have just met
         // at those, so it costs one small message.
         let world_loss =
-            mlx_dist::all_sum(loss, self.group)?.div_scalar(self.group.size() as f64)?;
+            mlx_dist::all_sum(loss, &self.group)?.div_scalar(self.group.size() as f64)?;
         let value = world_loss.item::<f32>()?;
         if !value.is_finite() {
             bail!("the loss became {value} at step {}", step + 1);
         }
         Ok(value)
+    }
+
+    /// Writes the checkpoint after step `done`; returns its folder. With
+    /// tensor parallelism the shards are gathered first, and the first
+    /// shard of every replica writes what a data-parallel run would.
+    fn checkpoint(&self, done: u64) -> Result<std::path::PathBuf> {
+        let Some(t) = &self.tensor else {
+            let parts = checkpoints::Parts {
+                model: &self.model,
+                sync: self.sync.as_ref(),
+                batches: &self.batches,
+                precision: &self.precision,
+            };
+            return checkpoints::save(self.cfg, &self.group, parts, done);
+        };
+        let (model, state) = t.whole(&self.model, self.sync.optimizer().state())?;
+        let mut opt = setup::adamw(self.cfg)?;
+        *mlx_optim::Optimizer::state_mut(&mut opt) = state;
+        let whole = sync::Replicated::new(opt, &self.group, self.cfg.all_reduce_size, None);
+        let dir = if t.group.rank() == 0 {
+            let parts = checkpoints::Parts {
+                model: &model,
+                sync: &whole,
+                batches: &self.batches,
+                precision: &self.precision,
+            };
+            Some(checkpoints::save(self.cfg, &self.group, parts, done)?)
+        } else {
+            None
+        };
+        self.world.barrier()?;
+        Ok(dir.unwrap_or_else(|| crate::checkpoint::step_dir(&self.cfg.out_dir, done)))
     }
 
     /// After step `done` (1-based): its records, the validation loss when
@@ -278,7 +341,7 @@ impl<'a> Run<'a> {
                 &self.model,
                 &mut self.val_loader,
                 cfg.eval_batches,
-                self.group,
+                &self.group,
                 self.precision.compute,
             )?;
             self.record.eval_loss(done, v);
@@ -289,15 +352,9 @@ impl<'a> Run<'a> {
         let log = done.is_multiple_of(cfg.log_every.max(1));
         self.record
             .report(done, stepped, eval_loss, self.tokens, log)?;
-        test_kill::die_if_asked(self.group.rank(), done)?;
+        test_kill::die_if_asked(self.world.rank(), done)?;
         if (cfg.checkpoint_every > 0 && done.is_multiple_of(cfg.checkpoint_every)) || last {
-            let parts = checkpoints::Parts {
-                model: &self.model,
-                sync: self.sync.as_ref(),
-                batches: &self.batches,
-                precision: &self.precision,
-            };
-            let dir = checkpoints::save(cfg, self.group, parts, done)?;
+            let dir = self.checkpoint(done)?;
             self.record.checkpoint(dir);
         }
         Ok(())

@@ -226,20 +226,16 @@ impl AnyLinear {
         Ok(match self {
             AnyLinear::Linear(l) => l.clone(),
             AnyLinear::AllToSharded(l) => Linear {
-                weight: Param::new(all_gather(l.weight.value(), &l.group)?),
+                weight: Param::new(gather_axis(l.weight.value(), 0, &l.group)?),
                 bias: match &l.bias {
-                    Some(b) => Some(Param::new(all_gather(b.value(), &l.group)?)),
+                    Some(b) => Some(Param::new(gather_axis(b.value(), 0, &l.group)?)),
                     None => None,
                 },
             },
-            AnyLinear::ShardedToAll(l) => {
-                // Columns gathered as the rows of the transpose.
-                let t = l.weight.value().t()?.contiguous()?;
-                Linear {
-                    weight: Param::new(all_gather(&t, &l.group)?.t()?.contiguous()?),
-                    bias: l.bias.clone(),
-                }
-            }
+            AnyLinear::ShardedToAll(l) => Linear {
+                weight: Param::new(gather_axis(l.weight.value(), -1, &l.group)?),
+                bias: l.bias.clone(),
+            },
         })
     }
 
@@ -393,6 +389,23 @@ pub fn shard_axis(x: &Array, axis: i32, segments: usize, group: &Group) -> Resul
         concatenate(&parts, a)?
     };
     owned(&mine)
+}
+
+/// Every rank's `x` concatenated along `axis` in rank order (an all_gather;
+/// every rank must call it; lazy): the inverse of [`shard_axis`] with one
+/// segment.
+pub fn gather_axis(x: &Array, axis: i32, group: &Group) -> Result<Array> {
+    let a = if axis < 0 {
+        x.ndim() as i32 + axis
+    } else {
+        axis
+    };
+    if a == 0 || group.size() == 1 {
+        return all_gather(x, group);
+    }
+    // Along another axis: gathered as axis 0 of the array with it moved first.
+    let moved = x.swapaxes(0, a)?.contiguous()?;
+    all_gather(&moved, group)?.swapaxes(0, a)?.contiguous()
 }
 
 /// `x` in a buffer of its own: a slice is a view that would keep the whole
