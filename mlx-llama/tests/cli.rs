@@ -1,7 +1,10 @@
 //! The `mlx-llama` program as a user runs it: `--config`, the run folder's
 //! files (run.toml, metrics.jsonl with `eval_loss`, metrics.csv, loss.png),
 //! a second run into a folder with checkpoints refused with what to do,
-//! `--resume`, and no ANSI escapes in output that is not a terminal.
+//! `--resume`, no ANSI escapes in output that is not a terminal, and
+//! `generate --parallel tensor|pipeline` under `mlx-launch`.
+
+mod common;
 
 use std::path::Path;
 use std::process::{Command, Output};
@@ -152,4 +155,66 @@ fn a_config_file_with_an_unknown_option_is_refused_by_name() {
     assert!(said.contains("unknown option `learning_rate`"), "{said}");
     assert!(said.contains("lr"), "the known options are listed: {said}");
     assert!(!dir.path().join("r").exists());
+}
+
+#[test]
+fn generate_split_over_ranks_under_mlx_launch_prints_the_tokens_of_one_process() {
+    let dir = tempfile::tempdir().unwrap();
+    let cache = dir.path().join("cache");
+    let config = dir.path().join("tiny.toml");
+    std::fs::write(&config, TINY.replace("layers = 1", "layers = 2")).unwrap();
+    let run = dir.path().join("run");
+    let (c, r) = (config.to_str().unwrap(), run.to_str().unwrap());
+    let o = mlx_llama(&["train", "--config", c, "--out", r], &cache);
+    assert!(o.status.success(), "{}", text(&o));
+    let generate = [
+        "generate",
+        "--checkpoint",
+        r,
+        "--temperature",
+        "0",
+        "--max-tokens",
+        "12",
+    ];
+    let one = Command::new(env!("CARGO_BIN_EXE_mlx-llama"))
+        .args(generate)
+        .output()
+        .expect("running mlx-llama");
+    assert!(one.status.success(), "{}", text(&one));
+    let want = String::from_utf8_lossy(&one.stdout).to_string();
+    assert!(want.starts_with("Once upon a time"), "{want}");
+    let launch = |extra: &[&str]| {
+        Command::new(common::launcher())
+            .args(["-n", "2", "--"])
+            .arg(env!("CARGO_BIN_EXE_mlx-llama"))
+            .args(generate)
+            .args(extra)
+            .env_remove("MLX_PROGRESS")
+            .output()
+            .expect("running mlx-launch")
+    };
+    for mode in ["tensor", "pipeline"] {
+        let o = launch(&["--parallel", mode]);
+        assert!(o.status.success(), "{mode}: {}", text(&o));
+        // Rank 0 prints the text, prefixed by the launcher with its rank.
+        let got: String = String::from_utf8_lossy(&o.stdout)
+            .lines()
+            .filter_map(|l| l.strip_prefix("[0] "))
+            .map(|l| format!("{l}\n"))
+            .collect();
+        assert_eq!(got, want, "{mode}");
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(
+            err.contains(&format!("{mode} parallel over 2 ranks")),
+            "{err}"
+        );
+    }
+    let o = launch(&[]);
+    assert!(!o.status.success());
+    assert!(
+        text(&o)
+            .contains("generate runs on 2 ranks: pass --parallel tensor or --parallel pipeline"),
+        "{}",
+        text(&o)
+    );
 }

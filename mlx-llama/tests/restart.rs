@@ -14,12 +14,16 @@
 //! restart_time` measures the time from a rank's death to training again
 //! at world 2 (BENCHMARKS.md).
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use common::launcher;
 
 const STEPS: u64 = 20;
 
@@ -47,58 +51,6 @@ const TRAIN: &[&str] = &[
     "--steps",
     "20",
 ];
-
-/// `mlx-launch`, beside `mlx-llama` in the target folder: built (`cargo
-/// build -p mlx-dist --bin mlx-launch`, once per test process) when it is
-/// missing or older than a source it is built from. `cargo test
-/// --workspace` builds it with the rest.
-fn launcher() -> &'static Path {
-    static BUILT: OnceLock<PathBuf> = OnceLock::new();
-    BUILT.get_or_init(|| {
-        let llama = Path::new(env!("CARGO_BIN_EXE_mlx-llama"));
-        let dir = llama.parent().expect("the binaries' folder");
-        let p = dir.join("mlx-launch");
-        let built = std::fs::metadata(&p).and_then(|m| m.modified()).ok();
-        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-        let sources = ["mlx-dist", "mlx-array", "mlx-progress", "Cargo.lock"];
-        let newest = sources
-            .iter()
-            .filter_map(|s| newest_change(&root.join(s)))
-            .max();
-        if built.is_none() || newest > built {
-            // The profile folder (debug, release) names the profile to build.
-            let profile = dir.file_name().and_then(|n| n.to_str()).unwrap_or("debug");
-            let profile = if profile == "debug" { "dev" } else { profile };
-            let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-            let st = Command::new(cargo)
-                .args(["build", "--quiet", "-p", "mlx-dist", "--bin", "mlx-launch"])
-                .args(["--profile", profile])
-                .current_dir(&root)
-                .status()
-                .expect("running cargo build for mlx-launch");
-            assert!(
-                st.success(),
-                "cargo build -p mlx-dist --bin mlx-launch failed"
-            );
-        }
-        assert!(p.exists(), "{} is missing after the build", p.display());
-        p
-    })
-}
-
-/// The newest modification time of `path` or of a file under it.
-fn newest_change(path: &Path) -> Option<SystemTime> {
-    let meta = std::fs::metadata(path).ok()?;
-    if !meta.is_dir() {
-        return meta.modified().ok();
-    }
-    std::fs::read_dir(path)
-        .ok()?
-        .flatten()
-        .filter(|e| e.file_name() != "target")
-        .filter_map(|e| newest_change(&e.path()))
-        .max()
-}
 
 fn unix_ms() -> u128 {
     SystemTime::now()

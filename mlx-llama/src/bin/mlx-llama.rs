@@ -439,10 +439,14 @@ fn run_generate(a: GenerateArgs) -> Result<()> {
     if rank == 0 {
         println!("{}{}", a.prompt, tokenizer.decode(&out)?);
         eprintln!(
-            "{} tokens in {secs:.2} s: {:.1} tokens/s ({:?} parallel, {world} rank(s))",
+            "{} tokens in {secs:.2} s: {:.1} tokens/s ({})",
             out.len(),
             out.len() as f64 / secs,
-            a.parallel
+            match a.parallel {
+                Parallel::None => "one process".to_string(),
+                Parallel::Tensor => format!("tensor parallel over {world} ranks"),
+                Parallel::Pipeline => format!("pipeline parallel over {world} ranks"),
+            }
         );
     }
     Ok(())

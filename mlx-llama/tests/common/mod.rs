@@ -5,6 +5,9 @@
 #![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+use std::time::SystemTime;
 
 use mlx_llama::{Batching, DataSource, LlamaConfig, TrainConfig};
 
@@ -41,4 +44,56 @@ pub fn weights(out: &Path) -> Vec<(String, Vec<f32>)> {
     w.into_iter()
         .map(|(n, a)| (n, a.to_vec::<f32>().unwrap()))
         .collect()
+}
+
+/// `mlx-launch`, beside `mlx-llama` in the target folder: built (`cargo
+/// build -p mlx-dist --bin mlx-launch`, once per test process) when it is
+/// missing or older than a source it is built from. `cargo test
+/// --workspace` builds it with the rest.
+pub fn launcher() -> &'static Path {
+    static BUILT: OnceLock<PathBuf> = OnceLock::new();
+    BUILT.get_or_init(|| {
+        let llama = Path::new(env!("CARGO_BIN_EXE_mlx-llama"));
+        let dir = llama.parent().expect("the binaries' folder");
+        let p = dir.join("mlx-launch");
+        let built = std::fs::metadata(&p).and_then(|m| m.modified()).ok();
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        let sources = ["mlx-dist", "mlx-array", "mlx-progress", "Cargo.lock"];
+        let newest = sources
+            .iter()
+            .filter_map(|s| newest_change(&root.join(s)))
+            .max();
+        if built.is_none() || newest > built {
+            // The profile folder (debug, release) names the profile to build.
+            let profile = dir.file_name().and_then(|n| n.to_str()).unwrap_or("debug");
+            let profile = if profile == "debug" { "dev" } else { profile };
+            let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+            let st = Command::new(cargo)
+                .args(["build", "--quiet", "-p", "mlx-dist", "--bin", "mlx-launch"])
+                .args(["--profile", profile])
+                .current_dir(&root)
+                .status()
+                .expect("running cargo build for mlx-launch");
+            assert!(
+                st.success(),
+                "cargo build -p mlx-dist --bin mlx-launch failed"
+            );
+        }
+        assert!(p.exists(), "{} is missing after the build", p.display());
+        p
+    })
+}
+
+/// The newest modification time of `path` or of a file under it.
+fn newest_change(path: &Path) -> Option<SystemTime> {
+    let meta = std::fs::metadata(path).ok()?;
+    if !meta.is_dir() {
+        return meta.modified().ok();
+    }
+    std::fs::read_dir(path)
+        .ok()?
+        .flatten()
+        .filter(|e| e.file_name() != "target")
+        .filter_map(|e| newest_change(&e.path()))
+        .max()
 }
