@@ -431,6 +431,9 @@ fn run_generate(a: GenerateArgs) -> Result<()> {
         }
     };
     let secs = t0.elapsed().as_secs_f64();
+    if mlx_array::profile::enabled() {
+        eprintln!("rank {rank}: {}", mlx_array::profile::report(30));
+    }
     eprintln!(
         "rank {rank}: holds {:.1} MiB of parameters, peak {:.1} MiB of arrays while generating",
         params as f64 / 1048576.0,
