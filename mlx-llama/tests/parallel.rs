@@ -141,8 +141,7 @@ fn sharding_refuses_what_does_not_split_and_unshard_restores_the_model() {
         .collect();
     let got = mlx_dist::run_local(4, |g| {
         let mut m = Llama::new(&config, 0).unwrap();
-        let e = m.shard(&g).unwrap_err().to_string();
-        e
+        m.shard(&g).unwrap_err().to_string()
     })
     .unwrap();
     assert!(

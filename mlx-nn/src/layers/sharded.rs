@@ -92,9 +92,10 @@ impl AllToShardedLinear {
         Self::from_linear(&Linear::new(input_dims, output_dims, bias, key)?, 1, group)
     }
 
-    /// This rank's shard of `linear` (MLX's `from_linear`). With `segments`
-    /// > 1 the output features are `segments` equal blocks (a fused
-    /// query-key-value weight, say) and each block is split over the ranks.
+    /// This rank's shard of `linear` (MLX's `from_linear`). With more than
+    /// one of `segments` the output features are that many equal blocks (a
+    /// fused query-key-value weight, say) and each block is split over the
+    /// ranks.
     pub fn from_linear(linear: &Linear, segments: usize, group: &Group) -> Result<Self> {
         Ok(AllToShardedLinear {
             weight: Param::new(shard_axis(linear.weight.value(), 0, segments, group)?),
@@ -152,9 +153,9 @@ impl ShardedToAllLinear {
         Self::from_linear(&Linear::new(input_dims, output_dims, bias, key)?, 1, group)
     }
 
-    /// This rank's shard of `linear` (MLX's `from_linear`); with `segments`
-    /// > 1 the input features are that many equal blocks, each split over
-    /// the ranks.
+    /// This rank's shard of `linear` (MLX's `from_linear`); with more than
+    /// one of `segments` the input features are that many equal blocks,
+    /// each split over the ranks.
     pub fn from_linear(linear: &Linear, segments: usize, group: &Group) -> Result<Self> {
         Ok(ShardedToAllLinear {
             weight: Param::new(shard_axis(linear.weight.value(), -1, segments, group)?),
