@@ -23,8 +23,9 @@
 # Threads: every rank gets cores / ranks of this machine's cores
 # (RAYON_NUM_THREADS, OPENBLAS_NUM_THREADS), one process gets them all.
 # Each rank reports the bytes of the parameters it holds and its peak array
-# memory while generating (mlx-llama's stderr); the table shows rank 0's and
-# the largest.
+# memory while loading (each rank reads only its part of the checkpoint) and
+# while generating (mlx-llama's stderr); the table shows rank 0's holding and
+# the largest of every figure.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 MODEL=${MODEL:-reference}
@@ -103,22 +104,23 @@ logs = pathlib.Path(logs)
 def text(path):
     return "".join(l[4:] if l.startswith("[0] ") else l for l in path.read_text().splitlines(True))
 want = text(logs / "w1-none-loopback-r1.out")
-print(f"| mode | world | where | tokens/s (median) | vs one process | parameters held, rank 0 / largest (MiB) | peak arrays while generating, largest rank (MiB) |")
+print(f"| mode | world | where | tokens/s (median) | vs one process | parameters held, rank 0 / largest (MiB) | peak arrays loading / generating, largest rank (MiB) |")
 print("|---|---|---|---|---|---|---|")
 base = None
 for c in configs:
     w, m, p = c.split()
     runs = sorted(logs.glob(f"w{w}-{m}-{p}-r*.err"))
-    rates, held, peaks = [], [], []
+    rates, held, loads, peaks = [], [], [], []
     for err in runs:
         out = err.with_suffix(".out")
         if text(out) != want:
             sys.exit(f"{out}: the text differs from one process's")
         e = err.read_text()
         rates.append(float(re.search(r"([\d.]+) tokens/s", e).group(1)))
-        mem = re.findall(r"rank (\d+): holds ([\d.]+) MiB of parameters, peak ([\d.]+) MiB", e)
-        held = [(int(r), float(h)) for r, h, _ in mem]
-        peaks.append(max(float(x) for _, _, x in mem))
+        mem = re.findall(r"rank (\d+): holds ([\d.]+) MiB of parameters, peak ([\d.]+) MiB of arrays while loading, ([\d.]+) MiB while generating", e)
+        held = [(int(r), float(h)) for r, h, _, _ in mem]
+        loads.append(max(float(x) for _, _, x, _ in mem))
+        peaks.append(max(float(x) for _, _, _, x in mem))
     tps = statistics.median(rates)
     if base is None:
         base = tps
@@ -126,6 +128,6 @@ for c in configs:
     hmax = max(h for _, h in held)
     where = "loopback" if p == "loopback" else f"{w} emulated hosts, {rate}"
     mode = "one process" if m == "none" else m
-    print(f"| {mode} | {w} | {where} | {tps:.1f} | {tps / base:.2f}x | {h0:.1f} / {hmax:.1f} | {max(peaks):.1f} |")
+    print(f"| {mode} | {w} | {where} | {tps:.1f} | {tps / base:.2f}x | {h0:.1f} / {hmax:.1f} | {max(loads):.1f} / {max(peaks):.1f} |")
 print(f"\nmodel {model}, {tokens} greedy tokens, every run's text equal to one process's")
 EOF

@@ -122,6 +122,37 @@ pub fn save_tree(
 pub fn load_safetensors(
     path: impl AsRef<Path>,
 ) -> Result<(BTreeMap<String, Array>, HashMap<String, String>)> {
+    load_safetensors_parts(path, |_, _| Part::Whole)
+}
+
+/// Which part of a tensor [`load_safetensors_parts`] reads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Part {
+    /// The whole tensor.
+    Whole,
+    /// Block `index` of `parts` equal blocks along `axis` (a tensor-parallel
+    /// rank's shard), read alone from the file.
+    Block {
+        /// The axis cut.
+        axis: usize,
+        /// Which block.
+        index: usize,
+        /// How many blocks.
+        parts: usize,
+    },
+    /// Not read at all.
+    Skip,
+}
+
+/// Reads the tensors of a safetensors file, each as much of it as `part`
+/// says given its name and shape: a process that holds a shard of a model
+/// reads only that shard's bytes (the file is memory-mapped), never the
+/// whole tensor. A block that does not divide the axis evenly is an error
+/// naming the tensor.
+pub fn load_safetensors_parts(
+    path: impl AsRef<Path>,
+    part: impl Fn(&str, &[usize]) -> Part,
+) -> Result<(BTreeMap<String, Array>, HashMap<String, String>)> {
     let path = path.as_ref();
     let file = std::fs::File::open(path).map_err(|e| io_err(path, e))?;
     // SAFETY: the mapping is read-only and dropped before returning; the
@@ -141,10 +172,39 @@ pub fn load_safetensors(
                 view.dtype()
             ))
         })?;
-        let shape = view.shape().to_vec();
-        let mut data = ArrayData::alloc(&shape, dtype);
+        let full = view.shape().to_vec();
         let bytes = view.data();
-        data.as_mut_slice::<u8>(bytes.len()).copy_from_slice(bytes);
+        let (shape, chunks) = match part(&name, &full) {
+            Part::Skip => continue,
+            Part::Whole => (full.clone(), vec![bytes]),
+            Part::Block { axis, index, parts } => {
+                if axis >= full.len() || parts == 0 || index >= parts || full[axis] % parts != 0 {
+                    return Err(fmt(format!(
+                        "tensor `{name}` of shape {full:?} has no block {index} of {parts} along axis {axis}"
+                    )));
+                }
+                let len = full[axis] / parts;
+                let inner: usize = full[axis + 1..].iter().product::<usize>() * dtype.size_of();
+                let outer: usize = full[..axis].iter().product();
+                let chunks = (0..outer)
+                    .map(|o| {
+                        let start = (o * full[axis] + index * len) * inner;
+                        &bytes[start..start + len * inner]
+                    })
+                    .collect();
+                let mut shape = full.clone();
+                shape[axis] = len;
+                (shape, chunks)
+            }
+        };
+        let mut data = ArrayData::alloc(&shape, dtype);
+        let n: usize = chunks.iter().map(|c| c.len()).sum();
+        let dst = data.as_mut_slice::<u8>(n);
+        let mut at = 0;
+        for c in chunks {
+            dst[at..at + c.len()].copy_from_slice(c);
+            at += c.len();
+        }
         out.insert(name, Array::from_data(data, shape, dtype));
     }
     let metadata = meta.metadata().clone().unwrap_or_default();

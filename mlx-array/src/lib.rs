@@ -56,7 +56,9 @@ pub use device::{Device, default_device, set_default_device};
 pub use dtype::{ALL_DTYPES, Bool8, Dtype, Element};
 pub use error::{Error, Result};
 pub use eval::{Evaluable, eval};
-pub use io::{load_safetensors, load_tree, save_safetensors, save_tree};
+pub use io::{
+    Part, load_safetensors, load_safetensors_parts, load_tree, save_safetensors, save_tree,
+};
 pub use ops::*;
 pub use primitive::{ArrayData, Primitive, Stream};
 pub use tree::Tree;

@@ -173,3 +173,44 @@ fn trees_flatten_unflatten_map_and_zip() {
     );
     mlx_array::eval(&back).unwrap();
 }
+
+#[test]
+fn parts_read_one_block_along_any_axis_or_skip_a_tensor() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("parts.safetensors");
+    // [2, 6, 3] counting up: element (i, j, k) is 18 i + 3 j + k.
+    let v: Vec<f32> = (0..36).map(|x| x as f32).collect();
+    let a = Array::from_slice(&v, &[2, 6, 3]).unwrap();
+    let b = Array::from_slice(&[1u32, 2, 3, 4], &[4]).unwrap();
+    save_safetensors(&path, &[("a".into(), a), ("b".into(), b)], None).unwrap();
+    let (got, _) = mlx_array::load_safetensors_parts(&path, |name, shape| match name {
+        "a" => {
+            assert_eq!(shape, [2, 6, 3]);
+            mlx_array::Part::Block {
+                axis: 1,
+                index: 2,
+                parts: 3,
+            }
+        }
+        _ => mlx_array::Part::Skip,
+    })
+    .unwrap();
+    assert_eq!(got.keys().collect::<Vec<_>>(), ["a"]);
+    assert_eq!(got["a"].shape(), [2, 2, 3]);
+    let want: Vec<f32> = [0usize, 1]
+        .iter()
+        .flat_map(|&i| (4..6).flat_map(move |j| (0..3).map(move |k| (18 * i + 3 * j + k) as f32)))
+        .collect();
+    assert_eq!(got["a"].to_vec::<f32>().unwrap(), want);
+    let e = mlx_array::load_safetensors_parts(&path, |_, _| mlx_array::Part::Block {
+        axis: 0,
+        index: 0,
+        parts: 4,
+    })
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.contains("tensor `a` of shape [2, 6, 3] has no block 0 of 4 along axis 0"),
+        "{e}"
+    );
+}

@@ -398,10 +398,11 @@ pub struct Trained {
     pub model: crate::Llama,
 }
 
-/// Loads the model of a checkpoint folder (verified), or of the newest
-/// intact checkpoint of a run folder.
-pub fn load_trained(checkpoint_or_run: &Path) -> Result<Trained> {
-    use mlx_nn::ModuleExt;
+/// The folder of a checkpoint (verified), or of the newest intact
+/// checkpoint of a run folder, with its training and model configurations.
+pub(crate) fn locate(
+    checkpoint_or_run: &Path,
+) -> Result<(PathBuf, crate::TrainConfig, crate::LlamaConfig)> {
     let (dir, manifest) = if checkpoint_or_run.join(MANIFEST).exists() {
         (checkpoint_or_run.to_path_buf(), verify(checkpoint_or_run)?)
     } else {
@@ -415,10 +416,36 @@ pub fn load_trained(checkpoint_or_run: &Path) -> Result<Trained> {
         vocab_size: manifest.vocab_size,
         ..config.model.clone()
     };
+    Ok((dir, config, model_config))
+}
+
+/// Loads the model of a checkpoint folder (verified), or of the newest
+/// intact checkpoint of a run folder.
+pub fn load_trained(checkpoint_or_run: &Path) -> Result<Trained> {
+    use mlx_nn::ModuleExt;
+    let (dir, config, model_config) = locate(checkpoint_or_run)?;
     let mut model = crate::Llama::new(&model_config, 0)?;
     let weights = dir.join("model.safetensors");
     model
         .load_weights(&weights)
+        .with_context(|| format!("loading {}", weights.display()))?;
+    Ok(Trained { dir, config, model })
+}
+
+/// [`load_trained`] for tensor parallelism: this rank's shard of the model
+/// over `group` ([`crate::Llama::shard`]), reading from the file only its
+/// blocks of the sharded weights, so no rank holds the whole model. Every
+/// rank of `group` calls it.
+pub fn load_trained_shard(checkpoint_or_run: &Path, group: &mlx_dist::Group) -> Result<Trained> {
+    let (dir, config, model_config) = locate(checkpoint_or_run)?;
+    // The initial weights are never evaluated whole but one projection at a
+    // time while it is cut; the loaded shards then replace them.
+    let mut model = crate::Llama::new(&model_config, 0)?;
+    model
+        .shard(group)
+        .with_context(|| format!("splitting the model over {} ranks", group.size()))?;
+    let weights = dir.join("model.safetensors");
+    mlx_nn::load_sharded_weights(&mut model, &weights, group)
         .with_context(|| format!("loading {}", weights.display()))?;
     Ok(Trained { dir, config, model })
 }

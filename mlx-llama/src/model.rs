@@ -306,8 +306,10 @@ impl Llama {
     /// attention's and the MLP's output projections) and twice backward.
     /// The embedding, the norms and the output projection stay whole on
     /// every rank, so every rank computes the same logits and loss. The
-    /// heads and the MLP width must divide by the group's size; on error
-    /// nothing is changed.
+    /// heads and the MLP width must divide by the group's size (a model that
+    /// does not split is left as it is). Each whole projection is freed as
+    /// soon as it is cut: a lazily built model ([`Llama::new`]) is computed
+    /// one projection at a time.
     pub fn shard(&mut self, group: &Group) -> Result<()> {
         let n = group.size();
         let c = &self.config;
@@ -326,11 +328,12 @@ impl Llama {
                 message: "the model is sharded already".into(),
             });
         }
-        let mut layers = self.layers.clone();
-        for l in &mut layers {
+        // In place, each whole projection dropped as soon as it is cut (a
+        // copy of the blocks would keep every whole weight alive until the
+        // end).
+        for l in &mut self.layers {
             l.shard(group)?;
         }
-        self.layers = layers;
         Ok(())
     }
 

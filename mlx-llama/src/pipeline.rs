@@ -20,11 +20,14 @@
 //! assert_eq!(split, vec![whole.clone(), whole]);
 //! ```
 
+use std::collections::BTreeSet;
 use std::ops::Range;
+use std::path::Path;
 
+use anyhow::Context;
 use mlx_array::{Array, Dtype, Result, random};
 use mlx_dist::Group;
-use mlx_nn::{AttentionMask, Embedding, Linear, ModuleExt, RMSNorm};
+use mlx_nn::{AttentionMask, Embedding, Linear, Module, ModuleExt, Param, RMSNorm};
 
 use crate::model::{KvCache, Llama, LlamaEncoderLayer, check_prompt, eval_caches, sample_last};
 
@@ -41,6 +44,39 @@ pub struct PipelineStage {
     head: Option<(RMSNorm, Linear)>,
     dims: usize,
     dtype: Dtype,
+}
+
+/// The stage's parameters under their names in the whole model
+/// (`layers.5.norm1.weight` for the second block of a stage starting at 4).
+impl Module for PipelineStage {
+    fn visit(&self, prefix: &str, f: &mut dyn FnMut(&str, &Param)) {
+        let join = mlx_nn::module::join;
+        self.embedding.visit(&join(prefix, "embedding"), f);
+        for (j, l) in self.layers.iter().enumerate() {
+            l.visit(
+                &join(prefix, &format!("layers.{}", self.blocks.start + j)),
+                f,
+            );
+        }
+        if let Some((norm, out_proj)) = &self.head {
+            norm.visit(&join(prefix, "norm"), f);
+            out_proj.visit(&join(prefix, "out_proj"), f);
+        }
+    }
+    fn visit_mut(&mut self, prefix: &str, f: &mut dyn FnMut(&str, &mut Param)) {
+        let join = mlx_nn::module::join;
+        self.embedding.visit_mut(&join(prefix, "embedding"), f);
+        for (j, l) in self.layers.iter_mut().enumerate() {
+            l.visit_mut(
+                &join(prefix, &format!("layers.{}", self.blocks.start + j)),
+                f,
+            );
+        }
+        if let Some((norm, out_proj)) = &mut self.head {
+            norm.visit_mut(&join(prefix, "norm"), f);
+            out_proj.visit_mut(&join(prefix, "out_proj"), f);
+        }
+    }
 }
 
 impl PipelineStage {
@@ -85,19 +121,37 @@ impl PipelineStage {
         })
     }
 
-    /// Parameters this rank holds.
-    pub fn num_parameters(&self) -> usize {
-        self.layers.num_parameters()
-            + self.embedding.as_ref().map_or(0, |e| e.num_parameters())
-            + self
-                .head
-                .as_ref()
-                .map_or(0, |(n, o)| n.num_parameters() + o.num_parameters())
+    /// This rank's stage of the model of a checkpoint folder, or of the
+    /// newest intact checkpoint of a run folder, and the run's
+    /// configuration: only this stage's tensors are read from the file, so
+    /// no rank holds the whole model. Every rank of `group` calls it.
+    pub fn load(
+        checkpoint_or_run: &Path,
+        group: &Group,
+    ) -> anyhow::Result<(PipelineStage, crate::TrainConfig)> {
+        let (dir, config, model_config) = crate::checkpoint::locate(checkpoint_or_run)?;
+        // Built lazily: the initial weights of the blocks dropped here are
+        // never computed, and the loaded ones replace the rest.
+        let mut stage = PipelineStage::new(Llama::new(&model_config, 0)?, group)?;
+        let mine: BTreeSet<String> = stage
+            .named_parameters()
+            .into_iter()
+            .map(|(n, _)| n)
+            .collect();
+        let weights = dir.join("model.safetensors");
+        mlx_nn::load_sharded_weights_except(&mut stage, &weights, group, |name| {
+            !mine.contains(name)
+        })
+        .with_context(|| format!("loading {}", weights.display()))?;
+        Ok((stage, config))
     }
 
     /// Bytes of the parameters this rank holds.
     pub fn parameter_bytes(&self) -> usize {
-        self.num_parameters() * self.dtype.size_of()
+        self.named_parameters()
+            .iter()
+            .map(|(_, a)| a.nbytes())
+            .sum()
     }
 
     /// [`Llama::generate`] through the pipeline: every rank of the group

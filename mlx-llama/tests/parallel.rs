@@ -44,15 +44,34 @@ fn tensor_and_pipeline_generation_give_the_tokens_of_one_process() {
             m.generate(&prompt, 24, 0.0, 0).unwrap()
         })
         .unwrap();
+        // Each rank reading only its part of the checkpoint.
+        let tensor_read = mlx_dist::run_local(n, |g| {
+            let m = mlx_llama::checkpoint::load_trained_shard(dir.path(), &g).unwrap();
+            m.model.generate(&prompt, 24, 0.0, 0).unwrap()
+        })
+        .unwrap();
         let pipeline = mlx_dist::run_local(n, |g| {
             let stage = PipelineStage::new(load(), &g).unwrap();
             assert_eq!(stage.blocks.len(), 4 / n);
             stage.generate(&prompt, 24, 0.0, 0).unwrap()
         })
         .unwrap();
+        let pipeline_read = mlx_dist::run_local(n, |g| {
+            let (stage, _) = PipelineStage::load(dir.path(), &g).unwrap();
+            stage.generate(&prompt, 24, 0.0, 0).unwrap()
+        })
+        .unwrap();
         for r in 0..n {
             assert_eq!(tensor[r], one, "tensor parallel, world {n}, rank {r}");
+            assert_eq!(
+                tensor_read[r], one,
+                "tensor parallel read in parts, world {n}, rank {r}"
+            );
             assert_eq!(pipeline[r], one, "pipeline parallel, world {n}, rank {r}");
+            assert_eq!(
+                pipeline_read[r], one,
+                "pipeline read in parts, world {n}, rank {r}"
+            );
         }
     }
 }

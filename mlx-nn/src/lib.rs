@@ -52,8 +52,8 @@ pub use layers::norm::{LayerNorm, RMSNorm};
 pub use layers::rope::RoPE;
 pub use layers::sequential::{Layer, Sequential};
 pub use layers::sharded::{
-    AllToShardedLinear, AnyLinear, ShardedToAllLinear, Sharding, gather_axis, shard_axis,
-    shard_inplace, shard_linear,
+    AllToShardedLinear, AnyLinear, ShardedToAllLinear, Sharding, gather_axis, load_sharded_weights,
+    load_sharded_weights_except, shard_axis, shard_inplace, shard_linear,
 };
 pub use module::{Module, ModuleExt, Param};
 pub use value_and_grad::{value_and_grad, value_and_grad_in};

@@ -5,7 +5,7 @@
 use mlx_array::{Array, Dtype, random, value_and_grad};
 use mlx_nn::{
     AllToShardedLinear, AnyLinear, Linear, ModuleExt, Param, ShardedToAllLinear, Sharding,
-    shard_inplace, shard_linear,
+    load_sharded_weights, shard_inplace, shard_linear,
 };
 
 fn values(a: &Array) -> Vec<f32> {
@@ -291,4 +291,45 @@ fn any_linear_keeps_parameter_names_and_a_group_of_one_is_the_whole_layer() {
     assert!(plain.as_linear().is_some() && plain.sharding().is_none());
     let e = "row-parallel".parse::<Sharding>().unwrap_err().to_string();
     assert!(e.contains("`row-parallel` is not a sharding"), "{e}");
+}
+
+#[test]
+fn sharded_weights_read_from_a_whole_file_are_the_shards_of_the_saved_layer() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("layer.safetensors");
+    let saved = Linear::new(4, 6, true, &random::key(8)).unwrap();
+    saved.save_weights(&path).unwrap();
+    let got = mlx_dist::run_local(2, |g| {
+        // Started from other weights, then read in parts.
+        let fresh = Linear::new(4, 6, true, &random::key(99)).unwrap();
+        let mut rows = AllToShardedLinear::from_linear(&fresh, 1, &g).unwrap();
+        load_sharded_weights(&mut rows, &path, &g).unwrap();
+        let mut cols = ShardedToAllLinear::from_linear(&fresh, 1, &g).unwrap();
+        load_sharded_weights(&mut cols, &path, &g).unwrap();
+        let want_rows = AllToShardedLinear::from_linear(&saved, 1, &g).unwrap();
+        let want_cols = ShardedToAllLinear::from_linear(&saved, 1, &g).unwrap();
+        let other = Linear::new(4, 8, true, &random::key(1)).unwrap();
+        let mut wrong = AllToShardedLinear::from_linear(&other, 1, &g).unwrap();
+        let e = load_sharded_weights(&mut wrong, &path, &g)
+            .unwrap_err()
+            .to_string();
+        let same = |a: &dyn mlx_nn::Module, b: &dyn mlx_nn::Module| {
+            let v = |m: &dyn mlx_nn::Module| {
+                m.named_parameters()
+                    .into_iter()
+                    .map(|(n, a)| (n, values(&a)))
+                    .collect::<Vec<_>>()
+            };
+            v(a) == v(b)
+        };
+        (same(&rows, &want_rows), same(&cols, &want_cols), e)
+    })
+    .unwrap();
+    for (r, (rows, cols, e)) in got.into_iter().enumerate() {
+        assert!(rows && cols, "rank {r}");
+        assert!(
+            e.contains("has shape [6") && e.contains("is not a block of over 2 ranks"),
+            "{e}"
+        );
+    }
 }

@@ -395,39 +395,32 @@ fn run_generate(a: GenerateArgs) -> Result<()> {
             "generate runs on {world} ranks: pass --parallel tensor or --parallel pipeline to split the model over them"
         );
     }
-    let trained = mlx_llama::checkpoint::load_trained(&a.checkpoint)?;
-    let tokenizer =
-        mlx_llama::trainer::tokenizer_for(&trained.config).context("loading the tokenizer")?;
-    let ids = tokenizer.encode(&a.prompt)?;
-    let mut model = trained.model;
-    let (t0, out, params) = match a.parallel {
+    // Each rank reads only its part of the weights.
+    let (t0, out, params, load_peak) = match a.parallel {
         Parallel::None | Parallel::Tensor => {
-            model
-                .shard(&group)
-                .with_context(|| format!("splitting the model over {world} ranks"))?;
-            let params = mlx_nn::ModuleExt::named_parameters(&model)
+            let trained = mlx_llama::checkpoint::load_trained_shard(&a.checkpoint, &group)?;
+            let ids = encode(&trained.config, &a.prompt)?;
+            let params = mlx_nn::ModuleExt::named_parameters(&trained.model)
                 .iter()
                 .map(|(_, a)| a.nbytes())
                 .sum::<usize>();
+            let load_peak = mlx_array::memory::peak();
             mlx_array::memory::reset_peak();
             let t0 = std::time::Instant::now();
-            (
-                t0,
-                model.generate(&ids, a.max_tokens, a.temperature, a.seed)?,
-                params,
-            )
+            let out = trained
+                .model
+                .generate(&ids, a.max_tokens, a.temperature, a.seed)?;
+            (t0, decode(&trained.config, &out)?, params, load_peak)
         }
         Parallel::Pipeline => {
-            let stage = mlx_llama::pipeline::PipelineStage::new(model, &group)
-                .with_context(|| format!("splitting the model over {world} ranks"))?;
+            let (stage, config) = mlx_llama::pipeline::PipelineStage::load(&a.checkpoint, &group)?;
+            let ids = encode(&config, &a.prompt)?;
             let params = stage.parameter_bytes();
+            let load_peak = mlx_array::memory::peak();
             mlx_array::memory::reset_peak();
             let t0 = std::time::Instant::now();
-            (
-                t0,
-                stage.generate(&ids, a.max_tokens, a.temperature, a.seed)?,
-                params,
-            )
+            let out = stage.generate(&ids, a.max_tokens, a.temperature, a.seed)?;
+            (t0, decode(&config, &out)?, params, load_peak)
         }
     };
     let secs = t0.elapsed().as_secs_f64();
@@ -435,16 +428,17 @@ fn run_generate(a: GenerateArgs) -> Result<()> {
         eprintln!("rank {rank}: {}", mlx_array::profile::report(30));
     }
     eprintln!(
-        "rank {rank}: holds {:.1} MiB of parameters, peak {:.1} MiB of arrays while generating",
+        "rank {rank}: holds {:.1} MiB of parameters, peak {:.1} MiB of arrays while loading, {:.1} MiB while generating",
         params as f64 / 1048576.0,
+        load_peak as f64 / 1048576.0,
         mlx_array::memory::peak() as f64 / 1048576.0
     );
     if rank == 0 {
-        println!("{}{}", a.prompt, tokenizer.decode(&out)?);
+        println!("{}{}", a.prompt, out.1);
         eprintln!(
             "{} tokens in {secs:.2} s: {:.1} tokens/s ({})",
-            out.len(),
-            out.len() as f64 / secs,
+            out.0,
+            out.0 as f64 / secs,
             match a.parallel {
                 Parallel::None => "one process".to_string(),
                 Parallel::Tensor => format!("tensor parallel over {world} ranks"),
@@ -453,6 +447,18 @@ fn run_generate(a: GenerateArgs) -> Result<()> {
         );
     }
     Ok(())
+}
+
+/// The token ids of `text` with the run's tokenizer.
+fn encode(config: &mlx_llama::TrainConfig, text: &str) -> Result<Vec<u32>> {
+    let tokenizer = mlx_llama::trainer::tokenizer_for(config).context("loading the tokenizer")?;
+    Ok(tokenizer.encode(text)?)
+}
+
+/// How many tokens `ids` are, and their text with the run's tokenizer.
+fn decode(config: &mlx_llama::TrainConfig, ids: &[u32]) -> Result<(usize, String)> {
+    let tokenizer = mlx_llama::trainer::tokenizer_for(config).context("loading the tokenizer")?;
+    Ok((ids.len(), tokenizer.decode(ids)?))
 }
 
 /// The command line, with `train --config FILE`'s options put before the

@@ -27,13 +27,18 @@
 //! assert_eq!(outs[0], outs[1]); // every rank has the whole output
 //! ```
 
+use std::cell::RefCell;
+use std::collections::BTreeMap;
+use std::path::Path;
 use std::str::FromStr;
 
-use mlx_array::{Array, ArrayData, Error, Result, concatenate, split};
+use mlx_array::{
+    Array, ArrayData, Dtype, Error, Part, Result, Tree, concatenate, load_safetensors_parts, split,
+};
 use mlx_dist::{Group, all_gather, sum_gradients, sum_partials};
 
 use crate::layers::linear::affine;
-use crate::module::{Module, Param};
+use crate::module::{Module, ModuleExt, Param};
 use crate::{Linear, impl_module};
 
 /// How a layer's parameters are cut over a group (MLX's `sharding` strings).
@@ -390,6 +395,95 @@ pub fn shard_axis(x: &Array, axis: i32, segments: usize, group: &Group) -> Resul
         concatenate(&parts, a)?
     };
     owned(&mine)
+}
+
+/// Reads weights saved whole (by [`ModuleExt::save_weights`] or MLX) into a
+/// module sharded over `group` (with [`shard_linear`] of one segment, or
+/// [`shard_inplace`]): a parameter whose shape is the file's with one axis
+/// divided by the group's size reads only this rank's block of it from the
+/// memory-mapped file, so no rank ever holds a whole sharded tensor; the
+/// others are read whole. Checked as [`ModuleExt::load_weights`] checks
+/// (every parameter present, no extra tensor, the same dtype), each error
+/// naming the tensor; on error nothing is changed.
+pub fn load_sharded_weights(
+    module: &mut dyn Module,
+    path: impl AsRef<Path>,
+    group: &Group,
+) -> Result<()> {
+    load_sharded_weights_except(module, path, group, |_| false)
+}
+
+/// [`load_sharded_weights`] of a module that holds part of the saved model
+/// (a pipeline stage's blocks): tensors for which `elsewhere` is true are
+/// not read, and not refused.
+pub fn load_sharded_weights_except(
+    module: &mut dyn Module,
+    path: impl AsRef<Path>,
+    group: &Group,
+    elsewhere: impl Fn(&str) -> bool,
+) -> Result<()> {
+    let path = path.as_ref();
+    let fmt = |message: String| Error::Format {
+        path: path.display().to_string(),
+        message,
+    };
+    let mut mine: BTreeMap<String, (Vec<usize>, Dtype)> = BTreeMap::new();
+    module.visit("", &mut |name, p| {
+        mine.insert(
+            name.to_string(),
+            (p.value().shape().to_vec(), p.value().dtype()),
+        );
+    });
+    let (n, r) = (group.size(), group.rank());
+    let problem: RefCell<Option<String>> = RefCell::new(None);
+    let (loaded, _) = load_safetensors_parts(path, |name, file| {
+        if elsewhere(name) {
+            return Part::Skip;
+        }
+        let Some((want, _)) = mine.get(name) else {
+            problem.borrow_mut().get_or_insert(format!(
+                "unexpected tensor `{name}`: the model has no such parameter"
+            ));
+            return Part::Skip;
+        };
+        if want == file {
+            return Part::Whole;
+        }
+        let differ: Vec<usize> = (0..file.len().min(want.len()))
+            .filter(|&a| file[a] != want[a])
+            .collect();
+        match differ[..] {
+            [axis] if file.len() == want.len() && file[axis] == want[axis] * n => Part::Block {
+                axis,
+                index: r,
+                parts: n,
+            },
+            _ => {
+                problem.borrow_mut().get_or_insert(format!(
+                    "tensor `{name}` has shape {file:?}, which this rank's parameter of shape {want:?} is not a block of over {n} ranks"
+                ));
+                Part::Skip
+            }
+        }
+    })?;
+    if let Some(p) = problem.into_inner() {
+        return Err(fmt(p));
+    }
+    for (name, (shape, dtype)) in &mine {
+        match loaded.get(name) {
+            None => {
+                return Err(fmt(format!("missing tensor `{name}` (shape {shape:?})")));
+            }
+            Some(a) if a.dtype() != *dtype => {
+                return Err(fmt(format!(
+                    "tensor `{name}` has dtype {}, the model expects {dtype}",
+                    a.dtype()
+                )));
+            }
+            _ => {}
+        }
+    }
+    module.update(&Tree::unflatten(loaded)?)
 }
 
 /// Every rank's `x` concatenated along `axis` in rank order (an all_gather;
