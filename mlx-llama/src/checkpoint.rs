@@ -439,11 +439,16 @@ pub fn load_trained(checkpoint_or_run: &Path) -> Result<Trained> {
 pub fn load_trained_shard(checkpoint_or_run: &Path, group: &mlx_dist::Group) -> Result<Trained> {
     let (dir, config, model_config) = locate(checkpoint_or_run)?;
     // The initial weights are never evaluated whole but one projection at a
-    // time while it is cut; the loaded shards then replace them.
+    // time while it is cut; the cut ones give way to unevaluated zeros (no
+    // memory) until the loaded shards replace them.
     let mut model = crate::Llama::new(&model_config, 0)?;
     model
         .shard(group)
         .with_context(|| format!("splitting the model over {} ranks", group.size()))?;
+    mlx_nn::Module::visit_mut(&mut model, "", &mut |_, p| {
+        let (shape, dtype) = (p.value().shape().to_vec(), p.value().dtype());
+        p.set(mlx_array::Array::zeros(&shape, dtype));
+    });
     let weights = dir.join("model.safetensors");
     mlx_nn::load_sharded_weights(&mut model, &weights, group)
         .with_context(|| format!("loading {}", weights.display()))?;
