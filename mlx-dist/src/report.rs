@@ -83,17 +83,44 @@ pub fn read_reports(dir: &Path, world: usize) -> Vec<FailureReport> {
 }
 
 /// The rank most reports blame (ties: the lowest rank), with the reports
-/// that blame it.
+/// that blame it, those naming it directly first. A blamed rank that filed
+/// a report itself failed because of the rank it names, so the blame
+/// passes on along such chains (rank 3 sees rank 1 die and exits; ranks 0
+/// and 2 see rank 3 go: rank 1 is the cause); a cycle keeps the rank first
+/// named.
 pub fn most_blamed(reports: &[FailureReport]) -> Option<(usize, Vec<&FailureReport>)> {
+    let named = |rank: usize| {
+        reports
+            .iter()
+            .find(|r| r.rank == rank)
+            .and_then(|r| r.culprit)
+            .filter(|&c| c != rank)
+    };
+    let cause = |first: usize| {
+        let mut seen = vec![first];
+        let mut at = first;
+        while let Some(next) = named(at) {
+            if seen.contains(&next) {
+                return first;
+            }
+            seen.push(next);
+            at = next;
+        }
+        at
+    };
     let mut counts = std::collections::BTreeMap::<usize, Vec<&FailureReport>>::new();
     for r in reports {
         if let Some(c) = r.culprit {
-            counts.entry(c).or_default().push(r);
+            counts.entry(cause(c)).or_default().push(r);
         }
     }
     counts
         .into_iter()
         .max_by(|a, b| a.1.len().cmp(&b.1.len()).then(b.0.cmp(&a.0)))
+        .map(|(rank, mut by)| {
+            by.sort_by_key(|r| r.culprit != Some(rank));
+            (rank, by)
+        })
 }
 
 #[cfg(test)]
@@ -116,7 +143,24 @@ mod tests {
         assert_eq!(reports.len(), 3);
         assert_eq!(reports[2].reason, "r3");
         let (c, by) = most_blamed(&reports).unwrap();
-        assert_eq!((c, by.len()), (2, 2));
+        // Rank 3 blames rank 0, which itself blamed rank 2.
+        assert_eq!((c, by.len()), (2, 3));
+        // Rank 3 blames rank 1; ranks 0 and 2 blame rank 3: rank 1 is the
+        // cause, and rank 3's report, which names it, comes first.
+        write(0, Some(3));
+        write(1, None);
+        write(2, Some(3));
+        write(3, Some(1));
+        let reports = read_reports(&dir, 5);
+        let (c, by) = most_blamed(&reports).unwrap();
+        let by: Vec<usize> = by.iter().map(|r| r.rank).collect();
+        assert_eq!((c, by), (1, vec![3, 0, 2]));
+        // Two ranks blaming each other: each keeps its own culprit.
+        write(0, Some(1));
+        write(1, Some(0));
+        write(2, Some(1));
+        std::fs::remove_file(path_of(&dir, 3)).unwrap();
+        assert_eq!(most_blamed(&read_reports(&dir, 5)).unwrap().0, 1);
         // A culprit outside the world is ignored.
         write(0, Some(99));
         assert_eq!(read_reports(&dir, 5)[0].culprit, None);
