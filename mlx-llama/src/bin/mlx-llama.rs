@@ -134,7 +134,8 @@ struct TrainArgs {
     /// Split each model over this many consecutive ranks (tensor
     /// parallelism: every block's heads and MLP); the world is that many
     /// times the data-parallel replicas (e.g. -n 4 with 2: two replicas of
-    /// two shards). Each shard keeps its optimizer state whole.
+    /// two shards). Each shard keeps its optimizer state whole: with more
+    /// than one, the optimizer is not sharded (--no-shard-optimizer is implied).
     #[arg(long, default_value_t = 1)]
     tensor_parallel: usize,
     /// Evaluate on the validation split every N steps (0: never); the
