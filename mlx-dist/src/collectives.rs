@@ -287,14 +287,24 @@ impl Primitive for Recv {
 }
 
 fn reduce(op: ReduceOp, x: &Array, group: &Group) -> Result<Array> {
-    if group.size() == 1 {
-        return Ok(x.clone());
-    }
-    Ok(Array::from_primitive(
+    elementwise(
         AllReduce {
             op,
             group: group.clone(),
         },
+        x,
+        group,
+    )
+}
+
+/// `p`'s node on `x`, shaped like it; `x` itself on a group of one, where
+/// every elementwise collective is the identity.
+fn elementwise(p: impl Primitive, x: &Array, group: &Group) -> Result<Array> {
+    if group.size() == 1 {
+        return Ok(x.clone());
+    }
+    Ok(Array::from_primitive(
+        p,
         vec![x.clone()],
         x.shape().to_vec(),
         x.dtype(),
@@ -331,17 +341,10 @@ pub fn all_sum(x: &Array, group: &Group) -> Result<Array> {
 /// assert_eq!(parts, vec![vec![3.0; 2], vec![3.0; 2]]);
 /// ```
 pub fn sum_partials(x: &Array, group: &Group) -> Result<Array> {
-    if group.size() == 1 {
-        return Ok(x.clone());
-    }
-    Ok(Array::from_primitive(
-        SumPartials {
-            group: group.clone(),
-        },
-        vec![x.clone()],
-        x.shape().to_vec(),
-        x.dtype(),
-    ))
+    let p = SumPartials {
+        group: group.clone(),
+    };
+    elementwise(p, x, group)
 }
 
 /// The identity, whose gradient is summed over the group (MLX's
@@ -350,17 +353,10 @@ pub fn sum_partials(x: &Array, group: &Group) -> Result<Array> {
 /// compute a slice of the output from the whole input, so the input's
 /// gradient is the sum of the slices' contributions.
 pub fn sum_gradients(x: &Array, group: &Group) -> Result<Array> {
-    if group.size() == 1 {
-        return Ok(x.clone());
-    }
-    Ok(Array::from_primitive(
-        SumGradients {
-            group: group.clone(),
-        },
-        vec![x.clone()],
-        x.shape().to_vec(),
-        x.dtype(),
-    ))
+    let p = SumGradients {
+        group: group.clone(),
+    };
+    elementwise(p, x, group)
 }
 
 /// Element-wise maximum over the group.

@@ -394,18 +394,7 @@ impl Llama {
     /// Logits for new tokens given the caches of earlier ones (one per layer;
     /// start with `vec![None; num_layers]`).
     pub fn forward_cached(&self, tokens: &Array, caches: &mut [Option<KvCache>]) -> Result<Array> {
-        let l = tokens.shape()[1];
-        // New positions see every cached position and earlier new ones: the
-        // causal mask with the queries as the last positions.
-        let mask = if l > 1 {
-            AttentionMask::Causal
-        } else {
-            AttentionMask::None
-        };
-        let mut x = self.embedding.forward(tokens)?;
-        for (layer, cache) in self.layers.iter().zip(caches.iter_mut()) {
-            x = layer.forward(&x, mask, Some(cache))?;
-        }
+        let x = blocks_cached(&self.layers, &self.embedding.forward(tokens)?, caches)?;
         self.out_proj.forward(&self.norm.forward(&x)?)
     }
 
@@ -434,6 +423,27 @@ impl Llama {
         }
         Ok(out)
     }
+}
+
+/// `x` `[B, L, D]` of new positions through `layers`, with their caches
+/// (one per layer), which are updated.
+pub(crate) fn blocks_cached(
+    layers: &[LlamaEncoderLayer],
+    x: &Array,
+    caches: &mut [Option<KvCache>],
+) -> Result<Array> {
+    // New positions see every cached position and earlier new ones: the
+    // causal mask with the queries as the last positions.
+    let mask = if x.shape()[1] > 1 {
+        AttentionMask::Causal
+    } else {
+        AttentionMask::None
+    };
+    let mut x = x.clone();
+    for (layer, cache) in layers.iter().zip(caches.iter_mut()) {
+        x = layer.forward(&x, mask, Some(cache))?;
+    }
+    Ok(x)
 }
 
 /// Checks a generation request's prompt.

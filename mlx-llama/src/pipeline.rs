@@ -27,9 +27,11 @@ use std::path::Path;
 use anyhow::Context;
 use mlx_array::{Array, Dtype, Result, random};
 use mlx_dist::Group;
-use mlx_nn::{AttentionMask, Embedding, Linear, Module, ModuleExt, Param, RMSNorm};
+use mlx_nn::{Embedding, Linear, Module, ModuleExt, Param, RMSNorm};
 
-use crate::model::{KvCache, Llama, LlamaEncoderLayer, check_prompt, eval_caches, sample_last};
+use crate::model::{
+    KvCache, Llama, LlamaEncoderLayer, blocks_cached, check_prompt, eval_caches, sample_last,
+};
 
 /// One rank's part of a Llama split into a pipeline over a group.
 #[derive(Debug)]
@@ -171,19 +173,11 @@ impl PipelineStage {
         let mut out = Vec::with_capacity(max_tokens);
         for _ in 0..max_tokens {
             let len = input.len();
-            let mut x = match &self.embedding {
+            let x = match &self.embedding {
                 Some(e) => e.forward(&Array::from_slice(&input, &[1, len])?)?,
                 None => mlx_dist::recv(&[1, len, self.dims], self.dtype, r - 1, &self.group)?,
             };
-            // New positions see every cached one and the earlier new ones.
-            let mask = if len > 1 {
-                AttentionMask::Causal
-            } else {
-                AttentionMask::None
-            };
-            for (layer, cache) in self.layers.iter().zip(caches.iter_mut()) {
-                x = layer.forward(&x, mask, Some(cache))?;
-            }
+            let x = blocks_cached(&self.layers, &x, &mut caches)?;
             let mut id = [0u32];
             match &self.head {
                 Some((norm, out_proj)) => {

@@ -508,6 +508,36 @@ fn reduce(op: ReduceOp, x: &Array, g: &Group) -> mlx_array::Result<Array> {
 
 fn reduction_values(cx: &Ctx, op: ReduceOp) {
     let name = reduce_name(op);
+    reduced_values(cx, name, op, |x, g| reduce(op, x, g));
+    for n in WORLDS {
+        let grads = rank_gradients(cx, n, &[2, 3], |x, g| reduce(op, x, g));
+        if op == ReduceOp::Sum {
+            // d/dx_r Σ_s <c_s, Σ_t x_t> = Σ_s c_s.
+            let cs: Vec<Nd> = (0..n).map(|s| cotangent(s, &[2, 3])).collect();
+            expect_gradients(cx, name, grads, |_| combine(ReduceOp::Sum, Dtype::F32, &cs));
+        } else {
+            for (r, g) in grads.into_iter().enumerate() {
+                let e = g.err().unwrap_or_else(|| {
+                    panic!("{name} in a world of {n}, rank {r}: differentiating must fail")
+                });
+                assert!(
+                    e.contains(name),
+                    "rank {r}: the error must name {name}: {e}"
+                );
+            }
+        }
+    }
+}
+
+/// The values of `f`, the reduction `op` named `name`, in worlds of 1, 2
+/// and 3: every rank gets the reduction of all the ranks' inputs, with the
+/// same bits.
+fn reduced_values(
+    cx: &Ctx,
+    name: &'static str,
+    op: ReduceOp,
+    f: impl Fn(&Array, &Group) -> mlx_array::Result<Array> + Sync,
+) {
     for n in [1, 2, 3] {
         let cases = draw_cases(cx, &ALL_DTYPES, shape(3), &edge_shapes());
         let got = in_world(cx, n, |g| {
@@ -515,7 +545,7 @@ fn reduction_values(cx: &Ctx, op: ReduceOp) {
                 .iter()
                 .map(|c| {
                     let nd = rank_values(c, g.rank());
-                    run_case(cx, c, &nd, |x| itself(name, n, x, reduce(op, x, g)))
+                    run_case(cx, c, &nd, |x| itself(name, n, x, f(x, g)))
                 })
                 .collect::<Result<Vec<_>, _>>()
         });
@@ -538,24 +568,6 @@ fn reduction_values(cx: &Ctx, op: ReduceOp) {
             }
         }
     }
-    for n in WORLDS {
-        let grads = rank_gradients(cx, n, &[2, 3], |x, g| reduce(op, x, g));
-        if op == ReduceOp::Sum {
-            // d/dx_r Σ_s <c_s, Σ_t x_t> = Σ_s c_s.
-            let cs: Vec<Nd> = (0..n).map(|s| cotangent(s, &[2, 3])).collect();
-            expect_gradients(cx, name, grads, |_| combine(ReduceOp::Sum, Dtype::F32, &cs));
-        } else {
-            for (r, g) in grads.into_iter().enumerate() {
-                let e = g.err().unwrap_or_else(|| {
-                    panic!("{name} in a world of {n}, rank {r}: differentiating must fail")
-                });
-                assert!(
-                    e.contains(name),
-                    "rank {r}: the error must name {name}: {e}"
-                );
-            }
-        }
-    }
 }
 
 // ---------------------------------------------------------------- sum_partials, sum_gradients
@@ -563,34 +575,7 @@ fn reduction_values(cx: &Ctx, op: ReduceOp) {
 /// sum_partials sums as all_sum does; its gradient is each rank's own
 /// cotangent (every rank computes the same loss from the one sum).
 fn sum_partials_values(cx: &Ctx) {
-    for n in [1, 2, 3] {
-        let cases = draw_cases(cx, &ALL_DTYPES, shape(3), &edge_shapes());
-        let got = in_world(cx, n, |g| {
-            cases
-                .iter()
-                .map(|c| {
-                    let nd = rank_values(c, g.rank());
-                    run_case(cx, c, &nd, |x| {
-                        itself("sum_partials", n, x, super::sum_partials(x, g))
-                    })
-                })
-                .collect::<Result<Vec<_>, _>>()
-        });
-        for (i, c) in cases.iter().enumerate() {
-            let parts: Vec<Nd> = (0..n).map(|r| rank_values(c, r)).collect();
-            let want = combine(ReduceOp::Sum, c.dtype, &parts);
-            for r in 0..n {
-                let what = format!("sum_partials in a world of {n}, rank {r}, {c:?}");
-                let rel = sum_tol(c.dtype, n);
-                check_at(&got[r][i], &want, c.dtype, rel, result_device(cx, n), &what);
-                assert_eq!(
-                    values(&got[r][i]),
-                    values(&got[0][i]),
-                    "{what}: every rank must get the same bits"
-                );
-            }
-        }
-    }
+    reduced_values(cx, "sum_partials", ReduceOp::Sum, super::sum_partials);
     for n in WORLDS {
         let grads = rank_gradients(cx, n, &[2, 3], super::sum_partials);
         expect_gradients(cx, "sum_partials", grads, |r| cotangent(r, &[2, 3]));

@@ -397,32 +397,31 @@ fn run_generate(a: GenerateArgs) -> Result<()> {
         );
     }
     // Each rank reads only its part of the weights.
-    let (t0, out, params, load_peak) = match a.parallel {
+    let (config, part) = match a.parallel {
         Parallel::None | Parallel::Tensor => {
             let trained = mlx_llama::checkpoint::load_trained_shard(&a.checkpoint, &group)?;
-            let ids = encode(&trained.config, &a.prompt)?;
-            let params = mlx_nn::ModuleExt::named_parameters(&trained.model)
-                .iter()
-                .map(|(_, a)| a.nbytes())
-                .sum::<usize>();
-            let load_peak = mlx_array::memory::peak();
-            mlx_array::memory::reset_peak();
-            let t0 = std::time::Instant::now();
-            let out = trained
-                .model
-                .generate(&ids, a.max_tokens, a.temperature, a.seed)?;
-            (t0, decode(&trained.config, &out)?, params, load_peak)
+            (trained.config, Part::Shard(trained.model))
         }
         Parallel::Pipeline => {
             let (stage, config) = mlx_llama::pipeline::PipelineStage::load(&a.checkpoint, &group)?;
-            let ids = encode(&config, &a.prompt)?;
-            let params = stage.parameter_bytes();
-            let load_peak = mlx_array::memory::peak();
-            mlx_array::memory::reset_peak();
-            let t0 = std::time::Instant::now();
-            let out = stage.generate(&ids, a.max_tokens, a.temperature, a.seed)?;
-            (t0, decode(&config, &out)?, params, load_peak)
+            (config, Part::Stage(stage))
         }
+    };
+    let params = match &part {
+        Part::Shard(m) => mlx_nn::ModuleExt::named_parameters(m)
+            .iter()
+            .map(|(_, a)| a.nbytes())
+            .sum(),
+        Part::Stage(s) => s.parameter_bytes(),
+    };
+    let tokenizer = mlx_llama::trainer::tokenizer_for(&config).context("loading the tokenizer")?;
+    let ids = tokenizer.encode(&a.prompt)?;
+    let load_peak = mlx_array::memory::peak();
+    mlx_array::memory::reset_peak();
+    let t0 = std::time::Instant::now();
+    let out = match &part {
+        Part::Shard(m) => m.generate(&ids, a.max_tokens, a.temperature, a.seed)?,
+        Part::Stage(s) => s.generate(&ids, a.max_tokens, a.temperature, a.seed)?,
     };
     let secs = t0.elapsed().as_secs_f64();
     if mlx_array::profile::enabled() {
@@ -435,11 +434,11 @@ fn run_generate(a: GenerateArgs) -> Result<()> {
         mlx_array::memory::peak() as f64 / 1048576.0
     );
     if rank == 0 {
-        println!("{}{}", a.prompt, out.1);
+        println!("{}{}", a.prompt, tokenizer.decode(&out)?);
         eprintln!(
             "{} tokens in {secs:.2} s: {:.1} tokens/s ({})",
-            out.0,
-            out.0 as f64 / secs,
+            out.len(),
+            out.len() as f64 / secs,
             match a.parallel {
                 Parallel::None => "one process".to_string(),
                 Parallel::Tensor => format!("tensor parallel over {world} ranks"),
@@ -450,16 +449,12 @@ fn run_generate(a: GenerateArgs) -> Result<()> {
     Ok(())
 }
 
-/// The token ids of `text` with the run's tokenizer.
-fn encode(config: &mlx_llama::TrainConfig, text: &str) -> Result<Vec<u32>> {
-    let tokenizer = mlx_llama::trainer::tokenizer_for(config).context("loading the tokenizer")?;
-    Ok(tokenizer.encode(text)?)
-}
-
-/// How many tokens `ids` are, and their text with the run's tokenizer.
-fn decode(config: &mlx_llama::TrainConfig, ids: &[u32]) -> Result<(usize, String)> {
-    let tokenizer = mlx_llama::trainer::tokenizer_for(config).context("loading the tokenizer")?;
-    Ok((ids.len(), tokenizer.decode(ids)?))
+/// This rank's part of the model `generate` runs.
+enum Part {
+    /// The whole model, or with tensor parallelism this rank's shard of it.
+    Shard(mlx_llama::Llama),
+    /// This rank's stage of a pipeline.
+    Stage(mlx_llama::pipeline::PipelineStage),
 }
 
 /// The command line, with `train --config FILE`'s options put before the
