@@ -4,8 +4,11 @@
 //! `cargo run -p mlx-array --example gpu_bench` (full sizes; the dev
 //! profile is optimised), or
 //! `... --example gpu_bench -- --small` to divide every dimension by 4 (a
-//! software adapter such as lavapipe needs that). Shapes with an operand
-//! larger than the adapter's largest storage buffer are reported as skipped.
+//! software adapter such as lavapipe needs that), `--dtype f16` (or
+//! `bf16`) for half-precision operands and block (`MLX_GPU_F16=0` packs f16
+//! two to a word even where the adapter stores it natively). Shapes with an
+//! operand larger than the adapter's largest storage buffer are reported as
+//! skipped.
 use std::time::Instant;
 
 use mlx_array::device::with_device;
@@ -29,9 +32,9 @@ const SHAPES: &[(&str, usize, usize, usize, bool, bool)] = &[
     ("dX 2044x512@512x256 (bT)", 2044, 512, 256, false, true),
 ];
 
-/// A uniform GPU array of `shape` (made on the CPU, moved once).
-fn gpu_uniform(shape: &[usize], seed: u64, scale: f64) -> Result<Array> {
-    let x = random::uniform(&random::key(seed), -scale, scale, shape, Dtype::F32)?;
+/// A uniform GPU array of `shape` and `dtype` (made on the CPU, moved once).
+fn gpu_uniform(shape: &[usize], seed: u64, scale: f64, dtype: Dtype) -> Result<Array> {
+    let x = random::uniform(&random::key(seed), -scale, scale, shape, Dtype::F32)?.astype(dtype)?;
     let g = x.to_device(Device::Gpu);
     g.eval()?;
     Ok(g)
@@ -90,13 +93,32 @@ fn main() -> Result<()> {
     mlx_array::device::gpu_available()?;
     let small = std::env::args().any(|a| a == "--small");
     let div = if small { 4 } else { 1 };
+    let args: Vec<String> = std::env::args().collect();
+    let dtype = match args.iter().position(|a| a == "--dtype") {
+        Some(i) => {
+            let name = args.get(i + 1).map(String::as_str).unwrap_or("");
+            let full = match name {
+                "f16" => "float16",
+                "bf16" => "bfloat16",
+                "f32" => "float32",
+                other => other,
+            };
+            Dtype::from_name(full).ok_or_else(|| {
+                mlx_array::Error::eval("gpu_bench", format!("--dtype: unknown dtype `{name}`"))
+            })?
+        }
+        None => Dtype::F32,
+    };
     println!("adapter: {}", mlx_array::backend::gpu::adapter_name()?);
-    println!("sizes divided by {div}");
+    println!(
+        "sizes divided by {div}; dtype {dtype} (f16 stored natively: {})",
+        mlx_array::backend::gpu::native_f16()
+    );
     for &(name, m, k, n, ta, tb) in SHAPES {
         let (m, k, n) = (m / div, k / div, n / div);
         let run = || -> Result<f64> {
-            let a = gpu_uniform(&if ta { [k, m] } else { [m, k] }, 1, 1.0)?;
-            let b = gpu_uniform(&if tb { [n, k] } else { [k, n] }, 2, 1.0)?;
+            let a = gpu_uniform(&if ta { [k, m] } else { [m, k] }, 1, 1.0, dtype)?;
+            let b = gpu_uniform(&if tb { [n, k] } else { [k, n] }, 2, 1.0, dtype)?;
             let iters = if small { 2 } else { 10 };
             time(iters, || {
                 with_device(Device::Gpu, || {
@@ -110,25 +132,30 @@ fn main() -> Result<()> {
             Ok(s) => s,
             // An operand beyond the adapter's largest buffer (lavapipe's is 128 MiB).
             Err(e) if e.to_string().contains("exceeds the largest storage buffer") => {
-                println!("matmul f32 {name} ({m}x{k}x{n}): skipped: {e}");
+                println!("matmul {dtype} {name} ({m}x{k}x{n}): skipped: {e}");
                 continue;
             }
             Err(e) => return Err(e),
         };
         let gflops = 2.0 * (m * n * k) as f64 / s / 1e9;
         println!(
-            "matmul f32 {name} ({m}x{k}x{n}): {gflops:.1} GFLOP/s ({:.2} ms)",
+            "matmul {dtype} {name} ({m}x{k}x{n}): {gflops:.1} GFLOP/s ({:.2} ms)",
             s * 1e3
         );
     }
     // One Llama-like block, forward and backward (gradients of every weight).
     let (t, d) = (511 / div, 256 / div);
-    let mut p = vec![gpu_uniform(&[t, d], 10, 1.0)?];
+    let mut p = vec![gpu_uniform(&[t, d], 10, 1.0, dtype)?];
     for (i, shape) in [[d, d], [d, d], [d, d], [d, d], [d, 2 * d], [2 * d, d]]
         .iter()
         .enumerate()
     {
-        p.push(gpu_uniform(shape, 11 + i as u64, (1.0 / d as f64).sqrt())?);
+        p.push(gpu_uniform(
+            shape,
+            11 + i as u64,
+            (1.0 / d as f64).sqrt(),
+            dtype,
+        )?);
     }
     let argnums: Vec<usize> = (1..p.len()).collect();
     let iters = if small { 2 } else { 10 };
@@ -140,7 +167,7 @@ fn main() -> Result<()> {
         })
     })?;
     println!(
-        "llama-like block fwd+bwd (T={t}, D={d}, 4 heads, MLP 2D): {:.2} ms/step",
+        "llama-like block {dtype} fwd+bwd (T={t}, D={d}, 4 heads, MLP 2D): {:.2} ms/step",
         s * 1e3
     );
     Ok(())

@@ -36,6 +36,11 @@ pub fn adapter_name() -> Result<String> {
     Err(unavailable())
 }
 
+/// No GPU, so no `f16` stored on one: false.
+pub fn native_f16() -> bool {
+    false
+}
+
 /// Nothing was recorded, so nothing to submit.
 pub fn submit() -> Result<()> {
     Ok(())

@@ -10,6 +10,7 @@
 mod harness;
 
 mod elementwise;
+mod half;
 mod misc;
 mod reduce;
 

@@ -20,15 +20,21 @@ pub(crate) fn compute_type(d: Dtype) -> &'static str {
     }
 }
 
-/// True when several elements share one `u32` word.
+/// True when several elements share one `u32` word: `bf16` and `bool`
+/// always, `f16` unless the device stores it natively ([`super::native_f16`]).
 pub(crate) fn packed(d: Dtype) -> bool {
-    matches!(d, Dtype::F16 | Dtype::BF16 | Dtype::Bool)
+    match d {
+        Dtype::BF16 | Dtype::Bool => true,
+        Dtype::F16 => !super::native_f16(),
+        _ => false,
+    }
 }
 
 fn storage_type(d: Dtype) -> &'static str {
     match d {
         Dtype::F32 => "f32",
         Dtype::I32 => "i32",
+        Dtype::F16 if !packed(d) => "f16",
         _ => "u32",
     }
 }
@@ -45,6 +51,20 @@ fn f16_bits(v: f32) -> u32 {
 }
 "#;
 
+/// `to_f16(v: f32) -> f16` for devices that store `f16` natively: WGSL
+/// leaves the conversion of values beyond `f16`'s range undefined, so
+/// magnitudes from 65520 on (which round past the largest `f16`) become
+/// infinities here, as on the CPU; in-range values and NaN convert directly.
+const TO_F16: &str = r#"
+fn to_f16(v: f32) -> f16 {
+    let b = bitcast<u32>(v);
+    let a = b & 0x7fffffffu;
+    if (a < 0x477ff000u || a > 0x7f800000u) { return f16(v); }
+    // The largest f16 doubled (WGSL has no f16 bit cast from a scalar).
+    return f16(select(-65504.0, 65504.0, a == b)) * 2.0h;
+}
+"#;
+
 /// `var` declaration of input `name` of dtype `d` at `binding`, and a
 /// `load_<name>(j: u32) -> T` reading element `j`.
 pub(crate) fn input(name: &str, binding: u32, d: Dtype) -> String {
@@ -54,6 +74,7 @@ pub(crate) fn input(name: &str, binding: u32, d: Dtype) -> String {
     );
     let body = match d {
         Dtype::F32 | Dtype::I32 | Dtype::U32 | Dtype::I64 => format!("return {name}[j];"),
+        Dtype::F16 if !packed(d) => format!("return f32({name}[j]);"),
         Dtype::F16 => format!("return unpack2x16float({name}[j >> 1u])[j & 1u];"),
         Dtype::BF16 => format!(
             "return bitcast<f32>((({name}[j >> 1u] >> ((j & 1u) * 16u)) & 0xffffu) << 16u);"
@@ -78,12 +99,18 @@ pub(crate) fn output(binding: u32, d: Dtype) -> String {
         format!("@group(0) @binding({binding}) var<storage, read_write> out: array<{ty}>;\n");
     let body = match d {
         Dtype::F32 | Dtype::I32 | Dtype::U32 | Dtype::I64 => "out[i] = v;".to_string(),
+        Dtype::F16 if !packed(d) => "out[i] = to_f16(v);".to_string(),
         Dtype::F16 => "atomicOr(&out[i >> 1u], f16_bits(v) << ((i & 1u) * 16u));".to_string(),
         Dtype::BF16 => "atomicOr(&out[i >> 1u], bf16_bits(v) << ((i & 1u) * 16u));".to_string(),
         Dtype::Bool => "atomicOr(&out[i >> 2u], (v & 1u) << ((i & 3u) * 8u));".to_string(),
     };
+    let helper = if d == Dtype::F16 && !packed(d) {
+        TO_F16
+    } else {
+        ""
+    };
     format!(
-        "{decl}fn store_out(i: u32, v: {}) {{ {body} }}\n",
+        "{decl}{helper}fn store_out(i: u32, v: {}) {{ {body} }}\n",
         compute_type(d)
     )
 }

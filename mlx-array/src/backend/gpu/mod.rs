@@ -7,10 +7,18 @@
 //! each `eval`; the only CPU-GPU round trip is a transfer to the CPU.
 //!
 //! Storage layout on the GPU matches the CPU's byte for byte (so transfers
-//! are plain copies): 32-bit types natively; `f16` and `bf16` two to a `u32`
-//! and `bool` four to a `u32`, read with shifts, computed in 32 bits, and
-//! written with atomic ORs into a cleared output. `i64` has no WGSL type and
-//! is refused with an error naming it.
+//! are plain copies): 32-bit types natively; `f16` natively too where the
+//! adapter has the `shader-f16` feature (read and written as WGSL `f16`,
+//! computed in `f32`); elsewhere `f16`, and always `bf16` (WGSL has no such
+//! type), two to a `u32`, and `bool` four to a `u32`, read with shifts,
+//! computed in 32 bits, and written with atomic ORs into a cleared output.
+//! `i64` has no WGSL type and is refused with an error naming it.
+//!
+//! Half-precision values are computed in `f32` (products accumulated in
+//! `f32`, as PyTorch's and MLX's GPU kernels do): WGSL has no `f16` multiply
+//! with an `f32` accumulator, and `f16` products of gradient-sized values
+//! underflow. For the correctly rounded operations (`+ - * /`, `sqrt`)
+//! computing in `f32` and rounding once gives the `f16` result exactly.
 
 mod attention;
 mod codegen;
@@ -56,6 +64,8 @@ pub struct GpuContext {
     queue: wgpu::Queue,
     info: wgpu::AdapterInfo,
     limits: wgpu::Limits,
+    /// `f16` arrays are stored as WGSL `f16` (the `shader-f16` feature).
+    f16: bool,
     pipelines: Mutex<HashMap<String, Arc<wgpu::ComputePipeline>>>,
     pool: Mutex<HashMap<u64, Vec<wgpu::Buffer>>>,
     encoder: Mutex<Option<wgpu::CommandEncoder>>,
@@ -71,6 +81,13 @@ pub fn context() -> Result<&'static GpuContext> {
         .get_or_init(GpuContext::new)
         .as_ref()
         .map_err(|e| Error::gpu(e.clone()))
+}
+
+/// True when `f16` arrays live on the GPU as WGSL `f16`: the adapter has
+/// the `shader-f16` feature and `MLX_GPU_F16` is not `0`. Otherwise they
+/// are packed two to a 32-bit word. False before the GPU is first used.
+pub fn native_f16() -> bool {
+    matches!(CONTEXT.get(), Some(Ok(c)) if c.f16)
 }
 
 /// The adapter's name and backend, e.g. `llvmpipe (LLVM 15.0.6, 256 bits) (Vulkan)`.
@@ -97,9 +114,16 @@ impl GpuContext {
         })?;
         let info = adapter.get_info();
         let limits = adapter.limits();
+        let f16 = adapter.features().contains(wgpu::Features::SHADER_F16)
+            && std::env::var("MLX_GPU_F16").map_or(true, |v| v != "0");
+        let required_features = if f16 {
+            wgpu::Features::SHADER_F16
+        } else {
+            wgpu::Features::empty()
+        };
         let (device, queue) = pollster::block_on(adapter.request_device(&wgpu::DeviceDescriptor {
             label: Some("mlx-array"),
-            required_features: wgpu::Features::empty(),
+            required_features,
             required_limits: limits.clone(),
             experimental_features: wgpu::ExperimentalFeatures::disabled(),
             memory_hints: wgpu::MemoryHints::Performance,
@@ -122,6 +146,7 @@ impl GpuContext {
             queue,
             info,
             limits,
+            f16,
             pipelines: Mutex::new(HashMap::new()),
             pool: Mutex::new(HashMap::new()),
             encoder: Mutex::new(None),
@@ -147,11 +172,15 @@ impl GpuContext {
             return Ok(p.clone());
         }
         let scope = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
+        let mut text = source();
+        if self.f16 {
+            text.insert_str(0, "enable f16;\n");
+        }
         let module = self
             .device
             .create_shader_module(wgpu::ShaderModuleDescriptor {
                 label: Some(key),
-                source: wgpu::ShaderSource::Wgsl(source().into()),
+                source: wgpu::ShaderSource::Wgsl(text.into()),
             });
         let pipeline = self
             .device
