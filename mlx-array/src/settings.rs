@@ -11,6 +11,7 @@
 //! | `MLX_LCE` | `fused`, `blas` | `fused` where the CPU has AVX-512 | [`set_loss_path`] |
 //! | `MLX_BLAS` | a CBLAS library's path, or `none` | OpenBLAS, or Accelerate on macOS | [`set_blas`] |
 //! | `MLX_GEMM_BF16` | `1`/`0` | on: bfloat16 products (matmul, the one-pass output projection + loss) on AVX512_BF16 where the CPU has it (off: convert to f32 for the BLAS and the f32 kernels) | [`set_bf16_gemm`] |
+//! | `MLX_AMX` | `1`/`0` | on: those bfloat16 products on AMX tiles where the CPU and OS offer them (off: AVX512_BF16 alone) | [`set_amx`] |
 //! | `MLX_DEVICE` | `cpu`, `gpu` | `cpu` | [`crate::device::set_default_device`] |
 //!
 //! ```
@@ -35,6 +36,8 @@ pub const MLX_LCE: &str = "MLX_LCE";
 pub const MLX_BLAS: &str = "MLX_BLAS";
 /// `MLX_GEMM_BF16`: bfloat16 products on the CPU's AVX512_BF16 instructions.
 pub const MLX_GEMM_BF16: &str = "MLX_GEMM_BF16";
+/// `MLX_AMX`: bfloat16 products on the CPU's AMX tiles.
+pub const MLX_AMX: &str = "MLX_AMX";
 /// `MLX_DEVICE`: the default device.
 pub const MLX_DEVICE: &str = "MLX_DEVICE";
 
@@ -104,6 +107,22 @@ pub fn bf16_gemm() -> bool {
 /// Chooses the bfloat16 product path (wins over `MLX_GEMM_BF16`).
 pub fn set_bf16_gemm(on: bool) {
     BF16_GEMM.set(on);
+}
+
+static AMX: Flag = Flag::new(MLX_AMX, true);
+
+/// Whether bfloat16 matrix products use AMX tiles where the CPU and the
+/// operating system offer them (default), or AVX512_BF16 alone. Read once,
+/// at the first bfloat16 product: set it before. An unreadable `MLX_AMX`
+/// counts as the default here; [`check`] reports it.
+pub fn amx() -> bool {
+    AMX.get().unwrap_or(true)
+}
+
+/// Chooses whether bfloat16 products may use AMX (wins over `MLX_AMX`;
+/// takes effect only before the first bfloat16 product).
+pub fn set_amx(on: bool) {
+    AMX.set(on);
 }
 
 /// Whether the evaluator overlaps communication with computation (runs
@@ -225,6 +244,7 @@ pub fn check() -> Result<()> {
     overlap()?;
     profile()?;
     BF16_GEMM.get()?;
+    AMX.get()?;
     loss_path()?;
     crate::device::default_device_from_env()?;
     if let BlasChoice::Library(name) = blas()

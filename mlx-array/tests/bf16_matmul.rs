@@ -1,6 +1,7 @@
-//! bfloat16 matrix products: on CPUs with AVX512_BF16 they take the
-//! `vdpbf16ps` GEMM (`MLX_GEMM_BF16`, on by default), elsewhere f32 `sgemm`
-//! on converted operands. Either way each element is the float32 sum of
+//! bfloat16 matrix products: on CPUs with AMX they take the `tdpbf16ps`
+//! tiles (`MLX_AMX`, on by default; the suite runs again with it off), on
+//! CPUs with AVX512_BF16 the `vdpbf16ps` GEMM (`MLX_GEMM_BF16`, on by
+//! default), elsewhere f32 `sgemm` on converted operands. Either way each element is the float32 sum of
 //! the exact products of the bfloat16 inputs, rounded to bfloat16 once:
 //! checked against a float64 reference, with odd sizes, transposed and
 //! strided views, batches and an empty `k`.
@@ -87,6 +88,34 @@ fn bf16_products_equal_float64_rounded_once() {
         }
     }
     settings::set_bf16_gemm(true);
+    eprintln!(
+        "bfloat16 products: {:?}",
+        mlx_array::backend::cpu::bf16_products()
+    );
+}
+
+/// The test above in a child process with `MLX_AMX=0`: the AVX512_BF16
+/// kernels, on a CPU with AMX too.
+#[test]
+fn bf16_products_equal_float64_rounded_once_without_amx() {
+    if std::env::var_os("MLX_AMX").is_some() {
+        return; // the child itself, or a run that chose already
+    }
+    let name = "bf16_products_equal_float64_rounded_once";
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", name, "--nocapture"])
+        .env("MLX_AMX", "0")
+        .output()
+        .unwrap();
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(
+        out.status.success() && stdout.contains("1 passed"),
+        "{name} with MLX_AMX=0:\n{stdout}\n{stderr}"
+    );
+    assert!(!stderr.contains("Amx"), "MLX_AMX=0 still used AMX: {stderr}");
 }
 
 #[test]

@@ -119,6 +119,11 @@ pub(super) unsafe fn gemm(
         }
         return;
     }
+    if super::amx::available() {
+        // SAFETY: the caller's promise, and AMX is available.
+        unsafe { gemm_amx(m, n, k, a, b, out, ldc) };
+        return;
+    }
     // Tasks: row blocks x column blocks, enough for every thread.
     let row_blocks = m.div_ceil(MC);
     let col_blocks = n.div_ceil(NC);
@@ -195,6 +200,107 @@ pub(super) unsafe fn gemm(
             })
         };
     });
+}
+
+/// [`gemm`] on AMX tiles ([`super::amx`]): `A` packed whole as rows of
+/// pairs of `k` (zero past `k`, to whole steps of the tiles), `B` as the
+/// strips of [`pack_b_strip`] (which are the tiles' layout of `B`), both in
+/// parallel; then tasks of row blocks and column blocks sum each block
+/// over all of `k` in float32 scratch and round it to bfloat16 into `C`.
+///
+/// # Safety
+/// As [`gemm`]'s, and [`super::amx::available`].
+unsafe fn gemm_amx(m: usize, n: usize, k: usize, a: Matrix, b: Matrix, out: Out, ldc: usize) {
+    use super::amx::STEP;
+    let kp = k.div_ceil(2).div_ceil(STEP) * STEP;
+    let mut apack = vec![0u32; m * kp];
+    apack
+        .par_chunks_mut(MR * kp)
+        .enumerate()
+        // SAFETY: rows t * MR.. of `A` are inside `A` (the caller's promise).
+        .for_each(|(t, rows)| unsafe { pack_a_rows(&a, t * MR, k, kp, rows) });
+    let mut bpack = vec![0u16; n.div_ceil(NR) * NR * 2 * kp];
+    bpack
+        .par_chunks_mut(NR * 2 * kp)
+        .enumerate()
+        // SAFETY: strip `s` of `B` is inside `B` (the caller's promise).
+        .for_each(|(s, strip)| unsafe { pack_b_strip(&b, 0, k, s * NR, NR.min(n - s * NR), strip) });
+    let tasks: Vec<(usize, usize)> = (0..m.div_ceil(MC))
+        .flat_map(|r| (0..n.div_ceil(NC)).map(move |c| (r, c)))
+        .collect();
+    tasks.par_iter().for_each(|&(rb, cb)| {
+        let (i0, j0) = (rb * MC, cb * NC);
+        let (mc, nc) = (MC.min(m - i0), NC.min(n - j0));
+        let mut sums = vec![0f32; mc * NC];
+        for s in 0..nc.div_ceil(NR) {
+            let strip = bpack[(j0 / NR + s) * NR * 2 * kp..].as_ptr() as *const u32;
+            // SAFETY: AMX is available; rows i0.. of the packed `A` have kp
+            // words, the strip kp rows of NR words, `sums` mc rows of NC.
+            unsafe {
+                super::amx::gemm(
+                    mc,
+                    NR,
+                    kp,
+                    apack[i0 * kp..].as_ptr(),
+                    kp,
+                    strip,
+                    NR,
+                    sums.as_mut_ptr().add(s * NR),
+                    NC,
+                    false,
+                )
+            };
+        }
+        for (i, row) in sums.chunks(NC).enumerate() {
+            // SAFETY: row `i0 + i`, columns `j0 .. j0 + nc` of `C` are this
+            // task's and in bounds.
+            let dst =
+                unsafe { std::slice::from_raw_parts_mut(out.ptr().add((i0 + i) * ldc + j0), nc) };
+            // SAFETY: AMX implies AVX512_BF16 ([`super::amx::available`]).
+            unsafe { round_row(&row[..nc], dst) };
+        }
+    });
+}
+
+/// Rows `r0 ..` (up to [`MR`] of them, as many as `rows` holds) of `A` as
+/// rows of `kp` words, one per pair of `k` (zero past `k`).
+///
+/// # Safety
+/// The rows are inside `A`; `rows` holds whole rows of `kp` words.
+unsafe fn pack_a_rows(a: &Matrix, r0: usize, k: usize, kp: usize, rows: &mut [u32]) {
+    let full = k / 2;
+    let n = rows.len() / kp;
+    // SAFETY (all reads below): inside `A` (the caller's promise).
+    unsafe {
+        if a.cs == 1 {
+            for (i, dst) in rows.chunks_exact_mut(kp).enumerate() {
+                let src = a.ptr.add((r0 + i) * a.rs) as *const u32;
+                for (p, d) in dst[..full].iter_mut().enumerate() {
+                    *d = src.add(p).read_unaligned();
+                }
+            }
+        } else if a.rs == 1 {
+            // Columns dense along the rows: two neighbouring columns at a time.
+            for p in 0..full {
+                let lo = std::slice::from_raw_parts(a.ptr.add(2 * p * a.cs + r0), n);
+                let hi = std::slice::from_raw_parts(a.ptr.add((2 * p + 1) * a.cs + r0), n);
+                for (i, (&l, &h)) in lo.iter().zip(hi).enumerate() {
+                    rows[i * kp + p] = l as u32 | (h as u32) << 16;
+                }
+            }
+        } else {
+            for (i, dst) in rows.chunks_exact_mut(kp).enumerate() {
+                for (p, d) in dst[..full].iter_mut().enumerate() {
+                    *d = a.at(r0 + i, 2 * p) as u32 | (a.at(r0 + i, 2 * p + 1) as u32) << 16;
+                }
+            }
+        }
+        if k % 2 == 1 {
+            for (i, dst) in rows.chunks_exact_mut(kp).enumerate() {
+                dst[full] = a.at(r0 + i, k - 1) as u32;
+            }
+        }
+    }
 }
 
 /// Where one panel's packed strips of a task's block lie: strip `t` of its

@@ -15,6 +15,8 @@ pub fn copy_contiguous(
     Ok(copy::contiguous(data, shape, dtype))
 }
 #[cfg(target_arch = "x86_64")]
+mod amx;
+#[cfg(target_arch = "x86_64")]
 mod gemm_bf16;
 pub(crate) mod indexing;
 #[cfg(target_arch = "x86_64")]
@@ -33,3 +35,30 @@ pub(crate) mod strided;
 pub(crate) mod unary;
 
 pub(crate) use super::common::dispatch;
+
+/// Which instructions compute bfloat16 matrix products (matmul and the
+/// one-pass output projection + loss) in this process.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Bf16Products {
+    /// AMX tiles (`tdpbf16ps`), float32 sums.
+    Amx,
+    /// AVX512_BF16 (`vdpbf16ps`), float32 sums.
+    Avx512Bf16,
+    /// Operands converted to float32 for the BLAS and the f32 kernels
+    /// (no bfloat16 instructions, or `MLX_GEMM_BF16=0`).
+    Float32,
+}
+
+/// The bfloat16 product path this CPU, operating system and the settings
+/// (`MLX_GEMM_BF16`, `MLX_AMX`) give.
+pub fn bf16_products() -> Bf16Products {
+    #[cfg(target_arch = "x86_64")]
+    if crate::settings::bf16_gemm() && gemm_bf16::available() {
+        return if amx::available() {
+            Bf16Products::Amx
+        } else {
+            Bf16Products::Avx512Bf16
+        };
+    }
+    Bf16Products::Float32
+}
