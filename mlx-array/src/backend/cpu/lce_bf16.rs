@@ -144,6 +144,8 @@ pub(super) struct Bf16Products<'a> {
     dims: usize,
     n: usize,
     width: usize,
+    /// The products run on AMX tiles ([`super::amx`]).
+    amx: bool,
 }
 
 impl<'a> Bf16Products<'a> {
@@ -172,6 +174,7 @@ impl<'a> Bf16Products<'a> {
             dims,
             n,
             width,
+            amx: super::amx::available(),
         }
     }
 }
@@ -236,6 +239,25 @@ impl Products for Bf16Products<'_> {
             cs: 1,
         };
         let hwt = self.h_words_t.as_slice::<u32>(half * width);
+        if self.amx {
+            // SAFETY: AMX is available; `half` is a multiple of 16 (dims of
+            // 32) and `width` of 32; the shapes are as below.
+            unsafe {
+                super::amx::gemm(
+                    rows,
+                    width,
+                    half,
+                    a.ptr,
+                    half,
+                    hwt.as_ptr(),
+                    width,
+                    chunk.as_mut_ptr(),
+                    width,
+                    false,
+                )
+            };
+            return;
+        }
         // SAFETY: the CPU was checked ([`enabled`]); `a` is rows x half
         // words of `w`, `hwt` half x width, `chunk` rows x width; no input
         // overlaps it.
@@ -267,6 +289,11 @@ impl Products for Bf16Products<'_> {
     ) {
         let (dims, width, v0) = (self.dims, self.width, ci * VC);
         let pairs = rows.div_ceil(2);
+        if self.amx {
+            // SAFETY: AMX is available.
+            unsafe { self.backward_amx(ci, rows, chunk, dw_c, dht, add) };
+            return;
+        }
         GRADIENT.with_borrow_mut(|scratch| {
             let (n_as_is, n_paired, n_w) = (rows * width / 2, pairs * width, pairs * dims);
             if scratch.len() < n_as_is + n_paired + n_w {
@@ -328,6 +355,101 @@ impl Products for Bf16Products<'_> {
                 );
             }
         });
+    }
+}
+
+impl Bf16Products<'_> {
+    /// [`Products::backward`] on AMX tiles. `dw (+)= g @ h` takes the
+    /// rounded gradient and `h`'s paired rows as they are; `dh^T (+)= w^T @
+    /// g` needs `w^T` as rows of pairs of classes, made per chunk (the
+    /// tiles cannot read down columns), with both operands padded with zero
+    /// pairs to whole steps of the tiles.
+    ///
+    /// # Safety
+    /// [`super::amx::available`]; the buffers as [`Products::backward`]'s.
+    unsafe fn backward_amx(
+        &self,
+        ci: usize,
+        rows: usize,
+        chunk: &mut [f32],
+        dw_c: &mut [f32],
+        dht: &mut [f32],
+        add: bool,
+    ) {
+        use super::amx::STEP;
+        let (dims, width, v0) = (self.dims, self.width, ci * VC);
+        let pairs = rows.div_ceil(2);
+        let padded = pairs.div_ceil(STEP) * STEP;
+        GRADIENT.with_borrow_mut(|scratch| {
+            let (n_as_is, n_paired, n_w) = (rows * width / 2, padded * width, dims * padded);
+            if scratch.len() < n_as_is + n_paired + n_w {
+                scratch.resize(n_as_is + n_paired + n_w, 0);
+            }
+            let (as_is, rest) = scratch.split_at_mut(n_as_is);
+            let (paired, rest) = rest.split_at_mut(n_paired);
+            let w_t = &mut rest[..n_w];
+            // SAFETY: AVX512_BF16 comes with AMX; the sizes are as asked.
+            unsafe { round_gradient(chunk, rows, width, as_is, &mut paired[..pairs * width]) };
+            paired[pairs * width..].fill(0);
+            transpose_pairs(&self.w16[v0 * dims..(v0 + rows) * dims], rows, dims, padded, w_t);
+            let hp = self.h_pairs.as_slice::<u32>(width / 2 * dims);
+            // SAFETY: AMX is available (the caller's promise). `as_is` is
+            // rows x width / 2 words, `hp` width / 2 x dims, `dw_c` rows x
+            // dims; `w_t` is dims x padded words, `paired` padded x width,
+            // `dht` dims x width. width / 2 and padded are multiples of 16,
+            // dims and width of 32. Outputs overlap no input.
+            unsafe {
+                super::amx::gemm(
+                    rows,
+                    dims,
+                    width / 2,
+                    as_is.as_ptr(),
+                    width / 2,
+                    hp.as_ptr(),
+                    dims,
+                    dw_c.as_mut_ptr(),
+                    dims,
+                    add,
+                );
+                super::amx::gemm(
+                    dims,
+                    width,
+                    padded,
+                    w_t.as_ptr(),
+                    padded,
+                    paired.as_ptr(),
+                    width,
+                    dht.as_mut_ptr(),
+                    width,
+                    true,
+                );
+            }
+        });
+    }
+}
+
+/// The `rows x cols` bfloat16 matrix `x` transposed, as rows of pairs:
+/// word `(j, q)` of `out` (`cols` rows of `padded` words) holds `x[2q][j]`
+/// in its low half and `x[2q + 1][j]` in its high half, zero past the last
+/// row of `x`.
+fn transpose_pairs(x: &[u16], rows: usize, cols: usize, padded: usize, out: &mut [u32]) {
+    debug_assert!(x.len() == rows * cols && out.len() == cols * padded);
+    debug_assert!(padded >= rows.div_ceil(2));
+    out.fill(0);
+    for q in 0..rows.div_ceil(2) {
+        let lo = &x[2 * q * cols..(2 * q + 1) * cols];
+        match x.get((2 * q + 1) * cols..(2 * q + 2) * cols) {
+            Some(hi) => {
+                for (j, (&l, &h)) in lo.iter().zip(hi).enumerate() {
+                    out[j * padded + q] = l as u32 | (h as u32) << 16;
+                }
+            }
+            None => {
+                for (j, &l) in lo.iter().enumerate() {
+                    out[j * padded + q] = l as u32;
+                }
+            }
+        }
     }
 }
 
@@ -396,7 +518,16 @@ mod tests {
             return;
         }
         let (dims, vocab) = (64, 613);
-        for s in [0.0f32, 0.1] {
+        // The AVX512_BF16 tiles, and the AMX ones where the CPU has them.
+        let paths = if super::super::amx::available() {
+            vec![false, true]
+        } else {
+            vec![false]
+        };
+        for (s, amx) in [0.0f32, 0.1]
+            .into_iter()
+            .flat_map(|s| paths.iter().map(move |&a| (s, a)))
+        {
             let w32: Vec<f32> = noise(vocab * dims, 1).iter().map(|x| x * 0.5).collect();
             let (w16, w) = rounded(&w32);
             // In an `ArrayData`, whose storage is aligned for reading words.
@@ -421,9 +552,10 @@ mod tests {
                     .map(|r| if r == 5 { 0.0 } else { 0.5 + r as f32 / 64.0 })
                     .collect();
                 let mut dh = vec![f32::NAN; rows * dims];
-                let loss = value_and_grad_block(
-                    &h16,
-                    w16,
+                let mut products = Bf16Products::new(&h16, w16, dims);
+                products.amx = amx;
+                let loss = block_with(
+                    &products,
                     &tg,
                     &rw,
                     s,
@@ -437,7 +569,7 @@ mod tests {
                 want_dw.iter_mut().zip(&block_dw).for_each(|(a, b)| *a += b);
                 assert!(
                     (loss - want_loss).abs() <= 1e-4 * want_loss.abs(),
-                    "loss {loss} against {want_loss}"
+                    "amx {amx}: loss {loss} against {want_loss}"
                 );
                 assert_close("dh", &dh, &want_dh, 5e-3);
             }
