@@ -458,11 +458,23 @@ pub(super) fn value_and_grad_block(
     );
     assert!(h.len() == tg.len() * dims);
     let products = F32Products::new(h, w, dims);
-    block_with(&products, tg, rw, smoothing, dims, lt, dh, dw, first)
+    block_with(&products, tg, rw, smoothing, dims, Some(lt), dh, dw, first)
+}
+
+thread_local! {
+    /// One chunk's logits, per thread, for blocks whose logits are
+    /// computed again rather than kept (see [`block_with`]).
+    static CHUNK: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
 /// [`value_and_grad_block`] with the products of `products` (whose block
-/// has `tg.len()` rows).
+/// has `tg.len()` rows). With `lt` (room for the block's logits of every
+/// class) the logits are computed once and kept there between the two
+/// passes; without it each chunk's logits are computed again in the second
+/// pass, in a per-thread buffer that stays in the cache. That pays where
+/// the products are cheap beside the traffic of the kept logits (AMX:
+/// `vocab x block` floats written, read back and rewritten through
+/// memory).
 #[allow(clippy::too_many_arguments)]
 pub(super) fn block_with(
     products: &impl Products,
@@ -470,7 +482,7 @@ pub(super) fn block_with(
     rw: &[f32],
     smoothing: f32,
     dims: usize,
-    lt: &mut [f32],
+    lt: Option<&mut [f32]>,
     dh: &mut [f32],
     dw: &mut [f32],
     first: bool,
@@ -478,20 +490,36 @@ pub(super) fn block_with(
     let (n, width) = products.rows_and_width();
     let vocab = dw.len() / dims;
     assert!(tg.len() == n && rw.len() == n && dh.len() == n * dims);
-    assert!(dw.len() == vocab * dims && lt.len() >= vocab * width);
-    let lt = &mut lt[..vocab * width];
+    assert!(dw.len() == vocab * dims);
+    assert!(lt.as_ref().is_none_or(|lt| lt.len() >= vocab * width));
+    let mut lt = lt.map(|lt| &mut lt[..vocab * width]);
     let s = smoothing;
     let v = vocab as f32;
+    let chunks = vocab.div_ceil(VC);
+    let rows_of = |ci: usize| VC.min(vocab - ci * VC);
 
     // Logits of one chunk of classes at a time, and their column statistics.
-    let stats: Vec<ChunkStats> = lt
-        .par_chunks_mut(VC * width)
-        .enumerate()
-        .map(|(ci, chunk)| {
-            products.logits(ci, chunk.len() / width, chunk);
-            chunk_stats(chunk, ci * VC, tg, width, s > 0.0)
-        })
-        .collect();
+    let stats: Vec<ChunkStats> = match lt.as_deref_mut() {
+        Some(lt) => lt
+            .par_chunks_mut(VC * width)
+            .enumerate()
+            .map(|(ci, chunk)| {
+                products.logits(ci, chunk.len() / width, chunk);
+                chunk_stats(chunk, ci * VC, tg, width, s > 0.0)
+            })
+            .collect(),
+        None => (0..chunks)
+            .into_par_iter()
+            .map(|ci| {
+                CHUNK.with_borrow_mut(|buf| {
+                    buf.resize(VC * width, 0.0);
+                    let chunk = &mut buf[..rows_of(ci) * width];
+                    products.logits(ci, rows_of(ci), chunk);
+                    chunk_stats(chunk, ci * VC, tg, width, s > 0.0)
+                })
+            })
+            .collect(),
+    };
 
     // Each column's logsumexp, its loss, and the coefficients of its gradient.
     let mut lse = vec![0f32; width];
@@ -524,25 +552,39 @@ pub(super) fn block_with(
 
     // Per chunk: the gradient of the logits in place, its share of `dw`,
     // and its term of `dh^T`, summed per group of chunks.
-    let chunks = vocab.div_ceil(VC);
     let per_group = chunks.div_ceil(GROUPS);
-    let partials: Vec<ArrayData> = lt
-        .par_chunks_mut(per_group * VC * width)
+    let kept: Vec<Option<&mut [f32]>> = match lt {
+        Some(lt) => lt.chunks_mut(per_group * VC * width).map(Some).collect(),
+        None => (0..chunks.div_ceil(per_group)).map(|_| None).collect(),
+    };
+    let partials: Vec<ArrayData> = kept
+        .into_par_iter()
         .zip(dw.par_chunks_mut(per_group * VC * dims))
         .enumerate()
         .map(|(gi, (lt_g, dw_g))| {
             let mut dht_data = ArrayData::alloc(&[dims * width], Dtype::F32);
             let dht = dht_data.as_mut_slice::<f32>(dims * width);
             dht.fill(0.0);
-            for (k, (chunk, dw_c)) in lt_g
-                .chunks_mut(VC * width)
-                .zip(dw_g.chunks_mut(VC * dims))
-                .enumerate()
-            {
+            let mut lt_g = lt_g.map(|l| l.chunks_mut(VC * width));
+            for (k, dw_c) in dw_g.chunks_mut(VC * dims).enumerate() {
                 let ci = gi * per_group + k;
-                let (v0, rows) = (ci * VC, chunk.len() / width);
-                // `lt` holds `exp(x - max)` of the chunk: the probability is
-                // that times `exp(max - lse)`, one factor per column.
+                let (v0, rows) = (ci * VC, rows_of(ci));
+                let mut buf = Vec::new();
+                let chunk: &mut [f32] = match lt_g.as_mut() {
+                    Some(it) => it.next().expect("a kept chunk per chunk of dw"),
+                    None => {
+                        // The same logits again, and the same exponentials
+                        // as the first pass (bit for bit: the same kernels).
+                        buf = CHUNK.take();
+                        buf.resize(VC * width, 0.0);
+                        let chunk = &mut buf[..rows * width];
+                        products.logits(ci, rows, chunk);
+                        chunk_stats(chunk, v0, &[], width, false);
+                        chunk
+                    }
+                };
+                // `chunk` holds `exp(x - max)`: the probability is that
+                // times `exp(max - lse)`, one factor per column.
                 let st = &stats[ci];
                 let scale: Vec<f32> = coef
                     .iter()
@@ -567,6 +609,9 @@ pub(super) fn block_with(
                     }
                 }
                 products.backward(ci, rows, chunk, dw_c, dht, !first);
+                if !buf.is_empty() {
+                    CHUNK.set(buf);
+                }
             }
             dht_data
         })

@@ -24,7 +24,9 @@
 use std::arch::x86_64::*;
 use std::cell::RefCell;
 
-use super::lce_avx512::{Products, Strided, Tiles, VC, block_with, gemm, round_block, tiles};
+use super::lce_avx512::{
+    NR, Products, Strided, Tiles, VC, block_with, gemm, round_block, tiles,
+};
 use crate::{ArrayData, Dtype};
 
 /// Whether the bfloat16 path applies: AVX-512F and AVX512_BF16, a feature
@@ -453,11 +455,27 @@ fn transpose_pairs(x: &[u16], rows: usize, cols: usize, padded: usize, out: &mut
     }
 }
 
+/// Whether blocks keep their logits between the two passes: not on AMX,
+/// whose products cost less than writing the logits to memory and reading
+/// them back.
+pub(super) fn keeps_logits() -> bool {
+    !super::amx::available()
+}
+
+/// Rows per block when the logits are not kept: a chunk's logits (1 MiB at
+/// most) stay in the L2 cache, and the partial sums of `dh^T` take at most
+/// 32 MiB.
+pub(super) fn recomputing_block(dims: usize) -> usize {
+    (1024usize).min((32 << 20) / (4 * 16 * dims.max(1))).max(NR)
+}
+
 /// One row block of the one-pass loss for bfloat16 `h` (`n x dims`) and
 /// `w` (`vocab x dims`, 4-byte aligned: it is also read as words),
 /// as [`super::lce_avx512::value_and_grad_block`]: f32 `dh`, `dw` and loss.
 ///
-/// The caller has checked [`enabled`]`(dims)`.
+/// The caller has checked [`enabled`]`(dims)`. Without `lt` the logits are
+/// computed again rather than kept ([`block_with`]): the caller passes none
+/// where [`keeps_logits`] says no.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn value_and_grad_block(
     h: &[u16],
@@ -466,7 +484,7 @@ pub(super) fn value_and_grad_block(
     rw: &[f32],
     smoothing: f32,
     dims: usize,
-    lt: &mut [f32],
+    lt: Option<&mut [f32]>,
     dh: &mut [f32],
     dw: &mut [f32],
     first: bool,
@@ -554,13 +572,14 @@ mod tests {
                 let mut dh = vec![f32::NAN; rows * dims];
                 let mut products = Bf16Products::new(&h16, w16, dims);
                 products.amx = amx;
+                // Logits kept on the AVX512_BF16 path, computed again on AMX.
                 let loss = block_with(
                     &products,
                     &tg,
                     &rw,
                     s,
                     dims,
-                    &mut lt,
+                    (!amx).then_some(&mut lt[..]),
                     &mut dh,
                     &mut dw,
                     b == 0,

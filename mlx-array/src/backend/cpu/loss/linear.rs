@@ -540,7 +540,7 @@ pub fn linear_cross_entropy_value_and_grad(
 #[cfg(target_arch = "x86_64")]
 fn value_and_grad_bf16(a: &LceArgs<'_>, rw: &[f32], dh: &mut [f32], dw: &mut [f32]) -> Result<f32> {
     use crate::backend::cpu::lce_avx512::round_block;
-    use crate::backend::cpu::lce_bf16::value_and_grad_block;
+    use crate::backend::cpu::lce_bf16::{keeps_logits, recomputing_block, value_and_grad_block};
     let Sizes { rows, dims, vocab } = Sizes::of(a);
     let tg = row_targets(a)?;
     let h = contiguous(a.h.0, a.h.1, Dtype::BF16);
@@ -553,9 +553,14 @@ fn value_and_grad_bf16(a: &LceArgs<'_>, rw: &[f32], dh: &mut [f32], dw: &mut [f3
         h.as_slice::<u16>(rows * dims),
         w.as_slice::<u16>(vocab * dims),
     );
-    let block = round_block(block_rows(rows, vocab, a.block_rows));
-    let mut lt = ArrayData::alloc(&[vocab, block], Dtype::F32);
-    let lt = lt.as_mut_slice::<f32>(vocab * block);
+    let keep = keeps_logits();
+    let block = if keep || a.block_rows > 0 {
+        round_block(block_rows(rows, vocab, a.block_rows))
+    } else {
+        round_block(rows.min(recomputing_block(dims)))
+    };
+    let mut lt = keep.then(|| ArrayData::alloc(&[vocab, block], Dtype::F32));
+    let mut lt = lt.as_mut().map(|l| l.as_mut_slice::<f32>(vocab * block));
     Ok(sum_over_blocks(rows, dims, block, dh, |r, dh, first| {
         value_and_grad_block(
             &h[r.start * dims..r.end * dims],
@@ -564,7 +569,7 @@ fn value_and_grad_bf16(a: &LceArgs<'_>, rw: &[f32], dh: &mut [f32], dw: &mut [f3
             &rw[r],
             a.label_smoothing,
             dims,
-            lt,
+            lt.as_deref_mut(),
             dh,
             dw,
             first,
