@@ -113,25 +113,24 @@ impl Drop for Tiles {
 
 /// One 32 x 32 block `C (+)= A @ B` over `steps` steps of [`STEP`] pairs:
 /// `A`'s word `(i, p)` at `a + i * lda + p`, `B`'s word `(p, j)` at `b + p
-/// * ldb + j`, `C[i][j]` at `c + i * ldc + j` (strides in elements).
+/// * 32 + j` (a panel), `C[i][j]` at `c + i * ldc + j` (strides in
+/// elements).
 ///
 /// # Safety
 /// The tiles are configured ([`Tiles`]); 32 rows of `A` with `steps *
-/// STEP` words each, `steps * STEP` rows of `B` with 32 words each, and
-/// 32 x 32 floats of `C` are in bounds.
-#[allow(clippy::too_many_arguments)]
+/// STEP` words each, the panel's `steps * STEP` rows, and 32 x 32 floats
+/// of `C` are in bounds.
 #[inline]
 unsafe fn block(
     steps: usize,
     a: *const u32,
     lda: usize,
     b: *const u32,
-    ldb: usize,
     c: *mut f32,
     ldc: usize,
     add: bool,
 ) {
-    let (sa, sb, sc) = (lda * 4, ldb * 4, ldc * 4);
+    let (sa, sb, sc) = (lda * 4, COLS * 4, ldc * 4);
     let c1 = c.wrapping_add(16);
     let c2 = c.wrapping_add(16 * ldc);
     let c3 = c2.wrapping_add(16);
@@ -159,13 +158,15 @@ unsafe fn block(
         }
         let (mut ap, mut bp) = (a, b);
         for _ in 0..steps {
+            // Each load right before the first product that reads it, so
+            // that it waits only for the last product that read its tile.
             asm!(
                 "tileloadd tmm4, [{a0} + {sa}]",
-                "tileloadd tmm5, [{a1} + {sa}]",
                 "tileloadd tmm6, [{b0} + {sb}]",
-                "tileloadd tmm7, [{b1} + {sb}]",
                 "tdpbf16ps tmm0, tmm4, tmm6",
+                "tileloadd tmm7, [{b1} + {sb}]",
                 "tdpbf16ps tmm1, tmm4, tmm7",
+                "tileloadd tmm5, [{a1} + {sa}]",
                 "tdpbf16ps tmm2, tmm5, tmm6",
                 "tdpbf16ps tmm3, tmm5, tmm7",
                 a0 = in(reg) ap, a1 = in(reg) ap.add(16 * lda),
@@ -174,7 +175,7 @@ unsafe fn block(
                 options(nostack, readonly),
             );
             ap = ap.add(STEP);
-            bp = bp.add(STEP * ldb);
+            bp = bp.add(STEP * COLS);
         }
         asm!(
             "tilestored [{c0} + {s}], tmm0",
@@ -196,8 +197,13 @@ thread_local! {
 
 /// `C (+)= A @ B` for `m x n` float32 `C` (row stride `ldc`), `A` of `m`
 /// rows of `kp` words (row stride `lda`: pairs of `k` side by side) and
-/// `B` of `kp` rows of `n` words (row stride `ldb`: a word per column and
-/// pair), on this thread.
+/// `B` of `kp` rows of `n` words (a word per column and pair) in panels of
+/// [`COLS`] columns ([`panel_index`]: panel `g` at `b + g * kp * COLS`,
+/// its row `p` at `p * COLS` in it), on this thread.
+///
+/// `B` comes in panels because the tile loads read 16 rows of 64 bytes at
+/// a stride: rows of a wide matrix lie 4 KiB or more apart, all in one set
+/// of the L1 cache, and the loads waited on the L2.
 ///
 /// # Safety
 /// [`available`] is true; `kp` is a multiple of [`STEP`] and `n` of
@@ -211,7 +217,6 @@ pub(super) unsafe fn gemm(
     a: *const u32,
     lda: usize,
     b: *const u32,
-    ldb: usize,
     c: *mut f32,
     ldc: usize,
     add: bool,
@@ -232,8 +237,7 @@ pub(super) unsafe fn gemm(
                     steps,
                     a.add(i0 * lda),
                     lda,
-                    b.add(j0),
-                    ldb,
+                    b.add(j0 * kp),
                     c.add(i0 * ldc + j0),
                     ldc,
                     add,
@@ -270,8 +274,7 @@ pub(super) unsafe fn gemm(
                     steps,
                     ea.as_ptr(),
                     kp,
-                    b.add(j0),
-                    ldb,
+                    b.add(j0 * kp),
                     ec.as_mut_ptr(),
                     COLS,
                     add,
@@ -284,6 +287,12 @@ pub(super) unsafe fn gemm(
             }
         }
     });
+}
+
+/// Where word `(p, j)` of a `kp`-row `B` lies in [`gemm`]'s panels.
+#[inline]
+pub(super) fn panel_index(p: usize, j: usize, kp: usize) -> usize {
+    j / COLS * kp * COLS + p * COLS + j % COLS
 }
 
 #[cfg(test)]
@@ -309,7 +318,13 @@ mod tests {
             let a16: Vec<u16> = (0..m * lda * 2).map(|s| bf16(val(s))).collect();
             let b16: Vec<u16> = (0..kp * ldb * 2).map(|s| bf16(val(s + 5))).collect();
             let a: Vec<u32> = bytemuck::pod_collect_to_vec(&a16);
-            let b: Vec<u32> = bytemuck::pod_collect_to_vec(&b16);
+            let rows: Vec<u32> = bytemuck::pod_collect_to_vec(&b16);
+            let mut b = vec![u32::MAX; kp * n];
+            for p in 0..kp {
+                for j in 0..n {
+                    b[panel_index(p, j, kp)] = rows[p * ldb + j];
+                }
+            }
             let f = |h: u16| half::bf16::from_bits(h).to_f64();
             for add in [false, true] {
                 let mut c: Vec<f32> = (0..m * ldc).map(|s| (s % 5) as f32).collect();
@@ -323,7 +338,6 @@ mod tests {
                         a.as_ptr(),
                         lda,
                         b.as_ptr(),
-                        ldb,
                         c.as_mut_ptr(),
                         ldc,
                         add,

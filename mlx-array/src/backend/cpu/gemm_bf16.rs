@@ -232,25 +232,25 @@ unsafe fn gemm_amx(m: usize, n: usize, k: usize, a: Matrix, b: Matrix, out: Out,
         let (i0, j0) = (rb * MC, cb * NC);
         let (mc, nc) = (MC.min(m - i0), NC.min(n - j0));
         let mut sums = vec![0f32; mc * NC];
-        for s in 0..nc.div_ceil(NR) {
-            let strip = bpack[(j0 / NR + s) * NR * 2 * kp..].as_ptr() as *const u32;
-            // SAFETY: AMX is available; rows i0.. of the packed `A` have kp
-            // words, the strip kp rows of NR words, `sums` mc rows of NC.
-            unsafe {
-                super::amx::gemm(
-                    mc,
-                    NR,
-                    kp,
-                    apack[i0 * kp..].as_ptr(),
-                    kp,
-                    strip,
-                    NR,
-                    sums.as_mut_ptr().add(s * NR),
-                    NC,
-                    false,
-                )
-            };
-        }
+        // The strips of `B` are the tiles' panels.
+        const _: () = assert!(NR == super::amx::COLS);
+        let strips = bpack[j0 / NR * NR * 2 * kp..].as_ptr() as *const u32;
+        // SAFETY: AMX is available; rows i0.. of the packed `A` have kp
+        // words, the strips kp rows of NR words each (zero past n), `sums`
+        // mc rows of NC.
+        unsafe {
+            super::amx::gemm(
+                mc,
+                nc.div_ceil(NR) * NR,
+                kp,
+                apack[i0 * kp..].as_ptr(),
+                kp,
+                strips,
+                sums.as_mut_ptr(),
+                NC,
+                false,
+            )
+        };
         for (i, row) in sums.chunks(NC).enumerate() {
             // SAFETY: row `i0 + i`, columns `j0 .. j0 + nc` of `C` are this
             // task's and in bounds.

@@ -138,10 +138,11 @@ pub(super) struct Bf16Products<'a> {
     w: &'a [u32],
     /// `w` itself (`vocab x dims` bfloat16).
     w16: &'a [u16],
-    /// `h`'s words transposed: `dims / 2 x width`, zero past row `n`.
+    /// `h`'s words transposed: `dims / 2 x width`, zero past row `n` (in
+    /// [`super::amx::gemm`]'s panels on AMX).
     h_words_t: ArrayData,
     /// [`pair_rows`] of `h` padded with zero rows to `width`: `width / 2 x
-    /// dims`.
+    /// dims` (in panels on AMX).
     h_pairs: ArrayData,
     dims: usize,
     n: usize,
@@ -154,6 +155,11 @@ impl<'a> Bf16Products<'a> {
     /// The products of the block `h` (`n x dims` bfloat16) against `w`
     /// (4-byte aligned, read as words too).
     pub(super) fn new(h: &[u16], w16: &'a [u16], dims: usize) -> Self {
+        Self::on(h, w16, dims, super::amx::available())
+    }
+
+    /// [`Self::new`] for AMX's tiles or AVX512_BF16's.
+    fn on(h: &[u16], w16: &'a [u16], dims: usize, amx: bool) -> Self {
         let w = bytemuck::cast_slice(w16);
         let n = h.len() / dims;
         let width = round_block(n);
@@ -168,17 +174,36 @@ impl<'a> Bf16Products<'a> {
         }
         let mut padded = vec![0u16; width * dims];
         padded[..h.len()].copy_from_slice(h);
+        let mut h_pairs = pair_rows(&padded, width, dims);
+        if amx {
+            h_words_t = panels(&h_words_t, half, width);
+            h_pairs = panels(&h_pairs, width / 2, dims);
+        }
         Self {
             w,
             w16,
             h_words_t,
-            h_pairs: pair_rows(&padded, width, dims),
+            h_pairs,
             dims,
             n,
             width,
-            amx: super::amx::available(),
+            amx,
         }
     }
+}
+
+/// The row-major `kp x n` words of `x` in [`super::amx::gemm`]'s panels.
+fn panels(x: &ArrayData, kp: usize, n: usize) -> ArrayData {
+    let src = x.as_slice::<u32>(kp * n);
+    let mut out = ArrayData::alloc(&[kp * n], Dtype::U32);
+    let dst = out.as_mut_slice::<u32>(kp * n);
+    for (p, row) in src.chunks_exact(n).enumerate() {
+        for (j, seg) in row.chunks_exact(super::amx::COLS).enumerate() {
+            let at = super::amx::panel_index(p, j * super::amx::COLS, kp);
+            dst[at..at + seg.len()].copy_from_slice(seg);
+        }
+    }
+    out
 }
 
 thread_local! {
@@ -189,10 +214,12 @@ thread_local! {
 
 /// Rounds the `rows x width` f32 gradient `g` to bfloat16 into `as_is`
 /// (the same layout, two columns per word: `rows x width / 2` words) and
-/// `paired` ([`pair_rows`]: `ceil(rows / 2) x width` words).
+/// `paired` ([`pair_rows`]: `ceil(rows / 2) x width` words, or with
+/// `panels = Some(kp)` the first `ceil(rows / 2)` rows of a `kp x width` `B`
+/// in [`super::amx::gemm`]'s panels).
 ///
 /// # Safety
-/// AVX-512F and AVX512_BF16; `width` is a multiple of 16 and the buffers
+/// AVX-512F and AVX512_BF16; `width` is a multiple of 32 and the buffers
 /// have the sizes above.
 #[target_feature(enable = "avx512f,avx512bf16")]
 unsafe fn round_gradient(
@@ -201,9 +228,17 @@ unsafe fn round_gradient(
     width: usize,
     as_is: &mut [u32],
     paired: &mut [u32],
+    panels: Option<usize>,
 ) {
-    debug_assert!(g.len() == rows * width && width.is_multiple_of(16));
-    debug_assert!(as_is.len() == rows * width / 2 && paired.len() == rows.div_ceil(2) * width);
+    let pairs = rows.div_ceil(2);
+    debug_assert!(g.len() == rows * width && width.is_multiple_of(32));
+    debug_assert!(
+        as_is.len() == rows * width / 2 && paired.len() == panels.unwrap_or(pairs) * width
+    );
+    let at = |q: usize, t: usize| match panels {
+        Some(kp) => super::amx::panel_index(q, t, kp),
+        None => q * width + t,
+    };
     let as_is = as_is.as_mut_ptr() as *mut u16;
     for q in 0..rows.div_ceil(2) {
         let (r0, r1) = (2 * q, 2 * q + 1);
@@ -222,7 +257,7 @@ unsafe fn round_gradient(
                     words =
                         _mm512_or_si512(words, _mm512_slli_epi32::<16>(_mm512_cvtepu16_epi32(hi)));
                 }
-                _mm512_storeu_si512(paired.as_mut_ptr().add(q * width + t) as *mut _, words);
+                _mm512_storeu_si512(paired.as_mut_ptr().add(at(q, t)) as *mut _, words);
             }
         }
     }
@@ -242,7 +277,7 @@ impl Products for Bf16Products<'_> {
         };
         let hwt = self.h_words_t.as_slice::<u32>(half * width);
         if self.amx {
-            // SAFETY: AMX is available; `half` is a multiple of 16 (dims of
+            // SAFETY: AMX is available; `hwt` is in panels, `half` a multiple of 16 (dims of
             // 32) and `width` of 32; the shapes are as below.
             unsafe {
                 super::amx::gemm(
@@ -252,7 +287,6 @@ impl Products for Bf16Products<'_> {
                     a.ptr,
                     half,
                     hwt.as_ptr(),
-                    width,
                     chunk.as_mut_ptr(),
                     width,
                     false,
@@ -312,7 +346,7 @@ impl Products for Bf16Products<'_> {
             );
             // SAFETY: the CPU was checked; width is a multiple of 32 and the
             // buffers have the sizes `round_gradient` asks for.
-            unsafe { round_gradient(chunk, rows, width, as_is, paired) };
+            unsafe { round_gradient(chunk, rows, width, as_is, paired, None) };
             let g = Strided {
                 ptr: as_is.as_ptr(),
                 rs: width / 2,
@@ -391,13 +425,16 @@ impl Bf16Products<'_> {
             let (paired, rest) = rest.split_at_mut(n_paired);
             let w_t = &mut rest[..n_w];
             // SAFETY: AVX512_BF16 comes with AMX; the sizes are as asked.
-            unsafe { round_gradient(chunk, rows, width, as_is, &mut paired[..pairs * width]) };
-            paired[pairs * width..].fill(0);
+            unsafe { round_gradient(chunk, rows, width, as_is, paired, Some(padded)) };
+            // The padding pairs of every panel.
+            for panel in paired.chunks_exact_mut(padded * super::amx::COLS) {
+                panel[pairs * super::amx::COLS..].fill(0);
+            }
             transpose_pairs(&self.w16[v0 * dims..(v0 + rows) * dims], rows, dims, padded, w_t);
             let hp = self.h_pairs.as_slice::<u32>(width / 2 * dims);
             // SAFETY: AMX is available (the caller's promise). `as_is` is
-            // rows x width / 2 words, `hp` width / 2 x dims, `dw_c` rows x
-            // dims; `w_t` is dims x padded words, `paired` padded x width,
+            // rows x width / 2 words, `hp` width / 2 x dims (panels), `dw_c` rows x
+            // dims; `w_t` is dims x padded words, `paired` padded x width (panels),
             // `dht` dims x width. width / 2 and padded are multiples of 16,
             // dims and width of 32. Outputs overlap no input.
             unsafe {
@@ -408,7 +445,6 @@ impl Bf16Products<'_> {
                     as_is.as_ptr(),
                     width / 2,
                     hp.as_ptr(),
-                    dims,
                     dw_c.as_mut_ptr(),
                     dims,
                     add,
@@ -420,7 +456,6 @@ impl Bf16Products<'_> {
                     w_t.as_ptr(),
                     padded,
                     paired.as_ptr(),
-                    width,
                     dht.as_mut_ptr(),
                     width,
                     true,
@@ -570,8 +605,7 @@ mod tests {
                     .map(|r| if r == 5 { 0.0 } else { 0.5 + r as f32 / 64.0 })
                     .collect();
                 let mut dh = vec![f32::NAN; rows * dims];
-                let mut products = Bf16Products::new(&h16, w16, dims);
-                products.amx = amx;
+                let products = Bf16Products::on(&h16, w16, dims, amx);
                 // Logits kept on the AVX512_BF16 path, computed again on AMX.
                 let loss = block_with(
                     &products,
