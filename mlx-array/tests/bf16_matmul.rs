@@ -115,7 +115,10 @@ fn bf16_products_equal_float64_rounded_once_without_amx() {
         out.status.success() && stdout.contains("1 passed"),
         "{name} with MLX_AMX=0:\n{stdout}\n{stderr}"
     );
-    assert!(!stderr.contains("Amx"), "MLX_AMX=0 still used AMX: {stderr}");
+    assert!(
+        !stderr.contains("Amx"),
+        "MLX_AMX=0 still used AMX: {stderr}"
+    );
 }
 
 #[test]

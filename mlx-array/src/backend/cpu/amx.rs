@@ -63,7 +63,13 @@ fn os_grants_tiles() -> bool {
     const ARCH_REQ_XCOMP_PERM: libc::c_long = 0x1023;
     const XFEATURE_XTILEDATA: libc::c_long = 18;
     // SAFETY: a system call with two integer arguments and no memory.
-    unsafe { libc::syscall(libc::SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0 }
+    unsafe {
+        libc::syscall(
+            libc::SYS_arch_prctl,
+            ARCH_REQ_XCOMP_PERM,
+            XFEATURE_XTILEDATA,
+        ) == 0
+    }
 }
 
 /// No other operating system we build for runs on CPUs with AMX (Intel
@@ -112,8 +118,8 @@ impl Drop for Tiles {
 }
 
 /// One 32 x 32 block `C (+)= A @ B` over `steps` steps of [`STEP`] pairs:
-/// `A`'s word `(i, p)` at `a + i * lda + p`, `B`'s word `(p, j)` at `b + p
-/// * 32 + j` (a panel), `C[i][j]` at `c + i * ldc + j` (strides in
+/// `A`'s word `(i, p)` at `a + i * lda + p`, `B`'s word `(p, j)` at
+/// `b + p * 32 + j` (a panel), `C[i][j]` at `c + i * ldc + j` (strides in
 /// elements).
 ///
 /// # Safety
@@ -353,8 +359,8 @@ mod tests {
                         let mut want = if add { before[i * ldc + j] as f64 } else { 0.0 };
                         for p in 0..kp {
                             for h in 0..2 {
-                                want += f(a16[2 * (i * lda + p) + h])
-                                    * f(b16[2 * (p * ldb + j) + h]);
+                                want +=
+                                    f(a16[2 * (i * lda + p) + h]) * f(b16[2 * (p * ldb + j) + h]);
                             }
                         }
                         assert!(

@@ -224,7 +224,9 @@ unsafe fn gemm_amx(m: usize, n: usize, k: usize, a: Matrix, b: Matrix, out: Out,
         .par_chunks_mut(NR * 2 * kp)
         .enumerate()
         // SAFETY: strip `s` of `B` is inside `B` (the caller's promise).
-        .for_each(|(s, strip)| unsafe { pack_b_strip(&b, 0, k, s * NR, NR.min(n - s * NR), strip) });
+        .for_each(|(s, strip)| unsafe {
+            pack_b_strip(&b, 0, k, s * NR, NR.min(n - s * NR), strip)
+        });
     let tasks: Vec<(usize, usize)> = (0..m.div_ceil(MC))
         .flat_map(|r| (0..n.div_ceil(NC)).map(move |c| (r, c)))
         .collect();

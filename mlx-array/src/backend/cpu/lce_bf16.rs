@@ -24,9 +24,7 @@
 use std::arch::x86_64::*;
 use std::cell::RefCell;
 
-use super::lce_avx512::{
-    NR, Products, Strided, Tiles, VC, block_with, gemm, round_block, tiles,
-};
+use super::lce_avx512::{NR, Products, Strided, Tiles, VC, block_with, gemm, round_block, tiles};
 use crate::{ArrayData, Dtype};
 
 /// Whether the bfloat16 path applies: AVX-512F and AVX512_BF16, a feature
@@ -430,7 +428,13 @@ impl Bf16Products<'_> {
             for panel in paired.chunks_exact_mut(padded * super::amx::COLS) {
                 panel[pairs * super::amx::COLS..].fill(0);
             }
-            transpose_pairs(&self.w16[v0 * dims..(v0 + rows) * dims], rows, dims, padded, w_t);
+            transpose_pairs(
+                &self.w16[v0 * dims..(v0 + rows) * dims],
+                rows,
+                dims,
+                padded,
+                w_t,
+            );
             let hp = self.h_pairs.as_slice::<u32>(width / 2 * dims);
             // SAFETY: AMX is available (the caller's promise). `as_is` is
             // rows x width / 2 words, `hp` width / 2 x dims (panels), `dw_c` rows x
