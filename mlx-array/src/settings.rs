@@ -12,6 +12,7 @@
 //! | `MLX_BLAS` | a CBLAS library's path, or `none` | OpenBLAS, or Accelerate on macOS | [`set_blas`] |
 //! | `MLX_GEMM_BF16` | `1`/`0` | on: bfloat16 products (matmul, the one-pass output projection + loss) on AVX512_BF16 where the CPU has it (off: convert to f32 for the BLAS and the f32 kernels) | [`set_bf16_gemm`] |
 //! | `MLX_AMX` | `1`/`0` | on: those bfloat16 products on AMX tiles where the CPU and OS offer them (off: AVX512_BF16 alone) | [`set_amx`] |
+//! | `MLX_GPU_F16` | `1`/`0` | on: `f16` stored as WGSL `f16` where the GPU adapter has `shader-f16` (off: packed two to a 32-bit word) | [`set_gpu_f16`] |
 //! | `MLX_DEVICE` | `cpu`, `gpu` | `cpu` | [`crate::device::set_default_device`] |
 //!
 //! ```
@@ -38,6 +39,8 @@ pub const MLX_BLAS: &str = "MLX_BLAS";
 pub const MLX_GEMM_BF16: &str = "MLX_GEMM_BF16";
 /// `MLX_AMX`: bfloat16 products on the CPU's AMX tiles.
 pub const MLX_AMX: &str = "MLX_AMX";
+/// `MLX_GPU_F16`: `f16` stored natively on the GPU.
+pub const MLX_GPU_F16: &str = "MLX_GPU_F16";
 /// `MLX_DEVICE`: the default device.
 pub const MLX_DEVICE: &str = "MLX_DEVICE";
 
@@ -123,6 +126,22 @@ pub fn amx() -> bool {
 /// takes effect only before the first bfloat16 product).
 pub fn set_amx(on: bool) {
     AMX.set(on);
+}
+
+static GPU_F16: Flag = Flag::new(MLX_GPU_F16, true);
+
+/// Whether `f16` arrays are stored as WGSL `f16` on a GPU adapter with
+/// `shader-f16` (default), or packed two to a 32-bit word as `bf16` is.
+/// Read when the GPU is first used: set it before. An unreadable
+/// `MLX_GPU_F16` counts as the default here; [`check`] reports it.
+pub fn gpu_f16() -> bool {
+    GPU_F16.get().unwrap_or(true)
+}
+
+/// Chooses how the GPU stores `f16` (wins over `MLX_GPU_F16`; takes effect
+/// only before the GPU is first used).
+pub fn set_gpu_f16(on: bool) {
+    GPU_F16.set(on);
 }
 
 /// Whether the evaluator overlaps communication with computation (runs
@@ -245,6 +264,7 @@ pub fn check() -> Result<()> {
     profile()?;
     BF16_GEMM.get()?;
     AMX.get()?;
+    GPU_F16.get()?;
     loss_path()?;
     crate::device::default_device_from_env()?;
     if let BlasChoice::Library(name) = blas()

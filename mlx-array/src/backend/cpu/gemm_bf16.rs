@@ -213,12 +213,25 @@ pub(super) unsafe fn gemm(
 unsafe fn gemm_amx(m: usize, n: usize, k: usize, a: Matrix, b: Matrix, out: Out, ldc: usize) {
     use super::amx::STEP;
     let kp = k.div_ceil(2).div_ceil(STEP) * STEP;
-    let mut apack = vec![0u32; m * kp];
-    apack
-        .par_chunks_mut(MR * kp)
-        .enumerate()
-        // SAFETY: rows t * MR.. of `A` are inside `A` (the caller's promise).
-        .for_each(|(t, rows)| unsafe { pack_a_rows(&a, t * MR, k, kp, rows) });
+    // `A` in place when its rows already are rows of whole steps of pairs
+    // (dense along `k`, `k` a multiple of 32, every row 4-byte aligned).
+    let in_place = a.cs == 1
+        && k.is_multiple_of(2 * STEP)
+        && a.rs.is_multiple_of(2)
+        && (a.ptr as usize).is_multiple_of(4);
+    let mut apack: Vec<u32>;
+    let (a_words, lda) = if in_place {
+        (a.ptr as *const u32, a.rs / 2)
+    } else {
+        apack = vec![0u32; m * kp];
+        apack
+            .par_chunks_mut(MR * kp)
+            .enumerate()
+            // SAFETY: rows t * MR.. of `A` are inside `A` (the caller's promise).
+            .for_each(|(t, rows)| unsafe { pack_a_rows(&a, t * MR, k, kp, rows) });
+        (apack.as_ptr(), kp)
+    };
+    let a_words = Words(a_words);
     let mut bpack = vec![0u16; n.div_ceil(NR) * NR * 2 * kp];
     bpack
         .par_chunks_mut(NR * 2 * kp)
@@ -233,20 +246,21 @@ unsafe fn gemm_amx(m: usize, n: usize, k: usize, a: Matrix, b: Matrix, out: Out,
     tasks.par_iter().for_each(|&(rb, cb)| {
         let (i0, j0) = (rb * MC, cb * NC);
         let (mc, nc) = (MC.min(m - i0), NC.min(n - j0));
-        let mut sums = vec![0f32; mc * NC];
+        let mut sums = SUMS.take();
+        sums.resize(mc * NC, 0.0);
         // The strips of `B` are the tiles' panels.
         const _: () = assert!(NR == super::amx::COLS);
         let strips = bpack[j0 / NR * NR * 2 * kp..].as_ptr() as *const u32;
-        // SAFETY: AMX is available; rows i0.. of the packed `A` have kp
-        // words, the strips kp rows of NR words each (zero past n), `sums`
-        // mc rows of NC.
+        // SAFETY: AMX is available; rows i0.. of `A` (in place or packed)
+        // have kp words, the strips kp rows of NR words each (zero past n),
+        // `sums` mc rows of NC.
         unsafe {
             super::amx::gemm(
                 mc,
                 nc.div_ceil(NR) * NR,
                 kp,
-                apack[i0 * kp..].as_ptr(),
-                kp,
+                a_words.ptr().add(i0 * lda),
+                lda,
                 strips,
                 sums.as_mut_ptr(),
                 NC,
@@ -261,7 +275,27 @@ unsafe fn gemm_amx(m: usize, n: usize, k: usize, a: Matrix, b: Matrix, out: Out,
             // SAFETY: AMX implies AVX512_BF16 ([`super::amx::available`]).
             unsafe { round_row(&row[..nc], dst) };
         }
+        SUMS.set(sums);
     });
+}
+
+/// Words of `A` read by the tasks of [`gemm_amx`].
+#[derive(Clone, Copy)]
+struct Words(*const u32);
+// SAFETY: only read, by tasks that the caller waits for.
+unsafe impl Send for Words {}
+unsafe impl Sync for Words {}
+
+impl Words {
+    /// The first word (a method, so that closures capture the `Sync` wrapper).
+    fn ptr(&self) -> *const u32 {
+        self.0
+    }
+}
+
+thread_local! {
+    /// A task's float32 sums, kept between tasks and products.
+    static SUMS: std::cell::Cell<Vec<f32>> = const { std::cell::Cell::new(Vec::new()) };
 }
 
 /// Rows `r0 ..` (up to [`MR`] of them, as many as `rows` holds) of `A` as

@@ -471,7 +471,8 @@ thread_local! {
 /// has `tg.len()` rows). With `lt` (room for the block's logits of every
 /// class) the logits are computed once and kept there between the two
 /// passes; without it each chunk's logits are computed again in the second
-/// pass, in a per-thread buffer that stays in the cache. That pays where
+/// pass, in a per-thread buffer that stays in the cache, and turned into
+/// the gradient (one exponential each, against the row's logsumexp). That pays where
 /// the products are cheap beside the traffic of the kept logits (AMX:
 /// `vocab x block` floats written, read back and rewritten through
 /// memory).
@@ -569,40 +570,60 @@ pub(super) fn block_with(
             for (k, dw_c) in dw_g.chunks_mut(VC * dims).enumerate() {
                 let ci = gi * per_group + k;
                 let (v0, rows) = (ci * VC, rows_of(ci));
+                let st = &stats[ci];
                 let mut buf = Vec::new();
                 let chunk: &mut [f32] = match lt_g.as_mut() {
-                    Some(it) => it.next().expect("a kept chunk per chunk of dw"),
+                    Some(it) => {
+                        // The kept chunk holds `exp(x - max)`: the
+                        // probability is that times `exp(max - lse)`, one
+                        // factor per column.
+                        let chunk = it.next().expect("a kept chunk per chunk of dw");
+                        let scale: Vec<f32> = coef
+                            .iter()
+                            .zip(st.max.iter().zip(&lse))
+                            .map(|(&c, (&m, &l))| if c == 0.0 { 0.0 } else { c * math::exp(m - l) })
+                            .collect();
+                        vectorised(
+                            #[inline(always)]
+                            || {
+                                for row in chunk.chunks_exact_mut(width) {
+                                    for (x, (&f, &u)) in
+                                        row.iter_mut().zip(scale.iter().zip(&uniform))
+                                    {
+                                        // Rows without a loss get exactly
+                                        // zero, whatever their logits were.
+                                        *x = if f == 0.0 { 0.0 } else { *x * f - u };
+                                    }
+                                }
+                            },
+                        );
+                        chunk
+                    }
                     None => {
-                        // The same logits again, and the same exponentials
-                        // as the first pass (bit for bit: the same kernels).
+                        // The logits again, straight to `c * softmax - u`.
                         buf = CHUNK.take();
                         buf.resize(VC * width, 0.0);
                         let chunk = &mut buf[..rows * width];
                         products.logits(ci, rows, chunk);
-                        chunk_stats(chunk, v0, &[], width, false);
+                        vectorised(
+                            #[inline(always)]
+                            || {
+                                for row in chunk.chunks_exact_mut(width) {
+                                    for (x, ((&c, &l), &u)) in
+                                        row.iter_mut().zip(coef.iter().zip(&lse).zip(&uniform))
+                                    {
+                                        *x = if c == 0.0 {
+                                            0.0
+                                        } else {
+                                            c * math::exp(*x - l) - u
+                                        };
+                                    }
+                                }
+                            },
+                        );
                         chunk
                     }
                 };
-                // `chunk` holds `exp(x - max)`: the probability is that
-                // times `exp(max - lse)`, one factor per column.
-                let st = &stats[ci];
-                let scale: Vec<f32> = coef
-                    .iter()
-                    .zip(st.max.iter().zip(&lse))
-                    .map(|(&c, (&m, &l))| if c == 0.0 { 0.0 } else { c * math::exp(m - l) })
-                    .collect();
-                vectorised(
-                    #[inline(always)]
-                    || {
-                        for row in chunk.chunks_exact_mut(width) {
-                            for (x, (&f, &u)) in row.iter_mut().zip(scale.iter().zip(&uniform)) {
-                                // Rows without a loss get exactly zero,
-                                // whatever their logits were.
-                                *x = if f == 0.0 { 0.0 } else { *x * f - u };
-                            }
-                        }
-                    },
-                );
                 for &(t, _) in &st.targets {
                     if coef[t] != 0.0 {
                         chunk[(tg[t] - v0) * width + t] -= coef[t] * (1.0 - s);

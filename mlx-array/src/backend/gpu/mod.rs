@@ -84,7 +84,7 @@ pub fn context() -> Result<&'static GpuContext> {
 }
 
 /// True when `f16` arrays live on the GPU as WGSL `f16`: the adapter has
-/// the `shader-f16` feature and `MLX_GPU_F16` is not `0`. Otherwise they
+/// the `shader-f16` feature and [`crate::settings::gpu_f16`] is on. Otherwise they
 /// are packed two to a 32-bit word. False before the GPU is first used.
 pub fn native_f16() -> bool {
     matches!(CONTEXT.get(), Some(Ok(c)) if c.f16)
@@ -114,8 +114,8 @@ impl GpuContext {
         })?;
         let info = adapter.get_info();
         let limits = adapter.limits();
-        let f16 = adapter.features().contains(wgpu::Features::SHADER_F16)
-            && std::env::var("MLX_GPU_F16").map_or(true, |v| v != "0");
+        let f16 =
+            adapter.features().contains(wgpu::Features::SHADER_F16) && crate::settings::gpu_f16();
         let required_features = if f16 {
             wgpu::Features::SHADER_F16
         } else {
