@@ -3,7 +3,7 @@
 //! (heartbeats, goodbyes, announcements of failure) is [`crate::liveness`]'s.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use mlx_array::Dtype;
@@ -42,6 +42,11 @@ pub(crate) struct Mesh {
     poison: Mutex<Option<DistError>>,
     /// Set first thing on failure: senders stop at the next frame boundary.
     failed: AtomicBool,
+    /// Set once the first failure's announcement went out and the links are
+    /// closed: a thread that meets the failure later waits for it, so that
+    /// a caller who exits on the error does not cut the announcement short.
+    told: Mutex<bool>,
+    told_cv: Condvar,
     /// Reduction scratch buffers, one per lane, kept between operations.
     pub scratch: Mutex<Vec<Vec<u64>>>,
     /// `witnesses[peer]`: the liveness channel to each peer (`None` for this
@@ -76,6 +81,8 @@ impl Mesh {
             op_lock: Mutex::new(()),
             poison: Mutex::new(None),
             failed: AtomicBool::new(false),
+            told: Mutex::new(false),
+            told_cv: Condvar::new(),
             scratch: Mutex::new(Vec::new()),
             witnesses,
             live: Liveness::new(world, cfg.liveness_timeout),
@@ -210,13 +217,14 @@ impl Mesh {
     /// data link so that all blocked threads here and there wake up.
     pub(crate) fn fail(&self, err: &DistError) {
         if self.has_failed() {
-            return;
+            return self.wait_told();
         }
         let err = self.attribute(err.clone());
         {
             let mut p = lock(&self.poison);
             if p.is_some() {
-                return;
+                drop(p);
+                return self.wait_told();
             }
             self.failed.store(true, Ordering::SeqCst);
             *p = Some(err.clone());
@@ -263,6 +271,31 @@ impl Mesh {
             for l in row {
                 l.shutdown();
             }
+        }
+        *lock(&self.told) = true;
+        self.told_cv.notify_all();
+    }
+
+    /// Waits (a second at most: the announcement's sends are bounded well
+    /// below) until the first failure has been announced. The rank's
+    /// collective thread and a witness reader often meet one failure at
+    /// once; without this, the one that lost the race returned the error,
+    /// the program exited on it, and the peers that had not yet been told
+    /// saw only this rank's links close and blamed it (seen in the suite:
+    /// two survivors of a killed rank 1 named rank 0, which had exited).
+    fn wait_told(&self) {
+        let deadline = Instant::now() + Duration::from_secs(1);
+        let mut told = lock(&self.told);
+        while !*told {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return;
+            }
+            told = self
+                .told_cv
+                .wait_timeout(told, left)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
         }
     }
 
