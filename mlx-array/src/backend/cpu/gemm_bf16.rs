@@ -1,7 +1,8 @@
 //! bfloat16 GEMM with float32 accumulation on AVX512_BF16 (`vdpbf16ps`),
 //! for CPUs that have it (AMD Zen 4 on, Intel Cooper Lake and Sapphire
 //! Rapids on); the caller falls back to converting to f32 and `sgemm`
-//! elsewhere.
+//! elsewhere. Where the CPU also has AMX, [`gemm`] hands the products to
+//! the tiles of [`super::amx`] instead (`gemm_amx`, same packing of `B`).
 //!
 //! Why by hand: OpenBLAS has `sbgemm` only when built with
 //! `BUILD_BFLOAT16`, which Debian's and Homebrew's packages are not, and no

@@ -1,6 +1,7 @@
 //! Batched matrix products on top of [`blas::sgemm`](super::blas::sgemm),
 //! and for bfloat16 on CPUs with AVX512_BF16 on the bfloat16 GEMM
-//! (`gemm_bf16`), whose float32 sums are rounded to bfloat16 once.
+//! (`gemm_bf16`, on AMX tiles where the CPU has them), whose float32 sums
+//! are rounded to bfloat16 once.
 
 use super::copy::copy_cast;
 use super::strided::{Layout, for_each_run};
@@ -36,8 +37,8 @@ fn operand(data: &ArrayData, shape: &[usize], dtype: Dtype) -> (ArrayData, bool,
 
 /// `a @ b` for `a` of shape `[..., m, k]` and `b` of `[..., k, n]` whose batch
 /// dimensions are already broadcast to `out_shape[..-2]`. Floats only; f16
-/// and bf16 compute in f32 (bf16 with AVX512_BF16's products where the CPU
-/// has them, see [`bf16_gemm`]).
+/// and bf16 compute in f32 (bf16 with AMX's or AVX512_BF16's products where
+/// the CPU has them, see [`bf16_gemm`]).
 pub fn matmul(
     a: &ArrayData,
     a_shape: &[usize],
@@ -109,7 +110,8 @@ pub fn matmul(
     }
 }
 
-/// Whether bfloat16 products take the AVX512_BF16 GEMM: the CPU has it and
+/// Whether bfloat16 products take the bfloat16 GEMM (AVX512_BF16, and AMX
+/// where present): the CPU has it and
 /// `MLX_GEMM_BF16` does not say `f32` (which converts to f32 for `sgemm`,
 /// to compare the two in one build).
 #[cfg(target_arch = "x86_64")]
@@ -117,7 +119,7 @@ fn bf16_gemm() -> bool {
     super::gemm_bf16::available() && crate::settings::bf16_gemm()
 }
 
-/// [`matmul`] of bfloat16 operands on the AVX512_BF16 GEMM: float32 sums,
+/// [`matmul`] of bfloat16 operands on the bfloat16 GEMM: float32 sums,
 /// rounded to bfloat16 once, written straight into the bfloat16 output.
 #[cfg(target_arch = "x86_64")]
 fn matmul_bf16(
