@@ -316,3 +316,54 @@ fn take_from_a_pending_cast_converts_only_the_rows_taken() {
         .collect();
     assert_eq!(g[0].to_vec::<f32>().unwrap(), uses);
 }
+
+/// The gradient of an f32 parameter through its bf16 copy, when the op
+/// that used the copy gives its gradient as a cast of an f32 array (the
+/// fused loss's `dw`), is that f32 array itself: not rounded to bf16 and
+/// converted back (two conversions of the whole table).
+#[test]
+fn a_gradient_cast_to_half_and_back_is_not_rounded() {
+    let (rows, dims, vocab) = (3usize, 32usize, 5usize);
+    let val = |n: usize, seed: usize| -> Vec<f32> {
+        (0..n)
+            .map(|i| (((i * 37 + seed * 11) % 101) as f32 / 50.0 - 1.0) * 0.37)
+            .collect()
+    };
+    let h = Array::from_vec(val(rows * dims, 1), &[rows, dims])
+        .unwrap()
+        .astype(Dtype::BF16)
+        .unwrap();
+    let w = Array::from_vec(val(vocab * dims, 2), &[vocab, dims]).unwrap();
+    let t = Array::from_slice(&[1u32, 4, 0], &[rows]).unwrap();
+    let rw = Array::ones(&[rows], Dtype::F32);
+    let opts = mlx_array::primitives::loss::LinearCrossEntropyOptions::default();
+    let loss = |p: &[Array]| {
+        mlx_array::linear_cross_entropy_sum(&h, &p[0].astype(Dtype::BF16)?, &t, &rw, &opts)
+    };
+    let g = mlx_array::grad(loss, &[0])(std::slice::from_ref(&w)).unwrap();
+    assert_eq!(g[0].dtype(), Dtype::F32);
+    let got = g[0].to_vec::<f32>().unwrap();
+    // The same gradient taken of the bf16 copy itself, in f32.
+    let w16 = w.astype(Dtype::BF16).unwrap();
+    w16.eval().unwrap();
+    let packed = mlx_array::grad(
+        |p: &[Array]| mlx_array::linear_cross_entropy_sum(&h, &p[0], &t, &rw, &opts),
+        &[0],
+    )(std::slice::from_ref(&w16))
+    .unwrap();
+    let rounded = packed[0]
+        .astype(Dtype::F32)
+        .unwrap()
+        .to_vec::<f32>()
+        .unwrap();
+    let mut unrounded = 0;
+    for (a, b) in got.iter().zip(&rounded) {
+        // Within bf16's rounding of each other, and not all equal to it.
+        assert!(
+            (a - b).abs() <= b.abs() * 2f32.powi(-8) + 1e-12,
+            "{a} vs {b}"
+        );
+        unrounded += usize::from(half::bf16::from_f32(*a).to_f32() != *a);
+    }
+    assert!(unrounded > 0, "the gradient was rounded to bf16: {got:?}");
+}

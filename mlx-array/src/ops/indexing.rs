@@ -35,7 +35,7 @@ pub fn take(x: &Array, indices: &Array, axis: i32) -> Result<Array> {
     // casts every parameter to bf16; an embedding table so cast would be
     // converted whole, kept for the backward pass, and its gradient
     // scattered in bf16 and converted back whole.)
-    if let Some(source) = pending_cast_source(x) {
+    if let Some(source) = super::pending_cast_source(x) {
         return take(&source, indices, axis)?.astype(x.dtype());
     }
     let mut shape = x.shape()[..a].to_vec();
@@ -47,13 +47,6 @@ pub fn take(x: &Array, indices: &Array, axis: i32) -> Result<Array> {
         shape,
         x.dtype(),
     ))
-}
-
-/// The input of `x` when `x` is a cast (`astype`) not yet computed.
-fn pending_cast_source(x: &Array) -> Option<Array> {
-    let state = x.lock();
-    let (primitive, inputs) = state.pending()?;
-    (primitive.name() == "astype" && inputs.len() == 1).then(|| inputs[0].clone())
 }
 
 /// At each position, the entry of `x` along `axis` named by `indices`, which

@@ -228,6 +228,16 @@ impl Primitive for AsType {
         if !inputs[0].dtype().is_float() || !out.dtype().is_float() {
             return no_gradient(inputs);
         }
+        // A cotangent that is itself a pending cast of an array of the
+        // input's dtype goes back as that array: the round trip would only
+        // round it. (The fused loss's f32 `dw` of a bf16 copy of f32 master
+        // weights: cast to bf16 for the copy and back for the master, two
+        // conversions of the whole table a step, and the gradient rounded.)
+        if let Some(source) = crate::ops::pending_cast_source(ct)
+            && source.dtype() == inputs[0].dtype()
+        {
+            return Ok(vec![Some(source)]);
+        }
         Ok(vec![Some(ct.astype(inputs[0].dtype())?)])
     }
 }
