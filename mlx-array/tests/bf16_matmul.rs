@@ -101,19 +101,9 @@ fn bf16_products_equal_float64_rounded_once_without_amx() {
     if std::env::var_os("MLX_AMX").is_some() {
         return; // the child itself, or a run that chose already
     }
-    let name = "bf16_products_equal_float64_rounded_once";
-    let out = std::process::Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", name, "--nocapture"])
-        .env("MLX_AMX", "0")
-        .output()
-        .unwrap();
-    let (stdout, stderr) = (
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr),
-    );
-    assert!(
-        out.status.success() && stdout.contains("1 passed"),
-        "{name} with MLX_AMX=0:\n{stdout}\n{stderr}"
+    let stderr = mlx_array::conformance::rerun_with_env(
+        "bf16_products_equal_float64_rounded_once",
+        &[("MLX_AMX", "0")],
     );
     assert!(
         !stderr.contains("Amx"),

@@ -38,6 +38,7 @@ mod check;
 mod gradient;
 mod inputs;
 mod reference;
+mod rerun;
 mod suite;
 
 use std::sync::Arc;
@@ -49,6 +50,7 @@ pub use inputs::{
     typed, uniform, values,
 };
 pub use reference::{Nd, broadcast, for_each_index, quantize, size, wrap, zip};
+pub use rerun::rerun_with_env;
 pub use suite::main;
 
 use crate::{Device, Primitive};

@@ -6,8 +6,6 @@
 //! NaNs, subnormals and signed zeros included; the rest within `f16`'s
 //! tolerance.
 
-use std::process::Command;
-
 use mlx_array::backend::gpu::native_f16;
 use mlx_array::conformance::values;
 use mlx_array::device::with_device;
@@ -176,20 +174,9 @@ fn f16_kernels_agree_with_the_cpu() {
 #[test]
 fn f16_kernels_agree_with_the_cpu_when_packed() {
     let Some(_gpu) = gpu() else { return };
-    let name = "half::f16_kernels_agree_with_the_cpu";
-    let out = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", name, "--nocapture", "--test-threads=1"])
-        .env("MLX_GPU_F16", "0")
-        .env("MLX_REQUIRE_GPU", "1")
-        .output()
-        .unwrap();
-    let (stdout, stderr) = (
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr),
-    );
-    assert!(
-        out.status.success() && stdout.contains("1 passed"),
-        "{name} with MLX_GPU_F16=0:\n{stdout}\n{stderr}"
+    let stderr = mlx_array::conformance::rerun_with_env(
+        "half::f16_kernels_agree_with_the_cpu",
+        &[("MLX_GPU_F16", "0"), ("MLX_REQUIRE_GPU", "1")],
     );
     assert!(
         stderr.contains("f16 storage on the GPU: packed"),

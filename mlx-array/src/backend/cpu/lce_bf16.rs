@@ -321,13 +321,13 @@ impl Products for Bf16Products<'_> {
         dht: &mut [f32],
         add: bool,
     ) {
-        let (dims, width, v0) = (self.dims, self.width, ci * VC);
-        let pairs = rows.div_ceil(2);
         if self.amx {
             // SAFETY: AMX is available.
             unsafe { self.backward_amx(ci, rows, chunk, dw_c, dht, add) };
             return;
         }
+        let (dims, width, v0) = (self.dims, self.width, ci * VC);
+        let pairs = rows.div_ceil(2);
         GRADIENT.with_borrow_mut(|scratch| {
             let (n_as_is, n_paired, n_w) = (rows * width / 2, pairs * width, pairs * dims);
             if scratch.len() < n_as_is + n_paired + n_w {
@@ -475,9 +475,12 @@ impl Bf16Products<'_> {
 /// row of `x`.
 fn transpose_pairs(x: &[u16], rows: usize, cols: usize, padded: usize, out: &mut [u32]) {
     debug_assert!(x.len() == rows * cols && out.len() == cols * padded);
-    debug_assert!(padded >= rows.div_ceil(2));
-    out.fill(0);
-    for q in 0..rows.div_ceil(2) {
+    let pairs = rows.div_ceil(2);
+    debug_assert!(padded >= pairs);
+    for row in out.chunks_exact_mut(padded) {
+        row[pairs..].fill(0);
+    }
+    for q in 0..pairs {
         let lo = &x[2 * q * cols..(2 * q + 1) * cols];
         match x.get((2 * q + 1) * cols..(2 * q + 2) * cols) {
             Some(hi) => {

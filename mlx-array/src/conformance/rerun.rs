@@ -1,0 +1,26 @@
+//! Running one test of the current test binary again in a child process
+//! with other environment variables: for settings read once per process
+//! (`MLX_AMX`, `MLX_GPU_F16`), whose other value cannot be tried in place.
+
+use std::process::Command;
+
+/// Runs the test named `name` (`--exact`) of this test binary in a child
+/// with `env` set, asserts that it ran and passed, and returns its
+/// standard error (the test's `eprintln!`s, with `--nocapture`).
+pub fn rerun_with_env(name: &str, env: &[(&str, &str)]) -> String {
+    let exe = std::env::current_exe().expect("the test binary's path");
+    let out = Command::new(exe)
+        .args(["--exact", name, "--nocapture", "--test-threads=1"])
+        .envs(env.iter().copied())
+        .output()
+        .expect("the test binary runs again");
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    );
+    assert!(
+        out.status.success() && stdout.contains("1 passed"),
+        "{name} with {env:?}:\n{stdout}\n{stderr}"
+    );
+    stderr
+}
