@@ -11,7 +11,10 @@ use crate::{Array, Dtype, Result};
 /// tokens attend to a cache of earlier ones).
 ///
 /// One fused primitive on the CPU and the GPU, computed in f32 (the result
-/// has the inputs' dtype): the `[B, H, Lq, Lk]` scores and probabilities
+/// has the inputs' dtype; with bf16 inputs on a CPU with AMX tiles the
+/// products take bf16 operands and f32 sums, the probabilities and score
+/// gradients rounded to bf16 for them, as FlashAttention does in bf16;
+/// the softmax statistics stay f32): the `[B, H, Lq, Lk]` scores and probabilities
 /// are never held (each block is recomputed for the gradient from its rows'
 /// logsumexps), and under a causal mask the hidden half of the products is
 /// skipped.
@@ -77,8 +80,9 @@ pub fn fused_attention(q: &Array, k: &Array, v: &Array, scale: f64, causal: bool
             format!("the scale must be finite, got {scale}"),
         ));
     }
-    if dtype != Dtype::F32 {
-        // Computed in f32, like the other fused ops.
+    if dtype != Dtype::F32 && dtype != Dtype::BF16 {
+        // Computed in f32, like the other fused ops (bf16 goes to the
+        // primitive as it is, for the CPU's bf16 products).
         let [q, k, v] = [q, k, v].map(|x| x.astype(Dtype::F32));
         return fused_attention(&q?, &k?, &v?, scale, causal)?.astype(dtype);
     }
@@ -86,5 +90,10 @@ pub fn fused_attention(q: &Array, k: &Array, v: &Array, scale: f64, causal: bool
         scale: scale as f32,
         causal,
     };
-    Ok(node.build(q, k, v).swap_remove(0))
+    let out = node.build(q, k, v).swap_remove(0);
+    if dtype == Dtype::F32 {
+        Ok(out)
+    } else {
+        out.astype(dtype)
+    }
 }

@@ -31,7 +31,9 @@ impl AttentionDims {
 /// `softmax(scale * q @ k^T [causal]) @ v` (`[B, H, Lq, dv]`) and the rows'
 /// logsumexps (`[B, H, Lq]`), both f32: two outputs of one kernel, which
 /// writes them into one buffer (the output stored `[B, Lq, H, dv]`).
-/// Inputs: f32 `q`, `k`, `v`.
+/// Inputs: `q`, `k`, `v` of one dtype, f32 or bf16 (whose products the CPU
+/// runs on AMX tiles where it has them; elsewhere, and on the GPU, the
+/// kernel converts them to f32).
 #[derive(Debug, Clone, Copy)]
 pub struct Attention {
     /// Multiplies the scores.
@@ -61,6 +63,20 @@ impl Attention {
             ],
         )
     }
+}
+
+/// The data of `q`, `k` and `v` as the GPU kernels read them: f32,
+/// converted there when they are of another dtype.
+fn gpu_f32(qkv: [&Array; 3]) -> Result<[ArrayData; 3]> {
+    let [q, k, v] = qkv.map(|x| {
+        let data = x.data()?;
+        if x.dtype() == Dtype::F32 {
+            Ok(data)
+        } else {
+            crate::backend::gpu::astype(&data, x.shape(), x.dtype(), Dtype::F32)
+        }
+    });
+    Ok([q?, k?, v?])
 }
 
 /// The output and logsumexp views of a forward buffer.
@@ -100,7 +116,8 @@ impl Primitive for Attention {
     ) -> Result<Vec<ArrayData>> {
         let (q, k, v) = (&inputs[0], &inputs[1], &inputs[2]);
         let dims = self.dims(inputs);
-        let packed = crate::backend::gpu::attention(&q.data()?, &k.data()?, &v.data()?, &dims)?;
+        let [q, k, v] = gpu_f32([q, k, v])?;
+        let packed = crate::backend::gpu::attention(&q, &k, &v, &dims)?;
         Ok(forward_outputs(packed, &dims))
     }
     fn eval_cpu_outputs(
@@ -110,7 +127,7 @@ impl Primitive for Attention {
     ) -> Result<Vec<ArrayData>> {
         let (q, k, v) = (&inputs[0], &inputs[1], &inputs[2]);
         let dims = self.dims(inputs);
-        let packed = attention::attention(&q.data()?, &k.data()?, &v.data()?, &dims);
+        let packed = attention::attention(&q.data()?, &k.data()?, &v.data()?, &dims, q.dtype());
         Ok(forward_outputs(packed, &dims))
     }
     fn vjp_outputs(
@@ -145,14 +162,18 @@ impl Primitive for Attention {
             ],
             vec![f32(q), f32(k), f32(v)],
         );
-        Ok(grads.into_iter().map(Some).collect())
+        // The gradients of half-precision inputs, in their dtype.
+        grads
+            .into_iter()
+            .map(|g| Ok(Some(g.astype(q.dtype())?)))
+            .collect()
     }
 }
 
 /// `dq`, `dk`, `dv` of an [`Attention`] for the cotangent of its output:
 /// three f32 outputs of one kernel (stored `[B, L, H, w]` in one buffer).
-/// Inputs: `q`, `k`, `v`, the forward output and logsumexps, the f32
-/// cotangent.
+/// Inputs: `q`, `k`, `v` (f32 or bf16), the forward output and
+/// logsumexps, the f32 cotangent.
 #[derive(Debug, Clone, Copy)]
 pub struct AttentionGrad(pub Attention);
 
@@ -184,11 +205,11 @@ impl Primitive for AttentionGrad {
         inputs: &[Array],
         _outputs: &[OutputSpec],
     ) -> Result<Vec<ArrayData>> {
-        let d = |i: usize| inputs[i].data();
         let dims = self.0.dims(inputs);
         let forward = forward_buffer(&inputs[3], &inputs[4], &dims)?;
-        let grads =
-            crate::backend::gpu::attention_grad(&d(0)?, &d(1)?, &d(2)?, &forward, &d(5)?, &dims)?;
+        let [q, k, v] = gpu_f32([&inputs[0], &inputs[1], &inputs[2]])?;
+        let d_out = inputs[5].data()?;
+        let grads = crate::backend::gpu::attention_grad(&q, &k, &v, &forward, &d_out, &dims)?;
         Ok(Self::outputs(grads, &dims))
     }
     fn eval_cpu_outputs(
@@ -199,7 +220,9 @@ impl Primitive for AttentionGrad {
         let d = |i: usize| inputs[i].data();
         let dims = self.0.dims(inputs);
         let forward = forward_buffer(&inputs[3], &inputs[4], &dims)?;
-        let grads = attention::attention_grad(&d(0)?, &d(1)?, &d(2)?, &forward, &d(5)?, &dims);
+        let dtype = inputs[0].dtype();
+        let grads =
+            attention::attention_grad(&d(0)?, &d(1)?, &d(2)?, &forward, &d(5)?, &dims, dtype);
         Ok(Self::outputs(grads, &dims))
     }
     fn vjp_outputs(

@@ -21,23 +21,35 @@ use crate::backend::common::attention::AttentionDims;
 use crate::{ArrayData, Dtype};
 
 /// Query rows per block.
-const BLOCK: usize = 64;
+pub(super) const BLOCK: usize = 64;
 
 /// A `[B, H, L, w]` operand as GEMM reads it: row `i` of head `(b, h)`
-/// starts at `b * sb + h * sh + i * si` elements from `ptr`, and its `w`
-/// elements are adjacent.
+/// starts at `b * sb + h * sh + i * si` elements (of type `T`) from `ptr`,
+/// and its `w` elements are adjacent.
 #[derive(Clone, Copy)]
-struct Rows {
-    ptr: *mut f32,
+pub(super) struct Rows<T = f32> {
+    ptr: *mut T,
     sb: usize,
     sh: usize,
-    si: usize,
+    /// Elements between rows.
+    pub(super) si: usize,
 }
 
-impl Rows {
-    /// The rows of `data` (shape `[B, H, L, w]`): the view itself when its
-    /// rows are dense with non-negative strides, else an f32 copy.
-    fn of(data: &ArrayData, shape: &[usize]) -> (ArrayData, Rows) {
+// SAFETY: the rows are read, and written in disjoint parts, by tasks the
+// kernels wait for.
+unsafe impl<T> Send for Rows<T> {}
+unsafe impl<T> Sync for Rows<T> {}
+
+impl<T> Rows<T> {
+    /// The rows of `data` (shape `[B, H, L, w]`, elements of `dtype`, whose
+    /// size is `T`'s): the view itself when its rows are dense with
+    /// non-negative strides, else a dense copy.
+    pub(super) fn of_dtype(
+        data: &ArrayData,
+        shape: &[usize],
+        dtype: Dtype,
+    ) -> (ArrayData, Rows<T>) {
+        debug_assert_eq!(dtype.size_of(), size_of::<T>());
         let s = data.strides();
         let fits = s.iter().all(|&x| x >= 0)
             && (s[3] == 1 || shape[3] <= 1)
@@ -45,11 +57,11 @@ impl Rows {
         let data = if fits {
             data.clone()
         } else {
-            copy_cast(data, shape, Dtype::F32, Dtype::F32)
+            copy_cast(data, shape, dtype, dtype)
         };
         let s = data.strides();
         let rows = Rows {
-            ptr: data.ptr::<f32>() as *mut f32,
+            ptr: data.ptr::<T>() as *mut T,
             sb: s[0] as usize,
             sh: s[1] as usize,
             si: (s[2] as usize).max(shape[3]),
@@ -57,7 +69,7 @@ impl Rows {
         (data, rows)
     }
     /// Dense rows of `w` laid out `[B, L, H, w]` at `ptr`.
-    fn interleaved(ptr: *mut f32, l: usize, h: usize, w: usize) -> Rows {
+    pub(super) fn interleaved(ptr: *mut T, l: usize, h: usize, w: usize) -> Rows<T> {
         Rows {
             ptr,
             sb: l * h * w,
@@ -66,9 +78,16 @@ impl Rows {
         }
     }
     /// Row `i` of head `(b, h)`.
-    fn at(&self, b: usize, h: usize, i: usize) -> *mut f32 {
+    pub(super) fn at(&self, b: usize, h: usize, i: usize) -> *mut T {
         // SAFETY: callers stay inside the operand's `[B, H, L, w]` extent.
         unsafe { self.ptr.add(b * self.sb + h * self.sh + i * self.si) }
+    }
+}
+
+impl Rows<f32> {
+    /// The f32 rows of `data` ([`Rows::of_dtype`]).
+    fn of(data: &ArrayData, shape: &[usize]) -> (ArrayData, Rows) {
+        Self::of_dtype(data, shape, Dtype::F32)
     }
     /// The matrix of head `(b, h)` from row `i` on, as GEMM reads it.
     fn mat(&self, b: usize, h: usize, i: usize) -> Mat {
@@ -76,9 +95,47 @@ impl Rows {
     }
 }
 
-/// `softmax(scale * q @ k^T [causal]) @ v` for f32 `q`, `k`, `v` shaped as
-/// `dims` says, packed as the module doc describes.
-pub fn attention(q: &ArrayData, k: &ArrayData, v: &ArrayData, dims: &AttentionDims) -> ArrayData {
+/// The three operands converted to f32 (dense) when they are of another
+/// dtype.
+fn as_f32([q, k, v]: [&ArrayData; 3], dims: &AttentionDims, dtype: Dtype) -> [ArrayData; 3] {
+    let AttentionDims {
+        b,
+        h,
+        lq,
+        lk,
+        d,
+        dv,
+        ..
+    } = *dims;
+    [(q, [b, h, lq, d]), (k, [b, h, lk, d]), (v, [b, h, lk, dv])]
+        .map(|(x, shape)| copy_cast(x, &shape, dtype, Dtype::F32))
+}
+
+/// `softmax(scale * q @ k^T [causal]) @ v` for `q`, `k`, `v` of `dtype`
+/// shaped as `dims` says, packed as the module doc describes (f32). f32
+/// operands go to the GEMM blocks below; bfloat16 ones to the AMX tiles
+/// ([`super::attention_bf16`]) where they apply, and any other dtype is
+/// converted to f32 first.
+pub fn attention(
+    q: &ArrayData,
+    k: &ArrayData,
+    v: &ArrayData,
+    dims: &AttentionDims,
+    dtype: Dtype,
+) -> ArrayData {
+    #[cfg(target_arch = "x86_64")]
+    if dtype == Dtype::BF16 && super::attention_bf16::applies(dims) {
+        return super::attention_bf16::attention(q, k, v, dims);
+    }
+    if dtype != Dtype::F32 {
+        let [q, k, v] = as_f32([q, k, v], dims, dtype);
+        return attention_f32(&q, &k, &v, dims);
+    }
+    attention_f32(q, k, v, dims)
+}
+
+/// [`attention`] of f32 operands.
+fn attention_f32(q: &ArrayData, k: &ArrayData, v: &ArrayData, dims: &AttentionDims) -> ArrayData {
     let AttentionDims {
         b,
         h,
@@ -118,20 +175,7 @@ pub fn attention(q: &ArrayData, k: &ArrayData, v: &ArrayData, dims: &AttentionDi
                     Mat::dense(s, keys),
                 )
             };
-            vectorised(
-                #[inline(always)]
-                || {
-                    for (r, row) in s.chunks_exact_mut(keys).enumerate() {
-                        let (seen, masked) = row.split_at_mut(dims.limit(i0 + r));
-                        let m = max_of(seen, f32::NEG_INFINITY);
-                        let total = exp_shifted_in_place(seen, m);
-                        let inv = 1.0 / total;
-                        seen.iter_mut().for_each(|p| *p *= inv);
-                        masked.fill(0.0);
-                        lse[i0 + r] = m + total.ln();
-                    }
-                },
-            );
+            probabilities(s, keys, i0, dims, 1.0, lse);
             // SAFETY: as above; the output rows of this block are written once.
             unsafe {
                 let o_blk = out.mat(bi, hi, i0);
@@ -151,9 +195,32 @@ pub fn attention(q: &ArrayData, k: &ArrayData, v: &ArrayData, dims: &AttentionDi
     packed
 }
 
-/// The gradients `dq`, `dk`, `dv` of [`attention`] for the cotangent `d_out`
-/// of its output (`[B, H, Lq, dv]`, any strides), from `packed`, its result.
+/// The gradients `dq`, `dk`, `dv` (f32) of [`attention`] of `q`, `k`, `v`
+/// of `dtype` for the f32 cotangent `d_out` of its output (`[B, H, Lq,
+/// dv]`, any strides), from `packed`, its result; the products run where
+/// [`attention`]'s did.
 pub fn attention_grad(
+    q: &ArrayData,
+    k: &ArrayData,
+    v: &ArrayData,
+    packed: &ArrayData,
+    d_out: &ArrayData,
+    dims: &AttentionDims,
+    dtype: Dtype,
+) -> ArrayData {
+    #[cfg(target_arch = "x86_64")]
+    if dtype == Dtype::BF16 && super::attention_bf16::applies(dims) {
+        return super::attention_bf16::attention_grad(q, k, v, packed, d_out, dims);
+    }
+    if dtype != Dtype::F32 {
+        let [q, k, v] = as_f32([q, k, v], dims, dtype);
+        return attention_grad_f32(&q, &k, &v, packed, d_out, dims);
+    }
+    attention_grad_f32(q, k, v, packed, d_out, dims)
+}
+
+/// [`attention_grad`] of f32 operands.
+fn attention_grad_f32(
     q: &ArrayData,
     k: &ArrayData,
     v: &ArrayData,
@@ -230,35 +297,8 @@ pub fn attention_grad(
                     Mat::dense(dp, keys),
                 );
             }
-            for (r, dot) in dots[..rows].iter_mut().enumerate() {
-                // SAFETY: row i0 + r of the output and of its cotangent.
-                let (o, g) = unsafe {
-                    (
-                        std::slice::from_raw_parts(out.at(bi, hi, i0 + r), dv),
-                        std::slice::from_raw_parts(gr.at(bi, hi, i0 + r), dv),
-                    )
-                };
-                *dot = o.iter().zip(g).map(|(a, b)| a * b).sum();
-            }
-            vectorised(
-                #[inline(always)]
-                || {
-                    for (r, (pr, dr)) in p
-                        .chunks_exact_mut(keys)
-                        .zip(dp.chunks_exact_mut(keys))
-                        .enumerate()
-                    {
-                        let seen = dims.limit(i0 + r);
-                        let (l, dot) = (lse[i0 + r], dots[r]);
-                        for (x, g) in pr[..seen].iter_mut().zip(&mut dr[..seen]) {
-                            *x = super::math::exp(*x - l);
-                            *g = *x * (*g - dot);
-                        }
-                        pr[seen..].fill(0.0);
-                        dr[seen..].fill(0.0);
-                    }
-                },
-            );
+            output_dots(&out, &gr, (bi, hi, i0), dv, &mut dots[..rows]);
+            score_gradients(p, dp, keys, i0, dims, lse, &dots[..rows], [1.0, 1.0]);
             let (p, ds) = (Mat::dense(p, keys), Mat::dense(dp, keys));
             unsafe {
                 // dv[..keys] += p^T @ d_out[block]
@@ -300,7 +340,96 @@ pub fn attention_grad(
     grads
 }
 
+/// Turns a block of scores (`rows x width`, row `r` the query `i0 + r`)
+/// into probabilities in place: each row's scores are multiplied by `scale`
+/// and soft-maxed over the keys the row sees, the rest of the row set to
+/// zero, and the row's logsumexp stored in `lse[i0 + r]`.
+pub(super) fn probabilities(
+    s: &mut [f32],
+    width: usize,
+    i0: usize,
+    dims: &AttentionDims,
+    scale: f32,
+    lse: &mut [f32],
+) {
+    vectorised(
+        #[inline(always)]
+        || {
+            for (r, row) in s.chunks_exact_mut(width).enumerate() {
+                let (seen, masked) = row.split_at_mut(dims.limit(i0 + r));
+                if scale != 1.0 {
+                    seen.iter_mut().for_each(|x| *x *= scale);
+                }
+                let m = max_of(seen, f32::NEG_INFINITY);
+                let total = exp_shifted_in_place(seen, m);
+                let inv = 1.0 / total;
+                seen.iter_mut().for_each(|p| *p *= inv);
+                masked.fill(0.0);
+                lse[i0 + r] = m + total.ln();
+            }
+        },
+    );
+}
+
+/// The backward pass's block of probabilities and score gradients, in
+/// place: from the scores `p` (`rows x width`) and `dp = d_out @ v^T`, `p =
+/// exp(scale_in * p - lse)` and `dp = scale_out * p * (dp - dot)` over the
+/// keys each row sees, zero past them; `dots[r]` is row `r`'s `o . d_out`.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn score_gradients(
+    p: &mut [f32],
+    dp: &mut [f32],
+    width: usize,
+    i0: usize,
+    dims: &AttentionDims,
+    lse: &[f32],
+    dots: &[f32],
+    [scale_in, scale_out]: [f32; 2],
+) {
+    vectorised(
+        #[inline(always)]
+        || {
+            for (r, (pr, dr)) in p
+                .chunks_exact_mut(width)
+                .zip(dp.chunks_exact_mut(width))
+                .enumerate()
+            {
+                let seen = dims.limit(i0 + r);
+                let (l, dot) = (lse[i0 + r], dots[r]);
+                for (x, g) in pr[..seen].iter_mut().zip(&mut dr[..seen]) {
+                    *x = super::math::exp(*x * scale_in - l);
+                    *g = *x * (*g - dot) * scale_out;
+                }
+                pr[seen..].fill(0.0);
+                dr[seen..].fill(0.0);
+            }
+        },
+    );
+}
+
+/// `dots[r] = o[i0 + r] . d_out[i0 + r]` for the rows of one block of head
+/// `(b, h)`: the softmax gradient's row term.
+pub(super) fn output_dots(
+    out: &Rows,
+    d_out: &Rows,
+    (b, h, i0): (usize, usize, usize),
+    dv: usize,
+    dots: &mut [f32],
+) {
+    for (r, dot) in dots.iter_mut().enumerate() {
+        // SAFETY: row i0 + r of the output and of its cotangent (the
+        // caller's rows).
+        let (o, g) = unsafe {
+            (
+                std::slice::from_raw_parts(out.at(b, h, i0 + r), dv),
+                std::slice::from_raw_parts(d_out.at(b, h, i0 + r), dv),
+            )
+        };
+        *dot = o.iter().zip(g).map(|(a, b)| a * b).sum();
+    }
+}
+
 /// Every head `(b, h)` in order.
-fn heads(b: usize, h: usize) -> impl Iterator<Item = (usize, usize)> {
+pub(super) fn heads(b: usize, h: usize) -> impl Iterator<Item = (usize, usize)> {
     (0..b).flat_map(move |bi| (0..h).map(move |hi| (bi, hi)))
 }

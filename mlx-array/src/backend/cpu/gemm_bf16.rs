@@ -299,6 +299,37 @@ thread_local! {
     static SUMS: std::cell::Cell<Vec<f32>> = const { std::cell::Cell::new(Vec::new()) };
 }
 
+/// The whole of `A` (`m x k`) as [`super::amx::gemm`] reads it: `m` rows of
+/// `kp` words, one per pair of `k` (zero past `k`), into `out`.
+///
+/// # Safety
+/// `A` is in bounds for these shapes; `kp >= ceil(k / 2)`.
+pub(super) unsafe fn pack_a(a: &Matrix, m: usize, k: usize, kp: usize, out: &mut Vec<u32>) {
+    out.clear();
+    out.resize(m * kp, 0);
+    for (t, rows) in out.chunks_mut(MR * kp).enumerate() {
+        // SAFETY: rows t * MR.. of `A` (the caller's promise).
+        unsafe { pack_a_rows(a, t * MR, k, kp, rows) };
+    }
+}
+
+/// The whole of `B` (`k x n`) in [`super::amx::gemm`]'s panels of 32
+/// columns, `kp` rows of words each (pairs of `k`, zero past `k` and `n`),
+/// into `out`: the strips of [`pack_b_strip`] over all of `k`.
+///
+/// # Safety
+/// `B` is in bounds for these shapes; `kp >= ceil(k / 2)`.
+pub(super) unsafe fn pack_b(b: &Matrix, k: usize, n: usize, kp: usize, out: &mut Vec<u32>) {
+    const _: () = assert!(NR == super::amx::COLS);
+    out.clear();
+    out.resize(n.div_ceil(NR) * NR * kp, 0);
+    let halves: &mut [u16] = bytemuck::cast_slice_mut(out);
+    for (s, strip) in halves.chunks_mut(NR * 2 * kp).enumerate() {
+        // SAFETY: columns s * NR.. of `B` (the caller's promise).
+        unsafe { pack_b_strip(b, 0, k, s * NR, NR.min(n - s * NR), strip) };
+    }
+}
+
 /// Rows `r0 ..` (up to [`MR`] of them, as many as `rows` holds) of `A` as
 /// rows of `kp` words, one per pair of `k` (zero past `k`).
 ///
@@ -409,7 +440,7 @@ unsafe fn block(
 /// # Safety
 /// [`available`].
 #[target_feature(enable = "avx512f,avx512bf16,avx512bw,avx512vl")]
-unsafe fn round_row(src: &[f32], dst: &mut [u16]) {
+pub(super) unsafe fn round_row(src: &[f32], dst: &mut [u16]) {
     let (whole, rest) = (src.len() / 16 * 16, src.len() % 16);
     for (d, v) in dst[..whole].chunks_exact_mut(16).zip(src.chunks_exact(16)) {
         // SAFETY: 16 floats read, 16 bfloat16 written.

@@ -1,6 +1,8 @@
 //! The CPU backend: multithreaded kernels over strided views.
 
 pub(crate) mod attention;
+#[cfg(target_arch = "x86_64")]
+mod attention_bf16;
 pub(crate) mod binary;
 pub mod blas;
 pub(crate) mod copy;
