@@ -371,30 +371,56 @@ fn strangers_are_refused_and_the_job_still_forms() {
     );
 }
 
-/// Small bfloat16 sums (the direct exchange, where every rank's buffer is
-/// at hand) accumulate in f32 and round once: at four ranks `1 + 3 *
-/// 2^-8` is the tie between `1 + 2^-7` and `1 + 2^-6` and rounds to the
-/// even one, where rounding after each rank's term would leave 1 (each
-/// `+ 2^-8` is a tie that rounds back to 1). `sum_scatter` alike.
+/// bfloat16 and float16 sums accumulate in f32 and round once, at every
+/// size: small ones in the direct exchange, where every rank's buffer is
+/// at hand, and large ones at each block's owner (the ring's partial sums
+/// would be rounded at every hop). At four ranks `1 + 3 * 2^-8` in bfloat16
+/// is the tie between `1 + 2^-7` and `1 + 2^-6` and rounds to the even
+/// one, where rounding after each rank's term would leave 1 (each `+ 2^-8`
+/// is a tie that rounds back to 1); in float16 the same with `2^-11`.
+/// `sum_scatter` alike. The large sizes are not multiples of the world
+/// (uneven blocks) and span the ring's polled and threaded all-gathers.
 #[test]
-fn small_bfloat16_sums_round_once() {
-    use half::bf16;
-    let out = with_world(
-        4,
-        |_| {},
-        |g| {
-            let term = if g.rank() == 0 { 1.0 } else { 1.0 / 256.0 };
-            let mut x = vec![bf16::from_f32(term); 3];
-            g.all_sum(&mut x).unwrap();
-            let input = vec![bf16::from_f32(term); 4 * 2];
-            let mut mine = vec![bf16::ZERO; 2];
-            g.sum_scatter_into(&input, &mut mine).unwrap();
-            (x, mine)
-        },
-    );
-    let want = bf16::from_f32(1.0 + 2.0 / 128.0);
-    for (r, (all, mine)) in out.iter().enumerate() {
-        assert!(all.iter().all(|&v| v == want), "rank {r}: {all:?}");
-        assert!(mine.iter().all(|&v| v == want), "rank {r}: {mine:?}");
+fn half_precision_sums_round_once_at_every_size() {
+    use half::{bf16, f16};
+    fn check<T: mlx_array::Element + PartialEq + std::fmt::Debug>(
+        one: T,
+        term: T,
+        want: T,
+        len: usize,
+    ) {
+        let out = with_world(
+            4,
+            |_| {},
+            |g| {
+                let x0 = if g.rank() == 0 { one } else { term };
+                let mut x = vec![x0; len];
+                g.all_sum(&mut x).unwrap();
+                let input = vec![x0; 4 * len];
+                let mut mine = vec![x0; len];
+                g.sum_scatter_into(&input, &mut mine).unwrap();
+                (x, mine)
+            },
+        );
+        for (r, (all, mine)) in out.iter().enumerate() {
+            let bad = all.iter().position(|v| *v != want);
+            assert!(
+                bad.is_none(),
+                "{len}, rank {r}: all_sum [{bad:?}] {:?}",
+                bad.map(|i| all[i])
+            );
+            let bad = mine.iter().position(|v| *v != want);
+            assert!(
+                bad.is_none(),
+                "{len}, rank {r}: sum_scatter [{bad:?}] {:?}",
+                bad.map(|i| mine[i])
+            );
+        }
+    }
+    for len in [3, 30_001, 1_500_003] {
+        let b = |x: f32| bf16::from_f32(x);
+        check(b(1.0), b(1.0 / 256.0), b(1.0 + 2.0 / 128.0), len);
+        let h = |x: f32| f16::from_f32(x);
+        check(h(1.0), h(1.0 / 2048.0), h(1.0 + 2.0 / 1024.0), len);
     }
 }

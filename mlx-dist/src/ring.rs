@@ -189,15 +189,33 @@ fn blocks(r: Range<usize>, block: usize) -> impl Iterator<Item = Range<usize>> {
 }
 
 /// The first error of an operation; recording it fails the mesh so every blocked thread wakes.
-struct FirstError<'a> {
+pub(crate) struct FirstError<'a> {
     ctx: &'a OpCtx<'a>,
     err: OnceLock<DistError>,
+}
+
+impl<'a> FirstError<'a> {
+    /// No error yet, for an operation on `ctx`.
+    pub(crate) fn new(ctx: &'a OpCtx<'a>) -> Self {
+        FirstError {
+            ctx,
+            err: OnceLock::new(),
+        }
+    }
+
+    /// The first error recorded, if any.
+    pub(crate) fn into_result(self) -> Result<()> {
+        match self.err.into_inner() {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
 }
 
 impl FirstError<'_> {
     /// Records a send-side failure a moment late: the receiving side usually
     /// learns more (an abort frame naming the rank that failed first).
-    fn record_late(&self, e: DistError) {
+    pub(crate) fn record_late(&self, e: DistError) {
         if self.err.get().is_none() {
             std::thread::sleep(std::time::Duration::from_millis(50));
         }
@@ -208,7 +226,7 @@ impl FirstError<'_> {
     /// the mesh. The error is kept *before* the mesh fails: failing closes
     /// this rank's links, and the errors other threads then see (a
     /// connection this rank closed itself) must not replace the cause.
-    fn record(&self, e: DistError) {
+    pub(crate) fn record(&self, e: DistError) {
         if self.err.set(e).is_ok() {
             let first = self.err.get().expect("the error was just kept");
             self.ctx.mesh.fail(first);
