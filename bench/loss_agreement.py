@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """How closely one training run's loss curve follows another's.
 
-    bench/loss_agreement.py REFERENCE/metrics.csv OTHER/metrics.csv [--from STEP] [--every N] [--smooth K]
+    bench/loss_agreement.py REFERENCE/metrics.csv OTHER/metrics.csv [--from STEP] [--every N] [--smooth K] [--column eval_loss]
 
 Reads the `step,loss,...` CSV that `mlx-llama train` writes next to its
 checkpoints, and prints, for the steps both runs logged from `--from` on
@@ -9,7 +9,11 @@ checkpoints, and prints, for the steps both runs logged from `--from` on
 reference, where it happened, the mean, and a table every `--every` steps.
 `--smooth K` compares the means of each run's last K logged losses
 (a trailing window, as a loss-curve plot's smoothing) instead of single
-steps.
+steps. `--column eval_loss` compares the validation losses instead.
+
+Either side may be several runs, comma-separated (the same setting from
+several seeds): each step's loss is then their mean, and the table also
+gives the spread (largest minus smallest) of each side's runs.
 Exits 1 if the runs share no step.
 """
 
@@ -18,9 +22,9 @@ import csv
 import sys
 
 
-def losses(path):
+def losses(path, column):
     with open(path, newline="") as f:
-        return {int(r["step"]): float(r["loss"]) for r in csv.DictReader(f) if r["loss"]}
+        return {int(r["step"]): float(r[column]) for r in csv.DictReader(f) if r[column]}
 
 
 def smooth(by_step, k):
@@ -32,6 +36,15 @@ def smooth(by_step, k):
     }
 
 
+def side(paths, column, k):
+    """The mean over runs of each step all of them logged, and the spread."""
+    runs = [smooth(losses(p, column), k) for p in paths.split(",")]
+    steps = set.intersection(*(set(r) for r in runs))
+    mean = {s: sum(r[s] for r in runs) / len(runs) for s in steps}
+    spread = {s: max(r[s] for r in runs) - min(r[s] for r in runs) for s in steps}
+    return mean, spread, len(runs)
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("reference")
@@ -39,18 +52,31 @@ def main():
     p.add_argument("--from", dest="start", type=int, default=1)
     p.add_argument("--every", type=int, default=25)
     p.add_argument("--smooth", type=int, default=1)
+    p.add_argument("--column", default="loss")
     a = p.parse_args()
-    ref, other = smooth(losses(a.reference), a.smooth), smooth(losses(a.other), a.smooth)
+    ref, ref_spread, nr = side(a.reference, a.column, a.smooth)
+    other, other_spread, no = side(a.other, a.column, a.smooth)
     steps = sorted(s for s in ref.keys() & other.keys() if s >= a.start)
     if not steps:
         sys.exit(f"no step from {a.start} on is in both {a.reference} and {a.other}")
     rel = {s: abs(other[s] - ref[s]) / abs(ref[s]) for s in steps}
     worst = max(steps, key=rel.get)
-    print("| step | reference loss | other loss | relative difference |")
-    print("|---|---|---|---|")
+    several = nr > 1 or no > 1
+    if several:
+        print(f"| step | reference mean of {nr} | spread | other mean of {no} | spread | relative difference |")
+        print("|---|---|---|---|---|---|")
+    else:
+        print("| step | reference loss | other loss | relative difference |")
+        print("|---|---|---|---|")
     for s in steps:
         if s % a.every == 0 or s == steps[0] or s == steps[-1] or s == worst:
-            print(f"| {s} | {ref[s]:.4f} | {other[s]:.4f} | {100 * rel[s]:.2f}% |")
+            if several:
+                print(
+                    f"| {s} | {ref[s]:.4f} | {ref_spread[s]:.4f} | {other[s]:.4f} | "
+                    f"{other_spread[s]:.4f} | {100 * rel[s]:.2f}% |"
+                )
+            else:
+                print(f"| {s} | {ref[s]:.4f} | {other[s]:.4f} | {100 * rel[s]:.2f}% |")
     mean = sum(rel.values()) / len(rel)
     print(
         f"\nsteps {steps[0]}-{steps[-1]} ({len(steps)}): largest relative difference "

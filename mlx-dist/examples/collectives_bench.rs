@@ -51,7 +51,9 @@ struct Args {
     /// Smallest message in bytes.
     #[arg(long, default_value_t = 1024)]
     min_bytes: usize,
-    /// Operations to time (all_sum, all_gather, sum_scatter).
+    /// Operations to time (all_sum, all_gather, sum_scatter; all_sum_bf16
+    /// and sum_scatter_bf16: the same bytes of bfloat16, whose sums over
+    /// more than two ranks are summed at each block's owner).
     #[arg(long, value_delimiter = ',', default_value = "all_sum,all_gather")]
     ops: Vec<String>,
     /// World sizes to run.
@@ -253,9 +255,10 @@ fn rank_main(args: &Args) -> anyhow::Result<()> {
             let mut buf = vec![1.0f32; bytes / 4];
             let part = vec![1.0f32; bytes / 4 / n];
             let mut out = vec![0.0f32; part.len() * n];
+            let bf16 = mlx_array::Dtype::BF16;
             // The bytes of the whole message: all_sum's buffer, all_gather's
             // gathered output, sum_scatter's input (every rank's part of it).
-            let moved = if op == "all_sum" {
+            let moved = if op.starts_with("all_sum") {
                 buf.len() * 4
             } else {
                 out.len() * 4
@@ -265,12 +268,21 @@ fn rank_main(args: &Args) -> anyhow::Result<()> {
                     "all_sum" => g.all_sum(&mut buf)?,
                     // The n-part `out` in, one part of `buf` out.
                     "sum_scatter" => g.sum_scatter_into(&out, &mut buf[..part.len()])?,
+                    // The same bytes as bfloat16 (each f32 one reads as 0 and 1).
+                    "all_sum_bf16" => g.all_sum_bytes(bytemuck::cast_slice_mut(&mut buf), bf16)?,
+                    "sum_scatter_bf16" => g.sum_scatter_into_bytes(
+                        bytemuck::cast_slice(&out),
+                        bytemuck::cast_slice_mut(&mut buf[..part.len()]),
+                        bf16,
+                    )?,
                     "all_gather" => g.all_gather_into_bytes(
                         bytemuck::cast_slice(&part),
                         bytemuck::cast_slice_mut(&mut out),
                         mlx_array::Dtype::F32,
                     )?,
-                    _ => anyhow::bail!("unknown op {op:?} (all_sum, all_gather, sum_scatter)"),
+                    _ => anyhow::bail!(
+                        "unknown op {op:?} (all_sum, all_gather, sum_scatter, all_sum_bf16, sum_scatter_bf16)"
+                    ),
                 }
                 Ok(())
             };
@@ -297,7 +309,7 @@ fn rank_main(args: &Args) -> anyhow::Result<()> {
             g.barrier()?;
             let secs = t.elapsed().as_secs_f64() / it as f64;
             let algbw = moved as f64 / secs / 1e9;
-            let factor = if op == "all_sum" {
+            let factor = if op.starts_with("all_sum") {
                 2.0 * (n - 1) as f64 / n as f64
             } else {
                 (n - 1) as f64 / n as f64

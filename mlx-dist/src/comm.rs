@@ -11,6 +11,7 @@ use crate::error::{DistError, Result};
 use crate::group::CommImpl;
 use crate::liveness::Membership;
 use crate::mesh::{Mesh, OpCtx};
+use crate::owners;
 use crate::reduce::{ReduceOp, reduce_all};
 use crate::ring::{self, Lane, Phase, split_even};
 use crate::wire::OpKind;
@@ -32,6 +33,8 @@ pub(crate) struct MeshComm {
     p2p: Mutex<Vec<[u64; 2]>>,
     splits: AtomicU64,
     backend: &'static str,
+    /// Buffers of the half-precision sums at the owners, kept between them.
+    owners: Mutex<owners::Scratch>,
 }
 
 fn op_kind(op: ReduceOp) -> OpKind {
@@ -77,6 +80,7 @@ impl MeshComm {
             p2p: Mutex::new(vec![[0, 0]; n]),
             splits: AtomicU64::new(0),
             backend,
+            owners: Mutex::default(),
         }
     }
 
@@ -210,64 +214,12 @@ impl MeshComm {
     }
 
     /// Whether a large reduction is summed at each block's owner
-    /// ([`Self::sum_at_owners`]) rather than along the ring, whose partial
+    /// ([`owners`]) rather than along the ring, whose partial
     /// sums travel in the buffer's dtype and so are rounded at every hop:
     /// half-precision sums over more than two ranks (with two, the ring's
     /// one hop adds the two parts once, as the owner would).
     fn sums_at_owners(&self, dtype: Dtype, op: ReduceOp) -> bool {
         self.n() > 2 && op == ReduceOp::Sum && matches!(dtype, Dtype::F16 | Dtype::BF16)
-    }
-
-    /// Reduce-scatter at the owners: block `j` (`out.len()` bytes) of
-    /// `input` goes straight to rank `j`, which sums every rank's block in
-    /// rank order with [`reduce_all`] (half precision accumulated in f32 and
-    /// rounded once) into `out`. Each rank sends `n - 1` blocks, as many
-    /// bytes as the ring's reduce-scatter, on a sender thread while this
-    /// one receives: at step `s` rank `r` sends to `r + s` and receives
-    /// from `r - s`, so every send meets its receive.
-    fn sum_at_owners(
-        &self,
-        ctx: &OpCtx<'_>,
-        input: &[u8],
-        out: &mut [u8],
-        dtype: Dtype,
-        op: ReduceOp,
-    ) -> Result<()> {
-        let (n, r, b) = (self.n(), self.rank, out.len());
-        let members = &self.members;
-        let first = ring::FirstError::new(ctx);
-        let mut got: Vec<Vec<u8>> = vec![Vec::new(); n];
-        std::thread::scope(|s| {
-            let first = &first;
-            s.spawn(move || {
-                for step in 1..n {
-                    let j = (r + step) % n;
-                    if let Err(e) = ctx.send(members[j], 0, &input[j * b..(j + 1) * b]) {
-                        return first.record_late(e);
-                    }
-                }
-            });
-            for step in 1..n {
-                let j = (r + n - step) % n;
-                let mut part = vec![0u8; b];
-                if let Err(e) = ctx.recv(members[j], 0, &mut part) {
-                    return first.record(e);
-                }
-                got[j] = part;
-            }
-        });
-        first.into_result()?;
-        let parts: Vec<&[u8]> = (0..n)
-            .map(|j| {
-                if j == r {
-                    &input[r * b..(r + 1) * b]
-                } else {
-                    &got[j][..]
-                }
-            })
-            .collect();
-        reduce_all(out, &parts, dtype, op);
-        Ok(())
     }
 
     fn send_all(&self, ctx: &OpCtx<'_>, data: impl Fn(usize) -> Vec<u8>) -> Result<()> {
@@ -362,19 +314,8 @@ impl CommImpl for MeshComm {
                 return Ok(());
             }
             if self.sums_at_owners(dtype, op) {
-                // Reduce-scatter at the owners, then the ring's all-gather,
-                // over equal blocks (zero-padded).
-                let (n, elem) = (self.n(), dtype.size_of());
-                let b = (buf.len() / elem).div_ceil(n) * elem;
-                let mut whole = vec![0u8; n * b];
-                whole[..buf.len()].copy_from_slice(buf);
-                let mut mine = vec![0u8; b];
-                self.sum_at_owners(&ctx, &whole, &mut mine, dtype, op)?;
-                whole[self.rank * b..(self.rank + 1) * b].copy_from_slice(&mine);
-                let lanes = self.block_lanes(b, elem);
-                ring::run(&ctx, &mut whole, &lanes, n, Phase::AllGather)?;
-                buf.copy_from_slice(&whole[..buf.len()]);
-                return Ok(());
+                let mut scratch = self.owners.lock().unwrap_or_else(|p| p.into_inner());
+                return owners::all_sum(&ctx, &self.members, self.rank, buf, dtype, &mut scratch);
             }
             let lanes = self.reduce_lanes(buf.len(), dtype.size_of());
             ring::run(&ctx, buf, &lanes, self.n(), Phase::AllReduce(op))
@@ -417,7 +358,16 @@ impl CommImpl for MeshComm {
                 return Ok(());
             }
             if self.sums_at_owners(dtype, ReduceOp::Sum) {
-                return self.sum_at_owners(&ctx, input, out, dtype, ReduceOp::Sum);
+                let mut scratch = self.owners.lock().unwrap_or_else(|p| p.into_inner());
+                return owners::sum_scatter(
+                    &ctx,
+                    &self.members,
+                    r,
+                    input,
+                    out,
+                    dtype,
+                    &mut scratch,
+                );
             }
             let lanes = self.block_lanes(b, dtype.size_of());
             ring::reduce_scatter_into(&ctx, input, out, r, &lanes, n, ReduceOp::Sum)

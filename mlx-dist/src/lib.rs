@@ -68,6 +68,7 @@ mod liveness;
 mod mesh;
 #[cfg(feature = "mpi")]
 mod mpi;
+mod owners;
 #[cfg(feature = "quic")]
 pub mod quic;
 #[cfg(feature = "quic")]

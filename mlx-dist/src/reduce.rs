@@ -133,30 +133,16 @@ pub fn reduce_into(dst: &mut [u8], src: &[u8], dtype: Dtype, op: ReduceOp) {
 /// four ranks `1 + 3 * 2^-8` in bfloat16 would come out as 1); everything
 /// else is reduced pairwise in order, which for these ops is exact.
 pub fn reduce_all(out: &mut [u8], parts: &[&[u8]], dtype: Dtype, op: ReduceOp) {
-    fn sum_in_f32<T: bytemuck::Pod>(
-        out: &mut [u8],
-        parts: &[&[u8]],
-        to: fn(T) -> f32,
-        from: fn(f32) -> T,
-    ) {
-        let n = out.len() / size_of::<T>();
-        let mut acc = vec![0f32; n];
-        for part in parts {
-            for (a, x) in acc.iter_mut().zip(part.chunks_exact(size_of::<T>())) {
-                *a += to(bytemuck::pod_read_unaligned(x));
-            }
-        }
-        for (o, a) in out.chunks_exact_mut(size_of::<T>()).zip(acc) {
-            o.copy_from_slice(bytemuck::bytes_of(&from(a)));
-        }
-    }
     let Some((first, rest)) = parts.split_first() else {
         return;
     };
     match (dtype, op) {
-        (Dtype::F16, ReduceOp::Sum) => sum_in_f32::<f16>(out, parts, f16::to_f32, f16::from_f32),
-        (Dtype::BF16, ReduceOp::Sum) => {
-            sum_in_f32::<bf16>(out, parts, bf16::to_f32, bf16::from_f32)
+        (Dtype::F16 | Dtype::BF16, ReduceOp::Sum) => {
+            let mut acc = vec![0f32; out.len() / 2];
+            for part in parts {
+                add_half(&mut acc, part, dtype);
+            }
+            round_half(&acc, out, dtype);
         }
         _ => {
             out.copy_from_slice(first);
@@ -164,6 +150,49 @@ pub fn reduce_all(out: &mut [u8], parts: &[&[u8]], dtype: Dtype, op: ReduceOp) {
                 reduce_into(out, part, dtype, op);
             }
         }
+    }
+}
+
+/// Elements converted at a time by [`add_half`] and [`round_half`].
+const CHUNK: usize = 1024;
+
+/// `acc[i] += part[i]` for a buffer of `f16` or `bf16` values
+/// (little-endian bytes, any alignment) and float32 sums: the conversions
+/// run a chunk at a time, so that they vectorise (`f16` through the F16C or
+/// NEON conversions where the CPU has them).
+pub(crate) fn add_half(acc: &mut [f32], part: &[u8], dtype: Dtype) {
+    use half::slice::HalfFloatSliceExt;
+    let (mut halves, mut wide) = ([0u16; CHUNK], [0f32; CHUNK]);
+    for (acc, bytes) in acc.chunks_mut(CHUNK).zip(part.chunks(2 * CHUNK)) {
+        let (h, w) = (&mut halves[..acc.len()], &mut wide[..acc.len()]);
+        bytemuck::cast_slice_mut::<u16, u8>(h).copy_from_slice(bytes);
+        if dtype == Dtype::BF16 {
+            // A bfloat16 is the top half of the float32 of its value.
+            for (w, &x) in w.iter_mut().zip(h.iter()) {
+                *w = f32::from_bits(u32::from(x) << 16);
+            }
+        } else {
+            bytemuck::cast_slice::<u16, f16>(h).convert_to_f32_slice(w);
+        }
+        for (a, x) in acc.iter_mut().zip(w.iter()) {
+            *a += x;
+        }
+    }
+}
+
+/// Float32 sums rounded to `f16` or `bf16` (nearest, ties to even), into
+/// `out`'s little-endian bytes.
+pub(crate) fn round_half(acc: &[f32], out: &mut [u8], dtype: Dtype) {
+    use half::slice::HalfFloatSliceExt;
+    let mut halves = [0u16; CHUNK];
+    for (acc, bytes) in acc.chunks(CHUNK).zip(out.chunks_mut(2 * CHUNK)) {
+        let h = &mut halves[..acc.len()];
+        if dtype == Dtype::BF16 {
+            bytemuck::cast_slice_mut::<u16, bf16>(h).convert_from_f32_slice(acc);
+        } else {
+            bytemuck::cast_slice_mut::<u16, f16>(h).convert_from_f32_slice(acc);
+        }
+        bytes.copy_from_slice(bytemuck::cast_slice(h));
     }
 }
 
