@@ -1,5 +1,7 @@
 //! The collectives over a connected [`Mesh`]: the ring for large messages, a
-//! direct exchange for small ones, point-to-point messages, barrier and split.
+//! direct exchange for small ones, large half-precision sums over more than
+//! two ranks at each block's owner ([`crate::owners`]), point-to-point
+//! messages, barrier and split.
 //! Transport-independent: TCP and QUIC meshes both run this code.
 
 use std::sync::atomic::{AtomicU64, Ordering};
