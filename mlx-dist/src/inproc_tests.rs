@@ -379,7 +379,7 @@ fn strangers_are_refused_and_the_job_still_forms() {
 /// one, where rounding after each rank's term would leave 1 (each `+ 2^-8`
 /// is a tie that rounds back to 1); in float16 the same with `2^-11`.
 /// `sum_scatter` alike. The large sizes are not multiples of the world
-/// (uneven blocks) and span the ring's polled and threaded all-gathers.
+/// (uneven blocks): they go to the owners, the smallest to the direct exchange.
 #[test]
 fn half_precision_sums_round_once_at_every_size() {
     use half::{bf16, f16};
