@@ -50,7 +50,7 @@ pub use inputs::{
     typed, uniform, values,
 };
 pub use reference::{Nd, broadcast, for_each_index, quantize, size, wrap, zip};
-pub use rerun::rerun_with_env;
+pub use rerun::{rerun_with_env, rerun_without_amx};
 pub use suite::main;
 
 use crate::{Device, Primitive};

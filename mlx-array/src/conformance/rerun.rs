@@ -24,3 +24,18 @@ pub fn rerun_with_env(name: &str, env: &[(&str, &str)]) -> String {
     );
     stderr
 }
+
+/// For a test that takes the AMX tiles where the CPU has them and prints
+/// [`crate::backend::cpu::bf16_products`]: runs it (`name`) again in a
+/// child with `MLX_AMX=0` and asserts that the child did not use AMX.
+/// Does nothing in the child itself, or in a run that set `MLX_AMX`.
+pub fn rerun_without_amx(name: &str) {
+    if std::env::var_os("MLX_AMX").is_some() {
+        return;
+    }
+    let stderr = rerun_with_env(name, &[("MLX_AMX", "0")]);
+    assert!(
+        !stderr.contains("Amx"),
+        "MLX_AMX=0 still used AMX: {stderr}"
+    );
+}

@@ -25,6 +25,15 @@ pub struct AttentionDims {
 }
 
 impl AttentionDims {
+    /// The shapes of `q`, `k` and `v`.
+    pub fn shapes(&self) -> [[usize; 4]; 3] {
+        let (b, h) = (self.b, self.h);
+        [
+            [b, h, self.lq, self.d],
+            [b, h, self.lk, self.d],
+            [b, h, self.lk, self.dv],
+        ]
+    }
     /// Elements of the output, then of the logsumexps, in the packed buffer.
     pub fn packed_len(&self) -> (usize, usize) {
         let rows = self.b * self.h * self.lq;

@@ -84,6 +84,20 @@ impl<T> Rows<T> {
     }
 }
 
+/// The rows of `q`, `k` and `v` (elements of `dtype`, whose size is
+/// `T`'s), with the data they point into (a copy where one was needed),
+/// which must outlive them.
+pub(super) fn operands<T>(
+    qkv: [&ArrayData; 3],
+    dims: &AttentionDims,
+    dtype: Dtype,
+) -> ([ArrayData; 3], [Rows<T>; 3]) {
+    let shapes = dims.shapes();
+    let [(q, qr), (k, kr), (v, vr)] =
+        std::array::from_fn(|i| Rows::of_dtype(qkv[i], &shapes[i], dtype));
+    ([q, k, v], [qr, kr, vr])
+}
+
 impl Rows<f32> {
     /// The f32 rows of `data` ([`Rows::of_dtype`]).
     fn of(data: &ArrayData, shape: &[usize]) -> (ArrayData, Rows) {
@@ -97,18 +111,9 @@ impl Rows<f32> {
 
 /// The three operands converted to f32 (dense) when they are of another
 /// dtype.
-fn as_f32([q, k, v]: [&ArrayData; 3], dims: &AttentionDims, dtype: Dtype) -> [ArrayData; 3] {
-    let AttentionDims {
-        b,
-        h,
-        lq,
-        lk,
-        d,
-        dv,
-        ..
-    } = *dims;
-    [(q, [b, h, lq, d]), (k, [b, h, lk, d]), (v, [b, h, lk, dv])]
-        .map(|(x, shape)| copy_cast(x, &shape, dtype, Dtype::F32))
+fn as_f32(qkv: [&ArrayData; 3], dims: &AttentionDims, dtype: Dtype) -> [ArrayData; 3] {
+    let shapes = dims.shapes();
+    std::array::from_fn(|i| copy_cast(qkv[i], &shapes[i], dtype, Dtype::F32))
 }
 
 /// `softmax(scale * q @ k^T [causal]) @ v` for `q`, `k`, `v` of `dtype`
@@ -148,9 +153,7 @@ fn attention_f32(q: &ArrayData, k: &ArrayData, v: &ArrayData, dims: &AttentionDi
     let (n_out, n_lse) = dims.packed_len();
     let mut packed = ArrayData::alloc(&[n_out + n_lse], Dtype::F32);
     let buf = packed.as_mut_slice::<f32>(n_out + n_lse).as_mut_ptr();
-    let (_q, qr) = Rows::of(q, &[b, h, lq, d]);
-    let (_k, kr) = Rows::of(k, &[b, h, lk, d]);
-    let (_v, vr) = Rows::of(v, &[b, h, lk, dv]);
+    let (_qkv, [qr, kr, vr]) = operands::<f32>([q, k, v], dims, Dtype::F32);
     let out = Rows::interleaved(buf, lq, h, dv);
     let mut scores = vec![0f32; BLOCK * lk];
     for (bi, hi) in heads(b, h) {
@@ -243,9 +246,7 @@ fn attention_grad_f32(
     // dk and dv accumulate over the query blocks.
     all[nq..].fill(0.0);
     let buf = all.as_mut_ptr();
-    let (_q, qr) = Rows::of(q, &[b, h, lq, d]);
-    let (_k, kr) = Rows::of(k, &[b, h, lk, d]);
-    let (_v, vr) = Rows::of(v, &[b, h, lk, dv]);
+    let (_qkv, [qr, kr, vr]) = operands::<f32>([q, k, v], dims, Dtype::F32);
     let (_g, gr) = Rows::of(d_out, &[b, h, lq, dv]);
     let (n_out, n_lse) = dims.packed_len();
     let packed = super::copy::contiguous(packed, &[n_out + n_lse], Dtype::F32);

@@ -17,8 +17,9 @@
 
 use rayon::prelude::*;
 
+use super::Shared;
 use super::amx::{self, COLS, STEP};
-use super::attention::{BLOCK, Rows, heads, output_dots, probabilities, score_gradients};
+use super::attention::{BLOCK, Rows, heads, operands, output_dots, probabilities, score_gradients};
 use super::gemm_bf16::{Matrix, pack_a, pack_b, round_row};
 use crate::backend::common::attention::AttentionDims;
 use crate::{ArrayData, Dtype};
@@ -58,20 +59,6 @@ struct Scratch {
     at: Vec<u32>,
     /// A block of `d_out` or `q` in panels.
     bp: Vec<u32>,
-}
-
-/// A pointer handed to the tasks, which write disjoint parts of it.
-#[derive(Clone, Copy)]
-struct Shared(*mut f32);
-// SAFETY: every task writes only its own head's rows and columns.
-unsafe impl Send for Shared {}
-unsafe impl Sync for Shared {}
-
-impl Shared {
-    /// The pointer (a method, so that closures capture the `Sync` wrapper).
-    fn ptr(&self) -> *mut f32 {
-        self.0
-    }
 }
 
 /// Words of pairs along `k` for a `k`-wide operand: whole tile steps.
@@ -137,9 +124,7 @@ pub(super) fn attention(
     let (n_out, n_lse) = dims.packed_len();
     let mut packed = ArrayData::alloc(&[n_out + n_lse], Dtype::F32);
     let buf = Shared(packed.as_mut_slice::<f32>(n_out + n_lse).as_mut_ptr());
-    let (_q, qr) = Rows::<u16>::of_dtype(q, &[b, h, lq, d], Dtype::BF16);
-    let (_k, kr) = Rows::<u16>::of_dtype(k, &[b, h, lk, d], Dtype::BF16);
-    let (_v, vr) = Rows::<u16>::of_dtype(v, &[b, h, lk, dv], Dtype::BF16);
+    let (_qkv, [qr, kr, vr]) = operands::<u16>([q, k, v], dims, Dtype::BF16);
     let (kp_d, kp_l) = (words(d), words(lk));
     let all: Vec<(usize, usize)> = heads(b, h).collect();
     all.par_iter()
@@ -228,9 +213,7 @@ pub(super) fn attention_grad(
     // dk and dv accumulate over the query blocks.
     all[nq..].fill(0.0);
     let buf = Shared(all.as_mut_ptr());
-    let (_q, qr) = Rows::<u16>::of_dtype(q, &[b, h, lq, d], Dtype::BF16);
-    let (_k, kr) = Rows::<u16>::of_dtype(k, &[b, h, lk, d], Dtype::BF16);
-    let (_v, vr) = Rows::<u16>::of_dtype(v, &[b, h, lk, dv], Dtype::BF16);
+    let (_qkv, [qr, kr, vr]) = operands::<u16>([q, k, v], dims, Dtype::BF16);
     let (_g, gr) = Rows::<f32>::of_dtype(d_out, &[b, h, lq, dv], Dtype::F32);
     let (n_out, n_lse) = dims.packed_len();
     let packed = super::copy::contiguous(packed, &[n_out + n_lse], Dtype::F32);

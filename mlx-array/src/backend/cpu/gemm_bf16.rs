@@ -72,20 +72,9 @@ impl Matrix {
     }
 }
 
-/// The output, written by tasks in disjoint tiles.
-#[derive(Clone, Copy)]
-struct Out(*mut u16);
-// SAFETY: each task writes its own rows and columns of `C`.
-unsafe impl Send for Out {}
-unsafe impl Sync for Out {}
-
-impl Out {
-    /// The output's first element (a method, so that closures capture
-    /// the `Sync` wrapper rather than the pointer).
-    fn ptr(&self) -> *mut u16 {
-        self.0
-    }
-}
+/// The output, written by tasks in disjoint tiles (each task its own rows
+/// and columns of `C`).
+type Out = super::Shared<u16>;
 
 /// Products whose operands together have at most this many elements pack
 /// each operand once, whole, before any tile runs; larger ones pack per
@@ -112,7 +101,7 @@ pub(super) unsafe fn gemm(
     if m == 0 || n == 0 {
         return;
     }
-    let out = Out(c);
+    let out = super::Shared(c);
     if k == 0 {
         for i in 0..m {
             // SAFETY: row `i` of `C` is in bounds (bfloat16 zero is 0u16).
@@ -232,7 +221,8 @@ unsafe fn gemm_amx(m: usize, n: usize, k: usize, a: Matrix, b: Matrix, out: Out,
             .for_each(|(t, rows)| unsafe { pack_a_rows(&a, t * MR, k, kp, rows) });
         (apack.as_ptr(), kp)
     };
-    let a_words = Words(a_words);
+    // Only read, by the tasks below.
+    let a_words = super::Shared(a_words as *mut u32);
     let mut bpack = vec![0u16; n.div_ceil(NR) * NR * 2 * kp];
     bpack
         .par_chunks_mut(NR * 2 * kp)
@@ -278,20 +268,6 @@ unsafe fn gemm_amx(m: usize, n: usize, k: usize, a: Matrix, b: Matrix, out: Out,
         }
         SUMS.set(sums);
     });
-}
-
-/// Words of `A` read by the tasks of [`gemm_amx`].
-#[derive(Clone, Copy)]
-struct Words(*const u32);
-// SAFETY: only read, by tasks that the caller waits for.
-unsafe impl Send for Words {}
-unsafe impl Sync for Words {}
-
-impl Words {
-    /// The first word (a method, so that closures capture the `Sync` wrapper).
-    fn ptr(&self) -> *const u32 {
-        self.0
-    }
 }
 
 thread_local! {

@@ -210,6 +210,21 @@ thread_local! {
     static GRADIENT: RefCell<Vec<u32>> = const { RefCell::new(Vec::new()) };
 }
 
+/// [`GRADIENT`]'s scratch cut into the rounded gradient as it is, the
+/// gradient paired and the paired weights, of these lengths (grown when
+/// short).
+fn gradient_parts(
+    scratch: &mut Vec<u32>,
+    [n_as_is, n_paired, n_w]: [usize; 3],
+) -> (&mut [u32], &mut [u32], &mut [u32]) {
+    if scratch.len() < n_as_is + n_paired + n_w {
+        scratch.resize(n_as_is + n_paired + n_w, 0);
+    }
+    let (as_is, rest) = scratch.split_at_mut(n_as_is);
+    let (paired, rest) = rest.split_at_mut(n_paired);
+    (as_is, paired, &mut rest[..n_w])
+}
+
 /// Rounds the `rows x width` f32 gradient `g` to bfloat16 into `as_is`
 /// (the same layout, two columns per word: `rows x width / 2` words) and
 /// `paired` ([`pair_rows`]: `ceil(rows / 2) x width` words, or with
@@ -329,13 +344,8 @@ impl Products for Bf16Products<'_> {
         let (dims, width, v0) = (self.dims, self.width, ci * VC);
         let pairs = rows.div_ceil(2);
         GRADIENT.with_borrow_mut(|scratch| {
-            let (n_as_is, n_paired, n_w) = (rows * width / 2, pairs * width, pairs * dims);
-            if scratch.len() < n_as_is + n_paired + n_w {
-                scratch.resize(n_as_is + n_paired + n_w, 0);
-            }
-            let (as_is, rest) = scratch.split_at_mut(n_as_is);
-            let (paired, rest) = rest.split_at_mut(n_paired);
-            let w_pairs = &mut rest[..n_w];
+            let (as_is, paired, w_pairs) =
+                gradient_parts(scratch, [rows * width / 2, pairs * width, pairs * dims]);
             pair_rows_into(
                 &self.w16[v0 * dims..(v0 + rows) * dims],
                 rows,
@@ -415,13 +425,8 @@ impl Bf16Products<'_> {
         let pairs = rows.div_ceil(2);
         let padded = pairs.div_ceil(STEP) * STEP;
         GRADIENT.with_borrow_mut(|scratch| {
-            let (n_as_is, n_paired, n_w) = (rows * width / 2, padded * width, dims * padded);
-            if scratch.len() < n_as_is + n_paired + n_w {
-                scratch.resize(n_as_is + n_paired + n_w, 0);
-            }
-            let (as_is, rest) = scratch.split_at_mut(n_as_is);
-            let (paired, rest) = rest.split_at_mut(n_paired);
-            let w_t = &mut rest[..n_w];
+            let (as_is, paired, w_t) =
+                gradient_parts(scratch, [rows * width / 2, padded * width, dims * padded]);
             // SAFETY: AVX512_BF16 comes with AMX; the sizes are as asked.
             unsafe { round_gradient(chunk, rows, width, as_is, paired, Some(padded)) };
             // The padding pairs of every panel.

@@ -38,6 +38,35 @@ pub(crate) mod unary;
 
 pub(crate) use super::common::dispatch;
 
+/// A pointer handed to parallel tasks, which only read through it or
+/// write disjoint parts of what it points to (the creator's promise, with
+/// the tasks waited for before the memory goes).
+#[cfg(target_arch = "x86_64")]
+pub(super) struct Shared<T>(pub(super) *mut T);
+
+#[cfg(target_arch = "x86_64")]
+impl<T> Clone for Shared<T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+#[cfg(target_arch = "x86_64")]
+impl<T> Copy for Shared<T> {}
+// SAFETY: see the type's promise.
+#[cfg(target_arch = "x86_64")]
+unsafe impl<T> Send for Shared<T> {}
+#[cfg(target_arch = "x86_64")]
+unsafe impl<T> Sync for Shared<T> {}
+
+#[cfg(target_arch = "x86_64")]
+impl<T> Shared<T> {
+    /// The pointer (a method, so that closures capture the `Sync` wrapper
+    /// rather than the pointer).
+    fn ptr(&self) -> *mut T {
+        self.0
+    }
+}
+
 /// Which instructions compute bfloat16 matrix products (matmul and the
 /// one-pass output projection + loss) in this process.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
