@@ -1,13 +1,24 @@
 //! The Llama model, structured and named like MLX's Llama example so that
 //! safetensors weights are interchangeable.
 
-use mlx_array::{Array, Result, concatenate, random};
+use mlx_array::{Array, Dtype, Result, concatenate, random};
 use mlx_dist::Group;
 use mlx_nn::{
     AnyLinear, AttentionMask, Embedding, Linear, RMSNorm, RoPE, Sharding, impl_module, merge_heads,
     scaled_dot_product_attention, shard_linear, split_heads,
 };
 use serde::{Deserialize, Serialize};
+
+/// The dtype of the residual stream between the blocks: float32 whatever
+/// dtype the weights are in. With bfloat16 or float16 weights (a model run
+/// in a compute dtype, [`mlx_nn::value_and_grad_in`]) the projections,
+/// attention and MLP compute in that dtype, and their outputs are added to
+/// the stream in float32, as under PyTorch's autocast (where the float32
+/// embedding carries the stream) or flash-attention's `residual_in_fp32`:
+/// in bfloat16 each add would round the stream to 8 bits of mantissa, and
+/// the reference run then learns measurably later (BENCHMARKS.md, "Mixed
+/// precision"). The norms compute in float32 either way.
+pub const RESIDUAL_DTYPE: Dtype = Dtype::F32;
 
 /// Model hyper-parameters; the defaults are the reference experiment's.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -216,18 +227,23 @@ impl LlamaEncoderLayer {
         Ok(whole)
     }
 
-    /// Applies the block.
+    /// Applies the block to the residual stream `x` ([`RESIDUAL_DTYPE`]):
+    /// each norm's output goes into the projections in their weights'
+    /// dtype, and their results are added to the stream in its own.
     pub fn forward(
         &self,
         x: &Array,
         mask: AttentionMask<'_>,
         cache: Option<&mut Option<KvCache>>,
     ) -> Result<Array> {
+        let compute = self.linear1.weight().value().dtype();
         let y = self
             .attention
-            .forward(&self.norm1.forward(x)?, mask, cache)?;
+            .forward(&self.norm1.forward(x)?.astype(compute)?, mask, cache)?;
         let x = x.add(&y)?;
-        let h = self.linear1.sum_input_gradients(&self.norm2.forward(&x)?)?;
+        let h = self
+            .linear1
+            .sum_input_gradients(&self.norm2.forward(&x)?.astype(compute)?)?;
         let y = self.linear3.forward(&mlx_array::swiglu(
             &self.linear1.forward_summed(&h)?,
             &self.linear2.forward_summed(&h)?,
@@ -364,13 +380,14 @@ impl Llama {
     }
 
     /// The final normed hidden states `[B, L, dims]` for token ids `[B, L]`
-    /// (causal): everything but the output projection.
+    /// (causal), in the output projection's dtype: everything but the
+    /// output projection.
     pub fn hidden(&self, tokens: &Array) -> Result<Array> {
-        let mut x = self.embedding.forward(tokens)?;
+        let mut x = embed(&self.embedding, tokens)?;
         for layer in &self.layers {
             x = layer.forward(&x, AttentionMask::Causal, None)?;
         }
-        self.norm.forward(&x)
+        head_input(&self.norm, &self.out_proj, &x)
     }
 
     /// `sum(row_weights * per-token cross-entropy)` of the next-token
@@ -394,8 +411,9 @@ impl Llama {
     /// Logits for new tokens given the caches of earlier ones (one per layer;
     /// start with `vec![None; num_layers]`).
     pub fn forward_cached(&self, tokens: &Array, caches: &mut [Option<KvCache>]) -> Result<Array> {
-        let x = blocks_cached(&self.layers, &self.embedding.forward(tokens)?, caches)?;
-        self.out_proj.forward(&self.norm.forward(&x)?)
+        let x = blocks_cached(&self.layers, &embed(&self.embedding, tokens)?, caches)?;
+        self.out_proj
+            .forward(&head_input(&self.norm, &self.out_proj, &x)?)
     }
 
     /// Samples `max_tokens` continuations of `prompt` (token ids) with
@@ -423,6 +441,18 @@ impl Llama {
         }
         Ok(out)
     }
+}
+
+/// The embedding of `tokens`: the start of the residual stream, in
+/// [`RESIDUAL_DTYPE`].
+pub fn embed(embedding: &Embedding, tokens: &Array) -> Result<Array> {
+    embedding.forward(tokens)?.astype(RESIDUAL_DTYPE)
+}
+
+/// The residual stream `x` normed by the final `norm`, in the dtype of
+/// `out_proj`'s weight: what the output projection reads.
+pub fn head_input(norm: &RMSNorm, out_proj: &Linear, x: &Array) -> Result<Array> {
+    norm.forward(x)?.astype(out_proj.weight.value().dtype())
 }
 
 /// `x` `[B, L, D]` of new positions through `layers`, with their caches

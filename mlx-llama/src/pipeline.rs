@@ -25,12 +25,13 @@ use std::ops::Range;
 use std::path::Path;
 
 use anyhow::Context;
-use mlx_array::{Array, Dtype, Result, random};
+use mlx_array::{Array, Result, random};
 use mlx_dist::Group;
 use mlx_nn::{Embedding, Linear, Module, ModuleExt, Param, RMSNorm};
 
 use crate::model::{
-    KvCache, Llama, LlamaEncoderLayer, blocks_cached, check_prompt, eval_caches, sample_last,
+    KvCache, Llama, LlamaEncoderLayer, RESIDUAL_DTYPE, blocks_cached, check_prompt, embed,
+    eval_caches, head_input, sample_last,
 };
 
 /// One rank's part of a Llama split into a pipeline over a group.
@@ -45,7 +46,6 @@ pub struct PipelineStage {
     /// The final norm and output projection (the last rank only).
     head: Option<(RMSNorm, Linear)>,
     dims: usize,
-    dtype: Dtype,
 }
 
 /// The stage's parameters under their names in the whole model
@@ -98,7 +98,6 @@ impl PipelineStage {
             });
         }
         let blocks = r * total / n..(r + 1) * total / n;
-        let dtype = model.embedding.weight.value().dtype();
         let dims = model.config.dims;
         let Llama {
             embedding,
@@ -119,7 +118,6 @@ impl PipelineStage {
             embedding: (r == 0).then_some(embedding),
             head: (r + 1 == n).then_some((norm, out_proj)),
             dims,
-            dtype,
         })
     }
 
@@ -174,14 +172,14 @@ impl PipelineStage {
         for _ in 0..max_tokens {
             let len = input.len();
             let x = match &self.embedding {
-                Some(e) => e.forward(&Array::from_slice(&input, &[1, len])?)?,
-                None => mlx_dist::recv(&[1, len, self.dims], self.dtype, r - 1, &self.group)?,
+                Some(e) => embed(e, &Array::from_slice(&input, &[1, len])?)?,
+                None => mlx_dist::recv(&[1, len, self.dims], RESIDUAL_DTYPE, r - 1, &self.group)?,
             };
             let x = blocks_cached(&self.layers, &x, &mut caches)?;
             let mut id = [0u32];
             match &self.head {
                 Some((norm, out_proj)) => {
-                    let logits = out_proj.forward(&norm.forward(&x)?)?;
+                    let logits = out_proj.forward(&head_input(norm, out_proj, &x)?)?;
                     id[0] = sample_last(&logits, temperature, &mut key)?;
                     eval_caches(&caches)?;
                 }
