@@ -216,11 +216,7 @@ pub fn run(a: &CollectivesArgs) -> Result<()> {
             bail!("unknown backend {b:?} across hosts: ring, tls, quic, mpi or mlx");
         }
     }
-    for op in &a.ops {
-        if !["all_sum", "all_gather", "sum_scatter"].contains(&op.as_str()) {
-            bail!("unknown op {op:?}: all_sum, all_gather or sum_scatter");
-        }
-    }
+    crate::bench_collectives::check_ops(&a.ops)?;
     if a.max_bytes() < 1024 {
         bail!("--max-bytes must be at least 1024 (the smallest message)");
     }

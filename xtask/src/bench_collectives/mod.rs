@@ -30,6 +30,24 @@ use crate::util::{root, timestamp};
 pub(crate) use measure::{build_example, describe, load_average, run_collectives_with};
 pub(crate) use report::{human, time};
 
+/// The collectives the example times: the f32 ones, and the bfloat16
+/// sums (summed in f32 at each block's owner over more than two ranks).
+const OPS: [&str; 5] = [
+    "all_sum",
+    "all_gather",
+    "sum_scatter",
+    "all_sum_bf16",
+    "sum_scatter_bf16",
+];
+
+/// An error naming the first of `ops` that is not one of [`OPS`].
+pub(crate) fn check_ops(ops: &[String]) -> Result<()> {
+    match ops.iter().find(|op| !OPS.contains(&op.as_str())) {
+        Some(op) => bail!("unknown op {op:?}: one of {}", OPS.join(", ")),
+        None => Ok(()),
+    }
+}
+
 /// Options of `cargo xtask bench collectives`.
 #[derive(Args, Debug)]
 pub struct CollectivesArgs {
@@ -48,7 +66,8 @@ pub struct CollectivesArgs {
         default_value = "ring,ring-tcp,tls,quic,mpi"
     )]
     pub backends: Vec<String>,
-    /// Collectives to time: all_sum, all_gather, sum_scatter.
+    /// Collectives to time: all_sum, all_gather, sum_scatter, all_sum_bf16,
+    /// sum_scatter_bf16.
     #[arg(long, value_delimiter = ',', default_value = "all_sum,all_gather")]
     pub ops: Vec<String>,
     /// A quick pass: messages up to 1 MiB, one timed average_gradients repetition.
@@ -232,11 +251,7 @@ pub fn run(a: CollectivesArgs) -> Result<()> {
             bail!("unknown backend {b:?}: ring, ring-tcp, tls, quic or mpi");
         }
     }
-    for op in &a.ops {
-        if !["all_sum", "all_gather", "sum_scatter"].contains(&op.as_str()) {
-            bail!("unknown op {op:?}: all_sum, all_gather or sum_scatter");
-        }
-    }
+    check_ops(&a.ops)?;
     let out = a.out.clone().unwrap_or_else(|| {
         root()
             .join("runs")
