@@ -94,9 +94,12 @@ fn sum_blocks(
         r,
         |j| &input[blocks[j].clone()],
         |ctx, j| {
-            ctx.recv(members[j], 0, part)?;
-            add_half(acc, part, dtype);
-            Ok(())
+            // Added piece by piece as it arrives, straight from shared
+            // memory where the link lends it (`part` is for the others).
+            let size = dtype.size_of();
+            ctx.recv_with(members[j], 0, part.len(), part, &mut |at, piece| {
+                add_half(&mut acc[at / size..(at + piece.len()) / size], piece, dtype)
+            })
         },
     )
 }
