@@ -17,8 +17,9 @@ use serde::{Deserialize, Serialize};
 /// embedding carries the stream) or flash-attention's `residual_in_fp32`:
 /// in bfloat16 each add would round the stream to 8 bits of mantissa,
 /// losing whatever a block adds below 1/256 of the stream's size, a loss
-/// that grows with depth. The float32 adds cost about 2% of a bfloat16
-/// step of the reference model. The norms compute in float32 either way.
+/// that grows with depth. The float32 adds cost no measurable time on the
+/// reference model (BENCHMARKS.md). The norms compute in float32 either
+/// way.
 pub const RESIDUAL_DTYPE: Dtype = Dtype::F32;
 
 /// Model hyper-parameters; the defaults are the reference experiment's.
