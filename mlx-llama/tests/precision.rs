@@ -81,9 +81,10 @@ fn a_model_with_parameters_cast_computes_in_their_dtype() {
 
 /// In a model whose weights are bfloat16, the residual stream between the
 /// blocks stays float32: it starts from the embedding in float32, and a
-/// block's contribution, of order one, added to stream values near 1000 (where bfloat16 holds only multiples of 4)
-/// comes out as the float32 model's contribution to bfloat16's precision.
-/// A bfloat16 stream would round each sum to a multiple of 4.
+/// block's contribution, of order one, added to stream values near 1000
+/// (where bfloat16 holds only multiples of 4) comes out as the float32
+/// model's contribution to bfloat16's precision. A bfloat16 stream would
+/// round each sum to a multiple of 4.
 #[test]
 fn the_residual_stream_stays_float32_under_bfloat16_weights() {
     let m = Llama::new(
