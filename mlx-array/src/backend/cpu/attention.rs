@@ -82,6 +82,54 @@ impl<T> Rows<T> {
         // SAFETY: callers stay inside the operand's `[B, H, L, w]` extent.
         unsafe { self.ptr.add(b * self.sb + h * self.sh + i * self.si) }
     }
+    /// The first `len` elements of head `(b, h)`, read only (the
+    /// logsumexps of [`saved_forward`], one to a query).
+    pub(super) fn head(&self, b: usize, h: usize, len: usize) -> &[T] {
+        // SAFETY: callers stay inside the head's extent, which nothing
+        // writes while it is read.
+        unsafe { std::slice::from_raw_parts(self.at(b, h, 0), len) }
+    }
+}
+
+/// The packed gradients of `dims` as the gradient kernels return them
+/// (`dk` and `dv` zeroed: they accumulate over the query blocks), and the
+/// rows of `dq`, `dk` and `dv` in them.
+pub(super) fn grad_buffer(dims: &AttentionDims) -> (ArrayData, [Rows; 3]) {
+    let AttentionDims {
+        h, lq, lk, d, dv, ..
+    } = *dims;
+    let (nq, nk, nv) = dims.grad_len();
+    let mut grads = ArrayData::alloc(&[nq + nk + nv], Dtype::F32);
+    let all = grads.as_mut_slice::<f32>(nq + nk + nv);
+    all[nq..].fill(0.0);
+    let buf = all.as_mut_ptr();
+    // SAFETY: dk and dv follow dq in the same allocation.
+    let rows = unsafe {
+        [
+            Rows::interleaved(buf, lq, h, d),
+            Rows::interleaved(buf.add(nq), lk, h, d),
+            Rows::interleaved(buf.add(nq + nk), lk, h, dv),
+        ]
+    };
+    (grads, rows)
+}
+
+/// The forward pass's result `packed` as the gradient kernels read it: the
+/// data (which must outlive the rows), the output's rows, and the
+/// logsumexps, `lq` to a head ([`Rows::head`]).
+pub(super) fn saved_forward(packed: &ArrayData, dims: &AttentionDims) -> (ArrayData, Rows, Rows) {
+    let AttentionDims { h, lq, dv, .. } = *dims;
+    let (n_out, n_lse) = dims.packed_len();
+    let packed = super::copy::contiguous(packed, &[n_out + n_lse], Dtype::F32);
+    let base = packed.ptr::<f32>() as *mut f32;
+    let lse = Rows {
+        // SAFETY: the logsumexps follow the output in the same allocation.
+        ptr: unsafe { base.add(n_out) },
+        sb: h * lq,
+        sh: lq,
+        si: 1,
+    };
+    (packed.clone(), Rows::interleaved(base, lq, h, dv), lse)
 }
 
 /// The rows of `q`, `k` and `v` (elements of `dtype`, whose size is
@@ -240,32 +288,15 @@ fn attention_grad_f32(
         dv,
         ..
     } = *dims;
-    let (nq, nk, nv) = dims.grad_len();
-    let mut grads = ArrayData::alloc(&[nq + nk + nv], Dtype::F32);
-    let all = grads.as_mut_slice::<f32>(nq + nk + nv);
-    // dk and dv accumulate over the query blocks.
-    all[nq..].fill(0.0);
-    let buf = all.as_mut_ptr();
+    let (grads, [dq, dk, dvr]) = grad_buffer(dims);
     let (_qkv, [qr, kr, vr]) = operands::<f32>([q, k, v], dims, Dtype::F32);
     let (_g, gr) = Rows::of(d_out, &[b, h, lq, dv]);
-    let (n_out, n_lse) = dims.packed_len();
-    let packed = super::copy::contiguous(packed, &[n_out + n_lse], Dtype::F32);
-    let base = packed.ptr::<f32>() as *mut f32;
-    let out = Rows::interleaved(base, lq, h, dv);
-    let dq = Rows::interleaved(buf, lq, h, d);
-    // SAFETY: dk and dv follow dq in the same allocation.
-    let (dk, dvr) = unsafe {
-        (
-            Rows::interleaved(buf.add(nq), lk, h, d),
-            Rows::interleaved(buf.add(nq + nk), lk, h, dv),
-        )
-    };
+    let (_packed, out, lses) = saved_forward(packed, dims);
     let mut probs = vec![0f32; BLOCK * lk];
     let mut dprobs = vec![0f32; BLOCK * lk];
     let mut dots = [0f32; BLOCK];
     for (bi, hi) in heads(b, h) {
-        // SAFETY: the logsumexps of head (bi, hi), as `attention` wrote them.
-        let lse = unsafe { std::slice::from_raw_parts(base.add(n_out + (bi * h + hi) * lq), lq) };
+        let lse = lses.head(bi, hi, lq);
         for i0 in (0..lq).step_by(BLOCK) {
             let rows = BLOCK.min(lq - i0);
             let keys = dims.limit(i0 + rows - 1);

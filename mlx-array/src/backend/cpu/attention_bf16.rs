@@ -19,7 +19,10 @@ use rayon::prelude::*;
 
 use super::Shared;
 use super::amx::{self, COLS, STEP};
-use super::attention::{BLOCK, Rows, heads, operands, output_dots, probabilities, score_gradients};
+use super::attention::{
+    BLOCK, Rows, grad_buffer, heads, operands, output_dots, probabilities, saved_forward,
+    score_gradients,
+};
 use super::gemm_bf16::{Matrix, pack_a, pack_b, round_row};
 use crate::backend::common::attention::AttentionDims;
 use crate::{ArrayData, Dtype};
@@ -207,35 +210,16 @@ pub(super) fn attention_grad(
         dv,
         ..
     } = *dims;
-    let (nq, nk, nv) = dims.grad_len();
-    let mut grads = ArrayData::alloc(&[nq + nk + nv], Dtype::F32);
-    let all = grads.as_mut_slice::<f32>(nq + nk + nv);
-    // dk and dv accumulate over the query blocks.
-    all[nq..].fill(0.0);
-    let buf = Shared(all.as_mut_ptr());
+    let (grads, [dq, dk, dvr]) = grad_buffer(dims);
     let (_qkv, [qr, kr, vr]) = operands::<u16>([q, k, v], dims, Dtype::BF16);
     let (_g, gr) = Rows::<f32>::of_dtype(d_out, &[b, h, lq, dv], Dtype::F32);
-    let (n_out, n_lse) = dims.packed_len();
-    let packed = super::copy::contiguous(packed, &[n_out + n_lse], Dtype::F32);
-    let base = Shared(packed.ptr::<f32>() as *mut f32);
+    let (_packed, out, lses) = saved_forward(packed, dims);
     let (kp_d, kp_dv, kp_l) = (words(d), words(dv), words(lk));
     let heads_all: Vec<(usize, usize)> = heads(b, h).collect();
     heads_all
         .par_iter()
         .for_each_init(Scratch::default, |sc, &(bi, hi)| {
-            let out = Rows::interleaved(base.ptr(), lq, h, dv);
-            let dq = Rows::interleaved(buf.ptr(), lq, h, d);
-            // SAFETY: dk and dv follow dq in the same allocation.
-            let (dk, dvr) = unsafe {
-                (
-                    Rows::interleaved(buf.ptr().add(nq), lk, h, d),
-                    Rows::interleaved(buf.ptr().add(nq + nk), lk, h, dv),
-                )
-            };
-            // SAFETY: the logsumexps of head (bi, hi), as `attention` wrote them.
-            let lse = unsafe {
-                std::slice::from_raw_parts(base.ptr().add(n_out + (bi * h + hi) * lq), lq)
-            };
+            let lse = lses.head(bi, hi, lq);
             // SAFETY (packing and every product below): as in `attention`; the
             // rows of dq, dk and dv written are this head's columns.
             unsafe {
