@@ -6,6 +6,7 @@
 //! same bfloat16 values within the error that rounding to bfloat16 where
 //! the kernels round can make, bounded below term by term.
 
+use mlx_array::conformance::values as f64s;
 use mlx_array::{Array, Dtype, fused_attention, grad, random};
 
 /// bfloat16's unit roundoff: a rounding moves a value by at most this
@@ -18,16 +19,6 @@ fn values(shape: &[usize], seed: u64) -> Array {
         .unwrap()
         .astype(Dtype::BF16)
         .unwrap()
-}
-
-fn f64s(x: &Array) -> Vec<f64> {
-    x.astype(Dtype::F32)
-        .unwrap()
-        .to_vec::<f32>()
-        .unwrap()
-        .into_iter()
-        .map(f64::from)
-        .collect()
 }
 
 /// A `[B, H, L, w]` operand's values, indexed `(b, h, l, c)`.

@@ -7,6 +7,7 @@
 //! strided views, batches and an empty `k`.
 
 use half::bf16;
+use mlx_array::conformance::values;
 use mlx_array::{Array, Dtype, random, settings};
 
 /// A `rows x cols` bfloat16 operand, or the transpose of a `cols x rows` one.
@@ -21,16 +22,6 @@ fn operand(rows: usize, cols: usize, transposed: bool, seed: u64) -> Array {
         .astype(Dtype::BF16)
         .unwrap();
     if transposed { x.t().unwrap() } else { x }
-}
-
-fn values(x: &Array) -> Vec<f64> {
-    x.astype(Dtype::F32)
-        .unwrap()
-        .to_vec::<f32>()
-        .unwrap()
-        .into_iter()
-        .map(f64::from)
-        .collect()
 }
 
 /// Checks `a @ b` (2-d) against float64: within the rounding to bfloat16
