@@ -89,6 +89,16 @@ impl<T> Rows<T> {
         // writes while it is read.
         unsafe { std::slice::from_raw_parts(self.at(b, h, 0), len) }
     }
+    /// [`Rows::head`] to be written (the logsumexps of [`forward_buffer`]).
+    ///
+    /// # Safety
+    /// Nothing else reads or writes head `(b, h)`'s `len` elements while the
+    /// slice lives.
+    #[allow(clippy::mut_from_ref)]
+    pub(super) unsafe fn head_mut(&self, b: usize, h: usize, len: usize) -> &mut [T] {
+        // SAFETY: within the head's extent; exclusive by the caller's promise.
+        unsafe { std::slice::from_raw_parts_mut(self.at(b, h, 0), len) }
+    }
 }
 
 /// The packed gradients of `dims` as the gradient kernels return them
@@ -114,22 +124,39 @@ pub(super) fn grad_buffer(dims: &AttentionDims) -> (ArrayData, [Rows; 3]) {
     (grads, rows)
 }
 
+/// The forward pass's result as [`attention`] returns it, to be written:
+/// the data, the output's rows, and the logsumexps, `lq` to a head
+/// ([`Rows::head_mut`]).
+pub(super) fn forward_buffer(dims: &AttentionDims) -> (ArrayData, Rows, Rows) {
+    let (n_out, n_lse) = dims.packed_len();
+    let mut packed = ArrayData::alloc(&[n_out + n_lse], Dtype::F32);
+    let base = packed.as_mut_slice::<f32>(n_out + n_lse).as_mut_ptr();
+    let [out, lse] = forward_rows(base, dims);
+    (packed, out, lse)
+}
+
 /// The forward pass's result `packed` as the gradient kernels read it: the
 /// data (which must outlive the rows), the output's rows, and the
 /// logsumexps, `lq` to a head ([`Rows::head`]).
 pub(super) fn saved_forward(packed: &ArrayData, dims: &AttentionDims) -> (ArrayData, Rows, Rows) {
-    let AttentionDims { h, lq, dv, .. } = *dims;
     let (n_out, n_lse) = dims.packed_len();
     let packed = super::copy::contiguous(packed, &[n_out + n_lse], Dtype::F32);
-    let base = packed.ptr::<f32>() as *mut f32;
+    let [out, lse] = forward_rows(packed.ptr::<f32>() as *mut f32, dims);
+    (packed, out, lse)
+}
+
+/// The output's rows (`[B, Lq, H, dv]`) and the logsumexps (`[B, H, Lq]`,
+/// after the output) of the forward pass's packed result at `base`.
+fn forward_rows(base: *mut f32, dims: &AttentionDims) -> [Rows; 2] {
+    let AttentionDims { h, lq, dv, .. } = *dims;
     let lse = Rows {
         // SAFETY: the logsumexps follow the output in the same allocation.
-        ptr: unsafe { base.add(n_out) },
+        ptr: unsafe { base.add(dims.packed_len().0) },
         sb: h * lq,
         sh: lq,
         si: 1,
     };
-    (packed.clone(), Rows::interleaved(base, lq, h, dv), lse)
+    [Rows::interleaved(base, lq, h, dv), lse]
 }
 
 /// The rows of `q`, `k` and `v` (elements of `dtype`, whose size is
@@ -198,16 +225,12 @@ fn attention_f32(q: &ArrayData, k: &ArrayData, v: &ArrayData, dims: &AttentionDi
         dv,
         ..
     } = *dims;
-    let (n_out, n_lse) = dims.packed_len();
-    let mut packed = ArrayData::alloc(&[n_out + n_lse], Dtype::F32);
-    let buf = packed.as_mut_slice::<f32>(n_out + n_lse).as_mut_ptr();
+    let (packed, out, lses) = forward_buffer(dims);
     let (_qkv, [qr, kr, vr]) = operands::<f32>([q, k, v], dims, Dtype::F32);
-    let out = Rows::interleaved(buf, lq, h, dv);
     let mut scores = vec![0f32; BLOCK * lk];
     for (bi, hi) in heads(b, h) {
-        // SAFETY: the logsumexps of head (bi, hi) are `lq` floats after the output.
-        let lse =
-            unsafe { std::slice::from_raw_parts_mut(buf.add(n_out + (bi * h + hi) * lq), lq) };
+        // SAFETY: only this iteration holds head (bi, hi)'s logsumexps.
+        let lse = unsafe { lses.head_mut(bi, hi, lq) };
         for i0 in (0..lq).step_by(BLOCK) {
             let rows = BLOCK.min(lq - i0);
             let keys = dims.limit(i0 + rows - 1);

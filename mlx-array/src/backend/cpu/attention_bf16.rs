@@ -17,11 +17,10 @@
 
 use rayon::prelude::*;
 
-use super::Shared;
 use super::amx::{self, COLS, STEP};
 use super::attention::{
-    BLOCK, Rows, grad_buffer, heads, operands, output_dots, probabilities, saved_forward,
-    score_gradients,
+    BLOCK, Rows, forward_buffer, grad_buffer, heads, operands, output_dots, probabilities,
+    saved_forward, score_gradients,
 };
 use super::gemm_bf16::{Matrix, pack_a, pack_b, round_row};
 use crate::backend::common::attention::AttentionDims;
@@ -124,20 +123,14 @@ pub(super) fn attention(
         dv,
         ..
     } = *dims;
-    let (n_out, n_lse) = dims.packed_len();
-    let mut packed = ArrayData::alloc(&[n_out + n_lse], Dtype::F32);
-    let buf = Shared(packed.as_mut_slice::<f32>(n_out + n_lse).as_mut_ptr());
+    let (packed, out, lses) = forward_buffer(dims);
     let (_qkv, [qr, kr, vr]) = operands::<u16>([q, k, v], dims, Dtype::BF16);
     let (kp_d, kp_l) = (words(d), words(lk));
     let all: Vec<(usize, usize)> = heads(b, h).collect();
     all.par_iter()
         .for_each_init(Scratch::default, |sc, &(bi, hi)| {
-            let out = Rows::interleaved(buf.ptr(), lq, h, dv);
-            // SAFETY: the logsumexps of head (bi, hi) are `lq` floats after the
-            // output, written by this task only.
-            let lse = unsafe {
-                std::slice::from_raw_parts_mut(buf.ptr().add(n_out + (bi * h + hi) * lq), lq)
-            };
+            // SAFETY: head (bi, hi)'s logsumexps are written by this task only.
+            let lse = unsafe { lses.head_mut(bi, hi, lq) };
             // SAFETY (packing and every product below): the operands are this
             // head's rows, in bounds for the shapes given; AMX is available;
             // `kp_d` and the keys' words are whole steps and the widths whole
