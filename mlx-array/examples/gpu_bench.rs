@@ -170,5 +170,9 @@ fn main() -> Result<()> {
         "llama-like block {dtype} fwd+bwd (T={t}, D={d}, 4 heads, MLP 2D): {:.2} ms/step",
         s * 1e3
     );
+    // MLX_PROFILE=1: per-primitive times (GPU execution from timestamp queries).
+    if mlx_array::profile::enabled() {
+        println!("{}", mlx_array::profile::report(20));
+    }
     Ok(())
 }

@@ -234,7 +234,11 @@ fn run_nodes(order: Vec<Array>, in_flight: &mut InFlight) -> Result<()> {
         }
         match primitive.stream() {
             Stream::Compute => {
-                let t0 = crate::profile::enabled().then(std::time::Instant::now);
+                // Also tags the GPU passes the kernel records, for their
+                // execution times (see `crate::profile`).
+                let timer = crate::profile::enabled().then(|| {
+                    crate::profile::start(primitive.name(), a.shape(), a.device() == Device::Gpu)
+                });
                 let data = match a.device() {
                     Device::Cpu => primitive.eval_cpu(&inputs, &a)?,
                     Device::Gpu => match fusion.run(&a)? {
@@ -242,8 +246,8 @@ fn run_nodes(order: Vec<Array>, in_flight: &mut InFlight) -> Result<()> {
                         None => primitive.eval_gpu(&inputs, &a)?,
                     },
                 };
-                if let Some(t0) = t0 {
-                    crate::profile::record(primitive.name(), a.shape(), t0.elapsed());
+                if let Some(timer) = timer {
+                    timer.stop();
                 }
                 drop(inputs);
                 set_ready(&a, data);
@@ -267,7 +271,10 @@ fn run_outputs(
             "communication primitives have one output",
         ));
     }
-    let t0 = crate::profile::enabled().then(std::time::Instant::now);
+    let timer = crate::profile::enabled().then(|| {
+        let shape = outputs.first().map_or(&[][..], |o| &o.shape[..]);
+        crate::profile::start(primitive.name(), shape, a.device() == Device::Gpu)
+    });
     let data = match a.device() {
         Device::Cpu => primitive.eval_cpu_outputs(&inputs, outputs)?,
         Device::Gpu => primitive.eval_gpu_outputs(&inputs, outputs)?,
@@ -282,9 +289,8 @@ fn run_outputs(
             ),
         ));
     }
-    if let Some(t0) = t0 {
-        let shape = outputs.first().map_or(&[][..], |o| &o.shape[..]);
-        crate::profile::record(primitive.name(), shape, t0.elapsed());
+    if let Some(timer) = timer {
+        timer.stop();
     }
     drop(inputs);
     let old = std::mem::replace(&mut *a.lock(), State::ReadyOutputs(data));

@@ -3,13 +3,60 @@
 //! the totals by primitive name and output shape, largest first, and the
 //! kernel (compute or collective) by which array memory reached its peak.
 //! Off by default (one relaxed atomic load per node).
+//!
+//! Two clocks, reported in two tables:
+//!
+//! - **CPU**: the host time of each CPU kernel, collective and wait for one.
+//!   A GPU primitive's kernel only records dispatches into the command
+//!   encoder, so its host time is listed apart, as `name (GPU recording)`:
+//!   the cost of feeding the GPU, not of running the work. (A transfer to
+//!   the CPU waits for the GPU's queued work: its host time includes that.)
+//! - **GPU**: execution time on the GPU, from timestamp queries written at
+//!   the beginning and end of every compute pass, each pass tagged with the
+//!   primitive that recorded it. They are read back when the eval's work is
+//!   submitted, which waits for the GPU: profiling synchronises, so the GPU
+//!   no longer overlaps the next eval's recording. Transfers' copies and the
+//!   clearing of packed outputs are not passes and go untimed.
+//!
+//! GPU times need the adapter's `TIMESTAMP_QUERY` feature, requested only
+//! when profiling is on as the GPU is first used (so set `MLX_PROFILE=1`, or
+//! call [`crate::settings::set_profile`], before that). Without it there is
+//! no GPU table, and the report says once why.
 
+use std::cell::RefCell;
 use std::collections::HashMap;
-use std::sync::Mutex;
-use std::time::Duration;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
-/// `(primitive name, output shape)` -> `(calls, total time)`.
-type Table = HashMap<(&'static str, Vec<usize>), (u64, Duration)>;
+/// What a recorded time measures.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Clock {
+    /// Host time of a CPU kernel, a collective, or a wait for one.
+    Cpu,
+    /// Host time a GPU primitive spent recording its dispatches (not running them).
+    GpuRecording,
+    /// GPU execution time of a primitive's compute passes.
+    Gpu,
+}
+
+/// One row of the profile: a primitive's total on one clock.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Entry {
+    /// What the time measures.
+    pub clock: Clock,
+    /// The primitive's name.
+    pub name: &'static str,
+    /// Its (first) output's shape.
+    pub shape: Vec<usize>,
+    /// Kernel runs.
+    pub calls: u64,
+    /// Their total time.
+    pub total: Duration,
+}
+
+/// `(clock, primitive name, output shape)` -> `(calls, total time)`.
+type Table = HashMap<(Clock, &'static str, Vec<usize>), (u64, Duration)>;
 
 static TABLE: Mutex<Option<Table>> = Mutex::new(None);
 
@@ -17,75 +64,231 @@ static TABLE: Mutex<Option<Table>> = Mutex::new(None);
 /// or right before which it was first reached.
 static PEAK: Mutex<Option<(usize, &'static str, Vec<usize>)>> = Mutex::new(None);
 
+/// Why the GPU's passes are not timed, when they are not (set by the GPU
+/// backend as it creates its device; kept across [`reset`], as the device is).
+static GPU_UNTIMED: Mutex<Option<String>> = Mutex::new(None);
+
 /// True when `MLX_PROFILE=1` or [`crate::settings::set_profile`] asks for it
 /// (a value that is not understood is the first eval's error).
 pub fn enabled() -> bool {
     crate::settings::profile().unwrap_or(false)
 }
 
-/// Adds one kernel run to the table.
-pub(crate) fn record(name: &'static str, shape: &[usize], dt: Duration) {
-    let mut t = TABLE.lock().unwrap_or_else(|e| e.into_inner());
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn add(clock: Clock, name: &'static str, shape: &[usize], calls: u64, dt: Duration) {
+    let mut t = lock(&TABLE);
     let e = t
         .get_or_insert_with(HashMap::new)
-        .entry((name, shape.to_vec()))
+        .entry((clock, name, shape.to_vec()))
         .or_default();
-    e.0 += 1;
+    e.0 += calls;
     e.1 += dt;
-    drop(t);
+}
+
+/// Adds one CPU kernel run (or collective, or wait) to the table.
+pub(crate) fn record(name: &'static str, shape: &[usize], dt: Duration) {
+    record_host(Clock::Cpu, name, shape, dt);
+}
+
+fn record_host(clock: Clock, name: &'static str, shape: &[usize], dt: Duration) {
+    add(clock, name, shape, 1, dt);
     // Right after a kernel its output and all its inputs are alive: the
     // moments at which array memory peaks.
     // The process's peak may also have been reached inside a kernel (its
     // scratch) or between kernels: a new peak since the last record is put
     // down to this kernel.
     let active = crate::memory::active().max(crate::memory::peak());
-    let mut p = PEAK.lock().unwrap_or_else(|e| e.into_inner());
+    let mut p = lock(&PEAK);
     if p.as_ref().is_none_or(|(most, _, _)| active > *most) {
         *p = Some((active, name, shape.to_vec()));
     }
 }
 
-/// Forgets everything recorded so far.
-pub fn reset() {
-    *TABLE.lock().unwrap_or_else(|e| e.into_inner()) = None;
-    *PEAK.lock().unwrap_or_else(|e| e.into_inner()) = None;
+/// The primitive a thread is running, as the tag of the GPU passes it records.
+#[derive(Debug)]
+pub(crate) struct Tag {
+    /// The primitive's name.
+    pub(crate) name: &'static str,
+    /// Its (first) output's shape.
+    pub(crate) shape: Vec<usize>,
+    /// Which run of a kernel: the passes of one run count as one call.
+    call: u64,
 }
 
-/// The recorded totals as a text table (at most `rows` lines after the
-/// header, largest total first), with each name's share of the time.
-pub fn report(rows: usize) -> String {
-    let t = TABLE.lock().unwrap_or_else(|e| e.into_inner());
-    let Some(t) = t.as_ref() else {
-        return "no primitives were timed (set MLX_PROFILE=1)\n".into();
-    };
-    let total: f64 = t.values().map(|(_, d)| d.as_secs_f64()).sum();
-    let mut by_name: HashMap<&str, f64> = HashMap::new();
-    for ((n, _), (_, d)) in t {
-        *by_name.entry(n).or_default() += d.as_secs_f64();
+thread_local! {
+    static CURRENT: RefCell<Option<Arc<Tag>>> = const { RefCell::new(None) };
+}
+
+static CALLS: AtomicU64 = AtomicU64::new(0);
+
+/// The primitive the calling thread is running, while the profile is on.
+#[allow(dead_code)] // for the GPU backend: unused in a build without the `gpu` feature
+pub(crate) fn current() -> Option<Arc<Tag>> {
+    CURRENT.with(|c| c.borrow().clone())
+}
+
+/// Times one kernel run on the host and tags the GPU passes it records;
+/// started by [`start`].
+pub(crate) struct Kernel {
+    t0: Instant,
+    on_gpu: bool,
+    tag: Arc<Tag>,
+}
+
+/// Starts timing a run of `name` (output `shape`); `on_gpu` when its kernel
+/// records GPU work rather than doing the work.
+pub(crate) fn start(name: &'static str, shape: &[usize], on_gpu: bool) -> Kernel {
+    let tag = Arc::new(Tag {
+        name,
+        shape: shape.to_vec(),
+        call: CALLS.fetch_add(1, Ordering::Relaxed),
+    });
+    CURRENT.with(|c| *c.borrow_mut() = Some(tag.clone()));
+    Kernel {
+        t0: Instant::now(),
+        on_gpu,
+        tag,
     }
-    let mut names: Vec<_> = by_name.into_iter().collect();
-    names.sort_by(|a, b| b.1.total_cmp(&a.1));
-    let mut out = format!("primitive time: {total:.3} s in all\n");
-    if let Some((bytes, name, shape)) = PEAK.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
+}
+
+impl Kernel {
+    /// Adds the host time since [`start`] to the table.
+    pub(crate) fn stop(self) {
+        // Recording time is kept (not dropped) but on its own rows: it is
+        // real host work (encoding, a kernel's first compile, an upload's
+        // staging copy) that bounds how fast the CPU feeds the GPU, and it
+        // must never read as the GPU's execution time.
+        let clock = if self.on_gpu {
+            Clock::GpuRecording
+        } else {
+            Clock::Cpu
+        };
+        record_host(clock, self.tag.name, &self.tag.shape, self.t0.elapsed());
+    }
+}
+
+impl Drop for Kernel {
+    fn drop(&mut self) {
+        CURRENT.with(|c| *c.borrow_mut() = None);
+    }
+}
+
+/// Adds the GPU execution times of one submission's passes (each with the
+/// primitive that recorded it); a kernel's passes count as one call.
+#[allow(dead_code)] // for the GPU backend: unused in a build without the `gpu` feature
+pub(crate) fn record_gpu(passes: impl IntoIterator<Item = (Arc<Tag>, Duration)>) {
+    let mut calls: HashMap<u64, (Arc<Tag>, Duration)> = HashMap::new();
+    for (tag, dt) in passes {
+        calls
+            .entry(tag.call)
+            .or_insert_with(|| (tag, Duration::ZERO))
+            .1 += dt;
+    }
+    for (tag, dt) in calls.into_values() {
+        add(Clock::Gpu, tag.name, &tag.shape, 1, dt);
+    }
+}
+
+/// Notes why the GPU's passes go untimed (shown once in [`report`]).
+#[allow(dead_code)] // for the GPU backend: unused in a build without the `gpu` feature
+pub(crate) fn set_gpu_untimed(reason: String) {
+    *lock(&GPU_UNTIMED) = Some(reason);
+}
+
+/// Why GPU execution times are unavailable (`None` while the GPU is unused,
+/// or when its passes are timed).
+pub fn gpu_untimed() -> Option<String> {
+    lock(&GPU_UNTIMED).clone()
+}
+
+/// Forgets everything recorded so far.
+pub fn reset() {
+    *lock(&TABLE) = None;
+    *lock(&PEAK) = None;
+}
+
+/// Everything recorded so far, in no particular order.
+pub fn entries() -> Vec<Entry> {
+    let t = lock(&TABLE);
+    t.iter()
+        .flatten()
+        .map(|(&(clock, name, ref shape), &(calls, total))| Entry {
+            clock,
+            name,
+            shape: shape.clone(),
+            calls,
+            total,
+        })
+        .collect()
+}
+
+/// The recorded totals as text: a CPU table, then (when any) a GPU table,
+/// each by name (at most `rows` lines, largest total first, with each
+/// name's share of its clock's time) and by output shape (`rows` lines).
+pub fn report(rows: usize) -> String {
+    let all = entries();
+    if all.is_empty() {
+        return "no primitives were timed (set MLX_PROFILE=1)\n".into();
+    }
+    // Host and GPU time are separate tables: the GPU runs after (or, without
+    // profiling, while) the host records, so one sum of both would be
+    // neither the wall time nor either device's busy time.
+    let (gpu, host): (Vec<Entry>, Vec<Entry>) =
+        all.into_iter().partition(|e| e.clock == Clock::Gpu);
+    let mut out = String::new();
+    if let Some((bytes, name, shape)) = lock(&PEAK).as_ref() {
         out += &format!(
             "peak array memory: {:.1} MiB, reached by {name} {shape:?}\n",
             *bytes as f64 / (1 << 20) as f64
         );
     }
+    out += &table("primitive time on the CPU", &host, rows);
+    if !gpu.is_empty() {
+        out += &table("GPU execution time (timestamp queries)", &gpu, rows);
+    }
+    let recorded_gpu_work = host.iter().any(|e| e.clock == Clock::GpuRecording);
+    if let Some(why) = gpu_untimed().filter(|_| recorded_gpu_work) {
+        out += &format!(
+            "GPU execution times unavailable: {why}; `(GPU recording)` rows are host time \
+             to record GPU work, not to run it\n"
+        );
+    }
+    out
+}
+
+/// One clock's entries as text under `title`.
+fn table(title: &str, entries: &[Entry], rows: usize) -> String {
+    let label = |e: &Entry| match e.clock {
+        Clock::GpuRecording => format!("{} (GPU recording)", e.name),
+        _ => e.name.to_string(),
+    };
+    let total: f64 = entries.iter().map(|e| e.total.as_secs_f64()).sum();
+    let mut by_name: HashMap<String, f64> = HashMap::new();
+    for e in entries {
+        *by_name.entry(label(e)).or_default() += e.total.as_secs_f64();
+    }
+    let mut names: Vec<_> = by_name.into_iter().collect();
+    names.sort_by(|a, b| b.1.total_cmp(&a.1));
+    let mut out = format!("{title}: {total:.3} s in all\n");
     for (n, s) in names.iter().take(rows) {
         out += &format!(
             "  {n:<28} {s:>9.3} s {:>5.1}%\n",
             100.0 * s / total.max(1e-12)
         );
     }
-    let mut entries: Vec<_> = t.iter().collect();
-    entries.sort_by_key(|e| std::cmp::Reverse(e.1.1));
+    let mut sorted: Vec<&Entry> = entries.iter().collect();
+    sorted.sort_by_key(|e| std::cmp::Reverse(e.total));
     out += "by output shape:\n";
-    for ((n, shape), (calls, d)) in entries.into_iter().take(rows) {
+    for e in sorted.into_iter().take(rows) {
         out += &format!(
-            "  {n:<28} {:<22} {calls:>6} calls {:>9.3} s\n",
-            format!("{shape:?}"),
-            d.as_secs_f64()
+            "  {:<28} {:<22} {:>6} calls {:>9.3} s\n",
+            label(e),
+            format!("{:?}", e.shape),
+            e.calls,
+            e.total.as_secs_f64()
         );
     }
     out

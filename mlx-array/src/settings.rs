@@ -7,7 +7,7 @@
 //! | variable | values | default | setter |
 //! |---|---|---|---|
 //! | `MLX_OVERLAP` | `1`/`0` (`on`/`off`, `true`/`false`) | on | [`set_overlap`] |
-//! | `MLX_PROFILE` | `1`/`0` | off | [`set_profile`] |
+//! | `MLX_PROFILE` | `1`/`0` | off; on: every primitive timed ([`crate::profile`]), GPU ones by timestamp queries around their compute passes where the adapter has `TIMESTAMP_QUERY` (set it before the GPU's first use; each eval then waits for its GPU work) | [`set_profile`] |
 //! | `MLX_LCE` | `fused`, `blas` | `fused` where the CPU has AVX-512 | [`set_loss_path`] |
 //! | `MLX_BLAS` | a CBLAS library's path, or `none` | OpenBLAS, or Accelerate on macOS | [`set_blas`] |
 //! | `MLX_GEMM_BF16` | `1`/`0` | on: bfloat16 products (matmul, the one-pass output projection + loss) on AVX512_BF16 where the CPU has it (off: convert to f32 for the BLAS and the f32 kernels) | [`set_bf16_gemm`] |
@@ -29,7 +29,7 @@ use crate::error::{Error, Result};
 
 /// `MLX_OVERLAP`: the evaluator runs what waits for no collective first.
 pub const MLX_OVERLAP: &str = "MLX_OVERLAP";
-/// `MLX_PROFILE`: time every primitive.
+/// `MLX_PROFILE`: time every primitive (on the GPU, by timestamp queries).
 pub const MLX_PROFILE: &str = "MLX_PROFILE";
 /// `MLX_LCE`: the CPU path of the one-pass output projection and loss.
 pub const MLX_LCE: &str = "MLX_LCE";
@@ -160,7 +160,8 @@ pub fn profile() -> Result<bool> {
     PROFILE.get()
 }
 
-/// Turns the per-primitive profile on or off (wins over `MLX_PROFILE`).
+/// Turns the per-primitive profile on or off (wins over `MLX_PROFILE`). GPU
+/// execution times need it on before the GPU is first used.
 pub fn set_profile(on: bool) {
     PROFILE.set(on);
 }

@@ -4,7 +4,8 @@
 //! by kernel and dtypes, and a buffer pool with size classes (freed buffers
 //! are reused and counted in [`crate::memory::cache`]). Kernels record their
 //! dispatches into one command encoder that [`submit`] sends at the end of
-//! each `eval`; the only CPU-GPU round trip is a transfer to the CPU.
+//! each `eval`; the only CPU-GPU round trip is a transfer to the CPU (and,
+//! while profiling with GPU times, every submission: see `timestamps`).
 //!
 //! Storage layout on the GPU matches the CPU's byte for byte (so transfers
 //! are plain copies): 32-bit types natively; `f16` natively too where the
@@ -33,6 +34,7 @@ mod norm;
 mod reduce;
 mod rope;
 mod scan;
+mod timestamps;
 
 pub use attention::{attention, attention_grad};
 pub use creation::{arange, random_bits};
@@ -69,6 +71,10 @@ pub struct GpuContext {
     pipelines: Mutex<HashMap<String, Arc<wgpu::ComputePipeline>>>,
     pool: Mutex<HashMap<u64, Vec<wgpu::Buffer>>>,
     encoder: Mutex<Option<wgpu::CommandEncoder>>,
+    /// GPU times for the profile: present when profiling was on as the
+    /// device was made and the adapter has `TIMESTAMP_QUERY`. Locked after
+    /// `encoder`, whose passes it lists.
+    timestamps: Option<Mutex<timestamps::Timestamps>>,
     /// The first asynchronous failure (validation, device lost) not yet reported.
     failure: Arc<Mutex<Option<String>>>,
 }
@@ -116,11 +122,29 @@ impl GpuContext {
         let limits = adapter.limits();
         let f16 =
             adapter.features().contains(wgpu::Features::SHADER_F16) && crate::settings::gpu_f16();
-        let required_features = if f16 {
-            wgpu::Features::SHADER_F16
+        // Timestamps only while profiling, so that a device made without
+        // it has exactly the features it had before they existed.
+        let timed = if !crate::profile::enabled() {
+            Err(
+                "the GPU device was made while profiling was off (set MLX_PROFILE=1, or call \
+                 settings::set_profile(true), before the GPU is first used)"
+                    .to_string(),
+            )
+        } else if !adapter.features().contains(wgpu::Features::TIMESTAMP_QUERY) {
+            Err(format!(
+                "the GPU adapter `{}` has no TIMESTAMP_QUERY",
+                info.name
+            ))
         } else {
-            wgpu::Features::empty()
+            Ok(())
         };
+        let mut required_features = wgpu::Features::empty();
+        if f16 {
+            required_features |= wgpu::Features::SHADER_F16;
+        }
+        if timed.is_ok() {
+            required_features |= wgpu::Features::TIMESTAMP_QUERY;
+        }
         let (device, queue) = pollster::block_on(adapter.request_device(&wgpu::DeviceDescriptor {
             label: Some("mlx-array"),
             required_features,
@@ -141,6 +165,15 @@ impl GpuContext {
             let mut slot = f.lock().unwrap_or_else(|p| p.into_inner());
             *slot = Some(format!("the GPU device was lost ({reason:?}): {message}"));
         });
+        let timestamps = match timed {
+            Ok(()) => Some(Mutex::new(timestamps::Timestamps::new(
+                queue.get_timestamp_period(),
+            ))),
+            Err(why) => {
+                crate::profile::set_gpu_untimed(why);
+                None
+            }
+        };
         Ok(GpuContext {
             device,
             queue,
@@ -150,6 +183,7 @@ impl GpuContext {
             pipelines: Mutex::new(HashMap::new()),
             pool: Mutex::new(HashMap::new()),
             encoder: Mutex::new(None),
+            timestamps,
             failure,
         })
     }
@@ -249,22 +283,87 @@ impl GpuContext {
     pub(crate) fn record(&self, record: impl FnOnce(&mut wgpu::CommandEncoder)) -> Result<()> {
         self.check()?;
         let mut slot = lock(&self.encoder);
-        let enc = slot.get_or_insert_with(|| {
-            self.device
-                .create_command_encoder(&wgpu::CommandEncoderDescriptor {
-                    label: Some("eval"),
-                })
-        });
-        record(enc);
+        record(slot.get_or_insert_with(|| self.new_encoder()));
         Ok(())
     }
 
-    /// Submits the recorded work without waiting for it.
+    fn new_encoder(&self) -> wgpu::CommandEncoder {
+        self.device
+            .create_command_encoder(&wgpu::CommandEncoderDescriptor {
+                label: Some("eval"),
+            })
+    }
+
+    /// Records `before` (e.g. clearing the pass's output), then one compute
+    /// pass run by `pass`, on the eval's command encoder. While profiling
+    /// with timestamps, the pass writes the GPU's clock as it begins and
+    /// ends, for the primitive the calling thread is evaluating.
+    pub(crate) fn record_pass(
+        &self,
+        before: impl FnOnce(&mut wgpu::CommandEncoder),
+        pass: impl FnOnce(&mut wgpu::ComputePass<'_>),
+    ) -> Result<()> {
+        self.check()?;
+        let mut slot = lock(&self.encoder);
+        let enc = slot.get_or_insert_with(|| self.new_encoder());
+        before(enc);
+        // Untagged work (recorded outside the evaluator, or with the profile
+        // off) is not timed: there is no primitive to put it down to.
+        let writes = self.timestamps.as_ref().and_then(|t| {
+            let tag = crate::profile::current()?;
+            Some(lock(t).next(&self.device, tag))
+        });
+        let mut p = enc.begin_compute_pass(&wgpu::ComputePassDescriptor {
+            label: None,
+            timestamp_writes: writes
+                .as_ref()
+                .map(|(set, i)| wgpu::ComputePassTimestampWrites {
+                    query_set: set,
+                    beginning_of_pass_write_index: Some(*i),
+                    end_of_pass_write_index: Some(i + 1),
+                }),
+        });
+        pass(&mut p);
+        Ok(())
+    }
+
+    /// Submits the recorded work; waits for it only when its passes were
+    /// timed (to read their timestamps back for the profile).
     fn flush(&self) -> Result<()> {
-        if let Some(enc) = lock(&self.encoder).take() {
+        let mut slot = lock(&self.encoder);
+        if let Some(mut enc) = slot.take() {
+            // Resolved under the encoder's lock, so the passes listed are
+            // exactly this encoder's.
+            let readback = self
+                .timestamps
+                .as_ref()
+                .and_then(|t| lock(t).resolve(&self.device, &mut enc));
+            drop(slot);
             self.queue.submit([enc.finish()]);
+            if let Some(r) = readback {
+                r.finish(self)?;
+            }
         }
         self.check()
+    }
+
+    /// Maps `buffer` (a `MAP_READ` copy destination of submitted work) for
+    /// reading, waiting for the GPU.
+    fn map_read(&self, buffer: &wgpu::Buffer) -> Result<()> {
+        let (tx, rx) = std::sync::mpsc::sync_channel(1);
+        buffer.slice(..).map_async(wgpu::MapMode::Read, move |r| {
+            let _ = tx.send(r);
+        });
+        self.device
+            .poll(wgpu::PollType::Wait {
+                submission_index: None,
+                timeout: Some(Duration::from_secs(120)),
+            })
+            .map_err(|e| Error::gpu(format!("waiting for the GPU failed: {e}")))?;
+        self.check()?;
+        rx.recv()
+            .map_err(|_| Error::gpu("the GPU never finished mapping a buffer"))?
+            .map_err(|e| Error::gpu(format!("reading a GPU buffer failed: {e}")))
     }
 }
 
@@ -441,20 +540,7 @@ pub(crate) fn download(data: &ArrayData, shape: &[usize], dtype: Dtype) -> Resul
     let src = buffer_of(&dense)?;
     c.record(|enc| enc.copy_buffer_to_buffer(src, 0, &staging, 0, padded))?;
     c.flush()?;
-    let (tx, rx) = std::sync::mpsc::sync_channel(1);
-    staging.slice(..).map_async(wgpu::MapMode::Read, move |r| {
-        let _ = tx.send(r);
-    });
-    c.device
-        .poll(wgpu::PollType::Wait {
-            submission_index: None,
-            timeout: Some(Duration::from_secs(120)),
-        })
-        .map_err(|e| Error::gpu(format!("waiting for the GPU failed: {e}")))?;
-    c.check()?;
-    rx.recv()
-        .map_err(|_| Error::gpu("the GPU never finished mapping a buffer"))?
-        .map_err(|e| Error::gpu(format!("reading a GPU buffer failed: {e}")))?;
+    c.map_read(&staging)?;
     {
         let view = staging
             .slice(..)
@@ -556,17 +642,20 @@ pub(crate) fn dispatch_groups(
         )));
     }
     DISPATCHES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    c.record(|enc| {
-        if clear_output {
-            enc.clear_buffer(
-                out,
-                0,
-                Some((output_bytes.next_multiple_of(4) as u64).max(4)),
-            );
-        }
-        let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor::default());
-        pass.set_pipeline(pipeline);
-        pass.set_bind_group(0, &bind, &[]);
-        pass.dispatch_workgroups(x as u32, y as u32, 1);
-    })
+    c.record_pass(
+        |enc| {
+            if clear_output {
+                enc.clear_buffer(
+                    out,
+                    0,
+                    Some((output_bytes.next_multiple_of(4) as u64).max(4)),
+                );
+            }
+        },
+        |pass| {
+            pass.set_pipeline(pipeline);
+            pass.set_bind_group(0, &bind, &[]);
+            pass.dispatch_workgroups(x as u32, y as u32, 1);
+        },
+    )
 }
