@@ -1,5 +1,9 @@
-//! GPU throughput: matmul GFLOP/s at 1024^3 and at the Llama shapes of
-//! `benches/core.rs`, and one forward+backward of a Llama-like block.
+//! GPU throughput: matmul GFLOP/s at 1024^3, 4096^3, 8192^3 and at the
+//! Llama shapes of `benches/core.rs`; memory-bound kernels in GB/s (an
+//! elementwise copy-like scale, an add, an exp, a row sum and a row
+//! softmax); and one forward+backward of a Llama-like block. The last line,
+//! `RESULT {json}`, holds every figure (for `bench/gpu.sh`, which puts them
+//! beside PyTorch's on the same card).
 //!
 //! `cargo run -p mlx-array --example gpu_bench` (full sizes; the dev
 //! profile is optimised), or
@@ -8,7 +12,12 @@
 //! `bf16`) for half-precision operands and block (`MLX_GPU_F16=0` packs f16
 //! two to a word even where the adapter stores it natively). Shapes with an
 //! operand larger than the adapter's largest storage buffer are reported as
-//! skipped.
+//! skipped, and so is the 8192^3 cube under `--small` (2048^3 there: on a
+//! software adapter it would take a minute).
+//!
+//! Bytes counted for GB/s, as `bench/torch_gpu_ops.py` counts them: every
+//! element read once and written once (scale and exp: 2 x 4 bytes per f32
+//! element; add: 3 x; row sum: the input only; softmax: input and output).
 use std::time::Instant;
 
 use mlx_array::device::with_device;
@@ -17,6 +26,8 @@ use mlx_array::{Array, Device, Dtype, Result, random, value_and_grad};
 /// (name, m, k, n, transpose a, transpose b), as in `benches/core.rs`.
 const SHAPES: &[(&str, usize, usize, usize, bool, bool)] = &[
     ("1024^3", 1024, 1024, 1024, false, false),
+    ("4096^3", 4096, 4096, 4096, false, false),
+    ("8192^3", 8192, 8192, 8192, false, false),
     ("logits 2044x256@256x50257", 2044, 256, 50257, false, false),
     ("dW 256x2044@2044x50257 (aT)", 256, 2044, 50257, true, false),
     (
@@ -89,6 +100,38 @@ fn block(p: &[Array]) -> Result<Array> {
     x2.square()?.mean_all()
 }
 
+/// Memory-bound kernels over `elements` values of `dtype`: (name, bytes
+/// moved per call, the computation). Rows of 4096 for the row reductions.
+fn memory_kernels(
+    elements: usize,
+    dtype: Dtype,
+) -> Result<Vec<(&'static str, usize, Array, Array)>> {
+    let cols = 4096.min(elements);
+    let rows = elements / cols;
+    let x = gpu_uniform(&[rows, cols], 20, 1.0, dtype)?;
+    let y = gpu_uniform(&[rows, cols], 21, 1.0, dtype)?;
+    let bytes = rows * cols * dtype.size_of();
+    Ok(vec![
+        ("scale x*2", 2 * bytes, x.clone(), y.clone()),
+        ("add x+y", 3 * bytes, x.clone(), y.clone()),
+        ("exp", 2 * bytes, x.clone(), y.clone()),
+        ("row sum", bytes, x.clone(), y.clone()),
+        ("row softmax", 2 * bytes, x, y),
+    ])
+}
+
+/// The computation `name` of [`memory_kernels`] names.
+fn memory_op(name: &str, x: &Array, y: &Array) -> Result<Array> {
+    match name {
+        "scale x*2" => x.mul_scalar(2.0),
+        "add x+y" => x.add(y),
+        "exp" => x.exp(),
+        "row sum" => x.sum(&[-1], false),
+        "row softmax" => x.softmax(&[-1]),
+        other => unreachable!("no memory kernel {other}"),
+    }
+}
+
 fn main() -> Result<()> {
     mlx_array::device::gpu_available()?;
     let small = std::env::args().any(|a| a == "--small");
@@ -109,13 +152,19 @@ fn main() -> Result<()> {
         }
         None => Dtype::F32,
     };
-    println!("adapter: {}", mlx_array::backend::gpu::adapter_name()?);
+    let adapter = mlx_array::backend::gpu::adapter_name()?;
+    println!("adapter: {adapter}");
     println!(
         "sizes divided by {div}; dtype {dtype} (f16 stored natively: {})",
         mlx_array::backend::gpu::native_f16()
     );
+    let mut results = Vec::new();
     for &(name, m, k, n, ta, tb) in SHAPES {
         let (m, k, n) = (m / div, k / div, n / div);
+        if small && m * k * n > 1 << 30 {
+            println!("matmul {dtype} {name} ({m}x{k}x{n}): skipped: --small");
+            continue;
+        }
         let run = || -> Result<f64> {
             let a = gpu_uniform(&if ta { [k, m] } else { [m, k] }, 1, 1.0, dtype)?;
             let b = gpu_uniform(&if tb { [n, k] } else { [k, n] }, 2, 1.0, dtype)?;
@@ -142,6 +191,27 @@ fn main() -> Result<()> {
             "matmul {dtype} {name} ({m}x{k}x{n}): {gflops:.1} GFLOP/s ({:.2} ms)",
             s * 1e3
         );
+        results.push(serde_json::json!({
+            "kind": "matmul", "name": name, "m": m, "k": k, "n": n,
+            "seconds": s, "tflops": gflops / 1e3,
+        }));
+    }
+    // Memory-bound kernels: 64 Mi elements (256 MiB of f32), 1 Mi with --small.
+    let elements = if small { 1 << 20 } else { 1 << 26 };
+    for (name, bytes, x, y) in memory_kernels(elements, dtype)? {
+        let iters = if small { 3 } else { 20 };
+        let s = time(iters, || {
+            with_device(Device::Gpu, || memory_op(name, &x, &y))
+        })?;
+        let gbs = bytes as f64 / s / 1e9;
+        println!(
+            "{name} {dtype} ({elements} elements): {gbs:.1} GB/s ({:.3} ms)",
+            s * 1e3
+        );
+        results.push(serde_json::json!({
+            "kind": "memory", "name": name, "elements": elements, "bytes": bytes,
+            "seconds": s, "gbs": gbs,
+        }));
     }
     // One Llama-like block, forward and backward (gradients of every weight).
     let (t, d) = (511 / div, 256 / div);
@@ -170,6 +240,13 @@ fn main() -> Result<()> {
         "llama-like block {dtype} fwd+bwd (T={t}, D={d}, 4 heads, MLP 2D): {:.2} ms/step",
         s * 1e3
     );
+    results.push(serde_json::json!({
+        "kind": "block", "name": "llama-like block fwd+bwd", "t": t, "d": d, "seconds": s,
+    }));
+    let summary = serde_json::json!({
+        "adapter": adapter, "dtype": dtype.to_string(), "small": small, "results": results,
+    });
+    println!("RESULT {summary}");
     // MLX_PROFILE=1: per-primitive times (GPU execution from timestamp queries).
     if mlx_array::profile::enabled() {
         println!("{}", mlx_array::profile::report(20));
