@@ -106,7 +106,8 @@ fn ranks_print_plain_lines_when_the_launcher_output_is_not_a_terminal() {
     }
 }
 
-/// A shell word for `s`.
+/// A shell word for `s` (for `script`, whose test is Linux's).
+#[cfg(target_os = "linux")]
 fn sh_quote(s: &str) -> String {
     format!("'{}'", s.replace('\'', r"'\''"))
 }

@@ -6,6 +6,7 @@ mod bench_collectives;
 mod bench_multihost;
 mod hosts;
 mod hosts_lock;
+mod macos_check;
 mod memprof;
 mod report_common;
 mod test;

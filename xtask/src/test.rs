@@ -5,14 +5,16 @@ use std::ffi::OsStr;
 use anyhow::{Result, bail};
 
 use crate::util::{cargo, cargo_with_env};
-use crate::{hosts, hosts_lock};
+use crate::{hosts, hosts_lock, macos_check};
 
-/// fmt check, clippy with -D warnings, then every test of the workspace;
+/// fmt check, clippy with -D warnings (for this host, then for macOS on
+/// Apple silicon, see [`macos_check`]), then every test of the workspace;
 /// then the MPI backend (feature `mlx-dist/mpi`): clippy and its multi-process
 /// tests under `mpirun`, building only `mlx-dist` again with the feature;
 /// then the multi-host tests across two emulated hosts (`xtask hosts`).
-/// Without Open MPI, or where hosts cannot be emulated (not root, not Linux,
-/// no sshd), those are skipped with a reason, unless `CI` is set. Under CI
+/// Without the macOS target, Open MPI, or where hosts cannot be emulated
+/// (not root, not Linux, no sshd), those are skipped with a reason, unless
+/// `CI` is set. Under CI
 /// the Slurm test must run too (`MLX_DIST_TEST_SLURM`).
 pub fn run() -> Result<()> {
     let ci = std::env::var_os("CI").is_some();
@@ -25,6 +27,11 @@ pub fn run() -> Result<()> {
         "-D",
         "warnings",
     ])?;
+    match macos_check::unavailable() {
+        None => macos_check::run()?,
+        Some(why) if ci => bail!("CI is set, but the macOS check cannot run: {why}"),
+        Some(why) => eprintln!("xtask test: skipping the macOS check: {why}"),
+    }
     let slurm: &[(&str, &OsStr)] = if ci {
         &[("MLX_DIST_TEST_SLURM", OsStr::new("1"))]
     } else {
