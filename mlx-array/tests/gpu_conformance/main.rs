@@ -13,6 +13,7 @@ mod elementwise;
 mod half;
 mod misc;
 mod reduce;
+mod threads;
 
 /// A primitive with a CPU kernel only (as another crate may define): placing
 /// it on the GPU must fail at eval.

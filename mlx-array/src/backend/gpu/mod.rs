@@ -338,8 +338,11 @@ impl GpuContext {
                 .timestamps
                 .as_ref()
                 .and_then(|t| lock(t).resolve(&self.device, &mut enc));
-            drop(slot);
+            // Submitted before the lock is released: work that any thread
+            // records after this encoder (and which may read its outputs,
+            // or reuse buffers it freed) must reach the queue after it.
             self.queue.submit([enc.finish()]);
+            drop(slot);
             if let Some(r) = readback {
                 r.finish(self)?;
             }
