@@ -8,24 +8,6 @@ use std::path::{Path, PathBuf};
 
 use mlx_llama::{Batching, DataSource, LlamaConfig, TrainConfig, train};
 
-/// True when a GPU adapter is usable; otherwise prints why the test is
-/// skipped, or fails when `CI` or `MLX_REQUIRE_GPU` says one is expected.
-fn gpu() -> bool {
-    match mlx_array::device::gpu_available() {
-        Ok(()) => true,
-        Err(e) => {
-            let required =
-                std::env::var_os("CI").is_some() || std::env::var_os("MLX_REQUIRE_GPU").is_some();
-            assert!(
-                !required,
-                "a GPU is required here (CI or MLX_REQUIRE_GPU is set): {e}"
-            );
-            eprintln!("skipping GPU test: {e}");
-            false
-        }
-    }
-}
-
 /// One layer of 16 dimensions on blocks of 16 tokens: small enough for a
 /// software rasteriser (lavapipe).
 fn tiny(out: &Path, device: &str, steps: u64) -> TrainConfig {
@@ -54,7 +36,7 @@ fn tiny(out: &Path, device: &str, steps: u64) -> TrainConfig {
 
 #[test]
 fn training_on_the_gpu_gives_the_cpu_losses() {
-    if !gpu() {
+    if !mlx_array::conformance::gpu_or_skip() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -99,7 +81,7 @@ fn training_on_the_gpu_gives_the_cpu_losses() {
 
 #[test]
 fn two_ranks_on_the_gpu_match_one_rank_on_the_cpu() {
-    if !gpu() {
+    if !mlx_array::conformance::gpu_or_skip() {
         return;
     }
     // The collectives run on the CPU; gradients cross to it and back.
@@ -138,7 +120,7 @@ fn an_unknown_device_is_a_clear_error() {
 /// (measured on lavapipe: bf16 within 8.3e-5, f16 within 1.1e-5).
 #[test]
 fn half_precision_training_on_the_gpu_follows_the_cpu() {
-    if !gpu() {
+    if !mlx_array::conformance::gpu_or_skip() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();

@@ -35,6 +35,7 @@
 //! ```
 
 mod check;
+mod gpu;
 mod gradient;
 mod inputs;
 mod reference;
@@ -44,6 +45,7 @@ mod suite;
 use std::sync::Arc;
 
 pub use check::{Ctx, assert_close, gpu_slack, tol};
+pub use gpu::{gpu_or_skip, gpu_required};
 pub use gradient::{Apply, Expect, GradCase};
 pub use inputs::{
     FLOATS, LAYOUTS, Layout, NUMERIC, dim, fill, ints, layout, make, nonempty_shape, shape, spread,

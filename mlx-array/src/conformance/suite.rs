@@ -51,10 +51,8 @@ fn gpu_state() -> GpuState {
     match crate::device::gpu_available() {
         Ok(()) => GpuState::Present,
         Err(e) => {
-            let required =
-                std::env::var_os("CI").is_some() || std::env::var_os("MLX_REQUIRE_GPU").is_some();
             let why = e.to_string();
-            if required {
+            if super::gpu_required() {
                 GpuState::Required(format!(
                     "a GPU is required here (CI or MLX_REQUIRE_GPU is set): {why}"
                 ))

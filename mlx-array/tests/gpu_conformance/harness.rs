@@ -2,7 +2,7 @@
 
 use std::sync::{Mutex, MutexGuard};
 
-use mlx_array::device::{gpu_available, with_device};
+use mlx_array::device::with_device;
 use mlx_array::{Array, Device, Dtype, Result};
 
 use mlx_array::conformance::values;
@@ -13,19 +13,7 @@ static SERIAL: Mutex<()> = Mutex::new(());
 /// when a GPU adapter is usable. Without one: a printed skip, or a failure
 /// when `CI` or `MLX_REQUIRE_GPU` says a GPU is expected.
 pub fn gpu() -> Option<MutexGuard<'static, ()>> {
-    match gpu_available() {
-        Ok(()) => Some(SERIAL.lock().unwrap_or_else(|e| e.into_inner())),
-        Err(e) => {
-            let required =
-                std::env::var_os("CI").is_some() || std::env::var_os("MLX_REQUIRE_GPU").is_some();
-            assert!(
-                !required,
-                "a GPU is required here (CI or MLX_REQUIRE_GPU is set): {e}"
-            );
-            eprintln!("skipping GPU test: {e}");
-            None
-        }
-    }
+    mlx_array::conformance::gpu_or_skip().then(|| SERIAL.lock().unwrap_or_else(|e| e.into_inner()))
 }
 
 /// Relative tolerance between the two backends for results in `dtype`
