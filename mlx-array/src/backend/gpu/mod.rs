@@ -6,6 +6,10 @@
 //! dispatches into one command encoder that [`submit`] sends at the end of
 //! each `eval`; the only CPU-GPU round trip is a transfer to the CPU (and,
 //! while profiling with GPU times, every submission: see `timestamps`).
+//! Threads (ranks in one process, a trainer's helpers) share that encoder,
+//! so one thread's eval may submit another's kernels; the encoder is
+//! submitted before its lock is released, so the queue runs work in the
+//! order it was recorded whichever thread submits it.
 //!
 //! Storage layout on the GPU matches the CPU's byte for byte (so transfers
 //! are plain copies): 32-bit types natively; `f16` natively too where the
