@@ -299,10 +299,17 @@ impl CommImpl for MeshComm {
             // The direct exchange sends the whole message to every other
             // rank, (n-1) x bytes, where the ring sends 2(n-1)/n x bytes in
             // 2(n-1) steps: it is taken while a rank sends at most `small`
-            // bytes (64 KiB at world 2, 21 KiB at world 4). At world 4 a 64
-            // KiB direct exchange took 4.0-4.9 ms over 1 Gbit/s links against
-            // 0.9 ms on the ring (10 Gbit/s: 0.7-0.8 against 0.45; loopback
-            // 0.6 against 0.28), while 16 KiB stays faster direct.
+            // bytes (64 KiB at world 2, 21 KiB at world 4). Where it stops
+            // paying depends on the links (world 4 across emulated hosts,
+            // 2026-11-24, direct against ring): at 10 Gbit/s 16 KiB 88
+            // against 178 us, 32 KiB 115 against 199, 64 KiB 311 against
+            // 208 (the crossover near 45 KiB); at 1 Gbit/s 4 KiB 105 against
+            // 182 us, 8 KiB 208 against 174, 16 KiB 414 against 216 (near
+            // 6 KiB); on loopback 16 KiB direct wins and 64 KiB loses (0.6
+            // against 0.28 ms). Every rank must choose alike, so the rule is
+            // a fixed size, set for 10 Gbit/s and faster links; on 1 Gbit/s
+            // messages of 6-21 KiB take up to 2x the ring's time (small
+            // messages only: gradient buckets are megabytes).
             if buf.len() * (self.n() - 1) <= self.mesh.small {
                 let mine = buf.to_vec();
                 self.send_all(&ctx, |_| mine.clone())?;
