@@ -20,7 +20,12 @@
 # ICD when none is installed; `bench/gpu.sh vulkan` does only that and prints
 # the GPU and the adapter wgpu picks. For example:
 #
-#   bench/gpu.sh vulkan && bench/gpu.sh ops $OUT && bench/gpu.sh table $OUT
+#   BUNDLE=$OUT bench/gpu.sh ops /tmp/g       # one device call per phase
+#
+# The device tool empties $OUT before each call and brings back at most 8
+# files, so with BUNDLE=DIR a phase ends by writing two files there: its
+# logs as DIR/<phase>.tgz and the tables so far as DIR/<phase>.md. Here,
+# untar every phase's .tgz into one folder and run `bench/gpu.sh table` on it.
 #
 # Ours runs through wgpu on Vulkan, PyTorch through CUDA (`python3` there holds
 # it). Training: ours `mlx-llama train --device gpu` on the offline corpus
@@ -34,7 +39,9 @@
 # over steps TIME_FROM..STEPS for all.
 #
 # Overridable: STEPS (10), TIME_FROM (3), BIN (.gpu-bin, else target/release),
-# PYTHON (python3), RUN_TIMEOUT (seconds per run, 420), TORCH_DEVICE (cuda).
+# PYTHON (python3), RUN_TIMEOUT (seconds per run, 420), TORCH_DEVICE (cuda),
+# SYSTEMS ("ours torch": `train` runs one of them alone with one name, to
+# keep a slow model's phase within one command's 10 minutes).
 # SMALL=1 TORCH_DEVICE=cpu tries every phase anywhere (on lavapipe, say):
 # sizes divided by 4 and a one-layer model of 64 dims, 64-token blocks.
 set -euo pipefail
@@ -46,6 +53,7 @@ PYTHON="${PYTHON:-python3}"
 RUN_TIMEOUT="${RUN_TIMEOUT:-420}"
 BIN="${BIN:-$([ -x .gpu-bin/mlx-llama ] && echo .gpu-bin || echo target/release)}"
 TORCH_DEVICE="${TORCH_DEVICE:-cuda}"
+SYSTEMS="${SYSTEMS:-ours torch}"
 SMALL="${SMALL:-0}"
 small=(); block=512; tiny=()
 if [ "$SMALL" = 1 ]; then small=(--small); block=64; tiny=(--layers 1 --dims 64 --heads 2 --mlp-dims 128); fi
@@ -124,22 +132,26 @@ case "${1:-}" in
     [ "$SMALL" = 1 ] && dims=("${tiny[@]}")
     ours=("$BIN/mlx-llama" train --steps "$STEPS" --eval-every 0 --data offline --device gpu
       --global-batch "$batch" --block-size "$block" --fresh "${dims[@]}")
-    for d in f32 bf16 f16; do
-      run "$out/train_${model}_ours_lazy_${d}_w1.log" "${ours[@]}" --dtype "$d" \
-        --out "$out/run_${model}_$d" --summary "$out/train_${model}_ours_lazy_${d}_w1.json"
-    done
-    for d in f32 bf16; do
-      run "$out/train_${model}_ours_lazy_${d}_w2.log" "$BIN/mlx-launch" -n 2 -- "${ours[@]}" --dtype "$d" \
-        --out "$out/run_${model}_${d}_w2" --summary "$out/train_${model}_ours_lazy_${d}_w2.json"
-    done
-    torch=(bench/torch_train_llama.py --device "$TORCH_DEVICE" --steps "$STEPS" --time-from "$TIME_FROM"
-      --global-batch "$batch" --block "$block" "${dims[@]}")
-    run "$out/train_${model}_torch_eager_f32_w1.log" "$PYTHON" "${torch[@]}"
-    run "$out/train_${model}_torch_eager_bf16_w1.log" "$PYTHON" "${torch[@]}" --autocast bf16
-    run "$out/train_${model}_torch_eager_f16_w1.log" "$PYTHON" "${torch[@]}" --autocast f16
-    run "$out/train_${model}_torch_compile_f32_w1.log" "$PYTHON" "${torch[@]}" --compile
-    run "$out/train_${model}_torch_eager_f32_w2.log" "$PYTHON" -m torch.distributed.run \
-      --standalone --nproc_per_node 2 "${torch[@]}" --dist-backend gloo
+    if [[ " $SYSTEMS " == *" ours "* ]]; then
+      for d in f32 bf16 f16; do
+        run "$out/train_${model}_ours_lazy_${d}_w1.log" "${ours[@]}" --dtype "$d" \
+          --out "$out/run_${model}_$d" --summary "$out/train_${model}_ours_lazy_${d}_w1.json"
+      done
+      for d in f32 bf16; do
+        run "$out/train_${model}_ours_lazy_${d}_w2.log" "$BIN/mlx-launch" -n 2 -- "${ours[@]}" --dtype "$d" \
+          --out "$out/run_${model}_${d}_w2" --summary "$out/train_${model}_ours_lazy_${d}_w2.json"
+      done
+    fi
+    if [[ " $SYSTEMS " == *" torch "* ]]; then
+      torch=(bench/torch_train_llama.py --device "$TORCH_DEVICE" --steps "$STEPS" --time-from "$TIME_FROM"
+        --global-batch "$batch" --block "$block" "${dims[@]}")
+      run "$out/train_${model}_torch_eager_f32_w1.log" "$PYTHON" "${torch[@]}"
+      run "$out/train_${model}_torch_eager_bf16_w1.log" "$PYTHON" "${torch[@]}" --autocast bf16
+      run "$out/train_${model}_torch_eager_f16_w1.log" "$PYTHON" "${torch[@]}" --autocast f16
+      run "$out/train_${model}_torch_compile_f32_w1.log" "$PYTHON" "${torch[@]}" --compile
+      run "$out/train_${model}_torch_eager_f32_w2.log" "$PYTHON" -m torch.distributed.run \
+        --standalone --nproc_per_node 2 "${torch[@]}" --dist-backend gloo
+    fi
     # The run folders hold checkpoints (hundreds of MB for the large model).
     rm -rf "$out"/run_*
     ;;
@@ -158,3 +170,12 @@ case "${1:-}" in
     ;;
   *) usage ;;
 esac
+
+# BUNDLE=DIR: the phase's logs and tables as two files in DIR (see the top).
+if [ -n "${BUNDLE:-}" ] && [ -n "${out:-}" ]; then
+  name="$1${model:+-$model}"
+  mkdir -p "$BUNDLE"
+  "$PYTHON" bench/gpu_table.py "$out" --time-from "$TIME_FROM" > "$BUNDLE/$name.md" || true
+  tar czf "$BUNDLE/$name.tgz" -C "$out" .
+  echo "bundled: $BUNDLE/$name.tgz, $BUNDLE/$name.md"
+fi
