@@ -9,7 +9,7 @@
 //! builds them in release, runs one backend and world at a time under a
 //! deadline, and writes `collectives.md` and `collectives.json` into the run
 //! folder. With `--hosts N` it runs across emulated hosts over shaped links
-//! instead (see `bench_multihost.rs`).
+//! instead (see `bench_multihost/`).
 //!
 //! One file a job: this one holds the options, what a run measured and the
 //! entry; `measure.rs` builds and starts the examples and reads what they
