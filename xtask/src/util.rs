@@ -46,6 +46,18 @@ pub fn target_dir() -> PathBuf {
         .unwrap_or_else(|| root().join("target"))
 }
 
+/// Builds `mlx-launch` in release: the agent ssh starts for a remote rank.
+pub fn build_launcher() -> Result<()> {
+    cargo(&[
+        "build",
+        "--release",
+        "-p",
+        "mlx-dist",
+        "--bin",
+        "mlx-launch",
+    ])
+}
+
 /// Builds the launcher and the trainer in `profile` (`release` or `dev`) and
 /// returns the folder holding them.
 pub fn build_trainer(profile: &str, build: bool) -> Result<PathBuf> {

@@ -10,7 +10,7 @@ use anyhow::{Context, Result, bail};
 use serde_json::Value;
 
 use super::{CollectivesArgs, Measured, Row, Run};
-use crate::util::{Ended, cargo, log_tail, root, run_logged, target_dir};
+use crate::util::{Ended, build_launcher, cargo, log_tail, root, run_logged, target_dir};
 
 /// Builds what the run needs (unless `--no-build`) and measures every
 /// backend at every world size, then the average_gradients comparison.
@@ -20,14 +20,7 @@ pub(super) fn measure(a: &CollectivesArgs, out: &Path) -> Result<Measured> {
     // Build: the collectives example with MPI when Open MPI is usable here.
     let mpi_skipped = build_example(a, &a.backends, out)?;
     if !a.no_build && !a.no_average_gradients {
-        cargo(&[
-            "build",
-            "--release",
-            "-p",
-            "mlx-dist",
-            "--bin",
-            "mlx-launch",
-        ])?;
+        build_launcher()?;
         cargo(&[
             "build",
             "--release",

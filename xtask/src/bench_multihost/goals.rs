@@ -5,7 +5,6 @@ use crate::report_common::Goal;
 
 use super::results::RateResult;
 
-/// Everyone who brings the emulated hosts up takes this lock first.
 /// The goals' message size.
 pub(super) const GOAL_BYTES: u64 = 64 << 20;
 

@@ -48,7 +48,7 @@ use crate::bench_collectives::{
     CollectivesArgs, Run, build_example, load_average, run_collectives_with,
 };
 use crate::hosts::{self, HostsGuard};
-use crate::util::{cargo, root, target_dir, timestamp};
+use crate::util::{build_launcher, root, target_dir, timestamp};
 
 use chart::projection_chart;
 use json::{reanalyse, to_json};
@@ -136,14 +136,7 @@ pub fn run(a: &CollectivesArgs) -> Result<()> {
     let mpi_skipped = build_example(a, &backends, &out)?;
     if !a.no_build {
         // The remote ranks' agent: the mlx-launch beside the example's folder.
-        cargo(&[
-            "build",
-            "--release",
-            "-p",
-            "mlx-dist",
-            "--bin",
-            "mlx-launch",
-        ])?;
+        build_launcher()?;
     }
     let release = target_dir().join("release");
     let bench = release

@@ -26,7 +26,7 @@
 //!
 //! It needs Linux, root (network and mount namespaces), iproute2 (`ip`, `tc`),
 //! OpenSSH (`/usr/sbin/sshd`, `ssh`, `ssh-keygen`) and util-linux (`unshare`);
-//! [`available`] says what is missing, so tests and benchmarks can skip with
+//! [`available()`] says what is missing, so tests and benchmarks can skip with
 //! that reason.
 //!
 //! One file a job: this one holds the command line; `running.rs` the running

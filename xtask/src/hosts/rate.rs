@@ -82,7 +82,7 @@ impl Rate {
         self.bits_per_sec / 8
     }
 
-    /// e.g. `1gbit (0.125 GB/s) each way`.
+    /// e.g. `shaped to 1gbit (0.125 GB/s) per host, each way`.
     pub(super) fn describe(&self) -> String {
         format!(
             "shaped to {} ({:.3} GB/s) per host, each way",

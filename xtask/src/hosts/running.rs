@@ -13,7 +13,7 @@ use super::rate::parse_rate;
 use super::sshd::sshd_pid;
 use super::state::State;
 
-/// A running set of emulated hosts, as [`up`] made them.
+/// A running set of emulated hosts, as [`up`](super::up::up) made them.
 #[derive(Debug, Clone)]
 #[allow(dead_code)] // Library API for tests and benchmarks; the CLI reads only part of it.
 pub struct Hosts {
@@ -37,7 +37,7 @@ pub struct Hosts {
 
 #[allow(dead_code)] // Library API for tests and benchmarks.
 impl Hosts {
-    /// The hosts that `cargo xtask hosts up` (or [`up`]) left running, as
+    /// The hosts that `cargo xtask hosts up` (or [`up`](super::up::up)) left running, as
     /// recorded in the state folder; `None` when none are up.
     pub fn current() -> Result<Option<Hosts>> {
         let Some(state) = State::load()? else {
@@ -51,7 +51,7 @@ impl Hosts {
         self.names.len()
     }
 
-    /// Whether there are no hosts (never, for a set [`up`] returned).
+    /// Whether there are no hosts (never, for a set [`up`](super::up::up) returned).
     pub fn is_empty(&self) -> bool {
         self.names.is_empty()
     }
