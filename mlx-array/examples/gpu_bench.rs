@@ -100,27 +100,17 @@ fn block(p: &[Array]) -> Result<Array> {
     x2.square()?.mean_all()
 }
 
-/// Memory-bound kernels over `elements` values of `dtype`: (name, bytes
-/// moved per call, the computation). Rows of 4096 for the row reductions.
-fn memory_kernels(
-    elements: usize,
-    dtype: Dtype,
-) -> Result<Vec<(&'static str, usize, Array, Array)>> {
-    let cols = 4096.min(elements);
-    let rows = elements / cols;
-    let x = gpu_uniform(&[rows, cols], 20, 1.0, dtype)?;
-    let y = gpu_uniform(&[rows, cols], 21, 1.0, dtype)?;
-    let bytes = rows * cols * dtype.size_of();
-    Ok(vec![
-        ("scale x*2", 2 * bytes, x.clone(), y.clone()),
-        ("add x+y", 3 * bytes, x.clone(), y.clone()),
-        ("exp", 2 * bytes, x.clone(), y.clone()),
-        ("row sum", bytes, x.clone(), y.clone()),
-        ("row softmax", 2 * bytes, x, y),
-    ])
-}
+/// Memory-bound kernels on `[rows, 4096]` arrays `x` and `y`: their names
+/// and the arrays' worth of bytes each call reads and writes.
+const MEMORY_KERNELS: [(&str, usize); 5] = [
+    ("scale x*2", 2),
+    ("add x+y", 3),
+    ("exp", 2),
+    ("row sum", 1),
+    ("row softmax", 2),
+];
 
-/// The computation `name` of [`memory_kernels`] names.
+/// The computation [`MEMORY_KERNELS`] names `name`.
 fn memory_op(name: &str, x: &Array, y: &Array) -> Result<Array> {
     match name {
         "scale x*2" => x.mul_scalar(2.0),
@@ -198,7 +188,11 @@ fn main() -> Result<()> {
     }
     // Memory-bound kernels: 64 Mi elements (256 MiB of f32), 1 Mi with --small.
     let elements = if small { 1 << 20 } else { 1 << 26 };
-    for (name, bytes, x, y) in memory_kernels(elements, dtype)? {
+    let cols = 4096.min(elements);
+    let x = gpu_uniform(&[elements / cols, cols], 20, 1.0, dtype)?;
+    let y = gpu_uniform(&[elements / cols, cols], 21, 1.0, dtype)?;
+    for (name, arrays) in MEMORY_KERNELS {
+        let bytes = arrays * elements * dtype.size_of();
         let iters = if small { 3 } else { 20 };
         let s = time(iters, || {
             with_device(Device::Gpu, || memory_op(name, &x, &y))

@@ -301,7 +301,8 @@ impl CommImpl for MeshComm {
             // 2(n-1) steps: it is taken while a rank sends at most `small`
             // bytes (64 KiB at world 2, 21 KiB at world 4). Where it stops
             // paying depends on the links (world 4 across emulated hosts,
-            // 2026-11-24, direct against ring): at 10 Gbit/s 16 KiB 88
+            // 2026-11-24, direct against ring, collectives_bench in a build
+            // with this threshold forced either way): at 10 Gbit/s 16 KiB 88
             // against 178 us, 32 KiB 115 against 199, 64 KiB 311 against
             // 208 (the crossover near 45 KiB); at 1 Gbit/s 4 KiB 105 against
             // 182 us, 8 KiB 208 against 174, 16 KiB 414 against 216 (near
