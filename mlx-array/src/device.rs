@@ -172,13 +172,38 @@ impl Primitive for Transfer {
         if data.storage().is_device() {
             return Ok(data);
         }
-        // Made dense on the host, where the strided copy kernels are.
+        // A view that spans fewer elements than it shows (a broadcast such
+        // as `zeros`, a row repeated) crosses as the elements it spans and
+        // stays the same view on the GPU: zeros like a parameter upload one
+        // element, not the parameter's size. Any other view is made dense
+        // on the host, where the strided copy kernels are.
+        if let Some(span) = compact_span(&data, x.shape()) {
+            let flat = data.view(vec![1], data.offset());
+            let up = gpu::upload(&flat, &[span], x.dtype())?;
+            return Ok(up.view(data.strides().to_vec(), 0));
+        }
         let host = cpu::copy::contiguous(&data, x.shape(), x.dtype());
         gpu::upload(&host, x.shape(), x.dtype())
     }
     fn vjp(&self, inputs: &[Array], _out: &Array, ct: &Array) -> Result<Vec<Option<Array>>> {
         Ok(vec![Some(ct.to_device(inputs[0].device()))])
     }
+}
+
+/// The elements a non-contiguous view with non-negative strides reaches,
+/// from its offset, when they are fewer than it shows (`None` otherwise,
+/// and for empty arrays).
+fn compact_span(data: &ArrayData, shape: &[usize]) -> Option<usize> {
+    let size = crate::shape::size_of_shape(shape);
+    if size == 0 || data.is_contiguous(shape) || data.strides().iter().any(|&s| s < 0) {
+        return None;
+    }
+    let last: usize = shape
+        .iter()
+        .zip(data.strides())
+        .map(|(&n, &s)| (n - 1) * s as usize)
+        .sum();
+    (last + 1 < size).then_some(last + 1)
 }
 
 impl Array {

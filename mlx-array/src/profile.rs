@@ -250,6 +250,13 @@ pub fn report(rows: usize) -> String {
         out += &table("GPU execution time (timestamp queries)", &gpu, rows);
     }
     let recorded_gpu_work = host.iter().any(|e| e.clock == Clock::GpuRecording);
+    if recorded_gpu_work {
+        // Over the process's life, not since `reset`.
+        out += &format!(
+            "host-GPU transfers (whole process): {}\n",
+            crate::backend::gpu::transfers()
+        );
+    }
     if let Some(why) = gpu_untimed().filter(|_| recorded_gpu_work) {
         out += &format!(
             "GPU execution times unavailable: {why}; `(GPU recording)` rows are host time \

@@ -24,4 +24,4 @@ pub use config::{
     TrainConfig,
 };
 pub use model::{KvCache, Llama, LlamaConfig};
-pub use trainer::{Summary, train};
+pub use trainer::{StepTransfers, Summary, train};

@@ -7,10 +7,17 @@
 //! once (seven tensor passes, against memcpy's two): three outputs, the rows
 //! of one buffer, which the next step writes over. It performs exactly
 //! the float32 operations of the op-by-op graph in the same order, so the
-//! results are bit-identical to it.
+//! results are bit-identical to it on the CPU.
+//!
+//! On the GPU the same primitives run one WGSL pass (`fused/gpu.rs`) with
+//! the same buffer layout and in-place rule: a GPU training step then keeps
+//! every parameter and moment on the device, and uploads no per-step
+//! scalar coefficients (they travel with the dispatch's arguments).
 
-use mlx_array::{Array, ArrayData, Device, Dtype, OutputSpec, Primitive, Result};
+use mlx_array::{Array, ArrayData, Dtype, OutputSpec, Primitive, Result};
 use rayon::prelude::*;
+
+use gpu::Pass;
 
 /// Elements per parallel work item.
 const CHUNK: usize = 1 << 16;
@@ -82,6 +89,13 @@ impl Primitive for FusedAdam {
                 }
             });
         Ok(rows(&result, shape, 3))
+    }
+
+    fn eval_gpu_outputs(&self, inputs: &[Array], outputs: &[OutputSpec]) -> Result<Vec<ArrayData>> {
+        let n = inputs[0].size();
+        let data: Vec<ArrayData> = inputs.iter().map(Array::data).collect::<Result<_>>()?;
+        let in_place = rows_donated(inputs, &data, &[0, 2, 3], n, 1).then_some(0);
+        gpu::run(Pass::Step, &self.0, &data, &outputs[0].shape, in_place)
     }
 }
 
@@ -196,6 +210,13 @@ impl Primitive for FusedAdamMoments {
             });
         Ok(rows(&result, shape, 2))
     }
+
+    fn eval_gpu_outputs(&self, inputs: &[Array], outputs: &[OutputSpec]) -> Result<Vec<ArrayData>> {
+        let n = inputs[0].size();
+        let data: Vec<ArrayData> = inputs.iter().map(Array::data).collect::<Result<_>>()?;
+        let in_place = rows_donated(inputs, &data, &[1, 2], n, 0).then_some(1);
+        gpu::run(Pass::Moments, &self.0, &data, &outputs[0].shape, in_place)
+    }
 }
 
 /// The parameter half: `[p, m', v']` (the outputs above) to `p'`.
@@ -229,15 +250,23 @@ impl Primitive for FusedAdamParameter {
             });
         Ok(result)
     }
+
+    fn eval_gpu(&self, inputs: &[Array], out: &Array) -> Result<ArrayData> {
+        let data: Vec<ArrayData> = inputs.iter().map(Array::data).collect::<Result<_>>()?;
+        let mut p = gpu::run(Pass::Parameter, &self.0, &data, out.shape(), None)?;
+        Ok(p.remove(0))
+    }
 }
 
-/// True when the fused kernel applies: every array float32 with one shape,
-/// on the CPU. (On the GPU the op-by-op graph runs instead, and the GPU
-/// backend fuses its elementwise chain into one kernel.)
+/// True when the fused kernel applies: every array float32 with one shape.
+/// It runs where the step is built (the default device), on the CPU or the
+/// GPU, like the op-by-op graph it replaces; inputs elsewhere reach it
+/// through transfers (the fresh zero moments of a first step, built on the
+/// host, cross as one element each).
 pub(crate) fn applies(arrays: &[&Array]) -> bool {
-    arrays.iter().all(|a| {
-        a.dtype() == Dtype::F32 && a.shape() == arrays[0].shape() && a.device() == Device::Cpu
-    })
+    arrays
+        .iter()
+        .all(|a| a.dtype() == Dtype::F32 && a.shape() == arrays[0].shape())
 }
 
 /// Builds the fused step; returns `(p', m', v')`, its three outputs (rows of
@@ -298,5 +327,6 @@ pub(crate) fn adam_step_apart(
     Ok((p, moments[0].clone(), moments[1].clone()))
 }
 
+mod gpu;
 #[cfg(feature = "conformance")]
 pub(crate) mod spec;

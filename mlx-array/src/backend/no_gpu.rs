@@ -51,6 +51,37 @@ pub fn dispatch_count() -> usize {
     0
 }
 
+// The same counters as the wgpu backend's (they stay at zero here).
+#[allow(dead_code)]
+#[path = "gpu/transfers.rs"]
+mod transfers;
+pub use transfers::{Transfers, transfers};
+
+/// Kernels written by other crates: every entry point fails with
+/// [`UNAVAILABLE`] (the signatures of the wgpu backend's `custom`).
+pub mod custom {
+    use super::unavailable;
+    use crate::primitive::ArrayData;
+    use crate::{Dtype, Result};
+
+    /// Always [`super::UNAVAILABLE`].
+    pub fn alloc(_shape: &[usize], _dtype: Dtype) -> Result<ArrayData> {
+        Err(unavailable())
+    }
+
+    /// Always [`super::UNAVAILABLE`].
+    pub fn dispatch(
+        _key: &str,
+        _source: impl FnOnce() -> String,
+        _meta: &[u32],
+        _inputs: &[&ArrayData],
+        _output: &ArrayData,
+        _groups: usize,
+    ) -> Result<()> {
+        Err(unavailable())
+    }
+}
+
 /// No pool to clear.
 pub(crate) fn clear_pool() {}
 

@@ -177,6 +177,7 @@ fn transfer_values(cx: &Ctx) {
             );
         }
     }
+    broadcasts(cx);
     // An op built on the device from a host array reads it through a transfer.
     let x = Array::ones(&[2], Dtype::F32);
     let y = cx.on(|| x.exp()).expect("exp");
@@ -188,4 +189,36 @@ fn transfer_values(cx: &Ctx) {
         tol(Dtype::F32),
         "exp of a host array",
     );
+}
+
+/// Broadcast views (`full`, a row repeated) cross as the elements they
+/// span, not as many as they show, and read the same on the other side.
+fn broadcasts(cx: &Ctx) {
+    for dtype in cx.dtypes(&ALL_DTYPES) {
+        let row = make(&fill(&[1, 5], dtype, -9.0, 9.0, 3), dtype, Layout::Dense);
+        let cases = [
+            ("full", crate::full(&[300, 7], 2.5, dtype), 1),
+            ("row repeated", row.broadcast_to(&[3, 4, 5]).expect("view"), 5),
+            ("scalar", crate::full(&[], -1.0, dtype), 1),
+        ];
+        for (name, a, span) in cases {
+            let what = format!("transfer {dtype} broadcast {name}");
+            a.eval().expect("host view");
+            let before = crate::backend::gpu::transfers();
+            round_trip(cx, &a, &what);
+            if cx.device() == Device::Gpu {
+                let moved = crate::backend::gpu::transfers() - before;
+                assert_eq!(
+                    (moved.to_device, moved.to_device_bytes),
+                    (1, (span * dtype.size_of()) as u64),
+                    "{what}: uploads the {span} element(s) it spans"
+                );
+                assert_eq!(
+                    (moved.to_host, moved.to_host_bytes),
+                    (1, a.nbytes() as u64),
+                    "{what}: comes back dense"
+                );
+            }
+        }
+    }
 }

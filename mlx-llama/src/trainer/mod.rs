@@ -8,6 +8,7 @@
 
 mod batch;
 mod checkpoints;
+mod host;
 mod loss;
 mod precision;
 mod record;
@@ -33,7 +34,7 @@ use precision::{Checked, Precision};
 use record::{Recorder, Stepped};
 use tensor::TensorShards;
 
-pub use record::Summary;
+pub use record::{StepTransfers, Summary};
 pub use setup::{data_config_for, tokenizer_for};
 
 /// Trains on `group` as configured. Every rank calls this with the same
@@ -190,6 +191,7 @@ impl<'a> Run<'a> {
     /// checkpoint.
     fn step(&mut self, step: u64) -> Result<()> {
         let t0 = Instant::now();
+        let host0 = host::HostTime::now();
         let comm0 = mlx_array::eval::communication_times();
         let batch = StepBatch::next(
             &mut self.batches,
@@ -239,7 +241,13 @@ impl<'a> Run<'a> {
             drawn,
             loss_scale: self.precision.scale_if_any(),
         };
-        self.after(step + 1, &stepped)
+        self.after(step + 1, &stepped)?;
+        let host = host::HostTime::now() - host0;
+        self.record.transfers(host.transfers.into());
+        if mlx_array::profile::enabled() && self.world.rank() == 0 {
+            eprintln!("step={} {}", step + 1, host.describe(t0.elapsed()));
+        }
+        Ok(())
     }
 
     /// The averaged gradients clipped by their global norm, and that norm,

@@ -46,6 +46,35 @@ pub struct Summary {
     /// Steps skipped because their float16 gradients overflowed (the
     /// loss scale's count, over the whole run when resumed).
     pub skipped_steps: u64,
+    /// What crossed between the host and the GPU in every step run, in
+    /// order (all zero on the CPU): the step itself, its records and
+    /// progress line, and the validation and checkpoint when due.
+    pub transfers: Vec<StepTransfers>,
+}
+
+/// What crossed between the host and the GPU during one step (this
+/// process's transfers: see [`mlx_array::backend::gpu::transfers`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, serde::Serialize)]
+pub struct StepTransfers {
+    /// Arrays copied to the GPU.
+    pub to_device: u64,
+    /// Their bytes.
+    pub to_device_bytes: u64,
+    /// Arrays copied to the host.
+    pub to_host: u64,
+    /// Their bytes.
+    pub to_host_bytes: u64,
+}
+
+impl From<mlx_array::backend::gpu::Transfers> for StepTransfers {
+    fn from(t: mlx_array::backend::gpu::Transfers) -> Self {
+        StepTransfers {
+            to_device: t.to_device,
+            to_device_bytes: t.to_device_bytes,
+            to_host: t.to_host,
+            to_host_bytes: t.to_host_bytes,
+        }
+    }
 }
 
 /// What one step measured.
@@ -106,6 +135,7 @@ impl Recorder {
             checkpoint: None,
             source: source.into(),
             skipped_steps: 0,
+            transfers: vec![],
         };
         let rank_file = |p: &PathBuf, append: bool| {
             let path = PathBuf::from(format!("{}.rank{rank}.jsonl", p.display()));
@@ -214,6 +244,12 @@ impl Recorder {
             },
             log,
         )
+    }
+
+    /// Records what crossed between the host and the GPU in the step just
+    /// recorded.
+    pub(super) fn transfers(&mut self, t: StepTransfers) {
+        self.summary.transfers.push(t);
     }
 
     /// Records where the latest checkpoint went.

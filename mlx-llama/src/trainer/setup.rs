@@ -4,7 +4,6 @@
 use std::sync::Arc;
 
 use anyhow::{Result, bail};
-use mlx_array::Device;
 use mlx_data::{
     BatchMode, BatchSize, DataConfig, DataLoader, HubClient, LoaderConfig, Split, TextTokenizer,
     TokenStore, TokenizerSpec,
@@ -101,12 +100,10 @@ fn lr_schedule(cfg: &TrainConfig) -> Result<Schedule> {
     Ok(schedule::join_schedules(vec![warm, main], &[cfg.warmup])?)
 }
 
-/// AdamW as configured. mlx-optim's fused Adam kernel is CPU-only; on the
-/// GPU the op-by-op update (bit-identical to it) runs instead.
+/// AdamW as configured, with mlx-optim's fused float32 kernel (one pass
+/// per parameter, on the CPU or the GPU, whichever the step runs on).
 pub(super) fn adamw(cfg: &TrainConfig) -> Result<AdamW> {
-    Ok(AdamW::new(lr_schedule(cfg)?)
-        .weight_decay(cfg.weight_decay)
-        .fused(mlx_array::default_device() == Device::Cpu))
+    Ok(AdamW::new(lr_schedule(cfg)?).weight_decay(cfg.weight_decay))
 }
 
 /// The model as configured, its vocabulary grown to fit a tokenizer of

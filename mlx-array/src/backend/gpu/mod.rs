@@ -28,6 +28,7 @@
 mod attention;
 mod codegen;
 mod creation;
+pub mod custom;
 pub(crate) mod elementwise;
 pub(crate) mod fusion;
 mod indexing;
@@ -39,6 +40,7 @@ mod reduce;
 mod rope;
 mod scan;
 mod timestamps;
+mod transfers;
 
 pub use attention::{attention, attention_grad};
 pub use creation::{arange, random_bits};
@@ -51,6 +53,7 @@ pub use norm::{rms_norm, rms_norm_grad};
 pub use reduce::{arg_reduce, reduce};
 pub use rope::rope;
 pub use scan::cumsum;
+pub use transfers::{Transfers, transfers};
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -361,12 +364,14 @@ impl GpuContext {
         buffer.slice(..).map_async(wgpu::MapMode::Read, move |r| {
             let _ = tx.send(r);
         });
+        let t0 = std::time::Instant::now();
         self.device
             .poll(wgpu::PollType::Wait {
                 submission_index: None,
                 timeout: Some(Duration::from_secs(120)),
             })
             .map_err(|e| Error::gpu(format!("waiting for the GPU failed: {e}")))?;
+        transfers::waited(t0.elapsed());
         self.check()?;
         rx.recv()
             .map_err(|_| Error::gpu("the GPU never finished mapping a buffer"))?
@@ -519,6 +524,7 @@ pub(crate) fn upload(host: &ArrayData, shape: &[usize], dtype: Dtype) -> Result<
         let dst = buffer_of(&out)?;
         c.record(|enc| enc.copy_buffer_to_buffer(&staging, 0, dst, 0, bytes.len() as u64))?;
     }
+    transfers::uploaded(n);
     Ok(out)
 }
 
@@ -534,6 +540,7 @@ pub(crate) fn download(data: &ArrayData, shape: &[usize], dtype: Dtype) -> Resul
     let len = crate::shape::size_of_shape(shape);
     let n = len * dtype.size_of();
     let mut out = ArrayData::alloc(shape, dtype);
+    transfers::downloaded(n);
     if n == 0 {
         return Ok(out);
     }

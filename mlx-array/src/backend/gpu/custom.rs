@@ -1,0 +1,45 @@
+//! Kernels written by other crates: the hook a [`crate::Primitive`] defined
+//! outside mlx-array uses in its `eval_gpu` (the fused Adam(W) of
+//! `mlx-optim`, for one).
+//!
+//! A custom kernel is WGSL with the backend's conventions: entry point
+//! `main`, `@workgroup_size(256)` (or any size: the dispatch counts
+//! workgroups), `params: array<u32>` (the caller's `meta`, read-only storage)
+//! at binding 0, the inputs at 1.. (read-only storage, in the order given),
+//! and the output, the one `read_write` buffer, last. Buffers are bound
+//! whole: a view's offset (in elements, [`ArrayData::offset`]) goes in
+//! `meta`. Workgroups are spread over a 2-D grid: number them
+//! `wid.x + wid.y * nw.x` (for 256-wide groups, the thread
+//! `gid.x + gid.y * nw.x * 256u`) and ignore numbers from `groups` on.
+//! Pipelines are compiled once per `key`, and where the adapter stores
+//! `f16` natively the source is prefixed with `enable f16;`.
+
+use super::{alloc as alloc_array, context, dispatch_groups};
+use crate::primitive::ArrayData;
+use crate::{Dtype, Result};
+
+/// A fresh, contiguous, uninitialised GPU array of `shape` and `dtype`, for
+/// a custom kernel's output (several outputs may be views of one).
+pub fn alloc(shape: &[usize], dtype: Dtype) -> Result<ArrayData> {
+    alloc_array(shape, dtype)
+}
+
+/// Records one dispatch of the WGSL kernel `source()` (compiled the first
+/// time `key` is seen; `key` must name the source exactly, so include
+/// everything that changes it) over `groups` workgroups, binding `meta` at
+/// 0, `inputs` at 1.., and `output` last (see the module's conventions).
+/// The work runs with the eval's other kernels, in recording order.
+///
+/// Fails when an input or the output lives on the CPU, when the kernel does
+/// not compile (the error names `key`), or when the device failed.
+pub fn dispatch(
+    key: &str,
+    source: impl FnOnce() -> String,
+    meta: &[u32],
+    inputs: &[&ArrayData],
+    output: &ArrayData,
+    groups: usize,
+) -> Result<()> {
+    let pipeline = context()?.pipeline(&format!("custom:{key}"), source)?;
+    dispatch_groups(&pipeline, meta, inputs, output, 0, false, groups)
+}

@@ -1,0 +1,94 @@
+//! No host round trips in a GPU training step: after the first step (which
+//! brings the optimizer's fresh zero moments over, one element each), a
+//! step moves only what the user asked for between the host and the GPU:
+//! the batch's tokens, targets and loss mask to the GPU, the loss and the
+//! gradient norm of the progress line to the host, and the 0-d scalar
+//! constants of a few ops (the loss scale times the mask, the clip's
+//! threshold). Never a parameter, a gradient or a moment: the smallest
+//! parameter here (a norm's 16 weights, 64 bytes) is larger than any of
+//! those scalars, and the batch's arrays are counted exactly.
+//!
+//! Alone in its test binary: the transfer counters are the process's.
+//! Without an adapter it skips, except under `CI` or `MLX_REQUIRE_GPU`.
+
+use std::path::PathBuf;
+
+use mlx_llama::{Batching, DataSource, LlamaConfig, StepTransfers, TrainConfig, train};
+
+const BATCH: usize = 2;
+const BLOCK: usize = 16;
+const STEPS: u64 = 5;
+
+#[test]
+fn a_gpu_step_moves_no_parameter_between_host_and_device() {
+    if !mlx_array::conformance::gpu_or_skip() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = TrainConfig {
+        model: LlamaConfig {
+            num_layers: 1,
+            vocab_size: 0,
+            dims: 16,
+            mlp_dims: 32,
+            num_heads: 2,
+            ..LlamaConfig::default()
+        },
+        steps: STEPS,
+        global_batch: BATCH,
+        block_size: BLOCK,
+        learning_rate: 3e-3,
+        grad_clip: Some(1.0),
+        data: DataSource::Offline,
+        batching: Batching::Pack,
+        out_dir: dir.path().to_path_buf(),
+        data_cache: Some(PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("mlx-data-cache")),
+        device: "gpu".into(),
+        eval_every: 0,
+        ..TrainConfig::default()
+    };
+    let run = train(&cfg, &mlx_dist::Group::single()).unwrap();
+    let steps = &run.transfers;
+    assert_eq!(steps.len(), STEPS as usize);
+    for (i, t) in steps.iter().enumerate() {
+        eprintln!("step {}: {t:?}", i + 1);
+    }
+    // The last step also writes the checkpoint: parameters and moments
+    // come to the host then, as asked.
+    let (w, _) = mlx_array::load_safetensors(run.checkpoint.unwrap().join("model.safetensors"))
+        .unwrap();
+    let model_bytes: usize = w.iter().map(|(_, a)| a.nbytes()).sum();
+    let last = steps.last().unwrap();
+    assert!(
+        last.to_host_bytes as usize >= 3 * model_bytes,
+        "the checkpoint brings the parameters and both moments to the host: {last:?}"
+    );
+
+    // Every step between: the batch and scalars only.
+    let batch_bytes = (3 * BATCH * BLOCK * 4) as u64;
+    let steady: Vec<StepTransfers> = steps[1..steps.len() - 1].to_vec();
+    for (i, t) in steady.iter().enumerate() {
+        let what = format!("step {}: {t:?}", i + 2);
+        assert_eq!(
+            *t, steady[0],
+            "{what}: every step after the first moves the same"
+        );
+        // The three batch arrays, then only 0-d f32 scalars.
+        assert!(t.to_device >= 3, "{what}: the batch goes to the GPU");
+        assert_eq!(
+            t.to_device_bytes - batch_bytes,
+            4 * (t.to_device - 3),
+            "{what}: besides the batch, only 4-byte scalars go to the GPU"
+        );
+        assert!(
+            t.to_device <= 3 + 12,
+            "{what}: a handful of scalars, not one per parameter"
+        );
+        // The loss of the step and the gradient norm of the progress line.
+        assert_eq!(
+            (t.to_host, t.to_host_bytes),
+            (2, 8),
+            "{what}: only the loss and the gradient norm come back"
+        );
+    }
+}
