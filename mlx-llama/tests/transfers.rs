@@ -55,9 +55,9 @@ fn a_gpu_step_moves_no_parameter_between_host_and_device() {
     }
     // The last step also writes the checkpoint: parameters and moments
     // come to the host then, as asked.
-    let (w, _) = mlx_array::load_safetensors(run.checkpoint.unwrap().join("model.safetensors"))
-        .unwrap();
-    let model_bytes: usize = w.iter().map(|(_, a)| a.nbytes()).sum();
+    let (w, _) =
+        mlx_array::load_safetensors(run.checkpoint.unwrap().join("model.safetensors")).unwrap();
+    let model_bytes: usize = w.values().map(|a| a.nbytes()).sum();
     let last = steps.last().unwrap();
     assert!(
         last.to_host_bytes as usize >= 3 * model_bytes,

@@ -198,7 +198,11 @@ fn broadcasts(cx: &Ctx) {
         let row = make(&fill(&[1, 5], dtype, -9.0, 9.0, 3), dtype, Layout::Dense);
         let cases = [
             ("full", crate::full(&[300, 7], 2.5, dtype), 1),
-            ("row repeated", row.broadcast_to(&[3, 4, 5]).expect("view"), 5),
+            (
+                "row repeated",
+                row.broadcast_to(&[3, 4, 5]).expect("view"),
+                5,
+            ),
             ("scalar", crate::full(&[], -1.0, dtype), 1),
         ];
         for (name, a, span) in cases {

@@ -190,7 +190,10 @@ pub(super) fn run(
             let g = pass.inputs().iter().position(|i| *i == "g").expect("g");
             (vec![&data[g]], data[first_row].clone())
         }
-        None => (data.iter().collect(), custom::alloc(&[count * n], Dtype::F32)?),
+        None => (
+            data.iter().collect(),
+            custom::alloc(&[count * n], Dtype::F32)?,
+        ),
     };
     if n > 0 {
         let key = format!("fused_adam:{pass:?}:{}", in_place.is_some());
