@@ -91,8 +91,37 @@ impl LossScaler {
 
     /// `grads` divided by the scale, in their own dtypes. Lazy.
     pub fn unscale(&self, grads: &Tree) -> Result<Tree> {
-        let inverse = 1.0 / self.scale;
-        Ok(grads.map(|_, g| g.mul_scalar(inverse))?)
+        let mut inverse = Scalars::new(1.0 / self.scale);
+        Ok(grads.map(|_, g| g.mul(&inverse.like(g)))?)
+    }
+}
+
+/// One weak scalar per dtype (as `Array::scalar_like` makes it), placed on
+/// the default device once: multiplying every gradient by it then moves one
+/// scalar to the GPU, not one per gradient.
+struct Scalars {
+    value: f64,
+    made: Vec<(Dtype, Array)>,
+}
+
+impl Scalars {
+    fn new(value: f64) -> Scalars {
+        Scalars {
+            value,
+            made: Vec::new(),
+        }
+    }
+
+    /// The scalar for `x`'s dtype.
+    fn like(&mut self, x: &Array) -> Array {
+        if let Some((_, s)) = self.made.iter().find(|(d, _)| *d == x.dtype()) {
+            return s.clone();
+        }
+        let s = x
+            .scalar_like(self.value)
+            .to_device(mlx_array::default_device());
+        self.made.push((x.dtype(), s.clone()));
+        s
     }
 }
 
@@ -101,8 +130,9 @@ impl LossScaler {
 /// it over the ranks holding parts of the gradients to check them all. Lazy.
 pub fn non_finite_flag(grads: &Tree) -> Result<Array> {
     let mut flag = Array::zeros(&[], Dtype::F32);
+    let mut zero = Scalars::new(0.0);
     for (_, g) in grads.flatten() {
-        let part = g.mul_scalar(0.0)?.sum_all()?.astype(Dtype::F32)?;
+        let part = g.mul(&zero.like(&g))?.sum_all()?.astype(Dtype::F32)?;
         flag = flag.add(&part)?;
     }
     Ok(flag)
