@@ -9,6 +9,8 @@
 #   bench/gpu.sh train ref OUT     # there: the reference Llama's training step
 #   bench/gpu.sh train large OUT   # there: 12 layers, dims 768, batch 16 x 512
 #   bench/gpu.sh profile OUT       # there: MLX_PROFILE=1, per-primitive GPU time
+#   bench/gpu.sh conformance OUT   # there: the GPU conformance suites (packed
+#                                  # as test binaries) on the real adapter
 #   bench/gpu.sh table OUT         # anywhere: Markdown tables from OUT's logs
 #
 # On the GPU machine (`run` of the device tool, whose working tree is this
@@ -51,14 +53,14 @@ STEPS="${STEPS:-10}"
 TIME_FROM="${TIME_FROM:-3}"
 PYTHON="${PYTHON:-python3}"
 RUN_TIMEOUT="${RUN_TIMEOUT:-420}"
-BIN="${BIN:-$([ -x .gpu-bin/mlx-llama ] && echo .gpu-bin || echo target/release)}"
+BIN="${BIN:-$([ -e .gpu-bin/mlx-llama.xz ] || [ -x .gpu-bin/mlx-llama ] && echo .gpu-bin || echo target/release)}"
 TORCH_DEVICE="${TORCH_DEVICE:-cuda}"
 SYSTEMS="${SYSTEMS:-ours torch}"
 SMALL="${SMALL:-0}"
 small=(); block=512; tiny=()
 if [ "$SMALL" = 1 ]; then small=(--small); block=64; tiny=(--layers 1 --dims 64 --heads 2 --mlp-dims 128); fi
 
-usage() { sed -n '2,13p' "$0" >&2; exit 2; }
+usage() { sed -n '2,15p' "$0" >&2; exit 2; }
 need_out() { [ -n "${1:-}" ] || usage; mkdir -p "$1"; }
 
 # run LOG CMD...: one run under a time limit, its output to LOG and a line
@@ -76,6 +78,9 @@ run() {
 # The Vulkan loader from .gl when the machine has none; NVIDIA's ICD (and
 # EGL vendor file) when no ICD is installed where the loader looks.
 gpu_setup() {
+  for z in .gpu-bin/*.xz; do
+    [ -e "$z" ] && [ ! -x "${z%.xz}" ] && xz -dc "$z" > "${z%.xz}" && chmod +x "${z%.xz}"
+  done
   if ! ldconfig -p | grep -q 'libvulkan.so.1 ' && ls .gl/*.deb > /dev/null 2>&1; then
     for f in .gl/*.deb; do dpkg -x "$f" /; done
     ldconfig
@@ -89,7 +94,7 @@ gpu_setup() {
 }
 
 case "${1:-}" in
-  ops|train|profile|vulkan) gpu_setup ;;
+  ops|train|profile|vulkan|conformance) gpu_setup ;;
 esac
 case "${1:-}" in
   pack)
@@ -98,6 +103,9 @@ case "${1:-}" in
     mkdir -p .gpu-bin "$(dirname "$(git rev-parse --git-path info/exclude)")"
     for b in mlx-llama mlx-launch examples/gpu_bench; do
       strip -o ".gpu-bin/$(basename "$b")" "target/release/$b"
+      # Compressed, so that all of .gpu-bin fits what the device tool
+      # carries (64 MiB); every phase there unpacks it first.
+      xz -f -T2 ".gpu-bin/$(basename "$b")"
     done
     # Both folders travel to the GPU machine as `carry`, never as commits.
     exclude="$(git rev-parse --git-path info/exclude)"
@@ -108,7 +116,33 @@ case "${1:-}" in
       apt-get "${o[@]}" update > /dev/null
       (cd .gl && apt-get "${o[@]}" download libvulkan1 libegl1 libglvnd0 libopengl0 libgl1 libglx0 libgles2)
     fi
-    du -sh .gpu-bin/* .gl
+    # The GPU conformance suites as test binaries (dev profile, as CI builds
+    # them), stripped and xz-compressed: with the release binaries they would
+    # pass the device tool's 64 MiB for what travels. `conformance` runs them.
+    mkdir -p .gpu-bin/tests
+    cargo test --no-run --message-format=json -p mlx-array -p mlx-optim -p mlx-llama \
+        --test conformance --test gpu_conformance --test gpu --test transfers 2>/dev/null \
+      | "$PYTHON" -c 'import json,sys
+for l in sys.stdin:
+    m = json.loads(l)
+    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["profile"]["test"]:
+        print(m["target"]["name"], m["package_id"].split("#")[0].split("/")[-1], m["executable"])' \
+      | while read -r name pkg exe; do
+          strip -o ".gpu-bin/tests/${pkg}_$name" "$exe"
+          xz -f -T2 ".gpu-bin/tests/${pkg}_$name"
+        done
+    du -sh .gpu-bin/* .gpu-bin/tests/* .gl
+    ;;
+  conformance)
+    # The GPU conformance suites on this adapter, failing (not skipping)
+    # without one; each suite's log goes to OUT.
+    need_out "${2:-}"; out=$2
+    for t in .gpu-bin/tests/*.xz; do
+      exe="/tmp/$(basename "$t" .xz)"
+      xz -dc "$t" > "$exe" && chmod +x "$exe"
+      run "$out/test_$(basename "$exe").log" env CI=1 MLX_REQUIRE_GPU=1 "$exe" --test-threads 4
+      grep -E "^test result|FAILED|panicked" "$out/test_$(basename "$exe").log" | head -n 12 | sed 's/^/   /' || true
+    done
     ;;
   vulkan)
     echo "VK_DRIVER_FILES=${VK_DRIVER_FILES:-unset, the loader searches its default folders}"
