@@ -80,12 +80,6 @@ pub fn fused_attention(q: &Array, k: &Array, v: &Array, scale: f64, causal: bool
             format!("the scale must be finite, got {scale}"),
         ));
     }
-    if dtype != Dtype::F32 && dtype != Dtype::BF16 {
-        // Computed in f32, like the other fused ops (bf16 goes to the
-        // primitive as it is, for the CPU's bf16 products).
-        let [q, k, v] = [q, k, v].map(|x| x.astype(Dtype::F32));
-        return fused_attention(&q?, &k?, &v?, scale, causal)?.astype(dtype);
-    }
     let node = Attention {
         scale: scale as f32,
         causal,

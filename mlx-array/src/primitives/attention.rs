@@ -32,8 +32,8 @@ impl AttentionDims {
 /// logsumexps (`[B, H, Lq]`), both f32: two outputs of one kernel, which
 /// writes them into one buffer (the output stored `[B, Lq, H, dv]`).
 /// Inputs: `q`, `k`, `v` of one dtype, f32 or bf16 (whose products the CPU
-/// runs on AMX tiles where it has them; elsewhere, and on the GPU, the
-/// kernel converts them to f32).
+/// runs on AMX tiles where it has them; elsewhere the kernel converts them
+/// to f32; the GPU kernels read them as they are and compute in f32).
 #[derive(Debug, Clone, Copy)]
 pub struct Attention {
     /// Multiplies the scores.
@@ -63,20 +63,6 @@ impl Attention {
             ],
         )
     }
-}
-
-/// The data of `q`, `k` and `v` as the GPU kernels read them: f32,
-/// converted there when they are of another dtype.
-fn gpu_f32(qkv: [&Array; 3]) -> Result<[ArrayData; 3]> {
-    let [q, k, v] = qkv.map(|x| {
-        let data = x.data()?;
-        if x.dtype() == Dtype::F32 {
-            Ok(data)
-        } else {
-            crate::backend::gpu::astype(&data, x.shape(), x.dtype(), Dtype::F32)
-        }
-    });
-    Ok([q?, k?, v?])
 }
 
 /// The output and logsumexp views of a forward buffer.
@@ -116,8 +102,8 @@ impl Primitive for Attention {
     ) -> Result<Vec<ArrayData>> {
         let (q, k, v) = (&inputs[0], &inputs[1], &inputs[2]);
         let dims = self.dims(inputs);
-        let [q, k, v] = gpu_f32([q, k, v])?;
-        let packed = crate::backend::gpu::attention(&q, &k, &v, &dims)?;
+        let (dtype, [q, k, v]) = (q.dtype(), [q.data()?, k.data()?, v.data()?]);
+        let packed = crate::backend::gpu::attention(&q, &k, &v, &dims, dtype)?;
         Ok(forward_outputs(packed, &dims))
     }
     fn eval_cpu_outputs(
@@ -207,9 +193,11 @@ impl Primitive for AttentionGrad {
     ) -> Result<Vec<ArrayData>> {
         let dims = self.0.dims(inputs);
         let forward = forward_buffer(&inputs[3], &inputs[4], &dims)?;
-        let [q, k, v] = gpu_f32([&inputs[0], &inputs[1], &inputs[2]])?;
+        let dtype = inputs[0].dtype();
+        let [q, k, v] = [inputs[0].data()?, inputs[1].data()?, inputs[2].data()?];
         let d_out = inputs[5].data()?;
-        let grads = crate::backend::gpu::attention_grad(&q, &k, &v, &forward, &d_out, &dims)?;
+        let grads =
+            crate::backend::gpu::attention_grad(&q, &k, &v, &forward, &d_out, &dims, dtype)?;
         Ok(Self::outputs(grads, &dims))
     }
     fn eval_cpu_outputs(

@@ -175,6 +175,19 @@ impl Problem {
         }
     }
 
+    /// [`Problem::fixed`] with inputs of `dtype` (exact in it).
+    fn fixed_in(dtype: Dtype, dims: [usize; 6], causal: bool, seed: u64) -> Problem {
+        let [b, h, lq, lk, d, dv] = dims;
+        Problem {
+            q: fill(&[b, h, lq, d], dtype, -1.0, 1.0, seed),
+            k: fill(&[b, h, lk, d], dtype, -1.0, 1.0, seed + 1),
+            v: fill(&[b, h, lk, dv], dtype, -1.0, 1.0, seed + 2),
+            ct: fill(&[b, h, lq, dv], dtype, -1.0, 1.0, seed + 3),
+            scale: 0.2,
+            causal,
+        }
+    }
+
     fn reference(&self) -> Reference {
         reference(&self.q, &self.k, &self.v, &self.ct, self.scale, self.causal)
     }
@@ -199,6 +212,18 @@ fn fixed_problems() -> Vec<(Problem, (f64, f64))> {
                 (1e-4, 1e-4),
             )
         });
+    // The GPU's tiles (16 to 64 rows) and one row more, the widest heads
+    // (which take smaller tiles), widths that are not multiples of 16, and
+    // more keys than queries under the causal mask.
+    let tiles = [
+        ([1, 1, 129, 129, 64, 64], true),
+        ([2, 1, 64, 64, 64, 64], false),
+        ([1, 1, 33, 70, 128, 128], true),
+        ([1, 1, 17, 40, 100, 72], false),
+        ([1, 1, 20, 83, 72, 100], true),
+    ]
+    .into_iter()
+    .map(|(dims, causal)| (Problem::fixed(dims, 0.125, causal, 9), (1e-4, 1e-4)));
     let small = [
         ([2, 2, 3, 5, 4, 3], 0.5, true),
         ([2, 2, 3, 5, 4, 3], 0.5, false),
@@ -214,7 +239,7 @@ fn fixed_problems() -> Vec<(Problem, (f64, f64))> {
             (rel, rel * 2.0),
         )
     });
-    blocks.chain(small).collect()
+    blocks.chain(tiles).chain(small).collect()
 }
 
 /// Both outputs of the primitive on the device under test: `[B, H, Lq, dv]`
@@ -305,6 +330,10 @@ fn output_values(cx: &Ctx) {
             check_fused(cx, &p, Dtype::F32, l, rel, false);
         }
     }
+    for (dtype, p) in half_problems() {
+        let rel = tol(dtype) * 8.0;
+        check_fused(cx, &p, dtype, Layout::Transposed, (rel, rel), false);
+    }
     // Bad arguments are refused when the op is built, naming what is wrong.
     let x = Array::zeros(&[1, 1, 3, 2], Dtype::F32);
     let short = Array::zeros(&[1, 1, 2, 2], Dtype::F32);
@@ -336,4 +365,23 @@ fn grad_values(cx: &Ctx) {
     for (p, rel) in fixed_problems() {
         check_fused(cx, &p, Dtype::F32, Layout::Transposed, rel, true);
     }
+    for (dtype, p) in half_problems() {
+        let rel = tol(dtype) * 8.0;
+        check_fused(cx, &p, dtype, Layout::Dense, (rel, rel * 2.0), true);
+    }
+}
+
+/// Half-precision problems over several blocks of the GPU's tiles, whose
+/// kernels read these dtypes as they are.
+fn half_problems() -> Vec<(Dtype, Problem)> {
+    [Dtype::BF16, Dtype::F16]
+        .into_iter()
+        .flat_map(|dtype| {
+            [
+                ([1, 2, 70, 70, 40, 24], true),
+                ([1, 1, 33, 50, 64, 48], false),
+            ]
+            .map(|(dims, causal)| (dtype, Problem::fixed_in(dtype, dims, causal, 60)))
+        })
+        .collect()
 }

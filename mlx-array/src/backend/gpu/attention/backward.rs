@@ -1,0 +1,312 @@
+//! The flash-attention gradient in FlashAttention-2 order: `delta`, then a
+//! dK/dV pass over key blocks and a dQ pass over query blocks, each
+//! recomputing the probabilities from the forward's logsumexps (see the
+//! module above for the design and its figures).
+
+use super::{SIDE, Tiles, cols, header, stage, unroll};
+use crate::Dtype;
+use crate::backend::common::attention::AttentionDims;
+
+/// The two passes over blocks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Pass {
+    /// A workgroup per block of `BK` keys: `dk` and `dv`.
+    KeyValue,
+    /// A workgroup per block of `BQ` queries: `dq`.
+    Query,
+}
+
+/// Row strides (in words) of the workgroup tiles: Q and K, dO and V, P/dS.
+fn strides(dims: &AttentionDims, t: Tiles) -> (usize, usize, usize) {
+    (dims.d + 1, dims.dv + 1, t.bk + 1)
+}
+
+/// Workgroup memory of either pass with tiles `t`, in bytes.
+pub(super) fn bytes(dims: &AttentionDims, t: Tiles) -> usize {
+    let (ds, vs, ps) = strides(dims, t);
+    4 * ((t.bq + t.bk) * (ds + vs) + 4 * SIDE + 2 * t.bq * ps + 2 * t.bq)
+}
+
+/// `delta = rowsum(dO o O)`, a thread per query row (inputs: the forward's
+/// packed buffer, the f32 cotangent).
+pub(super) fn delta_source(dims: &AttentionDims) -> String {
+    let t = Tiles { bq: SIDE, bk: SIDE };
+    let mut s = header(dims, &[("packed", Dtype::F32), ("g", Dtype::F32)], t);
+    s.push_str(super::codegen::ENTRY);
+    s.push_str(" {\n    ");
+    s.push_str(super::codegen::THREAD_INDEX);
+    s.push_str(
+        r#"
+    if (i >= b() * h() * lq()) { return; }
+    let qi = i % lq();
+    let bh = i / lq();
+    let o0 = params[6] + ((bh / h() * lq() + qi) * h() + bh % h()) * DV;
+    let g0 = params[7] + i * DV;
+    var delta = 0.0;
+    for (var c = 0u; c < DV; c = c + 1u) { delta = delta + load_g(g0 + c) * load_packed(o0 + c); }
+    store_out(i, delta);
+}
+"#,
+    );
+    s
+}
+
+/// The WGSL of one pass for `q`, `k`, `v` of `dtype`.
+pub(super) fn source(dims: &AttentionDims, dtype: Dtype, t: Tiles, pass: Pass) -> String {
+    let (qs, vs, ps) = strides(dims, t);
+    let (ri, rj) = (t.bq / SIDE, t.bk / SIDE);
+    let (cd, cv) = (cols(dims.d), cols(dims.dv));
+    let inputs = [
+        ("q", dtype),
+        ("k", dtype),
+        ("v", dtype),
+        ("packed", Dtype::F32),
+        ("g", Dtype::F32),
+        ("delta", Dtype::F32),
+    ];
+    let mut s = header(dims, &inputs, t);
+    s.push_str(&format!(
+        r#"
+var<workgroup> q_s: array<f32, {q_len}>;
+var<workgroup> g_s: array<f32, {g_len}>;
+var<workgroup> k_s: array<f32, {k_len}>;
+var<workgroup> v_s: array<f32, {v_len}>;
+var<workgroup> p_s: array<f32, {p_len}>;
+var<workgroup> ds_s: array<f32, {p_len}>;
+var<workgroup> lse_s: array<f32, BQ>;
+var<workgroup> dl_s: array<f32, BQ>;
+"#,
+        q_len = t.bq * qs + SIDE,
+        g_len = t.bq * vs + SIDE,
+        k_len = t.bk * qs + SIDE,
+        v_len = t.bk * vs + SIDE,
+        p_len = t.bq * ps,
+    ));
+    s.push_str(super::codegen::GROUP_ENTRY);
+
+    // P and dS for the block at (q0, k0): rows ty + 16 i, keys tx + 16 j.
+    let s_decl = unroll(ri, rj, |i, j| {
+        format!("        var s{i}_{j} = 0.0;\n        var dp{i}_{j} = 0.0;")
+    });
+    let lets = |what: &str, n: usize, f: &dyn Fn(usize) -> String| {
+        unroll(n, 1, |i, _| format!("            let {what}{i} = {};", f(i)))
+    };
+    let qk = format!(
+        "{}\n{}\n{}",
+        lets("a", ri, &|i| format!(
+            "q_s[(ty + {}u) * {qs}u + c]",
+            SIDE * i
+        )),
+        lets("b", rj, &|j| format!(
+            "k_s[(tx + {}u) * {qs}u + c]",
+            SIDE * j
+        )),
+        unroll(ri, rj, |i, j| format!(
+            "            s{i}_{j} = s{i}_{j} + a{i} * b{j};"
+        ))
+    );
+    let gv = format!(
+        "{}\n{}\n{}",
+        lets("a", ri, &|i| format!(
+            "g_s[(ty + {}u) * {vs}u + c]",
+            SIDE * i
+        )),
+        lets("b", rj, &|j| format!(
+            "v_s[(tx + {}u) * {vs}u + c]",
+            SIDE * j
+        )),
+        unroll(ri, rj, |i, j| format!(
+            "            dp{i}_{j} = dp{i}_{j} + a{i} * b{j};"
+        ))
+    );
+    let store_p = pass == Pass::KeyValue;
+    let p_store = unroll(ri, rj, |i, j| {
+        let (r, c) = (SIDE * i, SIDE * j);
+        let at = format!("(ty + {r}u) * {ps}u + tx + {c}u");
+        let keep = if store_p {
+            format!("\n            p_s[{at}] = p;")
+        } else {
+            String::new()
+        };
+        format!(
+            r#"        {{
+            var p = 0.0;
+            if (q0 + ty + {r}u < lq() && k0 + tx + {c}u < limit(q0 + ty + {r}u)) {{
+                p = exp(s{i}_{j} * scale() - lse_s[ty + {r}u]);
+            }}{keep}
+            ds_s[{at}] = p * (dp{i}_{j} - dl_s[ty + {r}u]);
+        }}"#
+        )
+    });
+    let scores = format!(
+        r#"{s_decl}
+        for (var c = 0u; c < D; c = c + 1u) {{
+{qk}
+        }}
+        for (var c = 0u; c < DV; c = c + 1u) {{
+{gv}
+        }}
+{p_store}
+"#
+    );
+    let q_stage = stage(
+        "q_s",
+        "q",
+        ["BQ", "D", "lq() - q0", "params[6] + (bh * lq() + q0) * D"],
+        qs,
+    );
+    let g_stage = stage(
+        "g_s",
+        "g",
+        ["BQ", "DV", "lq() - q0", "params[10] + (bh * lq() + q0) * DV"],
+        vs,
+    );
+    let k_stage = stage(
+        "k_s",
+        "k",
+        ["BK", "D", "lk() - k0", "params[7] + (bh * lk() + k0) * D"],
+        qs,
+    );
+    let v_stage = stage(
+        "v_s",
+        "v",
+        ["BK", "DV", "lk() - k0", "params[8] + (bh * lk() + k0) * DV"],
+        vs,
+    );
+    let rows_stage = r#"
+    if (lid < BQ) {
+        var lse = 0.0;
+        var dl = 0.0;
+        if (q0 + lid < lq()) {
+            lse = load_packed(params[9] + b() * h() * lq() * DV + bh * lq() + q0 + lid);
+            dl = load_delta(params[11] + bh * lq() + q0 + lid);
+        }
+        lse_s[lid] = lse;
+        dl_s[lid] = dl;
+    }
+"#;
+    let prologue = |l: &str, block: &str| {
+        format!(
+            r#" {{
+    let g = wid.x + wid.y * nw.x;
+    let blocks = ({l} + {block} - 1u) / {block};
+    if (g >= b() * h() * blocks) {{ return; }}
+    let bh = g / blocks;
+    let start = (g % blocks) * {block};
+    let hi = bh % h();
+    let bi = bh / h();
+    let tx = lid % {SIDE}u;
+    let ty = lid / {SIDE}u;
+"#
+        )
+    };
+    match pass {
+        Pass::KeyValue => {
+            let (rk, ck) = (t.bk / SIDE, cd.max(cv));
+            let acc_decl = unroll(rk, ck, |i, j| {
+                let mut d = String::new();
+                if j < cd {
+                    d.push_str(&format!("    var dk{i}_{j} = 0.0;"));
+                }
+                if j < cv {
+                    d.push_str(&format!("    var dv{i}_{j} = 0.0;"));
+                }
+                d
+            });
+            let acc = format!(
+                "{}\n{}\n{}\n{}\n{}\n{}",
+                lets("p", rk, &|i| format!("p_s[r * {ps}u + ty + {}u]", SIDE * i)),
+                lets("ds", rk, &|i| format!("ds_s[r * {ps}u + ty + {}u]", SIDE * i)),
+                lets("gc", cv, &|j| format!("g_s[r * {vs}u + tx + {}u]", SIDE * j)),
+                lets("qc", cd, &|j| format!("q_s[r * {qs}u + tx + {}u]", SIDE * j)),
+                unroll(rk, cv, |i, j| format!(
+                    "            dv{i}_{j} = dv{i}_{j} + p{i} * gc{j};"
+                )),
+                unroll(rk, cd, |i, j| format!(
+                    "            dk{i}_{j} = dk{i}_{j} + ds{i} * qc{j};"
+                )),
+            );
+            let store = unroll(rk, ck, |i, j| {
+                let (r, c) = (SIDE * i, SIDE * j);
+                let row = format!("((bi * lk() + k0 + ty + {r}u) * h() + hi)");
+                let mut st = format!("    if (k0 + ty + {r}u < lk()) {{");
+                if j < cd {
+                    st.push_str(&format!(
+                        "\n        if (tx + {c}u < D) {{ store_out(params[12] + {row} * D + tx + {c}u, dk{i}_{j} * scale()); }}"
+                    ));
+                }
+                if j < cv {
+                    st.push_str(&format!(
+                        "\n        if (tx + {c}u < DV) {{ store_out(params[13] + {row} * DV + tx + {c}u, dv{i}_{j}); }}"
+                    ));
+                }
+                st.push_str("\n    }");
+                st
+            });
+            s.push_str(&prologue("lk()", "BK"));
+            s.push_str(&format!(
+                r#"    let k0 = start;
+    {k_stage}
+    {v_stage}
+{acc_decl}
+    for (var q0 = first_query(k0) / BQ * BQ; q0 < lq(); q0 = q0 + BQ) {{
+        workgroupBarrier();
+        {q_stage}
+        {g_stage}
+        {rows_stage}
+        workgroupBarrier();
+{scores}
+        workgroupBarrier();
+        for (var r = 0u; r < BQ; r = r + 1u) {{
+{acc}
+        }}
+    }}
+{store}
+}}
+"#
+            ));
+        }
+        Pass::Query => {
+            let acc_decl = unroll(ri, cd, |i, j| format!("    var dq{i}_{j} = 0.0;"));
+            let acc = format!(
+                "{}\n{}\n{}",
+                lets("ds", ri, &|i| format!("ds_s[(ty + {}u) * {ps}u + j]", SIDE * i)),
+                lets("kc", cd, &|j| format!("k_s[j * {qs}u + tx + {}u]", SIDE * j)),
+                unroll(ri, cd, |i, j| format!(
+                    "            dq{i}_{j} = dq{i}_{j} + ds{i} * kc{j};"
+                )),
+            );
+            let store = unroll(ri, cd, |i, j| {
+                let (r, c) = (SIDE * i, SIDE * j);
+                format!(
+                    "    if (q0 + ty + {r}u < lq() && tx + {c}u < D) {{ store_out(((bi * lq() + q0 + ty + {r}u) * h() + hi) * D + tx + {c}u, dq{i}_{j} * scale()); }}"
+                )
+            });
+            s.push_str(&prologue("lq()", "BQ"));
+            s.push_str(&format!(
+                r#"    let q0 = start;
+    {q_stage}
+    {g_stage}
+    {rows_stage}
+{acc_decl}
+    // The keys the block's last row sees.
+    let k_end = limit(min(q0 + BQ, lq()) - 1u);
+    for (var k0 = 0u; k0 < k_end; k0 = k0 + BK) {{
+        workgroupBarrier();
+        {k_stage}
+        {v_stage}
+        workgroupBarrier();
+{scores}
+        workgroupBarrier();
+        for (var j = 0u; j < BK; j = j + 1u) {{
+{acc}
+        }}
+    }}
+{store}
+}}
+"#
+            ));
+        }
+    }
+    s
+}

@@ -1,0 +1,157 @@
+//! The flash-attention forward kernel: a workgroup per (batch, head, block
+//! of `BQ` query rows), online softmax over blocks of `BK` keys (see the
+//! module above for the design and its figures).
+
+use super::{SIDE, Tiles, cols, header, stage, unroll};
+use crate::Dtype;
+use crate::backend::common::attention::AttentionDims;
+
+/// Row strides (in words) of the workgroup tiles: Q, K/V, S.
+fn strides(dims: &AttentionDims, t: Tiles) -> (usize, usize, usize) {
+    (dims.d + 1, dims.d.max(dims.dv) + 1, t.bk + 1)
+}
+
+/// Workgroup memory of the kernel with tiles `t`, in bytes.
+pub(super) fn bytes(dims: &AttentionDims, t: Tiles) -> usize {
+    let (qs, ks, ss) = strides(dims, t);
+    4 * (t.bq * qs + t.bk * ks + SIDE + t.bq * ss + 3 * t.bq)
+}
+
+/// The kernel's WGSL for inputs of `dtype`.
+pub(super) fn source(dims: &AttentionDims, dtype: Dtype, t: Tiles) -> String {
+    let (qs, ks, ss) = strides(dims, t);
+    let (ri, rj, co) = (t.bq / SIDE, t.bk / SIDE, cols(dims.dv));
+    let mut s = header(dims, &[("q", dtype), ("k", dtype), ("v", dtype)], t);
+    s.push_str(&format!(
+        r#"
+var<workgroup> q_s: array<f32, {q_len}>;
+var<workgroup> kv_s: array<f32, {kv_len}>;
+var<workgroup> s_s: array<f32, {s_len}>;
+var<workgroup> m_s: array<f32, BQ>;
+var<workgroup> l_s: array<f32, BQ>;
+var<workgroup> a_s: array<f32, BQ>;
+"#,
+        q_len = t.bq * qs,
+        kv_len = t.bk * ks + SIDE,
+        s_len = t.bq * ss,
+    ));
+    s.push_str(super::codegen::GROUP_ENTRY);
+    let o_decl = unroll(ri, co, |i, j| format!("    var o{i}_{j} = 0.0;"));
+    let s_decl = unroll(ri, rj, |i, j| format!("        var s{i}_{j} = 0.0;"));
+    let a_load = unroll(ri, 1, |i, _| {
+        format!("            let a{i} = q_s[(ty + {}u) * {qs}u + c];", SIDE * i)
+    });
+    let b_load = unroll(rj, 1, |j, _| {
+        format!("            let b{j} = kv_s[(tx + {}u) * {ks}u + c];", SIDE * j)
+    });
+    let s_fma = unroll(ri, rj, |i, j| {
+        format!("            s{i}_{j} = s{i}_{j} + a{i} * b{j};")
+    });
+    let s_store = unroll(ri, rj, |i, j| {
+        let (r, c) = (SIDE * i, SIDE * j);
+        format!(
+            "        if (k0 + tx + {c}u < limit(q0 + ty + {r}u)) {{ s_s[(ty + {r}u) * {ss}u + tx + {c}u] = s{i}_{j} * scale(); }} else {{ s_s[(ty + {r}u) * {ss}u + tx + {c}u] = neg_inf(); }}"
+        )
+    });
+    let o_rescale = unroll(ri, co, |i, j| {
+        format!("        o{i}_{j} = o{i}_{j} * a_s[ty + {}u];", SIDE * i)
+    });
+    let p_load = unroll(ri, 1, |i, _| {
+        format!("            let p{i} = s_s[(ty + {}u) * {ss}u + j];", SIDE * i)
+    });
+    let v_load = unroll(co, 1, |j, _| {
+        format!("            let v{j} = kv_s[j * {ks}u + tx + {}u];", SIDE * j)
+    });
+    let o_fma = unroll(ri, co, |i, j| {
+        format!("            o{i}_{j} = o{i}_{j} + p{i} * v{j};")
+    });
+    let o_store = unroll(ri, co, |i, j| {
+        let (r, c) = (SIDE * i, SIDE * j);
+        format!(
+            "    if (q0 + ty + {r}u < lq() && tx + {c}u < DV) {{ store_out(((bi * lq() + q0 + ty + {r}u) * h() + hi) * DV + tx + {c}u, o{i}_{j} / l_s[ty + {r}u]); }}"
+        )
+    });
+    let q_stage = stage(
+        "q_s",
+        "q",
+        ["BQ", "D", "lq() - q0", "params[6] + (bh * lq() + q0) * D"],
+        qs,
+    );
+    let k_stage = stage(
+        "kv_s",
+        "k",
+        ["BK", "D", "lk() - k0", "params[7] + (bh * lk() + k0) * D"],
+        ks,
+    );
+    let v_stage = stage(
+        "kv_s",
+        "v",
+        ["BK", "DV", "lk() - k0", "params[8] + (bh * lk() + k0) * DV"],
+        ks,
+    );
+    s.push_str(&format!(
+        r#" {{
+    let g = wid.x + wid.y * nw.x;
+    let blocks = (lq() + BQ - 1u) / BQ;
+    if (g >= b() * h() * blocks) {{ return; }}
+    let bh = g / blocks;
+    let q0 = (g % blocks) * BQ;
+    let hi = bh % h();
+    let bi = bh / h();
+    let tx = lid % {SIDE}u;
+    let ty = lid / {SIDE}u;
+    {q_stage}
+    if (lid < BQ) {{
+        m_s[lid] = neg_inf();
+        l_s[lid] = 0.0;
+    }}
+{o_decl}
+    // The keys the block's last row sees.
+    let k_end = limit(min(q0 + BQ, lq()) - 1u);
+    for (var k0 = 0u; k0 < k_end; k0 = k0 + BK) {{
+        workgroupBarrier();
+        {k_stage}
+        workgroupBarrier();
+{s_decl}
+        for (var c = 0u; c < D; c = c + 1u) {{
+{a_load}
+{b_load}
+{s_fma}
+        }}
+{s_store}
+        workgroupBarrier();
+        {v_stage}
+        if (lid < BQ) {{
+            let row = lid * {ss}u;
+            let m_old = m_s[lid];
+            var mx = m_old;
+            for (var j = 0u; j < BK; j = j + 1u) {{ mx = max(mx, s_s[row + j]); }}
+            var sum = 0.0;
+            for (var j = 0u; j < BK; j = j + 1u) {{
+                let p = exp(s_s[row + j] - mx);
+                s_s[row + j] = p;
+                sum = sum + p;
+            }}
+            // Every row sees key 0, so mx is finite from the first block on.
+            let alpha = exp(m_old - mx);
+            a_s[lid] = alpha;
+            l_s[lid] = l_s[lid] * alpha + sum;
+            m_s[lid] = mx;
+        }}
+        workgroupBarrier();
+{o_rescale}
+        for (var j = 0u; j < BK; j = j + 1u) {{
+{p_load}
+{v_load}
+{o_fma}
+        }}
+    }}
+{o_store}
+    if (lid < BQ && q0 + lid < lq()) {{
+        store_out(b() * h() * lq() * DV + bh * lq() + q0 + lid, m_s[lid] + log(l_s[lid]));
+    }}
+}}
+"#
+    ));
+    s
+}

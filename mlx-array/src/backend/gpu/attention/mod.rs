@@ -1,0 +1,315 @@
+//! Fused scaled dot-product attention and its gradient on the GPU as flash
+//! attention, in the packed layouts of the CPU kernels (see
+//! `backend::cpu::attention`): the output stored `[B, Lq, H, dv]` then the
+//! rows' logsumexps `[B, H, Lq]`; the gradients `dq [B, Lq, H, d]`,
+//! `dk [B, Lk, H, d]`, `dv [B, Lk, H, dv]` one after another, all f32.
+//! `q`, `k` and `v` are read in their own dtype (f32, f16 or bf16) and
+//! computed in f32.
+//!
+//! # Work per workgroup
+//!
+//! Every kernel runs 256 invocations as a 16 x 16 grid (`tx`, `ty`) over
+//! tiles staged in workgroup memory; an invocation owns the tile entries
+//! `(ty + 16 i, tx + 16 j)`, so that a warp reads consecutive words of one
+//! row (no bank conflicts; tile rows are padded by one word so that column
+//! walks do not conflict either). The micro-kernels are unrolled into
+//! scalar registers by the code generator.
+//!
+//! - Forward ([`forward`]): a workgroup per (batch, head, block of `BQ`
+//!   query rows). The query block stays in workgroup memory; it walks the
+//!   key blocks of `BK` rows the block sees (a causal block stops at its
+//!   last row's last key): K tile -> `S = scale Q K^T` (each invocation a
+//!   `BQ/16 x BK/16` block) -> S to workgroup memory -> one invocation per
+//!   row updates its running max and sum and turns S into P with the row's
+//!   rescale factor, while the others stage the V tile in the K tile's
+//!   memory -> each invocation rescales and accumulates its
+//!   `BQ/16 x ceil(dv/16)` block of `O += P V` in registers.
+//! - Backward in FlashAttention-2 order ([`backward`]): a pre-pass, a
+//!   thread per query row, computes `delta = rowsum(dO o O)`; a dK/dV pass
+//!   with a workgroup per (batch, head, block of `BK` keys) holds K and V
+//!   and walks the query blocks that see them, recomputing
+//!   `P = exp(scale Q K^T - lse)` and `dS = P o (dO V^T - delta)` and
+//!   accumulating `dV += P^T dO`, `dK += dS^T Q` in registers; a dQ pass
+//!   with a workgroup per (batch, head, block of `BQ` queries) walks the
+//!   key blocks and accumulates `dQ += dS K`. No atomics: each pass owns
+//!   its outputs.
+//!
+//! # Tiles and workgroup memory (f32 words, padded rows)
+//!
+//! [`Tiles::plan`] takes the largest of `BQ x BK` in 64x32, 32x32, 32x16,
+//! 16x16 whose workgroup memory fits the adapter's limit, capped at the
+//! H100's 48 KiB (so lavapipe runs the tiling the H100 runs). At
+//! `d = dv = 64`:
+//! - forward 64 x 32: Q 64x65, K/V 32x65, S 64x33, three row vectors:
+//!   33.4 KiB; registers per invocation: S 4x2, O 4x4, operands 6, about
+//!   50 with addresses;
+//! - backward 32 x 32: Q, dO, K, V 32x65 each, P and dS 32x33 each, lse
+//!   and delta: 41.3 KiB (dK/dV); dQ 37 KiB; registers: S and dP 2x2 each,
+//!   dK and dV 2x4 each (dQ 2x4).
+//!
+//! At `d = dv = 128` the tiles halve (forward 32 x 32, backward 16 x 16).
+//!
+//! # Expected occupancy and time on an H100
+//!
+//! 132 SMs with 228 KiB of shared memory and 64K registers each: the
+//! forward's 33 KiB allows 6 workgroups (48 warps, 75% occupancy; registers
+//! allow 4-5 at ~50 registers x 256 invocations, so ~60%), the backward's
+//! 41 KiB 5 workgroups (40 warps). Work: [4, 4, 512, 64] has 128 forward
+//! workgroups (one wave, under one per SM: latency bound) and 256 per
+//! backward pass; [16, 12, 512, 64] has 1,536 forward workgroups (about 2
+//! waves at 6 per SM) and 3,072 per backward pass.
+//!
+//! Roofline, causal (about half of the `L x L` products): the forward is
+//! `2 B H L^2 (d + dv) / 2` FLOP (0.27 GFLOP at [4, 4, 512, 64], 3.2 at
+//! [16, 12, 512, 64]); the backward recomputes S in both passes and does
+//! four more products: about 3.5 times the forward. At 25-40 TFLOP/s of
+//! f32 FMA (no tensor cores), forward + backward is about 4.5 x 0.27 / 30
+//! = 0.04 ms at the small shape (where latency and the one-wave grid
+//! dominate: expect 0.1-0.2 ms) and 4.5 x 3.2 / 30 = 0.5 ms at the large
+//! one; these kernels read every operand from workgroup memory once per
+//! FMA pair, so expect about half of that rate (1-1.5 ms), within 3x of
+//! PyTorch's SDPA (0.259 and 1.097 ms in f32).
+
+mod backward;
+mod forward;
+
+use super::codegen;
+use super::{alloc, context, dense, dispatch, dispatch_groups};
+use crate::backend::common::attention::AttentionDims;
+use crate::primitive::ArrayData;
+use crate::{Dtype, Result};
+
+/// Invocations per workgroup side: kernels run `SIDE x SIDE` invocations.
+const SIDE: usize = 16;
+
+/// The H100's workgroup memory (the cap on every plan, so that every
+/// adapter runs the same tiles where it can).
+const WORKGROUP_BYTES: usize = 48 * 1024;
+
+/// Block sizes of one kernel: `bq` query rows by `bk` key rows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Tiles {
+    /// Query rows per block (a multiple of 16).
+    pub bq: usize,
+    /// Key rows per block (a multiple of 16).
+    pub bk: usize,
+}
+
+impl Tiles {
+    /// The largest tiles whose workgroup memory (`bytes(tiles)`) fits the
+    /// adapter's limit, at most [`WORKGROUP_BYTES`].
+    fn plan(bytes: impl Fn(Tiles) -> usize) -> Result<Tiles> {
+        let limit = context()?
+            .limits
+            .max_compute_workgroup_storage_size
+            .min(WORKGROUP_BYTES as u32) as usize;
+        [(64, 32), (32, 32), (32, 16), (16, 16)]
+            .into_iter()
+            .map(|(bq, bk)| Tiles { bq, bk })
+            .find(|&t| bytes(t) <= limit)
+            .ok_or_else(|| {
+                crate::Error::gpu(format!(
+                    "attention: heads this wide need more than the adapter's {limit} bytes of \
+                     workgroup memory"
+                ))
+            })
+    }
+}
+
+/// Columns an invocation owns in a row of `w` (`tx + 16 j` for
+/// `j < cols(w)`).
+fn cols(w: usize) -> usize {
+    w.div_ceil(SIDE)
+}
+
+/// Sizes, flags and the inputs' offsets, as every kernel here reads them.
+fn meta(dims: &AttentionDims, inputs: &[&ArrayData]) -> Vec<u32> {
+    let mut m = vec![
+        dims.b as u32,
+        dims.h as u32,
+        dims.lq as u32,
+        dims.lk as u32,
+        dims.causal as u32,
+        dims.scale.to_bits(),
+    ];
+    m.extend(inputs.iter().map(|d| d.offset() as u32));
+    m
+}
+
+/// The WGSL shared by the kernels: constants, the bindings of `inputs`
+/// (name and dtype), an f32 output, and the sizes read from `params`.
+fn header(dims: &AttentionDims, inputs: &[(&str, Dtype)], tiles: Tiles) -> String {
+    let mut s = String::from(codegen::PRELUDE);
+    s.push_str(codegen::META);
+    for (i, (name, dtype)) in inputs.iter().enumerate() {
+        s.push_str(&codegen::input(name, i as u32 + 1, *dtype));
+    }
+    s.push_str(&codegen::output(inputs.len() as u32 + 1, Dtype::F32));
+    s.push_str(&format!(
+        "const D: u32 = {}u;\nconst DV: u32 = {}u;\nconst BQ: u32 = {}u;\nconst BK: u32 = {}u;\n",
+        dims.d, dims.dv, tiles.bq, tiles.bk
+    ));
+    s.push_str(
+        r#"fn neg_inf() -> f32 { return bitcast<f32>(0xff800000u); }
+fn b() -> u32 { return params[0]; }
+fn h() -> u32 { return params[1]; }
+fn lq() -> u32 { return params[2]; }
+fn lk() -> u32 { return params[3]; }
+fn scale() -> f32 { return bitcast<f32>(params[5]); }
+// The keys query `i` sees: 0..limit(i) (all keys for rows past lq).
+fn limit(i: u32) -> u32 {
+    if (params[4] == 0u) { return lk(); }
+    return min(i + 1u + lk() - lq(), lk());
+}
+// The first query that sees key `j`.
+fn first_query(j: u32) -> u32 {
+    if (params[4] != 0u && j + lq() > lk()) { return j + lq() - lk(); }
+    return 0u;
+}
+"#,
+    );
+    s
+}
+
+/// WGSL statements, unrolled: `f(i, j)` for `i < n`, `j < m`.
+fn unroll(n: usize, m: usize, f: impl Fn(usize, usize) -> String) -> String {
+    let mut s = String::new();
+    for i in 0..n {
+        for j in 0..m {
+            s.push_str(&f(i, j));
+            s.push('\n');
+        }
+    }
+    s
+}
+
+/// WGSL that stages `rows` rows of `width` elements (adjacent from element
+/// `base` of input `name`; zeros from row `valid` on) into the workgroup
+/// array `tile`, rows `stride` apart.
+fn stage(
+    tile: &str,
+    name: &str,
+    [rows, width, valid, base]: [&str; 4],
+    stride: usize,
+) -> String {
+    format!(
+        r#"
+    for (var e = lid; e < {rows} * {width}; e = e + 256u) {{
+        let r = e / {width};
+        let c = e % {width};
+        var x = 0.0;
+        if (r < {valid}) {{ x = load_{name}({base} + r * {width} + c); }}
+        {tile}[r * {stride}u + c] = x;
+    }}
+"#
+    )
+}
+
+/// `softmax(scale * q @ k^T [causal]) @ v`, packed as on the CPU: `q`, `k`,
+/// `v` of `dtype` (f32, f16 or bf16), the result f32.
+pub fn attention(
+    q: &ArrayData,
+    k: &ArrayData,
+    v: &ArrayData,
+    dims: &AttentionDims,
+    dtype: Dtype,
+) -> Result<ArrayData> {
+    let (n_out, n_lse) = dims.packed_len();
+    let [q, k, v] = dense_qkv(q, k, v, dims, dtype)?;
+    codegen::check_size("attention", n_out + n_lse, &[&q, &k, &v])?;
+    let out = alloc(&[n_out + n_lse], Dtype::F32)?;
+    if n_lse == 0 {
+        return Ok(out);
+    }
+    let tiles = Tiles::plan(|t| forward::bytes(dims, t))?;
+    let key = format!("attention:{}:{}:{dtype}:{tiles:?}", dims.d, dims.dv);
+    let pipeline = context()?.pipeline(&key, || forward::source(dims, dtype, tiles))?;
+    let groups = dims.b * dims.h * dims.lq.div_ceil(tiles.bq);
+    dispatch_groups(
+        &pipeline,
+        &meta(dims, &[&q, &k, &v]),
+        &[&q, &k, &v],
+        &out,
+        (n_out + n_lse) * 4,
+        false,
+        groups,
+    )?;
+    Ok(out)
+}
+
+/// `q`, `k`, `v` (of `dtype`, shaped as `dims` says) dense from their
+/// offsets.
+fn dense_qkv(
+    q: &ArrayData,
+    k: &ArrayData,
+    v: &ArrayData,
+    dims: &AttentionDims,
+    dtype: Dtype,
+) -> Result<[ArrayData; 3]> {
+    let [qs, ks, vs] = dims.shapes();
+    Ok([
+        dense(q, &qs, dtype)?,
+        dense(k, &ks, dtype)?,
+        dense(v, &vs, dtype)?,
+    ])
+}
+
+/// The gradients of [`attention`] for the f32 cotangent `d_out` of its
+/// output (`packed` being its result), packed as on the CPU.
+pub fn attention_grad(
+    q: &ArrayData,
+    k: &ArrayData,
+    v: &ArrayData,
+    packed: &ArrayData,
+    d_out: &ArrayData,
+    dims: &AttentionDims,
+    dtype: Dtype,
+) -> Result<ArrayData> {
+    let AttentionDims { b, h, lq, dv, .. } = *dims;
+    let (n_out, n_lse) = dims.packed_len();
+    let (nq, nk, nv) = dims.grad_len();
+    let [q, k, v] = dense_qkv(q, k, v, dims, dtype)?;
+    let packed = dense(packed, &[n_out + n_lse], Dtype::F32)?;
+    let g = dense(d_out, &[b, h, lq, dv], Dtype::F32)?;
+    codegen::check_size("attention_grad", nq + nk + nv, &[&q, &k, &v, &packed, &g])?;
+    let out = alloc(&[nq + nk + nv], Dtype::F32)?;
+    if nq + nk + nv == 0 {
+        return Ok(out);
+    }
+    // delta = rowsum(dO o O), a thread per query row.
+    let delta = alloc(&[n_lse], Dtype::F32)?;
+    let key = format!("attention_delta:{}", dims.dv);
+    let pipeline = context()?.pipeline(&key, || backward::delta_source(dims))?;
+    dispatch(
+        &pipeline,
+        &meta(dims, &[&packed, &g]),
+        &[&packed, &g],
+        &delta,
+        n_lse * 4,
+        false,
+        n_lse,
+    )?;
+    let inputs = [&q, &k, &v, &packed, &g, &delta];
+    let mut meta = meta(dims, &inputs);
+    meta.extend([nq as u32, (nq + nk) as u32]);
+    let tiles = Tiles::plan(|t| backward::bytes(dims, t))?;
+    let (d, dv) = (dims.d, dims.dv);
+    for pass in [backward::Pass::KeyValue, backward::Pass::Query] {
+        let key = format!("attention_grad:{pass:?}:{d}:{dv}:{dtype}:{tiles:?}");
+        let pipeline = context()?.pipeline(&key, || backward::source(dims, dtype, tiles, pass))?;
+        let (l, block) = match pass {
+            backward::Pass::KeyValue => (dims.lk, tiles.bk),
+            backward::Pass::Query => (lq, tiles.bq),
+        };
+        dispatch_groups(
+            &pipeline,
+            &meta,
+            &inputs,
+            &out,
+            (nq + nk + nv) * 4,
+            false,
+            b * h * l.div_ceil(block),
+        )?;
+    }
+    Ok(out)
+}
