@@ -195,3 +195,71 @@ fn fused_multiply_adds_keep_the_promise_of_fusion() {
         );
     }
 }
+
+/// The quad-per-invocation kernel at every edge: lengths that are not
+/// multiples of 4 or of a workgroup's 1,024, a dense view at an unaligned
+/// offset (element by element) beside an aligned one (a vector per quad),
+/// a broadcast scalar, a transposed view, and every output dtype's whole-word
+/// stores (packed `bf16`, `f16`, `bool`) with a partial last quad.
+#[test]
+fn elementwise_kernels_handle_every_length_and_layout() {
+    let Some(_gpu) = gpu() else { return };
+    use mlx_array::SliceArg;
+    for d in [Dtype::F32, Dtype::I32, Dtype::BF16, Dtype::F16] {
+        for n in [1usize, 3, 5, 1023, 1025, 4099] {
+            let base = input(
+                &[n + 1],
+                40 + n as u64,
+                d,
+                mlx_array::conformance::Layout::Dense,
+            );
+            let other = input(
+                &[n],
+                41 + n as u64,
+                d,
+                mlx_array::conformance::Layout::Dense,
+            );
+            let what = format!("{d} n={n}");
+            // v[0][1..] is dense from offset 1; v[1] is aligned.
+            let f = |v: &[Array]| {
+                let x = v[0].slice(&[SliceArg::range(1, n as i64 + 1)])?;
+                x.mul_scalar(2.0)?.sub(&v[1])
+            };
+            compare(
+                &format!("unaligned, scalar, aligned {what}"),
+                &[base.clone(), other.clone()],
+                f,
+                rel(d),
+            );
+            compare(
+                &format!("copy {what}"),
+                std::slice::from_ref(&other),
+                |v| v[0].add_scalar(1.0),
+                rel(d),
+            );
+            compare(
+                &format!("to bool {what}"),
+                &[base.clone(), other.clone()],
+                |v| v[0].slice(&[SliceArg::range(0, n as i64)])?.greater(&v[1]),
+                0.0,
+            );
+            for to in [Dtype::F32, Dtype::BF16, Dtype::F16, Dtype::I32] {
+                compare(
+                    &format!("astype {to} {what}"),
+                    std::slice::from_ref(&other),
+                    |v| v[0].astype(to),
+                    rel(to),
+                );
+            }
+        }
+        // A transposed operand (through `loc`) with 3 x 343 elements.
+        let t = input(&[3, 343], 50, d, mlx_array::conformance::Layout::Transposed);
+        let u = input(&[3, 343], 51, d, mlx_array::conformance::Layout::Dense);
+        compare(
+            &format!("transposed {d}"),
+            &[t, u],
+            |v| v[0].add(&v[1]),
+            rel(d),
+        );
+    }
+}

@@ -19,9 +19,9 @@
 //!   contraction, so no multiply-add can straddle it.
 //! - `f32`: intermediates are the exact `f32` values the unfused kernels
 //!   would store, so results are equal bit for bit except where a multiply
-//!   feeds an add or subtract: WGSL lets an implementation contract `a * b
-//!   + c` into one FMA, which inside a fused kernel can span what would be
-//!   two kernels. There the fused result is the better rounded one and
+//!   feeds an add or subtract: WGSL lets an implementation contract
+//!   `a * b + c` into one FMA, which inside a fused kernel can span what
+//!   would be two kernels. There the fused result is the better rounded one and
 //!   differs by at most one rounding of the product.
 //!
 //! `gpu_conformance`'s elementwise specs assert exactly this (bit equality
