@@ -113,7 +113,9 @@ fn elementwise_chains_fuse_into_one_kernel_with_unfused_results() {
         // a, b and c run alone; sigmoid (held by nobody) still fuses into maximum.
         assert_eq!(unfused_dispatches, 4, "{d}");
         assert_eq!(fused_dispatches, 1, "{d}: the chain did not fuse");
-        // Bit for bit: intermediates keep their dtype's rounding when fused.
+        // Bit for bit (fusion's promise, `backend::gpu::fusion`): half
+        // intermediates are rounded exactly as storing them would, and no
+        // multiply here feeds an add that a driver could contract.
         let bits = |a: &Array| values(&a.astype(Dtype::F32).unwrap());
         assert_eq!(bits(&fused), bits(&unfused), "{d}");
         compare(
@@ -126,6 +128,137 @@ fn elementwise_chains_fuse_into_one_kernel_with_unfused_results() {
                     .sigmoid()?
                     .maximum(&v[1])
             },
+            rel(d),
+        );
+    }
+}
+
+/// A multiply feeding an add, fused and not: bit for bit in half dtypes
+/// (the product is rounded to the dtype between the two, in both kernels);
+/// in `f32` WGSL lets a driver contract the pair into one FMA inside the
+/// fused kernel, so there the promise is one rounding of the product.
+#[test]
+fn fused_multiply_adds_keep_the_promise_of_fusion() {
+    let Some(_gpu) = gpu() else { return };
+    for d in [Dtype::F32, Dtype::BF16, Dtype::F16] {
+        // 7 x 37: not a multiple of any vector width or workgroup.
+        let x = input(&[7, 37], 21, d, mlx_array::conformance::Layout::Dense);
+        let y = input(&[7, 37], 22, d, mlx_array::conformance::Layout::Transposed);
+        let (xg, yg) = (x.to_device(Device::Gpu), y.to_device(Device::Gpu));
+        mlx_array::eval((&xg, &yg)).unwrap();
+        // y - x * y, then times x: order matters in both steps.
+        let chain = |keep: &mut Vec<Array>| {
+            with_device(Device::Gpu, || -> mlx_array::Result<Array> {
+                let p = xg.mul(&yg)?;
+                let q = yg.sub(&p)?;
+                let r = q.mul(&xg)?;
+                keep.extend([p, q]);
+                Ok(r)
+            })
+            .unwrap()
+        };
+        let mut held = Vec::new();
+        let unfused = chain(&mut held);
+        mlx_array::eval((&unfused, &held)).unwrap();
+        let mut dropped = Vec::new();
+        let fused = chain(&mut dropped);
+        dropped.clear();
+        let before = mlx_array::backend::gpu::dispatch_count();
+        fused.eval().unwrap();
+        assert_eq!(
+            mlx_array::backend::gpu::dispatch_count() - before,
+            1,
+            "{d}: the chain did not fuse"
+        );
+        let f = values(&fused.astype(Dtype::F32).unwrap());
+        let u = values(&unfused.astype(Dtype::F32).unwrap());
+        if d == Dtype::F32 {
+            // One rounding of x * y (|x y| < 9) carried through times |x| < 3.
+            let (xs, ys) = (values(&x), values(&y));
+            for k in 0..f.len() {
+                let bound = (xs[k] * ys[k]).abs() * xs[k].abs() * 1.2e-7 + u[k].abs() * 2.4e-7;
+                assert!(
+                    (f[k] - u[k]).abs() <= bound,
+                    "{d} [{k}]: fused {} unfused {}",
+                    f[k],
+                    u[k]
+                );
+            }
+        } else {
+            assert_eq!(f, u, "{d}");
+        }
+        compare(
+            &format!("fused multiply-add {d}"),
+            &[x, y],
+            |v| v[1].sub(&v[0].mul(&v[1])?)?.mul(&v[0]),
+            rel(d),
+        );
+    }
+}
+
+/// The quad-per-invocation kernel at every edge: lengths that are not
+/// multiples of 4 or of a workgroup's 1,024, a dense view at an unaligned
+/// offset (element by element) beside an aligned one (a vector per quad),
+/// a broadcast scalar, a transposed view, and every output dtype's whole-word
+/// stores (packed `bf16`, `f16`, `bool`) with a partial last quad.
+#[test]
+fn elementwise_kernels_handle_every_length_and_layout() {
+    let Some(_gpu) = gpu() else { return };
+    use mlx_array::SliceArg;
+    for d in [Dtype::F32, Dtype::I32, Dtype::BF16, Dtype::F16] {
+        for n in [1usize, 3, 5, 1023, 1025, 4099] {
+            let base = input(
+                &[n + 1],
+                40 + n as u64,
+                d,
+                mlx_array::conformance::Layout::Dense,
+            );
+            let other = input(
+                &[n],
+                41 + n as u64,
+                d,
+                mlx_array::conformance::Layout::Dense,
+            );
+            let what = format!("{d} n={n}");
+            // v[0][1..] is dense from offset 1; v[1] is aligned.
+            let f = |v: &[Array]| {
+                let x = v[0].slice(&[SliceArg::range(1, n as i64 + 1)])?;
+                x.mul_scalar(2.0)?.sub(&v[1])
+            };
+            compare(
+                &format!("unaligned, scalar, aligned {what}"),
+                &[base.clone(), other.clone()],
+                f,
+                rel(d),
+            );
+            compare(
+                &format!("copy {what}"),
+                std::slice::from_ref(&other),
+                |v| v[0].add_scalar(1.0),
+                rel(d),
+            );
+            compare(
+                &format!("to bool {what}"),
+                &[base.clone(), other.clone()],
+                |v| v[0].slice(&[SliceArg::range(0, n as i64)])?.greater(&v[1]),
+                0.0,
+            );
+            for to in [Dtype::F32, Dtype::BF16, Dtype::F16, Dtype::I32] {
+                compare(
+                    &format!("astype {to} {what}"),
+                    std::slice::from_ref(&other),
+                    |v| v[0].astype(to),
+                    rel(to),
+                );
+            }
+        }
+        // A transposed operand (through `loc`) with 3 x 343 elements.
+        let t = input(&[3, 343], 50, d, mlx_array::conformance::Layout::Transposed);
+        let u = input(&[3, 343], 51, d, mlx_array::conformance::Layout::Dense);
+        compare(
+            &format!("transposed {d}"),
+            &[t, u],
+            |v| v[0].add(&v[1]),
             rel(d),
         );
     }

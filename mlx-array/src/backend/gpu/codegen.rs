@@ -46,22 +46,33 @@ fn bf16_bits(v: f32) -> u32 {
     if ((b & 0x7fffffffu) > 0x7f800000u) { return 0x7fc0u; }
     return (b + 0x7fffu + ((b >> 16u) & 1u)) >> 16u;
 }
+// f32 to f16 bits, rounded to nearest even in integer arithmetic, so that
+// every driver rounds alike (WGSL leaves the rounding of `f16(v)` and of
+// `pack2x16float` to the implementation) and as the CPU does; magnitudes
+// from 65520 on become infinities, NaN a quiet NaN of the same sign.
 fn f16_bits(v: f32) -> u32 {
-    return pack2x16float(vec2<f32>(v, 0.0)) & 0xffffu;
-}
-"#;
-
-/// `to_f16(v: f32) -> f16` for devices that store `f16` natively: WGSL
-/// leaves the conversion of values beyond `f16`'s range undefined, so
-/// magnitudes from 65520 on (which round past the largest `f16`) become
-/// infinities here, as on the CPU; in-range values and NaN convert directly.
-const TO_F16: &str = r#"
-fn to_f16(v: f32) -> f16 {
     let b = bitcast<u32>(v);
+    let s = (b >> 16u) & 0x8000u;
     let a = b & 0x7fffffffu;
-    if (a < 0x477ff000u || a > 0x7f800000u) { return f16(v); }
-    // The largest f16 doubled (WGSL has no f16 bit cast from a scalar).
-    return f16(select(-65504.0, 65504.0, a == b)) * 2.0h;
+    if (a > 0x7f800000u) { return s | 0x7e00u; }
+    if (a >= 0x477ff000u) { return s | 0x7c00u; }
+    if (a >= 0x38800000u) {
+        return s | ((a + 0x0fffu + ((a >> 13u) & 1u) - 0x38000000u) >> 13u);
+    }
+    if (a <= 0x33000000u) { return s; }
+    let e = a >> 23u;
+    let m = (a & 0x7fffffu) | 0x800000u;
+    let sh = 126u - e;
+    let q = m >> sh;
+    let rem = m & ((1u << sh) - 1u);
+    let half = 1u << (sh - 1u);
+    return s | (q + select(0u, 1u, rem > half || (rem == half && (q & 1u) == 1u)));
+}
+fn round_f16(v: f32) -> f32 {
+    return unpack2x16float(f16_bits(v)).x;
+}
+fn round_bf16(v: f32) -> f32 {
+    return bitcast<f32>(bf16_bits(v) << 16u);
 }
 "#;
 
@@ -99,20 +110,28 @@ pub(crate) fn output(binding: u32, d: Dtype) -> String {
         format!("@group(0) @binding({binding}) var<storage, read_write> out: array<{ty}>;\n");
     let body = match d {
         Dtype::F32 | Dtype::I32 | Dtype::U32 | Dtype::I64 => "out[i] = v;".to_string(),
-        Dtype::F16 if !packed(d) => "out[i] = to_f16(v);".to_string(),
+        // Exact: the value is already an f16.
+        Dtype::F16 if !packed(d) => "out[i] = f16(round_f16(v));".to_string(),
         Dtype::F16 => "atomicOr(&out[i >> 1u], f16_bits(v) << ((i & 1u) * 16u));".to_string(),
         Dtype::BF16 => "atomicOr(&out[i >> 1u], bf16_bits(v) << ((i & 1u) * 16u));".to_string(),
         Dtype::Bool => "atomicOr(&out[i >> 2u], (v & 1u) << ((i & 3u) * 8u));".to_string(),
     };
-    let helper = if d == Dtype::F16 && !packed(d) {
-        TO_F16
-    } else {
-        ""
-    };
     format!(
-        "{decl}{helper}fn store_out(i: u32, v: {}) {{ {body} }}\n",
+        "{decl}fn store_out(i: u32, v: {}) {{ {body} }}\n",
         compute_type(d)
     )
+}
+
+/// WGSL for `v` rounded to `d` and read back: exactly the value
+/// `store_out` stores and a load returns, on every driver (the rounding is
+/// integer arithmetic; the conversions around it are exact). Fused kernels
+/// round their intermediates with it.
+pub(crate) fn round_to(d: Dtype, v: &str) -> String {
+    match d {
+        Dtype::BF16 => format!("round_bf16({v})"),
+        Dtype::F16 => format!("round_f16({v})"),
+        _ => v.to_string(),
+    }
 }
 
 /// `meta` at binding 0.

@@ -4,14 +4,34 @@
 //! same shape on the GPU, and that nobody else holds, is not computed on
 //! its own: its reader's kernel computes it inline, so the chain
 //! `exp(x * y) + z` runs as one dispatch with no intermediate buffers.
-//! Intermediates keep their dtype's rounding (a `bf16` intermediate is
-//! rounded to `bf16` inside the fused kernel), so fused and unfused results
-//! are identical.
+//!
+//! # What fusion promises
+//!
+//! A fused kernel evaluates every node with the same WGSL expression the
+//! node's own kernel uses, in the same compute type, and rounds every
+//! intermediate of a half dtype (`f16`, `bf16`) to that dtype exactly as
+//! storing it would ([`super::codegen::round_to`]: round to nearest even in
+//! integer arithmetic, the very function the stores use, so no driver's
+//! choice of conversion rounding can split the two). Hence:
+//!
+//! - Half dtypes: fused and unfused results are equal bit for bit wherever
+//!   each op is deterministic. A rounded intermediate is also a barrier to
+//!   contraction, so no multiply-add can straddle it.
+//! - `f32`: intermediates are the exact `f32` values the unfused kernels
+//!   would store, so results are equal bit for bit except where a multiply
+//!   feeds an add or subtract: WGSL lets an implementation contract
+//!   `a * b + c` into one FMA, which inside a fused kernel can span what
+//!   would be two kernels. There the fused result is the better rounded one and
+//!   differs by at most one rounding of the product.
+//!
+//! `gpu_conformance`'s elementwise specs assert exactly this (bit equality
+//! for half dtypes and for `f32` chains without a multiply-add, one rounding
+//! of the product otherwise), plus agreement with the CPU backend.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
-use super::codegen::compute_type;
+use super::codegen::{compute_type, round_to};
 use super::elementwise::map_with;
 use crate::array::State;
 use crate::primitive::{ArrayData, Primitive};
@@ -201,14 +221,5 @@ impl Kernel {
             }
         };
         Some(format!("a{k}"))
-    }
-}
-
-/// `v` rounded to `dtype` and back, as storing and reloading it would.
-fn round_to(dtype: Dtype, v: &str) -> String {
-    match dtype {
-        Dtype::BF16 => format!("bitcast<f32>(bf16_bits({v}) << 16u)"),
-        Dtype::F16 => format!("unpack2x16float(f16_bits({v})).x"),
-        _ => v.to_string(),
     }
 }

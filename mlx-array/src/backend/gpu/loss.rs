@@ -23,9 +23,7 @@ fn check_float(op: &'static str, dtype: Dtype) -> Result<()> {
 /// Rounds an f32 to the precision of `d` (as storing and reloading would).
 fn round_fn(d: Dtype) -> &'static str {
     match d {
-        Dtype::F16 => {
-            "fn rnd(v: f32) -> f32 { return unpack2x16float(pack2x16float(vec2<f32>(v, 0.0))).x; }\n"
-        }
+        Dtype::F16 => "fn rnd(v: f32) -> f32 { return round_f16(v); }\n",
         Dtype::BF16 => "fn rnd(v: f32) -> f32 { return bitcast<f32>(bf16_bits(v) << 16u); }\n",
         _ => "fn rnd(v: f32) -> f32 { return v; }\n",
     }

@@ -1,110 +1,15 @@
-//! Elementwise kernels: one thread per output element, inputs read through
-//! their views (dense inputs directly), the output dense.
+//! Elementwise kernels: the WGSL expression of every unary, binary and
+//! conversion op, run over whole arrays by [`map`] (one kernel shape for all
+//! of them and for fused chains; its design is in `map.rs`).
 
-use super::codegen::{self, compute_type};
-use super::{alloc, context, dispatch, supported};
+mod map;
+
+pub(crate) use map::{map, map_with};
+
+use super::codegen::compute_type;
 use crate::backend::common::elementwise::{BinaryOp, UnaryOp};
 use crate::primitive::ArrayData;
 use crate::{Dtype, Error, Result};
-
-/// Runs `expr` (WGSL over `a0`, `a1`, … in each input's compute type) for
-/// every element of `shape`, producing `out_dtype`. `key` names the
-/// expression in the pipeline cache.
-pub(crate) fn map(
-    key: &str,
-    expr: &str,
-    shape: &[usize],
-    inputs: &[(&ArrayData, Dtype)],
-    out_dtype: Dtype,
-) -> Result<ArrayData> {
-    map_with(key, "", expr, shape, inputs, out_dtype)
-}
-
-/// Like [`map`], with WGSL statements run before `expr` (fused chains
-/// compute their intermediates there).
-pub(crate) fn map_with(
-    key: &str,
-    statements: &str,
-    expr: &str,
-    shape: &[usize],
-    inputs: &[(&ArrayData, Dtype)],
-    out_dtype: Dtype,
-) -> Result<ArrayData> {
-    supported(out_dtype)?;
-    for (_, d) in inputs {
-        supported(*d)?;
-    }
-    let n = crate::shape::size_of_shape(shape);
-    let datas: Vec<&ArrayData> = inputs.iter().map(|(d, _)| *d).collect();
-    codegen::check_size(key_op(key), n, &datas)?;
-    let dense: Vec<bool> = inputs
-        .iter()
-        .map(|(d, _)| codegen::is_dense(d, shape))
-        .collect();
-    let ndim = shape.len() as u32;
-    let full_key = format!(
-        "map:{key}:{}:{}",
-        inputs
-            .iter()
-            .zip(&dense)
-            .map(|((_, d), dn)| format!("{d}{}", if *dn { "d" } else { "s" }))
-            .collect::<Vec<_>>()
-            .join(","),
-        out_dtype
-    );
-    let pipeline = context()?.pipeline(&full_key, || {
-        let mut src = String::from(codegen::PRELUDE);
-        src.push_str(MATH);
-        src.push_str(codegen::META);
-        for (k, (_, d)) in inputs.iter().enumerate() {
-            src.push_str(&codegen::input(&format!("in{k}"), k as u32 + 1, *d));
-        }
-        src.push_str(&codegen::output(inputs.len() as u32 + 1, out_dtype));
-        src.push_str(&codegen::strided_loc(1, 2));
-        src.push_str(codegen::ENTRY);
-        src.push_str(" {\n    ");
-        src.push_str(codegen::THREAD_INDEX);
-        src.push_str("\n    if (i >= params[0]) { return; }\n    let nd = params[1];\n");
-        for (k, dn) in dense.iter().enumerate() {
-            let base = format!("(2u + nd + {k}u * (nd + 1u))");
-            if *dn {
-                src.push_str(&format!("    let a{k} = load_in{k}(params[{base}] + i);\n"));
-            } else {
-                src.push_str(&format!("    let a{k} = load_in{k}(loc(i, {base}));\n"));
-            }
-        }
-        src.push_str(statements);
-        src.push_str(&format!("    store_out(i, {expr});\n}}\n"));
-        src
-    })?;
-    let mut meta = vec![n as u32, ndim];
-    meta.extend(shape.iter().map(|&s| s as u32));
-    for (d, _) in inputs {
-        codegen::push_view(&mut meta, d);
-    }
-    let out = alloc(shape, out_dtype)?;
-    dispatch(
-        &pipeline,
-        &meta,
-        &datas,
-        &out,
-        n * out_dtype.size_of(),
-        codegen::packed(out_dtype),
-        n,
-    )?;
-    Ok(out)
-}
-
-fn key_op(key: &str) -> &'static str {
-    // Size errors name the family; the key itself is not 'static.
-    if key.starts_with("unary") {
-        "unary"
-    } else if key.starts_with("binary") {
-        "binary"
-    } else {
-        "elementwise"
-    }
-}
 
 /// A dense copy of any view.
 pub fn copy_contiguous(data: &ArrayData, shape: &[usize], dtype: Dtype) -> Result<ArrayData> {
@@ -283,7 +188,7 @@ fn binary_expr(op: BinaryOp, dtype: Dtype) -> Option<(String, bool)> {
 }
 
 /// Helpers some binary expressions call.
-const MATH: &str = r#"
+pub(crate) const MATH: &str = r#"
 fn is_nan(x: f32) -> bool {
     return (bitcast<u32>(x) & 0x7fffffffu) > 0x7f800000u;
 }
