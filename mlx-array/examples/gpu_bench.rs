@@ -1,7 +1,8 @@
 //! GPU throughput: matmul GFLOP/s at 1024^3, 4096^3, 8192^3 and at the
 //! Llama shapes of `benches/core.rs`; memory-bound kernels in GB/s (an
 //! elementwise copy-like scale, an add, an exp, a row sum and a row
-//! softmax); and one forward+backward of a Llama-like block. The last line,
+//! softmax); causal fused attention, forward and forward+backward; and one
+//! forward+backward of a Llama-like block. The last line,
 //! `RESULT {json}`, holds every figure (for `bench/gpu.sh`, which puts them
 //! beside PyTorch's on the same card).
 //!
@@ -122,6 +123,59 @@ fn memory_op(name: &str, x: &Array, y: &Array) -> Result<Array> {
     }
 }
 
+/// Attention shapes `[B, H, L, d]` (causal, `Lq = Lk`), as `bench/gpu.sh`
+/// measures PyTorch's SDPA.
+const ATTENTION_SHAPES: [[usize; 4]; 2] = [[4, 4, 512, 64], [16, 12, 512, 64]];
+
+/// The median of `repeats` timings of `f` (each [`time`] over `iters` calls).
+fn median_time(repeats: usize, iters: usize, f: impl Fn() -> Result<Array>) -> Result<f64> {
+    let mut t = (0..repeats)
+        .map(|_| time(iters, &f))
+        .collect::<Result<Vec<f64>>>()?;
+    t.sort_by(f64::total_cmp);
+    Ok(t[t.len() / 2])
+}
+
+/// `fused_attention`, causal, forward and forward+backward (its vjp for a
+/// cotangent: `dq`, `dk`, `dv`) at [`ATTENTION_SHAPES`] (`B`, `H` and `L`
+/// divided by `div`), the median over repeats.
+fn attention_bench(dtype: Dtype, div: usize) -> Result<Vec<serde_json::Value>> {
+    let mut results = Vec::new();
+    for [b, h, l, d] in ATTENTION_SHAPES {
+        let (b, h, l) = (b.div_ceil(div), h.div_ceil(div), l / div);
+        let qkv: Vec<Array> = (0..3)
+            .map(|i| gpu_uniform(&[b, h, l, d], 30 + i, 1.0, dtype))
+            .collect::<Result<_>>()?;
+        let ct = gpu_uniform(&[b, h, l, d], 33, 1.0, dtype)?;
+        let scale = 1.0 / (d as f64).sqrt();
+        let attend = |x: &[Array]| mlx_array::fused_attention(&x[0], &x[1], &x[2], scale, true);
+        let (repeats, iters) = if div > 1 { (3, 2) } else { (7, 20) };
+        let forward = median_time(repeats, iters, || with_device(Device::Gpu, || attend(&qkv)))?;
+        let both = median_time(repeats, iters, || {
+            with_device(Device::Gpu, || {
+                let (outs, grads) = mlx_array::vjp(
+                    |x: &[Array]| Ok(vec![attend(x)?]),
+                    &qkv,
+                    std::slice::from_ref(&ct),
+                )?;
+                mlx_array::eval((&outs, &grads))?;
+                Ok(grads[0].clone())
+            })
+        })?;
+        println!(
+            "attention {:?} {dtype}: forward {:.3} ms, forward+backward {:.3} ms",
+            [b, h, l, d],
+            forward * 1e3,
+            both * 1e3
+        );
+        results.push(serde_json::json!({
+            "kind": "attention", "name": "attention causal", "shape": [b, h, l, d],
+            "forward_seconds": forward, "forward_backward_seconds": both,
+        }));
+    }
+    Ok(results)
+}
+
 fn main() -> Result<()> {
     mlx_array::device::gpu_available()?;
     let small = std::env::args().any(|a| a == "--small");
@@ -207,6 +261,7 @@ fn main() -> Result<()> {
             "seconds": s, "gbs": gbs,
         }));
     }
+    results.extend(attention_bench(dtype, div)?);
     // One Llama-like block, forward and backward (gradients of every weight).
     let (t, d) = (511 / div, 256 / div);
     let mut p = vec![gpu_uniform(&[t, d], 10, 1.0, dtype)?];

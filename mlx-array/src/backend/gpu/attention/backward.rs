@@ -89,7 +89,9 @@ var<workgroup> dl_s: array<f32, BQ>;
         format!("        var s{i}_{j} = 0.0;\n        var dp{i}_{j} = 0.0;")
     });
     let lets = |what: &str, n: usize, f: &dyn Fn(usize) -> String| {
-        unroll(n, 1, |i, _| format!("            let {what}{i} = {};", f(i)))
+        unroll(n, 1, |i, _| {
+            format!("            let {what}{i} = {};", f(i))
+        })
     };
     let qk = format!(
         "{}\n{}\n{}",
@@ -158,7 +160,12 @@ var<workgroup> dl_s: array<f32, BQ>;
     let g_stage = stage(
         "g_s",
         "g",
-        ["BQ", "DV", "lq() - q0", "params[10] + (bh * lq() + q0) * DV"],
+        [
+            "BQ",
+            "DV",
+            "lq() - q0",
+            "params[10] + (bh * lq() + q0) * DV",
+        ],
         vs,
     );
     let k_stage = stage(
@@ -216,9 +223,18 @@ var<workgroup> dl_s: array<f32, BQ>;
             let acc = format!(
                 "{}\n{}\n{}\n{}\n{}\n{}",
                 lets("p", rk, &|i| format!("p_s[r * {ps}u + ty + {}u]", SIDE * i)),
-                lets("ds", rk, &|i| format!("ds_s[r * {ps}u + ty + {}u]", SIDE * i)),
-                lets("gc", cv, &|j| format!("g_s[r * {vs}u + tx + {}u]", SIDE * j)),
-                lets("qc", cd, &|j| format!("q_s[r * {qs}u + tx + {}u]", SIDE * j)),
+                lets("ds", rk, &|i| format!(
+                    "ds_s[r * {ps}u + ty + {}u]",
+                    SIDE * i
+                )),
+                lets("gc", cv, &|j| format!(
+                    "g_s[r * {vs}u + tx + {}u]",
+                    SIDE * j
+                )),
+                lets("qc", cd, &|j| format!(
+                    "q_s[r * {qs}u + tx + {}u]",
+                    SIDE * j
+                )),
                 unroll(rk, cv, |i, j| format!(
                     "            dv{i}_{j} = dv{i}_{j} + p{i} * gc{j};"
                 )),
@@ -270,8 +286,14 @@ var<workgroup> dl_s: array<f32, BQ>;
             let acc_decl = unroll(ri, cd, |i, j| format!("    var dq{i}_{j} = 0.0;"));
             let acc = format!(
                 "{}\n{}\n{}",
-                lets("ds", ri, &|i| format!("ds_s[(ty + {}u) * {ps}u + j]", SIDE * i)),
-                lets("kc", cd, &|j| format!("k_s[j * {qs}u + tx + {}u]", SIDE * j)),
+                lets("ds", ri, &|i| format!(
+                    "ds_s[(ty + {}u) * {ps}u + j]",
+                    SIDE * i
+                )),
+                lets("kc", cd, &|j| format!(
+                    "k_s[j * {qs}u + tx + {}u]",
+                    SIDE * j
+                )),
                 unroll(ri, cd, |i, j| format!(
                     "            dq{i}_{j} = dq{i}_{j} + ds{i} * kc{j};"
                 )),

@@ -39,10 +39,16 @@ var<workgroup> a_s: array<f32, BQ>;
     let o_decl = unroll(ri, co, |i, j| format!("    var o{i}_{j} = 0.0;"));
     let s_decl = unroll(ri, rj, |i, j| format!("        var s{i}_{j} = 0.0;"));
     let a_load = unroll(ri, 1, |i, _| {
-        format!("            let a{i} = q_s[(ty + {}u) * {qs}u + c];", SIDE * i)
+        format!(
+            "            let a{i} = q_s[(ty + {}u) * {qs}u + c];",
+            SIDE * i
+        )
     });
     let b_load = unroll(rj, 1, |j, _| {
-        format!("            let b{j} = kv_s[(tx + {}u) * {ks}u + c];", SIDE * j)
+        format!(
+            "            let b{j} = kv_s[(tx + {}u) * {ks}u + c];",
+            SIDE * j
+        )
     });
     let s_fma = unroll(ri, rj, |i, j| {
         format!("            s{i}_{j} = s{i}_{j} + a{i} * b{j};")
@@ -57,10 +63,16 @@ var<workgroup> a_s: array<f32, BQ>;
         format!("        o{i}_{j} = o{i}_{j} * a_s[ty + {}u];", SIDE * i)
     });
     let p_load = unroll(ri, 1, |i, _| {
-        format!("            let p{i} = s_s[(ty + {}u) * {ss}u + j];", SIDE * i)
+        format!(
+            "            let p{i} = s_s[(ty + {}u) * {ss}u + j];",
+            SIDE * i
+        )
     });
     let v_load = unroll(co, 1, |j, _| {
-        format!("            let v{j} = kv_s[j * {ks}u + tx + {}u];", SIDE * j)
+        format!(
+            "            let v{j} = kv_s[j * {ks}u + tx + {}u];",
+            SIDE * j
+        )
     });
     let o_fma = unroll(ri, co, |i, j| {
         format!("            o{i}_{j} = o{i}_{j} + p{i} * v{j};")

@@ -38,8 +38,11 @@
 //!
 //! [`Tiles::plan`] takes the largest of `BQ x BK` in 64x32, 32x32, 32x16,
 //! 16x16 whose workgroup memory fits the adapter's limit, capped at the
-//! H100's 48 KiB (so lavapipe runs the tiling the H100 runs). At
-//! `d = dv = 64`:
+//! H100's 48 KiB; heads too wide for even 16x16 (`d = dv = 128` needs
+//! 35 KiB in the backward, lavapipe has 32) take the per-row kernels of
+//! `rows` instead. Lavapipe runs the H100's tiles (64x32 forward, 32x32
+//! backward) at the specs' `d = 40, dv = 24` problems, and the smaller ones
+//! at `d = 64` and wider. At `d = dv = 64`:
 //! - forward 64 x 32: Q 64x65, K/V 32x65, S 64x33, three row vectors:
 //!   33.4 KiB; registers per invocation: S 4x2, O 4x4, operands 6, about
 //!   50 with addresses;
@@ -51,27 +54,31 @@
 //!
 //! # Expected occupancy and time on an H100
 //!
-//! 132 SMs with 228 KiB of shared memory and 64K registers each: the
-//! forward's 33 KiB allows 6 workgroups (48 warps, 75% occupancy; registers
-//! allow 4-5 at ~50 registers x 256 invocations, so ~60%), the backward's
-//! 41 KiB 5 workgroups (40 warps). Work: [4, 4, 512, 64] has 128 forward
-//! workgroups (one wave, under one per SM: latency bound) and 256 per
-//! backward pass; [16, 12, 512, 64] has 1,536 forward workgroups (about 2
-//! waves at 6 per SM) and 3,072 per backward pass.
+//! 132 SMs with 228 KiB of shared memory and 64K registers each. The
+//! forward's 33.4 KiB allows 6 workgroups per SM and about 60 registers
+//! per invocation (65,536 / (256 x 60)): 32 of 64 warps, 50% occupancy;
+//! the backward's 41 KiB allows 5 workgroups (40 warps), registers about
+//! the same. Work: [4, 4, 512, 64] has 128 forward workgroups (one wave,
+//! under one per SM: latency bound) and 256 per backward pass;
+//! [16, 12, 512, 64] has 1,536 forward workgroups (3 waves at 4 per SM)
+//! and 3,072 per backward pass.
 //!
-//! Roofline, causal (about half of the `L x L` products): the forward is
-//! `2 B H L^2 (d + dv) / 2` FLOP (0.27 GFLOP at [4, 4, 512, 64], 3.2 at
-//! [16, 12, 512, 64]); the backward recomputes S in both passes and does
-//! four more products: about 3.5 times the forward. At 25-40 TFLOP/s of
-//! f32 FMA (no tensor cores), forward + backward is about 4.5 x 0.27 / 30
-//! = 0.04 ms at the small shape (where latency and the one-wave grid
-//! dominate: expect 0.1-0.2 ms) and 4.5 x 3.2 / 30 = 0.5 ms at the large
-//! one; these kernels read every operand from workgroup memory once per
-//! FMA pair, so expect about half of that rate (1-1.5 ms), within 3x of
-//! PyTorch's SDPA (0.259 and 1.097 ms in f32).
+//! Roofline, causal (half of the `L x L` products, plus the diagonal
+//! blocks): the forward is `B H L^2 (d + dv)` FLOP (0.54 GFLOP at
+//! [4, 4, 512, 64], 6.4 at [16, 12, 512, 64]); the backward recomputes S
+//! in both passes and does five more products: 3.5 times the forward, so
+//! forward + backward is 4.5 times it (2.4 and 29 GFLOP). Every FMA of the
+//! micro-kernels reads its operands from workgroup memory (per `c` step,
+//! 6 loads, of which 4 are broadcasts, for 8 FMAs in S; 8 for 16 in P V):
+//! workgroup memory, not the FMA units, bounds them, at about a quarter to
+//! a half of the 60 TFLOP/s f32 peak: 15-25 TFLOP/s, so 0.1-0.2 ms at the
+//! small shape (where the one-wave grid and the barriers dominate) and
+//! 1.2-2 ms at the large one: within 3x of PyTorch's SDPA (0.259 and
+//! 1.097 ms in f32).
 
 mod backward;
 mod forward;
+mod rows;
 
 use super::codegen;
 use super::{alloc, context, dense, dispatch, dispatch_groups};
@@ -97,22 +104,17 @@ pub(crate) struct Tiles {
 
 impl Tiles {
     /// The largest tiles whose workgroup memory (`bytes(tiles)`) fits the
-    /// adapter's limit, at most [`WORKGROUP_BYTES`].
-    fn plan(bytes: impl Fn(Tiles) -> usize) -> Result<Tiles> {
+    /// adapter's limit, at most [`WORKGROUP_BYTES`]; `None` when even the
+    /// smallest do not (heads too wide for the adapter).
+    fn plan(bytes: impl Fn(Tiles) -> usize) -> Result<Option<Tiles>> {
         let limit = context()?
             .limits
             .max_compute_workgroup_storage_size
             .min(WORKGROUP_BYTES as u32) as usize;
-        [(64, 32), (32, 32), (32, 16), (16, 16)]
+        Ok([(64, 32), (32, 32), (32, 16), (16, 16)]
             .into_iter()
             .map(|(bq, bk)| Tiles { bq, bk })
-            .find(|&t| bytes(t) <= limit)
-            .ok_or_else(|| {
-                crate::Error::gpu(format!(
-                    "attention: heads this wide need more than the adapter's {limit} bytes of \
-                     workgroup memory"
-                ))
-            })
+            .find(|&t| bytes(t) <= limit))
     }
 }
 
@@ -186,12 +188,7 @@ fn unroll(n: usize, m: usize, f: impl Fn(usize, usize) -> String) -> String {
 /// WGSL that stages `rows` rows of `width` elements (adjacent from element
 /// `base` of input `name`; zeros from row `valid` on) into the workgroup
 /// array `tile`, rows `stride` apart.
-fn stage(
-    tile: &str,
-    name: &str,
-    [rows, width, valid, base]: [&str; 4],
-    stride: usize,
-) -> String {
+fn stage(tile: &str, name: &str, [rows, width, valid, base]: [&str; 4], stride: usize) -> String {
     format!(
         r#"
     for (var e = lid; e < {rows} * {width}; e = e + 256u) {{
@@ -214,6 +211,9 @@ pub fn attention(
     dims: &AttentionDims,
     dtype: Dtype,
 ) -> Result<ArrayData> {
+    let Some(tiles) = Tiles::plan(|t| forward::bytes(dims, t))? else {
+        return rows::attention(q, k, v, dims, dtype);
+    };
     let (n_out, n_lse) = dims.packed_len();
     let [q, k, v] = dense_qkv(q, k, v, dims, dtype)?;
     codegen::check_size("attention", n_out + n_lse, &[&q, &k, &v])?;
@@ -221,7 +221,6 @@ pub fn attention(
     if n_lse == 0 {
         return Ok(out);
     }
-    let tiles = Tiles::plan(|t| forward::bytes(dims, t))?;
     let key = format!("attention:{}:{}:{dtype}:{tiles:?}", dims.d, dims.dv);
     let pipeline = context()?.pipeline(&key, || forward::source(dims, dtype, tiles))?;
     let groups = dims.b * dims.h * dims.lq.div_ceil(tiles.bq);
@@ -265,6 +264,9 @@ pub fn attention_grad(
     dims: &AttentionDims,
     dtype: Dtype,
 ) -> Result<ArrayData> {
+    let Some(tiles) = Tiles::plan(|t| backward::bytes(dims, t))? else {
+        return rows::attention_grad(q, k, v, packed, d_out, dims, dtype);
+    };
     let AttentionDims { b, h, lq, dv, .. } = *dims;
     let (n_out, n_lse) = dims.packed_len();
     let (nq, nk, nv) = dims.grad_len();
@@ -292,7 +294,6 @@ pub fn attention_grad(
     let inputs = [&q, &k, &v, &packed, &g, &delta];
     let mut meta = meta(dims, &inputs);
     meta.extend([nq as u32, (nq + nk) as u32]);
-    let tiles = Tiles::plan(|t| backward::bytes(dims, t))?;
     let (d, dv) = (dims.d, dims.dv);
     for pass in [backward::Pass::KeyValue, backward::Pass::Query] {
         let key = format!("attention_grad:{pass:?}:{d}:{dv}:{dtype}:{tiles:?}");

@@ -1,0 +1,294 @@
+//! The fallback for heads too wide for the adapter's workgroup memory (the
+//! flash kernels' smallest tiles at `d = dv = 128` need 35 KiB; lavapipe
+//! has 32): no workgroup memory, same packed layouts.
+//!
+//! One thread per query row walks the keys it sees with an online softmax
+//! (running maximum and sum), so no `[B, H, Lq, Lk]` buffer exists. The
+//! gradient takes two dispatches into one buffer: a thread per query row
+//! for `dq`, then a thread per key row for `dk` and `dv`, each recomputing
+//! the probabilities it needs from the forward's logsumexps.
+
+use super::super::{alloc, context, dense, dispatch};
+use super::codegen;
+use crate::backend::common::attention::AttentionDims;
+use crate::primitive::ArrayData;
+use crate::{Dtype, Result};
+
+/// `q`, `k`, `v` (f32, shaped as `dims` says) dense from their offsets.
+fn dense_qkv(
+    q: &ArrayData,
+    k: &ArrayData,
+    v: &ArrayData,
+    dims: &AttentionDims,
+    dtype: Dtype,
+) -> Result<[ArrayData; 3]> {
+    let AttentionDims {
+        b,
+        h,
+        lq,
+        lk,
+        d,
+        dv,
+        ..
+    } = *dims;
+    Ok([
+        dense(q, &[b, h, lq, d], dtype)?,
+        dense(k, &[b, h, lk, d], dtype)?,
+        dense(v, &[b, h, lk, dv], dtype)?,
+    ])
+}
+
+/// Sizes, flags and the inputs' offsets, as every kernel here reads them.
+fn meta(dims: &AttentionDims, inputs: &[&ArrayData]) -> Vec<u32> {
+    let mut m = vec![
+        dims.b as u32,
+        dims.h as u32,
+        dims.lq as u32,
+        dims.lk as u32,
+        dims.causal as u32,
+        dims.scale.to_bits(),
+    ];
+    m.extend(inputs.iter().map(|d| d.offset() as u32));
+    m
+}
+
+/// The WGSL shared by the kernels: constants, the bindings of `inputs`
+/// (`q`, `k`, `v` of `dtype`, the others f32), and the sizes read from
+/// `params`.
+fn header(dims: &AttentionDims, inputs: &[&str], dtype: Dtype) -> String {
+    let mut s = String::from(codegen::PRELUDE);
+    s.push_str(codegen::META);
+    for (i, name) in inputs.iter().enumerate() {
+        let t = if i < 3 { dtype } else { Dtype::F32 };
+        s.push_str(&codegen::input(name, i as u32 + 1, t));
+    }
+    s.push_str(&codegen::output(inputs.len() as u32 + 1, Dtype::F32));
+    s.push_str(&format!(
+        "const D: u32 = {}u;\nconst DV: u32 = {}u;\n",
+        dims.d, dims.dv
+    ));
+    s.push_str(
+        r#"fn neg_inf() -> f32 { return bitcast<f32>(0xff800000u); }
+fn b() -> u32 { return params[0]; }
+fn h() -> u32 { return params[1]; }
+fn lq() -> u32 { return params[2]; }
+fn lk() -> u32 { return params[3]; }
+fn scale() -> f32 { return bitcast<f32>(params[5]); }
+// The keys query `i` sees: 0..limit(i).
+fn limit(i: u32) -> u32 {
+    if (params[4] == 0u) { return lk(); }
+    return min(i + 1u + lk() - lq(), lk());
+}
+"#,
+    );
+    s
+}
+
+/// `softmax(scale * q @ k^T [causal]) @ v`, packed as on the CPU.
+pub(super) fn attention(
+    q: &ArrayData,
+    k: &ArrayData,
+    v: &ArrayData,
+    dims: &AttentionDims,
+    dtype: Dtype,
+) -> Result<ArrayData> {
+    let (d, dv) = (dims.d, dims.dv);
+    let (n_out, n_lse) = dims.packed_len();
+    let [q, k, v] = dense_qkv(q, k, v, dims, dtype)?;
+    codegen::check_size("attention", n_out + n_lse, &[&q, &k, &v])?;
+    let out = alloc(&[n_out + n_lse], Dtype::F32)?;
+    if n_lse == 0 {
+        return Ok(out);
+    }
+    let key = format!("attention_rows:{d}:{dv}:{dtype}");
+    let pipeline = context()?.pipeline(&key, || {
+        let mut s = header(dims, &["q", "k", "v"], dtype);
+        s.push_str(codegen::ENTRY);
+        s.push_str(" {\n    ");
+        s.push_str(codegen::THREAD_INDEX);
+        s.push_str(
+            r#"
+    let rows = b() * h() * lq();
+    if (i >= rows) { return; }
+    let qi = i % lq();
+    let bh = i / lq();
+    let q0 = params[6] + i * D;
+    var m = neg_inf();
+    var total = 0.0;
+    var acc: array<f32, DV>;
+    for (var c = 0u; c < DV; c = c + 1u) { acc[c] = 0.0; }
+    for (var j = 0u; j < limit(qi); j = j + 1u) {
+        let k0 = params[7] + (bh * lk() + j) * D;
+        var s = 0.0;
+        for (var c = 0u; c < D; c = c + 1u) { s = s + load_q(q0 + c) * load_k(k0 + c); }
+        s = s * scale();
+        let mn = max(m, s);
+        let keep = exp(m - mn);
+        let p = exp(s - mn);
+        total = total * keep + p;
+        let v0 = params[8] + (bh * lk() + j) * DV;
+        for (var c = 0u; c < DV; c = c + 1u) { acc[c] = acc[c] * keep + p * load_v(v0 + c); }
+        m = mn;
+    }
+    let hi = bh % h();
+    let bi = bh / h();
+    let o0 = ((bi * lq() + qi) * h() + hi) * DV;
+    for (var c = 0u; c < DV; c = c + 1u) { store_out(o0 + c, acc[c] / total); }
+    store_out(rows * DV + i, m + log(total));
+}
+"#,
+        );
+        s
+    })?;
+    dispatch(
+        &pipeline,
+        &meta(dims, &[&q, &k, &v]),
+        &[&q, &k, &v],
+        &out,
+        (n_out + n_lse) * 4,
+        false,
+        n_lse,
+    )?;
+    Ok(out)
+}
+
+/// The WGSL that recomputes, for query `qi` of head `bh` against key `j`,
+/// `p` (the probability) and `ds = p * (d_out . v_j - delta)`, with
+/// `delta = d_out_i . o_i` already in scope, `q0`, `g0` the query's and
+/// its cotangent's first elements and `lse0h` the head's first logsumexp.
+const PROBABILITY: &str = r#"
+        let k0 = params[7] + (bh * lk() + j) * D;
+        let v0 = params[8] + (bh * lk() + j) * DV;
+        var s = 0.0;
+        for (var c = 0u; c < D; c = c + 1u) { s = s + load_q(q0 + c) * load_k(k0 + c); }
+        let p = exp(s * scale() - load_packed(lse0h + qi));
+        var dp = 0.0;
+        for (var c = 0u; c < DV; c = c + 1u) { dp = dp + load_g(g0 + c) * load_v(v0 + c); }
+        let ds = p * (dp - delta);
+"#;
+
+/// `delta = d_out_i . o_i` for query `qi` of head `bh` (the output read
+/// from its `[B, Lq, H, dv]` place in the packed buffer).
+const DELTA: &str = r#"
+        let o0 = params[9] + ((bh / h() * lq() + qi) * h() + bh % h()) * DV;
+        var delta = 0.0;
+        for (var c = 0u; c < DV; c = c + 1u) { delta = delta + load_g(g0 + c) * load_packed(o0 + c); }
+"#;
+
+/// The gradients of [`attention`] for the cotangent `d_out` of its output,
+/// packed as on the CPU.
+pub(super) fn attention_grad(
+    q: &ArrayData,
+    k: &ArrayData,
+    v: &ArrayData,
+    packed: &ArrayData,
+    d_out: &ArrayData,
+    dims: &AttentionDims,
+    dtype: Dtype,
+) -> Result<ArrayData> {
+    let AttentionDims {
+        b,
+        h,
+        lq,
+        lk,
+        d,
+        dv,
+        ..
+    } = *dims;
+    let (n_out, n_lse) = dims.packed_len();
+    let (nq, nk, nv) = dims.grad_len();
+    let [q, k, v] = dense_qkv(q, k, v, dims, dtype)?;
+    let packed = dense(packed, &[n_out + n_lse], Dtype::F32)?;
+    let g = dense(d_out, &[b, h, lq, dv], Dtype::F32)?;
+    let inputs = [&q, &k, &v, &packed, &g];
+    codegen::check_size("attention_grad", nq + nk + nv, &inputs)?;
+    let out = alloc(&[nq + nk + nv], Dtype::F32)?;
+    if nq + nk + nv == 0 {
+        return Ok(out);
+    }
+    let meta = meta(dims, &inputs);
+    let names = ["q", "k", "v", "packed", "g"];
+    let prologue = |body: &str| {
+        let mut s = header(dims, &names, dtype);
+        s.push_str(codegen::ENTRY);
+        s.push_str(" {\n    ");
+        s.push_str(codegen::THREAD_INDEX);
+        s.push_str("\n    let lse0 = params[9] + b() * h() * lq() * DV;\n");
+        s.push_str(body);
+        s
+    };
+    let dq = context()?.pipeline(&format!("attention_rows_dq:{d}:{dv}:{dtype}"), || {
+        prologue(&format!(
+            r#"    if (i >= b() * h() * lq()) {{ return; }}
+    let qi = i % lq();
+    let bh = i / lq();
+    let q0 = params[6] + i * D;
+    let g0 = params[10] + i * DV;
+    let lse0h = lse0 + bh * lq();
+    {{
+        {DELTA}
+        var acc: array<f32, D>;
+        for (var c = 0u; c < D; c = c + 1u) {{ acc[c] = 0.0; }}
+        for (var j = 0u; j < limit(qi); j = j + 1u) {{
+            {}
+            for (var c = 0u; c < D; c = c + 1u) {{ acc[c] = acc[c] + ds * load_k(k0 + c); }}
+        }}
+        let dq0 = ((bh / h() * lq() + qi) * h() + bh % h()) * D;
+        for (var c = 0u; c < D; c = c + 1u) {{ store_out(dq0 + c, acc[c] * scale()); }}
+    }}
+}}
+"#,
+            PROBABILITY
+        ))
+    })?;
+    let dkv = context()?.pipeline(&format!("attention_rows_dkv:{d}:{dv}:{dtype}"), || {
+        prologue(&format!(
+            r#"    if (i >= b() * h() * lk()) {{ return; }}
+    let j = i % lk();
+    let bh = i / lk();
+    let lse0h = lse0 + bh * lq();
+    var dk: array<f32, D>;
+    var dv: array<f32, DV>;
+    for (var c = 0u; c < D; c = c + 1u) {{ dk[c] = 0.0; }}
+    for (var c = 0u; c < DV; c = c + 1u) {{ dv[c] = 0.0; }}
+    // The first query that sees key j.
+    var first = 0u;
+    if (params[4] != 0u && j + lq() > lk()) {{ first = j + lq() - lk(); }}
+    for (var qi = first; qi < lq(); qi = qi + 1u) {{
+        let q0 = params[6] + (bh * lq() + qi) * D;
+        let g0 = params[10] + (bh * lq() + qi) * DV;
+        {DELTA}
+        {}
+        for (var c = 0u; c < D; c = c + 1u) {{ dk[c] = dk[c] + ds * load_q(q0 + c); }}
+        for (var c = 0u; c < DV; c = c + 1u) {{ dv[c] = dv[c] + p * load_g(g0 + c); }}
+    }}
+    let row = (bh / h() * lk() + j) * h() + bh % h();
+    for (var c = 0u; c < D; c = c + 1u) {{ store_out(params[11] + row * D + c, dk[c] * scale()); }}
+    for (var c = 0u; c < DV; c = c + 1u) {{ store_out(params[12] + row * DV + c, dv[c]); }}
+}}
+"#,
+            PROBABILITY,
+        ))
+    })?;
+    let mut meta = meta;
+    meta.extend([nq as u32, (nq + nk) as u32]);
+    dispatch(
+        &dq,
+        &meta,
+        &inputs,
+        &out,
+        (nq + nk + nv) * 4,
+        false,
+        b * h * lq,
+    )?;
+    dispatch(
+        &dkv,
+        &meta,
+        &inputs,
+        &out,
+        (nq + nk + nv) * 4,
+        false,
+        b * h * lk,
+    )?;
+    Ok(out)
+}
