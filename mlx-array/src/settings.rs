@@ -179,7 +179,13 @@ fn gpu_coopmat_checked() -> Result<GpuCoopmat> {
                 return Ok(GpuCoopmat::Plain);
             }
             parse_bool(MLX_GPU_COOPMAT, v.as_deref(), true)
-                .map(|on| if on { GpuCoopmat::Auto } else { GpuCoopmat::Off })
+                .map(|on| {
+                    if on {
+                        GpuCoopmat::Auto
+                    } else {
+                        GpuCoopmat::Off
+                    }
+                })
                 .map_err(|e| e.to_string())
         })
         .clone()

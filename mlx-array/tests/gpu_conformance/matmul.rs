@@ -18,7 +18,14 @@ fn values(n: usize, seed: usize) -> Vec<f32> {
 
 /// An `[.., rows, cols]` operand of `dtype`, stored transposed (a
 /// column-major view) when `transposed`.
-fn operand(batch: &[usize], rows: usize, cols: usize, transposed: bool, seed: usize, dtype: Dtype) -> Array {
+fn operand(
+    batch: &[usize],
+    rows: usize,
+    cols: usize,
+    transposed: bool,
+    seed: usize,
+    dtype: Dtype,
+) -> Array {
     let count = batch.iter().product::<usize>() * rows * cols;
     let mut shape = batch.to_vec();
     if transposed {
@@ -41,7 +48,15 @@ fn operand(batch: &[usize], rows: usize, cols: usize, transposed: bool, seed: us
 }
 
 /// `a @ b` in every transpose case against the CPU.
-fn check(what: &str, dtype: Dtype, a_batch: &[usize], b_batch: &[usize], m: usize, k: usize, n: usize) {
+fn check(
+    what: &str,
+    dtype: Dtype,
+    a_batch: &[usize],
+    b_batch: &[usize],
+    m: usize,
+    k: usize,
+    n: usize,
+) {
     for (ta, tb) in [(false, false), (false, true), (true, false), (true, true)] {
         let a = operand(a_batch, m, k, ta, 1, dtype);
         let b = operand(b_batch, k, n, tb, 2, dtype);
@@ -49,7 +64,9 @@ fn check(what: &str, dtype: Dtype, a_batch: &[usize], b_batch: &[usize], m: usiz
         // with the depth.
         let rel = tol(dtype).max(1e-6 * k as f64);
         compare(
-            &format!("{what} {dtype} [{a_batch:?} {m}x{k}] @ [{b_batch:?} {k}x{n}] transposed {ta}/{tb}"),
+            &format!(
+                "{what} {dtype} [{a_batch:?} {m}x{k}] @ [{b_batch:?} {k}x{n}] transposed {ta}/{tb}"
+            ),
             &[a, b],
             |v: &[Array]| -> Result<Array> { v[0].matmul(&v[1]) },
             rel,
@@ -75,7 +92,15 @@ fn f32_kernel_agrees_with_the_cpu() {
         shapes("f32 kernel", dtype);
     }
     // Enough 128 x 128 tiles (264) for the large-tile kernel, with edges.
-    check("f32 kernel, 128 tiles", Dtype::F32, &[66], &[], 129, 20, 130);
+    check(
+        "f32 kernel, 128 tiles",
+        Dtype::F32,
+        &[66],
+        &[],
+        129,
+        20,
+        130,
+    );
     check("f32 kernel, 128 tiles", Dtype::F16, &[264], &[], 5, 3, 7);
     set_gpu_coopmat(GpuCoopmat::Auto);
 }
@@ -83,6 +108,17 @@ fn f32_kernel_agrees_with_the_cpu() {
 #[test]
 fn cooperative_template_with_plain_fragments_agrees_with_the_cpu() {
     let Some(_gpu) = gpu() else { return };
+    // The template stages f16 natively: without `shader-f16` the f32
+    // kernel runs instead (and the first product makes the device).
+    let probe = Array::from_slice(&[1.0f32], &[1, 1]).unwrap();
+    mlx_array::device::with_device(mlx_array::Device::Gpu, || probe.matmul(&probe))
+        .unwrap()
+        .eval()
+        .unwrap();
+    if !mlx_array::backend::gpu::native_f16() {
+        eprintln!("skipped: this adapter has no shader-f16");
+        return;
+    }
     set_gpu_coopmat(GpuCoopmat::Plain);
     shapes("plain fragments", Dtype::F16);
     check("plain fragments, deep", Dtype::F16, &[], &[], 40, 200, 33);
@@ -112,7 +148,10 @@ fn every_matmul_kernel_compiles_to_spirv() {
             .next()
             .and_then(|s| s.trim_end_matches(" B)").parse().ok())
             .unwrap_or_else(|| panic!("{what}: no size"));
-        assert!(bytes <= 48 * 1024, "{what}: over 48 KiB of workgroup memory");
+        assert!(
+            bytes <= 48 * 1024,
+            "{what}: over 48 KiB of workgroup memory"
+        );
         let module = naga::front::wgsl::parse_str(src)
             .unwrap_or_else(|e| panic!("{what}: {}", e.emit_to_string(src)));
         let info = naga::valid::Validator::new(

@@ -54,8 +54,8 @@
 use super::codegen;
 use super::{alloc, context, dispatch_groups, supported};
 use crate::primitive::ArrayData;
-use crate::shape::size_of_shape;
 use crate::settings::{self, GpuCoopmat};
+use crate::shape::size_of_shape;
 use crate::{Dtype, Error, Result};
 
 mod coop;
@@ -225,11 +225,14 @@ pub(crate) fn record(
         None => {
             let t = if big { 128 } else { 64 };
             let limit = context()?.limits.max_compute_workgroup_storage_size as usize;
-            let buffers = if tiled::shared_bytes(t, 2) <= limit { 2 } else { 1 };
+            let buffers = if tiled::shared_bytes(t, 2) <= limit {
+                2
+            } else {
+                1
+            };
             let key = format!("matmul:{t}:{buffers}:{dtype}:{view:?}:{accumulate}");
-            let p = context()?.pipeline(&key, || {
-                tiled::source(t, buffers, dtype, view, accumulate)
-            })?;
+            let p =
+                context()?.pipeline(&key, || tiled::source(t, buffers, dtype, view, accumulate))?;
             (p, m.div_ceil(t), n.div_ceil(t))
         }
     };
@@ -264,7 +267,6 @@ pub(crate) fn record(
     )?;
     Ok(())
 }
-
 
 /// Every kernel variant's WGSL, named: both tilings of the cooperative
 /// template with both fragment implementations, and the f32 kernel at both

@@ -110,29 +110,29 @@ pub(super) fn source(
     // R x R fmas.
     let mut fma = String::new();
     for kk in 0..DEPTH {
-    fma.push_str("        {\n");
-    for g in 0..blocks {
-        fma.push_str(&format!(
-            "            let a{g} = sa4[abase + {off}u + ty];\n",
-            off = kk * stride4 + g * 16
-        ));
-        fma.push_str(&format!(
-            "            let b{g} = sb4[abase + {off}u + tx];\n",
-            off = kk * stride4 + g * 16
-        ));
-    }
-    for i in 0..r {
-        for j in 0..r {
+        fma.push_str("        {\n");
+        for g in 0..blocks {
             fma.push_str(&format!(
-                "            c{i}_{j} = fma(a{}[{}], b{}[{}], c{i}_{j});\n",
-                i / 4,
-                i % 4,
-                j / 4,
-                j % 4
+                "            let a{g} = sa4[abase + {off}u + ty];\n",
+                off = kk * stride4 + g * 16
+            ));
+            fma.push_str(&format!(
+                "            let b{g} = sb4[abase + {off}u + tx];\n",
+                off = kk * stride4 + g * 16
             ));
         }
-    }
-    fma.push_str("        }\n");
+        for i in 0..r {
+            for j in 0..r {
+                fma.push_str(&format!(
+                    "            c{i}_{j} = fma(a{}[{}], b{}[{}], c{i}_{j});\n",
+                    i / 4,
+                    i % 4,
+                    j / 4,
+                    j % 4
+                ));
+            }
+        }
+        fma.push_str("        }\n");
     }
     let mut store = String::new();
     for i in 0..r {
@@ -183,8 +183,16 @@ var<workgroup> sb4: array<vec4<f32>, {total4}>;
 {store}}}
 "#,
         total4 = buffers * words / 4,
-        flip = if buffers == 2 { format!("{words}u - buf") } else { "0u".to_string() },
-        wait = if buffers == 2 { "" } else { "        workgroupBarrier();\n" },
+        flip = if buffers == 2 {
+            format!("{words}u - buf")
+        } else {
+            "0u".to_string()
+        },
+        wait = if buffers == 2 {
+            ""
+        } else {
+            "        workgroupBarrier();\n"
+        },
         entry = codegen::GROUP_ENTRY,
         index = codegen::GROUP_INDEX,
         prologue = super::PROLOGUE,
