@@ -175,7 +175,7 @@ fn gpu_coopmat_checked() -> Result<GpuCoopmat> {
     GPU_COOPMAT_ENV
         .get_or_init(|| {
             let v = std::env::var(MLX_GPU_COOPMAT).ok();
-            if v.as_deref().map(|v| v.trim().eq_ignore_ascii_case("plain")) == Some(true) {
+            if v.as_deref().is_some_and(|v| v.trim().eq_ignore_ascii_case("plain")) {
                 return Ok(GpuCoopmat::Plain);
             }
             parse_bool(MLX_GPU_COOPMAT, v.as_deref(), true)
