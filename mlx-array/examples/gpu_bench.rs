@@ -11,7 +11,9 @@
 //! `... --example gpu_bench -- --small` to divide every dimension by 4 (a
 //! software adapter such as lavapipe needs that), `--dtype f16` (or
 //! `bf16`) for half-precision operands and block (`MLX_GPU_F16=0` packs f16
-//! two to a word even where the adapter stores it natively). Shapes with an
+//! two to a word even where the adapter stores it natively;
+//! `MLX_GPU_COOPMAT=0` multiplies f16 on the f32-compute kernel instead of
+//! the tensor cores, to compare the two). Shapes with an
 //! operand larger than the adapter's largest storage buffer are reported as
 //! skipped, and so is the 8192^3 cube under `--small` (2048^3 there: on a
 //! software adapter it would take a minute).

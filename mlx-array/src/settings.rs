@@ -13,6 +13,7 @@
 //! | `MLX_GEMM_BF16` | `1`/`0` | on: bfloat16 products (matmul, the one-pass output projection + loss) on AVX512_BF16 where the CPU has it (off: convert to f32 for the BLAS and the f32 kernels) | [`set_bf16_gemm`] |
 //! | `MLX_AMX` | `1`/`0` | on: those bfloat16 products on AMX tiles where the CPU and OS offer them (off: AVX512_BF16 alone) | [`set_amx`] |
 //! | `MLX_GPU_F16` | `1`/`0` | on: `f16` stored as WGSL `f16` where the GPU adapter has `shader-f16` (off: packed two to a 32-bit word) | [`set_gpu_f16`] |
+//! | `MLX_GPU_COOPMAT` | `1`/`0`/`plain` | `1`: f16 matrix products on cooperative matrices (tensor cores) where the GPU adapter has them; `0`: the f32-compute kernel always; `plain`: the cooperative kernel's template with plain-WGSL fragments on any adapter (for tests) | [`set_gpu_coopmat`] |
 //! | `MLX_DEVICE` | `cpu`, `gpu` | `cpu` | [`crate::device::set_default_device`] |
 //!
 //! ```
@@ -41,6 +42,8 @@ pub const MLX_GEMM_BF16: &str = "MLX_GEMM_BF16";
 pub const MLX_AMX: &str = "MLX_AMX";
 /// `MLX_GPU_F16`: `f16` stored natively on the GPU.
 pub const MLX_GPU_F16: &str = "MLX_GPU_F16";
+/// `MLX_GPU_COOPMAT`: f16 matrix products on cooperative matrices.
+pub const MLX_GPU_COOPMAT: &str = "MLX_GPU_COOPMAT";
 /// `MLX_DEVICE`: the default device.
 pub const MLX_DEVICE: &str = "MLX_DEVICE";
 
@@ -142,6 +145,69 @@ pub fn gpu_f16() -> bool {
 /// only before the GPU is first used).
 pub fn set_gpu_f16(on: bool) {
     GPU_F16.set(on);
+}
+
+/// How the GPU multiplies `f16` matrices (`MLX_GPU_COOPMAT`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GpuCoopmat {
+    /// On cooperative matrices (tensor cores) where the adapter has them,
+    /// else the f32-compute kernel (default, `1`).
+    Auto,
+    /// The f32-compute kernel always (`0`).
+    Off,
+    /// The cooperative kernel's template with plain-WGSL fragments, on any
+    /// adapter (`plain`): the tiling, staging and edges that the tensor-core
+    /// kernel runs, testable where no adapter has cooperative matrices.
+    Plain,
+}
+
+/// 0: not set in code; else 1 + the variant's index.
+static GPU_COOPMAT_SET: AtomicU8 = AtomicU8::new(0);
+static GPU_COOPMAT_ENV: OnceLock<std::result::Result<GpuCoopmat, String>> = OnceLock::new();
+
+fn gpu_coopmat_checked() -> Result<GpuCoopmat> {
+    match GPU_COOPMAT_SET.load(Ordering::Relaxed) {
+        1 => return Ok(GpuCoopmat::Auto),
+        2 => return Ok(GpuCoopmat::Off),
+        3 => return Ok(GpuCoopmat::Plain),
+        _ => {}
+    }
+    GPU_COOPMAT_ENV
+        .get_or_init(|| {
+            let v = std::env::var(MLX_GPU_COOPMAT).ok();
+            if v.as_deref().is_some_and(|v| v.trim().eq_ignore_ascii_case("plain")) {
+                return Ok(GpuCoopmat::Plain);
+            }
+            parse_bool(MLX_GPU_COOPMAT, v.as_deref(), true)
+                .map(|on| {
+                    if on {
+                        GpuCoopmat::Auto
+                    } else {
+                        GpuCoopmat::Off
+                    }
+                })
+                .map_err(|e| e.to_string())
+        })
+        .clone()
+        .map_err(|message| Error::invalid(MLX_GPU_COOPMAT, message))
+}
+
+/// How the GPU multiplies `f16` matrices (see [`GpuCoopmat`]). An
+/// unreadable `MLX_GPU_COOPMAT` counts as the default here; [`check`]
+/// reports it.
+pub fn gpu_coopmat() -> GpuCoopmat {
+    gpu_coopmat_checked().unwrap_or(GpuCoopmat::Auto)
+}
+
+/// Chooses how the GPU multiplies `f16` matrices (wins over
+/// `MLX_GPU_COOPMAT`; takes effect at the next product).
+pub fn set_gpu_coopmat(mode: GpuCoopmat) {
+    let v = match mode {
+        GpuCoopmat::Auto => 1,
+        GpuCoopmat::Off => 2,
+        GpuCoopmat::Plain => 3,
+    };
+    GPU_COOPMAT_SET.store(v, Ordering::Relaxed);
 }
 
 /// Whether the evaluator overlaps communication with computation (runs
@@ -266,6 +332,7 @@ pub fn check() -> Result<()> {
     BF16_GEMM.get()?;
     AMX.get()?;
     GPU_F16.get()?;
+    gpu_coopmat_checked()?;
     loss_path()?;
     crate::device::default_device_from_env()?;
     if let BlasChoice::Library(name) = blas()

@@ -11,6 +11,7 @@ mod harness;
 
 mod elementwise;
 mod half;
+mod matmul;
 mod misc;
 mod reduce;
 mod threads;

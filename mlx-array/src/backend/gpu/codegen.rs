@@ -134,6 +134,16 @@ pub(crate) fn round_to(d: Dtype, v: &str) -> String {
     }
 }
 
+/// The output `out` at `binding` stored as WGSL `f16` whether or not this
+/// device stores `f16` natively (for kernels that run only where it does,
+/// and for compiling them where it does not), and `store_out(i, v: f32)`.
+pub(crate) fn native_f16_output(binding: u32) -> String {
+    format!(
+        "@group(0) @binding({binding}) var<storage, read_write> out: array<f16>;\n\
+         fn store_out(i: u32, v: f32) {{ out[i] = f16(round_f16(v)); }}\n"
+    )
+}
+
 /// `meta` at binding 0.
 pub(crate) const META: &str = "@group(0) @binding(0) var<storage, read> params: array<u32>;\n";
 

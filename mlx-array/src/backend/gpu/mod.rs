@@ -48,6 +48,8 @@ pub use elementwise::{astype, binary, copy_contiguous, unary, where_};
 pub use indexing::{concatenate, pad, scatter_add, slice_update, take, take_along_axis};
 pub use linear_loss::{linear_cross_entropy, linear_cross_entropy_grad};
 pub use loss::{cross_entropy, cross_entropy_grad, softmax};
+#[doc(hidden)]
+pub use matmul::kernel_sources as matmul_kernel_sources;
 pub use matmul::matmul;
 pub use norm::{rms_norm, rms_norm_grad};
 pub use reduce::{arg_reduce, reduce};
@@ -75,6 +77,9 @@ pub struct GpuContext {
     limits: wgpu::Limits,
     /// `f16` arrays are stored as WGSL `f16` (the `shader-f16` feature).
     f16: bool,
+    /// The device has cooperative matrices with a 16 x 16 x 16 f16 x f16 ->
+    /// f32 configuration and subgroups of 32 ([`matmul`]'s tensor-core path).
+    coopmat: bool,
     pipelines: Mutex<HashMap<String, Arc<wgpu::ComputePipeline>>>,
     pool: Mutex<HashMap<u64, Vec<wgpu::Buffer>>>,
     encoder: Mutex<Option<wgpu::CommandEncoder>>,
@@ -145,9 +150,13 @@ impl GpuContext {
         } else {
             Ok(())
         };
+        let coopmat = f16 && matmul::coopmat_usable(&adapter);
         let mut required_features = wgpu::Features::empty();
         if f16 {
             required_features |= wgpu::Features::SHADER_F16;
+        }
+        if coopmat {
+            required_features |= wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX;
         }
         if timed.is_ok() {
             required_features |= wgpu::Features::TIMESTAMP_QUERY;
@@ -156,7 +165,14 @@ impl GpuContext {
             label: Some("mlx-array"),
             required_features,
             required_limits: limits.clone(),
-            experimental_features: wgpu::ExperimentalFeatures::disabled(),
+            // SAFETY: experimental features are enabled only for cooperative
+            // matrices, used by the matmul kernels generated and validated
+            // in `matmul::coop`; devices without them are made as before.
+            experimental_features: if coopmat {
+                unsafe { wgpu::ExperimentalFeatures::enabled() }
+            } else {
+                wgpu::ExperimentalFeatures::disabled()
+            },
             memory_hints: wgpu::MemoryHints::Performance,
             trace: wgpu::Trace::Off,
         }))
@@ -187,6 +203,7 @@ impl GpuContext {
             info,
             limits,
             f16,
+            coopmat,
             pipelines: Mutex::new(HashMap::new()),
             pool: Mutex::new(HashMap::new()),
             encoder: Mutex::new(None),

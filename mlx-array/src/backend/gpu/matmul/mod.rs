@@ -1,0 +1,329 @@
+//! Batched matrix products `out (+)= a @ b`, accumulating in f32, in one of
+//! two kernel families chosen per product:
+//!
+//! - [`tiled`]: register-blocked f32 arithmetic for every float dtype (f16
+//!   and bf16 converted to f32 as they load, through `codegen::input`).
+//! - [`coop`]: f16 operands on cooperative matrices (tensor cores),
+//!   16 x 16 x 16 f16 x f16 -> f32 fragments, for f16 products where the
+//!   adapter has them ([`coopmat_usable`]; `MLX_GPU_COOPMAT`,
+//!   [`settings::gpu_coopmat`]). bf16 has no cooperative-matrix
+//!   configuration on the H100's Vulkan driver (only f16 operands), so bf16
+//!   products stay on the f32-compute kernel; so does everything on a device
+//!   without the feature, the configuration, subgroups of 32 or
+//!   `shader-f16`, and the accumulating form (f32 output added into).
+//!
+//! Operands are read through their views (any row, column and batch
+//! strides, broadcast batches included), so transposes and broadcasts cost
+//! no copy; the staging loads follow whichever of an operand's strides is 1
+//! so neighbouring invocations read neighbouring addresses. Both families
+//! take 128 x 128 tiles when the product has at least [`BIG_TILES_FROM`]
+//! of them (two per SM of an H100), else 64 x 64 tiles, so that smaller
+//! products still spread over the 132 SMs. Every edge is bounds-checked
+//! (zeros staged beyond `m`, `n`, `k`; stores skipped beyond `m`, `n`).
+//!
+//! Design figures for an H100 (132 SMs, 64K 32-bit registers and at most
+//! 2048 invocations per SM, 48 KiB of workgroup memory through wgpu):
+//!
+//! | kernel | invocations | tile | per invocation | workgroup memory | registers (est.) | workgroups per SM |
+//! |---|---|---|---|---|---|---|
+//! | f32, 128 | 256 | 128 x 128, depth slices of 16, double buffered | 8 x 8 outputs | 33,792 B | ~110-128 | 2 (registers) |
+//! | f32, 64 | 256 | 64 x 64, slices of 16, double buffered | 4 x 4 outputs | 17,408 B | ~48 | 4-8 |
+//! | coop, large | 256 (8 subgroups, 4 x 2) | 128 x 128, slices of 32 | a subgroup: 2 x 4 fragments (32 x 64) | 27,136 B | ~100-130 | 2 |
+//! | coop, small | 128 (4 subgroups, 2 x 2) | 64 x 64, slices of 32 | a subgroup: 2 x 2 fragments (32 x 32) | 13,824 B | ~70 | 4+ |
+//!
+//! Expected throughput (design estimates; the H100 figures are still to be
+//! measured): the f32 128-tile kernel reads 4 `vec4`s of workgroup memory
+//! per 64 fmas (a ratio the SM's shared-memory bandwidth sustains at full
+//! fma rate), and its 2 resident workgroups (16 warps) per SM, with the next
+//! slice's global loads in flight during the present slice's products,
+//! should hold 30-40 TFLOP/s at 4096^3 and 8192^3 (60-75% of cuBLAS's 51.5
+//! with TF32 off; today's 64 x 64 / 4 x 4 kernel: 12.7). What it loses to
+//! cuBLAS: WGSL's bounds-checked array indexing, 32-bit index arithmetic
+//! per staged element, and no asynchronous copies. The tensor-core kernel
+//! issues 16 fragment multiply-adds per subgroup per 32-deep slice against
+//! 12 fragment loads from workgroup memory; at 2 workgroups (16 warps) per
+//! SM it should reach 150-250 TFLOP/s on f16 at 4096^3-8192^3 (22-36% of
+//! cuBLAS's 695; the unstaged probe: 60), limited by the register-staged
+//! (not asynchronous) global loads and the two barriers per slice.
+//!
+//! The fused linear cross-entropy (`linear_loss.rs`) records its logits
+//! and gradient products through [`record`], chunked over the vocabulary,
+//! so it runs on these kernels too (its f32 `accumulate` form on the f32
+//! kernel).
+
+use super::codegen;
+use super::{alloc, context, dispatch_groups, supported};
+use crate::primitive::ArrayData;
+use crate::settings::{self, GpuCoopmat};
+use crate::shape::size_of_shape;
+use crate::{Dtype, Error, Result};
+
+mod coop;
+mod tiled;
+
+/// Workgroups that keep every SM of an H100 (132) busy twice over: below
+/// this many 128 x 128 tiles, the 64 x 64 kernel runs instead.
+const BIG_TILES_FROM: usize = 264;
+
+/// The fragment implementation of the cooperative kernel for products of
+/// `dtype`, or `None` for the f32-compute kernel: f16 stored natively, not
+/// accumulating, and [`settings::gpu_coopmat`] either `Plain` or `Auto` on
+/// a device with cooperative matrices ([`coopmat_usable`]); the workgroup
+/// memory must fit the device's limit.
+fn coop_fragments(dtype: Dtype, accumulate: bool) -> Result<Option<coop::Fragments>> {
+    if dtype != Dtype::F16 || codegen::packed(dtype) || accumulate {
+        return Ok(None);
+    }
+    let c = context()?;
+    let fragments = match settings::gpu_coopmat() {
+        GpuCoopmat::Off => return Ok(None),
+        GpuCoopmat::Plain => coop::Fragments::Plain,
+        GpuCoopmat::Auto if c.coopmat => coop::Fragments::Cooperative,
+        GpuCoopmat::Auto => return Ok(None),
+    };
+    let fits = [coop::Tiling::LARGE, coop::Tiling::SMALL].iter().all(|t| {
+        t.shared_bytes() <= c.limits.max_compute_workgroup_storage_size as usize
+            && t.invocations() <= c.limits.max_compute_invocations_per_workgroup as usize
+    });
+    Ok(fits.then_some(fragments))
+}
+
+/// Whether `adapter` can run the tensor-core kernel: it offers
+/// `EXPERIMENTAL_COOPERATIVE_MATRIX` and `SHADER_F16`, a 16 x 16 x 16
+/// configuration with f16 operands and an f32 accumulator, and subgroups
+/// of exactly 32 invocations (the kernel's subgroups are 32 consecutive
+/// invocations of a workgroup).
+pub(crate) fn coopmat_usable(adapter: &wgpu::Adapter) -> bool {
+    use wgpu::wgt::CooperativeScalarType as S;
+    let needed = wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX | wgpu::Features::SHADER_F16;
+    let info = adapter.get_info();
+    adapter.features().contains(needed)
+        && info.subgroup_min_size == 32
+        && info.subgroup_max_size == 32
+        && adapter.cooperative_matrix_properties().iter().any(|p| {
+            (p.m_size, p.n_size, p.k_size) == (16, 16, 16)
+                && p.ab_type == S::F16
+                && p.cr_type == S::F32
+        })
+}
+
+/// Which operands are read by columns (their row stride is the unit one).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct View {
+    /// `a` is stored column-major (a transposed view).
+    a_cols: bool,
+    /// `b` is stored column-major.
+    b_cols: bool,
+}
+
+/// The output binding: `store_out(i, v)` writes (or with `accumulate`
+/// adds) output element `i`.
+fn output_decl(dtype: Dtype, accumulate: bool) -> String {
+    if accumulate {
+        "@group(0) @binding(3) var<storage, read_write> out: array<f32>;\n\
+         fn store_out(i: u32, v: f32) { out[i] = out[i] + v; }\n"
+            .to_string()
+    } else {
+        codegen::output(3, dtype)
+    }
+}
+
+/// Finds workgroup `g`'s batch `bi`, tile row `tm` and column `tn`, the
+/// operands' offsets `ao`, `bo` in that batch and their strides.
+const PROLOGUE: &str = r#"    let m = params[0];
+    let n = params[1];
+    let k = params[2];
+    let nb = params[3];
+    let per = params[4] * params[5];
+    let bi = g / per;
+    let tm = (g % per) / params[4];
+    let tn = (g % per) % params[4];
+    var ao = bitcast<i32>(params[7]);
+    var bo = bitcast<i32>(params[10]);
+    var rem = bi;
+    for (var d = i32(nb) - 1; d >= 0; d = d - 1) {
+        let s = params[14u + u32(d)];
+        let c = i32(rem % s);
+        ao = ao + c * bitcast<i32>(params[14u + nb + u32(d)]);
+        bo = bo + c * bitcast<i32>(params[14u + 2u * nb + u32(d)]);
+        rem = rem / s;
+    }
+    let ars = bitcast<i32>(params[8]);
+    let acs = bitcast<i32>(params[9]);
+    let brs = bitcast<i32>(params[11]);
+    let bcs = bitcast<i32>(params[12]);
+"#;
+
+/// `a @ b` for `a` of shape `[..., m, k]` and `b` of `[..., k, n]` (both of
+/// `dtype`, batch dimensions already broadcast to `out_shape[..-2]`),
+/// accumulating in f32. The output is contiguous.
+pub fn matmul(
+    a: &ArrayData,
+    a_shape: &[usize],
+    b: &ArrayData,
+    b_shape: &[usize],
+    dtype: Dtype,
+    out_shape: &[usize],
+) -> Result<ArrayData> {
+    supported(dtype)?;
+    if !dtype.is_float() {
+        return Err(Error::eval("matmul", format!("no GPU kernel for {dtype}")));
+    }
+    let total = size_of_shape(out_shape);
+    codegen::check_size("matmul", total, &[a, b])?;
+    codegen::check_size("matmul", size_of_shape(a_shape), &[])?;
+    codegen::check_size("matmul", size_of_shape(b_shape), &[])?;
+    let out = alloc(out_shape, dtype)?;
+    record(a, a_shape, b, dtype, out_shape, &out, 0, false)?;
+    Ok(out)
+}
+
+/// Records `out[out_offset..] (+)= a @ b` (a dense `[..., m, n]` block of
+/// `dtype` elements; with `accumulate`, added to what is there, which needs
+/// an unpacked dtype) into `out`, reading `a` and `b` through their views.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn record(
+    a: &ArrayData,
+    a_shape: &[usize],
+    b: &ArrayData,
+    dtype: Dtype,
+    out_shape: &[usize],
+    out: &ArrayData,
+    out_offset: usize,
+    accumulate: bool,
+) -> Result<()> {
+    // Packed outputs are cleared and OR-ed into from their first word.
+    debug_assert!(!codegen::packed(dtype) || (out_offset == 0 && !accumulate));
+    debug_assert!(!accumulate || dtype == Dtype::F32);
+    let nd = out_shape.len();
+    let (m, n, k) = (out_shape[nd - 2], out_shape[nd - 1], a_shape[nd - 1]);
+    let total = size_of_shape(out_shape);
+    if total == 0 {
+        return Ok(());
+    }
+    let batch: usize = out_shape[..nd - 2].iter().product();
+    let (sa, sb) = (a.strides(), b.strides());
+    // Column-major staging when the row stride is the unit one.
+    let view = View {
+        a_cols: sa[nd - 2] == 1 && sa[nd - 1] != 1,
+        b_cols: sb[nd - 2] == 1 && sb[nd - 1] != 1,
+    };
+    let big = batch * m.div_ceil(128) * n.div_ceil(128) >= BIG_TILES_FROM;
+    let (pipeline, tm, tn) = match coop_fragments(dtype, accumulate)? {
+        Some(fragments) => {
+            let tiling = if big {
+                coop::Tiling::LARGE
+            } else {
+                coop::Tiling::SMALL
+            };
+            let key = format!("matmul-coop:{tiling:?}:{fragments:?}:{view:?}:{accumulate}");
+            let p = context()?.pipeline(&key, || {
+                coop::source(tiling, fragments, view, dtype, accumulate)
+            })?;
+            (p, m.div_ceil(tiling.bm()), n.div_ceil(tiling.bn()))
+        }
+        None => {
+            let t = if big { 128 } else { 64 };
+            let limit = context()?.limits.max_compute_workgroup_storage_size as usize;
+            let buffers = if tiled::shared_bytes(t, 2) <= limit {
+                2
+            } else {
+                1
+            };
+            let key = format!("matmul:{t}:{buffers}:{dtype}:{view:?}:{accumulate}");
+            let p =
+                context()?.pipeline(&key, || tiled::source(t, buffers, dtype, view, accumulate))?;
+            (p, m.div_ceil(t), n.div_ceil(t))
+        }
+    };
+    let tiles = batch * tm * tn;
+    let mut meta = vec![
+        m as u32,
+        n as u32,
+        k as u32,
+        (nd - 2) as u32,
+        tn as u32,
+        tm as u32,
+        tiles as u32,
+        a.offset() as u32,
+        sa[nd - 2] as i32 as u32,
+        sa[nd - 1] as i32 as u32,
+        b.offset() as u32,
+        sb[nd - 2] as i32 as u32,
+        sb[nd - 1] as i32 as u32,
+        out_offset as u32,
+    ];
+    meta.extend(out_shape[..nd - 2].iter().map(|&d| d as u32));
+    meta.extend(sa[..nd - 2].iter().map(|&s| s as i32 as u32));
+    meta.extend(sb[..nd - 2].iter().map(|&s| s as i32 as u32));
+    dispatch_groups(
+        &pipeline,
+        &meta,
+        &[a, b],
+        out,
+        total * dtype.size_of(),
+        codegen::packed(dtype),
+        tiles,
+    )?;
+    Ok(())
+}
+
+/// Every kernel variant's WGSL, named: both tilings of the cooperative
+/// template with both fragment implementations, and the f32 kernel at both
+/// tiles and buffer counts, in every transpose case (f16 declared as the
+/// running device stores it, packed before the GPU is first used). The
+/// cooperative sources start with `enable f16;` here. For the test that
+/// compiles them all through naga to SPIR-V.
+#[doc(hidden)]
+pub fn kernel_sources() -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    let mut views = Vec::new();
+    for a_cols in [false, true] {
+        for b_cols in [false, true] {
+            views.push(View { a_cols, b_cols });
+        }
+    }
+    for tiling in [coop::Tiling::LARGE, coop::Tiling::SMALL] {
+        for fragments in [coop::Fragments::Cooperative, coop::Fragments::Plain] {
+            for &view in &views {
+                for (dtype, accumulate) in [(Dtype::F16, false), (Dtype::F32, true)] {
+                    out.push((
+                        format!(
+                            "coop {tiling:?} {fragments:?} {view:?} {dtype} accumulate {accumulate} ({} B)",
+                            tiling.shared_bytes()
+                        ),
+                        format!(
+                            "enable f16;\n{}",
+                            coop::source(tiling, fragments, view, dtype, accumulate)
+                        ),
+                    ));
+                }
+            }
+        }
+    }
+    for t in [64, 128] {
+        for buffers in [1, 2] {
+            for &view in &views {
+                for (dtype, accumulate) in [
+                    (Dtype::F32, false),
+                    (Dtype::F32, true),
+                    (Dtype::F16, false),
+                    (Dtype::BF16, false),
+                ] {
+                    let mut src = tiled::source(t, buffers, dtype, view, accumulate);
+                    if dtype == Dtype::F16 && !codegen::packed(dtype) {
+                        src.insert_str(0, "enable f16;\n");
+                    }
+                    out.push((
+                        format!(
+                            "f32 kernel {t} x {buffers} {view:?} {dtype} accumulate {accumulate} ({} B)",
+                            tiled::shared_bytes(t, buffers)
+                        ),
+                        src,
+                    ));
+                }
+            }
+        }
+    }
+    out
+}

@@ -1,0 +1,171 @@
+//! The GPU matrix products against the CPU's: every kernel (the f32 one at
+//! both tiles, the cooperative-matrix template with plain fragments), every
+//! transpose case, shapes that are not multiples of any tile, broadcast
+//! batches, f32 and the half dtypes, and the accumulating form the fused
+//! linear cross-entropy uses (through its own specs).
+
+use mlx_array::settings::{GpuCoopmat, set_gpu_coopmat};
+use mlx_array::{Array, Dtype, Result};
+
+use crate::harness::{compare, gpu, tol};
+
+/// Values in [-1, 1) of `n` elements, varied by `seed`, not all integers.
+fn values(n: usize, seed: usize) -> Vec<f32> {
+    (0..n)
+        .map(|i| ((i * 7919 + seed * 104729) % 211) as f32 / 105.5 - 1.0)
+        .collect()
+}
+
+/// An `[.., rows, cols]` operand of `dtype`, stored transposed (a
+/// column-major view) when `transposed`.
+fn operand(
+    batch: &[usize],
+    rows: usize,
+    cols: usize,
+    transposed: bool,
+    seed: usize,
+    dtype: Dtype,
+) -> Array {
+    let count = batch.iter().product::<usize>() * rows * cols;
+    let mut shape = batch.to_vec();
+    if transposed {
+        shape.extend([cols, rows]);
+    } else {
+        shape.extend([rows, cols]);
+    }
+    let x = Array::from_slice(&values(count, seed), &shape)
+        .unwrap()
+        .astype(dtype)
+        .unwrap();
+    if transposed {
+        let nd = shape.len() as i32;
+        let mut axes: Vec<i32> = (0..nd).collect();
+        axes.swap(nd as usize - 2, nd as usize - 1);
+        x.transpose(&axes).unwrap()
+    } else {
+        x
+    }
+}
+
+/// `a @ b` in every transpose case against the CPU.
+fn check(
+    what: &str,
+    dtype: Dtype,
+    a_batch: &[usize],
+    b_batch: &[usize],
+    m: usize,
+    k: usize,
+    n: usize,
+) {
+    for (ta, tb) in [(false, false), (false, true), (true, false), (true, true)] {
+        let a = operand(a_batch, m, k, ta, 1, dtype);
+        let b = operand(b_batch, k, n, tb, 2, dtype);
+        // Sums of k products of values below 1: the f32 tolerance grows
+        // with the depth.
+        let rel = tol(dtype).max(1e-6 * k as f64);
+        compare(
+            &format!(
+                "{what} {dtype} [{a_batch:?} {m}x{k}] @ [{b_batch:?} {k}x{n}] transposed {ta}/{tb}"
+            ),
+            &[a, b],
+            |v: &[Array]| -> Result<Array> { v[0].matmul(&v[1]) },
+            rel,
+        );
+    }
+}
+
+/// Shapes small enough for lavapipe that still cross every tile edge.
+fn shapes(what: &str, dtype: Dtype) {
+    check(what, dtype, &[], &[], 1, 1, 1);
+    check(what, dtype, &[], &[], 17, 33, 9);
+    check(what, dtype, &[], &[], 70, 16, 65);
+    check(what, dtype, &[], &[], 129, 47, 130);
+    // Broadcast batches: `a` shared by three products, `b` by two.
+    check(what, dtype, &[1, 2], &[3, 1], 19, 21, 35);
+}
+
+#[test]
+fn f32_kernel_agrees_with_the_cpu() {
+    let Some(_gpu) = gpu() else { return };
+    set_gpu_coopmat(GpuCoopmat::Off);
+    for dtype in [Dtype::F32, Dtype::F16, Dtype::BF16] {
+        shapes("f32 kernel", dtype);
+    }
+    // Enough 128 x 128 tiles (264) for the large-tile kernel, with edges.
+    check(
+        "f32 kernel, 128 tiles",
+        Dtype::F32,
+        &[66],
+        &[],
+        129,
+        20,
+        130,
+    );
+    check("f32 kernel, 128 tiles", Dtype::F16, &[264], &[], 5, 3, 7);
+    set_gpu_coopmat(GpuCoopmat::Auto);
+}
+
+#[test]
+fn cooperative_template_with_plain_fragments_agrees_with_the_cpu() {
+    let Some(_gpu) = gpu() else { return };
+    // The template stages f16 natively: without `shader-f16` the f32
+    // kernel runs instead (and the first product makes the device).
+    let probe = Array::from_slice(&[1.0f32], &[1, 1]).unwrap();
+    mlx_array::device::with_device(mlx_array::Device::Gpu, || probe.matmul(&probe))
+        .unwrap()
+        .eval()
+        .unwrap();
+    if !mlx_array::backend::gpu::native_f16() {
+        eprintln!("skipped: this adapter has no shader-f16");
+        return;
+    }
+    set_gpu_coopmat(GpuCoopmat::Plain);
+    shapes("plain fragments", Dtype::F16);
+    check("plain fragments, deep", Dtype::F16, &[], &[], 40, 200, 33);
+    set_gpu_coopmat(GpuCoopmat::Auto);
+}
+
+#[test]
+fn default_path_agrees_with_the_cpu() {
+    let Some(_gpu) = gpu() else { return };
+    set_gpu_coopmat(GpuCoopmat::Auto);
+    for dtype in [Dtype::F32, Dtype::F16] {
+        check("default", dtype, &[], &[], 33, 40, 17);
+    }
+}
+
+/// Every matmul kernel variant (the cooperative-matrix ones included,
+/// which no CI adapter runs) parses, validates with every capability and
+/// compiles to SPIR-V through naga, the version wgpu uses: a shader that
+/// cannot build fails here on any machine, GPU or not.
+#[test]
+fn every_matmul_kernel_compiles_to_spirv() {
+    let sources = mlx_array::backend::gpu::matmul_kernel_sources();
+    assert!(sources.len() >= 32 + 64, "{} variants", sources.len());
+    for (what, src) in &sources {
+        let bytes: usize = what
+            .rsplit('(')
+            .next()
+            .and_then(|s| s.trim_end_matches(" B)").parse().ok())
+            .unwrap_or_else(|| panic!("{what}: no size"));
+        assert!(
+            bytes <= 48 * 1024,
+            "{what}: over 48 KiB of workgroup memory"
+        );
+        let module = naga::front::wgsl::parse_str(src)
+            .unwrap_or_else(|e| panic!("{what}: {}", e.emit_to_string(src)));
+        let info = naga::valid::Validator::new(
+            naga::valid::ValidationFlags::all(),
+            naga::valid::Capabilities::all(),
+        )
+        .validate(&module)
+        .unwrap_or_else(|e| panic!("{what}: {e:?}"));
+        let options = naga::back::spv::Options {
+            lang_version: (1, 6),
+            ..Default::default()
+        };
+        let words = naga::back::spv::write_vec(&module, &info, &options, None)
+            .unwrap_or_else(|e| panic!("{what}: {e}"));
+        assert!(words.len() > 100, "{what}: {} SPIR-V words", words.len());
+    }
+}
