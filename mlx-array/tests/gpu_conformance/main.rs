@@ -12,6 +12,7 @@ mod harness;
 mod elementwise;
 mod half;
 mod misc;
+mod norm;
 mod reduce;
 mod threads;
 
