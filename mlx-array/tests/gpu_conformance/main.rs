@@ -13,6 +13,7 @@ mod elementwise;
 mod half;
 mod matmul;
 mod misc;
+mod norm;
 mod reduce;
 mod threads;
 

@@ -1,0 +1,54 @@
+//! RMS norm and its gradient at sizes the row kernels split unevenly: rows
+//! shared by a workgroup (narrow rows), rows wider than a workgroup, and
+//! more rows than one column-sum chunk of the weight's gradient.
+
+use mlx_array::{Array, Dtype};
+
+use crate::elementwise::values_in;
+use crate::harness::{compare, gpu};
+use mlx_array::conformance::{Layout, make};
+
+#[test]
+fn rms_norm_and_its_gradient_agree_with_the_cpu_at_uneven_sizes() {
+    let Some(_gpu) = gpu() else { return };
+    // width 7: 32 lanes a row, 8 rows a workgroup, 3 chunks of rows;
+    // 130: 64 lanes, a ragged last pass; 1000: 256 lanes, 4 values each.
+    for (rows, width) in [(70usize, 7usize), (111, 130), (5, 1000), (1, 3)] {
+        let x = make(
+            &values_in(&[rows, width], 60, -2.0, 2.0, false),
+            Dtype::F32,
+            Layout::Dense,
+        );
+        let w = make(
+            &values_in(&[width], 61, 0.5, 1.5, false),
+            Dtype::F32,
+            Layout::Dense,
+        );
+        let c = make(
+            &values_in(&[rows, width], 62, -1.0, 1.0, false),
+            Dtype::F32,
+            Layout::Dense,
+        );
+        let what = format!("[{rows}, {width}]");
+        compare(
+            &format!("rms_norm {what}"),
+            &[x.clone(), w.clone()],
+            |v| mlx_array::rms_norm(&v[0], Some(&v[1]), 1e-5),
+            1e-5,
+        );
+        // d/dx and d/dw of sum(rms_norm(x, w) * c), concatenated.
+        let grads = |v: &[Array]| {
+            let c = v[2].clone();
+            let g = mlx_array::grad(
+                move |a: &[Array]| {
+                    mlx_array::rms_norm(&a[0], Some(&a[1]), 1e-5)?
+                        .mul(&c)?
+                        .sum_all()
+                },
+                &[0, 1],
+            )(&[v[0].clone(), v[1].clone()])?;
+            mlx_array::concatenate(&[g[0].reshape(&[-1])?, g[1].clone()], 0)
+        };
+        compare(&format!("rms_norm grad {what}"), &[x, w, c], grads, 1e-4);
+    }
+}
