@@ -175,7 +175,9 @@ fn gpu_coopmat_checked() -> Result<GpuCoopmat> {
     GPU_COOPMAT_ENV
         .get_or_init(|| {
             let v = std::env::var(MLX_GPU_COOPMAT).ok();
-            if v.as_deref().is_some_and(|v| v.trim().eq_ignore_ascii_case("plain")) {
+            if v.as_deref()
+                .is_some_and(|v| v.trim().eq_ignore_ascii_case("plain"))
+            {
                 return Ok(GpuCoopmat::Plain);
             }
             parse_bool(MLX_GPU_COOPMAT, v.as_deref(), true)
