@@ -151,8 +151,14 @@ fn header(dims: &AttentionDims, inputs: &[(&str, Dtype)], tiles: Tiles) -> Strin
         "const D: u32 = {}u;\nconst DV: u32 = {}u;\nconst BQ: u32 = {}u;\nconst BK: u32 = {}u;\n",
         dims.d, dims.dv, tiles.bq, tiles.bk
     ));
-    s.push_str(
-        r#"fn neg_inf() -> f32 { return bitcast<f32>(0xff800000u); }
+    s.push_str(SIZES);
+    s
+}
+
+/// WGSL every attention kernel shares: the sizes read from `params`, and
+/// which keys a query sees (`limit`) and which queries see a key
+/// (`first_query`) under the causal mask (queries are the last positions).
+pub(super) const SIZES: &str = r#"fn neg_inf() -> f32 { return bitcast<f32>(0xff800000u); }
 fn b() -> u32 { return params[0]; }
 fn h() -> u32 { return params[1]; }
 fn lq() -> u32 { return params[2]; }
@@ -168,10 +174,7 @@ fn first_query(j: u32) -> u32 {
     if (params[4] != 0u && j + lq() > lk()) { return j + lq() - lk(); }
     return 0u;
 }
-"#,
-    );
-    s
-}
+"#;
 
 /// WGSL statements, unrolled: `f(i, j)` for `i < n`, `j < m`.
 fn unroll(n: usize, m: usize, f: impl Fn(usize, usize) -> String) -> String {

@@ -67,20 +67,7 @@ fn header(dims: &AttentionDims, inputs: &[&str], dtype: Dtype) -> String {
         "const D: u32 = {}u;\nconst DV: u32 = {}u;\n",
         dims.d, dims.dv
     ));
-    s.push_str(
-        r#"fn neg_inf() -> f32 { return bitcast<f32>(0xff800000u); }
-fn b() -> u32 { return params[0]; }
-fn h() -> u32 { return params[1]; }
-fn lq() -> u32 { return params[2]; }
-fn lk() -> u32 { return params[3]; }
-fn scale() -> f32 { return bitcast<f32>(params[5]); }
-// The keys query `i` sees: 0..limit(i).
-fn limit(i: u32) -> u32 {
-    if (params[4] == 0u) { return lk(); }
-    return min(i + 1u + lk() - lq(), lk());
-}
-"#,
-    );
+    s.push_str(super::SIZES);
     s
 }
 
