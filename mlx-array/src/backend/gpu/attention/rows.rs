@@ -10,47 +10,10 @@
 
 use super::super::{alloc, context, dense, dispatch};
 use super::codegen;
+use super::{dense_qkv, meta};
 use crate::backend::common::attention::AttentionDims;
 use crate::primitive::ArrayData;
 use crate::{Dtype, Result};
-
-/// `q`, `k`, `v` (f32, shaped as `dims` says) dense from their offsets.
-fn dense_qkv(
-    q: &ArrayData,
-    k: &ArrayData,
-    v: &ArrayData,
-    dims: &AttentionDims,
-    dtype: Dtype,
-) -> Result<[ArrayData; 3]> {
-    let AttentionDims {
-        b,
-        h,
-        lq,
-        lk,
-        d,
-        dv,
-        ..
-    } = *dims;
-    Ok([
-        dense(q, &[b, h, lq, d], dtype)?,
-        dense(k, &[b, h, lk, d], dtype)?,
-        dense(v, &[b, h, lk, dv], dtype)?,
-    ])
-}
-
-/// Sizes, flags and the inputs' offsets, as every kernel here reads them.
-fn meta(dims: &AttentionDims, inputs: &[&ArrayData]) -> Vec<u32> {
-    let mut m = vec![
-        dims.b as u32,
-        dims.h as u32,
-        dims.lq as u32,
-        dims.lk as u32,
-        dims.causal as u32,
-        dims.scale.to_bits(),
-    ];
-    m.extend(inputs.iter().map(|d| d.offset() as u32));
-    m
-}
 
 /// The WGSL shared by the kernels: constants, the bindings of `inputs`
 /// (`q`, `k`, `v` of `dtype`, the others f32), and the sizes read from
