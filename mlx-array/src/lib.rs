@@ -1,9 +1,10 @@
 //! Lazy n-dimensional arrays for machine learning, in the spirit of MLX.
 //!
 //! Building an expression records a graph and costs almost nothing;
-//! [`eval`](fn@crate::eval) runs it on multithreaded CPU kernels, frees intermediates as
-//! soon as they are no longer needed, and leaves the results detached from
-//! their inputs.
+//! [`eval`](fn@crate::eval) runs it on multithreaded CPU kernels or, for arrays
+//! placed on [`Device::Gpu`], on WGSL kernels through wgpu
+//! (Vulkan, Metal), frees intermediates as soon as they are no longer needed,
+//! and leaves the results detached from their inputs.
 //!
 //! ```
 //! use mlx_array::{eval, random, Array, Dtype};
