@@ -51,6 +51,11 @@ pub fn dispatch_count() -> usize {
     0
 }
 
+/// Nothing was ever submitted: 0.
+pub fn submit_count() -> usize {
+    0
+}
+
 // The same counters as the wgpu backend's (they stay at zero here).
 #[allow(dead_code)]
 #[path = "gpu/transfers.rs"]
