@@ -130,6 +130,9 @@ fn split_k_products_agree_with_the_cpu() {
     assert_eq!(dispatches_of(37, 3001, 45), 2, "split: product and sum");
     // Too shallow to split (one slice of at least 256 each would be 1).
     assert_eq!(dispatches_of(37, 511, 45), 1, "not split");
+    mlx_array::settings::set_gpu_split_k(false);
+    assert_eq!(dispatches_of(37, 3001, 45), 1, "MLX_GPU_SPLIT_K=0");
+    mlx_array::settings::set_gpu_split_k(true);
     check("split-K", Dtype::F32, &[], &[], 37, 3001, 45);
     check("split-K", Dtype::F32, &[], &[], 1, 700, 3);
     // Six tiles a product over the batch: 4 slices of 288, the last of 236.

@@ -62,5 +62,15 @@ fn an_eval_longer_than_a_chunk_submits_in_chunks_with_the_cpus_results() -> Resu
 
     assert_eq!(gpu_y.device(), Device::Gpu);
     assert_eq!(gpu_y.to_vec::<f32>()?, cpu.to_vec::<f32>()?);
+
+    // MLX_GPU_CHUNKS=0: the same eval in one submission, the same values.
+    mlx_array::settings::set_gpu_chunks(false);
+    let once = with_device(Device::Gpu, || chain(&xg, &pg, &cg, steps))?;
+    let submits = submit_count();
+    once.eval()?;
+    let submits = submit_count() - submits;
+    mlx_array::settings::set_gpu_chunks(true);
+    assert_eq!(submits, 1);
+    assert_eq!(once.to_vec::<f32>()?, cpu.to_vec::<f32>()?);
     Ok(())
 }

@@ -25,7 +25,9 @@
 //! any later pass is recorded), the queue runs them in that order, and a
 //! buffer is read back only after the submission of its producing copy
 //! (`download` submits before it waits). Only the number of submissions
-//! changes: counted by [`submit_count`].
+//! changes: counted by [`submit_count`]. `MLX_GPU_CHUNKS=0`
+//! ([`crate::settings::set_gpu_chunks`]) submits once per eval again, to
+//! measure what the overlap gains.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -57,9 +59,10 @@ impl Recording {
 
     /// Counts one more command in the encoder; true when the chunk is full
     /// (the caller submits it and calls [`Recording::submitted`]).
+    /// Never full with [`crate::settings::gpu_chunks`] off.
     pub(crate) fn count(&mut self) -> bool {
         self.commands += 1;
-        self.commands >= self.chunk
+        self.commands >= self.chunk && crate::settings::gpu_chunks()
     }
 
     /// The encoder was submitted: the next chunk is twice as large, up to

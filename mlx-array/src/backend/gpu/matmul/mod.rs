@@ -57,7 +57,8 @@
 //! elementwise pass sums the slices in order (deterministic, no atomics)
 //! into the output (converting to its dtype, or adding into it with
 //! `accumulate`). Only the f32 kernel splits; f16 products on cooperative
-//! matrices are not split.
+//! matrices are not split. `MLX_GPU_SPLIT_K=0`
+//! ([`settings::set_gpu_split_k`]) turns it off, to measure the gain.
 //!
 //! | split-K, `[m, k] @ [k, n]` | tiles (64) | slices x depth | workgroups | partial sums |
 //! |---|---|---|---|---|
@@ -246,7 +247,7 @@ pub(crate) fn record(
         k,
         batch_shape: &out_shape[..nd - 2],
     };
-    if coop.is_none() && !big {
+    if coop.is_none() && !big && settings::gpu_split_k() {
         let c = context()?;
         let max_bytes = c
             .limits
