@@ -217,9 +217,13 @@ fn every_matmul_kernel_compiles_to_spirv() {
 }
 
 /// The fused linear cross-entropy's gradient products, split over the
-/// depth where a chunk of classes is deep and the rows few: `dh += g @
-/// w[chunk]` over chunks of 700, 700 and 100 classes (the first two split,
-/// the second adding its split sum into `dh`), with label smoothing.
+/// depth where the classes are many and the rows few, in both of its GPU
+/// paths: differentiating `linear_cross_entropy` (chunks of 700, 700 and
+/// 100 classes: `dh += g @ w[chunk]` split, the second chunk adding its
+/// split sum into `dh`) and `linear_cross_entropy_sum` (the one-pass value
+/// and gradient, in blocks of 14, 14 and 12 rows: each block's `dh` split
+/// over all 1500 classes into its own rows, `dw` added up over blocks),
+/// with label smoothing, against the CPU.
 #[test]
 fn linear_cross_entropy_gradient_with_split_products_agrees_with_the_cpu() {
     use mlx_array::primitives::loss::LinearCrossEntropyOptions;
@@ -234,23 +238,39 @@ fn linear_cross_entropy_gradient_with_split_products_agrees_with_the_cpu() {
         &[rows],
     )
     .unwrap();
-    let rw = Array::ones(&[rows], Dtype::F32);
+    let rw = Array::from_slice(
+        &(0..rows)
+            .map(|i| 0.25 + (i % 3) as f32)
+            .collect::<Vec<f32>>(),
+        &[rows],
+    )
+    .unwrap();
     let opts = LinearCrossEntropyOptions {
         label_smoothing: 0.1,
         chunk: 700,
+        block_rows: 16,
         ..Default::default()
     };
-    for (what, out) in [("loss", None), ("dh", Some(0)), ("dw", Some(1))] {
-        compare(
-            &format!("linear cross-entropy {what}"),
-            &[h.clone(), w.clone()],
-            |v: &[Array]| -> Result<Array> {
-                let loss =
-                    |x: &[Array]| mlx_array::linear_cross_entropy_sum(&x[0], &x[1], &t, &rw, &opts);
-                let (value, grads) = mlx_array::value_and_grad(loss, &[0, 1])(v)?;
-                Ok(out.map_or(value, |i| grads[i].clone()))
-            },
-            1e-4,
-        );
+    for one_pass in [false, true] {
+        for (what, out) in [("loss", None), ("dh", Some(0)), ("dw", Some(1))] {
+            compare(
+                &format!("linear cross-entropy {what}, one pass {one_pass}"),
+                &[h.clone(), w.clone()],
+                |v: &[Array]| -> Result<Array> {
+                    let loss = |x: &[Array]| {
+                        if one_pass {
+                            mlx_array::linear_cross_entropy_sum(&x[0], &x[1], &t, &rw, &opts)
+                        } else {
+                            mlx_array::linear_cross_entropy(&x[0], &x[1], &t, &opts)?
+                                .multiply(&rw)?
+                                .sum_all()
+                        }
+                    };
+                    let (value, grads) = mlx_array::value_and_grad(loss, &[0, 1])(v)?;
+                    Ok(out.map_or(value, |i| grads[i].clone()))
+                },
+                1e-4,
+            );
+        }
     }
 }
