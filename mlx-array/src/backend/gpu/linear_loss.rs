@@ -1,22 +1,40 @@
 //! The output projection fused with the softmax cross-entropy, and its
-//! gradient, without ever holding the `[rows, V]` logits: as on the CPU
-//! (`backend/cpu/loss.rs`), the classes are taken one chunk at a time, each
-//! chunk's logits computed by the tiled matmul into one pooled scratch
+//! gradient, in two forms.
+//!
+//! **Separately** ([`linear_cross_entropy`], [`linear_cross_entropy_grad`]:
+//! the loss alone, and the gradient of `linear_cross_entropy` when it is
+//! differentiated), without ever holding the `[rows, V]` logits: as on the
+//! CPU (`backend/cpu/loss.rs`), the classes are taken one chunk at a time,
+//! each chunk's logits computed by the tiled matmul into one pooled scratch
 //! buffer. The forward pass keeps per-row running statistics (max, sum of
 //! exponentials, target logit, logit total) with an online logsumexp; the
 //! backward pass recovers each row's logsumexp from its loss, turns every
 //! chunk into `ct * (softmax - target distribution)` in place and
 //! accumulates `dh += g @ w[chunk]` and `dw[chunk] = g^T @ h` with the
-//! matmul. Everything is recorded into the eval's command encoder (and
-//! goes to the GPU in chunks as the eval records, see `submission`).
+//! matmul: four products of the projection's size in all. At the reference
+//! shape (2044 rows, 256 dims, 50257 classes in 25 chunks of 2052) on an
+//! H100, a chunk's logits product takes 272 workgroups of 128 x 128 (two
+//! per SM); `dh` and `dw` have only 128 and 132 64 x 64 output tiles, so
+//! the matmul splits their depth into 5 and 4 slices (640 and 528
+//! workgroups, see `matmul`'s split-K).
 //!
-//! Work per chunk at the reference shape (2044 rows, 256 dims, 50257
-//! classes in chunks of 2052, 25 chunks), on an H100: the logits product
-//! takes 272 workgroups of 128 x 128 (two per SM); the statistics and the
-//! gradient one workgroup per row (2044) and one invocation per logit;
-//! `dh` and `dw` have only 128 and 132 64 x 64 output tiles each, so the
-//! matmul splits their depth (the chunk's 2052 classes, the 2044 rows) into
-//! 5 and 4 slices, 640 and 528 workgroups (see `matmul`'s split-K).
+//! **Together** ([`linear_cross_entropy_value_and_grad`], what a training
+//! step's `linear_cross_entropy_sum` runs), in one pass over blocks of rows
+//! as the CPU's one-pass kernel does: a block's logits over the whole
+//! vocabulary (at most 256 MiB: two blocks of 1022 rows at the reference
+//! shape), their statistics in one step (one workgroup per row), the
+//! gradient in place (one invocation per logit), `dh[block] = g @ w` and
+//! `dw (+)= g^T @ h[block]`: three products, no recomputed logits, and 7
+//! dispatches a block (14 a step at the reference shape, against the two
+//! passes' 8 a chunk, 200 a step). On an H100 a block's logits
+//! product is 8 x 393 tiles of 128 x 128 (3,144 workgroups, ~12 waves of
+//! two per SM); `dh[block]` (`[1022, 50257] @ [50257, 256]`, 64 tiles of
+//! 64 x 64) is split into 9 slices of 5,600 classes (576 workgroups, 9.4 MB
+//! of partial sums); `dw` (`[50257, 1022] @ [1022, 256]`) is 786 tiles of
+//! 128 x 128. 158 GFLOP a step in products instead of 210.
+//!
+//! Everything is recorded into the eval's command encoder (and goes to the
+//! GPU in chunks as the eval records, see `submission`).
 //!
 //! `h` and `w` are computed in f32 whatever their dtype (as on the CPU); the
 //! gradient is cast back to it at the end. Targets out of range (which the

@@ -50,9 +50,10 @@
 //! a long depth (the fused loss's gradient products, `dX` over the
 //! vocabulary, a small `dW`) would leave most of the 132 SMs idle or
 //! holding one workgroup of 8 warps, with nothing to hide its load latency
-//! behind. [`split_k`] cuts its depth into slices (5 for the loss's `dh`,
-//! 4 for its `dw`): the f32 kernel runs with the slices as one more, outer
-//! batch dimension (each workgroup's depth clamped to its slice, see
+//! behind. [`split_k`] cuts its depth into slices (9 for the one-pass
+//! loss's `dh` per block of rows): the f32 kernel runs with the slices as
+//! one more, outer batch dimension (each workgroup's depth clamped to its
+//! slice, see
 //! [`PROLOGUE`]), writing f32 partial products to a scratch buffer, and one
 //! elementwise pass sums the slices in order (deterministic, no atomics)
 //! into the output (converting to its dtype, or adding into it with
@@ -62,6 +63,7 @@
 //!
 //! | split-K, `[m, k] @ [k, n]` | tiles (64) | slices x depth | workgroups | partial sums |
 //! |---|---|---|---|---|
+//! | loss, one pass: `dh[block] = g @ w`, 1022 x 50257 x 256 | 64 | 9 x 5600 | 576 | 9.4 MB |
 //! | loss `dh += g @ w[chunk]`, 2044 x 2052 x 256 | 128 | 5 x 416 | 640 | 10.5 MB |
 //! | loss `dw[chunk] = g^T @ h`, 2052 x 2044 x 256 | 132 | 4 x 512 | 528 | 8.4 MB |
 //! | `dX` 2044 x 50257 x 256 (gpu_bench) | 128 | 5 x 10064 | 640 | 10.5 MB |
@@ -74,8 +76,8 @@
 //! n` floats (10.5 MB: ~7 us at 3 TB/s against ~100 us of products).
 //!
 //! The fused linear cross-entropy (`linear_loss.rs`) records its logits
-//! and gradient products through [`record`], chunked over the vocabulary,
-//! so it runs on these kernels too (its f32 `accumulate` form on the f32
+//! and gradient products through [`record`] (chunked over the vocabulary,
+//! or in blocks of rows over all of it), so it runs on these kernels too (its f32 `accumulate` form on the f32
 //! kernel, split over the depth as above).
 
 use super::codegen;
