@@ -13,7 +13,11 @@
 //! `bf16`) for half-precision operands and block (`MLX_GPU_F16=0` packs f16
 //! two to a word even where the adapter stores it natively;
 //! `MLX_GPU_COOPMAT=0` multiplies f16 on the f32-compute kernel instead of
-//! the tensor cores, to compare the two). Shapes with an
+//! the tensor cores, to compare the two; `MLX_GPU_SPLIT_K=0` runs products
+//! with few output tiles unsplit over their depth, and `MLX_GPU_CHUNKS=0`
+//! submits each eval at its end; `MLX_PROFILE=1` adds each kernel's own
+//! GPU time from timestamp queries, a table before `RESULT`, while every
+//! eval waits for the GPU). Shapes with an
 //! operand larger than the adapter's largest storage buffer are reported as
 //! skipped, and so is the 8192^3 cube under `--small` (2048^3 there: on a
 //! software adapter it would take a minute).
@@ -297,6 +301,11 @@ fn main() -> Result<()> {
     let summary = serde_json::json!({
         "adapter": adapter, "dtype": dtype.to_string(), "small": small, "results": results,
     });
+    if mlx_array::profile::enabled() {
+        // MLX_PROFILE=1: each kernel's own GPU time (timestamp queries),
+        // apart from the host's recording and the pipelining of evals.
+        println!("{}", mlx_array::profile::report(40));
+    }
     println!("RESULT {summary}");
     // MLX_PROFILE=1: per-primitive times (GPU execution from timestamp queries).
     if mlx_array::profile::enabled() {

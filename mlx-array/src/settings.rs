@@ -14,6 +14,8 @@
 //! | `MLX_AMX` | `1`/`0` | on: those bfloat16 products on AMX tiles where the CPU and OS offer them (off: AVX512_BF16 alone) | [`set_amx`] |
 //! | `MLX_GPU_F16` | `1`/`0` | on: `f16` stored as WGSL `f16` where the GPU adapter has `shader-f16` (off: packed two to a 32-bit word) | [`set_gpu_f16`] |
 //! | `MLX_GPU_COOPMAT` | `1`/`0`/`plain` | `1`: f16 matrix products on cooperative matrices (tensor cores) where the GPU adapter has them; `0`: the f32-compute kernel always; `plain`: the cooperative kernel's template with plain-WGSL fragments on any adapter (for tests) | [`set_gpu_coopmat`] |
+//! | `MLX_GPU_CHUNKS` | `1`/`0` | on: an eval's GPU work is submitted in chunks as it is recorded, so the GPU runs while the host records (off: one submission at the eval's end) | [`set_gpu_chunks`] |
+//! | `MLX_GPU_SPLIT_K` | `1`/`0` | on: GPU matrix products with few output tiles and a long depth are split over the depth (off: one workgroup per output tile) | [`set_gpu_split_k`] |
 //! | `MLX_DEVICE` | `cpu`, `gpu` | `cpu` | [`crate::device::set_default_device`] |
 //!
 //! ```
@@ -44,6 +46,10 @@ pub const MLX_AMX: &str = "MLX_AMX";
 pub const MLX_GPU_F16: &str = "MLX_GPU_F16";
 /// `MLX_GPU_COOPMAT`: f16 matrix products on cooperative matrices.
 pub const MLX_GPU_COOPMAT: &str = "MLX_GPU_COOPMAT";
+/// `MLX_GPU_CHUNKS`: submit an eval's GPU work in chunks as it is recorded.
+pub const MLX_GPU_CHUNKS: &str = "MLX_GPU_CHUNKS";
+/// `MLX_GPU_SPLIT_K`: split GPU matrix products over their depth.
+pub const MLX_GPU_SPLIT_K: &str = "MLX_GPU_SPLIT_K";
 /// `MLX_DEVICE`: the default device.
 pub const MLX_DEVICE: &str = "MLX_DEVICE";
 
@@ -145,6 +151,35 @@ pub fn gpu_f16() -> bool {
 /// only before the GPU is first used).
 pub fn set_gpu_f16(on: bool) {
     GPU_F16.set(on);
+}
+
+static GPU_CHUNKS: Flag = Flag::new(MLX_GPU_CHUNKS, true);
+
+/// Whether an eval submits its GPU work in chunks while it records (default),
+/// or all at its end (to measure what the overlap gains). An unreadable
+/// `MLX_GPU_CHUNKS` counts as the default here; [`check`] reports it.
+pub fn gpu_chunks() -> bool {
+    GPU_CHUNKS.get().unwrap_or(true)
+}
+
+/// Chooses chunked GPU submission (wins over `MLX_GPU_CHUNKS`).
+pub fn set_gpu_chunks(on: bool) {
+    GPU_CHUNKS.set(on);
+}
+
+static GPU_SPLIT_K: Flag = Flag::new(MLX_GPU_SPLIT_K, true);
+
+/// Whether GPU matrix products with few output tiles and a long depth are
+/// split over the depth (default), or run one workgroup per output tile
+/// (to measure what the split gains). An unreadable `MLX_GPU_SPLIT_K`
+/// counts as the default here; [`check`] reports it.
+pub fn gpu_split_k() -> bool {
+    GPU_SPLIT_K.get().unwrap_or(true)
+}
+
+/// Chooses split-K GPU products (wins over `MLX_GPU_SPLIT_K`).
+pub fn set_gpu_split_k(on: bool) {
+    GPU_SPLIT_K.set(on);
 }
 
 /// How the GPU multiplies `f16` matrices (`MLX_GPU_COOPMAT`).
@@ -334,6 +369,8 @@ pub fn check() -> Result<()> {
     BF16_GEMM.get()?;
     AMX.get()?;
     GPU_F16.get()?;
+    GPU_CHUNKS.get()?;
+    GPU_SPLIT_K.get()?;
     gpu_coopmat_checked()?;
     loss_path()?;
     crate::device::default_device_from_env()?;

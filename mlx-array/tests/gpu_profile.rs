@@ -115,8 +115,16 @@ fn passes_beyond_one_query_set_are_all_timed() -> Result<()> {
         all.push(y.clone());
     }
     let before = mlx_array::backend::gpu::dispatch_count();
+    let (submits, moved) = (
+        mlx_array::backend::gpu::submit_count(),
+        mlx_array::backend::gpu::transfers(),
+    );
     eval(&all)?;
     assert_eq!(mlx_array::backend::gpu::dispatch_count() - before, n);
+    // The passes went to the GPU in several chunks, whose timestamps were
+    // all read back with one wait at the end of the eval.
+    assert!(mlx_array::backend::gpu::submit_count() - submits > 2);
+    assert_eq!((mlx_array::backend::gpu::transfers() - moved).waits, 1);
     let negative = entry(Clock::Gpu, "negative", &[1, 4])
         .unwrap_or_else(|| panic!("no GPU time:\n{}", profile::report(20)));
     assert_eq!(negative.calls, n as u64);

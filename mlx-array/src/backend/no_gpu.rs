@@ -51,6 +51,21 @@ pub fn dispatch_count() -> usize {
     0
 }
 
+/// Nothing was ever submitted: 0.
+pub fn submit_count() -> usize {
+    0
+}
+
+/// Always [`UNAVAILABLE`] (the wgpu backend returns the losses and the
+/// flat gradients).
+pub fn linear_cross_entropy_value_and_grad(
+    a: &LceArgs<'_>,
+    ct: (&ArrayData, Dtype),
+) -> Result<(ArrayData, ArrayData)> {
+    let _ = (a, ct);
+    Err(unavailable())
+}
+
 // The same counters as the wgpu backend's (they stay at zero here).
 #[allow(dead_code)]
 #[path = "gpu/transfers.rs"]

@@ -254,9 +254,9 @@ impl Primitive for LinearCrossEntropyValueAndGrad {
     fn name(&self) -> &'static str {
         "linear_cross_entropy_value_and_grad"
     }
-    /// On the GPU the pass is the forward kernel and then the gradient
-    /// kernel with the row weights as cotangents (four GEMMs; a GPU has
-    /// FLOPs to spare where the CPU does not), packed as on the CPU.
+    /// On the GPU one pass over blocks of rows computes the losses and
+    /// the gradients with the row weights as cotangents (three GEMMs of the
+    /// projection's size), packed as on the CPU.
     fn eval_gpu_outputs(
         &self,
         inputs: &[Array],
@@ -266,9 +266,8 @@ impl Primitive for LinearCrossEntropyValueAndGrad {
         let (h, w, t, rw) = (&inputs[0], &inputs[1], &inputs[2], &inputs[3]);
         let (hd, wd, td, rd) = (h.data()?, w.data()?, t.data()?, rw.data()?);
         let args = self.0.args((&hd, h), (&wd, w), (&td, t));
-        let loss = gpu::linear_cross_entropy(&args)?;
+        let (loss, mut grads) = gpu::linear_cross_entropy_value_and_grad(&args, (&rd, rw.dtype()))?;
         let n = h.size() + w.size();
-        let mut grads = gpu::linear_cross_entropy_grad(&args, (&rd, rw.dtype()), &loss)?;
         if h.dtype() != Dtype::F32 {
             grads = gpu::astype(&grads, &[n], h.dtype(), Dtype::F32)?;
         }

@@ -15,6 +15,7 @@ mod matmul;
 mod misc;
 mod norm;
 mod reduce;
+mod submission;
 mod threads;
 
 /// A primitive with a CPU kernel only (as another crate may define): placing

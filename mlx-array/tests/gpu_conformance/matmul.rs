@@ -105,6 +105,52 @@ fn f32_kernel_agrees_with_the_cpu() {
     set_gpu_coopmat(GpuCoopmat::Auto);
 }
 
+/// Kernel dispatches one GPU product of `[m, k] @ [k, n]` f32 records.
+fn dispatches_of(m: usize, k: usize, n: usize) -> usize {
+    let a = operand(&[], m, k, false, 3, Dtype::F32).to_device(mlx_array::Device::Gpu);
+    let b = operand(&[], k, n, true, 4, Dtype::F32).to_device(mlx_array::Device::Gpu);
+    mlx_array::eval((&a, &b)).unwrap();
+    let before = mlx_array::backend::gpu::dispatch_count();
+    mlx_array::device::with_device(mlx_array::Device::Gpu, || a.matmul(&b))
+        .unwrap()
+        .eval()
+        .unwrap();
+    mlx_array::backend::gpu::dispatch_count() - before
+}
+
+/// Products with few output tiles and a long depth are split over the
+/// depth (partial products, then a pass that sums them): every transpose
+/// case, shapes off every tile and slice boundary (the last slice short),
+/// broadcast batches, half dtypes, against the CPU.
+#[test]
+fn split_k_products_agree_with_the_cpu() {
+    let Some(_gpu) = gpu() else { return };
+    set_gpu_coopmat(GpuCoopmat::Off);
+    // One 64 x 64 tile, depth 3001: 11 slices of 288, the last of 121.
+    assert_eq!(dispatches_of(37, 3001, 45), 2, "split: product and sum");
+    // Too shallow to split (one slice of at least 256 each would be 1).
+    assert_eq!(dispatches_of(37, 511, 45), 1, "not split");
+    mlx_array::settings::set_gpu_split_k(false);
+    assert_eq!(dispatches_of(37, 3001, 45), 1, "MLX_GPU_SPLIT_K=0");
+    mlx_array::settings::set_gpu_split_k(true);
+    check("split-K", Dtype::F32, &[], &[], 37, 3001, 45);
+    check("split-K", Dtype::F32, &[], &[], 1, 700, 3);
+    // Six tiles a product over the batch: 4 slices of 288, the last of 236.
+    check(
+        "split-K, batched",
+        Dtype::F32,
+        &[1, 2],
+        &[3, 1],
+        19,
+        1100,
+        35,
+    );
+    for dtype in [Dtype::F16, Dtype::BF16] {
+        check("split-K", dtype, &[], &[], 33, 1500, 20);
+    }
+    set_gpu_coopmat(GpuCoopmat::Auto);
+}
+
 #[test]
 fn cooperative_template_with_plain_fragments_agrees_with_the_cpu() {
     let Some(_gpu) = gpu() else { return };
@@ -167,5 +213,64 @@ fn every_matmul_kernel_compiles_to_spirv() {
         let words = naga::back::spv::write_vec(&module, &info, &options, None)
             .unwrap_or_else(|e| panic!("{what}: {e}"));
         assert!(words.len() > 100, "{what}: {} SPIR-V words", words.len());
+    }
+}
+
+/// The fused linear cross-entropy's gradient products, split over the
+/// depth where the classes are many and the rows few, in both of its GPU
+/// paths: differentiating `linear_cross_entropy` (chunks of 700, 700 and
+/// 100 classes: `dh += g @ w[chunk]` split, the second chunk adding its
+/// split sum into `dh`) and `linear_cross_entropy_sum` (the one-pass value
+/// and gradient, in blocks of 14, 14 and 12 rows: each block's `dh` split
+/// over all 1500 classes into its own rows, `dw` added up over blocks),
+/// with label smoothing, against the CPU.
+#[test]
+fn linear_cross_entropy_gradient_with_split_products_agrees_with_the_cpu() {
+    use mlx_array::primitives::loss::LinearCrossEntropyOptions;
+    let Some(_gpu) = gpu() else { return };
+    let (rows, dims, vocab) = (40, 24, 1500);
+    let h = operand(&[], rows, dims, false, 5, Dtype::F32);
+    let w = operand(&[], vocab, dims, false, 6, Dtype::F32);
+    let t = Array::from_slice(
+        &(0..rows as i32)
+            .map(|i| (i * 379) % vocab as i32)
+            .collect::<Vec<i32>>(),
+        &[rows],
+    )
+    .unwrap();
+    let rw = Array::from_slice(
+        &(0..rows)
+            .map(|i| 0.25 + (i % 3) as f32)
+            .collect::<Vec<f32>>(),
+        &[rows],
+    )
+    .unwrap();
+    let opts = LinearCrossEntropyOptions {
+        label_smoothing: 0.1,
+        chunk: 700,
+        block_rows: 16,
+        ..Default::default()
+    };
+    for one_pass in [false, true] {
+        for (what, out) in [("loss", None), ("dh", Some(0)), ("dw", Some(1))] {
+            compare(
+                &format!("linear cross-entropy {what}, one pass {one_pass}"),
+                &[h.clone(), w.clone()],
+                |v: &[Array]| -> Result<Array> {
+                    let loss = |x: &[Array]| {
+                        if one_pass {
+                            mlx_array::linear_cross_entropy_sum(&x[0], &x[1], &t, &rw, &opts)
+                        } else {
+                            mlx_array::linear_cross_entropy(&x[0], &x[1], &t, &opts)?
+                                .multiply(&rw)?
+                                .sum_all()
+                        }
+                    };
+                    let (value, grads) = mlx_array::value_and_grad(loss, &[0, 1])(v)?;
+                    Ok(out.map_or(value, |i| grads[i].clone()))
+                },
+                1e-4,
+            );
+        }
     }
 }

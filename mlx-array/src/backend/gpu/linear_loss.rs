@@ -1,13 +1,40 @@
 //! The output projection fused with the softmax cross-entropy, and its
-//! gradient, without ever holding the `[rows, V]` logits: as on the CPU
-//! (`backend/cpu/loss.rs`), the classes are taken one chunk at a time, each
-//! chunk's logits computed by the tiled matmul into one pooled scratch
+//! gradient, in two forms.
+//!
+//! **Separately** ([`linear_cross_entropy`], [`linear_cross_entropy_grad`]:
+//! the loss alone, and the gradient of `linear_cross_entropy` when it is
+//! differentiated), without ever holding the `[rows, V]` logits: as on the
+//! CPU (`backend/cpu/loss.rs`), the classes are taken one chunk at a time,
+//! each chunk's logits computed by the tiled matmul into one pooled scratch
 //! buffer. The forward pass keeps per-row running statistics (max, sum of
 //! exponentials, target logit, logit total) with an online logsumexp; the
 //! backward pass recovers each row's logsumexp from its loss, turns every
 //! chunk into `ct * (softmax - target distribution)` in place and
 //! accumulates `dh += g @ w[chunk]` and `dw[chunk] = g^T @ h` with the
-//! matmul. Everything is recorded into the eval's one command encoder.
+//! matmul: four products of the projection's size in all. At the reference
+//! shape (2044 rows, 256 dims, 50257 classes in 25 chunks of 2052) on an
+//! H100, a chunk's logits product takes 272 workgroups of 128 x 128 (two
+//! per SM); `dh` and `dw` have only 128 and 132 64 x 64 output tiles, so
+//! the matmul splits their depth into 5 and 4 slices (640 and 528
+//! workgroups, see `matmul`'s split-K).
+//!
+//! **Together** ([`linear_cross_entropy_value_and_grad`], what a training
+//! step's `linear_cross_entropy_sum` runs), in one pass over blocks of rows
+//! as the CPU's one-pass kernel does: a block's logits over the whole
+//! vocabulary (at most 256 MiB: two blocks of 1022 rows at the reference
+//! shape), their statistics in one step (one workgroup per row), the
+//! gradient in place (one invocation per logit), `dh[block] = g @ w` and
+//! `dw (+)= g^T @ h[block]`: three products, no recomputed logits, and 7
+//! dispatches a block (14 a step at the reference shape, against the two
+//! passes' 8 a chunk, 200 a step). On an H100 a block's logits
+//! product is 8 x 393 tiles of 128 x 128 (3,144 workgroups, ~12 waves of
+//! two per SM); `dh[block]` (`[1022, 50257] @ [50257, 256]`, 64 tiles of
+//! 64 x 64) is split into 9 slices of 5,600 classes (576 workgroups, 9.4 MB
+//! of partial sums); `dw` (`[50257, 1022] @ [1022, 256]`) is 786 tiles of
+//! 128 x 128. 158 GFLOP a step in products instead of 210.
+//!
+//! Everything is recorded into the eval's command encoder (and goes to the
+//! GPU in chunks as the eval records, see `submission`).
 //!
 //! `h` and `w` are computed in f32 whatever their dtype (as on the CPU); the
 //! gradient is cast back to it at the end. Targets out of range (which the
@@ -212,7 +239,8 @@ fn reduce_sum(v: f32, lid: u32) -> f32 {
 
 /// One workgroup per row: folds the chunk `x` (`[rows, n]`, classes `c0..`)
 /// into the row's running `(max, sum of exp(x - max), x[target], sum x)` in
-/// `stats`; after the last chunk writes the row's loss.
+/// `stats`; after the last chunk writes the row's loss. The rows are
+/// `params[7]..` of the targets and losses (a block of rows).
 fn stats_source() -> String {
     let mut s = String::from(codegen::PRELUDE);
     s.push_str(codegen::META);
@@ -238,7 +266,7 @@ fn stats_source() -> String {
     let sm = bitcast<f32>(params[6]);
     let ninf = bitcast<f32>(0xff800000u);
     let base = row * n;
-    let t = tg[row];
+    let t = tg[params[7] + row];
     var m0 = ninf;
     var s0 = 0.0;
     var xt = 0.0;
@@ -279,7 +307,7 @@ fn stats_source() -> String {
     if (last) {{
         var loss = m0 + log(s0) - (1.0 - sm) * xt - sm * tot / f32(vocab);
         if (t == {IGNORED}u) {{ loss = 0.0; }} else if (t >= vocab) {{ loss = bitcast<f32>(0x7fc00000u); }}
-        out[row] = loss;
+        out[params[7] + row] = loss;
     }}
 }}
 "#,
@@ -310,6 +338,7 @@ pub fn linear_cross_entropy(a: &LceArgs<'_>) -> Result<ArrayData> {
             (c0 + n == st.vocab) as u32,
             st.vocab as u32,
             st.smoothing.to_bits(),
+            0,
         ];
         super::dispatch_groups(
             &pipeline,
@@ -373,6 +402,19 @@ fn row_terms(
     ct: &ArrayData,
     w_mean: Option<&ArrayData>,
 ) -> Result<ArrayData> {
+    row_block_terms(st, 0, st.rows, loss, ct, w_mean)
+}
+
+/// [`row_terms`] of the rows `r0..r0 + rows` (`loss` and `ct` are views
+/// starting at row `r0`), numbered from 0 in the result.
+fn row_block_terms(
+    st: &Setup,
+    r0: usize,
+    rows: usize,
+    loss: &ArrayData,
+    ct: &ArrayData,
+    w_mean: Option<&ArrayData>,
+) -> Result<ArrayData> {
     let smooth = w_mean.is_some();
     let key = format!("lce_rows:{smooth}");
     let pipeline = context()?.pipeline(&key, || {
@@ -408,7 +450,7 @@ fn row_terms(
     let dims = params[1];
     let vocab = params[2];
     let sm = bitcast<f32>(params[3]);
-    let t = tg[i];
+    let t = tg[params[8] + i];
     let c = ct[params[6] + i];
     var lse = 0.0;
     var cr = 0.0;
@@ -434,17 +476,17 @@ fn row_terms(
         ));
         s
     })?;
-    let rows = st.rows;
     let out = alloc(&[rows, 2], Dtype::F32)?;
     let meta = [
         rows as u32,
         st.dims as u32,
         st.vocab as u32,
         st.smoothing.to_bits(),
-        st.h.offset() as u32,
+        (st.h.offset() + r0 * st.dims) as u32,
         st.w.offset() as u32,
         ct.offset() as u32,
         loss.offset() as u32,
+        r0 as u32,
     ];
     let mut inputs = vec![&st.h, &st.w, &st.tg, ct, loss];
     inputs.extend(w_mean);
@@ -454,7 +496,7 @@ fn row_terms(
 
 /// In place over the chunk `x` (`[rows, n]`, classes `c0..`):
 /// `ct * (softmax(x) - (1 - s) onehot(t) - s / V)`, zero for rows whose
-/// cotangent is zero.
+/// cotangent is zero. The rows are `params[5]..` of the targets.
 fn grad_source() -> String {
     let mut s = String::from(codegen::PRELUDE);
     s.push_str(codegen::META);
@@ -478,7 +520,7 @@ fn grad_source() -> String {
     var g = 0.0;
     if (c != 0.0) {{
         g = exp(x[i] - lse) * c - c * sm / f32(params[4]);
-        if (tg[r] == params[2] + j) {{ g = g - c * (1.0 - sm); }}
+        if (tg[params[5] + r] == params[2] + j) {{ g = g - c * (1.0 - sm); }}
     }}
     x[i] = g;
 }}
@@ -523,6 +565,7 @@ pub fn linear_cross_entropy_grad(
                 c0 as u32,
                 st.smoothing.to_bits(),
                 st.vocab as u32,
+                0,
             ];
             dispatch(
                 &pipeline,
@@ -561,5 +604,153 @@ pub fn linear_cross_entropy_grad(
         Ok(flat)
     } else {
         astype(&flat, &[hn + wn], Dtype::F32, a.dtype)
+    }
+}
+
+/// Logits held at once by [`linear_cross_entropy_value_and_grad`]: a block
+/// of rows over the whole vocabulary. 256 MiB is 0.3% of an H100's memory
+/// and holds the reference shape's 2044 rows x 50257 classes in two blocks
+/// of 1022 rows; smaller blocks would only cut the products into smaller,
+/// less efficient pieces.
+const BLOCK_LOGITS_BYTES: usize = 256 << 20;
+
+/// The per-row losses of [`linear_cross_entropy`] and the gradients of
+/// [`linear_cross_entropy_grad`] for row cotangents `ct`, in one pass: the
+/// rows a block at a time ([`LceArgs::block_rows`], or blocks of at most
+/// [`BLOCK_LOGITS_BYTES`] of logits), each block's logits over the whole
+/// vocabulary computed once, reduced to the rows' losses, turned into the
+/// gradient in place, then `dh[block] = g @ w` (split over the vocabulary,
+/// see `matmul`'s split-K) and `dw (+)= g^T @ h[block]`. Three products of
+/// the projection's size instead of the two passes' four, and 2 to a few
+/// hundred dispatches fewer. Returns the f32 losses (`h.shape[..-1]`) and
+/// one flat buffer of `a.dtype` holding `dh` then `dw`.
+pub fn linear_cross_entropy_value_and_grad(
+    a: &LceArgs<'_>,
+    ct: (&ArrayData, Dtype),
+) -> Result<(ArrayData, ArrayData)> {
+    const BOTH: &str = "linear_cross_entropy_value_and_grad";
+    supported(ct.1)?;
+    let st = Setup::new(a, BOTH)?;
+    let (rows, dims, vocab) = (st.rows, st.dims, st.vocab);
+    let rows_shape = &a.h.1[..a.h.1.len() - 1];
+    let (hn, wn) = (rows * dims, vocab * dims);
+    codegen::check_size(BOTH, hn + wn, &[ct.0])?;
+    let loss = alloc(rows_shape, Dtype::F32)?;
+    let flat = alloc(&[hn + wn], Dtype::F32)?;
+    let c = context()?;
+    let max_bytes = c
+        .limits
+        .max_storage_buffer_binding_size
+        .min(c.limits.max_buffer_size) as usize;
+    // A block's logits fit one storage buffer and 32-bit indices (the
+    // weight has at least one class: the op refuses an empty one).
+    let fit = (BLOCK_LOGITS_BYTES.min(max_bytes).min(u32::MAX as usize / 2) / 4 / vocab).max(1);
+    let most = if a.block_rows > 0 {
+        a.block_rows.min(fit)
+    } else {
+        fit
+    };
+    // No rows: one empty block, whose `dw` product (of depth 0) writes zeros.
+    let block = match rows {
+        0 => 0,
+        _ => rows.div_ceil(rows.div_ceil(most.min(rows))),
+    };
+    let starts: Vec<usize> = match rows {
+        0 => vec![0],
+        _ => (0..rows).step_by(block).collect(),
+    };
+    let ctv = f32_dense(ct.0, rows_shape, ct.1)?;
+    let w_mean = if st.smoothing > 0.0 {
+        Some(column_mean(&st)?)
+    } else {
+        None
+    };
+    let x = alloc(&[block, vocab], Dtype::F32)?;
+    let stats = alloc(&[block, 4], Dtype::F32)?;
+    let stats_kernel = c.pipeline("lce_stats", stats_source)?;
+    let grad_kernel = c.pipeline("lce_grad", grad_source)?;
+    for r0 in starts {
+        let n = block.min(rows - r0);
+        // x = h[block] @ w^T over every class.
+        matmul::record(
+            &view2(&st.h, r0 * dims, [dims, 1]),
+            &[n, dims],
+            &view2(&st.w, 0, [1, dims]),
+            Dtype::F32,
+            &[n, vocab],
+            &x,
+            0,
+            false,
+        )?;
+        let meta = [
+            n as u32,
+            vocab as u32,
+            0,
+            1,
+            1,
+            vocab as u32,
+            st.smoothing.to_bits(),
+            r0 as u32,
+        ];
+        super::dispatch_groups(
+            &stats_kernel,
+            &meta,
+            &[&x, &st.tg, &stats],
+            &loss,
+            rows * 4,
+            false,
+            n,
+        )?;
+        let at = |d: &ArrayData| d.view(vec![1], d.offset() + r0);
+        let terms = row_block_terms(&st, r0, n, &at(&loss), &at(&ctv), w_mean.as_ref())?;
+        let meta = [
+            n as u32,
+            vocab as u32,
+            0,
+            st.smoothing.to_bits(),
+            vocab as u32,
+            r0 as u32,
+        ];
+        dispatch(
+            &grad_kernel,
+            &meta,
+            &[&terms, &st.tg],
+            &x,
+            n * vocab * 4,
+            false,
+            n * vocab,
+        )?;
+        // dh[block] = g @ w
+        matmul::record(
+            &view2(&x, 0, [vocab, 1]),
+            &[n, vocab],
+            &view2(&st.w, 0, [dims, 1]),
+            Dtype::F32,
+            &[n, dims],
+            &flat,
+            r0 * dims,
+            false,
+        )?;
+        // dw (+)= g^T @ h[block]
+        matmul::record(
+            &view2(&x, 0, [1, vocab]),
+            &[vocab, n],
+            &view2(&st.h, r0 * dims, [dims, 1]),
+            Dtype::F32,
+            &[vocab, dims],
+            &flat,
+            hn,
+            r0 > 0,
+        )?;
+    }
+    Ok((loss, finish_grads(flat, hn + wn, a.dtype)?))
+}
+
+/// The flat f32 gradients as `dtype`.
+fn finish_grads(flat: ArrayData, n: usize, dtype: Dtype) -> Result<ArrayData> {
+    if dtype == Dtype::F32 {
+        Ok(flat)
+    } else {
+        astype(&flat, &[n], Dtype::F32, dtype)
     }
 }

@@ -3,9 +3,11 @@
 //! One process-wide [`GpuContext`] holds the device, a pipeline cache keyed
 //! by kernel and dtypes, and a buffer pool with size classes (freed buffers
 //! are reused and counted in [`crate::memory::cache`]). Kernels record their
-//! dispatches into one command encoder that [`submit`] sends at the end of
-//! each `eval`; the only CPU-GPU round trip is a transfer to the CPU (and,
-//! while profiling with GPU times, every submission: see `timestamps`).
+//! dispatches into a command encoder that is submitted in chunks while an
+//! eval records (so the GPU runs the first kernels while the host records
+//! the rest: see `submission`) and by [`submit`] at the end of each `eval`;
+//! the only CPU-GPU round trip is a transfer to the CPU (and, while
+//! profiling with GPU times, the end of every eval: see `timestamps`).
 //! Threads (ranks in one process, a trainer's helpers) share that encoder,
 //! so one thread's eval may submit another's kernels; the encoder is
 //! submitted before its lock is released, so the queue runs work in the
@@ -39,6 +41,7 @@ mod norm;
 mod reduce;
 mod rope;
 mod scan;
+mod submission;
 mod timestamps;
 mod transfers;
 
@@ -46,7 +49,9 @@ pub use attention::{attention, attention_grad};
 pub use creation::{arange, random_bits};
 pub use elementwise::{astype, binary, copy_contiguous, unary, where_};
 pub use indexing::{concatenate, pad, scatter_add, slice_update, take, take_along_axis};
-pub use linear_loss::{linear_cross_entropy, linear_cross_entropy_grad};
+pub use linear_loss::{
+    linear_cross_entropy, linear_cross_entropy_grad, linear_cross_entropy_value_and_grad,
+};
 pub use loss::{cross_entropy, cross_entropy_grad, softmax};
 #[doc(hidden)]
 pub use matmul::kernel_sources as matmul_kernel_sources;
@@ -55,6 +60,7 @@ pub use norm::{rms_norm, rms_norm_grad};
 pub use reduce::{arg_reduce, reduce};
 pub use rope::rope;
 pub use scan::cumsum;
+pub use submission::submit_count;
 pub use transfers::{Transfers, transfers};
 
 use std::collections::HashMap;
@@ -82,11 +88,14 @@ pub struct GpuContext {
     coopmat: bool,
     pipelines: Mutex<HashMap<String, Arc<wgpu::ComputePipeline>>>,
     pool: Mutex<HashMap<u64, Vec<wgpu::Buffer>>>,
-    encoder: Mutex<Option<wgpu::CommandEncoder>>,
+    encoder: Mutex<submission::Recording>,
     /// GPU times for the profile: present when profiling was on as the
     /// device was made and the adapter has `TIMESTAMP_QUERY`. Locked after
     /// `encoder`, whose passes it lists.
     timestamps: Option<Mutex<timestamps::Timestamps>>,
+    /// Timestamps of chunks submitted in mid-eval, read back at the eval's
+    /// end (so profiling still waits once per eval). Locked after `encoder`.
+    readbacks: Mutex<Vec<timestamps::Readback>>,
     /// The first asynchronous failure (validation, device lost) not yet reported.
     failure: Arc<Mutex<Option<String>>>,
 }
@@ -206,8 +215,9 @@ impl GpuContext {
             coopmat,
             pipelines: Mutex::new(HashMap::new()),
             pool: Mutex::new(HashMap::new()),
-            encoder: Mutex::new(None),
+            encoder: Mutex::new(submission::Recording::new()),
             timestamps,
+            readbacks: Mutex::new(Vec::new()),
             failure,
         })
     }
@@ -303,12 +313,31 @@ impl GpuContext {
         })
     }
 
-    /// Runs `record` on the eval's command encoder (created on first use).
+    /// Runs `record` on the eval's command encoder (created on first use),
+    /// submitting it when its chunk is full.
     pub(crate) fn record(&self, record: impl FnOnce(&mut wgpu::CommandEncoder)) -> Result<()> {
         self.check()?;
         let mut slot = lock(&self.encoder);
-        record(slot.get_or_insert_with(|| self.new_encoder()));
+        record(slot.encoder.get_or_insert_with(|| self.new_encoder()));
+        if slot.count() {
+            self.submit_chunk(&mut slot);
+        }
         Ok(())
+    }
+
+    /// Submits the encoder of `slot` (whose lock the caller holds), if any,
+    /// resolving its passes' timestamps into a readback that the end of the
+    /// eval ([`GpuContext::flush`]) finishes.
+    fn submit_chunk(&self, slot: &mut submission::Recording) {
+        if let Some(mut enc) = slot.encoder.take() {
+            let readback = self
+                .timestamps
+                .as_ref()
+                .and_then(|t| lock(t).resolve(&self.device, &mut enc));
+            self.queue.submit([enc.finish()]);
+            lock(&self.readbacks).extend(readback);
+            slot.submitted();
+        }
     }
 
     fn new_encoder(&self) -> wgpu::CommandEncoder {
@@ -329,7 +358,7 @@ impl GpuContext {
     ) -> Result<()> {
         self.check()?;
         let mut slot = lock(&self.encoder);
-        let enc = slot.get_or_insert_with(|| self.new_encoder());
+        let enc = slot.encoder.get_or_insert_with(|| self.new_encoder());
         before(enc);
         // Untagged work (recorded outside the evaluator, or with the profile
         // off) is not timed: there is no primitive to put it down to.
@@ -348,39 +377,46 @@ impl GpuContext {
                 }),
         });
         pass(&mut p);
+        drop(p);
+        if slot.count() {
+            self.submit_chunk(&mut slot);
+        }
         Ok(())
     }
 
-    /// Submits the recorded work; waits for it only when its passes were
-    /// timed (to read their timestamps back for the profile).
+    /// Submits the recorded work (the eval's last chunk); waits for it only
+    /// when its passes were timed (to read the timestamps of this and the
+    /// eval's earlier chunks back for the profile).
     fn flush(&self) -> Result<()> {
         let mut slot = lock(&self.encoder);
-        if let Some(mut enc) = slot.take() {
-            // Resolved under the encoder's lock, so the passes listed are
-            // exactly this encoder's.
-            let readback = self
-                .timestamps
-                .as_ref()
-                .and_then(|t| lock(t).resolve(&self.device, &mut enc));
-            // Submitted before the lock is released: work that any thread
-            // records after this encoder (and which may read its outputs,
-            // or reuse buffers it freed) must reach the queue after it.
-            self.queue.submit([enc.finish()]);
-            drop(slot);
-            if let Some(r) = readback {
-                r.finish(self)?;
-            }
-        }
+        // Resolved and submitted under the encoder's lock, so the passes
+        // listed are exactly this encoder's, and work that any thread
+        // records after it (and which may read its outputs, or reuse
+        // buffers it freed) reaches the queue after it.
+        self.submit_chunk(&mut slot);
+        *slot = submission::Recording::new();
+        let readbacks = std::mem::take(&mut *lock(&self.readbacks));
+        drop(slot);
+        timestamps::finish(self, readbacks)?;
         self.check()
     }
 
     /// Maps `buffer` (a `MAP_READ` copy destination of submitted work) for
     /// reading, waiting for the GPU.
     fn map_read(&self, buffer: &wgpu::Buffer) -> Result<()> {
-        let (tx, rx) = std::sync::mpsc::sync_channel(1);
-        buffer.slice(..).map_async(wgpu::MapMode::Read, move |r| {
-            let _ = tx.send(r);
-        });
+        self.map_read_all(&[buffer])
+    }
+
+    /// Maps every one of `buffers` (`MAP_READ` copy destinations of
+    /// submitted work) for reading, waiting for the GPU once.
+    fn map_read_all(&self, buffers: &[&wgpu::Buffer]) -> Result<()> {
+        let (tx, rx) = std::sync::mpsc::sync_channel(buffers.len());
+        for buffer in buffers {
+            let tx = tx.clone();
+            buffer.slice(..).map_async(wgpu::MapMode::Read, move |r| {
+                let _ = tx.send(r);
+            });
+        }
         let t0 = std::time::Instant::now();
         self.device
             .poll(wgpu::PollType::Wait {
@@ -390,9 +426,12 @@ impl GpuContext {
             .map_err(|e| Error::gpu(format!("waiting for the GPU failed: {e}")))?;
         transfers::waited(t0.elapsed());
         self.check()?;
-        rx.recv()
-            .map_err(|_| Error::gpu("the GPU never finished mapping a buffer"))?
-            .map_err(|e| Error::gpu(format!("reading a GPU buffer failed: {e}")))
+        for _ in buffers {
+            rx.recv()
+                .map_err(|_| Error::gpu("the GPU never finished mapping a buffer"))?
+                .map_err(|e| Error::gpu(format!("reading a GPU buffer failed: {e}")))?;
+        }
+        Ok(())
     }
 }
 

@@ -1,7 +1,8 @@
 //! Timestamp queries for the profile (`MLX_PROFILE=1`): every compute pass
-//! writes the GPU's clock as it begins and ends, the queries are read back
-//! when the eval's work is submitted, and each pass's time goes to the
-//! primitive that recorded it (see [`crate::profile`]).
+//! writes the GPU's clock as it begins and ends, each submitted chunk's
+//! queries are resolved into a buffer of their own, all of an eval's are
+//! read back at its end, and each pass's time goes to the primitive that
+//! recorded it (see [`crate::profile`]).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -11,7 +12,7 @@ use crate::Result;
 use crate::profile::Tag;
 
 /// Queries per set: wgpu's most, two per pass. A submission with more
-/// passes takes more sets, so an eval is never split for profiling.
+/// passes takes more sets, so a submission is never split for profiling.
 const PER_SET: u32 = wgpu::QUERY_SET_MAX_QUERIES;
 
 // Each set's results are resolved to a multiple of this set's size, which
@@ -112,11 +113,20 @@ pub(crate) struct Readback {
     period: f64,
 }
 
+/// Waits once for the submissions of `readbacks` (profiling synchronises at
+/// the end of each eval) and adds each of their passes' times to the profile.
+pub(crate) fn finish(c: &GpuContext, readbacks: Vec<Readback>) -> Result<()> {
+    if readbacks.is_empty() {
+        return Ok(());
+    }
+    let buffers: Vec<&wgpu::Buffer> = readbacks.iter().map(|r| &r.buffer).collect();
+    c.map_read_all(&buffers)?;
+    readbacks.into_iter().try_for_each(Readback::record)
+}
+
 impl Readback {
-    /// Waits for the submission (profiling synchronises) and adds each
-    /// pass's time to the profile.
-    pub(crate) fn finish(self, c: &GpuContext) -> Result<()> {
-        c.map_read(&self.buffer)?;
+    /// Adds each pass's time to the profile (the buffer is mapped).
+    fn record(self) -> Result<()> {
         let ticks: Vec<u64> = {
             let view = self.buffer.slice(..).get_mapped_range().map_err(|e| {
                 crate::Error::gpu(format!("reading the profile's timestamps failed: {e}"))

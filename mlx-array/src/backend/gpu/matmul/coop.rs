@@ -121,7 +121,7 @@ pub(super) fn source(
          @group(0) @binding(2) var<storage, read> b: array<f16>;\n",
     );
     if accumulate || out_dtype == Dtype::F32 {
-        src.push_str(&super::output_decl(Dtype::F32, accumulate));
+        src.push_str(&super::output_decl(3, Dtype::F32, accumulate));
     } else {
         debug_assert_eq!(out_dtype, Dtype::F16);
         src.push_str(&super::super::codegen::native_f16_output(3));

@@ -46,10 +46,39 @@
 //! cuBLAS's 695; the unstaged probe: 60), limited by the register-staged
 //! (not asynchronous) global loads and the two barriers per slice.
 //!
+//! **Split-K.** A product with fewer 128 x 128 tiles than two per SM and
+//! a long depth (the fused loss's gradient products, `dX` over the
+//! vocabulary, a small `dW`) would leave most of the 132 SMs idle or
+//! holding one workgroup of 8 warps, with nothing to hide its load latency
+//! behind. [`split_k`] cuts its depth into slices (9 for the one-pass
+//! loss's `dh` per block of rows): the f32 kernel runs with the slices as
+//! one more, outer batch dimension (each workgroup's depth clamped to its
+//! slice, see
+//! [`PROLOGUE`]), writing f32 partial products to a scratch buffer, and one
+//! elementwise pass sums the slices in order (deterministic, no atomics)
+//! into the output (converting to its dtype, or adding into it with
+//! `accumulate`). Only the f32 kernel splits; f16 products on cooperative
+//! matrices are not split. `MLX_GPU_SPLIT_K=0`
+//! ([`settings::set_gpu_split_k`]) turns it off, to measure the gain.
+//!
+//! | split-K, `[m, k] @ [k, n]` | tiles (64) | slices x depth | workgroups | partial sums |
+//! |---|---|---|---|---|
+//! | loss, one pass: `dh[block] = g @ w`, 1022 x 50257 x 256 | 64 | 9 x 5600 | 576 | 9.4 MB |
+//! | loss `dh += g @ w[chunk]`, 2044 x 2052 x 256 | 128 | 5 x 416 | 640 | 10.5 MB |
+//! | loss `dw[chunk] = g^T @ h`, 2052 x 2044 x 256 | 132 | 4 x 512 | 528 | 8.4 MB |
+//! | `dX` 2044 x 50257 x 256 (gpu_bench) | 128 | 5 x 10064 | 640 | 10.5 MB |
+//! | `dW` 256 x 2044 x 512 (gpu_bench) | 32 | 7 x 304 | 224 | 3.7 MB |
+//!
+//! With 4-5 workgroups per SM (32-40 warps) instead of one (8), the loss's
+//! gradient products should run near the 64-tile kernel's rate on large
+//! products (~20 TFLOP/s) rather than at the 3.4-13.6 TFLOP/s measured
+//! for `dX`; the partial sums cost one write and one read of `slices x m x
+//! n` floats (10.5 MB: ~7 us at 3 TB/s against ~100 us of products).
+//!
 //! The fused linear cross-entropy (`linear_loss.rs`) records its logits
-//! and gradient products through [`record`], chunked over the vocabulary,
-//! so it runs on these kernels too (its f32 `accumulate` form on the f32
-//! kernel).
+//! and gradient products through [`record`] (chunked over the vocabulary,
+//! or in blocks of rows over all of it), so it runs on these kernels too (its f32 `accumulate` form on the f32
+//! kernel, split over the depth as above).
 
 use super::codegen;
 use super::{alloc, context, dispatch_groups, supported};
@@ -116,36 +145,41 @@ pub(super) struct View {
     b_cols: bool,
 }
 
-/// The output binding: `store_out(i, v)` writes (or with `accumulate`
-/// adds) output element `i`.
-fn output_decl(dtype: Dtype, accumulate: bool) -> String {
+/// The output at `binding`: `store_out(i, v)` writes (or with
+/// `accumulate` adds) output element `i`.
+fn output_decl(binding: u32, dtype: Dtype, accumulate: bool) -> String {
     if accumulate {
-        "@group(0) @binding(3) var<storage, read_write> out: array<f32>;\n\
-         fn store_out(i: u32, v: f32) { out[i] = out[i] + v; }\n"
-            .to_string()
+        format!(
+            "@group(0) @binding({binding}) var<storage, read_write> out: array<f32>;\n\
+             fn store_out(i: u32, v: f32) {{ out[i] = out[i] + v; }}\n"
+        )
     } else {
-        codegen::output(3, dtype)
+        codegen::output(binding, dtype)
     }
 }
 
 /// Finds workgroup `g`'s batch `bi`, tile row `tm` and column `tn`, the
-/// operands' offsets `ao`, `bo` in that batch and their strides.
+/// operands' offsets `ao`, `bo` in that batch and their strides, and its
+/// depth `k`: the whole depth `params[2]`, or under split-K (where the
+/// outermost batch dimension numbers depth slices of `params[14]`, each
+/// holding `params[15]` true batches) what is left of it from the slice's
+/// start, at most one slice.
 const PROLOGUE: &str = r#"    let m = params[0];
     let n = params[1];
-    let k = params[2];
     let nb = params[3];
     let per = params[4] * params[5];
     let bi = g / per;
+    let k = min(params[14], params[2] - (bi / params[15]) * params[14]);
     let tm = (g % per) / params[4];
     let tn = (g % per) % params[4];
     var ao = bitcast<i32>(params[7]);
     var bo = bitcast<i32>(params[10]);
     var rem = bi;
     for (var d = i32(nb) - 1; d >= 0; d = d - 1) {
-        let s = params[14u + u32(d)];
+        let s = params[16u + u32(d)];
         let c = i32(rem % s);
-        ao = ao + c * bitcast<i32>(params[14u + nb + u32(d)]);
-        bo = bo + c * bitcast<i32>(params[14u + 2u * nb + u32(d)]);
+        ao = ao + c * bitcast<i32>(params[16u + nb + u32(d)]);
+        bo = bo + c * bitcast<i32>(params[16u + 2u * nb + u32(d)]);
         rem = rem / s;
     }
     let ars = bitcast<i32>(params[8]);
@@ -181,6 +215,8 @@ pub fn matmul(
 /// Records `out[out_offset..] (+)= a @ b` (a dense `[..., m, n]` block of
 /// `dtype` elements; with `accumulate`, added to what is there, which needs
 /// an unpacked dtype) into `out`, reading `a` and `b` through their views.
+/// Products with too few output tiles to fill the GPU and a long depth are
+/// split over the depth ([`split_k`]).
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn record(
     a: &ArrayData,
@@ -202,70 +238,259 @@ pub(crate) fn record(
         return Ok(());
     }
     let batch: usize = out_shape[..nd - 2].iter().product();
-    let (sa, sb) = (a.strides(), b.strides());
-    // Column-major staging when the row stride is the unit one.
-    let view = View {
-        a_cols: sa[nd - 2] == 1 && sa[nd - 1] != 1,
-        b_cols: sb[nd - 2] == 1 && sb[nd - 1] != 1,
-    };
     let big = batch * m.div_ceil(128) * n.div_ceil(128) >= BIG_TILES_FROM;
-    let (pipeline, tm, tn) = match coop_fragments(dtype, accumulate)? {
-        Some(fragments) => {
-            let tiling = if big {
-                coop::Tiling::LARGE
-            } else {
-                coop::Tiling::SMALL
-            };
-            let key = format!("matmul-coop:{tiling:?}:{fragments:?}:{view:?}:{accumulate}");
-            let p = context()?.pipeline(&key, || {
-                coop::source(tiling, fragments, view, dtype, accumulate)
-            })?;
-            (p, m.div_ceil(tiling.bm()), n.div_ceil(tiling.bn()))
-        }
-        None => {
-            let t = if big { 128 } else { 64 };
-            let limit = context()?.limits.max_compute_workgroup_storage_size as usize;
-            let buffers = if tiled::shared_bytes(t, 2) <= limit {
-                2
-            } else {
-                1
-            };
-            let key = format!("matmul:{t}:{buffers}:{dtype}:{view:?}:{accumulate}");
-            let p =
-                context()?.pipeline(&key, || tiled::source(t, buffers, dtype, view, accumulate))?;
-            (p, m.div_ceil(t), n.div_ceil(t))
-        }
+    let coop = coop_fragments(dtype, accumulate)?;
+    let product = Product {
+        a,
+        b,
+        dtype,
+        m,
+        n,
+        k,
+        batch_shape: &out_shape[..nd - 2],
     };
-    let tiles = batch * tm * tn;
-    let mut meta = vec![
-        m as u32,
-        n as u32,
-        k as u32,
-        (nd - 2) as u32,
-        tn as u32,
-        tm as u32,
-        tiles as u32,
-        a.offset() as u32,
-        sa[nd - 2] as i32 as u32,
-        sa[nd - 1] as i32 as u32,
-        b.offset() as u32,
-        sb[nd - 2] as i32 as u32,
-        sb[nd - 1] as i32 as u32,
-        out_offset as u32,
-    ];
-    meta.extend(out_shape[..nd - 2].iter().map(|&d| d as u32));
-    meta.extend(sa[..nd - 2].iter().map(|&s| s as i32 as u32));
-    meta.extend(sb[..nd - 2].iter().map(|&s| s as i32 as u32));
-    dispatch_groups(
+    if coop.is_none() && !big && settings::gpu_split_k() {
+        let c = context()?;
+        let max_bytes = c
+            .limits
+            .max_storage_buffer_binding_size
+            .min(c.limits.max_buffer_size) as usize;
+        let slices = split_k(batch * m.div_ceil(64) * n.div_ceil(64), k);
+        if slices.count > 1 && slices.count * total * 4 <= max_bytes.min(i32::MAX as usize) {
+            // Each slice's partial product, then their sum into `out`.
+            let parts = alloc(&[slices.count * total], Dtype::F32)?;
+            product.dispatch(None, 64, Dtype::F32, slices, &parts, 0, false)?;
+            return sum_slices(
+                &parts,
+                slices.count,
+                total,
+                dtype,
+                out,
+                out_offset,
+                accumulate,
+            );
+        }
+    }
+    let whole = Slices { count: 1, depth: k };
+    let t = if big { 128 } else { 64 };
+    product.dispatch(coop, t, dtype, whole, out, out_offset, accumulate)
+}
+
+/// The operands and sizes of one (batched) product.
+struct Product<'a> {
+    a: &'a ArrayData,
+    b: &'a ArrayData,
+    dtype: Dtype,
+    m: usize,
+    n: usize,
+    k: usize,
+    /// The output's batch dimensions (the operands' broadcast to them).
+    batch_shape: &'a [usize],
+}
+
+/// How a product's depth is cut: `count` slices of `depth` (the last one
+/// shorter), each computed by its own workgroups into its own partial sum.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Slices {
+    count: usize,
+    depth: usize,
+}
+
+/// Workgroups of the 64 x 64 f32 kernel that fill an H100: 132 SMs x 4
+/// resident workgroups (each 256 invocations with ~48 registers and 17 KiB
+/// of workgroup memory: 4 fit an SM's registers and its shared memory,
+/// 32 warps of the SM's 64). wgpu reports no SM count, so the H100's is
+/// the design figure (the same as [`BIG_TILES_FROM`]'s).
+const SPLIT_TARGET_WORKGROUPS: usize = 4 * 132;
+
+/// The shortest depth slice worth its own workgroups: a 64 x 64 tile over
+/// 256 depths is 2.1 MFLOP against 32 KiB of partial sums written and read
+/// back (64 FLOP a byte, well above the H100's f32 balance of ~17), and 16
+/// of the kernel's 16-deep staged slices amortise its prologue and stores.
+const MIN_SLICE_DEPTH: usize = 256;
+
+/// The most slices: beyond 16, partial sums outweigh what more
+/// workgroups could gain (a product with fewer than 33 tiles is tiny).
+const MAX_SLICES: usize = 16;
+
+/// Split-K for a product of `tiles` 64 x 64 output tiles and depth `k`.
+///
+/// A product with fewer tiles than two per SM of an H100 (below
+/// [`BIG_TILES_FROM`]) leaves most SMs idle or alone with one workgroup,
+/// however long its depth: the fused linear cross-entropy's `dh += g @
+/// w[chunk]` (`[2044, 2052] @ [2052, 256]`: 128 tiles) and `dw[chunk] =
+/// g^T @ h` (`[2052, 2044] @ [2044, 256]`: 132 tiles), a whole `dX`
+/// over the vocabulary (`[2044, 50257] @ [50257, 256]`: 128 tiles), a
+/// small `dW` (`[256, 2044] @ [2044, 512]`: 32 tiles). Cutting the depth
+/// into `s` slices gives `s` times the workgroups, each writing a partial
+/// `[m, n]` sum that one more pass adds up: `s` is the smallest count
+/// reaching [`SPLIT_TARGET_WORKGROUPS`], at most [`MAX_SLICES`] and with
+/// slices at least [`MIN_SLICE_DEPTH`] deep; slice depths are multiples of
+/// the kernel's staged depth (16), so only the last slice has a ragged end.
+/// The four shapes above get 5, 4, 5 and 7 slices: 640, 528, 640 and 224
+/// workgroups instead of 128, 132, 128 and 32.
+fn split_k(tiles: usize, k: usize) -> Slices {
+    let whole = Slices { count: 1, depth: k };
+    if tiles == 0 || tiles >= BIG_TILES_FROM {
+        return whole;
+    }
+    let count = SPLIT_TARGET_WORKGROUPS
+        .div_ceil(tiles)
+        .min(k / MIN_SLICE_DEPTH)
+        .min(MAX_SLICES);
+    if count < 2 {
+        return whole;
+    }
+    let depth = k.div_ceil(count).next_multiple_of(tiled::DEPTH);
+    Slices {
+        count: k.div_ceil(depth),
+        depth,
+    }
+}
+
+impl Product<'_> {
+    /// Records the product (or, with several `slices`, each slice's partial
+    /// product as an outer batch of `out`) into `out` from `out_offset` as
+    /// `out_dtype`: on the cooperative kernel with `coop`, else on the f32
+    /// kernel with `t x t` tiles.
+    #[allow(clippy::too_many_arguments)]
+    fn dispatch(
+        &self,
+        coop: Option<coop::Fragments>,
+        t: usize,
+        out_dtype: Dtype,
+        slices: Slices,
+        out: &ArrayData,
+        out_offset: usize,
+        accumulate: bool,
+    ) -> Result<()> {
+        let (a, b, dtype, m, n) = (self.a, self.b, self.dtype, self.m, self.n);
+        let nd = self.batch_shape.len() + 2;
+        let (sa, sb) = (a.strides(), b.strides());
+        // Column-major staging when the row stride is the unit one.
+        let view = View {
+            a_cols: sa[nd - 2] == 1 && sa[nd - 1] != 1,
+            b_cols: sb[nd - 2] == 1 && sb[nd - 1] != 1,
+        };
+        let (pipeline, tm, tn) = match coop {
+            Some(fragments) => {
+                let tiling = if t == 128 {
+                    coop::Tiling::LARGE
+                } else {
+                    coop::Tiling::SMALL
+                };
+                let key = format!("matmul-coop:{tiling:?}:{fragments:?}:{view:?}:{accumulate}");
+                let p = context()?.pipeline(&key, || {
+                    coop::source(tiling, fragments, view, dtype, accumulate)
+                })?;
+                (p, m.div_ceil(tiling.bm()), n.div_ceil(tiling.bn()))
+            }
+            None => {
+                let limit = context()?.limits.max_compute_workgroup_storage_size as usize;
+                let buffers = if tiled::shared_bytes(t, 2) <= limit {
+                    2
+                } else {
+                    1
+                };
+                let key = format!("matmul:{t}:{buffers}:{dtype}:{out_dtype}:{view:?}:{accumulate}");
+                let p = context()?.pipeline(&key, || {
+                    tiled::source(t, buffers, dtype, out_dtype, view, accumulate)
+                })?;
+                (p, m.div_ceil(t), n.div_ceil(t))
+            }
+        };
+        let batch: usize = self.batch_shape.iter().product();
+        let tiles = slices.count * batch * tm * tn;
+        let mut meta = vec![
+            m as u32,
+            n as u32,
+            self.k as u32,
+            0, // batch dimensions, below
+            tn as u32,
+            tm as u32,
+            tiles as u32,
+            a.offset() as u32,
+            sa[nd - 2] as i32 as u32,
+            sa[nd - 1] as i32 as u32,
+            b.offset() as u32,
+            sb[nd - 2] as i32 as u32,
+            sb[nd - 1] as i32 as u32,
+            out_offset as u32,
+            slices.depth as u32,
+            batch as u32,
+        ];
+        // The depth slices as the outermost batch dimension: slice `s`
+        // starts `s * depth` along `a`'s columns and `b`'s rows.
+        let mut dims = Vec::with_capacity(nd - 1);
+        let (mut a_strides, mut b_strides) = (Vec::new(), Vec::new());
+        if slices.count > 1 {
+            dims.push(slices.count);
+            a_strides.push(slices.depth as isize * sa[nd - 1]);
+            b_strides.push(slices.depth as isize * sb[nd - 2]);
+        }
+        dims.extend_from_slice(self.batch_shape);
+        a_strides.extend_from_slice(&sa[..nd - 2]);
+        b_strides.extend_from_slice(&sb[..nd - 2]);
+        meta[3] = dims.len() as u32;
+        meta.extend(dims.iter().map(|&d| d as u32));
+        meta.extend(a_strides.iter().map(|&s| s as i32 as u32));
+        meta.extend(b_strides.iter().map(|&s| s as i32 as u32));
+        let elements = slices.count * batch * m * n;
+        dispatch_groups(
+            &pipeline,
+            &meta,
+            &[a, b],
+            out,
+            elements * out_dtype.size_of(),
+            codegen::packed(out_dtype),
+            tiles,
+        )
+    }
+}
+
+/// Records `out[out_offset + i] (+)= sum over s of parts[s * total + i]`,
+/// the slices summed in order (so the result does not depend on timing),
+/// stored as `dtype`.
+fn sum_slices(
+    parts: &ArrayData,
+    count: usize,
+    total: usize,
+    dtype: Dtype,
+    out: &ArrayData,
+    out_offset: usize,
+    accumulate: bool,
+) -> Result<()> {
+    let key = format!("matmul_split_sum:{dtype}:{accumulate}");
+    let pipeline = context()?.pipeline(&key, || {
+        let mut s = String::from(codegen::PRELUDE);
+        s.push_str(codegen::META);
+        s.push_str("@group(0) @binding(1) var<storage, read> parts: array<f32>;\n");
+        s.push_str(&output_decl(2, dtype, accumulate));
+        s.push_str(codegen::ENTRY);
+        s.push_str(&format!(
+            r#" {{
+    {index}
+    let total = params[0];
+    if (i >= total) {{ return; }}
+    var acc = 0.0;
+    for (var s = 0u; s < params[1]; s = s + 1u) {{ acc = acc + parts[s * total + i]; }}
+    store_out(params[2] + i, acc);
+}}
+"#,
+            index = codegen::THREAD_INDEX,
+        ));
+        s
+    })?;
+    let meta = [total as u32, count as u32, out_offset as u32];
+    super::dispatch(
         &pipeline,
         &meta,
-        &[a, b],
+        &[parts],
         out,
         total * dtype.size_of(),
         codegen::packed(dtype),
-        tiles,
-    )?;
-    Ok(())
+        total,
+    )
 }
 
 /// Every kernel variant's WGSL, named: both tilings of the cooperative
@@ -304,19 +529,22 @@ pub fn kernel_sources() -> Vec<(String, String)> {
     for t in [64, 128] {
         for buffers in [1, 2] {
             for &view in &views {
-                for (dtype, accumulate) in [
-                    (Dtype::F32, false),
-                    (Dtype::F32, true),
-                    (Dtype::F16, false),
-                    (Dtype::BF16, false),
+                // The last two: split-K partial sums of half operands.
+                for (dtype, out_dtype, accumulate) in [
+                    (Dtype::F32, Dtype::F32, false),
+                    (Dtype::F32, Dtype::F32, true),
+                    (Dtype::F16, Dtype::F16, false),
+                    (Dtype::BF16, Dtype::BF16, false),
+                    (Dtype::F16, Dtype::F32, false),
+                    (Dtype::BF16, Dtype::F32, false),
                 ] {
-                    let mut src = tiled::source(t, buffers, dtype, view, accumulate);
+                    let mut src = tiled::source(t, buffers, dtype, out_dtype, view, accumulate);
                     if dtype == Dtype::F16 && !codegen::packed(dtype) {
                         src.insert_str(0, "enable f16;\n");
                     }
                     out.push((
                         format!(
-                            "f32 kernel {t} x {buffers} {view:?} {dtype} accumulate {accumulate} ({} B)",
+                            "f32 kernel {t} x {buffers} {view:?} {dtype} -> {out_dtype} accumulate {accumulate} ({} B)",
                             tiled::shared_bytes(t, buffers)
                         ),
                         src,

@@ -30,7 +30,8 @@ pub(super) fn shared_bytes(t: usize, buffers: usize) -> usize {
 }
 
 /// WGSL of the kernel with tile `t` (64 or 128) for operands of `dtype`
-/// laid out as `view`, adding into `out` with `accumulate`, with
+/// laid out as `view`, storing `out_dtype` (`dtype`, or f32 for split-K
+/// partial sums), adding into `out` with `accumulate`, with
 /// `buffers` slices per operand: 2 (one barrier per slice), or 1 for
 /// devices with less workgroup memory (a second barrier before each
 /// slice is overwritten).
@@ -38,6 +39,7 @@ pub(super) fn source(
     t: usize,
     buffers: usize,
     dtype: Dtype,
+    out_dtype: Dtype,
     view: View,
     accumulate: bool,
 ) -> String {
@@ -51,7 +53,7 @@ pub(super) fn source(
     src.push_str(codegen::META);
     src.push_str(&codegen::input("a", 1, dtype));
     src.push_str(&codegen::input("b", 2, dtype));
-    src.push_str(&super::output_decl(dtype, accumulate));
+    src.push_str(&super::output_decl(3, out_dtype, accumulate));
     // Staged element e of the a slice: its row (of t) and depth (of 16).
     let (a_row, a_k) = if view.a_cols {
         (format!("e % {t}u"), format!("e / {t}u"))
