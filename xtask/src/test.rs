@@ -7,8 +7,8 @@ use anyhow::{Result, bail};
 use crate::util::{cargo, cargo_with_env};
 use crate::{hosts, hosts_lock, macos_check};
 
-/// fmt check, clippy with -D warnings (for this host, then for macOS on
-/// Apple silicon, see [`macos_check`]), then every test of the workspace;
+/// fmt check, clippy with -D warnings (for this host, for mlx-array without
+/// its GPU backend, then for macOS on Apple silicon, see [`macos_check`]), then every test of the workspace;
 /// then the MPI backend (feature `mlx-dist/mpi`): clippy and its multi-process
 /// tests under `mpirun`, building only `mlx-dist` again with the feature;
 /// then the multi-host tests across two emulated hosts (`xtask hosts`).
@@ -23,6 +23,18 @@ pub fn run() -> Result<()> {
         "clippy",
         "--workspace",
         "--all-targets",
+        "--",
+        "-D",
+        "warnings",
+    ])?;
+    // mlx-array without its `gpu` feature (the layers above may depend on it
+    // so): the stub backend must keep every GPU entry point's signature.
+    cargo(&[
+        "clippy",
+        "-p",
+        "mlx-array",
+        "--no-default-features",
+        "--lib",
         "--",
         "-D",
         "warnings",

@@ -244,7 +244,13 @@ unavailable_kernels! {
         loss: &ArrayData,
     );
     /// Always [`UNAVAILABLE`].
-    pub fn attention(q: &ArrayData, k: &ArrayData, v: &ArrayData, dims: &AttentionDims);
+    pub fn attention(
+        q: &ArrayData,
+        k: &ArrayData,
+        v: &ArrayData,
+        dims: &AttentionDims,
+        dtype: Dtype,
+    );
     /// Always [`UNAVAILABLE`].
     pub fn attention_grad(
         q: &ArrayData,
@@ -253,6 +259,7 @@ unavailable_kernels! {
         packed: &ArrayData,
         d_out: &ArrayData,
         dims: &AttentionDims,
+        dtype: Dtype,
     );
     /// Always [`UNAVAILABLE`].
     pub fn rope(x: &ArrayData, shape: &[usize], spec: &RopeSpec);
