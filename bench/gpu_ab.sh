@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# One device call that measures what changed after the 2026-11-26 H100 run (issue 38):
+# chunked submission (MLX_GPU_CHUNKS) and split-K (MLX_GPU_SPLIT_K) switched on and off in
+# the same call, the one-pass fused loss's GPU time per step, the split products in
+# gpu_bench, and the row kernels' own GPU time (MLX_PROFILE=1 gpu_bench). About 7 minutes.
+# Here: bench/gpu.sh pack; there (carry .gpu-bin and .gl): BUDGET=480 bash bench/gpu_ab.sh
+# Logs go to $OUT (all.tgz after each part).
+set -u
+g=/tmp/gab; mkdir -p $g
+end=$((SECONDS + ${BUDGET:-480}))
+left() { [ $SECONDS -lt $end ]; }
+pack() { tar czf $OUT/all.tgz -C $g . ; }
+bench/gpu.sh vulkan
+B=.gpu-bin
+R=(train --eval-every 0 --data offline --device gpu --global-batch 4 --block-size 512 --fresh --dtype f32)
+for c in 1 0 1 0; do # chunked submission on and off, alternated
+  left && MLX_GPU_CHUNKS=$c timeout 120 $B/mlx-llama "${R[@]}" --steps 10 --out /tmp/r$c \
+    --summary $g/ref_chunks$c.json > $g/ref_chunks$c.log 2>&1
+  tail -n 1 $g/ref_chunks$c.log
+done
+pack
+for k in 1 0; do # split-K on and off: the step, then the loss's GPU time per step
+  left && MLX_GPU_SPLIT_K=$k timeout 120 $B/mlx-llama "${R[@]}" --steps 10 --out /tmp/s$k \
+    --summary $g/ref_split$k.json > $g/ref_split$k.log 2>&1
+  tail -n 1 $g/ref_split$k.log
+  left && MLX_PROFILE=1 MLX_GPU_SPLIT_K=$k timeout 120 $B/mlx-llama "${R[@]}" --steps 4 \
+    --out /tmp/p$k > $g/prof_split$k.log 2>&1
+  grep -E "^  (linear_cross_entropy|matmul)" $g/prof_split$k.log | head -6
+done
+pack
+for k in 1 0; do
+  left && MLX_GPU_SPLIT_K=$k timeout 100 $B/gpu_bench --dtype f32 > $g/ops_split$k.log 2>&1
+  grep -E "dX|dW|logits" $g/ops_split$k.log
+done
+left && MLX_PROFILE=1 timeout 150 $B/gpu_bench --dtype f32 > $g/bench_profiled.log 2>&1
+grep -E "GB/s|^  (sum|softmax) " $g/bench_profiled.log
+pack; echo packed
