@@ -224,7 +224,7 @@ mod tests {
 
     #[test]
     fn the_reference_llama_has_28_4m_parameters() {
-        // BENCHMARKS.md (mlx-optim, average_gradients): 28,355,328 f32 parameters.
+        // BENCHMARKS.md ("Collectives on one host"): 28,355,328 f32 parameters.
         assert_eq!(reference_llama_parameters(), 28_355_328);
     }
 
