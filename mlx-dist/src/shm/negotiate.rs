@@ -6,6 +6,7 @@ use std::io::{self, Read, Write};
 use std::net::TcpStream;
 
 use super::named;
+use super::orphans::segment_name;
 use super::segment::{NONCE_LEN, Segment, segment_len};
 
 /// Random bytes for names and nonces.
@@ -31,7 +32,7 @@ pub(super) struct Offer {
 pub(super) fn offer(stream: &mut TcpStream, enabled: bool) -> io::Result<Offer> {
     let made = if enabled {
         (|| -> io::Result<(Segment, String, [u8; NONCE_LEN])> {
-            let name = format!("mlxd{}", hex(&random::<12>()?));
+            let name = segment_name(std::process::id(), &random::<8>()?);
             let (file, handle) = named::create(&name, segment_len())?;
             // The offer gives the handle's length in one byte (a long
             // temporary directory's path may not fit).
@@ -139,6 +140,9 @@ pub(crate) fn negotiate(
     streams: &mut [Vec<TcpStream>],
     enabled: bool,
 ) -> io::Result<Vec<Vec<Option<Segment>>>> {
+    if enabled {
+        named::sweep();
+    }
     let with_peer =
         |peer: usize| move |e: io::Error| io::Error::new(e.kind(), format!("rank {peer}: {e}"));
     let mut offers: Vec<Vec<Offer>> = Vec::new();
@@ -204,5 +208,90 @@ mod tests {
         assert!(named::open(&handle).is_ok());
         drop(o);
         assert!(named::open(&handle).is_err(), "the name is removed on drop");
+    }
+
+    #[test]
+    fn an_offer_of_a_segment_shorter_than_the_layout_is_declined() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut a = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (mut b, _) = l.accept().unwrap();
+        let o = offer(&mut a, true).unwrap();
+        let handle = o.seg.as_ref().unwrap().1.clone();
+        // The nonce's page stays; the slots are cut off.
+        named::open(&handle).unwrap().set_len(4096).unwrap();
+        assert!(answer(&mut b, true).unwrap().is_none());
+        assert!(o.settle(&mut a).unwrap().is_none());
+    }
+
+    /// The variable that makes [`offering_child`] a rank that offers a
+    /// segment to this address and waits for an answer that never comes.
+    const OFFER_TO: &str = "MLX_SHM_TEST_OFFER_TO";
+
+    /// A rank in set-up, in a process of its own (see the test below).
+    #[test]
+    fn offering_child() {
+        let Ok(addr) = std::env::var(OFFER_TO) else {
+            return;
+        };
+        let mut s = TcpStream::connect(addr).unwrap();
+        let o = offer(&mut s, true).unwrap();
+        let _ = o.settle(&mut s);
+        std::thread::sleep(std::time::Duration::from_secs(60));
+    }
+
+    #[test]
+    fn a_segment_whose_creator_was_killed_during_set_up_is_swept_by_the_next_job() {
+        use std::time::{Duration, Instant};
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", "shm::negotiate::tests::offering_child", "--nocapture", "-q"])
+            .env(OFFER_TO, l.local_addr().unwrap().to_string())
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        l.set_nonblocking(true).unwrap();
+        let t = Instant::now();
+        let mut s = loop {
+            match l.accept() {
+                Ok((s, _)) => break s,
+                Err(_) if t.elapsed() < Duration::from_secs(20) => {
+                    std::thread::sleep(Duration::from_millis(10))
+                }
+                Err(e) => {
+                    let _ = child.kill();
+                    panic!("the offering rank never connected: {e}");
+                }
+            }
+        };
+        s.set_nonblocking(false).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        let mut head = [0u8; 2];
+        s.read_exact(&mut head).unwrap();
+        assert_eq!(head[0], OFFER);
+        let mut handle = vec![0u8; head[1] as usize];
+        s.read_exact(&mut handle).unwrap();
+        let handle = String::from_utf8(handle).unwrap();
+        // SIGKILL between the offer and the answer: the name stays behind.
+        child.kill().unwrap();
+        child.wait().unwrap();
+        assert!(named::open(&handle).is_ok(), "the killed rank left {handle}");
+        // The next job on this host: its ranks still share memory, and the
+        // segment of the dead rank is gone.
+        let a = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let b = loop {
+            match l.accept() {
+                Ok((b, _)) => break b,
+                Err(_) => std::thread::sleep(Duration::from_millis(1)),
+            }
+        };
+        b.set_nonblocking(false).unwrap();
+        let (mut rows0, mut rows1) = (vec![vec![], vec![a]], vec![vec![b], vec![]]);
+        let (s0, s1) = std::thread::scope(|sc| {
+            let h = sc.spawn(|| negotiate(0, &mut rows0, true).unwrap());
+            let s1 = negotiate(1, &mut rows1, true).unwrap();
+            (h.join().unwrap(), s1)
+        });
+        assert!(s0[1][0].is_some() && s1[0][0].is_some(), "shared memory is used");
+        assert!(named::open(&handle).is_err(), "{handle} was swept");
     }
 }
