@@ -453,4 +453,98 @@ mod tests {
             "a cut frame"
         );
     }
+
+    use proptest::prelude::*;
+
+    fn order() -> Order {
+        Order {
+            rank: 1,
+            command: vec!["./train".into(), "--steps".into(), "5".into()],
+            cwd: Some("/work".into()),
+            env: vec![("MLX_RANK".into(), "1".into())],
+            ranks_on_host: 2,
+        }
+    }
+
+    /// Reads frames until the end or an error: at most one per byte.
+    fn read_all(bytes: &[u8]) -> Result<usize, std::io::Error> {
+        let mut r = bytes;
+        let mut n = 0;
+        while let Some(f) = Frame::read(&mut r)? {
+            if let Frame::Input(d) = &f {
+                assert!(d.len() <= MAX_INPUT_FRAME);
+            }
+            n += 1;
+            assert!(n <= bytes.len(), "more frames than bytes");
+        }
+        Ok(n)
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(300))]
+
+        /// Arbitrary bytes are frames or an error, never a panic or an
+        /// allocation the length field alone decides.
+        #[test]
+        fn any_bytes_are_frames_or_an_error(bytes in proptest::collection::vec(any::<u8>(), 0..256)) {
+            let _ = read_all(&bytes);
+        }
+
+        /// Valid frames with bytes flipped, cut or inserted.
+        #[test]
+        fn mutated_frames_are_frames_or_an_error(
+            data in proptest::collection::vec(any::<u8>(), 0..64),
+            sig in any::<i32>(),
+            edits in proptest::collection::vec((any::<usize>(), any::<u8>(), 0u8..3), 1..6),
+        ) {
+            let mut b: Vec<u8> = [Frame::Input(data), Frame::Signal(sig), Frame::EndOfInput]
+                .iter()
+                .flat_map(Frame::encode)
+                .collect();
+            for (at, byte, kind) in edits {
+                let at = at % (b.len() + 1);
+                match kind {
+                    0 if at < b.len() => b[at] = byte,
+                    1 => b.truncate(at),
+                    _ => b.insert(at, byte),
+                }
+            }
+            let _ = read_all(&b);
+        }
+
+        /// Arbitrary text is an order or an error.
+        #[test]
+        fn any_text_is_an_order_or_an_error(text in ".{0,200}") {
+            let _ = Order::parse(&text);
+        }
+
+        /// A valid order with bytes flipped, cut or inserted: an order
+        /// that names a program, or an error.
+        #[test]
+        fn mutated_orders_name_a_program_or_fail(
+            edits in proptest::collection::vec((any::<usize>(), any::<u8>(), 0u8..3), 1..6),
+        ) {
+            let mut b = order().to_line().into_bytes();
+            for (at, byte, kind) in edits {
+                let at = at % (b.len() + 1);
+                match kind {
+                    0 if at < b.len() => b[at] = byte,
+                    1 => b.truncate(at),
+                    _ => b.insert(at, byte),
+                }
+            }
+            if let Ok(o) = Order::parse(&String::from_utf8_lossy(&b)) {
+                prop_assert!(!o.command.is_empty());
+                prop_assert!(o.ranks_on_host >= 1);
+            }
+        }
+    }
+
+    #[test]
+    fn an_input_frame_longer_than_the_bound_is_refused_before_allocating() {
+        let mut b = vec![b'i'];
+        b.extend_from_slice(&u32::MAX.to_le_bytes());
+        let e = Frame::read(&mut &b[..]).unwrap_err();
+        assert!(e.to_string().contains("at most"), "{e}");
+    }
 }

@@ -43,6 +43,16 @@ pub fn create(name: &str, len: usize) -> io::Result<(File, String)> {
     Ok((f, handle))
 }
 
+/// Whether `handle` is what [`create`] returns for a segment's name (the
+/// peer sends it; nothing else may be opened).
+pub fn is_segment_handle(handle: &str) -> bool {
+    let p = std::path::Path::new(handle);
+    p.parent() == Some(dir().as_path())
+        && p.file_name()
+            .and_then(|n| n.to_str())
+            .is_some_and(|n| super::orphans::owner_of(n).is_some())
+}
+
 pub fn open(handle: &str) -> io::Result<File> {
     OpenOptions::new().read(true).write(true).open(handle)
 }

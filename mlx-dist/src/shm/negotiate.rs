@@ -97,7 +97,7 @@ impl Drop for Offer {
 
 /// Reads the lower rank's offer and answers it: the higher rank's half. The
 /// segment when it could be mapped and holds the offered nonce (the same host).
-pub(super) fn answer(stream: &mut TcpStream, enabled: bool) -> io::Result<Option<Segment>> {
+pub(super) fn answer(stream: &mut (impl Read + Write), enabled: bool) -> io::Result<Option<Segment>> {
     let mut kind = [0u8; 1];
     stream.read_exact(&mut kind)?;
     match kind[0] {
@@ -116,9 +116,12 @@ pub(super) fn answer(stream: &mut TcpStream, enabled: bool) -> io::Result<Option
     stream.read_exact(&mut handle)?;
     let mut nonce = [0u8; NONCE_LEN];
     stream.read_exact(&mut nonce)?;
+    // Only a segment's name is opened: the handle comes from the peer, and
+    // any other path (a file of ours) must never be mapped and written.
     let seg = if enabled {
         String::from_utf8(handle)
             .ok()
+            .filter(|h| named::is_segment_handle(h))
             .and_then(|h| named::open(&h).ok())
             .and_then(|f| Segment::map(&f).ok())
             .filter(|s| s.nonce() == nonce)
@@ -293,5 +296,99 @@ mod tests {
         });
         assert!(s0[1][0].is_some() && s1[0][0].is_some(), "shared memory is used");
         assert!(named::open(&handle).is_err(), "{handle} was swept");
+    }
+
+    use proptest::prelude::*;
+
+    /// The peer's bytes to read, and what we answer.
+    struct Peer {
+        input: io::Cursor<Vec<u8>>,
+        output: Vec<u8>,
+    }
+
+    impl Read for Peer {
+        fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+            self.input.read(buf)
+        }
+    }
+
+    impl Write for Peer {
+        fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+            self.output.write(buf)
+        }
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+
+    /// Answers `bytes` as an offer: no panic, and an answer only when the
+    /// offer was read whole.
+    fn answer_bytes(bytes: Vec<u8>) -> io::Result<Option<Segment>> {
+        let mut p = Peer {
+            input: io::Cursor::new(bytes),
+            output: Vec::new(),
+        };
+        let r = answer(&mut p, true);
+        if r.is_ok() {
+            assert!(p.output.len() <= 1);
+        }
+        r
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(300))]
+
+        /// Arbitrary bytes are declined or an error (nothing of them names
+        /// a live segment with its nonce).
+        #[test]
+        fn any_bytes_as_an_offer_are_declined_or_an_error(
+            bytes in proptest::collection::vec(any::<u8>(), 0..300),
+        ) {
+            prop_assert!(answer_bytes(bytes).map_or(true, |s| s.is_none()));
+        }
+
+        /// A well-formed offer with arbitrary handles (paths of files
+        /// included) and nonces, then mutated: declined or an error.
+        #[test]
+        fn mutated_offers_are_declined_or_an_error(
+            handle in prop_oneof![
+                Just("/etc/passwd".to_string()),
+                Just("/dev/zero".to_string()),
+                Just("/dev/shm/../../etc/hosts".to_string()),
+                Just(format!("/dev/shm/{}", segment_name(1, &[0; 8]))),
+                "[ -~]{0,80}",
+            ],
+            nonce in any::<[u8; NONCE_LEN]>(),
+            edits in proptest::collection::vec((any::<usize>(), any::<u8>(), 0u8..3), 0..4),
+        ) {
+            let mut b = vec![OFFER, handle.len() as u8];
+            b.extend_from_slice(handle.as_bytes());
+            b.extend_from_slice(&nonce);
+            for (at, byte, kind) in edits {
+                let at = at % (b.len() + 1);
+                match kind {
+                    0 if at < b.len() => b[at] = byte,
+                    1 => b.truncate(at),
+                    _ => b.insert(at, byte),
+                }
+            }
+            prop_assert!(answer_bytes(b).map_or(true, |s| s.is_none()));
+        }
+    }
+
+    /// A handle that is not a segment's name is declined without being
+    /// opened, even when it names a file as long as a segment.
+    #[test]
+    fn an_offer_naming_another_file_is_declined() {
+        let p = std::env::temp_dir().join(format!("mlx-not-a-segment-{}", std::process::id()));
+        let f = std::fs::File::create(&p).unwrap();
+        f.set_len(super::super::segment::segment_len() as u64).unwrap();
+        let handle = p.to_string_lossy().into_owned();
+        let mut b = vec![OFFER, handle.len() as u8];
+        b.extend_from_slice(handle.as_bytes());
+        b.extend_from_slice(&[0; NONCE_LEN]); // the file's first bytes
+        let r = answer_bytes(b);
+        std::fs::remove_file(&p).unwrap();
+        assert!(r.unwrap().is_none(), "a file that is not a segment was mapped");
     }
 }

@@ -56,6 +56,14 @@ fn create_in(markers: &Path, name: &str, len: usize) -> io::Result<(File, String
     }
 }
 
+/// Whether `handle` is what [`create`] returns for a segment's name (the
+/// peer sends it; nothing else may be opened).
+pub fn is_segment_handle(handle: &str) -> bool {
+    handle
+        .strip_prefix('/')
+        .is_some_and(|n| super::orphans::owner_of(n).is_some())
+}
+
 pub fn open(handle: &str) -> io::Result<File> {
     shm_open(handle, libc::O_RDWR)
 }
