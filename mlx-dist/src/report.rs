@@ -49,7 +49,11 @@ pub(crate) fn failure(rank: usize, culprit: Option<u32>, reason: &str) {
 #[cfg_attr(not(feature = "launcher"), allow(dead_code))] // Used by the launcher.
 pub(crate) fn save(dir: &Path, rank: usize, json: &str) {
     if json.len() > MAX_REPORT {
-        tracing::debug!(rank, bytes = json.len(), "a remote rank's report is too long; dropped");
+        tracing::debug!(
+            rank,
+            bytes = json.len(),
+            "a remote rank's report is too long; dropped"
+        );
         return;
     }
     if let Err(e) = std::fs::write(path_of(dir, rank), json.trim()) {

@@ -639,7 +639,8 @@ fn log_dir_keeps_one_file_per_rank_and_ranks_know_their_local_rank() {
             "rank {r}'s log"
         );
         assert!(
-            job.output().contains(&format!("[{r}] out {r} local {r} of 2")),
+            job.output()
+                .contains(&format!("[{r}] out {r} local {r} of 2")),
             "{}",
             job.output()
         );
@@ -684,10 +685,7 @@ fn fake_ssh(dir: &Path) -> PathBuf {
 /// input: rank 0 never reads it.
 fn launch_fed(job: &mut Job, args: &[&str], script: &str) -> Child {
     let ssh = fake_ssh(&job.dir);
-    let mut yes = Command::new("yes")
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut yes = Command::new("yes").stdout(Stdio::piped()).spawn().unwrap();
     let child = Command::new(LAUNCH)
         .args(["--hosts", "fakehost1,fakehost2", "--starting-port", "40000"])
         .args(args)
@@ -745,7 +743,11 @@ fn ctrl_c_works_while_input_is_pending() {
     let _ = yes.kill();
     let _ = yes.wait();
     assert_eq!(st.code(), Some(130), "{}", job.output());
-    assert!(t.elapsed() < Duration::from_secs(5), "took {:?}", t.elapsed());
+    assert!(
+        t.elapsed() < Duration::from_secs(5),
+        "took {:?}",
+        t.elapsed()
+    );
     for (r, pid) in ranks.into_iter().enumerate() {
         assert_gone(&job, &format!("rank {r}"), pid);
     }

@@ -114,11 +114,7 @@ struct Args {
     /// The program and its arguments (after `--` when an argument of the
     /// program could be taken for one of mlx-launch's). An unknown option
     /// before the program is an error, not the program.
-    #[arg(
-        required = true,
-        trailing_var_arg = true,
-        value_name = "PROGRAM"
-    )]
+    #[arg(required = true, trailing_var_arg = true, value_name = "PROGRAM")]
     command: Vec<String>,
 }
 

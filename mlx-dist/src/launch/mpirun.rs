@@ -42,9 +42,8 @@ use mlx_progress::render::Renderer;
 
 use super::LaunchSpec;
 use super::supervise::{
-    finish_output, forward_interrupts, forward_stdin, kill_group_if_ours, report_exit, signal_group,
-    spawn_guarded,
-    status_code, supervise,
+    finish_output, forward_interrupts, forward_stdin, kill_group_if_ours, report_exit,
+    signal_group, spawn_guarded, status_code, supervise,
 };
 
 /// The `mpirun` command line (program and arguments) for `spec`.

@@ -2,10 +2,10 @@
 //! rank's agent ([`super::agent`]), and the control channel (ssh's standard
 //! input) that carries the order, the rank's input and the signals.
 
+use std::collections::VecDeque;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{ChildStdin, Command};
-use std::collections::VecDeque;
 use std::sync::{Arc, Condvar, Mutex};
 
 use super::LaunchSpec;

@@ -184,7 +184,10 @@ pub(crate) fn signal_group(pgid: u32, sig: i32) {
 pub(crate) fn kill_group_if_ours(pgid: u32, reaped: bool) {
     // SAFETY: signal 0 only asks whether the process exists.
     if reaped && unsafe { libc::kill(pgid as libc::pid_t, 0) } == 0 {
-        tracing::debug!(pgid, "pid reused since its rank was reaped; not signalling its group");
+        tracing::debug!(
+            pgid,
+            "pid reused since its rank was reaped; not signalling its group"
+        );
         return;
     }
     signal_group(pgid, libc::SIGKILL);
@@ -794,7 +797,9 @@ mod finish_tests {
     /// container's bare pid 1, does not).
     fn alive(pid: u32) -> bool {
         let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-        let zombie = stat.rsplit_once(") ").is_some_and(|(_, r)| r.starts_with('Z'));
+        let zombie = stat
+            .rsplit_once(") ")
+            .is_some_and(|(_, r)| r.starts_with('Z'));
         // SAFETY: signal 0 only asks whether the process exists.
         !zombie && unsafe { libc::kill(pid as libc::pid_t, 0) == 0 }
     }
@@ -819,7 +824,11 @@ mod finish_tests {
         )
         .unwrap();
         let mut out = String::new();
-        rank.stdout.take().unwrap().read_to_string(&mut out).unwrap();
+        rank.stdout
+            .take()
+            .unwrap()
+            .read_to_string(&mut out)
+            .unwrap();
         let left: u32 = out.trim().parse().unwrap();
         let pgid = rank.id();
         rank.wait().unwrap();

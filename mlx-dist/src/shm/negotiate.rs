@@ -97,7 +97,10 @@ impl Drop for Offer {
 
 /// Reads the lower rank's offer and answers it: the higher rank's half. The
 /// segment when it could be mapped and holds the offered nonce (the same host).
-pub(super) fn answer(stream: &mut (impl Read + Write), enabled: bool) -> io::Result<Option<Segment>> {
+pub(super) fn answer(
+    stream: &mut (impl Read + Write),
+    enabled: bool,
+) -> io::Result<Option<Segment>> {
     let mut kind = [0u8; 1];
     stream.read_exact(&mut kind)?;
     match kind[0] {
@@ -247,7 +250,12 @@ mod tests {
         use std::time::{Duration, Instant};
         let l = TcpListener::bind("127.0.0.1:0").unwrap();
         let mut child = std::process::Command::new(std::env::current_exe().unwrap())
-            .args(["--exact", "shm::negotiate::tests::offering_child", "--nocapture", "-q"])
+            .args([
+                "--exact",
+                "shm::negotiate::tests::offering_child",
+                "--nocapture",
+                "-q",
+            ])
             .env(OFFER_TO, l.local_addr().unwrap().to_string())
             .stdout(std::process::Stdio::null())
             .spawn()
@@ -277,7 +285,10 @@ mod tests {
         // SIGKILL between the offer and the answer: the name stays behind.
         child.kill().unwrap();
         child.wait().unwrap();
-        assert!(named::open(&handle).is_ok(), "the killed rank left {handle}");
+        assert!(
+            named::open(&handle).is_ok(),
+            "the killed rank left {handle}"
+        );
         // The next job on this host: its ranks still share memory, and the
         // segment of the dead rank is gone.
         let a = TcpStream::connect(l.local_addr().unwrap()).unwrap();
@@ -294,7 +305,10 @@ mod tests {
             let s1 = negotiate(1, &mut rows1, true).unwrap();
             (h.join().unwrap(), s1)
         });
-        assert!(s0[1][0].is_some() && s1[0][0].is_some(), "shared memory is used");
+        assert!(
+            s0[1][0].is_some() && s1[0][0].is_some(),
+            "shared memory is used"
+        );
         assert!(named::open(&handle).is_err(), "{handle} was swept");
     }
 
@@ -382,13 +396,17 @@ mod tests {
     fn an_offer_naming_another_file_is_declined() {
         let p = std::env::temp_dir().join(format!("mlx-not-a-segment-{}", std::process::id()));
         let f = std::fs::File::create(&p).unwrap();
-        f.set_len(super::super::segment::segment_len() as u64).unwrap();
+        f.set_len(super::super::segment::segment_len() as u64)
+            .unwrap();
         let handle = p.to_string_lossy().into_owned();
         let mut b = vec![OFFER, handle.len() as u8];
         b.extend_from_slice(handle.as_bytes());
         b.extend_from_slice(&[0; NONCE_LEN]); // the file's first bytes
         let r = answer_bytes(b);
         std::fs::remove_file(&p).unwrap();
-        assert!(r.unwrap().is_none(), "a file that is not a segment was mapped");
+        assert!(
+            r.unwrap().is_none(),
+            "a file that is not a segment was mapped"
+        );
     }
 }

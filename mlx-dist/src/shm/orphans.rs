@@ -35,7 +35,9 @@ pub(super) fn owner_of(name: &str) -> Option<libc::pid_t> {
 /// Whether process `pid` is gone (not merely someone else's).
 pub(super) fn is_gone(pid: libc::pid_t) -> bool {
     // SAFETY: signal 0 only asks whether the process exists.
-    unsafe { libc::kill(pid, 0) != 0 && io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH) }
+    unsafe {
+        libc::kill(pid, 0) != 0 && io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH)
+    }
 }
 
 /// Whether the segment called `name` was left by a process that is gone.
@@ -52,7 +54,15 @@ mod tests {
         let n = segment_name(u32::MAX, &[0xab; 8]);
         assert!(n.len() < 31, "{n}");
         assert_eq!(owner_of(&segment_name(4242, &[1; 8])), Some(4242));
-        for not_ours in ["mlxd", "mlxd_ab", "mlxdzz_ab", "mlxd12_", "mlxd12_xyz", "other12_ab", "mlxd0_ab"] {
+        for not_ours in [
+            "mlxd",
+            "mlxd_ab",
+            "mlxdzz_ab",
+            "mlxd12_",
+            "mlxd12_xyz",
+            "other12_ab",
+            "mlxd0_ab",
+        ] {
             assert_eq!(owner_of(not_ours), None, "{not_ours}");
         }
         assert!(!is_orphan(&segment_name(std::process::id(), &[2; 8])));

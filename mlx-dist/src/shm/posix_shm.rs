@@ -139,9 +139,15 @@ mod tests {
         let (_f, orphan_h) = posix_shm::create_in(&markers, &orphan, 4096).unwrap();
         let (_g, live_h) = posix_shm::create_in(&markers, &live, 4096).unwrap();
         posix_shm::sweep_in(&markers);
-        assert!(posix_shm::open(&orphan_h).is_err(), "the dead creator's object is removed");
+        assert!(
+            posix_shm::open(&orphan_h).is_err(),
+            "the dead creator's object is removed"
+        );
         assert!(!markers.join(&orphan).exists(), "and its marker");
-        assert!(posix_shm::open(&live_h).is_ok(), "a live creator's object stays");
+        assert!(
+            posix_shm::open(&live_h).is_ok(),
+            "a live creator's object stays"
+        );
         posix_shm::remove_in(&markers, &live_h);
         assert!(posix_shm::open(&live_h).is_err());
         assert!(!markers.join(&live).exists());

@@ -95,7 +95,9 @@ mod tests {
     #[test]
     fn a_segment_shorter_than_the_layout_is_refused_before_mapping() {
         let f = tempfile_of(4096);
-        let e = Segment::map(&f).err().expect("a short file must not be mapped");
+        let e = Segment::map(&f)
+            .err()
+            .expect("a short file must not be mapped");
         assert_eq!(e.kind(), io::ErrorKind::InvalidData, "{e}");
         assert!(e.to_string().contains("4096 bytes"), "{e}");
         let f = tempfile_of(segment_len() as u64);

@@ -494,7 +494,10 @@ pub fn scenario_soak() {
 /// the others write `pid-R` in the fault folder and wait in an all_sum.
 pub fn scenario_fail_early(how: &str) {
     let g = init(Backend::Any).unwrap();
-    fault_note(&format!("pid-{}", g.rank()), &std::process::id().to_string());
+    fault_note(
+        &format!("pid-{}", g.rank()),
+        &std::process::id().to_string(),
+    );
     if g.rank() == 1 {
         match how {
             "panic" => panic!("rank 1 fails before its first collective"),

@@ -12,7 +12,10 @@ use mlx_llama::{
 };
 
 #[derive(Parser)]
-#[command(version, about = "Train a small Llama data-parallel, or sample from a checkpoint")]
+#[command(
+    version,
+    about = "Train a small Llama data-parallel, or sample from a checkpoint"
+)]
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,
