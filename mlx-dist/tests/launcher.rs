@@ -681,9 +681,19 @@ fn fake_ssh(dir: &Path) -> PathBuf {
     p
 }
 
+/// A process killed when the test ends, passed or not.
+struct KillOnDrop(Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 /// Starts `mlx-launch` on two "remote" ranks with `yes` as its standard
 /// input: rank 0 never reads it.
-fn launch_fed(job: &mut Job, args: &[&str], script: &str) -> Child {
+fn launch_fed(job: &mut Job, args: &[&str], script: &str) -> KillOnDrop {
     let ssh = fake_ssh(&job.dir);
     let mut yes = Command::new("yes").stdout(Stdio::piped()).spawn().unwrap();
     let child = Command::new(LAUNCH)
@@ -698,7 +708,7 @@ fn launch_fed(job: &mut Job, args: &[&str], script: &str) -> Child {
         .spawn()
         .unwrap();
     job.launcher = Some(child);
-    yes
+    KillOnDrop(yes)
 }
 
 /// Input that rank 0 never reads fills every pipe on its way; the signals
@@ -707,14 +717,13 @@ fn launch_fed(job: &mut Job, args: &[&str], script: &str) -> Child {
 #[test]
 fn input_a_remote_rank_never_reads_does_not_hold_up_a_failure() {
     let mut job = Job::new("input-failure");
-    let mut yes = launch_fed(
+    let yes = launch_fed(
         &mut job,
         &["--grace", "1"],
         r#"echo $$ > "$T/pid.$MLX_RANK"; if [ "$MLX_RANK" = 1 ]; then sleep 1; exit 3; fi; exec sleep 30"#,
     );
     let st = job.wait(Duration::from_secs(15));
-    let _ = yes.kill();
-    let _ = yes.wait();
+    drop(yes);
     assert_eq!(st.code(), Some(3), "{}", job.output());
     assert!(
         job.last_stderr_line().contains("rank 1 failed"),
@@ -728,7 +737,7 @@ fn input_a_remote_rank_never_reads_does_not_hold_up_a_failure() {
 #[test]
 fn ctrl_c_works_while_input_is_pending() {
     let mut job = Job::new("input-ctrl-c");
-    let mut yes = launch_fed(
+    let yes = launch_fed(
         &mut job,
         &[],
         r#"echo $$ > "$T/pid.$MLX_RANK"; exec sleep 30"#,
@@ -740,8 +749,7 @@ fn ctrl_c_works_while_input_is_pending() {
     // SAFETY: kill(2) on the launcher this test started.
     unsafe { libc::kill(job.launcher_pid(), libc::SIGINT) };
     let st = job.wait(Duration::from_secs(10));
-    let _ = yes.kill();
-    let _ = yes.wait();
+    drop(yes);
     assert_eq!(st.code(), Some(130), "{}", job.output());
     assert!(
         t.elapsed() < Duration::from_secs(5),
