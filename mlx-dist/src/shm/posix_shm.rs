@@ -113,7 +113,9 @@ mod tests {
         // macOS's segments, exercised wherever the tests run.
         let name = format!("mlxd{}", hex(&random::<12>().unwrap()));
         assert!(name.len() < 31, "macOS limits names to 31 bytes");
-        let (f, handle) = posix_shm::create(&name, segment_len()).unwrap();
+        // Markers in a folder of this test's, removed at the end.
+        let markers = std::env::temp_dir().join(format!("mlx-shm-made-{}", std::process::id()));
+        let (f, handle) = posix_shm::create_in(&markers, &name, segment_len()).unwrap();
         let a = Segment::map(&f).unwrap();
         let b = Segment::map(&posix_shm::open(&handle).unwrap()).unwrap();
         let n = random::<NONCE_LEN>().unwrap();
@@ -121,10 +123,12 @@ mod tests {
         assert_eq!(b.nonce(), n, "both maps see one memory");
         a.counter(head_at(1)).store(7, Ordering::Release);
         assert_eq!(b.counter(head_at(1)).load(Ordering::Acquire), 7);
-        posix_shm::remove(&handle);
+        posix_shm::remove_in(&markers, &handle);
         assert!(posix_shm::open(&handle).is_err(), "the name is removed");
-        let (_f, again) = posix_shm::create(&name, 4096).expect("the name is free again");
-        posix_shm::remove(&again);
+        let (_f, again) =
+            posix_shm::create_in(&markers, &name, 4096).expect("the name is free again");
+        posix_shm::remove_in(&markers, &again);
+        std::fs::remove_dir(&markers).expect("no marker is left");
     }
 
     #[test]
