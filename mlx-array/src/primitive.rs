@@ -224,12 +224,24 @@ impl ArrayData {
     }
 
     /// The first `len` elements as a slice. Only valid for contiguous data.
+    ///
+    /// # Panics
+    /// When the view's offset plus `len` elements of `T` do not fit in the
+    /// storage: checked in every build (one comparison), as a caller's wrong
+    /// length would otherwise read past the buffer.
     pub fn as_slice<T: bytemuck::Pod>(&self, len: usize) -> &[T] {
-        debug_assert!(
-            self.offset * size_of::<T>() + len * size_of::<T>() <= self.storage.capacity()
+        let end = self
+            .offset
+            .checked_add(len)
+            .and_then(|n| n.checked_mul(size_of::<T>()));
+        assert!(
+            end.is_some_and(|e| e <= self.storage.capacity()),
+            "ArrayData::as_slice: {len} elements of {} bytes at element offset {} do not fit in a buffer of {} bytes",
+            size_of::<T>(),
+            self.offset,
+            self.storage.capacity()
         );
-        // SAFETY: contiguous views of `len` elements lie inside the allocation, and
-        // Storage is 64-byte aligned.
+        // SAFETY: in bounds (checked above), and Storage is 64-byte aligned.
         unsafe { std::slice::from_raw_parts(self.ptr::<T>(), len) }
     }
 
@@ -270,5 +282,33 @@ impl ArrayData {
         unsafe {
             std::slice::from_raw_parts_mut(self.storage.as_ptr().cast::<T>().add(self.offset), len)
         }
+    }
+}
+
+#[cfg(test)]
+mod as_slice_tests {
+    use super::*;
+
+    #[test]
+    fn a_length_within_the_buffer_reads_it() {
+        let d = ArrayData::from_slice(&[1.0f32, 2.0, 3.0], &[3]);
+        assert_eq!(d.as_slice::<f32>(3), [1.0, 2.0, 3.0]);
+        assert!(d.as_slice::<f32>(0).is_empty());
+    }
+
+    /// The check is an `assert!`, not a `debug_assert!`: the message is the
+    /// one release builds give too.
+    #[test]
+    #[should_panic(expected = "do not fit in a buffer of")]
+    fn a_length_past_the_buffer_panics_in_every_build() {
+        let d = ArrayData::alloc(&[4], Dtype::F32);
+        let _ = d.as_slice::<f32>(1 << 20);
+    }
+
+    #[test]
+    #[should_panic(expected = "do not fit in a buffer of")]
+    fn a_length_that_overflows_panics_instead_of_wrapping() {
+        let d = ArrayData::alloc(&[4], Dtype::F32);
+        let _ = d.view(vec![1], 2).as_slice::<f32>(usize::MAX);
     }
 }

@@ -111,6 +111,19 @@ pub fn is_available(backend: Backend) -> bool {
     }
 }
 
+/// Ends this rank's process with `code`, as `std::process::exit` does; under
+/// the MPI backend a non-zero code first aborts the whole job
+/// (`MPI_Abort`), so that the other ranks, waiting for this one in a
+/// collective, end too instead of hanging. A program's top level calls it
+/// on its error path (on glibc, a plain `exit` with a failure does the same).
+pub fn exit_rank(code: i32) -> ! {
+    #[cfg(feature = "mpi")]
+    if code != 0 {
+        mpi::abort_job(code);
+    }
+    std::process::exit(code)
+}
+
 /// Joins the job described by the launcher's environment (see [`config`]),
 /// or returns a group of one when there is none.
 ///

@@ -12,9 +12,14 @@
 //!
 //! Failures: this transport has no collective timeout and no liveness check
 //! (`MLX_DIST_TIMEOUT_MS` and `MLX_DIST_LIVENESS_MS` do not apply). A rank
-//! that dies or exits with a failure is detected by `mpirun`, which aborts
-//! the job; a rank that is alive but never reaches a collective hangs the
-//! job until it is interrupted or killed from outside. See
+//! that fails aborts the whole job (`MPI_Abort`), so that `mpirun` ends
+//! every rank instead of letting the failed one wait in `MPI_Finalize` while
+//! the others wait for it in a collective: on a panic (a panic hook, after
+//! the previous hook printed the message), on an exit with a non-zero status
+//! (glibc's `on_exit`, which sees the status; elsewhere through
+//! [`crate::exit_rank`], which a program's top level calls on its error
+//! path). A rank that is alive but never reaches a collective hangs the job
+//! until it is interrupted or killed from outside. See
 //! [`crate::launch::mpirun`] for what `mlx-launch` adds around `mpirun`.
 
 use std::mem::ManuallyDrop;
@@ -54,6 +59,66 @@ extern "C" fn finalize_at_exit() {
     drop(u);
 }
 
+/// Ends the whole job with `code` (`MPI_Abort` on the world) when MPI is
+/// initialised and not finalised; returns otherwise. It takes no lock: the
+/// thread that holds the call lock may be blocked in a collective for ever,
+/// and an abort from another thread is what ends it.
+pub(crate) fn abort_job(code: i32) {
+    if INIT.get().is_none_or(|r| r.is_err()) || FINALIZED.load(Ordering::SeqCst) {
+        return;
+    }
+    let code = if code == 0 { 1 } else { code };
+    // SAFETY: MPI is initialised and not finalised; MPI_Abort may be called
+    // from any thread and does not return when it works.
+    unsafe {
+        mpi::ffi::MPI_Abort(mpi::ffi::RSMPI_COMM_WORLD, code);
+        libc::_exit(code);
+    }
+}
+
+/// Called by glibc's `exit` with the exit status: a failure aborts the job,
+/// a success finalises MPI as [`finalize_at_exit`] does.
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+extern "C" fn finalize_or_abort_at_exit(status: libc::c_int, _arg: *mut libc::c_void) {
+    if status != 0 {
+        abort_job(status);
+    }
+    finalize_at_exit();
+}
+
+/// Registers what runs at exit. glibc's `on_exit` (not in the `libc` crate,
+/// hence declared here) passes the exit status, so that a rank whose `main`
+/// returns an error aborts the job; other C libraries finalise with `atexit`.
+fn register_exit_handler() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    {
+        unsafe extern "C" {
+            fn on_exit(
+                f: extern "C" fn(libc::c_int, *mut libc::c_void),
+                arg: *mut libc::c_void,
+            ) -> libc::c_int;
+        }
+        // SAFETY: registering a plain extern "C" function; its argument is unused.
+        unsafe { on_exit(finalize_or_abort_at_exit, std::ptr::null_mut()) };
+    }
+    #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+    // SAFETY: registering a plain extern "C" function with no arguments.
+    unsafe {
+        libc::atexit(finalize_at_exit)
+    };
+}
+
+/// Makes a panic anywhere in this rank abort the job once the previous hook
+/// (the message, a backtrace) has run.
+fn abort_on_panic() {
+    let previous = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        previous(info);
+        eprintln!("mlx-dist: this rank panicked; aborting the MPI job (MPI_Abort)");
+        abort_job(1);
+    }));
+}
+
 fn unavailable(reason: impl Into<String>) -> DistError {
     DistError::Unavailable {
         backend: "mpi",
@@ -84,8 +149,8 @@ pub(crate) fn world() -> Result<crate::Group> {
             ));
         }
         *UNIVERSE.lock().unwrap_or_else(|p| p.into_inner()) = Some(universe);
-        // SAFETY: registering a plain extern "C" function with no arguments.
-        unsafe { libc::atexit(finalize_at_exit) };
+        register_exit_handler();
+        abort_on_panic();
         Ok(())
     })
     .clone()

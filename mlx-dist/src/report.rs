@@ -48,6 +48,14 @@ pub(crate) fn failure(rank: usize, culprit: Option<u32>, reason: &str) {
 /// file system).
 #[cfg_attr(not(feature = "launcher"), allow(dead_code))] // Used by the launcher.
 pub(crate) fn save(dir: &Path, rank: usize, json: &str) {
+    if json.len() > MAX_REPORT {
+        tracing::debug!(
+            rank,
+            bytes = json.len(),
+            "a remote rank's report is too long; dropped"
+        );
+        return;
+    }
     if let Err(e) = std::fs::write(path_of(dir, rank), json.trim()) {
         tracing::debug!(rank, error = %e, "could not save a remote rank's failure report");
     }
@@ -57,28 +65,51 @@ pub(crate) fn save(dir: &Path, rank: usize, json: &str) {
 /// sends it on without knowing the world size).
 #[cfg_attr(not(feature = "launcher"), allow(dead_code))] // Used by the launcher.
 pub(crate) fn read_raw(dir: &Path, rank: usize) -> Option<String> {
-    let text = std::fs::read_to_string(path_of(dir, rank)).ok()?;
+    let text = read_bounded(&path_of(dir, rank))?;
     serde_json::from_str::<serde_json::Value>(&text)
         .ok()
         .map(|v| v.to_string())
 }
 
+/// The largest report read: a reason is one error message, and a file
+/// another process wrote must not size an allocation unchecked.
+pub const MAX_REPORT: usize = 64 << 10;
+
+/// The text of `path`, if it is at most [`MAX_REPORT`] bytes.
+fn read_bounded(path: &Path) -> Option<String> {
+    use std::io::Read;
+    let mut text = String::new();
+    std::fs::File::open(path)
+        .ok()?
+        .take(MAX_REPORT as u64 + 1)
+        .read_to_string(&mut text)
+        .ok()?;
+    (text.len() <= MAX_REPORT).then_some(text)
+}
+
+/// Rank `rank`'s report from its JSON text, in a world of `world` ranks:
+/// `None` for anything that is not a report; a culprit outside the world
+/// is dropped.
+pub fn parse_report(text: &str, rank: usize, world: usize) -> Option<FailureReport> {
+    if text.len() > MAX_REPORT {
+        return None;
+    }
+    let v: serde_json::Value = serde_json::from_str(text).ok()?;
+    let culprit = v["culprit"]
+        .as_u64()
+        .and_then(|c| usize::try_from(c).ok())
+        .filter(|&c| c < world);
+    Some(FailureReport {
+        rank,
+        culprit,
+        reason: v["reason"].as_str().unwrap_or("").to_string(),
+    })
+}
+
 /// Every report in `dir`, by rank; files that are not reports are skipped.
 pub fn read_reports(dir: &Path, world: usize) -> Vec<FailureReport> {
     (0..world)
-        .filter_map(|rank| {
-            let text = std::fs::read_to_string(path_of(dir, rank)).ok()?;
-            let v: serde_json::Value = serde_json::from_str(&text).ok()?;
-            let culprit = v["culprit"]
-                .as_u64()
-                .map(|c| c as usize)
-                .filter(|&c| c < world);
-            Some(FailureReport {
-                rank,
-                culprit,
-                reason: v["reason"].as_str().unwrap_or("").to_string(),
-            })
-        })
+        .filter_map(|rank| parse_report(&read_bounded(&path_of(dir, rank))?, rank, world))
         .collect()
 }
 
@@ -164,6 +195,73 @@ mod tests {
         // A culprit outside the world is ignored.
         write(0, Some(99));
         assert_eq!(read_reports(&dir, 5)[0].culprit, None);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    use proptest::prelude::*;
+
+    /// A valid report's JSON, to mutate.
+    fn valid(culprit: Option<u64>, reason: &str) -> Vec<u8> {
+        serde_json::json!({ "rank": 1, "culprit": culprit, "reason": reason })
+            .to_string()
+            .into_bytes()
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(300))]
+
+        /// Arbitrary bytes are a report or nothing, never a panic, and a
+        /// culprit is always inside the world.
+        #[test]
+        fn any_bytes_parse_to_a_report_in_the_world_or_none(
+            bytes in proptest::collection::vec(any::<u8>(), 0..512),
+            world in 1usize..16,
+        ) {
+            let text = String::from_utf8_lossy(&bytes);
+            if let Some(r) = parse_report(&text, 0, world) {
+                prop_assert!(r.culprit.is_none_or(|c| c < world));
+            }
+        }
+
+        /// Valid reports with bytes flipped, cut or inserted; and whatever
+        /// parses, the blame over them ends and names a culprit someone named.
+        #[test]
+        fn mutated_reports_never_panic_and_blame_ends(
+            culprits in proptest::collection::vec(proptest::option::of(any::<u64>()), 1..8),
+            edits in proptest::collection::vec((any::<usize>(), any::<u8>(), 0u8..3), 0..6),
+            world in 1usize..8,
+        ) {
+            let mut reports = Vec::new();
+            for (rank, c) in culprits.iter().enumerate() {
+                let mut b = valid(c.map(|c| c % 10), "peer gone");
+                for &(at, byte, kind) in &edits {
+                    let at = at % (b.len() + 1);
+                    match kind {
+                        0 if at < b.len() => b[at] = byte,
+                        1 => b.truncate(at),
+                        _ => b.insert(at, byte),
+                    }
+                }
+                if let Some(r) = parse_report(&String::from_utf8_lossy(&b), rank, world) {
+                    reports.push(r);
+                }
+            }
+            if let Some((rank, by)) = most_blamed(&reports) {
+                prop_assert!(rank < world);
+                prop_assert!(!by.is_empty());
+            }
+        }
+    }
+
+    #[test]
+    fn a_report_longer_than_the_bound_is_not_read() {
+        let long = String::from_utf8(valid(Some(1), &"x".repeat(MAX_REPORT))).unwrap();
+        assert!(parse_report(&long, 0, 4).is_none());
+        let dir = std::env::temp_dir().join(format!("mlx-report-long-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(path_of(&dir, 0), &long).unwrap();
+        assert!(read_reports(&dir, 4).is_empty());
+        assert!(read_raw(&dir, 0).is_none());
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -570,3 +570,193 @@ fn without_max_restarts_nothing_is_restarted() {
         "{err}"
     );
 }
+
+/// An option mistyped before the program is a usage error that suggests
+/// the right one, not the program; a program's own options after it still
+/// reach it, with or without `--`.
+#[test]
+fn an_unknown_option_before_the_program_is_a_usage_error() {
+    let out = Command::new(LAUNCH)
+        .args(["-n", "1", "--tme", "5", "--", "true"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("unexpected argument '--tme'"), "{err}");
+    assert!(err.contains("--timeout"), "no suggestion: {err}");
+    for args in [
+        &["-n", "1", "echo", "--steps", "5"][..],
+        &["-n", "1", "--", "echo", "--steps", "5"],
+    ] {
+        let out = Command::new(LAUNCH).args(args).output().unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "{args:?}: {out:?}");
+        assert_eq!(text.trim(), "[0] --steps 5", "{args:?}");
+    }
+}
+
+/// `--help` opens with what mlx-launch does (not the crate's description),
+/// and `--version` answers.
+#[test]
+fn help_says_what_the_launcher_does_and_version_answers() {
+    let out = Command::new(LAUNCH).arg("--help").output().unwrap();
+    let help = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success());
+    assert!(
+        help.starts_with("Start a distributed mlx-dist program on several processes"),
+        "{help}"
+    );
+    assert!(help.contains("--log-dir <DIR>"), "{help}");
+    let out = Command::new(LAUNCH).arg("--version").output().unwrap();
+    assert!(out.status.success());
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        format!("mlx-launch {}", env!("CARGO_PKG_VERSION"))
+    );
+}
+
+/// `--log-dir`: each rank's output, both streams and unprefixed, in a file
+/// of its own, while the terminal still shows it prefixed; ranks learn
+/// their rank on the host and how many ranks the host runs.
+#[test]
+fn log_dir_keeps_one_file_per_rank_and_ranks_know_their_local_rank() {
+    let mut job = Job::new("log-dir");
+    let logs = job.path("logs");
+    let st = job
+        .launch(
+            &["-n", "2", "--log-dir", logs.to_str().unwrap()],
+            r#"echo "out $MLX_RANK local $MLX_LOCAL_RANK of $MLX_LOCAL_WORLD_SIZE"; echo "err $MLX_RANK" >&2"#,
+        )
+        .wait(Duration::from_secs(10));
+    assert!(st.success(), "{}", job.output());
+    for r in 0..2 {
+        let log = std::fs::read_to_string(logs.join(format!("rank-{r}.log"))).unwrap();
+        let mut lines: Vec<&str> = log.lines().collect();
+        lines.sort();
+        assert_eq!(
+            lines,
+            [format!("err {r}"), format!("out {r} local {r} of 2")],
+            "rank {r}'s log"
+        );
+        assert!(
+            job.output()
+                .contains(&format!("[{r}] out {r} local {r} of 2")),
+            "{}",
+            job.output()
+        );
+    }
+}
+
+/// When one rank fails, the launcher says why the others run on and for
+/// how long before they are stopped.
+#[test]
+fn a_failure_says_why_and_how_long_the_others_run_on() {
+    let mut job = Job::new("grace-note");
+    let st = job
+        .launch(
+            &["-n", "2", "--grace", "1.5"],
+            r#"if [ "$MLX_RANK" = 1 ]; then exit 3; fi; exec sleep 30"#,
+        )
+        .wait(Duration::from_secs(10));
+    assert_eq!(st.code(), Some(3), "{}", job.output());
+    let out = job.output();
+    assert!(
+        out.contains(
+            "rank 1 failed (exit status 3); the others run on for 1.5 s (--grace) so that they can notice the failure and report whom they blame, then get SIGTERM, and SIGKILL 2 s later"
+        ),
+        "{out}"
+    );
+}
+
+/// A stand-in for ssh that runs the remote command on this machine, so
+/// that ranks go through the agent and its control channel.
+fn fake_ssh(dir: &Path) -> PathBuf {
+    let p = dir.join("fake-ssh");
+    std::fs::write(
+        &p,
+        "#!/bin/sh\n# ssh -G (configuration): say nothing.\nfor a; do [ \"$a\" = -G ] && exit 1; last=\"$a\"; done\nexec /bin/sh -c \"$last\"\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&p, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    p
+}
+
+/// A process killed when the test ends, passed or not.
+struct KillOnDrop(Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Starts `mlx-launch` on two "remote" ranks with `yes` as its standard
+/// input: rank 0 never reads it.
+fn launch_fed(job: &mut Job, args: &[&str], script: &str) -> KillOnDrop {
+    let ssh = fake_ssh(&job.dir);
+    let mut yes = Command::new("yes").stdout(Stdio::piped()).spawn().unwrap();
+    let child = Command::new(LAUNCH)
+        .args(["--hosts", "fakehost1,fakehost2", "--starting-port", "40000"])
+        .args(args)
+        .args(["--", "/bin/sh", "-c", script])
+        .env("T", &job.dir)
+        .env("MLX_LAUNCH_SSH", ssh)
+        .stdin(yes.stdout.take().unwrap())
+        .stdout(File::create(job.path("launcher.out")).unwrap())
+        .stderr(File::create(job.path("launcher.err")).unwrap())
+        .spawn()
+        .unwrap();
+    job.launcher = Some(child);
+    KillOnDrop(yes)
+}
+
+/// Input that rank 0 never reads fills every pipe on its way; the signals
+/// behind it still get through: rank 1's failure ends the job promptly,
+/// with rank 1's status.
+#[test]
+fn input_a_remote_rank_never_reads_does_not_hold_up_a_failure() {
+    let mut job = Job::new("input-failure");
+    let yes = launch_fed(
+        &mut job,
+        &["--grace", "1"],
+        r#"echo $$ > "$T/pid.$MLX_RANK"; if [ "$MLX_RANK" = 1 ]; then sleep 1; exit 3; fi; exec sleep 30"#,
+    );
+    let st = job.wait(Duration::from_secs(15));
+    drop(yes);
+    assert_eq!(st.code(), Some(3), "{}", job.output());
+    assert!(
+        job.last_stderr_line().contains("rank 1 failed"),
+        "{}",
+        job.output()
+    );
+}
+
+/// Ctrl-C while input is pending for a rank that does not read it: the
+/// job stops at once.
+#[test]
+fn ctrl_c_works_while_input_is_pending() {
+    let mut job = Job::new("input-ctrl-c");
+    let yes = launch_fed(
+        &mut job,
+        &[],
+        r#"echo $$ > "$T/pid.$MLX_RANK"; exec sleep 30"#,
+    );
+    let ranks = [job.pid("pid.0"), job.pid("pid.1")];
+    // Time for the input to fill the pipes.
+    std::thread::sleep(Duration::from_millis(500));
+    let t = Instant::now();
+    // SAFETY: kill(2) on the launcher this test started.
+    unsafe { libc::kill(job.launcher_pid(), libc::SIGINT) };
+    let st = job.wait(Duration::from_secs(10));
+    drop(yes);
+    assert_eq!(st.code(), Some(130), "{}", job.output());
+    assert!(
+        t.elapsed() < Duration::from_secs(5),
+        "took {:?}",
+        t.elapsed()
+    );
+    for (r, pid) in ranks.into_iter().enumerate() {
+        assert_gone(&job, &format!("rank {r}"), pid);
+    }
+}

@@ -218,3 +218,23 @@ fn generate_split_over_ranks_under_mlx_launch_prints_the_tokens_of_one_process()
         text(&o)
     );
 }
+
+/// `--version` answers, and `--help` opens with what the tool does.
+#[test]
+fn version_and_help_answer() {
+    let out = Command::new(env!("CARGO_BIN_EXE_mlx-llama"))
+        .arg("--version")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        format!("mlx-llama {}", env!("CARGO_PKG_VERSION"))
+    );
+    let out = Command::new(env!("CARGO_BIN_EXE_mlx-llama"))
+        .arg("--help")
+        .output()
+        .unwrap();
+    let help = String::from_utf8_lossy(&out.stdout);
+    assert!(help.starts_with("Train a small Llama"), "{help}");
+}

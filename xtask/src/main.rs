@@ -17,7 +17,10 @@ use anyhow::Result;
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
-#[command(about = "Developer and experiment tasks for the mlx-rs workspace")]
+#[command(
+    version,
+    about = "Developer and experiment tasks for the mlx-rs workspace"
+)]
 struct Cli {
     #[command(subcommand)]
     task: Task,

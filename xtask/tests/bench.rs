@@ -78,3 +78,22 @@ fn bench_train_reports_both_world_sizes_and_efficiency() {
     );
     assert!(stdout.contains("tokens/s"), "prints the table:\n{stdout}");
 }
+
+/// `xtask --version` answers, and `--help` opens with what it does.
+#[test]
+fn version_and_help_answer() {
+    let out = Command::new(env!("CARGO_BIN_EXE_xtask"))
+        .arg("--version")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        format!("xtask {}", env!("CARGO_PKG_VERSION"))
+    );
+    let out = Command::new(env!("CARGO_BIN_EXE_xtask"))
+        .arg("--help")
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&out.stdout).starts_with("Developer and experiment tasks"));
+}

@@ -30,8 +30,12 @@ use mlx_dist::Backend;
 use mlx_dist::launch::{self, LaunchSpec, RankHost, Restarts, parse_launcher_hostfile};
 
 /// Start a distributed mlx-dist program on several processes.
+///
+/// Runs N copies of PROGRAM (locally, or over ssh with --hosts/--hostfile),
+/// each told its rank and the job's addresses and secret, prefixes their
+/// output with `[rank]`, forwards Ctrl-C, and stops them all when one fails.
 #[derive(Parser, Debug)]
-#[command(name = "mlx-launch", version, about)]
+#[command(name = "mlx-launch", version)]
 struct Args {
     /// Number of processes (per host when --hosts or --hostfile is given;
     /// with an MPI-style host file, it replaces every host's slots).
@@ -99,11 +103,18 @@ struct Args {
     /// Do not prefix output lines with `[rank]`.
     #[arg(long)]
     no_prefix: bool,
+    /// Also write each rank's output (both streams, unprefixed) to
+    /// DIR/rank-<r>.log (rank-<r>.restart-<k>.log after a restart); the
+    /// terminal still shows it. Not with --backend mpi.
+    #[arg(long, value_name = "DIR")]
+    log_dir: Option<PathBuf>,
     /// Log what the launcher does.
     #[arg(short, long)]
     verbose: bool,
-    /// The program and its arguments.
-    #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
+    /// The program and its arguments (after `--` when an argument of the
+    /// program could be taken for one of mlx-launch's). An unknown option
+    /// before the program is an error, not the program.
+    #[arg(required = true, trailing_var_arg = true, value_name = "PROGRAM")]
     command: Vec<String>,
 }
 
@@ -128,6 +139,11 @@ fn spec(a: Args) -> anyhow::Result<(LaunchSpec, Restarts)> {
         backoff: a.restart_backoff,
         max_backoff: launch::restart::MAX_BACKOFF.max(a.restart_backoff),
     };
+    if a.log_dir.is_some() && backend == Backend::Mpi {
+        bail!(
+            "--log-dir is not supported with --backend mpi (mpirun forwards the output; use --mpi-arg=--output-filename --mpi-arg=DIR)"
+        );
+    }
     if a.n == Some(0) {
         bail!("-n 0: there must be at least one process");
     }
@@ -187,6 +203,7 @@ fn spec(a: Args) -> anyhow::Result<(LaunchSpec, Restarts)> {
         remote_launcher: a.remote_launcher,
         mpi_args: a.mpi_args,
         restart_count: 0,
+        log_dir: a.log_dir,
     };
     Ok((spec, restarts))
 }

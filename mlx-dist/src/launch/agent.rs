@@ -107,6 +107,13 @@ impl Order {
     }
 }
 
+/// The largest input frame: the launcher sends 64 KiB at most, and a
+/// length from the stream must not size an allocation unchecked.
+pub(crate) const MAX_INPUT_FRAME: usize = 1 << 20;
+
+/// The longest order line (the environment with the job's keys is a few KiB).
+pub(crate) const MAX_ORDER: u64 = 4 << 20;
+
 /// What the launcher sends after the order.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum Frame {
@@ -144,7 +151,14 @@ impl Frame {
             b'i' => {
                 let mut len = [0u8; 4];
                 r.read_exact(&mut len)?;
-                let mut d = vec![0u8; u32::from_le_bytes(len) as usize];
+                let len = u32::from_le_bytes(len) as usize;
+                if len > MAX_INPUT_FRAME {
+                    return Err(std::io::Error::new(
+                        std::io::ErrorKind::InvalidData,
+                        format!("an input frame of {len} bytes (at most {MAX_INPUT_FRAME})"),
+                    ));
+                }
+                let mut d = vec![0u8; len];
                 r.read_exact(&mut d)?;
                 Frame::Input(d)
             }
@@ -171,8 +185,14 @@ pub fn run_agent() -> i32 {
     let host = hostname();
     let mut input = BufReader::new(std::io::stdin());
     let mut line = String::new();
-    if let Err(e) = input.read_line(&mut line) {
+    if let Err(e) = (&mut input).take(MAX_ORDER).read_line(&mut line) {
         eprintln!("mlx-launch agent on {host}: cannot read the order: {e}");
+        return 127;
+    }
+    if !line.ends_with('\n') {
+        eprintln!(
+            "mlx-launch agent on {host}: the order did not end (a line of at most {MAX_ORDER} bytes)"
+        );
         return 127;
     }
     let order = match Order::parse(&line) {
@@ -234,7 +254,7 @@ fn start_and_wait(
     cmd.stdin(Stdio::piped()).stderr(Stdio::piped());
     let mut child = spawn_guarded(&mut cmd)?;
     let pgid = child.id();
-    let mut stdin = child.stdin.take();
+    let stdin = child.stdin.take();
     let stderr = child.stderr.take().expect("piped");
     // The rank's standard error passes through a thread that remembers
     // whether the last line ended, so that the report starts a line.
@@ -254,18 +274,23 @@ fn start_and_wait(
         }
         let _ = done_tx.send(ended);
     });
-    // Frames from the launcher, until it goes away.
+    // Frames from the launcher, until it goes away. The rank's input goes
+    // through a queue of its own: a rank that does not read it must not
+    // stop this thread from reading the signals behind it.
+    let input = stdin.map(RankInput::start);
     std::thread::spawn(move || {
         loop {
             match Frame::read(&mut frames) {
                 Ok(Some(Frame::Input(d))) => {
-                    if let Some(s) = stdin.as_mut()
-                        && s.write_all(&d).is_err()
-                    {
-                        stdin = None;
+                    if let Some(i) = &input {
+                        i.push(d);
                     }
                 }
-                Ok(Some(Frame::EndOfInput)) => stdin = None,
+                Ok(Some(Frame::EndOfInput)) => {
+                    if let Some(i) = &input {
+                        i.end();
+                    }
+                }
                 Ok(Some(Frame::Signal(sig))) => signal_group(pgid, sig),
                 // The launcher, its ssh or the network is gone while the
                 // rank runs: nobody would ever stop it.
@@ -284,6 +309,85 @@ fn start_and_wait(
         eprintln!();
     }
     Ok(status_code(&status))
+}
+
+/// Input the rank has not read yet that the agent holds at most; past it,
+/// the rest of the input is dropped and the rank's input ends (once said on
+/// stderr): the alternative, to stop reading the launcher's frames, would
+/// hold up the signals behind the input.
+const INPUT_BACKLOG: usize = 16 << 20;
+
+/// The rank's standard input, written by a thread of its own from a queue
+/// that [`RankInput::push`] fills without ever waiting on the rank.
+struct RankInput(std::sync::Arc<(std::sync::Mutex<Backlog>, std::sync::Condvar)>);
+
+#[derive(Default)]
+struct Backlog {
+    chunks: std::collections::VecDeque<Vec<u8>>,
+    bytes: usize,
+    /// No more input: the launcher's ended, or the backlog overflowed.
+    ended: bool,
+}
+
+impl RankInput {
+    fn start(mut stdin: std::process::ChildStdin) -> RankInput {
+        let shared = std::sync::Arc::new((
+            std::sync::Mutex::new(Backlog::default()),
+            std::sync::Condvar::new(),
+        ));
+        let s = shared.clone();
+        std::thread::spawn(move || {
+            loop {
+                let chunk = {
+                    let mut b = s.0.lock().unwrap_or_else(|p| p.into_inner());
+                    loop {
+                        if let Some(c) = b.chunks.pop_front() {
+                            b.bytes -= c.len();
+                            break c;
+                        }
+                        if b.ended {
+                            return; // drops stdin: the rank's input ends
+                        }
+                        b = s.1.wait(b).unwrap_or_else(|p| p.into_inner());
+                    }
+                };
+                if stdin.write_all(&chunk).is_err() {
+                    // The rank closed its input: drop what comes.
+                    let mut b = s.0.lock().unwrap_or_else(|p| p.into_inner());
+                    b.ended = true;
+                    b.chunks.clear();
+                    b.bytes = 0;
+                    return;
+                }
+            }
+        });
+        RankInput(shared)
+    }
+
+    /// Queues `data` for the rank; never waits.
+    fn push(&self, data: Vec<u8>) {
+        let mut b = self.0.0.lock().unwrap_or_else(|p| p.into_inner());
+        if b.ended {
+            return;
+        }
+        if b.bytes + data.len() > INPUT_BACKLOG {
+            b.ended = true;
+            eprintln!(
+                "mlx-launch agent: the rank has not read {} MiB of its standard input; the rest of the input is dropped",
+                b.bytes >> 20
+            );
+        } else {
+            b.bytes += data.len();
+            b.chunks.push_back(data);
+        }
+        self.0.1.notify_all();
+    }
+
+    /// Ends the rank's input once the backlog is written.
+    fn end(&self) {
+        self.0.0.lock().unwrap_or_else(|p| p.into_inner()).ended = true;
+        self.0.1.notify_all();
+    }
 }
 
 /// Sends the rank's failure report, if it wrote one, as a marked line.
@@ -348,5 +452,99 @@ mod tests {
             Frame::read(&mut &b"i\x05\0\0\0ab"[..]).is_err(),
             "a cut frame"
         );
+    }
+
+    use proptest::prelude::*;
+
+    fn order() -> Order {
+        Order {
+            rank: 1,
+            command: vec!["./train".into(), "--steps".into(), "5".into()],
+            cwd: Some("/work".into()),
+            env: vec![("MLX_RANK".into(), "1".into())],
+            ranks_on_host: 2,
+        }
+    }
+
+    /// Reads frames until the end or an error: at most one per byte.
+    fn read_all(bytes: &[u8]) -> Result<usize, std::io::Error> {
+        let mut r = bytes;
+        let mut n = 0;
+        while let Some(f) = Frame::read(&mut r)? {
+            if let Frame::Input(d) = &f {
+                assert!(d.len() <= MAX_INPUT_FRAME);
+            }
+            n += 1;
+            assert!(n <= bytes.len(), "more frames than bytes");
+        }
+        Ok(n)
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(300))]
+
+        /// Arbitrary bytes are frames or an error, never a panic or an
+        /// allocation the length field alone decides.
+        #[test]
+        fn any_bytes_are_frames_or_an_error(bytes in proptest::collection::vec(any::<u8>(), 0..256)) {
+            let _ = read_all(&bytes);
+        }
+
+        /// Valid frames with bytes flipped, cut or inserted.
+        #[test]
+        fn mutated_frames_are_frames_or_an_error(
+            data in proptest::collection::vec(any::<u8>(), 0..64),
+            sig in any::<i32>(),
+            edits in proptest::collection::vec((any::<usize>(), any::<u8>(), 0u8..3), 1..6),
+        ) {
+            let mut b: Vec<u8> = [Frame::Input(data), Frame::Signal(sig), Frame::EndOfInput]
+                .iter()
+                .flat_map(Frame::encode)
+                .collect();
+            for (at, byte, kind) in edits {
+                let at = at % (b.len() + 1);
+                match kind {
+                    0 if at < b.len() => b[at] = byte,
+                    1 => b.truncate(at),
+                    _ => b.insert(at, byte),
+                }
+            }
+            let _ = read_all(&b);
+        }
+
+        /// Arbitrary text is an order or an error.
+        #[test]
+        fn any_text_is_an_order_or_an_error(text in ".{0,200}") {
+            let _ = Order::parse(&text);
+        }
+
+        /// A valid order with bytes flipped, cut or inserted: an order
+        /// that names a program, or an error.
+        #[test]
+        fn mutated_orders_name_a_program_or_fail(
+            edits in proptest::collection::vec((any::<usize>(), any::<u8>(), 0u8..3), 1..6),
+        ) {
+            let mut b = order().to_line().into_bytes();
+            for (at, byte, kind) in edits {
+                let at = at % (b.len() + 1);
+                match kind {
+                    0 if at < b.len() => b[at] = byte,
+                    1 => b.truncate(at),
+                    _ => b.insert(at, byte),
+                }
+            }
+            if let Ok(o) = Order::parse(&String::from_utf8_lossy(&b)) {
+                prop_assert!(!o.command.is_empty());
+                prop_assert!(o.ranks_on_host >= 1);
+            }
+        }
+    }
+
+    #[test]
+    fn an_input_frame_longer_than_the_bound_is_refused_before_allocating() {
+        let mut b = vec![b'i'];
+        b.extend_from_slice(&u32::MAX.to_le_bytes());
+        let e = Frame::read(&mut &b[..]).unwrap_err();
+        assert!(e.to_string().contains("at most"), "{e}");
     }
 }

@@ -109,6 +109,33 @@ pub struct LaunchSpec {
     /// Which attempt of the job this launch is, told to the ranks as
     /// `MLX_RESTART_COUNT` (0 on the first; `mlx-launch --max-restarts`).
     pub restart_count: u32,
+    /// A folder for one log file per rank (`rank-<r>.log`, both streams,
+    /// unprefixed; `rank-<r>.restart-<k>.log` for attempt k), written beside
+    /// the prefixed output on the terminal (`mlx-launch --log-dir`).
+    pub log_dir: Option<PathBuf>,
+}
+
+/// Environment variable: the rank's index among the job's ranks on its host.
+pub const ENV_LOCAL_RANK: &str = "MLX_LOCAL_RANK";
+/// Environment variable: how many of the job's ranks run on the rank's host.
+pub const ENV_LOCAL_WORLD_SIZE: &str = "MLX_LOCAL_WORLD_SIZE";
+
+/// Rank `rank`'s index among the ranks on its host, and how many run there
+/// (ranks share a host when they have the same ssh destination, or none).
+pub fn local_rank(hosts: &[RankHost], rank: usize) -> (usize, usize) {
+    let here = &hosts[rank].ssh;
+    let before = hosts[..rank].iter().filter(|h| &h.ssh == here).count();
+    let all = hosts.iter().filter(|h| &h.ssh == here).count();
+    (before, all)
+}
+
+/// The log file of rank `rank` in attempt `restart` under `dir`.
+pub fn rank_log_path(dir: &std::path::Path, rank: usize, restart: u32) -> PathBuf {
+    if restart == 0 {
+        dir.join(format!("rank-{rank}.log"))
+    } else {
+        dir.join(format!("rank-{rank}.restart-{restart}.log"))
+    }
 }
 
 impl LaunchSpec {
@@ -130,6 +157,7 @@ impl LaunchSpec {
             remote_launcher: None,
             mpi_args: Vec::new(),
             restart_count: 0,
+            log_dir: None,
         }
     }
 }
@@ -226,6 +254,9 @@ pub fn rank_env(
             spec.restart_count.to_string(),
         ),
     ];
+    let (local, local_world) = local_rank(&spec.hosts, rank);
+    env.push((ENV_LOCAL_RANK.to_string(), local.to_string()));
+    env.push((ENV_LOCAL_WORLD_SIZE.to_string(), local_world.to_string()));
     if let Some(q) = &job.quic {
         env.push((
             config::ENV_QUIC_CERT.to_string(),
@@ -345,6 +376,26 @@ mod tests {
             };
             assert_eq!(rayon(1), cores.to_string());
             assert_eq!(rayon(cores * 4), "1");
+        }
+    }
+
+    #[test]
+    fn local_ranks_count_the_ranks_of_each_host() {
+        let mut spec = LaunchSpec::local(5, vec!["p".into()]);
+        spec.hosts[1] = RankHost::on("a").unwrap();
+        spec.hosts[3] = RankHost::on("a").unwrap();
+        let job = JobIdentity::random();
+        let addrs: Vec<String> = (0..5).map(|r| format!("h:{r}")).collect();
+        let got: Vec<(String, String)> = (0..5)
+            .map(|r| {
+                let env = rank_env(&spec, &job, &addrs, r, None);
+                let get = |k: &str| env.iter().find(|(n, _)| n == k).unwrap().1.clone();
+                (get(ENV_LOCAL_RANK), get(ENV_LOCAL_WORLD_SIZE))
+            })
+            .collect();
+        let want = [("0", "3"), ("0", "2"), ("1", "3"), ("1", "2"), ("2", "3")];
+        for (r, (g, w)) in got.iter().zip(want).enumerate() {
+            assert_eq!((g.0.as_str(), g.1.as_str()), w, "rank {r}");
         }
     }
 

@@ -12,7 +12,10 @@
 //! - A rank that exits with a failure status or is killed is noticed by
 //!   mpirun, which aborts the job (it stops the other ranks) and exits
 //!   non-zero; `mlx-launch` exits with mpirun's status and does not name the
-//!   rank itself (mpirun's own message does).
+//!   rank itself (mpirun's own message does). A rank of `mlx-dist` that
+//!   panics or exits with a failure calls `MPI_Abort` itself (see
+//!   `mlx_dist::exit_rank`), so it never waits in `MPI_Finalize` for peers
+//!   that wait for it in a collective.
 //! - A rank that is alive but makes no progress (a deadlock, a stopped
 //!   process, a rank that never reaches a collective) is not detected: the
 //!   other ranks wait inside MPI and the job hangs until it is interrupted
@@ -39,8 +42,8 @@ use mlx_progress::render::Renderer;
 
 use super::LaunchSpec;
 use super::supervise::{
-    finish_output, forward_interrupts, forward_stdin, report_exit, signal_group, spawn_guarded,
-    status_code, supervise,
+    finish_output, forward_interrupts, forward_stdin, kill_group_if_ours, report_exit,
+    signal_group, spawn_guarded, status_code, supervise,
 };
 
 /// The `mpirun` command line (program and arguments) for `spec`.
@@ -256,7 +259,7 @@ pub fn run(spec: &LaunchSpec) -> anyhow::Result<i32> {
         &|_| argv[0].clone(),
     );
     forward_interrupts(None);
-    signal_group(pgid, libc::SIGKILL);
+    kill_group_if_ours(pgid, s.reaped[0]);
     finish_output(out_rx);
     match (&s.statuses[0], &s.first_failure) {
         (Some(st), _) => Ok(status_code(st)),

@@ -2,10 +2,11 @@
 //! rank's agent ([`super::agent`]), and the control channel (ssh's standard
 //! input) that carries the order, the rank's input and the signals.
 
+use std::collections::VecDeque;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{ChildStdin, Command};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 
 use super::LaunchSpec;
 use super::agent::{AGENT_FLAG, Frame, Order};
@@ -138,37 +139,88 @@ pub(crate) fn order_for(spec: &LaunchSpec, rank: usize, env: Vec<(String, String
     }
 }
 
-/// The control channel of a remote rank: ssh's standard input.
+/// The control channel of a remote rank: ssh's standard input, written by a
+/// thread of its own, so that no caller ever blocks on the pipe. Signals
+/// and the end of input are queued as they come; the rank's input waits
+/// for room (at most [`INPUT_IN_FLIGHT`] frames queued), so a rank that does
+/// not read its input holds up neither Ctrl-C nor the launcher (the agent,
+/// too, never stops reading its frames; see [`super::agent`]).
 #[derive(Clone)]
-pub(crate) struct Control(Arc<Mutex<Option<ChildStdin>>>);
+pub(crate) struct Control(Arc<Shared>);
+
+/// Input frames queued at most, 64 KiB each.
+const INPUT_IN_FLIGHT: usize = 16;
+
+struct Shared {
+    queue: Mutex<Queue>,
+    changed: Condvar,
+}
+
+struct Queue {
+    frames: VecDeque<Frame>,
+    /// Input frames among `frames`.
+    inputs: usize,
+    /// The writer ended: the pipe failed or [`Control::close`] was called.
+    closed: bool,
+    /// [`Control::close`] was called: drop the pipe once the queue is written.
+    closing: bool,
+}
 
 impl Control {
-    /// Takes `stdin` and writes the order on it first.
+    /// Takes `stdin`, writes the order on it first, and starts the writer.
     pub fn start(mut stdin: ChildStdin, order: &Order) -> std::io::Result<Control> {
         stdin.write_all(order.to_line().as_bytes())?;
         stdin.flush()?;
-        Ok(Control(Arc::new(Mutex::new(Some(stdin)))))
+        let shared = Arc::new(Shared {
+            queue: Mutex::new(Queue {
+                frames: VecDeque::new(),
+                inputs: 0,
+                closed: false,
+                closing: false,
+            }),
+            changed: Condvar::new(),
+        });
+        let s = shared.clone();
+        std::thread::spawn(move || s.write_all(stdin));
+        Ok(Control(shared))
     }
 
-    /// Sends `frame`; false when the channel is closed (ssh is gone).
+    /// Queues `frame` without waiting; false when the channel is closed
+    /// (ssh is gone, or the launch is over).
     pub fn send(&self, frame: &Frame) -> bool {
-        let mut g = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        let Some(s) = g.as_mut() else {
+        let mut q = self.0.lock();
+        if q.closed || q.closing {
             return false;
-        };
-        let ok = s
-            .write_all(&frame.encode())
-            .and_then(|()| s.flush())
-            .is_ok();
-        if !ok {
-            *g = None;
         }
-        ok
+        q.frames.push_back(frame.clone());
+        self.0.changed.notify_all();
+        true
     }
 
-    /// Closes the channel: an agent whose rank still runs kills it.
+    /// Queues input for the rank, waiting while [`INPUT_IN_FLIGHT`] frames
+    /// are queued; false when the channel is closed.
+    fn send_input(&self, data: Vec<u8>) -> bool {
+        let mut q = self.0.lock();
+        while !(q.closed || q.closing) && q.inputs >= INPUT_IN_FLIGHT {
+            q = self.0.changed.wait(q).unwrap_or_else(|p| p.into_inner());
+        }
+        if q.closed || q.closing {
+            return false;
+        }
+        q.frames.push_back(Frame::Input(data));
+        q.inputs += 1;
+        self.0.changed.notify_all();
+        true
+    }
+
+    /// Closes the channel: an agent whose rank still runs kills it. Frames
+    /// not yet written are dropped.
     pub fn close(&self) {
-        self.0.lock().unwrap_or_else(|p| p.into_inner()).take();
+        let mut q = self.0.lock();
+        q.closing = true;
+        q.frames.clear();
+        q.inputs = 0;
+        self.0.changed.notify_all();
     }
 
     /// Copies this process's standard input to the rank on a detached thread.
@@ -181,7 +233,7 @@ impl Control {
                 match std::io::Read::read(&mut input, &mut buf) {
                     Ok(0) | Err(_) => break,
                     Ok(n) => {
-                        if !control.send(&Frame::Input(buf[..n].to_vec())) {
+                        if !control.send_input(buf[..n].to_vec()) {
                             return;
                         }
                     }
@@ -189,6 +241,48 @@ impl Control {
             }
             control.send(&Frame::EndOfInput);
         });
+    }
+}
+
+impl Shared {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Queue> {
+        self.queue.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The writer: each queued frame in turn, until the pipe fails or the
+    /// channel is closed. Only this thread ever blocks on the pipe.
+    fn write_all(&self, mut stdin: ChildStdin) {
+        loop {
+            let frame = {
+                let mut q = self.lock();
+                loop {
+                    if q.closing {
+                        q.closed = true;
+                        return;
+                    }
+                    if let Some(f) = q.frames.pop_front() {
+                        if matches!(f, Frame::Input(_)) {
+                            q.inputs -= 1;
+                            self.changed.notify_all();
+                        }
+                        break f;
+                    }
+                    q = self.changed.wait(q).unwrap_or_else(|p| p.into_inner());
+                }
+            };
+            if stdin
+                .write_all(&frame.encode())
+                .and_then(|()| stdin.flush())
+                .is_err()
+            {
+                let mut q = self.lock();
+                q.closed = true;
+                q.frames.clear();
+                q.inputs = 0;
+                self.changed.notify_all();
+                return;
+            }
+        }
     }
 }
 

@@ -174,6 +174,25 @@ pub(crate) fn signal_group(pgid: u32, sig: i32) {
     }
 }
 
+/// Kills what is left in the process group `pgid` of a process the launcher
+/// started, once the launch is over. A group whose leader is not yet
+/// reaped (`reaped` false) is ours. After the leader was reaped, the group
+/// is still ours while processes it left live (no new process can take its
+/// id then), and once it is empty its id may become a stranger's: a group
+/// id is its creator's pid, so a live process with pid `pgid` is a stranger
+/// that reused the pid, and its group is left alone.
+pub(crate) fn kill_group_if_ours(pgid: u32, reaped: bool) {
+    // SAFETY: signal 0 only asks whether the process exists.
+    if reaped && unsafe { libc::kill(pgid as libc::pid_t, 0) } == 0 {
+        tracing::debug!(
+            pgid,
+            "pid reused since its rank was reaped; not signalling its group"
+        );
+        return;
+    }
+    signal_group(pgid, libc::SIGKILL);
+}
+
 /// Starts `cmd` in a process group of its own that dies with the launcher
 /// (see [`parent`]). Call it from the thread that waits for the launch: on
 /// Linux the child is killed when the thread that started it exits.
@@ -238,6 +257,8 @@ pub(crate) struct Supervised {
     pub signalled: Vec<bool>,
     /// Whether an interrupt arrived.
     pub interrupted: bool,
+    /// Which processes were reaped (their exit was reported).
+    pub reaped: Vec<bool>,
 }
 
 /// Waits until each of the `started` processes (out of `n` meant to run)
@@ -297,7 +318,7 @@ pub(crate) fn supervise(
                 if caused {
                     tracing::debug!("{who} exited ({how}) after the launcher signalled it");
                 } else if alive.iter().any(|&a| a) && stopping.is_none() {
-                    tracing::error!("{who} failed ({how}); stopping the others in {grace:?}");
+                    tracing::error!("{who} failed ({how}); {}", grace_note(grace));
                     stopping = Some((Instant::now() + grace, libc::SIGTERM));
                 } else {
                     tracing::error!("{who} failed ({how})");
@@ -343,11 +364,35 @@ pub(crate) fn supervise(
         .find(|f| f.by_signal)
         .or(own.first())
         .map(|f| (f.index, f.how.clone()));
+    let mut reaped = vec![false; n];
+    for (r, a) in alive.iter().enumerate() {
+        reaped[r] = !a;
+    }
     Supervised {
         statuses,
         first_failure,
         signalled,
         interrupted,
+        reaped,
+    }
+}
+
+/// Why the other processes run on after one failed, and for how long.
+fn grace_note(grace: Duration) -> String {
+    format!(
+        "the others run on for {} (--grace) so that they can notice the failure and report whom they blame, then get SIGTERM, and SIGKILL {} later",
+        seconds(grace),
+        seconds(KILL_AFTER)
+    )
+}
+
+/// `d` in seconds as people write them: "8 s", "1.5 s".
+fn seconds(d: Duration) -> String {
+    let s = d.as_secs_f64();
+    if s.fract() == 0.0 {
+        format!("{s:.0} s")
+    } else {
+        format!("{} s", (s * 1000.0).round() / 1000.0)
     }
 }
 
@@ -375,12 +420,14 @@ enum Stream {
 /// `reports`, a line that carries a remote rank's failure report (see
 /// [`agent`]) is saved there instead. With `rendered`, the rank's progress
 /// events become bars and the other lines are printed around them.
+#[allow(clippy::too_many_arguments)]
 fn forward<R: Read + Send + 'static>(
     src: R,
     stream: Stream,
     prefix: String,
     reports: Option<(PathBuf, usize)>,
     rendered: Option<Rendered>,
+    log: Option<RankLog>,
     done: Sender<()>,
 ) {
     std::thread::spawn(move || {
@@ -410,6 +457,9 @@ fn forward<R: Read + Send + 'static>(
                     if !line.ends_with(b"\n") {
                         line.push(b'\n');
                     }
+                    if let Some(log) = &log {
+                        log.write(&line);
+                    }
                     match (&rendered, stream) {
                         (None, _) => write(&line),
                         (Some(r), Stream::Stdout) => r.stdout(|| write(&line)),
@@ -429,6 +479,29 @@ fn forward<R: Read + Send + 'static>(
     });
 }
 
+/// A rank's log file (`--log-dir`), shared by the forwarders of its two
+/// streams: whole lines, unprefixed.
+#[derive(Clone)]
+struct RankLog(Arc<Mutex<std::fs::File>>);
+
+impl RankLog {
+    fn create(dir: &std::path::Path, rank: usize, restart: u32) -> anyhow::Result<RankLog> {
+        let p = super::rank_log_path(dir, rank, restart);
+        let f = std::fs::File::create(&p)
+            .map_err(|e| anyhow::anyhow!("cannot create rank {rank}'s log {}: {e}", p.display()))?;
+        Ok(RankLog(Arc::new(Mutex::new(f))))
+    }
+
+    /// Appends `line`; a log that cannot be written is noted once and dropped.
+    fn write(&self, line: &[u8]) {
+        let mut f = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        if let Err(e) = f.write_all(line) {
+            static NOTED: std::sync::Once = std::sync::Once::new();
+            NOTED.call_once(|| tracing::warn!(error = %e, "cannot write a rank's log file"));
+        }
+    }
+}
+
 /// How the launcher signals one rank.
 enum Handle {
     /// A local process group.
@@ -442,20 +515,23 @@ impl Handle {
         match self {
             Handle::Local(pgid) => signal_group(*pgid, sig),
             Handle::Remote { ssh, control } => {
-                if !control.send(&agent::Frame::Signal(sig)) {
+                // SIGKILL is final: without ssh the agent kills the rank
+                // even if the frame never gets through.
+                if !control.send(&agent::Frame::Signal(sig)) || sig == libc::SIGKILL {
                     signal_group(*ssh, libc::SIGKILL);
                 }
             }
         }
     }
 
-    /// Ends whatever is left of the rank once the launch is over.
-    fn finish(&self) {
+    /// Ends whatever is left of the rank once the launch is over (`reaped`:
+    /// whether its process, or its ssh, was reaped).
+    fn finish(&self, reaped: bool) {
         match self {
-            Handle::Local(pgid) => signal_group(*pgid, libc::SIGKILL),
+            Handle::Local(pgid) => kill_group_if_ours(*pgid, reaped),
             Handle::Remote { ssh, control } => {
                 control.close();
-                signal_group(*ssh, libc::SIGKILL);
+                kill_group_if_ours(*ssh, reaped);
             }
         }
     }
@@ -492,6 +568,10 @@ fn start_rank(
         renderer: r.clone(),
         rank,
     });
+    let log = match &spec.log_dir {
+        Some(d) => Some(RankLog::create(d, rank, spec.restart_count)?),
+        None => None,
+    };
     let Some(host) = &spec.hosts[rank].ssh else {
         let mut cmd = local_command(spec, &env);
         cmd.stdin(if rank == 0 {
@@ -499,18 +579,18 @@ fn start_rank(
         } else {
             Stdio::null()
         });
-        if spec.prefix_output {
+        if spec.prefix_output || log.is_some() {
             cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
         }
         let mut child = spawn_guarded(&mut cmd)
             .map_err(|e| anyhow::anyhow!("cannot start rank {rank} ({}): {e}", spec.command[0]))?;
         forward_stdin(&mut child);
         if let Some(o) = child.stdout.take() {
-            let r = rendered.clone();
-            forward(o, Stream::Stdout, prefix.clone(), None, r, out.clone());
+            let (r, l) = (rendered.clone(), log.clone());
+            forward(o, Stream::Stdout, prefix.clone(), None, r, l, out.clone());
         }
         if let Some(e) = child.stderr.take() {
-            forward(e, Stream::Stderr, prefix, None, rendered, out.clone());
+            forward(e, Stream::Stderr, prefix, None, rendered, log, out.clone());
         }
         return Ok((Handle::Local(child.id()), child));
     };
@@ -532,12 +612,12 @@ fn start_rank(
         control.forward_stdin();
     }
     if let Some(o) = child.stdout.take() {
-        let r = rendered.clone();
-        forward(o, Stream::Stdout, prefix.clone(), None, r, out.clone());
+        let (r, l) = (rendered.clone(), log.clone());
+        forward(o, Stream::Stdout, prefix.clone(), None, r, l, out.clone());
     }
     if let Some(e) = child.stderr.take() {
         let saved = Some((reports.to_path_buf(), rank));
-        forward(e, Stream::Stderr, prefix, saved, rendered, out.clone());
+        forward(e, Stream::Stderr, prefix, saved, rendered, log, out.clone());
     }
     let ssh = child.id();
     Ok((Handle::Remote { ssh, control }, child))
@@ -560,6 +640,10 @@ pub fn run(spec: &LaunchSpec) -> anyhow::Result<LaunchOutcome> {
         anyhow::bail!("{p}");
     }
     let n = spec.hosts.len();
+    if let Some(d) = &spec.log_dir {
+        std::fs::create_dir_all(d)
+            .map_err(|e| anyhow::anyhow!("cannot create the log folder {}: {e}", d.display()))?;
+    }
     let job = JobIdentity::random();
     #[cfg(feature = "tls")]
     let job = if matches!(
@@ -638,8 +722,8 @@ pub fn run(spec: &LaunchSpec) -> anyhow::Result<LaunchOutcome> {
         &|r| format!("rank {r}"),
     );
     forward_interrupts(None);
-    for h in &handles {
-        h.finish();
+    for (h, &reaped) in handles.iter().zip(&s.reaped) {
+        h.finish(reaped);
     }
     finish_output(out_rx);
     if let Some(p) = hostfile {
@@ -702,6 +786,59 @@ fn remove_files_of_dead_launchers(dir: &std::path::Path) {
                 std::fs::remove_file(&p)
             };
         }
+    }
+}
+
+#[cfg(test)]
+mod finish_tests {
+    use super::*;
+
+    /// Whether `pid` runs (a zombie that nobody reaps, as under a
+    /// container's bare pid 1, does not).
+    fn alive(pid: u32) -> bool {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        let zombie = stat
+            .rsplit_once(") ")
+            .is_some_and(|(_, r)| r.starts_with('Z'));
+        // SAFETY: signal 0 only asks whether the process exists.
+        !zombie && unsafe { libc::kill(pid as libc::pid_t, 0) == 0 }
+    }
+
+    /// A rank reaped long ago whose pid now leads a stranger's group: that
+    /// group is not killed. A rank reaped with processes left in its group:
+    /// they are.
+    #[test]
+    fn only_groups_still_ours_are_killed_at_the_end() {
+        let mut stranger = spawn_guarded(Command::new("sleep").arg("30")).unwrap();
+        kill_group_if_ours(stranger.id(), true);
+        std::thread::sleep(Duration::from_millis(100));
+        let survived = stranger.try_wait().unwrap().is_none();
+        let _ = stranger.kill();
+        let _ = stranger.wait();
+        assert!(survived, "a stranger's group was killed");
+
+        let mut rank = spawn_guarded(
+            Command::new("/bin/sh")
+                .args(["-c", "sleep 30 >/dev/null & echo $!"])
+                .stdout(Stdio::piped()),
+        )
+        .unwrap();
+        let mut out = String::new();
+        rank.stdout
+            .take()
+            .unwrap()
+            .read_to_string(&mut out)
+            .unwrap();
+        let left: u32 = out.trim().parse().unwrap();
+        let pgid = rank.id();
+        rank.wait().unwrap();
+        assert!(alive(left));
+        kill_group_if_ours(pgid, true);
+        let t = Instant::now();
+        while alive(left) && t.elapsed() < Duration::from_secs(5) {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert!(!alive(left), "what the rank left in its group is killed");
     }
 }
 

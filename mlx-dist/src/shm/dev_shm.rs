@@ -5,14 +5,18 @@ use std::io;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::PathBuf;
 
-fn path(name: &str) -> PathBuf {
+/// The folder of the segments: `/dev/shm`, else the temporary folder.
+fn dir() -> PathBuf {
     let shm = std::path::Path::new("/dev/shm");
-    let dir = if shm.is_dir() {
+    if shm.is_dir() {
         shm.to_path_buf()
     } else {
         std::env::temp_dir()
-    };
-    dir.join(name)
+    }
+}
+
+fn path(name: &str) -> PathBuf {
+    dir().join(name)
 }
 
 /// Creates the segment `name` of `len` bytes, readable by this user only;
@@ -39,10 +43,45 @@ pub fn create(name: &str, len: usize) -> io::Result<(File, String)> {
     Ok((f, handle))
 }
 
+/// Whether `handle` is what [`create`] returns for a segment's name (the
+/// peer sends it; nothing else may be opened).
+pub fn is_segment_handle(handle: &str) -> bool {
+    let p = std::path::Path::new(handle);
+    p.parent() == Some(dir().as_path())
+        && p.file_name()
+            .and_then(|n| n.to_str())
+            .is_some_and(|n| super::orphans::owner_of(n).is_some())
+}
+
 pub fn open(handle: &str) -> io::Result<File> {
     OpenOptions::new().read(true).write(true).open(handle)
 }
 
 pub fn remove(handle: &str) {
     let _ = std::fs::remove_file(handle);
+}
+
+/// Removes the segments of this user whose creator is gone (see
+/// [`super::orphans`]).
+pub fn sweep() {
+    sweep_in(&dir());
+}
+
+fn sweep_in(dir: &std::path::Path) {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    // SAFETY: geteuid cannot fail.
+    let me = unsafe { libc::geteuid() };
+    for e in entries.flatten() {
+        let name = e.file_name();
+        let Some(name) = name.to_str() else { continue };
+        if super::orphans::is_orphan(name)
+            && e.metadata().is_ok_and(|m| m.is_file() && m.uid() == me)
+        {
+            tracing::debug!(segment = name, "removing a segment whose creator is gone");
+            let _ = std::fs::remove_file(e.path());
+        }
+    }
 }

@@ -26,9 +26,14 @@
 //! link; the higher rank maps it and checks the nonce. Ranks on different hosts (or with
 //! `MLX_DIST_SHM=0` on either side) fail that check or decline, and keep the
 //! plain TCP link. The name is removed as soon as the answer is in, so no
-//! segment outlives its processes.
+//! segment outlives its processes; one whose creator was killed before
+//! that is removed by the next rank that sets up shared memory on the host
+//! ([`orphans`]: the name carries the creator's pid). A segment shorter
+//! than the layout is refused before it is mapped (touching a page past the
+//! end of its file would be a `SIGBUS`).
 //!
 //! One file a job: [`segment`] (the layout and mapping of a segment),
+//! [`orphans`] (segments of dead creators),
 //! `dev_shm` and `posix_shm` (making, opening and removing named segments on
 //! Linux and macOS), [`negotiate`](mod@negotiate) (who shares a segment) and
 //! [`link`] (the link over it).
@@ -41,6 +46,7 @@
 
 mod link;
 mod negotiate;
+mod orphans;
 mod segment;
 
 // Creating, opening and removing named segments: files in `/dev/shm` (a

@@ -40,7 +40,19 @@ unsafe impl Send for Segment {}
 unsafe impl Sync for Segment {}
 
 impl Segment {
+    /// Maps `file`, refusing one shorter than [`segment_len`]: its pages
+    /// past the end would fault with `SIGBUS` when touched.
     pub(super) fn map(file: &File) -> io::Result<Segment> {
+        let have = file.metadata()?.len();
+        if have < segment_len() as u64 {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!(
+                    "the shared memory segment is {have} bytes, {} are needed",
+                    segment_len()
+                ),
+            ));
+        }
         let map = memmap2::MmapOptions::new()
             .len(segment_len())
             .map_raw(file)?;
@@ -73,5 +85,40 @@ impl Segment {
         let at = CONTROL + (d * SLOTS as usize + (i % SLOTS) as usize) * SLOT;
         // SAFETY: in bounds of the mapping by construction.
         unsafe { self.map.as_mut_ptr().add(at) }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_segment_shorter_than_the_layout_is_refused_before_mapping() {
+        let f = tempfile_of(4096);
+        let e = Segment::map(&f)
+            .err()
+            .expect("a short file must not be mapped");
+        assert_eq!(e.kind(), io::ErrorKind::InvalidData, "{e}");
+        assert!(e.to_string().contains("4096 bytes"), "{e}");
+        let f = tempfile_of(segment_len() as u64);
+        assert!(Segment::map(&f).is_ok());
+    }
+
+    fn tempfile_of(len: u64) -> File {
+        let p = std::env::temp_dir().join(format!(
+            "mlx-seg-{}-{len}-{:?}",
+            std::process::id(),
+            std::thread::current().id()
+        ));
+        let f = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&p)
+            .unwrap();
+        std::fs::remove_file(&p).unwrap();
+        f.set_len(len).unwrap();
+        f
     }
 }

@@ -489,6 +489,26 @@ pub fn scenario_soak() {
     println!("SOAK rank {} OK {ops} ops in {:?}", g.rank(), t.elapsed());
 }
 
+/// Rank 1 fails before the first collective, with a panic or (`how` =
+/// "exit") an exit with status 3 as a `main` that returns an error does;
+/// the others write `pid-R` in the fault folder and wait in an all_sum.
+pub fn scenario_fail_early(how: &str) {
+    let g = init(Backend::Any).unwrap();
+    fault_note(
+        &format!("pid-{}", g.rank()),
+        &std::process::id().to_string(),
+    );
+    if g.rank() == 1 {
+        match how {
+            "panic" => panic!("rank 1 fails before its first collective"),
+            _ => std::process::exit(3),
+        }
+    }
+    let mut x = vec![1.0f32; 4];
+    let r = g.all_sum(&mut x);
+    println!("FAIL_EARLY rank {} left the collective: {r:?}", g.rank());
+}
+
 /// Runs the scenario named by `MLX_DIST_TEST_SCENARIO`, if any (as a rank).
 pub fn run_scenario() {
     match std::env::var(SCENARIO).as_deref() {
@@ -503,6 +523,8 @@ pub fn run_scenario() {
         Ok("last") => scenario_last(),
         Ok("hold") => scenario_hold(),
         Ok("listen") => scenario_listen(),
+        Ok("fail_early_panic") => scenario_fail_early("panic"),
+        Ok("fail_early_exit") => scenario_fail_early("exit"),
         Ok(other) => panic!("unknown scenario {other}"),
         Err(_) => {}
     }

@@ -12,7 +12,10 @@ use mlx_llama::{
 };
 
 #[derive(Parser)]
-#[command(about = "Train a small Llama data-parallel, or sample from a checkpoint")]
+#[command(
+    version,
+    about = "Train a small Llama data-parallel, or sample from a checkpoint"
+)]
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,
@@ -514,6 +517,7 @@ fn main() {
     };
     if let Err(e) = result {
         eprintln!("error: {e:#}");
-        std::process::exit(1);
+        // Under MPI, aborts the job so the other ranks do not wait for this one.
+        mlx_dist::exit_rank(1);
     }
 }
