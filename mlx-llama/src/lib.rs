@@ -12,10 +12,13 @@ pub mod checkpoint;
 pub mod config;
 pub mod curves;
 pub mod export;
+pub mod import;
 pub mod metrics;
 pub mod model;
 pub mod options_file;
 pub mod pipeline;
+pub mod sampling;
+pub mod tensorboard;
 mod sync;
 pub mod trainer;
 
