@@ -18,8 +18,8 @@ pub mod model;
 pub mod options_file;
 pub mod pipeline;
 pub mod sampling;
-pub mod tensorboard;
 mod sync;
+pub mod tensorboard;
 pub mod trainer;
 
 pub use config::{
