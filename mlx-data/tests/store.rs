@@ -515,3 +515,104 @@ fn lengths_past_the_end_of_the_file_are_refused() {
         assert!(msg.contains(name), "{msg}");
     }
 }
+
+// ---- Token ids: an id outside the vocabulary is refused when the store opens. ----
+
+/// (first token's offset, token width, token count, vocabulary) of `b`.
+fn token_layout(b: &[u8]) -> (usize, usize, usize, u64) {
+    (
+        mlx_data::store::format::HEADER_LEN,
+        get_field(b, FIELDS[1]) as usize,
+        get_field(b, FIELDS[2]) as usize,
+        get_field(b, FIELDS[5]),
+    )
+}
+
+#[test]
+fn a_token_id_beyond_the_vocabulary_is_refused_at_open() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("ids.tokens");
+    for wide in [false, true] {
+        let b0 = valid_store_bytes(wide);
+        let (at, width, n_tokens, vocab) = token_layout(&b0);
+        let k = n_tokens / 2;
+        for (id, ok) in [
+            (vocab - 1, true),
+            (vocab, false),
+            ((1u64 << (8 * width)) - 1, false),
+        ] {
+            let mut b = b0.clone();
+            set_field(&mut b, (at + k * width, width), id);
+            reseal(&mut b, true);
+            std::fs::write(&path, &b).unwrap();
+            let r = TokenStore::open(&path, Verify::Full);
+            if ok {
+                assert_eq!(
+                    r.unwrap().tokens(0, n_tokens as u64).get(k),
+                    Some(id as u32)
+                );
+            } else {
+                let msg = corrupt_message(r);
+                assert!(msg.contains(&format!("token {k} is id {id}")), "{msg}");
+                assert!(msg.contains(&format!("vocab_size {vocab}")), "{msg}");
+            }
+        }
+    }
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(256))]
+
+    #[test]
+    fn arbitrary_bytes_never_open_into_a_panic(
+        bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..6000),
+        valid_header: bool,
+        sealed: bool,
+    ) {
+        // Anything, or anything behind a valid store's header (then resealed
+        // so the checksums hold and only the field checks stand in the way).
+        let mut b = bytes;
+        if valid_header {
+            let v = valid_store_bytes(false);
+            let h = mlx_data::store::format::HEADER_LEN;
+            let mut with = v[..h].to_vec();
+            with.extend_from_slice(&b);
+            b = with;
+        }
+        if sealed && b.len() >= mlx_data::store::format::HEADER_LEN {
+            reseal(&mut b, true);
+        }
+        let _ = open_crafted(&b);
+    }
+
+    #[test]
+    fn edited_token_ids_open_only_when_all_are_in_the_vocabulary(
+        wide: bool,
+        edits in proptest::collection::vec(
+            (proptest::prelude::any::<proptest::sample::Index>(), value()),
+            1..6,
+        ),
+    ) {
+        let mut b = valid_store_bytes(wide);
+        let (at, width, n_tokens, vocab) = token_layout(&b);
+        let mask = (1u64 << (8 * width)) - 1;
+        for (i, v) in &edits {
+            let k = i.index(n_tokens);
+            let field = (at + k * width, width);
+            // Values near the vocabulary's edge as often as anywhere.
+            let old = get_field(&b, field);
+            let new = match v {
+                Value::Near(d) => vocab.wrapping_add_signed(*d),
+                _ => v.apply(old),
+            } & mask;
+            set_field(&mut b, field, new);
+        }
+        reseal(&mut b, true);
+        let all_in = (0..n_tokens).all(|k| get_field(&b, (at + k * width, width)) < vocab);
+        let results = open_crafted(&b);
+        proptest::prop_assert_eq!(results[0].is_ok(), all_in, "{:?}", results[0]);
+        // Header-only opening does not read the data; the store still reads
+        // back in bounds.
+        proptest::prop_assert!(results[1].is_ok());
+    }
+}

@@ -178,6 +178,15 @@ pub struct TrainConfig {
     /// stage 1: each rank keeps `1 / world` of them, the same results); off,
     /// every rank averages whole gradients and keeps the whole state.
     pub shard_optimizer: bool,
+    /// Where the metrics go: TensorBoard event files, metrics.jsonl,
+    /// metrics.csv and loss.png (default: all).
+    #[serde(default)]
+    pub report_to: crate::metrics::ReportTo,
+    /// Start from these pretrained weights: a Hugging Face or mlx-lm Llama
+    /// folder (config.json and safetensors), which also sets the model's
+    /// shape ([`crate::import`]).
+    #[serde(default)]
+    pub init_from: Option<PathBuf>,
 }
 
 impl Default for TrainConfig {
@@ -219,6 +228,8 @@ impl Default for TrainConfig {
             memory_log: None,
             sample_log: None,
             shard_optimizer: true,
+            report_to: crate::metrics::ReportTo::default(),
+            init_from: None,
         }
     }
 }

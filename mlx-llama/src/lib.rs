@@ -12,11 +12,14 @@ pub mod checkpoint;
 pub mod config;
 pub mod curves;
 pub mod export;
+pub mod import;
 pub mod metrics;
 pub mod model;
 pub mod options_file;
 pub mod pipeline;
+pub mod sampling;
 mod sync;
+pub mod tensorboard;
 pub mod trainer;
 
 pub use config::{

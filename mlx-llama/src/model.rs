@@ -9,6 +9,8 @@ use mlx_nn::{
 };
 use serde::{Deserialize, Serialize};
 
+use crate::sampling::Sampling;
+
 /// The dtype of the residual stream between the blocks: float32 whatever
 /// dtype the weights are in. With bfloat16 or float16 weights (a model run
 /// in a compute dtype, [`mlx_nn::value_and_grad_in`]) the projections,
@@ -429,19 +431,39 @@ impl Llama {
         temperature: f64,
         seed: u64,
     ) -> Result<Vec<u32>> {
+        let sampling = Sampling::temperature(temperature);
+        self.generate_with(prompt, max_tokens, &sampling, seed, &[], &mut |_| Ok(()))
+    }
+
+    /// [`Llama::generate`] with mlx-lm's sampling options: it stops before
+    /// a token of `stop` (which is not returned) and hands every token to
+    /// `on_token` as soon as it is drawn (to stream it).
+    pub fn generate_with(
+        &self,
+        prompt: &[u32],
+        max_tokens: usize,
+        sampling: &Sampling,
+        seed: u64,
+        stop: &[u32],
+        on_token: &mut dyn FnMut(u32) -> Result<()>,
+    ) -> Result<Vec<u32>> {
         check_prompt(prompt)?;
         let mut caches: Vec<Option<KvCache>> = vec![None; self.layers.len()];
         let mut key = random::key(seed);
         let mut input = Array::from_slice(prompt, &[1, prompt.len()])?;
-        let mut out = Vec::with_capacity(max_tokens);
+        let mut history = prompt.to_vec();
         for _ in 0..max_tokens {
             let logits = self.forward_cached(&input, &mut caches)?;
-            let id = sample_last(&logits, temperature, &mut key)?;
-            out.push(id);
+            let id = sample_last(&logits, sampling, &history, &mut key)?;
+            if stop.contains(&id) {
+                break;
+            }
+            history.push(id);
+            on_token(id)?;
             input = Array::from_slice(&[id], &[1, 1])?;
             eval_caches(&caches)?;
         }
-        Ok(out)
+        Ok(history.split_off(prompt.len()))
     }
 }
 
@@ -489,19 +511,29 @@ pub(crate) fn check_prompt(prompt: &[u32]) -> Result<()> {
     Ok(())
 }
 
-/// The token drawn from the last position of `logits` `[1, L, vocab]`: the
-/// most likely at temperature 0, else a sample at `temperature` with the
-/// next key of `key`.
-pub(crate) fn sample_last(logits: &Array, temperature: f64, key: &mut Array) -> Result<u32> {
-    let last = logits
+/// The token drawn from the last position of `logits` `[1, L, vocab]`
+/// after `history` (prompt and tokens so far): the most likely at
+/// temperature 0, else a sample at the temperature with the next key of
+/// `key`, after [`Sampling::scores`]' penalty and filters.
+pub(crate) fn sample_last(
+    logits: &Array,
+    sampling: &Sampling,
+    history: &[u32],
+    key: &mut Array,
+) -> Result<u32> {
+    let mut last = logits
         .slice_axis(1, -1, logits.shape()[1] as i64)?
         .reshape(&[-1])?;
-    let next = if temperature <= 0.0 {
+    if sampling.filters() {
+        let scores = sampling.scores(&last.astype(Dtype::F32)?.to_vec::<f32>()?, history);
+        last = Array::from_slice(&scores, &[scores.len()])?;
+    }
+    let next = if sampling.temperature <= 0.0 {
         last.argmax(-1, false)?
     } else {
         let [k1, k2] = random::split2(key)?;
         *key = k2;
-        random::categorical(&k1, &last.mul_scalar(1.0 / temperature)?, -1)?
+        random::categorical(&k1, &last.mul_scalar(1.0 / sampling.temperature)?, -1)?
     };
     next.item::<u32>()
 }

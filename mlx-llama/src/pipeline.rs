@@ -33,6 +33,7 @@ use crate::model::{
     KvCache, Llama, LlamaEncoderLayer, RESIDUAL_DTYPE, blocks_cached, check_prompt, embed,
     eval_caches, head_input, sample_last,
 };
+use crate::sampling::Sampling;
 
 /// One rank's part of a Llama split into a pipeline over a group.
 #[derive(Debug)]
@@ -163,12 +164,28 @@ impl PipelineStage {
         temperature: f64,
         seed: u64,
     ) -> Result<Vec<u32>> {
+        let sampling = Sampling::temperature(temperature);
+        self.generate_with(prompt, max_tokens, &sampling, seed, &[], &mut |_| Ok(()))
+    }
+
+    /// [`Llama::generate_with`] through the pipeline: every rank of the
+    /// group calls it with the same arguments, gets the same tokens and
+    /// stops at the same one.
+    pub fn generate_with(
+        &self,
+        prompt: &[u32],
+        max_tokens: usize,
+        sampling: &Sampling,
+        seed: u64,
+        stop: &[u32],
+        on_token: &mut dyn FnMut(u32) -> Result<()>,
+    ) -> Result<Vec<u32>> {
         check_prompt(prompt)?;
         let (n, r) = (self.group.size(), self.group.rank());
         let mut caches: Vec<Option<KvCache>> = vec![None; self.layers.len()];
         let mut key = random::key(seed);
         let mut input = prompt.to_vec();
-        let mut out = Vec::with_capacity(max_tokens);
+        let mut history = prompt.to_vec();
         for _ in 0..max_tokens {
             let len = input.len();
             let x = match &self.embedding {
@@ -180,7 +197,7 @@ impl PipelineStage {
             match &self.head {
                 Some((norm, out_proj)) => {
                     let logits = out_proj.forward(&head_input(norm, out_proj, &x)?)?;
-                    id[0] = sample_last(&logits, temperature, &mut key)?;
+                    id[0] = sample_last(&logits, sampling, &history, &mut key)?;
                     eval_caches(&caches)?;
                 }
                 None => {
@@ -195,9 +212,13 @@ impl PipelineStage {
                     .all_sum(&mut id)
                     .map_err(|e| mlx_array::Error::eval("pipeline", e.to_string()))?;
             }
-            out.push(id[0]);
+            if stop.contains(&id[0]) {
+                break;
+            }
+            history.push(id[0]);
+            on_token(id[0])?;
             input = vec![id[0]];
         }
-        Ok(out)
+        Ok(history.split_off(prompt.len()))
     }
 }

@@ -238,3 +238,72 @@ fn version_and_help_answer() {
     let help = String::from_utf8_lossy(&out.stdout);
     assert!(help.starts_with("Train a small Llama"), "{help}");
 }
+
+#[test]
+fn generate_takes_mlx_lm_options_reads_the_prompt_from_stdin_and_refuses_bad_temperatures() {
+    let dir = tempfile::tempdir().unwrap();
+    let cache = dir.path().join("cache");
+    let config = dir.path().join("tiny.toml");
+    std::fs::write(&config, TINY).unwrap();
+    let run = dir.path().join("run");
+    let (c, r) = (config.to_str().unwrap(), run.to_str().unwrap());
+    let o = mlx_llama(&["train", "--config", c, "--out", r], &cache);
+    assert!(o.status.success(), "{}", text(&o));
+    let generate = |args: &[&str], stdin: Option<&str>| {
+        use std::io::Write;
+        let mut child = Command::new(env!("CARGO_BIN_EXE_mlx-llama"))
+            .args(["generate", "--checkpoint", r, "--max-tokens", "16"])
+            .args(args)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("running mlx-llama");
+        let mut input = child.stdin.take().unwrap();
+        input.write_all(stdin.unwrap_or("").as_bytes()).unwrap();
+        drop(input);
+        child.wait_with_output().unwrap()
+    };
+    let greedy = generate(&["--temperature", "0"], None);
+    assert!(greedy.status.success(), "{}", text(&greedy));
+    let want = String::from_utf8_lossy(&greedy.stdout).to_string();
+    assert!(want.starts_with("Once upon a time"), "{want}");
+    assert!(!want.contains("<|endoftext|>"), "{want}");
+    let err = String::from_utf8_lossy(&greedy.stderr);
+    let prompt_tokens = mlx_data::tokenizer::TextTokenizer::gpt2()
+        .unwrap()
+        .encode("Once upon a time")
+        .unwrap()
+        .len();
+    assert!(
+        err.contains(&format!("Prompt: {prompt_tokens} tokens, ")),
+        "{err}"
+    );
+    assert!(
+        err.contains("Generation: ") && err.contains(" tokens-per-sec"),
+        "{err}"
+    );
+    // `--prompt -` reads standard input; `--temp` is `--temperature`.
+    let piped = generate(&["--prompt", "-", "--temp", "0"], Some("Once upon a time"));
+    assert!(piped.status.success(), "{}", text(&piped));
+    assert_eq!(String::from_utf8_lossy(&piped.stdout), want);
+    // Top-k 1 is greedy at any temperature and seed.
+    let k1 = generate(&["--top-k", "1", "--temp", "2", "--seed", "7"], None);
+    assert!(k1.status.success(), "{}", text(&k1));
+    assert_eq!(String::from_utf8_lossy(&k1.stdout), want);
+    // A penalty of 1 penalises nothing (mlx-lm's meaning); the penalty's
+    // arithmetic is sampling.rs's unit test.
+    let unpenalised = generate(&["--temp", "0", "--repetition-penalty", "1"], None);
+    assert!(unpenalised.status.success(), "{}", text(&unpenalised));
+    assert_eq!(String::from_utf8_lossy(&unpenalised.stdout), want);
+    let penalised = generate(&["--temp", "0", "--repetition-penalty", "1.3"], None);
+    assert!(penalised.status.success(), "{}", text(&penalised));
+    // A bad temperature is a usage error (clap's status 2), naming the option.
+    for bad in ["nan", "-1", "inf"] {
+        let o = generate(&[&format!("--temperature={bad}")], None);
+        assert_eq!(o.status.code(), Some(2), "{bad}: {}", text(&o));
+        assert!(text(&o).contains("--temperature"), "{}", text(&o));
+    }
+    let o = generate(&["--top-p", "1.5"], None);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+}

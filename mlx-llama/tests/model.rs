@@ -161,3 +161,47 @@ fn the_training_loss_and_its_gradients_equal_the_plain_loss() {
         }
     }
 }
+
+#[test]
+fn generation_streams_each_token_and_stops_before_a_stop_token() {
+    use mlx_llama::sampling::Sampling;
+    let m = small();
+    let greedy = m.generate(&[1, 2, 3], 12, 0.0, 0).unwrap();
+    // Stop at the fourth greedy token: the three before it come back, each
+    // handed to the callback in order as it was drawn.
+    let stop = greedy[3];
+    let first = greedy.iter().position(|&t| t == stop).unwrap();
+    let mut streamed = Vec::new();
+    let got = m
+        .generate_with(
+            &[1, 2, 3],
+            12,
+            &Sampling::temperature(0.0),
+            0,
+            &[stop],
+            &mut |t| {
+                streamed.push(t);
+                Ok(())
+            },
+        )
+        .unwrap();
+    assert_eq!(got, greedy[..first].to_vec());
+    assert_eq!(streamed, got);
+    // Top-k 1 at any temperature is greedy.
+    for seed in 0..3 {
+        let s = Sampling {
+            top_k: 1,
+            ..Sampling::temperature(1.5)
+        };
+        let k1 = m
+            .generate_with(&[1, 2, 3], 12, &s, seed, &[], &mut |_| Ok(()))
+            .unwrap();
+        assert_eq!(k1, greedy, "seed {seed}");
+    }
+    // A temperature draw differs from greedy for some seed (the filters
+    // are what made it greedy).
+    let sampled: Vec<Vec<u32>> = (0..3)
+        .map(|seed| m.generate(&[1, 2, 3], 12, 1.5, seed).unwrap())
+        .collect();
+    assert!(sampled.iter().any(|s| *s != greedy));
+}

@@ -421,3 +421,83 @@ fn a_global_batch_that_does_not_split_is_an_error() {
         errs[0]
     );
 }
+
+#[test]
+fn metrics_rows_carry_the_wall_clock_time_and_the_fraction_of_an_epoch_seen() {
+    let dir = tempfile::tempdir().unwrap();
+    let words = [
+        "the", "cat", "sat", "on", "a", "mat", "and", "dog", "ran", "far",
+    ];
+    let story = |seed: usize, n: usize| {
+        (0..n)
+            .map(|i| words[(seed * 7 + i * 3) % words.len()])
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    let stories = |n: usize| {
+        (0..n)
+            .map(|i| story(i, 30))
+            .collect::<Vec<_>>()
+            .join("<|endoftext|>")
+    };
+    let (train_txt, valid_txt) = (dir.path().join("train.txt"), dir.path().join("valid.txt"));
+    std::fs::write(&train_txt, stories(10)).unwrap();
+    std::fs::write(&valid_txt, stories(3)).unwrap();
+    let out = dir.path().join("run");
+    let cfg = TrainConfig {
+        data: mlx_llama::DataSource::Text {
+            train: train_txt,
+            validation: valid_txt,
+        },
+        block_size: 16,
+        eval_every: 0,
+        sample_log: Some(dir.path().join("samples")),
+        data_cache: Some(dir.path().join("cache")),
+        ..tiny(&out, 12)
+    };
+    let unix = || {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs_f64()
+    };
+    let before = unix();
+    train(&cfg, &mlx_dist::Group::single()).unwrap();
+    let after = unix();
+    let rows: Vec<serde_json::Value> = std::fs::read_to_string(out.join("metrics.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(rows.len(), 12);
+    let times: Vec<f64> = rows
+        .iter()
+        .map(|r| r["unix_time"].as_f64().unwrap())
+        .collect();
+    assert!(times.windows(2).all(|w| w[0] <= w[1]), "{times:?}");
+    assert!(times[0] >= before && times[11] <= after, "{times:?}");
+    // Each step's samples come from the epoch the previous row's fraction
+    // had reached (the sample log's epochs, counted by the loader).
+    let drawn: Vec<u64> = std::fs::read_to_string(dir.path().join("samples.rank0.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).unwrap();
+            v["micro_batches"][0]["epoch"].as_u64().unwrap()
+        })
+        .collect();
+    let epochs: Vec<f64> = rows.iter().map(|r| r["epoch"].as_f64().unwrap()).collect();
+    let per_step = epochs[0];
+    assert!(per_step > 0.0 && per_step < 1.0, "{epochs:?}");
+    for (i, e) in epochs.iter().enumerate() {
+        assert!((e - (i + 1) as f64 * per_step).abs() < 1e-9, "{epochs:?}");
+        let before_step = e - per_step;
+        assert_eq!(
+            drawn[i],
+            (before_step + 1e-9).floor() as u64,
+            "step {}: {epochs:?}",
+            i + 1
+        );
+    }
+    assert!(drawn[11] >= 1, "the run crosses an epoch: {drawn:?}");
+}

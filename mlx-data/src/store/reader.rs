@@ -10,12 +10,88 @@ use std::path::{Path, PathBuf};
 /// How much of a store to check when opening it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Verify {
-    /// Header, sizes and the checksum of every data byte (read, not mapped, so
-    /// checking does not add to resident memory).
+    /// Header, sizes, the checksum of every data byte and every token id
+    /// below the vocabulary size (read, not mapped, so checking does not
+    /// add to resident memory).
     #[default]
     Full,
-    /// Header and sizes only.
+    /// Header and sizes only (for a store this process just wrote: its
+    /// writer refused ids outside the vocabulary).
     HeaderOnly,
+}
+
+/// Checks the token ids of a store's data as it streams past (in chunks
+/// of any length) against its vocabulary: the first id out of range.
+struct IdCheck {
+    width: usize,
+    vocab_size: u32,
+    /// Token bytes still to come.
+    left: u64,
+    /// The index of the next whole token.
+    next: u64,
+    /// The bytes of a token split between two chunks.
+    partial: Vec<u8>,
+    /// The first token whose id is not below the vocabulary size, with the id.
+    first_bad: Option<(u64, u32)>,
+}
+
+impl IdCheck {
+    fn new(header: &Header) -> IdCheck {
+        let width = header.dtype.width();
+        IdCheck {
+            width,
+            vocab_size: header.vocab_size,
+            // The header's checks keep this inside the file (no overflow).
+            left: header.n_tokens.saturating_mul(width as u64),
+            next: 0,
+            partial: Vec::with_capacity(4),
+            first_bad: None,
+        }
+    }
+
+    fn id(&self, b: &[u8]) -> u32 {
+        match self.width {
+            2 => u16::from_le_bytes([b[0], b[1]]) as u32,
+            _ => u32::from_le_bytes([b[0], b[1], b[2], b[3]]),
+        }
+    }
+
+    /// The next bytes of the data region (tokens first, then padding and
+    /// the index, which are ignored).
+    fn feed(&mut self, chunk: &[u8]) {
+        let take = (self.left.min(chunk.len() as u64)) as usize;
+        self.left -= take as u64;
+        let mut bytes = &chunk[..take];
+        if self.first_bad.is_some() {
+            return;
+        }
+        if !self.partial.is_empty() {
+            let need = (self.width - self.partial.len()).min(bytes.len());
+            self.partial.extend_from_slice(&bytes[..need]);
+            bytes = &bytes[need..];
+            if self.partial.len() < self.width {
+                return;
+            }
+            let whole = std::mem::take(&mut self.partial);
+            self.check(&whole);
+        }
+        let whole = bytes.len() / self.width * self.width;
+        for t in bytes[..whole].chunks_exact(self.width) {
+            if self.first_bad.is_some() {
+                return;
+            }
+            self.check(t);
+        }
+        self.partial.extend_from_slice(&bytes[whole..]);
+    }
+
+    fn check(&mut self, token: &[u8]) {
+        let id = self.id(token);
+        if id >= self.vocab_size && self.first_bad.is_none() {
+            self.first_bad = Some((self.next, id));
+        }
+        self.next += 1;
+    }
 }
 
 /// A read-only, memory-mapped token store.
@@ -105,6 +181,7 @@ impl TokenStore {
         }
         if verify == Verify::Full {
             let mut hasher = xxhash_rust::xxh3::Xxh3::new();
+            let mut ids = IdCheck::new(&header);
             let mut buf = vec![0u8; 1 << 20];
             loop {
                 let n = file.read(&mut buf).at(path)?;
@@ -112,6 +189,7 @@ impl TokenStore {
                     break;
                 }
                 hasher.update(&buf[..n]);
+                ids.feed(&buf[..n]);
             }
             let sum = hasher.digest();
             if sum != header.data_checksum {
@@ -120,6 +198,16 @@ impl TokenStore {
                     offset: HEADER_LEN as u64,
                     expected: format!("data checksum {:#018x}", header.data_checksum),
                     found: format!("{sum:#018x}"),
+                });
+            }
+            // An id the vocabulary does not have would index past the
+            // embedding later: refused here, where the data is read anyway.
+            if let Some((token, id)) = ids.first_bad {
+                return Err(DataError::CorruptStore {
+                    path: path.to_path_buf(),
+                    offset: HEADER_LEN as u64 + token * header.dtype.width() as u64,
+                    expected: format!("token ids below vocab_size {}", header.vocab_size),
+                    found: format!("token {token} is id {id}"),
                 });
             }
         }

@@ -1,6 +1,7 @@
 //! `mlx-llama`: train the Llama model (on 1 rank, or N under `mlx-launch`)
 //! and sample text from a checkpoint.
 
+use std::io::Write;
 use std::path::PathBuf;
 
 use anyhow::{Context, Result, bail};
@@ -189,6 +190,18 @@ struct TrainArgs {
     /// Write the run's summary as JSON to this file (rank 0).
     #[arg(long)]
     summary: Option<PathBuf>,
+    /// Where the metrics go, comma-separated: tensorboard (event files in
+    /// the run folder: `tensorboard --logdir runs`), jsonl (metrics.jsonl),
+    /// csv (metrics.csv and loss.png, drawn from metrics.jsonl, which is then
+    /// written too); all or none. None needs a network.
+    #[arg(long, default_value = "all")]
+    report_to: mlx_llama::metrics::ReportTo,
+    /// Start from pretrained weights: a Hugging Face or mlx-lm Llama folder
+    /// (config.json, model.safetensors or shards with
+    /// model.safetensors.index.json); its config.json sets the model's
+    /// shape (the model options are then ignored).
+    #[arg(long, value_name = "DIR")]
+    init_from: Option<PathBuf>,
 }
 
 #[derive(Args, Debug)]
@@ -196,15 +209,30 @@ struct GenerateArgs {
     /// A run folder (its latest checkpoint) or a checkpoint folder.
     #[arg(long, default_value = "runs/latest")]
     checkpoint: PathBuf,
-    /// Text to continue.
+    /// Text to continue; `-` reads it from standard input.
     #[arg(long, default_value = "Once upon a time")]
     prompt: String,
-    /// Tokens to sample.
+    /// Tokens to sample at most (generation stops earlier at the
+    /// tokenizer's end of text, `<|endoftext|>`).
     #[arg(long, default_value_t = 100)]
     max_tokens: usize,
     /// Sampling temperature (0: greedy).
-    #[arg(long, default_value_t = 0.8)]
+    #[arg(long, alias = "temp", default_value_t = 0.8, value_parser = temperature)]
     temperature: f64,
+    /// Sample only from the most likely tokens whose probabilities add up
+    /// to this (1: all).
+    #[arg(long, default_value_t = 1.0, value_parser = probability)]
+    top_p: f64,
+    /// Sample only from the K most likely tokens (0: all).
+    #[arg(long, default_value_t = 0)]
+    top_k: usize,
+    /// Penalise the tokens of the recent context (mlx-lm's): their positive
+    /// logits are divided by it, negative ones multiplied (1: none).
+    #[arg(long, value_parser = temperature)]
+    repetition_penalty: Option<f64>,
+    /// How many recent tokens the repetition penalty looks at.
+    #[arg(long, default_value_t = 20)]
+    repetition_context_size: usize,
     /// Sampling seed.
     #[arg(long, default_value_t = 0)]
     seed: u64,
@@ -293,7 +321,13 @@ fn config(a: &TrainArgs) -> Result<TrainConfig> {
         tensor_parallel: a.tensor_parallel,
         seed: a.seed,
         data: data_source(&a.data)?,
-        tokenizer: tokenizer(&a.tokenizer)?,
+        // A pretrained folder's own tokenizer, unless another is named.
+        tokenizer: match &a.init_from {
+            Some(d) if a.tokenizer == "auto" && d.join("tokenizer.json").is_file() => {
+                TokenizerChoice::File(d.join("tokenizer.json"))
+            }
+            _ => tokenizer(&a.tokenizer)?,
+        },
         batching: a.batching,
         eval_every: a.eval_every,
         eval_batches: a.eval_batches,
@@ -311,6 +345,8 @@ fn config(a: &TrainArgs) -> Result<TrainConfig> {
         memory_log: a.memory_log.clone(),
         sample_log: a.sample_log.clone(),
         shard_optimizer: !a.no_shard_optimizer,
+        report_to: a.report_to,
+        init_from: a.init_from.clone(),
     })
 }
 
@@ -332,6 +368,22 @@ fn byte_size(s: &str) -> std::result::Result<usize, String> {
     };
     n.checked_mul(scale)
         .ok_or_else(|| format!("`{s}` is too large"))
+}
+
+/// A temperature (or penalty): a finite number of at least 0.
+fn temperature(s: &str) -> std::result::Result<f64, String> {
+    match s.trim().parse::<f64>() {
+        Ok(t) if t.is_finite() && t >= 0.0 => Ok(t),
+        _ => Err(format!("expected a finite number of at least 0, got `{s}`")),
+    }
+}
+
+/// A probability: a number from 0 to 1.
+fn probability(s: &str) -> std::result::Result<f64, String> {
+    match s.trim().parse::<f64>() {
+        Ok(p) if (0.0..=1.0).contains(&p) => Ok(p),
+        _ => Err(format!("expected a number from 0 to 1, got `{s}`")),
+    }
 }
 
 /// A timeout in seconds: finite and above zero (the launcher's own rule).
@@ -405,6 +457,20 @@ fn run_generate(a: GenerateArgs) -> Result<()> {
     }
     // Each rank reads only its part of the weights.
     let (config, part) = match a.parallel {
+        // A Hugging Face or mlx-lm folder (an export, or pretrained weights).
+        Parallel::None if mlx_llama::import::is_model_folder(&a.checkpoint) => {
+            let model = mlx_llama::import::load(&a.checkpoint)?;
+            let file = a.checkpoint.join("tokenizer.json");
+            let config = TrainConfig {
+                tokenizer: if file.is_file() {
+                    TokenizerChoice::File(file)
+                } else {
+                    TokenizerChoice::Auto
+                },
+                ..TrainConfig::default()
+            };
+            (config, Part::Shard(model))
+        }
         Parallel::None | Parallel::Tensor => {
             let trained = mlx_llama::checkpoint::load_trained_shard(&a.checkpoint, &group)?;
             (trained.config, Part::Shard(trained.model))
@@ -422,15 +488,65 @@ fn run_generate(a: GenerateArgs) -> Result<()> {
         Part::Stage(s) => s.parameter_bytes(),
     };
     let tokenizer = mlx_llama::trainer::tokenizer_for(&config).context("loading the tokenizer")?;
-    let ids = tokenizer.encode(&a.prompt)?;
+    let prompt = if a.prompt == "-" {
+        let mut text = String::new();
+        std::io::Read::read_to_string(&mut std::io::stdin(), &mut text)
+            .context("reading the prompt from standard input")?;
+        text
+    } else {
+        a.prompt.clone()
+    };
+    let ids = tokenizer.encode(&prompt)?;
+    let sampling = mlx_llama::sampling::Sampling {
+        temperature: a.temperature,
+        top_p: a.top_p,
+        top_k: a.top_k,
+        repetition_penalty: a.repetition_penalty.unwrap_or(1.0),
+        repetition_context_size: a.repetition_context_size,
+    };
+    sampling.check().map_err(anyhow::Error::msg)?;
     let load_peak = mlx_array::memory::peak();
     mlx_array::memory::reset_peak();
+    // Rank 0 prints the text as it comes, each token flushed (a token that
+    // ends inside a UTF-8 character waits for the rest).
+    let mut stdout = std::io::stdout().lock();
+    if rank == 0 {
+        let _ = write!(stdout, "{prompt}").and_then(|_| stdout.flush());
+    }
+    let mut so_far = Vec::new();
+    let mut printed = 0;
+    let mut first_token = None;
     let t0 = std::time::Instant::now();
-    let out = match &part {
-        Part::Shard(m) => m.generate(&ids, a.max_tokens, a.temperature, a.seed)?,
-        Part::Stage(s) => s.generate(&ids, a.max_tokens, a.temperature, a.seed)?,
+    let mut on_token = |id: u32| -> mlx_array::Result<()> {
+        first_token.get_or_insert_with(std::time::Instant::now);
+        if rank != 0 {
+            return Ok(());
+        }
+        so_far.push(id);
+        let text = tokenizer
+            .decode(&so_far)
+            .map_err(|e| mlx_array::Error::eval("decode", e.to_string()))?;
+        if !text.ends_with('\u{FFFD}') && text.len() > printed && text.is_char_boundary(printed) {
+            // Output nobody reads (a closed pipe) does not stop the generation.
+            let _ = write!(stdout, "{}", &text[printed..]).and_then(|_| stdout.flush());
+            printed = text.len();
+        }
+        Ok(())
     };
-    let secs = t0.elapsed().as_secs_f64();
+    let stop = [tokenizer.eos_id()];
+    let out = match &part {
+        Part::Shard(m) => {
+            m.generate_with(&ids, a.max_tokens, &sampling, a.seed, &stop, &mut on_token)?
+        }
+        Part::Stage(s) => {
+            s.generate_with(&ids, a.max_tokens, &sampling, a.seed, &stop, &mut on_token)?
+        }
+    };
+    let end = std::time::Instant::now();
+    if rank == 0 {
+        let text = tokenizer.decode(&out)?;
+        let _ = writeln!(stdout, "{}", text.get(printed..).unwrap_or(""));
+    }
     if mlx_array::profile::enabled() {
         eprintln!("rank {rank}: {}", mlx_array::profile::report(30));
     }
@@ -441,11 +557,29 @@ fn run_generate(a: GenerateArgs) -> Result<()> {
         mlx_array::memory::peak() as f64 / 1048576.0
     );
     if rank == 0 {
-        println!("{}{}", a.prompt, tokenizer.decode(&out)?);
+        // mlx-lm's lines: the prompt's rate is its tokens over the time to
+        // the first new token; the generation's, the new tokens over the
+        // time after the first.
+        let first = first_token.unwrap_or(end);
+        let prompt_secs = (first - t0).as_secs_f64();
+        let generation_secs = (end - first).as_secs_f64();
+        eprintln!("==========");
         eprintln!(
-            "{} tokens in {secs:.2} s: {:.1} tokens/s ({})",
+            "Prompt: {} tokens, {:.3} tokens-per-sec",
+            ids.len(),
+            ids.len() as f64 / prompt_secs
+        );
+        eprintln!(
+            "Generation: {} tokens, {:.3} tokens-per-sec",
             out.len(),
-            out.len() as f64 / secs,
+            if generation_secs > 0.0 {
+                out.len() as f64 / generation_secs
+            } else {
+                0.0
+            }
+        );
+        eprintln!(
+            "Ran as {}",
             match a.parallel {
                 Parallel::None => "one process".to_string(),
                 Parallel::Tensor => format!("tensor parallel over {world} ranks"),

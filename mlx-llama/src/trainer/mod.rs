@@ -50,6 +50,19 @@ pub fn train(cfg: &TrainConfig, group: &Group) -> Result<Summary> {
         mlx_array::device::gpu_available()
             .map_err(|e| anyhow!("--device gpu: no usable GPU adapter: {e}"))?;
     }
+    // Pretrained weights set the model's shape (recorded so, in run.toml's
+    // manifest, for resume and generate).
+    let imported;
+    let cfg = match &cfg.init_from {
+        Some(dir) => {
+            imported = TrainConfig {
+                model: crate::import::read_config(dir)?.model,
+                ..cfg.clone()
+            };
+            &imported
+        }
+        None => cfg,
+    };
     mlx_array::device::with_device(device, || train_on(cfg, group))
 }
 
@@ -63,7 +76,7 @@ fn train_on(cfg: &TrainConfig, group: &Group) -> Result<Summary> {
     }
     let mut summary = run.record.finish(run.tokens, group)?;
     summary.skipped_steps = run.precision.skipped();
-    if group.rank() == 0 {
+    if group.rank() == 0 && cfg.report_to.csv {
         // The pictures are for people: a run that trained is not failed by them.
         match crate::curves::write(&cfg.out_dir) {
             Ok(w) => println!(
@@ -163,8 +176,10 @@ impl<'a> Run<'a> {
                 model.config.vocab_size
             );
         }
+        let epoch = (train_loader.batches_per_epoch(), cfg.grad_accumulation);
         let batches = Prefetcher::spawn(train_loader, 4)?;
-        let record = Recorder::new(cfg, (rank, world.size()), first_step, data.source_kind)?;
+        let record = Recorder::new(cfg, (rank, world.size()), first_step, data.source_kind)?
+            .with_epoch_length(epoch.0, epoch.1);
         let sparse_embedding = cfg.sparse_embedding_gradients
             && replicas > 1
             && model.trainable_parameters().get_array(EMBEDDING).is_some();

@@ -106,6 +106,9 @@ pub(super) struct Recorder {
     memory_log: Option<File>,
     sample_log: Option<File>,
     world: usize,
+    /// The fraction of an epoch one step reads (its micro-batches over an
+    /// epoch's batches on a rank).
+    epochs_per_step: f64,
 }
 
 impl Recorder {
@@ -118,7 +121,12 @@ impl Recorder {
         source: &str,
     ) -> Result<Recorder> {
         let reporter = if rank == 0 {
-            Some(Reporter::new(&cfg.out_dir, cfg.steps, first_step)?)
+            Some(Reporter::reporting_to(
+                &cfg.out_dir,
+                cfg.steps,
+                first_step,
+                cfg.report_to,
+            )?)
         } else {
             None
         };
@@ -170,7 +178,15 @@ impl Recorder {
             memory_log,
             sample_log,
             world,
+            epochs_per_step: 0.0,
         })
+    }
+
+    /// Sets the length of an epoch: `batches` per rank, of which a step
+    /// reads `micro_batches`.
+    pub(super) fn with_epoch_length(mut self, batches: u64, micro_batches: usize) -> Self {
+        self.epochs_per_step = micro_batches as f64 / batches.max(1) as f64;
+        self
     }
 
     /// Records step `done` (1-based): its times, a line of the memory log
@@ -230,6 +246,11 @@ impl Recorder {
         r.step(
             &StepMetrics {
                 step: done,
+                unix_time: std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .unwrap_or_default()
+                    .as_secs_f64(),
+                epoch: done as f64 * self.epochs_per_step,
                 loss: s.loss,
                 learning_rate: s.learning_rate,
                 tokens_per_s: tokens / s.seconds,

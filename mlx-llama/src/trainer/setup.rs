@@ -109,6 +109,17 @@ pub(super) fn adamw(cfg: &TrainConfig) -> Result<AdamW> {
 /// The model as configured, its vocabulary grown to fit a tokenizer of
 /// `tokenizer_vocab` tokens (taken whole when the configured one is 0).
 pub(super) fn model(cfg: &TrainConfig, tokenizer_vocab: usize) -> Result<Llama> {
+    if let Some(dir) = &cfg.init_from {
+        let model = crate::import::load(dir)?;
+        if tokenizer_vocab > model.config.vocab_size {
+            bail!(
+                "the tokenizer has {tokenizer_vocab} tokens but {} only {} rows of embedding: pass its tokenizer with --tokenizer",
+                dir.display(),
+                model.config.vocab_size
+            );
+        }
+        return Ok(model);
+    }
     let vocab = if cfg.model.vocab_size == 0 {
         tokenizer_vocab
     } else {

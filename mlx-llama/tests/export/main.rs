@@ -3,6 +3,7 @@
 //! Hugging Face's RoPE by halves on the `hf` export, interleaved on the
 //! `mlx` one) against our model's.
 
+mod import;
 mod reference;
 
 use std::collections::HashMap;

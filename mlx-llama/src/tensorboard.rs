@@ -1,0 +1,162 @@
+//! TensorBoard event files: scalars per step that TensorBoard, and
+//! `wandb sync --sync-tensorboard`, read.
+//!
+//! Written by hand: the crates for the format (`tensorboard-rs`, `tboard`)
+//! are unmaintained and bring a protobuf toolchain, while what a scalar
+//! needs is small and fixed: TFRecord framing (a little-endian u64 length,
+//! its masked CRC32C, the bytes, their masked CRC32C; the CRC from the
+//! maintained `crc32c` crate) around an `Event` protobuf message holding a
+//! `Summary` of `simple_value`s (tensorflow/core/util/event.proto,
+//! tensorflow/core/framework/summary.proto), encoded below with the
+//! protobuf wire format's varints and fixed-width fields.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+
+/// An event file being written.
+pub struct EventWriter {
+    file: std::fs::File,
+    path: PathBuf,
+}
+
+impl EventWriter {
+    /// Creates a new event file in `dir` (named as TensorBoard looks for
+    /// them: `events.out.tfevents.<seconds>.<host>.<pid>`) and writes the
+    /// file-version event first.
+    pub fn create(dir: &Path) -> Result<EventWriter> {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        let now = unix_seconds();
+        let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .ok()
+            .map(|h| h.trim().to_string())
+            .filter(|h| !h.is_empty() && !h.contains('/'))
+            .unwrap_or_else(|| "localhost".into());
+        let path = dir.join(format!(
+            "events.out.tfevents.{}.{host}.{}",
+            now as u64,
+            std::process::id()
+        ));
+        let file = std::fs::OpenOptions::new()
+            .create_new(true)
+            .write(true)
+            .open(&path)
+            .with_context(|| format!("creating {}", path.display()))?;
+        let mut w = EventWriter { file, path };
+        let mut event = Vec::new();
+        put_double(&mut event, 1, now);
+        put_bytes(&mut event, 3, b"brain.Event:2");
+        w.record(&event)?;
+        Ok(w)
+    }
+
+    /// The file's path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Writes `scalars` (tag, value) of `step` at wall time `unix_time`
+    /// (seconds since the Unix epoch) as one event.
+    pub fn scalars(&mut self, step: u64, unix_time: f64, scalars: &[(&str, f64)]) -> Result<()> {
+        let mut summary = Vec::new();
+        for (tag, value) in scalars {
+            let mut v = Vec::new();
+            put_bytes(&mut v, 1, tag.as_bytes());
+            put_float(&mut v, 2, *value as f32);
+            put_bytes(&mut summary, 1, &v);
+        }
+        let mut event = Vec::new();
+        put_double(&mut event, 1, unix_time);
+        put_varint_field(&mut event, 2, step);
+        put_bytes(&mut event, 5, &summary);
+        self.record(&event)?;
+        self.file
+            .flush()
+            .with_context(|| format!("writing {}", self.path.display()))
+    }
+
+    /// One TFRecord: the length, its masked CRC, the data, its masked CRC;
+    /// in one write, so a killed run leaves whole records.
+    fn record(&mut self, data: &[u8]) -> Result<()> {
+        self.file
+            .write_all(&frame(data))
+            .with_context(|| format!("writing {}", self.path.display()))
+    }
+}
+
+/// The TFRecord framing of `data`.
+pub fn frame(data: &[u8]) -> Vec<u8> {
+    let len = (data.len() as u64).to_le_bytes();
+    let mut out = Vec::with_capacity(data.len() + 16);
+    out.extend_from_slice(&len);
+    out.extend_from_slice(&masked_crc(&len).to_le_bytes());
+    out.extend_from_slice(data);
+    out.extend_from_slice(&masked_crc(data).to_le_bytes());
+    out
+}
+
+/// TFRecord's masked CRC32C.
+pub fn masked_crc(data: &[u8]) -> u32 {
+    let crc = crc32c::crc32c(data);
+    crc.rotate_right(15).wrapping_add(0xa282_ead8)
+}
+
+fn unix_seconds() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_secs_f64()
+}
+
+fn put_varint(out: &mut Vec<u8>, mut v: u64) {
+    while v >= 0x80 {
+        out.push((v as u8) | 0x80);
+        v >>= 7;
+    }
+    out.push(v as u8);
+}
+
+fn put_varint_field(out: &mut Vec<u8>, field: u64, v: u64) {
+    put_varint(out, field << 3);
+    put_varint(out, v);
+}
+
+fn put_double(out: &mut Vec<u8>, field: u64, v: f64) {
+    put_varint(out, (field << 3) | 1);
+    out.extend_from_slice(&v.to_le_bytes());
+}
+
+fn put_float(out: &mut Vec<u8>, field: u64, v: f32) {
+    put_varint(out, (field << 3) | 5);
+    out.extend_from_slice(&v.to_le_bytes());
+}
+
+fn put_bytes(out: &mut Vec<u8>, field: u64, v: &[u8]) {
+    put_varint(out, (field << 3) | 2);
+    put_varint(out, v.len() as u64);
+    out.extend_from_slice(v);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_masked_crc_and_varints_match_the_published_values() {
+        // CRC32C of "123456789" is 0xE3069283 (RFC 3720's check value);
+        // masked: rotated right by 15, plus 0xa282ead8.
+        assert_eq!(crc32c::crc32c(b"123456789"), 0xE306_9283);
+        assert_eq!(
+            masked_crc(b"123456789"),
+            0xE306_9283u32.rotate_right(15).wrapping_add(0xa282_ead8)
+        );
+        let mut v = Vec::new();
+        put_varint(&mut v, 300);
+        assert_eq!(v, [0xAC, 0x02]);
+        let f = frame(b"abc");
+        assert_eq!(f.len(), 8 + 4 + 3 + 4);
+        assert_eq!(&f[..8], &3u64.to_le_bytes());
+        assert_eq!(&f[12..15], b"abc");
+    }
+}
