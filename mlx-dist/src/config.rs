@@ -318,6 +318,9 @@ impl Config {
     /// once read (and kept for later calls), so that programs the rank
     /// starts do not inherit them.
     pub fn from_env() -> Result<Option<(Config, Option<Backend>)>> {
+        for k in SECRET_VARIABLES {
+            take_secret_variable(k);
+        }
         Self::from_lookup(|k| {
             if SECRET_VARIABLES.contains(&k) {
                 take_secret_variable(k)

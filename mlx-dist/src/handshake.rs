@@ -404,4 +404,94 @@ mod tests {
         );
         assert!(text.contains("redacted"), "{text}");
     }
+
+    /// One end of a conversation: reads `input`, keeps what is written.
+    struct Scripted {
+        input: std::io::Cursor<Vec<u8>>,
+        written: Vec<u8>,
+    }
+
+    impl Read for Scripted {
+        fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+            self.input.read(buf)
+        }
+    }
+
+    impl Write for Scripted {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.written.extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    fn scripted(input: Vec<u8>) -> Scripted {
+        Scripted {
+            input: std::io::Cursor::new(input),
+            written: Vec::new(),
+        }
+    }
+
+    /// A HELLO that this test's server (rank 0 of `cred`) would accept.
+    fn valid_hello() -> Vec<u8> {
+        let c = cred(b"k");
+        let mut h = HELLO_MAGIC.to_vec();
+        h.extend_from_slice(&PROTOCOL_VERSION.to_le_bytes());
+        h.extend_from_slice(&[0, 0]);
+        h.extend_from_slice(&c.job_id);
+        for v in [3u32, c.world, 1, c.links] {
+            h.extend_from_slice(&v.to_le_bytes());
+        }
+        h.extend_from_slice(&[5; NONCE_LEN]);
+        h
+    }
+
+    use proptest::prelude::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(1000))]
+
+        /// Whatever a stranger sends, the server refuses it: no panic, no
+        /// admission, and no more written than a reply and a refusal.
+        #[test]
+        fn server_refuses_arbitrary_bytes(bytes in proptest::collection::vec(any::<u8>(), 0..200)) {
+            let mut s = scripted(bytes);
+            let r = server(&mut s, &cred(b"k"), 0, |_| panic!("admitted a stranger"));
+            prop_assert!(r.is_err());
+            prop_assert!(s.written.len() <= 1 + 4 + NONCE_LEN + MAC_LEN + 3 + 256);
+        }
+
+        /// A valid HELLO with one byte changed, or followed by a made-up
+        /// MAC: refused, never admitted.
+        #[test]
+        fn server_refuses_mutated_hellos(at in 0usize..HELLO_LEN, byte: u8,
+                                         tail in proptest::collection::vec(any::<u8>(), 0..80)) {
+            let mut hello = valid_hello();
+            hello[at] = byte;
+            hello.extend_from_slice(&tail);
+            let mut s = scripted(hello);
+            let r = server(&mut s, &cred(b"k"), 0, |_| panic!("admitted without the secret"));
+            prop_assert!(r.is_err());
+        }
+
+        /// Whatever a fake server answers, the client fails, without
+        /// panicking and whatever length a refusal claims.
+        #[test]
+        fn client_refuses_arbitrary_replies(bytes in proptest::collection::vec(any::<u8>(), 0..200),
+                                            refusal_len: u16) {
+            let mut s = scripted(bytes.clone());
+            prop_assert!(client(&mut s, &cred(b"k"), 3, 0, 1).is_err());
+            let mut refusal = vec![9u8];
+            refusal.extend_from_slice(&refusal_len.to_le_bytes());
+            refusal.extend_from_slice(&bytes);
+            let mut s = scripted(refusal);
+            match client(&mut s, &cred(b"k"), 3, 0, 1) {
+                Err(HandshakeError::Refused(r)) => prop_assert!(r.len() <= 3 * 256),
+                Err(_) => {}
+                Ok(()) => prop_assert!(false, "a refusal was taken for a welcome"),
+            }
+        }
+    }
 }
