@@ -16,7 +16,7 @@
 //! | `MLX_DIST_QUIC_CERT` | hex DER of the job's certificate (tls and quic backends) |
 //! | `MLX_DIST_QUIC_KEY` | hex PKCS#8 DER of its private key |
 //! | `MLX_DIST_QUIC_FINGERPRINT` | hex SHA-256 of the certificate: the only one a rank accepts |
-//! | `MLX_DIST_SOCKET_BUFFER` | TCP send/receive buffer bytes asked for (default 0: the kernel's autotuning) |
+//! | `MLX_DIST_SOCKET_BUFFER` | TCP send/receive buffer bytes asked for (default 0: the kernel's autotuning; else at least 32768) |
 //! | `MLX_DIST_THREADED_BYTES` | TCP ring messages at least this large use a sender and a receiver thread per lane (default 4 MiB) |
 //! | `MLX_DIST_SHM` | `0`: ranks on one host do not share memory (the ring then moves every byte over TCP) |
 //! | `MLX_RESTART_COUNT` | which attempt of the job this is: 0 on the first, `i` after the launcher's `i`-th restart (`mlx-launch --max-restarts`; torchrun's restart count) |
@@ -64,11 +64,14 @@ pub const ENV_BIND_ALL: &str = "MLX_DIST_BIND_ALL";
 /// The shortest job secret accepted, in bytes (32 hex digits).
 pub const MIN_SECRET_BYTES: usize = 16;
 /// The smallest `MLX_DIST_SOCKET_BUFFER` accepted (other than 0, the
-/// kernel's autotuning): the ring's small messages (up to
-/// [`Config::small_bytes`], 64 KiB by default) are written whole by both
-/// ends of a link before either reads, so each direction's buffers must hold
-/// one. The kernel doubles the value asked for; half a small message each
-/// way, 32 KiB, is the least that cannot deadlock.
+/// kernel's autotuning). The direct path of small collectives (up to
+/// [`Config::small_bytes`], 64 KiB by default) has both ends of a link write
+/// their whole message before either reads, so what is in flight one way
+/// must fit in the sender's and the receiver's socket buffers together.
+/// Measured on Linux loopback (2026-11-26, world 2, shared memory off, a
+/// 64 KiB all_sum): 16 KiB carried it, 8 KiB and 4 KiB stalled until the
+/// collective timeout; 32 KiB keeps a factor of two for other kernels and
+/// links.
 pub const MIN_SOCKET_BUFFER: u64 = 32 * 1024;
 /// Environment variable: backend name.
 pub const ENV_BACKEND: &str = "MLX_DIST_BACKEND";
