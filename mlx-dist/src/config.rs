@@ -16,14 +16,23 @@
 //! | `MLX_DIST_QUIC_CERT` | hex DER of the job's certificate (tls and quic backends) |
 //! | `MLX_DIST_QUIC_KEY` | hex PKCS#8 DER of its private key |
 //! | `MLX_DIST_QUIC_FINGERPRINT` | hex SHA-256 of the certificate: the only one a rank accepts |
-//! | `MLX_DIST_SOCKET_BUFFER` | TCP send/receive buffer bytes asked for (default 0: the kernel's autotuning) |
+//! | `MLX_DIST_SOCKET_BUFFER` | TCP send/receive buffer bytes asked for (default 0: the kernel's autotuning; else at least 32768) |
 //! | `MLX_DIST_THREADED_BYTES` | TCP ring messages at least this large use a sender and a receiver thread per lane (default 4 MiB) |
 //! | `MLX_DIST_SHM` | `0`: ranks on one host do not share memory (the ring then moves every byte over TCP) |
 //! | `MLX_RESTART_COUNT` | which attempt of the job this is: 0 on the first, `i` after the launcher's `i`-th restart (`mlx-launch --max-restarts`; torchrun's restart count) |
 //!
-//! Ranks started by hand with only `MLX_RANK` and `MLX_HOSTFILE`, as with MLX,
-//! still work: the job id and secret are then derived from the host list and a
-//! warning says that connections are not authenticated by a secret.
+//! | `MLX_DIST_JOB_SECRET_FILE` | path of a file holding the hex secret, readable by its owner only (mode 0600): how ranks started by Slurm or by hand get theirs |
+//! | `MLX_DIST_INSECURE_DERIVED_SECRET` | `1`: with no secret, derive one from the host list, which anyone who sees the host list can do (ranks then do not authenticate each other) |
+//! | `MLX_DIST_BIND_ALL` | `1`: listen on every interface (0.0.0.0 or ::) instead of the rank's own address |
+//!
+//! A job of several ranks needs a secret of at least [`MIN_SECRET_BYTES`]
+//! bytes: `mlx-launch` makes a random one per job; ranks started by Slurm or
+//! by hand read it from `MLX_DIST_JOB_SECRET` or `MLX_DIST_JOB_SECRET_FILE`.
+//! Without either a rank refuses to start, unless
+//! `MLX_DIST_INSECURE_DERIVED_SECRET=1` asks for the old behaviour (as MLX's
+//! ring: the secret derived from the host list, which anyone can read).
+//! [`Config::from_env`] takes the secret and the QUIC key out of the
+//! process's environment once read, so the rank's children do not inherit them.
 
 use std::time::Duration;
 
@@ -44,6 +53,26 @@ pub const ENV_HOSTS: &str = "MLX_DIST_HOSTS";
 pub const ENV_JOB_ID: &str = "MLX_DIST_JOB_ID";
 /// Environment variable: job secret, hex.
 pub const ENV_SECRET: &str = "MLX_DIST_JOB_SECRET";
+/// Environment variable: path of a file holding the job secret (hex),
+/// which group and others must not be able to read.
+pub const ENV_SECRET_FILE: &str = "MLX_DIST_JOB_SECRET_FILE";
+/// Environment variable: `1` derives the job secret from the host list when
+/// none is given (anyone who can read the host list can then join the job).
+pub const ENV_INSECURE_SECRET: &str = "MLX_DIST_INSECURE_DERIVED_SECRET";
+/// Environment variable: `1` listens on every interface, not only the rank's address.
+pub const ENV_BIND_ALL: &str = "MLX_DIST_BIND_ALL";
+/// The shortest job secret accepted, in bytes (32 hex digits).
+pub const MIN_SECRET_BYTES: usize = 16;
+/// The smallest `MLX_DIST_SOCKET_BUFFER` accepted (other than 0, the
+/// kernel's autotuning). The direct path of small collectives (up to
+/// [`Config::small_bytes`], 64 KiB by default) has both ends of a link write
+/// their whole message before either reads, so what is in flight one way
+/// must fit in the sender's and the receiver's socket buffers together.
+/// Measured on Linux loopback (2026-11-26, world 2, shared memory off, a
+/// 64 KiB all_sum): 16 KiB carried it, 8 KiB and 4 KiB stalled until the
+/// collective timeout; 32 KiB keeps a factor of two for other kernels and
+/// links.
+pub const MIN_SOCKET_BUFFER: u64 = 32 * 1024;
 /// Environment variable: backend name.
 pub const ENV_BACKEND: &str = "MLX_DIST_BACKEND";
 /// Environment variable: connections per peer and direction.
@@ -183,8 +212,9 @@ impl std::fmt::Display for Backend {
 }
 
 /// Everything a rank needs to join a job; built from the environment by
-/// [`Config::from_env`] or by hand (tests, benchmarks).
-#[derive(Clone, Debug)]
+/// [`Config::from_env`] or by hand (tests, benchmarks). Its `Debug` shows
+/// no secret.
+#[derive(Clone)]
 pub struct Config {
     /// This rank.
     pub rank: usize,
@@ -226,6 +256,35 @@ pub struct Config {
     /// The socket buffer size asked for on every TCP link; 0: the kernel's
     /// autotuning (`MLX_DIST_SOCKET_BUFFER`).
     pub socket_buffer: usize,
+    /// Listen on every interface rather than on this rank's own address
+    /// (`MLX_DIST_BIND_ALL`); a rank with several addresses listens on each.
+    pub bind_all: bool,
+}
+
+impl std::fmt::Debug for Config {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Config")
+            .field("rank", &self.rank)
+            .field("hosts", &self.hosts)
+            .field("extra_addresses", &self.extra_addresses)
+            .field("job_id", &hex_encode(&self.job_id))
+            .field(
+                "secret",
+                &format_args!("<{} bytes, redacted>", self.secret.len()),
+            )
+            .field("connections_per_peer", &self.connections_per_peer)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("collective_timeout", &self.collective_timeout)
+            .field("liveness_timeout", &self.liveness_timeout)
+            .field("block_bytes", &self.block_bytes)
+            .field("small_bytes", &self.small_bytes)
+            .field("quic", &self.quic)
+            .field("shared_memory", &self.shared_memory)
+            .field("threaded_bytes", &self.threaded_bytes)
+            .field("socket_buffer", &self.socket_buffer)
+            .field("bind_all", &self.bind_all)
+            .finish()
+    }
 }
 
 impl Config {
@@ -247,6 +306,7 @@ impl Config {
             shared_memory: true,
             threaded_bytes: 4 << 20,
             socket_buffer: 0,
+            bind_all: false,
         }
     }
 
@@ -257,8 +317,20 @@ impl Config {
 
     /// Reads the launcher's environment: `Ok(None)` when there is none (a
     /// single process), an error when it is present but inconsistent.
+    /// The job secret and the QUIC key are taken out of the environment
+    /// once read (and kept for later calls), so that programs the rank
+    /// starts do not inherit them.
     pub fn from_env() -> Result<Option<(Config, Option<Backend>)>> {
-        Self::from_lookup(|k| std::env::var(k).ok())
+        for k in SECRET_VARIABLES {
+            take_secret_variable(k);
+        }
+        Self::from_lookup(|k| {
+            if SECRET_VARIABLES.contains(&k) {
+                take_secret_variable(k)
+            } else {
+                std::env::var(k).ok()
+            }
+        })
     }
 
     /// [`Config::from_env`] over any variable lookup (testable).
@@ -320,29 +392,7 @@ impl Config {
                 hosts.len()
             )));
         }
-        let (job_id, secret) = match (get(ENV_JOB_ID), get(ENV_SECRET)) {
-            (Some(id), Some(secret)) => {
-                let id = hex_decode(&id).filter(|v| v.len() == 16).ok_or_else(|| {
-                    DistError::Config(format!("{ENV_JOB_ID} must be 32 hex digits"))
-                })?;
-                let secret = hex_decode(&secret)
-                    .ok_or_else(|| DistError::Config(format!("{ENV_SECRET} must be hex")))?;
-                (id.try_into().expect("length checked"), secret)
-            }
-            (id, _) => {
-                tracing::warn!(
-                    rank,
-                    "no {ENV_SECRET}: deriving the job identity from the host list; connections are not authenticated by a secret"
-                );
-                let d = Sha256::digest(hosts.join(",").as_bytes());
-                // A job id given without a secret (Slurm's) is kept.
-                let id = id.and_then(|id| hex_decode(&id)?.try_into().ok());
-                (
-                    id.unwrap_or_else(|| d[..16].try_into().expect("sha256 has 32 bytes")),
-                    d[16..].to_vec(),
-                )
-            }
-        };
+        let (job_id, secret) = job_identity(&get, rank, &hosts)?;
         let (hosts, extra_addresses) = split_addresses(hosts);
         let mut cfg = Config::new(rank, hosts, job_id, secret);
         cfg.extra_addresses = extra_addresses;
@@ -382,8 +432,14 @@ impl Config {
             cfg.threaded_bytes = b as usize;
         }
         if let Some(b) = num(ENV_SOCKET_BUFFER)? {
+            if b != 0 && b < MIN_SOCKET_BUFFER {
+                return Err(DistError::Config(format!(
+                    "{ENV_SOCKET_BUFFER}={b} is too small: small collectives can deadlock below {MIN_SOCKET_BUFFER} bytes; use at least {MIN_SOCKET_BUFFER}, or 0 for the kernel's autotuning"
+                )));
+            }
             cfg.socket_buffer = b as usize;
         }
+        cfg.bind_all = flag(&get, ENV_BIND_ALL)?;
         if let Some(cert) = get(ENV_QUIC_CERT) {
             let bad = |k: &str| DistError::Config(format!("{k} must be hex"));
             let cert_der = hex_decode(&cert).ok_or_else(|| bad(ENV_QUIC_CERT))?;
@@ -416,6 +472,132 @@ impl Config {
         };
         Ok(Some((cfg, backend)))
     }
+}
+
+/// Whether the on/off variable `key` is on (unset is off).
+fn flag(get: &impl Fn(&str) -> Option<String>, key: &str) -> Result<bool> {
+    match get(key).as_deref().map(str::trim) {
+        None | Some("" | "0" | "off" | "false") => Ok(false),
+        Some("1" | "on" | "true") => Ok(true),
+        Some(v) => Err(DistError::Config(format!(
+            "{key}={v:?} is not understood: use 1 or 0"
+        ))),
+    }
+}
+
+/// The job id and secret: from `MLX_DIST_JOB_ID` and `MLX_DIST_JOB_SECRET`
+/// (or `MLX_DIST_JOB_SECRET_FILE`); without a secret, a job of one rank, or
+/// one whose user asked for it (`MLX_DIST_INSECURE_DERIVED_SECRET=1`),
+/// derives both from the host list, and any other is refused.
+fn job_identity(
+    get: &impl Fn(&str) -> Option<String>,
+    rank: usize,
+    hosts: &[String],
+) -> Result<([u8; 16], Vec<u8>)> {
+    let d = Sha256::digest(hosts.join(",").as_bytes());
+    let derived_id: [u8; 16] = d[..16].try_into().expect("sha256 has 32 bytes");
+    let id = match get(ENV_JOB_ID) {
+        Some(id) => hex_decode(&id)
+            .and_then(|v| v.try_into().ok())
+            .ok_or_else(|| DistError::Config(format!("{ENV_JOB_ID} must be 32 hex digits")))?,
+        None => derived_id,
+    };
+    let secret = match (get(ENV_SECRET), get(ENV_SECRET_FILE)) {
+        (Some(_), Some(_)) => {
+            return Err(DistError::Config(format!(
+                "both {ENV_SECRET} and {ENV_SECRET_FILE} are set: give the job secret one way"
+            )));
+        }
+        (Some(hex), None) => Some(parse_secret(&hex, ENV_SECRET)?),
+        (None, Some(path)) => Some(read_secret_file(&path)?),
+        (None, None) => None,
+    };
+    if let Some(secret) = secret {
+        return Ok((id, secret));
+    }
+    if hosts.len() > 1 && !flag(get, ENV_INSECURE_SECRET)? {
+        return Err(DistError::Config(format!(
+            "no job secret: ranks started without mlx-launch (by Slurm or by hand) need one, or anyone who can reach their ports can join the job. \
+             Write {MIN_SECRET_BYTES} or more random bytes as hex to a file only you can read \
+             (umask 077; openssl rand -hex 32 > ~/.mlx-job-secret) and set {ENV_SECRET_FILE} to its path \
+             (or {ENV_SECRET} to the hex), the same for every rank; \
+             {ENV_INSECURE_SECRET}=1 derives a secret from the host list instead, which anyone who can see the host list can derive too"
+        )));
+    }
+    if hosts.len() > 1 {
+        tracing::warn!(
+            rank,
+            "{ENV_INSECURE_SECRET}=1: the job secret is derived from the host list; anyone who can read the host list can join the job"
+        );
+    }
+    Ok((id, d[16..].to_vec()))
+}
+
+/// A job secret given as hex by `source`: at least [`MIN_SECRET_BYTES`] bytes.
+fn parse_secret(hex: &str, source: &str) -> Result<Vec<u8>> {
+    let secret = hex_decode(hex)
+        .ok_or_else(|| DistError::Config(format!("{source}: the job secret must be hex")))?;
+    if secret.len() < MIN_SECRET_BYTES {
+        return Err(DistError::Config(format!(
+            "{source}: the job secret has {} bytes; at least {MIN_SECRET_BYTES} random bytes ({} hex digits) are needed",
+            secret.len(),
+            2 * MIN_SECRET_BYTES
+        )));
+    }
+    Ok(secret)
+}
+
+/// The secret in the file at `path` (hex, surrounding white space ignored),
+/// refused when group or others may read the file.
+fn read_secret_file(path: &str) -> Result<Vec<u8>> {
+    let source = format!("{ENV_SECRET_FILE}={path}");
+    let file = std::fs::File::open(path)
+        .map_err(|e| DistError::Config(format!("{source}: cannot open: {e}")))?;
+    let meta = file
+        .metadata()
+        .map_err(|e| DistError::Config(format!("{source}: {e}")))?;
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = meta.permissions().mode();
+        if mode & 0o077 != 0 {
+            return Err(DistError::Config(format!(
+                "{source}: the file's mode is {:o}, so others can read the job secret; chmod 600 it",
+                mode & 0o777
+            )));
+        }
+    }
+    // A secret is a few dozen hex digits: a larger file is not one.
+    if meta.len() > 4096 {
+        return Err(DistError::Config(format!(
+            "{source}: {} bytes is too long for a hex job secret",
+            meta.len()
+        )));
+    }
+    let mut text = String::new();
+    std::io::Read::read_to_string(&mut std::io::Read::take(file, 4096), &mut text)
+        .map_err(|e| DistError::Config(format!("{source}: cannot read: {e}")))?;
+    parse_secret(&text, &source)
+}
+
+/// The variables that hold secrets, taken out of the environment by [`Config::from_env`].
+const SECRET_VARIABLES: [&str; 2] = [ENV_SECRET, ENV_QUIC_KEY];
+
+/// The value of secret variable `key`: taken out of the process's
+/// environment the first time, and kept here for later calls.
+fn take_secret_variable(key: &str) -> Option<String> {
+    static TAKEN: std::sync::Mutex<Vec<(String, String)>> = std::sync::Mutex::new(Vec::new());
+    let mut taken = TAKEN.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(v) = std::env::var_os(key) {
+        // SAFETY: `remove_var` races with threads that read the environment
+        // at the same moment (getenv in C code). A rank reads its
+        // configuration at start-up, before its collectives start threads;
+        // leaving the secret for every child to inherit is the worse risk.
+        unsafe { std::env::remove_var(key) };
+        taken.retain(|(k, _)| k != key);
+        taken.push((key.to_string(), v.to_string_lossy().into_owned()));
+    }
+    taken.iter().find(|(k, _)| k == key).map(|(_, v)| v.clone())
 }
 
 /// A timeout of `ms` milliseconds from variable `key`: zero is an error.
@@ -490,6 +672,8 @@ mod tests {
     use super::*;
     use std::collections::HashMap;
 
+    const SECRET_HEX: &str = "0123456789abcdef0123456789abcdef";
+
     #[test]
     fn no_environment_means_single_process() {
         assert!(Config::from_lookup(|_| None).unwrap().is_none());
@@ -501,7 +685,7 @@ mod tests {
             (ENV_RANK, "1".to_string()),
             (ENV_HOSTS, "127.0.0.1:5000,127.0.0.1:5001".into()),
             (ENV_JOB_ID, "00112233445566778899aabbccddeeff".into()),
-            (ENV_SECRET, "abcd".into()),
+            (ENV_SECRET, SECRET_HEX.into()),
             (ENV_BACKEND, "ring".into()),
             (ENV_CONNECTIONS, "2".into()),
         ]
@@ -511,7 +695,7 @@ mod tests {
             .unwrap()
             .unwrap();
         assert_eq!((c.rank, c.world(), c.connections_per_peer), (1, 2, 2));
-        assert_eq!(c.secret, vec![0xab, 0xcd]);
+        assert_eq!(c.secret, hex_decode(SECRET_HEX).unwrap());
         assert_eq!(b, Some(Backend::Ring));
     }
 
@@ -521,6 +705,7 @@ mod tests {
             let mut env: HashMap<&str, String> = [
                 (ENV_RANK, "0".to_string()),
                 (ENV_HOSTS, "127.0.0.1:5000,127.0.0.1:5001".into()),
+                (ENV_SECRET, SECRET_HEX.into()),
             ]
             .into_iter()
             .collect();
@@ -545,6 +730,8 @@ mod tests {
         for (k, v) in [
             (ENV_THREADED_BYTES, "4M"),
             (ENV_SOCKET_BUFFER, "-1"),
+            (ENV_SOCKET_BUFFER, "16384"),
+            (ENV_BIND_ALL, "everywhere"),
             (ENV_SHM, "no way"),
         ] {
             let e = base(&[(k, v)]).unwrap_err().to_string();
@@ -561,6 +748,7 @@ mod tests {
         let env = |k: &str| match k {
             ENV_RANK => Some("1".to_string()),
             ENV_HOSTS => Some("a:1,b:2|c:2".to_string()),
+            ENV_INSECURE_SECRET => Some("1".to_string()),
             _ => None,
         };
         let (cfg, _) = Config::from_lookup(env).unwrap().unwrap();
@@ -575,5 +763,111 @@ mod tests {
             Some(vec![0, 255, 16])
         );
         assert_eq!(hex_decode("zz"), None);
+    }
+
+    /// `from_lookup` over `pairs`, with a world of two ranks.
+    fn two_ranks(pairs: &[(&str, &str)]) -> Result<Config> {
+        let mut env: HashMap<String, String> = [
+            (ENV_RANK.to_string(), "0".to_string()),
+            (
+                ENV_HOSTS.to_string(),
+                "127.0.0.1:5000,127.0.0.1:5001".into(),
+            ),
+        ]
+        .into_iter()
+        .collect();
+        env.extend(pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+        Config::from_lookup(|k| env.get(k).cloned()).map(|c| c.unwrap().0)
+    }
+
+    #[test]
+    fn socket_buffers_too_small_to_work_are_refused() {
+        let e = two_ranks(&[(ENV_SECRET, SECRET_HEX), (ENV_SOCKET_BUFFER, "32767")])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains(ENV_SOCKET_BUFFER) && e.contains("32768"), "{e}");
+        for ok in ["0", "32768", "4194304"] {
+            let c = two_ranks(&[(ENV_SECRET, SECRET_HEX), (ENV_SOCKET_BUFFER, ok)]).unwrap();
+            assert_eq!(c.socket_buffer.to_string(), ok);
+        }
+    }
+
+    #[test]
+    fn a_job_without_a_real_secret_is_refused() {
+        // None at all: the error says how to give one and how to opt out.
+        let e = two_ranks(&[]).unwrap_err().to_string();
+        for word in [ENV_SECRET_FILE, ENV_SECRET, ENV_INSECURE_SECRET] {
+            assert!(e.contains(word), "{e}");
+        }
+        // Empty or short.
+        for short in ["", "ab", &SECRET_HEX[..30]] {
+            let e = two_ranks(&[(ENV_SECRET, short)]).unwrap_err().to_string();
+            assert!(e.contains(ENV_SECRET) && e.contains("16"), "{short:?}: {e}");
+        }
+        assert!(two_ranks(&[(ENV_SECRET, "zz")]).is_err());
+        // The explicit opt-out derives one; one rank alone needs none.
+        let derived = two_ranks(&[(ENV_INSECURE_SECRET, "1")]).unwrap();
+        assert_eq!(derived.secret.len(), 16);
+        let single = Config::from_lookup(|k| match k {
+            ENV_RANK => Some("0".into()),
+            ENV_WORLD => Some("1".into()),
+            _ => None,
+        });
+        assert!(single.unwrap().is_some());
+        assert!(two_ranks(&[(ENV_INSECURE_SECRET, "maybe")]).is_err());
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn a_secret_file_is_read_only_when_no_one_else_can_read_it() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = std::env::temp_dir().join(format!("mlx-dist-secret-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("secret");
+        std::fs::write(&path, format!("{SECRET_HEX}\n")).unwrap();
+        let p = path.to_str().unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let c = two_ranks(&[(ENV_SECRET_FILE, p)]).unwrap();
+        assert_eq!(c.secret, hex_decode(SECRET_HEX).unwrap());
+        for mode in [0o640, 0o604] {
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).unwrap();
+            let e = two_ranks(&[(ENV_SECRET_FILE, p)]).unwrap_err().to_string();
+            assert!(
+                e.contains(ENV_SECRET_FILE) && e.contains("chmod 600"),
+                "{e}"
+            );
+        }
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+        std::fs::write(&path, "abcd").unwrap();
+        let e = two_ranks(&[(ENV_SECRET_FILE, p)]).unwrap_err().to_string();
+        assert!(e.contains("at least 16"), "{e}");
+        let both = two_ranks(&[(ENV_SECRET_FILE, p), (ENV_SECRET, SECRET_HEX)]);
+        assert!(both.unwrap_err().to_string().contains("both"));
+        let missing = two_ranks(&[(ENV_SECRET_FILE, "/nonexistent/secret")]);
+        assert!(
+            missing
+                .unwrap_err()
+                .to_string()
+                .contains("/nonexistent/secret")
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn debug_output_holds_no_secret() {
+        let mut c = Config::new(0, vec!["a:1".into(), "b:2".into()], [1; 16], vec![0x5e; 32]);
+        c.quic = Some(QuicCert {
+            cert_der: vec![1, 2, 3],
+            key_der: vec![0x6b; 40],
+            fingerprint: [9; 32],
+        });
+        let text = format!("{c:?} {c:#?}");
+        assert!(!text.contains(&hex_encode(&[0x5e; 16])), "{text}");
+        assert!(!text.contains("94, 94"), "{text}");
+        assert!(
+            !text.contains("107, 107") && !text.contains("6b6b"),
+            "{text}"
+        );
+        assert!(text.contains("redacted") && text.contains("a:1"), "{text}");
     }
 }

@@ -29,8 +29,8 @@ const MAC_LEN: usize = 32;
 
 type HmacSha256 = Hmac<Sha256>;
 
-/// What both ends must agree on.
-#[derive(Clone, Debug)]
+/// What both ends must agree on. Its `Debug` shows no secret.
+#[derive(Clone)]
 pub struct JobCredentials {
     /// Random id of the job, distributed by the launcher.
     pub job_id: [u8; 16],
@@ -40,6 +40,20 @@ pub struct JobCredentials {
     pub world: u32,
     /// Number of links between each pair of ranks.
     pub links: u32,
+}
+
+impl std::fmt::Debug for JobCredentials {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("JobCredentials")
+            .field("job_id", &crate::config::hex_encode(&self.job_id))
+            .field(
+                "secret",
+                &format_args!("<{} bytes, redacted>", self.secret.len()),
+            )
+            .field("world", &self.world)
+            .field("links", &self.links)
+            .finish()
+    }
 }
 
 /// Who connected, as established by a successful server-side handshake.
@@ -80,6 +94,14 @@ pub enum HandshakeError {
     /// The other end refused us.
     #[error("refused by the peer: {0}")]
     Refused(String),
+    /// The server already has this link, or does not expect it.
+    #[error("link {link} from rank {rank} is a duplicate or not expected")]
+    Unexpected {
+        /// The client's rank.
+        rank: u32,
+        /// The link it offered.
+        link: u32,
+    },
     /// The server is not the rank we dialled.
     #[error("expected rank {expected} at this address, found rank {found}")]
     WrongRank {
@@ -102,6 +124,7 @@ impl HandshakeError {
             HandshakeError::ConfigMismatch(_) => 4,
             HandshakeError::BadRank(_) => 5,
             HandshakeError::BadMac => 6,
+            HandshakeError::Unexpected { .. } => 8,
             _ => 7,
         }
     }
@@ -198,11 +221,15 @@ pub fn client<S: Read + Write>(
     read_status(s)
 }
 
-/// Runs the server side as `my_rank`; returns who connected, or why they were refused.
+/// Runs the server side as `my_rank`; returns who connected, or why they
+/// were refused. Once the client has proved it knows the secret, `admit`
+/// decides whether this link is wanted (not a duplicate): a refusal there
+/// is sent to the client, whose handshake then fails too.
 pub fn server<S: Read + Write>(
     s: &mut S,
     cred: &JobCredentials,
     my_rank: u32,
+    admit: impl FnOnce(PeerHello) -> Result<(), HandshakeError>,
 ) -> Result<PeerHello, HandshakeError> {
     let mut hello = [0u8; HELLO_LEN];
     s.read_exact(&mut hello)?;
@@ -266,6 +293,10 @@ pub fn server<S: Read + Write>(
         write_refusal(s, &e);
         return Err(e);
     }
+    if let Err(e) = admit(peer) {
+        write_refusal(s, &e);
+        return Err(e);
+    }
     s.write_all(&[0])?;
     s.flush()?;
     Ok(peer)
@@ -297,7 +328,7 @@ mod tests {
         let addr = l.local_addr().unwrap();
         let t = std::thread::spawn(move || {
             let (mut s, _) = l.accept().unwrap();
-            server(&mut s, &server_cred, 0)
+            server(&mut s, &server_cred, 0, |_| Ok(()))
         });
         let mut c = TcpStream::connect(addr).unwrap();
         let rc = client(&mut c, &client_cred, client_rank, 0, 1);
@@ -335,5 +366,132 @@ mod tests {
         w.world = 5;
         let (s, _) = pair(cred(b"k"), w, 1);
         assert!(matches!(s, Err(HandshakeError::ConfigMismatch(_))));
+    }
+
+    #[test]
+    fn a_link_the_server_does_not_admit_fails_on_both_ends() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        let t = std::thread::spawn(move || {
+            let (mut s, _) = l.accept().unwrap();
+            server(&mut s, &cred(b"k"), 0, |h| {
+                Err(HandshakeError::Unexpected {
+                    rank: h.rank,
+                    link: h.link,
+                })
+            })
+        });
+        let mut c = TcpStream::connect(addr).unwrap();
+        let rc = client(&mut c, &cred(b"k"), 3, 0, 1);
+        let rs = t.join().unwrap();
+        assert!(
+            matches!(rs, Err(HandshakeError::Unexpected { rank: 3, link: 1 })),
+            "{rs:?}"
+        );
+        assert!(
+            matches!(&rc, Err(HandshakeError::Refused(r)) if r.contains("duplicate")),
+            "{rc:?}"
+        );
+    }
+
+    #[test]
+    fn debug_output_holds_no_secret() {
+        let c = cred(b"hunter2-the-job-secret");
+        let text = format!("{c:?} {c:#?}");
+        assert!(
+            !text.contains("hunter2") && !text.contains("104, 117"),
+            "{text}"
+        );
+        assert!(text.contains("redacted"), "{text}");
+    }
+
+    /// One end of a conversation: reads `input`, keeps what is written.
+    struct Scripted {
+        input: std::io::Cursor<Vec<u8>>,
+        written: Vec<u8>,
+    }
+
+    impl Read for Scripted {
+        fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+            self.input.read(buf)
+        }
+    }
+
+    impl Write for Scripted {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.written.extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    fn scripted(input: Vec<u8>) -> Scripted {
+        Scripted {
+            input: std::io::Cursor::new(input),
+            written: Vec::new(),
+        }
+    }
+
+    /// A HELLO that this test's server (rank 0 of `cred`) would accept.
+    fn valid_hello() -> Vec<u8> {
+        let c = cred(b"k");
+        let mut h = HELLO_MAGIC.to_vec();
+        h.extend_from_slice(&PROTOCOL_VERSION.to_le_bytes());
+        h.extend_from_slice(&[0, 0]);
+        h.extend_from_slice(&c.job_id);
+        for v in [3u32, c.world, 1, c.links] {
+            h.extend_from_slice(&v.to_le_bytes());
+        }
+        h.extend_from_slice(&[5; NONCE_LEN]);
+        h
+    }
+
+    use proptest::prelude::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(1000))]
+
+        /// Whatever a stranger sends, the server refuses it: no panic, no
+        /// admission, and no more written than a reply and a refusal.
+        #[test]
+        fn server_refuses_arbitrary_bytes(bytes in proptest::collection::vec(any::<u8>(), 0..200)) {
+            let mut s = scripted(bytes);
+            let r = server(&mut s, &cred(b"k"), 0, |_| panic!("admitted a stranger"));
+            prop_assert!(r.is_err());
+            prop_assert!(s.written.len() <= 1 + 4 + NONCE_LEN + MAC_LEN + 3 + 256);
+        }
+
+        /// A valid HELLO with one byte changed, or followed by a made-up
+        /// MAC: refused, never admitted.
+        #[test]
+        fn server_refuses_mutated_hellos(at in 0usize..HELLO_LEN, byte: u8,
+                                         tail in proptest::collection::vec(any::<u8>(), 0..80)) {
+            let mut hello = valid_hello();
+            hello[at] = byte;
+            hello.extend_from_slice(&tail);
+            let mut s = scripted(hello);
+            let r = server(&mut s, &cred(b"k"), 0, |_| panic!("admitted without the secret"));
+            prop_assert!(r.is_err());
+        }
+
+        /// Whatever a fake server answers, the client fails, without
+        /// panicking and whatever length a refusal claims.
+        #[test]
+        fn client_refuses_arbitrary_replies(bytes in proptest::collection::vec(any::<u8>(), 0..200),
+                                            refusal_len: u16) {
+            let mut s = scripted(bytes.clone());
+            prop_assert!(client(&mut s, &cred(b"k"), 3, 0, 1).is_err());
+            let mut refusal = vec![9u8];
+            refusal.extend_from_slice(&refusal_len.to_le_bytes());
+            refusal.extend_from_slice(&bytes);
+            let mut s = scripted(refusal);
+            match client(&mut s, &cred(b"k"), 3, 0, 1) {
+                Err(HandshakeError::Refused(r)) => prop_assert!(r.len() <= 3 * 256),
+                Err(_) => {}
+                Ok(()) => prop_assert!(false, "a refusal was taken for a welcome"),
+            }
+        }
     }
 }

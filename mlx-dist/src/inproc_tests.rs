@@ -424,3 +424,26 @@ fn half_precision_sums_round_once_at_every_size() {
         check(h(1.0), h(1.0 / 2048.0), h(1.0 + 2.0 / 1024.0), len);
     }
 }
+
+/// The smallest socket buffer accepted carries the largest message of the
+/// direct path (both ranks write it whole before reading) without waiting
+/// for the collective timeout; shared memory off, so TCP carries it. (At
+/// 8 KiB the same sum stalls until the timeout.)
+#[test]
+fn the_smallest_socket_buffer_accepted_carries_small_collectives() {
+    let out = with_world(
+        2,
+        |c| {
+            c.socket_buffer = crate::config::MIN_SOCKET_BUFFER as usize;
+            c.shared_memory = false;
+            c.collective_timeout = Duration::from_secs(5);
+        },
+        |g| {
+            let n = g.size();
+            let mut x = vec![1.0f32; 64 * 1024 / 4 / (n - 1)];
+            let r = g.all_sum(&mut x).map(|()| x[0]);
+            r.map_err(|e| e.to_string())
+        },
+    );
+    assert_eq!(out, vec![Ok(2.0), Ok(2.0)]);
+}

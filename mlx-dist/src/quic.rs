@@ -142,8 +142,14 @@ pub(crate) fn connect_mesh(cfg: &Config) -> Result<Mesh> {
         resolve(me).map_err(|e| DistError::Config(format!("rank {rank} address {me}: {e}")))?;
     let endpoint = {
         let _g = rt.enter();
-        udp_socket(addr)
-            .or_else(|_| udp_socket(SocketAddr::new([0, 0, 0, 0].into(), addr.port())))
+        // The rank's own address, unless asked for every interface
+        // (`MLX_DIST_BIND_ALL`).
+        let listen = if cfg.bind_all {
+            SocketAddr::new(crate::tcp::unspecified(addr), addr.port())
+        } else {
+            addr
+        };
+        udp_socket(listen)
             .and_then(|socket| {
                 quinn::Endpoint::new(
                     quinn::EndpointConfig::default(),
@@ -329,13 +335,26 @@ fn accept_all(
                 s: &mut st,
                 deadline: Instant::now() + HANDSHAKE_TIMEOUT,
             };
-            match handshake::server(&mut b, cred, rank as u32) {
+            let mut claimed = None;
+            let admit = |h: handshake::PeerHello| {
+                let key = (h.rank as usize, h.link as usize);
+                if h.rank as usize <= rank || !missing.remove(&key) {
+                    return Err(HandshakeError::Unexpected {
+                        rank: h.rank,
+                        link: h.link,
+                    });
+                }
+                claimed = Some(key);
+                Ok(())
+            };
+            let r = handshake::server(&mut b, cred, rank as u32, admit);
+            if let (Err(_), Some(key)) = (&r, claimed) {
+                // The last reply failed: the link is still to come.
+                missing.insert(key);
+            }
+            match r {
                 Ok(hello) => {
                     let key = (hello.rank as usize, hello.link as usize);
-                    if hello.rank as usize <= rank || !missing.remove(&key) {
-                        tracing::warn!(rank, %from, peer = hello.rank, link = hello.link, "refused stream: duplicate or unexpected link");
-                        continue;
-                    }
                     out.push((
                         key.0,
                         key.1,
@@ -348,7 +367,10 @@ fn accept_all(
                         },
                     ));
                 }
-                Err(e @ HandshakeError::Io(_)) | Err(e) => {
+                Err(e @ HandshakeError::Unexpected { .. }) => {
+                    tracing::warn!(rank, %from, reason = %e, "refused stream");
+                }
+                Err(e) => {
                     tracing::warn!(rank, %from, reason = %e, "refused stream");
                     break;
                 }

@@ -769,7 +769,8 @@ mod tests {
     #[test]
     fn the_config_takes_rank_hosts_and_identity_from_slurm_and_the_rest_as_usual() {
         use crate::config::{Config, ENV_SECRET, ENV_TIMEOUT_MS};
-        let env = with(with(step(2), ENV_TIMEOUT_MS, "1234"), ENV_SECRET, "abcd");
+        let secret = "abcd".repeat(8);
+        let env = with(with(step(2), ENV_TIMEOUT_MS, "1234"), ENV_SECRET, &secret);
         let (cfg, backend) = Config::from_lookup(lookup(&env)).unwrap().unwrap();
         assert_eq!((cfg.rank, cfg.world()), (2, 3));
         assert_eq!(
@@ -780,12 +781,18 @@ mod tests {
             cfg.collective_timeout,
             std::time::Duration::from_millis(1234)
         );
-        assert_eq!(cfg.secret, [0xab, 0xcd]);
+        assert_eq!(cfg.secret, [0xab, 0xcd].repeat(8));
         assert_eq!(backend, None);
         let slurm_id = vars_of(&step(2)).unwrap().unwrap()[ENV_JOB_ID].clone();
         assert_eq!(crate::config::hex_encode(&cfg.job_id), slurm_id);
-        // Without a secret: derived as for a hand-started rank, the job id still Slurm's.
-        let (cfg0, _) = Config::from_lookup(lookup(&step(0))).unwrap().unwrap();
+        // Without a secret: refused, unless the user opts in to a derived
+        // one, the job id then still Slurm's.
+        let e = Config::from_lookup(lookup(&step(0)))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("MLX_DIST_JOB_SECRET_FILE"), "{e}");
+        let insecure = with(step(0), "MLX_DIST_INSECURE_DERIVED_SECRET", "1");
+        let (cfg0, _) = Config::from_lookup(lookup(&insecure)).unwrap().unwrap();
         assert_eq!(crate::config::hex_encode(&cfg0.job_id), slurm_id);
         assert!(!cfg0.secret.is_empty());
         let e = Config::from_lookup(lookup(&[

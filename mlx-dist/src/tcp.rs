@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use crate::config::Config;
 use crate::error::{DistError, Result};
-use crate::handshake::{self, HandshakeError, JobCredentials};
+use crate::handshake::{self, HandshakeError, JobCredentials, PeerHello};
 use crate::link::{Link, TcpLink};
 use crate::mesh::Mesh;
 use crate::shm::{self, ShmLink};
@@ -39,30 +39,53 @@ fn resolve(addr: &str) -> std::io::Result<SocketAddr> {
     })
 }
 
-/// Binds this rank's listening address (falling back to all interfaces on
-/// its port); a rank with several addresses listens on all interfaces.
-pub(crate) fn bind(cfg: &Config) -> Result<TcpListener> {
+/// The sockets a rank accepts its peers' connections on.
+pub(crate) struct Listeners(Vec<TcpListener>);
+
+impl From<TcpListener> for Listeners {
+    fn from(l: TcpListener) -> Listeners {
+        Listeners(vec![l])
+    }
+}
+
+/// The unspecified address (every interface) of `addr`'s family.
+pub(crate) fn unspecified(addr: SocketAddr) -> std::net::IpAddr {
+    if addr.is_ipv6() {
+        std::net::Ipv6Addr::UNSPECIFIED.into()
+    } else {
+        std::net::Ipv4Addr::UNSPECIFIED.into()
+    }
+}
+
+/// Binds this rank's listening addresses: the address the host list names
+/// for it, and each further one it lists, so that ranks on other networks
+/// cannot reach it; every interface only when asked (`MLX_DIST_BIND_ALL`).
+pub(crate) fn bind(cfg: &Config) -> Result<Listeners> {
     let me = &cfg.hosts[cfg.rank];
+    let cant = |addr: &str, e: std::io::Error| {
+        DistError::Config(format!(
+            "rank {} cannot listen on {addr}: {e} (the host list must name an address of this host; {}=1 listens on every interface)",
+            cfg.rank,
+            crate::config::ENV_BIND_ALL
+        ))
+    };
     let addr = resolve(me)
         .map_err(|e| DistError::Config(format!("rank {} address {me}: {e}", cfg.rank)))?;
-    let any = SocketAddr::new(
-        if addr.is_ipv6() {
-            std::net::Ipv6Addr::UNSPECIFIED.into()
-        } else {
-            std::net::Ipv4Addr::UNSPECIFIED.into()
-        },
-        addr.port(),
-    );
-    let several = cfg
-        .extra_addresses
-        .get(cfg.rank)
-        .is_some_and(|e| !e.is_empty());
-    let bound = if several {
-        TcpListener::bind(any)
-    } else {
-        TcpListener::bind(addr).or_else(|_| TcpListener::bind(any))
-    };
-    bound.map_err(|e| DistError::Config(format!("rank {} cannot listen on {me}: {e}", cfg.rank)))
+    if cfg.bind_all {
+        let any = SocketAddr::new(unspecified(addr), addr.port());
+        return Ok(TcpListener::bind(any).map_err(|e| cant(me, e))?.into());
+    }
+    let mut bound = vec![addr];
+    let mut listeners = vec![TcpListener::bind(addr).map_err(|e| cant(me, e))?];
+    for other in cfg.extra_addresses.get(cfg.rank).into_iter().flatten() {
+        let a = resolve(other)
+            .map_err(|e| DistError::Config(format!("rank {} address {other}: {e}", cfg.rank)))?;
+        if !bound.contains(&a) {
+            listeners.push(TcpListener::bind(a).map_err(|e| cant(other, e))?);
+            bound.push(a);
+        }
+    }
+    Ok(Listeners(listeners))
 }
 
 /// The address link `link` to `peer` dials: data links take the peer's
@@ -87,7 +110,12 @@ fn tune(s: &TcpStream, timeout: Duration) -> std::io::Result<()> {
 /// Connects the full mesh for `cfg` and returns it; with `encrypted`, every
 /// connection carries TLS 1.3 with the job's certificate (and shared memory
 /// is not used).
-pub(crate) fn connect_mesh(cfg: &Config, listener: TcpListener, encrypted: bool) -> Result<Mesh> {
+pub(crate) fn connect_mesh(
+    cfg: &Config,
+    listeners: impl Into<Listeners>,
+    encrypted: bool,
+) -> Result<Mesh> {
+    let listeners = listeners.into();
     let world = cfg.world();
     let rank = cfg.rank;
     let nlinks = 2 * cfg.connections_per_peer + 1;
@@ -101,7 +129,7 @@ pub(crate) fn connect_mesh(cfg: &Config, listener: TcpListener, encrypted: bool)
         let cred2 = cred.clone();
         let acceptor = s.spawn(move || {
             accept_all(
-                &listener,
+                &listeners.0,
                 &cred2,
                 rank,
                 world,
@@ -249,8 +277,98 @@ fn is_transient(e: &HandshakeError) -> bool {
     matches!(e, HandshakeError::Io(_))
 }
 
+/// The most connections that may be handshaking with this rank at once:
+/// a connection beyond them is closed at once (a peer's dial retries), so
+/// that a port scan or a flood of idle connections costs a bounded number
+/// of threads and cannot keep the job's own ranks out for long.
+const MAX_PENDING_HANDSHAKES: usize = 32;
+
+/// How long an accepted connection has to complete the handshake, all its
+/// reads and writes together: an idle or trickling connection loses its
+/// place after this. A rank's own handshake takes milliseconds; one that
+/// times out on a loaded host is retried by its dialler.
+const ACCEPT_HANDSHAKE_DEADLINE: Duration = Duration::from_secs(5);
+
+/// A stream whose reads and writes all end by `until`: a per-call timeout
+/// alone would let a peer sending a byte at a time hold it for ever.
+struct Deadlined {
+    stream: TcpStream,
+    until: Instant,
+}
+
+impl Deadlined {
+    fn left(&self) -> std::io::Result<Duration> {
+        let left = self.until.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                "handshake deadline passed",
+            ));
+        }
+        Ok(left)
+    }
+}
+
+impl std::io::Read for Deadlined {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        self.stream.set_read_timeout(Some(self.left()?))?;
+        self.stream.read(buf)
+    }
+}
+
+impl std::io::Write for Deadlined {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.stream.set_write_timeout(Some(self.left()?))?;
+        self.stream.write(buf)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.stream.flush()
+    }
+}
+
+/// The server side of one accepted connection: handshakes it, claiming its
+/// link in `missing` (a link already claimed is refused as a duplicate, and
+/// the client told so); gives the claim back if the last reply fails.
+fn serve_one(
+    st: TcpStream,
+    cred: &JobCredentials,
+    rank: usize,
+    missing: &std::sync::Mutex<BTreeSet<(usize, usize)>>,
+) -> std::result::Result<(PeerHello, TcpStream), HandshakeError> {
+    st.set_nonblocking(false)?;
+    st.set_nodelay(true)?;
+    let mut d = Deadlined {
+        stream: st,
+        until: Instant::now() + ACCEPT_HANDSHAKE_DEADLINE,
+    };
+    let mut claimed = None;
+    let admit = |h: PeerHello| {
+        let key = (h.rank as usize, h.link as usize);
+        let mut m = missing.lock().unwrap_or_else(|p| p.into_inner());
+        if h.rank as usize <= rank || !m.remove(&key) {
+            return Err(HandshakeError::Unexpected {
+                rank: h.rank,
+                link: h.link,
+            });
+        }
+        claimed = Some(key);
+        Ok(())
+    };
+    let r = handshake::server(&mut d, cred, rank as u32, admit);
+    if r.is_err()
+        && let Some(key) = claimed
+    {
+        missing
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(key);
+    }
+    Ok((r?, d.stream))
+}
+
 fn accept_all(
-    listener: &TcpListener,
+    listeners: &[TcpListener],
     cred: &JobCredentials,
     rank: usize,
     world: usize,
@@ -258,54 +376,60 @@ fn accept_all(
     deadline: Instant,
     timeout: Duration,
 ) -> Result<Vec<(usize, usize, TcpStream)>> {
-    let mut missing: BTreeSet<(usize, usize)> = (rank + 1..world)
+    let wanted = world.saturating_sub(rank + 1) * nlinks;
+    let missing: BTreeSet<(usize, usize)> = (rank + 1..world)
         .flat_map(|p| (0..nlinks).map(move |l| (p, l)))
         .collect();
+    let missing = std::sync::Arc::new(std::sync::Mutex::new(missing));
     let mut out = Vec::new();
-    if missing.is_empty() {
+    if wanted == 0 {
         return Ok(out);
     }
-    listener
-        .set_nonblocking(true)
-        .map_err(|e| DistError::Config(format!("listener: {e}")))?;
+    for listener in listeners {
+        listener
+            .set_nonblocking(true)
+            .map_err(|e| DistError::Config(format!("listener: {e}")))?;
+    }
     let (tx, rx) = mpsc::channel();
     let mut pending = 0usize;
-    while !missing.is_empty() {
-        match listener.accept() {
-            Ok((st, from)) => {
-                let tx = tx.clone();
-                let cred = cred.clone();
-                pending += 1;
-                std::thread::spawn(move || {
-                    let r = (|| {
-                        st.set_nonblocking(false)?;
-                        tune(&st, HANDSHAKE_TIMEOUT)?;
-                        let mut st2 = st;
-                        let hello = handshake::server(&mut st2, &cred, rank as u32)?;
-                        Ok::<_, HandshakeError>((hello, st2))
-                    })();
-                    let _ = tx.send((from, r));
-                });
+    while out.len() < wanted {
+        for listener in listeners {
+            loop {
+                let (st, from) = match listener.accept() {
+                    Ok(c) => c,
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                    Err(e) => {
+                        tracing::warn!(rank, error = %e, "accept failed");
+                        break;
+                    }
+                };
+                if pending >= MAX_PENDING_HANDSHAKES {
+                    tracing::debug!(rank, %from, "closed a connection: too many handshakes at once");
+                    continue;
+                }
+                let (tx, cred, missing) = (tx.clone(), cred.clone(), missing.clone());
+                let spawned = std::thread::Builder::new()
+                    .name("mlx-dist-handshake".into())
+                    .spawn(move || {
+                        let _ = tx.send((from, serve_one(st, &cred, rank, &missing)));
+                    });
+                match spawned {
+                    Ok(_) => pending += 1,
+                    // The connection was dropped with the closure: its dialler retries.
+                    Err(e) => tracing::warn!(rank, %from, error = %e, "no thread for a handshake"),
+                }
             }
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
-            Err(e) => tracing::warn!(rank, error = %e, "accept failed"),
         }
         while let Ok((from, r)) = rx.try_recv() {
             pending -= 1;
             match r {
-                Ok((hello, st)) => {
-                    let key = (hello.rank as usize, hello.link as usize);
-                    if hello.rank as usize <= rank || !missing.remove(&key) {
-                        tracing::warn!(rank, %from, peer = hello.rank, link = hello.link, "refused connection: duplicate or unexpected link");
-                        continue;
-                    }
-                    out.push((key.0, key.1, st));
-                }
+                Ok((hello, st)) => out.push((hello.rank as usize, hello.link as usize, st)),
                 Err(e) => tracing::warn!(rank, %from, reason = %e, "refused connection"),
             }
         }
-        if Instant::now() >= deadline {
-            let mut m: Vec<usize> = missing.iter().map(|(p, _)| *p).collect();
+        if out.len() < wanted && Instant::now() >= deadline {
+            let m = missing.lock().unwrap_or_else(|p| p.into_inner());
+            let mut m: Vec<usize> = m.iter().map(|(p, _)| *p).collect();
             m.dedup();
             return Err(DistError::AcceptTimeout {
                 rank,
@@ -317,4 +441,91 @@ fn accept_all(
         std::thread::sleep(Duration::from_millis(if pending > 0 { 1 } else { 3 }));
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn free_port() -> u16 {
+        TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port()
+    }
+
+    #[test]
+    fn a_rank_listens_on_its_own_address_unless_asked_for_all() {
+        let port = free_port();
+        let hosts = vec![format!("127.0.0.1:{port}"), "127.0.0.1:1".to_string()];
+        let mut cfg = Config::new(0, hosts, [1; 16], vec![7; 32]);
+        let l = bind(&cfg).unwrap();
+        assert_eq!(l.0.len(), 1);
+        assert_eq!(
+            l.0[0].local_addr().unwrap(),
+            format!("127.0.0.1:{port}").parse().unwrap()
+        );
+        // Another loopback address of this host does not reach it.
+        assert!(TcpStream::connect(("127.0.0.2", port)).is_err());
+        drop(l);
+        cfg.bind_all = true;
+        let l = bind(&cfg).unwrap();
+        assert!(l.0[0].local_addr().unwrap().ip().is_unspecified());
+        drop(l);
+        // An address that is not this host's is an error, not all interfaces.
+        cfg.bind_all = false;
+        cfg.hosts[0] = format!("192.0.2.1:{port}");
+        let e = bind(&cfg).err().expect("192.0.2.1 is not ours").to_string();
+        assert!(
+            e.contains("192.0.2.1") && e.contains("MLX_DIST_BIND_ALL"),
+            "{e}"
+        );
+        // Several addresses: one listener on each.
+        cfg.hosts[0] = format!("127.0.0.1:{port}");
+        cfg.extra_addresses[0] = vec![format!("127.0.0.3:{port}")];
+        let l = bind(&cfg).unwrap();
+        let ips: Vec<String> =
+            l.0.iter()
+                .map(|l| l.local_addr().unwrap().ip().to_string())
+                .collect();
+        assert_eq!(ips, ["127.0.0.1", "127.0.0.3"]);
+    }
+
+    #[test]
+    fn a_duplicate_link_fails_the_dialler_s_handshake() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap().to_string();
+        let cfg = Config::new(
+            1,
+            vec![addr.clone(), "127.0.0.1:1".into()],
+            [1; 16],
+            vec![7; 32],
+        );
+        let mut cred = credentials(&cfg);
+        cred.links = 2;
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let cred2 = cred.clone();
+        let server = std::thread::spawn(move || {
+            accept_all(&[l], &cred2, 0, 2, 2, deadline, Duration::from_secs(10))
+        });
+        let dial = |link: u32| {
+            let mut st = TcpStream::connect(&addr).unwrap();
+            st.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+            handshake::client(&mut st, &cred, 1, 0, link).map(|()| st)
+        };
+        let first = dial(0).unwrap();
+        let again = dial(0);
+        assert!(
+            matches!(&again, Err(HandshakeError::Refused(r)) if r.contains("duplicate")),
+            "{:?}",
+            again.map(|_| ())
+        );
+        let second = dial(1).unwrap();
+        let got = server.join().unwrap().unwrap();
+        let mut links: Vec<(usize, usize)> = got.iter().map(|(p, l, _)| (*p, *l)).collect();
+        links.sort();
+        assert_eq!(links, [(1, 0), (1, 1)]);
+        drop((first, second));
+    }
 }

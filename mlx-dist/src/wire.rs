@@ -275,9 +275,19 @@ pub fn read_frame<R: Read>(
             max: max_payload as u64,
         });
     }
-    let mut payload = vec![0u8; h.len as usize];
-    r.read_exact(&mut payload)
+    // Grown as bytes arrive, not allocated from the header: a peer that
+    // claims a large frame and sends little costs what it sent.
+    let mut payload = Vec::new();
+    r.take(h.len)
+        .read_to_end(&mut payload)
         .map_err(|e| WireError::Io(e.to_string()))?;
+    if payload.len() as u64 != h.len {
+        return Err(WireError::Io(format!(
+            "the frame ended after {} of {} payload bytes",
+            payload.len(),
+            h.len
+        )));
+    }
     Ok((h, payload))
 }
 
@@ -433,6 +443,20 @@ mod tests {
     }
 
     #[test]
+    fn a_frame_claiming_a_terabyte_allocates_what_arrived() {
+        // Even with no limit, a header's length is not an allocation size.
+        let mut h = header();
+        h.len = 1 << 40;
+        let mut bytes = h.encode().to_vec();
+        bytes.extend_from_slice(&[7; 10]);
+        let r = read_frame(&mut &bytes[..], usize::MAX);
+        assert!(
+            matches!(&r, Err(WireError::Io(m)) if m.contains("10 of 1099511627776")),
+            "{r:?}"
+        );
+    }
+
+    #[test]
     fn abort_payload_round_trip_and_truncation() {
         let p = AbortPayload {
             culprit: Some(3),
@@ -475,6 +499,29 @@ mod tests {
             if let Ok((h, p)) = read_frame(&mut &bytes[..], 64) {
                 prop_assert!(p.len() <= 64);
                 prop_assert_eq!(h.len as usize, p.len());
+            }
+            // No limit at all: still bounded by the bytes given.
+            if let Ok((h, p)) = read_frame(&mut &bytes[..], usize::MAX) {
+                prop_assert_eq!(h.len as usize, p.len());
+                prop_assert!(p.len() < bytes.len());
+            }
+        }
+
+        /// A valid header with one byte changed, then a tail: an error or
+        /// a frame, never a panic, and never more payload than was sent.
+        #[test]
+        fn mutated_headers_are_refused_or_bounded(at in 0usize..HEADER_LEN, byte: u8,
+                                                  len in prop_oneof![0u64..64, Just(1u64 << 32), Just(u64::MAX)],
+                                                  tail in proptest::collection::vec(any::<u8>(), 0..64)) {
+            let mut h = header();
+            h.len = len;
+            let mut bytes = h.encode().to_vec();
+            bytes[at] = byte;
+            bytes.extend_from_slice(&tail);
+            let _ = FrameHeader::decode(&bytes);
+            if let Ok((got, p)) = read_frame(&mut &bytes[..], usize::MAX) {
+                prop_assert_eq!(got.len as usize, p.len());
+                prop_assert!(p.len() <= tail.len());
             }
         }
 

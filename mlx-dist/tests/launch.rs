@@ -189,3 +189,32 @@ fn launcher_reports_a_failing_program() {
     assert!(out.status.success());
     assert_eq!(String::from_utf8_lossy(&out.stdout), "y2\ny2\n");
 }
+
+/// `--env-from NAME` gives the ranks the launcher's own value of NAME (no
+/// value on the command line; remote ranks get it in their order, as
+/// `--env` values); a name that is not set is an error naming it.
+#[test]
+fn env_from_passes_a_variable_by_name() {
+    let run = |names: &[&str]| {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_mlx-launch"));
+        c.args(["-n", "1", "--no-prefix"]);
+        for n in names {
+            c.args(["--env-from", n]);
+        }
+        c.args(["--", "sh", "-c", "echo \"token=$MLX_TEST_TOKEN\""])
+            .env("MLX_TEST_TOKEN", "t0ken")
+            .env_remove("MLX_TEST_UNSET")
+            .output()
+            .unwrap()
+    };
+    let out = run(&["MLX_TEST_TOKEN"]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "token=t0ken\n");
+    let out = run(&["MLX_TEST_TOKEN", "MLX_TEST_UNSET"]);
+    let t = text(&out);
+    assert!(!out.status.success(), "{t}");
+    assert!(
+        t.contains("--env-from MLX_TEST_UNSET") && t.contains("not set"),
+        "{t}"
+    );
+}

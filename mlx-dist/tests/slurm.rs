@@ -94,9 +94,56 @@ fn bare_all_sum() -> Command {
     c
 }
 
-/// The variables srun sets for task `rank` of an `n`-task step on one node.
-fn srun_env(rank: usize, n: usize, resv: u16) -> BTreeMap<&'static str, String> {
+/// A job secret file as a user gives one to a Slurm job: random hex,
+/// readable by its owner only, in a directory of its own that goes with it.
+struct SecretFile(PathBuf);
+
+impl SecretFile {
+    fn new() -> SecretFile {
+        use std::os::unix::fs::OpenOptionsExt;
+        static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let dir = std::env::temp_dir().join(format!("mlx-dist-secret-{}-{n}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut bytes = [0u8; 32];
+        std::io::Read::read_exact(
+            &mut std::fs::File::open("/dev/urandom").unwrap(),
+            &mut bytes,
+        )
+        .unwrap();
+        let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+        let path = dir.join("secret");
+        let mut f = std::fs::OpenOptions::new()
+            .create_new(true)
+            .write(true)
+            .mode(0o600)
+            .open(&path)
+            .unwrap();
+        std::io::Write::write_all(&mut f, hex.as_bytes()).unwrap();
+        SecretFile(path)
+    }
+
+    fn path(&self) -> String {
+        self.0.to_string_lossy().into_owned()
+    }
+}
+
+impl Drop for SecretFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(self.0.parent().unwrap());
+    }
+}
+
+/// The variables srun sets for task `rank` of an `n`-task step on one
+/// node, and the job secret file the user gives.
+fn srun_env(
+    rank: usize,
+    n: usize,
+    resv: u16,
+    secret: &SecretFile,
+) -> BTreeMap<&'static str, String> {
     [
+        ("MLX_DIST_JOB_SECRET_FILE", secret.path()),
         ("SLURM_PROCID", rank.to_string()),
         ("SLURM_LOCALID", rank.to_string()),
         ("SLURM_NODEID", "0".into()),
@@ -117,8 +164,14 @@ fn srun_env(rank: usize, n: usize, resv: u16) -> BTreeMap<&'static str, String> 
 /// Runs the `n` tasks of a step and returns each one's output.
 fn run_step(n: usize) -> Vec<Output> {
     let resv = free_ports(n);
+    let secret = SecretFile::new();
     let children: Vec<_> = (0..n)
-        .map(|r| bare_all_sum().envs(srun_env(r, n, resv)).spawn().unwrap())
+        .map(|r| {
+            bare_all_sum()
+                .envs(srun_env(r, n, resv, &secret))
+                .spawn()
+                .unwrap()
+        })
         .collect();
     children
         .into_iter()
@@ -158,7 +211,8 @@ fn srun_tasks_sum_world_3() {
 /// A node list that is not one is an error naming the variable and the text.
 #[test]
 fn bad_nodelist_is_named() {
-    let mut env = srun_env(0, 2, free_ports(2));
+    let secret = SecretFile::new();
+    let mut env = srun_env(0, 2, free_ports(2), &secret);
     env.insert("SLURM_NODELIST", "node[01-".into());
     let out = bare_all_sum().envs(env).output().unwrap();
     let t = text(&out);
@@ -169,10 +223,34 @@ fn bad_nodelist_is_named() {
     );
 }
 
+/// A step given no job secret does not start (anyone could join it): the
+/// error says how to give one; the explicit opt-out still works; a secret
+/// file others may read is refused.
+#[test]
+fn a_step_without_a_secret_is_refused() {
+    use std::os::unix::fs::PermissionsExt;
+    let secret = SecretFile::new();
+    let mut env = srun_env(0, 2, free_ports(2), &secret);
+    env.remove("MLX_DIST_JOB_SECRET_FILE");
+    let out = bare_all_sum().envs(&env).output().unwrap();
+    let t = text(&out);
+    assert!(!out.status.success(), "{t}");
+    assert!(
+        t.contains("MLX_DIST_JOB_SECRET_FILE") && t.contains("MLX_DIST_INSECURE_DERIVED_SECRET"),
+        "{t}"
+    );
+    std::fs::set_permissions(&secret.0, std::fs::Permissions::from_mode(0o644)).unwrap();
+    env.insert("MLX_DIST_JOB_SECRET_FILE", secret.path());
+    let out = bare_all_sum().envs(&env).output().unwrap();
+    let t = text(&out);
+    assert!(!out.status.success() && t.contains("chmod 600"), "{t}");
+}
+
 /// Tasks laid out by another distribution than block are refused, naming it.
 #[test]
 fn cyclic_distribution_is_named() {
-    let mut env = srun_env(0, 4, free_ports(2));
+    let secret = SecretFile::new();
+    let mut env = srun_env(0, 4, free_ports(2), &secret);
     env.insert("SLURM_NODELIST", "n[1-2]".into());
     env.insert("SLURM_TASKS_PER_NODE", "2(x2)".into());
     env.insert("SLURM_DISTRIBUTION", "cyclic".into());
@@ -348,7 +426,7 @@ impl Cluster {
     }
 
     /// `srun <args> all_sum` with nothing of this process's launcher or Slurm environment.
-    fn srun(&self, args: &[&str]) -> Output {
+    fn srun(&self, args: &[&str], secret: &SecretFile) -> Output {
         let mut c = Command::new(installed("srun").unwrap());
         for (k, _) in std::env::vars_os() {
             let k = k.to_string_lossy().into_owned();
@@ -361,6 +439,7 @@ impl Cluster {
         }
         let mut child = c
             .env("SLURM_CONF", self.dir.join("slurm.conf"))
+            .env("MLX_DIST_JOB_SECRET_FILE", secret.path())
             .args(["--time", "2"])
             .args(args)
             .arg(all_sum())
@@ -403,10 +482,11 @@ fn real_srun_runs_all_sum() {
             return;
         }
     };
+    let secret = SecretFile::new();
     eprintln!("cluster up in {:?}", t.elapsed());
     for (n, args) in [(2, &["-n", "2"][..]), (3, &["-n", "3", "--overcommit"][..])] {
         let t = std::time::Instant::now();
-        let out = cluster.srun(args);
+        let out = cluster.srun(args, &secret);
         eprintln!("srun -n {n}: {:?}", t.elapsed());
         let t = text(&out);
         assert!(out.status.success(), "srun -n {n} failed:\n{t}");

@@ -69,6 +69,11 @@ struct Args {
     /// Extra environment variable for every rank, K=V (repeatable).
     #[arg(long = "env", value_name = "K=V")]
     env: Vec<String>,
+    /// Variable NAME of this program's environment, with its value, for
+    /// every rank (repeatable): the value stays off command lines, where
+    /// `ps` shows it.
+    #[arg(long = "env-from", value_name = "NAME")]
+    env_from: Vec<String>,
     /// Working directory of the ranks (default: this one, on every host).
     #[arg(long)]
     cwd: Option<PathBuf>,
@@ -174,7 +179,7 @@ fn spec(a: Args) -> anyhow::Result<(LaunchSpec, Restarts)> {
     if hosts.is_empty() {
         bail!("no ranks to launch");
     }
-    let env = a
+    let mut env: Vec<(String, String)> = a
         .env
         .iter()
         .map(|kv| {
@@ -185,6 +190,9 @@ fn spec(a: Args) -> anyhow::Result<(LaunchSpec, Restarts)> {
             Ok((k.to_string(), v.to_string()))
         })
         .collect::<anyhow::Result<_>>()?;
+    env.extend(
+        launch::env_from(&a.env_from, |k| std::env::var(k).ok()).map_err(anyhow::Error::msg)?,
+    );
     let spec = LaunchSpec {
         command: a.command,
         hosts,

@@ -32,8 +32,9 @@ pub(crate) const PROTOCOL: u64 = 1;
 /// The start of the line that carries a remote rank's failure report.
 pub(crate) const REPORT_MARKER: &str = "\u{1}mlx-launch-report ";
 
-/// What the launcher asks the agent to start.
-#[derive(Clone, Debug, PartialEq)]
+/// What the launcher asks the agent to start. Its `Debug` shows the
+/// environment's names, not their values (the job secret is one).
+#[derive(Clone, PartialEq)]
 pub(crate) struct Order {
     /// The rank (for messages and its report).
     pub rank: usize,
@@ -45,6 +46,18 @@ pub(crate) struct Order {
     pub env: Vec<(String, String)>,
     /// How many ranks of the job run on this host: they share its cores.
     pub ranks_on_host: usize,
+}
+
+impl std::fmt::Debug for Order {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Order")
+            .field("rank", &self.rank)
+            .field("command", &self.command)
+            .field("cwd", &self.cwd)
+            .field("env", &super::RedactedEnv(&self.env))
+            .field("ranks_on_host", &self.ranks_on_host)
+            .finish()
+    }
 }
 
 impl Order {
@@ -431,6 +444,12 @@ mod tests {
         let e = Order::parse(&other).unwrap_err();
         assert!(e.contains("0.0.0-other"), "{e}");
         assert!(Order::parse("{").is_err());
+        let shown = format!("{o:?} {o:#?}");
+        assert!(
+            !shown.contains("ab\\ncd") && !shown.contains("ab\ncd"),
+            "{shown}"
+        );
+        assert!(shown.contains("MLX_DIST_JOB_SECRET=<redacted>"), "{shown}");
     }
 
     #[test]

@@ -68,8 +68,9 @@ use std::time::Duration;
 
 use crate::config::{self, Backend};
 
-/// Everything `mlx-launch` was asked to do.
-#[derive(Clone, Debug)]
+/// Everything `mlx-launch` was asked to do. Its `Debug` shows the names of
+/// [`LaunchSpec::env`], not their values.
+#[derive(Clone)]
 pub struct LaunchSpec {
     /// The program and its arguments.
     pub command: Vec<String>,
@@ -138,6 +139,28 @@ pub fn rank_log_path(dir: &std::path::Path, rank: usize, restart: u32) -> PathBu
     }
 }
 
+impl std::fmt::Debug for LaunchSpec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LaunchSpec")
+            .field("command", &self.command)
+            .field("hosts", &self.hosts)
+            .field("backend", &self.backend)
+            .field("env", &RedactedEnv(&self.env))
+            .field("cwd", &self.cwd)
+            .field("starting_port", &self.starting_port)
+            .field("connections_per_peer", &self.connections_per_peer)
+            .field("prefix_output", &self.prefix_output)
+            .field("grace", &self.grace)
+            .field("collective_timeout", &self.collective_timeout)
+            .field("liveness_timeout", &self.liveness_timeout)
+            .field("ssh_config", &self.ssh_config)
+            .field("remote_launcher", &self.remote_launcher)
+            .field("mpi_args", &self.mpi_args)
+            .field("restart_count", &self.restart_count)
+            .finish()
+    }
+}
+
 impl LaunchSpec {
     /// `n` local ranks running `command`, with the defaults for everything else.
     pub fn local(n: usize, command: Vec<String>) -> LaunchSpec {
@@ -179,14 +202,35 @@ pub fn check_env_key(key: &str) -> Result<(), String> {
     }
 }
 
+/// The variables `names` (`mlx-launch --env-from NAME`) with their values
+/// in the launcher's environment (`lookup`), for every rank: a value that
+/// should not show on a command line (`ps`) reaches remote ranks this way.
+/// An unset or non-identifier name is an error naming it.
+pub fn env_from(
+    names: &[String],
+    lookup: impl Fn(&str) -> Option<String>,
+) -> Result<Vec<(String, String)>, String> {
+    names
+        .iter()
+        .map(|k| {
+            check_env_key(k).map_err(|e| format!("--env-from: {e}"))?;
+            let v = lookup(k).ok_or_else(|| {
+                format!("--env-from {k}: {k} is not set in mlx-launch's environment")
+            })?;
+            Ok((k.clone(), v))
+        })
+        .collect()
+}
+
 /// The grace period that lets survivors detect a silent rank (the liveness
 /// timeout, `liveness` or the default) and report it: that timeout plus 3 s.
 pub fn default_grace(liveness: Option<Duration>) -> Duration {
     liveness.unwrap_or(config::DEFAULT_LIVENESS_TIMEOUT) + Duration::from_secs(3)
 }
 
-/// The identity of one launch: a random job id and secret.
-#[derive(Clone, Debug)]
+/// The identity of one launch: a random job id and secret. Its `Debug`
+/// shows no secret.
+#[derive(Clone)]
 pub struct JobIdentity {
     /// 16 random bytes.
     pub id: [u8; 16],
@@ -194,6 +238,37 @@ pub struct JobIdentity {
     pub secret: [u8; 32],
     /// A self-signed certificate for this job (QUIC backend only).
     pub quic: Option<config::QuicCert>,
+}
+
+impl std::fmt::Debug for JobIdentity {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("JobIdentity")
+            .field("id", &config::hex_encode(&self.id))
+            .field("secret", &"<redacted>")
+            .field("quic", &self.quic)
+            .finish()
+    }
+}
+
+/// Environment variables as `Debug` shows them: names only, as their values
+/// may be secrets.
+pub(crate) struct RedactedEnv<'a>(pub &'a [(String, String)]);
+
+impl std::fmt::Debug for RedactedEnv<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list()
+            .entries(self.0.iter().map(|(k, _)| Redacted(k)))
+            .finish()
+    }
+}
+
+/// One variable's name, shown with its value redacted.
+struct Redacted<'a>(&'a str);
+
+impl std::fmt::Debug for Redacted<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}=<redacted>", self.0)
+    }
 }
 
 impl JobIdentity {
@@ -412,5 +487,33 @@ mod tests {
         let get = |key: &str| env.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_str());
         assert_eq!(get(config::ENV_TIMEOUT_MS), Some("600000"));
         assert_eq!(get(config::ENV_LIVENESS_MS), Some("1"));
+    }
+
+    #[test]
+    fn debug_output_holds_no_secret() {
+        let job = JobIdentity::random();
+        let mut spec = LaunchSpec::local(2, vec!["p".into()]);
+        spec.env.push(("API_TOKEN".into(), "hunter2hunter2".into()));
+        let secret = config::hex_encode(&job.secret);
+        let text = format!("{job:?} {job:#?} {spec:?} {spec:#?}");
+        assert!(
+            !text.contains(&secret[..8]) && !text.contains("hunter2"),
+            "{text}"
+        );
+        let bytes = format!("{:?}", &job.secret[..4]);
+        assert!(!text.contains(&bytes[1..bytes.len() - 1]), "{text}");
+        assert!(text.contains("API_TOKEN") && text.contains(&config::hex_encode(&job.id)));
+    }
+
+    #[test]
+    fn env_from_takes_values_from_the_launchers_environment_by_name() {
+        let lookup = |k: &str| (k == "HF_TOKEN").then(|| "s3cr3t".to_string());
+        assert_eq!(
+            env_from(&["HF_TOKEN".into()], lookup),
+            Ok(vec![("HF_TOKEN".to_string(), "s3cr3t".to_string())])
+        );
+        let e = env_from(&["HF_TOKEN".into(), "NOT_SET".into()], lookup).unwrap_err();
+        assert!(e.contains("NOT_SET") && e.contains("not set"), "{e}");
+        assert!(env_from(&["A=B".into()], lookup).is_err());
     }
 }

@@ -46,7 +46,20 @@ use super::supervise::{
     signal_group, spawn_guarded, status_code, supervise,
 };
 
-/// The `mpirun` command line (program and arguments) for `spec`.
+/// The variables `mpirun` passes on to every rank (`-x NAME`): set in
+/// mpirun's own environment, so that their values (the user's `--env`
+/// values may be secrets) stay off its command line, which `ps` shows and
+/// the launcher logs.
+pub fn mpirun_env(spec: &LaunchSpec) -> Vec<(String, String)> {
+    let mut env: Vec<(String, String)> =
+        vec![(crate::config::ENV_BACKEND.to_string(), "mpi".to_string())];
+    env.extend(super::thread_env(spec, 0));
+    env.extend(spec.env.iter().cloned());
+    env
+}
+
+/// The `mpirun` command line (program and arguments) for `spec`; the
+/// variables' values come from [`mpirun_env`], in mpirun's environment.
 pub fn mpirun_command(spec: &LaunchSpec, running_as_root: bool) -> Vec<String> {
     let n = spec.hosts.len();
     let mut c = vec![
@@ -81,13 +94,13 @@ pub fn mpirun_command(spec: &LaunchSpec, running_as_root: bool) -> Vec<String> {
         c.push("--wdir".into());
         c.push(cwd.display().to_string());
     }
-    let mut env: Vec<(String, String)> =
-        vec![(crate::config::ENV_BACKEND.to_string(), "mpi".to_string())];
-    env.extend(super::thread_env(spec, 0));
-    env.extend(spec.env.iter().cloned());
-    for (k, v) in env {
-        c.push("-x".into());
-        c.push(format!("{k}={v}"));
+    let mut names: Vec<String> = Vec::new();
+    for (k, _) in mpirun_env(spec) {
+        if !names.contains(&k) {
+            c.push("-x".into());
+            c.push(k.clone());
+            names.push(k);
+        }
     }
     c.extend(spec.mpi_args.iter().cloned());
     c.extend(spec.command.iter().cloned());
@@ -202,7 +215,7 @@ pub fn run(spec: &LaunchSpec) -> anyhow::Result<i32> {
     let argv = mpirun_command(spec, root);
     tracing::info!(?argv, "launching through mpirun");
     let mut cmd = Command::new(&argv[0]);
-    cmd.args(&argv[1..]);
+    cmd.args(&argv[1..]).envs(mpirun_env(spec));
     // mpirun runs in a process group of its own, which does not read the
     // terminal: standard input reaches it through a pipe.
     cmd.stdin(Stdio::piped());
@@ -275,17 +288,22 @@ mod tests {
     #[test]
     fn command_and_tags() {
         let mut spec = LaunchSpec::local(3, vec!["prog".into(), "--x".into()]);
-        spec.env.push(("K".into(), "V".into()));
+        spec.env.push(("K".into(), "hunter2".into()));
         let c = mpirun_command(&spec, true);
         assert_eq!(
             &c[1..5],
             ["-np", "3", "--allow-run-as-root", "--oversubscribe"]
         );
-        assert!(c.windows(2).any(|w| w == ["-x", "K=V"]), "{c:?}");
+        // Names on the command line, values in mpirun's environment.
+        assert!(c.windows(2).any(|w| w == ["-x", "K"]), "{c:?}");
+        assert!(!c.iter().any(|a| a.contains("hunter2")), "{c:?}");
         assert!(
-            c.windows(2).any(|w| w == ["-x", "MLX_DIST_BACKEND=mpi"]),
+            c.windows(2).any(|w| w == ["-x", "MLX_DIST_BACKEND"]),
             "{c:?}"
         );
+        let env = mpirun_env(&spec);
+        assert!(env.contains(&("K".into(), "hunter2".into())), "{env:?}");
+        assert!(env.contains(&("MLX_DIST_BACKEND".into(), "mpi".into())));
         assert_eq!(&c[c.len() - 2..], ["prog", "--x"]);
         assert!(!mpirun_command(&spec, false).contains(&"--allow-run-as-root".to_string()));
     }
