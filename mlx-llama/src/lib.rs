@@ -10,12 +10,14 @@
 //! ```
 pub mod checkpoint;
 pub mod config;
+pub mod console;
 pub mod curves;
 pub mod export;
 pub mod metrics;
 pub mod model;
 pub mod options_file;
 pub mod pipeline;
+pub mod run_folder;
 mod sync;
 pub mod trainer;
 

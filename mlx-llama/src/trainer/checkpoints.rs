@@ -49,7 +49,7 @@ pub(super) fn resume(
     check_global_batch(&dir, &state, loader, group.size())?;
     loader.restore(&state)?;
     if rank == 0 {
-        println!("resuming from {} at step {}", dir.display(), m.step);
+        crate::console::line(&format!("resuming from {} at step {}", dir.display(), m.step));
     }
     Ok(m.step)
 }
@@ -103,7 +103,7 @@ fn resume_resharded(
         .with_context(|| format!("resuming from {}", dir.display()))?;
     loader.restore(&layout.data)?;
     if group.rank() == 0 {
-        println!(
+        crate::console::line(&format!(
             "resuming from {} at step {}, re-sharded from {} rank(s) ({}) to {} ({})",
             dir.display(),
             m.step,
@@ -111,7 +111,7 @@ fn resume_resharded(
             sharding(layout.optimizer_files.len()),
             group.size(),
             sharding(sync.state_files().len())
-        );
+        ));
     }
     Ok(m.step)
 }
@@ -200,7 +200,14 @@ pub(super) fn save(cfg: &TrainConfig, group: &Group, parts: Parts, step: u64) ->
             optimizer_files: parts.sync.state_files(),
             data: parts.batches.state(),
         };
-        publish(cfg, group, parts.model, layout, &tmp, step)?;
+        if let Err(e) = publish(cfg, group, parts.model, layout, &tmp, step) {
+            // A full disk: free what this checkpoint took; the previous
+            // one, and `latest`, are untouched.
+            let _ = std::fs::remove_dir_all(&tmp);
+            return Err(e.context(format!(
+                "writing the checkpoint of step {step} (the previous checkpoint, if any, is intact)"
+            )));
+        }
     }
     group.barrier()?;
     Ok(checkpoint::step_dir(out, step))
@@ -230,7 +237,9 @@ fn publish(
         layout: Some(layout),
     };
     checkpoint::write_manifest(tmp, &manifest)?;
-    checkpoint::publish(out, tmp, step)?;
+    checkpoint::publish_folder(out, tmp, step)?;
+    super::test_kill::die_in_publish_if_asked(group.rank(), step)?;
+    checkpoint::point_latest_at(out, step)?;
     for old in checkpoint::prune(out, cfg.keep_checkpoints)? {
         tracing::info!(rank = 0, checkpoint = %old.display(), "deleted an old checkpoint");
     }
