@@ -133,12 +133,6 @@ fn has_metrics(out: &Path) -> bool {
 /// Rank 0's checks of the run folder before a run, with the deletions of
 /// `--fresh`: an error says what the folder holds and what to pass.
 fn check(out: &Path, intent: Intent) -> Result<()> {
-    if intent.resume && !intent.restarted && !out.is_dir() {
-        bail!(
-            "--resume: {} does not exist, so there is no run to resume: check --out, or leave out --resume to start a new run",
-            out.display()
-        );
-    }
     let checkpointed = has_checkpoint(out)?;
     if intent.fresh && !intent.restarted {
         for f in ["metrics.jsonl", "metrics.csv", "loss.png"] {
@@ -185,13 +179,26 @@ fn check(out: &Path, intent: Intent) -> Result<()> {
     Ok(())
 }
 
+/// `--resume` of a folder that does not exist is an error (checked before
+/// the lock creates it).
+fn exists_to_resume(out: &Path, intent: Intent) -> Result<()> {
+    if intent.resume && !intent.restarted && !out.is_dir() {
+        bail!(
+            "--resume: {} does not exist, so there is no run to resume: check --out, or leave out --resume to start a new run",
+            out.display()
+        );
+    }
+    Ok(())
+}
+
 /// Makes run folder `out` ready for a run as `intent` asks, on every rank
 /// of `group` (rank 0 does the work; every rank returns its verdict): rank
 /// 0 takes the folder's lock ([`lock`]) and checks what the folder holds
 /// (see [`Intent`]). Returns the lock on rank 0: keep it for the run.
 pub fn prepare(out: &Path, intent: Intent, group: &Group) -> Result<Option<RunLock>> {
     let mine = if group.rank() == 0 {
-        lock(out).and_then(|l| check(out, intent).map(|()| Some(l)))
+        exists_to_resume(out, intent)
+            .and_then(|()| lock(out)).and_then(|l| check(out, intent).map(|()| Some(l)))
     } else {
         Ok(None)
     };

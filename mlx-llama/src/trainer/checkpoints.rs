@@ -181,33 +181,49 @@ pub(super) struct Parts<'a> {
 /// written (the barriers), rank 0 hashes every one into the manifest,
 /// publishes the folder and prunes old checkpoints.
 pub(super) fn save(cfg: &TrainConfig, group: &Group, parts: Parts, step: u64) -> Result<PathBuf> {
+    let tmp = cfg
+        .out_dir
+        .join("checkpoints")
+        .join(format!(".step_{step:08}.tmp"));
+    save_via(cfg, group, parts, step, &tmp).map_err(|e| {
+        // A full disk: free what this checkpoint took; the previous one,
+        // and `latest`, are untouched.
+        if group.rank() == 0 {
+            let _ = std::fs::remove_dir_all(&tmp);
+        }
+        e.context(format!(
+            "writing the checkpoint of step {step} (the previous checkpoint, if any, is intact)"
+        ))
+    })
+}
+
+/// [`save`] through the temporary folder `tmp`.
+fn save_via(
+    cfg: &TrainConfig,
+    group: &Group,
+    parts: Parts,
+    step: u64,
+    tmp: &Path,
+) -> Result<PathBuf> {
     let out = &cfg.out_dir;
-    let tmp = out.join("checkpoints").join(format!(".step_{step:08}.tmp"));
     if group.rank() == 0 {
         if tmp.exists() {
-            std::fs::remove_dir_all(&tmp)?;
+            std::fs::remove_dir_all(tmp)?;
         }
-        std::fs::create_dir_all(&tmp).with_context(|| format!("creating {}", tmp.display()))?;
+        std::fs::create_dir_all(tmp).with_context(|| format!("creating {}", tmp.display()))?;
     }
     group.barrier()?;
     let state_path = tmp.join(format!("loader_rank{}.json", group.rank()));
     checkpoint::write_synced(&state_path, parts.batches.state().to_json().as_bytes())?;
     group.barrier()?;
-    parts.sync.save(&tmp)?;
+    parts.sync.save(tmp)?;
     if group.rank() == 0 {
-        parts.precision.save(&tmp)?;
+        parts.precision.save(tmp)?;
         let layout = Layout {
             optimizer_files: parts.sync.state_files(),
             data: parts.batches.state(),
         };
-        if let Err(e) = publish(cfg, group, parts.model, layout, &tmp, step) {
-            // A full disk: free what this checkpoint took; the previous
-            // one, and `latest`, are untouched.
-            let _ = std::fs::remove_dir_all(&tmp);
-            return Err(e.context(format!(
-                "writing the checkpoint of step {step} (the previous checkpoint, if any, is intact)"
-            )));
-        }
+        publish(cfg, group, parts.model, layout, tmp, step)?;
     }
     group.barrier()?;
     Ok(checkpoint::step_dir(out, step))
