@@ -308,7 +308,11 @@ impl Manifest {
             if l.optimizer_files.is_empty() {
                 bail!("the manifest's layout lists no optimizer files");
             }
-            if let Some(bad) = l.optimizer_files.iter().find(|f| !seen.contains(f.as_str())) {
+            // Format 1 lists no files: the names are checked alone.
+            let unlisted = |f: &&String| {
+                !is_plain_name(f) || (!m.files.is_empty() && !seen.contains(f.as_str()))
+            };
+            if let Some(bad) = l.optimizer_files.iter().find(unlisted) {
                 bail!("the layout's optimizer file {bad:?} is not a file the manifest lists");
             }
         }

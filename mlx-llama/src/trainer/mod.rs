@@ -403,6 +403,14 @@ impl<'a> Run<'a> {
             let t = Instant::now();
             let dir = self.checkpoint(done)?;
             self.last_checkpoint = (Instant::now(), t.elapsed());
+            if self.world.rank() == 0 {
+                tracing::info!(
+                    step = done,
+                    ms = t.elapsed().as_millis() as u64,
+                    checkpoint = %dir.display(),
+                    "checkpoint written"
+                );
+            }
             self.record.checkpoint(dir);
         }
         Ok(verdict.stop && !last)
