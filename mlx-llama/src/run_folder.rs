@@ -121,8 +121,10 @@ pub struct Intent {
 
 /// Whether `out` holds a checkpoint (complete or not: `latest` or a step folder).
 fn has_checkpoint(out: &Path) -> Result<bool> {
-    Ok(out.join("checkpoints").join("latest").exists()
-        || !crate::checkpoint::list(out)?.is_empty())
+    Ok(
+        out.join("checkpoints").join("latest").exists()
+            || !crate::checkpoint::list(out)?.is_empty(),
+    )
 }
 
 /// What an earlier run left that a new run would mix with.
@@ -198,7 +200,8 @@ fn exists_to_resume(out: &Path, intent: Intent) -> Result<()> {
 pub fn prepare(out: &Path, intent: Intent, group: &Group) -> Result<Option<RunLock>> {
     let mine = if group.rank() == 0 {
         exists_to_resume(out, intent)
-            .and_then(|()| lock(out)).and_then(|l| check(out, intent).map(|()| Some(l)))
+            .and_then(|()| lock(out))
+            .and_then(|l| check(out, intent).map(|()| Some(l)))
     } else {
         Ok(None)
     };

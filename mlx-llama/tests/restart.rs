@@ -260,7 +260,8 @@ fn killed_run_equals_an_uninterrupted_one(world: usize) {
     );
     let (got, records) = losses(&killed);
     assert_eq!(
-        records as u64, STEPS,
+        records as u64,
+        STEPS,
         "steps {}..={step} were run again after the restart: their records from before the kill must go",
         resumed + 1
     );

@@ -108,7 +108,10 @@ impl Drop for Reaped {
 fn wait_for(what: &str, mut cond: impl FnMut() -> bool) {
     let t = Instant::now();
     while !cond() {
-        assert!(t.elapsed() < Duration::from_secs(60), "waited 60 s for {what}");
+        assert!(
+            t.elapsed() < Duration::from_secs(60),
+            "waited 60 s for {what}"
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
 }
@@ -118,7 +121,13 @@ fn a_second_run_into_a_folder_in_use_is_refused_naming_the_first() {
     let dir = tempfile::tempdir().unwrap();
     let run = dir.path().join("run");
     let mut first = train_cmd(&run, &["--steps", "100000"]);
-    let first = Reaped(first.stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap());
+    let first = Reaped(
+        first
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
     let pid = first.0.id();
     // Training has begun once a step is recorded.
     wait_for("the first run's first step", || {
@@ -129,7 +138,10 @@ fn a_second_run_into_a_folder_in_use_is_refused_naming_the_first() {
     assert_eq!(second.status.code(), Some(1), "{said}");
     assert!(said.contains("is in use by another run"), "{said}");
     assert!(said.contains(&format!("pid {pid} on host ")), "{said}");
-    assert!(said.contains("started ") && said.contains(" s ago"), "{said}");
+    assert!(
+        said.contains("started ") && said.contains(" s ago"),
+        "{said}"
+    );
     // --fresh was not acted on: the first run's records are still there.
     assert!(run.join("metrics.jsonl").exists());
     drop(first);
@@ -155,12 +167,18 @@ fn a_crashed_runs_folder_needs_fresh_and_resume_needs_a_checkpoint() {
     let again = train(&run, &["--steps", "4"]);
     let said = text(&again);
     assert_eq!(again.status.code(), Some(1), "{said}");
-    assert!(said.contains("metrics.jsonl of an earlier run that left no checkpoint"), "{said}");
+    assert!(
+        said.contains("metrics.jsonl of an earlier run that left no checkpoint"),
+        "{said}"
+    );
     assert!(said.contains("--fresh"), "{said}");
     let resumed = train(&run, &["--steps", "4", "--resume"]);
     let said = text(&resumed);
     assert_eq!(resumed.status.code(), Some(1), "{said}");
-    assert!(said.contains("holds no checkpoint to resume from"), "{said}");
+    assert!(
+        said.contains("holds no checkpoint to resume from"),
+        "{said}"
+    );
     assert_eq!(steps_of(&records(&run)), [1, 2], "nothing appended");
 
     let fresh = train(&run, &["--steps", "4", "--fresh"]);
@@ -175,12 +193,18 @@ fn resume_of_nothing_and_fresh_with_resume_are_refused() {
     let o = train(&missing, &["--steps", "2", "--resume"]);
     let said = text(&o);
     assert_eq!(o.status.code(), Some(1), "{said}");
-    assert!(said.contains("does not exist, so there is no run to resume"), "{said}");
+    assert!(
+        said.contains("does not exist, so there is no run to resume"),
+        "{said}"
+    );
     assert!(!missing.join("metrics.jsonl").exists());
     let o = train(&missing, &["--steps", "2", "--resume", "--fresh"]);
     let said = text(&o);
     assert_eq!(o.status.code(), Some(2), "a usage error: {said}");
-    assert!(said.contains("--fresh") && said.contains("cannot be used with"), "{said}");
+    assert!(
+        said.contains("--fresh") && said.contains("cannot be used with"),
+        "{said}"
+    );
 }
 
 #[test]
@@ -197,28 +221,56 @@ fn a_resumed_run_records_each_step_once_and_keeps_its_options() {
     let original = std::fs::read_to_string(run.join("run.toml")).unwrap();
     assert!(original.contains("steps = 4"), "{original}");
 
-    let resumed = train(&run, &["--steps", "4", "--checkpoint-every", "2", "--resume"]);
+    let resumed = train(
+        &run,
+        &["--steps", "4", "--checkpoint-every", "2", "--resume"],
+    );
     assert!(resumed.status.success(), "{}", text(&resumed));
-    assert_eq!(records(&run), reference(dir.path(), 4), "steps 3 and 4 once, as uninterrupted");
-    assert_eq!(std::fs::read_to_string(run.join("run.toml")).unwrap(), original);
+    assert_eq!(
+        records(&run),
+        reference(dir.path(), 4),
+        "steps 3 and 4 once, as uninterrupted"
+    );
+    assert_eq!(
+        std::fs::read_to_string(run.join("run.toml")).unwrap(),
+        original
+    );
     assert!(!run.join("run.resume-1.toml").exists(), "no option changed");
 
     // More steps: a changed option, recorded beside the original.
-    let more = train(&run, &["--steps", "6", "--checkpoint-every", "2", "--resume"]);
+    let more = train(
+        &run,
+        &["--steps", "6", "--checkpoint-every", "2", "--resume"],
+    );
     let said = text(&more);
     assert!(more.status.success(), "{said}");
-    assert!(said.contains("resuming with changed options (steps: 4 -> 6)"), "{said}");
-    assert_eq!(std::fs::read_to_string(run.join("run.toml")).unwrap(), original);
+    assert!(
+        said.contains("resuming with changed options (steps: 4 -> 6)"),
+        "{said}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(run.join("run.toml")).unwrap(),
+        original
+    );
     let changed = std::fs::read_to_string(run.join("run.resume-1.toml")).unwrap();
     assert!(changed.contains("steps = 6"), "{changed}");
     assert_eq!(records(&run), reference(dir.path(), 6));
 
     // Finished: said so, nothing trained, no NaN.
-    let done = train(&run, &["--steps", "6", "--checkpoint-every", "2", "--resume"]);
+    let done = train(
+        &run,
+        &["--steps", "6", "--checkpoint-every", "2", "--resume"],
+    );
     let said = text(&done);
     assert!(done.status.success(), "{said}");
-    assert!(said.contains("is finished: its checkpoint is at step 6, and --steps is 6"), "{said}");
-    assert!(!said.contains("NaN") && !said.contains("checkpoint none"), "{said}");
+    assert!(
+        said.contains("is finished: its checkpoint is at step 6, and --steps is 6"),
+        "{said}"
+    );
+    assert!(
+        !said.contains("NaN") && !said.contains("checkpoint none"),
+        "{said}"
+    );
     assert_eq!(steps_of(&records(&run)), [1, 2, 3, 4, 5, 6]);
 }
 
@@ -241,7 +293,13 @@ fn a_closed_pipe_on_standard_output_does_not_stop_training() {
     }
     drop(out);
     let mut err = String::new();
-    child.0.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+    child
+        .0
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
     let st = child.0.wait().unwrap();
     assert!(st.success(), "{st:?}: {err}");
     assert_eq!(
@@ -269,7 +327,10 @@ fn sigkill_while_a_checkpoint_is_published_resumes_from_an_intact_one() {
     assert_eq!(latest.trim(), "step_00000002");
     assert!(run.join("checkpoints").join("step_00000004").is_dir());
 
-    let resumed = train(&run, &["--steps", "6", "--checkpoint-every", "2", "--resume"]);
+    let resumed = train(
+        &run,
+        &["--steps", "6", "--checkpoint-every", "2", "--resume"],
+    );
     let said = text(&resumed);
     assert!(resumed.status.success(), "{said}");
     assert!(said.contains("at step 2"), "{said}");
@@ -313,7 +374,10 @@ fn a_full_disk_during_a_checkpoint_is_a_clear_error_and_leaves_the_previous_one(
     assert_eq!(o.status.code(), Some(1), "{said}");
     assert!(said.contains("writing the checkpoint of step 4"), "{said}");
     assert!(said.contains("No space left on device"), "{said}");
-    assert!(said.contains("the previous checkpoint, if any, is intact"), "{said}");
+    assert!(
+        said.contains("the previous checkpoint, if any, is intact"),
+        "{said}"
+    );
     let found = mlx_llama::checkpoint::latest_good(&run).unwrap().unwrap();
     assert_eq!(found.manifest.step, 2);
     assert!(found.rejected.is_empty(), "{:?}", found.rejected);
@@ -377,7 +441,13 @@ fn sigterm_under_the_launcher_checkpoints_and_resume_continues_the_same_losses()
     assert_eq!(unsafe { libc::kill(child.0.id() as i32, libc::SIGTERM) }, 0);
     out.read_to_string(&mut seen).unwrap();
     let mut err = String::new();
-    child.0.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+    child
+        .0
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
     let st = child.0.wait().unwrap();
     let all = format!("{seen}{err}");
     assert!(!st.success(), "{all}");
@@ -408,7 +478,10 @@ fn export_refuses_a_non_empty_folder_without_force_and_any_checkpoint_folder() {
     assert!(o.status.success(), "{}", text(&o));
     let export = |out: &Path, force: bool| {
         let mut c = Command::new(env!("CARGO_BIN_EXE_mlx-llama"));
-        c.args(["export", "--checkpoint"]).arg(&run).arg("--out").arg(out);
+        c.args(["export", "--checkpoint"])
+            .arg(&run)
+            .arg("--out")
+            .arg(out);
         if force {
             c.arg("--force");
         }
@@ -425,10 +498,17 @@ fn export_refuses_a_non_empty_folder_without_force_and_any_checkpoint_folder() {
     let o = export(&busy, true);
     assert!(o.status.success(), "{}", text(&o));
     assert!(busy.join("model.safetensors").exists());
-    assert_eq!(std::fs::read_to_string(busy.join("notes.txt")).unwrap(), "mine");
+    assert_eq!(
+        std::fs::read_to_string(busy.join("notes.txt")).unwrap(),
+        "mine"
+    );
 
     let step = run.join("checkpoints").join("step_00000002");
-    for inside in [step.clone(), step.join("hf"), run.join("checkpoints").join("hf")] {
+    for inside in [
+        step.clone(),
+        step.join("hf"),
+        run.join("checkpoints").join("hf"),
+    ] {
         let o = export(&inside, true);
         let said = text(&o);
         assert_eq!(o.status.code(), Some(1), "{}: {said}", inside.display());

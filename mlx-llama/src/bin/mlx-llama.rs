@@ -387,11 +387,11 @@ fn run_train(a: TrainArgs, resolved: String) -> Result<()> {
                 .map_or("none".into(), |p| p.display().to_string())
         ));
     }
-    if group.rank() == 0 {
-        if let Some(p) = &a.summary {
-            std::fs::write(p, serde_json::to_string_pretty(&s)?)
-                .with_context(|| format!("writing {}", p.display()))?;
-        }
+    if group.rank() == 0
+        && let Some(p) = &a.summary
+    {
+        std::fs::write(p, serde_json::to_string_pretty(&s)?)
+            .with_context(|| format!("writing {}", p.display()))?;
     }
     Ok(())
 }

@@ -175,7 +175,9 @@ pub fn check_out(out: &Path, force: bool) -> Result<()> {
     for dir in resolved.ancestors() {
         let checkpoint = dir.join("manifest.json").is_file();
         let checkpoints = dir.file_name().is_some_and(|n| n == "checkpoints")
-            && (dir.join("latest").exists() || crate::checkpoint::list(dir.parent().unwrap_or(dir)).is_ok_and(|l| !l.is_empty()));
+            && (dir.join("latest").exists()
+                || crate::checkpoint::list(dir.parent().unwrap_or(dir))
+                    .is_ok_and(|l| !l.is_empty()));
         if checkpoint || checkpoints {
             bail!(
                 "--out {} is inside a run's checkpoints ({}): an export there would overwrite or mix with a checkpoint; pass a folder outside the run's checkpoints folder",

@@ -49,7 +49,11 @@ pub(super) fn resume(
     check_global_batch(&dir, &state, loader, group.size())?;
     loader.restore(&state)?;
     if rank == 0 {
-        crate::console::line(&format!("resuming from {} at step {}", dir.display(), m.step));
+        crate::console::line(&format!(
+            "resuming from {} at step {}",
+            dir.display(),
+            m.step
+        ));
     }
     Ok(m.step)
 }

@@ -60,10 +60,7 @@ pub(super) struct Verdict {
 /// checkpoint when rank 0 finds one `due`. One tiny collective over the
 /// world (none on one rank).
 pub(super) fn agree(world: &Group, due: bool) -> Result<Verdict> {
-    let mut flags = [
-        i64::from(requested()),
-        i64::from(due && world.rank() == 0),
-    ];
+    let mut flags = [i64::from(requested()), i64::from(due && world.rank() == 0)];
     if world.size() > 1 {
         world.all_sum(&mut flags)?;
     }

@@ -27,10 +27,13 @@ enum Phase {
     Publish,
 }
 
+/// The rank, step and phase to kill at.
+type Target = (usize, u64, Phase);
+
 /// The rank, step and phase of [`ENV_TEST_KILL_AT`], parsed once; `None`
 /// when unset or on a restarted attempt.
-fn target() -> Result<Option<(usize, u64, Phase)>> {
-    static TARGET: OnceLock<Result<Option<(usize, u64, Phase)>, String>> = OnceLock::new();
+fn target() -> Result<Option<Target>> {
+    static TARGET: OnceLock<Result<Option<Target>, String>> = OnceLock::new();
     TARGET
         .get_or_init(|| {
             let Ok(v) = std::env::var(ENV_TEST_KILL_AT) else {
@@ -53,9 +56,9 @@ fn target() -> Result<Option<(usize, u64, Phase)>> {
                     .map(|(r, s)| (r, s, phase)),
                 _ => None,
             };
-            parsed
-                .map(Some)
-                .ok_or_else(|| format!("{ENV_TEST_KILL_AT}={v:?} is not RANK:STEP or RANK:STEP:publish"))
+            parsed.map(Some).ok_or_else(|| {
+                format!("{ENV_TEST_KILL_AT}={v:?} is not RANK:STEP or RANK:STEP:publish")
+            })
         })
         .clone()
         .map_err(anyhow::Error::msg)
