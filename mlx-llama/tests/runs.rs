@@ -517,3 +517,45 @@ fn export_refuses_a_non_empty_folder_without_force_and_any_checkpoint_folder() {
     assert!(!step.join("hf").exists() && !run.join("checkpoints").join("hf").exists());
     mlx_llama::checkpoint::verify(&step).unwrap();
 }
+
+#[test]
+fn a_second_signal_stops_at_once_without_a_checkpoint() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = dir.path().join("run");
+    // Longer steps than the tiny model's, so both signals land inside one.
+    let mut child = Reaped(
+        train_cmd(
+            &run,
+            &["--steps", "1000", "--block-size", "256", "--dims", "128"],
+        )
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap(),
+    );
+    wait_for("the first step", || {
+        std::fs::read_to_string(run.join("metrics.jsonl")).is_ok_and(|t| t.contains("\"step\""))
+    });
+    let pid = child.0.id() as i32;
+    // SAFETY: kill(2) on the child this test started (not yet waited for).
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
+    std::thread::sleep(Duration::from_millis(30));
+    // SAFETY: as above.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGINT) }, 0);
+    let mut err = String::new();
+    child
+        .0
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
+    let st = child.0.wait().unwrap();
+    assert_eq!(st.code(), Some(130), "{err}");
+    assert!(
+        err.contains("signal received: stopping after this step"),
+        "{err}"
+    );
+    assert!(err.contains("second signal: stopping at once"), "{err}");
+    assert!(!run.join("checkpoints").join("latest").exists(), "{err}");
+}
