@@ -162,10 +162,12 @@ struct TrainArgs {
     #[arg(long, default_value = "runs/latest")]
     out: PathBuf,
     /// Continue from the latest checkpoint in the run folder (implied in a
-    /// job that `mlx-launch --max-restarts` started again).
+    /// job that `mlx-launch --max-restarts` started again); an error when
+    /// there is none. Changed options go to run.resume-N.toml.
     #[arg(long, conflicts_with = "fresh")]
     resume: bool,
-    /// Start afresh even if the run folder has checkpoints (they are removed).
+    /// Start afresh even if the run folder holds an earlier run (its
+    /// checkpoints, metrics and curves are removed).
     #[arg(long)]
     fresh: bool,
     /// Log every N steps.
