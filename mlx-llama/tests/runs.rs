@@ -559,3 +559,49 @@ fn a_second_signal_stops_at_once_without_a_checkpoint() {
     assert!(err.contains("second signal: stopping at once"), "{err}");
     assert!(!run.join("checkpoints").join("latest").exists(), "{err}");
 }
+
+#[test]
+fn checkpoints_come_by_time_by_default_and_checkpoint_every_rules() {
+    let dir = tempfile::tempdir().unwrap();
+    // The binary's default: a checkpoint every 600 s; --checkpoint-every
+    // turns the clock off.
+    let interval = |run: &Path| {
+        let found = mlx_llama::checkpoint::latest_good(run).unwrap().unwrap();
+        found.manifest.config["checkpoint_interval_s"].as_u64()
+    };
+    let by_default = dir.path().join("default");
+    assert!(train(&by_default, &["--steps", "1"]).status.success());
+    assert_eq!(interval(&by_default), Some(600));
+    let by_steps = dir.path().join("steps");
+    assert!(
+        train(&by_steps, &["--steps", "1", "--checkpoint-every", "5"])
+            .status
+            .success()
+    );
+    assert_eq!(interval(&by_steps), Some(0));
+
+    // The clock at 1 s: checkpoints between the steps, not only at the end.
+    let run = dir.path().join("clock");
+    let cfg = mlx_llama::TrainConfig {
+        checkpoint_interval_s: 1,
+        ..common::tiny(&run, 60)
+    };
+    let t = Instant::now();
+    mlx_llama::train(&cfg, &mlx_dist::Group::single()).unwrap();
+    let secs = t.elapsed().as_secs();
+    let steps: Vec<u64> = mlx_llama::checkpoint::list(&run)
+        .unwrap()
+        .into_iter()
+        .map(|(s, _)| s)
+        .collect();
+    eprintln!("{secs} s of training, checkpoints at steps {steps:?}");
+    assert_eq!(steps.last(), Some(&60));
+    assert!(
+        secs < 2 || steps.len() >= 2,
+        "{secs} s of training and checkpoints only at steps {steps:?}"
+    );
+    assert!(
+        steps.len() as u64 <= secs + 1,
+        "at most one a second: {steps:?} in {secs} s"
+    );
+}
