@@ -19,27 +19,77 @@ static SIGNALS: AtomicUsize = AtomicUsize::new(0);
 /// shell reports Ctrl-C).
 const STOPPED_AT_ONCE: i32 = 130;
 
-/// Installs the process's handler of SIGINT, SIGTERM and SIGHUP: the first
-/// asks the run to stop after its step ([`requested`]), a second ends the
-/// process at once. A binary calls it once, before training.
+/// What a signal does: the first asks the run to stop, the second ends
+/// the process.
+fn on_signal() {
+    use std::io::Write;
+    let n = SIGNALS.fetch_add(1, Ordering::SeqCst) + 1;
+    let mut err = std::io::stderr();
+    if n == 1 {
+        let _ = writeln!(
+            err,
+            "signal received: stopping after this step with a checkpoint (a second signal stops at once, losing the steps since the last checkpoint)"
+        );
+    } else {
+        let _ = writeln!(err, "second signal: stopping at once");
+        // SAFETY: _exit ends the process without running atexit handlers
+        // or destructors, which may wait on the other ranks.
+        unsafe { libc::_exit(STOPPED_AT_ONCE) };
+    }
+}
+
+/// The disposition of the signals taken by `sigwait`: blocked in every
+/// thread, it is never called.
+extern "C" fn never_runs(_: libc::c_int) {}
+
+/// Installs the process's handling of SIGINT, SIGTERM and SIGHUP: the
+/// first asks the run to stop after its step ([`requested`]), a second
+/// ends the process at once. A binary calls it once, before it starts any
+/// thread: the signals are blocked in the calling thread, so in every
+/// thread started after it, and one thread takes them with `sigwait`. No
+/// asynchronous handler runs, so no blocking call of a thread (a socket
+/// read in a collective, a poll) is ever interrupted with EINTR, which
+/// would fail the rank. Written by hand (libc) for that reason: handler
+/// crates (ctrlc) install an asynchronous handler.
 pub fn install_signal_handlers() -> Result<()> {
-    ctrlc::set_handler(|| {
-        use std::io::Write;
-        let n = SIGNALS.fetch_add(1, Ordering::SeqCst) + 1;
-        let mut err = std::io::stderr();
-        if n == 1 {
-            let _ = writeln!(
-                err,
-                "signal received: stopping after this step with a checkpoint (a second signal stops at once, losing the steps since the last checkpoint)"
-            );
-        } else {
-            let _ = writeln!(err, "second signal: stopping at once");
-            // SAFETY: _exit ends the process without running atexit
-            // handlers or destructors, which may wait on the other ranks.
-            unsafe { libc::_exit(STOPPED_AT_ONCE) };
+    // SAFETY: plain libc calls on a sigset_t owned here.
+    let set = unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+            libc::sigaddset(&mut set, sig);
         }
-    })
-    .context("installing the SIGINT/SIGTERM handler")
+        // A signal ignored (SIG_IGN, as a launcher may leave it for its
+        // children) is dropped even while blocked: give each a handler,
+        // which never runs while they are blocked everywhere.
+        for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+            let mut action: libc::sigaction = std::mem::zeroed();
+            action.sa_sigaction = never_runs as *const () as libc::sighandler_t;
+            action.sa_flags = libc::SA_RESTART;
+            libc::sigemptyset(&mut action.sa_mask);
+            libc::sigaction(sig, &action, std::ptr::null_mut());
+        }
+        let r = libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+        if r != 0 {
+            return Err(std::io::Error::from_raw_os_error(r))
+                .context("blocking SIGINT/SIGTERM for the signal thread");
+        }
+        set
+    };
+    std::thread::Builder::new()
+        .name("signals".into())
+        .spawn(move || {
+            loop {
+                let mut sig = 0;
+                // SAFETY: waits for one of the signals of `set`, blocked in
+                // every thread.
+                if unsafe { libc::sigwait(&set, &mut sig) } == 0 {
+                    on_signal();
+                }
+            }
+        })
+        .context("starting the signal thread")?;
+    Ok(())
 }
 
 /// Whether a signal asked this process to stop.
