@@ -22,6 +22,59 @@ pub const FORMAT: u32 = 3;
 
 const MANIFEST: &str = "manifest.json";
 
+/// The largest manifest read (a real one is a few KiB): a bigger file is
+/// refused before it is read whole.
+const MAX_MANIFEST_BYTES: u64 = 16 << 20;
+
+/// The largest `latest` pointer read (it holds `step_` and digits).
+const MAX_POINTER_BYTES: u64 = 64;
+
+/// Whether `name` is a plain file name inside a checkpoint folder: not
+/// empty, not `.` or `..`, no path separator, no NUL, and not absolute.
+/// Names from a manifest or the `latest` pointer are untrusted: joined to
+/// the folder unchecked, `..`, `/etc/passwd` or `/dev/zero` would reach
+/// outside it.
+pub fn is_plain_name(name: &str) -> bool {
+    !name.is_empty()
+        && name != "."
+        && name != ".."
+        && !name.contains(['/', '\\', '\0'])
+        && !Path::new(name).is_absolute()
+}
+
+/// Reads at most `limit` bytes of `path`; an error when it holds more.
+fn read_bounded(path: &Path, limit: u64) -> Result<Vec<u8>> {
+    let f = File::open(path).with_context(|| format!("reading {}", path.display()))?;
+    let mut bytes = Vec::new();
+    f.take(limit + 1)
+        .read_to_end(&mut bytes)
+        .with_context(|| format!("reading {}", path.display()))?;
+    if bytes.len() as u64 > limit {
+        bail!("{} is larger than {limit} bytes", path.display());
+    }
+    Ok(bytes)
+}
+
+/// The checkpoint folder name a `latest` pointer holds: `step_` and at
+/// least 8 digits (surrounding white space allowed), else an error saying
+/// what it holds.
+pub fn parse_pointer(bytes: &[u8]) -> Result<String> {
+    let text = std::str::from_utf8(bytes).context("the pointer is not UTF-8")?;
+    let name = text.trim();
+    if step_of(name).is_none() {
+        bail!("the pointer holds {name:?}, not a checkpoint folder name (step_ and 8 digits)");
+    }
+    Ok(name.to_string())
+}
+
+/// The folder the `latest` pointer at `pointer` names, read bounded and
+/// checked with [`parse_pointer`].
+fn read_pointer(pointer: &Path) -> Result<PathBuf> {
+    let bytes = read_bounded(pointer, MAX_POINTER_BYTES)?;
+    let name = parse_pointer(&bytes).with_context(|| format!("{}", pointer.display()))?;
+    Ok(pointer.with_file_name(name))
+}
+
 /// One file of a checkpoint folder, as its manifest records it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FileEntry {
@@ -109,9 +162,7 @@ pub fn latest(out: &Path) -> Result<Option<PathBuf>> {
     if !pointer.exists() {
         return Ok(None);
     }
-    let name = std::fs::read_to_string(&pointer)
-        .with_context(|| format!("reading {}", pointer.display()))?;
-    let dir = out.join("checkpoints").join(name.trim());
+    let dir = read_pointer(&pointer)?;
     if !dir.join(MANIFEST).exists() {
         bail!(
             "{} names {}, which is not a complete checkpoint",
@@ -156,9 +207,11 @@ pub fn write_synced(path: &Path, bytes: &[u8]) -> Result<()> {
         .with_context(|| format!("writing {}", path.display()))
 }
 
-/// Size and SHA-256 (lowercase hex) of a file.
-fn hash_file(path: &Path) -> std::io::Result<(u64, String)> {
-    let mut f = File::open(path)?;
+/// Size and SHA-256 (lowercase hex) of a file, reading at most `limit`
+/// bytes and one more (so a longer file shows as longer without being read
+/// whole: `/dev/zero` has no end).
+fn hash_file(path: &Path, limit: u64) -> std::io::Result<(u64, String)> {
+    let mut f = File::open(path)?.take(limit.saturating_add(1));
     let mut hasher = Sha256::new();
     let mut buf = vec![0u8; 1 << 20];
     let mut bytes = 0u64;
@@ -192,7 +245,7 @@ pub fn file_entries(dir: &Path) -> Result<Vec<FileEntry>> {
             continue;
         }
         let (bytes, sha256) =
-            hash_file(&path).with_context(|| format!("hashing {}", path.display()))?;
+            hash_file(&path, u64::MAX).with_context(|| format!("hashing {}", path.display()))?;
         files.push(FileEntry {
             name,
             bytes,
@@ -211,21 +264,60 @@ pub fn write_manifest(dir: &Path, manifest: &Manifest) -> Result<()> {
     )
 }
 
-/// Reads a manifest, checking only that this version can read it.
+/// Reads a manifest (bounded), checked by [`Manifest::from_bytes`].
 fn parse_manifest(dir: &Path) -> Result<Manifest> {
     let path = dir.join(MANIFEST);
-    let text =
-        std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
-    let m: Manifest = serde_json::from_str(&text)
-        .with_context(|| format!("{} is not a valid checkpoint manifest", path.display()))?;
-    if m.format == 0 || m.format > FORMAT {
-        bail!(
-            "{}: checkpoint format {} is not supported (this version reads 1 to {FORMAT})",
-            path.display(),
-            m.format
-        );
+    let bytes = read_bounded(&path, MAX_MANIFEST_BYTES)?;
+    Manifest::from_bytes(&bytes).with_context(|| format!("{}", path.display()))
+}
+
+impl Manifest {
+    /// A manifest from the bytes of `manifest.json`, refused (with what is
+    /// wrong) when it is not JSON of the layout, of a format this version
+    /// does not read, lists no files (format 2 on), or names a file that is
+    /// not a plain name inside the folder ([`is_plain_name`]), twice, or the
+    /// manifest itself; the layout's optimizer files must be listed files.
+    pub fn from_bytes(bytes: &[u8]) -> Result<Manifest> {
+        let m: Manifest =
+            serde_json::from_slice(bytes).context("not a valid checkpoint manifest")?;
+        if m.format == 0 || m.format > FORMAT {
+            bail!(
+                "checkpoint format {} is not supported (this version reads 1 to {FORMAT})",
+                m.format
+            );
+        }
+        if m.format >= 2 && m.files.is_empty() {
+            bail!("the manifest lists no files");
+        }
+        let mut seen = std::collections::HashSet::new();
+        for f in &m.files {
+            if !is_plain_name(&f.name) || f.name == MANIFEST {
+                bail!(
+                    "the manifest lists {:?}, which is not a file name inside the checkpoint folder",
+                    f.name
+                );
+            }
+            if !seen.insert(f.name.as_str()) {
+                bail!("the manifest lists {:?} twice", f.name);
+            }
+            if f.sha256.len() != 64 || !f.sha256.bytes().all(|b| b.is_ascii_hexdigit()) {
+                bail!("the manifest's sha256 of {:?} is not 64 hex digits", f.name);
+            }
+        }
+        if let Some(l) = &m.layout {
+            if l.optimizer_files.is_empty() {
+                bail!("the manifest's layout lists no optimizer files");
+            }
+            // Format 1 lists no files: the names are checked alone.
+            let unlisted = |f: &&String| {
+                !is_plain_name(f) || (!m.files.is_empty() && !seen.contains(f.as_str()))
+            };
+            if let Some(bad) = l.optimizer_files.iter().find(unlisted) {
+                bail!("the layout's optimizer file {bad:?} is not a file the manifest lists");
+            }
+        }
+        Ok(m)
     }
-    Ok(m)
 }
 
 /// Reads a checkpoint's manifest and checks every file it lists (size, then
@@ -241,7 +333,15 @@ pub fn verify(dir: &Path) -> Result<Manifest> {
     }
     for f in &m.files {
         let path = dir.join(&f.name);
-        let (bytes, sha256) = hash_file(&path).with_context(|| {
+        // A plain file of the folder, not a link to one elsewhere, nor a device.
+        let is_file = std::fs::symlink_metadata(&path).is_ok_and(|m| m.file_type().is_file());
+        if !is_file {
+            bail!(
+                "{}: listed in the manifest but not a regular file",
+                path.display()
+            );
+        }
+        let (bytes, sha256) = hash_file(&path, f.bytes).with_context(|| {
             format!("{}: listed in the manifest but unreadable", path.display())
         })?;
         if bytes != f.bytes {
@@ -271,9 +371,9 @@ pub fn latest_good(out: &Path) -> Result<Option<Found>> {
     let mut rejected = vec![];
     let mut candidates = vec![];
     if pointer.exists() {
-        match std::fs::read_to_string(&pointer) {
-            Ok(name) => candidates.push(out.join("checkpoints").join(name.trim())),
-            Err(e) => rejected.push(format!("{}: unreadable: {e}", pointer.display())),
+        match read_pointer(&pointer) {
+            Ok(dir) => candidates.push(dir),
+            Err(e) => rejected.push(format!("{e:#}")),
         }
     }
     for (_, dir) in list(out)?.into_iter().rev() {
@@ -346,6 +446,15 @@ pub fn read_manifest(dir: &Path, resume_key: &serde_json::Value) -> Result<Manif
 /// temporary file renamed over the old pointer) and syncs `checkpoints/`
 /// after each rename.
 pub fn publish(out: &Path, tmp: &Path, step: u64) -> Result<PathBuf> {
+    let dir = publish_folder(out, tmp, step)?;
+    point_latest_at(out, step)?;
+    Ok(dir)
+}
+
+/// [`publish`]'s first half: `tmp` synced and renamed to the checkpoint
+/// folder of `step`, `checkpoints/` synced; `latest` still points to the
+/// previous checkpoint.
+pub fn publish_folder(out: &Path, tmp: &Path, step: u64) -> Result<PathBuf> {
     let root = out.join("checkpoints");
     let dir = step_dir(out, step);
     sync_path(tmp)?;
@@ -354,13 +463,20 @@ pub fn publish(out: &Path, tmp: &Path, step: u64) -> Result<PathBuf> {
     }
     std::fs::rename(tmp, &dir).with_context(|| format!("publishing {}", dir.display()))?;
     sync_path(&root)?;
+    Ok(dir)
+}
+
+/// [`publish`]'s second half: `latest` pointed at the checkpoint of `step`
+/// (a synced temporary file renamed over the old pointer), `checkpoints/`
+/// synced.
+pub fn point_latest_at(out: &Path, step: u64) -> Result<()> {
+    let root = out.join("checkpoints");
     let pointer = root.join("latest");
     let tmp_pointer = pointer.with_extension("tmp");
     write_synced(&tmp_pointer, format!("step_{step:08}").as_bytes())?;
     std::fs::rename(&tmp_pointer, &pointer)
         .with_context(|| format!("replacing {}", pointer.display()))?;
-    sync_path(&root)?;
-    Ok(dir)
+    sync_path(&root)
 }
 
 /// Deletes the oldest complete checkpoints beyond the `keep` newest (0 keeps

@@ -132,6 +132,11 @@ pub struct TrainConfig {
     pub eval_batches: usize,
     /// Checkpoint every this many steps (0: only at the end).
     pub checkpoint_every: u64,
+    /// Besides `checkpoint_every`, a checkpoint once this many seconds have
+    /// passed since the last one, and at least 50 times as long as the last
+    /// one took, so checkpoints cost under 2% of the run (0: off).
+    #[serde(default)]
+    pub checkpoint_interval_s: u64,
     /// Keep only the newest this many checkpoints, deleting older ones after
     /// each new one is published (0: keep all; `latest` is never deleted).
     #[serde(default)]
@@ -215,6 +220,7 @@ impl Default for TrainConfig {
             eval_every: 0,
             eval_batches: 4,
             checkpoint_every: 0,
+            checkpoint_interval_s: 0,
             keep_checkpoints: 0,
             out_dir: PathBuf::from("runs/latest"),
             log_every: 1,

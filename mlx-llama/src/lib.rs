@@ -10,6 +10,7 @@
 //! ```
 pub mod checkpoint;
 pub mod config;
+pub mod console;
 pub mod curves;
 pub mod export;
 pub mod import;
@@ -17,6 +18,7 @@ pub mod metrics;
 pub mod model;
 pub mod options_file;
 pub mod pipeline;
+pub mod run_folder;
 pub mod sampling;
 mod sync;
 pub mod tensorboard;

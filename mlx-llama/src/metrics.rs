@@ -260,7 +260,7 @@ impl Reporter {
                     t.println(format!("step {} eval_loss {v:.4}", m.step));
                 }
             }
-            None if log || m.eval_loss.is_some() => println!("{}", m.logfmt(eta)),
+            None if log || m.eval_loss.is_some() => crate::console::line(&m.logfmt(eta)),
             None => {}
         }
         Ok(())

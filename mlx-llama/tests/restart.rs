@@ -157,9 +157,9 @@ fn train(world: usize, out: &Path, cache: &Path, kill: Option<(usize, u64)>) -> 
     text
 }
 
-/// Every step's loss in `run`'s metrics.jsonl, its last record per step
-/// (a step re-run after a restart is recorded again), with the number of
-/// records.
+/// Every step's loss in `run`'s metrics.jsonl, its last record per step,
+/// with the number of records (a step re-run after a restart replaces its
+/// record from before).
 fn losses(run: &Path) -> (BTreeMap<u64, f64>, usize) {
     let text = std::fs::read_to_string(run.join("metrics.jsonl")).unwrap();
     let mut by_step = BTreeMap::new();
@@ -259,9 +259,10 @@ fn killed_run_equals_an_uninterrupted_one(world: usize) {
         (1..=STEPS).collect::<Vec<_>>()
     );
     let (got, records) = losses(&killed);
-    assert!(
-        records as u64 > STEPS,
-        "steps {}..={step} were run again after the restart and recorded twice; {records} records",
+    assert_eq!(
+        records as u64,
+        STEPS,
+        "steps {}..={step} were run again after the restart: their records from before the kill must go",
         resumed + 1
     );
     for (s, w) in &want {

@@ -93,7 +93,9 @@ struct Args {
     liveness_timeout: Option<Duration>,
     /// Seconds the other ranks may run on after one fails, to notice and
     /// report whom they blame; then they get SIGTERM, and SIGKILL 2 s later
-    /// (default: the liveness timeout plus 3 s).
+    /// (default: the liveness timeout plus 3 s). On Ctrl-C or SIGTERM the
+    /// ranks get SIGINT and this long to stop (mlx-llama finishes its step
+    /// and writes a checkpoint) before SIGKILL; a second Ctrl-C kills at once.
     #[arg(long, value_name = "SECS", value_parser = grace_secs, allow_negative_numbers = true)]
     grace: Option<Duration>,
     /// When a rank fails, stop the others and start the whole job again, up

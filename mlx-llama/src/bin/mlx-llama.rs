@@ -153,9 +153,11 @@ struct TrainArgs {
     /// Validation batches per rank per evaluation.
     #[arg(long, default_value_t = 4)]
     eval_batches: usize,
-    /// Checkpoint every N steps (always at the end).
-    #[arg(long, default_value_t = 0)]
-    checkpoint_every: u64,
+    /// Checkpoint every N steps (always at the end, and on SIGINT/SIGTERM).
+    /// Without it: a checkpoint every 10 minutes, or 50 times as long as
+    /// the last one took if longer (under 2% of the run).
+    #[arg(long)]
+    checkpoint_every: Option<u64>,
     /// Keep only the newest N checkpoints, deleting older ones as new ones
     /// are published (0: keep all).
     #[arg(long, default_value_t = 0)]
@@ -164,10 +166,12 @@ struct TrainArgs {
     #[arg(long, default_value = "runs/latest")]
     out: PathBuf,
     /// Continue from the latest checkpoint in the run folder (implied in a
-    /// job that `mlx-launch --max-restarts` started again).
-    #[arg(long)]
+    /// job that `mlx-launch --max-restarts` started again); an error when
+    /// there is none. Changed options go to run.resume-N.toml.
+    #[arg(long, conflicts_with = "fresh")]
     resume: bool,
-    /// Start afresh even if the run folder has checkpoints (they are removed).
+    /// Start afresh even if the run folder holds an earlier run (its
+    /// checkpoints, metrics and curves are removed).
     #[arg(long)]
     fresh: bool,
     /// Log every N steps.
@@ -331,7 +335,8 @@ fn config(a: &TrainArgs) -> Result<TrainConfig> {
         batching: a.batching,
         eval_every: a.eval_every,
         eval_batches: a.eval_batches,
-        checkpoint_every: a.checkpoint_every,
+        checkpoint_every: a.checkpoint_every.unwrap_or(0),
+        checkpoint_interval_s: if a.checkpoint_every.is_some() { 0 } else { 600 },
         keep_checkpoints: a.keep_checkpoints,
         out_dir: a.out.clone(),
         log_every: a.log_every,
@@ -399,36 +404,35 @@ fn run_train(a: TrainArgs, resolved: String) -> Result<()> {
     join.collective_timeout = a.collective_timeout;
     join.liveness_timeout = a.liveness_timeout;
     let group = mlx_dist::init_with(&join).context("joining the distributed job")?;
-    let has_checkpoint = cfg.out_dir.join("checkpoints").join("latest").exists()
-        || !mlx_llama::checkpoint::list(&cfg.out_dir)?.is_empty();
     // A job that mlx-launch --max-restarts started again resumes, as --resume.
     let restarted = mlx_dist::config::restart_count()? > 0;
-    if has_checkpoint && !a.resume && !restarted {
-        if !a.fresh {
-            bail!(
-                "{} already holds checkpoints of an earlier run: pass --resume to continue it, --fresh to delete them and start over, or a new --out",
-                cfg.out_dir.display()
-            );
-        }
-        group.barrier()?;
-        if group.rank() == 0 {
-            std::fs::remove_dir_all(cfg.out_dir.join("checkpoints")).ok();
-            std::fs::remove_file(cfg.out_dir.join("metrics.jsonl")).ok();
-        }
-        group.barrier()?;
-    }
+    let intent = mlx_llama::run_folder::Intent {
+        resume: a.resume,
+        fresh: a.fresh,
+        restarted,
+    };
+    // Held until the run ends: no second run writes into the folder.
+    let _lock = mlx_llama::run_folder::prepare(&cfg.out_dir, intent, &group)?;
     if group.rank() == 0 {
-        std::fs::create_dir_all(&cfg.out_dir)
-            .with_context(|| format!("creating {}", cfg.out_dir.display()))?;
-        let path = cfg.out_dir.join("run.toml");
-        std::fs::write(&path, resolved).with_context(|| format!("writing {}", path.display()))?;
+        let resuming = (a.resume || restarted) && !a.fresh;
+        mlx_llama::run_folder::record_options(&cfg.out_dir, &resolved, resuming)?;
     }
     let s = train(&cfg, &group)?;
     if mlx_array::profile::enabled() {
         eprintln!("rank {}: {}", group.rank(), mlx_array::profile::report(30));
     }
-    if group.rank() == 0 {
-        println!(
+    if let Some(step) = s.stopped_at {
+        bail!(
+            "stopped by a signal after step {step} of {}; checkpoint {}; to continue, run the same command with --resume (or: mlx-llama train --config {} --resume)",
+            cfg.steps,
+            s.checkpoint
+                .as_ref()
+                .map_or("none".into(), |p| p.display().to_string()),
+            cfg.out_dir.join("run.toml").display()
+        );
+    }
+    if group.rank() == 0 && !s.losses.is_empty() {
+        mlx_llama::console::line(&format!(
             "done: {} steps, final loss {:.4}, median {:.0} ms/step, {:.0} tokens/s, peak {:.0} MiB per rank; checkpoint {}",
             s.losses.len(),
             s.losses.last().copied().unwrap_or(f32::NAN),
@@ -438,11 +442,13 @@ fn run_train(a: TrainArgs, resolved: String) -> Result<()> {
             s.checkpoint
                 .as_ref()
                 .map_or("none".into(), |p| p.display().to_string())
-        );
-        if let Some(p) = &a.summary {
-            std::fs::write(p, serde_json::to_string_pretty(&s)?)
-                .with_context(|| format!("writing {}", p.display()))?;
-        }
+        ));
+    }
+    if group.rank() == 0
+        && let Some(p) = &a.summary
+    {
+        std::fs::write(p, serde_json::to_string_pretty(&s)?)
+            .with_context(|| format!("writing {}", p.display()))?;
     }
     Ok(())
 }
@@ -644,6 +650,11 @@ fn main() {
         .with_writer(mlx_progress::stderr)
         .init();
     let (cli, resolved) = parse_command_line();
+    if matches!(cli.cmd, Cmd::Train(_))
+        && let Err(e) = mlx_llama::trainer::stop::install_signal_handlers()
+    {
+        eprintln!("warning: {e:#}; a signal ends the run without a checkpoint");
+    }
     let result = match cli.cmd {
         Cmd::Train(a) => run_train(*a, resolved),
         Cmd::Generate(a) => run_generate(a),

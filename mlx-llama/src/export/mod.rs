@@ -146,10 +146,66 @@ pub struct ExportArgs {
     /// hf: for transformers' LlamaForCausalLM; mlx: for mlx-lm.
     #[arg(long, value_enum, default_value_t = Format::Hf)]
     pub format: Format,
+    /// Write into an --out folder that is not empty (files of the same
+    /// names are replaced). Never inside a run's checkpoints.
+    #[arg(long)]
+    pub force: bool,
+}
+
+/// Refuses an export folder inside a run's checkpoints (a checkpoint
+/// folder, or a `checkpoints` folder of a run, or below either: writing
+/// there would corrupt a live checkpoint), and, without `force`, one that
+/// exists and is not empty.
+pub fn check_out(out: &Path, force: bool) -> Result<()> {
+    // The nearest folder that exists, resolved (links, `..`), and the
+    // names below it that do not exist yet.
+    let mut existing = out.to_path_buf();
+    while !existing.exists() {
+        match existing.parent() {
+            Some(p) if !p.as_os_str().is_empty() => existing = p.to_path_buf(),
+            _ => {
+                existing = PathBuf::from(".");
+                break;
+            }
+        }
+    }
+    let resolved = existing
+        .canonicalize()
+        .with_context(|| format!("resolving {}", existing.display()))?;
+    for dir in resolved.ancestors() {
+        let checkpoint = dir.join("manifest.json").is_file();
+        let checkpoints = dir.file_name().is_some_and(|n| n == "checkpoints")
+            && (dir.join("latest").exists()
+                || crate::checkpoint::list(dir.parent().unwrap_or(dir))
+                    .is_ok_and(|l| !l.is_empty()));
+        if checkpoint || checkpoints {
+            bail!(
+                "--out {} is inside a run's checkpoints ({}): an export there would overwrite or mix with a checkpoint; pass a folder outside the run's checkpoints folder",
+                out.display(),
+                dir.display()
+            );
+        }
+    }
+    let non_empty = out.is_dir()
+        && std::fs::read_dir(out)
+            .with_context(|| format!("listing {}", out.display()))?
+            .next()
+            .is_some();
+    if out.exists() && !out.is_dir() {
+        bail!("--out {} exists and is not a folder", out.display());
+    }
+    if non_empty && !force {
+        bail!(
+            "--out {} is not empty: pass --force to write into it (files of the same names are replaced), or an empty or new folder",
+            out.display()
+        );
+    }
+    Ok(())
 }
 
 /// Runs `mlx-llama export`, saying what it wrote.
 pub fn run(args: ExportArgs) -> Result<()> {
+    check_out(&args.out, args.force)?;
     let from = export(&args.checkpoint, &args.out, args.format)?;
     println!(
         "exported {} for {} to {}",

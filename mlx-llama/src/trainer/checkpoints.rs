@@ -49,7 +49,11 @@ pub(super) fn resume(
     check_global_batch(&dir, &state, loader, group.size())?;
     loader.restore(&state)?;
     if rank == 0 {
-        println!("resuming from {} at step {}", dir.display(), m.step);
+        crate::console::line(&format!(
+            "resuming from {} at step {}",
+            dir.display(),
+            m.step
+        ));
     }
     Ok(m.step)
 }
@@ -103,7 +107,7 @@ fn resume_resharded(
         .with_context(|| format!("resuming from {}", dir.display()))?;
     loader.restore(&layout.data)?;
     if group.rank() == 0 {
-        println!(
+        crate::console::line(&format!(
             "resuming from {} at step {}, re-sharded from {} rank(s) ({}) to {} ({})",
             dir.display(),
             m.step,
@@ -111,7 +115,7 @@ fn resume_resharded(
             sharding(layout.optimizer_files.len()),
             group.size(),
             sharding(sync.state_files().len())
-        );
+        ));
     }
     Ok(m.step)
 }
@@ -181,26 +185,49 @@ pub(super) struct Parts<'a> {
 /// written (the barriers), rank 0 hashes every one into the manifest,
 /// publishes the folder and prunes old checkpoints.
 pub(super) fn save(cfg: &TrainConfig, group: &Group, parts: Parts, step: u64) -> Result<PathBuf> {
+    let tmp = cfg
+        .out_dir
+        .join("checkpoints")
+        .join(format!(".step_{step:08}.tmp"));
+    save_via(cfg, group, parts, step, &tmp).map_err(|e| {
+        // A full disk: free what this checkpoint took; the previous one,
+        // and `latest`, are untouched.
+        if group.rank() == 0 {
+            let _ = std::fs::remove_dir_all(&tmp);
+        }
+        e.context(format!(
+            "writing the checkpoint of step {step} (the previous checkpoint, if any, is intact)"
+        ))
+    })
+}
+
+/// [`save`] through the temporary folder `tmp`.
+fn save_via(
+    cfg: &TrainConfig,
+    group: &Group,
+    parts: Parts,
+    step: u64,
+    tmp: &Path,
+) -> Result<PathBuf> {
     let out = &cfg.out_dir;
-    let tmp = out.join("checkpoints").join(format!(".step_{step:08}.tmp"));
     if group.rank() == 0 {
         if tmp.exists() {
-            std::fs::remove_dir_all(&tmp)?;
+            std::fs::remove_dir_all(tmp)?;
         }
-        std::fs::create_dir_all(&tmp).with_context(|| format!("creating {}", tmp.display()))?;
+        std::fs::create_dir_all(tmp).with_context(|| format!("creating {}", tmp.display()))?;
     }
     group.barrier()?;
     let state_path = tmp.join(format!("loader_rank{}.json", group.rank()));
     checkpoint::write_synced(&state_path, parts.batches.state().to_json().as_bytes())?;
     group.barrier()?;
-    parts.sync.save(&tmp)?;
+    parts.sync.save(tmp)?;
     if group.rank() == 0 {
-        parts.precision.save(&tmp)?;
+        parts.precision.save(tmp)?;
         let layout = Layout {
             optimizer_files: parts.sync.state_files(),
             data: parts.batches.state(),
         };
-        publish(cfg, group, parts.model, layout, &tmp, step)?;
+        publish(cfg, group, parts.model, layout, tmp, step)?;
     }
     group.barrier()?;
     Ok(checkpoint::step_dir(out, step))
@@ -230,7 +257,9 @@ fn publish(
         layout: Some(layout),
     };
     checkpoint::write_manifest(tmp, &manifest)?;
-    checkpoint::publish(out, tmp, step)?;
+    checkpoint::publish_folder(out, tmp, step)?;
+    super::test_kill::die_in_publish_if_asked(group.rank(), step)?;
+    checkpoint::point_latest_at(out, step)?;
     for old in checkpoint::prune(out, cfg.keep_checkpoints)? {
         tracing::info!(rank = 0, checkpoint = %old.display(), "deleted an old checkpoint");
     }

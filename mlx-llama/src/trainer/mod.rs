@@ -13,6 +13,7 @@ mod loss;
 mod precision;
 mod record;
 mod setup;
+pub mod stop;
 mod tensor;
 mod test_kill;
 #[cfg(test)]
@@ -71,19 +72,38 @@ fn train_on(cfg: &TrainConfig, group: &Group) -> Result<Summary> {
         bail!("steps, block size and gradient accumulation must all be at least 1");
     }
     let mut run = Run::start(cfg, group)?;
+    if run.first_step >= cfg.steps {
+        if group.rank() == 0 {
+            crate::console::line(&format!(
+                "the run in {} is finished: its checkpoint is at step {}, and --steps is {}; nothing to train (pass a larger --steps to train further)",
+                cfg.out_dir.display(),
+                run.first_step,
+                cfg.steps
+            ));
+        }
+        let mut summary = run.record.finish(run.tokens, group)?;
+        summary.resumed_at = run.first_step;
+        return Ok(summary);
+    }
+    let mut stopped_at = None;
     for step in run.first_step..cfg.steps {
-        run.step(step)?;
+        if run.step(step)? {
+            stopped_at = Some(step + 1);
+            break;
+        }
     }
     let mut summary = run.record.finish(run.tokens, group)?;
     summary.skipped_steps = run.precision.skipped();
+    summary.resumed_at = run.first_step;
+    summary.stopped_at = stopped_at;
     if group.rank() == 0 && cfg.report_to.csv {
         // The pictures are for people: a run that trained is not failed by them.
         match crate::curves::write(&cfg.out_dir) {
-            Ok(w) => println!(
+            Ok(w) => crate::console::line(&format!(
                 "loss curve {}, metrics {}",
                 w.png.display(),
                 w.csv.display()
-            ),
+            )),
             Err(e) => eprintln!("warning: no loss curve: {e:#}"),
         }
     }
@@ -114,6 +134,9 @@ struct Run<'a> {
     /// The compute dtype and, for float16, the loss scale.
     precision: Precision,
     record: Recorder,
+    /// When the last checkpoint was written (or the run started), and how
+    /// long it took: the periodic checkpoint's clock.
+    last_checkpoint: (Instant, std::time::Duration),
 }
 
 impl<'a> Run<'a> {
@@ -166,7 +189,7 @@ impl<'a> Run<'a> {
                 ),
                 None => format!("{replicas} rank(s)"),
             };
-            println!(
+            crate::console::line(&format!(
                 "training {} parameters on {split}: {} steps, {} sequences of {} tokens per step, {} data, vocabulary {}",
                 parameters,
                 cfg.steps,
@@ -174,7 +197,7 @@ impl<'a> Run<'a> {
                 cfg.block_size,
                 data.source_kind,
                 model.config.vocab_size
-            );
+            ));
         }
         let epoch = (train_loader.batches_per_epoch(), cfg.grad_accumulation);
         let batches = Prefetcher::spawn(train_loader, 4)?;
@@ -198,13 +221,15 @@ impl<'a> Run<'a> {
             sparse_embedding,
             precision,
             record,
+            last_checkpoint: (Instant::now(), std::time::Duration::ZERO),
         })
     }
 
     /// Optimizer step `step` (0-based), as the seeds' loop: loss and
     /// gradients, average, update, eval; then the records, validation and
-    /// checkpoint.
-    fn step(&mut self, step: u64) -> Result<()> {
+    /// checkpoint. Returns whether the ranks agreed to stop after it (a
+    /// signal: see [`stop`]), its checkpoint written.
+    fn step(&mut self, step: u64) -> Result<bool> {
         let t0 = Instant::now();
         let host0 = host::HostTime::now();
         let comm0 = mlx_array::eval::communication_times();
@@ -256,13 +281,13 @@ impl<'a> Run<'a> {
             drawn,
             loss_scale: self.precision.scale_if_any(),
         };
-        self.after(step + 1, &stepped)?;
+        let stop = self.after(step + 1, &stepped)?;
         let host = host::HostTime::now() - host0;
         self.record.transfers(host.transfers.into());
         if mlx_array::profile::enabled() && self.world.rank() == 0 {
             eprintln!("step={} {}", step + 1, host.describe(t0.elapsed()));
         }
-        Ok(())
+        Ok(stop)
     }
 
     /// The averaged gradients clipped by their global norm, and that norm,
@@ -353,9 +378,20 @@ impl<'a> Run<'a> {
         Ok(dir.unwrap_or_else(|| crate::checkpoint::step_dir(&self.cfg.out_dir, done)))
     }
 
+    /// Whether rank 0's clock calls for a periodic checkpoint: the
+    /// configured interval has passed since the last one, and 50 times as
+    /// long as that one took (so checkpoints cost under 2% of the run).
+    fn checkpoint_due_by_time(&self) -> bool {
+        let (at, took) = self.last_checkpoint;
+        let every = std::time::Duration::from_secs(self.cfg.checkpoint_interval_s);
+        self.cfg.checkpoint_interval_s > 0 && at.elapsed() >= every.max(took * 50)
+    }
+
     /// After step `done` (1-based): its records, the validation loss when
-    /// due, the metrics, and a checkpoint when due.
-    fn after(&mut self, done: u64, stepped: &Stepped) -> Result<()> {
+    /// due, the metrics, and a checkpoint when due (every
+    /// `checkpoint_every` steps, by time, at the end, or when the ranks
+    /// agreed to stop); returns whether they did.
+    fn after(&mut self, done: u64, stepped: &Stepped) -> Result<bool> {
         let cfg = self.cfg;
         self.record.step(done, stepped)?;
         let last = done == cfg.steps;
@@ -376,10 +412,22 @@ impl<'a> Run<'a> {
         self.record
             .report(done, stepped, eval_loss, self.tokens, log)?;
         test_kill::die_if_asked(self.world.rank(), done)?;
-        if (cfg.checkpoint_every > 0 && done.is_multiple_of(cfg.checkpoint_every)) || last {
+        let verdict = stop::agree(self.world, self.checkpoint_due_by_time())?;
+        let every = cfg.checkpoint_every > 0 && done.is_multiple_of(cfg.checkpoint_every);
+        if every || last || verdict.checkpoint_due || verdict.stop {
+            let t = Instant::now();
             let dir = self.checkpoint(done)?;
+            self.last_checkpoint = (Instant::now(), t.elapsed());
+            if self.world.rank() == 0 {
+                tracing::info!(
+                    step = done,
+                    ms = t.elapsed().as_millis() as u64,
+                    checkpoint = %dir.display(),
+                    "checkpoint written"
+                );
+            }
             self.record.checkpoint(dir);
         }
-        Ok(())
+        Ok(verdict.stop && !last)
     }
 }

@@ -50,6 +50,12 @@ pub struct Summary {
     /// order (all zero on the CPU): the step itself, its records and
     /// progress line, and the validation and checkpoint when due.
     pub transfers: Vec<StepTransfers>,
+    /// The steps done before this run (resumed from a checkpoint; 0 when
+    /// it started afresh).
+    pub resumed_at: u64,
+    /// The step after which the run stopped on a signal, its checkpoint
+    /// written (`None`: it ran to its last step).
+    pub stopped_at: Option<u64>,
 }
 
 /// What crossed between the host and the GPU during one step (this
@@ -121,6 +127,9 @@ impl Recorder {
         source: &str,
     ) -> Result<Recorder> {
         let reporter = if rank == 0 {
+            // Steps past the checkpoint resumed from are run again: their
+            // records from before go.
+            crate::run_folder::keep_metrics_through(&cfg.out_dir, first_step)?;
             Some(Reporter::reporting_to(
                 &cfg.out_dir,
                 cfg.steps,
@@ -144,6 +153,8 @@ impl Recorder {
             source: source.into(),
             skipped_steps: 0,
             transfers: vec![],
+            resumed_at: first_step,
+            stopped_at: None,
         };
         let rank_file = |p: &PathBuf, append: bool| {
             let path = PathBuf::from(format!("{}.rank{rank}.jsonl", p.display()));

@@ -5,19 +5,35 @@
 //! `MLX_TEST_KILL_AT=RANK:STEP` makes rank RANK kill itself right after
 //! step STEP's metrics are written, before that step's checkpoint, on the
 //! job's first attempt only (`MLX_RESTART_COUNT` 0), so that the restarted
-//! job runs through. Unset, it costs one environment lookup per run.
+//! job runs through. `RANK:STEP:publish` kills it instead in the middle of
+//! publishing step STEP's checkpoint: its folder renamed into place, the
+//! `latest` pointer not yet moved to it. Unset, it costs one environment
+//! lookup per run.
 
 use std::sync::OnceLock;
 
 use anyhow::{Context, Result, bail};
 
-/// Environment variable: `RANK:STEP`, the rank to kill and after which step.
+/// Environment variable: `RANK:STEP` or `RANK:STEP:publish`, the rank to
+/// kill, after which step, and where.
 pub const ENV_TEST_KILL_AT: &str = "MLX_TEST_KILL_AT";
 
-/// The rank and step of [`ENV_TEST_KILL_AT`], parsed once; `None` when unset
-/// or on a restarted attempt.
-fn target() -> Result<Option<(usize, u64)>> {
-    static TARGET: OnceLock<Result<Option<(usize, u64)>, String>> = OnceLock::new();
+/// Where [`ENV_TEST_KILL_AT`] kills.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Phase {
+    /// After the step's metrics, before its checkpoint.
+    AfterStep,
+    /// Between renaming the checkpoint's folder and moving `latest`.
+    Publish,
+}
+
+/// The rank, step and phase to kill at.
+type Target = (usize, u64, Phase);
+
+/// The rank, step and phase of [`ENV_TEST_KILL_AT`], parsed once; `None`
+/// when unset or on a restarted attempt.
+fn target() -> Result<Option<Target>> {
+    static TARGET: OnceLock<Result<Option<Target>, String>> = OnceLock::new();
     TARGET
         .get_or_init(|| {
             let Ok(v) = std::env::var(ENV_TEST_KILL_AT) else {
@@ -26,12 +42,23 @@ fn target() -> Result<Option<(usize, u64)>> {
             if mlx_dist::config::restart_count().map_err(|e| e.to_string())? > 0 {
                 return Ok(None);
             }
-            let parsed = v
-                .split_once(':')
-                .and_then(|(r, s)| Some((r.trim().parse().ok()?, s.trim().parse().ok()?)));
-            parsed
-                .map(Some)
-                .ok_or_else(|| format!("{ENV_TEST_KILL_AT}={v:?} is not RANK:STEP"))
+            let parts: Vec<&str> = v.split(':').map(str::trim).collect();
+            let phase = match parts.get(2) {
+                None => Some(Phase::AfterStep),
+                Some(&"publish") => Some(Phase::Publish),
+                Some(_) => None,
+            };
+            let parsed = match (parts.len(), phase) {
+                (2 | 3, Some(phase)) => parts[0]
+                    .parse()
+                    .ok()
+                    .zip(parts[1].parse().ok())
+                    .map(|(r, s)| (r, s, phase)),
+                _ => None,
+            };
+            parsed.map(Some).ok_or_else(|| {
+                format!("{ENV_TEST_KILL_AT}={v:?} is not RANK:STEP or RANK:STEP:publish")
+            })
         })
         .clone()
         .map_err(anyhow::Error::msg)
@@ -40,9 +67,22 @@ fn target() -> Result<Option<(usize, u64)>> {
 /// Kills this process with SIGKILL when it is rank `rank` and has just
 /// done step `done` as [`ENV_TEST_KILL_AT`] asks; returns otherwise.
 pub(super) fn die_if_asked(rank: usize, done: u64) -> Result<()> {
-    if target()? != Some((rank, done)) {
+    if target()? != Some((rank, done, Phase::AfterStep)) {
         return Ok(());
     }
+    die(rank, done)
+}
+
+/// Kills this process with SIGKILL when it is rank `rank` publishing the
+/// checkpoint of step `step` as [`ENV_TEST_KILL_AT`] asks (`:publish`).
+pub(super) fn die_in_publish_if_asked(rank: usize, step: u64) -> Result<()> {
+    if target()? != Some((rank, step, Phase::Publish)) {
+        return Ok(());
+    }
+    die(rank, step)
+}
+
+fn die(rank: usize, done: u64) -> Result<()> {
     let unix_ms = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap_or_default()
