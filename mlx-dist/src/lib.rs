@@ -290,3 +290,5 @@ pub fn init_with_config(cfg: &Config, backend: Backend) -> Result<Group> {
 
 #[cfg(test)]
 mod inproc_tests;
+#[cfg(test)]
+mod mutation;

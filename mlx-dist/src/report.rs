@@ -228,20 +228,13 @@ mod tests {
         #[test]
         fn mutated_reports_never_panic_and_blame_ends(
             culprits in proptest::collection::vec(proptest::option::of(any::<u64>()), 1..8),
-            edits in proptest::collection::vec((any::<usize>(), any::<u8>(), 0u8..3), 0..6),
+            edits in crate::mutation::edits(0..6),
             world in 1usize..8,
         ) {
             let mut reports = Vec::new();
             for (rank, c) in culprits.iter().enumerate() {
                 let mut b = valid(c.map(|c| c % 10), "peer gone");
-                for &(at, byte, kind) in &edits {
-                    let at = at % (b.len() + 1);
-                    match kind {
-                        0 if at < b.len() => b[at] = byte,
-                        1 => b.truncate(at),
-                        _ => b.insert(at, byte),
-                    }
-                }
+                crate::mutation::apply(&mut b, &edits);
                 if let Some(r) = parse_report(&String::from_utf8_lossy(&b), rank, world) {
                     reports.push(r);
                 }

@@ -514,20 +514,13 @@ mod tests {
         fn mutated_frames_are_frames_or_an_error(
             data in proptest::collection::vec(any::<u8>(), 0..64),
             sig in any::<i32>(),
-            edits in proptest::collection::vec((any::<usize>(), any::<u8>(), 0u8..3), 1..6),
+            edits in crate::mutation::edits(1..6),
         ) {
             let mut b: Vec<u8> = [Frame::Input(data), Frame::Signal(sig), Frame::EndOfInput]
                 .iter()
                 .flat_map(Frame::encode)
                 .collect();
-            for (at, byte, kind) in edits {
-                let at = at % (b.len() + 1);
-                match kind {
-                    0 if at < b.len() => b[at] = byte,
-                    1 => b.truncate(at),
-                    _ => b.insert(at, byte),
-                }
-            }
+            crate::mutation::apply(&mut b, &edits);
             let _ = read_all(&b);
         }
 
@@ -541,17 +534,10 @@ mod tests {
         /// that names a program, or an error.
         #[test]
         fn mutated_orders_name_a_program_or_fail(
-            edits in proptest::collection::vec((any::<usize>(), any::<u8>(), 0u8..3), 1..6),
+            edits in crate::mutation::edits(1..6),
         ) {
             let mut b = order().to_line().into_bytes();
-            for (at, byte, kind) in edits {
-                let at = at % (b.len() + 1);
-                match kind {
-                    0 if at < b.len() => b[at] = byte,
-                    1 => b.truncate(at),
-                    _ => b.insert(at, byte),
-                }
-            }
+            crate::mutation::apply(&mut b, &edits);
             if let Ok(o) = Order::parse(&String::from_utf8_lossy(&b)) {
                 prop_assert!(!o.command.is_empty());
                 prop_assert!(o.ranks_on_host >= 1);

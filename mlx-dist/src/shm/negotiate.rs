@@ -373,19 +373,12 @@ mod tests {
                 "[ -~]{0,80}",
             ],
             nonce in any::<[u8; NONCE_LEN]>(),
-            edits in proptest::collection::vec((any::<usize>(), any::<u8>(), 0u8..3), 0..4),
+            edits in crate::mutation::edits(0..4),
         ) {
             let mut b = vec![OFFER, handle.len() as u8];
             b.extend_from_slice(handle.as_bytes());
             b.extend_from_slice(&nonce);
-            for (at, byte, kind) in edits {
-                let at = at % (b.len() + 1);
-                match kind {
-                    0 if at < b.len() => b[at] = byte,
-                    1 => b.truncate(at),
-                    _ => b.insert(at, byte),
-                }
-            }
+            crate::mutation::apply(&mut b, &edits);
             prop_assert!(answer_bytes(b).map_or(true, |s| s.is_none()));
         }
     }
