@@ -33,16 +33,12 @@ impl EventWriter {
             .map(|h| h.trim().to_string())
             .filter(|h| !h.is_empty() && !h.contains('/'))
             .unwrap_or_else(|| "localhost".into());
-        let path = dir.join(format!(
+        let base = format!(
             "events.out.tfevents.{}.{host}.{}",
             now as u64,
             std::process::id()
-        ));
-        let file = std::fs::OpenOptions::new()
-            .create_new(true)
-            .write(true)
-            .open(&path)
-            .with_context(|| format!("creating {}", path.display()))?;
+        );
+        let (file, path) = create_unique(dir, &base)?;
         let mut w = EventWriter { file, path };
         let mut event = Vec::new();
         put_double(&mut event, 1, now);
@@ -138,6 +134,31 @@ fn put_bytes(out: &mut Vec<u8>, field: u64, v: &[u8]) {
     out.extend_from_slice(v);
 }
 
+/// Creates `dir/base`, or `dir/base.1`, `dir/base.2`, ... when the name is
+/// taken: a run resumed in the same second by the same process (as tests
+/// do) must not fail, nor write into the earlier run's file. TensorBoard
+/// reads every `events.out.tfevents.*` file in the folder, in name order.
+fn create_unique(dir: &Path, base: &str) -> Result<(std::fs::File, PathBuf)> {
+    let mut n = 0u32;
+    loop {
+        let name = if n == 0 {
+            base.to_string()
+        } else {
+            format!("{base}.{n}")
+        };
+        let path = dir.join(name);
+        match std::fs::OpenOptions::new()
+            .create_new(true)
+            .write(true)
+            .open(&path)
+        {
+            Ok(file) => return Ok((file, path)),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && n < 1000 => n += 1,
+            Err(e) => return Err(e).with_context(|| format!("creating {}", path.display())),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -158,5 +179,24 @@ mod tests {
         assert_eq!(f.len(), 8 + 4 + 3 + 4);
         assert_eq!(&f[..8], &3u64.to_le_bytes());
         assert_eq!(&f[12..15], b"abc");
+    }
+
+    #[test]
+    fn writers_started_in_the_same_second_get_their_own_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let a = EventWriter::create(dir.path()).unwrap();
+        let b = EventWriter::create(dir.path()).unwrap();
+        let c = EventWriter::create(dir.path()).unwrap();
+        assert_ne!(a.path(), b.path());
+        assert_ne!(b.path(), c.path());
+        assert_ne!(a.path(), c.path());
+        for w in [&a, &b, &c] {
+            let name = w.path().file_name().unwrap().to_str().unwrap();
+            assert!(name.starts_with("events.out.tfevents."), "{name}");
+            // Each holds its own file-version record, untouched by the others.
+            let bytes = std::fs::read(w.path()).unwrap();
+            let len = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
+            assert_eq!(bytes.len(), 8 + 4 + len + 4);
+        }
     }
 }
