@@ -29,7 +29,7 @@ pub struct RunLock {
 }
 
 /// This host's name (empty when it cannot be read).
-fn hostname() -> String {
+pub(crate) fn hostname() -> String {
     let mut buf = [0u8; 256];
     // SAFETY: gethostname writes at most buf.len() bytes into buf.
     let r = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };

@@ -28,9 +28,7 @@ impl EventWriter {
     pub fn create(dir: &Path) -> Result<EventWriter> {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
         let now = unix_seconds();
-        let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
-            .ok()
-            .map(|h| h.trim().to_string())
+        let host = Some(crate::run_folder::hostname())
             .filter(|h| !h.is_empty() && !h.contains('/'))
             .unwrap_or_else(|| "localhost".into());
         let base = format!(
