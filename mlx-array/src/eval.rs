@@ -91,11 +91,27 @@ tuple_evaluable!(A 0, B 1, C 2, D 3, E 4);
 /// assert!(y.is_evaluated() && z.is_evaluated());
 /// ```
 pub fn eval(outputs: impl Evaluable) -> Result<()> {
-    crate::settings::check_once()?;
+    check_environment_once()?;
     let mut roots = Vec::new();
     outputs.collect_arrays(&mut roots);
     let order = overlap_communication(topological_order(roots));
     run(order)
+}
+
+/// Checks the environment variables once per process (every eval asks):
+/// the settings' own, `MLX_DEVICE`, and that an `MLX_BLAS` library loads.
+fn check_environment_once() -> Result<()> {
+    static CHECKED: std::sync::OnceLock<std::result::Result<(), String>> =
+        std::sync::OnceLock::new();
+    CHECKED
+        .get_or_init(|| {
+            crate::settings::check()
+                .and_then(|()| crate::device::default_device_from_env().map(drop))
+                .and_then(|()| crate::backend::cpu::blas::check_choice())
+                .map_err(|e| e.to_string())
+        })
+        .clone()
+        .map_err(|m| crate::Error::invalid("settings", m))
 }
 
 /// Pending nodes reachable from `roots`, each after all of its inputs.

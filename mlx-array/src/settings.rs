@@ -361,8 +361,12 @@ pub fn set_blas(choice: BlasChoice) -> Result<()> {
     Ok(())
 }
 
-/// Checks every variable above, returning the first one that is not
-/// understood (also: an `MLX_BLAS` library that cannot be loaded).
+/// Checks every variable above that this module reads, returning the first
+/// one that is not understood. The settings are a leaf: what needs more
+/// than parsing is checked where it is used (`MLX_DEVICE` by
+/// [`crate::device::default_device_from_env`], whether an `MLX_BLAS`
+/// library loads by the CPU backend); the first [`eval`](fn@crate::eval)
+/// checks all of them.
 pub fn check() -> Result<()> {
     overlap()?;
     profile()?;
@@ -373,27 +377,7 @@ pub fn check() -> Result<()> {
     GPU_SPLIT_K.get()?;
     gpu_coopmat_checked()?;
     loss_path()?;
-    crate::device::default_device_from_env()?;
-    if let BlasChoice::Library(name) = blas()
-        && !crate::backend::cpu::blas::has_system_blas()
-    {
-        return Err(Error::invalid(
-            MLX_BLAS,
-            format!(
-                "cannot load `{name}` (or it has no cblas_sgemm); use a CBLAS library's path, or none"
-            ),
-        ));
-    }
     Ok(())
-}
-
-/// [`check`], once per process (the evaluator calls it on every eval).
-pub(crate) fn check_once() -> Result<()> {
-    static CHECKED: OnceLock<std::result::Result<(), String>> = OnceLock::new();
-    CHECKED
-        .get_or_init(|| check().map_err(|e| e.to_string()))
-        .clone()
-        .map_err(|m| Error::invalid("settings", m))
 }
 
 #[cfg(test)]

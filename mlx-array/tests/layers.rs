@@ -7,8 +7,12 @@
 //! - the GPU backend (`backend/gpu/`, and its no-GPU stub) never reaches
 //!   into the CPU backend, nor the CPU backend into the GPU one, and
 //!   `backend/common` into neither;
-//! - memory's accounting core (`memory/accounting.rs`), which the backends
-//!   import, imports no backend;
+//! - memory (`memory/`) imports no backend: its accounting core is what the
+//!   backends import, and a device backend registers there how to clear its
+//!   pool;
+//! - the settings (`settings.rs`) are a leaf: they import only the error
+//!   type (what needs more than parsing a variable is checked where it is
+//!   used);
 //! - no `cfg(feature = "gpu")` (in any form: `cfg`, `cfg_attr`, `cfg!`,
 //!   `not(...)`) outside `src/backend/`: the no-GPU build mounts a stub
 //!   instead.
@@ -313,16 +317,17 @@ fn rule(module: &[String], path: &[String]) -> Option<&'static str> {
     {
         return Some("backend/common imports a backend (it is what both backends import)");
     }
-    if m.first() == Some(&"memory") && starts_with(path, &["backend", "gpu"]) {
+    if m.first() == Some(&"memory") && starts_with(path, &["backend"]) {
         return Some(
-            "memory imports the GPU backend (it sees device buffers only as \
-             memory::DeviceAllocation, which the backend implements)",
+            "memory imports a backend (backends import memory's accounting; a device \
+             backend registers its pool's release there, and sees buffers only as \
+             memory::DeviceAllocation)",
         );
     }
-    if m == ["memory", "accounting"] && starts_with(path, &["backend"]) {
+    if m == ["settings"] && !path.is_empty() && !matches!(path[0].as_str(), "error" | "settings") {
         return Some(
-            "memory's accounting core imports a backend (backends import it; reach the \
-             backends from memory/mod.rs's public layer instead)",
+            "the settings import a module above them (they are a leaf: parse the variable \
+             here, check what needs more where it is used)",
         );
     }
     None
@@ -522,7 +527,10 @@ fn the_layers_point_one_way() {
 // ------------------------------------------------ the checker on known input
 
 fn aliases() -> HashMap<String, Vec<String>> {
-    root_aliases("pub use backend::cpu::blas;\npub use primitives::primitive_names;\n")
+    root_aliases(
+        "pub use backend::cpu::blas;\npub use primitives::primitive_names;\n\
+         pub use error::{Error, Result};\n",
+    )
 }
 
 fn lines(rel: &str, src: &str) -> Vec<usize> {
@@ -658,6 +666,27 @@ fn finds_a_backend_from_memory() {
     let src =
         "use crate::backend::gpu::DeviceBuffer;\nfn f() { crate::backend::clear_caches(); }\n";
     assert_eq!(lines("memory/accounting.rs", src), vec![1, 2]);
-    // The public layer may reach the backends' pools, never a GPU type.
-    assert_eq!(lines("memory/mod.rs", src), vec![1]);
+    assert_eq!(lines("memory/mod.rs", src), vec![1, 2]);
+    // The backends may import memory's accounting.
+    assert_eq!(
+        lines("backend/gpu/mod.rs", "use crate::memory::accounting;\n"),
+        Vec::<usize>::new()
+    );
+}
+
+#[test]
+fn finds_what_the_settings_import_above_them() {
+    let src = "use crate::error::{Error, Result};\nuse crate::Error as E;\n\
+               fn f() { crate::device::default_device_from_env(); }\n\
+               fn g() { crate::backend::cpu::blas::has_system_blas(); }\n\
+               use crate::array::Array;\n";
+    assert_eq!(lines("settings.rs", src), vec![3, 4, 5]);
+    // Everyone may import the settings.
+    assert_eq!(
+        lines(
+            "backend/cpu/blas.rs",
+            "use crate::settings::{self, BlasChoice};\n"
+        ),
+        Vec::<usize>::new()
+    );
 }

@@ -12,9 +12,3 @@ pub mod cpu;
 /// say so (`no_gpu.rs`), so that callers need no `cfg`.
 #[cfg_attr(not(feature = "gpu"), path = "no_gpu.rs")]
 pub mod gpu;
-
-/// Returns every backend's pooled device buffers to its driver (the host
-/// cache is [`crate::memory`]'s own).
-pub(crate) fn clear_caches() {
-    gpu::clear_pool();
-}

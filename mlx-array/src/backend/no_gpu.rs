@@ -97,9 +97,6 @@ pub mod custom {
     }
 }
 
-/// No pool to clear.
-pub(crate) fn clear_pool() {}
-
 /// Declares kernels that fail with [`UNAVAILABLE`], with the wgpu backend's signatures.
 macro_rules! unavailable_kernels {
     ($($(#[$m:meta])* $vis:vis fn $name:ident($($arg:ident: $ty:ty),* $(,)?);)*) => {

@@ -21,6 +21,9 @@ static PEAK: AtomicUsize = AtomicUsize::new(0);
 static CACHED: AtomicUsize = AtomicUsize::new(0);
 static CACHE_LIMIT: AtomicUsize = AtomicUsize::new(usize::MAX);
 static FREE: Mutex<BTreeMap<usize, Vec<SendPtr>>> = Mutex::new(BTreeMap::new());
+/// What [`clear_device_caches`] runs: each device backend's pool release,
+/// registered by the backend when it starts (so memory names no backend).
+static DEVICE_CACHE_CLEARERS: Mutex<Vec<fn()>> = Mutex::new(Vec::new());
 
 struct SendPtr(NonNull<u8>);
 // SAFETY: the pointer is an exclusively owned heap allocation sitting in the cache.
@@ -77,6 +80,30 @@ pub(crate) fn swap_cache_limit(bytes: usize) -> usize {
 }
 
 /// Returns every cached host buffer to the system allocator.
+/// Registers `clear`, a device backend's release of its pooled buffers, to
+/// run on every [`crate::memory::clear_cache`] (once per function). The GPU
+/// backend registers its own when it starts; a backend of your own whose
+/// buffers are [`crate::memory::DeviceAllocation`]s does the same.
+pub fn register_device_cache_clearer(clear: fn()) {
+    let mut clearers = DEVICE_CACHE_CLEARERS
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    if !clearers.contains(&clear) {
+        clearers.push(clear);
+    }
+}
+
+/// Runs every registered device backend's pool release.
+pub(crate) fn clear_device_caches() {
+    let clearers = DEVICE_CACHE_CLEARERS
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .clone();
+    for clear in clearers {
+        clear();
+    }
+}
+
 pub(crate) fn clear_host_cache() {
     let mut free = FREE.lock().unwrap_or_else(|e| e.into_inner());
     for (class, ptrs) in std::mem::take(&mut *free) {

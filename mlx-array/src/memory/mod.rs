@@ -13,21 +13,22 @@
 //! ```
 //!
 //! The counters and the host allocator live in `accounting`, which the
-//! backends import and which imports no backend; this module adds what
-//! reaches into the backends: clearing their pools. [`Storage`] holds
+//! backends import and which imports no backend; a device backend registers
+//! there how to release its pooled buffers, which [`clear_cache`] runs, so
+//! this module names no backend either. [`Storage`] holds
 //! either a host buffer or a device backend's buffer, which it sees only as a
 //! [`DeviceAllocation`], so memory names no backend type.
 
 pub(crate) mod accounting;
 
-pub use accounting::{HostBuffer, active, cache, peak, reset_peak};
+pub use accounting::{HostBuffer, active, cache, peak, register_device_cache_clearer, reset_peak};
 
 use std::any::Any;
 
 /// Returns every cached buffer to the system allocator (and every pooled
 /// GPU buffer to the driver).
 pub fn clear_cache() {
-    crate::backend::clear_caches();
+    accounting::clear_device_caches();
     accounting::clear_host_cache();
 }
 

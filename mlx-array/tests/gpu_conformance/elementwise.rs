@@ -67,6 +67,12 @@ fn gpu_buffers_are_pooled_and_counted() {
         memory::cache() < before + 4000 + 4096,
         "the cached buffer was not reused"
     );
+    // Clearing the cache returns the GPU's pooled buffers to the driver too
+    // (through the hook the backend registered with memory).
+    drop(z);
+    assert!(memory::cache() >= 4000, "the freed buffer went to the pool");
+    memory::clear_cache();
+    assert_eq!(memory::cache(), 0, "clear_cache left pooled GPU buffers");
 }
 
 #[test]

@@ -8,6 +8,9 @@
 
 use std::sync::OnceLock;
 
+use crate::settings::{self, BlasChoice};
+use crate::{Error, Result};
+
 type Sgemm = unsafe extern "C" fn(
     layout: i32,
     trans_a: i32,
@@ -40,10 +43,10 @@ struct Blas {
 static BLAS: OnceLock<Option<Blas>> = OnceLock::new();
 
 fn candidates() -> Vec<String> {
-    match crate::settings::blas() {
-        crate::settings::BlasChoice::None => return vec![],
-        crate::settings::BlasChoice::Library(v) => return vec![v],
-        crate::settings::BlasChoice::System => {}
+    match settings::blas() {
+        BlasChoice::None => return vec![],
+        BlasChoice::Library(v) => return vec![v],
+        BlasChoice::System => {}
     }
     if cfg!(target_os = "macos") {
         vec!["/System/Library/Frameworks/Accelerate.framework/Accelerate".into()]
@@ -164,6 +167,22 @@ pub unsafe fn prefer_native_openblas_kernels() -> Option<String> {
 /// True when a system BLAS was found.
 pub fn has_system_blas() -> bool {
     blas().is_some()
+}
+
+/// Fails when `MLX_BLAS` names a library that cannot be loaded (or has no
+/// `cblas_sgemm`), naming the variable.
+pub(crate) fn check_choice() -> Result<()> {
+    if let BlasChoice::Library(name) = settings::blas()
+        && !has_system_blas()
+    {
+        return Err(Error::invalid(
+            settings::MLX_BLAS,
+            format!(
+                "cannot load `{name}` (or it has no cblas_sgemm); use a CBLAS library's path, or none"
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// `C = alpha * op(A) @ op(B) + beta * C` for row-major matrices, where `A`

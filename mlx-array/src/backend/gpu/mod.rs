@@ -105,7 +105,10 @@ static CONTEXT: OnceLock<std::result::Result<GpuContext, String>> = OnceLock::ne
 /// The GPU context, created on first use; an error when no adapter works.
 pub fn context() -> Result<&'static GpuContext> {
     CONTEXT
-        .get_or_init(GpuContext::new)
+        .get_or_init(|| {
+            accounting::register_device_cache_clearer(clear_pool);
+            GpuContext::new()
+        })
         .as_ref()
         .map_err(|e| Error::gpu(e.clone()))
 }
@@ -494,7 +497,7 @@ impl Drop for DeviceBuffer {
 }
 
 /// Returns every pooled GPU buffer to the driver.
-pub(crate) fn clear_pool() {
+fn clear_pool() {
     if let Some(Ok(c)) = CONTEXT.get() {
         for (class, buffers) in lock(&c.pool).drain() {
             accounting::count_cached(class as usize * buffers.len(), false);
