@@ -355,6 +355,38 @@ impl Array {
         crate::eval(self)
     }
 
+    /// This evaluated array's data laid out densely in row-major order: its
+    /// own buffer when it already is, else a copy on the device that holds
+    /// it. For primitives of other crates that hand raw bytes on
+    /// (collectives, sharded layers) from inside an eval.
+    ///
+    /// ```
+    /// use mlx_array::Array;
+    /// let x = Array::from_slice(&[1f32, 2., 3., 4., 5., 6.], &[2, 3]).unwrap();
+    /// let t = x.swapaxes(0, 1).unwrap(); // a strided view of x's buffer
+    /// t.eval().unwrap();
+    /// let dense = t.dense_data().unwrap();
+    /// assert_eq!(dense.as_slice::<f32>(6), &[1., 4., 2., 5., 3., 6.]);
+    /// // Already dense: the same buffer, no copy.
+    /// x.eval().unwrap();
+    /// let own = x.dense_data().unwrap();
+    /// assert!(std::sync::Arc::ptr_eq(own.storage(), x.data().unwrap().storage()));
+    /// ```
+    pub fn dense_data(&self) -> Result<ArrayData> {
+        let data = self.data()?;
+        if data.is_contiguous(self.shape()) {
+            Ok(data)
+        } else if data.storage().is_device() {
+            crate::backend::gpu::copy_contiguous(&data, self.shape(), self.dtype())
+        } else {
+            Ok(crate::backend::cpu::copy::contiguous(
+                &data,
+                self.shape(),
+                self.dtype(),
+            ))
+        }
+    }
+
     /// The elements in row-major order, converted to `T` (as `astype` would).
     pub fn to_vec<T: Element>(&self) -> Result<Vec<T>> {
         // Brought to the host first, then converted there, whatever the

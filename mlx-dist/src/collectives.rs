@@ -16,7 +16,6 @@
 //! assert_eq!(x.to_vec::<f32>().unwrap(), vec![world.size() as f32; 10]);
 //! ```
 
-use mlx_array::backend::cpu::copy_contiguous;
 use mlx_array::{Array, ArrayData, Dtype, Error as ArrayError, Primitive, Result, Stream};
 
 use crate::{Group, ReduceOp};
@@ -27,7 +26,7 @@ fn dist_err(op: &'static str, e: crate::DistError) -> ArrayError {
 
 /// The input's bytes, contiguous.
 fn input_bytes(x: &Array) -> Result<ArrayData> {
-    copy_contiguous(&x.data()?, x.shape(), x.dtype())
+    x.dense_data()
 }
 
 /// Element-wise sum, max or min over the ranks of a group.

@@ -511,7 +511,7 @@ fn owned(x: &Array) -> Result<Array> {
     if data.storage().is_device() {
         return x.contiguous();
     }
-    let dense = mlx_array::backend::cpu::copy_contiguous(&data, x.shape(), x.dtype())?;
+    let dense = x.dense_data()?;
     let mut own = ArrayData::alloc(x.shape(), x.dtype());
     own.as_mut_slice::<u8>(x.nbytes())
         .copy_from_slice(dense.as_bytes(x.dtype(), x.size()));

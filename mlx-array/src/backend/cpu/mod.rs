@@ -7,15 +7,6 @@ pub(crate) mod binary;
 pub mod blas;
 pub(crate) mod copy;
 
-/// A contiguous view of `data` (itself when already dense, else a copy), for
-/// primitives in other crates that need raw bytes.
-pub fn copy_contiguous(
-    data: &crate::ArrayData,
-    shape: &[usize],
-    dtype: crate::Dtype,
-) -> crate::Result<crate::ArrayData> {
-    Ok(copy::contiguous(data, shape, dtype))
-}
 #[cfg(target_arch = "x86_64")]
 mod amx;
 #[cfg(target_arch = "x86_64")]
