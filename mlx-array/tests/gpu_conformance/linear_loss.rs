@@ -89,7 +89,10 @@ fn within(what: &str, gpu: &[f32], cpu: &[f32], bound: &[f64]) {
     let mut worst = 0f64;
     for (i, ((&g, &c), &b)) in gpu.iter().zip(cpu).zip(bound).enumerate() {
         let err = (g as f64 - c as f64).abs();
-        assert!(err <= b, "{what}: element {i}: gpu {g}, cpu {c}, bound {b:e}");
+        assert!(
+            err <= b,
+            "{what}: element {i}: gpu {g}, cpu {c}, bound {b:e}"
+        );
         worst = worst.max(err / b);
     }
     eprintln!("{what}: largest error {worst:.2} of its bound");
@@ -139,7 +142,13 @@ fn f16_loss_on_the_tensor_core_path_agrees_with_the_cpu() {
     );
     let (hv, wv) = (f32s(&h16), f32s(&w16));
     let tv: Vec<i32> = (0..ROWS as i32)
-        .map(|i| if i == 5 { IGNORE } else { (i * 379) % VOCAB as i32 })
+        .map(|i| {
+            if i == 5 {
+                IGNORE
+            } else {
+                (i * 379) % VOCAB as i32
+            }
+        })
         .collect();
     let t = Array::from_slice(&tv, &[ROWS]).unwrap();
     let rwv: Vec<f32> = (0..ROWS).map(|i| 0.25 + (i % 3) as f32).collect();
@@ -214,6 +223,26 @@ fn f16_loss_on_the_tensor_core_path_agrees_with_the_cpu() {
             }
         }
         within(&format!("{what}: dw"), &f32s(&gg[1]), &cdw, &bound);
+    }
+    // No rows: `dw`'s products have depth 0 (not split) and write zeros.
+    let h0 = Array::zeros(&[0, DIMS], Dtype::F16);
+    let (t0, rw0) = (
+        Array::zeros(&[0], Dtype::I32),
+        Array::zeros(&[0], Dtype::F32),
+    );
+    for one_pass in [false, true] {
+        let opts = LinearCrossEntropyOptions::default();
+        let (v, g) = with_device(Device::Gpu, || {
+            value_and_grads(&h0, &w16, &t0, &rw0, one_pass, 1.0, &opts)
+        })
+        .unwrap();
+        assert_eq!(
+            v.item::<f32>().unwrap(),
+            0.0,
+            "no rows, one pass {one_pass}"
+        );
+        assert_eq!(g[0].shape(), &[0, DIMS]);
+        assert!(f32s(&g[1]).iter().all(|&x| x == 0.0), "no rows: dw");
     }
     // f32 operands never take the f16 template, even where it is forced.
     let before = coop_product_count();

@@ -36,9 +36,45 @@
 //! Everything is recorded into the eval's command encoder (and goes to the
 //! GPU in chunks as the eval records, see `submission`).
 //!
-//! `h` and `w` are computed in f32 whatever their dtype (as on the CPU); the
-//! gradient is cast back to it at the end. Targets out of range (which the
-//! CPU rejects at eval) give a NaN loss and NaN gradient rows.
+//! **Precision.** f32 and bf16 `h` and `w` are computed in f32 (bf16 has no
+//! cooperative-matrix configuration on the H100's Vulkan driver, so it
+//! gains nothing from staying bf16). f16 `h` and `w`, where the matmul's
+//! cooperative kernel runs (tensor cores, or its plain fragments when
+//! `MLX_GPU_COOPMAT=plain`; `matmul::f16_f32_products`), stay f16 and every
+//! product runs on it, as PyTorch's autocast does: the logits are f16 x f16
+//! products accumulated and stored in f32 (the statistics, softmax and
+//! gradient stay f32); the gradient `g` of the logits, already scaled by
+//! the row cotangents (which carry the loss scale in f16 training), is
+//! rounded to f16 by the gradient kernel into its own scratch, and `dh =
+//! g @ w`, `dw = g^T @ h` accumulate in f32 into the f32 gradient buffer.
+//! Elsewhere (no `shader-f16`, no cooperative matrices, `MLX_GPU_COOPMAT=0`)
+//! f16 is computed in f32 like bf16. The gradients are cast to the
+//! operands' dtype at the end.
+//!
+//! Memory on the f16 path: `h` and `w` are used as they are (no f32 copies:
+//! 51.5 MB less for the reference shape's `w`), and the f16 gradient takes
+//! half the bytes of the f32 logits beside them (102.7 MB for a block of
+//! 1022 rows x 50257 classes, on top of its 205.6 MB of logits; 8 MiB for
+//! the two passes' default 16 MiB chunks).
+//!
+//! Design figures for the f16 one-pass products at the reference shape on
+//! an H100 (estimates, not measured: no card was lent to this change), per
+//! block of 1022 rows: the logits are 8 x 393 workgroups of the 128 x 128
+//! cooperative tiling (256 invocations, 8 subgroups of 2 x 4 fragments,
+//! 27,136 B of workgroup memory, 2 per SM), depth 256 in 8 staged slices;
+//! `dh[block]` has 64 tiles of 64 x 64 and is split over the 50257 classes
+//! into 9 slices of 5600 (576 workgroups of 128 invocations, 13,824 B, 4
+//! or more per SM; 9.4 MB of f32 partial sums); `dw` is 786 tiles of
+//! 128 x 128 over a depth of 1022, added into the f32 gradient from the
+//! second block on. Standalone, the same three products measured 32.7,
+//! 5.9 (unsplit) and 59.4 TFLOP/s on the tensor-core kernel against 16.7,
+//! 13.6 and 26.3 in f32 (BENCHMARKS.md, 2026-11-26); with `dh` split, all
+//! three should run at 30-60 TFLOP/s: the step's 158 GFLOP of products in
+//! ~3-5 ms (the whole f32 pass, products and statistics, took ~13 ms of a
+//! 26 ms f32 step's GPU time).
+//!
+//! Targets out of range (which the CPU rejects at eval) give a NaN loss and
+//! NaN gradient rows.
 
 use super::codegen;
 use super::indexing::{Meta, VLOC};

@@ -79,6 +79,14 @@
 //! and gradient products through [`record`] (chunked over the vocabulary,
 //! or in blocks of rows over all of it), so it runs on these kernels too (its f32 `accumulate` form on the f32
 //! kernel, split over the depth as above).
+//!
+//! **Mixed precision.** With f16 operands it records through
+//! [`record_f16_f32`] instead: f16 operands on the cooperative kernel
+//! (any transpose case, through the views), an f32 result written or
+//! added into (`accumulate`), and split-K as above with the cooperative
+//! kernel writing the f32 partial sums (slices a multiple of its 32-deep
+//! staged slice). [`record`]'s choices for every dtype are unchanged;
+//! [`coop_product_count`] counts the products on the cooperative template.
 
 use super::codegen;
 use super::{alloc, context, dispatch_groups, supported};
@@ -350,8 +358,10 @@ pub(crate) fn record_f16_f32(
             .max_storage_buffer_binding_size
             .min(c.limits.max_buffer_size) as usize;
         let mut slices = split_k(batch * m.div_ceil(64) * n.div_ceil(64), k);
-        slices.depth = slices.depth.next_multiple_of(coop::DEPTH);
-        slices.count = k.div_ceil(slices.depth);
+        if slices.count > 1 {
+            slices.depth = slices.depth.next_multiple_of(coop::DEPTH);
+            slices.count = k.div_ceil(slices.depth);
+        }
         if slices.count > 1 && slices.count * total * 4 <= max_bytes.min(i32::MAX as usize) {
             let parts = alloc(&[slices.count * total], Dtype::F32)?;
             product.dispatch(Some(fragments), 64, Dtype::F32, slices, &parts, 0, false)?;
@@ -617,7 +627,9 @@ pub fn kernel_sources() -> Vec<(String, String)> {
     for tiling in [coop::Tiling::LARGE, coop::Tiling::SMALL] {
         for fragments in [coop::Fragments::Cooperative, coop::Fragments::Plain] {
             for &view in &views {
-                for (dtype, accumulate) in [(Dtype::F16, false), (Dtype::F32, false), (Dtype::F32, true)] {
+                for (dtype, accumulate) in
+                    [(Dtype::F16, false), (Dtype::F32, false), (Dtype::F32, true)]
+                {
                     out.push((
                         format!(
                             "coop {tiling:?} {fragments:?} {view:?} {dtype} accumulate {accumulate} ({} B)",
