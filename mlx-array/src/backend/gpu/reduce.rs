@@ -87,7 +87,7 @@ fn plan(data: &ArrayData, shape: &[usize], axes: &[usize]) -> Plan {
     let per_thread = len <= SHORT_RUN || (inner_red_stride != 1 && n_out >= 2048);
     let aligned_rows = red.len() == 1
         && inner_red_stride == 1
-        && data.offset() % 4 == 0
+        && data.offset().is_multiple_of(4)
         && kept.iter().all(|d| d.1 % 4 == 0);
     Plan {
         n_out,
@@ -236,7 +236,7 @@ fn rows_kernel(p: &Plan, dtype: Dtype) -> Option<(usize, bool)> {
     if !wide || !contiguous || p.per_thread {
         return None;
     }
-    let vec4 = p.aligned_rows && p.len % 4 == 0;
+    let vec4 = p.aligned_rows && p.len.is_multiple_of(4);
     let loads = if vec4 { p.len / 4 } else { p.len };
     let team = loads
         .div_ceil(LOADS_PER_INVOCATION)
