@@ -51,6 +51,11 @@ pub fn dispatch_count() -> usize {
     0
 }
 
+/// No product ever ran on cooperative matrices: 0.
+pub fn coop_product_count() -> usize {
+    0
+}
+
 /// Nothing was ever submitted: 0.
 pub fn submit_count() -> usize {
     0

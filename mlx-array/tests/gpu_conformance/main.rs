@@ -11,6 +11,7 @@ mod harness;
 
 mod elementwise;
 mod half;
+mod linear_loss;
 mod matmul;
 mod misc;
 mod norm;

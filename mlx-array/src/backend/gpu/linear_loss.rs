@@ -36,9 +36,45 @@
 //! Everything is recorded into the eval's command encoder (and goes to the
 //! GPU in chunks as the eval records, see `submission`).
 //!
-//! `h` and `w` are computed in f32 whatever their dtype (as on the CPU); the
-//! gradient is cast back to it at the end. Targets out of range (which the
-//! CPU rejects at eval) give a NaN loss and NaN gradient rows.
+//! **Precision.** f32 and bf16 `h` and `w` are computed in f32 (bf16 has no
+//! cooperative-matrix configuration on the H100's Vulkan driver, so it
+//! gains nothing from staying bf16). f16 `h` and `w`, where the matmul's
+//! cooperative kernel runs (tensor cores, or its plain fragments when
+//! `MLX_GPU_COOPMAT=plain`; `matmul::f16_f32_products`), stay f16 and every
+//! product runs on it, as PyTorch's autocast does: the logits are f16 x f16
+//! products accumulated and stored in f32 (the statistics, softmax and
+//! gradient stay f32); the gradient `g` of the logits, already scaled by
+//! the row cotangents (which carry the loss scale in f16 training), is
+//! rounded to f16 by the gradient kernel into its own scratch, and `dh =
+//! g @ w`, `dw = g^T @ h` accumulate in f32 into the f32 gradient buffer.
+//! Elsewhere (no `shader-f16`, no cooperative matrices, `MLX_GPU_COOPMAT=0`)
+//! f16 is computed in f32 like bf16. The gradients are cast to the
+//! operands' dtype at the end.
+//!
+//! Memory on the f16 path: `h` and `w` are used as they are (no f32 copies:
+//! 51.5 MB less for the reference shape's `w`), and the f16 gradient takes
+//! half the bytes of the f32 logits beside them (102.7 MB for a block of
+//! 1022 rows x 50257 classes, on top of its 205.6 MB of logits; 8 MiB for
+//! the two passes' default 16 MiB chunks).
+//!
+//! Design figures for the f16 one-pass products at the reference shape on
+//! an H100 (estimates, not measured: no card was lent to this change), per
+//! block of 1022 rows: the logits are 8 x 393 workgroups of the 128 x 128
+//! cooperative tiling (256 invocations, 8 subgroups of 2 x 4 fragments,
+//! 27,136 B of workgroup memory, 2 per SM), depth 256 in 8 staged slices;
+//! `dh[block]` has 64 tiles of 64 x 64 and is split over the 50257 classes
+//! into 9 slices of 5600 (576 workgroups of 128 invocations, 13,824 B, 4
+//! or more per SM; 9.4 MB of f32 partial sums); `dw` is 786 tiles of
+//! 128 x 128 over a depth of 1022, added into the f32 gradient from the
+//! second block on. Standalone, the same three products measured 32.7,
+//! 5.9 (unsplit) and 59.4 TFLOP/s on the tensor-core kernel against 16.7,
+//! 13.6 and 26.3 in f32 (BENCHMARKS.md, 2026-11-26); with `dh` split, all
+//! three should run at 30-60 TFLOP/s: the step's 158 GFLOP of products in
+//! ~3-5 ms (the whole f32 pass, products and statistics, took ~13 ms of a
+//! 26 ms f32 step's GPU time).
+//!
+//! Targets out of range (which the CPU rejects at eval) give a NaN loss and
+//! NaN gradient rows.
 
 use super::codegen;
 use super::indexing::{Meta, VLOC};
@@ -53,16 +89,20 @@ const OP: &str = "linear_cross_entropy";
 /// Resolved target of a row whose target equals the ignore index.
 const IGNORED: u32 = u32::MAX;
 
-/// Shapes, f32 operands and resolved targets shared by both passes.
+/// Shapes, operands and resolved targets shared by both passes.
 struct Setup {
     rows: usize,
     dims: usize,
     vocab: usize,
     cols: usize,
     smoothing: f32,
-    /// `h` as dense f32 `[rows, dims]`.
+    /// Whether `h` and `w` are f16 and the products run on the tensor-core
+    /// kernel (f16 operands, f32 results; the gradient cast to f16 for
+    /// its products), else f32 operands on the f32 kernel.
+    half: bool,
+    /// `h` as dense `[rows, dims]` of [`Setup::operands`].
     h: ArrayData,
-    /// `w` as dense f32 `[vocab, dims]`.
+    /// `w` as dense `[vocab, dims]` of [`Setup::operands`].
     w: ArrayData,
     /// Per row: its class, [`IGNORED`], or `IGNORED - 1` when out of range.
     tg: ArrayData,
@@ -118,8 +158,21 @@ impl Setup {
         // A chunk of logits must fit one storage buffer (and 32-bit indices).
         let fit = (max_bytes.min(u32::MAX as usize / 2) / 4 / rows.max(1)).max(1);
         let cols = chunk_cols(rows, vocab, a.chunk).min(fit);
-        let h = f32_dense(a.h.0, a.h.1, a.dtype)?;
-        let w = f32_dense(a.w.0, a.w.1, a.dtype)?;
+        // f16 operands stay f16 (no copies where already dense) when the
+        // tensor-core kernel can multiply them; bf16 has no cooperative
+        // matrix on the H100's driver and is computed in f32.
+        let half = a.dtype == Dtype::F16 && matmul::f16_f32_products()?;
+        let (h, w) = if half {
+            (
+                super::dense(a.h.0, a.h.1, Dtype::F16)?,
+                super::dense(a.w.0, a.w.1, Dtype::F16)?,
+            )
+        } else {
+            (
+                f32_dense(a.h.0, a.h.1, a.dtype)?,
+                f32_dense(a.w.0, a.w.1, a.dtype)?,
+            )
+        };
         let tg = resolve_targets(t, rows_shape, t_dtype, vocab, a.ignore_index)?;
         Ok(Setup {
             rows,
@@ -127,21 +180,69 @@ impl Setup {
             vocab,
             cols,
             smoothing: a.label_smoothing,
+            half,
             h,
             w,
             tg,
         })
     }
 
+    /// The dtype `h` and `w` are held and multiplied in: f16 on the
+    /// tensor-core path, else f32.
+    fn operands(&self) -> Dtype {
+        if self.half { Dtype::F16 } else { Dtype::F32 }
+    }
+
+    /// Records `out[out_offset..] (+)= a @ b` into the dense f32 `out`: a
+    /// product of f16 operands on the tensor-core kernel with `half`, else
+    /// of f32 operands on the f32 kernel.
+    #[allow(clippy::too_many_arguments)]
+    fn product(
+        &self,
+        a: &ArrayData,
+        a_shape: &[usize],
+        b: &ArrayData,
+        out_shape: &[usize],
+        out: &ArrayData,
+        out_offset: usize,
+        accumulate: bool,
+    ) -> Result<()> {
+        if self.half {
+            matmul::record_f16_f32(a, a_shape, b, out_shape, out, out_offset, accumulate)
+        } else {
+            matmul::record(
+                a,
+                a_shape,
+                b,
+                Dtype::F32,
+                out_shape,
+                out,
+                out_offset,
+                accumulate,
+            )
+        }
+    }
+
+    /// Scratch for the gradient's products of `[rows, n]`: with `half`, an
+    /// f16 copy of the gradient written by the gradient kernel (half the
+    /// bytes of the f32 logits beside it); else none (the gradient
+    /// overwrites the logits).
+    fn grad_scratch(&self, rows: usize, n: usize) -> Result<Option<ArrayData>> {
+        if self.half {
+            Ok(Some(alloc(&[rows, n], Dtype::F16)?))
+        } else {
+            Ok(None)
+        }
+    }
+
     /// Records `x[.., ..n] = h @ w[c0..c0 + n]^T` into the dense `[rows, n]`
     /// scratch `x`.
     fn chunk_logits(&self, x: &ArrayData, c0: usize, n: usize) -> Result<()> {
         let (rows, dims) = (self.rows, self.dims);
-        matmul::record(
+        self.product(
             &view2(&self.h, 0, [dims, 1]),
             &[rows, dims],
             &view2(&self.w, c0 * dims, [1, dims]),
-            Dtype::F32,
             &[rows, n],
             x,
             0,
@@ -355,14 +456,12 @@ pub fn linear_cross_entropy(a: &LceArgs<'_>) -> Result<ArrayData> {
 
 /// `mean(w, axis 0)` as dense f32 `[dims]` (for label smoothing).
 fn column_mean(st: &Setup) -> Result<ArrayData> {
-    let pipeline = context()?.pipeline("lce_column_mean", || {
+    let wd = st.operands();
+    let pipeline = context()?.pipeline(&format!("lce_column_mean:{wd}"), || {
         let mut s = String::from(codegen::PRELUDE);
         s.push_str(codegen::META);
-        s.push_str(
-            r#"@group(0) @binding(1) var<storage, read> w: array<f32>;
-@group(0) @binding(2) var<storage, read_write> out: array<f32>;
-"#,
-        );
+        s.push_str(&codegen::input("w", 1, wd));
+        s.push_str("@group(0) @binding(2) var<storage, read_write> out: array<f32>;\n");
         s.push_str(codegen::ENTRY);
         s.push_str(&format!(
             r#" {{
@@ -370,7 +469,7 @@ fn column_mean(st: &Setup) -> Result<ArrayData> {
     let dims = params[0];
     if (i >= dims) {{ return; }}
     var acc = 0.0;
-    for (var v = 0u; v < params[1]; v = v + 1u) {{ acc = acc + w[params[2] + v * dims + i]; }}
+    for (var v = 0u; v < params[1]; v = v + 1u) {{ acc = acc + load_w(params[2] + v * dims + i); }}
     out[i] = acc / f32(params[1]);
 }}
 "#,
@@ -416,14 +515,15 @@ fn row_block_terms(
     w_mean: Option<&ArrayData>,
 ) -> Result<ArrayData> {
     let smooth = w_mean.is_some();
-    let key = format!("lce_rows:{smooth}");
+    let hw = st.operands();
+    let key = format!("lce_rows:{smooth}:{hw}");
     let pipeline = context()?.pipeline(&key, || {
         let mut s = String::from(codegen::PRELUDE);
         s.push_str(codegen::META);
+        s.push_str(&codegen::input("h", 1, hw));
+        s.push_str(&codegen::input("w", 2, hw));
         s.push_str(
-            r#"@group(0) @binding(1) var<storage, read> h: array<f32>;
-@group(0) @binding(2) var<storage, read> w: array<f32>;
-@group(0) @binding(3) var<storage, read> tg: array<u32>;
+            r#"@group(0) @binding(3) var<storage, read> tg: array<u32>;
 @group(0) @binding(4) var<storage, read> ct: array<f32>;
 @group(0) @binding(5) var<storage, read> loss: array<f32>;
 "#,
@@ -439,7 +539,7 @@ fn row_block_terms(
         ));
         s.push_str(codegen::ENTRY);
         let mean = if smooth {
-            "for (var d = 0u; d < dims; d = d + 1u) { mean = mean + h[hb + d] * wm[d]; }"
+            "for (var d = 0u; d < dims; d = d + 1u) { mean = mean + load_h(hb + d) * wm[d]; }"
         } else {
             ""
         };
@@ -458,7 +558,7 @@ fn row_block_terms(
         let hb = params[4] + i * dims;
         let wb = params[5] + t * dims;
         var xt = 0.0;
-        for (var d = 0u; d < dims; d = d + 1u) {{ xt = xt + h[hb + d] * w[wb + d]; }}
+        for (var d = 0u; d < dims; d = d + 1u) {{ xt = xt + load_h(hb + d) * load_w(wb + d); }}
         var mean = 0.0;
         {mean}
         lse = loss[params[7] + i] + (1.0 - sm) * xt + sm * mean;
@@ -494,18 +594,26 @@ fn row_block_terms(
     Ok(out)
 }
 
-/// In place over the chunk `x` (`[rows, n]`, classes `c0..`):
+/// Over the chunk `x` (`[rows, n]`, classes `c0..`):
 /// `ct * (softmax(x) - (1 - s) onehot(t) - s / V)`, zero for rows whose
-/// cotangent is zero. The rows are `params[5]..` of the targets.
-fn grad_source() -> String {
+/// cotangent is zero, in place; with `half`, rounded to f16 into `g`
+/// instead (`x` left as it was). The rows are `params[5]..` of the targets.
+fn grad_source(half: bool) -> String {
     let mut s = String::from(codegen::PRELUDE);
     s.push_str(codegen::META);
     s.push_str(
         r#"@group(0) @binding(1) var<storage, read> terms: array<f32>;
 @group(0) @binding(2) var<storage, read> tg: array<u32>;
-@group(0) @binding(3) var<storage, read_write> x: array<f32>;
 "#,
     );
+    s.push_str(if half {
+        "@group(0) @binding(3) var<storage, read> x: array<f32>;\n\
+         @group(0) @binding(4) var<storage, read_write> gh: array<f16>;\n\
+         fn store_g(i: u32, v: f32) { gh[i] = f16(round_f16(v)); }\n"
+    } else {
+        "@group(0) @binding(3) var<storage, read_write> x: array<f32>;\n\
+         fn store_g(i: u32, v: f32) { x[i] = v; }\n"
+    });
     s.push_str(codegen::ENTRY);
     s.push_str(&format!(
         r#" {{
@@ -522,12 +630,37 @@ fn grad_source() -> String {
         g = exp(x[i] - lse) * c - c * sm / f32(params[4]);
         if (tg[params[5] + r] == params[2] + j) {{ g = g - c * (1.0 - sm); }}
     }}
-    x[i] = g;
+    store_g(i, g);
 }}
 "#,
         index = codegen::THREAD_INDEX,
     ));
     s
+}
+
+/// Records [`grad_source`]'s kernel over the `[rows, n]` logits `x` with
+/// `meta`: in place, or into the f16 scratch `g` where the products take
+/// f16 operands. Returns the products' gradient operand (`g` or `x`).
+fn record_grad<'a>(
+    meta: &[u32],
+    terms: &ArrayData,
+    tg: &ArrayData,
+    x: &'a ArrayData,
+    g: Option<&'a ArrayData>,
+    count: usize,
+) -> Result<&'a ArrayData> {
+    let half = g.is_some();
+    let pipeline = context()?.pipeline(&format!("lce_grad:{half}"), || grad_source(half))?;
+    match g {
+        Some(g) => {
+            dispatch(&pipeline, meta, &[terms, tg, x], g, count * 2, false, count)?;
+            Ok(g)
+        }
+        None => {
+            dispatch(&pipeline, meta, &[terms, tg], x, count * 4, false, count)?;
+            Ok(x)
+        }
+    }
 }
 
 /// The gradients of [`linear_cross_entropy`] for row cotangents `ct` given
@@ -556,7 +689,7 @@ pub fn linear_cross_entropy_grad(
         };
         let terms = row_terms(&st, &lossv, &ctv, w_mean.as_ref())?;
         let x = alloc(&[rows, st.cols], Dtype::F32)?;
-        let pipeline = context()?.pipeline("lce_grad", grad_source)?;
+        let gh = st.grad_scratch(rows, st.cols)?;
         for (c0, n) in st.chunks() {
             st.chunk_logits(&x, c0, n)?;
             let meta = [
@@ -567,32 +700,22 @@ pub fn linear_cross_entropy_grad(
                 st.vocab as u32,
                 0,
             ];
-            dispatch(
-                &pipeline,
-                &meta,
-                &[&terms, &st.tg],
-                &x,
-                rows * n * 4,
-                false,
-                rows * n,
-            )?;
+            let g = record_grad(&meta, &terms, &st.tg, &x, gh.as_ref(), rows * n)?;
             // dh (+)= g @ w[chunk]
-            matmul::record(
-                &view2(&x, 0, [n, 1]),
+            st.product(
+                &view2(g, 0, [n, 1]),
                 &[rows, n],
                 &view2(&st.w, c0 * dims, [dims, 1]),
-                Dtype::F32,
                 &[rows, dims],
                 &flat,
                 0,
                 c0 > 0,
             )?;
             // dw[chunk] = g^T @ h
-            matmul::record(
-                &view2(&x, 0, [1, n]),
+            st.product(
+                &view2(g, 0, [1, n]),
                 &[n, rows],
                 &view2(&st.h, 0, [dims, 1]),
-                Dtype::F32,
                 &[n, dims],
                 &flat,
                 hn + c0 * dims,
@@ -666,17 +789,16 @@ pub fn linear_cross_entropy_value_and_grad(
         None
     };
     let x = alloc(&[block, vocab], Dtype::F32)?;
+    let gh = st.grad_scratch(block, vocab)?;
     let stats = alloc(&[block, 4], Dtype::F32)?;
     let stats_kernel = c.pipeline("lce_stats", stats_source)?;
-    let grad_kernel = c.pipeline("lce_grad", grad_source)?;
     for r0 in starts {
         let n = block.min(rows - r0);
         // x = h[block] @ w^T over every class.
-        matmul::record(
+        st.product(
             &view2(&st.h, r0 * dims, [dims, 1]),
             &[n, dims],
             &view2(&st.w, 0, [1, dims]),
-            Dtype::F32,
             &[n, vocab],
             &x,
             0,
@@ -711,32 +833,22 @@ pub fn linear_cross_entropy_value_and_grad(
             vocab as u32,
             r0 as u32,
         ];
-        dispatch(
-            &grad_kernel,
-            &meta,
-            &[&terms, &st.tg],
-            &x,
-            n * vocab * 4,
-            false,
-            n * vocab,
-        )?;
+        let g = record_grad(&meta, &terms, &st.tg, &x, gh.as_ref(), n * vocab)?;
         // dh[block] = g @ w
-        matmul::record(
-            &view2(&x, 0, [vocab, 1]),
+        st.product(
+            &view2(g, 0, [vocab, 1]),
             &[n, vocab],
             &view2(&st.w, 0, [dims, 1]),
-            Dtype::F32,
             &[n, dims],
             &flat,
             r0 * dims,
             false,
         )?;
         // dw (+)= g^T @ h[block]
-        matmul::record(
-            &view2(&x, 0, [1, vocab]),
+        st.product(
+            &view2(g, 0, [1, vocab]),
             &[vocab, n],
             &view2(&st.h, r0 * dims, [dims, 1]),
-            Dtype::F32,
             &[vocab, dims],
             &flat,
             hn,

@@ -55,7 +55,7 @@ pub use linear_loss::{
 pub use loss::{cross_entropy, cross_entropy_grad, softmax};
 #[doc(hidden)]
 pub use matmul::kernel_sources as matmul_kernel_sources;
-pub use matmul::matmul;
+pub use matmul::{coop_product_count, matmul};
 pub use norm::{rms_norm, rms_norm_grad};
 pub use reduce::{arg_reduce, reduce};
 pub use rope::rope;

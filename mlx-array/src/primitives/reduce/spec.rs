@@ -352,8 +352,12 @@ fn reduce_values(cx: &Ctx, op: ReduceOp) {
     }
     // Long runs (one workgroup per output, over a dense run, a strided run
     // of few outputs, all axes of a non-collapsible view), short runs over
-    // a leading axis, empty reduced axes (the identity) and empty outputs.
-    let runs: [(&[usize], &[i32]); 7] = [
+    // a leading axis, empty reduced axes (the identity) and empty outputs;
+    // rows of odd length (read one value at a time, 8 rows a workgroup on
+    // the GPU, 5 of them live) and of a multiple of 4 (read as vec4s).
+    let runs: [(&[usize], &[i32]); 9] = [
+        (&[5, 333], &[1]),
+        (&[3, 4100], &[-1]),
         (&[3, 700], &[1]),
         (&[700, 3], &[0]),
         (&[40, 2100], &[0]),
@@ -367,6 +371,12 @@ fn reduce_values(cx: &Ctx, op: ReduceOp) {
             let x = reduce_input(op, shape, dtype, 30);
             let a = make(&x, dtype, Layout::Dense);
             check_reduce(cx, op, &a, &x, axes, false, dtype, "run");
+        }
+        // Rows reversed (a negative stride between rows), vec4-aligned and not.
+        for shape in [[6, 700], [5, 333]] {
+            let x = reduce_input(op, &shape, dtype, 32);
+            let (a, x) = view_on(cx, &x, dtype, View::Laid(Layout::Reversed));
+            check_reduce(cx, op, &a, &x, &[1], false, dtype, "reversed rows");
         }
         // Every other column of a [60, 80] array: the run over both axes
         // cannot collapse into one strided dimension.

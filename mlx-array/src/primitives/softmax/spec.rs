@@ -24,6 +24,7 @@ pub fn specs() -> Vec<Spec> {
 /// The f64 reference: `exp(x - max) / sum(exp(x - max))` per row, in `dtype`.
 fn softmax_reference(x: &Nd, dtype: Dtype) -> Nd {
     let v = *x.shape.last().expect("a last axis");
+    let stats = std::cell::RefCell::new(std::collections::HashMap::new());
     Nd::from_fn(&x.shape, |i| {
         let (row, c) = i.split_at(i.len() - 1);
         let at = |k: usize| {
@@ -31,8 +32,11 @@ fn softmax_reference(x: &Nd, dtype: Dtype) -> Nd {
             j.push(k);
             x.at(&j)
         };
-        let m = (0..v).map(at).fold(f64::NEG_INFINITY, f64::max);
-        let s: f64 = (0..v).map(|k| (at(k) - m).exp()).sum();
+        // Each row's maximum and sum, once per row (rows of thousands).
+        let (m, s) = *stats.borrow_mut().entry(row.to_vec()).or_insert_with(|| {
+            let m = (0..v).map(at).fold(f64::NEG_INFINITY, f64::max);
+            (m, (0..v).map(|k| (at(k) - m).exp()).sum::<f64>())
+        });
         quantize((at(c[0]) - m).exp() / s, dtype)
     })
 }
@@ -77,9 +81,11 @@ fn softmax_values(cx: &Ctx) {
                 },
             )
             .unwrap_or_else(|e| panic!("{e}"));
-        // Rows wider than one GPU workgroup, and narrow ones.
+        // Rows wider than one GPU workgroup, and narrow ones; long rows of a
+        // multiple of 4 (vec4 loads on the GPU) and of odd length, fewer
+        // than a workgroup's rows.
         for layout in LAYOUTS {
-            for shape in [[2, 300], [5, 3]] {
+            for shape in [[2, 300], [5, 3], [3, 4100], [7, 333]] {
                 let x = fill(&shape, dtype, -4.0, 4.0, 35);
                 let what = format!("{layout:?}");
                 check_softmax(
@@ -97,6 +103,16 @@ fn softmax_values(cx: &Ctx) {
         &view_on(cx, &inf, Dtype::F32, View::Laid(Layout::Dense)),
         Dtype::F32,
         "-inf",
+    );
+    // A row of -inf alone (NaN, as on the CPU) beside a finite one, four wide.
+    let mut rows = vec![f64::NEG_INFINITY; 4];
+    rows.extend([0.5, -3.0, 2.0, 1.0]);
+    let all_inf = Nd::new(&[2, 4], rows);
+    check_softmax(
+        cx,
+        &view_on(cx, &all_inf, Dtype::F32, View::Laid(Layout::Dense)),
+        Dtype::F32,
+        "a row of -inf",
     );
     let none = Nd::new(&[0, 4], vec![]);
     check_softmax(

@@ -79,6 +79,14 @@
 //! and gradient products through [`record`] (chunked over the vocabulary,
 //! or in blocks of rows over all of it), so it runs on these kernels too (its f32 `accumulate` form on the f32
 //! kernel, split over the depth as above).
+//!
+//! **Mixed precision.** With f16 operands it records through
+//! [`record_f16_f32`] instead: f16 operands on the cooperative kernel
+//! (any transpose case, through the views), an f32 result written or
+//! added into (`accumulate`), and split-K as above with the cooperative
+//! kernel writing the f32 partial sums (slices a multiple of its 32-deep
+//! staged slice). [`record`]'s choices for every dtype are unchanged;
+//! [`coop_product_count`] counts the products on the cooperative template.
 
 use super::codegen;
 use super::{alloc, context, dispatch_groups, supported};
@@ -96,11 +104,20 @@ const BIG_TILES_FROM: usize = 264;
 
 /// The fragment implementation of the cooperative kernel for products of
 /// `dtype`, or `None` for the f32-compute kernel: f16 stored natively, not
-/// accumulating, and [`settings::gpu_coopmat`] either `Plain` or `Auto` on
-/// a device with cooperative matrices ([`coopmat_usable`]); the workgroup
-/// memory must fit the device's limit.
+/// accumulating, and [`coop_mode`] offering the kernel.
 fn coop_fragments(dtype: Dtype, accumulate: bool) -> Result<Option<coop::Fragments>> {
-    if dtype != Dtype::F16 || codegen::packed(dtype) || accumulate {
+    if dtype != Dtype::F16 || accumulate {
+        return Ok(None);
+    }
+    coop_mode()
+}
+
+/// The fragment implementation the cooperative kernel runs with, or `None`
+/// where it cannot run: f16 stored natively, and [`settings::gpu_coopmat`]
+/// either `Plain` or `Auto` on a device with cooperative matrices
+/// ([`coopmat_usable`]); the workgroup memory must fit the device's limit.
+fn coop_mode() -> Result<Option<coop::Fragments>> {
+    if codegen::packed(Dtype::F16) {
         return Ok(None);
     }
     let c = context()?;
@@ -115,6 +132,23 @@ fn coop_fragments(dtype: Dtype, accumulate: bool) -> Result<Option<coop::Fragmen
             && t.invocations() <= c.limits.max_compute_invocations_per_workgroup as usize
     });
     Ok(fits.then_some(fragments))
+}
+
+/// Whether [`record_f16_f32`] can run here: the cooperative kernel is
+/// available (on tensor cores, or with plain fragments when forced).
+pub(crate) fn f16_f32_products() -> Result<bool> {
+    Ok(coop_mode()?.is_some())
+}
+
+/// Products recorded on the cooperative kernel's template (either
+/// fragment implementation) since the process started.
+static COOP_PRODUCTS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// Products recorded on the cooperative-matrix (tensor-core) template
+/// since the process started, with either fragment implementation (for
+/// tests that check which kernel a product took).
+pub fn coop_product_count() -> usize {
+    COOP_PRODUCTS.load(std::sync::atomic::Ordering::Relaxed)
 }
 
 /// Whether `adapter` can run the tensor-core kernel: it offers
@@ -276,6 +310,85 @@ pub(crate) fn record(
     product.dispatch(coop, t, dtype, whole, out, out_offset, accumulate)
 }
 
+/// Records `out[out_offset..] (+)= a @ b` for f16 operands into the dense
+/// f32 block `out` (with `accumulate`, added to what is there) on the
+/// cooperative kernel, f16 x f16 products accumulated in f32, as the fused
+/// linear cross-entropy's products in f16 run (mixed precision, as
+/// PyTorch's autocast does). Products with too few output tiles and a long
+/// depth are split over it as [`record`] splits f32 products (the cooperative
+/// kernel writes the f32 partial sums), their slices a multiple of its
+/// staged depth. Fails where [`f16_f32_products`] is false.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn record_f16_f32(
+    a: &ArrayData,
+    a_shape: &[usize],
+    b: &ArrayData,
+    out_shape: &[usize],
+    out: &ArrayData,
+    out_offset: usize,
+    accumulate: bool,
+) -> Result<()> {
+    let Some(fragments) = coop_mode()? else {
+        return Err(Error::gpu(
+            "matmul: f16 operands with an f32 result need the cooperative-matrix kernel, \
+             which this device (or MLX_GPU_COOPMAT) does not offer",
+        ));
+    };
+    let nd = out_shape.len();
+    let (m, n, k) = (out_shape[nd - 2], out_shape[nd - 1], a_shape[nd - 1]);
+    let total = size_of_shape(out_shape);
+    if total == 0 {
+        return Ok(());
+    }
+    let batch: usize = out_shape[..nd - 2].iter().product();
+    let big = batch * m.div_ceil(128) * n.div_ceil(128) >= BIG_TILES_FROM;
+    let product = Product {
+        a,
+        b,
+        dtype: Dtype::F16,
+        m,
+        n,
+        k,
+        batch_shape: &out_shape[..nd - 2],
+    };
+    if !big && settings::gpu_split_k() {
+        let c = context()?;
+        let max_bytes = c
+            .limits
+            .max_storage_buffer_binding_size
+            .min(c.limits.max_buffer_size) as usize;
+        let mut slices = split_k(batch * m.div_ceil(64) * n.div_ceil(64), k);
+        if slices.count > 1 {
+            slices.depth = slices.depth.next_multiple_of(coop::DEPTH);
+            slices.count = k.div_ceil(slices.depth);
+        }
+        if slices.count > 1 && slices.count * total * 4 <= max_bytes.min(i32::MAX as usize) {
+            let parts = alloc(&[slices.count * total], Dtype::F32)?;
+            product.dispatch(Some(fragments), 64, Dtype::F32, slices, &parts, 0, false)?;
+            return sum_slices(
+                &parts,
+                slices.count,
+                total,
+                Dtype::F32,
+                out,
+                out_offset,
+                accumulate,
+            );
+        }
+    }
+    let whole = Slices { count: 1, depth: k };
+    let t = if big { 128 } else { 64 };
+    product.dispatch(
+        Some(fragments),
+        t,
+        Dtype::F32,
+        whole,
+        out,
+        out_offset,
+        accumulate,
+    )
+}
+
 /// The operands and sizes of one (batched) product.
 struct Product<'a> {
     a: &'a ArrayData,
@@ -379,10 +492,13 @@ impl Product<'_> {
                 } else {
                     coop::Tiling::SMALL
                 };
-                let key = format!("matmul-coop:{tiling:?}:{fragments:?}:{view:?}:{accumulate}");
+                let key = format!(
+                    "matmul-coop:{tiling:?}:{fragments:?}:{view:?}:{out_dtype}:{accumulate}"
+                );
                 let p = context()?.pipeline(&key, || {
-                    coop::source(tiling, fragments, view, dtype, accumulate)
+                    coop::source(tiling, fragments, view, out_dtype, accumulate)
                 })?;
+                COOP_PRODUCTS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 (p, m.div_ceil(tiling.bm()), n.div_ceil(tiling.bn()))
             }
             None => {
@@ -511,7 +627,9 @@ pub fn kernel_sources() -> Vec<(String, String)> {
     for tiling in [coop::Tiling::LARGE, coop::Tiling::SMALL] {
         for fragments in [coop::Fragments::Cooperative, coop::Fragments::Plain] {
             for &view in &views {
-                for (dtype, accumulate) in [(Dtype::F16, false), (Dtype::F32, true)] {
+                for (dtype, accumulate) in
+                    [(Dtype::F16, false), (Dtype::F32, false), (Dtype::F32, true)]
+                {
                     out.push((
                         format!(
                             "coop {tiling:?} {fragments:?} {view:?} {dtype} accumulate {accumulate} ({} B)",
