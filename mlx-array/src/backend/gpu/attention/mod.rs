@@ -78,9 +78,13 @@
 
 mod backward;
 mod forward;
+mod fragments;
 mod rows;
 
+use std::sync::atomic::{AtomicUsize, Ordering};
+
 use super::codegen;
+use super::fragment::{self, Fragments};
 use super::{alloc, context, dense, dispatch, dispatch_groups};
 use crate::backend::common::attention::AttentionDims;
 use crate::primitive::ArrayData;
@@ -107,13 +111,22 @@ impl Tiles {
     /// adapter's limit, at most [`WORKGROUP_BYTES`]; `None` when even the
     /// smallest do not (heads too wide for the adapter).
     fn plan(bytes: impl Fn(Tiles) -> usize) -> Result<Option<Tiles>> {
+        Self::plan_among(&[(64, 32), (32, 32), (32, 16), (16, 16)], bytes)
+    }
+
+    /// The first of `candidates` (`(bq, bk)`, best first) that fits, as
+    /// [`Tiles::plan`].
+    fn plan_among(
+        candidates: &[(usize, usize)],
+        bytes: impl Fn(Tiles) -> usize,
+    ) -> Result<Option<Tiles>> {
         let limit = context()?
             .limits
             .max_compute_workgroup_storage_size
             .min(WORKGROUP_BYTES as u32) as usize;
-        Ok([(64, 32), (32, 32), (32, 16), (16, 16)]
-            .into_iter()
-            .map(|(bq, bk)| Tiles { bq, bk })
+        Ok(candidates
+            .iter()
+            .map(|&(bq, bk)| Tiles { bq, bk })
             .find(|&t| bytes(t) <= limit))
     }
 }
@@ -214,6 +227,13 @@ pub fn attention(
     dims: &AttentionDims,
     dtype: Dtype,
 ) -> Result<ArrayData> {
+    if let Some(f) = fragment::chosen(dtype)? {
+        if let Some(tiles) =
+            Tiles::plan_among(&fragments::CANDIDATES, |t| fragments::bytes(dims, t))?
+        {
+            return fragment_attention(q, k, v, dims, tiles, f);
+        }
+    }
     let Some(tiles) = Tiles::plan(|t| forward::bytes(dims, t))? else {
         return rows::attention(q, k, v, dims, dtype);
     };
@@ -237,6 +257,82 @@ pub fn attention(
         groups,
     )?;
     Ok(out)
+}
+
+static FRAGMENT_FORWARDS: AtomicUsize = AtomicUsize::new(0);
+
+/// Forwards run on the f16 fragment kernel ([`fragments`]) since the
+/// process started (for tests that check which kernel ran).
+pub fn fragment_forwards() -> usize {
+    FRAGMENT_FORWARDS.load(Ordering::Relaxed)
+}
+
+/// [`attention`] for f16 `q`, `k`, `v` on 16 x 16 fragments (`f`) with
+/// tiles `tiles`: the same packed f32 result.
+fn fragment_attention(
+    q: &ArrayData,
+    k: &ArrayData,
+    v: &ArrayData,
+    dims: &AttentionDims,
+    tiles: Tiles,
+    f: Fragments,
+) -> Result<ArrayData> {
+    let (n_out, n_lse) = dims.packed_len();
+    let [q, k, v] = dense_qkv(q, k, v, dims, Dtype::F16)?;
+    codegen::check_size("attention", n_out + n_lse, &[&q, &k, &v])?;
+    let out = alloc(&[n_out + n_lse], Dtype::F32)?;
+    if n_lse == 0 {
+        return Ok(out);
+    }
+    let key = format!("attention-fragments:{}:{}:{f:?}:{tiles:?}", dims.d, dims.dv);
+    let pipeline = context()?.pipeline(&key, || fragments::source(dims, tiles, f))?;
+    dispatch_groups(
+        &pipeline,
+        &meta(dims, &[&q, &k, &v]),
+        &[&q, &k, &v],
+        &out,
+        (n_out + n_lse) * 4,
+        false,
+        dims.b * dims.h * dims.lq.div_ceil(tiles.bq),
+    )?;
+    FRAGMENT_FORWARDS.fetch_add(1, Ordering::Relaxed);
+    Ok(out)
+}
+
+/// The f16 fragment forward's WGSL, named with its workgroup memory, for
+/// both fragment implementations at the head widths of the specs and the
+/// model (`d = dv = 64`, `32`, `128`, and `40 x 24`, padded), each at
+/// every candidate tile that fits 48 KiB. The sources start with
+/// `enable f16;`. For the test that compiles them through naga to SPIR-V.
+#[doc(hidden)]
+pub fn kernel_sources() -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    for (d, dv) in [(64, 64), (32, 32), (128, 128), (40, 24)] {
+        let dims = AttentionDims {
+            b: 1,
+            h: 1,
+            lq: 1,
+            lk: 1,
+            d,
+            dv,
+            scale: 1.0,
+            causal: false,
+        };
+        for (bq, bk) in fragments::CANDIDATES {
+            let t = Tiles { bq, bk };
+            let bytes = fragments::bytes(&dims, t);
+            if bytes > WORKGROUP_BYTES {
+                continue;
+            }
+            for f in [Fragments::Cooperative, Fragments::Plain] {
+                out.push((
+                    format!("attention fragments d {d} dv {dv} {t:?} {f:?} ({bytes} B)"),
+                    format!("enable f16;\n{}", fragments::source(&dims, t, f)),
+                ));
+            }
+        }
+    }
+    out
 }
 
 /// `q`, `k`, `v` (of `dtype`, shaped as `dims` says) dense from their

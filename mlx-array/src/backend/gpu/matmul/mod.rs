@@ -83,7 +83,7 @@
 use super::codegen;
 use super::{alloc, context, dispatch_groups, supported};
 use crate::primitive::ArrayData;
-use crate::settings::{self, GpuCoopmat};
+use crate::settings;
 use crate::shape::size_of_shape;
 use crate::{Dtype, Error, Result};
 
@@ -100,16 +100,13 @@ const BIG_TILES_FROM: usize = 264;
 /// a device with cooperative matrices ([`coopmat_usable`]); the workgroup
 /// memory must fit the device's limit.
 fn coop_fragments(dtype: Dtype, accumulate: bool) -> Result<Option<coop::Fragments>> {
-    if dtype != Dtype::F16 || codegen::packed(dtype) || accumulate {
+    if accumulate {
         return Ok(None);
     }
-    let c = context()?;
-    let fragments = match settings::gpu_coopmat() {
-        GpuCoopmat::Off => return Ok(None),
-        GpuCoopmat::Plain => coop::Fragments::Plain,
-        GpuCoopmat::Auto if c.coopmat => coop::Fragments::Cooperative,
-        GpuCoopmat::Auto => return Ok(None),
+    let Some(fragments) = super::fragment::chosen(dtype)? else {
+        return Ok(None);
     };
+    let c = context()?;
     let fits = [coop::Tiling::LARGE, coop::Tiling::SMALL].iter().all(|t| {
         t.shared_bytes() <= c.limits.max_compute_workgroup_storage_size as usize
             && t.invocations() <= c.limits.max_compute_invocations_per_workgroup as usize
