@@ -1,11 +1,11 @@
-//! The f16 flash-attention forward on 16 x 16 fragments: with plain-WGSL
-//! fragments (`MLX_GPU_COOPMAT=plain`, any adapter) it runs, not the f32
-//! kernel, and agrees with the CPU on shapes that are not multiples of its
-//! tiles, causal and not, at head widths 64, 32 and ones padded to 16; its
-//! cooperative-matrix variant, which no CI adapter runs, compiles to
-//! SPIR-V.
+//! The f16 flash attention on 16 x 16 fragments, forward and gradient:
+//! with plain-WGSL fragments (`MLX_GPU_COOPMAT=plain`, any adapter) they
+//! run, not the f32 kernels, and agree with the CPU on shapes that are not
+//! multiples of their tiles, causal and not, at head widths 64, 32 and ones
+//! padded to 16; their cooperative-matrix variants, which no CI adapter
+//! runs, compile to SPIR-V.
 
-use mlx_array::backend::gpu::{attention_fragment_forwards, attention_kernel_sources};
+use mlx_array::backend::gpu::{attention_fragment_runs, attention_kernel_sources};
 use mlx_array::settings::{GpuCoopmat, set_gpu_coopmat};
 use mlx_array::{Array, Dtype};
 
@@ -24,24 +24,40 @@ fn input(shape: [usize; 4], seed: usize) -> Array {
 }
 
 /// `fused_attention` of f16 inputs `[b, h, lq, d]`, `[b, h, lk, d]`,
-/// `[b, h, lk, dv]` on the GPU against the CPU; whether the fragment
-/// kernel ran.
-fn check(dims: [usize; 6], causal: bool) -> bool {
+/// `[b, h, lk, dv]` and its gradients (for a fixed f16 cotangent) on the
+/// GPU against the CPU; whether the fragment kernels ran (forward,
+/// gradient).
+fn check(dims: [usize; 6], causal: bool) -> (bool, bool) {
     let [b, h, lq, lk, d, dv] = dims;
     let inputs = [
         input([b, h, lq, d], 1),
         input([b, h, lk, d], 2),
         input([b, h, lk, dv], 3),
+        input([b, h, lq, dv], 4),
     ];
-    let before = attention_fragment_forwards();
-    compare(
-        &format!("f16 attention {dims:?} causal {causal}"),
-        &inputs,
-        |x: &[Array]| mlx_array::fused_attention(&x[0], &x[1], &x[2], 0.3, causal),
-        // P is rounded to f16 before `P V`.
-        2.0 * tol(Dtype::F16),
-    );
-    attention_fragment_forwards() > before
+    let attend = move |x: &[Array]| mlx_array::fused_attention(&x[0], &x[1], &x[2], 0.3, causal);
+    let (forwards, grads) = attention_fragment_runs();
+    let what = format!("f16 attention {dims:?} causal {causal}");
+    // P and dS are rounded to f16 before their products.
+    let rel = 2.0 * tol(Dtype::F16);
+    compare(&what, &inputs, attend, rel);
+    for i in 0..3 {
+        compare(
+            &format!("{what}: gradient {i}"),
+            &inputs,
+            |x: &[Array]| {
+                let (_, g) = mlx_array::vjp(
+                    |y: &[Array]| Ok(vec![attend(y)?]),
+                    &x[..3],
+                    &[x[3].clone()],
+                )?;
+                Ok(g[i].clone())
+            },
+            2.0 * rel,
+        );
+    }
+    let (f, g) = attention_fragment_runs();
+    (f > forwards, g > grads)
 }
 
 #[test]
@@ -71,9 +87,10 @@ fn f16_attention_on_plain_fragments_agrees_with_the_cpu() {
         ([1, 1, 1, 3, 8, 8], false),
     ];
     for (dims, causal) in shapes {
-        assert!(
+        assert_eq!(
             check(dims, causal),
-            "{dims:?}: the fragment kernel did not run"
+            (true, true),
+            "{dims:?}: the fragment kernels did not both run"
         );
     }
     // The f32 kernel where the adapter has no cooperative matrices
@@ -85,14 +102,15 @@ fn f16_attention_on_plain_fragments_agrees_with_the_cpu() {
     {
         return;
     }
-    assert!(
-        !check([1, 1, 20, 20, 32, 32], true),
-        "the fragment kernel ran without cooperative matrices"
+    assert_eq!(
+        check([1, 1, 20, 20, 32, 32], true),
+        (false, false),
+        "the fragment kernels ran without cooperative matrices"
     );
 }
 
-/// Every variant of the fragment forward, cooperative matrices included,
-/// builds to SPIR-V within the H100's 48 KiB of workgroup memory.
+/// Every variant of the fragment kernels (forward and both gradient
+/// passes), cooperative matrices included, builds to SPIR-V.
 #[test]
 fn every_fragment_attention_kernel_compiles_to_spirv() {
     let sources = attention_kernel_sources();

@@ -49,7 +49,7 @@ mod transfers;
 pub use attention::{attention, attention_grad};
 #[doc(hidden)]
 pub use attention::{
-    fragment_forwards as attention_fragment_forwards, kernel_sources as attention_kernel_sources,
+    fragment_runs as attention_fragment_runs, kernel_sources as attention_kernel_sources,
 };
 pub use creation::{arange, random_bits};
 pub use elementwise::{astype, binary, copy_contiguous, unary, where_};

@@ -169,21 +169,11 @@ pub(super) fn source(dims: &AttentionDims, t: Tiles, fragments: Fragments) -> St
             ));
         }
     }
-    let stage = |tile: &str, name: &str, [rows, width, padded, valid, base]: [&str; 5], stride| {
-        format!(
-            r#"    for (var e = lid; e < {rows} * {padded}u; e = e + {inv}u) {{
-        let r = e / {padded}u;
-        let c = e % {padded}u;
-        var x = 0.0h;
-        if (r < {valid} && c < {width}) {{ x = {name}[{base} + r * {width} + c]; }}
-        {tile}[r * {stride}u + c] = x;
-    }}
-"#
-        )
-    };
     let q_stage = stage(
+        inv,
         "q_s",
         "q",
+        false,
         [
             "BQ",
             "D",
@@ -194,8 +184,10 @@ pub(super) fn source(dims: &AttentionDims, t: Tiles, fragments: Fragments) -> St
         qs,
     );
     let k_stage = stage(
+        inv,
         "kv_s",
         "k",
+        false,
         [
             "BK",
             "D",
@@ -206,8 +198,10 @@ pub(super) fn source(dims: &AttentionDims, t: Tiles, fragments: Fragments) -> St
         kvs,
     );
     let v_stage = stage(
+        inv,
         "kv_s",
         "v",
+        false,
         [
             "BK",
             "DV",
@@ -301,4 +295,32 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nw: vec3
         s_len = t.bq * ss,
     ));
     s
+}
+
+/// WGSL in which `inv` invocations stage `rows` rows of `padded` f16 (the
+/// first `width` from adjacent elements from `base` of input `name`, as
+/// f16, or converted from f32 with `convert`; zeros past `width` and from
+/// row `valid` on) into the workgroup array `tile`, rows `stride` apart.
+pub(super) fn stage(
+    inv: usize,
+    tile: &str,
+    name: &str,
+    convert: bool,
+    [rows, width, padded, valid, base]: [&str; 5],
+    stride: usize,
+) -> String {
+    let mut read = format!("{name}[{base} + r * {width} + c]");
+    if convert {
+        read = format!("f16({read})");
+    }
+    format!(
+        r#"    for (var e = lid; e < {rows} * {padded}u; e = e + {inv}u) {{
+        let r = e / {padded}u;
+        let c = e % {padded}u;
+        var x = 0.0h;
+        if (r < {valid} && c < {width}) {{ x = {read}; }}
+        {tile}[r * {stride}u + c] = x;
+    }}
+"#
+    )
 }

@@ -114,6 +114,7 @@
 mod backward;
 mod forward;
 mod fragments;
+mod fragments_backward;
 mod rows;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -295,11 +296,46 @@ pub fn attention(
 }
 
 static FRAGMENT_FORWARDS: AtomicUsize = AtomicUsize::new(0);
+static FRAGMENT_GRADS: AtomicUsize = AtomicUsize::new(0);
 
-/// Forwards run on the f16 fragment kernel ([`fragments`]) since the
-/// process started (for tests that check which kernel ran).
-pub fn fragment_forwards() -> usize {
-    FRAGMENT_FORWARDS.load(Ordering::Relaxed)
+/// Forwards and gradients run on the f16 fragment kernels ([`fragments`],
+/// [`fragments_backward`]) since the process started (for tests that
+/// check which kernels ran).
+pub fn fragment_runs() -> (usize, usize) {
+    (
+        FRAGMENT_FORWARDS.load(Ordering::Relaxed),
+        FRAGMENT_GRADS.load(Ordering::Relaxed),
+    )
+}
+
+/// The gradient's kernels: the f32-compute ones with their tiles, or the
+/// f16 fragment ones with the dK/dV and the dQ passes' tiles.
+#[derive(Clone, Copy)]
+enum GradKernels {
+    Scalar(Tiles),
+    Fragments(Fragments, Tiles, Tiles),
+}
+
+/// The fragment implementation and both passes' tiles of the f16 fragment
+/// gradient, when it runs for `dtype` on this device.
+fn fragment_grad_tiles(
+    dims: &AttentionDims,
+    dtype: Dtype,
+) -> Result<Option<(Fragments, Tiles, Tiles)>> {
+    let Some(f) = fragment::chosen(dtype)? else {
+        return Ok(None);
+    };
+    let plan = |pass| {
+        Tiles::plan_among(fragments_backward::candidates(pass), |t| {
+            fragments_backward::bytes(dims, t, pass)
+        })
+    };
+    Ok(
+        match (plan(backward::Pass::KeyValue)?, plan(backward::Pass::Query)?) {
+            (Some(kv), Some(query)) => Some((f, kv, query)),
+            _ => None,
+        },
+    )
 }
 
 /// [`attention`] for f16 `q`, `k`, `v` on 16 x 16 fragments (`f`) with
@@ -366,6 +402,24 @@ pub fn kernel_sources() -> Vec<(String, String)> {
                 ));
             }
         }
+        for pass in [backward::Pass::KeyValue, backward::Pass::Query] {
+            for &(bq, bk) in fragments_backward::candidates(pass) {
+                let t = Tiles { bq, bk };
+                let bytes = fragments_backward::bytes(&dims, t, pass);
+                if bytes > WORKGROUP_BYTES {
+                    continue;
+                }
+                for f in [Fragments::Cooperative, Fragments::Plain] {
+                    out.push((
+                        format!("attention_grad fragments {pass:?} d {d} dv {dv} {t:?} {f:?} ({bytes} B)"),
+                        format!(
+                            "enable f16;\n{}",
+                            fragments_backward::source(&dims, t, pass, f)
+                        ),
+                    ));
+                }
+            }
+        }
     }
     out
 }
@@ -398,8 +452,12 @@ pub fn attention_grad(
     dims: &AttentionDims,
     dtype: Dtype,
 ) -> Result<ArrayData> {
-    let Some(tiles) = Tiles::plan(|t| backward::bytes(dims, t))? else {
-        return rows::attention_grad(q, k, v, packed, d_out, dims, dtype);
+    let kernels = match fragment_grad_tiles(dims, dtype)? {
+        Some((f, kv, query)) => GradKernels::Fragments(f, kv, query),
+        None => match Tiles::plan(|t| backward::bytes(dims, t))? {
+            Some(tiles) => GradKernels::Scalar(tiles),
+            None => return rows::attention_grad(q, k, v, packed, d_out, dims, dtype),
+        },
     };
     let AttentionDims { b, h, lq, dv, .. } = *dims;
     let (n_out, n_lse) = dims.packed_len();
@@ -430,8 +488,24 @@ pub fn attention_grad(
     meta.extend([nq as u32, (nq + nk) as u32]);
     let (d, dv) = (dims.d, dims.dv);
     for pass in [backward::Pass::KeyValue, backward::Pass::Query] {
-        let key = format!("attention_grad:{pass:?}:{d}:{dv}:{dtype}:{tiles:?}");
-        let pipeline = context()?.pipeline(&key, || backward::source(dims, dtype, tiles, pass))?;
+        let (pipeline, tiles) = match kernels {
+            GradKernels::Scalar(tiles) => {
+                let key = format!("attention_grad:{pass:?}:{d}:{dv}:{dtype}:{tiles:?}");
+                let p = context()?.pipeline(&key, || backward::source(dims, dtype, tiles, pass))?;
+                (p, tiles)
+            }
+            GradKernels::Fragments(f, kv, query) => {
+                let tiles = match pass {
+                    backward::Pass::KeyValue => kv,
+                    backward::Pass::Query => query,
+                };
+                let key = format!("attention_grad-fragments:{pass:?}:{d}:{dv}:{f:?}:{tiles:?}");
+                let p = context()?.pipeline(&key, || {
+                    fragments_backward::source(dims, tiles, pass, f)
+                })?;
+                (p, tiles)
+            }
+        };
         let (l, block) = match pass {
             backward::Pass::KeyValue => (dims.lk, tiles.bk),
             backward::Pass::Query => (lq, tiles.bq),
@@ -445,6 +519,9 @@ pub fn attention_grad(
             false,
             b * h * l.div_ceil(block),
         )?;
+    }
+    if matches!(kernels, GradKernels::Fragments(..)) {
+        FRAGMENT_GRADS.fetch_add(1, Ordering::Relaxed);
     }
     Ok(out)
 }
