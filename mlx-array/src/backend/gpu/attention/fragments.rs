@@ -83,75 +83,39 @@ pub(super) fn source(dims: &AttentionDims, t: Tiles, fragments: Fragments) -> St
         dims.d, dims.dv, t.bq, t.bk
     ));
     s.push_str(super::SIZES);
-    // S = Q K^T: K as the right operand, read by columns.
-    let ib: Vec<String> = (0..nk.max(nv)).map(|j| format!("ib{j}")).collect();
-    let fb: Vec<String> = (0..nk.max(nv)).map(|j| format!("fb{j}")).collect();
-    let operand = |name: &'static str, array: &'static str, index: &'static str, stride| Operand {
-        name,
-        array,
-        index,
-        stride,
-        layout: Layout::RowMajor,
-    };
-    let mut scores = String::new();
-    for j in 0..nk {
-        scores.push_str(&f.declare(&format!("s{j}")));
-    }
-    let fa_q = operand("fa", "q_s", "ia", qs);
-    for c in 0..dp / 16 {
-        scores.push_str(&format!("{{\nlet ia = row0 * {qs}u + {}u;\n", 16 * c));
-        scores.push_str(&f.load_a(&fa_q));
-        for j in 0..nk {
-            let b = Operand {
-                name: &fb[j],
-                array: "kv_s",
-                index: &ib[j],
-                stride: kvs,
-                layout: Layout::ColMajor,
-            };
-            scores.push_str(&format!("let ib{j} = {}u;\n", 16 * j * kvs + 16 * c));
-            scores.push_str(&f.load_b(&b));
-            scores.push_str(&f.multiply_add(&format!("s{j}"), &fa_q, &b));
-        }
-        scores.push_str("}\n");
-    }
-    for j in 0..nk {
-        scores.push_str(&format!(
-            "{{\nlet st = row0 * {ss}u + {}u;\n{}}}\n",
-            16 * j,
-            f.store(&format!("s{j}"), "s_s", "st", ss)
-        ));
-    }
-    // P V: V as the right operand, read by rows.
-    let mut pv = String::new();
-    for j in 0..nv {
-        pv.push_str(&f.declare(&format!("pv{j}")));
-    }
-    let fa_p = operand("fa", "p_s", "ia", ps);
-    for c in 0..nk {
-        pv.push_str(&format!("{{\nlet ia = row0 * {ps}u + {}u;\n", 16 * c));
-        pv.push_str(&f.load_a(&fa_p));
-        for j in 0..nv {
-            let b = Operand {
-                name: &fb[j],
-                array: "kv_s",
-                index: &ib[j],
-                stride: kvs,
-                layout: Layout::RowMajor,
-            };
-            pv.push_str(&format!("let ib{j} = {}u;\n", 16 * c * kvs + 16 * j));
-            pv.push_str(&f.load_b(&b));
-            pv.push_str(&f.multiply_add(&format!("pv{j}"), &fa_p, &b));
-        }
-        pv.push_str("}\n");
-    }
-    for j in 0..nv {
-        pv.push_str(&format!(
-            "{{\nlet st = row0 * {ss}u + {}u;\n{}}}\n",
-            16 * j,
-            f.store(&format!("pv{j}"), "s_s", "st", ss)
-        ));
-    }
+    // S = Q K^T (K read by columns), then P V (V read by rows).
+    let q_rows = |c: usize| format!("row0 * {qs}u + {}u", 16 * c);
+    let p_rows = |c: usize| format!("row0 * {ps}u + {}u", 16 * c);
+    let scores = format!(
+        "{}{}{}",
+        declare(f, "s", nk),
+        product(
+            f,
+            "s",
+            nk,
+            dp / 16,
+            ("q_s", qs, &q_rows),
+            ("kv_s", kvs, Layout::ColMajor, &|c, j| {
+                format!("{}u", 16 * j * kvs + 16 * c)
+            }),
+        ),
+        store_all(f, "s", nk, "s_s", ss),
+    );
+    let pv = format!(
+        "{}{}{}",
+        declare(f, "pv", nv),
+        product(
+            f,
+            "pv",
+            nv,
+            nk,
+            ("p_s", ps, &p_rows),
+            ("kv_s", kvs, Layout::RowMajor, &|c, j| {
+                format!("{}u", 16 * c * kvs + 16 * j)
+            }),
+        ),
+        store_all(f, "pv", nv, "s_s", ss),
+    );
     // The output each invocation holds: row `prow`, columns
     // `16 j + pcol + c` of its subgroup's 16 x DVP block.
     let mut o_decl = String::new();
@@ -323,4 +287,64 @@ pub(super) fn stage(
     }}
 "#
     )
+}
+
+/// WGSL of `acc{j} += A B_j` over `depth` fragments, A from `a` at
+/// `a_base(c)`, `B_j` from `b` at `b_index(c, j)` for `j < n`.
+pub(super) fn product(
+    f: Fragments,
+    acc: &str,
+    n: usize,
+    depth: usize,
+    (a, a_stride, a_base): (&str, usize, &dyn Fn(usize) -> String),
+    (b, b_stride, b_layout, b_index): (&str, usize, Layout, &dyn Fn(usize, usize) -> String),
+) -> String {
+    let names: Vec<(String, String, String)> = (0..n)
+        .map(|j| (format!("fb{j}"), format!("ib{j}"), format!("{acc}{j}")))
+        .collect();
+    let fa = Operand {
+        name: "fa",
+        array: a,
+        index: "ia",
+        stride: a_stride,
+        layout: Layout::RowMajor,
+    };
+    let mut s = String::new();
+    for c in 0..depth {
+        s.push_str(&format!("{{\nlet ia = {};\n", a_base(c)));
+        s.push_str(&f.load_a(&fa));
+        for (j, (fb, ib, accj)) in names.iter().enumerate() {
+            let op = Operand {
+                name: fb,
+                array: b,
+                index: ib,
+                stride: b_stride,
+                layout: b_layout,
+            };
+            s.push_str(&format!("let {ib} = {};\n", b_index(c, j)));
+            s.push_str(&f.load_b(&op));
+            s.push_str(&f.multiply_add(accj, &fa, &op));
+        }
+        s.push_str("}\n");
+    }
+    s
+}
+
+/// WGSL declaring `n` zeroed accumulators `acc0..`.
+pub(super) fn declare(f: Fragments, acc: &str, n: usize) -> String {
+    (0..n).map(|j| f.declare(&format!("{acc}{j}"))).collect()
+}
+
+/// WGSL storing accumulators `acc0..acc{n-1}` into the f32 workgroup
+/// array `array` at the subgroup's rows (from `row0`), columns `16 j`.
+pub(super) fn store_all(f: Fragments, acc: &str, n: usize, array: &str, ss: usize) -> String {
+    (0..n)
+        .map(|j| {
+            format!(
+                "{{\nlet st0 = row0 * {ss}u + {}u;\n{}}}\n",
+                16 * j,
+                f.store(&format!("{acc}{j}"), array, "st0", ss)
+            )
+        })
+        .collect()
 }

@@ -18,9 +18,9 @@
 //! masked and out-of-range entries get `P = 0`.
 
 use super::Tiles;
-use super::fragments::stage;
+use super::fragments::{declare, product, stage, store_all};
 use crate::backend::common::attention::AttentionDims;
-use crate::backend::gpu::fragment::{Fragments, LANES, Layout, Operand};
+use crate::backend::gpu::fragment::{Fragments, LANES, Layout};
 
 use super::backward::Pass;
 
@@ -73,66 +73,6 @@ pub(super) fn bytes(dims: &AttentionDims, t: Tiles, pass: Pass) -> usize {
     let (own, walk) = roles(t, pass);
     let s = strides(dims, walk);
     2 * ((own + walk) * (s.ks + s.vs) + own * s.ps) + 4 * (own * s.ss + 2 * t.bq)
-}
-
-/// WGSL of `acc{j} += A B_j` over `depth` fragments, A from `a` at
-/// `a_base(c)`, `B_j` from `b` at `b_index(c, j)` for `j < n`.
-fn product(
-    f: Fragments,
-    acc: &str,
-    n: usize,
-    depth: usize,
-    (a, a_stride, a_base): (&str, usize, &dyn Fn(usize) -> String),
-    (b, b_stride, b_layout, b_index): (&str, usize, Layout, &dyn Fn(usize, usize) -> String),
-) -> String {
-    let names: Vec<(String, String, String)> = (0..n)
-        .map(|j| (format!("fb{j}"), format!("ib{j}"), format!("{acc}{j}")))
-        .collect();
-    let fa = Operand {
-        name: "fa",
-        array: a,
-        index: "ia",
-        stride: a_stride,
-        layout: Layout::RowMajor,
-    };
-    let mut s = String::new();
-    for c in 0..depth {
-        s.push_str(&format!("{{\nlet ia = {};\n", a_base(c)));
-        s.push_str(&f.load_a(&fa));
-        for (j, (fb, ib, accj)) in names.iter().enumerate() {
-            let op = Operand {
-                name: fb,
-                array: b,
-                index: ib,
-                stride: b_stride,
-                layout: b_layout,
-            };
-            s.push_str(&format!("let {ib} = {};\n", b_index(c, j)));
-            s.push_str(&f.load_b(&op));
-            s.push_str(&f.multiply_add(accj, &fa, &op));
-        }
-        s.push_str("}\n");
-    }
-    s
-}
-
-/// WGSL declaring `n` zeroed accumulators `acc0..`.
-fn declare(f: Fragments, acc: &str, n: usize) -> String {
-    (0..n).map(|j| f.declare(&format!("{acc}{j}"))).collect()
-}
-
-/// WGSL storing accumulators `acc0..acc{n-1}` into `st` at the
-/// subgroup's rows, columns `16 j`.
-fn store_all(f: Fragments, acc: &str, n: usize, ss: usize) -> String {
-    (0..n)
-        .map(|j| {
-            format!(
-                "{{\nlet st0 = row0 * {ss}u + {}u;\n{}}}\n",
-                16 * j,
-                f.store(&format!("{acc}{j}"), "st", "st0", ss)
-            )
-        })
-        .collect()
 }
 
 /// WGSL writing the gradient accumulators `acc0..` (`n` fragments of the
@@ -263,7 +203,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nw: vec3
                 format!("{}u", 16 * j * ks + 16 * c)
             }),
         ),
-        store_all(f, "sc", nw, ss),
+        store_all(f, "sc", nw, "st", ss),
     );
     let d_probs = format!(
         "{}{}{}",
@@ -278,7 +218,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nw: vec3
                 format!("{}u", 16 * j * vs + 16 * c)
             }),
         ),
-        store_all(f, "dp", nw, ss),
+        store_all(f, "dp", nw, "st", ss),
     );
     // `acc += (P or dS) @ w`, the walked tile `w` read by rows.
     let accumulate = |acc: &str, n: usize, w: &str, stride: usize| {

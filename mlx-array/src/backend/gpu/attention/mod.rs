@@ -331,7 +331,10 @@ fn fragment_grad_tiles(
         })
     };
     Ok(
-        match (plan(backward::Pass::KeyValue)?, plan(backward::Pass::Query)?) {
+        match (
+            plan(backward::Pass::KeyValue)?,
+            plan(backward::Pass::Query)?,
+        ) {
             (Some(kv), Some(query)) => Some((f, kv, query)),
             _ => None,
         },
@@ -500,9 +503,8 @@ pub fn attention_grad(
                     backward::Pass::Query => query,
                 };
                 let key = format!("attention_grad-fragments:{pass:?}:{d}:{dv}:{f:?}:{tiles:?}");
-                let p = context()?.pipeline(&key, || {
-                    fragments_backward::source(dims, tiles, pass, f)
-                })?;
+                let p = context()?
+                    .pipeline(&key, || fragments_backward::source(dims, tiles, pass, f))?;
                 (p, tiles)
             }
         };
