@@ -4,9 +4,9 @@
 //! rows' logsumexps `[B, H, Lq]`; the gradients `dq [B, Lq, H, d]`,
 //! `dk [B, Lk, H, d]`, `dv [B, Lk, H, dv]` one after another, all f32.
 //! `q`, `k` and `v` are read in their own dtype (f32, f16 or bf16) and
-//! computed in f32, except the f16 forward on 16 x 16 fragments below.
+//! computed in f32, except f16 on 16 x 16 fragments (below).
 //!
-//! # The f16 forward on fragments (tensor cores)
+//! # f16 on fragments (tensor cores)
 //!
 //! For f16 `q`, `k`, `v` where the fragment mode is chosen
 //! (`fragment::chosen`: cooperative matrices on an adapter that has them,
@@ -35,11 +35,33 @@
 //! - grid: [4, 4, 512, 64] has 128 workgroups (one per SM, one wave:
 //!   latency bound), [16, 12, 512, 64] 1,536 (2.9 waves of 4 per SM).
 //!
-//! The fragment products (0.54 and 6.4 GFLOP causal at those shapes) are
-//! no longer the bound; the scalar softmax between them and the barriers
-//! are: expected forward times in the tens of microseconds at the small
-//! shape and 0.1-0.3 ms at the large one (f32 kernel measured: 0.49 and
-//! 1.94 ms). The backward stays on the f32-compute kernels below.
+//! The gradient ([`fragments_backward`], with the f32 kernels' `delta`
+//! pre-pass) runs on fragments too, in the same two passes as the f32
+//! kernels below; each subgroup holds its 16 rows of `dK` and `dV` (or
+//! `dQ`) in f32 fragments over the whole walk, `P` and `dS` go through
+//! workgroup memory as f16 (`dO` is staged as f16). At `d = dv = 64`:
+//! - dK/dV pass, 64 keys owned (4 subgroups) x 32 queries walked: K, V,
+//!   Q, dO tiles (f16, 9,216 + 9,216 + 4,608 + 4,608 B), S/dP (f32,
+//!   9,216 B), P/dS (f16, 5,120 B), lse and delta: 42,240 B; per walked
+//!   block a subgroup issues 32 fragment products (S^T, `dV`, dP^T, `dK`,
+//!   8 each) and 6 barriers;
+//! - dQ pass, 64 queries owned x 32 keys walked: 42,496 B, 24 products
+//!   (S, dP, `dQ`) per walked block;
+//! - 5 workgroups per SM by shared memory, about 4 by registers (~8
+//!   accumulator fragments of 8 f32 plus 4 fresh ones per invocation):
+//!   16-20 warps (25-31%); grids of 128 and 1,536 workgroups per pass at
+//!   the two shapes, as the forward.
+//!
+//! Lavapipe (32 KiB) runs these kernels with plain fragments at the
+//! H100's backward tiles for `d = 32` and smaller ones for wider heads;
+//! the forward's 64 x 64 tile runs only where 48 KiB is available.
+//!
+//! The fragment products (the forward's 0.54 and 6.4 GFLOP causal at
+//! those shapes, the backward's 3.5 times that) are no longer the bound;
+//! the f32 elementwise steps between them and the barriers are. Design
+//! estimate, not a measurement: forward tens of microseconds at the small
+//! shape and 0.1-0.3 ms at the large one, forward + backward 0.5-1 ms
+//! there (f32 kernels measured: 1.78 and 8.32 ms; SDPA f32 1.097 ms).
 //!
 //! # Work per workgroup
 //!
@@ -263,12 +285,11 @@ pub fn attention(
     dims: &AttentionDims,
     dtype: Dtype,
 ) -> Result<ArrayData> {
-    if let Some(f) = fragment::chosen(dtype)? {
-        if let Some(tiles) =
+    if let Some(f) = fragment::chosen(dtype)?
+        && let Some(tiles) =
             Tiles::plan_among(&fragments::CANDIDATES, |t| fragments::bytes(dims, t))?
-        {
-            return fragment_attention(q, k, v, dims, tiles, f);
-        }
+    {
+        return fragment_attention(q, k, v, dims, tiles, f);
     }
     let Some(tiles) = Tiles::plan(|t| forward::bytes(dims, t))? else {
         return rows::attention(q, k, v, dims, dtype);
