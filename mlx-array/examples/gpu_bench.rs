@@ -12,8 +12,8 @@
 //! software adapter such as lavapipe needs that), `--dtype f16` (or
 //! `bf16`) for half-precision operands and block (`MLX_GPU_F16=0` packs f16
 //! two to a word even where the adapter stores it natively;
-//! `MLX_GPU_COOPMAT=0` multiplies f16 on the f32-compute kernel instead of
-//! the tensor cores, to compare the two; `MLX_GPU_SPLIT_K=0` runs products
+//! `MLX_GPU_COOPMAT=0` multiplies f16, in products and attention, on the
+//! f32-compute kernels instead of the tensor cores, to compare the two; `MLX_GPU_SPLIT_K=0` runs products
 //! with few output tiles unsplit over their depth, and `MLX_GPU_CHUNKS=0`
 //! submits each eval at its end; `MLX_PROFILE=1` adds each kernel's own
 //! GPU time from timestamp queries, a table before `RESULT`, while every

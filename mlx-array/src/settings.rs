@@ -13,7 +13,7 @@
 //! | `MLX_GEMM_BF16` | `1`/`0` | on: bfloat16 products (matmul, the one-pass output projection + loss) on AVX512_BF16 where the CPU has it (off: convert to f32 for the BLAS and the f32 kernels) | [`set_bf16_gemm`] |
 //! | `MLX_AMX` | `1`/`0` | on: those bfloat16 products on AMX tiles where the CPU and OS offer them (off: AVX512_BF16 alone) | [`set_amx`] |
 //! | `MLX_GPU_F16` | `1`/`0` | on: `f16` stored as WGSL `f16` where the GPU adapter has `shader-f16` (off: packed two to a 32-bit word) | [`set_gpu_f16`] |
-//! | `MLX_GPU_COOPMAT` | `1`/`0`/`plain` | `1`: f16 matrix products on cooperative matrices (tensor cores) where the GPU adapter has them; `0`: the f32-compute kernel always; `plain`: the cooperative kernel's template with plain-WGSL fragments on any adapter (for tests) | [`set_gpu_coopmat`] |
+//! | `MLX_GPU_COOPMAT` | `1`/`0`/`plain` | `1`: f16 matrix products and f16 attention (forward and gradient) on cooperative matrices (tensor cores) where the GPU adapter has them; `0`: the f32-compute kernels always; `plain`: the cooperative kernels' templates with plain-WGSL fragments on any adapter (for tests) | [`set_gpu_coopmat`] |
 //! | `MLX_GPU_CHUNKS` | `1`/`0` | on: an eval's GPU work is submitted in chunks as it is recorded, so the GPU runs while the host records (off: one submission at the eval's end) | [`set_gpu_chunks`] |
 //! | `MLX_GPU_SPLIT_K` | `1`/`0` | on: GPU matrix products with few output tiles and a long depth are split over the depth (off: one workgroup per output tile) | [`set_gpu_split_k`] |
 //! | `MLX_DEVICE` | `cpu`, `gpu` | `cpu` | [`crate::device::set_default_device`] |
@@ -44,7 +44,8 @@ pub const MLX_GEMM_BF16: &str = "MLX_GEMM_BF16";
 pub const MLX_AMX: &str = "MLX_AMX";
 /// `MLX_GPU_F16`: `f16` stored natively on the GPU.
 pub const MLX_GPU_F16: &str = "MLX_GPU_F16";
-/// `MLX_GPU_COOPMAT`: f16 matrix products on cooperative matrices.
+/// `MLX_GPU_COOPMAT`: f16 matrix products and attention on cooperative
+/// matrices.
 pub const MLX_GPU_COOPMAT: &str = "MLX_GPU_COOPMAT";
 /// `MLX_GPU_CHUNKS`: submit an eval's GPU work in chunks as it is recorded.
 pub const MLX_GPU_CHUNKS: &str = "MLX_GPU_CHUNKS";
@@ -182,7 +183,8 @@ pub fn set_gpu_split_k(on: bool) {
     GPU_SPLIT_K.set(on);
 }
 
-/// How the GPU multiplies `f16` matrices (`MLX_GPU_COOPMAT`).
+/// How the GPU multiplies `f16` matrices, in products and attention
+/// (`MLX_GPU_COOPMAT`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum GpuCoopmat {
     /// On cooperative matrices (tensor cores) where the adapter has them,

@@ -58,3 +58,24 @@ pub fn compare(what: &str, inputs: &[Array], f: impl Fn(&[Array]) -> Result<Arra
     assert_eq!(c.dtype(), g.dtype(), "{what}: dtype");
     close(what, &values(&c), &values(&g), rel.max(tol(c.dtype())));
 }
+
+/// Parses the WGSL `src`, validates it with every capability and compiles
+/// it to SPIR-V through naga (the version wgpu uses), panicking with
+/// `what` and the reason if any step fails.
+pub fn spirv(what: &str, src: &str) {
+    let module = naga::front::wgsl::parse_str(src)
+        .unwrap_or_else(|e| panic!("{what}: {}", e.emit_to_string(src)));
+    let info = naga::valid::Validator::new(
+        naga::valid::ValidationFlags::all(),
+        naga::valid::Capabilities::all(),
+    )
+    .validate(&module)
+    .unwrap_or_else(|e| panic!("{what}: {e:?}"));
+    let options = naga::back::spv::Options {
+        lang_version: (1, 6),
+        ..Default::default()
+    };
+    let words = naga::back::spv::write_vec(&module, &info, &options, None)
+        .unwrap_or_else(|e| panic!("{what}: {e}"));
+    assert!(words.len() > 100, "{what}: {} SPIR-V words", words.len());
+}

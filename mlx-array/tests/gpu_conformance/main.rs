@@ -9,6 +9,7 @@
 
 mod harness;
 
+mod attention;
 mod elementwise;
 mod half;
 mod linear_loss;

@@ -7,7 +7,7 @@
 use mlx_array::settings::{GpuCoopmat, set_gpu_coopmat};
 use mlx_array::{Array, Dtype, Result};
 
-use crate::harness::{compare, gpu, tol};
+use crate::harness::{compare, gpu, spirv, tol};
 
 /// Values in [-1, 1) of `n` elements, varied by `seed`, not all integers.
 fn values(n: usize, seed: usize) -> Vec<f32> {
@@ -198,21 +198,7 @@ fn every_matmul_kernel_compiles_to_spirv() {
             bytes <= 48 * 1024,
             "{what}: over 48 KiB of workgroup memory"
         );
-        let module = naga::front::wgsl::parse_str(src)
-            .unwrap_or_else(|e| panic!("{what}: {}", e.emit_to_string(src)));
-        let info = naga::valid::Validator::new(
-            naga::valid::ValidationFlags::all(),
-            naga::valid::Capabilities::all(),
-        )
-        .validate(&module)
-        .unwrap_or_else(|e| panic!("{what}: {e:?}"));
-        let options = naga::back::spv::Options {
-            lang_version: (1, 6),
-            ..Default::default()
-        };
-        let words = naga::back::spv::write_vec(&module, &info, &options, None)
-            .unwrap_or_else(|e| panic!("{what}: {e}"));
-        assert!(words.len() > 100, "{what}: {} SPIR-V words", words.len());
+        spirv(what, src);
     }
 }
 

@@ -32,6 +32,7 @@ mod codegen;
 mod creation;
 pub mod custom;
 pub(crate) mod elementwise;
+mod fragment;
 pub(crate) mod fusion;
 mod indexing;
 mod linear_loss;
@@ -46,6 +47,10 @@ mod timestamps;
 mod transfers;
 
 pub use attention::{attention, attention_grad};
+#[doc(hidden)]
+pub use attention::{
+    fragment_runs as attention_fragment_runs, kernel_sources as attention_kernel_sources,
+};
 pub use creation::{arange, random_bits};
 pub use elementwise::{astype, binary, copy_contiguous, unary, where_};
 pub use indexing::{concatenate, pad, scatter_add, slice_update, take, take_along_axis};

@@ -4,7 +4,64 @@
 //! rows' logsumexps `[B, H, Lq]`; the gradients `dq [B, Lq, H, d]`,
 //! `dk [B, Lk, H, d]`, `dv [B, Lk, H, dv]` one after another, all f32.
 //! `q`, `k` and `v` are read in their own dtype (f32, f16 or bf16) and
-//! computed in f32.
+//! computed in f32, except f16 on 16 x 16 fragments (below).
+//!
+//! # f16 on fragments (tensor cores)
+//!
+//! For f16 `q`, `k`, `v` where the fragment mode is chosen
+//! (`fragment::chosen`: cooperative matrices on an adapter that has them,
+//! or `MLX_GPU_COOPMAT=plain` on any adapter with `shader-f16`),
+//! [`fragments`] runs instead: a workgroup of `BQ / 16` subgroups of 32
+//! per (batch, head, block of `BQ` query rows), each subgroup owning 16
+//! rows; per block of `BK` keys, `S = Q K^T` and `O += P V` are 16 x 16 x
+//! 16 fragment products (f16 x f16 -> f32), the online softmax between
+//! them in f32 (S through workgroup memory, P back as f16), the output in
+//! the packed f32 layout above. Head widths are zero-padded to multiples
+//! of 16. Tiles: the first of 64 x 64, 64 x 32, 32 x 64, 32 x 32, 16 x 32,
+//! 16 x 16 that fits (lavapipe's 32 KiB takes 32 x 64 at `d = 64`).
+//!
+//! Design figures (not measurements: no H100 measured this kernel yet),
+//! at `d = dv = 64`, tiles 64 x 64, 128 invocations:
+//! - workgroup memory 45,824 B: Q, K/V (one buffer), P as f16 with rows
+//!   padded by 8 halves (9,216 B each), S and each block's `P V` as f32
+//!   (17,408 B), row max/sum/rescale (768 B);
+//! - per 64-key block a subgroup issues 16 fragment products for S and
+//!   16 for `P V` (1 MFLOP per workgroup), 5 barriers, and 64 `exp`s per
+//!   row on 16 of its 32 lanes; the output (16 x 64 per subgroup) stays in
+//!   registers, 32 f32 per invocation;
+//! - occupancy on an H100: shared memory allows 4 workgroups per SM (a
+//!   fifth does not fit 228 KiB with the per-block reserve), 16 of 64 warps
+//!   (25%); registers (~120 per invocation) allow the same 4;
+//! - grid: [4, 4, 512, 64] has 128 workgroups (one per SM, one wave:
+//!   latency bound), [16, 12, 512, 64] 1,536 (2.9 waves of 4 per SM).
+//!
+//! The gradient ([`fragments_backward`], with the f32 kernels' `delta`
+//! pre-pass) runs on fragments too, in the same two passes as the f32
+//! kernels below; each subgroup holds its 16 rows of `dK` and `dV` (or
+//! `dQ`) in f32 fragments over the whole walk, `P` and `dS` go through
+//! workgroup memory as f16 (`dO` is staged as f16). At `d = dv = 64`:
+//! - dK/dV pass, 64 keys owned (4 subgroups) x 32 queries walked: K, V,
+//!   Q, dO tiles (f16, 9,216 + 9,216 + 4,608 + 4,608 B), S/dP (f32,
+//!   9,216 B), P/dS (f16, 5,120 B), lse and delta: 42,240 B; per walked
+//!   block a subgroup issues 32 fragment products (S^T, `dV`, dP^T, `dK`,
+//!   8 each) and 6 barriers;
+//! - dQ pass, 64 queries owned x 32 keys walked: 42,496 B, 24 products
+//!   (S, dP, `dQ`) per walked block;
+//! - 5 workgroups per SM by shared memory, about 4 by registers (~8
+//!   accumulator fragments of 8 f32 plus 4 fresh ones per invocation):
+//!   16-20 warps (25-31%); grids of 128 and 1,536 workgroups per pass at
+//!   the two shapes, as the forward.
+//!
+//! Lavapipe (32 KiB) runs these kernels with plain fragments at the
+//! H100's backward tiles for `d = 32` and smaller ones for wider heads;
+//! the forward's 64 x 64 tile runs only where 48 KiB is available.
+//!
+//! The fragment products (the forward's 0.54 and 6.4 GFLOP causal at
+//! those shapes, the backward's 3.5 times that) are no longer the bound;
+//! the f32 elementwise steps between them and the barriers are. Design
+//! estimate, not a measurement: forward tens of microseconds at the small
+//! shape and 0.1-0.3 ms at the large one, forward + backward 0.5-1 ms
+//! there (f32 kernels measured: 1.78 and 8.32 ms; SDPA f32 1.097 ms).
 //!
 //! # Work per workgroup
 //!
@@ -78,9 +135,14 @@
 
 mod backward;
 mod forward;
+mod fragments;
+mod fragments_backward;
 mod rows;
 
+use std::sync::atomic::{AtomicUsize, Ordering};
+
 use super::codegen;
+use super::fragment::{self, Fragments};
 use super::{alloc, context, dense, dispatch, dispatch_groups};
 use crate::backend::common::attention::AttentionDims;
 use crate::primitive::ArrayData;
@@ -107,13 +169,22 @@ impl Tiles {
     /// adapter's limit, at most [`WORKGROUP_BYTES`]; `None` when even the
     /// smallest do not (heads too wide for the adapter).
     fn plan(bytes: impl Fn(Tiles) -> usize) -> Result<Option<Tiles>> {
+        Self::plan_among(&[(64, 32), (32, 32), (32, 16), (16, 16)], bytes)
+    }
+
+    /// The first of `candidates` (`(bq, bk)`, best first) that fits, as
+    /// [`Tiles::plan`].
+    fn plan_among(
+        candidates: &[(usize, usize)],
+        bytes: impl Fn(Tiles) -> usize,
+    ) -> Result<Option<Tiles>> {
         let limit = context()?
             .limits
             .max_compute_workgroup_storage_size
             .min(WORKGROUP_BYTES as u32) as usize;
-        Ok([(64, 32), (32, 32), (32, 16), (16, 16)]
-            .into_iter()
-            .map(|(bq, bk)| Tiles { bq, bk })
+        Ok(candidates
+            .iter()
+            .map(|&(bq, bk)| Tiles { bq, bk })
             .find(|&t| bytes(t) <= limit))
     }
 }
@@ -214,6 +285,12 @@ pub fn attention(
     dims: &AttentionDims,
     dtype: Dtype,
 ) -> Result<ArrayData> {
+    if let Some(f) = fragment::chosen(dtype)?
+        && let Some(tiles) =
+            Tiles::plan_among(&fragments::CANDIDATES, |t| fragments::bytes(dims, t))?
+    {
+        return fragment_attention(q, k, v, dims, tiles, f);
+    }
     let Some(tiles) = Tiles::plan(|t| forward::bytes(dims, t))? else {
         return rows::attention(q, k, v, dims, dtype);
     };
@@ -237,6 +314,138 @@ pub fn attention(
         groups,
     )?;
     Ok(out)
+}
+
+static FRAGMENT_FORWARDS: AtomicUsize = AtomicUsize::new(0);
+static FRAGMENT_GRADS: AtomicUsize = AtomicUsize::new(0);
+
+/// Forwards and gradients run on the f16 fragment kernels ([`fragments`],
+/// [`fragments_backward`]) since the process started (for tests that
+/// check which kernels ran).
+pub fn fragment_runs() -> (usize, usize) {
+    (
+        FRAGMENT_FORWARDS.load(Ordering::Relaxed),
+        FRAGMENT_GRADS.load(Ordering::Relaxed),
+    )
+}
+
+/// The gradient's kernels: the f32-compute ones with their tiles, or the
+/// f16 fragment ones with the dK/dV and the dQ passes' tiles.
+#[derive(Clone, Copy)]
+enum GradKernels {
+    Scalar(Tiles),
+    Fragments(Fragments, Tiles, Tiles),
+}
+
+/// The fragment implementation and both passes' tiles of the f16 fragment
+/// gradient, when it runs for `dtype` on this device.
+fn fragment_grad_tiles(
+    dims: &AttentionDims,
+    dtype: Dtype,
+) -> Result<Option<(Fragments, Tiles, Tiles)>> {
+    let Some(f) = fragment::chosen(dtype)? else {
+        return Ok(None);
+    };
+    let plan = |pass| {
+        Tiles::plan_among(fragments_backward::candidates(pass), |t| {
+            fragments_backward::bytes(dims, t, pass)
+        })
+    };
+    Ok(
+        match (
+            plan(backward::Pass::KeyValue)?,
+            plan(backward::Pass::Query)?,
+        ) {
+            (Some(kv), Some(query)) => Some((f, kv, query)),
+            _ => None,
+        },
+    )
+}
+
+/// [`attention`] for f16 `q`, `k`, `v` on 16 x 16 fragments (`f`) with
+/// tiles `tiles`: the same packed f32 result.
+fn fragment_attention(
+    q: &ArrayData,
+    k: &ArrayData,
+    v: &ArrayData,
+    dims: &AttentionDims,
+    tiles: Tiles,
+    f: Fragments,
+) -> Result<ArrayData> {
+    let (n_out, n_lse) = dims.packed_len();
+    let [q, k, v] = dense_qkv(q, k, v, dims, Dtype::F16)?;
+    codegen::check_size("attention", n_out + n_lse, &[&q, &k, &v])?;
+    let out = alloc(&[n_out + n_lse], Dtype::F32)?;
+    if n_lse == 0 {
+        return Ok(out);
+    }
+    let key = format!("attention-fragments:{}:{}:{f:?}:{tiles:?}", dims.d, dims.dv);
+    let pipeline = context()?.pipeline(&key, || fragments::source(dims, tiles, f))?;
+    dispatch_groups(
+        &pipeline,
+        &meta(dims, &[&q, &k, &v]),
+        &[&q, &k, &v],
+        &out,
+        (n_out + n_lse) * 4,
+        false,
+        dims.b * dims.h * dims.lq.div_ceil(tiles.bq),
+    )?;
+    FRAGMENT_FORWARDS.fetch_add(1, Ordering::Relaxed);
+    Ok(out)
+}
+
+/// The f16 fragment forward's WGSL, named with its workgroup memory, for
+/// both fragment implementations at the head widths of the specs and the
+/// model (`d = dv = 64`, `32`, `128`, and `40 x 24`, padded), each at
+/// every candidate tile that fits 48 KiB. The sources start with
+/// `enable f16;`. For the test that compiles them through naga to SPIR-V.
+#[doc(hidden)]
+pub fn kernel_sources() -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    for (d, dv) in [(64, 64), (32, 32), (128, 128), (40, 24)] {
+        let dims = AttentionDims {
+            b: 1,
+            h: 1,
+            lq: 1,
+            lk: 1,
+            d,
+            dv,
+            scale: 1.0,
+            causal: false,
+        };
+        for (bq, bk) in fragments::CANDIDATES {
+            let t = Tiles { bq, bk };
+            let bytes = fragments::bytes(&dims, t);
+            if bytes > WORKGROUP_BYTES {
+                continue;
+            }
+            for f in [Fragments::Cooperative, Fragments::Plain] {
+                out.push((
+                    format!("attention fragments d {d} dv {dv} {t:?} {f:?} ({bytes} B)"),
+                    format!("enable f16;\n{}", fragments::source(&dims, t, f)),
+                ));
+            }
+        }
+        for pass in [backward::Pass::KeyValue, backward::Pass::Query] {
+            for &(bq, bk) in fragments_backward::candidates(pass) {
+                let t = Tiles { bq, bk };
+                let bytes = fragments_backward::bytes(&dims, t, pass);
+                if bytes > WORKGROUP_BYTES {
+                    continue;
+                }
+                for f in [Fragments::Cooperative, Fragments::Plain] {
+                    out.push((
+                        format!("attention_grad fragments {pass:?} d {d} dv {dv} {t:?} {f:?} ({bytes} B)"),
+                        format!(
+                            "enable f16;\n{}",
+                            fragments_backward::source(&dims, t, pass, f)
+                        ),
+                    ));
+                }
+            }
+        }
+    }
+    out
 }
 
 /// `q`, `k`, `v` (of `dtype`, shaped as `dims` says) dense from their
@@ -267,8 +476,12 @@ pub fn attention_grad(
     dims: &AttentionDims,
     dtype: Dtype,
 ) -> Result<ArrayData> {
-    let Some(tiles) = Tiles::plan(|t| backward::bytes(dims, t))? else {
-        return rows::attention_grad(q, k, v, packed, d_out, dims, dtype);
+    let kernels = match fragment_grad_tiles(dims, dtype)? {
+        Some((f, kv, query)) => GradKernels::Fragments(f, kv, query),
+        None => match Tiles::plan(|t| backward::bytes(dims, t))? {
+            Some(tiles) => GradKernels::Scalar(tiles),
+            None => return rows::attention_grad(q, k, v, packed, d_out, dims, dtype),
+        },
     };
     let AttentionDims { b, h, lq, dv, .. } = *dims;
     let (n_out, n_lse) = dims.packed_len();
@@ -299,8 +512,23 @@ pub fn attention_grad(
     meta.extend([nq as u32, (nq + nk) as u32]);
     let (d, dv) = (dims.d, dims.dv);
     for pass in [backward::Pass::KeyValue, backward::Pass::Query] {
-        let key = format!("attention_grad:{pass:?}:{d}:{dv}:{dtype}:{tiles:?}");
-        let pipeline = context()?.pipeline(&key, || backward::source(dims, dtype, tiles, pass))?;
+        let (pipeline, tiles) = match kernels {
+            GradKernels::Scalar(tiles) => {
+                let key = format!("attention_grad:{pass:?}:{d}:{dv}:{dtype}:{tiles:?}");
+                let p = context()?.pipeline(&key, || backward::source(dims, dtype, tiles, pass))?;
+                (p, tiles)
+            }
+            GradKernels::Fragments(f, kv, query) => {
+                let tiles = match pass {
+                    backward::Pass::KeyValue => kv,
+                    backward::Pass::Query => query,
+                };
+                let key = format!("attention_grad-fragments:{pass:?}:{d}:{dv}:{f:?}:{tiles:?}");
+                let p = context()?
+                    .pipeline(&key, || fragments_backward::source(dims, tiles, pass, f))?;
+                (p, tiles)
+            }
+        };
         let (l, block) = match pass {
             backward::Pass::KeyValue => (dims.lk, tiles.bk),
             backward::Pass::Query => (lq, tiles.bq),
@@ -314,6 +542,9 @@ pub fn attention_grad(
             false,
             b * h * l.div_ceil(block),
         )?;
+    }
+    if matches!(kernels, GradKernels::Fragments(..)) {
+        FRAGMENT_GRADS.fetch_add(1, Ordering::Relaxed);
     }
     Ok(out)
 }

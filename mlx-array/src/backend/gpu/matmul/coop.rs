@@ -14,18 +14,18 @@
 //! edges and dtypes cost nothing inside the loop.
 //!
 //! The fragment operations (load from workgroup memory, multiply-add,
-//! store to workgroup memory) have two implementations, [`Fragments`]:
-//! WGSL's cooperative matrices (`coop_mat16x16`, tensor cores where the
-//! adapter has them), and plain WGSL over workgroup memory, where a
-//! fragment of `a` or `b` is its offset in the staged slice and each of a
-//! subgroup's 32 invocations accumulates 8 of an output fragment's 256
-//! values (row `lane / 2`, columns `8 (lane % 2)..+8`). Everything else
-//! (tiling, staging, edges, output) is one text, so the plain variant,
-//! which runs on any adapter (lavapipe in CI), tests what the tensor-core
-//! variant does around its intrinsics.
+//! store to workgroup memory) have two implementations, [`Fragments`]
+//! (`backend::gpu::fragment`): WGSL's cooperative matrices
+//! (`coop_mat16x16`, tensor cores where the adapter has them), and plain
+//! WGSL over workgroup memory. Everything else (tiling, staging, edges,
+//! output) is one text, so the plain variant, which runs on any adapter
+//! (lavapipe in CI), tests what the tensor-core variant does around its
+//! intrinsics.
 
 use super::View;
 use crate::Dtype;
+pub(super) use crate::backend::gpu::fragment::Fragments;
+use crate::backend::gpu::fragment::{LANES, Layout, Operand};
 
 /// Depth of one staged slice (two fragment steps).
 pub(super) const DEPTH: usize = 32;
@@ -84,15 +84,6 @@ impl Tiling {
     }
 }
 
-/// How the 16 x 16 fragment operations are written.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum Fragments {
-    /// WGSL cooperative matrices (`enable wgpu_cooperative_matrix;`).
-    Cooperative,
-    /// Plain WGSL over workgroup memory, for every adapter.
-    Plain,
-}
-
 /// WGSL (without the leading `enable f16;` that the pipeline cache adds)
 /// of `a @ b` for f16 operands laid out as `view`, written as `out_dtype`
 /// (f16, or f32 added into `out` with `accumulate`).
@@ -109,11 +100,7 @@ pub(super) fn source(
     let sb_stride = bn + PAD;
     let per_a = bm * DEPTH / inv;
     let per_b = DEPTH * bn / inv;
-    let coop = fragments == Fragments::Cooperative;
-    let mut src = String::new();
-    if coop {
-        src.push_str("enable wgpu_cooperative_matrix;\n");
-    }
+    let mut src = String::from(fragments.enable());
     src.push_str(super::super::codegen::PRELUDE);
     src.push_str(super::super::codegen::META);
     src.push_str(
@@ -173,60 +160,58 @@ pub(super) fn source(
     let mut decl = String::new();
     for i in 0..fm {
         for j in 0..fnn {
-            decl.push_str(&if coop {
-                format!("    var acc{i}_{j} = coop_mat16x16<f32, C>();\n")
-            } else {
-                format!("    var acc{i}_{j}: array<f32, 8>;\n")
-            });
+            decl.push_str("    ");
+            decl.push_str(&fragments.declare(&format!("acc{i}_{j}")));
         }
     }
     // One fragment step (depth 16) at depth `ks` of the slice.
+    let names = |p: &str, n: usize| (0..n).map(|x| format!("{p}{x}")).collect::<Vec<_>>();
+    let (fa, ia, fb, ib) = (
+        names("fa", fm),
+        names("ia", fm),
+        names("fb", fnn),
+        names("ib", fnn),
+    );
+    let a_ops: Vec<Operand> = (0..fm)
+        .map(|i| Operand {
+            name: &fa[i],
+            array: "sa",
+            index: &ia[i],
+            stride: sa_stride,
+            layout: Layout::RowMajor,
+        })
+        .collect();
+    let b_ops: Vec<Operand> = (0..fnn)
+        .map(|j| Operand {
+            name: &fb[j],
+            array: "sb",
+            index: &ib[j],
+            stride: sb_stride,
+            layout: Layout::RowMajor,
+        })
+        .collect();
     let mut step = String::new();
     for s in 0..DEPTH / 16 {
         step.push_str("        {\n");
-        for i in 0..fm {
+        for (i, a) in a_ops.iter().enumerate() {
             step.push_str(&format!(
                 "            let ia{i} = (wr + {r}u) * {sa_stride}u + {ks}u;\n",
                 r = i * 16,
                 ks = s * 16
             ));
-            if coop {
-                step.push_str(&format!(
-                    "            let fa{i} = coopLoadT<coop_mat16x16<f16, A>>(&sa[ia{i}], {sa_stride}u);\n"
-                ));
-            }
+            step.push_str(&fragments.load_a(a));
         }
-        for j in 0..fnn {
+        for (j, b) in b_ops.iter().enumerate() {
             step.push_str(&format!(
                 "            let ib{j} = {ks}u * {sb_stride}u + wc + {c}u;\n",
                 ks = s * 16,
                 c = j * 16
             ));
-            if coop {
-                step.push_str(&format!(
-                    "            let fb{j} = coopLoadT<coop_mat16x16<f16, B>>(&sb[ib{j}], {sb_stride}u);\n"
-                ));
-            }
+            step.push_str(&fragments.load_b(b));
         }
-        for i in 0..fm {
-            for j in 0..fnn {
-                if coop {
-                    step.push_str(&format!(
-                        "            acc{i}_{j} = coopMultiplyAdd(fa{i}, fb{j}, acc{i}_{j});\n"
-                    ));
-                } else {
-                    step.push_str(&format!(
-                        "            for (var q = 0u; q < 16u; q = q + 1u) {{\n\
-                         \x20               let av = f32(sa[ia{i} + prow * {sa_stride}u + q]);\n\
-                         \x20               let bq = ib{j} + q * {sb_stride}u + pcol;\n"
-                    ));
-                    for c in 0..8 {
-                        step.push_str(&format!(
-                            "                acc{i}_{j}[{c}] = fma(av, f32(sb[bq + {c}u]), acc{i}_{j}[{c}]);\n"
-                        ));
-                    }
-                    step.push_str("            }\n");
-                }
+        for (i, a) in a_ops.iter().enumerate() {
+            for (j, b) in b_ops.iter().enumerate() {
+                step.push_str(&fragments.multiply_add(&format!("acc{i}_{j}"), a, b));
             }
         }
         step.push_str("        }\n");
@@ -235,17 +220,10 @@ pub(super) fn source(
     let mut store = String::new();
     for i in 0..fm {
         for j in 0..fnn {
-            if coop {
-                store.push_str(&format!(
-                    "    {{ let st = sg * 256u; coopStoreT(acc{i}_{j}, &stage[st], 16u); }}\n"
-                ));
-            } else {
-                for c in 0..8 {
-                    store.push_str(&format!(
-                        "    stage[sg * 256u + prow * 16u + pcol + {c}u] = acc{i}_{j}[{c}];\n"
-                    ));
-                }
-            }
+            store.push_str(&format!(
+                "    {{ let st = sg * 256u; {} }}\n",
+                fragments.store(&format!("acc{i}_{j}"), "stage", "st", 16)
+            ));
             store.push_str(&format!(
                 "    workgroupBarrier();
     for (var q = 0u; q < 8u; q = q + 1u) {{
@@ -273,9 +251,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nw: vec3
 {prologue}
     let sg = lid / 32u;
     let lane = lid % 32u;
-    let prow = lane / 2u;
-    let pcol = (lane % 2u) * 8u;
-    let wr = (sg / {sg_cols}u) * {wm}u;
+    {lanes}    let wr = (sg / {sg_cols}u) * {wm}u;
     let wc = (sg % {sg_cols}u) * {wn}u;
     let row_base = tm * {bm}u;
     let col_base = tn * {bn}u;
@@ -303,6 +279,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nw: vec3
         wm = fm * 16,
         wn = fnn * 16,
         prologue = super::PROLOGUE,
+        lanes = LANES,
     ));
     src
 }

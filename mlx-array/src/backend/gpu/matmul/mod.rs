@@ -91,7 +91,7 @@
 use super::codegen;
 use super::{alloc, context, dispatch_groups, supported};
 use crate::primitive::ArrayData;
-use crate::settings::{self, GpuCoopmat};
+use crate::settings;
 use crate::shape::size_of_shape;
 use crate::{Dtype, Error, Result};
 
@@ -113,20 +113,15 @@ fn coop_fragments(dtype: Dtype, accumulate: bool) -> Result<Option<coop::Fragmen
 }
 
 /// The fragment implementation the cooperative kernel runs with, or `None`
-/// where it cannot run: f16 stored natively, and [`settings::gpu_coopmat`]
-/// either `Plain` or `Auto` on a device with cooperative matrices
-/// ([`coopmat_usable`]); the workgroup memory must fit the device's limit.
+/// where it cannot run: [`super::fragment::chosen`] offers one (f16 stored
+/// natively, and [`settings::gpu_coopmat`] either `Plain` or `Auto` on a
+/// device with cooperative matrices, [`coopmat_usable`]), and the workgroup
+/// memory fits the device's limit.
 fn coop_mode() -> Result<Option<coop::Fragments>> {
-    if codegen::packed(Dtype::F16) {
+    let Some(fragments) = super::fragment::chosen(Dtype::F16)? else {
         return Ok(None);
-    }
-    let c = context()?;
-    let fragments = match settings::gpu_coopmat() {
-        GpuCoopmat::Off => return Ok(None),
-        GpuCoopmat::Plain => coop::Fragments::Plain,
-        GpuCoopmat::Auto if c.coopmat => coop::Fragments::Cooperative,
-        GpuCoopmat::Auto => return Ok(None),
     };
+    let c = context()?;
     let fits = [coop::Tiling::LARGE, coop::Tiling::SMALL].iter().all(|t| {
         t.shared_bytes() <= c.limits.max_compute_workgroup_storage_size as usize
             && t.invocations() <= c.limits.max_compute_invocations_per_workgroup as usize

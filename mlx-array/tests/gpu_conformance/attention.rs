@@ -1,0 +1,126 @@
+//! The f16 flash attention on 16 x 16 fragments, forward and gradient:
+//! with plain-WGSL fragments (`MLX_GPU_COOPMAT=plain`, any adapter) they
+//! run, not the f32 kernels, and agree with the CPU on shapes that are not
+//! multiples of their tiles, causal and not, at head widths 64, 32 and ones
+//! padded to 16; their cooperative-matrix variants, which no CI adapter
+//! runs, compile to SPIR-V.
+
+use mlx_array::backend::gpu::{attention_fragment_runs, attention_kernel_sources};
+use mlx_array::settings::{GpuCoopmat, set_gpu_coopmat};
+use mlx_array::{Array, Dtype, Result};
+
+use crate::harness::{compare, gpu, spirv, tol};
+
+/// An f16 `[b, h, l, d]` input of values in [-1, 1), varied by `seed`.
+fn input(shape: [usize; 4], seed: usize) -> Array {
+    let n: usize = shape.iter().product();
+    let v: Vec<f32> = (0..n)
+        .map(|i| ((i * 7919 + seed * 104729) % 211) as f32 / 105.5 - 1.0)
+        .collect();
+    Array::from_slice(&v, &shape)
+        .unwrap()
+        .astype(Dtype::F16)
+        .unwrap()
+}
+
+/// `fused_attention` of f16 inputs `[b, h, lq, d]`, `[b, h, lk, d]`,
+/// `[b, h, lk, dv]` and its gradients (for a fixed f16 cotangent) on the
+/// GPU against the CPU; whether the fragment kernels ran (forward,
+/// gradient).
+fn check(dims: [usize; 6], causal: bool) -> (bool, bool) {
+    let [b, h, lq, lk, d, dv] = dims;
+    let inputs = [
+        input([b, h, lq, d], 1),
+        input([b, h, lk, d], 2),
+        input([b, h, lk, dv], 3),
+        input([b, h, lq, dv], 4),
+    ];
+    let attend = move |x: &[Array]| mlx_array::fused_attention(&x[0], &x[1], &x[2], 0.3, causal);
+    let (forwards, grads) = attention_fragment_runs();
+    let what = format!("f16 attention {dims:?} causal {causal}");
+    // P and dS are rounded to f16 before their products.
+    let rel = 2.0 * tol(Dtype::F16);
+    compare(&what, &inputs, attend, rel);
+    compare(
+        &format!("{what}: dq, dk, dv"),
+        &inputs,
+        |x: &[Array]| {
+            let (_, g) =
+                mlx_array::vjp(|y: &[Array]| Ok(vec![attend(y)?]), &x[..3], &[x[3].clone()])?;
+            let flat: Vec<Array> = g.iter().map(|g| g.reshape(&[-1])).collect::<Result<_>>()?;
+            mlx_array::concatenate(&flat, 0)
+        },
+        2.0 * rel,
+    );
+    let (f, g) = attention_fragment_runs();
+    (f > forwards, g > grads)
+}
+
+#[test]
+fn f16_attention_on_plain_fragments_agrees_with_the_cpu() {
+    let Some(_gpu) = gpu() else { return };
+    // The kernel stages f16 natively: without `shader-f16` the f32
+    // kernel runs instead (and the first eval makes the device).
+    let probe = Array::from_slice(&[1.0f32], &[1, 1]).unwrap();
+    mlx_array::device::with_device(mlx_array::Device::Gpu, || probe.matmul(&probe))
+        .unwrap()
+        .eval()
+        .unwrap();
+    if !mlx_array::backend::gpu::native_f16() {
+        eprintln!("skipped: this adapter has no shader-f16");
+        return;
+    }
+    set_gpu_coopmat(GpuCoopmat::Plain);
+    // Several query and key blocks with ragged ends, more keys than
+    // queries (a cache) under the mask, more queries than keys without,
+    // widths padded to 16 (40 x 24, 8), one row.
+    let shapes = [
+        ([1, 2, 70, 70, 64, 64], true),
+        ([2, 1, 33, 50, 64, 64], false),
+        ([1, 1, 100, 131, 32, 32], true),
+        ([1, 2, 90, 37, 32, 32], false),
+        ([1, 2, 17, 40, 40, 24], true),
+        ([1, 1, 1, 3, 8, 8], false),
+    ];
+    for (dims, causal) in shapes {
+        assert_eq!(
+            check(dims, causal),
+            (true, true),
+            "{dims:?}: the fragment kernels did not both run"
+        );
+    }
+    // The f32 kernel where the adapter has no cooperative matrices
+    // (lavapipe) and the setting is the default.
+    set_gpu_coopmat(GpuCoopmat::Auto);
+    if !mlx_array::backend::gpu::adapter_name()
+        .unwrap()
+        .contains("llvmpipe")
+    {
+        return;
+    }
+    assert_eq!(
+        check([1, 1, 20, 20, 32, 32], true),
+        (false, false),
+        "the fragment kernels ran without cooperative matrices"
+    );
+}
+
+/// Every variant of the fragment kernels (forward and both gradient
+/// passes), cooperative matrices included, builds to SPIR-V.
+#[test]
+fn every_fragment_attention_kernel_compiles_to_spirv() {
+    let sources = attention_kernel_sources();
+    assert!(
+        sources
+            .iter()
+            .filter(|(w, _)| w.contains("Cooperative"))
+            .count()
+            >= 4,
+        "{} variants",
+        sources.len()
+    );
+    for (what, src) in &sources {
+        assert!(src.contains("coopMultiplyAdd") == what.contains("Cooperative"));
+        spirv(what, src);
+    }
+}
