@@ -123,8 +123,9 @@ struct TrainArgs {
     /// master weights and optimizer state (f16 with a dynamic loss scale).
     /// Which is fast where: on a CPU with AMX or AVX512_BF16, bf16; on a GPU
     /// whose adapter offers cooperative matrices (NVIDIA's tensor cores
-    /// through Vulkan), f16 matmuls run on them while bf16 computes in f32
-    /// (no bf16 cooperative matrix there); elsewhere f32.
+    /// through Vulkan), f16 matmuls, attention and the output projection +
+    /// loss run on them while bf16 computes in f32 (no bf16 cooperative
+    /// matrix there); elsewhere f32.
     #[arg(long, value_enum, default_value = "f32")]
     dtype: FloatDtype,
     /// The first loss scale with --dtype f16 (default 65536); halved on
