@@ -10,7 +10,7 @@ use mlx_nn::ModuleExt;
 use crate::Llama;
 use crate::checkpoint::{self, Layout, Manifest};
 use crate::config::TrainConfig;
-use crate::sync::GradSync;
+use crate::sync::SavedState;
 
 use super::precision::Precision;
 
@@ -23,7 +23,7 @@ pub(super) fn resume(
     cfg: &TrainConfig,
     group: &Group,
     model: &mut Llama,
-    sync: &mut dyn GradSync,
+    sync: &mut dyn SavedState,
     loader: &mut DataLoader,
     precision: &mut Precision,
 ) -> Result<u64> {
@@ -71,14 +71,14 @@ fn same_layout(m: &Manifest, cfg: &TrainConfig, world: usize, mine: &[String]) -
 
 /// Resumes from a checkpoint laid out for another world size or strategy:
 /// the optimizer state is put together whole from its files and cut again
-/// for this world ([`GradSync::load_resharded`]), and every rank's loader
+/// for this world ([`SavedState::load_resharded`]), and every rank's loader
 /// continues from the recorded position, which for the same global batch
 /// means the same samples at any world size.
 fn resume_resharded(
     dir: &Path,
     m: &Manifest,
     group: &Group,
-    sync: &mut dyn GradSync,
+    sync: &mut dyn SavedState,
     params: &mlx_array::Tree,
     loader: &mut DataLoader,
 ) -> Result<u64> {
@@ -173,7 +173,7 @@ pub(super) struct Parts<'a> {
     /// The weights (rank 0 writes them).
     pub model: &'a Llama,
     /// The optimizer state (each strategy writes its own files).
-    pub sync: &'a dyn GradSync,
+    pub sync: &'a dyn SavedState,
     /// Where each rank's loader is (every rank writes its own).
     pub batches: &'a Prefetcher,
     /// The loss scale of a float16 run (rank 0 writes it).
