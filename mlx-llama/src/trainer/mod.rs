@@ -336,10 +336,10 @@ impl<'a> Run<'a> {
     /// [`GradSync::checkpoint`]).
     fn checkpoint(&self, done: u64) -> Result<std::path::PathBuf> {
         let (cfg, batches, precision) = (self.cfg, &self.batches, &self.precision);
-        let mut write = |group: &Group, model: &Llama, sync: &dyn SavedState| {
+        let mut write = |group: &Group, model: &Llama, state: &dyn SavedState| {
             let parts = checkpoints::Parts {
                 model,
-                sync,
+                state,
                 batches,
                 precision,
             };
