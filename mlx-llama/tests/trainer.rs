@@ -501,3 +501,34 @@ fn metrics_rows_carry_the_wall_clock_time_and_the_fraction_of_an_epoch_seen() {
     }
     assert!(drawn[11] >= 1, "the run crosses an epoch: {drawn:?}");
 }
+
+#[test]
+fn the_logged_learning_rate_is_the_one_the_steps_update_used() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = tiny(dir.path(), 5);
+    cfg.warmup = 3;
+    cfg.schedule = mlx_llama::ScheduleKind::Constant;
+    train(&cfg, &mlx_dist::Group::single()).unwrap();
+    let logged: Vec<f64> = std::fs::read_to_string(dir.path().join("metrics.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| {
+            serde_json::from_str::<serde_json::Value>(l).unwrap()["learning_rate"]
+                .as_f64()
+                .unwrap()
+        })
+        .collect();
+    // Linear warmup from 0 over 3 updates, then constant: the update of
+    // step s (1-based) has s - 1 updates before it.
+    let want: Vec<f64> = (1..=5u64)
+        .map(|s| cfg.learning_rate * (s - 1).min(3) as f64 / 3.0)
+        .collect();
+    assert_eq!(logged.len(), want.len());
+    for (s, (got, want)) in logged.iter().zip(&want).enumerate() {
+        assert!(
+            (got - want).abs() <= 1e-12 * cfg.learning_rate,
+            "step {}: logged {got}, the update used {want}",
+            s + 1
+        );
+    }
+}

@@ -72,7 +72,7 @@ pub use optimizer::{Optimizer, StepContext};
 pub use reshard::read_whole_state;
 pub use schedule::Schedule;
 pub use sgd::Sgd;
-pub use sharded::Sharded;
+pub use sharded::{Sharded, shard_of, shard_range};
 pub use state::OptimizerState;
 
 /// The conformance specifications of the fused Adam(W) primitives (feature

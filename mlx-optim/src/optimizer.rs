@@ -104,6 +104,13 @@ pub trait Optimizer {
         self.schedule().at(self.step().saturating_sub(1))
     }
 
+    /// The learning rate the next update will use: the schedule at the
+    /// step count (what [`Optimizer::learning_rate`] returns after it).
+    /// A step's log reads this before its update.
+    fn next_learning_rate(&self) -> f64 {
+        self.schedule().at(self.step())
+    }
+
     /// Sets a constant learning rate (replacing any schedule).
     fn set_learning_rate(&mut self, learning_rate: f64) {
         self.set_schedule(learning_rate.into());
@@ -135,7 +142,7 @@ pub trait Optimizer {
         self.validate()?;
         let step = self.step();
         let ctx = StepContext {
-            learning_rate: self.schedule().at(step),
+            learning_rate: self.next_learning_rate(),
             step: step + 1,
             parameter_apart: false,
         };

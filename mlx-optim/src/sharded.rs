@@ -17,6 +17,7 @@
 //! each rank holds `1 / W` of the optimizer state.
 
 use std::collections::HashMap;
+use std::ops::Range;
 use std::path::Path;
 
 use mlx_array::{Array, Dtype, Tree, concatenate};
@@ -85,6 +86,14 @@ impl<O: Optimizer> Sharded<O> {
         &self.group
     }
 
+    /// This rank's shard of `whole` (a parameter, or a gradient or slot
+    /// of one), cut as this optimizer cuts every parameter: see
+    /// [`shard_of`]. Lazy.
+    pub fn own_shard(&self, whole: &Array) -> Result<Array> {
+        let (r, w) = self.world();
+        Ok(shard_of(whole, r, w)?)
+    }
+
     fn world(&self) -> (usize, usize) {
         (self.group.rank(), self.group.size())
     }
@@ -147,7 +156,7 @@ impl<O: Optimizer> Sharded<O> {
         self.inner.validate()?;
         let step = self.inner.step();
         let ctx = StepContext {
-            learning_rate: self.inner.schedule().at(step),
+            learning_rate: self.inner.next_learning_rate(),
             step: step + 1,
             parameter_apart: true,
         };
@@ -224,11 +233,22 @@ fn padded(x: &Array, len: usize) -> mlx_array::Result<Array> {
     concatenate(&[flat, Array::zeros(&[len - x.size()], x.dtype())], 0)
 }
 
-/// Shard `r` of `W` of `p`, flat and zero padded.
-pub(crate) fn shard_of(p: &Array, r: usize, w: usize) -> mlx_array::Result<Array> {
-    let (n, len) = (p.size(), shard_len(p.size(), w));
-    let (lo, hi) = ((r * len).min(n), ((r + 1) * len).min(n));
-    padded(&p.reshape(&[-1])?.slice_axis(0, lo as i64, hi as i64)?, len)
+/// The elements (in flat order) of a parameter of `n` elements that rank
+/// `rank` of `world` owns in [`Sharded`]'s layout: `ceil(n / world)` per
+/// rank, in rank order, so the last ranks' ranges may be short or empty.
+pub fn shard_range(n: usize, rank: usize, world: usize) -> Range<usize> {
+    let len = shard_len(n, world);
+    (rank * len).min(n)..((rank + 1) * len).min(n)
+}
+
+/// Shard `rank` of `world` of `x`, as [`Sharded`] cuts every parameter,
+/// gradient and slot: the elements of [`shard_range`], flat, zero padded
+/// to `ceil(N / world)`. Lazy.
+pub fn shard_of(x: &Array, rank: usize, world: usize) -> mlx_array::Result<Array> {
+    let own = shard_range(x.size(), rank, world);
+    let flat = x.reshape(&[-1])?;
+    let mine = flat.slice_axis(0, own.start as i64, own.end as i64)?;
+    padded(&mine, shard_len(x.size(), world))
 }
 
 impl<O: Optimizer> Optimizer for Sharded<O> {

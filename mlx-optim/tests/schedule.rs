@@ -97,3 +97,21 @@ fn optimizer_learning_rate_follows_mlx_examples() {
     opt.set_learning_rate(0.5);
     assert_eq!(opt.learning_rate(), 0.5);
 }
+
+#[test]
+fn next_learning_rate_is_the_rate_the_next_update_uses() {
+    // Warmup over 4 updates: update k (0-based) uses 0.1 * min(k, 4) / 4.
+    let mut opt = Sgd::new(linear_schedule(0.0, 0.1, 4).unwrap());
+    let params = mlx_array::Tree::new();
+    for k in 0..6u64 {
+        let before = opt.next_learning_rate();
+        assert!(
+            close(before, 0.1 * k.min(4) as f64 / 4.0),
+            "update {k}: {before}"
+        );
+        opt.apply_gradients(&mlx_array::Tree::new(), &params)
+            .unwrap();
+        // MLX's `learning_rate` after an update: the rate that update used.
+        assert_eq!(opt.learning_rate(), before, "update {k}");
+    }
+}

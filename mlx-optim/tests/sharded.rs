@@ -244,3 +244,38 @@ fn empty_and_bf16_parameters_are_handled() {
     .unwrap();
     assert_eq!(out, vec![(true, true), (true, true)]);
 }
+
+#[test]
+fn the_shard_layout_cuts_ceil_n_over_w_per_rank_in_rank_order() {
+    use mlx_optim::{shard_of, shard_range};
+    // 5 elements over 2 ranks: 3 and 2 (padded); 1 over 4: only rank 0 owns any.
+    assert_eq!(shard_range(5, 0, 2), 0..3);
+    assert_eq!(shard_range(5, 1, 2), 3..5);
+    assert_eq!(shard_range(1, 0, 4), 0..1);
+    for r in 1..4 {
+        assert!(shard_range(1, r, 4).is_empty(), "rank {r}");
+    }
+    let x = mlx_array::Array::from_slice(&[1.0f32, 2.0, 3.0, 4.0, 5.0], &[5]).unwrap();
+    let shard = |r, w| shard_of(&x, r, w).unwrap().to_vec::<f32>().unwrap();
+    assert_eq!(shard(0, 2), [1.0, 2.0, 3.0]);
+    assert_eq!(shard(1, 2), [4.0, 5.0, 0.0]);
+    assert_eq!(shard(2, 3), [5.0, 0.0]);
+    assert_eq!(shard(0, 1), [1.0, 2.0, 3.0, 4.0, 5.0]);
+}
+
+#[test]
+fn own_shard_of_the_average_is_the_shard_shard_gradients_gives() {
+    let out = mlx_dist::run_local(2, |g| {
+        let opt = Sharded::new(AdamW::new(1e-2), &g);
+        let grads = tree(7 + g.rank() as u64, 1.0);
+        let shards = values(&opt.shard_gradients(&grads).unwrap());
+        let avg = average_gradients(&grads, &g, &AverageOptions::default()).unwrap();
+        let own = avg.map(|_, a| Ok(opt.own_shard(a).unwrap())).unwrap();
+        (shards, values(&own))
+    })
+    .unwrap();
+    // On two ranks each sum has one order: bit for bit.
+    for (shards, own) in out {
+        assert_eq!(shards, own);
+    }
+}

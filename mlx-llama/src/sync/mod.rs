@@ -1,5 +1,6 @@
-//! Gradient synchronisation: how the ranks' gradients meet and where the
-//! optimizer state lives. One interface ([`GradSync`]), two strategies:
+//! The parallel layout of a run: how the ranks' gradients meet, where the
+//! optimizer state lives and how the model is split. One interface
+//! ([`GradSync`]), chosen once per run by [`for_config`], three strategies:
 //!
 //! - [`Replicated`]: every rank averages whole gradients (`all_sum` per
 //!   bucket) and keeps the whole optimizer state, as the seeds'
@@ -7,14 +8,17 @@
 //! - [`Sharded`]: ZeRO stage 1; each rank receives only its shard of the
 //!   averaged gradients (`mean_scatter` per bucket), updates its shard of
 //!   every parameter with its shard of the state, and the new parameters are
-//!   gathered whole (`all_gather` per bucket).
+//!   gathered whole (`all_gather` per bucket);
+//! - [`TensorParallel`]: the model split over the ranks of a replica, the
+//!   replicas averaging their shards' gradients as [`Replicated`] does.
 //!
-//! The trainer picks one with [`for_config`] and calls the same methods in
-//! the same order either way: reduce, clip, apply; save and load at
-//! checkpoints.
+//! The trainer calls the same methods in the same order whichever it is:
+//! scatter the model once, then every step reduce, clip, apply; at
+//! checkpoints the whole model and state the strategy hands it.
 
 mod replicated;
 mod sharded;
+mod tensor;
 
 use std::path::{Path, PathBuf};
 
@@ -23,10 +27,11 @@ use mlx_array::{Array, Dtype, Tree};
 use mlx_dist::Group;
 use mlx_optim::{AdamW, Optimizer};
 
-use crate::TrainConfig;
+use crate::{Llama, TrainConfig};
 
 pub(crate) use replicated::Replicated;
 pub(crate) use sharded::Sharded;
+pub(crate) use tensor::TensorParallel;
 
 /// The parameter whose gradient is zero outside the rows of the batch's
 /// tokens (the token embedding; the output projection is not tied to it).
@@ -41,11 +46,39 @@ pub(crate) struct SparseRows {
     pub capacity: usize,
 }
 
-/// A gradient-synchronisation strategy: averages the ranks' gradients,
-/// clips them, applies them with the optimizer, and saves and loads the
-/// optimizer's state. Every method that communicates is collective: every
-/// rank calls it, in the same order.
+/// What writes a checkpoint (the trainer's): given the data-parallel group
+/// that writes it, the whole model and the whole optimizer state in the
+/// layout it is saved in.
+pub(crate) type CheckpointWriter<'a> =
+    dyn FnMut(&Group, &Llama, &dyn SavedState) -> Result<()> + 'a;
+
+/// A parallel layout: averages the ranks' gradients, clips them, applies
+/// them with the optimizer, and puts the model and its state together for
+/// checkpoints. Every method that communicates is collective: every rank
+/// calls it, in the same order.
 pub(crate) trait GradSync {
+    /// The data-parallel ranks: those the data is split over and the
+    /// gradients averaged over (the world, or with tensor parallelism the
+    /// ranks holding the same shard in every replica).
+    fn group(&self) -> &Group;
+
+    /// How the world is laid out, for the start-up line ("2 rank(s)").
+    fn describe(&self) -> String {
+        format!("{} rank(s)", self.group().size())
+    }
+
+    /// The optimizer state as checkpoints hold it, to resume into; call it
+    /// before [`GradSync::scatter`].
+    fn saved_mut(&mut self) -> &mut dyn SavedState;
+
+    /// Cuts the whole `model` and optimizer state (fresh, or as resumed
+    /// from a checkpoint) into what this rank trains; called once, at the
+    /// start. Only tensor parallelism cuts anything.
+    fn scatter(&mut self, model: &mut Llama) -> Result<()> {
+        let _ = model;
+        Ok(())
+    }
+
     /// This rank's own gradients averaged over the world, in the form
     /// [`GradSync::clip`] and [`GradSync::apply`] take (whole, or this
     /// rank's shards). With `sparse` the embedding's gradient travels as
@@ -54,13 +87,29 @@ pub(crate) trait GradSync {
     fn reduce(&self, own: Tree, sparse: Option<&SparseRows>) -> Result<Tree>;
 
     /// `grads` (from [`GradSync::reduce`]) clipped to the global norm
-    /// `max_norm` of the whole averaged gradients, and that norm. Lazy.
+    /// `max_norm` of the whole model's averaged gradients, and that norm.
+    /// Lazy.
     fn clip(&self, grads: Tree, max_norm: f64) -> Result<(Tree, Array)>;
 
-    /// One optimizer step: the new (whole) parameters of `params` from
-    /// `grads` (from [`GradSync::reduce`] or [`GradSync::clip`]). Lazy.
+    /// One optimizer step: the new parameters of `params` (the model as
+    /// this rank trains it) from `grads` (from [`GradSync::reduce`] or
+    /// [`GradSync::clip`]). Lazy.
     fn apply(&mut self, grads: Tree, params: Tree) -> Result<Tree>;
 
+    /// The optimizer: its learning rate and state.
+    fn optimizer(&self) -> &dyn Optimizer;
+
+    /// Hands `write` what a checkpoint of `model` (as this rank trains it)
+    /// holds: the whole model and optimizer state, and the group that
+    /// writes them. Collective over the world; ranks that write nothing
+    /// (the other shards of a tensor-parallel replica) only take part in
+    /// putting the model together.
+    fn checkpoint(&self, model: &Llama, write: &mut CheckpointWriter) -> Result<()>;
+}
+
+/// The optimizer state as a checkpoint holds it: saved into its folder and
+/// loaded back, also when another layout saved it.
+pub(crate) trait SavedState {
     /// Writes the optimizer state into the checkpoint folder `dir`,
     /// flushed to disk: this rank's part of it, if any.
     fn save(&self, dir: &Path) -> Result<()>;
@@ -69,41 +118,36 @@ pub(crate) trait GradSync {
     /// checked against `params` (the parameters being trained).
     fn load(&mut self, dir: &Path, params: &Tree) -> Result<()>;
 
-    /// The files [`GradSync::save`] writes over the world, in rank order.
+    /// The files [`SavedState::save`] writes over the world, in rank order.
     fn state_files(&self) -> Vec<String>;
 
     /// Reads an optimizer state another layout saved, `files` in its rank
     /// order (one whole state, or the shards of some number of ranks), and
     /// keeps what this strategy keeps of it on this rank.
     fn load_resharded(&mut self, files: &[PathBuf], params: &Tree) -> Result<()>;
-
-    /// The optimizer: its learning rate and state.
-    fn optimizer(&self) -> &dyn Optimizer;
-
-    /// The optimizer, to change its state (tensor parallelism cuts a
-    /// resumed whole state into this rank's shards).
-    fn optimizer_mut(&mut self) -> &mut dyn Optimizer;
 }
 
-/// The strategy `cfg` asks for on `group`: sharded with more than one rank
-/// and `shard_optimizer` (without tensor parallelism), replicated otherwise.
-pub(crate) fn for_config(cfg: &TrainConfig, group: &Group, adamw: AdamW) -> Box<dyn GradSync> {
+/// The layout `cfg` asks for on `world`: with `tensor_parallel` > 1 the
+/// model split over replicas of that many ranks; otherwise sharded with
+/// more than one rank and `shard_optimizer`, replicated else.
+pub(crate) fn for_config(
+    cfg: &TrainConfig,
+    world: &Group,
+    adamw: AdamW,
+) -> Result<Box<dyn GradSync>> {
+    let (group, tensor) = tensor::groups(cfg, world)?;
     let communication = cfg.communication_dtype.map(|d| d.dtype());
-    if cfg.shard_optimizer && group.size() > 1 && cfg.tensor_parallel <= 1 {
-        Box::new(Sharded::new(
-            adamw,
-            group,
-            cfg.all_reduce_size,
-            communication,
-        ))
-    } else {
-        Box::new(Replicated::new(
-            adamw,
-            group,
-            cfg.all_reduce_size,
-            communication,
-        ))
-    }
+    let bucket = cfg.all_reduce_size;
+    Ok(match tensor {
+        Some(t) => {
+            let replicas = Replicated::new(adamw, &group, bucket, communication);
+            Box::new(TensorParallel::new(replicas, t, world))
+        }
+        None if cfg.shard_optimizer && group.size() > 1 => {
+            Box::new(Sharded::new(adamw, &group, bucket, communication))
+        }
+        None => Box::new(Replicated::new(adamw, &group, bucket, communication)),
+    })
 }
 
 /// The skeleton of [`GradSync::reduce`]: `own`'s gradients but the

@@ -6,10 +6,10 @@ use anyhow::{Result, anyhow};
 use mlx_array::{Array, Dtype, Tree};
 use mlx_dist::Group;
 use mlx_nn::{AverageOptions, average_gradients};
-use mlx_optim::{AdamW, Optimizer};
+use mlx_optim::{AdamW, Optimizer, OptimizerState};
 
-use super::{GradSync, SparseRows, reduce_with};
-use crate::checkpoint;
+use super::{CheckpointWriter, GradSync, SavedState, SparseRows, reduce_with};
+use crate::{Llama, checkpoint};
 
 /// The state file of every rank (rank 0 writes it, every rank reads it).
 const STATE_FILE: &str = "optimizer.safetensors";
@@ -41,9 +41,34 @@ impl Replicated {
             avg,
         }
     }
+
+    /// The same strategy holding `state` (a whole state put together from
+    /// shards) instead of its own.
+    pub(super) fn with_state(&self, state: OptimizerState) -> Self {
+        let mut opt = self.opt.clone();
+        *opt.state_mut() = state;
+        Replicated {
+            opt,
+            group: self.group.clone(),
+            avg: self.avg.clone(),
+        }
+    }
+
+    /// The optimizer state, to cut into shards.
+    pub(super) fn state_mut(&mut self) -> &mut OptimizerState {
+        self.opt.state_mut()
+    }
 }
 
 impl GradSync for Replicated {
+    fn group(&self) -> &Group {
+        &self.group
+    }
+
+    fn saved_mut(&mut self) -> &mut dyn SavedState {
+        self
+    }
+
     fn reduce(&self, own: Tree, sparse: Option<&SparseRows>) -> Result<Tree> {
         let dense = |g: &Tree| Ok(average_gradients(g, &self.group, &self.avg)?);
         let keep = Ok;
@@ -61,6 +86,16 @@ impl GradSync for Replicated {
             .map_err(|e| anyhow!("{e}"))
     }
 
+    fn optimizer(&self) -> &dyn Optimizer {
+        &self.opt
+    }
+
+    fn checkpoint(&self, model: &Llama, write: &mut CheckpointWriter) -> Result<()> {
+        write(&self.group, model, self)
+    }
+}
+
+impl SavedState for Replicated {
     /// Rank 0 writes the state; the others have the same.
     fn save(&self, dir: &Path) -> Result<()> {
         if self.group.rank() == 0 {
@@ -86,13 +121,5 @@ impl GradSync for Replicated {
             .map_err(|e| anyhow!("re-sharding the optimizer state: {e}"))?;
         *self.opt.state_mut() = whole;
         Ok(())
-    }
-
-    fn optimizer(&self) -> &dyn Optimizer {
-        &self.opt
-    }
-
-    fn optimizer_mut(&mut self) -> &mut dyn Optimizer {
-        &mut self.opt
     }
 }

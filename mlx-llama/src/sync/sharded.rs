@@ -8,8 +8,8 @@ use mlx_array::{Array, Dtype, Tree};
 use mlx_dist::Group;
 use mlx_optim::{AdamW, Optimizer};
 
-use super::{GradSync, SparseRows, reduce_with};
-use crate::checkpoint;
+use super::{CheckpointWriter, GradSync, SavedState, SparseRows, reduce_with};
+use crate::{Llama, checkpoint};
 
 /// Gradients averaged with one `mean_scatter` per bucket, so that each rank
 /// receives its shards only; the new parameters gathered whole.
@@ -47,24 +47,6 @@ impl Sharded {
         }
     }
 
-    /// This rank's shard of `mean`, an averaged gradient, cut as
-    /// [`mlx_optim::Sharded`] cuts every parameter: flat, `ceil(N / W)`
-    /// elements per rank, zero padded.
-    fn own_shard(&self, mean: Array) -> Result<Array> {
-        let group = self.opt.group();
-        let (r, w) = (group.rank(), group.size());
-        let n = mean.size();
-        let len = n.div_ceil(w);
-        let (lo, hi) = ((r * len).min(n), ((r + 1) * len).min(n));
-        let mine = mean.reshape(&[-1])?.slice_axis(0, lo as i64, hi as i64)?;
-        Ok(if hi - lo < len {
-            let zeros = Array::zeros(&[len - (hi - lo)], mean.dtype());
-            mlx_array::concatenate(&[mine, zeros], 0)?
-        } else {
-            mine
-        })
-    }
-
     /// This rank's state file in a checkpoint folder.
     fn state_file(&self) -> String {
         state_file(self.opt.group().rank())
@@ -72,9 +54,17 @@ impl Sharded {
 }
 
 impl GradSync for Sharded {
+    fn group(&self) -> &Group {
+        self.opt.group()
+    }
+
+    fn saved_mut(&mut self) -> &mut dyn SavedState {
+        self
+    }
+
     fn reduce(&self, own: Tree, sparse: Option<&SparseRows>) -> Result<Tree> {
         let dense = |g: &Tree| self.shard(g);
-        let keep = |mean| self.own_shard(mean);
+        let keep = |mean: Array| self.opt.own_shard(&mean).map_err(|e| anyhow!("{e}"));
         reduce_with(
             own,
             sparse,
@@ -98,6 +88,16 @@ impl GradSync for Sharded {
             .map_err(|e| anyhow!("{e}"))
     }
 
+    fn optimizer(&self) -> &dyn Optimizer {
+        &self.opt
+    }
+
+    fn checkpoint(&self, model: &Llama, write: &mut CheckpointWriter) -> Result<()> {
+        write(self.opt.group(), model, self)
+    }
+}
+
+impl SavedState for Sharded {
     /// Every rank writes its own shard, then waits for the others (a barrier).
     fn save(&self, dir: &Path) -> Result<()> {
         let path = dir.join(self.state_file());
@@ -122,14 +122,6 @@ impl GradSync for Sharded {
         mlx_optim::read_whole_state(files, params, self.opt.slot_names())
             .and_then(|whole| self.opt.set_whole_state(&whole))
             .map_err(|e| anyhow!("re-sharding the optimizer state: {e}"))
-    }
-
-    fn optimizer(&self) -> &dyn Optimizer {
-        &self.opt
-    }
-
-    fn optimizer_mut(&mut self) -> &mut dyn Optimizer {
-        &mut self.opt
     }
 }
 

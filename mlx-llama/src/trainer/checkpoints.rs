@@ -10,7 +10,7 @@ use mlx_nn::ModuleExt;
 use crate::Llama;
 use crate::checkpoint::{self, Layout, Manifest};
 use crate::config::TrainConfig;
-use crate::sync::GradSync;
+use crate::sync::SavedState;
 
 use super::precision::Precision;
 
@@ -23,7 +23,7 @@ pub(super) fn resume(
     cfg: &TrainConfig,
     group: &Group,
     model: &mut Llama,
-    sync: &mut dyn GradSync,
+    state: &mut dyn SavedState,
     loader: &mut DataLoader,
     precision: &mut Precision,
 ) -> Result<u64> {
@@ -37,10 +37,10 @@ pub(super) fn resume(
         .load_weights(dir.join("model.safetensors"))
         .with_context(|| format!("loading the model from {}", dir.display()))?;
     let params = model.trainable_parameters();
-    if !same_layout(&m, cfg, group.size(), &sync.state_files()) {
-        return resume_resharded(&dir, &m, group, sync, &params, loader);
+    if !same_layout(&m, cfg, group.size(), &state.state_files()) {
+        return resume_resharded(&dir, &m, group, state, &params, loader);
     }
-    sync.load(&dir, &params)?;
+    state.load(&dir, &params)?;
     let state_path = dir.join(format!("loader_rank{rank}.json"));
     let state = LoaderState::from_json(
         &std::fs::read_to_string(&state_path)
@@ -71,14 +71,14 @@ fn same_layout(m: &Manifest, cfg: &TrainConfig, world: usize, mine: &[String]) -
 
 /// Resumes from a checkpoint laid out for another world size or strategy:
 /// the optimizer state is put together whole from its files and cut again
-/// for this world ([`GradSync::load_resharded`]), and every rank's loader
+/// for this world ([`SavedState::load_resharded`]), and every rank's loader
 /// continues from the recorded position, which for the same global batch
 /// means the same samples at any world size.
 fn resume_resharded(
     dir: &Path,
     m: &Manifest,
     group: &Group,
-    sync: &mut dyn GradSync,
+    state: &mut dyn SavedState,
     params: &mlx_array::Tree,
     loader: &mut DataLoader,
 ) -> Result<u64> {
@@ -98,12 +98,13 @@ fn resume_resharded(
             m.world,
             then.map_or("unknown".into(), |b| b.to_string()),
             group.size(),
-            sync.state_files().len() > 1,
+            state.state_files().len() > 1,
         );
     };
     check_global_batch(dir, &layout.data, loader, group.size())?;
     let files: Vec<PathBuf> = layout.optimizer_files.iter().map(|f| dir.join(f)).collect();
-    sync.load_resharded(&files, params)
+    state
+        .load_resharded(&files, params)
         .with_context(|| format!("resuming from {}", dir.display()))?;
     loader.restore(&layout.data)?;
     if group.rank() == 0 {
@@ -114,7 +115,7 @@ fn resume_resharded(
             m.world,
             sharding(layout.optimizer_files.len()),
             group.size(),
-            sharding(sync.state_files().len())
+            sharding(state.state_files().len())
         ));
     }
     Ok(m.step)
@@ -173,7 +174,7 @@ pub(super) struct Parts<'a> {
     /// The weights (rank 0 writes them).
     pub model: &'a Llama,
     /// The optimizer state (each strategy writes its own files).
-    pub sync: &'a dyn GradSync,
+    pub state: &'a dyn SavedState,
     /// Where each rank's loader is (every rank writes its own).
     pub batches: &'a Prefetcher,
     /// The loss scale of a float16 run (rank 0 writes it).
@@ -220,11 +221,11 @@ fn save_via(
     let state_path = tmp.join(format!("loader_rank{}.json", group.rank()));
     checkpoint::write_synced(&state_path, parts.batches.state().to_json().as_bytes())?;
     group.barrier()?;
-    parts.sync.save(tmp)?;
+    parts.state.save(tmp)?;
     if group.rank() == 0 {
         parts.precision.save(tmp)?;
         let layout = Layout {
-            optimizer_files: parts.sync.state_files(),
+            optimizer_files: parts.state.state_files(),
             data: parts.batches.state(),
         };
         publish(cfg, group, parts.model, layout, tmp, step)?;

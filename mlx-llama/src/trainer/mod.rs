@@ -2,9 +2,10 @@
 //!
 //! A step reads like the seeds' loop: the loss and its gradients
 //! (accumulated over micro-batches), their average over the ranks, the
-//! update, the eval. How the gradients are averaged and where the optimizer
-//! state lives is the business of the gradient-synchronisation strategy
-//! (the crate's `sync` module: replicated or sharded), chosen once per run.
+//! update, the eval. How the gradients are averaged, where the optimizer
+//! state lives and how the model is split is the business of the parallel
+//! layout (the crate's `sync` module: replicated, sharded or tensor
+//! parallel), chosen once per run.
 
 mod batch;
 mod checkpoints;
@@ -14,7 +15,6 @@ mod precision;
 mod record;
 mod setup;
 pub mod stop;
-mod tensor;
 mod test_kill;
 #[cfg(test)]
 mod tests;
@@ -29,11 +29,10 @@ use mlx_nn::ModuleExt;
 
 use crate::Llama;
 use crate::config::TrainConfig;
-use crate::sync::{self, EMBEDDING, GradSync};
+use crate::sync::{self, EMBEDDING, GradSync, SavedState};
 use batch::StepBatch;
 use precision::{Checked, Precision};
 use record::{Recorder, Stepped};
-use tensor::TensorShards;
 
 pub use record::{StepTransfers, Summary};
 pub use setup::{data_config_for, tokenizer_for};
@@ -118,10 +117,9 @@ struct Run<'a> {
     /// The data-parallel ranks: the world, or with tensor parallelism the
     /// ranks holding the same shard in every replica.
     group: Group,
-    /// With tensor parallelism, how the model is split.
-    tensor: Option<TensorShards>,
     model: Llama,
-    /// How the gradients meet and the optimizer state is kept.
+    /// The parallel layout: how the gradients meet, the optimizer state is
+    /// kept and the model is split.
     sync: Box<dyn GradSync>,
     batches: Prefetcher,
     val_loader: DataLoader,
@@ -140,10 +138,12 @@ struct Run<'a> {
 }
 
 impl<'a> Run<'a> {
-    /// Prepares the data, builds the model and the strategy, and resumes
-    /// from the newest intact checkpoint, if any.
+    /// Chooses the parallel layout, prepares the data, builds the model,
+    /// resumes from the newest intact checkpoint, if any, and cuts the
+    /// model as the layout trains it.
     fn start(cfg: &'a TrainConfig, world: &'a Group) -> Result<Run<'a>> {
-        let (group, tensor_group) = tensor::groups(cfg, world)?;
+        let mut sync = sync::for_config(cfg, world, setup::adamw(cfg)?)?;
+        let group = sync.group().clone();
         let (rank, replicas) = (world.rank(), group.size());
         let batch = setup::per_rank(cfg, replicas)?;
         // Sequences per optimizer step across the world.
@@ -161,7 +161,6 @@ impl<'a> Run<'a> {
             );
         }
         let mut model = setup::model(cfg, data.tokenizer.vocab_size())?;
-        let mut sync = sync::for_config(cfg, &group, setup::adamw(cfg)?);
         let mut train_loader = setup::loader(data.train.clone(), cfg, &group, batch)?;
         let val_loader = setup::loader(data.validation.clone(), cfg, &group, batch)?;
         let mut precision = Precision::for_config(cfg);
@@ -170,28 +169,18 @@ impl<'a> Run<'a> {
             cfg,
             &group,
             &mut model,
-            sync.as_mut(),
+            sync.saved_mut(),
             &mut train_loader,
             &mut precision,
         )?;
         let parameters = model.num_parameters();
-        let tensor = match tensor_group {
-            Some(t) => Some(TensorShards::shard(t, &mut model, sync.optimizer_mut())?),
-            None => None,
-        };
+        sync.scatter(&mut model)?;
         eval(model.parameters())?;
         if rank == 0 {
-            let split = match &tensor {
-                Some(t) => format!(
-                    "{} data-parallel replica(s) of {} tensor-parallel shards",
-                    replicas,
-                    t.group.size()
-                ),
-                None => format!("{replicas} rank(s)"),
-            };
             crate::console::line(&format!(
-                "training {} parameters on {split}: {} steps, {} sequences of {} tokens per step, {} data, vocabulary {}",
+                "training {} parameters on {}: {} steps, {} sequences of {} tokens per step, {} data, vocabulary {}",
                 parameters,
+                sync.describe(),
                 cfg.steps,
                 sequences,
                 cfg.block_size,
@@ -211,7 +200,6 @@ impl<'a> Run<'a> {
             cfg,
             world,
             group,
-            tensor,
             model,
             sync,
             batches,
@@ -249,7 +237,8 @@ impl<'a> Run<'a> {
             self.precision.compute,
         )?;
         let grads = self.sync.reduce(grads, batch.sparse.as_ref())?;
-        let learning_rate = self.sync.optimizer().learning_rate();
+        // The rate this step's update uses (read before it).
+        let learning_rate = self.sync.optimizer().next_learning_rate();
         // Every rank of the world agrees whether to skip (the shards'
         // gradients differ).
         let grad_norm = match self.precision.check(grads, self.world)? {
@@ -293,16 +282,12 @@ impl<'a> Run<'a> {
     /// The averaged gradients clipped by their global norm, and that norm,
     /// when clipping is configured.
     fn clip(&self, grads: Tree) -> Result<(Tree, Option<Array>)> {
-        Ok(match (self.cfg.grad_clip, &self.tensor) {
-            (Some(max), Some(t)) => {
-                let (g, n) = t.clip(grads, max)?;
-                (g, Some(n))
-            }
-            (Some(max), None) => {
+        Ok(match self.cfg.grad_clip {
+            Some(max) => {
                 let (g, n) = self.sync.clip(grads, max)?;
                 (g, Some(n))
             }
-            (None, _) => (grads, None),
+            None => (grads, None),
         })
     }
 
@@ -346,36 +331,22 @@ impl<'a> Run<'a> {
         Ok(value)
     }
 
-    /// Writes the checkpoint after step `done`; returns its folder. With
-    /// tensor parallelism the shards are gathered first, and the first
-    /// shard of every replica writes what a data-parallel run would.
+    /// Writes the checkpoint after step `done`; returns its folder. It
+    /// holds the whole model and optimizer state, whoever writes them (see
+    /// [`GradSync::checkpoint`]).
     fn checkpoint(&self, done: u64) -> Result<std::path::PathBuf> {
-        let Some(t) = &self.tensor else {
+        let (cfg, batches, precision) = (self.cfg, &self.batches, &self.precision);
+        let mut write = |group: &Group, model: &Llama, state: &dyn SavedState| {
             let parts = checkpoints::Parts {
-                model: &self.model,
-                sync: self.sync.as_ref(),
-                batches: &self.batches,
-                precision: &self.precision,
+                model,
+                state,
+                batches,
+                precision,
             };
-            return checkpoints::save(self.cfg, &self.group, parts, done);
+            checkpoints::save(cfg, group, parts, done).map(drop)
         };
-        let (model, state) = t.whole(&self.model, self.sync.optimizer().state())?;
-        let mut opt = setup::adamw(self.cfg)?;
-        *mlx_optim::Optimizer::state_mut(&mut opt) = state;
-        let whole = sync::Replicated::new(opt, &self.group, self.cfg.all_reduce_size, None);
-        let dir = if t.group.rank() == 0 {
-            let parts = checkpoints::Parts {
-                model: &model,
-                sync: &whole,
-                batches: &self.batches,
-                precision: &self.precision,
-            };
-            Some(checkpoints::save(self.cfg, &self.group, parts, done)?)
-        } else {
-            None
-        };
-        self.world.barrier()?;
-        Ok(dir.unwrap_or_else(|| crate::checkpoint::step_dir(&self.cfg.out_dir, done)))
+        self.sync.checkpoint(&self.model, &mut write)?;
+        Ok(crate::checkpoint::step_dir(&cfg.out_dir, done))
     }
 
     /// Whether rank 0's clock calls for a periodic checkpoint: the
