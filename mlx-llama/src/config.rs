@@ -36,6 +36,82 @@ pub enum TokenizerChoice {
     Train(usize),
 }
 
+/// `TRAIN,VALID` as two paths.
+fn pair(s: &str) -> Result<(PathBuf, PathBuf), String> {
+    let (a, b) = s
+        .split_once(',')
+        .ok_or_else(|| format!("expected TRAIN,VALID paths, got `{s}`"))?;
+    Ok((a.into(), b.into()))
+}
+
+impl std::str::FromStr for DataSource {
+    type Err = String;
+    /// `auto`, `offline`, `hub`, `text:TRAIN,VALID`, `jsonl:TRAIN,VALID` or
+    /// `parquet:TRAIN,VALID`.
+    fn from_str(s: &str) -> Result<Self, String> {
+        Ok(match s {
+            "auto" => DataSource::Auto,
+            "offline" => DataSource::Offline,
+            "hub" => DataSource::Hub,
+            _ if s.starts_with("text:") => {
+                let (train, validation) = pair(&s[5..])?;
+                DataSource::Text { train, validation }
+            }
+            _ if s.starts_with("jsonl:") => {
+                let (train, validation) = pair(&s[6..])?;
+                DataSource::JsonLines { train, validation }
+            }
+            _ if s.starts_with("parquet:") => {
+                let (train, validation) = pair(&s[8..])?;
+                DataSource::Parquet { train, validation }
+            }
+            _ => {
+                return Err(format!(
+                    "unknown --data `{s}`: use auto, offline, hub, text:TRAIN,VALID, \
+                     jsonl:TRAIN,VALID or parquet:TRAIN,VALID"
+                ));
+            }
+        })
+    }
+}
+
+impl std::str::FromStr for TokenizerChoice {
+    type Err = String;
+    /// `auto`, `gpt2:DIR`, `train:N`, or a tokenizer.json path.
+    fn from_str(s: &str) -> Result<Self, String> {
+        Ok(match s {
+            "auto" => TokenizerChoice::Auto,
+            _ if s.starts_with("gpt2:") => TokenizerChoice::Gpt2Files(s[5..].into()),
+            _ if s.starts_with("train:") => TokenizerChoice::Train(
+                s[6..]
+                    .parse()
+                    .map_err(|_| format!("bad vocabulary size in `{s}`"))?,
+            ),
+            _ => TokenizerChoice::File(s.into()),
+        })
+    }
+}
+
+/// A size in bytes: digits with an optional binary (KiB, MiB, GiB) or
+/// decimal-looking (K, M, G, taken as powers of 1024 too) suffix.
+fn byte_size(s: &str) -> Result<usize, String> {
+    let t = s.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (digits, unit) = t.split_at(split);
+    let n: usize = digits
+        .parse()
+        .map_err(|_| format!("expected a number of bytes like 4194304 or 4MiB, got `{s}`"))?;
+    let scale: usize = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "k" | "kib" => 1 << 10,
+        "m" | "mib" => 1 << 20,
+        "g" | "gib" => 1 << 30,
+        u => return Err(format!("unknown unit `{u}` in `{s}`: use KiB, MiB or GiB")),
+    };
+    n.checked_mul(scale)
+        .ok_or_else(|| format!("`{s}` is too large"))
+}
+
 /// Learning-rate schedule after warmup.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize, clap::ValueEnum)]
 pub enum ScheduleKind {
@@ -87,156 +163,197 @@ impl FloatDtype {
 /// travel in their own dtype.
 pub type CommunicationDtype = FloatDtype;
 
-/// A training run.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+/// A training run: `mlx-llama train`'s options (the field docs are its
+/// `--help`), the checkpoints' record of the run (serde), and, through
+/// [`Default`], the reference experiment. Each option's default is written
+/// once, in its `#[arg]` attribute: [`TrainConfig::default`] is the empty
+/// command line, and the run folder's `run.toml` holds the options by their
+/// long names ([`crate::options_file`]).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, clap::Args)]
 pub struct TrainConfig {
     /// The model. A `vocab_size` of 0 takes the tokenizer's vocabulary (50,257
     /// for GPT-2); a larger tokenizer always grows the model to fit.
+    #[command(flatten)]
     pub model: LlamaConfig,
     /// Optimizer steps.
+    #[arg(long, default_value_t = 100)]
     pub steps: u64,
-    /// Sequences per step across all ranks (split evenly), unless `per_rank_batch` is set.
+    /// Sequences per step across all ranks (split evenly), unless
+    /// --per-rank-batch is set.
+    #[arg(long, default_value_t = 4)]
     pub global_batch: usize,
-    /// Sequences per step on each rank (overrides `global_batch`).
+    /// Sequences per step on each rank (overrides --global-batch).
+    #[arg(long)]
     pub per_rank_batch: Option<usize>,
     /// Tokens predicted per sequence.
+    #[arg(long, default_value_t = 512)]
     pub block_size: usize,
-    /// Peak learning rate.
+    /// Peak learning rate (AdamW).
+    #[arg(long = "lr", value_name = "LR", default_value_t = 3e-4)]
     pub learning_rate: f64,
     /// Schedule after warmup.
+    #[arg(long, value_enum, default_value_t = ScheduleKind::Constant)]
     pub schedule: ScheduleKind,
     /// Linear warmup steps from 0.
+    #[arg(long, default_value_t = 0)]
     pub warmup: u64,
     /// AdamW's decoupled weight decay.
+    #[arg(long, default_value_t = 0.01)]
     pub weight_decay: f64,
     /// Clip the global gradient norm to this.
+    #[arg(long)]
     pub grad_clip: Option<f64>,
-    /// Ranks each model is split over (tensor parallelism: every block's
-    /// heads and MLP hidden features); the world is that many times the
-    /// data-parallel replicas. 1: every rank holds the whole model.
+    /// Split each model over this many consecutive ranks (tensor
+    /// parallelism: every block's heads and MLP hidden features); the world
+    /// is that many times the data-parallel replicas (e.g. -n 4 with 2: two
+    /// replicas of two shards). 1: every rank holds the whole model. Each
+    /// shard keeps its optimizer state whole: with more than one, the
+    /// optimizer is not sharded (--no-shard-optimizer is implied).
     #[serde(default = "one")]
+    #[arg(long, default_value_t = 1)]
     pub tensor_parallel: usize,
     /// Micro-batches accumulated per optimizer step.
+    #[arg(long, default_value_t = 1)]
     pub grad_accumulation: usize,
     /// Seed of the initial weights and the data order.
+    #[arg(long, default_value_t = 42)]
     pub seed: u64,
-    /// Text source.
+    /// Data: auto (TinyStories' parquet from the Hub, else offline),
+    /// offline, hub, text:TRAIN,VALID, jsonl:TRAIN,VALID or
+    /// parquet:TRAIN,VALID (files or folders of *.parquet with a `text`
+    /// column).
+    #[arg(long, default_value = "auto")]
     pub data: DataSource,
-    /// Tokenizer.
+    /// Tokenizer: auto (GPT-2, embedded; with --init-from, the folder's
+    /// tokenizer.json where it has one), a tokenizer.json path, gpt2:DIR
+    /// (vocab.json + merges.txt) or train:N.
+    #[arg(long, default_value = "auto")]
     pub tokenizer: TokenizerChoice,
-    /// Padding or packing.
+    /// Padding (one story per row) or packing.
+    #[arg(long, value_enum, default_value_t = Batching::Pack)]
     pub batching: Batching,
-    /// Evaluate on the validation split every this many steps (0: never).
+    /// Evaluate on the validation split every N steps and after the last
+    /// (0: never); the validation loss is `eval_loss` in metrics.jsonl and
+    /// loss.png.
+    #[arg(long, default_value_t = 25)]
     pub eval_every: u64,
     /// Validation batches per rank per evaluation.
+    #[arg(long, default_value_t = 4)]
     pub eval_batches: usize,
-    /// Checkpoint every this many steps (0: only at the end).
-    pub checkpoint_every: u64,
-    /// Besides `checkpoint_every`, a checkpoint once this many seconds have
+    /// Besides --checkpoint-every, a checkpoint once this many seconds have
     /// passed since the last one, and at least 50 times as long as the last
-    /// one took, so checkpoints cost under 2% of the run (0: off).
+    /// one took, so checkpoints cost under 2% of the run (0: off; giving
+    /// --checkpoint-every turns it off unless this is given too).
+    //
+    // Declared before `checkpoint_every`: clap fills defaults in this
+    // order, so here `checkpoint_every` is present only when given.
     #[serde(default)]
+    #[arg(
+        long,
+        value_name = "SECS",
+        default_value_t = 600,
+        default_value_if("checkpoint_every", clap::builder::ArgPredicate::IsPresent, "0")
+    )]
     pub checkpoint_interval_s: u64,
-    /// Keep only the newest this many checkpoints, deleting older ones after
-    /// each new one is published (0: keep all; `latest` is never deleted).
+    /// Checkpoint every N steps (0: by time only, see
+    /// --checkpoint-interval-s); always at the end, and on SIGINT/SIGTERM.
+    #[arg(long, default_value_t = 0)]
+    pub checkpoint_every: u64,
+    /// Keep only the newest N checkpoints, deleting older ones after each
+    /// new one is published (0: keep all; `latest` is never deleted).
     #[serde(default)]
+    #[arg(long, default_value_t = 0)]
     pub keep_checkpoints: usize,
-    /// Run folder: metrics, checkpoints.
+    /// Run folder for metrics and checkpoints.
+    #[arg(long = "out", value_name = "OUT", default_value = "runs/latest")]
     pub out_dir: PathBuf,
-    /// Log every this many steps.
+    /// Log every N steps.
+    #[arg(long, default_value_t = 1)]
     pub log_every: u64,
-    /// Bucket size of gradient averaging in bytes (MLX's `all_reduce_size`).
+    /// Bytes per gradient communication bucket (MLX's all_reduce_size; 0:
+    /// one collective per tensor); suffixes KiB, MiB, GiB, K, M, G allowed.
+    #[arg(long, default_value = "32MiB", value_parser = byte_size)]
     pub all_reduce_size: usize,
-    /// The dtype gradients travel in between the ranks; `None`: their own.
+    /// The dtype gradients travel in between the ranks (MLX's
+    /// communication_type): bf16 or f16 halve the bytes of f32 gradients;
+    /// default: their own dtype.
     #[serde(default)]
+    #[arg(long, value_enum, alias = "communication-type")]
     pub communication_dtype: Option<CommunicationDtype>,
-    /// Send only the rows of the embedding's gradient that the batch's
-    /// tokens touch (the rest are zero), as PyTorch's sparse embedding
-    /// gradients: at world 2 bit for bit the dense average, with a fiftieth
-    /// of the reference model's embedding bytes.
+    /// Send the embedding's whole gradient between the ranks (by default
+    /// only the rows of the batch's tokens travel, as PyTorch's sparse
+    /// embedding gradients: the rest are zero; at world 2 bit for bit the
+    /// dense average, with a fiftieth of the reference model's embedding
+    /// bytes).
     #[serde(default = "yes")]
+    #[arg(long = "dense-embedding-gradients", action = clap::ArgAction::SetFalse)]
     pub sparse_embedding_gradients: bool,
-    /// The dtype of the forward and backward passes: `f32`, or `bf16` /
-    /// `f16` with float32 master weights and optimizer state (mixed
-    /// precision; `f16` with a dynamic loss scale).
+    /// The dtype the model computes in: f32, or bf16 / f16 with float32
+    /// master weights and optimizer state (f16 with a dynamic loss scale).
+    /// Which is fast where: on a CPU with AMX or AVX512_BF16, bf16; on a GPU
+    /// whose adapter offers cooperative matrices (NVIDIA's tensor cores
+    /// through Vulkan), f16 matmuls, attention and the output projection +
+    /// loss run on them while bf16 computes in f32 (no bf16 cooperative
+    /// matrix there); elsewhere f32.
     #[serde(default)]
+    #[arg(long, value_enum, default_value_t)]
     pub dtype: FloatDtype,
-    /// The first loss scale of a float16 run (default 65,536, PyTorch's
-    /// `GradScaler`); it halves on every step whose gradients overflow and
-    /// doubles after 2,000 good ones.
+    /// The first loss scale with --dtype f16 (default 65536, PyTorch's
+    /// `GradScaler`); halved on every step whose gradients overflow,
+    /// doubled after 2,000 good ones.
     #[serde(default)]
+    #[arg(long)]
     pub loss_scale: Option<f64>,
-    /// Device: `cpu` or `gpu` (any adapter wgpu finds).
+    /// Device: cpu or gpu (any adapter wgpu finds; Mesa's lavapipe on Linux
+    /// without a GPU).
+    #[arg(long, default_value = "cpu")]
     pub device: String,
-    /// Where token stores and tokenizers are cached (default: `MLX_DATA_CACHE`
-    /// or `~/.cache/mlx-data`).
+    /// Cache folder for token stores and tokenizers (default:
+    /// MLX_DATA_CACHE or ~/.cache/mlx-data).
+    #[arg(long)]
     pub data_cache: Option<PathBuf>,
-    /// Each rank appends its array memory (`memory::active`/`peak`) after
-    /// every step to `<this>.rank<R>.jsonl`, for memory profiling.
+    /// Each rank appends its array memory (`memory::active`/`peak`) per step
+    /// to PATH.rank<R>.jsonl, for memory profiling.
+    #[arg(long)]
     pub memory_log: Option<PathBuf>,
-    /// Each rank appends the samples of every step (epoch, and the index in
-    /// the token store of each of its rows) to `<this>.rank<R>.jsonl`, to
-    /// audit which data a run used.
+    /// Each rank appends the samples of every step (epoch and token-store
+    /// indices of its rows) to PATH.rank<R>.jsonl, to audit which data a
+    /// run used.
     #[serde(default)]
+    #[arg(long)]
     pub sample_log: Option<PathBuf>,
-    /// With more than one rank, shard AdamW's moments over the ranks (ZeRO
-    /// stage 1: each rank keeps `1 / world` of them, the same results); off,
-    /// every rank averages whole gradients and keeps the whole state.
+    /// Keep the whole AdamW state on every rank and average whole gradients
+    /// (by default, with several ranks, each keeps only its shard: ZeRO
+    /// stage 1, the same results).
+    #[arg(long = "no-shard-optimizer", action = clap::ArgAction::SetFalse)]
     pub shard_optimizer: bool,
-    /// Where the metrics go: TensorBoard event files, metrics.jsonl,
-    /// metrics.csv and loss.png (default: all).
+    /// Where the metrics go, comma-separated: tensorboard (event files in
+    /// the run folder: `tensorboard --logdir runs`), jsonl (metrics.jsonl),
+    /// csv (metrics.csv and loss.png, drawn from metrics.jsonl, which is then
+    /// written too); all or none. None needs a network.
     #[serde(default)]
+    #[arg(long, default_value = "all")]
     pub report_to: crate::metrics::ReportTo,
-    /// Start from these pretrained weights: a Hugging Face or mlx-lm Llama
-    /// folder (config.json and safetensors), which also sets the model's
-    /// shape ([`crate::import`]).
+    /// Start from pretrained weights: a Hugging Face or mlx-lm Llama folder
+    /// (config.json, model.safetensors or shards with
+    /// model.safetensors.index.json); its config.json sets the model's
+    /// shape (the model options are then ignored; see `crate::import`).
     #[serde(default)]
+    #[arg(long, value_name = "DIR")]
     pub init_from: Option<PathBuf>,
 }
 
 impl Default for TrainConfig {
-    /// The reference experiment: the reference Llama, batch 4 x 512, AdamW 3e-4, seed 42, 100 steps.
+    /// The reference experiment, which is `mlx-llama train` without
+    /// options: the reference Llama, batch 4 x 512, AdamW 3e-4, seed 42,
+    /// 100 steps, an evaluation every 25 steps, a checkpoint every 10
+    /// minutes (or 50 times as long as the last took) and at the end.
     fn default() -> Self {
-        TrainConfig {
-            model: LlamaConfig {
-                vocab_size: 0,
-                ..LlamaConfig::default()
-            },
-            steps: 100,
-            global_batch: 4,
-            per_rank_batch: None,
-            block_size: 512,
-            learning_rate: 3e-4,
-            schedule: ScheduleKind::Constant,
-            warmup: 0,
-            weight_decay: 0.01,
-            grad_clip: None,
-            grad_accumulation: 1,
-            tensor_parallel: 1,
-            seed: 42,
-            data: DataSource::Auto,
-            tokenizer: TokenizerChoice::Auto,
-            batching: Batching::Pack,
-            eval_every: 0,
-            eval_batches: 4,
-            checkpoint_every: 0,
-            checkpoint_interval_s: 0,
-            keep_checkpoints: 0,
-            out_dir: PathBuf::from("runs/latest"),
-            log_every: 1,
-            all_reduce_size: 32 << 20,
-            communication_dtype: None,
-            sparse_embedding_gradients: true,
-            dtype: FloatDtype::F32,
-            loss_scale: None,
-            device: "cpu".into(),
-            data_cache: None,
-            memory_log: None,
-            sample_log: None,
-            shard_optimizer: true,
-            report_to: crate::metrics::ReportTo::default(),
-            init_from: None,
-        }
+        use clap::FromArgMatches;
+        let matches = TrainConfig::command()
+            .try_get_matches_from(["train"])
+            .expect("every option has a default or is optional");
+        TrainConfig::from_arg_matches(&matches).expect("the defaults are valid values")
     }
 }
 
@@ -251,6 +368,13 @@ fn one() -> usize {
 }
 
 impl TrainConfig {
+    /// The options as a clap command named `train` (a later value of an
+    /// option overrides an earlier one, as `--config FILE` needs).
+    pub fn command() -> clap::Command {
+        use clap::Args;
+        TrainConfig::augment_args(clap::Command::new("train").args_override_self(true))
+    }
+
     /// The parts of the configuration a checkpoint must agree with to resume.
     pub fn resume_key(&self) -> serde_json::Value {
         serde_json::json!({
@@ -265,5 +389,265 @@ impl TrainConfig {
             "batching": self.batching,
             "shard_optimizer": self.shard_optimizer,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::{ArgAction, FromArgMatches};
+    use serde_json::Value;
+
+    use super::*;
+    use crate::options_file::{file_args, resolved_toml};
+
+    fn matches(args: &[&str]) -> clap::ArgMatches {
+        let argv = std::iter::once("train").chain(args.iter().copied());
+        TrainConfig::command().try_get_matches_from(argv).unwrap()
+    }
+
+    fn parse(args: &[&str]) -> TrainConfig {
+        TrainConfig::from_arg_matches(&matches(args)).unwrap()
+    }
+
+    /// The serialised field an option sets: `id` at the top or in `model`.
+    fn field<'a>(json: &'a Value, id: &str) -> Option<&'a Value> {
+        json.get(id).or_else(|| json["model"].get(id))
+    }
+
+    /// The part of `--help` about `--long`.
+    fn help_of(help: &str, long: &str) -> String {
+        let start = help
+            .find(&format!("\n      --{long} <"))
+            .unwrap_or_else(|| panic!("--{long} missing from the help:\n{help}"));
+        let rest = &help[start + 1..];
+        let end = rest.find("\n      --").unwrap_or(rest.len());
+        rest[..end].to_string()
+    }
+
+    #[test]
+    fn the_help_shows_each_default_and_it_is_the_default_config() {
+        let default = TrainConfig::default();
+        assert_eq!(parse(&[]), default, "the empty command line");
+        let json = serde_json::to_value(&default).unwrap();
+        let help = TrainConfig::command().render_long_help().to_string();
+        // Not built, so without clap's own --help.
+        let cmd = TrainConfig::command();
+        let mut ids = vec![];
+        for arg in cmd.get_arguments() {
+            let (id, long) = (arg.get_id().as_str(), arg.get_long().unwrap());
+            ids.push(id.to_string());
+            let own = field(&json, id).unwrap_or_else(|| panic!("--{long} sets no field {id}"));
+            match (arg.get_action(), arg.get_default_values()) {
+                (ArgAction::SetTrue | ArgAction::SetFalse, _) => {
+                    let on = serde_json::to_value(parse(&[&format!("--{long}")])).unwrap();
+                    assert_eq!(
+                        field(&on, id),
+                        Some(&Value::Bool(!own.as_bool().unwrap())),
+                        "--{long} flips {id}"
+                    );
+                }
+                (_, []) => assert_eq!(own, &Value::Null, "--{long} has no default: unset"),
+                (_, [shown]) => {
+                    let shown = shown.to_str().unwrap();
+                    let section = help_of(&help, long);
+                    assert!(
+                        section.contains(&format!("[default: {shown}]")),
+                        "{section}"
+                    );
+                    // The default shown, given, is the default's value.
+                    let given =
+                        serde_json::to_value(parse(&[&format!("--{long}"), shown])).unwrap();
+                    assert_eq!(field(&given, id), Some(own), "--{long} {shown}");
+                }
+                (_, many) => panic!("--{long} has several defaults: {many:?}"),
+            }
+        }
+        // Every field is an option, but the model's two constants.
+        let mut fields: Vec<String> = json.as_object().unwrap().keys().cloned().collect();
+        fields.extend(json["model"].as_object().unwrap().keys().cloned());
+        fields.retain(|f| !["model", "norm_eps", "rope_base"].contains(&f.as_str()));
+        fields.sort();
+        ids.sort();
+        assert_eq!(fields, ids);
+    }
+
+    /// Every option away from its default.
+    const ALL_SET: &[&str] = &[
+        "--layers",
+        "2",
+        "--vocab",
+        "300",
+        "--dims",
+        "32",
+        "--mlp-dims",
+        "64",
+        "--heads",
+        "2",
+        "--steps",
+        "7",
+        "--global-batch",
+        "8",
+        "--per-rank-batch",
+        "2",
+        "--block-size",
+        "64",
+        "--lr",
+        "0.001",
+        "--schedule",
+        "cosine",
+        "--warmup",
+        "3",
+        "--weight-decay",
+        "0.1",
+        "--grad-clip",
+        "1.5",
+        "--tensor-parallel",
+        "2",
+        "--grad-accumulation",
+        "2",
+        "--seed",
+        "7",
+        "--data",
+        "text:a.txt,b.txt",
+        "--tokenizer",
+        "train:300",
+        "--batching",
+        "pad",
+        "--eval-every",
+        "5",
+        "--eval-batches",
+        "2",
+        "--checkpoint-every",
+        "3",
+        "--keep-checkpoints",
+        "2",
+        "--out",
+        "runs/x",
+        "--log-every",
+        "2",
+        "--all-reduce-size",
+        "4MiB",
+        "--communication-dtype",
+        "bf16",
+        "--dense-embedding-gradients",
+        "--dtype",
+        "bf16",
+        "--loss-scale",
+        "1024",
+        "--device",
+        "gpu",
+        "--data-cache",
+        "cache",
+        "--memory-log",
+        "memory",
+        "--sample-log",
+        "samples",
+        "--no-shard-optimizer",
+        "--report-to",
+        "jsonl,csv",
+        "--init-from",
+        "weights",
+    ];
+
+    #[test]
+    fn a_run_toml_and_serde_read_back_to_the_same_config() {
+        let all_set = parse(ALL_SET);
+        let (a, b) = (
+            serde_json::to_value(&all_set).unwrap(),
+            serde_json::to_value(TrainConfig::default()).unwrap(),
+        );
+        for f in a.as_object().unwrap().keys().filter(|f| *f != "model") {
+            assert_ne!(a[f], b[f], "ALL_SET leaves {f} at its default");
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let cmd = TrainConfig::command();
+        for args in [&[][..], ALL_SET] {
+            let cfg = parse(args);
+            // run.toml: the options by their names, read back as a command line.
+            let text = resolved_toml(&cmd, &matches(args), &[]);
+            let file = dir.path().join("run.toml");
+            std::fs::write(&file, &text).unwrap();
+            let again: Vec<String> = file_args(&cmd, &file)
+                .unwrap()
+                .into_iter()
+                .map(|a| a.into_string().unwrap())
+                .collect();
+            let again: Vec<&str> = again.iter().map(String::as_str).collect();
+            assert_eq!(parse(&again), cfg, "{text}");
+            // The serde forms (a checkpoint's manifest holds the JSON).
+            let toml_text = toml::to_string(&cfg).unwrap();
+            assert_eq!(
+                toml::from_str::<TrainConfig>(&toml_text).unwrap(),
+                cfg,
+                "{toml_text}"
+            );
+            let json = serde_json::to_string(&cfg).unwrap();
+            assert_eq!(serde_json::from_str::<TrainConfig>(&json).unwrap(), cfg);
+        }
+    }
+
+    #[test]
+    fn checkpoints_come_by_time_unless_checkpoint_every_is_given() {
+        assert_eq!(parse(&[]).checkpoint_interval_s, 600);
+        let by_steps = parse(&["--checkpoint-every", "5"]);
+        assert_eq!(
+            (by_steps.checkpoint_every, by_steps.checkpoint_interval_s),
+            (5, 0)
+        );
+        let both = parse(&["--checkpoint-every", "5", "--checkpoint-interval-s", "60"]);
+        assert_eq!((both.checkpoint_every, both.checkpoint_interval_s), (5, 60));
+        // A run.toml written before the interval was an option.
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("run.toml");
+        std::fs::write(&file, "checkpoint_every = 5\nsteps = 9\n").unwrap();
+        let args: Vec<String> = file_args(&TrainConfig::command(), &file)
+            .unwrap()
+            .into_iter()
+            .map(|a| a.into_string().unwrap())
+            .collect();
+        let old = parse(&args.iter().map(String::as_str).collect::<Vec<_>>());
+        assert_eq!(
+            (old.steps, old.checkpoint_every, old.checkpoint_interval_s),
+            (9, 5, 0)
+        );
+    }
+
+    #[test]
+    fn data_and_tokenizer_values_parse_or_say_what_is_wrong() {
+        assert_eq!(
+            "jsonl:a,b".parse::<DataSource>(),
+            Ok(DataSource::JsonLines {
+                train: "a".into(),
+                validation: "b".into()
+            })
+        );
+        assert!(
+            "text:a"
+                .parse::<DataSource>()
+                .unwrap_err()
+                .contains("expected TRAIN,VALID")
+        );
+        assert!(
+            "web"
+                .parse::<DataSource>()
+                .unwrap_err()
+                .contains("unknown --data `web`")
+        );
+        assert_eq!(
+            "train:300".parse::<TokenizerChoice>(),
+            Ok(TokenizerChoice::Train(300))
+        );
+        assert_eq!(
+            "gpt2:d".parse::<TokenizerChoice>(),
+            Ok(TokenizerChoice::Gpt2Files("d".into()))
+        );
+        assert!(
+            "train:x"
+                .parse::<TokenizerChoice>()
+                .unwrap_err()
+                .contains("bad vocabulary size")
+        );
+        assert_eq!(byte_size("4MiB"), Ok(4 << 20));
+        assert!(byte_size("4 parsecs").unwrap_err().contains("unknown unit"));
     }
 }

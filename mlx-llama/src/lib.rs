@@ -22,6 +22,8 @@ pub mod run_folder;
 pub mod sampling;
 mod sync;
 pub mod tensorboard;
+#[doc(hidden)]
+pub mod testing;
 pub mod trainer;
 
 pub use config::{

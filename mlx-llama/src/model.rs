@@ -25,21 +25,32 @@ use crate::sampling::Sampling;
 pub const RESIDUAL_DTYPE: Dtype = Dtype::F32;
 
 /// Model hyper-parameters; the defaults are the reference experiment's.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+/// As `mlx-llama train`'s model options (`--layers`, `--dims`, ...), the
+/// vocabulary defaults to 0: the tokenizer's.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, clap::Args)]
 pub struct LlamaConfig {
-    /// Number of transformer blocks.
+    /// Model: number of transformer blocks.
+    #[arg(long = "layers", value_name = "LAYERS", default_value_t = LlamaConfig::default().num_layers)]
     pub num_layers: usize,
-    /// Vocabulary size (rows of the embedding and the output projection).
+    /// Model: vocabulary size (rows of the embedding and the output
+    /// projection); in training, 0 takes the tokenizer's (50,257 for GPT-2)
+    /// and a smaller one grows to fit it.
+    #[arg(long = "vocab", value_name = "VOCAB", default_value_t = 0)]
     pub vocab_size: usize,
-    /// Model width.
+    /// Model: width.
+    #[arg(long, default_value_t = LlamaConfig::default().dims)]
     pub dims: usize,
-    /// Hidden width of the SwiGLU MLP.
+    /// Model: hidden width of the SwiGLU MLP.
+    #[arg(long, default_value_t = LlamaConfig::default().mlp_dims)]
     pub mlp_dims: usize,
-    /// Attention heads (`dims` must divide by it).
+    /// Model: attention heads (`dims` must divide by it).
+    #[arg(long = "heads", value_name = "HEADS", default_value_t = LlamaConfig::default().num_heads)]
     pub num_heads: usize,
     /// RMSNorm epsilon.
+    #[arg(skip = LlamaConfig::default().norm_eps)]
     pub norm_eps: f64,
     /// RoPE base.
+    #[arg(skip = LlamaConfig::default().rope_base)]
     pub rope_base: f64,
 }
 

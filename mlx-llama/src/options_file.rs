@@ -129,13 +129,22 @@ pub fn resolved_toml(cmd: &Command, matches: &ArgMatches, skip: &[&str]) -> Stri
     let mut table = toml::Table::new();
     for arg in cmd.get_arguments() {
         let id = arg.get_id().as_str();
-        if arg.get_long().is_none() || skip.contains(&id) {
+        let Some(long) = arg.get_long() else {
+            continue;
+        };
+        if skip.contains(&id) {
             continue;
         }
-        let key = id.replace('-', "_");
+        // The key is the option's name, which may differ from its id
+        // (`--lr` sets `learning_rate`).
+        let key = long.replace('-', "_");
         match arg.get_action() {
-            ArgAction::SetTrue | ArgAction::SetFalse => {
+            // `true`: the switch was given (a SetFalse switch reads false then).
+            ArgAction::SetTrue => {
                 table.insert(key, toml::Value::Boolean(matches.get_flag(id)));
+            }
+            ArgAction::SetFalse => {
+                table.insert(key, toml::Value::Boolean(!matches.get_flag(id)));
             }
             ArgAction::Set => {
                 if let Some(mut raw) = matches.get_raw(id)

@@ -4,35 +4,10 @@
 //! `CI` or `MLX_REQUIRE_GPU` is set: there they fail (as the GPU conformance
 //! suite of mlx-array does; CI installs Mesa's lavapipe).
 
-use std::path::{Path, PathBuf};
+use mlx_llama::{TrainConfig, train};
 
-use mlx_llama::{Batching, DataSource, LlamaConfig, TrainConfig, train};
-
-/// One layer of 16 dimensions on blocks of 16 tokens: small enough for a
-/// software rasteriser (lavapipe).
-fn tiny(out: &Path, device: &str, steps: u64) -> TrainConfig {
-    TrainConfig {
-        model: LlamaConfig {
-            num_layers: 1,
-            vocab_size: 0,
-            dims: 16,
-            mlp_dims: 32,
-            num_heads: 2,
-            ..LlamaConfig::default()
-        },
-        steps,
-        global_batch: 2,
-        block_size: 16,
-        learning_rate: 3e-3,
-        grad_clip: Some(1.0),
-        data: DataSource::Offline,
-        batching: Batching::Pack,
-        out_dir: out.to_path_buf(),
-        data_cache: Some(PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("mlx-data-cache")),
-        device: device.into(),
-        ..TrainConfig::default()
-    }
-}
+mod common;
+use common::tiny_gpu as tiny;
 
 #[test]
 fn training_on_the_gpu_gives_the_cpu_losses() {

@@ -9,7 +9,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
-use mlx_llama::{Batching, DataSource, LlamaConfig, TrainConfig, train};
+use mlx_llama::{DataSource, TrainConfig, train};
 
 /// Word-salad stories, deterministic: about 1,200 GPT-2 tokens of training
 /// text (an epoch of a dozen steps of 4 x 16 tokens) and a little more for
@@ -47,28 +47,15 @@ fn corpus(dir: &Path) -> (PathBuf, PathBuf) {
 
 fn config(out: &Path, data: &Path, steps: u64) -> TrainConfig {
     TrainConfig {
-        model: LlamaConfig {
-            num_layers: 1,
-            vocab_size: 0,
-            dims: 32,
-            mlp_dims: 64,
-            num_heads: 2,
-            ..LlamaConfig::default()
-        },
-        steps,
-        global_batch: 4,
+        model: mlx_llama::testing::tiny_model(1, 32),
         block_size: 16,
-        learning_rate: 3e-3,
         data: DataSource::Text {
             train: data.join("train.txt"),
             validation: data.join("valid.txt"),
         },
-        batching: Batching::Pack,
         checkpoint_every: 10,
-        out_dir: out.to_path_buf(),
-        data_cache: Some(data.join("cache")),
         sample_log: Some(out.join("samples")),
-        ..TrainConfig::default()
+        ..mlx_llama::testing::tiny(out, steps, data.join("cache"))
     }
 }
 

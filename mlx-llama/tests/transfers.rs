@@ -13,9 +13,9 @@
 //! Alone in its test binary: the transfer counters are the process's.
 //! Without an adapter it skips, except under `CI` or `MLX_REQUIRE_GPU`.
 
-use std::path::PathBuf;
+use mlx_llama::{FloatDtype, StepTransfers, TrainConfig, train};
 
-use mlx_llama::{Batching, DataSource, FloatDtype, LlamaConfig, StepTransfers, TrainConfig, train};
+mod common;
 
 const BATCH: usize = 2;
 const BLOCK: usize = 16;
@@ -43,27 +43,10 @@ fn a_gpu_step_moves_no_parameter_between_host_and_device() {
 fn check(dtype: FloatDtype, to_host: u64) {
     let dir = tempfile::tempdir().unwrap();
     let cfg = TrainConfig {
-        model: LlamaConfig {
-            num_layers: 1,
-            vocab_size: 0,
-            dims: 16,
-            mlp_dims: 32,
-            num_heads: 2,
-            ..LlamaConfig::default()
-        },
-        steps: STEPS,
         global_batch: BATCH,
         block_size: BLOCK,
-        learning_rate: 3e-3,
-        grad_clip: Some(1.0),
-        data: DataSource::Offline,
-        batching: Batching::Pack,
-        out_dir: dir.path().to_path_buf(),
-        data_cache: Some(PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("mlx-data-cache")),
-        device: "gpu".into(),
-        eval_every: 0,
         dtype,
-        ..TrainConfig::default()
+        ..common::tiny_gpu(dir.path(), "gpu", STEPS)
     };
     let run = train(&cfg, &mlx_dist::Group::single()).unwrap();
     let steps = &run.transfers;

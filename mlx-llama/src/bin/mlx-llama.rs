@@ -7,10 +7,7 @@ use std::path::PathBuf;
 use anyhow::{Context, Result, bail};
 use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 use mlx_llama::options_file;
-use mlx_llama::{
-    Batching, CommunicationDtype, DataSource, FloatDtype, LlamaConfig, ScheduleKind,
-    TokenizerChoice, TrainConfig, train,
-};
+use mlx_llama::{TokenizerChoice, TrainConfig, train};
 
 #[derive(Parser)]
 #[command(
@@ -40,132 +37,9 @@ struct TrainArgs {
     /// folder keeps the resolved options as run.toml.
     #[arg(long, value_name = "FILE")]
     config: Option<PathBuf>,
-    /// Optimizer steps.
-    #[arg(long, default_value_t = 100)]
-    steps: u64,
-    /// Sequences per step across all ranks.
-    #[arg(long, default_value_t = 4)]
-    global_batch: usize,
-    /// Sequences per step on each rank (overrides --global-batch).
-    #[arg(long)]
-    per_rank_batch: Option<usize>,
-    /// Tokens per sequence.
-    #[arg(long, default_value_t = 512)]
-    block_size: usize,
-    /// Peak learning rate (AdamW).
-    #[arg(long, default_value_t = 3e-4)]
-    lr: f64,
-    /// Schedule after warmup.
-    #[arg(long, value_enum, default_value_t = ScheduleKind::Constant)]
-    schedule: ScheduleKind,
-    /// Linear warmup steps.
-    #[arg(long, default_value_t = 0)]
-    warmup: u64,
-    /// AdamW weight decay.
-    #[arg(long, default_value_t = 0.01)]
-    weight_decay: f64,
-    /// Clip the gradient norm to this.
-    #[arg(long)]
-    grad_clip: Option<f64>,
-    /// Micro-batches accumulated per step.
-    #[arg(long, default_value_t = 1)]
-    grad_accumulation: usize,
-    /// Seed of the weights and the data order.
-    #[arg(long, default_value_t = 42)]
-    seed: u64,
-    /// Data: auto (TinyStories' parquet from the Hub, else offline), offline, hub,
-    /// text:TRAIN,VALID, jsonl:TRAIN,VALID or parquet:TRAIN,VALID (files or folders of
-    /// *.parquet with a `text` column).
-    #[arg(long, default_value = "auto")]
-    data: String,
-    /// Tokenizer: auto (GPT-2, embedded), a tokenizer.json path, gpt2:DIR (vocab.json +
-    /// merges.txt) or train:N.
-    #[arg(long, default_value = "auto")]
-    tokenizer: String,
-    /// Padding (one story per row) or packing.
-    #[arg(long, value_enum, default_value_t = Batching::Pack)]
-    batching: Batching,
-    /// Model: layers.
-    #[arg(long, default_value_t = 4)]
-    layers: usize,
-    /// Model: width.
-    #[arg(long, default_value_t = 256)]
-    dims: usize,
-    /// Model: heads.
-    #[arg(long, default_value_t = 4)]
-    heads: usize,
-    /// Model: MLP width.
-    #[arg(long, default_value_t = 512)]
-    mlp_dims: usize,
-    /// Model: vocabulary; 0 takes the tokenizer's (50,257 for GPT-2), a smaller one grows to fit it.
-    #[arg(long, default_value_t = 0)]
-    vocab: usize,
-    /// Cache folder for token stores and tokenizers.
-    #[arg(long)]
-    data_cache: Option<PathBuf>,
-    /// Each rank appends its array memory per step to PATH.rank<R>.jsonl.
-    #[arg(long)]
-    memory_log: Option<PathBuf>,
-    /// Each rank appends the samples of every step (epoch and token-store
-    /// indices of its rows) to PATH.rank<R>.jsonl.
-    #[arg(long)]
-    sample_log: Option<PathBuf>,
-    /// Bytes per gradient communication bucket (MLX's all_reduce_size;
-    /// 0: one collective per tensor); suffixes KiB, MiB, GiB, K, M, G allowed.
-    #[arg(long, default_value = "32MiB", value_parser = byte_size)]
-    all_reduce_size: usize,
-    /// The dtype gradients travel in between the ranks (MLX's
-    /// communication_type): bf16 or f16 halve the bytes of f32 gradients;
-    /// default: their own dtype.
-    #[arg(long, value_enum, alias = "communication-type")]
-    communication_dtype: Option<CommunicationDtype>,
-    /// The dtype the model computes in: f32, or bf16 / f16 with float32
-    /// master weights and optimizer state (f16 with a dynamic loss scale).
-    /// Which is fast where: on a CPU with AMX or AVX512_BF16, bf16; on a GPU
-    /// whose adapter offers cooperative matrices (NVIDIA's tensor cores
-    /// through Vulkan), f16 matmuls, attention and the output projection +
-    /// loss run on them while bf16 computes in f32 (no bf16 cooperative
-    /// matrix there); elsewhere f32.
-    #[arg(long, value_enum, default_value = "f32")]
-    dtype: FloatDtype,
-    /// The first loss scale with --dtype f16 (default 65536); halved on
-    /// every step whose gradients overflow, doubled after 2,000 good ones.
-    #[arg(long)]
-    loss_scale: Option<f64>,
-    /// Send the embedding's whole gradient between the ranks (by default
-    /// only the rows of the batch's tokens travel: the rest are zero).
-    #[arg(long)]
-    dense_embedding_gradients: bool,
-    /// Keep the whole AdamW state on every rank and average whole gradients
-    /// (by default, with several ranks, each keeps only its shard).
-    #[arg(long)]
-    no_shard_optimizer: bool,
-    /// Split each model over this many consecutive ranks (tensor
-    /// parallelism: every block's heads and MLP); the world is that many
-    /// times the data-parallel replicas (e.g. -n 4 with 2: two replicas of
-    /// two shards). Each shard keeps its optimizer state whole: with more
-    /// than one, the optimizer is not sharded (--no-shard-optimizer is implied).
-    #[arg(long, default_value_t = 1)]
-    tensor_parallel: usize,
-    /// Evaluate on the validation split every N steps (0: never); the
-    /// validation loss is `eval_loss` in metrics.jsonl and loss.png.
-    #[arg(long, default_value_t = 25)]
-    eval_every: u64,
-    /// Validation batches per rank per evaluation.
-    #[arg(long, default_value_t = 4)]
-    eval_batches: usize,
-    /// Checkpoint every N steps (always at the end, and on SIGINT/SIGTERM).
-    /// Without it: a checkpoint every 10 minutes, or 50 times as long as
-    /// the last one took if longer (under 2% of the run).
-    #[arg(long)]
-    checkpoint_every: Option<u64>,
-    /// Keep only the newest N checkpoints, deleting older ones as new ones
-    /// are published (0: keep all).
-    #[arg(long, default_value_t = 0)]
-    keep_checkpoints: usize,
-    /// Run folder for metrics and checkpoints.
-    #[arg(long, default_value = "runs/latest")]
-    out: PathBuf,
+    /// The run's options: one field of `TrainConfig` each.
+    #[command(flatten)]
+    run: TrainConfig,
     /// Continue from the latest checkpoint in the run folder (implied in a
     /// job that `mlx-launch --max-restarts` started again); an error when
     /// there is none. Changed options go to run.resume-N.toml.
@@ -175,12 +49,6 @@ struct TrainArgs {
     /// checkpoints, metrics and curves are removed).
     #[arg(long)]
     fresh: bool,
-    /// Log every N steps.
-    #[arg(long, default_value_t = 1)]
-    log_every: u64,
-    /// Device: cpu or gpu (any adapter wgpu finds; Mesa's lavapipe on Linux without a GPU).
-    #[arg(long, default_value = "cpu")]
-    device: String,
     /// Seconds a collective waits for a live rank that is late (a long
     /// evaluation or checkpoint on one rank); default MLX_DIST_TIMEOUT_MS, else 600.
     #[arg(long, value_name = "SECS", value_parser = positive_secs)]
@@ -195,18 +63,6 @@ struct TrainArgs {
     /// Write the run's summary as JSON to this file (rank 0).
     #[arg(long)]
     summary: Option<PathBuf>,
-    /// Where the metrics go, comma-separated: tensorboard (event files in
-    /// the run folder: `tensorboard --logdir runs`), jsonl (metrics.jsonl),
-    /// csv (metrics.csv and loss.png, drawn from metrics.jsonl, which is then
-    /// written too); all or none. None needs a network.
-    #[arg(long, default_value = "all")]
-    report_to: mlx_llama::metrics::ReportTo,
-    /// Start from pretrained weights: a Hugging Face or mlx-lm Llama folder
-    /// (config.json, model.safetensors or shards with
-    /// model.safetensors.index.json); its config.json sets the model's
-    /// shape (the model options are then ignored).
-    #[arg(long, value_name = "DIR")]
-    init_from: Option<PathBuf>,
 }
 
 #[derive(Args, Debug)]
@@ -259,123 +115,6 @@ enum Parallel {
     Pipeline,
 }
 
-fn pair(s: &str) -> Result<(PathBuf, PathBuf)> {
-    let (a, b) = s
-        .split_once(',')
-        .with_context(|| format!("expected TRAIN,VALID paths, got `{s}`"))?;
-    Ok((a.into(), b.into()))
-}
-
-fn data_source(s: &str) -> Result<DataSource> {
-    Ok(match s {
-        "auto" => DataSource::Auto,
-        "offline" => DataSource::Offline,
-        "hub" => DataSource::Hub,
-        _ if s.starts_with("text:") => {
-            let (train, validation) = pair(&s[5..])?;
-            DataSource::Text { train, validation }
-        }
-        _ if s.starts_with("jsonl:") => {
-            let (train, validation) = pair(&s[6..])?;
-            DataSource::JsonLines { train, validation }
-        }
-        _ if s.starts_with("parquet:") => {
-            let (train, validation) = pair(&s[8..])?;
-            DataSource::Parquet { train, validation }
-        }
-        _ => bail!(
-            "unknown --data `{s}`: use auto, offline, hub, text:TRAIN,VALID, jsonl:TRAIN,VALID \
-             or parquet:TRAIN,VALID"
-        ),
-    })
-}
-
-fn tokenizer(s: &str) -> Result<TokenizerChoice> {
-    Ok(match s {
-        "auto" => TokenizerChoice::Auto,
-        _ if s.starts_with("gpt2:") => TokenizerChoice::Gpt2Files(s[5..].into()),
-        _ if s.starts_with("train:") => TokenizerChoice::Train(
-            s[6..]
-                .parse()
-                .with_context(|| format!("bad vocabulary size in `{s}`"))?,
-        ),
-        _ => TokenizerChoice::File(s.into()),
-    })
-}
-
-fn config(a: &TrainArgs) -> Result<TrainConfig> {
-    Ok(TrainConfig {
-        model: LlamaConfig {
-            num_layers: a.layers,
-            vocab_size: a.vocab,
-            dims: a.dims,
-            mlp_dims: a.mlp_dims,
-            num_heads: a.heads,
-            ..LlamaConfig::default()
-        },
-        steps: a.steps,
-        global_batch: a.global_batch,
-        per_rank_batch: a.per_rank_batch,
-        block_size: a.block_size,
-        learning_rate: a.lr,
-        schedule: a.schedule,
-        warmup: a.warmup,
-        weight_decay: a.weight_decay,
-        grad_clip: a.grad_clip,
-        grad_accumulation: a.grad_accumulation,
-        tensor_parallel: a.tensor_parallel,
-        seed: a.seed,
-        data: data_source(&a.data)?,
-        // A pretrained folder's own tokenizer, unless another is named.
-        tokenizer: match &a.init_from {
-            Some(d) if a.tokenizer == "auto" && d.join("tokenizer.json").is_file() => {
-                TokenizerChoice::File(d.join("tokenizer.json"))
-            }
-            _ => tokenizer(&a.tokenizer)?,
-        },
-        batching: a.batching,
-        eval_every: a.eval_every,
-        eval_batches: a.eval_batches,
-        checkpoint_every: a.checkpoint_every.unwrap_or(0),
-        checkpoint_interval_s: if a.checkpoint_every.is_some() { 0 } else { 600 },
-        keep_checkpoints: a.keep_checkpoints,
-        out_dir: a.out.clone(),
-        log_every: a.log_every,
-        all_reduce_size: a.all_reduce_size,
-        communication_dtype: a.communication_dtype,
-        dtype: a.dtype,
-        loss_scale: a.loss_scale,
-        sparse_embedding_gradients: !a.dense_embedding_gradients,
-        device: a.device.clone(),
-        data_cache: a.data_cache.clone(),
-        memory_log: a.memory_log.clone(),
-        sample_log: a.sample_log.clone(),
-        shard_optimizer: !a.no_shard_optimizer,
-        report_to: a.report_to,
-        init_from: a.init_from.clone(),
-    })
-}
-
-/// A size in bytes: digits with an optional binary (KiB, MiB, GiB) or
-/// decimal-looking (K, M, G, taken as powers of 1024 too) suffix.
-fn byte_size(s: &str) -> std::result::Result<usize, String> {
-    let t = s.trim();
-    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
-    let (digits, unit) = t.split_at(split);
-    let n: usize = digits
-        .parse()
-        .map_err(|_| format!("expected a number of bytes like 4194304 or 4MiB, got `{s}`"))?;
-    let scale: usize = match unit.trim().to_ascii_lowercase().as_str() {
-        "" | "b" => 1,
-        "k" | "kib" => 1 << 10,
-        "m" | "mib" => 1 << 20,
-        "g" | "gib" => 1 << 30,
-        u => return Err(format!("unknown unit `{u}` in `{s}`: use KiB, MiB or GiB")),
-    };
-    n.checked_mul(scale)
-        .ok_or_else(|| format!("`{s}` is too large"))
-}
-
 /// A temperature (or penalty): a finite number of at least 0.
 fn temperature(s: &str) -> std::result::Result<f64, String> {
     match s.trim().parse::<f64>() {
@@ -398,7 +137,14 @@ fn positive_secs(s: &str) -> std::result::Result<std::time::Duration, String> {
 }
 
 fn run_train(a: TrainArgs, resolved: String) -> Result<()> {
-    let cfg = config(&a)?;
+    let mut cfg = a.run;
+    // A pretrained folder's own tokenizer, unless another is named.
+    if let Some(d) = &cfg.init_from
+        && cfg.tokenizer == TokenizerChoice::Auto
+        && d.join("tokenizer.json").is_file()
+    {
+        cfg.tokenizer = TokenizerChoice::File(d.join("tokenizer.json"));
+    }
     let backend = mlx_dist::Backend::from_name(&a.backend)
         .with_context(|| format!("unknown --backend `{}`", a.backend))?;
     let mut join = mlx_dist::InitOptions::new(backend);

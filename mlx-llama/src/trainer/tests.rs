@@ -4,33 +4,12 @@
 use std::path::Path;
 
 use super::*;
-use crate::LlamaConfig;
 use crate::checkpoint;
 use crate::config::CommunicationDtype;
-use crate::config::{Batching, DataSource};
 
 fn tiny(out: &Path, steps: u64) -> TrainConfig {
-    TrainConfig {
-        model: LlamaConfig {
-            num_layers: 2,
-            vocab_size: 0,
-            dims: 32,
-            mlp_dims: 64,
-            num_heads: 2,
-            ..LlamaConfig::default()
-        },
-        steps,
-        global_batch: 4,
-        block_size: 32,
-        learning_rate: 3e-3,
-        data: DataSource::Offline,
-        batching: Batching::Pack,
-        out_dir: out.to_path_buf(),
-        data_cache: Some(
-            Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/tmp/mlx-data-cache"),
-        ),
-        ..TrainConfig::default()
-    }
+    let cache = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/tmp/mlx-data-cache");
+    crate::testing::tiny(out, steps, cache)
 }
 
 /// The last checkpoint's weights, as bits.

@@ -9,30 +9,30 @@ use std::process::Command;
 use std::sync::OnceLock;
 use std::time::SystemTime;
 
-use mlx_llama::{Batching, DataSource, LlamaConfig, TrainConfig};
+use mlx_llama::TrainConfig;
 
-/// Two layers of 32 dimensions on blocks of 32 tokens of the offline corpus,
-/// 4 sequences a step: trains in well under a second a step.
+/// [`mlx_llama::testing::tiny`], its token store cached in the target folder.
 pub fn tiny(out: &Path, steps: u64) -> TrainConfig {
+    mlx_llama::testing::tiny(out, steps, data_cache())
+}
+
+/// One layer of 16 dimensions on blocks of 16 tokens, 2 sequences a step,
+/// the gradient norm clipped to 1, on `device`: small enough for a software
+/// rasteriser (lavapipe).
+pub fn tiny_gpu(out: &Path, device: &str, steps: u64) -> TrainConfig {
     TrainConfig {
-        model: LlamaConfig {
-            num_layers: 2,
-            vocab_size: 0,
-            dims: 32,
-            mlp_dims: 64,
-            num_heads: 2,
-            ..LlamaConfig::default()
-        },
-        steps,
-        global_batch: 4,
-        block_size: 32,
-        learning_rate: 3e-3,
-        data: DataSource::Offline,
-        batching: Batching::Pack,
-        out_dir: out.to_path_buf(),
-        data_cache: Some(PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("mlx-data-cache")),
-        ..TrainConfig::default()
+        model: mlx_llama::testing::tiny_model(1, 16),
+        global_batch: 2,
+        block_size: 16,
+        grad_clip: Some(1.0),
+        device: device.into(),
+        ..tiny(out, steps)
     }
+}
+
+/// Where the tests' token stores are cached.
+pub fn data_cache() -> PathBuf {
+    PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("mlx-data-cache")
 }
 
 /// The f32 weights of the newest checkpoint under `out`, by name.

@@ -151,6 +151,8 @@ fn training_from_an_export_starts_from_its_weights_and_generate_reads_the_folder
         out_dir: run.clone(),
         data_cache: Some(tmp.path().join("cache")),
         init_from: Some(dir.clone()),
+        eval_every: 0,
+        checkpoint_interval_s: 0,
         ..TrainConfig::default()
     };
     mlx_llama::train(&cfg, &mlx_dist::Group::single()).unwrap();
