@@ -9,7 +9,7 @@ use mlx_array::backend::gpu::{attention_fragment_runs, attention_kernel_sources}
 use mlx_array::settings::{GpuCoopmat, set_gpu_coopmat};
 use mlx_array::{Array, Dtype, Result};
 
-use crate::harness::{compare, gpu, spirv, tol};
+use crate::harness::{compare, gpu, native_f16_or_skip, spirv, tol};
 
 /// An f16 `[b, h, l, d]` input of values in [-1, 1), varied by `seed`.
 fn input(shape: [usize; 4], seed: usize) -> Array {
@@ -59,15 +59,7 @@ fn check(dims: [usize; 6], causal: bool) -> (bool, bool) {
 #[test]
 fn f16_attention_on_plain_fragments_agrees_with_the_cpu() {
     let Some(_gpu) = gpu() else { return };
-    // The kernel stages f16 natively: without `shader-f16` the f32
-    // kernel runs instead (and the first eval makes the device).
-    let probe = Array::from_slice(&[1.0f32], &[1, 1]).unwrap();
-    mlx_array::device::with_device(mlx_array::Device::Gpu, || probe.matmul(&probe))
-        .unwrap()
-        .eval()
-        .unwrap();
-    if !mlx_array::backend::gpu::native_f16() {
-        eprintln!("skipped: this adapter has no shader-f16");
+    if !native_f16_or_skip() {
         return;
     }
     set_gpu_coopmat(GpuCoopmat::Plain);

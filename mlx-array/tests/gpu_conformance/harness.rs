@@ -16,6 +16,22 @@ pub fn gpu() -> Option<MutexGuard<'static, ()>> {
     mlx_array::conformance::gpu_or_skip().then(|| SERIAL.lock().unwrap_or_else(|e| e.into_inner()))
 }
 
+/// Whether the GPU stores `f16` natively (what the tensor-core template
+/// stages): the first product makes the device, then a printed skip when
+/// the adapter has no `shader-f16` (the f32 kernels run there instead).
+pub fn native_f16_or_skip() -> bool {
+    let probe = Array::from_slice(&[1.0f32], &[1, 1]).unwrap();
+    with_device(Device::Gpu, || probe.matmul(&probe))
+        .unwrap()
+        .eval()
+        .unwrap();
+    let native = mlx_array::backend::gpu::native_f16();
+    if !native {
+        eprintln!("skipped: this adapter has no shader-f16");
+    }
+    native
+}
+
 /// Relative tolerance between the two backends for results in `dtype`
 /// (WGSL's exp, log and friends are not correctly rounded).
 pub fn tol(dtype: Dtype) -> f64 {

@@ -10,7 +10,7 @@ use mlx_array::primitives::loss::LinearCrossEntropyOptions;
 use mlx_array::settings::{GpuCoopmat, set_gpu_coopmat};
 use mlx_array::{Array, Device, Dtype, Result};
 
-use crate::harness::gpu;
+use crate::harness::{gpu, native_f16_or_skip};
 
 const ROWS: usize = 37;
 const DIMS: usize = 48;
@@ -117,15 +117,7 @@ fn within(what: &str, gpu: &[f32], cpu: &[f32], bound: &[f64]) {
 #[test]
 fn f16_loss_on_the_tensor_core_path_agrees_with_the_cpu() {
     let Some(_gpu) = gpu() else { return };
-    // The template stages f16 natively: without `shader-f16` there is no
-    // tensor-core path (and the first product makes the device).
-    let probe = Array::from_slice(&[1.0f32], &[1, 1]).unwrap();
-    with_device(Device::Gpu, || probe.matmul(&probe))
-        .unwrap()
-        .eval()
-        .unwrap();
-    if !mlx_array::backend::gpu::native_f16() {
-        eprintln!("skipped: this adapter has no shader-f16");
+    if !native_f16_or_skip() {
         return;
     }
     let h16 = Array::from_slice(&values(ROWS * DIMS, 1), &[ROWS, DIMS])

@@ -7,7 +7,7 @@
 use mlx_array::settings::{GpuCoopmat, set_gpu_coopmat};
 use mlx_array::{Array, Dtype, Result};
 
-use crate::harness::{compare, gpu, spirv, tol};
+use crate::harness::{compare, gpu, native_f16_or_skip, spirv, tol};
 
 /// Values in [-1, 1) of `n` elements, varied by `seed`, not all integers.
 fn values(n: usize, seed: usize) -> Vec<f32> {
@@ -154,15 +154,7 @@ fn split_k_products_agree_with_the_cpu() {
 #[test]
 fn cooperative_template_with_plain_fragments_agrees_with_the_cpu() {
     let Some(_gpu) = gpu() else { return };
-    // The template stages f16 natively: without `shader-f16` the f32
-    // kernel runs instead (and the first product makes the device).
-    let probe = Array::from_slice(&[1.0f32], &[1, 1]).unwrap();
-    mlx_array::device::with_device(mlx_array::Device::Gpu, || probe.matmul(&probe))
-        .unwrap()
-        .eval()
-        .unwrap();
-    if !mlx_array::backend::gpu::native_f16() {
-        eprintln!("skipped: this adapter has no shader-f16");
+    if !native_f16_or_skip() {
         return;
     }
     set_gpu_coopmat(GpuCoopmat::Plain);

@@ -86,35 +86,27 @@ pub(super) fn source(dims: &AttentionDims, t: Tiles, fragments: Fragments) -> St
     // S = Q K^T (K read by columns), then P V (V read by rows).
     let q_rows = |c: usize| format!("row0 * {qs}u + {}u", 16 * c);
     let p_rows = |c: usize| format!("row0 * {ps}u + {}u", 16 * c);
-    let scores = format!(
-        "{}{}{}",
-        declare(f, "s", nk),
-        product(
-            f,
-            "s",
-            nk,
-            dp / 16,
-            ("q_s", qs, &q_rows),
-            ("kv_s", kvs, Layout::ColMajor, &|c, j| {
-                format!("{}u", 16 * j * kvs + 16 * c)
-            }),
-        ),
-        store_all(f, "s", nk, "s_s", ss),
+    let scores = product_to_memory(
+        f,
+        "s",
+        nk,
+        dp / 16,
+        ("q_s", qs, &q_rows),
+        ("kv_s", kvs, Layout::ColMajor, &|c, j| {
+            format!("{}u", 16 * j * kvs + 16 * c)
+        }),
+        ("s_s", ss),
     );
-    let pv = format!(
-        "{}{}{}",
-        declare(f, "pv", nv),
-        product(
-            f,
-            "pv",
-            nv,
-            nk,
-            ("p_s", ps, &p_rows),
-            ("kv_s", kvs, Layout::RowMajor, &|c, j| {
-                format!("{}u", 16 * c * kvs + 16 * j)
-            }),
-        ),
-        store_all(f, "pv", nv, "s_s", ss),
+    let pv = product_to_memory(
+        f,
+        "pv",
+        nv,
+        nk,
+        ("p_s", ps, &p_rows),
+        ("kv_s", kvs, Layout::RowMajor, &|c, j| {
+            format!("{}u", 16 * c * kvs + 16 * j)
+        }),
+        ("s_s", ss),
     );
     // The output each invocation holds: row `prow`, columns
     // `16 j + pcol + c` of its subgroup's 16 x DVP block.
@@ -330,6 +322,27 @@ pub(super) fn product(
     s
 }
 
+/// WGSL of a tile product through workgroup memory: `n` zeroed
+/// accumulators `acc0..` ([`declare`]), `acc_j = A B_j` over `depth`
+/// fragments ([`product`]), stored into the f32 workgroup array `dest` of
+/// row stride `ds` ([`store_all`]).
+pub(super) fn product_to_memory(
+    f: Fragments,
+    acc: &str,
+    n: usize,
+    depth: usize,
+    a: (&str, usize, &dyn Fn(usize) -> String),
+    b: (&str, usize, Layout, &dyn Fn(usize, usize) -> String),
+    (dest, ds): (&str, usize),
+) -> String {
+    let products = product(f, acc, n, depth, a, b);
+    format!(
+        "{}{products}{}",
+        declare(f, acc, n),
+        store_all(f, acc, n, dest, ds)
+    )
+}
+
 /// WGSL declaring `n` zeroed accumulators `acc0..`.
 pub(super) fn declare(f: Fragments, acc: &str, n: usize) -> String {
     (0..n).map(|j| f.declare(&format!("{acc}{j}"))).collect()
@@ -337,7 +350,7 @@ pub(super) fn declare(f: Fragments, acc: &str, n: usize) -> String {
 
 /// WGSL storing accumulators `acc0..acc{n-1}` into the f32 workgroup
 /// array `array` at the subgroup's rows (from `row0`), columns `16 j`.
-pub(super) fn store_all(f: Fragments, acc: &str, n: usize, array: &str, ss: usize) -> String {
+fn store_all(f: Fragments, acc: &str, n: usize, array: &str, ss: usize) -> String {
     (0..n)
         .map(|j| {
             format!(

@@ -18,7 +18,7 @@
 //! masked and out-of-range entries get `P = 0`.
 
 use super::Tiles;
-use super::fragments::{declare, product, stage, store_all};
+use super::fragments::{declare, product, product_to_memory, stage};
 use crate::backend::common::attention::AttentionDims;
 use crate::backend::gpu::fragment::{Fragments, LANES, Layout};
 
@@ -190,35 +190,27 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nw: vec3
     let x_rows = |c: usize| format!("row0 * {ks}u + {}u", 16 * c);
     let y_rows = |c: usize| format!("row0 * {vs}u + {}u", 16 * c);
     let p_rows = |c: usize| format!("row0 * {ps}u + {}u", 16 * c);
-    let scores = format!(
-        "{}{}{}",
-        declare(f, "sc", nw),
-        product(
-            f,
-            "sc",
-            nw,
-            nd,
-            ("x_s", ks, &x_rows),
-            ("w1_s", ks, Layout::ColMajor, &|c, j| {
-                format!("{}u", 16 * j * ks + 16 * c)
-            }),
-        ),
-        store_all(f, "sc", nw, "st", ss),
+    let scores = product_to_memory(
+        f,
+        "sc",
+        nw,
+        nd,
+        ("x_s", ks, &x_rows),
+        ("w1_s", ks, Layout::ColMajor, &|c, j| {
+            format!("{}u", 16 * j * ks + 16 * c)
+        }),
+        ("st", ss),
     );
-    let d_probs = format!(
-        "{}{}{}",
-        declare(f, "dp", nw),
-        product(
-            f,
-            "dp",
-            nw,
-            ndv,
-            ("y_s", vs, &y_rows),
-            ("w2_s", vs, Layout::ColMajor, &|c, j| {
-                format!("{}u", 16 * j * vs + 16 * c)
-            }),
-        ),
-        store_all(f, "dp", nw, "st", ss),
+    let d_probs = product_to_memory(
+        f,
+        "dp",
+        nw,
+        ndv,
+        ("y_s", vs, &y_rows),
+        ("w2_s", vs, Layout::ColMajor, &|c, j| {
+            format!("{}u", 16 * j * vs + 16 * c)
+        }),
+        ("st", ss),
     );
     // `acc += (P or dS) @ w`, the walked tile `w` read by rows.
     let accumulate = |acc: &str, n: usize, w: &str, stride: usize| {

@@ -260,47 +260,35 @@ pub(crate) fn record(
     // Packed outputs are cleared and OR-ed into from their first word.
     debug_assert!(!codegen::packed(dtype) || (out_offset == 0 && !accumulate));
     debug_assert!(!accumulate || dtype == Dtype::F32);
-    let nd = out_shape.len();
-    let (m, n, k) = (out_shape[nd - 2], out_shape[nd - 1], a_shape[nd - 1]);
-    let total = size_of_shape(out_shape);
+    let product = Product::new(a, b, dtype, a_shape, out_shape);
+    let total = product.total();
     if total == 0 {
         return Ok(());
     }
-    let batch: usize = out_shape[..nd - 2].iter().product();
-    let big = batch * m.div_ceil(128) * n.div_ceil(128) >= BIG_TILES_FROM;
+    let big = product.big();
     let coop = coop_fragments(dtype, accumulate)?;
-    let product = Product {
-        a,
-        b,
-        dtype,
-        m,
-        n,
-        k,
-        batch_shape: &out_shape[..nd - 2],
-    };
-    if coop.is_none() && !big && settings::gpu_split_k() {
-        let c = context()?;
-        let max_bytes = c
-            .limits
-            .max_storage_buffer_binding_size
-            .min(c.limits.max_buffer_size) as usize;
-        let slices = split_k(batch * m.div_ceil(64) * n.div_ceil(64), k);
-        if slices.count > 1 && slices.count * total * 4 <= max_bytes.min(i32::MAX as usize) {
-            // Each slice's partial product, then their sum into `out`.
-            let parts = alloc(&[slices.count * total], Dtype::F32)?;
-            product.dispatch(None, 64, Dtype::F32, slices, &parts, 0, false)?;
-            return sum_slices(
-                &parts,
-                slices.count,
-                total,
-                dtype,
-                out,
-                out_offset,
-                accumulate,
-            );
-        }
+    if coop.is_none()
+        && !big
+        && settings::gpu_split_k()
+        && let Some(slices) = product.depth_split(1)?
+    {
+        // Each slice's partial product, then their sum into `out`.
+        let parts = alloc(&[slices.count * total], Dtype::F32)?;
+        product.dispatch(None, 64, Dtype::F32, slices, &parts, 0, false)?;
+        return sum_slices(
+            &parts,
+            slices.count,
+            total,
+            dtype,
+            out,
+            out_offset,
+            accumulate,
+        );
     }
-    let whole = Slices { count: 1, depth: k };
+    let whole = Slices {
+        count: 1,
+        depth: product.k,
+    };
     let t = if big { 128 } else { 64 };
     product.dispatch(coop, t, dtype, whole, out, out_offset, accumulate)
 }
@@ -329,49 +317,32 @@ pub(crate) fn record_f16_f32(
              which this device (or MLX_GPU_COOPMAT) does not offer",
         ));
     };
-    let nd = out_shape.len();
-    let (m, n, k) = (out_shape[nd - 2], out_shape[nd - 1], a_shape[nd - 1]);
-    let total = size_of_shape(out_shape);
+    let product = Product::new(a, b, Dtype::F16, a_shape, out_shape);
+    let total = product.total();
     if total == 0 {
         return Ok(());
     }
-    let batch: usize = out_shape[..nd - 2].iter().product();
-    let big = batch * m.div_ceil(128) * n.div_ceil(128) >= BIG_TILES_FROM;
-    let product = Product {
-        a,
-        b,
-        dtype: Dtype::F16,
-        m,
-        n,
-        k,
-        batch_shape: &out_shape[..nd - 2],
-    };
-    if !big && settings::gpu_split_k() {
-        let c = context()?;
-        let max_bytes = c
-            .limits
-            .max_storage_buffer_binding_size
-            .min(c.limits.max_buffer_size) as usize;
-        let mut slices = split_k(batch * m.div_ceil(64) * n.div_ceil(64), k);
-        if slices.count > 1 {
-            slices.depth = slices.depth.next_multiple_of(coop::DEPTH);
-            slices.count = k.div_ceil(slices.depth);
-        }
-        if slices.count > 1 && slices.count * total * 4 <= max_bytes.min(i32::MAX as usize) {
-            let parts = alloc(&[slices.count * total], Dtype::F32)?;
-            product.dispatch(Some(fragments), 64, Dtype::F32, slices, &parts, 0, false)?;
-            return sum_slices(
-                &parts,
-                slices.count,
-                total,
-                Dtype::F32,
-                out,
-                out_offset,
-                accumulate,
-            );
-        }
+    let big = product.big();
+    if !big
+        && settings::gpu_split_k()
+        && let Some(slices) = product.depth_split(coop::DEPTH)?
+    {
+        let parts = alloc(&[slices.count * total], Dtype::F32)?;
+        product.dispatch(Some(fragments), 64, Dtype::F32, slices, &parts, 0, false)?;
+        return sum_slices(
+            &parts,
+            slices.count,
+            total,
+            Dtype::F32,
+            out,
+            out_offset,
+            accumulate,
+        );
     }
-    let whole = Slices { count: 1, depth: k };
+    let whole = Slices {
+        count: 1,
+        depth: product.k,
+    };
     let t = if big { 128 } else { 64 };
     product.dispatch(
         Some(fragments),
@@ -394,6 +365,64 @@ struct Product<'a> {
     k: usize,
     /// The output's batch dimensions (the operands' broadcast to them).
     batch_shape: &'a [usize],
+}
+
+impl<'a> Product<'a> {
+    /// `a @ b` in `dtype`, `a` of `a_shape`, into an output of `out_shape`
+    /// (its batch dimensions the operands' broadcast).
+    fn new(
+        a: &'a ArrayData,
+        b: &'a ArrayData,
+        dtype: Dtype,
+        a_shape: &[usize],
+        out_shape: &'a [usize],
+    ) -> Product<'a> {
+        let nd = out_shape.len();
+        Product {
+            a,
+            b,
+            dtype,
+            m: out_shape[nd - 2],
+            n: out_shape[nd - 1],
+            k: a_shape[nd - 1],
+            batch_shape: &out_shape[..nd - 2],
+        }
+    }
+
+    fn batch(&self) -> usize {
+        self.batch_shape.iter().product()
+    }
+
+    /// The output's elements.
+    fn total(&self) -> usize {
+        self.batch() * self.m * self.n
+    }
+
+    /// Whether there are enough 128 x 128 output tiles for the big kernel.
+    fn big(&self) -> bool {
+        self.batch() * self.m.div_ceil(128) * self.n.div_ceil(128) >= BIG_TILES_FROM
+    }
+
+    /// How to split the depth over the 64 x 64 kernel's workgroups
+    /// ([`split_k`]), each slice's depth a multiple of `unit`; `None` when
+    /// one slice is best or the f32 partial sums would not fit a buffer.
+    fn depth_split(&self, unit: usize) -> Result<Option<Slices>> {
+        let c = context()?;
+        let max_bytes = c
+            .limits
+            .max_storage_buffer_binding_size
+            .min(c.limits.max_buffer_size) as usize;
+        let mut slices = split_k(
+            self.batch() * self.m.div_ceil(64) * self.n.div_ceil(64),
+            self.k,
+        );
+        if slices.count > 1 && unit > 1 {
+            slices.depth = slices.depth.next_multiple_of(unit);
+            slices.count = self.k.div_ceil(slices.depth);
+        }
+        let fits = slices.count * self.total() * 4 <= max_bytes.min(i32::MAX as usize);
+        Ok((slices.count > 1 && fits).then_some(slices))
+    }
 }
 
 /// How a product's depth is cut: `count` slices of `depth` (the last one
