@@ -2,7 +2,7 @@
 //! of `BQ` query rows), online softmax over blocks of `BK` keys (see the
 //! module above for the design and its figures).
 
-use super::{SIDE, Tiles, cols, header, stage, unroll};
+use super::{QUERY_BLOCK, SIDE, Tiles, cols, header, stage, unroll};
 use crate::Dtype;
 use crate::backend::common::attention::AttentionDims;
 
@@ -103,14 +103,7 @@ var<workgroup> a_s: array<f32, BQ>;
     );
     s.push_str(&format!(
         r#" {{
-    let g = wid.x + wid.y * nw.x;
-    let blocks = (lq() + BQ - 1u) / BQ;
-    if (g >= b() * h() * blocks) {{ return; }}
-    let bh = g / blocks;
-    let q0 = (g % blocks) * BQ;
-    let hi = bh % h();
-    let bi = bh / h();
-    let tx = lid % {SIDE}u;
+{QUERY_BLOCK}    let tx = lid % {SIDE}u;
     let ty = lid / {SIDE}u;
     {q_stage}
     if (lid < BQ) {{

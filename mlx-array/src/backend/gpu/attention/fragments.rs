@@ -11,7 +11,7 @@
 //! widths are padded with zeros to multiples of 16; keys past the end or
 //! masked get `P = 0`; rows past the end are computed and not stored.
 
-use super::Tiles;
+use super::{QUERY_BLOCK, Tiles};
 use crate::backend::common::attention::AttentionDims;
 use crate::backend::gpu::fragment::{Fragments, LANES, Layout, Operand};
 
@@ -178,14 +178,7 @@ var<workgroup> l_s: array<f32, BQ>;
 var<workgroup> a_s: array<f32, BQ>;
 @compute @workgroup_size({inv})
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nw: vec3<u32>, @builtin(local_invocation_index) lid: u32) {{
-    let g = wid.x + wid.y * nw.x;
-    let blocks = (lq() + BQ - 1u) / BQ;
-    if (g >= b() * h() * blocks) {{ return; }}
-    let bh = g / blocks;
-    let q0 = (g % blocks) * BQ;
-    let hi = bh % h();
-    let bi = bh / h();
-    let sg = lid / 32u;
+{QUERY_BLOCK}    let sg = lid / 32u;
     let lane = lid % 32u;
     {LANES}
     // The subgroup's first row in the block.

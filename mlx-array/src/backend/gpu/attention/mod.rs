@@ -229,6 +229,18 @@ fn header(dims: &AttentionDims, inputs: &[(&str, Dtype)], tiles: Tiles) -> Strin
 /// WGSL every attention kernel shares: the sizes read from `params`, and
 /// which keys a query sees (`limit`) and which queries see a key
 /// (`first_query`) under the causal mask (queries are the last positions).
+/// WGSL opening a kernel with a workgroup per (batch, head, block of `BQ`
+/// query rows): its flat index `g` (returning past the last), `bh`, the
+/// first query row `q0`, the head `hi` and the batch `bi`.
+pub(super) const QUERY_BLOCK: &str = r#"    let g = wid.x + wid.y * nw.x;
+    let blocks = (lq() + BQ - 1u) / BQ;
+    if (g >= b() * h() * blocks) { return; }
+    let bh = g / blocks;
+    let q0 = (g % blocks) * BQ;
+    let hi = bh % h();
+    let bi = bh / h();
+"#;
+
 pub(super) const SIZES: &str = r#"fn neg_inf() -> f32 { return bitcast<f32>(0xff800000u); }
 fn b() -> u32 { return params[0]; }
 fn h() -> u32 { return params[1]; }
