@@ -55,32 +55,19 @@ pub mod collectives;
 pub mod config;
 pub mod error;
 pub mod group;
-pub mod handshake;
 pub mod launch;
 mod local;
+mod mesh;
 pub mod reduce;
 pub mod report;
+mod transports;
 pub mod wire;
 
-mod comm;
-mod link;
-mod liveness;
-mod mesh;
-#[cfg(feature = "mpi")]
-mod mpi;
-mod owners;
+pub use transports::handshake;
 #[cfg(feature = "quic")]
-pub mod quic;
-#[cfg(feature = "quic")]
-mod quic_link;
-mod ring;
-mod shm;
-mod slurm;
-mod tcp;
+pub use transports::quic;
 #[cfg(feature = "tls")]
-pub mod tls;
-#[cfg(feature = "tls")]
-mod tls_link;
+pub use transports::tls;
 
 pub use collectives::{
     all_gather, all_max, all_min, all_sum, mean_scatter, recv, recv_like, send, sum_gradients,
@@ -119,7 +106,7 @@ pub fn is_available(backend: Backend) -> bool {
 pub fn exit_rank(code: i32) -> ! {
     #[cfg(feature = "mpi")]
     if code != 0 {
-        mpi::abort_job(code);
+        transports::mpi::abort_job(code);
     }
     std::process::exit(code)
 }
@@ -229,7 +216,7 @@ pub fn init_with(opts: &InitOptions) -> Result<Group> {
 
 #[cfg(feature = "mpi")]
 fn launched_by_mpi() -> bool {
-    mpi::launched_by_mpi()
+    transports::mpi::launched_by_mpi()
 }
 
 #[cfg(not(feature = "mpi"))]
@@ -239,7 +226,7 @@ fn launched_by_mpi() -> bool {
 
 #[cfg(feature = "mpi")]
 fn init_mpi() -> Result<Group> {
-    mpi::world()
+    transports::mpi::world()
 }
 
 #[cfg(not(feature = "mpi"))]
@@ -258,25 +245,25 @@ pub fn init_with_config(cfg: &Config, backend: Backend) -> Result<Group> {
     }
     match backend {
         Backend::Any | Backend::Ring => {
-            let listener = tcp::bind(cfg)?;
-            let mesh = tcp::connect_mesh(cfg, listener, false)?;
+            let listener = transports::tcp::bind(cfg)?;
+            let mesh = transports::tcp::connect_mesh(cfg, listener, false)?;
             Ok(Group::from_impl(std::sync::Arc::new(
-                comm::MeshComm::world(mesh, "ring")?,
+                collectives::comm::MeshComm::world(mesh, "ring")?,
             )))
         }
         #[cfg(feature = "tls")]
         Backend::Tls => {
-            let listener = tcp::bind(cfg)?;
-            let mesh = tcp::connect_mesh(cfg, listener, true)?;
+            let listener = transports::tcp::bind(cfg)?;
+            let mesh = transports::tcp::connect_mesh(cfg, listener, true)?;
             Ok(Group::from_impl(std::sync::Arc::new(
-                comm::MeshComm::world(mesh, "tls")?,
+                collectives::comm::MeshComm::world(mesh, "tls")?,
             )))
         }
         #[cfg(feature = "quic")]
         Backend::Quic => {
-            let mesh = quic::connect_mesh(cfg)?;
+            let mesh = transports::quic::connect_mesh(cfg)?;
             Ok(Group::from_impl(std::sync::Arc::new(
-                comm::MeshComm::world(mesh, "quic")?,
+                collectives::comm::MeshComm::world(mesh, "quic")?,
             )))
         }
         Backend::Mpi => init_mpi(),

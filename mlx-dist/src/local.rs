@@ -6,8 +6,9 @@ use std::net::TcpListener;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::comm::MeshComm;
-use crate::{Config, DistError, Group, Result, tcp};
+use crate::collectives::comm::MeshComm;
+use crate::transports::tcp;
+use crate::{Config, DistError, Group, Result};
 
 /// Runs `f` on `n` ranks (threads) of a fresh ring world and returns each
 /// rank's result, in rank order. A rank that fails to connect or panics

@@ -40,6 +40,8 @@ use sha2::{Digest, Sha256};
 
 use crate::error::{DistError, Result};
 
+pub(crate) mod slurm;
+
 /// Environment variable: this process's rank.
 pub const ENV_RANK: &str = "MLX_RANK";
 /// Environment variable: the world size.
@@ -339,7 +341,7 @@ impl Config {
     ) -> Result<Option<(Config, Option<Backend>)>> {
         // Ranks started by Slurm's srun: Slurm's variables stand for the
         // launcher's rank, hosts and job id; the rest is read as below.
-        if let Some(slurm) = crate::slurm::launcher_variables(&get)? {
+        if let Some(slurm) = crate::config::slurm::launcher_variables(&get)? {
             let get = move |k: &str| {
                 let own = slurm.iter().find(|(v, _)| *v == k);
                 own.map(|(_, x)| x.clone()).or_else(|| get(k))

@@ -1,7 +1,7 @@
 //! Building the full mesh of TCP links: every pair of ranks gets
 //! `2 * connections_per_peer` handshaken connections (one set per ring
 //! direction) and one more, the pair's witness (heartbeats and the news of
-//! failures and goodbyes, see [`crate::liveness`]).
+//! failures and goodbyes, see [`crate::mesh::liveness`]).
 //! The higher rank dials the lower one, retrying with backoff up to the
 //! connect deadline; the lower rank accepts, refusing strangers with a logged reason.
 
@@ -12,10 +12,10 @@ use std::time::{Duration, Instant};
 
 use crate::config::Config;
 use crate::error::{DistError, Result};
-use crate::handshake::{self, HandshakeError, JobCredentials, PeerHello};
-use crate::link::{Link, TcpLink};
 use crate::mesh::Mesh;
-use crate::shm::{self, ShmLink};
+use crate::transports::handshake::{self, HandshakeError, JobCredentials, PeerHello};
+use crate::transports::link::{Link, TcpLink};
+use crate::transports::shm::{self, ShmLink};
 
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -205,7 +205,7 @@ fn encrypted_mesh(
     streams: Vec<Vec<TcpStream>>,
     witnesses: Vec<Option<TcpStream>>,
 ) -> Result<Mesh> {
-    let (links, witnesses) = crate::tls_link::wrap_mesh(cfg, streams, witnesses)?;
+    let (links, witnesses) = crate::transports::tls_link::wrap_mesh(cfg, streams, witnesses)?;
     tracing::debug!(rank = cfg.rank, world = cfg.world(), "tls mesh connected");
     Ok(Mesh::new(cfg, links, witnesses))
 }
