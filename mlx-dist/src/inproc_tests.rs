@@ -7,6 +7,7 @@ use crate::collectives::comm::MeshComm;
 use crate::config::Config;
 use crate::error::DistError;
 use crate::group::Group;
+use crate::mesh::Mesh;
 use crate::transports::tcp;
 
 /// Connects `n` ranks in this process and runs `f(group)` on each in its own thread.
@@ -54,7 +55,7 @@ pub(crate) fn with_world_on<T: Send>(
                 tweak(&mut cfg);
                 let f = &f;
                 s.spawn(move || {
-                    let mesh = tcp::connect_mesh(&cfg, l, encrypted).unwrap();
+                    let mesh = Mesh::new(&cfg, tcp::connect_mesh(&cfg, l, encrypted).unwrap());
                     let name = if encrypted { "tls" } else { "ring" };
                     f(Group::from_impl(std::sync::Arc::new(
                         MeshComm::world(mesh, name).unwrap(),

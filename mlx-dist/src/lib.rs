@@ -246,7 +246,7 @@ pub fn init_with_config(cfg: &Config, backend: Backend) -> Result<Group> {
     match backend {
         Backend::Any | Backend::Ring => {
             let listener = transports::tcp::bind(cfg)?;
-            let mesh = transports::tcp::connect_mesh(cfg, listener, false)?;
+            let mesh = mesh::Mesh::new(cfg, transports::tcp::connect_mesh(cfg, listener, false)?);
             Ok(Group::from_impl(std::sync::Arc::new(
                 collectives::comm::MeshComm::world(mesh, "ring")?,
             )))
@@ -254,14 +254,14 @@ pub fn init_with_config(cfg: &Config, backend: Backend) -> Result<Group> {
         #[cfg(feature = "tls")]
         Backend::Tls => {
             let listener = transports::tcp::bind(cfg)?;
-            let mesh = transports::tcp::connect_mesh(cfg, listener, true)?;
+            let mesh = mesh::Mesh::new(cfg, transports::tcp::connect_mesh(cfg, listener, true)?);
             Ok(Group::from_impl(std::sync::Arc::new(
                 collectives::comm::MeshComm::world(mesh, "tls")?,
             )))
         }
         #[cfg(feature = "quic")]
         Backend::Quic => {
-            let mesh = transports::quic::connect_mesh(cfg)?;
+            let mesh = mesh::Mesh::new(cfg, transports::quic::connect_mesh(cfg)?);
             Ok(Group::from_impl(std::sync::Arc::new(
                 collectives::comm::MeshComm::world(mesh, "quic")?,
             )))

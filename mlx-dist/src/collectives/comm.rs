@@ -13,7 +13,7 @@ use crate::collectives::owners;
 use crate::collectives::ring::{self, Lane, Phase, split_even};
 use crate::error::{DistError, Result};
 use crate::group::CommImpl;
-use crate::mesh::liveness::Membership;
+use crate::mesh::membership::Membership;
 use crate::mesh::{Mesh, OpCtx};
 use crate::reduce::{ReduceOp, reduce_all};
 use crate::wire::OpKind;

@@ -758,7 +758,8 @@ mod tests {
         };
         let cfg = Config::new(0, vec!["a:1".into(), "b:1".into()], [1; 16], b"s".to_vec());
         let links: Vec<Vec<Box<dyn Link>>> = vec![Vec::new(), vec![Box::new(link)]];
-        let mesh = Mesh::new(&cfg, links, vec![None, None]);
+        let witnesses = vec![None, None];
+        let mesh = Mesh::new(&cfg, crate::transports::Connections { links, witnesses });
         let ctx = OpCtx {
             mesh: &mesh,
             op: OpKind::AllSum,

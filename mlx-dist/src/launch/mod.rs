@@ -43,6 +43,8 @@ mod hosts;
 pub mod mpirun;
 pub mod parent;
 #[cfg(feature = "launcher")]
+mod process;
+#[cfg(feature = "launcher")]
 mod progress;
 #[cfg(feature = "launcher")]
 mod remote;

@@ -22,3 +22,15 @@ pub(crate) mod tcp;
 pub mod tls;
 #[cfg(feature = "tls")]
 pub(crate) mod tls_link;
+
+use link::Link;
+
+/// One rank's connections to every peer, as links: `links[peer]` the data
+/// links to `peer`, `witnesses[peer]` its liveness channel (both empty for
+/// this rank itself). The mesh is built from them (`crate::mesh::Mesh::new`).
+pub(crate) struct Connections {
+    /// The data links to each peer.
+    pub links: Vec<Vec<Box<dyn Link>>>,
+    /// The liveness channel ("witness") to each peer.
+    pub witnesses: Vec<Option<Box<dyn Link>>>,
+}

@@ -22,9 +22,9 @@ use std::time::{Duration, Instant};
 
 use tokio::runtime::Runtime;
 
+use super::Connections;
 use crate::config::{Config, QuicCert};
 use crate::error::{DistError, Result};
-use crate::mesh::Mesh;
 use crate::transports::handshake::{self, HandshakeError};
 use crate::transports::link::Link;
 use crate::transports::quic_link::{BlockingStream, QuicLink, Stream, timed};
@@ -106,7 +106,7 @@ fn hs_err(who: String, e: impl std::fmt::Display) -> DistError {
 }
 
 /// Connects the full mesh of QUIC links for `cfg`.
-pub(crate) fn connect_mesh(cfg: &Config) -> Result<Mesh> {
+pub(crate) fn connect_mesh(cfg: &Config) -> Result<Connections> {
     install_crypto_provider();
     let unavailable = |reason: String| DistError::Unavailable {
         backend: "quic",
@@ -128,7 +128,7 @@ pub(crate) fn connect_mesh(cfg: &Config) -> Result<Mesh> {
     // keep-alives hold the connection open meanwhile, and its idle timeout
     // (twice as long) only ends a connection nobody closed.
     let idle = 2 * cfg.liveness_timeout;
-    let keep_alive = crate::mesh::liveness::heartbeat_interval(cfg.liveness_timeout);
+    let keep_alive = crate::config::heartbeat_interval(cfg.liveness_timeout);
     let (server_cfg, client_cfg) = tls_configs(&id, idle, keep_alive).map_err(unavailable)?;
     let rt = Arc::new(
         tokio::runtime::Builder::new_multi_thread()
@@ -215,7 +215,7 @@ pub(crate) fn connect_mesh(cfg: &Config) -> Result<Mesh> {
         })
         .collect();
     tracing::debug!(rank, world, nlinks, "quic mesh connected");
-    Ok(Mesh::new(cfg, links, witnesses))
+    Ok(Connections { links, witnesses })
 }
 
 /// Whether a QUIC transport error code is a TLS failure (wrong certificate).
