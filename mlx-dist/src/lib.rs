@@ -50,6 +50,21 @@
 //! peer that is merely busy is waited for up to the collective timeout (ten
 //! minutes); both are set per world with [`init_with`] and [`InitOptions`],
 //! or by the environment ([`config`]).
+//!
+//! The source, from the bottom layer up (each imports only its own layer
+//! and those below; `tests/layers.rs` checks it):
+//! - [`error`], [`wire`] (the frame layout), [`reduce`], [`report`] and
+//!   [`group`] (the handle every backend implements): leaves;
+//! - [`config`]: the environment, host files and Slurm's variables;
+//! - `transports/`: one connection as a link (TCP, TCP with shared memory on
+//!   one host, TLS, QUIC), the [`handshake`], connecting every pair of ranks,
+//!   and MPI;
+//! - `mesh/`: the connected mesh, each peer's liveness and the threads that
+//!   keep it;
+//! - [`collectives`]: the graph primitives and the algorithms over the mesh
+//!   (ring, owner-computes);
+//! - [`launch`]: the launcher;
+//! - this file and `local.rs`: joining a job, wiring the layers together.
 
 pub mod collectives;
 pub mod config;

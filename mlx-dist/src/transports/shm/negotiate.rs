@@ -16,8 +16,6 @@ pub(super) fn random<const N: usize>() -> io::Result<[u8; N]> {
     Ok(b)
 }
 
-pub(super) use crate::config::hex_encode as hex;
-
 const OFFER: u8 = b'S';
 const DECLINE: u8 = b'N';
 const ACCEPT: u8 = b'Y';

@@ -103,7 +103,8 @@ fn sweep_in(markers: &Path) {
 
 #[cfg(test)]
 mod tests {
-    use crate::transports::shm::negotiate::{hex, random};
+    use crate::config::hex_encode as hex;
+    use crate::transports::shm::negotiate::random;
     use crate::transports::shm::posix_shm;
     use crate::transports::shm::segment::{NONCE_LEN, Segment, head_at, segment_len};
     use std::sync::atomic::Ordering;
