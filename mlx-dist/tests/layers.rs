@@ -474,7 +474,7 @@ fn the_layers_point_one_way_and_nothing_imports_in_a_circle() {
         tcp.iter()
             .any(|(t, _)| t == &module_of("transports/handshake.rs"))
     );
-    assert!(g.contains_key(&module_of("config/slurm/mod.rs")));
+    assert!(g.contains_key(&module_of("config/slurm.rs")));
     let found = violations(&files);
     assert!(found.is_empty(), "{}", found.join("\n"));
 }
