@@ -327,10 +327,10 @@ fn imports(files: &[(String, String)]) -> BTreeMap<Module, Vec<(Module, usize)>>
         let mut targets = Vec::new();
         for (p, line) in absolute_paths(toks, m) {
             let mut t = resolve(&p);
-            if t.is_empty() {
-                if let Some(r) = p.first().and_then(|name| reexports.get(name)) {
-                    t = r.clone();
-                }
+            if t.is_empty()
+                && let Some(r) = p.first().and_then(|name| reexports.get(name))
+            {
+                t = r.clone();
             }
             if &t != m {
                 targets.push((t, line));
