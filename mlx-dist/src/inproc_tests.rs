@@ -3,11 +3,12 @@
 use std::net::TcpListener;
 use std::time::Duration;
 
-use crate::comm::MeshComm;
+use crate::collectives::comm::MeshComm;
 use crate::config::Config;
 use crate::error::DistError;
 use crate::group::Group;
-use crate::tcp;
+use crate::mesh::Mesh;
+use crate::transports::tcp;
 
 /// Connects `n` ranks in this process and runs `f(group)` on each in its own thread.
 pub(crate) fn with_world<T: Send>(
@@ -54,7 +55,7 @@ pub(crate) fn with_world_on<T: Send>(
                 tweak(&mut cfg);
                 let f = &f;
                 s.spawn(move || {
-                    let mesh = tcp::connect_mesh(&cfg, l, encrypted).unwrap();
+                    let mesh = Mesh::new(&cfg, tcp::connect_mesh(&cfg, l, encrypted).unwrap());
                     let name = if encrypted { "tls" } else { "ring" };
                     f(Group::from_impl(std::sync::Arc::new(
                         MeshComm::world(mesh, name).unwrap(),
@@ -325,7 +326,7 @@ fn ranks_that_exit_right_after_their_last_collective_fail_nobody() {
 
 #[test]
 fn strangers_are_refused_and_the_job_still_forms() {
-    use crate::handshake::{HandshakeError, JobCredentials, client};
+    use crate::transports::handshake::{HandshakeError, JobCredentials, client};
     let mut strangers = Vec::new();
     let out = with_world_hook(
         2,

@@ -50,37 +50,39 @@
 //! peer that is merely busy is waited for up to the collective timeout (ten
 //! minutes); both are set per world with [`init_with`] and [`InitOptions`],
 //! or by the environment ([`config`]).
+//!
+//! The source, from the bottom layer up (each imports only its own layer
+//! and those below; `tests/layers.rs` checks it):
+//! - [`error`], [`wire`] (the frame layout), [`reduce`], [`report`] and
+//!   [`group`] (the handle every backend implements): leaves;
+//! - [`config`]: the environment, host files and Slurm's variables;
+//! - `transports/`: one connection as a link (TCP, TCP with shared memory on
+//!   one host, TLS, QUIC), the [`handshake`], connecting every pair of ranks,
+//!   and MPI;
+//! - `mesh/`: the connected mesh, each peer's liveness and the threads that
+//!   keep it;
+//! - [`collectives`]: the graph primitives and the algorithms over the mesh
+//!   (ring, owner-computes);
+//! - [`launch`]: the launcher;
+//! - this file and `local.rs`: joining a job, wiring the layers together.
 
 pub mod collectives;
 pub mod config;
 pub mod error;
 pub mod group;
-pub mod handshake;
 pub mod launch;
 mod local;
+mod mesh;
 pub mod reduce;
 pub mod report;
+mod transports;
 pub mod wire;
 
-mod comm;
-mod link;
-mod liveness;
-mod mesh;
-#[cfg(feature = "mpi")]
-mod mpi;
-mod owners;
+pub use transports::handshake;
 #[cfg(feature = "quic")]
-pub mod quic;
-#[cfg(feature = "quic")]
-mod quic_link;
-mod ring;
-mod shm;
-mod slurm;
-mod tcp;
+pub use transports::quic;
 #[cfg(feature = "tls")]
-pub mod tls;
-#[cfg(feature = "tls")]
-mod tls_link;
+pub use transports::tls;
 
 pub use collectives::{
     all_gather, all_max, all_min, all_sum, mean_scatter, recv, recv_like, send, sum_gradients,
@@ -119,7 +121,7 @@ pub fn is_available(backend: Backend) -> bool {
 pub fn exit_rank(code: i32) -> ! {
     #[cfg(feature = "mpi")]
     if code != 0 {
-        mpi::abort_job(code);
+        transports::mpi::abort_job(code);
     }
     std::process::exit(code)
 }
@@ -229,7 +231,7 @@ pub fn init_with(opts: &InitOptions) -> Result<Group> {
 
 #[cfg(feature = "mpi")]
 fn launched_by_mpi() -> bool {
-    mpi::launched_by_mpi()
+    transports::mpi::launched_by_mpi()
 }
 
 #[cfg(not(feature = "mpi"))]
@@ -239,7 +241,7 @@ fn launched_by_mpi() -> bool {
 
 #[cfg(feature = "mpi")]
 fn init_mpi() -> Result<Group> {
-    mpi::world()
+    transports::mpi::world()
 }
 
 #[cfg(not(feature = "mpi"))]
@@ -258,25 +260,25 @@ pub fn init_with_config(cfg: &Config, backend: Backend) -> Result<Group> {
     }
     match backend {
         Backend::Any | Backend::Ring => {
-            let listener = tcp::bind(cfg)?;
-            let mesh = tcp::connect_mesh(cfg, listener, false)?;
+            let listener = transports::tcp::bind(cfg)?;
+            let mesh = mesh::Mesh::new(cfg, transports::tcp::connect_mesh(cfg, listener, false)?);
             Ok(Group::from_impl(std::sync::Arc::new(
-                comm::MeshComm::world(mesh, "ring")?,
+                collectives::comm::MeshComm::world(mesh, "ring")?,
             )))
         }
         #[cfg(feature = "tls")]
         Backend::Tls => {
-            let listener = tcp::bind(cfg)?;
-            let mesh = tcp::connect_mesh(cfg, listener, true)?;
+            let listener = transports::tcp::bind(cfg)?;
+            let mesh = mesh::Mesh::new(cfg, transports::tcp::connect_mesh(cfg, listener, true)?);
             Ok(Group::from_impl(std::sync::Arc::new(
-                comm::MeshComm::world(mesh, "tls")?,
+                collectives::comm::MeshComm::world(mesh, "tls")?,
             )))
         }
         #[cfg(feature = "quic")]
         Backend::Quic => {
-            let mesh = quic::connect_mesh(cfg)?;
+            let mesh = mesh::Mesh::new(cfg, transports::quic::connect_mesh(cfg)?);
             Ok(Group::from_impl(std::sync::Arc::new(
-                comm::MeshComm::world(mesh, "quic")?,
+                collectives::comm::MeshComm::world(mesh, "quic")?,
             )))
         }
         Backend::Mpi => init_mpi(),

@@ -6,8 +6,10 @@ use std::net::TcpListener;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::comm::MeshComm;
-use crate::{Config, DistError, Group, Result, tcp};
+use crate::collectives::comm::MeshComm;
+use crate::mesh::Mesh;
+use crate::transports::tcp;
+use crate::{Config, DistError, Group, Result};
 
 /// Runs `f` on `n` ranks (threads) of a fresh ring world and returns each
 /// rank's result, in rank order. A rank that fails to connect or panics
@@ -64,7 +66,7 @@ pub(crate) fn run_local_with<T: Send>(
                 configure(&mut cfg);
                 let f = &f;
                 s.spawn(move || -> Result<T> {
-                    let mesh = tcp::connect_mesh(&cfg, l, false)?;
+                    let mesh = Mesh::new(&cfg, tcp::connect_mesh(&cfg, l, false)?);
                     Ok(f(Group::from_impl(Arc::new(MeshComm::world(
                         mesh, "ring",
                     )?))))

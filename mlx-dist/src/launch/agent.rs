@@ -20,7 +20,7 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use super::supervise::{signal_group, spawn_guarded, status_code};
+use super::process::{signal_group, spawn_guarded, status_code};
 
 /// The argument that makes `mlx-launch` the agent of one remote rank.
 pub const AGENT_FLAG: &str = "--remote-agent";

@@ -43,6 +43,8 @@ mod hosts;
 pub mod mpirun;
 pub mod parent;
 #[cfg(feature = "launcher")]
+mod process;
+#[cfg(feature = "launcher")]
 mod progress;
 #[cfg(feature = "launcher")]
 mod remote;
@@ -288,8 +290,8 @@ impl JobIdentity {
     /// Adds a fresh per-job certificate (for the QUIC backend).
     #[cfg(feature = "tls")]
     pub fn with_quic_certificate(mut self) -> Result<JobIdentity, String> {
-        let (cert_der, key_der) = crate::tls::generate_job_certificate()?;
-        let fingerprint = crate::tls::fingerprint(&cert_der);
+        let (cert_der, key_der) = crate::transports::tls::generate_job_certificate()?;
+        let fingerprint = crate::transports::tls::fingerprint(&cert_der);
         self.quic = Some(config::QuicCert {
             cert_der,
             key_der,

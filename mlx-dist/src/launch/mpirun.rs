@@ -41,10 +41,8 @@ use anyhow::Context;
 use mlx_progress::render::Renderer;
 
 use super::LaunchSpec;
-use super::supervise::{
-    finish_output, forward_interrupts, forward_stdin, kill_group_if_ours, report_exit,
-    signal_group, spawn_guarded, status_code, supervise,
-};
+use super::process::{kill_group_if_ours, signal_group, spawn_guarded, status_code};
+use super::supervise::{finish_output, forward_interrupts, forward_stdin, report_exit, supervise};
 
 /// The variables `mpirun` passes on to every rank (`-x NAME`): set in
 /// mpirun's own environment, so that their values (the user's `--env`

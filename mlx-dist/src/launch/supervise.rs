@@ -12,6 +12,7 @@ use std::path::PathBuf;
 
 use mlx_progress::render::Renderer;
 
+use super::process::{kill_group_if_ours, signal_group, signal_of, spawn_guarded, status_code};
 use super::progress::{self, Rendered};
 use super::{JobIdentity, LaunchSpec, agent, hosts, parent, rank_env, remote};
 
@@ -105,15 +106,6 @@ impl LaunchOutcome {
     }
 }
 
-/// The exit code that reports `st`: its code, or 128 + the signal that killed it.
-pub(crate) fn status_code(st: &ExitStatus) -> i32 {
-    match (st.code(), signal_of(st)) {
-        (Some(c), _) => c,
-        (None, Some(s)) => 128 + s,
-        _ => 1,
-    }
-}
-
 pub(crate) enum Event {
     Exited(usize, std::io::Result<ExitStatus>),
     Interrupt,
@@ -149,57 +141,12 @@ pub(crate) fn forward_interrupts(tx: Option<Sender<Event>>) {
     *slot.lock().unwrap_or_else(|p| p.into_inner()) = tx;
 }
 
-fn signal_of(st: &ExitStatus) -> Option<i32> {
-    std::os::unix::process::ExitStatusExt::signal(st)
-}
-
 fn describe(st: &ExitStatus) -> String {
     match (st.code(), signal_of(st)) {
         (Some(c), _) => format!("exit status {c}"),
         (None, Some(s)) => format!("killed by signal {s}"),
         _ => st.to_string(),
     }
-}
-
-/// Sends `sig` to the process group `pgid` (a rank and the processes it
-/// started); a stopped group is continued so that it acts on the signal.
-pub(crate) fn signal_group(pgid: u32, sig: i32) {
-    // SAFETY: kill(2) on a process group we created; the group id stays
-    // reserved while any member lives.
-    unsafe {
-        libc::kill(-(pgid as libc::pid_t), sig);
-        if sig != libc::SIGKILL {
-            libc::kill(-(pgid as libc::pid_t), libc::SIGCONT);
-        }
-    }
-}
-
-/// Kills what is left in the process group `pgid` of a process the launcher
-/// started, once the launch is over. A group whose leader is not yet
-/// reaped (`reaped` false) is ours. After the leader was reaped, the group
-/// is still ours while processes it left live (no new process can take its
-/// id then), and once it is empty its id may become a stranger's: a group
-/// id is its creator's pid, so a live process with pid `pgid` is a stranger
-/// that reused the pid, and its group is left alone.
-pub(crate) fn kill_group_if_ours(pgid: u32, reaped: bool) {
-    // SAFETY: signal 0 only asks whether the process exists.
-    if reaped && unsafe { libc::kill(pgid as libc::pid_t, 0) } == 0 {
-        tracing::debug!(
-            pgid,
-            "pid reused since its rank was reaped; not signalling its group"
-        );
-        return;
-    }
-    signal_group(pgid, libc::SIGKILL);
-}
-
-/// Starts `cmd` in a process group of its own that dies with the launcher
-/// (see [`parent`]). Call it from the thread that waits for the launch: on
-/// Linux the child is killed when the thread that started it exits.
-pub(crate) fn spawn_guarded(cmd: &mut Command) -> std::io::Result<Child> {
-    std::os::unix::process::CommandExt::process_group(cmd, 0);
-    parent::die_with_launcher(cmd);
-    cmd.spawn()
 }
 
 /// Waits for `child` on a thread of its own and reports its exit as process `index`.

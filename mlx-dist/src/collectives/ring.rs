@@ -24,9 +24,9 @@ use std::io::IoSlice;
 use std::time::Instant;
 
 use crate::error::{DistError, Result};
-use crate::link::{TcpLink, poll_until};
 use crate::mesh::OpCtx;
 use crate::reduce::{ReduceOp, reduce_into};
+use crate::transports::link::{TcpLink, poll_until};
 use crate::wire::HEADER_LEN;
 
 /// Which ring algorithm to run.
@@ -713,8 +713,8 @@ fn run_lane(
 mod tests {
     use super::*;
     use crate::config::Config;
-    use crate::link::Link;
     use crate::mesh::Mesh;
+    use crate::transports::link::Link;
     use crate::wire::OpKind;
     use std::sync::Mutex;
 
@@ -758,7 +758,8 @@ mod tests {
         };
         let cfg = Config::new(0, vec!["a:1".into(), "b:1".into()], [1; 16], b"s".to_vec());
         let links: Vec<Vec<Box<dyn Link>>> = vec![Vec::new(), vec![Box::new(link)]];
-        let mesh = Mesh::new(&cfg, links, vec![None, None]);
+        let witnesses = vec![None, None];
+        let mesh = Mesh::new(&cfg, crate::transports::Connections { links, witnesses });
         let ctx = OpCtx {
             mesh: &mesh,
             op: OpKind::AllSum,

@@ -16,10 +16,10 @@ use std::ops::Range;
 
 use mlx_array::Dtype;
 
+use crate::collectives::ring::{FirstError, split_even};
 use crate::error::Result;
 use crate::mesh::OpCtx;
 use crate::reduce::{add_half, round_half};
-use crate::ring::{FirstError, split_even};
 
 /// Buffers kept between operations (a fresh multi-megabyte buffer costs
 /// its page faults every time).

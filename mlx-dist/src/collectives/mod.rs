@@ -15,6 +15,18 @@
 //! let x = mlx_dist::all_sum(&Array::ones(&[10], Dtype::F32), &world).unwrap();
 //! assert_eq!(x.to_vec::<f32>().unwrap(), vec![world.size() as f32; 10]);
 //! ```
+//!
+//! What lives here, from the top: these graph primitives (this file), the
+//! [`Group`]'s implementation over a connected mesh (`comm`: which algorithm
+//! each collective takes), and the algorithms themselves over the mesh's
+//! links: the pipelined ring (`ring`) and the owner-computes sum of
+//! half-precision blocks (`owners`); `spec` holds their conformance
+//! specifications. Layering: the collectives run over [`crate::mesh`] and its
+//! transports, and know nothing of the launcher.
+
+pub(crate) mod comm;
+pub(crate) mod owners;
+pub(crate) mod ring;
 
 use mlx_array::{Array, ArrayData, Dtype, Error as ArrayError, Primitive, Result, Stream};
 

@@ -103,9 +103,10 @@ fn sweep_in(markers: &Path) {
 
 #[cfg(test)]
 mod tests {
-    use crate::shm::negotiate::{hex, random};
-    use crate::shm::posix_shm;
-    use crate::shm::segment::{NONCE_LEN, Segment, head_at, segment_len};
+    use crate::config::hex_encode as hex;
+    use crate::transports::shm::negotiate::random;
+    use crate::transports::shm::posix_shm;
+    use crate::transports::shm::segment::{NONCE_LEN, Segment, head_at, segment_len};
     use std::sync::atomic::Ordering;
 
     #[test]
@@ -133,7 +134,7 @@ mod tests {
 
     #[test]
     fn objects_of_a_dead_creator_are_swept_and_a_live_ones_kept() {
-        use crate::shm::orphans::segment_name;
+        use crate::transports::shm::orphans::segment_name;
         let markers = std::env::temp_dir().join(format!("mlx-shm-markers-{}", std::process::id()));
         let mut child = std::process::Command::new("true").spawn().unwrap();
         let dead = child.id();

@@ -1,7 +1,7 @@
 //! Building the full mesh of TCP links: every pair of ranks gets
 //! `2 * connections_per_peer` handshaken connections (one set per ring
 //! direction) and one more, the pair's witness (heartbeats and the news of
-//! failures and goodbyes, see [`crate::liveness`]).
+//! failures and goodbyes, see [`crate::mesh::liveness`]).
 //! The higher rank dials the lower one, retrying with backoff up to the
 //! connect deadline; the lower rank accepts, refusing strangers with a logged reason.
 
@@ -10,12 +10,12 @@ use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
+use super::Connections;
 use crate::config::Config;
 use crate::error::{DistError, Result};
-use crate::handshake::{self, HandshakeError, JobCredentials, PeerHello};
-use crate::link::{Link, TcpLink};
-use crate::mesh::Mesh;
-use crate::shm::{self, ShmLink};
+use crate::transports::handshake::{self, HandshakeError, JobCredentials, PeerHello};
+use crate::transports::link::{Link, TcpLink};
+use crate::transports::shm::{self, ShmLink};
 
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -107,14 +107,14 @@ fn tune(s: &TcpStream, timeout: Duration) -> std::io::Result<()> {
     s.set_write_timeout(Some(timeout))
 }
 
-/// Connects the full mesh for `cfg` and returns it; with `encrypted`, every
+/// Connects the full mesh for `cfg` and returns its connections; with `encrypted`, every
 /// connection carries TLS 1.3 with the job's certificate (and shared memory
 /// is not used).
 pub(crate) fn connect_mesh(
     cfg: &Config,
     listeners: impl Into<Listeners>,
     encrypted: bool,
-) -> Result<Mesh> {
+) -> Result<Connections> {
     let listeners = listeners.into();
     let world = cfg.world();
     let rank = cfg.rank;
@@ -196,7 +196,7 @@ pub(crate) fn connect_mesh(
         });
     }
     tracing::debug!(rank, world, nlinks, shared, "mesh connected");
-    Ok(Mesh::new(cfg, links, witnesses))
+    Ok(Connections { links, witnesses })
 }
 
 #[cfg(feature = "tls")]
@@ -204,14 +204,18 @@ fn encrypted_mesh(
     cfg: &Config,
     streams: Vec<Vec<TcpStream>>,
     witnesses: Vec<Option<TcpStream>>,
-) -> Result<Mesh> {
-    let (links, witnesses) = crate::tls_link::wrap_mesh(cfg, streams, witnesses)?;
+) -> Result<Connections> {
+    let (links, witnesses) = crate::transports::tls_link::wrap_mesh(cfg, streams, witnesses)?;
     tracing::debug!(rank = cfg.rank, world = cfg.world(), "tls mesh connected");
-    Ok(Mesh::new(cfg, links, witnesses))
+    Ok(Connections { links, witnesses })
 }
 
 #[cfg(not(feature = "tls"))]
-fn encrypted_mesh(_: &Config, _: Vec<Vec<TcpStream>>, _: Vec<Option<TcpStream>>) -> Result<Mesh> {
+fn encrypted_mesh(
+    _: &Config,
+    _: Vec<Vec<TcpStream>>,
+    _: Vec<Option<TcpStream>>,
+) -> Result<Connections> {
     Err(DistError::Unavailable {
         backend: "tls",
         reason: "this build has no TLS (build mlx-dist with the feature `tls`)".into(),

@@ -40,27 +40,17 @@ use sha2::{Digest, Sha256};
 
 use crate::error::{DistError, Result};
 
-/// Environment variable: this process's rank.
-pub const ENV_RANK: &str = "MLX_RANK";
-/// Environment variable: the world size.
-pub const ENV_WORLD: &str = "MLX_WORLD_SIZE";
-/// Environment variable: path of an MLX-style JSON host file.
-pub const ENV_HOSTFILE: &str = "MLX_HOSTFILE";
-/// Environment variable: comma-separated `host:port` per rank; a rank with
-/// several network interfaces lists them joined by `|` (`10.0.0.1:5000|10.0.1.1:5000`).
-pub const ENV_HOSTS: &str = "MLX_DIST_HOSTS";
-/// Environment variable: job id, 32 hex digits.
-pub const ENV_JOB_ID: &str = "MLX_DIST_JOB_ID";
-/// Environment variable: job secret, hex.
-pub const ENV_SECRET: &str = "MLX_DIST_JOB_SECRET";
-/// Environment variable: path of a file holding the job secret (hex),
-/// which group and others must not be able to read.
-pub const ENV_SECRET_FILE: &str = "MLX_DIST_JOB_SECRET_FILE";
-/// Environment variable: `1` derives the job secret from the host list when
-/// none is given (anyone who can read the host list can then join the job).
-pub const ENV_INSECURE_SECRET: &str = "MLX_DIST_INSECURE_DERIVED_SECRET";
-/// Environment variable: `1` listens on every interface, not only the rank's address.
-pub const ENV_BIND_ALL: &str = "MLX_DIST_BIND_ALL";
+mod hex;
+mod hostfile;
+pub(crate) mod slurm;
+mod vars;
+
+pub use hex::{hex_decode, hex_encode};
+pub use hostfile::parse_hostfile;
+use hostfile::split_addresses;
+// The variables' names live in `vars`, below both this file and `slurm`.
+pub use vars::*;
+
 /// The shortest job secret accepted, in bytes (32 hex digits).
 pub const MIN_SECRET_BYTES: usize = 16;
 /// The smallest `MLX_DIST_SOCKET_BUFFER` accepted (other than 0, the
@@ -73,28 +63,17 @@ pub const MIN_SECRET_BYTES: usize = 16;
 /// collective timeout; 32 KiB keeps a factor of two for other kernels and
 /// links.
 pub const MIN_SOCKET_BUFFER: u64 = 32 * 1024;
-/// Environment variable: backend name.
-pub const ENV_BACKEND: &str = "MLX_DIST_BACKEND";
-/// Environment variable: connections per peer and direction.
-pub const ENV_CONNECTIONS: &str = "MLX_DIST_CONNECTIONS";
-/// Environment variable: collective timeout in milliseconds.
-pub const ENV_TIMEOUT_MS: &str = "MLX_DIST_TIMEOUT_MS";
-/// Environment variable: liveness timeout in milliseconds.
-pub const ENV_LIVENESS_MS: &str = "MLX_DIST_LIVENESS_MS";
 
 /// The default collective timeout: ten minutes, as NCCL's.
 pub const DEFAULT_COLLECTIVE_TIMEOUT: Duration = Duration::from_secs(600);
 /// The default liveness timeout.
 pub const DEFAULT_LIVENESS_TIMEOUT: Duration = Duration::from_secs(5);
-/// Environment variable: connect deadline in milliseconds.
-pub const ENV_CONNECT_TIMEOUT_MS: &str = "MLX_DIST_CONNECT_TIMEOUT_MS";
 
-/// Environment variable: the job's QUIC certificate (hex DER).
-pub const ENV_QUIC_CERT: &str = "MLX_DIST_QUIC_CERT";
-/// Environment variable: the QUIC certificate's private key (hex PKCS#8 DER).
-pub const ENV_QUIC_KEY: &str = "MLX_DIST_QUIC_KEY";
-/// Environment variable: SHA-256 fingerprint of the QUIC certificate (hex).
-pub const ENV_QUIC_FINGERPRINT: &str = "MLX_DIST_QUIC_FINGERPRINT";
+/// How often heartbeats go out for a liveness `timeout`: a fifth of it,
+/// from 10 ms to 1 s.
+pub(crate) fn heartbeat_interval(timeout: Duration) -> Duration {
+    (timeout / 5).clamp(Duration::from_millis(10), Duration::from_secs(1))
+}
 
 /// The job's TLS identity for the QUIC backend: one self-signed certificate
 /// shared by the job's ranks, pinned by its fingerprint.
@@ -113,20 +92,6 @@ impl std::fmt::Debug for QuicCert {
         write!(f, "QuicCert(sha256 {})", hex_encode(&self.fingerprint))
     }
 }
-
-/// Environment variable: TCP socket buffer size in bytes (0 keeps the kernel's autotuning).
-pub const ENV_SOCKET_BUFFER: &str = "MLX_DIST_SOCKET_BUFFER";
-
-/// Environment variable: message size from which the TCP ring uses threads per lane.
-pub const ENV_THREADED_BYTES: &str = "MLX_DIST_THREADED_BYTES";
-
-/// Environment variable: `0` keeps ranks on one host from sharing memory
-/// (every byte then goes over TCP); anything else, or unset, allows it.
-pub const ENV_SHM: &str = "MLX_DIST_SHM";
-
-/// Environment variable: how many times the launcher restarted the job
-/// before this attempt (0 on the first; see [`restart_count`]).
-pub const ENV_RESTART_COUNT: &str = "MLX_RESTART_COUNT";
 
 /// This process's attempt: [`ENV_RESTART_COUNT`], 0 when unset (a first
 /// attempt, or a program started without the launcher); an error names a
@@ -339,7 +304,7 @@ impl Config {
     ) -> Result<Option<(Config, Option<Backend>)>> {
         // Ranks started by Slurm's srun: Slurm's variables stand for the
         // launcher's rank, hosts and job id; the rest is read as below.
-        if let Some(slurm) = crate::slurm::launcher_variables(&get)? {
+        if let Some(slurm) = crate::config::slurm::launcher_variables(&get)? {
             let get = move |k: &str| {
                 let own = slurm.iter().find(|(v, _)| *v == k);
                 own.map(|(_, x)| x.clone()).or_else(|| get(k))
@@ -608,63 +573,6 @@ fn positive_ms(key: &str, ms: u64) -> Result<Duration> {
         )));
     }
     Ok(Duration::from_millis(ms))
-}
-
-/// Splits each rank's entry (`ip:port`, or several joined by `|`) into its
-/// first address and the others.
-fn split_addresses(entries: Vec<String>) -> (Vec<String>, Vec<Vec<String>>) {
-    entries
-        .iter()
-        .map(|e| {
-            let mut all = e.split('|').map(|a| a.trim().to_string());
-            let first = all.next().unwrap_or_default();
-            (first, all.filter(|a| !a.is_empty()).collect())
-        })
-        .unzip()
-}
-
-/// Parses an MLX-style host file: a JSON list with, per rank, either a list of
-/// `"ip:port"` strings (one per network interface) or one such string. Each
-/// rank's entry is returned as its addresses joined by `|`, the form
-/// `MLX_DIST_HOSTS` takes.
-pub fn parse_hostfile(text: &str) -> std::result::Result<Vec<String>, String> {
-    let v: serde_json::Value = serde_json::from_str(text).map_err(|e| e.to_string())?;
-    let arr = v
-        .as_array()
-        .ok_or("expected a JSON list with one entry per rank")?;
-    arr.iter()
-        .enumerate()
-        .map(|(i, e)| match e {
-            serde_json::Value::String(s) => Ok(s.clone()),
-            serde_json::Value::Array(a) => {
-                let all: Option<Vec<&str>> = a.iter().map(|s| s.as_str()).collect();
-                match all {
-                    Some(all) if !all.is_empty() => Ok(all.join("|")),
-                    _ => Err(format!("entry {i} is not a list of \"ip:port\" strings")),
-                }
-            }
-            _ => Err(format!(
-                "entry {i} is neither a string nor a list of strings"
-            )),
-        })
-        .collect()
-}
-
-/// Lower-case hex of bytes.
-pub fn hex_encode(b: &[u8]) -> String {
-    b.iter().map(|x| format!("{x:02x}")).collect()
-}
-
-/// Bytes of a hex string, or `None` if it is not hex.
-pub fn hex_decode(s: &str) -> Option<Vec<u8>> {
-    let s = s.trim();
-    if !s.len().is_multiple_of(2) {
-        return None;
-    }
-    (0..s.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok())
-        .collect()
 }
 
 #[cfg(test)]

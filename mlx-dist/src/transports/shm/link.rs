@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use super::segment::{SLOT, SLOTS, Segment, head_at, tail_at};
-use crate::link::{Link, TcpLink};
+use crate::transports::link::{Link, TcpLink};
 use crate::wire::HEADER_LEN;
 
 /// Payloads from this size go through the segment; smaller ones stay on the
@@ -224,7 +224,7 @@ impl ShmLink {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::shm::negotiate::{answer, offer};
+    use crate::transports::shm::negotiate::{answer, offer};
     use std::net::{TcpListener, TcpStream};
 
     /// Two ends of a loopback connection, each as a shared memory link.

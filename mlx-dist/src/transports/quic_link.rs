@@ -1,7 +1,7 @@
 //! A QUIC stream as a [`Link`]: quinn is asynchronous, so each blocking
 //! call runs its future on the mesh's small tokio runtime from the calling
 //! thread, with the collective timeout (or the caller's deadline) as limit.
-//! The connection set-up is in [`crate::quic`].
+//! The connection set-up is in [`crate::transports::quic`].
 
 use std::io::{self, Read, Write};
 use std::sync::{Arc, Mutex};
@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use tokio::runtime::Runtime;
 
-use crate::link::{Link, with_lock_until};
+use crate::transports::link::{Link, with_lock_until};
 use crate::wire::HEADER_LEN;
 
 /// A QUIC stream as a blocking `Read + Write` (for the handshake and the link).

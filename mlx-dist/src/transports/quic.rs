@@ -6,13 +6,13 @@
 //! and its SHA-256 fingerprint (`MLX_DIST_QUIC_FINGERPRINT`); a peer is
 //! accepted only if it presents exactly that certificate, so traffic is
 //! encrypted and only the job's ranks can join. The HMAC handshake of
-//! [`crate::handshake`] then runs on every stream as on TCP.
+//! [`crate::transports::handshake`] then runs on every stream as on TCP.
 //!
 //! quinn is asynchronous; a small tokio runtime per mesh drives it and the
 //! `Link` methods (in `quic_link.rs`) block on it with the collective timeout as deadline, so the
 //! collectives run unchanged (on the threaded ring). One more stream per
 //! peer is its witness, carrying heartbeats as over TCP (see
-//! `crate::liveness`); QUIC's own idle timeout is twice the liveness
+//! `crate::mesh::liveness`); QUIC's own idle timeout is twice the liveness
 //! timeout, so a silent peer is named by the heartbeats first.
 
 use std::io;
@@ -22,13 +22,13 @@ use std::time::{Duration, Instant};
 
 use tokio::runtime::Runtime;
 
+use super::Connections;
 use crate::config::{Config, QuicCert};
 use crate::error::{DistError, Result};
-use crate::handshake::{self, HandshakeError};
-use crate::link::Link;
-use crate::mesh::Mesh;
-use crate::quic_link::{BlockingStream, QuicLink, Stream, timed};
-use crate::tls::{SERVER_NAME, install_crypto_provider};
+use crate::transports::handshake::{self, HandshakeError};
+use crate::transports::link::Link;
+use crate::transports::quic_link::{BlockingStream, QuicLink, Stream, timed};
+use crate::transports::tls::{SERVER_NAME, install_crypto_provider};
 
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -37,7 +37,7 @@ fn tls_configs(
     idle: Duration,
     keep_alive: Duration,
 ) -> std::result::Result<(quinn::ServerConfig, quinn::ClientConfig), String> {
-    let (server, client) = crate::tls::rustls_configs(id)?;
+    let (server, client) = crate::transports::tls::rustls_configs(id)?;
     let mut transport = quinn::TransportConfig::default();
     transport
         .max_idle_timeout(Some(idle.try_into().map_err(|e| format!("{e}"))?))
@@ -106,7 +106,7 @@ fn hs_err(who: String, e: impl std::fmt::Display) -> DistError {
 }
 
 /// Connects the full mesh of QUIC links for `cfg`.
-pub(crate) fn connect_mesh(cfg: &Config) -> Result<Mesh> {
+pub(crate) fn connect_mesh(cfg: &Config) -> Result<Connections> {
     install_crypto_provider();
     let unavailable = |reason: String| DistError::Unavailable {
         backend: "quic",
@@ -122,13 +122,13 @@ pub(crate) fn connect_mesh(cfg: &Config) -> Result<Mesh> {
     let (world, rank) = (cfg.world(), cfg.rank);
     // The data links, then the witness.
     let nlinks = 2 * cfg.connections_per_peer + 1;
-    let cred = crate::tcp::credentials(cfg);
+    let cred = crate::transports::tcp::credentials(cfg);
     let deadline = Instant::now() + cfg.connect_timeout;
     // The heartbeats name a silent peer after the liveness timeout; QUIC's
     // keep-alives hold the connection open meanwhile, and its idle timeout
     // (twice as long) only ends a connection nobody closed.
     let idle = 2 * cfg.liveness_timeout;
-    let keep_alive = crate::liveness::heartbeat_interval(cfg.liveness_timeout);
+    let keep_alive = crate::config::heartbeat_interval(cfg.liveness_timeout);
     let (server_cfg, client_cfg) = tls_configs(&id, idle, keep_alive).map_err(unavailable)?;
     let rt = Arc::new(
         tokio::runtime::Builder::new_multi_thread()
@@ -145,7 +145,7 @@ pub(crate) fn connect_mesh(cfg: &Config) -> Result<Mesh> {
         // The rank's own address, unless asked for every interface
         // (`MLX_DIST_BIND_ALL`).
         let listen = if cfg.bind_all {
-            SocketAddr::new(crate::tcp::unspecified(addr), addr.port())
+            SocketAddr::new(crate::transports::tcp::unspecified(addr), addr.port())
         } else {
             addr
         };
@@ -215,7 +215,7 @@ pub(crate) fn connect_mesh(cfg: &Config) -> Result<Mesh> {
         })
         .collect();
     tracing::debug!(rank, world, nlinks, "quic mesh connected");
-    Ok(Mesh::new(cfg, links, witnesses))
+    Ok(Connections { links, witnesses })
 }
 
 /// Whether a QUIC transport error code is a TLS failure (wrong certificate).
@@ -383,7 +383,7 @@ fn accept_all(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tls::test_certificate as job_cert;
+    use crate::transports::tls::test_certificate as job_cert;
 
     fn free_udp_ports(n: usize) -> Vec<String> {
         let socks: Vec<_> = (0..n)

@@ -1,6 +1,16 @@
-//! The connected mesh shared by a world group and every group split from it,
-//! and the per-operation context that sends and checks frames. Liveness
-//! (heartbeats, goodbyes, announcements of failure) is [`crate::liveness`]'s.
+//! The mesh: every rank's links to every peer, shared by a world group and
+//! every group split from it, with what makes failures final and blame
+//! exact. This file holds [`Mesh`] and the per-operation context that sends
+//! and checks frames; `liveness` the state of each peer (heartbeats,
+//! goodbyes, announcements of failure), which imports nothing of the mesh;
+//! `membership` the threads that keep that state over the mesh's witnesses
+//! and the goodbye when the last group over the mesh leaves.
+//!
+//! Layering: the mesh is built from the transports' connections and knows
+//! nothing of the collectives run over it or of the launcher.
+
+pub(crate) mod liveness;
+pub(crate) mod membership;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard};
@@ -10,9 +20,10 @@ use mlx_array::Dtype;
 
 use crate::config::Config;
 use crate::error::{DistError, Result};
-use crate::link::Link;
-use crate::liveness::{Liveness, PeerStatus};
+use crate::transports::Connections;
+use crate::transports::link::Link;
 use crate::wire::{AbortPayload, FrameHeader, HEADER_LEN, MAX_ABORT_PAYLOAD, OpKind};
+use liveness::{Liveness, PeerStatus};
 
 /// Links to every peer, the liveness state, and what makes failures final.
 pub(crate) struct Mesh {
@@ -50,7 +61,7 @@ pub(crate) struct Mesh {
     /// Reduction scratch buffers, one per lane, kept between operations.
     pub scratch: Mutex<Vec<Vec<u64>>>,
     /// `witnesses[peer]`: the liveness channel to each peer (`None` for this
-    /// rank), see [`crate::liveness`].
+    /// rank), see [`crate::mesh::liveness`].
     witnesses: Vec<Option<Box<dyn Link>>>,
     /// What the witnesses said.
     pub live: Liveness,
@@ -63,11 +74,8 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl Mesh {
-    pub(crate) fn new(
-        cfg: &Config,
-        links: Vec<Vec<Box<dyn Link>>>,
-        witnesses: Vec<Option<Box<dyn Link>>>,
-    ) -> Mesh {
+    pub(crate) fn new(cfg: &Config, connections: Connections) -> Mesh {
+        let Connections { links, witnesses } = connections;
         let world = cfg.world();
         Mesh {
             rank: cfg.rank,

@@ -1,6 +1,6 @@
 //! The collectives over a connected [`Mesh`]: the ring for large messages, a
 //! direct exchange for small ones, large half-precision sums over more than
-//! two ranks at each block's owner ([`crate::owners`]), point-to-point
+//! two ranks at each block's owner ([`crate::collectives::owners`]), point-to-point
 //! messages, barrier and split.
 //! Transport-independent: TCP and QUIC meshes both run this code.
 
@@ -9,13 +9,13 @@ use std::sync::{Arc, Mutex};
 
 use mlx_array::Dtype;
 
+use crate::collectives::owners;
+use crate::collectives::ring::{self, Lane, Phase, split_even};
 use crate::error::{DistError, Result};
 use crate::group::CommImpl;
-use crate::liveness::Membership;
+use crate::mesh::membership::Membership;
 use crate::mesh::{Mesh, OpCtx};
-use crate::owners;
 use crate::reduce::{ReduceOp, reduce_all};
-use crate::ring::{self, Lane, Phase, split_even};
 use crate::wire::OpKind;
 
 /// Messages at least this large use every lane (both directions, all connections).

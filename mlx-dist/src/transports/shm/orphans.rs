@@ -19,7 +19,7 @@ pub(super) const PREFIX: &str = "mlxd";
 /// A segment name owned by process `pid`, unique by `random` (at most 30
 /// bytes with its leading '/': macOS limits POSIX names to 31).
 pub(super) fn segment_name(pid: u32, random: &[u8; 8]) -> String {
-    format!("{PREFIX}{pid:x}_{}", super::negotiate::hex(random))
+    format!("{PREFIX}{pid:x}_{}", crate::config::hex_encode(random))
 }
 
 /// The pid of the process that created the segment called `name`, if

@@ -38,8 +38,8 @@
 //! Linux and macOS), [`negotiate`](mod@negotiate) (who shares a segment) and
 //! [`link`] (the link over it).
 //!
-//! [`Link`]: crate::link::Link
-//! [`Link::recv_payload_with`]: crate::link::Link::recv_payload_with
+//! [`Link`]: crate::transports::link::Link
+//! [`Link::recv_payload_with`]: crate::transports::link::Link::recv_payload_with
 //! [`SLOTS`]: segment::SLOTS
 //! [`SLOT`]: segment::SLOT
 //! [`MIN_PAYLOAD`]: link::MIN_PAYLOAD

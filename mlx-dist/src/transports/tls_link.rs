@@ -1,6 +1,6 @@
 //! The ring over TLS 1.3 (`Backend::Tls`): every TCP connection of the mesh
 //! (data links and witnesses) carries a rustls session authenticated by the
-//! job's certificate (see [`crate::tls`]), after the HMAC handshake that
+//! job's certificate (see [`crate::transports::tls`]), after the HMAC handshake that
 //! names the rank and link in the clear (it reveals no secret).
 //!
 //! Why not QUIC for encryption: QUIC moves every datagram through user space
@@ -21,7 +21,7 @@ use std::net::TcpStream;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use crate::link::{Link, TcpLink, with_lock_until};
+use crate::transports::link::{Link, TcpLink, with_lock_until};
 use crate::wire::HEADER_LEN;
 
 /// Plaintext encrypted per lock of the session: large enough to amortise
@@ -62,7 +62,7 @@ pub(crate) fn handshake(
     configs: &(Arc<rustls::ServerConfig>, Arc<rustls::ClientConfig>),
 ) -> io::Result<(TcpStream, rustls::Connection)> {
     let mut conn: rustls::Connection = if client {
-        let name = rustls::pki_types::ServerName::try_from(crate::tls::SERVER_NAME)
+        let name = rustls::pki_types::ServerName::try_from(crate::transports::tls::SERVER_NAME)
             .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e.to_string()))?;
         rustls::ClientConnection::new(configs.1.clone(), name)
             .map_err(tls_error)?
@@ -277,9 +277,9 @@ pub(crate) fn wrap_mesh(
                  (MLX_DIST_QUIC_CERT, MLX_DIST_QUIC_KEY, MLX_DIST_QUIC_FINGERPRINT)"
             .into(),
     })?;
-    crate::tls::install_crypto_provider();
+    crate::transports::tls::install_crypto_provider();
     let (server, client) =
-        crate::tls::rustls_configs(id).map_err(|reason| DistError::Unavailable {
+        crate::transports::tls::rustls_configs(id).map_err(|reason| DistError::Unavailable {
             backend: "tls",
             reason,
         })?;
@@ -334,7 +334,7 @@ mod tests {
     use crate::config::Config;
     use crate::error::DistError;
     use crate::inproc_tests::with_world_on;
-    use crate::tls::test_certificate as job_cert;
+    use crate::transports::tls::test_certificate as job_cert;
 
     /// Copies `from` to `to`, appending every byte to `seen`.
     fn pump(mut from: TcpStream, mut to: TcpStream, seen: Arc<Mutex<Vec<u8>>>) {
@@ -437,7 +437,7 @@ mod tests {
                     // Each side has a certificate of its own: neither is the other's job.
                     cfg.quic = Some(job_cert());
                     cfg.connect_timeout = std::time::Duration::from_secs(4);
-                    s.spawn(move || crate::tcp::connect_mesh(&cfg, l, true).map(|_| ()))
+                    s.spawn(move || crate::transports::tcp::connect_mesh(&cfg, l, true).map(|_| ()))
                 })
                 .collect();
             hs.into_iter()
@@ -460,7 +460,7 @@ mod tests {
         let a = l.local_addr().unwrap().to_string();
         let mut cfg = Config::new(0, vec![a.clone(), a], [5; 16], b"s".to_vec());
         cfg.connect_timeout = std::time::Duration::from_millis(200);
-        let e = crate::tls_link::wrap_mesh(&cfg, vec![], vec![])
+        let e = crate::transports::tls_link::wrap_mesh(&cfg, vec![], vec![])
             .map(|_| ())
             .unwrap_err();
         assert!(e.to_string().contains("--backend tls"), "{e}");
