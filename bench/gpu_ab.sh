@@ -2,7 +2,9 @@
 # One device call that measures what changed after the 2026-11-26 H100 run (issue 38):
 # chunked submission (MLX_GPU_CHUNKS) and split-K (MLX_GPU_SPLIT_K) switched on and off in
 # the same call, the one-pass fused loss's GPU time per step, the split products in
-# gpu_bench, and the row kernels' own GPU time (MLX_PROFILE=1 gpu_bench). About 7 minutes.
+# gpu_bench, the row kernels' own GPU time (MLX_PROFILE=1 gpu_bench), and f16 on the
+# tensor cores (attention, the fused loss, matmuls) against MLX_GPU_COOPMAT=0, a step and the
+# kernels. About 9 minutes; the parts run in order of what is newest, each packed as it ends.
 # Here: bench/gpu.sh pack; there (carry .gpu-bin and .gl): BUDGET=480 bash bench/gpu_ab.sh
 # Logs go to $OUT (all.tgz after each part).
 set -u
@@ -17,6 +19,14 @@ for c in 1 0 1 0; do # chunked submission on and off, alternated
   left && MLX_GPU_CHUNKS=$c timeout 120 $B/mlx-llama "${R[@]}" --steps 10 --out /tmp/r$c \
     --summary $g/ref_chunks$c.json > $g/ref_chunks$c.log 2>&1
   tail -n 1 $g/ref_chunks$c.log
+done
+pack
+for c in 1 0; do # f16 through the tensor cores, and the f32-compute kernels (MLX_GPU_COOPMAT=0)
+  left && MLX_GPU_COOPMAT=$c timeout 150 $B/mlx-llama "${R[@]/f32/f16}" --steps 10 --out /tmp/h$c \
+    --summary $g/ref_f16_coop$c.json > $g/ref_f16_coop$c.log 2>&1
+  tail -n 1 $g/ref_f16_coop$c.log
+  left && MLX_GPU_COOPMAT=$c timeout 120 $B/gpu_bench --dtype f16 > $g/ops_f16_coop$c.log 2>&1
+  grep -iE "attention|logits|dX|dW" $g/ops_f16_coop$c.log | head -8
 done
 pack
 for k in 1 0; do # split-K on and off: the step, then the loss's GPU time per step
