@@ -587,7 +587,7 @@ fn f() {
 }
 "#;
     assert_eq!(
-        lines("backend/gpu/linear_loss.rs", src),
+        lines("backend/gpu/rope.rs", src),
         // Line 7 goes through `cpu`, already reported where line 3 imports it.
         vec![2, 2, 3, 4, 6, 8]
     );
@@ -612,10 +612,7 @@ use crate::memory::accounting;
 use super::codegen;
 mod inner { use super::super::super::common::rope::RopeSpec; }
 "#;
-    assert_eq!(
-        lines("backend/gpu/linear_loss.rs", fine),
-        Vec::<usize>::new()
-    );
+    assert_eq!(lines("backend/gpu/rope.rs", fine), Vec::<usize>::new());
 }
 
 #[test]

@@ -35,7 +35,6 @@ pub(crate) mod elementwise;
 mod fragment;
 pub(crate) mod fusion;
 mod indexing;
-mod linear_loss;
 mod loss;
 mod matmul;
 mod norm;
@@ -54,10 +53,10 @@ pub use attention::{
 pub use creation::{arange, random_bits};
 pub use elementwise::{astype, binary, copy_contiguous, unary, where_};
 pub use indexing::{concatenate, pad, scatter_add, slice_update, take, take_along_axis};
-pub use linear_loss::{
-    linear_cross_entropy, linear_cross_entropy_grad, linear_cross_entropy_value_and_grad,
+pub use loss::{
+    cross_entropy, cross_entropy_grad, linear_cross_entropy, linear_cross_entropy_grad,
+    linear_cross_entropy_value_and_grad, softmax,
 };
-pub use loss::{cross_entropy, cross_entropy_grad, softmax};
 #[doc(hidden)]
 pub use matmul::kernel_sources as matmul_kernel_sources;
 pub use matmul::{coop_product_count, matmul};

@@ -75,7 +75,7 @@
 //! for `dX`; the partial sums cost one write and one read of `slices x m x
 //! n` floats (10.5 MB: ~7 us at 3 TB/s against ~100 us of products).
 //!
-//! The fused linear cross-entropy (`linear_loss.rs`) records its logits
+//! The fused linear cross-entropy (`loss/linear.rs`) records its logits
 //! and gradient products through [`record`] (chunked over the vocabulary,
 //! or in blocks of rows over all of it), so it runs on these kernels too (its f32 `accumulate` form on the f32
 //! kernel, split over the depth as above).

@@ -24,9 +24,9 @@
 //! device copy's bandwidth (counting one read and one write) against 31-32%
 //! measured before.
 
-use super::codegen;
-use super::indexing::{Meta, index_input};
-use super::{alloc, context, dense, dispatch, supported};
+use super::super::codegen;
+use super::super::indexing::{Meta, index_input};
+use super::super::{alloc, context, dense, dispatch, supported};
 use crate::primitive::ArrayData;
 use crate::shape::size_of_shape;
 use crate::{Dtype, Error, Result};
@@ -185,7 +185,7 @@ pub fn softmax(x: &ArrayData, shape: &[usize], dtype: Dtype) -> Result<ArrayData
         .clamp(8, 256);
     let key = format!("softmax:{dtype}:{team}:{vec4}");
     let pipeline = context()?.pipeline(&key, || softmax_source(dtype, team, vec4))?;
-    super::dispatch_groups(
+    super::super::dispatch_groups(
         &pipeline,
         &m.0,
         &[&x],

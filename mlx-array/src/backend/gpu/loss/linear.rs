@@ -76,9 +76,9 @@
 //! Targets out of range (which the CPU rejects at eval) give a NaN loss and
 //! NaN gradient rows.
 
-use super::codegen;
-use super::indexing::{Meta, VLOC};
-use super::{alloc, astype, context, dispatch, matmul, supported};
+use super::super::codegen;
+use super::super::indexing::{Meta, VLOC};
+use super::super::{alloc, astype, context, dispatch, matmul, supported};
 use crate::backend::common::loss::{LceArgs, chunk_cols};
 use crate::primitive::ArrayData;
 use crate::shape::size_of_shape;
@@ -113,7 +113,7 @@ fn f32_dense(data: &ArrayData, shape: &[usize], dtype: Dtype) -> Result<ArrayDat
     if dtype != Dtype::F32 {
         astype(data, shape, dtype, Dtype::F32)
     } else {
-        super::dense(data, shape, dtype)
+        super::super::dense(data, shape, dtype)
     }
 }
 
@@ -164,8 +164,8 @@ impl Setup {
         let half = a.dtype == Dtype::F16 && matmul::f16_f32_products()?;
         let (h, w) = if half {
             (
-                super::dense(a.h.0, a.h.1, Dtype::F16)?,
-                super::dense(a.w.0, a.w.1, Dtype::F16)?,
+                super::super::dense(a.h.0, a.h.1, Dtype::F16)?,
+                super::super::dense(a.w.0, a.w.1, Dtype::F16)?,
             )
         } else {
             (
@@ -441,7 +441,7 @@ pub fn linear_cross_entropy(a: &LceArgs<'_>) -> Result<ArrayData> {
             st.smoothing.to_bits(),
             0,
         ];
-        super::dispatch_groups(
+        super::super::dispatch_groups(
             &pipeline,
             &meta,
             &[&x, &st.tg, &stats],
@@ -814,7 +814,7 @@ pub fn linear_cross_entropy_value_and_grad(
             st.smoothing.to_bits(),
             r0 as u32,
         ];
-        super::dispatch_groups(
+        super::super::dispatch_groups(
             &stats_kernel,
             &meta,
             &[&x, &st.tg, &stats],
