@@ -150,20 +150,10 @@ impl Primitive for LinearCrossEntropy {
     }
     fn vjp(&self, inputs: &[Array], out: &Array, ct: &Array) -> Result<Vec<Option<Array>>> {
         let (h, w) = (&inputs[0], &inputs[1]);
-        let (hn, wn) = (h.size(), w.size());
-        let packed = Array::from_primitive(
-            LinearCrossEntropyGrad(self.0),
-            vec![
-                h.clone(),
-                w.clone(),
-                inputs[2].clone(),
-                ct.clone(),
-                out.clone(),
-            ],
-            vec![hn + wn],
-            h.dtype(),
-        );
-        let (dh, dw) = unpack_gradients(&packed, h, w)?;
+        let [dh, dw]: [Array; 2] = LinearCrossEntropyGrad(self.0)
+            .build(h, w, &inputs[2], ct, out)
+            .try_into()
+            .expect("two outputs");
         Ok(vec![Some(dh), Some(dw), None])
     }
 }
@@ -172,34 +162,87 @@ impl Primitive for LinearCrossEntropy {
 /// at a time, turns each chunk into `ct * (softmax - target distribution)` in
 /// place and accumulates `dh += g @ w` and `dw[chunk] = g^T @ h`. Inputs: `h`,
 /// `w`, targets, the row cotangents and the forward losses (from which each
-/// row's logsumexp is recovered); output: one flat buffer, `dh` then `dw`,
-/// which the vjp hands out as two views.
+/// row's logsumexp is recovered); two outputs, `dh` and `dw`, in `h`'s
+/// dtype (views of the one buffer the kernels write).
 #[derive(Debug, Clone)]
 pub struct LinearCrossEntropyGrad(pub LinearCrossEntropyOptions);
+
+impl LinearCrossEntropyGrad {
+    /// `dh` and `dw` for the row cotangents `ct` of the losses `loss` of
+    /// `h`, `w` and `targets`.
+    pub(crate) fn build(
+        self,
+        h: &Array,
+        w: &Array,
+        targets: &Array,
+        ct: &Array,
+        loss: &Array,
+    ) -> Vec<Array> {
+        let spec = |shape: &[usize]| OutputSpec {
+            shape: shape.to_vec(),
+            dtype: h.dtype(),
+        };
+        Array::from_primitive_outputs(
+            self,
+            vec![
+                h.clone(),
+                w.clone(),
+                targets.clone(),
+                ct.clone(),
+                loss.clone(),
+            ],
+            vec![spec(h.shape()), spec(w.shape())],
+        )
+    }
+
+    /// `dh` and `dw` as views of the kernels' flat buffer (`dh` first).
+    fn outputs(packed: ArrayData, h: &Array, w: &Array) -> Vec<ArrayData> {
+        let at = packed.offset();
+        vec![
+            packed.view(contiguous_strides(h.shape()), at),
+            packed.view(contiguous_strides(w.shape()), at + h.size()),
+        ]
+    }
+}
 
 impl Primitive for LinearCrossEntropyGrad {
     fn name(&self) -> &'static str {
         "linear_cross_entropy_grad"
     }
-    fn eval_gpu(&self, inputs: &[Array], _out: &Array) -> Result<ArrayData> {
+    fn eval_gpu_outputs(
+        &self,
+        inputs: &[Array],
+        _outputs: &[OutputSpec],
+    ) -> Result<Vec<ArrayData>> {
         let (h, w, t, c, l) = (&inputs[0], &inputs[1], &inputs[2], &inputs[3], &inputs[4]);
         let (hd, wd, td, cd, ld) = (h.data()?, w.data()?, t.data()?, c.data()?, l.data()?);
-        crate::backend::gpu::linear_cross_entropy_grad(
+        let packed = crate::backend::gpu::linear_cross_entropy_grad(
             &self.0.args((&hd, h), (&wd, w), (&td, t)),
             (&cd, c.dtype()),
             &ld,
-        )
+        )?;
+        Ok(Self::outputs(packed, h, w))
     }
-    fn eval_cpu(&self, inputs: &[Array], _out: &Array) -> Result<ArrayData> {
+    fn eval_cpu_outputs(
+        &self,
+        inputs: &[Array],
+        _outputs: &[OutputSpec],
+    ) -> Result<Vec<ArrayData>> {
         let (h, w, t, c, l) = (&inputs[0], &inputs[1], &inputs[2], &inputs[3], &inputs[4]);
         let (hd, wd, td, cd, ld) = (h.data()?, w.data()?, t.data()?, c.data()?, l.data()?);
-        loss::linear_cross_entropy_grad(
+        let packed = loss::linear_cross_entropy_grad(
             &self.0.args((&hd, h), (&wd, w), (&td, t)),
             (&cd, c.dtype()),
             &ld,
-        )
+        )?;
+        Ok(Self::outputs(packed, h, w))
     }
-    fn vjp(&self, _inputs: &[Array], _out: &Array, _ct: &Array) -> Result<Vec<Option<Array>>> {
+    fn vjp_outputs(
+        &self,
+        _inputs: &[Array],
+        _outputs: &[Array],
+        _cotangents: &[Option<Array>],
+    ) -> Result<Vec<Option<Array>>> {
         Err(crate::Error::invalid(
             "vjp",
             "linear_cross_entropy_grad has no vector-Jacobian product (no second derivatives)",
@@ -332,16 +375,6 @@ impl Primitive for LinearCrossEntropyValueAndGrad {
             None,
         ])
     }
-}
-
-/// `dh` and `dw` as views of a flat buffer that holds `dh` (`h`'s shape)
-/// then `dw` (`w`'s), as the fused loss kernels write them.
-fn unpack_gradients(packed: &Array, h: &Array, w: &Array) -> Result<(Array, Array)> {
-    let (hn, wn) = (h.size() as i64, w.size() as i64);
-    Ok((
-        crate::reshape_to(&packed.slice_axis(0, 0, hn)?, h.shape())?,
-        crate::reshape_to(&packed.slice_axis(0, hn, hn + wn)?, w.shape())?,
-    ))
 }
 
 #[cfg(feature = "conformance")]

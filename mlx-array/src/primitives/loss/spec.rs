@@ -78,12 +78,7 @@ pub fn specs() -> Vec<Spec> {
                 &[0, 1],
                 move |a| {
                     let loss = crate::linear_cross_entropy(&a[0], &a[1], &t, &opts)?;
-                    Ok(Array::from_primitive(
-                        LinearCrossEntropyGrad(opts),
-                        vec![a[0].clone(), a[1].clone(), t.clone(), ct.clone(), loss],
-                        vec![a[0].size() + a[1].size()],
-                        a[0].dtype(),
-                    ))
+                    flat_gradients(LinearCrossEntropyGrad(opts).build(&a[0], &a[1], &t, &ct, &loss))
                 },
             )
             .refused()
@@ -565,15 +560,17 @@ fn check_lce_grad(cx: &Ctx, c: &LceCase, ct: &Nd, dtype: Dtype, layouts: [Layout
     let [lh, lw, lc] = layouts;
     let (loss, dh, dw) = lce_reference(c, &ct.v);
     let n = c.h.v.len() + c.w.v.len();
-    let inputs = vec![
+    let [h, w, t, ct, loss] = [
         make(&c.h, dtype, lh),
         make(&c.w, dtype, lw),
         make(&c.t, Dtype::I32, Layout::Dense),
         make(ct, Dtype::F32, lc),
         make(&Nd::new(&c.t.shape, loss), Dtype::F32, Layout::Dense),
     ];
-    let got =
-        cx.on(|| Array::from_primitive(LinearCrossEntropyGrad(c.opts), inputs, vec![n], dtype));
+    let got = cx.on(|| {
+        flat_gradients(LinearCrossEntropyGrad(c.opts).build(&h, &w, &t, &ct, &loss))
+            .expect("dh and dw flatten")
+    });
     let want = quantized(Nd::new(&[n], dh.into_iter().chain(dw).collect()), dtype);
     // The logits are recomputed in f32 and summed over the rows and classes.
     let rel = tol(dtype).max(1e-4) * 4.0;
@@ -582,6 +579,15 @@ fn check_lce_grad(cx: &Ctx, c: &LceCase, ct: &Nd, dtype: Dtype, layouts: [Layout
         c.h.shape, c.w.shape, c.opts
     );
     cx.check(&got, &want, dtype, rel, &what);
+}
+
+/// `dh` then `dw` in one flat array, as the reference lays them out.
+fn flat_gradients(grads: Vec<Array>) -> crate::Result<Array> {
+    let flat = grads
+        .iter()
+        .map(|g| g.reshape(&[-1]))
+        .collect::<crate::Result<Vec<_>>>()?;
+    crate::concatenate(&flat, 0)
 }
 
 fn lce_grad_values(cx: &Ctx) {
