@@ -27,19 +27,9 @@ use common::launcher;
 
 const STEPS: u64 = 20;
 
-/// The tiny model and run of the proof (a checkpoint every 5 steps).
+/// The tiny run of the proof (after `train` and [`common::TINY_MODEL_ARGS`]):
+/// a checkpoint every 5 steps.
 const TRAIN: &[&str] = &[
-    "train",
-    "--layers",
-    "1",
-    "--dims",
-    "32",
-    "--heads",
-    "2",
-    "--mlp-dims",
-    "64",
-    "--block-size",
-    "32",
     "--global-batch",
     "6",
     "--data",
@@ -72,6 +62,8 @@ impl Launch {
         let mut cmd = Command::new(launcher());
         cmd.args(["-n", &world.to_string(), "--max-restarts", "1", "--"])
             .arg(env!("CARGO_BIN_EXE_mlx-llama"))
+            .arg("train")
+            .args(common::TINY_MODEL_ARGS)
             .args(TRAIN)
             .arg("--out")
             .arg(out)

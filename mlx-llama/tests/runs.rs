@@ -14,18 +14,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-/// The tiny model of these tests: a step takes a few tens of milliseconds.
+/// The tiny run of these tests (after [`common::TINY_MODEL_ARGS`]).
 const TINY: &[&str] = &[
-    "--layers",
-    "1",
-    "--dims",
-    "32",
-    "--heads",
-    "2",
-    "--mlp-dims",
-    "64",
-    "--block-size",
-    "32",
     "--global-batch",
     "2",
     "--data",
@@ -42,6 +32,7 @@ fn cache() -> PathBuf {
 fn train_cmd(out: &Path, args: &[&str]) -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_mlx-llama"));
     c.arg("train")
+        .args(common::TINY_MODEL_ARGS)
         .args(TINY)
         .args(args)
         .arg("--out")
@@ -399,6 +390,7 @@ fn sigterm_under_the_launcher_checkpoints_and_resume_continues_the_same_losses()
         c.args(["-n", "2", "--"])
             .arg(env!("CARGO_BIN_EXE_mlx-llama"))
             .arg("train")
+            .args(common::TINY_MODEL_ARGS)
             .args(TINY)
             .args(["--steps", steps, "--global-batch", "4"])
             .args(extra)

@@ -11,6 +11,22 @@ use std::time::SystemTime;
 
 use mlx_llama::TrainConfig;
 
+/// The command line's tiny model (one layer of 32 dimensions, 2 heads, MLP
+/// 64, blocks of 32 tokens), for the tests that run the real program: a
+/// step takes a few tens of milliseconds.
+pub const TINY_MODEL_ARGS: &[&str] = &[
+    "--layers",
+    "1",
+    "--dims",
+    "32",
+    "--heads",
+    "2",
+    "--mlp-dims",
+    "64",
+    "--block-size",
+    "32",
+];
+
 /// [`mlx_llama::testing::tiny`], its token store cached in the target folder.
 pub fn tiny(out: &Path, steps: u64) -> TrainConfig {
     mlx_llama::testing::tiny(out, steps, data_cache())
