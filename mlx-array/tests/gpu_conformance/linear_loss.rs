@@ -185,8 +185,13 @@ fn f16_loss_on_the_tensor_core_path_agrees_with_the_cpu() {
         let ct: Vec<f64> = rwv.iter().map(|&r| r as f64 * scale as f64).collect();
         let lg = logit_grads(&hv, &wv, &tv, &ct, smoothing as f64);
         let (cdh, cdw) = (f32s(&cg[0]), f32s(&cg[1]));
-        let half = 2f64.powi(-11);
-        let sub = 2f64.powi(-25);
+        let (half, sub) = (2f64.powi(-11), 2f64.powi(-25));
+        // Per element of `dh` or `dw`: `g` rounded to f16 in every term of
+        // `sum |g| |x|` (b), f16's subnormal step in every term of
+        // `sum |x|` (s), the final cast of `result`, and the f32 sums.
+        let bound_of = |b: f64, s: f64, result: f32| {
+            (half + 1e-4) * b + sub * s + half * result.abs() as f64 + 1e-7
+        };
         let mut bound = vec![0.0; ROWS * DIMS];
         for r in 0..ROWS {
             for d in 0..DIMS {
@@ -197,7 +202,7 @@ fn f16_loss_on_the_tensor_core_path_agrees_with_the_cpu() {
                     s += a;
                 }
                 let i = r * DIMS + d;
-                bound[i] = (half + 1e-4) * b + sub * s + half * cdh[i].abs() as f64 + 1e-7;
+                bound[i] = bound_of(b, s, cdh[i]);
             }
         }
         within(&format!("{what}: dh"), &f32s(&gg[0]), &cdh, &bound);
@@ -211,7 +216,7 @@ fn f16_loss_on_the_tensor_core_path_agrees_with_the_cpu() {
                     s += a;
                 }
                 let i = j * DIMS + d;
-                bound[i] = (half + 1e-4) * b + sub * s + half * cdw[i].abs() as f64 + 1e-7;
+                bound[i] = bound_of(b, s, cdw[i]);
             }
         }
         within(&format!("{what}: dw"), &f32s(&gg[1]), &cdw, &bound);
