@@ -15,18 +15,18 @@ pack() { tar czf $OUT/all.tgz -C $g . ; }
 bench/gpu.sh vulkan
 B=.gpu-bin
 R=(train --eval-every 0 --data offline --device gpu --global-batch 4 --block-size 512 --fresh --dtype f32)
-for c in 1 0 1 0; do # chunked submission on and off, alternated
-  left && MLX_GPU_CHUNKS=$c timeout 120 $B/mlx-llama "${R[@]}" --steps 10 --out /tmp/r$c \
-    --summary $g/ref_chunks$c.json > $g/ref_chunks$c.log 2>&1
-  tail -n 1 $g/ref_chunks$c.log
-done
-pack
 for c in 1 0; do # f16 through the tensor cores, and the f32-compute kernels (MLX_GPU_COOPMAT=0)
   left && MLX_GPU_COOPMAT=$c timeout 150 $B/mlx-llama "${R[@]/f32/f16}" --steps 10 --out /tmp/h$c \
     --summary $g/ref_f16_coop$c.json > $g/ref_f16_coop$c.log 2>&1
   tail -n 1 $g/ref_f16_coop$c.log
   left && MLX_GPU_COOPMAT=$c timeout 120 $B/gpu_bench --dtype f16 > $g/ops_f16_coop$c.log 2>&1
   grep -iE "attention|logits|dX|dW" $g/ops_f16_coop$c.log | head -8
+done
+pack
+for c in 1 0 1 0; do # chunked submission on and off, alternated
+  left && MLX_GPU_CHUNKS=$c timeout 120 $B/mlx-llama "${R[@]}" --steps 10 --out /tmp/r$c \
+    --summary $g/ref_chunks$c.json > $g/ref_chunks$c.log 2>&1
+  tail -n 1 $g/ref_chunks$c.log
 done
 pack
 for k in 1 0; do # split-K on and off: the step, then the loss's GPU time per step
