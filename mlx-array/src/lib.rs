@@ -46,6 +46,7 @@ pub mod primitive;
 pub mod primitives;
 pub mod profile;
 pub mod random;
+mod read;
 pub mod settings;
 pub mod shape;
 pub mod tree;
@@ -62,4 +63,5 @@ pub use io::{
 };
 pub use ops::*;
 pub use primitive::{ArrayData, Primitive, Stream};
+pub use read::HostRead;
 pub use tree::Tree;

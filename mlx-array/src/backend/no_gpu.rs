@@ -102,6 +102,30 @@ pub mod custom {
     }
 }
 
+/// Copies to the host that wait when read; none can start in this build.
+pub(crate) mod readback {
+    use super::{ArrayData, Dtype, Result, unavailable};
+
+    /// A copy on its way to the host; none exists in this build.
+    pub(crate) enum PendingDownload {}
+
+    /// Always [`UNAVAILABLE`](super::UNAVAILABLE).
+    pub(crate) fn start(
+        _data: &ArrayData,
+        _shape: &[usize],
+        _dtype: Dtype,
+    ) -> Result<PendingDownload> {
+        Err(unavailable())
+    }
+
+    impl PendingDownload {
+        /// Never called: no value of the type exists.
+        pub(crate) fn finish(self) -> Result<ArrayData> {
+            match self {}
+        }
+    }
+}
+
 /// Declares kernels that fail with [`UNAVAILABLE`], with the wgpu backend's signatures.
 macro_rules! unavailable_kernels {
     ($($(#[$m:meta])* $vis:vis fn $name:ident($($arg:ident: $ty:ty),* $(,)?);)*) => {

@@ -16,6 +16,7 @@ mod linear_loss;
 mod matmul;
 mod misc;
 mod norm;
+mod readback;
 mod reduce;
 mod submission;
 mod threads;

@@ -38,6 +38,7 @@ mod indexing;
 mod loss;
 mod matmul;
 mod norm;
+pub(crate) mod readback;
 mod reduce;
 mod rope;
 mod scan;
@@ -100,6 +101,8 @@ pub struct GpuContext {
     /// Timestamps of chunks submitted in mid-eval, read back at the eval's
     /// end (so profiling still waits once per eval). Locked after `encoder`.
     readbacks: Mutex<Vec<timestamps::Readback>>,
+    /// The queue's newest submission (what a copy recorded before it waits for).
+    last_submission: Mutex<Option<wgpu::SubmissionIndex>>,
     /// The first asynchronous failure (validation, device lost) not yet reported.
     failure: Arc<Mutex<Option<String>>>,
 }
@@ -225,6 +228,7 @@ impl GpuContext {
             encoder: Mutex::new(submission::Recording::new()),
             timestamps,
             readbacks: Mutex::new(Vec::new()),
+            last_submission: Mutex::new(None),
             failure,
         })
     }
@@ -341,7 +345,8 @@ impl GpuContext {
                 .timestamps
                 .as_ref()
                 .and_then(|t| lock(t).resolve(&self.device, &mut enc));
-            self.queue.submit([enc.finish()]);
+            let index = self.queue.submit([enc.finish()]);
+            *lock(&self.last_submission) = Some(index);
             lock(&self.readbacks).extend(readback);
             slot.submitted();
         }
@@ -406,12 +411,6 @@ impl GpuContext {
         drop(slot);
         timestamps::finish(self, readbacks)?;
         self.check()
-    }
-
-    /// Maps `buffer` (a `MAP_READ` copy destination of submitted work) for
-    /// reading, waiting for the GPU.
-    fn map_read(&self, buffer: &wgpu::Buffer) -> Result<()> {
-        self.map_read_all(&[buffer])
     }
 
     /// Maps every one of `buffers` (`MAP_READ` copy destinations of
@@ -591,42 +590,10 @@ pub(crate) fn upload(host: &ArrayData, shape: &[usize], dtype: Dtype) -> Result<
     Ok(out)
 }
 
-/// Copies GPU `data` (any view) into a new contiguous host array: the one
-/// place the CPU waits for the GPU.
+/// Copies GPU `data` (any view) into a new contiguous host array, waiting
+/// for the GPU (see [`readback`] for the copy that waits later).
 pub(crate) fn download(data: &ArrayData, shape: &[usize], dtype: Dtype) -> Result<ArrayData> {
-    let c = context()?;
-    let dense = if data.offset() == 0 && data.is_contiguous(shape) {
-        data.clone()
-    } else {
-        copy_contiguous(data, shape, dtype)?
-    };
-    let len = crate::shape::size_of_shape(shape);
-    let n = len * dtype.size_of();
-    let mut out = ArrayData::alloc(shape, dtype);
-    transfers::downloaded(n);
-    if n == 0 {
-        return Ok(out);
-    }
-    let padded = n.next_multiple_of(4) as u64;
-    let staging = c.device.create_buffer(&wgpu::BufferDescriptor {
-        label: Some("download"),
-        size: padded,
-        usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
-        mapped_at_creation: false,
-    });
-    let src = buffer_of(&dense)?;
-    c.record(|enc| enc.copy_buffer_to_buffer(src, 0, &staging, 0, padded))?;
-    c.flush()?;
-    c.map_read(&staging)?;
-    {
-        let view = staging
-            .slice(..)
-            .get_mapped_range()
-            .map_err(|e| Error::gpu(format!("reading a GPU buffer failed: {e}")))?;
-        out.as_mut_slice::<u8>(n).copy_from_slice(&view[..n]);
-    }
-    staging.unmap();
-    Ok(out)
+    readback::start(data, shape, dtype)?.finish()
 }
 
 static DISPATCHES: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
