@@ -327,6 +327,14 @@ pub struct TrainConfig {
     /// stage 1, the same results).
     #[arg(long = "no-shard-optimizer", action = clap::ArgAction::SetFalse)]
     pub shard_optimizer: bool,
+    /// Wait for each step's loss before building the next step. By default
+    /// the host builds and records step n + 1 while the device runs step n,
+    /// and writes step n's metrics when its loss arrives (as MLX's
+    /// `async_eval` loops): the same losses, with the GPU kept busy. A step
+    /// followed by validation, a checkpoint or a stop is always waited for.
+    #[serde(default = "yes")]
+    #[arg(long = "no-overlap-steps", action = clap::ArgAction::SetFalse)]
+    pub overlap_steps: bool,
     /// Where the metrics go, comma-separated: tensorboard (event files in
     /// the run folder: `tensorboard --logdir runs`), jsonl (metrics.jsonl),
     /// csv (metrics.csv and loss.png, drawn from metrics.jsonl, which is then
@@ -543,6 +551,7 @@ mod tests {
         "--sample-log",
         "samples",
         "--no-shard-optimizer",
+        "--no-overlap-steps",
         "--report-to",
         "jsonl,csv",
         "--init-from",

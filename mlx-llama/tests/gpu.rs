@@ -136,3 +136,20 @@ fn half_precision_training_on_the_gpu_follows_the_cpu() {
         );
     }
 }
+
+#[test]
+fn overlapping_steps_on_the_gpu_changes_no_loss_record_or_checkpoint() {
+    if !mlx_array::conformance::gpu_or_skip() {
+        return;
+    }
+    // Validation after steps 3 and 6, checkpoints after 4 and 7: those are
+    // finished at once, steps 1, 2 and 5 wait for the next step.
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = mlx_llama::TrainConfig {
+        eval_every: 3,
+        eval_batches: 1,
+        checkpoint_every: 4,
+        ..tiny(dir.path(), "gpu", 7)
+    };
+    common::overlapping_steps_change_nothing(&cfg, 1e-4);
+}

@@ -532,3 +532,18 @@ fn the_logged_learning_rate_is_the_one_the_steps_update_used() {
         );
     }
 }
+
+#[test]
+fn overlapping_steps_changes_no_loss_record_or_checkpoint() {
+    // Validation after steps 3 and 6, checkpoints after 4 and 7: those are
+    // finished at once, steps 1, 2 and 5 wait for the next step.
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = TrainConfig {
+        eval_every: 3,
+        eval_batches: 1,
+        checkpoint_every: 4,
+        grad_clip: Some(1.0),
+        ..tiny(dir.path(), 7)
+    };
+    common::overlapping_steps_change_nothing(&cfg, 0.0);
+}

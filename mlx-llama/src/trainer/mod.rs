@@ -86,9 +86,19 @@ fn train_on(cfg: &TrainConfig, group: &Group) -> Result<Summary> {
     }
     let mut stopped_at = None;
     for step in run.first_step..cfg.steps {
-        if run.step(step)? {
-            stopped_at = Some(step + 1);
-            break;
+        match run.step(step) {
+            Ok(false) => {}
+            Ok(true) => {
+                stopped_at = Some(step + 1);
+                break;
+            }
+            Err(e) => {
+                // The step before the failed one still gets its records.
+                if let Err(also) = run.finish_queued(Instant::now()) {
+                    tracing::warn!("the last good step's records were not written: {also:#}");
+                }
+                return Err(e);
+            }
         }
     }
     let mut summary = run.record.finish(run.tokens, group)?;
@@ -135,6 +145,25 @@ struct Run<'a> {
     /// When the last checkpoint was written (or the run started), and how
     /// long it took: the periodic checkpoint's clock.
     last_checkpoint: (Instant, std::time::Duration),
+    /// The previous step, when its records wait for its loss to reach the
+    /// host while this step is recorded (see [`Run::step`]).
+    queued: Option<Queued>,
+}
+
+/// A step evaluated (its work queued on the device) whose loss and
+/// gradient norm are on their way to the host.
+struct Queued {
+    /// The step's number, 1-based.
+    done: u64,
+    /// When the step began.
+    started: Instant,
+    /// The world's mean loss.
+    loss: mlx_array::HostRead,
+    grad_norm: Option<mlx_array::HostRead>,
+    learning_rate: f64,
+    comm: mlx_array::eval::CommunicationTimes,
+    drawn: Vec<batch::Drawn>,
+    loss_scale: Option<f64>,
 }
 
 impl<'a> Run<'a> {
@@ -210,6 +239,7 @@ impl<'a> Run<'a> {
             precision,
             record,
             last_checkpoint: (Instant::now(), std::time::Duration::ZERO),
+            queued: None,
         })
     }
 
@@ -217,6 +247,14 @@ impl<'a> Run<'a> {
     /// gradients, average, update, eval; then the records, validation and
     /// checkpoint. Returns whether the ranks agreed to stop after it (a
     /// signal: see [`stop`]), its checkpoint written.
+    ///
+    /// The host does not wait for the device at the end of a step: its loss
+    /// (and gradient norm) start their way to the host, and its records are
+    /// written after the next step has been recorded, so that the GPU runs
+    /// one step while the host builds and records the next (as MLX's
+    /// `async_eval` loops do). A step after which anything reads the model
+    /// (validation, a checkpoint, the end, a stop) is finished at once.
+    /// `--no-overlap-steps` finishes every step at once.
     fn step(&mut self, step: u64) -> Result<bool> {
         let t0 = Instant::now();
         let host0 = host::HostTime::now();
@@ -260,17 +298,31 @@ impl<'a> Run<'a> {
             }
         };
         self.eval_step(&loss, &grad_norm)?;
-        let loss = self.world_loss(&loss.div_scalar(loss_scale)?, step)?;
-        let stepped = Stepped {
-            loss,
+        let queued = Queued {
+            done: step + 1,
+            started: t0,
+            loss: self
+                .world_loss(&loss.div_scalar(loss_scale)?)?
+                .read_later()?,
+            grad_norm: grad_norm.map(|n| n.read_later()).transpose()?,
             learning_rate,
-            seconds: t0.elapsed().as_secs_f64(),
             comm: mlx_array::eval::communication_times() - comm0,
-            grad_norm,
             drawn,
             loss_scale: self.precision.scale_if_any(),
         };
-        let stop = self.after(step + 1, &stepped)?;
+        // The previous step's loss has travelled while this one was recorded.
+        self.finish_queued(t0)?;
+        let stop = match self.after_actions(step + 1)? {
+            None => {
+                self.queued = Some(queued);
+                false
+            }
+            Some(verdict) => {
+                let eval_loss = self.validate(step + 1)?;
+                self.finish(queued, eval_loss, Instant::now())?;
+                self.after(step + 1, verdict)?
+            }
+        };
         let host = host::HostTime::now() - host0;
         self.record.transfers(host.transfers.into());
         if mlx_array::profile::enabled() && self.world.rank() == 0 {
@@ -315,20 +367,50 @@ impl<'a> Run<'a> {
         Ok(())
     }
 
-    /// The world's mean of this rank's (evaluated) loss of step `step`, or
-    /// an error when it is not finite.
-    fn world_loss(&self, loss: &Array, step: u64) -> Result<f32> {
+    /// The world's mean of this rank's (evaluated) loss (lazy).
+    fn world_loss(&self, loss: &Array) -> Result<Array> {
         // The world's loss only after the step: summed in the middle of it,
         // it made each rank wait there for the slower one, on top of the
         // waits at the gradients' collectives; here the ranks have just met
         // at those, so it costs one small message.
-        let world_loss =
-            mlx_dist::all_sum(loss, &self.group)?.div_scalar(self.group.size() as f64)?;
-        let value = world_loss.item::<f32>()?;
-        if !value.is_finite() {
-            bail!("the loss became {value} at step {}", step + 1);
+        Ok(mlx_dist::all_sum(loss, &self.group)?.div_scalar(self.group.size() as f64)?)
+    }
+
+    /// Writes the records of the step left queued, if any, whose time ran
+    /// `until` the next step began.
+    fn finish_queued(&mut self, until: Instant) -> Result<()> {
+        match self.queued.take() {
+            Some(q) => self.finish(q, None, until),
+            None => Ok(()),
         }
-        Ok(value)
+    }
+
+    /// Reads step `q`'s loss (waiting for the device if it is not there
+    /// yet) and writes its records, with its validation loss if it had one
+    /// and its time from its start `until` the given moment (the next
+    /// step's start for a step that overlapped it, so that the steps' times
+    /// add up to the run's); fails when the loss is not finite.
+    fn finish(&mut self, q: Queued, eval_loss: Option<f32>, until: Instant) -> Result<()> {
+        let loss = q.loss.item::<f32>()?;
+        if !loss.is_finite() {
+            bail!("the loss became {loss} at step {}", q.done);
+        }
+        let stepped = Stepped {
+            loss,
+            learning_rate: q.learning_rate,
+            seconds: (until - q.started).as_secs_f64(),
+            comm: q.comm,
+            grad_norm: q.grad_norm.map(|n| n.item::<f32>()).transpose()?,
+            drawn: q.drawn,
+            loss_scale: q.loss_scale,
+        };
+        self.record.step(q.done, &stepped)?;
+        if let Some(v) = eval_loss {
+            self.record.eval_loss(q.done, v);
+        }
+        let log = q.done.is_multiple_of(self.cfg.log_every.max(1));
+        self.record
+            .report(q.done, &stepped, eval_loss, self.tokens, log)
     }
 
     /// Writes the checkpoint after step `done`; returns its folder. It
@@ -358,32 +440,53 @@ impl<'a> Run<'a> {
         self.cfg.checkpoint_interval_s > 0 && at.elapsed() >= every.max(took * 50)
     }
 
-    /// After step `done` (1-based): its records, the validation loss when
-    /// due, the metrics, and a checkpoint when due (every
-    /// `checkpoint_every` steps, by time, at the end, or when the ranks
-    /// agreed to stop); returns whether they did.
-    fn after(&mut self, done: u64, stepped: &Stepped) -> Result<bool> {
+    /// What the world decides after step `done` (1-based): `None` when
+    /// nothing reads the model before the next step, so the step's records
+    /// can wait for its loss; otherwise the verdict, and the step is
+    /// finished at once (validation, a checkpoint, the last step, a stop,
+    /// a test's kill, or `--no-overlap-steps`).
+    fn after_actions(&self, done: u64) -> Result<Option<stop::Verdict>> {
         let cfg = self.cfg;
-        self.record.step(done, stepped)?;
-        let last = done == cfg.steps;
-        let eval_loss = if cfg.eval_every > 0 && (done.is_multiple_of(cfg.eval_every) || last) {
-            let v = loss::evaluate(
-                &self.model,
-                &mut self.val_loader,
-                cfg.eval_batches,
-                &self.group,
-                self.precision.compute,
-            )?;
-            self.record.eval_loss(done, v);
-            Some(v)
-        } else {
-            None
-        };
-        let log = done.is_multiple_of(cfg.log_every.max(1));
-        self.record
-            .report(done, stepped, eval_loss, self.tokens, log)?;
-        test_kill::die_if_asked(self.world.rank(), done)?;
         let verdict = stop::agree(self.world, self.checkpoint_due_by_time())?;
+        let now = !cfg.overlap_steps
+            || done == cfg.steps
+            || self.validation_due(done)
+            || (cfg.checkpoint_every > 0 && done.is_multiple_of(cfg.checkpoint_every))
+            || verdict.checkpoint_due
+            || verdict.stop
+            || test_kill::asked(self.world.rank(), done)?;
+        Ok(now.then_some(verdict))
+    }
+
+    /// Whether the validation loss is measured after step `done`.
+    fn validation_due(&self, done: u64) -> bool {
+        let cfg = self.cfg;
+        cfg.eval_every > 0 && (done.is_multiple_of(cfg.eval_every) || done == cfg.steps)
+    }
+
+    /// The validation loss after step `done`, when due.
+    fn validate(&mut self, done: u64) -> Result<Option<f32>> {
+        if !self.validation_due(done) {
+            return Ok(None);
+        }
+        let v = loss::evaluate(
+            &self.model,
+            &mut self.val_loader,
+            self.cfg.eval_batches,
+            &self.group,
+            self.precision.compute,
+        )?;
+        Ok(Some(v))
+    }
+
+    /// After step `done` (1-based) is finished (its records written): a
+    /// test's kill, and a checkpoint when due (every `checkpoint_every`
+    /// steps, by time, at the end, or when the ranks agreed to stop);
+    /// returns whether they did.
+    fn after(&mut self, done: u64, verdict: stop::Verdict) -> Result<bool> {
+        let cfg = self.cfg;
+        let last = done == cfg.steps;
+        test_kill::die_if_asked(self.world.rank(), done)?;
         let every = cfg.checkpoint_every > 0 && done.is_multiple_of(cfg.checkpoint_every);
         if every || last || verdict.checkpoint_due || verdict.stop {
             let t = Instant::now();

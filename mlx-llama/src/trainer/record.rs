@@ -93,8 +93,8 @@ pub(super) struct Stepped {
     pub seconds: f64,
     /// The step's waits for, and time in, collectives.
     pub comm: CommunicationTimes,
-    /// The global gradient norm before clipping, when clipping (evaluated).
-    pub grad_norm: Option<Array>,
+    /// The global gradient norm before clipping, when clipping.
+    pub grad_norm: Option<f32>,
     /// The samples of each of this rank's micro-batches.
     pub drawn: Vec<Drawn>,
     /// The loss scale after the step (float16 runs).
@@ -271,7 +271,7 @@ impl Recorder {
                 peak_mib: memory::peak() as f64 / (1 << 20) as f64,
                 active_mib: memory::active() as f64 / (1 << 20) as f64,
                 eval_loss,
-                grad_norm: s.grad_norm.as_ref().map(|n| n.item::<f32>()).transpose()?,
+                grad_norm: s.grad_norm,
                 loss_scale: s.loss_scale,
             },
             log,

@@ -64,10 +64,15 @@ fn target() -> Result<Option<Target>> {
         .map_err(anyhow::Error::msg)
 }
 
+/// Whether [`die_if_asked`] kills rank `rank` after step `done`.
+pub(super) fn asked(rank: usize, done: u64) -> Result<bool> {
+    Ok(target()? == Some((rank, done, Phase::AfterStep)))
+}
+
 /// Kills this process with SIGKILL when it is rank `rank` and has just
 /// done step `done` as [`ENV_TEST_KILL_AT`] asks; returns otherwise.
 pub(super) fn die_if_asked(rank: usize, done: u64) -> Result<()> {
-    if target()? != Some((rank, done, Phase::AfterStep)) {
+    if !asked(rank, done)? {
         return Ok(());
     }
     die(rank, done)

@@ -113,3 +113,91 @@ fn newest_change(path: &Path) -> Option<SystemTime> {
         .filter_map(|e| newest_change(&e.path()))
         .max()
 }
+
+/// Trains `cfg` twice, overlapping each step with the next (the default)
+/// and waiting at every step (`--no-overlap-steps`), and checks that both
+/// give the same losses bit for bit, the same metrics rows in step order
+/// (loss, gradient norm, validation loss, learning rate) and the same
+/// checkpoints. `cfg` should validate and checkpoint in the middle of the
+/// run, so that steps finished at once and steps left queued alternate.
+///
+/// `rel` is the relative difference allowed between the two runs' values:
+/// 0 on the CPU; on the GPU the embedding's gradient is summed with atomic
+/// additions in whatever order the threads arrive (as PyTorch's
+/// `index_add_` on CUDA), so two runs may differ in the last bits.
+pub fn overlapping_steps_change_nothing(cfg: &TrainConfig, rel: f64) {
+    let run = |overlap: bool, name: &str| {
+        let out = cfg.out_dir.join(name);
+        let c = TrainConfig {
+            overlap_steps: overlap,
+            out_dir: out.clone(),
+            ..cfg.clone()
+        };
+        let summary = mlx_llama::train(&c, &mlx_dist::Group::single()).unwrap();
+        let rows: Vec<serde_json::Value> = std::fs::read_to_string(out.join("metrics.jsonl"))
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        let kept = ["step", "loss", "grad_norm", "eval_loss", "learning_rate"];
+        let rows: Vec<Vec<serde_json::Value>> = rows
+            .iter()
+            .map(|r| kept.iter().map(|k| r[*k].clone()).collect())
+            .collect();
+        let mut checkpoints: Vec<_> = std::fs::read_dir(out.join("checkpoints"))
+            .unwrap()
+            .filter_map(|e| e.ok())
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n.starts_with("step_"))
+            .collect();
+        checkpoints.sort();
+        (summary, rows, checkpoints, weights(&out))
+    };
+    let (overlapped, rows, checkpoints, w) = run(true, "overlapped");
+    let (waited, rows_waited, checkpoints_waited, w_waited) = run(false, "waited");
+    // Differences relative to the largest magnitude of the values compared.
+    let close = |what: &str, a: &[f64], b: &[f64]| {
+        assert_eq!(a.len(), b.len(), "{what}");
+        let scale = a.iter().chain(b).fold(0f64, |m, x| m.max(x.abs()));
+        for (x, y) in a.iter().zip(b) {
+            assert!((x - y).abs() <= rel * scale, "{what}: {x} against {y}");
+        }
+    };
+    let f64s = |l: &[f32]| l.iter().map(|&x| f64::from(x)).collect::<Vec<_>>();
+    close("losses", &f64s(&overlapped.losses), &f64s(&waited.losses));
+    assert_eq!(overlapped.losses.len() as u64, cfg.steps);
+    let (e, e_waited): (Vec<_>, Vec<_>) =
+        (overlapped.eval_losses.clone(), waited.eval_losses.clone());
+    assert_eq!(
+        e.iter().map(|x| x.0).collect::<Vec<_>>(),
+        e_waited.iter().map(|x| x.0).collect::<Vec<_>>()
+    );
+    close(
+        "validation losses",
+        &e.iter().map(|x| f64::from(x.1)).collect::<Vec<_>>(),
+        &e_waited.iter().map(|x| f64::from(x.1)).collect::<Vec<_>>(),
+    );
+    assert_eq!(rows.len(), rows_waited.len());
+    for (r, r_waited) in rows.iter().zip(&rows_waited) {
+        // The same fields, present or absent alike, with the same values.
+        let shape = |r: &[serde_json::Value]| r.iter().map(|v| v.is_null()).collect::<Vec<_>>();
+        assert_eq!(shape(r), shape(r_waited), "{r:?} against {r_waited:?}");
+        let nums =
+            |r: &[serde_json::Value]| r.iter().filter_map(|v| v.as_f64()).collect::<Vec<_>>();
+        close("a metrics row", &nums(r), &nums(r_waited));
+    }
+    let steps: Vec<u64> = rows.iter().map(|r| r[0].as_u64().unwrap()).collect();
+    assert_eq!(
+        steps,
+        (1..=cfg.steps).collect::<Vec<_>>(),
+        "rows in step order"
+    );
+    assert_eq!(checkpoints, checkpoints_waited);
+    assert!(checkpoints.len() >= 2, "{checkpoints:?}");
+    assert_eq!(w.len(), w_waited.len());
+    for ((n, a), (n_waited, b)) in w.iter().zip(&w_waited) {
+        assert_eq!(n, n_waited);
+        close(n, &f64s(a), &f64s(b));
+    }
+    assert_eq!(overlapped.step_ms.len(), waited.step_ms.len());
+}
