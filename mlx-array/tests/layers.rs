@@ -7,6 +7,10 @@
 //! - the GPU backend (`backend/gpu/`, and its no-GPU stub) never reaches
 //!   into the CPU backend, nor the CPU backend into the GPU one, and
 //!   `backend/common` into neither;
+//! - the GPU backend imports neither the arrays (`array`) nor the evaluator
+//!   (`eval`): it runs what it is handed, and the planning that reads the
+//!   graph (which elementwise chains fuse) sits beside the evaluator, which
+//!   hands over plain descriptions (`backend::common::fusion::FusedChain`);
 //! - memory (`memory/`) imports no backend: its accounting core is what the
 //!   backends import, and a device backend registers there how to clear its
 //!   pool;
@@ -309,6 +313,15 @@ fn rule(module: &[String], path: &[String]) -> Option<&'static str> {
             "the GPU backend imports the CPU backend (move what both need to backend/common)",
         );
     }
+    if m.starts_with(&["backend", "gpu"])
+        && (starts_with(path, &["array"]) || starts_with(path, &["eval"]))
+    {
+        return Some(
+            "the GPU backend imports the arrays or the evaluator (it runs what it is \
+             handed: plan from the graph beside the evaluator, as eval::fusion does, and \
+             pass a description from backend/common)",
+        );
+    }
     if m.starts_with(&["backend", "cpu"]) && starts_with(path, &["backend", "gpu"]) {
         return Some("the CPU backend imports the GPU backend");
     }
@@ -529,7 +542,8 @@ fn the_layers_point_one_way() {
 fn aliases() -> HashMap<String, Vec<String>> {
     root_aliases(
         "pub use backend::cpu::blas;\npub use primitives::primitive_names;\n\
-         pub use error::{Error, Result};\n",
+         pub use error::{Error, Result};\npub use array::{Array, OutputSpec};\n\
+         pub use eval::{Evaluable, eval};\npub use primitive::{ArrayData, Primitive};\n",
     )
 }
 
@@ -656,6 +670,46 @@ fn d() {}
     assert_eq!(lines("primitives/elementwise.rs", src).len(), 4);
     // backend/mod.rs chooses the stub: allowed there.
     assert_eq!(lines("backend/mod.rs", src), Vec::<usize>::new());
+}
+
+#[test]
+fn finds_the_arrays_and_the_evaluator_from_the_gpu_backend() {
+    let src = r#"
+use crate::array::State;
+use crate::{Array, Device, Dtype};
+use crate::eval::fusion::Fusion;
+use super::super::super::array;
+fn f() {
+    crate::eval::eval(x);
+    let o: crate::OutputSpec = crate::Evaluable::collect_arrays(x, y);
+}
+mod inner { use super::super::super::super::eval; }
+"#;
+    assert_eq!(
+        lines("backend/gpu/fusion.rs", src),
+        vec![2, 3, 4, 5, 7, 8, 8, 10]
+    );
+    // The stub is the GPU backend too.
+    assert_eq!(lines("backend/no_gpu.rs", "use crate::Array;"), vec![1]);
+    // Allowed: the plain descriptions, the data a kernel reads, and the
+    // names of the GPU's own modules and locals.
+    let fine = r#"
+use crate::backend::common::fusion::{FusedChain, Operand};
+use crate::{ArrayData, Dtype, Result};
+use crate::primitive::ArrayData as Data;
+fn f(eval: u32, array: &[u32]) { let x = array[0] + eval; }
+"#;
+    assert_eq!(lines("backend/gpu/fusion.rs", fine), Vec::<usize>::new());
+    // Elsewhere the arrays are everyone's: the evaluator plans with them.
+    assert_eq!(
+        lines(
+            "eval/fusion.rs",
+            "use crate::array::State;
+use crate::Array;
+"
+        ),
+        Vec::<usize>::new()
+    );
 }
 
 #[test]

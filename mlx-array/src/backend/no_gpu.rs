@@ -334,28 +334,16 @@ pub(crate) mod elementwise {
     }
 }
 
-/// The evaluator's fusion plan: with no GPU nodes, nothing is fused.
+/// Runs the evaluator's fused chains: none in this build, where no node
+/// is on the GPU.
 pub(crate) mod fusion {
+    use super::unavailable;
+    use crate::Result;
+    use crate::backend::common::fusion::FusedChain;
     use crate::primitive::ArrayData;
-    use crate::{Array, Result};
 
-    /// Fuses nothing.
-    pub(crate) struct Fusion;
-
-    impl Fusion {
-        /// The empty plan.
-        pub(crate) fn new(_order: &[Array]) -> Fusion {
-            Fusion
-        }
-
-        /// Never defers a node.
-        pub(crate) fn defer(&mut self, _a: &Array) -> bool {
-            false
-        }
-
-        /// Never runs a fused kernel.
-        pub(crate) fn run(&mut self, _out: &Array) -> Result<Option<ArrayData>> {
-            Ok(None)
-        }
+    /// Always [`super::UNAVAILABLE`].
+    pub(crate) fn run(_chain: &FusedChain) -> Result<ArrayData> {
+        Err(unavailable())
     }
 }

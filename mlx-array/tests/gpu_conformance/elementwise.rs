@@ -139,6 +139,65 @@ fn elementwise_chains_fuse_into_one_kernel_with_unfused_results() {
     }
 }
 
+/// A chain reading more arrays than one kernel binds (six) is split: the
+/// evaluator fuses the longest prefix that fits and computes the rest node
+/// by node, with the same values as the unfused chain.
+#[test]
+fn elementwise_chains_wider_than_a_kernel_split_into_fused_parts() {
+    let Some(_gpu) = gpu() else { return };
+    let xs: Vec<Array> = (0..8)
+        .map(|k| {
+            input(
+                &[4, 5],
+                60 + k,
+                Dtype::F32,
+                mlx_array::conformance::Layout::Dense,
+            )
+        })
+        .collect();
+    let gs: Vec<Array> = xs.iter().map(|x| x.to_device(Device::Gpu)).collect();
+    mlx_array::eval(&gs).unwrap();
+    // ((x0 + x1) + x2) + ... + x7: seven adds, each intermediate read once.
+    let chain = |keep: &mut Vec<Array>| {
+        with_device(Device::Gpu, || -> mlx_array::Result<Array> {
+            let mut s = gs[0].add(&gs[1])?;
+            for g in &gs[2..] {
+                keep.push(s.clone());
+                s = s.add(g)?;
+            }
+            Ok(s)
+        })
+        .unwrap()
+    };
+    let mut held = Vec::new();
+    let unfused = chain(&mut held);
+    let before = mlx_array::backend::gpu::dispatch_count();
+    mlx_array::eval((&unfused, &held)).unwrap();
+    assert_eq!(mlx_array::backend::gpu::dispatch_count() - before, 7);
+    let mut dropped = Vec::new();
+    let fused = chain(&mut dropped);
+    dropped.clear();
+    let before = mlx_array::backend::gpu::dispatch_count();
+    fused.eval().unwrap();
+    // The first five adds read x0..x5, six arrays: one kernel. The sixth
+    // and seventh would make it seven and eight, so they run on their own.
+    assert_eq!(mlx_array::backend::gpu::dispatch_count() - before, 3);
+    // Additions only: no contraction, so equal bit for bit.
+    assert_eq!(values(&fused), values(&unfused));
+    compare(
+        "a chain of eight inputs",
+        &xs,
+        |v| {
+            let mut s = v[0].add(&v[1])?;
+            for x in &v[2..] {
+                s = s.add(x)?;
+            }
+            Ok(s)
+        },
+        rel(Dtype::F32),
+    );
+}
+
 /// A multiply feeding an add, fused and not: bit for bit in half dtypes
 /// (the product is rounded to the dtype between the two, in both kernels);
 /// in `f32` WGSL lets a driver contract the pair into one FMA inside the

@@ -7,6 +7,7 @@
 
 pub mod attention;
 pub mod elementwise;
+pub mod fusion;
 pub mod loss;
 pub mod reduce;
 pub mod rope;

@@ -1,8 +1,10 @@
-//! Fusing chains of elementwise GPU nodes into one kernel.
+//! Running a chain of elementwise GPU nodes as one kernel.
 //!
-//! An elementwise node whose only reader is another elementwise node of the
-//! same shape on the GPU, and that nobody else holds, is not computed on
-//! its own: its reader's kernel computes it inline, so the chain
+//! The evaluator decides what fuses (`eval::fusion`: an elementwise node
+//! whose only reader is another elementwise node of the same shape on the
+//! GPU, and that nobody else holds, is computed inline by its reader) and
+//! hands over a [`FusedChain`]; [`run`] writes its steps as WGSL
+//! statements and runs them in one elementwise kernel, so the chain
 //! `exp(x * y) + z` runs as one dispatch with no intermediate buffers.
 //!
 //! # What fusion promises
@@ -28,198 +30,117 @@
 //! for half dtypes and for `f32` chains without a multiply-add, one rounding
 //! of the product otherwise), plus agreement with the CPU backend.
 
-use std::collections::{HashMap, HashSet};
-use std::sync::Arc;
-
 use super::codegen::{compute_type, round_to};
 use super::elementwise::map_with;
-use crate::array::State;
-use crate::primitive::{ArrayData, Primitive};
-use crate::{Array, Device, Dtype, Result};
+use crate::backend::common::fusion::{FusedChain, MAX_INPUTS, Operand, Step};
+use crate::{ArrayData, Dtype, Error, Result};
 
-/// Inputs a fused kernel may read (storage bindings: these, `params` and `out`).
-const MAX_LEAVES: usize = 6;
-
-/// Which nodes of one eval are left for their reader to compute inline.
-#[derive(Default)]
-pub(crate) struct Fusion {
-    /// Node id → for each pending node that reads it: whether that reader
-    /// could compute it inline (a fusible GPU node of the same shape).
-    readers: HashMap<u64, Vec<bool>>,
-    /// Ids of the fusible GPU nodes.
-    fusible: HashSet<u64>,
-    deferred: HashSet<u64>,
+/// Computes `chain` in one kernel: its output, of `chain.shape` and the
+/// last step's dtype.
+pub(crate) fn run(chain: &FusedChain) -> Result<ArrayData> {
+    let (statements, result) = statements(&chain.steps, chain.inputs.len())?;
+    let dtype = chain
+        .dtype()
+        .ok_or_else(|| Error::gpu("a fused chain with no steps"))?;
+    let inputs: Vec<(&ArrayData, Dtype)> = chain.inputs.iter().map(|(d, t)| (d, *t)).collect();
+    let key = format!("fused:{statements}=>{result}");
+    map_with(&key, &statements, &result, &chain.shape, &inputs, dtype)
 }
 
-fn pending(a: &Array) -> Option<(Arc<dyn Primitive>, Vec<Array>)> {
-    a.lock()
-        .pending()
-        .map(|(primitive, inputs)| (primitive.clone(), inputs.clone()))
-}
-
-fn expression(a: &Array) -> Option<(String, Vec<Array>)> {
-    if a.device() != Device::Gpu {
-        return None;
+/// The WGSL statements computing every step of a chain over `inputs`
+/// inputs (`let t{j}: T = …;`, input `k` read as `a{k}`), and the name of
+/// the last step's value.
+fn statements(steps: &[Step], inputs: usize) -> Result<(String, String)> {
+    if inputs > MAX_INPUTS {
+        return Err(Error::gpu(format!(
+            "a fused chain reads {inputs} inputs, more than the {MAX_INPUTS} a kernel binds"
+        )));
     }
-    let (p, inputs) = pending(a)?;
-    p.gpu_expression(&inputs, a).map(|e| (e, inputs))
-}
-
-impl Fusion {
-    /// Plans for the nodes of `order` (each after its inputs).
-    pub(crate) fn new(order: &[Array]) -> Fusion {
-        // Ids and flags only: holding the arrays would defeat the
-        // reference count that proves nobody else sees a node.
-        let mut readers: HashMap<u64, Vec<bool>> = HashMap::new();
-        let mut fusible = HashSet::new();
-        if order.iter().all(|a| a.device() == Device::Cpu) {
-            return Fusion::default(); // nothing to fuse on a CPU-only graph
-        }
-        for a in order {
-            let Some((_, inputs)) = pending(a) else {
-                continue;
-            };
-            let is_fusible = expression(a).is_some();
-            if is_fusible {
-                fusible.insert(a.id());
-            }
-            for i in inputs {
-                let inline = is_fusible && i.shape() == a.shape();
-                readers.entry(i.id()).or_default().push(inline);
-            }
-        }
-        Fusion {
-            readers,
-            fusible,
-            deferred: HashSet::new(),
-        }
-    }
-
-    /// True (and remembered) when `a` should be computed by its reader.
-    /// `a` is the evaluator's own handle, so two references mean: the
-    /// evaluator and the one pending reader; nobody else can see it.
-    pub(crate) fn defer(&mut self, a: &Array) -> bool {
-        let Some(readers) = self.readers.get(&a.id()) else {
-            return false;
-        };
-        let ok =
-            readers == &[true] && self.fusible.contains(&a.id()) && Arc::strong_count(&a.node) == 2;
-        if ok {
-            self.deferred.insert(a.id());
-        }
-        ok
-    }
-
-    /// Computes `out` (an elementwise GPU node) with its deferred inputs
-    /// inlined; `None` when nothing was deferred into it.
-    pub(crate) fn run(&mut self, out: &Array) -> Result<Option<ArrayData>> {
-        if self.deferred.is_empty() {
-            return Ok(None);
-        }
-        let Some((_, inputs)) = expression(out) else {
-            return Ok(None);
-        };
-        if !inputs.iter().any(|i| self.deferred.contains(&i.id())) {
-            return Ok(None);
-        }
-        let mut k = Kernel::default();
-        let result = match k.node(self, out) {
-            Some(v) if k.leaves.len() <= MAX_LEAVES => v,
-            _ => {
-                // Too wide for one kernel: compute the deferred inputs on their own.
-                for i in &inputs {
-                    self.materialize(i)?;
-                }
-                return Ok(None);
-            }
-        };
-        let leaves: Vec<ArrayData> = k.leaves.iter().map(|a| a.data()).collect::<Result<_>>()?;
-        let typed: Vec<(&ArrayData, Dtype)> = leaves
+    let mut statements = String::new();
+    for (j, step) in steps.iter().enumerate() {
+        let operands: Vec<String> = step
+            .operands
             .iter()
-            .zip(&k.leaves)
-            .map(|(d, a)| (d, a.dtype()))
-            .collect();
-        let key = format!("fused:{}=>{}", k.statements, result);
-        map_with(
-            &key,
-            &k.statements,
-            &result,
-            out.shape(),
-            &typed,
-            out.dtype(),
-        )
-        .map(Some)
-    }
-
-    /// Evaluates a deferred node on its own (fusing what was deferred into it).
-    fn materialize(&mut self, a: &Array) -> Result<()> {
-        if !self.deferred.remove(&a.id()) {
-            return Ok(());
-        }
-        let data = match self.run(a)? {
-            Some(d) => d,
-            None => {
-                let (p, inputs) = pending(a).expect("deferred nodes are pending");
-                for i in &inputs {
-                    self.materialize(i)?;
-                }
-                p.eval_gpu(&inputs, a)?
-            }
-        };
-        *a.lock() = State::Ready(data);
-        Ok(())
-    }
-}
-
-/// A fused kernel under construction.
-#[derive(Default)]
-struct Kernel {
-    leaves: Vec<Array>,
-    statements: String,
-    temps: usize,
-}
-
-impl Kernel {
-    /// The WGSL value of `a`: a leaf load, or (for deferred nodes) a temporary
-    /// computed from its inputs. `None` when an input cannot be read here.
-    fn node(&mut self, f: &Fusion, a: &Array) -> Option<String> {
-        let (expr, inputs) = expression(a)?;
-        let operands: Vec<String> = inputs
-            .iter()
-            .map(|i| self.operand(f, i))
-            .collect::<Option<_>>()?;
-        // Through placeholders, so a substituted leaf name is never replaced again.
-        let mut e = expr;
+            .map(|o| match *o {
+                Operand::Input(k) if k < inputs => Ok(format!("a{k}")),
+                Operand::Step(s) if s < j => Ok(format!("t{s}")),
+                _ => Err(Error::gpu(format!(
+                    "fused chain step {j} reads {o:?}: no such input, or a step not before it"
+                ))),
+            })
+            .collect::<Result<_>>()?;
+        // Through placeholders, so a substituted name is never replaced again.
+        let mut e = step.expression.clone();
         for n in 0..operands.len() {
             e = e.replace(&format!("a{n}"), &format!("@{n}@"));
         }
         for (n, v) in operands.iter().enumerate() {
             e = e.replace(&format!("@{n}@"), v);
         }
-        let t = format!("t{}", self.temps);
-        self.temps += 1;
-        let rounded = round_to(a.dtype(), &e);
-        self.statements.push_str(&format!(
-            "    let {t}: {} = {rounded};\n",
-            compute_type(a.dtype())
+        statements.push_str(&format!(
+            "    let t{j}: {} = {};\n",
+            compute_type(step.dtype),
+            round_to(step.dtype, &e)
         ));
-        Some(t)
+    }
+    match steps.len() {
+        0 => Err(Error::gpu("a fused chain with no steps")),
+        n => Ok((statements, format!("t{}", n - 1))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn step(expression: &str, operands: &[Operand], dtype: Dtype) -> Step {
+        Step {
+            expression: expression.to_string(),
+            operands: operands.to_vec(),
+            dtype,
+        }
     }
 
-    fn operand(&mut self, f: &Fusion, i: &Array) -> Option<String> {
-        if f.deferred.contains(&i.id()) {
-            return self.node(f, i);
-        }
-        let k = match self.leaves.iter().position(|l| l.id() == i.id()) {
-            Some(k) => k,
-            None => {
-                if !i.is_evaluated() {
-                    return None;
-                }
-                self.leaves.push(i.clone());
-                self.leaves.len() - 1
-            }
-        };
-        Some(format!("a{k}"))
+    #[test]
+    fn steps_become_rounded_statements_over_inputs_and_temporaries() {
+        use Operand::{Input, Step as S};
+        // maximum(exp(x * y) + x, y) in bf16, numbered as the planner does:
+        // each step after its operands.
+        let steps = [
+            step("a0 * a1", &[Input(0), Input(1)], Dtype::BF16),
+            step("exp(a0)", &[S(0)], Dtype::BF16),
+            step("a0 + a1", &[S(1), Input(0)], Dtype::BF16),
+            // `a0` becomes `a1`, which is not replaced again by `a1`'s value.
+            step("max(a1, a0)", &[Input(1), S(2)], Dtype::F32),
+        ];
+        let (text, result) = statements(&steps, 2).unwrap();
+        assert_eq!(
+            text,
+            "    let t0: f32 = round_bf16(a0 * a1);\n\
+             \x20   let t1: f32 = round_bf16(exp(t0));\n\
+             \x20   let t2: f32 = round_bf16(t1 + a0);\n\
+             \x20   let t3: f32 = max(t2, a1);\n"
+        );
+        assert_eq!(result, "t3");
+    }
+
+    #[test]
+    fn malformed_chains_are_errors_not_kernels() {
+        let e = |steps: &[Step], inputs| statements(steps, inputs).unwrap_err().to_string();
+        let late = [step("a0", &[Operand::Step(0)], Dtype::F32)];
+        assert!(
+            e(&late, 1).contains("step 0 reads Step(0)"),
+            "{}",
+            e(&late, 1)
+        );
+        let missing = [step("a0", &[Operand::Input(1)], Dtype::F32)];
+        assert!(
+            e(&missing, 1).contains("reads Input(1)"),
+            "{}",
+            e(&missing, 1)
+        );
+        assert!(e(&[], 1).contains("no steps"));
+        let wide = [step("a0", &[Operand::Input(0)], Dtype::F32)];
+        assert!(e(&wide, MAX_INPUTS + 1).contains("more than the 6"));
     }
 }

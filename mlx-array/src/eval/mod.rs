@@ -12,6 +12,8 @@ use crate::array::State;
 use crate::primitive::{ArrayData, Primitive, Stream};
 use crate::{Array, Device, Result};
 
+mod fusion;
+
 /// Things that hold arrays to evaluate: an array, slices and vectors of
 /// arrays, parameter trees, references and tuples of these.
 pub trait Evaluable {
@@ -232,7 +234,7 @@ fn run(order: Vec<Array>) -> Result<()> {
 }
 
 fn run_nodes(order: Vec<Array>, in_flight: &mut InFlight) -> Result<()> {
-    let mut fusion = crate::backend::gpu::fusion::Fusion::new(&order);
+    let mut fusion = fusion::Fusion::new(&order);
     for a in order {
         if fusion.defer(&a) {
             continue; // its one reader computes it inline
