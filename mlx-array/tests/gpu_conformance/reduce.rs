@@ -26,3 +26,41 @@ fn a_reduction_of_a_gpu_product_stays_on_the_gpu() {
     let c = with_device(Device::Cpu, || a.matmul(&a)?.sum_all()).unwrap();
     assert_eq!(s.item::<f32>().unwrap(), c.item::<f32>().unwrap());
 }
+
+/// Rows of `f16` and `bf16` go through the row kernels as quads (8 bytes a
+/// load) when their length and start are multiples of 4, and through the
+/// general kernels otherwise: both agree with the CPU, on dense arrays
+/// and on column windows that start on and off a quad.
+#[test]
+fn half_rows_reduce_and_softmax_as_quads_or_singly_as_the_cpu_does() {
+    use crate::harness::compare;
+    use mlx_array::SliceArg;
+    let Some(_gpu) = gpu() else { return };
+    for d in [Dtype::F16, Dtype::BF16] {
+        for (cols, from) in [(64, 0), (66, 0), (72, 4), (72, 2), (1028, 0)] {
+            // Sliced on the device, so the kernels see the window's offset.
+            let x = quarters(&[6, cols], cols as u64, d);
+            let window =
+                move |x: &Array| x.slice(&[SliceArg::FULL, SliceArg::range(from, cols as i64)]);
+            let what = |op: &str| format!("{op} of {d} rows [6, {cols}] from column {from}");
+            compare(
+                &what("sum"),
+                &[x.clone()],
+                |x| window(&x[0])?.sum(&[-1], false),
+                0.0,
+            );
+            compare(
+                &what("max"),
+                &[x.clone()],
+                |x| window(&x[0])?.max(&[-1], false),
+                0.0,
+            );
+            compare(
+                &what("softmax"),
+                &[x],
+                |x| window(&x[0])?.softmax(&[-1]),
+                0.0,
+            );
+        }
+    }
+}

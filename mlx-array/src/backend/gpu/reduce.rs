@@ -10,7 +10,8 @@
 //! invocations read neighbouring values.
 //!
 //! **Rows** ([`rows_kernel`]): a run that is one contiguous row of a
-//! 32-bit dtype (`f32`, `i32`, `u32`), longer than [`SHORT_RUN`], which is
+//! 32-bit dtype (`f32`, `i32`, `u32`), or of `f16`/`bf16` read as quads
+//! (below), longer than [`SHORT_RUN`], which is
 //! what `sum(x, -1)`, a mean or a row max over the last axis are, takes a
 //! team of `T` invocations (a power of two, 8 to 256, about one per 16 of
 //! the row's loads) instead of a whole workgroup, and a 256-invocation
@@ -232,11 +233,14 @@ const LOADS_PER_INVOCATION: usize = 16;
 /// dtype, longer than [`SHORT_RUN`] (see the module docs).
 fn rows_kernel(p: &Plan, dtype: Dtype) -> Option<(usize, bool)> {
     let wide = matches!(dtype, Dtype::F32 | Dtype::I32 | Dtype::U32);
+    let half = matches!(dtype, Dtype::F16 | Dtype::BF16);
     let contiguous = p.meta[3] == 1 && p.meta.last() == Some(&1);
-    if !wide || !contiguous || p.per_thread {
+    let vec4 = p.aligned_rows && p.len.is_multiple_of(4);
+    // Half rows only as quads (8 bytes a load: one 2-byte load per
+    // invocation ran at half the f32 kernel's bytes per second on an H100).
+    if !(wide || half && vec4) || !contiguous || p.per_thread {
         return None;
     }
-    let vec4 = p.aligned_rows && p.len.is_multiple_of(4);
     let loads = if vec4 { p.len / 4 } else { p.len };
     let team = loads
         .div_ceil(LOADS_PER_INVOCATION)
@@ -252,8 +256,8 @@ fn rows_source(f: &Fold, dtype: Dtype, team: usize, vec4: bool) -> String {
     let t = compute_type(dtype);
     let (decl, load, loads, first) = if vec4 {
         (
-            format!("@group(0) @binding(1) var<storage, read> in0: array<vec4<{t}>>;\n"),
-            "let v = in0[b4 + u]; acc = merge(acc, merge(merge(v.x, v.y), merge(v.z, v.w)));",
+            super::elementwise::input4("in0", 1, dtype),
+            "let v = load4_in0(b4 + u); acc = merge(acc, merge(merge(v.x, v.y), merge(v.z, v.w)));",
             "params[1] / 4u",
             "let b4 = u32(b) / 4u;",
         )

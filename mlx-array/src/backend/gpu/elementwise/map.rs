@@ -230,7 +230,7 @@ fn source(
 
 /// A dense input read a quad at a time: `load4_<name>(q)` returns elements
 /// `4q .. 4q + 4` of the buffer in the dtype's compute type.
-fn input4(name: &str, binding: u32, d: Dtype) -> String {
+pub(in crate::backend::gpu) fn input4(name: &str, binding: u32, d: Dtype) -> String {
     let (ty, body) = match d {
         Dtype::F32 => ("vec4<f32>", format!("return {name}[q];")),
         Dtype::I32 => ("vec4<i32>", format!("return {name}[q];")),
@@ -264,7 +264,7 @@ fn input4(name: &str, binding: u32, d: Dtype) -> String {
 /// The dense output `out`, written a quad at a time by `store4(q, v)`:
 /// whole words, so packed dtypes need no atomics. Half dtypes round to
 /// nearest even as every store does ([`codegen::round_to`]).
-fn output4(binding: u32, d: Dtype) -> String {
+pub(in crate::backend::gpu) fn output4(binding: u32, d: Dtype) -> String {
     let (ty, body) = match d {
         Dtype::F32 => ("vec4<f32>", "out[q] = v;"),
         Dtype::I32 => ("vec4<i32>", "out[q] = v;"),

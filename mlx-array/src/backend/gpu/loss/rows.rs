@@ -6,8 +6,9 @@
 //!
 //! The softmax ([`softmax`]) takes a team of `T` invocations per row (a
 //! power of two, 8 to 256, about one per 16 of the row's loads) and
-//! `256 / T` rows a workgroup; f32 rows whose length and start are
-//! multiples of 4 are read and written as `vec4`s. One pass keeps each
+//! `256 / T` rows a workgroup; rows whose length and start are multiples
+//! of 4 are read and written as quads (`vec4`, 16 bytes a load in f32 and
+//! 8 in f16 or bf16, whole words a store). One pass keeps each
 //! invocation's running maximum and sum of exponentials (rescaled when the
 //! maximum grows: an online softmax), the team merges them in `log2 T`
 //! workgroup-memory steps, and a second pass writes `exp(x - max) / sum`:
@@ -25,6 +26,7 @@
 //! measured before.
 
 use super::super::codegen;
+use super::super::elementwise::{input4, output4};
 use super::super::indexing::{Meta, index_input};
 use super::super::{alloc, context, dense, dispatch, supported};
 use crate::primitive::ArrayData;
@@ -177,7 +179,9 @@ pub fn softmax(x: &ArrayData, shape: &[usize], dtype: Dtype) -> Result<ArrayData
     }
     let x = dense(x, shape, dtype)?;
     let m = Meta(vec![rows as u32, width as u32, x.offset() as u32]);
-    let vec4 = dtype == Dtype::F32 && width.is_multiple_of(4) && x.offset().is_multiple_of(4);
+    // Quads of any float dtype (8 bytes a load for the half ones, whole
+    // words a store, so packed halves need no atomics).
+    let vec4 = width.is_multiple_of(4) && x.offset().is_multiple_of(4);
     let loads = if vec4 { width / 4 } else { width };
     let team = loads
         .div_ceil(SOFTMAX_LOADS_PER_INVOCATION)
@@ -201,22 +205,20 @@ pub fn softmax(x: &ArrayData, shape: &[usize], dtype: Dtype) -> Result<ArrayData
 const SOFTMAX_LOADS_PER_INVOCATION: usize = 16;
 
 /// WGSL of [`softmax`]'s kernel: `256 / team` rows a workgroup, `team`
-/// invocations a row (see the module docs); `vec4` loads and stores with
-/// `vec4` (f32 only).
+/// invocations a row (see the module docs); quads of four elements loaded
+/// and stored at once with `vec4`.
 fn softmax_source(dtype: Dtype, team: usize, vec4: bool) -> String {
     let mut s = String::from(codegen::PRELUDE);
     s.push_str(codegen::META);
     let (io, loads, fold, write) = if vec4 {
         (
-            "@group(0) @binding(1) var<storage, read> x: array<vec4<f32>>;\n\
-             @group(0) @binding(2) var<storage, read_write> out: array<vec4<f32>>;\n"
-                .to_string(),
+            input4("x", 1, dtype) + &output4(2, dtype),
             "params[1] / 4u",
-            r#"let v = x[base / 4u + u];
+            r#"let v = load4_x(base / 4u + u);
             let mv = max(max(v.x, v.y), max(v.z, v.w));
             if (mv > m) { sum = sum * exp(m - mv); m = mv; }
             if (m != NINF) { sum = sum + (exp(v.x - m) + exp(v.y - m)) + (exp(v.z - m) + exp(v.w - m)); }"#,
-            "out[row * params[1] / 4u + u] = exp(x[base / 4u + u] - m) / sum;",
+            "store4(row * params[1] / 4u + u, exp(load4_x(base / 4u + u) - m) / sum);",
         )
     } else {
         (
