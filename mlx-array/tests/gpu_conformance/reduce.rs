@@ -45,13 +45,13 @@ fn half_rows_reduce_and_softmax_as_quads_or_singly_as_the_cpu_does() {
             let what = |op: &str| format!("{op} of {d} rows [6, {cols}] from column {from}");
             compare(
                 &what("sum"),
-                &[x.clone()],
+                std::slice::from_ref(&x),
                 |x| window(&x[0])?.sum(&[-1], false),
                 0.0,
             );
             compare(
                 &what("max"),
-                &[x.clone()],
+                std::slice::from_ref(&x),
                 |x| window(&x[0])?.max(&[-1], false),
                 0.0,
             );
