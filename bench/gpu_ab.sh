@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# One device call that measures what changed after the 2026-11-26 H100 run (issue 38):
-# chunked submission (MLX_GPU_CHUNKS) and split-K (MLX_GPU_SPLIT_K) switched on and off in
-# the same call, the one-pass fused loss's GPU time per step, the split products in
-# gpu_bench, the row kernels' own GPU time (MLX_PROFILE=1 gpu_bench), and f16 on the
-# tensor cores (attention, the fused loss, matmuls) against MLX_GPU_COOPMAT=0, a step and the
-# kernels. About 9 minutes; the parts run in order of what is newest, each packed as it ends.
+# One device call that measures what changed since the last H100 run (issue 38), each
+# change switched on and off in the same call, newest first (the budget cuts the end):
+#   1. overlapped steps (`--no-overlap-steps` waits for each step's loss before building the
+#      next), the reference f32 step, alternated; then the large model and f16 the same way;
+#   2. f16 and bf16 row kernels as quads (gpu_bench's memory-bound table, f16 and bf16);
+#   3. the per-primitive GPU time of a reference f32 and f16 step (MLX_PROFILE=1);
+#   4. split-K on and off in gpu_bench (the standalone dX product ran 2.2x slower with it
+#      on 2026-11-27, while the step gained: which products lose).
 # Here: bench/gpu.sh pack; there (carry .gpu-bin and .gl): BUDGET=480 bash bench/gpu_ab.sh
 # Logs go to $OUT (all.tgz after each part).
 set -u
@@ -15,33 +17,36 @@ pack() { tar czf $OUT/all.tgz -C $g . ; }
 bench/gpu.sh vulkan
 B=.gpu-bin
 R=(train --eval-every 0 --data offline --device gpu --global-batch 4 --block-size 512 --fresh --dtype f32)
-for c in 1 0; do # f16 through the tensor cores, and the f32-compute kernels (MLX_GPU_COOPMAT=0)
-  left && MLX_GPU_COOPMAT=$c timeout 150 $B/mlx-llama "${R[@]/f32/f16}" --steps 10 --out /tmp/h$c \
-    --summary $g/ref_f16_coop$c.json > $g/ref_f16_coop$c.log 2>&1
-  tail -n 1 $g/ref_f16_coop$c.log
-  left && MLX_GPU_COOPMAT=$c timeout 120 $B/gpu_bench --dtype f16 > $g/ops_f16_coop$c.log 2>&1
-  grep -iE "attention|logits|dX|dW" $g/ops_f16_coop$c.log | head -8
+L=(--layers 12 --dims 768 --heads 12 --mlp-dims 2048 --global-batch 16)
+step() { # name, timeout, args...: one run, its last line shown
+  local name=$1 t=$2; shift 2
+  left && timeout "$t" $B/mlx-llama "$@" --out /tmp/$name --summary $g/$name.json > $g/$name.log 2>&1
+  echo "$name: $(grep -o 'ms_per_step=[0-9.]*' $g/$name.log | tail -n 3 | tr '\n' ' ')"
+  rm -rf /tmp/$name
+}
+for o in 1 0 1 0; do # 1: overlapped (the default), 0: --no-overlap-steps
+  step ref_overlap${o}_$SECONDS 120 "${R[@]}" --steps 12 $([ $o = 0 ] && echo --no-overlap-steps)
 done
 pack
-for c in 1 0 1 0; do # chunked submission on and off, alternated
-  left && MLX_GPU_CHUNKS=$c timeout 120 $B/mlx-llama "${R[@]}" --steps 10 --out /tmp/r$c \
-    --summary $g/ref_chunks$c.json > $g/ref_chunks$c.log 2>&1
-  tail -n 1 $g/ref_chunks$c.log
+for o in 1 0; do
+  step large_overlap$o 200 "${R[@]}" "${L[@]}" --steps 6 $([ $o = 0 ] && echo --no-overlap-steps)
+  step ref_f16_overlap$o 150 "${R[@]/f32/f16}" --steps 12 $([ $o = 0 ] && echo --no-overlap-steps)
 done
 pack
-for k in 1 0; do # split-K on and off: the step, then the loss's GPU time per step
-  left && MLX_GPU_SPLIT_K=$k timeout 120 $B/mlx-llama "${R[@]}" --steps 10 --out /tmp/s$k \
-    --summary $g/ref_split$k.json > $g/ref_split$k.log 2>&1
-  tail -n 1 $g/ref_split$k.log
-  left && MLX_PROFILE=1 MLX_GPU_SPLIT_K=$k timeout 120 $B/mlx-llama "${R[@]}" --steps 4 \
-    --out /tmp/p$k > $g/prof_split$k.log 2>&1
-  grep -E "^  (linear_cross_entropy|matmul)" $g/prof_split$k.log | head -6
+for d in f16 bf16; do # the row kernels: sum and softmax as quads (was 233 / 223 GB/s in f16)
+  left && timeout 150 $B/gpu_bench --dtype $d > $g/ops_$d.log 2>&1
+  grep -E "GB/s" $g/ops_$d.log
+done
+pack
+for d in f32 f16; do # where a step's GPU time goes now
+  left && MLX_PROFILE=1 timeout 150 $B/mlx-llama "${R[@]/f32/$d}" --steps 4 --out /tmp/p$d \
+    > $g/prof_$d.log 2>&1
+  grep -A12 "GPU execution time" $g/prof_$d.log | head -12
+  rm -rf /tmp/p$d
 done
 pack
 for k in 1 0; do
   left && MLX_GPU_SPLIT_K=$k timeout 100 $B/gpu_bench --dtype f32 > $g/ops_split$k.log 2>&1
   grep -E "dX|dW|logits" $g/ops_split$k.log
 done
-left && MLX_PROFILE=1 timeout 150 $B/gpu_bench --dtype f32 > $g/bench_profiled.log 2>&1
-grep -E "GB/s|^  (sum|softmax) " $g/bench_profiled.log
 pack; echo packed
