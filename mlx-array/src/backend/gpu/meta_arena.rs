@@ -115,9 +115,11 @@ mod tests {
         assert_eq!(place(0, 256, 40), Some(0));
         assert_eq!(place(40, 256, 40), Some(256));
         assert_eq!(place(40, 16, 40), Some(48));
-        // 65,280 + 512 would cross 65,536: the slice starts the next page.
-        assert_eq!(place(65_000, 256, 512), Some(PAGE));
-        assert_eq!(place(65_000, 256, 256), Some(65_280));
+        // 65,280 + 512 would cross 65,536: the slice starts the next page;
+        // 256 bytes there end the page exactly, as 512 from 65,024 do.
+        assert_eq!(place(65_100, 256, 512), Some(PAGE));
+        assert_eq!(place(65_100, 256, 256), Some(65_280));
+        assert_eq!(place(65_000, 256, 512), Some(65_024));
         assert_eq!(place(0, 256, PAGE), Some(0));
         assert_eq!(place(4, 256, PAGE), Some(PAGE));
         assert_eq!(place(0, 256, PAGE + 4), None);
