@@ -18,7 +18,9 @@
 //! and `MLX_GPU_LAYOUT_CACHE` off: a buffer, a layout look-up and a pass per
 //! dispatch), each switch alone, and all on (the default).
 //!
-//! `cargo run -p mlx-array --example gpu_dispatch_bench [-- --dispatches N --rounds R]`.
+//! `cargo run -p mlx-array --example gpu_dispatch_bench [-- --dispatches N --rounds R --evals E]`;
+//! `--only I` runs configuration `I` (0 to 4, in the order above) alone,
+//! for a profiler.
 //! A software adapter (lavapipe) runs the submitted chunks on the host's own
 //! cores while it records: `MLX_GPU_CHUNKS=0` keeps the wait out of the
 //! recording (one submission per eval) for a quieter figure.
@@ -170,6 +172,13 @@ fn main() -> Result<()> {
     let n = arg("--dispatches", 5000);
     let rounds = arg("--rounds", 3).max(1);
     let evals = arg("--evals", 5).max(1);
+    let only = arg("--only", usize::MAX);
+    let configs: Vec<(&str, bool, bool, bool)> = CONFIGS
+        .iter()
+        .enumerate()
+        .filter(|&(i, _)| only == usize::MAX || i == only)
+        .map(|(_, c)| *c)
+        .collect();
     println!("adapter: {}", gpu::adapter_name()?);
     println!(
         "chunked submission: {}; {n} kernels and {evals} block evals per round, {rounds} rounds",
@@ -185,14 +194,14 @@ fn main() -> Result<()> {
         p.push(gpu_uniform(shape, 11 + i as u64, (1.0 / d as f64).sqrt())?);
     }
     // Warm-up: every pipeline compiled, the pool and the arena filled.
-    for config in CONFIGS {
+    for &config in &configs {
         apply(config);
         kernels(&x, OPS.len() * 4)?;
         block_evals(&p, 1)?;
     }
-    let mut results: Vec<Vec<(Run, Run)>> = vec![Vec::new(); CONFIGS.len()];
+    let mut results: Vec<Vec<(Run, Run)>> = vec![Vec::new(); configs.len()];
     for _ in 0..rounds {
-        for (c, config) in CONFIGS.iter().enumerate() {
+        for (c, config) in configs.iter().enumerate() {
             apply(*config);
             results[c].push((kernels(&x, n)?, block_evals(&p, evals)?));
         }
@@ -208,7 +217,7 @@ fn main() -> Result<()> {
         "eval host ms",
         "submits"
     );
-    for (config, runs) in CONFIGS.iter().zip(&results) {
+    for (config, runs) in configs.iter().zip(&results) {
         let per = |r: &Run, t: Duration| t.as_secs_f64() * 1e6 / r.dispatches.max(1) as f64;
         let k_host = median(runs.iter().map(|(k, _)| per(k, k.host)).collect());
         let k_wait = median(runs.iter().map(|(k, _)| per(k, k.wait)).collect());
