@@ -388,28 +388,29 @@ impl GpuContext {
     ) -> Result<()> {
         self.check()?;
         let layout = self.layout(pipeline);
-        let arena = crate::settings::gpu_meta_arena();
-        let own_meta = |c: &GpuContext| {
-            c.device
-                .create_buffer_init(&wgpu::util::BufferInitDescriptor {
-                    label: Some("meta"),
-                    contents: bytemuck::cast_slice(meta),
-                    usage: wgpu::BufferUsages::STORAGE,
-                })
-        };
         let mut slot = lock(&self.encoder);
         let slot = &mut *slot;
         let align = u64::from(self.limits.min_storage_buffer_offset_alignment).max(4);
-        let staged = if arena {
+        let staged = if crate::settings::gpu_meta_arena() {
             slot.meta.push(&self.device, align, meta)
         } else {
             None
         };
-        let own = staged.is_none().then(|| own_meta(self));
-        let meta_binding = match (staged, &own) {
-            (Some(b), _) => wgpu::BindingResource::Buffer(b),
-            (None, Some(b)) => b.as_entire_binding(),
-            (None, None) => unreachable!("a meta buffer was made when none was staged"),
+        // Without the arena, or for words larger than its page: a buffer
+        // of their own.
+        let own;
+        let meta_binding = match staged {
+            Some(slice) => wgpu::BindingResource::Buffer(slice),
+            None => {
+                own = self
+                    .device
+                    .create_buffer_init(&wgpu::util::BufferInitDescriptor {
+                        label: Some("meta"),
+                        contents: bytemuck::cast_slice(meta),
+                        usage: wgpu::BufferUsages::STORAGE,
+                    });
+                own.as_entire_binding()
+            }
         };
         let entries: Vec<wgpu::BindGroupEntry> = std::iter::once(meta_binding)
             .chain(buffers.iter().map(|b| b.as_entire_binding()))
