@@ -99,9 +99,9 @@ esac
 case "${1:-}" in
   pack)
     cargo build --release -p mlx-llama -p mlx-dist -p mlx-array \
-      --bin mlx-llama --bin mlx-launch --example gpu_bench
+      --bin mlx-llama --bin mlx-launch --example gpu_bench --example gpu_dispatch_bench
     mkdir -p .gpu-bin "$(dirname "$(git rev-parse --git-path info/exclude)")"
-    for b in mlx-llama mlx-launch examples/gpu_bench; do
+    for b in mlx-llama mlx-launch examples/gpu_bench examples/gpu_dispatch_bench; do
       strip -o ".gpu-bin/$(basename "$b")" "target/release/$b"
       # Compressed, so that all of .gpu-bin fits what the device tool
       # carries (64 MiB); every phase there unpacks it first.

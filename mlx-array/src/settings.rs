@@ -16,6 +16,9 @@
 //! | `MLX_GPU_COOPMAT` | `1`/`0`/`plain` | `1`: f16 matrix products and f16 attention (forward and gradient) on cooperative matrices (tensor cores) where the GPU adapter has them; `0`: the f32-compute kernels always; `plain`: the cooperative kernels' templates with plain-WGSL fragments on any adapter (for tests) | [`set_gpu_coopmat`] |
 //! | `MLX_GPU_CHUNKS` | `1`/`0` | on: an eval's GPU work is submitted in chunks as it is recorded, so the GPU runs while the host records (off: one submission at the eval's end) | [`set_gpu_chunks`] |
 //! | `MLX_GPU_SPLIT_K` | `1`/`0` | on: GPU matrix products with few output tiles and a long depth are split over the depth (off: one workgroup per output tile) | [`set_gpu_split_k`] |
+//! | `MLX_GPU_META_ARENA` | `1`/`0` | on: the small parameter words (`meta`) of a submission's GPU dispatches are packed into shared buffers written once per submission (off: a new buffer per dispatch) | [`set_gpu_meta_arena`] |
+//! | `MLX_GPU_SHARED_PASSES` | `1`/`0` | on: consecutive GPU dispatches share one compute pass (off: a pass per dispatch); a pass per dispatch always while timing them for the profile | [`set_gpu_shared_passes`] |
+//! | `MLX_GPU_LAYOUT_CACHE` | `1`/`0` | on: each GPU pipeline's bind group layout is kept with the pipeline (off: asked of wgpu at every dispatch) | [`set_gpu_layout_cache`] |
 //! | `MLX_DEVICE` | `cpu`, `gpu` | `cpu` | [`crate::device::set_default_device`] |
 //!
 //! ```
@@ -51,6 +54,12 @@ pub const MLX_GPU_COOPMAT: &str = "MLX_GPU_COOPMAT";
 pub const MLX_GPU_CHUNKS: &str = "MLX_GPU_CHUNKS";
 /// `MLX_GPU_SPLIT_K`: split GPU matrix products over their depth.
 pub const MLX_GPU_SPLIT_K: &str = "MLX_GPU_SPLIT_K";
+/// `MLX_GPU_META_ARENA`: pack GPU dispatches' parameter words into shared buffers.
+pub const MLX_GPU_META_ARENA: &str = "MLX_GPU_META_ARENA";
+/// `MLX_GPU_SHARED_PASSES`: consecutive GPU dispatches share one compute pass.
+pub const MLX_GPU_SHARED_PASSES: &str = "MLX_GPU_SHARED_PASSES";
+/// `MLX_GPU_LAYOUT_CACHE`: keep each GPU pipeline's bind group layout.
+pub const MLX_GPU_LAYOUT_CACHE: &str = "MLX_GPU_LAYOUT_CACHE";
 /// `MLX_DEVICE`: the default device.
 pub const MLX_DEVICE: &str = "MLX_DEVICE";
 
@@ -181,6 +190,55 @@ pub fn gpu_split_k() -> bool {
 /// Chooses split-K GPU products (wins over `MLX_GPU_SPLIT_K`).
 pub fn set_gpu_split_k(on: bool) {
     GPU_SPLIT_K.set(on);
+}
+
+static GPU_META_ARENA: Flag = Flag::new(MLX_GPU_META_ARENA, true);
+
+/// Whether the parameter words (`meta`) of a submission's GPU dispatches
+/// are packed into shared buffers written once per submission (default),
+/// or each dispatch makes a buffer of its own (to measure what the arena
+/// gains). An unreadable `MLX_GPU_META_ARENA` counts as the default here;
+/// [`check`] reports it.
+pub fn gpu_meta_arena() -> bool {
+    GPU_META_ARENA.get().unwrap_or(true)
+}
+
+/// Chooses the meta arena (wins over `MLX_GPU_META_ARENA`; takes effect at
+/// the next dispatch).
+pub fn set_gpu_meta_arena(on: bool) {
+    GPU_META_ARENA.set(on);
+}
+
+static GPU_SHARED_PASSES: Flag = Flag::new(MLX_GPU_SHARED_PASSES, true);
+
+/// Whether consecutive GPU dispatches share one compute pass (default), or
+/// every dispatch has a pass of its own (to measure what sharing gains). Dispatches timed for the profile always have their
+/// own pass. An unreadable `MLX_GPU_SHARED_PASSES` counts as the default
+/// here; [`check`] reports it.
+pub fn gpu_shared_passes() -> bool {
+    GPU_SHARED_PASSES.get().unwrap_or(true)
+}
+
+/// Chooses shared compute passes (wins over `MLX_GPU_SHARED_PASSES`; takes
+/// effect at the next dispatch).
+pub fn set_gpu_shared_passes(on: bool) {
+    GPU_SHARED_PASSES.set(on);
+}
+
+static GPU_LAYOUT_CACHE: Flag = Flag::new(MLX_GPU_LAYOUT_CACHE, true);
+
+/// Whether each GPU pipeline's bind group layout is kept with it (default),
+/// or asked of wgpu at every dispatch (to measure what keeping it gains).
+/// An unreadable `MLX_GPU_LAYOUT_CACHE` counts as the default here;
+/// [`check`] reports it.
+pub fn gpu_layout_cache() -> bool {
+    GPU_LAYOUT_CACHE.get().unwrap_or(true)
+}
+
+/// Chooses whether bind group layouts are kept (wins over
+/// `MLX_GPU_LAYOUT_CACHE`; takes effect at the next dispatch).
+pub fn set_gpu_layout_cache(on: bool) {
+    GPU_LAYOUT_CACHE.set(on);
 }
 
 /// How the GPU multiplies `f16` matrices, in products and attention
@@ -377,6 +435,9 @@ pub fn check() -> Result<()> {
     GPU_F16.get()?;
     GPU_CHUNKS.get()?;
     GPU_SPLIT_K.get()?;
+    GPU_META_ARENA.get()?;
+    GPU_SHARED_PASSES.get()?;
+    GPU_LAYOUT_CACHE.get()?;
     gpu_coopmat_checked()?;
     loss_path()?;
     Ok(())

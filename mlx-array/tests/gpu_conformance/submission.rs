@@ -1,10 +1,12 @@
 //! Chunked submission: an eval that records more passes than one chunk
 //! reaches the GPU in several command buffers while the host still records,
-//! and computes exactly what the CPU does, with no extra transfers.
+//! and computes exactly what the CPU does, with no extra transfers. The
+//! recording switches (the meta arena, shared compute passes, kept bind
+//! group layouts) change how dispatches are recorded, never what they compute.
 
-use mlx_array::backend::gpu::{dispatch_count, submit_count, transfers};
+use mlx_array::backend::gpu::{custom, dispatch_count, submit_count, transfers};
 use mlx_array::device::with_device;
-use mlx_array::{Array, Device, Result};
+use mlx_array::{Array, Device, Dtype, Result, SliceArg, settings};
 
 use crate::harness::gpu;
 
@@ -72,5 +74,137 @@ fn an_eval_longer_than_a_chunk_submits_in_chunks_with_the_cpus_results() -> Resu
     mlx_array::settings::set_gpu_chunks(true);
     assert_eq!(submits, 1);
     assert_eq!(once.to_vec::<f32>()?, cpu.to_vec::<f32>()?);
+    Ok(())
+}
+
+/// Sets the recording switches and the chunking for one mode; dropping it
+/// restores the defaults (all on), also when a test fails.
+struct Mode;
+
+impl Mode {
+    /// Mode `bits` of 16: bit 0 the meta arena, 1 shared passes, 2 the
+    /// layout cache, 3 chunked submission; and its description.
+    fn set(bits: u8) -> (Mode, String) {
+        let on = |b: u8| bits & (1 << b) != 0;
+        settings::set_gpu_meta_arena(on(0));
+        settings::set_gpu_shared_passes(on(1));
+        settings::set_gpu_layout_cache(on(2));
+        settings::set_gpu_chunks(on(3));
+        let name = format!(
+            "meta arena {}, shared passes {}, layout cache {}, chunks {}",
+            on(0),
+            on(1),
+            on(2),
+            on(3)
+        );
+        (Mode, name)
+    }
+}
+
+impl Drop for Mode {
+    fn drop(&mut self) {
+        settings::set_gpu_meta_arena(true);
+        settings::set_gpu_shared_passes(true);
+        settings::set_gpu_layout_cache(true);
+        settings::set_gpu_chunks(true);
+    }
+}
+
+/// Writes a checksum of its whole `meta` (each word times its 1-based
+/// position, wrapping) and `meta`'s length in words as bound.
+const META_CHECKSUM: &str = "
+@group(0) @binding(0) var<storage, read> params: array<u32>;
+@group(0) @binding(1) var<storage, read_write> out: array<u32>;
+@compute @workgroup_size(1)
+fn main() {
+    let n = arrayLength(&params);
+    var s = 0u;
+    for (var i = 0u; i < n; i = i + 1u) {
+        s = s + params[i] * (i + 1u);
+    }
+    out[0] = s;
+    out[1] = n;
+}
+";
+
+#[test]
+fn every_dispatch_reads_its_own_meta_words_in_every_recording_mode() -> Result<()> {
+    let Some(_gpu) = gpu() else { return Ok(()) };
+    // Sizes from one word to more than a 64 KiB page (17,000 words: a
+    // buffer of its own), so slices pack, move to the next page and
+    // overflow; 45 dispatches cross the first chunks' ends (16, 48).
+    let sizes = [1usize, 3, 40, 700, 5000, 17_000, 9];
+    for bits in 0..16 {
+        let (_mode, name) = Mode::set(bits);
+        let mut outs = Vec::new();
+        for k in 0..45 {
+            let meta: Vec<u32> = (0..sizes[k % sizes.len()])
+                .map(|i| (k as u32).wrapping_mul(2_654_435_761) ^ (i as u32).wrapping_mul(40_503))
+                .collect();
+            let want = meta.iter().enumerate().fold(0u32, |s, (i, &w)| {
+                s.wrapping_add(w.wrapping_mul(i as u32 + 1))
+            });
+            let out = custom::alloc(&[2], Dtype::U32)?;
+            custom::dispatch(
+                "test:meta_checksum",
+                || META_CHECKSUM.to_string(),
+                &meta,
+                &[],
+                &out,
+                1,
+            )?;
+            outs.push((out, [want, meta.len() as u32]));
+        }
+        mlx_array::backend::gpu::submit()?;
+        for (k, (out, want)) in outs.into_iter().enumerate() {
+            let got = Array::from_data(out, vec![2], Dtype::U32).to_vec::<u32>()?;
+            assert_eq!(got, want, "dispatch {k} with {name}");
+        }
+    }
+    Ok(())
+}
+
+/// `steps` of `y = (y + x[i..i + 4]) @ p`: every step's add reads a view
+/// at a different offset (its meta words differ), and in `bf16` every
+/// product clears its packed output before the pass that writes it.
+fn sliding_chain(x: &Array, p: &Array, y0: &Array, steps: usize) -> Result<Array> {
+    let mut y = y0.clone();
+    for i in 0..steps as i64 {
+        y = y.add(&x.slice(&[SliceArg::range(i, i + 4)])?)?.matmul(p)?;
+    }
+    y.astype(Dtype::F32)
+}
+
+#[test]
+fn cleared_outputs_and_distinct_views_compute_the_cpus_results_in_every_recording_mode()
+-> Result<()> {
+    let Some(_gpu) = gpu() else { return Ok(()) };
+    let steps = 120;
+    for dtype in [Dtype::F32, Dtype::BF16] {
+        // Halves from -1 to 1: |y| stays within 120 in steps of 0.5, exact
+        // in bf16, and p is a signed permutation (exact products).
+        let xv: Vec<f32> = (0..steps + 4).map(|i| (i % 5) as f32 * 0.5 - 1.0).collect();
+        let x = Array::from_slice(&xv, &[steps + 4])?.astype(dtype)?;
+        let mut pv = vec![0f32; 16];
+        for j in 0..4 {
+            pv[((j + 1) % 4) * 4 + j] = if j % 2 == 0 { -1.0 } else { 1.0 };
+        }
+        let p = Array::from_slice(&pv, &[4, 4])?.astype(dtype)?;
+        let y0 = Array::from_slice(&[0.5f32, -1.5, 2.0, 0.0, 1.0, 0.0, -0.5, 3.0], &[2, 4])?
+            .astype(dtype)?;
+        let cpu =
+            with_device(Device::Cpu, || sliding_chain(&x, &p, &y0, steps))?.to_vec::<f32>()?;
+        let [xg, pg, yg] = [&x, &p, &y0].map(|a| a.to_device(Device::Gpu));
+        mlx_array::eval((&xg, &pg, &yg))?;
+        for bits in 0..16 {
+            let (_mode, name) = Mode::set(bits);
+            let gpu_y = with_device(Device::Gpu, || sliding_chain(&xg, &pg, &yg, steps))?;
+            let dispatches = dispatch_count();
+            gpu_y.eval()?;
+            let dispatches = dispatch_count() - dispatches;
+            assert!(dispatches >= 2 * steps, "{dispatches} dispatches");
+            assert_eq!(gpu_y.to_vec::<f32>()?, cpu, "{dtype} with {name}");
+        }
+    }
     Ok(())
 }

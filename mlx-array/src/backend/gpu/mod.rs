@@ -6,6 +6,9 @@
 //! dispatches into a command encoder that is submitted in chunks while an
 //! eval records (so the GPU runs the first kernels while the host records
 //! the rest: see `submission`) and by [`submit`] at the end of each `eval`;
+//! consecutive dispatches share a compute pass, and their parameter words
+//! go to the GPU once per chunk (`meta_arena`), to keep the host's cost per
+//! dispatch small;
 //! the only CPU-GPU round trip is a transfer to the CPU (and, while
 //! profiling with GPU times, the end of every eval: see `timestamps`).
 //! Threads (ranks in one process, a trainer's helpers) share that encoder,
@@ -37,6 +40,7 @@ pub(crate) mod fusion;
 mod indexing;
 mod loss;
 mod matmul;
+mod meta_arena;
 mod norm;
 pub(crate) mod readback;
 mod reduce;
@@ -92,6 +96,9 @@ pub struct GpuContext {
     /// f32 configuration and subgroups of 32 ([`matmul`]'s tensor-core path).
     coopmat: bool,
     pipelines: Mutex<HashMap<String, Arc<wgpu::ComputePipeline>>>,
+    /// Each pipeline's bind group layout, asked of wgpu once
+    /// ([`crate::settings::gpu_layout_cache`]).
+    layouts: Mutex<HashMap<wgpu::ComputePipeline, wgpu::BindGroupLayout>>,
     pool: Mutex<HashMap<u64, Vec<wgpu::Buffer>>>,
     encoder: Mutex<submission::Recording>,
     /// GPU times for the profile: present when profiling was on as the
@@ -224,6 +231,7 @@ impl GpuContext {
             f16,
             coopmat,
             pipelines: Mutex::new(HashMap::new()),
+            layouts: Mutex::new(HashMap::new()),
             pool: Mutex::new(HashMap::new()),
             encoder: Mutex::new(submission::Recording::new()),
             timestamps,
@@ -329,7 +337,7 @@ impl GpuContext {
     pub(crate) fn record(&self, record: impl FnOnce(&mut wgpu::CommandEncoder)) -> Result<()> {
         self.check()?;
         let mut slot = lock(&self.encoder);
-        record(slot.encoder.get_or_insert_with(|| self.new_encoder()));
+        record(slot.encoder(&self.device));
         if slot.count() {
             self.submit_chunk(&mut slot);
         }
@@ -337,14 +345,16 @@ impl GpuContext {
     }
 
     /// Submits the encoder of `slot` (whose lock the caller holds), if any,
-    /// resolving its passes' timestamps into a readback that the end of the
-    /// eval ([`GpuContext::flush`]) finishes.
+    /// after queueing its dispatches' meta words, resolving its passes'
+    /// timestamps into a readback that the end of the eval
+    /// ([`GpuContext::flush`]) finishes.
     fn submit_chunk(&self, slot: &mut submission::Recording) {
-        if let Some(mut enc) = slot.encoder.take() {
+        if let Some(mut enc) = slot.take_encoder() {
             let readback = self
                 .timestamps
                 .as_ref()
                 .and_then(|t| lock(t).resolve(&self.device, &mut enc));
+            slot.meta.upload(&self.queue);
             let index = self.queue.submit([enc.finish()]);
             *lock(&self.last_submission) = Some(index);
             lock(&self.readbacks).extend(readback);
@@ -352,46 +362,107 @@ impl GpuContext {
         }
     }
 
-    fn new_encoder(&self) -> wgpu::CommandEncoder {
-        self.device
-            .create_command_encoder(&wgpu::CommandEncoderDescriptor {
-                label: Some("eval"),
-            })
+    /// The bind group layout of `pipeline`'s group 0: kept per pipeline
+    /// ([`crate::settings::gpu_layout_cache`]), or asked of wgpu each time.
+    fn layout(&self, pipeline: &wgpu::ComputePipeline) -> wgpu::BindGroupLayout {
+        if !crate::settings::gpu_layout_cache() {
+            return pipeline.get_bind_group_layout(0);
+        }
+        lock(&self.layouts)
+            .entry(pipeline.clone())
+            .or_insert_with(|| pipeline.get_bind_group_layout(0))
+            .clone()
     }
 
-    /// Records `before` (e.g. clearing the pass's output), then one compute
-    /// pass run by `pass`, on the eval's command encoder. While profiling
-    /// with timestamps, the pass writes the GPU's clock as it begins and
-    /// ends, for the primitive the calling thread is evaluating.
-    pub(crate) fn record_pass(
+    /// Records one dispatch of `pipeline` over a `grid` of workgroups on the
+    /// eval's command encoder, binding `meta` at 0 and `buffers` at 1..;
+    /// `clear` first zeroes that many bytes of the last buffer (outside any
+    /// pass). Consecutive dispatches share a compute pass
+    /// ([`crate::settings::gpu_shared_passes`]; wgpu puts a barrier between
+    /// dispatches that depend on each other, as between passes), except
+    /// while profiling with timestamps: then the pass is the dispatch's own,
+    /// and writes the GPU's clock as it begins and ends for the primitive
+    /// the calling thread is evaluating.
+    fn record_dispatch(
         &self,
-        before: impl FnOnce(&mut wgpu::CommandEncoder),
-        pass: impl FnOnce(&mut wgpu::ComputePass<'_>),
+        pipeline: &wgpu::ComputePipeline,
+        meta: &[u32],
+        buffers: &[&wgpu::Buffer],
+        clear: Option<u64>,
+        grid: (u32, u32),
     ) -> Result<()> {
         self.check()?;
+        let layout = self.layout(pipeline);
         let mut slot = lock(&self.encoder);
-        let enc = slot.encoder.get_or_insert_with(|| self.new_encoder());
-        before(enc);
+        let slot = &mut *slot;
+        let align = u64::from(self.limits.min_storage_buffer_offset_alignment).max(4);
+        let staged = if crate::settings::gpu_meta_arena() {
+            slot.meta.push(&self.device, align, meta)
+        } else {
+            None
+        };
+        // Without the arena, or for words larger than its page: a buffer
+        // of their own.
+        let own;
+        let meta_binding = match staged {
+            Some(slice) => wgpu::BindingResource::Buffer(slice),
+            None => {
+                own = self
+                    .device
+                    .create_buffer_init(&wgpu::util::BufferInitDescriptor {
+                        label: Some("meta"),
+                        contents: bytemuck::cast_slice(meta),
+                        usage: wgpu::BufferUsages::STORAGE,
+                    });
+                own.as_entire_binding()
+            }
+        };
+        let entries: Vec<wgpu::BindGroupEntry> = std::iter::once(meta_binding)
+            .chain(buffers.iter().map(|b| b.as_entire_binding()))
+            .enumerate()
+            .map(|(i, resource)| wgpu::BindGroupEntry {
+                binding: i as u32,
+                resource,
+            })
+            .collect();
+        let bind = self.device.create_bind_group(&wgpu::BindGroupDescriptor {
+            label: None,
+            layout: &layout,
+            entries: &entries,
+        });
+        if let (Some(bytes), Some(out)) = (clear, buffers.last()) {
+            slot.encoder(&self.device).clear_buffer(out, 0, Some(bytes));
+        }
         // Untagged work (recorded outside the evaluator, or with the profile
         // off) is not timed: there is no primitive to put it down to.
         let writes = self.timestamps.as_ref().and_then(|t| {
             let tag = crate::profile::current()?;
             Some(lock(t).next(&self.device, tag))
         });
-        let mut p = enc.begin_compute_pass(&wgpu::ComputePassDescriptor {
-            label: None,
-            timestamp_writes: writes
-                .as_ref()
-                .map(|(set, i)| wgpu::ComputePassTimestampWrites {
-                    query_set: set,
-                    beginning_of_pass_write_index: Some(*i),
-                    end_of_pass_write_index: Some(i + 1),
-                }),
-        });
-        pass(&mut p);
-        drop(p);
+        let run = |pass: &mut wgpu::ComputePass<'_>| {
+            pass.set_pipeline(pipeline);
+            pass.set_bind_group(0, &bind, &[]);
+            pass.dispatch_workgroups(grid.0, grid.1, 1);
+        };
+        if writes.is_none() && crate::settings::gpu_shared_passes() {
+            run(slot.shared_pass(&self.device));
+        } else {
+            let mut pass =
+                slot.encoder(&self.device)
+                    .begin_compute_pass(&wgpu::ComputePassDescriptor {
+                        label: None,
+                        timestamp_writes: writes.as_ref().map(|(set, i)| {
+                            wgpu::ComputePassTimestampWrites {
+                                query_set: set,
+                                beginning_of_pass_write_index: Some(*i),
+                                end_of_pass_write_index: Some(i + 1),
+                            }
+                        }),
+                    });
+            run(&mut pass);
+        }
         if slot.count() {
-            self.submit_chunk(&mut slot);
+            self.submit_chunk(slot);
         }
         Ok(())
     }
@@ -406,7 +477,7 @@ impl GpuContext {
         // records after it (and which may read its outputs, or reuse
         // buffers it freed) reaches the queue after it.
         self.submit_chunk(&mut slot);
-        *slot = submission::Recording::new();
+        slot.restart();
         let readbacks = std::mem::take(&mut *lock(&self.readbacks));
         drop(slot);
         timestamps::finish(self, readbacks)?;
@@ -647,33 +718,11 @@ pub(crate) fn dispatch_groups(
     if groups == 0 {
         return Ok(());
     }
-    let meta_buf = c
-        .device
-        .create_buffer_init(&wgpu::util::BufferInitDescriptor {
-            label: Some("meta"),
-            contents: bytemuck::cast_slice(meta),
-            usage: wgpu::BufferUsages::STORAGE,
-        });
-    let mut buffers = vec![&meta_buf];
+    let mut buffers = Vec::with_capacity(inputs.len() + 1);
     for d in inputs {
         buffers.push(buffer_of(d)?);
     }
-    let out = buffer_of(output)?;
-    buffers.push(out);
-    let layout = pipeline.get_bind_group_layout(0);
-    let entries: Vec<wgpu::BindGroupEntry> = buffers
-        .iter()
-        .enumerate()
-        .map(|(i, b)| wgpu::BindGroupEntry {
-            binding: i as u32,
-            resource: b.as_entire_binding(),
-        })
-        .collect();
-    let bind = c.device.create_bind_group(&wgpu::BindGroupDescriptor {
-        label: None,
-        layout: &layout,
-        entries: &entries,
-    });
+    buffers.push(buffer_of(output)?);
     let max = c.limits.max_compute_workgroups_per_dimension as usize;
     let (x, y) = if groups <= max {
         (groups, 1)
@@ -686,20 +735,6 @@ pub(crate) fn dispatch_groups(
         )));
     }
     DISPATCHES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    c.record_pass(
-        |enc| {
-            if clear_output {
-                enc.clear_buffer(
-                    out,
-                    0,
-                    Some((output_bytes.next_multiple_of(4) as u64).max(4)),
-                );
-            }
-        },
-        |pass| {
-            pass.set_pipeline(pipeline);
-            pass.set_bind_group(0, &bind, &[]);
-            pass.dispatch_workgroups(x as u32, y as u32, 1);
-        },
-    )
+    let clear = clear_output.then(|| (output_bytes.next_multiple_of(4) as u64).max(4));
+    c.record_dispatch(pipeline, meta, &buffers, clear, (x as u32, y as u32))
 }

@@ -25,11 +25,16 @@
 //! any later pass is recorded), the queue runs them in that order, and a
 //! buffer is read back only after the submission of its producing copy
 //! (`download` submits before it waits). Only the number of submissions
-//! changes: counted by [`submit_count`]. `MLX_GPU_CHUNKS=0`
+//! changes: counted by [`submit_count`]. Within a chunk, consecutive
+//! dispatches share one compute pass (ended by anything else recorded on the
+//! encoder: a copy, a clear, a timed pass), and the chunk's parameter words
+//! are written just before it is submitted (`meta_arena`). `MLX_GPU_CHUNKS=0`
 //! ([`crate::settings::set_gpu_chunks`]) submits once per eval again, to
 //! measure what the overlap gains.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
+
+use super::meta_arena::MetaArena;
 
 /// Passes in the first chunk of an eval (see the module docs).
 pub(crate) const FIRST_CHUNK: usize = 16;
@@ -39,8 +44,15 @@ pub(crate) const MAX_CHUNK: usize = 256;
 
 /// The eval's open command encoder and where its chunk ends.
 pub(crate) struct Recording {
+    /// The compute pass that consecutive dispatches share
+    /// ([`crate::settings::gpu_shared_passes`]), open on `encoder` until
+    /// anything else is recorded there. Declared first: it ends before the
+    /// encoder is dropped.
+    pass: Option<wgpu::ComputePass<'static>>,
     /// Where passes and copies are recorded (created on first use).
-    pub(crate) encoder: Option<wgpu::CommandEncoder>,
+    encoder: Option<wgpu::CommandEncoder>,
+    /// The chunk's dispatches' parameter words (kept from chunk to chunk).
+    pub(crate) meta: MetaArena,
     /// Passes and copies in `encoder`.
     commands: usize,
     /// Commands at which `encoder` is submitted.
@@ -51,10 +63,44 @@ impl Recording {
     /// Nothing recorded; the next chunk is the eval's first.
     pub(crate) const fn new() -> Recording {
         Recording {
+            pass: None,
             encoder: None,
+            meta: MetaArena::new(),
             commands: 0,
             chunk: FIRST_CHUNK,
         }
+    }
+
+    /// The encoder, created on first use, with no pass open on it (the
+    /// shared pass ends here), for copies, clears and passes of their own.
+    pub(crate) fn encoder(&mut self, device: &wgpu::Device) -> &mut wgpu::CommandEncoder {
+        self.pass = None;
+        self.encoder.get_or_insert_with(|| new_encoder(device))
+    }
+
+    /// The shared compute pass, begun on the encoder if none is open.
+    pub(crate) fn shared_pass(&mut self, device: &wgpu::Device) -> &mut wgpu::ComputePass<'static> {
+        let Recording { pass, encoder, .. } = self;
+        pass.get_or_insert_with(|| {
+            encoder
+                .get_or_insert_with(|| new_encoder(device))
+                .begin_compute_pass(&wgpu::ComputePassDescriptor::default())
+                .forget_lifetime()
+        })
+    }
+
+    /// The encoder to submit, its pass ended; `None` when nothing was recorded.
+    pub(crate) fn take_encoder(&mut self) -> Option<wgpu::CommandEncoder> {
+        self.pass = None;
+        self.encoder.take()
+    }
+
+    /// The eval ended (its last chunk was submitted): the next chunk is the
+    /// next eval's first. The meta arena's pages are kept.
+    pub(crate) fn restart(&mut self) {
+        debug_assert!(self.encoder.is_none(), "restarted with work unsubmitted");
+        self.commands = 0;
+        self.chunk = FIRST_CHUNK;
     }
 
     /// Counts one more command in the encoder; true when the chunk is full
@@ -67,12 +113,18 @@ impl Recording {
 
     /// The encoder was submitted: the next chunk is twice as large, up to
     /// [`MAX_CHUNK`] (the end of an eval then starts over with
-    /// [`Recording::new`]).
+    /// [`Recording::restart`]).
     pub(crate) fn submitted(&mut self) {
         self.commands = 0;
         self.chunk = (self.chunk * 2).min(MAX_CHUNK);
         SUBMITS.fetch_add(1, Ordering::Relaxed);
     }
+}
+
+fn new_encoder(device: &wgpu::Device) -> wgpu::CommandEncoder {
+    device.create_command_encoder(&wgpu::CommandEncoderDescriptor {
+        label: Some("eval"),
+    })
 }
 
 static SUBMITS: AtomicUsize = AtomicUsize::new(0);

@@ -4,9 +4,9 @@
 //! Array contents cross in two places only: `upload` (a [`crate::device::Transfer`]
 //! to the GPU) and `download` (one to the host, the only place the host
 //! waits for queued work besides reading timestamps back while profiling).
-//! Kernel arguments (a few words of sizes and strides per dispatch, written
-//! into a small buffer as the dispatch is recorded) are not array contents
-//! and are not counted.
+//! Kernel arguments (a few words of sizes and strides per dispatch, packed
+//! into the meta arena and written once per submission: see `meta_arena`)
+//! are not array contents and are not counted.
 
 use std::ops::Sub;
 use std::sync::atomic::{AtomicU64, Ordering};
