@@ -681,7 +681,7 @@ fn finds_what_the_settings_import_above_them() {
     // Everyone may import the settings.
     assert_eq!(
         lines(
-            "backend/cpu/blas.rs",
+            "backend/cpu/matmul/blas.rs",
             "use crate::settings::{self, BlasChoice};\n"
         ),
         Vec::<usize>::new()

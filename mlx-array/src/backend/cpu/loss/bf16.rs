@@ -1,5 +1,5 @@
 //! The one-pass output projection + cross-entropy for bfloat16 `h` and `w`
-//! on AVX512_BF16: the three products of [`super::lce_avx512`]'s row block
+//! on AVX512_BF16: the three products of [`super::avx512`]'s row block
 //! with `vdpbf16ps` (bfloat16 pairs in, float32 sums out), everything else
 //! (logits, softmax statistics, the gradient of the logits, `dw` and `dh`)
 //! in float32, as PyTorch's autocast and MLX run a bfloat16 model's loss.
@@ -24,7 +24,8 @@
 use std::arch::x86_64::*;
 use std::cell::RefCell;
 
-use super::lce_avx512::{NR, Products, Strided, Tiles, VC, block_with, gemm, round_block, tiles};
+use super::avx512::{NR, Products, Strided, Tiles, VC, block_with, gemm, round_block, tiles};
+use crate::backend::cpu::matmul::{amx, gemm_bf16};
 use crate::{ArrayData, Dtype};
 
 /// Whether the bfloat16 path applies: AVX-512F and AVX512_BF16, a feature
@@ -32,9 +33,7 @@ use crate::{ArrayData, Dtype};
 /// (`MLX_GEMM_BF16`, [`crate::settings::set_bf16_gemm`]) and the fused loss
 /// not switched off (`MLX_LCE=blas`).
 pub(super) fn enabled(dims: usize) -> bool {
-    super::lce_avx512::enabled(dims)
-        && crate::settings::bf16_gemm()
-        && super::gemm_bf16::available()
+    super::avx512::enabled(dims) && crate::settings::bf16_gemm() && gemm_bf16::available()
 }
 
 /// The bfloat16 tiles.
@@ -137,7 +136,7 @@ pub(super) struct Bf16Products<'a> {
     /// `w` itself (`vocab x dims` bfloat16).
     w16: &'a [u16],
     /// `h`'s words transposed: `dims / 2 x width`, zero past row `n` (in
-    /// [`super::amx::gemm`]'s panels on AMX).
+    /// [`amx::gemm`]'s panels on AMX).
     h_words_t: ArrayData,
     /// [`pair_rows`] of `h` padded with zero rows to `width`: `width / 2 x
     /// dims` (in panels on AMX).
@@ -145,7 +144,7 @@ pub(super) struct Bf16Products<'a> {
     dims: usize,
     n: usize,
     width: usize,
-    /// The products run on AMX tiles ([`super::amx`]).
+    /// The products run on AMX tiles ([`amx`]).
     amx: bool,
 }
 
@@ -153,7 +152,7 @@ impl<'a> Bf16Products<'a> {
     /// The products of the block `h` (`n x dims` bfloat16) against `w`
     /// (4-byte aligned, read as words too).
     pub(super) fn new(h: &[u16], w16: &'a [u16], dims: usize) -> Self {
-        Self::on(h, w16, dims, super::amx::available())
+        Self::on(h, w16, dims, amx::available())
     }
 
     /// [`Self::new`] for AMX's tiles or AVX512_BF16's.
@@ -190,14 +189,14 @@ impl<'a> Bf16Products<'a> {
     }
 }
 
-/// The row-major `kp x n` words of `x` in [`super::amx::gemm`]'s panels.
+/// The row-major `kp x n` words of `x` in [`amx::gemm`]'s panels.
 fn panels(x: &ArrayData, kp: usize, n: usize) -> ArrayData {
     let src = x.as_slice::<u32>(kp * n);
     let mut out = ArrayData::alloc(&[kp * n], Dtype::U32);
     let dst = out.as_mut_slice::<u32>(kp * n);
     for (p, row) in src.chunks_exact(n).enumerate() {
-        for (j, seg) in row.chunks_exact(super::amx::COLS).enumerate() {
-            let at = super::amx::panel_index(p, j * super::amx::COLS, kp);
+        for (j, seg) in row.chunks_exact(amx::COLS).enumerate() {
+            let at = amx::panel_index(p, j * amx::COLS, kp);
             dst[at..at + seg.len()].copy_from_slice(seg);
         }
     }
@@ -229,7 +228,7 @@ fn gradient_parts(
 /// (the same layout, two columns per word: `rows x width / 2` words) and
 /// `paired` ([`pair_rows`]: `ceil(rows / 2) x width` words, or with
 /// `panels = Some(kp)` the first `ceil(rows / 2)` rows of a `kp x width` `B`
-/// in [`super::amx::gemm`]'s panels).
+/// in [`amx::gemm`]'s panels).
 ///
 /// # Safety
 /// AVX-512F and AVX512_BF16; `width` is a multiple of 32 and the buffers
@@ -249,7 +248,7 @@ unsafe fn round_gradient(
         as_is.len() == rows * width / 2 && paired.len() == panels.unwrap_or(pairs) * width
     );
     let at = |q: usize, t: usize| match panels {
-        Some(kp) => super::amx::panel_index(q, t, kp),
+        Some(kp) => amx::panel_index(q, t, kp),
         None => q * width + t,
     };
     let as_is = as_is.as_mut_ptr() as *mut u16;
@@ -293,7 +292,7 @@ impl Products for Bf16Products<'_> {
             // SAFETY: AMX is available; `hwt` is in panels, `half` a multiple of 16 (dims of
             // 32) and `width` of 32; the shapes are as below.
             unsafe {
-                super::amx::gemm(
+                amx::gemm(
                     rows,
                     width,
                     half,
@@ -410,7 +409,7 @@ impl Bf16Products<'_> {
     /// pairs to whole steps of the tiles.
     ///
     /// # Safety
-    /// [`super::amx::available`]; the buffers as [`Products::backward`]'s.
+    /// [`amx::available`]; the buffers as [`Products::backward`]'s.
     unsafe fn backward_amx(
         &self,
         ci: usize,
@@ -420,7 +419,7 @@ impl Bf16Products<'_> {
         dht: &mut [f32],
         add: bool,
     ) {
-        use super::amx::STEP;
+        use amx::STEP;
         let (dims, width, v0) = (self.dims, self.width, ci * VC);
         let pairs = rows.div_ceil(2);
         let padded = pairs.div_ceil(STEP) * STEP;
@@ -430,8 +429,8 @@ impl Bf16Products<'_> {
             // SAFETY: AVX512_BF16 comes with AMX; the sizes are as asked.
             unsafe { round_gradient(chunk, rows, width, as_is, paired, Some(padded)) };
             // The padding pairs of every panel.
-            for panel in paired.chunks_exact_mut(padded * super::amx::COLS) {
-                panel[pairs * super::amx::COLS..].fill(0);
+            for panel in paired.chunks_exact_mut(padded * amx::COLS) {
+                panel[pairs * amx::COLS..].fill(0);
             }
             transpose_pairs(
                 &self.w16[v0 * dims..(v0 + rows) * dims],
@@ -447,7 +446,7 @@ impl Bf16Products<'_> {
             // `dht` dims x width. width / 2 and padded are multiples of 16,
             // dims and width of 32. Outputs overlap no input.
             unsafe {
-                super::amx::gemm(
+                amx::gemm(
                     rows,
                     dims,
                     width / 2,
@@ -458,7 +457,7 @@ impl Bf16Products<'_> {
                     dims,
                     add,
                 );
-                super::amx::gemm(
+                amx::gemm(
                     dims,
                     width,
                     padded,
@@ -506,7 +505,7 @@ fn transpose_pairs(x: &[u16], rows: usize, cols: usize, padded: usize, out: &mut
 /// whose products cost less than writing the logits to memory and reading
 /// them back.
 pub(super) fn keeps_logits() -> bool {
-    !super::amx::available()
+    !amx::available()
 }
 
 /// Rows per block when the logits are not kept: a chunk's logits (1 MiB at
@@ -518,7 +517,7 @@ pub(super) fn recomputing_block(dims: usize) -> usize {
 
 /// One row block of the one-pass loss for bfloat16 `h` (`n x dims`) and
 /// `w` (`vocab x dims`, 4-byte aligned: it is also read as words),
-/// as [`super::lce_avx512::value_and_grad_block`]: f32 `dh`, `dw` and loss.
+/// as [`super::avx512::value_and_grad_block`]: f32 `dh`, `dw` and loss.
 ///
 /// The caller has checked [`enabled`]`(dims)`. Without `lt` the logits are
 /// computed again rather than kept ([`block_with`]): the caller passes none
@@ -537,7 +536,7 @@ pub(super) fn value_and_grad_block(
     first: bool,
 ) -> f64 {
     assert!(
-        super::lce_avx512::available(dims) && super::gemm_bf16::available(),
+        super::avx512::available(dims) && gemm_bf16::available(),
         "the bfloat16 loss needs avx512f, avx512bf16 and dims % 32 == 0"
     );
     let vocab = dw.len() / dims;
@@ -549,8 +548,8 @@ pub(super) fn value_and_grad_block(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backend::cpu::lce_avx512::tests::{assert_close, noise, reference};
     use crate::backend::cpu::loss::IGNORED;
+    use crate::backend::cpu::loss::avx512::tests::{assert_close, noise, reference};
     use half::bf16;
 
     /// bfloat16 bit patterns of `x` and the values they stand for.
@@ -578,13 +577,13 @@ mod tests {
     /// (a relative error of 2^-9 per term), hence their wider tolerance.
     #[test]
     fn blocks_equal_the_definition_on_bfloat16_values() {
-        if !(super::super::lce_avx512::available(64) && super::super::gemm_bf16::available()) {
+        if !(super::super::avx512::available(64) && gemm_bf16::available()) {
             eprintln!("skipped: this CPU has no AVX512_BF16");
             return;
         }
         let (dims, vocab) = (64, 613);
         // The AVX512_BF16 tiles, and the AMX ones where the CPU has them.
-        let paths = if super::super::amx::available() {
+        let paths = if amx::available() {
             vec![false, true]
         } else {
             vec![false]

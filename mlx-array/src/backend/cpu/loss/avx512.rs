@@ -23,8 +23,8 @@ use std::arch::x86_64::*;
 
 use rayon::prelude::*;
 
-use super::loss::{IGNORED, vectorised};
-use super::math;
+use super::{IGNORED, vectorised};
+use crate::backend::cpu::math;
 use crate::{ArrayData, Dtype};
 
 /// Columns of a micro-tile: two 16-lane vectors.
