@@ -24,7 +24,9 @@
 use std::arch::x86_64::*;
 use std::cell::RefCell;
 
-use super::avx512::{NR, Products, Strided, Tiles, VC, block_with, gemm, round_block, tiles};
+use super::avx512::{
+    Lanes, NR, Products, Strided, Tile, Tiles, VC, block_with, gemm, round_block, tiles,
+};
 use crate::backend::cpu::matmul::{amx, gemm_bf16};
 use crate::{ArrayData, Dtype};
 
@@ -39,63 +41,43 @@ pub(super) fn enabled(dims: usize) -> bool {
 /// The bfloat16 tiles.
 const BF16_TILES: Tiles<u32> = tiles!(tile);
 
-/// The `m x NR` tile `C (+)= A @ B` over `k` pairs: word `(i, p)` of `A`
-/// at `a + i * rs + p * cs`, `B`'s words of pair `p` at `b + p * ldb`,
-/// `C[i][0..NR]` at `c + i * ldc`. Row pointers as in the f32 tile.
+/// The bfloat16 instructions: `vdpbf16ps` on AVX512_BF16, with `A` and
+/// `B` as words of two bfloat16 (a pair of `k`), so that a tile's `k` steps
+/// are pairs.
+struct Bf16Lanes;
+
+impl Lanes for Bf16Lanes {
+    type Elem = u32;
+    type Vector = __m512bh;
+
+    #[inline(always)]
+    unsafe fn load(p: *const u32) -> __m512bh {
+        // SAFETY: the caller's promise; the two types are 64 bytes each.
+        unsafe { std::mem::transmute(_mm512_loadu_si512(p as *const _)) }
+    }
+
+    #[inline(always)]
+    unsafe fn broadcast(x: u32) -> __m512bh {
+        // SAFETY: as `load`.
+        unsafe { std::mem::transmute(_mm512_set1_epi32(x as i32)) }
+    }
+
+    #[inline(always)]
+    unsafe fn multiply_add(sum: __m512, x: __m512bh, b: __m512bh) -> __m512 {
+        // SAFETY: the caller's promise.
+        unsafe { _mm512_dpbf16_ps(sum, x, b) }
+    }
+}
+
+/// The bfloat16 micro-tile: [`Tile::run`] with [`Bf16Lanes`], `k` counting
+/// pairs.
 ///
 /// # Safety
-/// AVX-512F and AVX512_BF16; every address named above is in bounds.
+/// AVX-512F and AVX512_BF16; every address of the tile is in bounds.
 #[target_feature(enable = "avx512f,avx512bf16")]
-#[allow(clippy::too_many_arguments)]
-unsafe fn tile<const M: usize, const UNIT_RS: bool>(
-    k: usize,
-    a: *const u32,
-    rs: usize,
-    cs: usize,
-    b: *const u32,
-    ldb: usize,
-    c: *mut f32,
-    ldc: usize,
-    add: bool,
-) {
-    // SAFETY: the caller's promise covers every pointer below.
-    unsafe {
-        let mut acc = [[_mm512_setzero_ps(); 2]; M];
-        if add {
-            for (i, row) in acc.iter_mut().enumerate() {
-                row[0] = _mm512_loadu_ps(c.add(i * ldc));
-                row[1] = _mm512_loadu_ps(c.add(i * ldc + 16));
-            }
-        }
-        let rs = if UNIT_RS { 1 } else { rs };
-        let mut base = [a; 4];
-        for (j, p) in base.iter_mut().enumerate() {
-            *p = a.wrapping_add(3 * j * rs);
-        }
-        let mut bp = b;
-        for _ in 0..k {
-            let b0: __m512bh = std::mem::transmute(_mm512_loadu_si512(bp as *const _));
-            let b1: __m512bh = std::mem::transmute(_mm512_loadu_si512(bp.add(16) as *const _));
-            for (i, row) in acc.iter_mut().enumerate() {
-                let word = if UNIT_RS {
-                    *base[0].add(i)
-                } else {
-                    *base[i / 3].add((i % 3) * rs)
-                };
-                let x: __m512bh = std::mem::transmute(_mm512_set1_epi32(word as i32));
-                row[0] = _mm512_dpbf16_ps(row[0], x, b0);
-                row[1] = _mm512_dpbf16_ps(row[1], x, b1);
-            }
-            for p in base.iter_mut() {
-                *p = p.wrapping_add(cs);
-            }
-            bp = bp.add(ldb);
-        }
-        for (i, row) in acc.iter().enumerate() {
-            _mm512_storeu_ps(c.add(i * ldc), row[0]);
-            _mm512_storeu_ps(c.add(i * ldc + 16), row[1]);
-        }
-    }
+unsafe fn tile<const M: usize, const UNIT_RS: bool>(t: Tile<u32>) {
+    // SAFETY: the caller's promise, and this function has the features.
+    unsafe { t.run::<Bf16Lanes, M, UNIT_RS>() }
 }
 
 /// Rows `2q` and `2q + 1` of the `rows x cols` bfloat16 matrix `x` as one
@@ -548,8 +530,7 @@ pub(super) fn value_and_grad_block(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backend::cpu::loss::IGNORED;
-    use crate::backend::cpu::loss::avx512::tests::{assert_close, noise, reference};
+    use crate::backend::cpu::loss::avx512::tests::check_two_blocks;
     use half::bf16;
 
     /// bfloat16 bit patterns of `x` and the values they stand for.
@@ -569,20 +550,17 @@ mod tests {
         assert_eq!(got, [1 | 3 << 16, 2 | 4 << 16, 5, 6]);
     }
 
-    /// Two blocks (the second adding to `dw`) of 45 and 13 rows over 613
-    /// classes (an odd last chunk, tiles of 1 to 12 rows), with ignored
-    /// rows, a zero weight and label smoothing, against the definition on
-    /// the bfloat16 values in f64. The loss and logits are exact products
-    /// summed in f32; the gradients round the logits' gradient to bfloat16
-    /// (a relative error of 2^-9 per term), hence their wider tolerance.
+    /// [`check_two_blocks`] on bfloat16 values, on the AVX512_BF16 tiles
+    /// and the AMX ones where the CPU has them. The loss and logits are
+    /// exact products summed in f32; the gradients round the logits'
+    /// gradient to bfloat16 (a relative error of 2^-9 per term), hence
+    /// their wider tolerance.
     #[test]
     fn blocks_equal_the_definition_on_bfloat16_values() {
         if !(super::super::avx512::available(64) && gemm_bf16::available()) {
             eprintln!("skipped: this CPU has no AVX512_BF16");
             return;
         }
-        let (dims, vocab) = (64, 613);
-        // The AVX512_BF16 tiles, and the AMX ones where the CPU has them.
         let paths = if amx::available() {
             vec![false, true]
         } else {
@@ -592,52 +570,33 @@ mod tests {
             .into_iter()
             .flat_map(|s| paths.iter().map(move |&a| (s, a)))
         {
-            let w32: Vec<f32> = noise(vocab * dims, 1).iter().map(|x| x * 0.5).collect();
-            let (w16, w) = rounded(&w32);
-            // In an `ArrayData`, whose storage is aligned for reading words.
-            let bits: Vec<bf16> = w16.iter().map(|&b| bf16::from_bits(b)).collect();
-            let w16 = ArrayData::from_slice(&bits, &[vocab * dims]);
-            let w16 = w16.as_slice::<u16>(vocab * dims);
-            let mut lt = vec![0f32; vocab * round_block(45)];
-            let mut dw = vec![f32::NAN; vocab * dims];
-            let mut want_dw = vec![0f64; vocab * dims];
-            for (b, rows) in [45usize, 13].into_iter().enumerate() {
-                let (h16, h) = rounded(&noise(rows * dims, 2 + b as u64));
-                let tg: Vec<usize> = (0..rows)
-                    .map(|r| {
-                        if r % 7 == 3 {
-                            IGNORED
-                        } else {
-                            (r * 97 + b) % vocab
-                        }
-                    })
-                    .collect();
-                let rw: Vec<f32> = (0..rows)
-                    .map(|r| if r == 5 { 0.0 } else { 0.5 + r as f32 / 64.0 })
-                    .collect();
-                let mut dh = vec![f32::NAN; rows * dims];
-                let products = Bf16Products::on(&h16, w16, dims, amx);
-                // Logits kept on the AVX512_BF16 path, computed again on AMX.
-                let loss = block_with(
-                    &products,
-                    &tg,
-                    &rw,
-                    s,
-                    dims,
-                    (!amx).then_some(&mut lt[..]),
-                    &mut dh,
-                    &mut dw,
-                    b == 0,
-                );
-                let (want_loss, want_dh, block_dw) = reference(&h, &w, &tg, &rw, s as f64, dims);
-                want_dw.iter_mut().zip(&block_dw).for_each(|(a, b)| *a += b);
-                assert!(
-                    (loss - want_loss).abs() <= 1e-4 * want_loss.abs(),
-                    "amx {amx}: loss {loss} against {want_loss}"
-                );
-                assert_close("dh", &dh, &want_dh, 5e-3);
-            }
-            assert_close("dw", &dw, &want_dw, 5e-3);
+            let what = if amx { "amx" } else { "avx512_bf16" };
+            check_two_blocks(
+                what,
+                s,
+                5e-3,
+                |x| rounded(&x).1,
+                |c| {
+                    // In an `ArrayData`, whose storage is aligned for reading words.
+                    let bits = |x: &[f32]| x.iter().map(|&v| bf16::from_f32(v)).collect::<Vec<_>>();
+                    let w16 = ArrayData::from_slice(&bits(c.w), &[c.w.len()]);
+                    let h16 = rounded(c.h).0;
+                    let products =
+                        Bf16Products::on(&h16, w16.as_slice::<u16>(c.w.len()), c.dims, amx);
+                    // Logits kept on the AVX512_BF16 path, computed again on AMX.
+                    block_with(
+                        &products,
+                        c.tg,
+                        c.rw,
+                        c.smoothing,
+                        c.dims,
+                        (!amx).then_some(c.lt),
+                        c.dh,
+                        c.dw,
+                        c.first,
+                    )
+                },
+            );
         }
     }
 }
