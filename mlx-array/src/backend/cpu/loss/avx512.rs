@@ -379,19 +379,125 @@ pub(super) trait Products: Sync {
     /// (`rows x width`, column `t` for row `t` of the block).
     fn logits(&self, ci: usize, rows: usize, chunk: &mut [f32]);
 
-    /// Given the gradient of the chunk's logits (`rows x width`, zero in
-    /// the padding columns): writes (`!add`) or adds its share to `dw_c`
-    /// (the chunk's `rows x dims` of `dw`) and adds its term to `dht`
-    /// (`dims x width`).
-    fn backward(
-        &self,
-        ci: usize,
-        rows: usize,
-        chunk: &mut [f32],
-        dw_c: &mut [f32],
+    /// Given the gradient of a chunk's logits, its share of `dw` and its
+    /// term of `dh^T`.
+    fn backward(&self, chunk: ChunkGrad<'_>);
+}
+
+/// One chunk of classes in the backward pass ([`Products::backward`]).
+pub(super) struct ChunkGrad<'a> {
+    /// The chunk's first class is `ci * VC`.
+    pub ci: usize,
+    /// Its classes.
+    pub rows: usize,
+    /// The gradient of its logits: `rows x width`, zero in the padding
+    /// columns (and free to be overwritten).
+    pub g: &'a mut [f32],
+    /// Its `rows x dims` of `dw`: written, or added to with `add`.
+    pub dw: &'a mut [f32],
+    /// `dims x width` sums of `dh^T`, added to.
+    pub dht: &'a mut [f32],
+    pub add: bool,
+}
+
+/// The logits of `rows` classes into `chunk` (`rows x width`) with `tiles`:
+/// `w`'s first `rows` rows of `k` elements times `ht` (`k x width`, the
+/// block's rows transposed).
+///
+/// # Safety
+/// The CPU has the tiles' features.
+pub(super) unsafe fn chunk_logits<T>(
+    tiles: &Tiles<T>,
+    [rows, width, k]: [usize; 3],
+    w: &[T],
+    ht: &[T],
+    chunk: &mut [f32],
+) {
+    assert!(w.len() >= rows * k && ht.len() == k * width && chunk.len() == rows * width);
+    let a = Strided {
+        ptr: w.as_ptr(),
+        rs: k,
+        cs: 1,
+    };
+    // SAFETY: the CPU has the features (the caller's promise); the shapes
+    // were checked, and `chunk` overlaps no input.
+    unsafe {
+        gemm(
+            tiles,
+            rows,
+            width,
+            k,
+            a,
+            ht.as_ptr(),
+            width,
+            chunk.as_mut_ptr(),
+            width,
+            false,
+            false,
+        )
+    };
+}
+
+/// The operands of a chunk's two backward products, `dw (+)= g @ h` and
+/// `dht += wt @ gt` (see [`ChunkGrad`]), in one element type: `g` is `rows
+/// x k`, `h` `k x dims` (row-major, so `k = h.len() / dims`), `wt` `dims x
+/// kt` and `gt` `kt x width` (row-major).
+pub(super) struct Backward<'a, T> {
+    pub g: Strided<T>,
+    pub h: &'a [T],
+    pub wt: Strided<T>,
+    pub gt: &'a [T],
+}
+
+impl<T> Backward<'_, T> {
+    /// Both products with `tiles`: `dw` (`rows x dims`) written, or added
+    /// to with `add`, and `dht` (`dims x width`) added to.
+    ///
+    /// # Safety
+    /// The CPU has the tiles' features; `g` and `wt` name `rows x k` and
+    /// `dims x kt` elements that lie in bounds.
+    pub(super) unsafe fn run(
+        self,
+        tiles: &Tiles<T>,
+        [rows, dims, width]: [usize; 3],
+        dw: &mut [f32],
         dht: &mut [f32],
         add: bool,
-    );
+    ) {
+        let (k, kt) = (self.h.len() / dims, self.gt.len() / width);
+        assert!(dw.len() == rows * dims && dht.len() == dims * width);
+        assert!(self.h.len() == k * dims && self.gt.len() == kt * width);
+        // SAFETY: the caller's promise and the checked shapes; the outputs
+        // overlap no input.
+        unsafe {
+            gemm(
+                tiles,
+                rows,
+                dims,
+                k,
+                self.g,
+                self.h.as_ptr(),
+                dims,
+                dw.as_mut_ptr(),
+                dims,
+                add,
+                add,
+            );
+            gemm(
+                tiles,
+                dims,
+                width,
+                kt,
+                self.wt,
+                self.gt.as_ptr(),
+                width,
+                dht.as_mut_ptr(),
+                width,
+                true,
+                false,
+            );
+        }
+    }
 }
 
 /// The f32 products: `h` and `w` as they are, `h^T` made once per block.
@@ -438,89 +544,54 @@ impl Products for F32Products<'_> {
 
     fn logits(&self, ci: usize, rows: usize, chunk: &mut [f32]) {
         let (dims, width) = (self.dims, self.width);
-        let a = Strided {
-            ptr: self.w[ci * VC * dims..].as_ptr(),
-            rs: dims,
-            cs: 1,
-        };
         let ht = self.ht.as_slice::<f32>(dims * width);
-        // SAFETY: avx512f was checked; `a` is rows x dims of `w`, `ht`
-        // dims x width, `chunk` rows x width, and no input overlaps it.
+        // SAFETY: avx512f was checked.
         unsafe {
-            gemm(
+            chunk_logits(
                 &F32_TILES,
-                rows,
-                width,
-                dims,
-                a,
-                ht.as_ptr(),
-                width,
-                chunk.as_mut_ptr(),
-                width,
-                false,
-                false,
+                [rows, width, dims],
+                &self.w[ci * VC * dims..],
+                ht,
+                chunk,
             )
         };
     }
 
-    fn backward(
-        &self,
-        ci: usize,
-        rows: usize,
-        chunk: &mut [f32],
-        dw_c: &mut [f32],
-        dht: &mut [f32],
-        add: bool,
-    ) {
-        let (dims, width, v0) = (self.dims, self.width, ci * VC);
+    fn backward(&self, chunk: ChunkGrad<'_>) {
+        let (dims, width, v0, rows) = (self.dims, self.width, chunk.ci * VC, chunk.rows);
         // This chunk's weights into L2 while `dw` is computed: `dh^T` reads
         // them down their columns, a line per step.
         for line in self.w[v0 * dims..(v0 + rows) * dims].chunks(16) {
             // SAFETY: SSE is part of x86_64; prefetching never faults.
             unsafe { _mm_prefetch::<_MM_HINT_T1>(line.as_ptr() as *const i8) };
         }
-        let g = Strided {
-            ptr: chunk.as_ptr(),
-            rs: width,
-            cs: 1,
+        // `g` is rows x n of the chunk (row stride width) and `gt` the
+        // chunk itself; `wt` is dims x rows of `w` read down its columns.
+        let operands = Backward {
+            g: Strided {
+                ptr: chunk.g.as_ptr(),
+                rs: width,
+                cs: 1,
+            },
+            h: &self.h[..self.n * dims],
+            wt: Strided {
+                ptr: self.w[v0 * dims..(v0 + rows) * dims].as_ptr(),
+                rs: 1,
+                cs: dims,
+            },
+            gt: &*chunk.g,
         };
-        let wt = Strided {
-            ptr: self.w[v0 * dims..].as_ptr(),
-            rs: 1,
-            cs: dims,
-        };
-        // SAFETY: avx512f was checked. `g` is rows x n of the chunk (row
-        // stride width), `h` n x dims, `dw_c` rows x dims; `wt` is dims x
-        // rows of `w` read down its columns, the chunk rows x width, `dht`
-        // dims x width. Outputs overlap no input.
+        // SAFETY: avx512f was checked; `g` and `wt` lie in the slices they
+        // come from.
         unsafe {
-            gemm(
+            operands.run(
                 &F32_TILES,
-                rows,
-                dims,
-                self.n,
-                g,
-                self.h.as_ptr(),
-                dims,
-                dw_c.as_mut_ptr(),
-                dims,
-                add,
-                add,
-            );
-            gemm(
-                &F32_TILES,
-                dims,
-                width,
-                rows,
-                wt,
-                chunk.as_ptr(),
-                width,
-                dht.as_mut_ptr(),
-                width,
-                true,
-                false,
-            );
-        }
+                [rows, dims, width],
+                chunk.dw,
+                chunk.dht,
+                chunk.add,
+            )
+        };
     }
 }
 
@@ -721,7 +792,14 @@ pub(super) fn block_with(
                         chunk[(tg[t] - v0) * width + t] -= coef[t] * (1.0 - s);
                     }
                 }
-                products.backward(ci, rows, chunk, dw_c, dht, !first);
+                products.backward(ChunkGrad {
+                    ci,
+                    rows,
+                    g: chunk,
+                    dw: dw_c,
+                    dht,
+                    add: !first,
+                });
                 if !buf.is_empty() {
                     CHUNK.set(buf);
                 }

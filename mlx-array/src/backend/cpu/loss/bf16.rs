@@ -25,7 +25,8 @@ use std::arch::x86_64::*;
 use std::cell::RefCell;
 
 use super::avx512::{
-    Lanes, NR, Products, Strided, Tile, Tiles, VC, block_with, gemm, round_block, tiles,
+    Backward, ChunkGrad, Lanes, NR, Products, Strided, Tile, Tiles, VC, block_with, chunk_logits,
+    round_block, tiles,
 };
 use crate::backend::cpu::matmul::{amx, gemm_bf16};
 use crate::{ArrayData, Dtype};
@@ -264,11 +265,7 @@ impl Products for Bf16Products<'_> {
 
     fn logits(&self, ci: usize, rows: usize, chunk: &mut [f32]) {
         let (half, width) = (self.dims / 2, self.width);
-        let a = Strided {
-            ptr: self.w[ci * VC * half..].as_ptr(),
-            rs: half,
-            cs: 1,
-        };
+        let w = &self.w[ci * VC * half..];
         let hwt = self.h_words_t.as_slice::<u32>(half * width);
         if self.amx {
             // SAFETY: AMX is available; `hwt` is in panels, `half` a multiple of 16 (dims of
@@ -278,7 +275,7 @@ impl Products for Bf16Products<'_> {
                     rows,
                     width,
                     half,
-                    a.ptr,
+                    w.as_ptr(),
                     half,
                     hwt.as_ptr(),
                     chunk.as_mut_ptr(),
@@ -288,41 +285,17 @@ impl Products for Bf16Products<'_> {
             };
             return;
         }
-        // SAFETY: the CPU was checked ([`enabled`]); `a` is rows x half
-        // words of `w`, `hwt` half x width, `chunk` rows x width; no input
-        // overlaps it.
-        unsafe {
-            gemm(
-                &BF16_TILES,
-                rows,
-                width,
-                half,
-                a,
-                hwt.as_ptr(),
-                width,
-                chunk.as_mut_ptr(),
-                width,
-                false,
-                false,
-            )
-        };
+        // SAFETY: the CPU was checked ([`enabled`]).
+        unsafe { chunk_logits(&BF16_TILES, [rows, width, half], w, hwt, chunk) };
     }
 
-    fn backward(
-        &self,
-        ci: usize,
-        rows: usize,
-        chunk: &mut [f32],
-        dw_c: &mut [f32],
-        dht: &mut [f32],
-        add: bool,
-    ) {
+    fn backward(&self, chunk: ChunkGrad<'_>) {
         if self.amx {
             // SAFETY: AMX is available.
-            unsafe { self.backward_amx(ci, rows, chunk, dw_c, dht, add) };
+            unsafe { self.backward_amx(chunk) };
             return;
         }
-        let (dims, width, v0) = (self.dims, self.width, ci * VC);
+        let (dims, width, v0, rows) = (self.dims, self.width, chunk.ci * VC, chunk.rows);
         let pairs = rows.div_ceil(2);
         GRADIENT.with_borrow_mut(|scratch| {
             let (as_is, paired, w_pairs) =
@@ -335,50 +308,35 @@ impl Products for Bf16Products<'_> {
             );
             // SAFETY: the CPU was checked; width is a multiple of 32 and the
             // buffers have the sizes `round_gradient` asks for.
-            unsafe { round_gradient(chunk, rows, width, as_is, paired, None) };
-            let g = Strided {
-                ptr: as_is.as_ptr(),
-                rs: width / 2,
-                cs: 1,
+            unsafe { round_gradient(chunk.g, rows, width, as_is, paired, None) };
+            // `g` is the rounded gradient, rows x width / 2 words, `hp` width
+            // / 2 x dims; `wt` the paired rows of `w` read down their
+            // columns, dims x pairs words, and `paired` pairs x width.
+            let operands = Backward {
+                g: Strided {
+                    ptr: as_is.as_ptr(),
+                    rs: width / 2,
+                    cs: 1,
+                },
+                h: self.h_pairs.as_slice::<u32>(width / 2 * dims),
+                wt: Strided {
+                    ptr: w_pairs.as_ptr(),
+                    rs: 1,
+                    cs: dims,
+                },
+                gt: paired,
             };
-            let wt = Strided {
-                ptr: w_pairs.as_ptr(),
-                rs: 1,
-                cs: dims,
-            };
-            let hp = self.h_pairs.as_slice::<u32>(width / 2 * dims);
-            // SAFETY: the CPU was checked. `g` is rows x width / 2 words,
-            // `hp` width / 2 x dims, `dw_c` rows x dims; `wt` is dims x
-            // pairs words, `paired` pairs x width, `dht` dims x width.
-            // Outputs overlap no input.
+            // SAFETY: the CPU was checked; `g` and `wt` lie in the buffers
+            // they come from.
             unsafe {
-                gemm(
+                operands.run(
                     &BF16_TILES,
-                    rows,
-                    dims,
-                    width / 2,
-                    g,
-                    hp.as_ptr(),
-                    dims,
-                    dw_c.as_mut_ptr(),
-                    dims,
-                    add,
-                    add,
-                );
-                gemm(
-                    &BF16_TILES,
-                    dims,
-                    width,
-                    pairs,
-                    wt,
-                    paired.as_ptr(),
-                    width,
-                    dht.as_mut_ptr(),
-                    width,
-                    true,
-                    false,
-                );
-            }
+                    [rows, dims, width],
+                    chunk.dw,
+                    chunk.dht,
+                    chunk.add,
+                )
+            };
         });
     }
 }
@@ -392,16 +350,16 @@ impl Bf16Products<'_> {
     ///
     /// # Safety
     /// [`amx::available`]; the buffers as [`Products::backward`]'s.
-    unsafe fn backward_amx(
-        &self,
-        ci: usize,
-        rows: usize,
-        chunk: &mut [f32],
-        dw_c: &mut [f32],
-        dht: &mut [f32],
-        add: bool,
-    ) {
+    unsafe fn backward_amx(&self, chunk: ChunkGrad<'_>) {
         use amx::STEP;
+        let ChunkGrad {
+            ci,
+            rows,
+            g: chunk,
+            dw: dw_c,
+            dht,
+            add,
+        } = chunk;
         let (dims, width, v0) = (self.dims, self.width, ci * VC);
         let pairs = rows.div_ceil(2);
         let padded = pairs.div_ceil(STEP) * STEP;
