@@ -455,7 +455,7 @@ impl<T> Backward<'_, T> {
     ///
     /// # Safety
     /// The CPU has the tiles' features; `g` and `wt` name `rows x k` and
-    /// `dims x kt` elements that lie in bounds.
+    /// `dims x kt` elements that lie in bounds and overlap neither output.
     pub(super) unsafe fn run(
         self,
         tiles: &Tiles<T>,
