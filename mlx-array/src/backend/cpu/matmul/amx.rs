@@ -5,9 +5,9 @@
 //! callers keep their AVX512_BF16 kernels.
 //!
 //! A tile register holds 16 rows of 64 bytes. `tdpbf16ps C, A, B` adds to
-//! each float32 `C[i][j]` (16 x 16) the sum over 16 pairs `p` of `A[i][2p]
-//! * B[p][2j] + A[i][2p + 1] * B[p][2j + 1]`: `A` is 16 rows of 16 pairs
-//! of `k` (one 32-bit word per pair, as the AVX512_BF16 kernels already
+//! each float32 `C[i][j]` (16 x 16) the sum over 16 pairs `p` of
+//! `A[i][2p] * B[p][2j] + A[i][2p + 1] * B[p][2j + 1]`: `A` is 16 rows of
+//! 16 pairs of `k` (one 32-bit word per pair, as the AVX512_BF16 kernels already
 //! lay out their operands), `B` 16 pairs of 16 columns, a word per column
 //! and pair. One instruction is 8,192 multiply-adds; a core runs one every
 //! 16 cycles, about 20 times `vdpbf16ps`' rate.
