@@ -23,8 +23,10 @@
 //!
 //! Paths are resolved, not grepped: `use crate::primitives::…`, grouped
 //! `use crate::{primitives::…}`, `super::super::…`, `self::…`, `$crate::…`,
-//! paths in expressions, names bound by an earlier `use`, and the crate
-//! root's re-exports (`crate::blas` is `backend::cpu::blas`). Comments and
+//! paths in expressions, names bound by an earlier `use`, the crate root's
+//! re-exports (`crate::blas` is `backend::cpu::blas`), and every module's
+//! (`backend::cpu::blas` is `backend::cpu::matmul::blas`): a path breaks a
+//! rule if it does as written or where those `use`s lead it. Comments and
 //! string literals are ignored.
 
 use std::collections::HashMap;
@@ -371,11 +373,95 @@ fn root_aliases(lib_rs: &str) -> HashMap<String, Vec<String>> {
         .collect()
 }
 
+/// The modules' `use` declarations, by the path of the name each binds.
+type Uses = HashMap<Vec<String>, Vec<String>>;
+
+/// Every module's top-level `use` declarations (outside functions and
+/// inline modules) that name something in the crate, by the path of the
+/// name they bind: `pub use matmul::blas;` in `backend/cpu/mod.rs` makes
+/// `backend::cpu::blas` stand for `backend::cpu::matmul::blas`. Private
+/// ones count too (a module's children reach them through `super::`). The
+/// crate root's are [`root_aliases`]. `files` are (path under `src/`,
+/// text).
+fn module_uses(files: &[(String, String)], root_aliases: &HashMap<String, Vec<String>>) -> Uses {
+    let modules: Vec<Vec<String>> = files.iter().map(|(rel, _)| module_of(rel)).collect();
+    let mut out = Uses::new();
+    for (rel, src) in files {
+        let module = module_of(rel);
+        if module.is_empty() {
+            continue;
+        }
+        let toks = tokenize(src);
+        let (mut i, mut depth) = (0, 0usize);
+        while i < toks.len() {
+            match &toks[i].0 {
+                Tok::Punct('{') => depth += 1,
+                Tok::Punct('}') => depth = depth.saturating_sub(1),
+                Tok::Ident(w) if w == "use" && depth == 0 => {
+                    i += 1;
+                    let mut uses = Vec::new();
+                    parse_use(&toks, &mut i, vec![], &mut uses);
+                    for (segs, bound, _) in uses {
+                        let Some(name) = bound else { continue };
+                        // A relative path starts at a child module; others
+                        // (std, rayon, …) leave the crate.
+                        let first = segs[0].as_str();
+                        let in_crate = matches!(first, "crate" | "self" | "super")
+                            || modules.iter().any(|m| {
+                                m.len() > module.len()
+                                    && m.starts_with(&module)
+                                    && m[module.len()] == first
+                            });
+                        let path = resolve(&segs, &module, &HashMap::new(), root_aliases, true);
+                        let key: Vec<String> = module.iter().cloned().chain([name]).collect();
+                        if let Some(path) = path.filter(|p| in_crate && *p != key) {
+                            out.insert(key, path);
+                        }
+                    }
+                    continue;
+                }
+                _ => {}
+            }
+            i += 1;
+        }
+    }
+    out
+}
+
+/// Where `path` leads through the modules' `use`s: the longest prefix one
+/// binds replaced by what it stands for, again, at most 8 times (`use`s in
+/// a cycle stop there).
+fn through_uses(path: &[String], uses: &Uses) -> Vec<String> {
+    let mut path = path.to_vec();
+    for _ in 0..8 {
+        let Some(k) = (1..=path.len())
+            .rev()
+            .find(|&k| uses.contains_key(&path[..k]))
+        else {
+            break;
+        };
+        path = uses[&path[..k]].iter().chain(&path[k..]).cloned().collect();
+    }
+    path
+}
+
+/// The rule `path` breaks from `module`, as written or where the modules'
+/// `use`s lead it (then named).
+fn broken(module: &[String], path: &[String], uses: &Uses) -> Option<String> {
+    if let Some(why) = rule(module, path) {
+        return Some(why.to_string());
+    }
+    let target = through_uses(path, uses);
+    rule(module, &target)
+        .map(|why| format!("{why} (through a `use`, it is `{}`)", target.join("::")))
+}
+
 /// Every violation in one file, `rel` being its path under `src/`.
 fn check_source(
     rel: &str,
     src: &str,
     root_aliases: &HashMap<String, Vec<String>>,
+    crate_uses: &Uses,
 ) -> Vec<Violation> {
     let toks = tokenize(src);
     let file_module = module_of(rel);
@@ -421,7 +507,7 @@ fn check_source(
                     let Some(path) = resolve(&segs, &module, &bindings, root_aliases, true) else {
                         continue;
                     };
-                    if let Some(why) = rule(&module, &path) {
+                    if let Some(why) = broken(&module, &path, crate_uses) {
                         // Reported here once, not again at each use of the name.
                         report(line, format!("`use {}`: {why}", segs.join("::")));
                     } else if let Some(b) = bound {
@@ -469,7 +555,7 @@ fn check_source(
                 }
                 if segs.len() > 1
                     && let Some(path) = resolve(&segs, &module, &bindings, root_aliases, false)
-                    && let Some(why) = rule(&module, &path)
+                    && let Some(why) = broken(&module, &path, crate_uses)
                 {
                     report(line, format!("`{}`: {why}", segs.join("::")));
                 }
@@ -520,10 +606,24 @@ fn the_layers_point_one_way() {
         );
     }
     let aliases = root_aliases(&std::fs::read_to_string(src.join("lib.rs")).expect("lib.rs"));
+    let texts: Vec<(String, String)> = files
+        .iter()
+        .zip(&names)
+        .map(|(path, name)| {
+            let text = std::fs::read_to_string(path).expect("a source file");
+            (name.clone(), text)
+        })
+        .collect();
+    let uses = module_uses(&texts, &aliases);
+    // The CPU backend's re-export of its BLAS module is seen.
+    assert_eq!(
+        through_uses(&aliases["blas"], &uses).join("::"),
+        "backend::cpu::matmul::blas",
+        "crate::blas does not lead to the BLAS module: the layer check misreads the tree"
+    );
     let mut found = Vec::new();
-    for (path, name) in files.iter().zip(&names) {
-        let text = std::fs::read_to_string(path).expect("a source file");
-        found.extend(check_source(name, &text, &aliases));
+    for (name, text) in &texts {
+        found.extend(check_source(name, text, &aliases, &uses));
     }
     assert!(
         found.is_empty(),
@@ -548,7 +648,7 @@ fn aliases() -> HashMap<String, Vec<String>> {
 }
 
 fn lines(rel: &str, src: &str) -> Vec<usize> {
-    check_source(rel, src, &aliases())
+    check_source(rel, src, &aliases(), &Uses::new())
         .into_iter()
         .map(|v| v.line)
         .collect()
@@ -735,8 +835,80 @@ fn finds_what_the_settings_import_above_them() {
     // Everyone may import the settings.
     assert_eq!(
         lines(
-            "backend/cpu/blas.rs",
+            "backend/cpu/matmul/blas.rs",
             "use crate::settings::{self, BlasChoice};\n"
+        ),
+        Vec::<usize>::new()
+    );
+}
+
+/// `lines` with the modules' `use`s of `files` (path under `src/`, text).
+fn lines_among(files: &[(&str, &str)], rel: &str, src: &str) -> Vec<usize> {
+    let files: Vec<(String, String)> = files
+        .iter()
+        .map(|&(r, t)| (r.to_string(), t.to_string()))
+        .collect();
+    let uses = module_uses(&files, &aliases());
+    check_source(rel, src, &aliases(), &uses)
+        .into_iter()
+        .map(|v| v.line)
+        .collect()
+}
+
+#[test]
+fn follows_what_modules_reexport() {
+    let files = [
+        (
+            "backend/cpu/mod.rs",
+            "mod matmul;\npub use matmul::blas;\nuse std::sync::Arc;\n",
+        ),
+        ("backend/cpu/matmul/mod.rs", "pub mod blas;\n"),
+        ("backend/cpu/matmul/blas.rs", ""),
+        (
+            "primitive.rs",
+            "pub use crate::backend::cpu::blas::Mat;\npub(crate) use crate::blas as gemms;\n\
+             fn f() { use crate::backend::cpu::x; }\n",
+        ),
+        (
+            "dtype.rs",
+            "pub use crate::primitive::{Mat as M, gemms};\npub struct Dtype;\n",
+        ),
+        (
+            "error.rs",
+            "pub use crate::device::Device as Leak;\npub struct Error;\n",
+        ),
+        // Two modules that re-export each other's name: a cycle.
+        ("a.rs", "pub use crate::b::y as x;\n"),
+        ("b.rs", "pub use crate::a::x as y;\n"),
+    ];
+    // From the GPU backend and from memory, the BLAS reached through the
+    // primitives, through two re-exports, and through the crate root.
+    let src = "use crate::primitive::Mat;\nuse crate::dtype::M;\n\
+               fn f() { crate::dtype::gemms::sgemm(); }\nuse crate::dtype::Dtype;\n";
+    assert_eq!(
+        lines_among(&files, "backend/gpu/matmul/mod.rs", src),
+        vec![1, 2, 3]
+    );
+    assert_eq!(lines_among(&files, "memory/mod.rs", src), vec![1, 2, 3]);
+    // The settings reach the device through the error type's re-export.
+    assert_eq!(
+        lines_among(&files, "settings.rs", "use crate::error::{Error, Leak};\n"),
+        vec![1]
+    );
+    // Without the `use`s the same text passes: they are what is followed.
+    assert_eq!(lines("backend/gpu/matmul/mod.rs", src), Vec::<usize>::new());
+    // A `use` inside a function re-exports nothing; a cycle ends; the CPU
+    // backend reaches its own BLAS.
+    let fine = "fn f() { crate::primitive::x::y(); }\nuse crate::a::x;\n";
+    assert_eq!(
+        lines_among(&files, "backend/gpu/mod.rs", fine),
+        Vec::<usize>::new()
+    );
+    assert_eq!(
+        lines_among(
+            &files,
+            "backend/cpu/attention/mod.rs",
+            "use super::blas::Mat;\n"
         ),
         Vec::<usize>::new()
     );

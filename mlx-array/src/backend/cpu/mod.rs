@@ -1,21 +1,9 @@
 //! The CPU backend: multithreaded kernels over strided views.
 
 pub(crate) mod attention;
-#[cfg(target_arch = "x86_64")]
-mod attention_bf16;
 pub(crate) mod binary;
-pub mod blas;
 pub(crate) mod copy;
-
-#[cfg(target_arch = "x86_64")]
-mod amx;
-#[cfg(target_arch = "x86_64")]
-mod gemm_bf16;
 pub(crate) mod indexing;
-#[cfg(target_arch = "x86_64")]
-mod lce_avx512;
-#[cfg(target_arch = "x86_64")]
-mod lce_bf16;
 pub(crate) mod loss;
 pub(crate) mod math;
 pub(crate) mod matmul;
@@ -28,6 +16,7 @@ pub(crate) mod strided;
 pub(crate) mod unary;
 
 pub(crate) use super::common::dispatch;
+pub use matmul::blas;
 
 /// A pointer handed to parallel tasks, which only read through it or
 /// write disjoint parts of what it points to (the creator's promise, with
@@ -75,8 +64,8 @@ pub enum Bf16Products {
 /// (`MLX_GEMM_BF16`, `MLX_AMX`) give.
 pub fn bf16_products() -> Bf16Products {
     #[cfg(target_arch = "x86_64")]
-    if crate::settings::bf16_gemm() && gemm_bf16::available() {
-        return if amx::available() {
+    if crate::settings::bf16_gemm() && matmul::gemm_bf16::available() {
+        return if matmul::amx::available() {
             Bf16Products::Amx
         } else {
             Bf16Products::Avx512Bf16

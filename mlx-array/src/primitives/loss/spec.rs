@@ -630,8 +630,10 @@ fn row_weights(rows: &[usize], seed: u64) -> Nd {
 
 /// The training loss of the old GPU suite: 21 rows of a 150-class problem in
 /// chunks of 32 and blocks of 8 rows, with masked and ignored rows and label
-/// smoothing, the hidden states read transposed.
-fn training_case(dtype: Dtype) -> (LceCase, Nd) {
+/// smoothing, the hidden states read transposed. `dims` features: 24, or 32
+/// for the CPU's row-block kernels (AVX-512, and AVX512_BF16 or AMX for
+/// bfloat16), which take whole micro-tiles of 32 features.
+fn training_case(dtype: Dtype, dims: usize) -> (LceCase, Nd) {
     let opts = LinearCrossEntropyOptions {
         ignore_index: Some(-1),
         label_smoothing: 0.1,
@@ -639,8 +641,8 @@ fn training_case(dtype: Dtype) -> (LceCase, Nd) {
         block_rows: 8,
     };
     let c = LceCase {
-        h: fill(&[21, 24], dtype, -1.0, 1.0, 67),
-        w: fill(&[150, 24], dtype, -1.0, 1.0, 68),
+        h: fill(&[21, dims], dtype, -1.0, 1.0, 67),
+        w: fill(&[150, dims], dtype, -1.0, 1.0, 68),
         t: edge_targets(&[21], 150, opts.ignore_index, 66),
         opts,
     };
@@ -704,8 +706,10 @@ fn value_and_grad_values(cx: &Ctx) {
             let rw = row_weights(&draw.0, draw.7 ^ 9);
             check_value_and_grad(cx, &c, &rw, dtype, (draw.6, draw.6));
         });
-        let (c, rw) = training_case(dtype);
-        check_value_and_grad(cx, &c, &rw, dtype, (Layout::Transposed, Layout::Dense));
+        for dims in [24, 32] {
+            let (c, rw) = training_case(dtype, dims);
+            check_value_and_grad(cx, &c, &rw, dtype, (Layout::Transposed, Layout::Dense));
+        }
     }
 }
 
@@ -785,8 +789,10 @@ fn sum_values(cx: &Ctx) {
             let rw = row_weights(&draw.0, draw.7 ^ 9);
             check_sum(cx, &c, &rw, dtype, draw.6);
         });
-        let (c, rw) = training_case(dtype);
-        check_sum(cx, &c, &rw, dtype, Layout::Transposed);
+        for dims in [24, 32] {
+            let (c, rw) = training_case(dtype, dims);
+            check_sum(cx, &c, &rw, dtype, Layout::Transposed);
+        }
     }
     // Row weights must be floats shaped like the targets.
     let h = Array::zeros(&[2, 3], Dtype::F32);

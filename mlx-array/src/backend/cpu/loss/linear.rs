@@ -300,7 +300,7 @@ impl Lce<'_> {
             return 0.0;
         }
         #[cfg(target_arch = "x86_64")]
-        if crate::backend::cpu::lce_avx512::enabled(dims) {
+        if super::avx512::enabled(dims) {
             return self.value_and_grad_avx512(rw, dh, dw);
         }
         let block = self.block_rows();
@@ -380,9 +380,9 @@ impl Lce<'_> {
 #[cfg(target_arch = "x86_64")]
 impl Lce<'_> {
     /// [`Self::value_and_grad`] a block at a time through
-    /// [`crate::backend::cpu::lce_avx512`], blocks rounded up to whole 32-row tiles.
+    /// [`super::avx512`], blocks rounded up to whole 32-row tiles.
     fn value_and_grad_avx512(&self, rw: &[f32], dh: &mut [f32], dw: &mut [f32]) -> f32 {
-        use crate::backend::cpu::lce_avx512::{round_block, value_and_grad_block};
+        use super::avx512::{round_block, value_and_grad_block};
         let (rows, dims) = (self.rows, self.dims);
         let block = round_block(self.block_rows());
         let mut lt = ArrayData::alloc(&[self.vocab, block], Dtype::F32);
@@ -525,8 +525,7 @@ pub fn linear_cross_entropy_value_and_grad(
     let (dh, rest) = out.as_mut_slice::<f32>(hn + wn + 1).split_at_mut(hn);
     let (dw, total) = rest.split_at_mut(wn);
     #[cfg(target_arch = "x86_64")]
-    if a.dtype == Dtype::BF16 && n > 0 && crate::backend::cpu::lce_bf16::enabled(Sizes::of(a).dims)
-    {
+    if a.dtype == Dtype::BF16 && n > 0 && super::bf16::enabled(Sizes::of(a).dims) {
         total[0] = value_and_grad_bf16(a, rwv.as_slice(n), dh, dw)?;
         return Ok(out);
     }
@@ -535,12 +534,12 @@ pub fn linear_cross_entropy_value_and_grad(
 }
 
 /// The one-pass loss and gradients of bfloat16 `h` and `w` through
-/// [`crate::backend::cpu::lce_bf16`] (bfloat16 products, f32 statistics and
+/// [`super::bf16`] (bfloat16 products, f32 statistics and
 /// results), a block of rows at a time as `Lce::value_and_grad_avx512`.
 #[cfg(target_arch = "x86_64")]
 fn value_and_grad_bf16(a: &LceArgs<'_>, rw: &[f32], dh: &mut [f32], dw: &mut [f32]) -> Result<f32> {
-    use crate::backend::cpu::lce_avx512::round_block;
-    use crate::backend::cpu::lce_bf16::{keeps_logits, recomputing_block, value_and_grad_block};
+    use super::avx512::round_block;
+    use super::bf16::{keeps_logits, recomputing_block, value_and_grad_block};
     let Sizes { rows, dims, vocab } = Sizes::of(a);
     let tg = row_targets(a)?;
     let h = contiguous(a.h.0, a.h.1, Dtype::BF16);

@@ -38,7 +38,7 @@ const NC: usize = NR * 8;
 
 /// Whether this CPU has the instructions: AVX-512F, BW and VL, and
 /// AVX512_BF16 (checked once, cheaply, by std).
-pub(super) fn available() -> bool {
+pub(in crate::backend::cpu) fn available() -> bool {
     is_x86_feature_detected!("avx512f")
         && is_x86_feature_detected!("avx512bf16")
         && is_x86_feature_detected!("avx512bw")
@@ -48,7 +48,7 @@ pub(super) fn available() -> bool {
 /// A matrix of bfloat16 bit patterns: element `(r, c)` at `ptr + r * rs +
 /// c * cs`.
 #[derive(Clone, Copy)]
-pub(super) struct Matrix {
+pub(in crate::backend::cpu) struct Matrix {
     /// The first element.
     pub ptr: *const u16,
     /// Elements between rows.
@@ -74,7 +74,7 @@ impl Matrix {
 
 /// The output, written by tasks in disjoint tiles (each task its own rows
 /// and columns of `C`).
-type Out = super::Shared<u16>;
+type Out = crate::backend::cpu::Shared<u16>;
 
 /// Products whose operands together have at most this many elements pack
 /// each operand once, whole, before any tile runs; larger ones pack per
@@ -89,7 +89,7 @@ const PACK_WHOLE: usize = 8 << 20;
 /// [`available`] is true; `A`, `B` and `C` are in bounds for these shapes
 /// and `C` overlaps neither.
 #[allow(clippy::too_many_arguments)]
-pub(super) unsafe fn gemm(
+pub(in crate::backend::cpu) unsafe fn gemm(
     m: usize,
     n: usize,
     k: usize,
@@ -101,7 +101,7 @@ pub(super) unsafe fn gemm(
     if m == 0 || n == 0 {
         return;
     }
-    let out = super::Shared(c);
+    let out = crate::backend::cpu::Shared(c);
     if k == 0 {
         for i in 0..m {
             // SAFETY: row `i` of `C` is in bounds (bfloat16 zero is 0u16).
@@ -222,7 +222,7 @@ unsafe fn gemm_amx(m: usize, n: usize, k: usize, a: Matrix, b: Matrix, out: Out,
         (apack.as_ptr(), kp)
     };
     // Only read, by the tasks below.
-    let a_words = super::Shared(a_words as *mut u32);
+    let a_words = crate::backend::cpu::Shared(a_words as *mut u32);
     let mut bpack = vec![0u16; n.div_ceil(NR) * NR * 2 * kp];
     bpack
         .par_chunks_mut(NR * 2 * kp)
@@ -280,7 +280,13 @@ thread_local! {
 ///
 /// # Safety
 /// `A` is in bounds for these shapes; `kp >= ceil(k / 2)`.
-pub(super) unsafe fn pack_a(a: &Matrix, m: usize, k: usize, kp: usize, out: &mut Vec<u32>) {
+pub(in crate::backend::cpu) unsafe fn pack_a(
+    a: &Matrix,
+    m: usize,
+    k: usize,
+    kp: usize,
+    out: &mut Vec<u32>,
+) {
     out.clear();
     out.resize(m * kp, 0);
     for (t, rows) in out.chunks_mut(MR * kp).enumerate() {
@@ -295,7 +301,13 @@ pub(super) unsafe fn pack_a(a: &Matrix, m: usize, k: usize, kp: usize, out: &mut
 ///
 /// # Safety
 /// `B` is in bounds for these shapes; `kp >= ceil(k / 2)`.
-pub(super) unsafe fn pack_b(b: &Matrix, k: usize, n: usize, kp: usize, out: &mut Vec<u32>) {
+pub(in crate::backend::cpu) unsafe fn pack_b(
+    b: &Matrix,
+    k: usize,
+    n: usize,
+    kp: usize,
+    out: &mut Vec<u32>,
+) {
     const _: () = assert!(NR == super::amx::COLS);
     out.clear();
     out.resize(n.div_ceil(NR) * NR * kp, 0);
@@ -416,7 +428,7 @@ unsafe fn block(
 /// # Safety
 /// [`available`].
 #[target_feature(enable = "avx512f,avx512bf16,avx512bw,avx512vl")]
-pub(super) unsafe fn round_row(src: &[f32], dst: &mut [u16]) {
+pub(in crate::backend::cpu) unsafe fn round_row(src: &[f32], dst: &mut [u16]) {
     let (whole, rest) = (src.len() / 16 * 16, src.len() % 16);
     for (d, v) in dst[..whole].chunks_exact_mut(16).zip(src.chunks_exact(16)) {
         // SAFETY: 16 floats read, 16 bfloat16 written.

@@ -1,7 +1,13 @@
-//! Batched matrix products on top of [`blas::sgemm`](super::blas::sgemm),
+//! Batched matrix products on top of [`blas::sgemm`],
 //! and for bfloat16 on CPUs with AVX512_BF16 on the bfloat16 GEMM
 //! (`gemm_bf16`, on AMX tiles where the CPU has them), whose float32 sums
 //! are rounded to bfloat16 once.
+
+#[cfg(target_arch = "x86_64")]
+pub(super) mod amx;
+pub mod blas;
+#[cfg(target_arch = "x86_64")]
+pub(super) mod gemm_bf16;
 
 use super::copy::copy_cast;
 use super::strided::{Layout, for_each_run};
@@ -81,7 +87,7 @@ pub fn matmul(
             // SAFETY: offsets address matrices inside each operand; each batch
             // writes its own m x n block of the fresh output.
             unsafe {
-                super::blas::sgemm(
+                blas::sgemm(
                     ta,
                     tb,
                     m,
@@ -116,7 +122,7 @@ pub fn matmul(
 /// to compare the two in one build).
 #[cfg(target_arch = "x86_64")]
 fn bf16_gemm() -> bool {
-    super::gemm_bf16::available() && crate::settings::bf16_gemm()
+    gemm_bf16::available() && crate::settings::bf16_gemm()
 }
 
 /// [`matmul`] of bfloat16 operands on the bfloat16 GEMM: float32 sums,
@@ -129,7 +135,7 @@ fn matmul_bf16(
     b_shape: &[usize],
     out_shape: &[usize],
 ) -> ArrayData {
-    use super::gemm_bf16::{Matrix, gemm};
+    use gemm_bf16::{Matrix, gemm};
     let nd = out_shape.len();
     let (m, n, k) = (
         out_shape[nd - 2],

@@ -1,5 +1,5 @@
 //! The one-pass output projection + cross-entropy for bfloat16 `h` and `w`
-//! on AVX512_BF16: the three products of [`super::lce_avx512`]'s row block
+//! on AVX512_BF16: the three products of [`super::avx512`]'s row block
 //! with `vdpbf16ps` (bfloat16 pairs in, float32 sums out), everything else
 //! (logits, softmax statistics, the gradient of the logits, `dw` and `dh`)
 //! in float32, as PyTorch's autocast and MLX run a bfloat16 model's loss.
@@ -24,7 +24,11 @@
 use std::arch::x86_64::*;
 use std::cell::RefCell;
 
-use super::lce_avx512::{NR, Products, Strided, Tiles, VC, block_with, gemm, round_block, tiles};
+use super::avx512::{
+    Backward, ChunkGrad, Lanes, NR, Products, Strided, Tile, Tiles, VC, block_with, chunk_logits,
+    round_block, tiles,
+};
+use crate::backend::cpu::matmul::{amx, gemm_bf16};
 use crate::{ArrayData, Dtype};
 
 /// Whether the bfloat16 path applies: AVX-512F and AVX512_BF16, a feature
@@ -32,71 +36,49 @@ use crate::{ArrayData, Dtype};
 /// (`MLX_GEMM_BF16`, [`crate::settings::set_bf16_gemm`]) and the fused loss
 /// not switched off (`MLX_LCE=blas`).
 pub(super) fn enabled(dims: usize) -> bool {
-    super::lce_avx512::enabled(dims)
-        && crate::settings::bf16_gemm()
-        && super::gemm_bf16::available()
+    super::avx512::enabled(dims) && crate::settings::bf16_gemm() && gemm_bf16::available()
 }
 
 /// The bfloat16 tiles.
 const BF16_TILES: Tiles<u32> = tiles!(tile);
 
-/// The `m x NR` tile `C (+)= A @ B` over `k` pairs: word `(i, p)` of `A`
-/// at `a + i * rs + p * cs`, `B`'s words of pair `p` at `b + p * ldb`,
-/// `C[i][0..NR]` at `c + i * ldc`. Row pointers as in the f32 tile.
+/// The bfloat16 instructions: `vdpbf16ps` on AVX512_BF16, with `A` and
+/// `B` as words of two bfloat16 (a pair of `k`), so that a tile's `k` steps
+/// are pairs.
+struct Bf16Lanes;
+
+impl Lanes for Bf16Lanes {
+    type Elem = u32;
+    type Vector = __m512bh;
+
+    #[inline(always)]
+    unsafe fn load(p: *const u32) -> __m512bh {
+        // SAFETY: the caller's promise; the two types are 64 bytes each.
+        unsafe { std::mem::transmute(_mm512_loadu_si512(p as *const _)) }
+    }
+
+    #[inline(always)]
+    unsafe fn broadcast(x: u32) -> __m512bh {
+        // SAFETY: as `load`.
+        unsafe { std::mem::transmute(_mm512_set1_epi32(x as i32)) }
+    }
+
+    #[inline(always)]
+    unsafe fn multiply_add(sum: __m512, x: __m512bh, b: __m512bh) -> __m512 {
+        // SAFETY: the caller's promise.
+        unsafe { _mm512_dpbf16_ps(sum, x, b) }
+    }
+}
+
+/// The bfloat16 micro-tile: [`Tile::run`] with [`Bf16Lanes`], `k` counting
+/// pairs.
 ///
 /// # Safety
-/// AVX-512F and AVX512_BF16; every address named above is in bounds.
+/// AVX-512F and AVX512_BF16; every address of the tile is in bounds.
 #[target_feature(enable = "avx512f,avx512bf16")]
-#[allow(clippy::too_many_arguments)]
-unsafe fn tile<const M: usize, const UNIT_RS: bool>(
-    k: usize,
-    a: *const u32,
-    rs: usize,
-    cs: usize,
-    b: *const u32,
-    ldb: usize,
-    c: *mut f32,
-    ldc: usize,
-    add: bool,
-) {
-    // SAFETY: the caller's promise covers every pointer below.
-    unsafe {
-        let mut acc = [[_mm512_setzero_ps(); 2]; M];
-        if add {
-            for (i, row) in acc.iter_mut().enumerate() {
-                row[0] = _mm512_loadu_ps(c.add(i * ldc));
-                row[1] = _mm512_loadu_ps(c.add(i * ldc + 16));
-            }
-        }
-        let rs = if UNIT_RS { 1 } else { rs };
-        let mut base = [a; 4];
-        for (j, p) in base.iter_mut().enumerate() {
-            *p = a.wrapping_add(3 * j * rs);
-        }
-        let mut bp = b;
-        for _ in 0..k {
-            let b0: __m512bh = std::mem::transmute(_mm512_loadu_si512(bp as *const _));
-            let b1: __m512bh = std::mem::transmute(_mm512_loadu_si512(bp.add(16) as *const _));
-            for (i, row) in acc.iter_mut().enumerate() {
-                let word = if UNIT_RS {
-                    *base[0].add(i)
-                } else {
-                    *base[i / 3].add((i % 3) * rs)
-                };
-                let x: __m512bh = std::mem::transmute(_mm512_set1_epi32(word as i32));
-                row[0] = _mm512_dpbf16_ps(row[0], x, b0);
-                row[1] = _mm512_dpbf16_ps(row[1], x, b1);
-            }
-            for p in base.iter_mut() {
-                *p = p.wrapping_add(cs);
-            }
-            bp = bp.add(ldb);
-        }
-        for (i, row) in acc.iter().enumerate() {
-            _mm512_storeu_ps(c.add(i * ldc), row[0]);
-            _mm512_storeu_ps(c.add(i * ldc + 16), row[1]);
-        }
-    }
+unsafe fn tile<const M: usize, const UNIT_RS: bool>(t: Tile<u32>) {
+    // SAFETY: the caller's promise, and this function has the features.
+    unsafe { t.run::<Bf16Lanes, M, UNIT_RS>() }
 }
 
 /// Rows `2q` and `2q + 1` of the `rows x cols` bfloat16 matrix `x` as one
@@ -137,7 +119,7 @@ pub(super) struct Bf16Products<'a> {
     /// `w` itself (`vocab x dims` bfloat16).
     w16: &'a [u16],
     /// `h`'s words transposed: `dims / 2 x width`, zero past row `n` (in
-    /// [`super::amx::gemm`]'s panels on AMX).
+    /// [`amx::gemm`]'s panels on AMX).
     h_words_t: ArrayData,
     /// [`pair_rows`] of `h` padded with zero rows to `width`: `width / 2 x
     /// dims` (in panels on AMX).
@@ -145,7 +127,7 @@ pub(super) struct Bf16Products<'a> {
     dims: usize,
     n: usize,
     width: usize,
-    /// The products run on AMX tiles ([`super::amx`]).
+    /// The products run on AMX tiles ([`amx`]).
     amx: bool,
 }
 
@@ -153,7 +135,7 @@ impl<'a> Bf16Products<'a> {
     /// The products of the block `h` (`n x dims` bfloat16) against `w`
     /// (4-byte aligned, read as words too).
     pub(super) fn new(h: &[u16], w16: &'a [u16], dims: usize) -> Self {
-        Self::on(h, w16, dims, super::amx::available())
+        Self::on(h, w16, dims, amx::available())
     }
 
     /// [`Self::new`] for AMX's tiles or AVX512_BF16's.
@@ -190,14 +172,14 @@ impl<'a> Bf16Products<'a> {
     }
 }
 
-/// The row-major `kp x n` words of `x` in [`super::amx::gemm`]'s panels.
+/// The row-major `kp x n` words of `x` in [`amx::gemm`]'s panels.
 fn panels(x: &ArrayData, kp: usize, n: usize) -> ArrayData {
     let src = x.as_slice::<u32>(kp * n);
     let mut out = ArrayData::alloc(&[kp * n], Dtype::U32);
     let dst = out.as_mut_slice::<u32>(kp * n);
     for (p, row) in src.chunks_exact(n).enumerate() {
-        for (j, seg) in row.chunks_exact(super::amx::COLS).enumerate() {
-            let at = super::amx::panel_index(p, j * super::amx::COLS, kp);
+        for (j, seg) in row.chunks_exact(amx::COLS).enumerate() {
+            let at = amx::panel_index(p, j * amx::COLS, kp);
             dst[at..at + seg.len()].copy_from_slice(seg);
         }
     }
@@ -229,7 +211,7 @@ fn gradient_parts(
 /// (the same layout, two columns per word: `rows x width / 2` words) and
 /// `paired` ([`pair_rows`]: `ceil(rows / 2) x width` words, or with
 /// `panels = Some(kp)` the first `ceil(rows / 2)` rows of a `kp x width` `B`
-/// in [`super::amx::gemm`]'s panels).
+/// in [`amx::gemm`]'s panels).
 ///
 /// # Safety
 /// AVX-512F and AVX512_BF16; `width` is a multiple of 32 and the buffers
@@ -249,7 +231,7 @@ unsafe fn round_gradient(
         as_is.len() == rows * width / 2 && paired.len() == panels.unwrap_or(pairs) * width
     );
     let at = |q: usize, t: usize| match panels {
-        Some(kp) => super::amx::panel_index(q, t, kp),
+        Some(kp) => amx::panel_index(q, t, kp),
         None => q * width + t,
     };
     let as_is = as_is.as_mut_ptr() as *mut u16;
@@ -283,21 +265,17 @@ impl Products for Bf16Products<'_> {
 
     fn logits(&self, ci: usize, rows: usize, chunk: &mut [f32]) {
         let (half, width) = (self.dims / 2, self.width);
-        let a = Strided {
-            ptr: self.w[ci * VC * half..].as_ptr(),
-            rs: half,
-            cs: 1,
-        };
+        let w = &self.w[ci * VC * half..];
         let hwt = self.h_words_t.as_slice::<u32>(half * width);
         if self.amx {
             // SAFETY: AMX is available; `hwt` is in panels, `half` a multiple of 16 (dims of
             // 32) and `width` of 32; the shapes are as below.
             unsafe {
-                super::amx::gemm(
+                amx::gemm(
                     rows,
                     width,
                     half,
-                    a.ptr,
+                    w.as_ptr(),
                     half,
                     hwt.as_ptr(),
                     chunk.as_mut_ptr(),
@@ -307,41 +285,17 @@ impl Products for Bf16Products<'_> {
             };
             return;
         }
-        // SAFETY: the CPU was checked ([`enabled`]); `a` is rows x half
-        // words of `w`, `hwt` half x width, `chunk` rows x width; no input
-        // overlaps it.
-        unsafe {
-            gemm(
-                &BF16_TILES,
-                rows,
-                width,
-                half,
-                a,
-                hwt.as_ptr(),
-                width,
-                chunk.as_mut_ptr(),
-                width,
-                false,
-                false,
-            )
-        };
+        // SAFETY: the CPU was checked ([`enabled`]).
+        unsafe { chunk_logits(&BF16_TILES, [rows, width, half], w, hwt, chunk) };
     }
 
-    fn backward(
-        &self,
-        ci: usize,
-        rows: usize,
-        chunk: &mut [f32],
-        dw_c: &mut [f32],
-        dht: &mut [f32],
-        add: bool,
-    ) {
+    fn backward(&self, chunk: ChunkGrad<'_>) {
         if self.amx {
             // SAFETY: AMX is available.
-            unsafe { self.backward_amx(ci, rows, chunk, dw_c, dht, add) };
+            unsafe { self.backward_amx(chunk) };
             return;
         }
-        let (dims, width, v0) = (self.dims, self.width, ci * VC);
+        let (dims, width, v0, rows) = (self.dims, self.width, chunk.ci * VC, chunk.rows);
         let pairs = rows.div_ceil(2);
         GRADIENT.with_borrow_mut(|scratch| {
             let (as_is, paired, w_pairs) =
@@ -354,50 +308,35 @@ impl Products for Bf16Products<'_> {
             );
             // SAFETY: the CPU was checked; width is a multiple of 32 and the
             // buffers have the sizes `round_gradient` asks for.
-            unsafe { round_gradient(chunk, rows, width, as_is, paired, None) };
-            let g = Strided {
-                ptr: as_is.as_ptr(),
-                rs: width / 2,
-                cs: 1,
+            unsafe { round_gradient(chunk.g, rows, width, as_is, paired, None) };
+            // `g` is the rounded gradient, rows x width / 2 words, `hp` width
+            // / 2 x dims; `wt` the paired rows of `w` read down their
+            // columns, dims x pairs words, and `paired` pairs x width.
+            let operands = Backward {
+                g: Strided {
+                    ptr: as_is.as_ptr(),
+                    rs: width / 2,
+                    cs: 1,
+                },
+                h: self.h_pairs.as_slice::<u32>(width / 2 * dims),
+                wt: Strided {
+                    ptr: w_pairs.as_ptr(),
+                    rs: 1,
+                    cs: dims,
+                },
+                gt: paired,
             };
-            let wt = Strided {
-                ptr: w_pairs.as_ptr(),
-                rs: 1,
-                cs: dims,
-            };
-            let hp = self.h_pairs.as_slice::<u32>(width / 2 * dims);
-            // SAFETY: the CPU was checked. `g` is rows x width / 2 words,
-            // `hp` width / 2 x dims, `dw_c` rows x dims; `wt` is dims x
-            // pairs words, `paired` pairs x width, `dht` dims x width.
-            // Outputs overlap no input.
+            // SAFETY: the CPU was checked; `g` and `wt` lie in the buffers
+            // they come from.
             unsafe {
-                gemm(
+                operands.run(
                     &BF16_TILES,
-                    rows,
-                    dims,
-                    width / 2,
-                    g,
-                    hp.as_ptr(),
-                    dims,
-                    dw_c.as_mut_ptr(),
-                    dims,
-                    add,
-                    add,
-                );
-                gemm(
-                    &BF16_TILES,
-                    dims,
-                    width,
-                    pairs,
-                    wt,
-                    paired.as_ptr(),
-                    width,
-                    dht.as_mut_ptr(),
-                    width,
-                    true,
-                    false,
-                );
-            }
+                    [rows, dims, width],
+                    chunk.dw,
+                    chunk.dht,
+                    chunk.add,
+                )
+            };
         });
     }
 }
@@ -410,17 +349,17 @@ impl Bf16Products<'_> {
     /// pairs to whole steps of the tiles.
     ///
     /// # Safety
-    /// [`super::amx::available`]; the buffers as [`Products::backward`]'s.
-    unsafe fn backward_amx(
-        &self,
-        ci: usize,
-        rows: usize,
-        chunk: &mut [f32],
-        dw_c: &mut [f32],
-        dht: &mut [f32],
-        add: bool,
-    ) {
-        use super::amx::STEP;
+    /// [`amx::available`]; the buffers as [`Products::backward`]'s.
+    unsafe fn backward_amx(&self, chunk: ChunkGrad<'_>) {
+        use amx::STEP;
+        let ChunkGrad {
+            ci,
+            rows,
+            g: chunk,
+            dw: dw_c,
+            dht,
+            add,
+        } = chunk;
         let (dims, width, v0) = (self.dims, self.width, ci * VC);
         let pairs = rows.div_ceil(2);
         let padded = pairs.div_ceil(STEP) * STEP;
@@ -430,8 +369,8 @@ impl Bf16Products<'_> {
             // SAFETY: AVX512_BF16 comes with AMX; the sizes are as asked.
             unsafe { round_gradient(chunk, rows, width, as_is, paired, Some(padded)) };
             // The padding pairs of every panel.
-            for panel in paired.chunks_exact_mut(padded * super::amx::COLS) {
-                panel[pairs * super::amx::COLS..].fill(0);
+            for panel in paired.chunks_exact_mut(padded * amx::COLS) {
+                panel[pairs * amx::COLS..].fill(0);
             }
             transpose_pairs(
                 &self.w16[v0 * dims..(v0 + rows) * dims],
@@ -447,7 +386,7 @@ impl Bf16Products<'_> {
             // `dht` dims x width. width / 2 and padded are multiples of 16,
             // dims and width of 32. Outputs overlap no input.
             unsafe {
-                super::amx::gemm(
+                amx::gemm(
                     rows,
                     dims,
                     width / 2,
@@ -458,7 +397,7 @@ impl Bf16Products<'_> {
                     dims,
                     add,
                 );
-                super::amx::gemm(
+                amx::gemm(
                     dims,
                     width,
                     padded,
@@ -506,7 +445,7 @@ fn transpose_pairs(x: &[u16], rows: usize, cols: usize, padded: usize, out: &mut
 /// whose products cost less than writing the logits to memory and reading
 /// them back.
 pub(super) fn keeps_logits() -> bool {
-    !super::amx::available()
+    !amx::available()
 }
 
 /// Rows per block when the logits are not kept: a chunk's logits (1 MiB at
@@ -518,7 +457,7 @@ pub(super) fn recomputing_block(dims: usize) -> usize {
 
 /// One row block of the one-pass loss for bfloat16 `h` (`n x dims`) and
 /// `w` (`vocab x dims`, 4-byte aligned: it is also read as words),
-/// as [`super::lce_avx512::value_and_grad_block`]: f32 `dh`, `dw` and loss.
+/// as [`super::avx512::value_and_grad_block`]: f32 `dh`, `dw` and loss.
 ///
 /// The caller has checked [`enabled`]`(dims)`. Without `lt` the logits are
 /// computed again rather than kept ([`block_with`]): the caller passes none
@@ -537,7 +476,7 @@ pub(super) fn value_and_grad_block(
     first: bool,
 ) -> f64 {
     assert!(
-        super::lce_avx512::available(dims) && super::gemm_bf16::available(),
+        super::avx512::available(dims) && gemm_bf16::available(),
         "the bfloat16 loss needs avx512f, avx512bf16 and dims % 32 == 0"
     );
     let vocab = dw.len() / dims;
@@ -549,8 +488,7 @@ pub(super) fn value_and_grad_block(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backend::cpu::lce_avx512::tests::{assert_close, noise, reference};
-    use crate::backend::cpu::loss::IGNORED;
+    use crate::backend::cpu::loss::avx512::tests::check_two_blocks;
     use half::bf16;
 
     /// bfloat16 bit patterns of `x` and the values they stand for.
@@ -570,21 +508,18 @@ mod tests {
         assert_eq!(got, [1 | 3 << 16, 2 | 4 << 16, 5, 6]);
     }
 
-    /// Two blocks (the second adding to `dw`) of 45 and 13 rows over 613
-    /// classes (an odd last chunk, tiles of 1 to 12 rows), with ignored
-    /// rows, a zero weight and label smoothing, against the definition on
-    /// the bfloat16 values in f64. The loss and logits are exact products
-    /// summed in f32; the gradients round the logits' gradient to bfloat16
-    /// (a relative error of 2^-9 per term), hence their wider tolerance.
+    /// [`check_two_blocks`] on bfloat16 values, on the AVX512_BF16 tiles
+    /// and the AMX ones where the CPU has them. The loss and logits are
+    /// exact products summed in f32; the gradients round the logits'
+    /// gradient to bfloat16 (a relative error of 2^-9 per term), hence
+    /// their wider tolerance.
     #[test]
     fn blocks_equal_the_definition_on_bfloat16_values() {
-        if !(super::super::lce_avx512::available(64) && super::super::gemm_bf16::available()) {
+        if !(super::super::avx512::available(64) && gemm_bf16::available()) {
             eprintln!("skipped: this CPU has no AVX512_BF16");
             return;
         }
-        let (dims, vocab) = (64, 613);
-        // The AVX512_BF16 tiles, and the AMX ones where the CPU has them.
-        let paths = if super::super::amx::available() {
+        let paths = if amx::available() {
             vec![false, true]
         } else {
             vec![false]
@@ -593,52 +528,33 @@ mod tests {
             .into_iter()
             .flat_map(|s| paths.iter().map(move |&a| (s, a)))
         {
-            let w32: Vec<f32> = noise(vocab * dims, 1).iter().map(|x| x * 0.5).collect();
-            let (w16, w) = rounded(&w32);
-            // In an `ArrayData`, whose storage is aligned for reading words.
-            let bits: Vec<bf16> = w16.iter().map(|&b| bf16::from_bits(b)).collect();
-            let w16 = ArrayData::from_slice(&bits, &[vocab * dims]);
-            let w16 = w16.as_slice::<u16>(vocab * dims);
-            let mut lt = vec![0f32; vocab * round_block(45)];
-            let mut dw = vec![f32::NAN; vocab * dims];
-            let mut want_dw = vec![0f64; vocab * dims];
-            for (b, rows) in [45usize, 13].into_iter().enumerate() {
-                let (h16, h) = rounded(&noise(rows * dims, 2 + b as u64));
-                let tg: Vec<usize> = (0..rows)
-                    .map(|r| {
-                        if r % 7 == 3 {
-                            IGNORED
-                        } else {
-                            (r * 97 + b) % vocab
-                        }
-                    })
-                    .collect();
-                let rw: Vec<f32> = (0..rows)
-                    .map(|r| if r == 5 { 0.0 } else { 0.5 + r as f32 / 64.0 })
-                    .collect();
-                let mut dh = vec![f32::NAN; rows * dims];
-                let products = Bf16Products::on(&h16, w16, dims, amx);
-                // Logits kept on the AVX512_BF16 path, computed again on AMX.
-                let loss = block_with(
-                    &products,
-                    &tg,
-                    &rw,
-                    s,
-                    dims,
-                    (!amx).then_some(&mut lt[..]),
-                    &mut dh,
-                    &mut dw,
-                    b == 0,
-                );
-                let (want_loss, want_dh, block_dw) = reference(&h, &w, &tg, &rw, s as f64, dims);
-                want_dw.iter_mut().zip(&block_dw).for_each(|(a, b)| *a += b);
-                assert!(
-                    (loss - want_loss).abs() <= 1e-4 * want_loss.abs(),
-                    "amx {amx}: loss {loss} against {want_loss}"
-                );
-                assert_close("dh", &dh, &want_dh, 5e-3);
-            }
-            assert_close("dw", &dw, &want_dw, 5e-3);
+            let what = if amx { "amx" } else { "avx512_bf16" };
+            check_two_blocks(
+                what,
+                s,
+                5e-3,
+                |x| rounded(&x).1,
+                |c| {
+                    // In an `ArrayData`, whose storage is aligned for reading words.
+                    let bits = |x: &[f32]| x.iter().map(|&v| bf16::from_f32(v)).collect::<Vec<_>>();
+                    let w16 = ArrayData::from_slice(&bits(c.w), &[c.w.len()]);
+                    let h16 = rounded(c.h).0;
+                    let products =
+                        Bf16Products::on(&h16, w16.as_slice::<u16>(c.w.len()), c.dims, amx);
+                    // Logits kept on the AVX512_BF16 path, computed again on AMX.
+                    block_with(
+                        &products,
+                        c.tg,
+                        c.rw,
+                        c.smoothing,
+                        c.dims,
+                        (!amx).then_some(c.lt),
+                        c.dh,
+                        c.dw,
+                        c.first,
+                    )
+                },
+            );
         }
     }
 }

@@ -5,9 +5,9 @@
 //! callers keep their AVX512_BF16 kernels.
 //!
 //! A tile register holds 16 rows of 64 bytes. `tdpbf16ps C, A, B` adds to
-//! each float32 `C[i][j]` (16 x 16) the sum over 16 pairs `p` of `A[i][2p]
-//! * B[p][2j] + A[i][2p + 1] * B[p][2j + 1]`: `A` is 16 rows of 16 pairs
-//! of `k` (one 32-bit word per pair, as the AVX512_BF16 kernels already
+//! each float32 `C[i][j]` (16 x 16) the sum over 16 pairs `p` of
+//! `A[i][2p] * B[p][2j] + A[i][2p + 1] * B[p][2j + 1]`: `A` is 16 rows of
+//! 16 pairs of `k` (one 32-bit word per pair, as the AVX512_BF16 kernels already
 //! lay out their operands), `B` 16 pairs of 16 columns, a word per column
 //! and pair. One instruction is 8,192 multiply-adds; a core runs one every
 //! 16 cycles, about 20 times `vdpbf16ps`' rate.
@@ -30,16 +30,16 @@ use std::cell::RefCell;
 use std::sync::OnceLock;
 
 /// Rows of a block of `C`: two tiles.
-pub(super) const ROWS: usize = 32;
+pub(in crate::backend::cpu) const ROWS: usize = 32;
 /// Columns of a block of `C`: two tiles of 16 float32 sums.
-pub(super) const COLS: usize = 32;
+pub(in crate::backend::cpu) const COLS: usize = 32;
 /// Pairs of `k` per step: a tile of `A` is 16 rows of 16 pairs.
-pub(super) const STEP: usize = 16;
+pub(in crate::backend::cpu) const STEP: usize = 16;
 
 /// Whether the AMX kernels run: the CPU has AMX-TILE and AMX-BF16 (and
 /// AVX512_BF16, for rounding results), the operating system grants the
 /// tile state, and `MLX_AMX` is not `0`. Decided once per process.
-pub(super) fn available() -> bool {
+pub(in crate::backend::cpu) fn available() -> bool {
     static AVAILABLE: OnceLock<bool> = OnceLock::new();
     *AVAILABLE.get_or_init(|| crate::settings::amx() && cpu_has_amx() && os_grants_tiles())
 }
@@ -216,7 +216,7 @@ thread_local! {
 /// [`COLS`]; the operands are in bounds for these shapes and `C` overlaps
 /// neither.
 #[allow(clippy::too_many_arguments)]
-pub(super) unsafe fn gemm(
+pub(in crate::backend::cpu) unsafe fn gemm(
     m: usize,
     n: usize,
     kp: usize,
@@ -297,7 +297,7 @@ pub(super) unsafe fn gemm(
 
 /// Where word `(p, j)` of a `kp`-row `B` lies in [`gemm`]'s panels.
 #[inline]
-pub(super) fn panel_index(p: usize, j: usize, kp: usize) -> usize {
+pub(in crate::backend::cpu) fn panel_index(p: usize, j: usize, kp: usize) -> usize {
     j / COLS * kp * COLS + p * COLS + j % COLS
 }
 

@@ -1,6 +1,6 @@
 //! Fused attention on bfloat16 `q`, `k` and `v` with the products on AMX
-//! tiles ([`super::amx`]): the blocks, layouts and float32 softmax of
-//! [`super::attention`], with every product's operands in bfloat16 and its
+//! tiles ([`amx`]): the blocks, layouts and float32 softmax of
+//! [`super`] (the f32 kernel), with every product's operands in bfloat16 and its
 //! sums in float32, as FlashAttention computes in bfloat16.
 //!
 //! Per head, the operands that every block reads are packed once into the
@@ -17,21 +17,21 @@
 
 use rayon::prelude::*;
 
-use super::amx::{self, COLS, STEP};
-use super::attention::{
+use super::{
     BLOCK, Rows, forward_buffer, grad_buffer, heads, operands, output_dots, probabilities,
     saved_forward, score_gradients,
 };
-use super::gemm_bf16::{Matrix, pack_a, pack_b, round_row};
 use crate::backend::common::attention::AttentionDims;
+use crate::backend::cpu::matmul::amx::{self, COLS, STEP};
+use crate::backend::cpu::matmul::gemm_bf16::{Matrix, pack_a, pack_b, round_row};
 use crate::{ArrayData, Dtype};
 
 /// Whether bfloat16 attention of these sizes runs on the tiles: the
-/// bfloat16 products run on AMX ([`super::bf16_products`]) and the head
+/// bfloat16 products run on AMX ([`crate::backend::cpu::bf16_products`]) and the head
 /// widths are whole tile columns (32), so that the products write whole
 /// blocks of the outputs' rows.
 pub(super) fn applies(dims: &AttentionDims) -> bool {
-    super::bf16_products() == super::Bf16Products::Amx
+    crate::backend::cpu::bf16_products() == crate::backend::cpu::Bf16Products::Amx
         && dims.d.is_multiple_of(COLS)
         && dims.dv.is_multiple_of(COLS)
 }
@@ -103,7 +103,7 @@ fn round_into(src: &[f32], dst: &mut Vec<u32>) {
 }
 
 /// `softmax(scale * q @ k^T [causal]) @ v` for bfloat16 `q`, `k`, `v`, as
-/// [`super::attention::attention`] packs it (float32 output and
+/// [`super::attention`] packs it (float32 output and
 /// logsumexps).
 ///
 /// Requires [`applies`].
@@ -182,7 +182,7 @@ pub(super) fn attention(
 
 /// The gradients `dq`, `dk`, `dv` of [`attention`] for the float32
 /// cotangent `d_out` of its output, from `packed`, its result, as
-/// [`super::attention::attention_grad`] packs them (float32).
+/// [`super::attention_grad`] packs them (float32).
 ///
 /// Requires [`applies`].
 pub(super) fn attention_grad(

@@ -14,6 +14,9 @@
 //! `[B, H, Lq]`; the gradients are `dq [B, Lq, H, d]`, `dk [B, Lk, H, d]`,
 //! `dv [B, Lk, H, dv]` one after another (the order `split_heads` came from).
 
+#[cfg(target_arch = "x86_64")]
+mod bf16;
+
 use super::blas::{Mat, gemm};
 use super::copy::copy_cast;
 use super::loss::{exp_shifted_in_place, max_of, vectorised};
@@ -194,7 +197,7 @@ fn as_f32(qkv: [&ArrayData; 3], dims: &AttentionDims, dtype: Dtype) -> [ArrayDat
 /// `softmax(scale * q @ k^T [causal]) @ v` for `q`, `k`, `v` of `dtype`
 /// shaped as `dims` says, packed as the module doc describes (f32). f32
 /// operands go to the GEMM blocks below; bfloat16 ones to the AMX tiles
-/// ([`super::attention_bf16`]) where they apply, and any other dtype is
+/// ([`bf16`]) where they apply, and any other dtype is
 /// converted to f32 first.
 pub fn attention(
     q: &ArrayData,
@@ -204,8 +207,8 @@ pub fn attention(
     dtype: Dtype,
 ) -> ArrayData {
     #[cfg(target_arch = "x86_64")]
-    if dtype == Dtype::BF16 && super::attention_bf16::applies(dims) {
-        return super::attention_bf16::attention(q, k, v, dims);
+    if dtype == Dtype::BF16 && bf16::applies(dims) {
+        return bf16::attention(q, k, v, dims);
     }
     if dtype != Dtype::F32 {
         let [q, k, v] = as_f32([q, k, v], dims, dtype);
@@ -283,8 +286,8 @@ pub fn attention_grad(
     dtype: Dtype,
 ) -> ArrayData {
     #[cfg(target_arch = "x86_64")]
-    if dtype == Dtype::BF16 && super::attention_bf16::applies(dims) {
-        return super::attention_bf16::attention_grad(q, k, v, packed, d_out, dims);
+    if dtype == Dtype::BF16 && bf16::applies(dims) {
+        return bf16::attention_grad(q, k, v, packed, d_out, dims);
     }
     if dtype != Dtype::F32 {
         let [q, k, v] = as_f32([q, k, v], dims, dtype);

@@ -23,8 +23,8 @@ use std::arch::x86_64::*;
 
 use rayon::prelude::*;
 
-use super::loss::{IGNORED, vectorised};
-use super::math;
+use super::{IGNORED, vectorised};
+use crate::backend::cpu::math;
 use crate::{ArrayData, Dtype};
 
 /// Columns of a micro-tile: two 16-lane vectors.
@@ -56,69 +56,6 @@ pub(super) fn round_block(rows: usize) -> usize {
     rows.div_ceil(NR) * NR
 }
 
-/// The `m x NR` tile `C (+)= A @ B` over `k`: `A[i][p]` at `a + i * rs + p *
-/// cs`, `B[p][0..NR]` at `b + p * ldb`, `C[i][0..NR]` at `c + i * ldc`.
-///
-/// `A`'s addresses come from four row pointers (rows `3j`, `3j + 1`, `3j +
-/// 2` at `base[j] + {0, 1, 2} * rs`), each stepped by `cs` per `p`. With a
-/// single pointer walked down the rows and back, every step's addresses
-/// hung on a chain of twelve adds through all the steps before it, and the
-/// tile ran at half speed. When `rs == 1` the offsets are constants.
-///
-/// # Safety
-/// AVX-512F; every address named above is in bounds.
-#[target_feature(enable = "avx512f")]
-#[allow(clippy::too_many_arguments)]
-unsafe fn tile<const M: usize, const UNIT_RS: bool>(
-    k: usize,
-    a: *const f32,
-    rs: usize,
-    cs: usize,
-    b: *const f32,
-    ldb: usize,
-    c: *mut f32,
-    ldc: usize,
-    add: bool,
-) {
-    // SAFETY: the caller's promise covers every pointer below.
-    unsafe {
-        let mut acc = [[_mm512_setzero_ps(); 2]; M];
-        if add {
-            for (i, row) in acc.iter_mut().enumerate() {
-                row[0] = _mm512_loadu_ps(c.add(i * ldc));
-                row[1] = _mm512_loadu_ps(c.add(i * ldc + 16));
-            }
-        }
-        let rs = if UNIT_RS { 1 } else { rs };
-        let mut base = [a; 4];
-        for (j, p) in base.iter_mut().enumerate() {
-            *p = a.wrapping_add(3 * j * rs);
-        }
-        let mut bp = b;
-        for _ in 0..k {
-            let b0 = _mm512_loadu_ps(bp);
-            let b1 = _mm512_loadu_ps(bp.add(16));
-            for (i, row) in acc.iter_mut().enumerate() {
-                let x = if UNIT_RS {
-                    _mm512_set1_ps(*base[0].add(i))
-                } else {
-                    _mm512_set1_ps(*base[i / 3].add((i % 3) * rs))
-                };
-                row[0] = _mm512_fmadd_ps(x, b0, row[0]);
-                row[1] = _mm512_fmadd_ps(x, b1, row[1]);
-            }
-            for p in base.iter_mut() {
-                *p = p.wrapping_add(cs);
-            }
-            bp = bp.add(ldb);
-        }
-        for (i, row) in acc.iter().enumerate() {
-            _mm512_storeu_ps(c.add(i * ldc), row[0]);
-            _mm512_storeu_ps(c.add(i * ldc + 16), row[1]);
-        }
-    }
-}
-
 /// Where `A` of a product lies: element `(i, p)` at `ptr + i * rs + p * cs`.
 pub(super) struct Strided<T> {
     pub ptr: *const T,
@@ -133,10 +70,155 @@ impl<T> Clone for Strided<T> {
 }
 impl<T> Copy for Strided<T> {}
 
-/// A micro-tile kernel: `C (+)= A @ B` over `k` steps for one `m x NR`
-/// tile, arguments as [`tile`]'s.
-pub(super) type TileFn<T> =
-    unsafe fn(usize, *const T, usize, usize, *const T, usize, *mut f32, usize, bool);
+/// One `m x NR` micro-tile of a product, `C (+)= A @ B` over `k` steps:
+/// `A[i][p]` at `a.ptr + i * a.rs + p * a.cs`, `B[p][0..NR]` at `b + p *
+/// ldb`, `C[i][0..NR]` at `c + i * ldc`; `add` adds to `C` rather than
+/// overwriting it.
+pub(super) struct Tile<T> {
+    pub k: usize,
+    pub a: Strided<T>,
+    pub b: *const T,
+    pub ldb: usize,
+    pub c: *mut f32,
+    pub ldc: usize,
+    pub add: bool,
+}
+
+/// The instructions of one element type's micro-tile: load 16 lanes of a
+/// row of `B`, broadcast an element of `A` to 16 lanes, and multiply-add
+/// the two into 16 float32 sums.
+///
+/// The methods are `#[inline(always)]`, as is [`Tile::run`], so that they
+/// end up in the kernel that calls `run`, which is compiled for the
+/// instructions (`#[target_feature]`): code that is not inlined into it
+/// would not get them.
+pub(super) trait Lanes {
+    /// An element of `A` and `B`.
+    type Elem: Copy;
+    /// 16 lanes of `B`, or an element of `A` broadcast to 16 lanes.
+    type Vector: Copy;
+
+    /// The 16 lanes at `p`.
+    ///
+    /// # Safety
+    /// The CPU has the instructions; the 64 bytes at `p` are readable.
+    unsafe fn load(p: *const Self::Elem) -> Self::Vector;
+
+    /// `x` in every lane.
+    ///
+    /// # Safety
+    /// The CPU has the instructions.
+    unsafe fn broadcast(x: Self::Elem) -> Self::Vector;
+
+    /// `sum` plus the products of `x` and `b`, lane by lane.
+    ///
+    /// # Safety
+    /// The CPU has the instructions.
+    unsafe fn multiply_add(sum: __m512, x: Self::Vector, b: Self::Vector) -> __m512;
+}
+
+impl<T: Copy> Tile<T> {
+    /// The tile with `L`'s instructions, for `M` rows (`m`), `A`'s row
+    /// stride taken as 1 when `UNIT_RS` (its offsets then constants).
+    ///
+    /// `A`'s addresses come from four row pointers (rows `3j`, `3j + 1`,
+    /// `3j + 2` at `base[j] + {0, 1, 2} * rs`), each stepped by `cs` per
+    /// `p`. With a single pointer walked down the rows and back, every
+    /// step's addresses hung on a chain of twelve adds through all the
+    /// steps before it, and the tile ran at half speed.
+    ///
+    /// # Safety
+    /// The CPU has AVX-512F and `L`'s instructions, and the caller is
+    /// compiled for them; every address named in [`Tile`] is in bounds.
+    #[inline(always)]
+    pub(super) unsafe fn run<L: Lanes<Elem = T>, const M: usize, const UNIT_RS: bool>(self) {
+        let Tile {
+            k,
+            a,
+            b,
+            ldb,
+            c,
+            ldc,
+            add,
+        } = self;
+        // SAFETY: the caller's promise covers every pointer below.
+        unsafe {
+            let mut acc = [[_mm512_setzero_ps(); 2]; M];
+            if add {
+                for (i, row) in acc.iter_mut().enumerate() {
+                    row[0] = _mm512_loadu_ps(c.add(i * ldc));
+                    row[1] = _mm512_loadu_ps(c.add(i * ldc + 16));
+                }
+            }
+            let rs = if UNIT_RS { 1 } else { a.rs };
+            let mut base = [a.ptr; 4];
+            for (j, p) in base.iter_mut().enumerate() {
+                *p = a.ptr.wrapping_add(3 * j * rs);
+            }
+            let mut bp = b;
+            for _ in 0..k {
+                let b0 = L::load(bp);
+                let b1 = L::load(bp.add(16));
+                for (i, row) in acc.iter_mut().enumerate() {
+                    let x = L::broadcast(if UNIT_RS {
+                        *base[0].add(i)
+                    } else {
+                        *base[i / 3].add((i % 3) * rs)
+                    });
+                    row[0] = L::multiply_add(row[0], x, b0);
+                    row[1] = L::multiply_add(row[1], x, b1);
+                }
+                for p in base.iter_mut() {
+                    *p = p.wrapping_add(a.cs);
+                }
+                bp = bp.add(ldb);
+            }
+            for (i, row) in acc.iter().enumerate() {
+                _mm512_storeu_ps(c.add(i * ldc), row[0]);
+                _mm512_storeu_ps(c.add(i * ldc + 16), row[1]);
+            }
+        }
+    }
+}
+
+/// The f32 instructions: `vfmadd231ps` on AVX-512F.
+struct F32Lanes;
+
+impl Lanes for F32Lanes {
+    type Elem = f32;
+    type Vector = __m512;
+
+    #[inline(always)]
+    unsafe fn load(p: *const f32) -> __m512 {
+        // SAFETY: the caller's promise.
+        unsafe { _mm512_loadu_ps(p) }
+    }
+
+    #[inline(always)]
+    unsafe fn broadcast(x: f32) -> __m512 {
+        // SAFETY: the caller's promise.
+        unsafe { _mm512_set1_ps(x) }
+    }
+
+    #[inline(always)]
+    unsafe fn multiply_add(sum: __m512, x: __m512, b: __m512) -> __m512 {
+        // SAFETY: the caller's promise.
+        unsafe { _mm512_fmadd_ps(x, b, sum) }
+    }
+}
+
+/// The f32 micro-tile: [`Tile::run`] with [`F32Lanes`].
+///
+/// # Safety
+/// AVX-512F; every address of the tile is in bounds.
+#[target_feature(enable = "avx512f")]
+unsafe fn tile<const M: usize, const UNIT_RS: bool>(t: Tile<f32>) {
+    // SAFETY: the caller's promise, and this function has the features.
+    unsafe { t.run::<F32Lanes, M, UNIT_RS>() }
+}
+
+/// A micro-tile kernel: `C (+)= A @ B` for one [`Tile`].
+pub(super) type TileFn<T> = unsafe fn(Tile<T>);
 
 /// A kernel's tiles of 1 to [`MR`] rows, for `A` with any row stride and
 /// with unit row stride.
@@ -214,7 +296,17 @@ pub(super) unsafe fn gemm<T>(
                 }
             }
             // SAFETY: the tile lies inside the caller's shapes.
-            unsafe { tile(k, ai, a.rs, a.cs, bj, ldb, cj, ldc, add) };
+            unsafe {
+                tile(Tile {
+                    k,
+                    a: Strided { ptr: ai, ..a },
+                    b: bj,
+                    ldb,
+                    c: cj,
+                    ldc,
+                    add,
+                })
+            };
         }
     }
 }
@@ -287,19 +379,125 @@ pub(super) trait Products: Sync {
     /// (`rows x width`, column `t` for row `t` of the block).
     fn logits(&self, ci: usize, rows: usize, chunk: &mut [f32]);
 
-    /// Given the gradient of the chunk's logits (`rows x width`, zero in
-    /// the padding columns): writes (`!add`) or adds its share to `dw_c`
-    /// (the chunk's `rows x dims` of `dw`) and adds its term to `dht`
-    /// (`dims x width`).
-    fn backward(
-        &self,
-        ci: usize,
-        rows: usize,
-        chunk: &mut [f32],
-        dw_c: &mut [f32],
+    /// Given the gradient of a chunk's logits, its share of `dw` and its
+    /// term of `dh^T`.
+    fn backward(&self, chunk: ChunkGrad<'_>);
+}
+
+/// One chunk of classes in the backward pass ([`Products::backward`]).
+pub(super) struct ChunkGrad<'a> {
+    /// The chunk's first class is `ci * VC`.
+    pub ci: usize,
+    /// Its classes.
+    pub rows: usize,
+    /// The gradient of its logits: `rows x width`, zero in the padding
+    /// columns (and free to be overwritten).
+    pub g: &'a mut [f32],
+    /// Its `rows x dims` of `dw`: written, or added to with `add`.
+    pub dw: &'a mut [f32],
+    /// `dims x width` sums of `dh^T`, added to.
+    pub dht: &'a mut [f32],
+    pub add: bool,
+}
+
+/// The logits of `rows` classes into `chunk` (`rows x width`) with `tiles`:
+/// `w`'s first `rows` rows of `k` elements times `ht` (`k x width`, the
+/// block's rows transposed).
+///
+/// # Safety
+/// The CPU has the tiles' features.
+pub(super) unsafe fn chunk_logits<T>(
+    tiles: &Tiles<T>,
+    [rows, width, k]: [usize; 3],
+    w: &[T],
+    ht: &[T],
+    chunk: &mut [f32],
+) {
+    assert!(w.len() >= rows * k && ht.len() == k * width && chunk.len() == rows * width);
+    let a = Strided {
+        ptr: w.as_ptr(),
+        rs: k,
+        cs: 1,
+    };
+    // SAFETY: the CPU has the features (the caller's promise); the shapes
+    // were checked, and `chunk` overlaps no input.
+    unsafe {
+        gemm(
+            tiles,
+            rows,
+            width,
+            k,
+            a,
+            ht.as_ptr(),
+            width,
+            chunk.as_mut_ptr(),
+            width,
+            false,
+            false,
+        )
+    };
+}
+
+/// The operands of a chunk's two backward products, `dw (+)= g @ h` and
+/// `dht += wt @ gt` (see [`ChunkGrad`]), in one element type: `g` is `rows
+/// x k`, `h` `k x dims` (row-major, so `k = h.len() / dims`), `wt` `dims x
+/// kt` and `gt` `kt x width` (row-major).
+pub(super) struct Backward<'a, T> {
+    pub g: Strided<T>,
+    pub h: &'a [T],
+    pub wt: Strided<T>,
+    pub gt: &'a [T],
+}
+
+impl<T> Backward<'_, T> {
+    /// Both products with `tiles`: `dw` (`rows x dims`) written, or added
+    /// to with `add`, and `dht` (`dims x width`) added to.
+    ///
+    /// # Safety
+    /// The CPU has the tiles' features; `g` and `wt` name `rows x k` and
+    /// `dims x kt` elements that lie in bounds and overlap neither output.
+    pub(super) unsafe fn run(
+        self,
+        tiles: &Tiles<T>,
+        [rows, dims, width]: [usize; 3],
+        dw: &mut [f32],
         dht: &mut [f32],
         add: bool,
-    );
+    ) {
+        let (k, kt) = (self.h.len() / dims, self.gt.len() / width);
+        assert!(dw.len() == rows * dims && dht.len() == dims * width);
+        assert!(self.h.len() == k * dims && self.gt.len() == kt * width);
+        // SAFETY: the caller's promise and the checked shapes; the outputs
+        // overlap no input.
+        unsafe {
+            gemm(
+                tiles,
+                rows,
+                dims,
+                k,
+                self.g,
+                self.h.as_ptr(),
+                dims,
+                dw.as_mut_ptr(),
+                dims,
+                add,
+                add,
+            );
+            gemm(
+                tiles,
+                dims,
+                width,
+                kt,
+                self.wt,
+                self.gt.as_ptr(),
+                width,
+                dht.as_mut_ptr(),
+                width,
+                true,
+                false,
+            );
+        }
+    }
 }
 
 /// The f32 products: `h` and `w` as they are, `h^T` made once per block.
@@ -346,89 +544,54 @@ impl Products for F32Products<'_> {
 
     fn logits(&self, ci: usize, rows: usize, chunk: &mut [f32]) {
         let (dims, width) = (self.dims, self.width);
-        let a = Strided {
-            ptr: self.w[ci * VC * dims..].as_ptr(),
-            rs: dims,
-            cs: 1,
-        };
         let ht = self.ht.as_slice::<f32>(dims * width);
-        // SAFETY: avx512f was checked; `a` is rows x dims of `w`, `ht`
-        // dims x width, `chunk` rows x width, and no input overlaps it.
+        // SAFETY: avx512f was checked.
         unsafe {
-            gemm(
+            chunk_logits(
                 &F32_TILES,
-                rows,
-                width,
-                dims,
-                a,
-                ht.as_ptr(),
-                width,
-                chunk.as_mut_ptr(),
-                width,
-                false,
-                false,
+                [rows, width, dims],
+                &self.w[ci * VC * dims..],
+                ht,
+                chunk,
             )
         };
     }
 
-    fn backward(
-        &self,
-        ci: usize,
-        rows: usize,
-        chunk: &mut [f32],
-        dw_c: &mut [f32],
-        dht: &mut [f32],
-        add: bool,
-    ) {
-        let (dims, width, v0) = (self.dims, self.width, ci * VC);
+    fn backward(&self, chunk: ChunkGrad<'_>) {
+        let (dims, width, v0, rows) = (self.dims, self.width, chunk.ci * VC, chunk.rows);
         // This chunk's weights into L2 while `dw` is computed: `dh^T` reads
         // them down their columns, a line per step.
         for line in self.w[v0 * dims..(v0 + rows) * dims].chunks(16) {
             // SAFETY: SSE is part of x86_64; prefetching never faults.
             unsafe { _mm_prefetch::<_MM_HINT_T1>(line.as_ptr() as *const i8) };
         }
-        let g = Strided {
-            ptr: chunk.as_ptr(),
-            rs: width,
-            cs: 1,
+        // `g` is rows x n of the chunk (row stride width) and `gt` the
+        // chunk itself; `wt` is dims x rows of `w` read down its columns.
+        let operands = Backward {
+            g: Strided {
+                ptr: chunk.g.as_ptr(),
+                rs: width,
+                cs: 1,
+            },
+            h: &self.h[..self.n * dims],
+            wt: Strided {
+                ptr: self.w[v0 * dims..(v0 + rows) * dims].as_ptr(),
+                rs: 1,
+                cs: dims,
+            },
+            gt: &*chunk.g,
         };
-        let wt = Strided {
-            ptr: self.w[v0 * dims..].as_ptr(),
-            rs: 1,
-            cs: dims,
-        };
-        // SAFETY: avx512f was checked. `g` is rows x n of the chunk (row
-        // stride width), `h` n x dims, `dw_c` rows x dims; `wt` is dims x
-        // rows of `w` read down its columns, the chunk rows x width, `dht`
-        // dims x width. Outputs overlap no input.
+        // SAFETY: avx512f was checked; `g` and `wt` lie in the slices they
+        // come from.
         unsafe {
-            gemm(
+            operands.run(
                 &F32_TILES,
-                rows,
-                dims,
-                self.n,
-                g,
-                self.h.as_ptr(),
-                dims,
-                dw_c.as_mut_ptr(),
-                dims,
-                add,
-                add,
-            );
-            gemm(
-                &F32_TILES,
-                dims,
-                width,
-                rows,
-                wt,
-                chunk.as_ptr(),
-                width,
-                dht.as_mut_ptr(),
-                width,
-                true,
-                false,
-            );
-        }
+                [rows, dims, width],
+                chunk.dw,
+                chunk.dht,
+                chunk.add,
+            )
+        };
     }
 }
 
@@ -629,7 +792,14 @@ pub(super) fn block_with(
                         chunk[(tg[t] - v0) * width + t] -= coef[t] * (1.0 - s);
                     }
                 }
-                products.backward(ci, rows, chunk, dw_c, dht, !first);
+                products.backward(ChunkGrad {
+                    ci,
+                    rows,
+                    g: chunk,
+                    dw: dw_c,
+                    dht,
+                    add: !first,
+                });
                 if !buf.is_empty() {
                     CHUNK.set(buf);
                 }
@@ -719,58 +889,105 @@ pub(super) mod tests {
         }
     }
 
+    /// One block's arguments in [`check_two_blocks`].
+    pub(in crate::backend::cpu) struct Case<'a> {
+        pub h: &'a [f32],
+        pub w: &'a [f32],
+        pub tg: &'a [usize],
+        pub rw: &'a [f32],
+        pub smoothing: f32,
+        pub dims: usize,
+        pub lt: &'a mut [f32],
+        pub dh: &'a mut [f32],
+        pub dw: &'a mut [f32],
+        pub first: bool,
+    }
+
     /// Two blocks (the second adding to `dw`) of 45 and 13 rows, padded to
-    /// whole tiles, over 613 classes (three chunks, tiles with 1 to 12
-    /// rows), with ignored rows, a zero weight and label smoothing, against
-    /// the definition.
+    /// whole tiles, over 613 classes (three chunks, the last an odd one,
+    /// tiles with 1 to 12 rows), with ignored rows, a zero weight and label
+    /// smoothing `s`, through `block` against the definition in f64 on the
+    /// values `round` gives (those the kernel sees); `block` returns the
+    /// block's loss. The loss is within 1e-4 of the definition, the
+    /// gradients within `tol` of their largest magnitude.
+    pub(in crate::backend::cpu) fn check_two_blocks(
+        what: &str,
+        s: f32,
+        tol: f64,
+        round: impl Fn(Vec<f32>) -> Vec<f32>,
+        mut block: impl FnMut(Case<'_>) -> f64,
+    ) {
+        let (dims, vocab) = (64, 613);
+        let w = round(noise(vocab * dims, 1).iter().map(|x| x * 0.5).collect());
+        let mut lt = vec![0f32; vocab * round_block(45)];
+        let mut dw = vec![f32::NAN; vocab * dims];
+        let mut want_dw = vec![0f64; vocab * dims];
+        for (b, rows) in [45usize, 13].into_iter().enumerate() {
+            let h = round(noise(rows * dims, 2 + b as u64));
+            let tg: Vec<usize> = (0..rows)
+                .map(|r| {
+                    if r % 7 == 3 {
+                        IGNORED
+                    } else {
+                        (r * 97 + b) % vocab
+                    }
+                })
+                .collect();
+            let rw: Vec<f32> = (0..rows)
+                .map(|r| if r == 5 { 0.0 } else { 0.5 + r as f32 / 64.0 })
+                .collect();
+            let mut dh = vec![f32::NAN; rows * dims];
+            let loss = block(Case {
+                h: &h,
+                w: &w,
+                tg: &tg,
+                rw: &rw,
+                smoothing: s,
+                dims,
+                lt: &mut lt,
+                dh: &mut dh,
+                dw: &mut dw,
+                first: b == 0,
+            });
+            let (want_loss, want_dh, block_dw) = reference(&h, &w, &tg, &rw, s as f64, dims);
+            want_dw.iter_mut().zip(&block_dw).for_each(|(a, b)| *a += b);
+            assert!(
+                (loss - want_loss).abs() <= 1e-4 * want_loss.abs(),
+                "{what}: loss {loss} against {want_loss}"
+            );
+            assert_close("dh", &dh, &want_dh, tol);
+        }
+        assert_close("dw", &dw, &want_dw, tol);
+    }
+
+    /// [`check_two_blocks`] on f32 values.
     #[test]
     fn blocks_equal_the_definition() {
         if !available(64) {
             eprintln!("skipped: this CPU has no AVX-512");
             return;
         }
-        let (dims, vocab) = (64, 613);
         for s in [0.0f32, 0.1] {
-            let w: Vec<f32> = noise(vocab * dims, 1).iter().map(|x| x * 0.5).collect();
-            let mut lt = vec![0f32; vocab * round_block(45)];
-            let mut dw = vec![f32::NAN; vocab * dims];
-            let mut want_dw = vec![0f64; vocab * dims];
-            for (b, rows) in [45usize, 13].into_iter().enumerate() {
-                let h: Vec<f32> = noise(rows * dims, 2 + b as u64);
-                let tg: Vec<usize> = (0..rows)
-                    .map(|r| {
-                        if r % 7 == 3 {
-                            IGNORED
-                        } else {
-                            (r * 97 + b) % vocab
-                        }
-                    })
-                    .collect();
-                let rw: Vec<f32> = (0..rows)
-                    .map(|r| if r == 5 { 0.0 } else { 0.5 + r as f32 / 64.0 })
-                    .collect();
-                let mut dh = vec![f32::NAN; rows * dims];
-                let loss = value_and_grad_block(
-                    &h,
-                    &w,
-                    &tg,
-                    &rw,
-                    s,
-                    dims,
-                    &mut lt,
-                    &mut dh,
-                    &mut dw,
-                    b == 0,
-                );
-                let (want_loss, want_dh, block_dw) = reference(&h, &w, &tg, &rw, s as f64, dims);
-                want_dw.iter_mut().zip(&block_dw).for_each(|(a, b)| *a += b);
-                assert!(
-                    (loss - want_loss).abs() <= 1e-4 * want_loss.abs(),
-                    "loss {loss} against {want_loss}"
-                );
-                assert_close("dh", &dh, &want_dh, 1e-4);
-            }
-            assert_close("dw", &dw, &want_dw, 1e-4);
+            check_two_blocks(
+                "f32",
+                s,
+                1e-4,
+                |x| x,
+                |c| {
+                    value_and_grad_block(
+                        c.h,
+                        c.w,
+                        c.tg,
+                        c.rw,
+                        c.smoothing,
+                        c.dims,
+                        c.lt,
+                        c.dh,
+                        c.dw,
+                        c.first,
+                    )
+                },
+            );
         }
     }
 
