@@ -28,13 +28,15 @@ pub fn run() -> Result<()> {
         "warnings",
     ])?;
     // mlx-array without its `gpu` feature (the layers above may depend on it
-    // so): the stub backend must keep every GPU entry point's signature.
+    // so): the stub backend must keep every GPU entry point's signature, and
+    // every test, example and bench builds without it (`gpu_conformance`
+    // requires the feature).
     cargo(&[
         "clippy",
         "-p",
         "mlx-array",
         "--no-default-features",
-        "--lib",
+        "--all-targets",
         "--",
         "-D",
         "warnings",
