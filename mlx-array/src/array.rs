@@ -3,8 +3,9 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use crate::data::{ArrayData, Operand};
 use crate::device::Device;
-use crate::primitive::{ArrayData, Primitive};
+use crate::primitive::Primitive;
 use crate::shape::size_of_shape;
 use crate::{Dtype, Element, Error, Result};
 
@@ -326,6 +327,12 @@ impl Array {
                 "a multi-output node has no data of its own; read its outputs",
             )),
         }
+    }
+
+    /// The evaluated data with this array's shape and dtype: what a kernel
+    /// takes for one operand. Fails as [`data`](Self::data) does.
+    pub fn operand(&self) -> Result<Operand<'_>> {
+        Ok(Operand::new(self.data()?, self.shape(), self.dtype()))
     }
 
     /// True when `data` (this input's evaluated data, as just read by a

@@ -19,7 +19,8 @@ use std::str::FromStr;
 use std::sync::atomic::{AtomicU8, Ordering};
 
 use crate::backend::{cpu, gpu};
-use crate::primitive::{ArrayData, Primitive};
+use crate::data::ArrayData;
+use crate::primitive::Primitive;
 use crate::{Array, Error, Result};
 
 /// A place arrays are computed.

@@ -11,7 +11,7 @@ use crate::backend::common::elementwise::{BinaryOp, UnaryOp};
 use crate::backend::common::loss::LceArgs;
 use crate::backend::common::reduce::ReduceOp;
 use crate::backend::common::rope::RopeSpec;
-use crate::primitive::ArrayData;
+use crate::data::ArrayData;
 use crate::{Dtype, Error, Result};
 
 /// Why every GPU entry point fails in this build.
@@ -81,7 +81,7 @@ pub use transfers::{Transfers, transfers};
 /// [`UNAVAILABLE`] (the signatures of the wgpu backend's `custom`).
 pub mod custom {
     use super::unavailable;
-    use crate::primitive::ArrayData;
+    use crate::data::ArrayData;
     use crate::{Dtype, Result};
 
     /// Always [`super::UNAVAILABLE`].
@@ -275,7 +275,7 @@ unavailable_kernels! {
 pub(crate) mod elementwise {
     use super::unavailable;
     use crate::backend::common::elementwise::{BinaryOp, UnaryOp};
-    use crate::primitive::ArrayData;
+    use crate::data::ArrayData;
     use crate::{Dtype, Result};
 
     /// Always [`super::UNAVAILABLE`].
@@ -312,7 +312,7 @@ pub(crate) mod elementwise {
 
 /// The evaluator's fusion plan: with no GPU nodes, nothing is fused.
 pub(crate) mod fusion {
-    use crate::primitive::ArrayData;
+    use crate::data::ArrayData;
     use crate::{Array, Result};
 
     /// Fuses nothing.

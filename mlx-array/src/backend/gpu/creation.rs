@@ -3,7 +3,7 @@
 use super::codegen;
 use super::indexing::{Meta, entry, header};
 use super::{alloc, context, dispatch, supported};
-use crate::primitive::ArrayData;
+use crate::data::ArrayData;
 use crate::{Dtype, Result};
 
 /// `start + i * step` for `n` elements of `dtype`. Integer outputs whose

@@ -34,7 +34,8 @@ use std::sync::Arc;
 use super::codegen::{compute_type, round_to};
 use super::elementwise::map_with;
 use crate::array::State;
-use crate::primitive::{ArrayData, Primitive};
+use crate::data::ArrayData;
+use crate::primitive::Primitive;
 use crate::{Array, Device, Dtype, Result};
 
 /// Inputs a fused kernel may read (storage bindings: these, `params` and `out`).

@@ -9,8 +9,8 @@
 
 use super::codegen::{self, compute_type};
 use super::{alloc, context, dispatch, supported};
+use crate::data::ArrayData;
 use crate::dtype::{Element, cast};
-use crate::primitive::ArrayData;
 use crate::shape::{contiguous_strides, size_of_shape};
 use crate::{Dtype, Error, Result};
 

@@ -73,9 +73,9 @@ use std::time::Duration;
 
 use wgpu::util::DeviceExt;
 
+use crate::data::ArrayData;
 use crate::memory::Storage;
 use crate::memory::accounting;
-use crate::primitive::ArrayData;
 use crate::shape::contiguous_strides;
 use crate::{Dtype, Error, Result};
 

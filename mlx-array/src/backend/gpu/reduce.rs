@@ -34,7 +34,7 @@
 use super::codegen::{self, compute_type};
 use super::{alloc, context, dispatch, dispatch_groups, supported};
 use crate::backend::common::reduce::ReduceOp;
-use crate::primitive::ArrayData;
+use crate::data::ArrayData;
 use crate::shape::size_of_shape;
 use crate::{Dtype, Result};
 

@@ -4,7 +4,7 @@
 use super::codegen;
 use super::{alloc, context, dense, dispatch};
 use crate::backend::common::rope::RopeSpec;
-use crate::primitive::ArrayData;
+use crate::data::ArrayData;
 use crate::{Dtype, Result};
 
 /// Rotates f32 `x` of `shape` (`[..., L, D]`) as `spec` says.

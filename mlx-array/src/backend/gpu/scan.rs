@@ -5,7 +5,7 @@
 
 use super::codegen::{self, compute_type};
 use super::{alloc, context, dispatch_groups, supported};
-use crate::primitive::ArrayData;
+use crate::data::ArrayData;
 use crate::shape::{contiguous_strides, size_of_shape};
 use crate::{Dtype, Result};
 

@@ -8,7 +8,7 @@ pub(crate) use map::{map, map_with};
 
 use super::codegen::compute_type;
 use crate::backend::common::elementwise::{BinaryOp, UnaryOp};
-use crate::primitive::ArrayData;
+use crate::data::ArrayData;
 use crate::{Dtype, Error, Result};
 
 /// A dense copy of any view.

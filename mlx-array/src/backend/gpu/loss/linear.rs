@@ -80,7 +80,7 @@ use super::super::codegen;
 use super::super::indexing::{Meta, VLOC};
 use super::super::{alloc, astype, context, dispatch, matmul, supported};
 use crate::backend::common::loss::{LceArgs, chunk_cols};
-use crate::primitive::ArrayData;
+use crate::data::ArrayData;
 use crate::shape::size_of_shape;
 use crate::{Dtype, Error, Result};
 

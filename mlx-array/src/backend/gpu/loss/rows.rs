@@ -27,7 +27,7 @@
 use super::super::codegen;
 use super::super::indexing::{Meta, index_input};
 use super::super::{alloc, context, dense, dispatch, supported};
-use crate::primitive::ArrayData;
+use crate::data::ArrayData;
 use crate::shape::size_of_shape;
 use crate::{Dtype, Error, Result};
 

@@ -90,7 +90,7 @@
 
 use super::codegen;
 use super::{alloc, context, dispatch_groups, supported};
-use crate::primitive::ArrayData;
+use crate::data::ArrayData;
 use crate::settings;
 use crate::shape::size_of_shape;
 use crate::{Dtype, Error, Result};

@@ -28,7 +28,7 @@
 
 use super::codegen;
 use super::{alloc, context, dense, dispatch, dispatch_groups};
-use crate::primitive::ArrayData;
+use crate::data::ArrayData;
 use crate::{Dtype, Result};
 
 /// Rows per column-sum chunk of the `dw` pass.
