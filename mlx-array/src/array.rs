@@ -384,7 +384,7 @@ impl Array {
         if data.is_contiguous(self.shape()) {
             Ok(data)
         } else if data.storage().is_device() {
-            crate::backend::gpu::copy_contiguous(&data, self.shape(), self.dtype())
+            crate::backend::gpu::copy_contiguous(&Operand::new(data, self.shape(), self.dtype()))
         } else {
             Ok(crate::backend::cpu::copy::contiguous(
                 &data,

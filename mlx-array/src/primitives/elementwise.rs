@@ -16,8 +16,8 @@ impl Primitive for Unary {
     fn gpu_expression(&self, inputs: &[Array], _out: &Array) -> Option<String> {
         gpu::elementwise::unary_expression(self.0, inputs[0].dtype()).ok()
     }
-    fn eval_gpu(&self, inputs: &[Array], out: &Array) -> Result<ArrayData> {
-        gpu::unary(self.0, out.shape(), inputs[0].dtype(), &inputs[0].data()?)
+    fn eval_gpu(&self, inputs: &[Array], _out: &Array) -> Result<ArrayData> {
+        gpu::unary(self.0, &inputs[0].operand()?)
     }
     fn eval_cpu(&self, inputs: &[Array], out: &Array) -> Result<ArrayData> {
         cpu::unary::unary(self.0, out.shape(), inputs[0].dtype(), &inputs[0].data()?)
@@ -68,14 +68,8 @@ impl Primitive for Binary {
             .ok()
             .map(|(e, _)| e)
     }
-    fn eval_gpu(&self, inputs: &[Array], out: &Array) -> Result<ArrayData> {
-        gpu::binary(
-            self.0,
-            out.shape(),
-            inputs[0].dtype(),
-            &inputs[0].data()?,
-            &inputs[1].data()?,
-        )
+    fn eval_gpu(&self, inputs: &[Array], _out: &Array) -> Result<ArrayData> {
+        gpu::binary(self.0, &inputs[0].operand()?, &inputs[1].operand()?)
     }
     fn eval_cpu(&self, inputs: &[Array], out: &Array) -> Result<ArrayData> {
         let (a, b) = (&inputs[0], &inputs[1]);
@@ -178,9 +172,9 @@ impl Primitive for Select {
     fn gpu_expression(&self, _inputs: &[Array], _out: &Array) -> Option<String> {
         gpu::elementwise::where_expression().ok()
     }
-    fn eval_gpu(&self, inputs: &[Array], out: &Array) -> Result<ArrayData> {
-        let [c, a, b] = [&inputs[0], &inputs[1], &inputs[2]].map(|x| x.data());
-        gpu::where_(out.shape(), out.dtype(), &c?, &a?, &b?)
+    fn eval_gpu(&self, inputs: &[Array], _out: &Array) -> Result<ArrayData> {
+        let [c, a, b] = [&inputs[0], &inputs[1], &inputs[2]].map(Array::operand);
+        gpu::where_(&c?, &a?, &b?)
     }
     fn eval_cpu(&self, inputs: &[Array], out: &Array) -> Result<ArrayData> {
         let [c, a, b] = [&inputs[0], &inputs[1], &inputs[2]].map(|x| x.data());
@@ -209,12 +203,7 @@ impl Primitive for AsType {
         gpu::elementwise::astype_expression(inputs[0].dtype(), out.dtype()).ok()
     }
     fn eval_gpu(&self, inputs: &[Array], out: &Array) -> Result<ArrayData> {
-        gpu::astype(
-            &inputs[0].data()?,
-            out.shape(),
-            inputs[0].dtype(),
-            out.dtype(),
-        )
+        gpu::astype(&inputs[0].operand()?, out.dtype())
     }
     fn eval_cpu(&self, inputs: &[Array], out: &Array) -> Result<ArrayData> {
         Ok(cpu::copy::copy_cast(

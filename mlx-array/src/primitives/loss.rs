@@ -6,7 +6,7 @@ use crate::primitive::no_gradient;
 use crate::primitives::elementwise::BinaryOp;
 use crate::primitives::reduce::ReduceOp;
 use crate::shape::contiguous_strides;
-use crate::{Array, ArrayData, Dtype, OutputSpec, Primitive, Result};
+use crate::{Array, ArrayData, Dtype, Operand, OutputSpec, Primitive, Result};
 
 /// Per-row `logsumexp(logits) - logits[target]` over the last axis, without
 /// materialising a log-softmax. Inputs: logits `[..., V]`, integer targets `[...]`.
@@ -19,11 +19,11 @@ impl Primitive for CrossEntropy {
     }
     fn eval_gpu(&self, inputs: &[Array], _out: &Array) -> Result<ArrayData> {
         let (l, t) = (&inputs[0], &inputs[1]);
-        crate::backend::gpu::cross_entropy(&l.data()?, l.shape(), l.dtype(), &t.data()?, t.dtype())
+        crate::backend::gpu::cross_entropy(&l.operand()?, &t.operand()?)
     }
     fn eval_cpu(&self, inputs: &[Array], _out: &Array) -> Result<ArrayData> {
         let (l, t) = (&inputs[0], &inputs[1]);
-        loss::cross_entropy(&l.data()?, l.shape(), l.dtype(), &t.data()?, t.dtype())
+        loss::cross_entropy(&l.operand()?, &t.operand()?)
     }
     fn vjp(&self, inputs: &[Array], _out: &Array, ct: &Array) -> Result<Vec<Option<Array>>> {
         let l = &inputs[0];
@@ -48,33 +48,15 @@ impl Primitive for CrossEntropyGrad {
     }
     fn eval_gpu(&self, inputs: &[Array], _out: &Array) -> Result<ArrayData> {
         let (l, t, c) = (&inputs[0], &inputs[1], &inputs[2]);
-        let (data, td, cd) = (l.data()?, t.data()?, c.data()?);
-        let donated = l.is_donatable(&data);
-        crate::backend::gpu::cross_entropy_grad(
-            data,
-            l.shape(),
-            l.dtype(),
-            &td,
-            t.dtype(),
-            &cd,
-            c.dtype(),
-            donated,
-        )
+        let (logits, t, c) = (l.operand()?, t.operand()?, c.operand()?);
+        let donated = l.is_donatable(&logits.data);
+        crate::backend::gpu::cross_entropy_grad(logits, &t, &c, donated)
     }
     fn eval_cpu(&self, inputs: &[Array], _out: &Array) -> Result<ArrayData> {
         let (l, t, c) = (&inputs[0], &inputs[1], &inputs[2]);
-        let (data, td, cd) = (l.data()?, t.data()?, c.data()?);
-        let donated = l.is_donatable(&data);
-        loss::cross_entropy_grad(
-            data,
-            l.shape(),
-            l.dtype(),
-            &td,
-            t.dtype(),
-            &cd,
-            c.dtype(),
-            donated,
-        )
+        let (logits, t, c) = (l.operand()?, t.operand()?, c.operand()?);
+        let donated = l.is_donatable(&logits.data);
+        loss::cross_entropy_grad(logits, &t, &c, donated)
     }
     fn vjp(&self, inputs: &[Array], _out: &Array, _ct: &Array) -> Result<Vec<Option<Array>>> {
         // Second derivatives of the loss are not supported; say so rather than return zeros.
@@ -312,16 +294,25 @@ impl Primitive for LinearCrossEntropyValueAndGrad {
         let (loss, mut grads) = gpu::linear_cross_entropy_value_and_grad(&args, (&rd, rw.dtype()))?;
         let n = h.size() + w.size();
         if h.dtype() != Dtype::F32 {
-            grads = gpu::astype(&grads, &[n], h.dtype(), Dtype::F32)?;
+            grads = gpu::astype(&Operand::new(grads, &[n], h.dtype()), Dtype::F32)?;
         }
         let rows = t.shape();
-        let weighted = gpu::binary(BinaryOp::Multiply, rows, Dtype::F32, &loss, &rd)?;
+        // The row weights are read as f32, as the loss is.
+        let weighted = gpu::binary(
+            BinaryOp::Multiply,
+            &Operand::new(loss, rows, Dtype::F32),
+            &Operand::new(rd, rows, Dtype::F32),
+        )?;
         let axes: Vec<usize> = (0..rows.len()).collect();
-        let total = gpu::reduce(ReduceOp::Sum, &weighted, rows, Dtype::F32, &axes)?;
+        let total = gpu::reduce(
+            ReduceOp::Sum,
+            &Operand::new(weighted, rows, Dtype::F32),
+            &axes,
+        )?;
         let packed = gpu::concatenate(
             &[
-                (grads, vec![n]),
-                (total.view(vec![0], total.offset()), vec![1]),
+                Operand::new(grads, &[n], Dtype::F32),
+                Operand::new(total.view(vec![0], total.offset()), &[1], Dtype::F32),
             ],
             Dtype::F32,
             0,

@@ -73,7 +73,7 @@ use std::time::Duration;
 
 use wgpu::util::DeviceExt;
 
-use crate::data::ArrayData;
+use crate::data::{ArrayData, Operand};
 use crate::memory::Storage;
 use crate::memory::accounting;
 use crate::shape::contiguous_strides;
@@ -535,7 +535,7 @@ pub(crate) fn dense(data: &ArrayData, shape: &[usize], dtype: Dtype) -> Result<A
     if codegen::is_dense(data, shape) {
         Ok(data.clone())
     } else {
-        copy_contiguous(data, shape, dtype)
+        copy_contiguous(&Operand::new(data.clone(), shape, dtype))
     }
 }
 
@@ -598,7 +598,7 @@ pub(crate) fn download(data: &ArrayData, shape: &[usize], dtype: Dtype) -> Resul
     let dense = if data.offset() == 0 && data.is_contiguous(shape) {
         data.clone()
     } else {
-        copy_contiguous(data, shape, dtype)?
+        copy_contiguous(&Operand::new(data.clone(), shape, dtype))?
     };
     let len = crate::shape::size_of_shape(shape);
     let n = len * dtype.size_of();

@@ -78,9 +78,10 @@
 
 use super::super::codegen;
 use super::super::indexing::{Meta, VLOC};
-use super::super::{alloc, astype, context, dispatch, matmul, supported};
+use super::super::matmul::{self, Destination};
+use super::super::{alloc, astype, context, dispatch, supported};
 use crate::backend::common::loss::{LceArgs, chunk_cols};
-use crate::data::ArrayData;
+use crate::data::{ArrayData, Operand};
 use crate::shape::size_of_shape;
 use crate::{Dtype, Error, Result};
 
@@ -111,7 +112,7 @@ struct Setup {
 /// `data` (of `shape` and `dtype`) as a dense f32 array.
 fn f32_dense(data: &ArrayData, shape: &[usize], dtype: Dtype) -> Result<ArrayData> {
     if dtype != Dtype::F32 {
-        astype(data, shape, dtype, Dtype::F32)
+        astype(&Operand::new(data.clone(), shape, dtype), Dtype::F32)
     } else {
         super::super::dense(data, shape, dtype)
     }
@@ -193,33 +194,19 @@ impl Setup {
         if self.half { Dtype::F16 } else { Dtype::F32 }
     }
 
-    /// Records `out[out_offset..] (+)= a @ b` into the dense f32 `out`: a
-    /// product of f16 operands on the tensor-core kernel with `half`, else
-    /// of f32 operands on the f32 kernel.
-    #[allow(clippy::too_many_arguments)]
-    fn product(
-        &self,
-        a: &ArrayData,
-        a_shape: &[usize],
-        b: &ArrayData,
-        out_shape: &[usize],
-        out: &ArrayData,
-        out_offset: usize,
-        accumulate: bool,
-    ) -> Result<()> {
+    /// `data` as a 2-D operand of `shape`, of [`Setup::operands`].
+    fn operand<'s>(&self, data: ArrayData, shape: &'s [usize]) -> Operand<'s> {
+        Operand::new(data, shape, self.operands())
+    }
+
+    /// Records `to (+)= a @ b` into a dense f32 block: a product of f16
+    /// operands on the tensor-core kernel with `half`, else of f32
+    /// operands on the f32 kernel.
+    fn product(&self, a: &Operand<'_>, b: &Operand<'_>, to: &Destination<'_>) -> Result<()> {
         if self.half {
-            matmul::record_f16_f32(a, a_shape, b, out_shape, out, out_offset, accumulate)
+            matmul::record_f16_f32(a, b, to)
         } else {
-            matmul::record(
-                a,
-                a_shape,
-                b,
-                Dtype::F32,
-                out_shape,
-                out,
-                out_offset,
-                accumulate,
-            )
+            matmul::record(a, b, to)
         }
     }
 
@@ -240,13 +227,14 @@ impl Setup {
     fn chunk_logits(&self, x: &ArrayData, c0: usize, n: usize) -> Result<()> {
         let (rows, dims) = (self.rows, self.dims);
         self.product(
-            &view2(&self.h, 0, [dims, 1]),
-            &[rows, dims],
-            &view2(&self.w, c0 * dims, [1, dims]),
-            &[rows, n],
-            x,
-            0,
-            false,
+            &self.operand(view2(&self.h, 0, [dims, 1]), &[rows, dims]),
+            &self.operand(view2(&self.w, c0 * dims, [1, dims]), &[dims, n]),
+            &Destination {
+                data: x,
+                shape: &[rows, n],
+                offset: 0,
+                accumulate: false,
+            },
         )
     }
 
@@ -703,30 +691,32 @@ pub fn linear_cross_entropy_grad(
             let g = record_grad(&meta, &terms, &st.tg, &x, gh.as_ref(), rows * n)?;
             // dh (+)= g @ w[chunk]
             st.product(
-                &view2(g, 0, [n, 1]),
-                &[rows, n],
-                &view2(&st.w, c0 * dims, [dims, 1]),
-                &[rows, dims],
-                &flat,
-                0,
-                c0 > 0,
+                &st.operand(view2(g, 0, [n, 1]), &[rows, n]),
+                &st.operand(view2(&st.w, c0 * dims, [dims, 1]), &[n, dims]),
+                &Destination {
+                    data: &flat,
+                    shape: &[rows, dims],
+                    offset: 0,
+                    accumulate: c0 > 0,
+                },
             )?;
             // dw[chunk] = g^T @ h
             st.product(
-                &view2(g, 0, [1, n]),
-                &[n, rows],
-                &view2(&st.h, 0, [dims, 1]),
-                &[n, dims],
-                &flat,
-                hn + c0 * dims,
-                false,
+                &st.operand(view2(g, 0, [1, n]), &[n, rows]),
+                &st.operand(view2(&st.h, 0, [dims, 1]), &[rows, dims]),
+                &Destination {
+                    data: &flat,
+                    shape: &[n, dims],
+                    offset: hn + c0 * dims,
+                    accumulate: false,
+                },
             )?;
         }
     }
     if a.dtype == Dtype::F32 {
         Ok(flat)
     } else {
-        astype(&flat, &[hn + wn], Dtype::F32, a.dtype)
+        astype(&Operand::new(flat, &[hn + wn], Dtype::F32), a.dtype)
     }
 }
 
@@ -796,13 +786,14 @@ pub fn linear_cross_entropy_value_and_grad(
         let n = block.min(rows - r0);
         // x = h[block] @ w^T over every class.
         st.product(
-            &view2(&st.h, r0 * dims, [dims, 1]),
-            &[n, dims],
-            &view2(&st.w, 0, [1, dims]),
-            &[n, vocab],
-            &x,
-            0,
-            false,
+            &st.operand(view2(&st.h, r0 * dims, [dims, 1]), &[n, dims]),
+            &st.operand(view2(&st.w, 0, [1, dims]), &[dims, vocab]),
+            &Destination {
+                data: &x,
+                shape: &[n, vocab],
+                offset: 0,
+                accumulate: false,
+            },
         )?;
         let meta = [
             n as u32,
@@ -836,23 +827,25 @@ pub fn linear_cross_entropy_value_and_grad(
         let g = record_grad(&meta, &terms, &st.tg, &x, gh.as_ref(), n * vocab)?;
         // dh[block] = g @ w
         st.product(
-            &view2(g, 0, [vocab, 1]),
-            &[n, vocab],
-            &view2(&st.w, 0, [dims, 1]),
-            &[n, dims],
-            &flat,
-            r0 * dims,
-            false,
+            &st.operand(view2(g, 0, [vocab, 1]), &[n, vocab]),
+            &st.operand(view2(&st.w, 0, [dims, 1]), &[vocab, dims]),
+            &Destination {
+                data: &flat,
+                shape: &[n, dims],
+                offset: r0 * dims,
+                accumulate: false,
+            },
         )?;
         // dw (+)= g^T @ h[block]
         st.product(
-            &view2(g, 0, [1, vocab]),
-            &[vocab, n],
-            &view2(&st.h, r0 * dims, [dims, 1]),
-            &[vocab, dims],
-            &flat,
-            hn,
-            r0 > 0,
+            &st.operand(view2(g, 0, [1, vocab]), &[vocab, n]),
+            &st.operand(view2(&st.h, r0 * dims, [dims, 1]), &[n, dims]),
+            &Destination {
+                data: &flat,
+                shape: &[vocab, dims],
+                offset: hn,
+                accumulate: r0 > 0,
+            },
         )?;
     }
     Ok((loss, finish_grads(flat, hn + wn, a.dtype)?))
@@ -863,6 +856,6 @@ fn finish_grads(flat: ArrayData, n: usize, dtype: Dtype) -> Result<ArrayData> {
     if dtype == Dtype::F32 {
         Ok(flat)
     } else {
-        astype(&flat, &[n], Dtype::F32, dtype)
+        astype(&Operand::new(flat, &[n], Dtype::F32), dtype)
     }
 }
