@@ -13,6 +13,13 @@
 //! - the settings (`settings.rs`) are a leaf: they import only the error
 //!   type (what needs more than parsing a variable is checked where it is
 //!   used);
+//! - the kernel boundary is a leaf: `data.rs` (the data a kernel sees,
+//!   `ArrayData` and `Operand`) and what it stands on (`dtype`, `shape`,
+//!   `error`, `memory`, `settings`) import only each other, never the
+//!   arrays, primitives, evaluator, devices or backends above them;
+//! - the backends import only that leaf (and their own modules): not the
+//!   arrays, the evaluator, devices or primitives. Two exceptions remain,
+//!   listed in [`NOT_YET`] with their reason;
 //! - no `cfg(feature = "gpu")` (in any form: `cfg`, `cfg_attr`, `cfg!`,
 //!   `not(...)`) outside `src/backend/`: the no-GPU build mounts a stub
 //!   instead.
@@ -295,9 +302,57 @@ fn starts_with(path: &[String], prefix: &[&str]) -> bool {
     path.len() >= prefix.len() && path.iter().zip(prefix).all(|(a, b)| a == b)
 }
 
+/// The modules of the leaf under the kernels: the data a kernel sees and
+/// what it is built from. They import only each other.
+const LEAF: &[&str] = &["data", "dtype", "shape", "error", "memory", "settings"];
+
+/// References from a backend to a module above the leaf that the tree
+/// still has, each with its reason: (the importing module, exactly or a
+/// module under it with `prefix`; the module it reaches; why).
+const NOT_YET: &[(&[&str], bool, &str, &str)] = &[
+    // The GPU evaluator's fusion plan reads the graph (`array::State`,
+    // `Primitive::gpu_expression`, devices); issue 40 moves the planning
+    // beside the evaluator, which hands the backend only what to run.
+    (
+        &["backend", "gpu", "fusion"],
+        true,
+        "array",
+        "fusion planning",
+    ),
+    (
+        &["backend", "gpu", "fusion"],
+        true,
+        "primitive",
+        "fusion planning",
+    ),
+    (
+        &["backend", "gpu", "fusion"],
+        true,
+        "device",
+        "fusion planning",
+    ),
+    // The GPU's pass timings go into the profile (`profile::current`,
+    // `record_gpu`), whose summary reads the GPU's transfer counters back.
+    (&["backend", "gpu"], false, "profile", "GPU pass timings"),
+    (
+        &["backend", "gpu", "timestamps"],
+        false,
+        "profile",
+        "GPU pass timings",
+    ),
+];
+
+/// True when [`NOT_YET`] lets `module` reach `target`.
+fn not_yet(module: &[&str], target: &str) -> bool {
+    NOT_YET
+        .iter()
+        .any(|&(m, prefix, t, _)| t == target && (module == m || (prefix && module.starts_with(m))))
+}
+
 /// The rule a reference to `path` from `module` breaks, if any.
 fn rule(module: &[String], path: &[String]) -> Option<&'static str> {
     let m: Vec<&str> = module.iter().map(String::as_str).collect();
+    let target = path.first().map(String::as_str).unwrap_or("");
     if starts_with(path, &["primitives"]) && m.first() == Some(&"backend") {
         return Some(
             "a backend imports the primitives (they call the backends, never the reverse; \
@@ -328,6 +383,25 @@ fn rule(module: &[String], path: &[String]) -> Option<&'static str> {
         return Some(
             "the settings import a module above them (they are a leaf: parse the variable \
              here, check what needs more where it is used)",
+        );
+    }
+    if m.first().is_some_and(|f| LEAF.contains(f)) && !path.is_empty() && !LEAF.contains(&target) {
+        return Some(
+            "the kernel boundary's leaf (data, dtype, shape, error, memory, settings) imports \
+             a module above it (kernels read it; it knows nothing of arrays, primitives, the \
+             evaluator, devices or backends)",
+        );
+    }
+    if m.first() == Some(&"backend")
+        && !path.is_empty()
+        && target != "backend"
+        && !LEAF.contains(&target)
+        && !not_yet(&m, target)
+    {
+        return Some(
+            "a backend imports a module above the kernel boundary (backends read only the \
+             leaf: data, dtype, shape, error, memory accounting, settings; what they need \
+             from above is handed to them as an Operand or a kernel description)",
         );
     }
     None
@@ -529,7 +603,8 @@ fn the_layers_point_one_way() {
 fn aliases() -> HashMap<String, Vec<String>> {
     root_aliases(
         "pub use backend::cpu::blas;\npub use primitives::primitive_names;\n\
-         pub use error::{Error, Result};\n",
+         pub use error::{Error, Result};\npub use data::{ArrayData, Operand};\n\
+         pub use array::Array;\npub use dtype::{Bool8, Dtype};\n",
     )
 }
 
@@ -607,7 +682,7 @@ fn f() {
     // Allowed: common, the core, and the GPU's own modules.
     let fine = r#"
 use crate::backend::common::loss::LceArgs;
-use crate::primitive::ArrayData;
+use crate::data::ArrayData;
 use crate::memory::accounting;
 use super::codegen;
 mod inner { use super::super::super::common::rope::RopeSpec; }
@@ -685,5 +760,68 @@ fn finds_what_the_settings_import_above_them() {
             "use crate::settings::{self, BlasChoice};\n"
         ),
         Vec::<usize>::new()
+    );
+}
+
+#[test]
+fn finds_what_the_leaf_imports_above_it() {
+    let src = "use crate::memory::Storage;\nuse crate::dtype::{Dtype, Element};\n\
+               use crate::shape::size_of_shape;\nuse crate::Error;\n\
+               use crate::array::Array;\nuse crate::primitive::Primitive;\n\
+               fn f() { crate::backend::cpu::copy::contiguous(a, b, c); }\n\
+               fn g() -> crate::Device { crate::device::default_device() }\n\
+               use crate::{Array as A, ArrayData};\n";
+    // Line 8 twice: `crate::Device` and `crate::device`.
+    assert_eq!(lines("data.rs", src), vec![5, 6, 7, 8, 8, 9]);
+    // What the leaf stands on is held to the same rule.
+    assert_eq!(lines("shape.rs", src), vec![5, 6, 7, 8, 8, 9]);
+    assert_eq!(lines("memory/accounting.rs", src), vec![5, 6, 7, 8, 8, 9]);
+    // Modules above the leaf may import anything below them.
+    assert_eq!(lines("array.rs", src), Vec::<usize>::new());
+}
+
+#[test]
+fn finds_what_a_backend_imports_above_the_leaf() {
+    let src = r#"
+use crate::data::{ArrayData, Operand};
+use crate::{ArrayData as D, Bool8, Dtype, Result};
+use crate::memory::accounting;
+use crate::settings::{self, BlasChoice};
+use crate::shape::size_of_shape;
+use crate::array::Array;
+use crate::Array as A;
+fn f() { crate::eval::eval(x); crate::device::default_device(); }
+use crate::primitive::{ArrayData as P, Primitive};
+fn g() { crate::profile::enabled(); }
+use crate::array::State;
+"#;
+    assert_eq!(
+        lines("backend/cpu/binary.rs", src),
+        vec![7, 8, 9, 9, 10, 10, 11, 12]
+    );
+    // The exceptions the tree still has, where they are and nowhere else.
+    assert_eq!(
+        lines("backend/gpu/fusion.rs", src),
+        vec![9, 11],
+        "fusion planning may read the graph (not the evaluator, not the profile)"
+    );
+    assert_eq!(
+        lines("backend/gpu/mod.rs", src),
+        vec![7, 8, 9, 9, 10, 10, 12],
+        "the GPU records pass timings in the profile"
+    );
+    assert_eq!(
+        lines(
+            "backend/no_gpu.rs",
+            "mod fusion {\n use crate::{Array, Result};\n}\n"
+        ),
+        Vec::<usize>::new()
+    );
+    assert_eq!(
+        lines(
+            "backend/gpu/elementwise/mod.rs",
+            "use crate::array::State;\n"
+        ),
+        vec![1]
     );
 }

@@ -117,9 +117,9 @@ macro_rules! unavailable_kernels {
 
 unavailable_kernels! {
     /// Always [`UNAVAILABLE`].
-    pub(crate) fn upload(host: &ArrayData, shape: &[usize], dtype: Dtype);
+    pub(crate) fn upload(host: &Operand<'_>);
     /// Always [`UNAVAILABLE`].
-    pub(crate) fn download(data: &ArrayData, shape: &[usize], dtype: Dtype);
+    pub(crate) fn download(x: &Operand<'_>);
     /// Always [`UNAVAILABLE`].
     pub fn unary(op: UnaryOp, x: &Operand<'_>);
     /// Always [`UNAVAILABLE`].
@@ -133,7 +133,7 @@ unavailable_kernels! {
     /// Always [`UNAVAILABLE`].
     pub fn arange(start: f64, step: f64, n: usize, dtype: Dtype);
     /// Always [`UNAVAILABLE`].
-    pub fn random_bits(key: &ArrayData, key_shape: &[usize], n: usize, shape: &[usize]);
+    pub fn random_bits(key: &Operand<'_>, shape: &[usize]);
     /// Always [`UNAVAILABLE`].
     pub fn reduce(op: ReduceOp, x: &Operand<'_>, axes: &[usize]);
     /// Always [`UNAVAILABLE`].
@@ -198,11 +198,11 @@ unavailable_kernels! {
         dtype: Dtype,
     );
     /// Always [`UNAVAILABLE`].
-    pub fn rope(x: &ArrayData, shape: &[usize], spec: &RopeSpec);
+    pub fn rope(x: &Operand<'_>, spec: &RopeSpec);
     /// Always [`UNAVAILABLE`].
-    pub fn rms_norm(x: &ArrayData, w: &ArrayData, shape: &[usize], eps: f32);
+    pub fn rms_norm(x: &Operand<'_>, w: &Operand<'_>, eps: f32);
     /// Always [`UNAVAILABLE`].
-    pub fn rms_norm_grad(x: &ArrayData, w: &ArrayData, ct: &ArrayData, shape: &[usize], eps: f32);
+    pub fn rms_norm_grad(x: &Operand<'_>, w: &Operand<'_>, ct: &Operand<'_>, eps: f32);
 }
 
 /// The fusion hooks of [`crate::Primitive::gpu_expression`]: no WGSL without a GPU.

@@ -560,7 +560,8 @@ pub(crate) fn buffer_of(data: &ArrayData) -> Result<&wgpu::Buffer> {
 
 /// Copies host `data` (contiguous from its offset: the caller makes a
 /// strided view dense on the host first) into a new contiguous GPU array.
-pub(crate) fn upload(host: &ArrayData, shape: &[usize], dtype: Dtype) -> Result<ArrayData> {
+pub(crate) fn upload(host: &Operand<'_>) -> Result<ArrayData> {
+    let (shape, dtype, host) = (host.shape, host.dtype, &host.data);
     supported(dtype)?;
     if !host.is_contiguous(shape) {
         return Err(Error::gpu(
@@ -593,7 +594,8 @@ pub(crate) fn upload(host: &ArrayData, shape: &[usize], dtype: Dtype) -> Result<
 
 /// Copies GPU `data` (any view) into a new contiguous host array: the one
 /// place the CPU waits for the GPU.
-pub(crate) fn download(data: &ArrayData, shape: &[usize], dtype: Dtype) -> Result<ArrayData> {
+pub(crate) fn download(x: &Operand<'_>) -> Result<ArrayData> {
+    let (shape, dtype, data) = (x.shape, x.dtype, &x.data);
     let c = context()?;
     let dense = if data.offset() == 0 && data.is_contiguous(shape) {
         data.clone()
