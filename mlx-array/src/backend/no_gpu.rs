@@ -65,7 +65,7 @@ pub fn submit_count() -> usize {
 /// flat gradients).
 pub fn linear_cross_entropy_value_and_grad(
     a: &LceArgs<'_>,
-    ct: (&ArrayData, Dtype),
+    ct: &Operand<'_>,
 ) -> Result<(ArrayData, ArrayData)> {
     let _ = (a, ct);
     Err(unavailable())
@@ -176,8 +176,8 @@ unavailable_kernels! {
     /// Always [`UNAVAILABLE`].
     pub fn linear_cross_entropy_grad(
         a: &LceArgs<'_>,
-        ct: (&ArrayData, Dtype),
-        loss: &ArrayData,
+        ct: &Operand<'_>,
+        loss: &Operand<'_>,
     );
     /// Always [`UNAVAILABLE`].
     pub fn attention(

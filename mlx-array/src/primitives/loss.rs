@@ -90,22 +90,16 @@ pub struct LinearCrossEntropyOptions {
 }
 
 impl LinearCrossEntropyOptions {
-    fn args<'a>(
-        &self,
-        h: (&'a ArrayData, &'a Array),
-        w: (&'a ArrayData, &'a Array),
-        t: (&'a ArrayData, &'a Array),
-    ) -> LceArgs<'a> {
-        LceArgs {
-            h: (h.0, h.1.shape()),
-            w: (w.0, w.1.shape()),
-            dtype: h.1.dtype(),
-            t: (t.0, t.1.dtype()),
+    fn args<'a>(&self, h: &'a Array, w: &'a Array, t: &'a Array) -> Result<LceArgs<'a>> {
+        Ok(LceArgs {
+            h: h.operand()?,
+            w: w.operand()?,
+            t: t.operand()?,
             ignore_index: self.ignore_index,
             label_smoothing: self.label_smoothing,
             chunk: self.chunk,
             block_rows: self.block_rows,
-        }
+        })
     }
 }
 
@@ -122,13 +116,11 @@ impl Primitive for LinearCrossEntropy {
     }
     fn eval_gpu(&self, inputs: &[Array], _out: &Array) -> Result<ArrayData> {
         let (h, w, t) = (&inputs[0], &inputs[1], &inputs[2]);
-        let (hd, wd, td) = (h.data()?, w.data()?, t.data()?);
-        crate::backend::gpu::linear_cross_entropy(&self.0.args((&hd, h), (&wd, w), (&td, t)))
+        crate::backend::gpu::linear_cross_entropy(&self.0.args(h, w, t)?)
     }
     fn eval_cpu(&self, inputs: &[Array], _out: &Array) -> Result<ArrayData> {
         let (h, w, t) = (&inputs[0], &inputs[1], &inputs[2]);
-        let (hd, wd, td) = (h.data()?, w.data()?, t.data()?);
-        loss::linear_cross_entropy(&self.0.args((&hd, h), (&wd, w), (&td, t)))
+        loss::linear_cross_entropy(&self.0.args(h, w, t)?)
     }
     fn vjp(&self, inputs: &[Array], out: &Array, ct: &Array) -> Result<Vec<Option<Array>>> {
         let (h, w) = (&inputs[0], &inputs[1]);
@@ -197,11 +189,10 @@ impl Primitive for LinearCrossEntropyGrad {
         _outputs: &[OutputSpec],
     ) -> Result<Vec<ArrayData>> {
         let (h, w, t, c, l) = (&inputs[0], &inputs[1], &inputs[2], &inputs[3], &inputs[4]);
-        let (hd, wd, td, cd, ld) = (h.data()?, w.data()?, t.data()?, c.data()?, l.data()?);
         let packed = crate::backend::gpu::linear_cross_entropy_grad(
-            &self.0.args((&hd, h), (&wd, w), (&td, t)),
-            (&cd, c.dtype()),
-            &ld,
+            &self.0.args(h, w, t)?,
+            &c.operand()?,
+            &l.operand()?,
         )?;
         Ok(Self::outputs(packed, h, w))
     }
@@ -211,12 +202,8 @@ impl Primitive for LinearCrossEntropyGrad {
         _outputs: &[OutputSpec],
     ) -> Result<Vec<ArrayData>> {
         let (h, w, t, c, l) = (&inputs[0], &inputs[1], &inputs[2], &inputs[3], &inputs[4]);
-        let (hd, wd, td, cd, ld) = (h.data()?, w.data()?, t.data()?, c.data()?, l.data()?);
-        let packed = loss::linear_cross_entropy_grad(
-            &self.0.args((&hd, h), (&wd, w), (&td, t)),
-            (&cd, c.dtype()),
-            &ld,
-        )?;
+        let packed =
+            loss::linear_cross_entropy_grad(&self.0.args(h, w, t)?, &c.operand()?, &l.operand()?)?;
         Ok(Self::outputs(packed, h, w))
     }
     fn vjp_outputs(
@@ -289,9 +276,9 @@ impl Primitive for LinearCrossEntropyValueAndGrad {
     ) -> Result<Vec<ArrayData>> {
         use crate::backend::gpu;
         let (h, w, t, rw) = (&inputs[0], &inputs[1], &inputs[2], &inputs[3]);
-        let (hd, wd, td, rd) = (h.data()?, w.data()?, t.data()?, rw.data()?);
-        let args = self.0.args((&hd, h), (&wd, w), (&td, t));
-        let (loss, mut grads) = gpu::linear_cross_entropy_value_and_grad(&args, (&rd, rw.dtype()))?;
+        let rw = rw.operand()?;
+        let (loss, mut grads) =
+            gpu::linear_cross_entropy_value_and_grad(&self.0.args(h, w, t)?, &rw)?;
         let n = h.size() + w.size();
         if h.dtype() != Dtype::F32 {
             grads = gpu::astype(&Operand::new(grads, &[n], h.dtype()), Dtype::F32)?;
@@ -301,7 +288,7 @@ impl Primitive for LinearCrossEntropyValueAndGrad {
         let weighted = gpu::binary(
             BinaryOp::Multiply,
             &Operand::new(loss, rows, Dtype::F32),
-            &Operand::new(rd, rows, Dtype::F32),
+            &Operand::new(rw.data, rows, Dtype::F32),
         )?;
         let axes: Vec<usize> = (0..rows.len()).collect();
         let total = gpu::reduce(
@@ -326,11 +313,8 @@ impl Primitive for LinearCrossEntropyValueAndGrad {
         _outputs: &[OutputSpec],
     ) -> Result<Vec<ArrayData>> {
         let (h, w, t, rw) = (&inputs[0], &inputs[1], &inputs[2], &inputs[3]);
-        let (hd, wd, td, rd) = (h.data()?, w.data()?, t.data()?, rw.data()?);
-        let packed = loss::linear_cross_entropy_value_and_grad(
-            &self.0.args((&hd, h), (&wd, w), (&td, t)),
-            (&rd, rw.dtype()),
-        )?;
+        let packed =
+            loss::linear_cross_entropy_value_and_grad(&self.0.args(h, w, t)?, &rw.operand()?)?;
         Ok(Self::outputs(packed, h, w))
     }
     fn vjp_outputs(

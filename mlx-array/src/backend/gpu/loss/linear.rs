@@ -129,27 +129,27 @@ fn view2(data: &ArrayData, at: usize, strides: [usize; 2]) -> ArrayData {
 
 impl Setup {
     fn new(a: &LceArgs<'_>, op: &'static str) -> Result<Setup> {
-        if !matches!(a.dtype, Dtype::F32 | Dtype::F16 | Dtype::BF16) {
+        if !matches!(a.h.dtype, Dtype::F32 | Dtype::F16 | Dtype::BF16) {
             return Err(Error::eval(
                 op,
                 format!(
                     "hidden states and weight must be floating point, got {}",
-                    a.dtype
+                    a.h.dtype
                 ),
             ));
         }
-        let (t, t_dtype) = a.t;
+        let (t, t_dtype) = (&a.t.data, a.t.dtype);
         supported(t_dtype)?;
         if !matches!(t_dtype, Dtype::I32 | Dtype::U32) {
             return Err(Error::gpu(format!(
                 "{op}: targets must be i32 or u32 on the GPU, got {t_dtype}"
             )));
         }
-        let dims = *a.h.1.last().expect("hidden states have a feature axis");
-        let rows_shape = &a.h.1[..a.h.1.len() - 1];
+        let dims = *a.h.shape.last().expect("hidden states have a feature axis");
+        let rows_shape = &a.h.shape[..a.h.shape.len() - 1];
         let rows = size_of_shape(rows_shape);
-        let vocab = a.w.1[0];
-        codegen::check_size(op, rows * dims, &[a.h.0, a.w.0, t])?;
+        let vocab = a.w.shape[0];
+        codegen::check_size(op, rows * dims, &[&a.h.data, &a.w.data, t])?;
         codegen::check_size(op, vocab * dims, &[])?;
         let c = context()?;
         let max_bytes = c
@@ -162,16 +162,16 @@ impl Setup {
         // f16 operands stay f16 (no copies where already dense) when the
         // tensor-core kernel can multiply them; bf16 has no cooperative
         // matrix on the H100's driver and is computed in f32.
-        let half = a.dtype == Dtype::F16 && matmul::f16_f32_products()?;
+        let half = a.h.dtype == Dtype::F16 && matmul::f16_f32_products()?;
         let (h, w) = if half {
             (
-                super::super::dense(a.h.0, a.h.1, Dtype::F16)?,
-                super::super::dense(a.w.0, a.w.1, Dtype::F16)?,
+                super::super::dense(&a.h.data, a.h.shape, Dtype::F16)?,
+                super::super::dense(&a.w.data, a.w.shape, Dtype::F16)?,
             )
         } else {
             (
-                f32_dense(a.h.0, a.h.1, a.dtype)?,
-                f32_dense(a.w.0, a.w.1, a.dtype)?,
+                f32_dense(&a.h.data, a.h.shape, a.h.dtype)?,
+                f32_dense(&a.w.data, a.w.shape, a.h.dtype)?,
             )
         };
         let tg = resolve_targets(t, rows_shape, t_dtype, vocab, a.ignore_index)?;
@@ -410,7 +410,7 @@ fn stats_source() -> String {
 pub fn linear_cross_entropy(a: &LceArgs<'_>) -> Result<ArrayData> {
     let st = Setup::new(a, OP)?;
     let rows = st.rows;
-    let out = alloc(&a.h.1[..a.h.1.len() - 1], Dtype::F32)?;
+    let out = alloc(&a.h.shape[..a.h.shape.len() - 1], Dtype::F32)?;
     if rows == 0 {
         return Ok(out);
     }
@@ -652,23 +652,24 @@ fn record_grad<'a>(
 }
 
 /// The gradients of [`linear_cross_entropy`] for row cotangents `ct` given
-/// its f32 `loss`: one flat buffer of `a.dtype` holding `dh` (`h`'s shape)
+/// its f32 `loss`: one flat buffer of `a.h.dtype` holding `dh` (`h`'s shape)
 /// followed by `dw` (`[V, D]`).
 pub fn linear_cross_entropy_grad(
     a: &LceArgs<'_>,
-    ct: (&ArrayData, Dtype),
-    loss: &ArrayData,
+    ct: &Operand<'_>,
+    loss: &Operand<'_>,
 ) -> Result<ArrayData> {
+    let loss = &loss.data;
     const GRAD: &str = "linear_cross_entropy_grad";
-    supported(ct.1)?;
+    supported(ct.dtype)?;
     let st = Setup::new(a, GRAD)?;
     let (rows, dims) = (st.rows, st.dims);
-    let rows_shape = &a.h.1[..a.h.1.len() - 1];
+    let rows_shape = &a.h.shape[..a.h.shape.len() - 1];
     let (hn, wn) = (rows * dims, st.vocab * dims);
-    codegen::check_size(GRAD, hn + wn, &[ct.0, loss])?;
+    codegen::check_size(GRAD, hn + wn, &[&ct.data, loss])?;
     let flat = alloc(&[hn + wn], Dtype::F32)?;
     if hn + wn > 0 {
-        let ctv = f32_dense(ct.0, rows_shape, ct.1)?;
+        let ctv = f32_dense(&ct.data, rows_shape, ct.dtype)?;
         let lossv = f32_dense(loss, rows_shape, Dtype::F32)?;
         let w_mean = if st.smoothing > 0.0 {
             Some(column_mean(&st)?)
@@ -713,10 +714,10 @@ pub fn linear_cross_entropy_grad(
             )?;
         }
     }
-    if a.dtype == Dtype::F32 {
+    if a.h.dtype == Dtype::F32 {
         Ok(flat)
     } else {
-        astype(&Operand::new(flat, &[hn + wn], Dtype::F32), a.dtype)
+        astype(&Operand::new(flat, &[hn + wn], Dtype::F32), a.h.dtype)
     }
 }
 
@@ -736,18 +737,18 @@ const BLOCK_LOGITS_BYTES: usize = 256 << 20;
 /// see `matmul`'s split-K) and `dw (+)= g^T @ h[block]`. Three products of
 /// the projection's size instead of the two passes' four, and 2 to a few
 /// hundred dispatches fewer. Returns the f32 losses (`h.shape[..-1]`) and
-/// one flat buffer of `a.dtype` holding `dh` then `dw`.
+/// one flat buffer of `a.h.dtype` holding `dh` then `dw`.
 pub fn linear_cross_entropy_value_and_grad(
     a: &LceArgs<'_>,
-    ct: (&ArrayData, Dtype),
+    ct: &Operand<'_>,
 ) -> Result<(ArrayData, ArrayData)> {
     const BOTH: &str = "linear_cross_entropy_value_and_grad";
-    supported(ct.1)?;
+    supported(ct.dtype)?;
     let st = Setup::new(a, BOTH)?;
     let (rows, dims, vocab) = (st.rows, st.dims, st.vocab);
-    let rows_shape = &a.h.1[..a.h.1.len() - 1];
+    let rows_shape = &a.h.shape[..a.h.shape.len() - 1];
     let (hn, wn) = (rows * dims, vocab * dims);
-    codegen::check_size(BOTH, hn + wn, &[ct.0])?;
+    codegen::check_size(BOTH, hn + wn, &[&ct.data])?;
     let loss = alloc(rows_shape, Dtype::F32)?;
     let flat = alloc(&[hn + wn], Dtype::F32)?;
     let c = context()?;
@@ -772,7 +773,7 @@ pub fn linear_cross_entropy_value_and_grad(
         0 => vec![0],
         _ => (0..rows).step_by(block).collect(),
     };
-    let ctv = f32_dense(ct.0, rows_shape, ct.1)?;
+    let ctv = f32_dense(&ct.data, rows_shape, ct.dtype)?;
     let w_mean = if st.smoothing > 0.0 {
         Some(column_mean(&st)?)
     } else {
@@ -848,7 +849,7 @@ pub fn linear_cross_entropy_value_and_grad(
             },
         )?;
     }
-    Ok((loss, finish_grads(flat, hn + wn, a.dtype)?))
+    Ok((loss, finish_grads(flat, hn + wn, a.h.dtype)?))
 }
 
 /// The flat f32 gradients as `dtype`.
