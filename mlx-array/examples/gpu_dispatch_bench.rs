@@ -29,7 +29,7 @@ use std::time::{Duration, Instant};
 use mlx_array::backend::common::elementwise::UnaryOp;
 use mlx_array::backend::gpu;
 use mlx_array::device::with_device;
-use mlx_array::{Array, Device, Dtype, Result, random, settings, value_and_grad};
+use mlx_array::{Array, Device, Dtype, Operand, Result, random, settings, value_and_grad};
 
 /// (name, meta arena, shared passes, layout cache).
 const CONFIGS: [(&str, bool, bool, bool); 5] = [
@@ -79,7 +79,7 @@ fn kernels(x: &Array, n: usize) -> Result<Run> {
     let t0 = Instant::now();
     let mut y = x.data()?;
     for i in 0..n {
-        y = gpu::unary(OPS[i % OPS.len()], &shape, Dtype::F32, &y)?;
+        y = gpu::unary(OPS[i % OPS.len()], &Operand::new(y, &shape, Dtype::F32))?;
     }
     gpu::submit()?;
     let host = t0.elapsed();

@@ -3,8 +3,9 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use crate::data::{ArrayData, Operand};
 use crate::device::Device;
-use crate::primitive::{ArrayData, Primitive};
+use crate::primitive::Primitive;
 use crate::shape::size_of_shape;
 use crate::{Dtype, Element, Error, Result};
 
@@ -328,6 +329,12 @@ impl Array {
         }
     }
 
+    /// The evaluated data with this array's shape and dtype: what a kernel
+    /// takes for one operand. Fails as [`data`](Self::data) does.
+    pub fn operand(&self) -> Result<Operand<'_>> {
+        Ok(Operand::new(self.data()?, self.shape(), self.dtype()))
+    }
+
     /// True when `data` (this input's evaluated data, as just read by a
     /// kernel) may be overwritten: the array is referenced only by the node
     /// being computed and the evaluator's working copy of its inputs, the
@@ -377,7 +384,7 @@ impl Array {
         if data.is_contiguous(self.shape()) {
             Ok(data)
         } else if data.storage().is_device() {
-            crate::backend::gpu::copy_contiguous(&data, self.shape(), self.dtype())
+            crate::backend::gpu::copy_contiguous(&Operand::new(data, self.shape(), self.dtype()))
         } else {
             Ok(crate::backend::cpu::copy::contiguous(
                 &data,

@@ -19,7 +19,8 @@ use std::str::FromStr;
 use std::sync::atomic::{AtomicU8, Ordering};
 
 use crate::backend::{cpu, gpu};
-use crate::primitive::{ArrayData, Primitive};
+use crate::data::{ArrayData, Operand};
+use crate::primitive::Primitive;
 use crate::{Array, Error, Result};
 
 /// A place arrays are computed.
@@ -159,12 +160,11 @@ impl Primitive for Transfer {
         Some(self.to)
     }
     fn eval_cpu(&self, inputs: &[Array], _out: &Array) -> Result<ArrayData> {
-        let x = &inputs[0];
-        let data = x.data()?;
-        if !data.storage().is_device() {
-            return Ok(data);
+        let x = inputs[0].operand()?;
+        if !x.data.storage().is_device() {
+            return Ok(x.data);
         }
-        gpu::download(&data, x.shape(), x.dtype())
+        gpu::download(&x)
     }
     fn eval_gpu(&self, inputs: &[Array], _out: &Array) -> Result<ArrayData> {
         let x = &inputs[0];
@@ -179,11 +179,11 @@ impl Primitive for Transfer {
         // on the host, where the strided copy kernels are.
         if let Some(span) = compact_span(&data, x.shape()) {
             let flat = data.view(vec![1], data.offset());
-            let up = gpu::upload(&flat, &[span], x.dtype())?;
+            let up = gpu::upload(&Operand::new(flat, &[span], x.dtype()))?;
             return Ok(up.view(data.strides().to_vec(), 0));
         }
         let host = cpu::copy::contiguous(&data, x.shape(), x.dtype());
-        gpu::upload(&host, x.shape(), x.dtype())
+        gpu::upload(&Operand::new(host, x.shape(), x.dtype()))
     }
     fn vjp(&self, inputs: &[Array], _out: &Array, ct: &Array) -> Result<Vec<Option<Array>>> {
         Ok(vec![Some(ct.to_device(inputs[0].device()))])

@@ -34,6 +34,7 @@ pub mod autodiff;
 pub mod backend;
 #[cfg(feature = "conformance")]
 pub mod conformance;
+pub mod data;
 pub mod device;
 pub mod dtype;
 pub mod error;
@@ -54,6 +55,7 @@ pub mod tree;
 pub use array::{Array, OutputSpec};
 pub use autodiff::{grad, value_and_grad, value_and_grad_tree, vjp};
 pub use backend::cpu::blas;
+pub use data::{ArrayData, Operand};
 pub use device::{Device, default_device, set_default_device};
 pub use dtype::{ALL_DTYPES, Bool8, Dtype, Element};
 pub use error::{Error, Result};
@@ -62,6 +64,6 @@ pub use io::{
     Part, load_safetensors, load_safetensors_parts, load_tree, save_safetensors, save_tree,
 };
 pub use ops::*;
-pub use primitive::{ArrayData, Primitive, Stream};
+pub use primitive::{Primitive, Stream};
 pub use read::HostRead;
 pub use tree::Tree;

@@ -31,13 +31,9 @@ impl Array {
     /// ```
     pub fn read_later(&self) -> Result<HostRead> {
         self.eval()?;
-        let data = self.data()?;
-        Ok(HostRead(if data.storage().is_device() {
-            Read::Device(
-                readback::start(&data, self.shape(), self.dtype())?,
-                self.shape().to_vec(),
-                self.dtype(),
-            )
+        let x = self.operand()?;
+        Ok(HostRead(if x.data.storage().is_device() {
+            Read::Device(readback::start(&x)?, self.shape().to_vec(), self.dtype())
         } else {
             Read::Host(self.clone())
         }))

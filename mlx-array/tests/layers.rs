@@ -17,6 +17,13 @@
 //! - the settings (`settings.rs`) are a leaf: they import only the error
 //!   type (what needs more than parsing a variable is checked where it is
 //!   used);
+//! - the kernel boundary is a leaf: `data.rs` (the data a kernel sees,
+//!   `ArrayData` and `Operand`) and what it stands on (`dtype`, `shape`,
+//!   `error`, `memory`, `settings`) import only each other, never the
+//!   arrays, primitives, evaluator, devices or backends above them;
+//! - the backends import only that leaf (and their own modules): not the
+//!   arrays, the evaluator, devices or primitives. Two exceptions remain,
+//!   listed in [`NOT_YET`] with their reason;
 //! - no `cfg(feature = "gpu")` (in any form: `cfg`, `cfg_attr`, `cfg!`,
 //!   `not(...)`) outside `src/backend/`: the no-GPU build mounts a stub
 //!   instead.
@@ -301,9 +308,36 @@ fn starts_with(path: &[String], prefix: &[&str]) -> bool {
     path.len() >= prefix.len() && path.iter().zip(prefix).all(|(a, b)| a == b)
 }
 
+/// The modules of the leaf under the kernels: the data a kernel sees and
+/// what it is built from. They import only each other.
+const LEAF: &[&str] = &["data", "dtype", "shape", "error", "memory", "settings"];
+
+/// References from a backend to a module above the leaf that the tree
+/// still has, each with its reason: (the importing module, exactly or a
+/// module under it with `prefix`; the module it reaches; why).
+const NOT_YET: &[(&[&str], bool, &str, &str)] = &[
+    // The GPU's pass timings go into the profile (`profile::current`,
+    // `record_gpu`), whose summary reads the GPU's transfer counters back.
+    (&["backend", "gpu"], false, "profile", "GPU pass timings"),
+    (
+        &["backend", "gpu", "timestamps"],
+        false,
+        "profile",
+        "GPU pass timings",
+    ),
+];
+
+/// True when [`NOT_YET`] lets `module` reach `target`.
+fn not_yet(module: &[&str], target: &str) -> bool {
+    NOT_YET
+        .iter()
+        .any(|&(m, prefix, t, _)| t == target && (module == m || (prefix && module.starts_with(m))))
+}
+
 /// The rule a reference to `path` from `module` breaks, if any.
 fn rule(module: &[String], path: &[String]) -> Option<&'static str> {
     let m: Vec<&str> = module.iter().map(String::as_str).collect();
+    let target = path.first().map(String::as_str).unwrap_or("");
     if starts_with(path, &["primitives"]) && m.first() == Some(&"backend") {
         return Some(
             "a backend imports the primitives (they call the backends, never the reverse; \
@@ -343,6 +377,25 @@ fn rule(module: &[String], path: &[String]) -> Option<&'static str> {
         return Some(
             "the settings import a module above them (they are a leaf: parse the variable \
              here, check what needs more where it is used)",
+        );
+    }
+    if m.first().is_some_and(|f| LEAF.contains(f)) && !path.is_empty() && !LEAF.contains(&target) {
+        return Some(
+            "the kernel boundary's leaf (data, dtype, shape, error, memory, settings) imports \
+             a module above it (kernels read it; it knows nothing of arrays, primitives, the \
+             evaluator, devices or backends)",
+        );
+    }
+    if m.first() == Some(&"backend")
+        && !path.is_empty()
+        && target != "backend"
+        && !LEAF.contains(&target)
+        && !not_yet(&m, target)
+    {
+        return Some(
+            "a backend imports a module above the kernel boundary (backends read only the \
+             leaf: data, dtype, shape, error, memory accounting, settings; what they need \
+             from above is handed to them as an Operand or a kernel description)",
         );
     }
     None
@@ -642,8 +695,9 @@ fn the_layers_point_one_way() {
 fn aliases() -> HashMap<String, Vec<String>> {
     root_aliases(
         "pub use backend::cpu::blas;\npub use primitives::primitive_names;\n\
-         pub use error::{Error, Result};\npub use array::{Array, OutputSpec};\n\
-         pub use eval::{Evaluable, eval};\npub use primitive::{ArrayData, Primitive};\n",
+         pub use error::{Error, Result};\npub use data::{ArrayData, Operand};\n\
+         pub use array::{Array, OutputSpec};\npub use eval::{Evaluable, eval};\n\
+         pub use primitive::Primitive;\npub use dtype::{Bool8, Dtype};\n",
     )
 }
 
@@ -721,7 +775,7 @@ fn f() {
     // Allowed: common, the core, and the GPU's own modules.
     let fine = r#"
 use crate::backend::common::loss::LceArgs;
-use crate::primitive::ArrayData;
+use crate::data::ArrayData;
 use crate::memory::accounting;
 use super::codegen;
 mod inner { use super::super::super::common::rope::RopeSpec; }
@@ -785,18 +839,20 @@ fn f() {
 }
 mod inner { use super::super::super::super::eval; }
 "#;
+    // Line 3 twice: the arrays, and the device (above the leaf, see
+    // `finds_what_a_backend_imports_above_the_leaf`).
     assert_eq!(
         lines("backend/gpu/fusion.rs", src),
-        vec![2, 3, 4, 5, 7, 8, 8, 10]
+        vec![2, 3, 3, 4, 5, 7, 8, 8, 10]
     );
     // The stub is the GPU backend too.
     assert_eq!(lines("backend/no_gpu.rs", "use crate::Array;"), vec![1]);
     // Allowed: the plain descriptions, the data a kernel reads, and the
     // names of the GPU's own modules and locals.
     let fine = r#"
-use crate::backend::common::fusion::{FusedChain, Operand};
+use crate::backend::common::fusion::{FusedChain, StepInput};
 use crate::{ArrayData, Dtype, Result};
-use crate::primitive::ArrayData as Data;
+use crate::data::ArrayData as Data;
 fn f(eval: u32, array: &[u32]) { let x = array[0] + eval; }
 "#;
     assert_eq!(lines("backend/gpu/fusion.rs", fine), Vec::<usize>::new());
@@ -865,25 +921,28 @@ fn follows_what_modules_reexport() {
         ("backend/cpu/matmul/mod.rs", "pub mod blas;\n"),
         ("backend/cpu/matmul/blas.rs", ""),
         (
-            "primitive.rs",
+            "shape.rs",
             "pub use crate::backend::cpu::blas::Mat;\npub(crate) use crate::blas as gemms;\n\
              fn f() { use crate::backend::cpu::x; }\n",
         ),
         (
             "dtype.rs",
-            "pub use crate::primitive::{Mat as M, gemms};\npub struct Dtype;\n",
+            "pub use crate::shape::{Mat as M, gemms};\npub struct Dtype;\n",
         ),
         (
             "error.rs",
             "pub use crate::device::Device as Leak;\npub struct Error;\n",
         ),
+        // The leaf, with a `use` inside a function (it re-exports nothing).
+        ("data.rs", "fn f() { use crate::backend::cpu::x; }\n"),
         // Two modules that re-export each other's name: a cycle.
-        ("a.rs", "pub use crate::b::y as x;\n"),
-        ("b.rs", "pub use crate::a::x as y;\n"),
+        ("settings.rs", "pub use crate::memory::y as x;\n"),
+        ("memory/mod.rs", "pub use crate::settings::x as y;\n"),
     ];
     // From the GPU backend and from memory, the BLAS reached through the
-    // primitives, through two re-exports, and through the crate root.
-    let src = "use crate::primitive::Mat;\nuse crate::dtype::M;\n\
+    // shape module (a leaf: the first step is allowed), through two
+    // re-exports, and through the crate root.
+    let src = "use crate::shape::Mat;\nuse crate::dtype::M;\n\
                fn f() { crate::dtype::gemms::sgemm(); }\nuse crate::dtype::Dtype;\n";
     assert_eq!(
         lines_among(&files, "backend/gpu/matmul/mod.rs", src),
@@ -899,7 +958,7 @@ fn follows_what_modules_reexport() {
     assert_eq!(lines("backend/gpu/matmul/mod.rs", src), Vec::<usize>::new());
     // A `use` inside a function re-exports nothing; a cycle ends; the CPU
     // backend reaches its own BLAS.
-    let fine = "fn f() { crate::primitive::x::y(); }\nuse crate::a::x;\n";
+    let fine = "fn f() { crate::data::x::y(); }\nuse crate::settings::x;\n";
     assert_eq!(
         lines_among(&files, "backend/gpu/mod.rs", fine),
         Vec::<usize>::new()
@@ -911,5 +970,68 @@ fn follows_what_modules_reexport() {
             "use super::blas::Mat;\n"
         ),
         Vec::<usize>::new()
+    );
+}
+
+#[test]
+fn finds_what_the_leaf_imports_above_it() {
+    let src = "use crate::memory::Storage;\nuse crate::dtype::{Dtype, Element};\n\
+               use crate::shape::size_of_shape;\nuse crate::Error;\n\
+               use crate::array::Array;\nuse crate::primitive::Primitive;\n\
+               fn f() { crate::backend::cpu::copy::contiguous(a, b, c); }\n\
+               fn g() -> crate::Device { crate::device::default_device() }\n\
+               use crate::{Array as A, ArrayData};\n";
+    // Line 8 twice: `crate::Device` and `crate::device`.
+    assert_eq!(lines("data.rs", src), vec![5, 6, 7, 8, 8, 9]);
+    // What the leaf stands on is held to the same rule.
+    assert_eq!(lines("shape.rs", src), vec![5, 6, 7, 8, 8, 9]);
+    assert_eq!(lines("memory/accounting.rs", src), vec![5, 6, 7, 8, 8, 9]);
+    // Modules above the leaf may import anything below them.
+    assert_eq!(lines("array.rs", src), Vec::<usize>::new());
+}
+
+#[test]
+fn finds_what_a_backend_imports_above_the_leaf() {
+    let src = r#"
+use crate::data::{ArrayData, Operand};
+use crate::{ArrayData as D, Bool8, Dtype, Result};
+use crate::memory::accounting;
+use crate::settings::{self, BlasChoice};
+use crate::shape::size_of_shape;
+use crate::array::Array;
+use crate::Array as A;
+fn f() { crate::eval::eval(x); crate::device::default_device(); }
+use crate::primitive::{ArrayData as P, Primitive};
+fn g() { crate::profile::enabled(); }
+use crate::array::State;
+"#;
+    assert_eq!(
+        lines("backend/cpu/binary.rs", src),
+        vec![7, 8, 9, 9, 10, 10, 11, 12]
+    );
+    // The exception the tree still has, where it is and nowhere else; the
+    // fusion planning that read the graph moved beside the evaluator.
+    assert_eq!(
+        lines("backend/gpu/fusion.rs", src),
+        vec![7, 8, 9, 9, 10, 10, 11, 12]
+    );
+    assert_eq!(
+        lines("backend/gpu/mod.rs", src),
+        vec![7, 8, 9, 9, 10, 10, 12],
+        "the GPU records pass timings in the profile"
+    );
+    assert_eq!(
+        lines(
+            "backend/no_gpu.rs",
+            "mod fusion {\n use crate::{Array, Result};\n}\n"
+        ),
+        vec![2]
+    );
+    assert_eq!(
+        lines(
+            "backend/gpu/elementwise/mod.rs",
+            "use crate::array::State;\n"
+        ),
+        vec![1]
     );
 }

@@ -2,9 +2,12 @@
 //! `common`: the kernel descriptions both backends read.
 //!
 //! The layers point one way: primitives call the backends, the backends
-//! read `common` and the core (`ArrayData`, dtypes, shapes, memory
-//! accounting), and the GPU backend never reaches into the CPU one.
+//! read `common` and the leaf under them (`crate::data`: the [`Operand`]s
+//! kernels take, one per operand, and dtypes, shapes, memory accounting,
+//! settings), and the GPU backend never reaches into the CPU one.
 //! `tests/layers.rs` checks it.
+//!
+//! [`Operand`]: crate::data::Operand
 
 pub mod common;
 pub mod cpu;

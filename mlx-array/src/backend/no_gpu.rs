@@ -11,7 +11,7 @@ use crate::backend::common::elementwise::{BinaryOp, UnaryOp};
 use crate::backend::common::loss::LceArgs;
 use crate::backend::common::reduce::ReduceOp;
 use crate::backend::common::rope::RopeSpec;
-use crate::primitive::ArrayData;
+use crate::data::{ArrayData, Operand};
 use crate::{Dtype, Error, Result};
 
 /// Why every GPU entry point fails in this build.
@@ -65,7 +65,7 @@ pub fn submit_count() -> usize {
 /// flat gradients).
 pub fn linear_cross_entropy_value_and_grad(
     a: &LceArgs<'_>,
-    ct: (&ArrayData, Dtype),
+    ct: &Operand<'_>,
 ) -> Result<(ArrayData, ArrayData)> {
     let _ = (a, ct);
     Err(unavailable())
@@ -81,7 +81,7 @@ pub use transfers::{Transfers, transfers};
 /// [`UNAVAILABLE`] (the signatures of the wgpu backend's `custom`).
 pub mod custom {
     use super::unavailable;
-    use crate::primitive::ArrayData;
+    use crate::data::ArrayData;
     use crate::{Dtype, Result};
 
     /// Always [`super::UNAVAILABLE`].
@@ -104,17 +104,14 @@ pub mod custom {
 
 /// Copies to the host that wait when read; none can start in this build.
 pub(crate) mod readback {
-    use super::{ArrayData, Dtype, Result, unavailable};
+    use super::{ArrayData, Result, unavailable};
+    use crate::data::Operand;
 
     /// A copy on its way to the host; none exists in this build.
     pub(crate) enum PendingDownload {}
 
     /// Always [`UNAVAILABLE`](super::UNAVAILABLE).
-    pub(crate) fn start(
-        _data: &ArrayData,
-        _shape: &[usize],
-        _dtype: Dtype,
-    ) -> Result<PendingDownload> {
+    pub(crate) fn start(_x: &Operand<'_>) -> Result<PendingDownload> {
         Err(unavailable())
     }
 
@@ -131,7 +128,6 @@ macro_rules! unavailable_kernels {
     ($($(#[$m:meta])* $vis:vis fn $name:ident($($arg:ident: $ty:ty),* $(,)?);)*) => {
         $(
             $(#[$m])*
-            #[allow(clippy::too_many_arguments)] // the wgpu backend's signatures
             $vis fn $name($($arg: $ty),*) -> Result<ArrayData> {
                 let _ = ($($arg,)*);
                 Err(unavailable())
@@ -142,123 +138,58 @@ macro_rules! unavailable_kernels {
 
 unavailable_kernels! {
     /// Always [`UNAVAILABLE`].
-    pub(crate) fn upload(host: &ArrayData, shape: &[usize], dtype: Dtype);
+    pub(crate) fn upload(host: &Operand<'_>);
     /// Always [`UNAVAILABLE`].
-    pub(crate) fn download(data: &ArrayData, shape: &[usize], dtype: Dtype);
+    pub(crate) fn download(x: &Operand<'_>);
     /// Always [`UNAVAILABLE`].
-    pub fn unary(op: UnaryOp, shape: &[usize], dtype: Dtype, a: &ArrayData);
+    pub fn unary(op: UnaryOp, x: &Operand<'_>);
     /// Always [`UNAVAILABLE`].
-    pub fn binary(op: BinaryOp, shape: &[usize], dtype: Dtype, a: &ArrayData, b: &ArrayData);
+    pub fn binary(op: BinaryOp, a: &Operand<'_>, b: &Operand<'_>);
     /// Always [`UNAVAILABLE`].
-    pub fn where_(shape: &[usize], dtype: Dtype, cond: &ArrayData, a: &ArrayData, b: &ArrayData);
+    pub fn where_(cond: &Operand<'_>, a: &Operand<'_>, b: &Operand<'_>);
     /// Always [`UNAVAILABLE`].
-    pub fn astype(data: &ArrayData, shape: &[usize], from: Dtype, to: Dtype);
+    pub fn astype(x: &Operand<'_>, to: Dtype);
     /// Always [`UNAVAILABLE`].
-    pub fn copy_contiguous(data: &ArrayData, shape: &[usize], dtype: Dtype);
+    pub fn copy_contiguous(x: &Operand<'_>);
     /// Always [`UNAVAILABLE`].
     pub fn arange(start: f64, step: f64, n: usize, dtype: Dtype);
     /// Always [`UNAVAILABLE`].
-    pub fn random_bits(key: &ArrayData, key_shape: &[usize], n: usize, shape: &[usize]);
+    pub fn random_bits(key: &Operand<'_>, shape: &[usize]);
     /// Always [`UNAVAILABLE`].
-    pub fn reduce(op: ReduceOp, data: &ArrayData, shape: &[usize], dtype: Dtype, axes: &[usize]);
+    pub fn reduce(op: ReduceOp, x: &Operand<'_>, axes: &[usize]);
     /// Always [`UNAVAILABLE`].
-    pub fn arg_reduce(is_max: bool, data: &ArrayData, shape: &[usize], dtype: Dtype, axis: usize);
+    pub fn arg_reduce(is_max: bool, x: &Operand<'_>, axis: usize);
     /// Always [`UNAVAILABLE`].
-    pub fn cumsum(
-        data: &ArrayData,
-        shape: &[usize],
-        dtype: Dtype,
-        axis: usize,
-        reverse: bool,
-        inclusive: bool,
-    );
+    pub fn cumsum(x: &Operand<'_>, axis: usize, reverse: bool, inclusive: bool);
     /// Always [`UNAVAILABLE`].
-    pub fn matmul(
-        a: &ArrayData,
-        a_shape: &[usize],
-        b: &ArrayData,
-        b_shape: &[usize],
-        dtype: Dtype,
-        out_shape: &[usize],
-    );
+    pub fn matmul(a: &Operand<'_>, b: &Operand<'_>, out_shape: &[usize]);
     /// Always [`UNAVAILABLE`].
-    pub fn take(
-        a: &ArrayData,
-        a_shape: &[usize],
-        dtype: Dtype,
-        idx: &ArrayData,
-        idx_shape: &[usize],
-        idx_dtype: Dtype,
-        axis: usize,
-        out_shape: &[usize],
-    );
+    pub fn take(a: &Operand<'_>, idx: &Operand<'_>, axis: usize, out_shape: &[usize]);
     /// Always [`UNAVAILABLE`].
-    pub fn take_along_axis(
-        a: &ArrayData,
-        a_shape: &[usize],
-        dtype: Dtype,
-        idx: &ArrayData,
-        idx_dtype: Dtype,
-        axis: usize,
-        out_shape: &[usize],
-    );
+    pub fn take_along_axis(a: &Operand<'_>, idx: &Operand<'_>, axis: usize);
     /// Always [`UNAVAILABLE`].
     pub fn scatter_add(
-        ct: &ArrayData,
-        ct_shape: &[usize],
-        dtype: Dtype,
-        idx: &ArrayData,
-        idx_shape: &[usize],
-        idx_dtype: Dtype,
+        ct: &Operand<'_>,
+        idx: &Operand<'_>,
         axis: usize,
         along_axis: bool,
         out_shape: &[usize],
     );
     /// Always [`UNAVAILABLE`].
-    pub fn concatenate(
-        parts: &[(ArrayData, Vec<usize>)],
-        dtype: Dtype,
-        axis: usize,
-        out_shape: &[usize],
-    );
+    pub fn concatenate(parts: &[Operand<'_>], dtype: Dtype, axis: usize, out_shape: &[usize]);
     /// Always [`UNAVAILABLE`].
-    pub fn pad(
-        x: &ArrayData,
-        x_shape: &[usize],
-        dtype: Dtype,
-        low: &[usize],
-        value: f64,
-        out_shape: &[usize],
-    );
+    pub fn pad(x: &Operand<'_>, low: &[usize], value: f64, out_shape: &[usize]);
     /// Always [`UNAVAILABLE`].
-    pub fn slice_update(
-        base: &ArrayData,
-        shape: &[usize],
-        dtype: Dtype,
-        upd: &ArrayData,
-        upd_shape: &[usize],
-        start: &[usize],
-        step: &[isize],
-    );
+    pub fn slice_update(base: &Operand<'_>, upd: &Operand<'_>, start: &[usize], step: &[isize]);
     /// Always [`UNAVAILABLE`].
-    pub fn softmax(x: &ArrayData, shape: &[usize], dtype: Dtype);
+    pub fn softmax(x: &Operand<'_>);
     /// Always [`UNAVAILABLE`].
-    pub fn cross_entropy(
-        logits: &ArrayData,
-        shape: &[usize],
-        dtype: Dtype,
-        t: &ArrayData,
-        t_dtype: Dtype,
-    );
+    pub fn cross_entropy(logits: &Operand<'_>, t: &Operand<'_>);
     /// Always [`UNAVAILABLE`].
     pub fn cross_entropy_grad(
-        logits: ArrayData,
-        shape: &[usize],
-        dtype: Dtype,
-        t: &ArrayData,
-        t_dtype: Dtype,
-        ct: &ArrayData,
-        ct_dtype: Dtype,
+        logits: Operand<'_>,
+        t: &Operand<'_>,
+        ct: &Operand<'_>,
         donated: bool,
     );
     /// Always [`UNAVAILABLE`].
@@ -266,8 +197,8 @@ unavailable_kernels! {
     /// Always [`UNAVAILABLE`].
     pub fn linear_cross_entropy_grad(
         a: &LceArgs<'_>,
-        ct: (&ArrayData, Dtype),
-        loss: &ArrayData,
+        ct: &Operand<'_>,
+        loss: &Operand<'_>,
     );
     /// Always [`UNAVAILABLE`].
     pub fn attention(
@@ -288,18 +219,18 @@ unavailable_kernels! {
         dtype: Dtype,
     );
     /// Always [`UNAVAILABLE`].
-    pub fn rope(x: &ArrayData, shape: &[usize], spec: &RopeSpec);
+    pub fn rope(x: &Operand<'_>, spec: &RopeSpec);
     /// Always [`UNAVAILABLE`].
-    pub fn rms_norm(x: &ArrayData, w: &ArrayData, shape: &[usize], eps: f32);
+    pub fn rms_norm(x: &Operand<'_>, w: &Operand<'_>, eps: f32);
     /// Always [`UNAVAILABLE`].
-    pub fn rms_norm_grad(x: &ArrayData, w: &ArrayData, ct: &ArrayData, shape: &[usize], eps: f32);
+    pub fn rms_norm_grad(x: &Operand<'_>, w: &Operand<'_>, ct: &Operand<'_>, eps: f32);
 }
 
 /// The fusion hooks of [`crate::Primitive::gpu_expression`]: no WGSL without a GPU.
 pub(crate) mod elementwise {
     use super::unavailable;
     use crate::backend::common::elementwise::{BinaryOp, UnaryOp};
-    use crate::primitive::ArrayData;
+    use crate::data::ArrayData;
     use crate::{Dtype, Result};
 
     /// Always [`super::UNAVAILABLE`].
@@ -340,7 +271,7 @@ pub(crate) mod fusion {
     use super::unavailable;
     use crate::Result;
     use crate::backend::common::fusion::FusedChain;
-    use crate::primitive::ArrayData;
+    use crate::data::ArrayData;
 
     /// Always [`super::UNAVAILABLE`].
     pub(crate) fn run(_chain: &FusedChain) -> Result<ArrayData> {

@@ -15,7 +15,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use crate::array::State;
-use crate::backend::common::fusion::{FusedChain, MAX_INPUTS, Operand, Step};
+use crate::backend::common::fusion::{FusedChain, MAX_INPUTS, Step, StepInput};
 use crate::primitive::Primitive;
 use crate::{Array, ArrayData, Device, Result};
 
@@ -153,9 +153,9 @@ struct Chain {
 impl Chain {
     /// Adds `a`'s step (after the steps of the deferred nodes it reads).
     /// `None` when an input cannot be read here.
-    fn node(&mut self, f: &Fusion, a: &Array) -> Option<Operand> {
+    fn node(&mut self, f: &Fusion, a: &Array) -> Option<StepInput> {
         let (expression, inputs) = expression(a)?;
-        let operands: Vec<Operand> = inputs
+        let operands: Vec<StepInput> = inputs
             .iter()
             .map(|i| self.operand(f, i))
             .collect::<Option<_>>()?;
@@ -164,11 +164,11 @@ impl Chain {
             operands,
             dtype: a.dtype(),
         });
-        Some(Operand::Step(self.steps.len() - 1))
+        Some(StepInput::Step(self.steps.len() - 1))
     }
 
     /// A deferred input's step, or an evaluated input read by the kernel.
-    fn operand(&mut self, f: &Fusion, i: &Array) -> Option<Operand> {
+    fn operand(&mut self, f: &Fusion, i: &Array) -> Option<StepInput> {
         if f.deferred.contains(&i.id()) {
             return self.node(f, i);
         }
@@ -182,6 +182,6 @@ impl Chain {
                 self.leaves.len() - 1
             }
         };
-        Some(Operand::Input(k))
+        Some(StepInput::Input(k))
     }
 }

@@ -9,7 +9,8 @@ use std::sync::mpsc::{Receiver, Sender, channel, sync_channel};
 use std::time::{Duration, Instant};
 
 use crate::array::State;
-use crate::primitive::{ArrayData, Primitive, Stream};
+use crate::data::ArrayData;
+use crate::primitive::{Primitive, Stream};
 use crate::{Array, Device, Result};
 
 mod fusion;

@@ -51,7 +51,7 @@ impl Primitive for RandomBits {
                 "the key must hold exactly two uint32 values",
             ));
         }
-        crate::backend::gpu::random_bits(&k.data()?, k.shape(), out.size(), out.shape())
+        crate::backend::gpu::random_bits(&k.operand()?, out.shape())
     }
     fn eval_cpu(&self, inputs: &[Array], out: &Array) -> Result<ArrayData> {
         let k = &inputs[0];

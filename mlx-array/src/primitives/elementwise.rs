@@ -16,11 +16,11 @@ impl Primitive for Unary {
     fn gpu_expression(&self, inputs: &[Array], _out: &Array) -> Option<String> {
         gpu::elementwise::unary_expression(self.0, inputs[0].dtype()).ok()
     }
-    fn eval_gpu(&self, inputs: &[Array], out: &Array) -> Result<ArrayData> {
-        gpu::unary(self.0, out.shape(), inputs[0].dtype(), &inputs[0].data()?)
+    fn eval_gpu(&self, inputs: &[Array], _out: &Array) -> Result<ArrayData> {
+        gpu::unary(self.0, &inputs[0].operand()?)
     }
-    fn eval_cpu(&self, inputs: &[Array], out: &Array) -> Result<ArrayData> {
-        cpu::unary::unary(self.0, out.shape(), inputs[0].dtype(), &inputs[0].data()?)
+    fn eval_cpu(&self, inputs: &[Array], _out: &Array) -> Result<ArrayData> {
+        cpu::unary::unary(self.0, &inputs[0].operand()?)
     }
     fn vjp(&self, inputs: &[Array], out: &Array, ct: &Array) -> Result<Vec<Option<Array>>> {
         use UnaryOp::*;
@@ -68,24 +68,18 @@ impl Primitive for Binary {
             .ok()
             .map(|(e, _)| e)
     }
-    fn eval_gpu(&self, inputs: &[Array], out: &Array) -> Result<ArrayData> {
-        gpu::binary(
-            self.0,
-            out.shape(),
-            inputs[0].dtype(),
-            &inputs[0].data()?,
-            &inputs[1].data()?,
-        )
+    fn eval_gpu(&self, inputs: &[Array], _out: &Array) -> Result<ArrayData> {
+        gpu::binary(self.0, &inputs[0].operand()?, &inputs[1].operand()?)
     }
     fn eval_cpu(&self, inputs: &[Array], out: &Array) -> Result<ArrayData> {
         let (a, b) = (&inputs[0], &inputs[1]);
-        let (ad, bd) = (a.data()?, b.data()?);
+        let (ad, bd) = (a.operand()?, b.operand()?);
         // Write over the first input when this node is its last reader.
         let donated = out.dtype() == a.dtype()
             && a.dtype().is_float()
             && a.shape() == out.shape()
-            && a.is_donatable(&ad);
-        cpu::binary::binary(self.0, out.shape(), a.dtype(), &ad, &bd, donated)
+            && a.is_donatable(&ad.data);
+        cpu::binary::binary(self.0, &ad, &bd, donated)
     }
     fn vjp(&self, inputs: &[Array], out: &Array, ct: &Array) -> Result<Vec<Option<Array>>> {
         use BinaryOp::*;
@@ -149,9 +143,9 @@ impl Primitive for Swiglu {
             d,
         )
     }
-    fn eval_cpu(&self, inputs: &[Array], out: &Array) -> Result<ArrayData> {
-        let (g, u) = (&inputs[0], &inputs[1]);
-        cpu::binary::swiglu(out.shape(), out.dtype(), &g.data()?, &u.data()?)
+    fn eval_cpu(&self, inputs: &[Array], _out: &Array) -> Result<ArrayData> {
+        let (g, u) = (inputs[0].operand()?, inputs[1].operand()?);
+        cpu::binary::swiglu(&g, &u)
     }
     fn vjp(&self, inputs: &[Array], _out: &Array, ct: &Array) -> Result<Vec<Option<Array>>> {
         // d up = ct * silu(g); d gate = ct * up * s * (1 + g * (1 - s)),
@@ -178,13 +172,13 @@ impl Primitive for Select {
     fn gpu_expression(&self, _inputs: &[Array], _out: &Array) -> Option<String> {
         gpu::elementwise::where_expression().ok()
     }
-    fn eval_gpu(&self, inputs: &[Array], out: &Array) -> Result<ArrayData> {
-        let [c, a, b] = [&inputs[0], &inputs[1], &inputs[2]].map(|x| x.data());
-        gpu::where_(out.shape(), out.dtype(), &c?, &a?, &b?)
+    fn eval_gpu(&self, inputs: &[Array], _out: &Array) -> Result<ArrayData> {
+        let [c, a, b] = [&inputs[0], &inputs[1], &inputs[2]].map(Array::operand);
+        gpu::where_(&c?, &a?, &b?)
     }
-    fn eval_cpu(&self, inputs: &[Array], out: &Array) -> Result<ArrayData> {
-        let [c, a, b] = [&inputs[0], &inputs[1], &inputs[2]].map(|x| x.data());
-        Ok(cpu::binary::select(out.shape(), out.dtype(), &c?, &a?, &b?))
+    fn eval_cpu(&self, inputs: &[Array], _out: &Array) -> Result<ArrayData> {
+        let [c, a, b] = [&inputs[0], &inputs[1], &inputs[2]].map(Array::operand);
+        Ok(cpu::binary::select(&c?, &a?, &b?))
     }
     fn vjp(&self, inputs: &[Array], _out: &Array, ct: &Array) -> Result<Vec<Option<Array>>> {
         let zero = ct.scalar_like(0.0);
@@ -209,12 +203,7 @@ impl Primitive for AsType {
         gpu::elementwise::astype_expression(inputs[0].dtype(), out.dtype()).ok()
     }
     fn eval_gpu(&self, inputs: &[Array], out: &Array) -> Result<ArrayData> {
-        gpu::astype(
-            &inputs[0].data()?,
-            out.shape(),
-            inputs[0].dtype(),
-            out.dtype(),
-        )
+        gpu::astype(&inputs[0].operand()?, out.dtype())
     }
     fn eval_cpu(&self, inputs: &[Array], out: &Array) -> Result<ArrayData> {
         Ok(cpu::copy::copy_cast(

@@ -2,7 +2,7 @@
 
 use crate::backend::cpu::indexing as k;
 use crate::shape::contiguous_strides;
-use crate::{Array, ArrayData, Primitive, Result};
+use crate::{Array, ArrayData, Operand, Primitive, Result};
 
 /// Selects entries along `axis` by an integer index array.
 #[derive(Debug, Clone)]
@@ -13,30 +13,12 @@ impl Primitive for Take {
         "take"
     }
     fn eval_gpu(&self, inputs: &[Array], out: &Array) -> Result<ArrayData> {
-        let (a, i) = (&inputs[0], &inputs[1]);
-        crate::backend::gpu::take(
-            &a.data()?,
-            a.shape(),
-            a.dtype(),
-            &i.data()?,
-            i.shape(),
-            i.dtype(),
-            self.0,
-            out.shape(),
-        )
+        let (a, i) = (inputs[0].operand()?, inputs[1].operand()?);
+        crate::backend::gpu::take(&a, &i, self.0, out.shape())
     }
     fn eval_cpu(&self, inputs: &[Array], out: &Array) -> Result<ArrayData> {
-        let (a, i) = (&inputs[0], &inputs[1]);
-        k::take(
-            &a.data()?,
-            a.shape(),
-            a.dtype(),
-            &i.data()?,
-            i.shape(),
-            i.dtype(),
-            self.0,
-            out.shape(),
-        )
+        let (a, i) = (inputs[0].operand()?, inputs[1].operand()?);
+        k::take(&a, &i, self.0, out.shape())
     }
     fn vjp(&self, inputs: &[Array], _out: &Array, ct: &Array) -> Result<Vec<Option<Array>>> {
         ScatterAdd {
@@ -55,29 +37,13 @@ impl Primitive for TakeAlongAxis {
     fn name(&self) -> &'static str {
         "take_along_axis"
     }
-    fn eval_gpu(&self, inputs: &[Array], out: &Array) -> Result<ArrayData> {
-        let (a, i) = (&inputs[0], &inputs[1]);
-        crate::backend::gpu::take_along_axis(
-            &a.data()?,
-            a.shape(),
-            a.dtype(),
-            &i.data()?,
-            i.dtype(),
-            self.0,
-            out.shape(),
-        )
+    fn eval_gpu(&self, inputs: &[Array], _out: &Array) -> Result<ArrayData> {
+        let (a, i) = (inputs[0].operand()?, inputs[1].operand()?);
+        crate::backend::gpu::take_along_axis(&a, &i, self.0)
     }
-    fn eval_cpu(&self, inputs: &[Array], out: &Array) -> Result<ArrayData> {
-        let (a, i) = (&inputs[0], &inputs[1]);
-        k::take_along_axis(
-            &a.data()?,
-            a.shape()[self.0],
-            a.dtype(),
-            &i.data()?,
-            i.dtype(),
-            self.0,
-            out.shape(),
-        )
+    fn eval_cpu(&self, inputs: &[Array], _out: &Array) -> Result<ArrayData> {
+        let (a, i) = (inputs[0].operand()?, inputs[1].operand()?);
+        k::take_along_axis(&a, &i, self.0)
     }
     fn vjp(&self, inputs: &[Array], _out: &Array, ct: &Array) -> Result<Vec<Option<Array>>> {
         ScatterAdd {
@@ -99,7 +65,7 @@ impl Primitive for Concatenate {
     fn eval_gpu(&self, inputs: &[Array], out: &Array) -> Result<ArrayData> {
         let parts = inputs
             .iter()
-            .map(|x| Ok((x.data()?, x.shape().to_vec())))
+            .map(Array::operand)
             .collect::<Result<Vec<_>>>()?;
         crate::backend::gpu::concatenate(&parts, out.dtype(), self.0, out.shape())
     }
@@ -108,14 +74,7 @@ impl Primitive for Concatenate {
         let stride = contiguous_strides(out.shape())[self.0] as usize;
         let mut at = 0;
         for x in inputs {
-            k::copy_into(
-                &mut data,
-                out.shape(),
-                at * stride,
-                &x.data()?,
-                x.shape(),
-                x.dtype(),
-            );
+            k::copy_into(&mut data, out.shape(), at * stride, &x.operand()?);
             at += x.shape()[self.0];
         }
         Ok(data)
@@ -152,15 +111,8 @@ impl Primitive for Pad {
         "pad"
     }
     fn eval_gpu(&self, inputs: &[Array], out: &Array) -> Result<ArrayData> {
-        let x = &inputs[0];
-        crate::backend::gpu::pad(
-            &x.data()?,
-            x.shape(),
-            x.dtype(),
-            &self.low,
-            self.value,
-            out.shape(),
-        )
+        let x = inputs[0].operand()?;
+        crate::backend::gpu::pad(&x, &self.low, self.value, out.shape())
     }
     fn eval_cpu(&self, inputs: &[Array], out: &Array) -> Result<ArrayData> {
         let x = &inputs[0];
@@ -173,14 +125,7 @@ impl Primitive for Pad {
             .map(|(&l, &s)| l as isize * s)
             .sum();
         if x.size() > 0 {
-            k::copy_into(
-                &mut data,
-                out.shape(),
-                offset as usize,
-                &x.data()?,
-                x.shape(),
-                x.dtype(),
-            );
+            k::copy_into(&mut data, out.shape(), offset as usize, &x.operand()?);
         }
         Ok(data)
     }
@@ -225,32 +170,12 @@ impl Primitive for ScatterAdd {
         "scatter_add"
     }
     fn eval_gpu(&self, inputs: &[Array], out: &Array) -> Result<ArrayData> {
-        let (c, i) = (&inputs[0], &inputs[1]);
-        crate::backend::gpu::scatter_add(
-            &c.data()?,
-            c.shape(),
-            c.dtype(),
-            &i.data()?,
-            i.shape(),
-            i.dtype(),
-            self.axis,
-            self.along_axis,
-            out.shape(),
-        )
+        let (c, i) = (inputs[0].operand()?, inputs[1].operand()?);
+        crate::backend::gpu::scatter_add(&c, &i, self.axis, self.along_axis, out.shape())
     }
     fn eval_cpu(&self, inputs: &[Array], out: &Array) -> Result<ArrayData> {
-        let (c, i) = (&inputs[0], &inputs[1]);
-        k::scatter_add(
-            &c.data()?,
-            c.shape(),
-            c.dtype(),
-            &i.data()?,
-            i.shape(),
-            i.dtype(),
-            self.axis,
-            self.along_axis,
-            out.shape(),
-        )
+        let (c, i) = (inputs[0].operand()?, inputs[1].operand()?);
+        k::scatter_add(&c, &i, self.axis, self.along_axis, out.shape())
     }
     fn vjp(&self, inputs: &[Array], _out: &Array, ct: &Array) -> Result<Vec<Option<Array>>> {
         let g = if self.along_axis {
@@ -276,16 +201,10 @@ impl Primitive for SliceUpdate {
         "slice_update"
     }
     fn eval_gpu(&self, inputs: &[Array], out: &Array) -> Result<ArrayData> {
-        let (base, upd) = (&inputs[0], &inputs[1]);
-        crate::backend::gpu::slice_update(
-            &base.data()?,
-            out.shape(),
-            out.dtype(),
-            &upd.data()?,
-            upd.shape(),
-            &self.start,
-            &self.step,
-        )
+        // The base read as the output (the op gives both one shape and dtype).
+        let base = Operand::new(inputs[0].data()?, out.shape(), out.dtype());
+        let upd = inputs[1].operand()?;
+        crate::backend::gpu::slice_update(&base, &upd, &self.start, &self.step)
     }
     fn eval_cpu(&self, inputs: &[Array], out: &Array) -> Result<ArrayData> {
         let (base, upd) = (&inputs[0], &inputs[1]);
@@ -308,14 +227,7 @@ impl Primitive for SliceUpdate {
             .map(|(&s, &st)| s * st)
             .collect();
         if upd.size() > 0 {
-            k::copy_into_strided(
-                &mut data,
-                &dst,
-                offset as usize,
-                &upd.data()?,
-                upd.shape(),
-                upd.dtype(),
-            );
+            k::copy_into_strided(&mut data, &dst, offset as usize, &upd.operand()?);
         }
         Ok(data)
     }

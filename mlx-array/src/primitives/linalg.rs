@@ -12,26 +12,12 @@ impl Primitive for Matmul {
         "matmul"
     }
     fn eval_gpu(&self, inputs: &[Array], out: &Array) -> Result<ArrayData> {
-        let (a, b) = (&inputs[0], &inputs[1]);
-        crate::backend::gpu::matmul(
-            &a.data()?,
-            a.shape(),
-            &b.data()?,
-            b.shape(),
-            out.dtype(),
-            out.shape(),
-        )
+        let (a, b) = (inputs[0].operand()?, inputs[1].operand()?);
+        crate::backend::gpu::matmul(&a, &b, out.shape())
     }
     fn eval_cpu(&self, inputs: &[Array], out: &Array) -> Result<ArrayData> {
-        let (a, b) = (&inputs[0], &inputs[1]);
-        Ok(matmul::matmul(
-            &a.data()?,
-            a.shape(),
-            &b.data()?,
-            b.shape(),
-            out.dtype(),
-            out.shape(),
-        ))
+        let (a, b) = (inputs[0].operand()?, inputs[1].operand()?);
+        Ok(matmul::matmul(&a, &b, out.shape()))
     }
     fn vjp(&self, inputs: &[Array], _out: &Array, ct: &Array) -> Result<Vec<Option<Array>>> {
         let (a, b) = (&inputs[0], &inputs[1]);

@@ -6,7 +6,7 @@ use crate::primitive::no_gradient;
 use crate::primitives::elementwise::BinaryOp;
 use crate::primitives::reduce::ReduceOp;
 use crate::shape::contiguous_strides;
-use crate::{Array, ArrayData, Dtype, OutputSpec, Primitive, Result};
+use crate::{Array, ArrayData, Dtype, Operand, OutputSpec, Primitive, Result};
 
 /// Per-row `logsumexp(logits) - logits[target]` over the last axis, without
 /// materialising a log-softmax. Inputs: logits `[..., V]`, integer targets `[...]`.
@@ -19,11 +19,11 @@ impl Primitive for CrossEntropy {
     }
     fn eval_gpu(&self, inputs: &[Array], _out: &Array) -> Result<ArrayData> {
         let (l, t) = (&inputs[0], &inputs[1]);
-        crate::backend::gpu::cross_entropy(&l.data()?, l.shape(), l.dtype(), &t.data()?, t.dtype())
+        crate::backend::gpu::cross_entropy(&l.operand()?, &t.operand()?)
     }
     fn eval_cpu(&self, inputs: &[Array], _out: &Array) -> Result<ArrayData> {
         let (l, t) = (&inputs[0], &inputs[1]);
-        loss::cross_entropy(&l.data()?, l.shape(), l.dtype(), &t.data()?, t.dtype())
+        loss::cross_entropy(&l.operand()?, &t.operand()?)
     }
     fn vjp(&self, inputs: &[Array], _out: &Array, ct: &Array) -> Result<Vec<Option<Array>>> {
         let l = &inputs[0];
@@ -48,33 +48,15 @@ impl Primitive for CrossEntropyGrad {
     }
     fn eval_gpu(&self, inputs: &[Array], _out: &Array) -> Result<ArrayData> {
         let (l, t, c) = (&inputs[0], &inputs[1], &inputs[2]);
-        let (data, td, cd) = (l.data()?, t.data()?, c.data()?);
-        let donated = l.is_donatable(&data);
-        crate::backend::gpu::cross_entropy_grad(
-            data,
-            l.shape(),
-            l.dtype(),
-            &td,
-            t.dtype(),
-            &cd,
-            c.dtype(),
-            donated,
-        )
+        let (logits, t, c) = (l.operand()?, t.operand()?, c.operand()?);
+        let donated = l.is_donatable(&logits.data);
+        crate::backend::gpu::cross_entropy_grad(logits, &t, &c, donated)
     }
     fn eval_cpu(&self, inputs: &[Array], _out: &Array) -> Result<ArrayData> {
         let (l, t, c) = (&inputs[0], &inputs[1], &inputs[2]);
-        let (data, td, cd) = (l.data()?, t.data()?, c.data()?);
-        let donated = l.is_donatable(&data);
-        loss::cross_entropy_grad(
-            data,
-            l.shape(),
-            l.dtype(),
-            &td,
-            t.dtype(),
-            &cd,
-            c.dtype(),
-            donated,
-        )
+        let (logits, t, c) = (l.operand()?, t.operand()?, c.operand()?);
+        let donated = l.is_donatable(&logits.data);
+        loss::cross_entropy_grad(logits, &t, &c, donated)
     }
     fn vjp(&self, inputs: &[Array], _out: &Array, _ct: &Array) -> Result<Vec<Option<Array>>> {
         // Second derivatives of the loss are not supported; say so rather than return zeros.
@@ -108,22 +90,16 @@ pub struct LinearCrossEntropyOptions {
 }
 
 impl LinearCrossEntropyOptions {
-    fn args<'a>(
-        &self,
-        h: (&'a ArrayData, &'a Array),
-        w: (&'a ArrayData, &'a Array),
-        t: (&'a ArrayData, &'a Array),
-    ) -> LceArgs<'a> {
-        LceArgs {
-            h: (h.0, h.1.shape()),
-            w: (w.0, w.1.shape()),
-            dtype: h.1.dtype(),
-            t: (t.0, t.1.dtype()),
+    fn args<'a>(&self, h: &'a Array, w: &'a Array, t: &'a Array) -> Result<LceArgs<'a>> {
+        Ok(LceArgs {
+            h: h.operand()?,
+            w: w.operand()?,
+            t: t.operand()?,
             ignore_index: self.ignore_index,
             label_smoothing: self.label_smoothing,
             chunk: self.chunk,
             block_rows: self.block_rows,
-        }
+        })
     }
 }
 
@@ -140,13 +116,11 @@ impl Primitive for LinearCrossEntropy {
     }
     fn eval_gpu(&self, inputs: &[Array], _out: &Array) -> Result<ArrayData> {
         let (h, w, t) = (&inputs[0], &inputs[1], &inputs[2]);
-        let (hd, wd, td) = (h.data()?, w.data()?, t.data()?);
-        crate::backend::gpu::linear_cross_entropy(&self.0.args((&hd, h), (&wd, w), (&td, t)))
+        crate::backend::gpu::linear_cross_entropy(&self.0.args(h, w, t)?)
     }
     fn eval_cpu(&self, inputs: &[Array], _out: &Array) -> Result<ArrayData> {
         let (h, w, t) = (&inputs[0], &inputs[1], &inputs[2]);
-        let (hd, wd, td) = (h.data()?, w.data()?, t.data()?);
-        loss::linear_cross_entropy(&self.0.args((&hd, h), (&wd, w), (&td, t)))
+        loss::linear_cross_entropy(&self.0.args(h, w, t)?)
     }
     fn vjp(&self, inputs: &[Array], out: &Array, ct: &Array) -> Result<Vec<Option<Array>>> {
         let (h, w) = (&inputs[0], &inputs[1]);
@@ -215,11 +189,10 @@ impl Primitive for LinearCrossEntropyGrad {
         _outputs: &[OutputSpec],
     ) -> Result<Vec<ArrayData>> {
         let (h, w, t, c, l) = (&inputs[0], &inputs[1], &inputs[2], &inputs[3], &inputs[4]);
-        let (hd, wd, td, cd, ld) = (h.data()?, w.data()?, t.data()?, c.data()?, l.data()?);
         let packed = crate::backend::gpu::linear_cross_entropy_grad(
-            &self.0.args((&hd, h), (&wd, w), (&td, t)),
-            (&cd, c.dtype()),
-            &ld,
+            &self.0.args(h, w, t)?,
+            &c.operand()?,
+            &l.operand()?,
         )?;
         Ok(Self::outputs(packed, h, w))
     }
@@ -229,12 +202,8 @@ impl Primitive for LinearCrossEntropyGrad {
         _outputs: &[OutputSpec],
     ) -> Result<Vec<ArrayData>> {
         let (h, w, t, c, l) = (&inputs[0], &inputs[1], &inputs[2], &inputs[3], &inputs[4]);
-        let (hd, wd, td, cd, ld) = (h.data()?, w.data()?, t.data()?, c.data()?, l.data()?);
-        let packed = loss::linear_cross_entropy_grad(
-            &self.0.args((&hd, h), (&wd, w), (&td, t)),
-            (&cd, c.dtype()),
-            &ld,
-        )?;
+        let packed =
+            loss::linear_cross_entropy_grad(&self.0.args(h, w, t)?, &c.operand()?, &l.operand()?)?;
         Ok(Self::outputs(packed, h, w))
     }
     fn vjp_outputs(
@@ -307,21 +276,30 @@ impl Primitive for LinearCrossEntropyValueAndGrad {
     ) -> Result<Vec<ArrayData>> {
         use crate::backend::gpu;
         let (h, w, t, rw) = (&inputs[0], &inputs[1], &inputs[2], &inputs[3]);
-        let (hd, wd, td, rd) = (h.data()?, w.data()?, t.data()?, rw.data()?);
-        let args = self.0.args((&hd, h), (&wd, w), (&td, t));
-        let (loss, mut grads) = gpu::linear_cross_entropy_value_and_grad(&args, (&rd, rw.dtype()))?;
+        let rw = rw.operand()?;
+        let (loss, mut grads) =
+            gpu::linear_cross_entropy_value_and_grad(&self.0.args(h, w, t)?, &rw)?;
         let n = h.size() + w.size();
         if h.dtype() != Dtype::F32 {
-            grads = gpu::astype(&grads, &[n], h.dtype(), Dtype::F32)?;
+            grads = gpu::astype(&Operand::new(grads, &[n], h.dtype()), Dtype::F32)?;
         }
         let rows = t.shape();
-        let weighted = gpu::binary(BinaryOp::Multiply, rows, Dtype::F32, &loss, &rd)?;
+        // The row weights are read as f32, as the loss is.
+        let weighted = gpu::binary(
+            BinaryOp::Multiply,
+            &Operand::new(loss, rows, Dtype::F32),
+            &Operand::new(rw.data, rows, Dtype::F32),
+        )?;
         let axes: Vec<usize> = (0..rows.len()).collect();
-        let total = gpu::reduce(ReduceOp::Sum, &weighted, rows, Dtype::F32, &axes)?;
+        let total = gpu::reduce(
+            ReduceOp::Sum,
+            &Operand::new(weighted, rows, Dtype::F32),
+            &axes,
+        )?;
         let packed = gpu::concatenate(
             &[
-                (grads, vec![n]),
-                (total.view(vec![0], total.offset()), vec![1]),
+                Operand::new(grads, &[n], Dtype::F32),
+                Operand::new(total.view(vec![0], total.offset()), &[1], Dtype::F32),
             ],
             Dtype::F32,
             0,
@@ -335,11 +313,8 @@ impl Primitive for LinearCrossEntropyValueAndGrad {
         _outputs: &[OutputSpec],
     ) -> Result<Vec<ArrayData>> {
         let (h, w, t, rw) = (&inputs[0], &inputs[1], &inputs[2], &inputs[3]);
-        let (hd, wd, td, rd) = (h.data()?, w.data()?, t.data()?, rw.data()?);
-        let packed = loss::linear_cross_entropy_value_and_grad(
-            &self.0.args((&hd, h), (&wd, w), (&td, t)),
-            (&rd, rw.dtype()),
-        )?;
+        let packed =
+            loss::linear_cross_entropy_value_and_grad(&self.0.args(h, w, t)?, &rw.operand()?)?;
         Ok(Self::outputs(packed, h, w))
     }
     fn vjp_outputs(

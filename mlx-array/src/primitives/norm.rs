@@ -17,17 +17,12 @@ impl Primitive for RmsNorm {
         "rms_norm"
     }
     fn eval_gpu(&self, inputs: &[Array], _out: &Array) -> Result<ArrayData> {
-        let (x, w) = (&inputs[0], &inputs[1]);
-        crate::backend::gpu::rms_norm(&x.data()?, &w.data()?, x.shape(), self.eps)
+        let (x, w) = (inputs[0].operand()?, inputs[1].operand()?);
+        crate::backend::gpu::rms_norm(&x, &w, self.eps)
     }
     fn eval_cpu(&self, inputs: &[Array], _out: &Array) -> Result<ArrayData> {
-        let (x, w) = (&inputs[0], &inputs[1]);
-        Ok(crate::backend::cpu::norm::rms_norm(
-            &x.data()?,
-            &w.data()?,
-            x.shape(),
-            self.eps,
-        ))
+        let (x, w) = (inputs[0].operand()?, inputs[1].operand()?);
+        Ok(crate::backend::cpu::norm::rms_norm(&x, &w, self.eps))
     }
     fn vjp(&self, inputs: &[Array], _out: &Array, ct: &Array) -> Result<Vec<Option<Array>>> {
         let (x, w) = (&inputs[0], &inputs[1]);
@@ -55,23 +50,13 @@ impl Primitive for RmsNormGrad {
         "rms_norm_grad"
     }
     fn eval_gpu(&self, inputs: &[Array], _out: &Array) -> Result<ArrayData> {
-        let (x, w, c) = (&inputs[0], &inputs[1], &inputs[2]);
-        crate::backend::gpu::rms_norm_grad(
-            &x.data()?,
-            &w.data()?,
-            &c.data()?,
-            x.shape(),
-            self.0.eps,
-        )
+        let [x, w, c] = [&inputs[0], &inputs[1], &inputs[2]].map(Array::operand);
+        crate::backend::gpu::rms_norm_grad(&x?, &w?, &c?, self.0.eps)
     }
     fn eval_cpu(&self, inputs: &[Array], _out: &Array) -> Result<ArrayData> {
-        let (x, w, c) = (&inputs[0], &inputs[1], &inputs[2]);
+        let [x, w, c] = [&inputs[0], &inputs[1], &inputs[2]].map(Array::operand);
         Ok(crate::backend::cpu::norm::rms_norm_grad(
-            &x.data()?,
-            &w.data()?,
-            &c.data()?,
-            x.shape(),
-            self.0.eps,
+            &x?, &w?, &c?, self.0.eps,
         ))
     }
     fn vjp(&self, _inputs: &[Array], _out: &Array, _ct: &Array) -> Result<Vec<Option<Array>>> {

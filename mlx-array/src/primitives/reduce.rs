@@ -23,18 +23,10 @@ impl Primitive for Reduce {
         }
     }
     fn eval_gpu(&self, inputs: &[Array], _out: &Array) -> Result<ArrayData> {
-        let x = &inputs[0];
-        crate::backend::gpu::reduce(self.op, &x.data()?, x.shape(), x.dtype(), &self.axes)
+        crate::backend::gpu::reduce(self.op, &inputs[0].operand()?, &self.axes)
     }
     fn eval_cpu(&self, inputs: &[Array], _out: &Array) -> Result<ArrayData> {
-        let x = &inputs[0];
-        Ok(reduce::reduce(
-            self.op,
-            &x.data()?,
-            x.shape(),
-            x.dtype(),
-            &self.axes,
-        ))
+        Ok(reduce::reduce(self.op, &inputs[0].operand()?, &self.axes))
     }
     fn vjp(&self, inputs: &[Array], out: &Array, ct: &Array) -> Result<Vec<Option<Array>>> {
         let x = &inputs[0];
@@ -82,16 +74,12 @@ impl Primitive for ArgReduce {
         if self.is_max { "argmax" } else { "argmin" }
     }
     fn eval_gpu(&self, inputs: &[Array], _out: &Array) -> Result<ArrayData> {
-        let x = &inputs[0];
-        crate::backend::gpu::arg_reduce(self.is_max, &x.data()?, x.shape(), x.dtype(), self.axis)
+        crate::backend::gpu::arg_reduce(self.is_max, &inputs[0].operand()?, self.axis)
     }
     fn eval_cpu(&self, inputs: &[Array], _out: &Array) -> Result<ArrayData> {
-        let x = &inputs[0];
         Ok(reduce::arg_reduce(
             self.is_max,
-            &x.data()?,
-            x.shape(),
-            x.dtype(),
+            &inputs[0].operand()?,
             self.axis,
         ))
     }
@@ -116,26 +104,12 @@ impl Primitive for CumSum {
         "cumsum"
     }
     fn eval_gpu(&self, inputs: &[Array], _out: &Array) -> Result<ArrayData> {
-        let x = &inputs[0];
-        crate::backend::gpu::cumsum(
-            &x.data()?,
-            x.shape(),
-            x.dtype(),
-            self.axis,
-            self.reverse,
-            self.inclusive,
-        )
+        let x = inputs[0].operand()?;
+        crate::backend::gpu::cumsum(&x, self.axis, self.reverse, self.inclusive)
     }
     fn eval_cpu(&self, inputs: &[Array], _out: &Array) -> Result<ArrayData> {
-        let x = &inputs[0];
-        Ok(scan::cumsum(
-            &x.data()?,
-            x.shape(),
-            x.dtype(),
-            self.axis,
-            self.reverse,
-            self.inclusive,
-        ))
+        let x = inputs[0].operand()?;
+        Ok(scan::cumsum(&x, self.axis, self.reverse, self.inclusive))
     }
     fn vjp(&self, inputs: &[Array], _out: &Array, ct: &Array) -> Result<Vec<Option<Array>>> {
         if !inputs[0].dtype().is_float() {

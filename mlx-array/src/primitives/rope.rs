@@ -14,14 +14,11 @@ impl Primitive for Rope {
         "rope"
     }
     fn eval_gpu(&self, inputs: &[Array], _out: &Array) -> Result<ArrayData> {
-        let x = &inputs[0];
-        crate::backend::gpu::rope(&x.data()?, x.shape(), &self.0)
+        crate::backend::gpu::rope(&inputs[0].operand()?, &self.0)
     }
     fn eval_cpu(&self, inputs: &[Array], _out: &Array) -> Result<ArrayData> {
-        let x = &inputs[0];
         Ok(crate::backend::cpu::rope::rope(
-            &x.data()?,
-            x.shape(),
+            &inputs[0].operand()?,
             &self.0,
         ))
     }

@@ -18,14 +18,13 @@ impl Primitive for Softmax {
         "softmax"
     }
     fn eval_gpu(&self, inputs: &[Array], _out: &Array) -> Result<ArrayData> {
-        let x = &inputs[0];
-        crate::backend::gpu::softmax(&x.data()?, x.shape(), x.dtype())
+        crate::backend::gpu::softmax(&inputs[0].operand()?)
     }
     fn eval_cpu(&self, inputs: &[Array], _out: &Array) -> Result<ArrayData> {
         let x = &inputs[0];
-        let data = x.data()?;
-        let donated = x.is_donatable(&data);
-        loss::softmax(data, x.shape(), x.dtype(), donated)
+        let operand = x.operand()?;
+        let donated = x.is_donatable(&operand.data);
+        loss::softmax(operand, donated)
     }
     fn vjp(&self, _inputs: &[Array], out: &Array, ct: &Array) -> Result<Vec<Option<Array>>> {
         // d x = p * (ct - sum(ct * p)) per row, with p the softmax.

@@ -3,7 +3,7 @@
 
 use crate::backend::cpu::copy::{contiguous, copy_cast};
 use crate::shape::contiguous_strides;
-use crate::{Array, ArrayData, Primitive, Result};
+use crate::{Array, ArrayData, Operand, Primitive, Result};
 
 /// New shape, same elements in row-major order (a view when the input is contiguous).
 #[derive(Debug, Clone)]
@@ -14,12 +14,11 @@ impl Primitive for Reshape {
         "reshape"
     }
     fn eval_gpu(&self, inputs: &[Array], out: &Array) -> Result<ArrayData> {
-        let x = &inputs[0];
-        let d = x.data()?;
-        let data = if d.is_contiguous(x.shape()) {
-            d
+        let x = inputs[0].operand()?;
+        let data = if x.is_contiguous() {
+            x.data
         } else {
-            crate::backend::gpu::copy_contiguous(&d, x.shape(), x.dtype())?
+            crate::backend::gpu::copy_contiguous(&x)?
         };
         Ok(data.view(contiguous_strides(out.shape()), data.offset()))
     }
@@ -158,7 +157,7 @@ impl Primitive for Contiguous {
         if d.is_contiguous(x.shape()) && d.storage().capacity() > 0 {
             Ok(d)
         } else {
-            crate::backend::gpu::copy_contiguous(&d, out.shape(), x.dtype())
+            crate::backend::gpu::copy_contiguous(&Operand::new(d, out.shape(), x.dtype()))
         }
     }
     fn eval_cpu(&self, inputs: &[Array], out: &Array) -> Result<ArrayData> {

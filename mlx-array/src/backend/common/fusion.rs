@@ -12,7 +12,7 @@ pub const MAX_INPUTS: usize = 6;
 
 /// Where a step reads one operand.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Operand {
+pub enum StepInput {
     /// An element of the chain's input `k` ([`FusedChain::inputs`]).
     Input(usize),
     /// The value of an earlier step (an intermediate no one else reads).
@@ -27,7 +27,7 @@ pub struct Step {
     /// `Primitive::gpu_expression` writes it.
     pub expression: String,
     /// Where each `a{n}` comes from.
-    pub operands: Vec<Operand>,
+    pub operands: Vec<StepInput>,
     /// The node's dtype: its value is rounded to it, as storing it would.
     pub dtype: Dtype,
 }

@@ -1,7 +1,7 @@
 //! The output projection fused with the cross-entropy: its arguments, and
 //! how many classes a chunk of logits takes, which both backends follow.
 
-use crate::{ArrayData, Dtype};
+use crate::data::Operand;
 
 /// Bytes of logits computed at a time when the caller does not choose.
 const CHUNK_BYTES: usize = 16 << 20;
@@ -17,16 +17,14 @@ pub(crate) fn chunk_cols(rows: usize, vocab: usize, requested: usize) -> usize {
     c.min(vocab).max(1)
 }
 
-/// Shapes and options of a fused output projection + cross-entropy.
+/// Operands and options of a fused output projection + cross-entropy.
 pub struct LceArgs<'a> {
-    /// Hidden states `[..., D]` and their dtype (also the weight's).
-    pub h: (&'a ArrayData, &'a [usize]),
+    /// Hidden states `[..., D]`, of a float dtype (also the weight's).
+    pub h: Operand<'a>,
     /// The projection weight `[V, D]`.
-    pub w: (&'a ArrayData, &'a [usize]),
-    /// The float dtype of `h` and `w`.
-    pub dtype: Dtype,
-    /// Integer targets `[...]` and their dtype.
-    pub t: (&'a ArrayData, Dtype),
+    pub w: Operand<'a>,
+    /// Integer targets `[...]`.
+    pub t: Operand<'a>,
     /// Rows with this target get no loss and no gradient.
     pub ignore_index: Option<i64>,
     /// Label smoothing in `[0, 1)`.

@@ -3,7 +3,7 @@
 //! dispatch. Primitives build these descriptions; `cpu` and `gpu` run them.
 //! Nothing here computes on arrays, and nothing here imports a backend or
 //! the primitives, so the layers point one way: primitives → backends →
-//! common → core (`ArrayData`, `Dtype`, shapes, memory accounting).
+//! common → the leaf (`crate::data`, `Dtype`, shapes, memory accounting).
 
 pub mod attention;
 pub mod elementwise;

@@ -5,7 +5,8 @@ use half::{bf16, f16};
 use super::math::FloatLike;
 use super::strided::{map2, map2_in_place, map3};
 use crate::backend::common::elementwise::BinaryOp;
-use crate::{ArrayData, Bool8, Dtype, Error, Result};
+use crate::data::{ArrayData, Operand};
+use crate::{Bool8, Dtype, Error, Result};
 
 fn float_binary<T: FloatLike + PartialOrd>(
     op: BinaryOp,
@@ -141,14 +142,8 @@ fn bool_binary(op: BinaryOp, shape: &[usize], a: &ArrayData, b: &ArrayData) -> R
 /// Runs `op` on two inputs of the same (already broadcast) shape and dtype.
 /// With `donated` (a float op whose result has `a`'s dtype, and `a` dense
 /// and read by nobody else), the result is written over `a`'s buffer.
-pub fn binary(
-    op: BinaryOp,
-    shape: &[usize],
-    dtype: Dtype,
-    a: &ArrayData,
-    b: &ArrayData,
-    donated: bool,
-) -> Result<ArrayData> {
+pub fn binary(op: BinaryOp, a: &Operand<'_>, b: &Operand<'_>, donated: bool) -> Result<ArrayData> {
+    let (shape, dtype, a, b) = (a.shape, a.dtype, &a.data, &b.data);
     Ok(match dtype {
         Dtype::F32 => float_binary::<f32>(op, shape, a, b, donated),
         Dtype::F16 => float_binary::<f16>(op, shape, a, b, donated),
@@ -162,12 +157,8 @@ pub fn binary(
 
 /// `silu(gate) * up` (`gate * sigmoid(gate) * up`, in f32, as the ops it
 /// replaces compute it) over two float inputs of the same shape and dtype.
-pub fn swiglu(
-    shape: &[usize],
-    dtype: Dtype,
-    gate: &ArrayData,
-    up: &ArrayData,
-) -> Result<ArrayData> {
+pub fn swiglu(gate: &Operand<'_>, up: &Operand<'_>) -> Result<ArrayData> {
+    let (shape, dtype, gate, up) = (gate.shape, gate.dtype, &gate.data, &up.data);
     fn run<T: FloatLike>(shape: &[usize], g: &ArrayData, u: &ArrayData) -> ArrayData {
         map2::<T, T, T>(shape, g, u, |g, u| {
             let g = g.to_f32();
@@ -188,12 +179,7 @@ pub fn swiglu(
 }
 
 /// `where(cond, a, b)` over three inputs of the same shape; `cond` is bool.
-pub fn select(
-    shape: &[usize],
-    dtype: Dtype,
-    c: &ArrayData,
-    a: &ArrayData,
-    b: &ArrayData,
-) -> ArrayData {
+pub fn select(c: &Operand<'_>, a: &Operand<'_>, b: &Operand<'_>) -> ArrayData {
+    let (shape, dtype, c, a, b) = (a.shape, a.dtype, &c.data, &a.data, &b.data);
     super::dispatch!(dtype, T => map3::<Bool8, T, T, T>(shape, c, a, b, |c, x, y| if c.0 != 0 { x } else { y }))
 }

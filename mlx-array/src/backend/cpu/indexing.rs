@@ -6,13 +6,14 @@ use rayon::prelude::*;
 
 use super::copy::{contiguous, copy_cast};
 use super::strided::{Layout, for_each_run};
+use crate::data::{ArrayData, Operand};
 use crate::shape::{contiguous_strides, size_of_shape};
-use crate::{ArrayData, Dtype, Error, Result};
+use crate::{Dtype, Error, Result};
 
 /// Reads an index array (any integer dtype) as i64, contiguous.
-fn indices_i64(idx: &ArrayData, shape: &[usize], dtype: Dtype) -> Vec<i64> {
-    let c = copy_cast(idx, shape, dtype, Dtype::I64);
-    c.as_slice::<i64>(size_of_shape(shape)).to_vec()
+fn indices_i64(idx: &Operand<'_>) -> Vec<i64> {
+    let c = copy_cast(&idx.data, idx.shape, idx.dtype, Dtype::I64);
+    c.as_slice::<i64>(idx.size()).to_vec()
 }
 
 /// Wraps negative indices and checks the range.
@@ -28,23 +29,19 @@ fn resolve(op: &str, i: i64, len: usize) -> Result<usize> {
 }
 
 /// `take` along `axis`: output shape `a[..axis] + idx + a[axis+1..]`.
-#[allow(clippy::too_many_arguments)]
 pub fn take(
-    a: &ArrayData,
-    a_shape: &[usize],
-    dtype: Dtype,
-    idx: &ArrayData,
-    idx_shape: &[usize],
-    idx_dtype: Dtype,
+    a: &Operand<'_>,
+    idx: &Operand<'_>,
     axis: usize,
     out_shape: &[usize],
 ) -> Result<ArrayData> {
-    let a = contiguous(a, a_shape, dtype);
+    let (a_shape, dtype) = (a.shape, a.dtype);
+    let a = contiguous(&a.data, a_shape, dtype);
     let es = dtype.size_of();
     let pre: usize = a_shape[..axis].iter().product();
     let len = a_shape[axis];
     let post: usize = a_shape[axis + 1..].iter().product();
-    let ids = indices_i64(idx, idx_shape, idx_dtype)
+    let ids = indices_i64(idx)
         .into_iter()
         .map(|i| resolve("take", i, len))
         .collect::<Result<Vec<_>>>()?;
@@ -67,18 +64,12 @@ pub fn take(
     Ok(out)
 }
 
-/// `take_along_axis`: `a` and `idx` already broadcast to `out_shape` except
-/// along `axis`, where `a` has its own length.
-pub fn take_along_axis(
-    a: &ArrayData,
-    a_len: usize,
-    dtype: Dtype,
-    idx: &ArrayData,
-    idx_dtype: Dtype,
-    axis: usize,
-    out_shape: &[usize],
-) -> Result<ArrayData> {
-    let ids = indices_i64(idx, out_shape, idx_dtype);
+/// `take_along_axis`: `a` and `idx` already broadcast to `out_shape` (the
+/// shape of `idx`) except along `axis`, where `a` has its own length.
+pub fn take_along_axis(a: &Operand<'_>, idx: &Operand<'_>, axis: usize) -> Result<ArrayData> {
+    let (a_len, dtype, out_shape) = (a.shape[axis], a.dtype, idx.shape);
+    let ids = indices_i64(idx);
+    let a = &a.data;
     let mut a_strides = a.strides().to_vec();
     let axis_stride = a_strides[axis];
     a_strides[axis] = 0;
@@ -116,36 +107,21 @@ pub fn take_along_axis(
     }
 }
 
-/// Copies the view `src` of `shape` into `dst` (contiguous, of `dst_shape`)
-/// starting at element `dst_offset`.
-pub fn copy_into(
-    dst: &mut ArrayData,
-    dst_shape: &[usize],
-    dst_offset: usize,
-    src: &ArrayData,
-    shape: &[usize],
-    dtype: Dtype,
-) {
-    copy_into_strided(
-        dst,
-        &contiguous_strides(dst_shape),
-        dst_offset,
-        src,
-        shape,
-        dtype,
-    )
+/// Copies `src` into `dst` (contiguous, of `dst_shape`) starting at
+/// element `dst_offset`.
+pub fn copy_into(dst: &mut ArrayData, dst_shape: &[usize], dst_offset: usize, src: &Operand<'_>) {
+    copy_into_strided(dst, &contiguous_strides(dst_shape), dst_offset, src)
 }
 
-/// Copies the view `src` of `shape` into a fresh buffer `dst` at the element
-/// positions `dst_offset + sum(i_k * dst_strides[k])`.
+/// Copies `src` into a fresh buffer `dst` at the element positions
+/// `dst_offset + sum(i_k * dst_strides[k])`.
 pub fn copy_into_strided(
     dst: &mut ArrayData,
     dst_strides: &[isize],
     dst_offset: usize,
-    src: &ArrayData,
-    shape: &[usize],
-    dtype: Dtype,
+    src: &Operand<'_>,
 ) {
+    let (shape, dtype, src) = (src.shape, src.dtype, &src.data);
     let es = dtype.size_of() as isize;
     let layout = Layout::<2>::new(
         shape,
@@ -189,20 +165,16 @@ pub fn copy_into_strided(
 /// named by `idx` along `axis`: the gradient of `take` (`along_axis` false:
 /// `ct` has `idx`'s dimensions in place of `axis`) or of `take_along_axis`
 /// (`along_axis` true: `ct` and `idx` have the same shape).
-#[allow(clippy::too_many_arguments)]
 pub fn scatter_add(
-    ct: &ArrayData,
-    ct_shape: &[usize],
-    dtype: Dtype,
-    idx: &ArrayData,
-    idx_shape: &[usize],
-    idx_dtype: Dtype,
+    ct: &Operand<'_>,
+    idx: &Operand<'_>,
     axis: usize,
     along_axis: bool,
     out_shape: &[usize],
 ) -> Result<ArrayData> {
+    let (ct_shape, dtype) = (ct.shape, ct.dtype);
     let len = out_shape[axis];
-    let ids = indices_i64(idx, idx_shape, idx_dtype)
+    let ids = indices_i64(idx)
         .into_iter()
         .map(|i| resolve("scatter_add", i, len))
         .collect::<Result<Vec<_>>>()?;
@@ -213,7 +185,7 @@ pub fn scatter_add(
     } else {
         ids.len()
     };
-    let c = copy_cast(ct, ct_shape, dtype, Dtype::F32);
+    let c = copy_cast(&ct.data, ct_shape, dtype, Dtype::F32);
     let cv = c.as_slice::<f32>(size_of_shape(ct_shape));
     // Accumulated in f32 straight into the result's buffer (cast afterwards
     // only for narrower dtypes): an embedding-sized gradient is allocated once.

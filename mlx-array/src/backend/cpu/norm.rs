@@ -4,7 +4,8 @@ use rayon::prelude::*;
 
 use super::copy::contiguous;
 use super::loss::vectorised;
-use crate::{ArrayData, Dtype};
+use crate::Dtype;
+use crate::data::{ArrayData, Operand};
 
 /// Rows per task of the gradient (each task sums its own part of `dw`;
 /// the parts are added in order, so the result does not depend on the
@@ -20,7 +21,8 @@ fn inv_rms(x: &[f32], eps: f32) -> f32 {
 
 /// `x * w / sqrt(mean(x^2) + eps)` over rows of `width` for f32 `x`
 /// (`n` elements, any view) and `w` (`[width]`); a new contiguous buffer.
-pub fn rms_norm(x: &ArrayData, w: &ArrayData, shape: &[usize], eps: f32) -> ArrayData {
+pub fn rms_norm(x: &Operand<'_>, w: &Operand<'_>, eps: f32) -> ArrayData {
+    let (shape, x, w) = (x.shape, &x.data, &w.data);
     let n = crate::shape::size_of_shape(shape);
     let width = shape.last().copied().unwrap_or(1);
     let mut out = ArrayData::alloc(shape, Dtype::F32);
@@ -53,13 +55,8 @@ pub fn rms_norm(x: &ArrayData, w: &ArrayData, shape: &[usize], eps: f32) -> Arra
 /// (which the GPU's column pass reads). With `r` a row's
 /// inverse RMS and `g = w * ct`: `dx = r * g - x * r^3 * mean(x * g)`,
 /// `dw = sum over rows of ct * x * r`.
-pub fn rms_norm_grad(
-    x: &ArrayData,
-    w: &ArrayData,
-    ct: &ArrayData,
-    shape: &[usize],
-    eps: f32,
-) -> ArrayData {
+pub fn rms_norm_grad(x: &Operand<'_>, w: &Operand<'_>, ct: &Operand<'_>, eps: f32) -> ArrayData {
+    let (shape, x, w, ct) = (x.shape, &x.data, &w.data, &ct.data);
     let n = crate::shape::size_of_shape(shape);
     let width = shape.last().copied().unwrap_or(1);
     let rows = n.checked_div(width).unwrap_or(0);

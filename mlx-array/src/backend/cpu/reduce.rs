@@ -7,8 +7,9 @@ use super::copy::copy_cast;
 use super::math::FloatLike;
 use super::strided::{Layout, SyncPtr, base_ptr, fill_segments};
 use crate::backend::common::reduce::ReduceOp;
+use crate::data::{ArrayData, Operand};
 use crate::shape::size_of_shape;
-use crate::{ArrayData, Bool8, Dtype, Element};
+use crate::{Bool8, Dtype, Element};
 
 /// Where each output element's run of reduced values starts, and how to walk it.
 struct Plan {
@@ -244,13 +245,8 @@ fn run_fold<T: Element, F: Fold<T>>(f: F, p: Plan) -> ArrayData {
 
 /// Reduces `data` (of `shape`, `dtype`) over `axes` (sorted, distinct). The
 /// result is contiguous with the kept dimensions only.
-pub fn reduce(
-    op: ReduceOp,
-    data: &ArrayData,
-    shape: &[usize],
-    dtype: Dtype,
-    axes: &[usize],
-) -> ArrayData {
+pub fn reduce(op: ReduceOp, x: &Operand<'_>, axes: &[usize]) -> ArrayData {
+    let (data, shape, dtype) = (&x.data, x.shape, x.dtype);
     let p = plan(data, shape, dtype, axes);
     match dtype {
         Dtype::F32 => run_fold::<f32, _>(FloatFold(op), p),
@@ -277,13 +273,8 @@ pub fn reduce(
 
 /// Index of the first maximum (or minimum) along `axis`, as uint32, kept
 /// dimensions only.
-pub fn arg_reduce(
-    is_max: bool,
-    data: &ArrayData,
-    shape: &[usize],
-    dtype: Dtype,
-    axis: usize,
-) -> ArrayData {
+pub fn arg_reduce(is_max: bool, x: &Operand<'_>, axis: usize) -> ArrayData {
+    let (data, shape, dtype) = (&x.data, x.shape, x.dtype);
     let p = plan(data, shape, dtype, &[axis]);
     super::dispatch!(dtype, T => arg_run::<T>(is_max, p))
 }

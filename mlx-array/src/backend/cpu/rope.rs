@@ -3,8 +3,9 @@
 use rayon::prelude::*;
 
 use super::copy::contiguous;
+use crate::Dtype;
 use crate::backend::common::rope::RopeSpec;
-use crate::{ArrayData, Dtype};
+use crate::data::{ArrayData, Operand};
 
 /// `(cos, sin)` of every `(position, pair)`, `[len, dims / 2]`, in f32
 /// as the graph of ops it replaces computed them.
@@ -23,10 +24,11 @@ fn table(spec: &RopeSpec, len: usize) -> Vec<(f32, f32)> {
         .collect()
 }
 
-/// Rotates f32 `x` of `shape` (`[..., L, D]`, any strides; rows are read
+/// Rotates `x` (`[..., L, D]`, read as f32, any strides; rows are read
 /// where they lie when their features are adjacent) as `spec` says; a new
 /// contiguous buffer.
-pub fn rope(x: &ArrayData, shape: &[usize], spec: &RopeSpec) -> ArrayData {
+pub fn rope(x: &Operand<'_>, spec: &RopeSpec) -> ArrayData {
+    let (shape, x) = (x.shape, &x.data);
     let n = crate::shape::size_of_shape(shape);
     let nd = shape.len();
     let (len, width) = (shape[nd - 2], shape[nd - 1]);

@@ -4,20 +4,15 @@ use half::{bf16, f16};
 
 use super::math::FloatLike;
 use super::strided::{Layout, base_ptr, for_each_run};
+use crate::data::{ArrayData, Operand};
 use crate::shape::{contiguous_strides, size_of_shape};
-use crate::{ArrayData, Dtype, Element};
+use crate::{Dtype, Element};
 
 /// Inclusive or exclusive cumulative sum of `data` along `axis`, optionally
 /// from the end. The output is contiguous with the input's shape and dtype
 /// (bool counts in int32).
-pub fn cumsum(
-    data: &ArrayData,
-    shape: &[usize],
-    dtype: Dtype,
-    axis: usize,
-    reverse: bool,
-    inclusive: bool,
-) -> ArrayData {
+pub fn cumsum(x: &Operand<'_>, axis: usize, reverse: bool, inclusive: bool) -> ArrayData {
+    let (data, shape, dtype) = (&x.data, x.shape, x.dtype);
     match dtype {
         Dtype::F32 => scan_float::<f32>(data, shape, axis, reverse, inclusive),
         Dtype::F16 => scan_float::<f16>(data, shape, axis, reverse, inclusive),

@@ -5,7 +5,8 @@ use half::{bf16, f16};
 use super::math::{self, FloatLike};
 use super::strided::map1;
 use crate::backend::common::elementwise::UnaryOp;
-use crate::{ArrayData, Bool8, Dtype, Error, Result};
+use crate::data::{ArrayData, Operand};
+use crate::{Bool8, Dtype, Error, Result};
 
 fn float_fn(op: UnaryOp) -> fn(f32) -> f32 {
     use UnaryOp::*;
@@ -90,7 +91,8 @@ macro_rules! int_kernel {
 
 /// Runs `op` on `a` (of `shape` and `dtype`); the output has the same dtype.
 #[allow(unused_comparisons)]
-pub fn unary(op: UnaryOp, shape: &[usize], dtype: Dtype, a: &ArrayData) -> Result<ArrayData> {
+pub fn unary(op: UnaryOp, x: &Operand<'_>) -> Result<ArrayData> {
+    let (shape, dtype, a) = (x.shape, x.dtype, &x.data);
     let out = match dtype {
         Dtype::F32 => Some(float_kernel::<f32>(op, shape, a)),
         Dtype::F16 => Some(float_kernel::<f16>(op, shape, a)),

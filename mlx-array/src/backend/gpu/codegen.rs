@@ -5,7 +5,7 @@
 //! at 1.., and the output last. Every dtype is computed in a 32-bit type:
 //! floats in `f32`, `i32`, and `u32` (which also carries `bool` as 0/1).
 
-use crate::primitive::ArrayData;
+use crate::data::ArrayData;
 use crate::{Dtype, Result};
 
 /// Invocations per workgroup for one-thread-per-element kernels.

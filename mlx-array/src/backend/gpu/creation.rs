@@ -3,7 +3,7 @@
 use super::codegen;
 use super::indexing::{Meta, entry, header};
 use super::{alloc, context, dispatch, supported};
-use crate::primitive::ArrayData;
+use crate::data::{ArrayData, Operand};
 use crate::{Dtype, Result};
 
 /// `start + i * step` for `n` elements of `dtype`. Integer outputs whose
@@ -108,12 +108,8 @@ fn threefry_wgsl() -> String {
 
 /// `n` random words from the `[2]` uint32 `key` (any view): word `i` is
 /// half of block `i / 2`, bit-identical to the CPU's `random_bits`.
-pub fn random_bits(
-    key: &ArrayData,
-    key_shape: &[usize],
-    n: usize,
-    shape: &[usize],
-) -> Result<ArrayData> {
+pub fn random_bits(key: &Operand<'_>, shape: &[usize]) -> Result<ArrayData> {
+    let (n, key_shape, key) = (crate::shape::size_of_shape(shape), key.shape, &key.data);
     let blocks = n.div_ceil(2);
     codegen::check_size("random_bits", n, &[key])?;
     let mut m = Meta(vec![blocks as u32, n as u32, 0]);

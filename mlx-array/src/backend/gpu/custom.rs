@@ -15,7 +15,7 @@
 //! `f16` natively the source is prefixed with `enable f16;`.
 
 use super::{alloc as alloc_array, context, dispatch_groups};
-use crate::primitive::ArrayData;
+use crate::data::ArrayData;
 use crate::{Dtype, Result};
 
 /// A fresh, contiguous, uninitialised GPU array of `shape` and `dtype`, for

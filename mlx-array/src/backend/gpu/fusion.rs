@@ -32,7 +32,7 @@
 
 use super::codegen::{compute_type, round_to};
 use super::elementwise::map_with;
-use crate::backend::common::fusion::{FusedChain, MAX_INPUTS, Operand, Step};
+use crate::backend::common::fusion::{FusedChain, MAX_INPUTS, Step, StepInput};
 use crate::{ArrayData, Dtype, Error, Result};
 
 /// Computes `chain` in one kernel: its output, of `chain.shape` and the
@@ -62,8 +62,8 @@ fn statements(steps: &[Step], inputs: usize) -> Result<(String, String)> {
             .operands
             .iter()
             .map(|o| match *o {
-                Operand::Input(k) if k < inputs => Ok(format!("a{k}")),
-                Operand::Step(s) if s < j => Ok(format!("t{s}")),
+                StepInput::Input(k) if k < inputs => Ok(format!("a{k}")),
+                StepInput::Step(s) if s < j => Ok(format!("t{s}")),
                 _ => Err(Error::gpu(format!(
                     "fused chain step {j} reads {o:?}: no such input, or a step not before it"
                 ))),
@@ -93,7 +93,7 @@ fn statements(steps: &[Step], inputs: usize) -> Result<(String, String)> {
 mod tests {
     use super::*;
 
-    fn step(expression: &str, operands: &[Operand], dtype: Dtype) -> Step {
+    fn step(expression: &str, operands: &[StepInput], dtype: Dtype) -> Step {
         Step {
             expression: expression.to_string(),
             operands: operands.to_vec(),
@@ -103,7 +103,7 @@ mod tests {
 
     #[test]
     fn steps_become_rounded_statements_over_inputs_and_temporaries() {
-        use Operand::{Input, Step as S};
+        use StepInput::{Input, Step as S};
         // maximum(exp(x * y) + x, y) in bf16, numbered as the planner does:
         // each step after its operands.
         let steps = [
@@ -127,20 +127,20 @@ mod tests {
     #[test]
     fn malformed_chains_are_errors_not_kernels() {
         let e = |steps: &[Step], inputs| statements(steps, inputs).unwrap_err().to_string();
-        let late = [step("a0", &[Operand::Step(0)], Dtype::F32)];
+        let late = [step("a0", &[StepInput::Step(0)], Dtype::F32)];
         assert!(
             e(&late, 1).contains("step 0 reads Step(0)"),
             "{}",
             e(&late, 1)
         );
-        let missing = [step("a0", &[Operand::Input(1)], Dtype::F32)];
+        let missing = [step("a0", &[StepInput::Input(1)], Dtype::F32)];
         assert!(
             e(&missing, 1).contains("reads Input(1)"),
             "{}",
             e(&missing, 1)
         );
         assert!(e(&[], 1).contains("no steps"));
-        let wide = [step("a0", &[Operand::Input(0)], Dtype::F32)];
+        let wide = [step("a0", &[StepInput::Input(0)], Dtype::F32)];
         assert!(e(&wide, MAX_INPUTS + 1).contains("more than the 6"));
     }
 }

@@ -9,8 +9,8 @@
 
 use super::codegen::{self, compute_type};
 use super::{alloc, context, dispatch, supported};
+use crate::data::{ArrayData, Operand};
 use crate::dtype::{Element, cast};
-use crate::primitive::ArrayData;
 use crate::shape::{contiguous_strides, size_of_shape};
 use crate::{Dtype, Error, Result};
 
@@ -110,17 +110,14 @@ pub(crate) fn entry() -> String {
 }
 
 /// `take` along `axis`: output `a[..axis] + idx + a[axis+1..]`.
-#[allow(clippy::too_many_arguments)]
 pub fn take(
-    a: &ArrayData,
-    a_shape: &[usize],
-    dtype: Dtype,
-    idx: &ArrayData,
-    idx_shape: &[usize],
-    idx_dtype: Dtype,
+    a: &Operand<'_>,
+    idx: &Operand<'_>,
     axis: usize,
     out_shape: &[usize],
 ) -> Result<ArrayData> {
+    let (a_shape, dtype, idx_shape, idx_dtype) = (a.shape, a.dtype, idx.shape, idx.dtype);
+    let (a, idx) = (&a.data, &idx.data);
     supported(dtype)?;
     let n = size_of_shape(out_shape);
     codegen::check_size("take", n.max(size_of_shape(a_shape)), &[a, idx])?;
@@ -170,17 +167,11 @@ pub fn take(
     Ok(out)
 }
 
-/// `take_along_axis`: `a` (of `a_shape`) and `idx` (of `out_shape`) agree
-/// except along `axis`.
-pub fn take_along_axis(
-    a: &ArrayData,
-    a_shape: &[usize],
-    dtype: Dtype,
-    idx: &ArrayData,
-    idx_dtype: Dtype,
-    axis: usize,
-    out_shape: &[usize],
-) -> Result<ArrayData> {
+/// `take_along_axis`: `a` and `idx` (of the output's shape) agree except
+/// along `axis`.
+pub fn take_along_axis(a: &Operand<'_>, idx: &Operand<'_>, axis: usize) -> Result<ArrayData> {
+    let (a_shape, dtype, idx_dtype, out_shape) = (a.shape, a.dtype, idx.dtype, idx.shape);
+    let (a, idx) = (&a.data, &idx.data);
     supported(dtype)?;
     let n = size_of_shape(out_shape);
     codegen::check_size("take_along_axis", n, &[a, idx])?;
@@ -246,18 +237,15 @@ fn atomic_add(k: u32, v: f32) {
 /// `take_along_axis` (true). Sums are accumulated in f32 (with atomic
 /// compare-exchange loops, so colliding indices add up) and cast to `dtype`
 /// at the end, as the CPU does.
-#[allow(clippy::too_many_arguments)]
 pub fn scatter_add(
-    ct: &ArrayData,
-    ct_shape: &[usize],
-    dtype: Dtype,
-    idx: &ArrayData,
-    idx_shape: &[usize],
-    idx_dtype: Dtype,
+    ct: &Operand<'_>,
+    idx: &Operand<'_>,
     axis: usize,
     along_axis: bool,
     out_shape: &[usize],
 ) -> Result<ArrayData> {
+    let (ct_shape, dtype, idx_shape, idx_dtype) = (ct.shape, ct.dtype, idx.shape, idx.dtype);
+    let (ct, idx) = (&ct.data, &idx.data);
     supported(dtype)?;
     let n = size_of_shape(ct_shape);
     codegen::check_size("scatter_add", n.max(size_of_shape(out_shape)), &[ct, idx])?;
@@ -326,23 +314,21 @@ pub fn scatter_add(
     if dtype == Dtype::F32 {
         Ok(acc)
     } else {
-        super::astype(&acc, out_shape, Dtype::F32, dtype)
+        super::astype(&Operand::new(acc, out_shape, Dtype::F32), dtype)
     }
 }
 
-/// Copies `src` (a view of `shape`) into `out` at `dst_offset + sum(c_k *
-/// dst_strides[k])`. `first` clears a packed output before writing.
-#[allow(clippy::too_many_arguments)]
+/// Copies `src` into `out` at `dst_offset + sum(c_k * dst_strides[k])`.
+/// `clear` clears a packed output before writing.
 fn place(
     out: &ArrayData,
     out_elems: usize,
     dst_strides: &[isize],
     dst_offset: usize,
-    src: &ArrayData,
-    shape: &[usize],
-    dtype: Dtype,
+    src: &Operand<'_>,
     clear: bool,
 ) -> Result<()> {
+    let (shape, dtype, src) = (src.shape, src.dtype, &src.data);
     let n = size_of_shape(shape);
     let mut m = Meta(vec![n as u32, 0, 0]);
     m.0[1] = m.view(src, shape);
@@ -367,36 +353,34 @@ fn place(
     )
 }
 
-/// Joins `parts` (views with their shapes, all of `dtype`) along `axis`.
+/// Joins `parts` (all of `dtype`) along `axis`.
 pub fn concatenate(
-    parts: &[(ArrayData, Vec<usize>)],
+    parts: &[Operand<'_>],
     dtype: Dtype,
     axis: usize,
     out_shape: &[usize],
 ) -> Result<ArrayData> {
     supported(dtype)?;
     let total = size_of_shape(out_shape);
-    let datas: Vec<&ArrayData> = parts.iter().map(|(d, _)| d).collect();
+    let datas: Vec<&ArrayData> = parts.iter().map(|p| &p.data).collect();
     codegen::check_size("concatenate", total, &datas)?;
     let out = alloc(out_shape, dtype)?;
     let strides = contiguous_strides(out_shape);
     let mut at = 0;
     let mut cleared = !codegen::packed(dtype);
-    for (d, shape) in parts {
-        if size_of_shape(shape) > 0 {
+    for part in parts {
+        if part.size() > 0 {
             place(
                 &out,
                 total,
                 &strides,
                 at * strides[axis] as usize,
-                d,
-                shape,
-                dtype,
+                part,
                 !cleared,
             )?;
             cleared = true;
         }
-        at += shape[axis];
+        at += part.shape[axis];
     }
     Ok(out)
 }
@@ -416,14 +400,8 @@ fn value_bits(value: f64, dtype: Dtype) -> u32 {
 
 /// Surrounds `x` with `value`: `low[k]` elements before axis `k`, the rest
 /// of `out_shape` after.
-pub fn pad(
-    x: &ArrayData,
-    x_shape: &[usize],
-    dtype: Dtype,
-    low: &[usize],
-    value: f64,
-    out_shape: &[usize],
-) -> Result<ArrayData> {
+pub fn pad(x: &Operand<'_>, low: &[usize], value: f64, out_shape: &[usize]) -> Result<ArrayData> {
+    let (x_shape, dtype, x) = (x.shape, x.dtype, &x.data);
     supported(dtype)?;
     let n = size_of_shape(out_shape);
     codegen::check_size("pad", n, &[x])?;
@@ -472,18 +450,16 @@ pub fn pad(
     Ok(out)
 }
 
-/// A copy of `base` (of `shape`) with the window starting at `start` with
-/// steps `step` replaced by `upd` (of `upd_shape`, same dtype).
-#[allow(clippy::too_many_arguments)]
+/// A copy of `base` with the window starting at `start` with steps `step`
+/// replaced by `upd` (of `base`'s dtype).
 pub fn slice_update(
-    base: &ArrayData,
-    shape: &[usize],
-    dtype: Dtype,
-    upd: &ArrayData,
-    upd_shape: &[usize],
+    base: &Operand<'_>,
+    upd: &Operand<'_>,
     start: &[usize],
     step: &[isize],
 ) -> Result<ArrayData> {
+    let (shape, dtype, upd_shape) = (base.shape, base.dtype, upd.shape);
+    let (base, upd) = (&base.data, &upd.data);
     supported(dtype)?;
     let n = size_of_shape(shape);
     codegen::check_size("slice_update", n, &[base, upd])?;

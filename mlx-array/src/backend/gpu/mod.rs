@@ -78,9 +78,9 @@ use std::time::Duration;
 
 use wgpu::util::DeviceExt;
 
+use crate::data::{ArrayData, Operand};
 use crate::memory::Storage;
 use crate::memory::accounting;
-use crate::primitive::ArrayData;
 use crate::shape::contiguous_strides;
 use crate::{Dtype, Error, Result};
 
@@ -605,7 +605,7 @@ pub(crate) fn dense(data: &ArrayData, shape: &[usize], dtype: Dtype) -> Result<A
     if codegen::is_dense(data, shape) {
         Ok(data.clone())
     } else {
-        copy_contiguous(data, shape, dtype)
+        copy_contiguous(&Operand::new(data.clone(), shape, dtype))
     }
 }
 
@@ -630,7 +630,8 @@ pub(crate) fn buffer_of(data: &ArrayData) -> Result<&wgpu::Buffer> {
 
 /// Copies host `data` (contiguous from its offset: the caller makes a
 /// strided view dense on the host first) into a new contiguous GPU array.
-pub(crate) fn upload(host: &ArrayData, shape: &[usize], dtype: Dtype) -> Result<ArrayData> {
+pub(crate) fn upload(host: &Operand<'_>) -> Result<ArrayData> {
+    let (shape, dtype, host) = (host.shape, host.dtype, &host.data);
     supported(dtype)?;
     if !host.is_contiguous(shape) {
         return Err(Error::gpu(
@@ -661,10 +662,10 @@ pub(crate) fn upload(host: &ArrayData, shape: &[usize], dtype: Dtype) -> Result<
     Ok(out)
 }
 
-/// Copies GPU `data` (any view) into a new contiguous host array, waiting
-/// for the GPU (see [`readback`] for the copy that waits later).
-pub(crate) fn download(data: &ArrayData, shape: &[usize], dtype: Dtype) -> Result<ArrayData> {
-    readback::start(data, shape, dtype)?.finish()
+/// Copies GPU data `x` (any view) into a new contiguous host array,
+/// waiting for the GPU (see [`readback`] for the copy that waits later).
+pub(crate) fn download(x: &Operand<'_>) -> Result<ArrayData> {
+    readback::start(x)?.finish()
 }
 
 static DISPATCHES: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);

@@ -8,6 +8,7 @@ use std::sync::mpsc::{Receiver, sync_channel};
 use std::time::{Duration, Instant};
 
 use super::{ArrayData, Dtype, Error, Result, buffer_of, context, copy_contiguous, transfers};
+use crate::data::Operand;
 
 /// A copy of GPU data on its way to the host (made by [`start`]).
 pub(crate) struct PendingDownload {
@@ -21,10 +22,10 @@ pub(crate) struct PendingDownload {
     dtype: Dtype,
 }
 
-/// Queues a copy of `data` (any view of a GPU array of `shape` and
-/// `dtype`) to the host, behind everything recorded so far, and submits it
-/// without waiting.
-pub(crate) fn start(data: &ArrayData, shape: &[usize], dtype: Dtype) -> Result<PendingDownload> {
+/// Queues a copy of `x` (any view of a GPU array) to the host, behind
+/// everything recorded so far, and submits it without waiting.
+pub(crate) fn start(x: &Operand<'_>) -> Result<PendingDownload> {
+    let (data, shape, dtype) = (&x.data, x.shape, x.dtype);
     let c = context()?;
     let len = crate::shape::size_of_shape(shape);
     let n = len * dtype.size_of();
@@ -43,7 +44,7 @@ pub(crate) fn start(data: &ArrayData, shape: &[usize], dtype: Dtype) -> Result<P
     let dense = if data.offset() == 0 && data.is_contiguous(shape) {
         data.clone()
     } else {
-        copy_contiguous(data, shape, dtype)?
+        copy_contiguous(x)?
     };
     let padded = n.next_multiple_of(4) as u64;
     let staging = c.device.create_buffer(&wgpu::BufferDescriptor {

@@ -35,7 +35,7 @@
 use super::codegen::{self, compute_type};
 use super::{alloc, context, dispatch, dispatch_groups, supported};
 use crate::backend::common::reduce::ReduceOp;
-use crate::primitive::ArrayData;
+use crate::data::{ArrayData, Operand};
 use crate::shape::size_of_shape;
 use crate::{Dtype, Result};
 
@@ -313,13 +313,8 @@ fn out_dtype(op: ReduceOp, dtype: Dtype) -> Dtype {
 /// through max and min, integers wrap, bool sums and products count in i32
 /// and bool max and min are any and all. The result is contiguous with the
 /// kept dimensions only.
-pub fn reduce(
-    op: ReduceOp,
-    data: &ArrayData,
-    shape: &[usize],
-    dtype: Dtype,
-    axes: &[usize],
-) -> Result<ArrayData> {
+pub fn reduce(op: ReduceOp, x: &Operand<'_>, axes: &[usize]) -> Result<ArrayData> {
+    let (data, shape, dtype) = (&x.data, x.shape, x.dtype);
     supported(dtype)?;
     let odt = out_dtype(op, dtype);
     codegen::check_size("reduce", size_of_shape(shape), &[data])?;
@@ -437,13 +432,8 @@ pub fn reduce(
 /// Index (uint32) of the first maximum (or minimum) along `axis`, kept
 /// dimensions only; a NaN counts as the extreme (the first NaN wins), as
 /// on the CPU. The axis must not be empty.
-pub fn arg_reduce(
-    is_max: bool,
-    data: &ArrayData,
-    shape: &[usize],
-    dtype: Dtype,
-    axis: usize,
-) -> Result<ArrayData> {
+pub fn arg_reduce(is_max: bool, x: &Operand<'_>, axis: usize) -> Result<ArrayData> {
+    let (data, shape, dtype) = (&x.data, x.shape, x.dtype);
     supported(dtype)?;
     codegen::check_size("arg_reduce", size_of_shape(shape), &[data])?;
     let p = plan(data, shape, &[axis]);

@@ -4,11 +4,12 @@
 use super::codegen;
 use super::{alloc, context, dense, dispatch};
 use crate::backend::common::rope::RopeSpec;
-use crate::primitive::ArrayData;
+use crate::data::{ArrayData, Operand};
 use crate::{Dtype, Result};
 
-/// Rotates f32 `x` of `shape` (`[..., L, D]`) as `spec` says.
-pub fn rope(x: &ArrayData, shape: &[usize], spec: &RopeSpec) -> Result<ArrayData> {
+/// Rotates `x` (`[..., L, D]`, read as f32) as `spec` says.
+pub fn rope(x: &Operand<'_>, spec: &RopeSpec) -> Result<ArrayData> {
+    let (shape, x) = (x.shape, &x.data);
     let n = crate::shape::size_of_shape(shape);
     let nd = shape.len();
     let x = dense(x, shape, Dtype::F32)?;

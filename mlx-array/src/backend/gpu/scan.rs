@@ -5,7 +5,7 @@
 
 use super::codegen::{self, compute_type};
 use super::{alloc, context, dispatch_groups, supported};
-use crate::primitive::ArrayData;
+use crate::data::{ArrayData, Operand};
 use crate::shape::{contiguous_strides, size_of_shape};
 use crate::{Dtype, Result};
 
@@ -14,14 +14,8 @@ use crate::{Dtype, Result};
 /// and dtype (bool counts in i32); floats accumulate in f32 (the CPU rounds
 /// f16 and bf16 running sums at every step, so those may differ by a few
 /// ulps), integers wrap.
-pub fn cumsum(
-    data: &ArrayData,
-    shape: &[usize],
-    dtype: Dtype,
-    axis: usize,
-    reverse: bool,
-    inclusive: bool,
-) -> Result<ArrayData> {
+pub fn cumsum(x: &Operand<'_>, axis: usize, reverse: bool, inclusive: bool) -> Result<ArrayData> {
+    let (data, shape, dtype) = (&x.data, x.shape, x.dtype);
     supported(dtype)?;
     let odt = if dtype == Dtype::Bool {
         Dtype::I32

@@ -257,20 +257,11 @@ fn op_name(op: ReduceOp) -> &'static str {
     }
 }
 
-/// Reduces `a` (holding `x`) on the device under test and checks it
-/// against the reference, within `tol` of the result type scaled by the
-/// square root of the run length.
-#[allow(clippy::too_many_arguments)]
-fn check_reduce(
-    cx: &Ctx,
-    op: ReduceOp,
-    a: &Array,
-    x: &Nd,
-    axes: &[i32],
-    keep: bool,
-    dtype: Dtype,
-    what: &str,
-) {
+/// Reduces `a` (holding `x`, in `a`'s dtype) on the device under test and
+/// checks it against the reference, within `tol` of the result type scaled
+/// by the square root of the run length.
+fn check_reduce(cx: &Ctx, op: ReduceOp, a: &Array, x: &Nd, axes: &[i32], keep: bool, what: &str) {
+    let dtype = a.dtype();
     let nd = x.shape.len() as i32;
     let mut norm: Vec<usize> = axes.iter().map(|&a| a.rem_euclid(nd) as usize).collect();
     norm.sort_unstable();
@@ -324,7 +315,7 @@ fn reduce_values(cx: &Ctx, op: ReduceOp) {
                     };
                     let x = fill(&s, dtype, lo, hi, seed);
                     let (a, x) = view_on(cx, &x, dtype, View::Laid(l));
-                    check_reduce(cx, op, &a, &x, &axes, keep, dtype, &format!("{l:?}"));
+                    check_reduce(cx, op, &a, &x, &axes, keep, &format!("{l:?}"));
                     Ok(())
                 },
             )
@@ -337,16 +328,7 @@ fn reduce_values(cx: &Ctx, op: ReduceOp) {
             let x = reduce_input(op, &[3, 4, 6], dtype, 20 + vi as u64);
             let (a, x) = view_on(cx, &x, dtype, view);
             for (k, axes) in axis_sets.iter().enumerate() {
-                check_reduce(
-                    cx,
-                    op,
-                    &a,
-                    &x,
-                    axes,
-                    k % 2 == 1,
-                    dtype,
-                    &format!("{view:?}"),
-                );
+                check_reduce(cx, op, &a, &x, axes, k % 2 == 1, &format!("{view:?}"));
             }
         }
     }
@@ -370,49 +352,40 @@ fn reduce_values(cx: &Ctx, op: ReduceOp) {
         for (shape, axes) in runs {
             let x = reduce_input(op, shape, dtype, 30);
             let a = make(&x, dtype, Layout::Dense);
-            check_reduce(cx, op, &a, &x, axes, false, dtype, "run");
+            check_reduce(cx, op, &a, &x, axes, false, "run");
         }
         // Rows reversed (a negative stride between rows), vec4-aligned and not.
         for shape in [[6, 700], [5, 333]] {
             let x = reduce_input(op, &shape, dtype, 32);
             let (a, x) = view_on(cx, &x, dtype, View::Laid(Layout::Reversed));
-            check_reduce(cx, op, &a, &x, &[1], false, dtype, "reversed rows");
+            check_reduce(cx, op, &a, &x, &[1], false, "reversed rows");
         }
         // Every other column of a [60, 80] array: the run over both axes
         // cannot collapse into one strided dimension.
         let x = reduce_input(op, &[60, 40], dtype, 31);
         let (a, x) = view_on(cx, &x, dtype, View::Laid(Layout::Strided));
-        check_reduce(
-            cx,
-            op,
-            &a,
-            &x,
-            &[0, 1],
-            false,
-            dtype,
-            "all of a strided view",
-        );
+        check_reduce(cx, op, &a, &x, &[0, 1], false, "all of a strided view");
     }
     match op {
         ReduceOp::Max | ReduceOp::Min => {
             for dtype in FLOATS {
                 let x = with_nans();
                 let a = make(&x, dtype, Layout::Dense);
-                check_reduce(cx, op, &a, &x, &[1], false, dtype, "NaN propagates");
+                check_reduce(cx, op, &a, &x, &[1], false, "NaN propagates");
                 let short = Nd::new(&[60, 20], x.v.clone());
                 let a = make(&short, dtype, Layout::Dense);
-                check_reduce(cx, op, &a, &short, &[1], false, dtype, "NaN, short runs");
+                check_reduce(cx, op, &a, &short, &[1], false, "NaN, short runs");
             }
             let y = Nd::new(&[5], vec![2.0, f64::NAN, 5.0, f64::NAN, 1.0]);
             let a = make(&y, Dtype::F32, Layout::Dense);
-            check_reduce(cx, op, &a, &y, &[0], false, Dtype::F32, "NaN, all");
+            check_reduce(cx, op, &a, &y, &[0], false, "NaN, all");
         }
         ReduceOp::Prod => {
             // Integer products wrap, the same in any order.
             for dtype in cx.dtypes(&[Dtype::I32, Dtype::U32, Dtype::I64]) {
                 let x = reduce_input(op, &[5, 90], dtype, 32);
                 let a = make(&x, dtype, Layout::Dense);
-                check_reduce(cx, op, &a, &x, &[1], false, dtype, "wraps");
+                check_reduce(cx, op, &a, &x, &[1], false, "wraps");
             }
         }
         ReduceOp::Sum => {}
@@ -569,17 +542,10 @@ fn cumsum_reference(x: &Nd, axis: usize, rev: bool, inc: bool, dtype: Dtype) -> 
     })
 }
 
-#[allow(clippy::too_many_arguments)]
-fn check_cumsum(
-    cx: &Ctx,
-    a: &Array,
-    x: &Nd,
-    axis: usize,
-    rev: bool,
-    inc: bool,
-    dtype: Dtype,
-    what: &str,
-) {
+/// `a.cumsum` (of `a` holding `x`, in `a`'s dtype) on the device under
+/// test against the reference.
+fn check_cumsum(cx: &Ctx, a: &Array, x: &Nd, axis: usize, rev: bool, inc: bool, what: &str) {
+    let dtype = a.dtype();
     let what = format!(
         "cumsum {dtype} {:?} axis {axis} reverse {rev} inclusive {inc}: {what}",
         x.shape
@@ -611,7 +577,7 @@ fn cumsum_values(cx: &Ctx) {
                     let axis = seed as usize % s.len();
                     let x = fill(&s, dtype, -9.0, 9.0, seed);
                     let (a, x) = view_on(cx, &x, dtype, View::Laid(l));
-                    check_cumsum(cx, &a, &x, axis, rev, inc, dtype, &format!("{l:?}"));
+                    check_cumsum(cx, &a, &x, axis, rev, inc, &format!("{l:?}"));
                     Ok(())
                 },
             )
@@ -626,7 +592,7 @@ fn cumsum_values(cx: &Ctx) {
             let (a, x) = view_on(cx, &x, dtype, view);
             for axis in 0..x.shape.len() {
                 for (rev, inc) in [(false, true), (false, false), (true, true), (true, false)] {
-                    check_cumsum(cx, &a, &x, axis, rev, inc, dtype, &format!("{view:?}"));
+                    check_cumsum(cx, &a, &x, axis, rev, inc, &format!("{view:?}"));
                 }
             }
         }
@@ -639,7 +605,7 @@ fn cumsum_values(cx: &Ctx) {
             for (rev, inc) in [(false, true), (true, false)] {
                 let x = small_ints(shape, dtype, -4.0, 4.0, 51);
                 let a = make(&x, dtype, Layout::Dense);
-                check_cumsum(cx, &a, &x, axis, rev, inc, dtype, "run");
+                check_cumsum(cx, &a, &x, axis, rev, inc, "run");
             }
         }
     }

@@ -8,8 +8,9 @@ use rayon::prelude::*;
 use super::rows::{exp_shifted_in_place, max_of, targets, vectorised};
 use crate::backend::cpu::copy::{contiguous, copy_cast};
 use crate::backend::cpu::math::{self, FloatLike};
+use crate::data::{ArrayData, Operand};
 use crate::shape::size_of_shape;
-use crate::{ArrayData, Dtype, Error, Result};
+use crate::{Dtype, Error, Result};
 
 /// `logsumexp(row)` in f32 over a row of any float storage type.
 #[inline]
@@ -67,7 +68,12 @@ fn softmax_rows_f32(rows: &mut [f32], width: usize) {
 /// Softmax over the last axis. With `donated`, written over the input's own
 /// buffer (which the caller has proven nobody else reads again); otherwise
 /// into a contiguous copy.
-pub fn softmax(x: ArrayData, shape: &[usize], dtype: Dtype, donated: bool) -> Result<ArrayData> {
+pub fn softmax(x: Operand<'_>, donated: bool) -> Result<ArrayData> {
+    let Operand {
+        data: x,
+        shape,
+        dtype,
+    } = x;
     let width = shape.last().copied().unwrap_or(1);
     let n = size_of_shape(shape);
     let out = if donated {
@@ -94,13 +100,9 @@ pub fn softmax(x: ArrayData, shape: &[usize], dtype: Dtype, donated: bool) -> Re
 }
 
 /// Per-row `logsumexp(logits) - logits[target]` over the last axis.
-pub fn cross_entropy(
-    logits: &ArrayData,
-    shape: &[usize],
-    dtype: Dtype,
-    t: &ArrayData,
-    t_dtype: Dtype,
-) -> Result<ArrayData> {
+pub fn cross_entropy(logits: &Operand<'_>, t: &Operand<'_>) -> Result<ArrayData> {
+    let (shape, dtype, logits, t_dtype, t) =
+        (logits.shape, logits.dtype, &logits.data, t.dtype, &t.data);
     let vocab = *shape.last().expect("logits have a class axis");
     let rows = &shape[..shape.len() - 1];
     let tg = targets("cross_entropy", t, rows, t_dtype, vocab, None)?;
@@ -139,17 +141,18 @@ fn backward_in_place<T: FloatLike>(rows: &mut [T], tg: &[usize], ct: &[f32], voc
 /// written over the logits' own buffer, which the caller has proven nobody
 /// else can read again, so the whole step holds one logits-sized buffer;
 /// otherwise into a contiguous copy.
-#[allow(clippy::too_many_arguments)]
 pub fn cross_entropy_grad(
-    logits: ArrayData,
-    shape: &[usize],
-    dtype: Dtype,
-    t: &ArrayData,
-    t_dtype: Dtype,
-    ct: &ArrayData,
-    ct_dtype: Dtype,
+    logits: Operand<'_>,
+    t: &Operand<'_>,
+    ct: &Operand<'_>,
     donated: bool,
 ) -> Result<ArrayData> {
+    let Operand {
+        data: logits,
+        shape,
+        dtype,
+    } = logits;
+    let (t_dtype, t, ct_dtype, ct) = (t.dtype, &t.data, ct.dtype, &ct.data);
     let vocab = *shape.last().expect("logits have a class axis");
     let rows = &shape[..shape.len() - 1];
     let tg = targets("cross_entropy", t, rows, t_dtype, vocab, None)?;

@@ -10,8 +10,9 @@ use crate::backend::common::loss::{LceArgs, chunk_cols};
 use crate::backend::cpu::blas::{Mat, gemm};
 use crate::backend::cpu::copy::{contiguous, copy_cast};
 use crate::backend::cpu::math;
+use crate::data::{ArrayData, Operand};
 use crate::shape::size_of_shape;
-use crate::{ArrayData, Dtype, Result};
+use crate::{Dtype, Result};
 
 /// Bytes of logits per row block of the one-pass loss and gradient: larger
 /// blocks mean fewer passes of `dw` through memory. (256 rows of GPT-2's
@@ -414,13 +415,13 @@ struct Sizes {
 impl Sizes {
     fn of(a: &LceArgs<'_>) -> Sizes {
         let (&dims, rows_shape) =
-            a.h.1
+            a.h.shape
                 .split_last()
                 .expect("hidden states have a feature axis");
         Sizes {
             rows: size_of_shape(rows_shape),
             dims,
-            vocab: a.w.1[0],
+            vocab: a.w.shape[0],
         }
     }
 }
@@ -429,10 +430,10 @@ impl Sizes {
 fn row_targets(a: &LceArgs<'_>) -> Result<Vec<usize>> {
     targets(
         "linear_cross_entropy",
-        a.t.0,
-        &a.h.1[..a.h.1.len() - 1],
-        a.t.1,
-        a.w.1[0],
+        &a.t.data,
+        &a.h.shape[..a.h.shape.len() - 1],
+        a.t.dtype,
+        a.w.shape[0],
         a.ignore_index,
     )
 }
@@ -459,8 +460,8 @@ fn sum_over_blocks(
 fn with_lce<R>(a: &LceArgs<'_>, f: impl FnOnce(&Lce<'_>) -> R) -> Result<R> {
     let Sizes { rows, dims, vocab } = Sizes::of(a);
     let tg = row_targets(a)?;
-    let h = f32_dense(a.h.0, a.h.1, a.dtype);
-    let w = f32_dense(a.w.0, a.w.1, a.dtype);
+    let h = f32_dense(&a.h.data, a.h.shape, a.h.dtype);
+    let w = f32_dense(&a.w.data, a.w.shape, a.h.dtype);
     let lce = Lce {
         h: h.as_slice(rows * dims),
         w: w.as_slice(vocab * dims),
@@ -478,7 +479,7 @@ fn with_lce<R>(a: &LceArgs<'_>, f: impl FnOnce(&Lce<'_>) -> R) -> Result<R> {
 /// Per-row cross-entropy of the logits `h @ w^T` without materialising
 /// them: f32 losses of shape `h.shape[..-1]`.
 pub fn linear_cross_entropy(a: &LceArgs<'_>) -> Result<ArrayData> {
-    let rows_shape = &a.h.1[..a.h.1.len() - 1];
+    let rows_shape = &a.h.shape[..a.h.shape.len() - 1];
     let mut out = ArrayData::alloc(rows_shape, Dtype::F32);
     let n = size_of_shape(rows_shape);
     with_lce(a, |l| l.forward(out.as_mut_slice(n)))?;
@@ -486,16 +487,17 @@ pub fn linear_cross_entropy(a: &LceArgs<'_>) -> Result<ArrayData> {
 }
 
 /// The gradients of [`linear_cross_entropy`] for row cotangents `ct` (any
-/// float dtype) given its f32 `loss`: one flat buffer of `a.dtype` holding
+/// float dtype) given its f32 `loss`: one flat buffer of `a.h.dtype` holding
 /// `dh` (`h`'s shape) followed by `dw` (`[V, D]`).
 pub fn linear_cross_entropy_grad(
     a: &LceArgs<'_>,
-    ct: (&ArrayData, Dtype),
-    loss: &ArrayData,
+    ct: &Operand<'_>,
+    loss: &Operand<'_>,
 ) -> Result<ArrayData> {
-    let rows_shape = &a.h.1[..a.h.1.len() - 1];
-    let (hn, wn) = (size_of_shape(a.h.1), size_of_shape(a.w.1));
-    let ctv = copy_cast(ct.0, rows_shape, ct.1, Dtype::F32);
+    let loss = &loss.data;
+    let rows_shape = &a.h.shape[..a.h.shape.len() - 1];
+    let (hn, wn) = (size_of_shape(a.h.shape), size_of_shape(a.w.shape));
+    let ctv = copy_cast(&ct.data, rows_shape, ct.dtype, Dtype::F32);
     let lossv = f32_dense(loss, rows_shape, Dtype::F32);
     let n = size_of_shape(rows_shape);
     let mut out = ArrayData::alloc(&[hn + wn], Dtype::F32);
@@ -503,29 +505,26 @@ pub fn linear_cross_entropy_grad(
         let (dh, dw) = out.as_mut_slice::<f32>(hn + wn).split_at_mut(hn);
         l.backward(lossv.as_slice(n), ctv.as_slice(n), dh, dw)
     })?;
-    Ok(if a.dtype == Dtype::F32 {
+    Ok(if a.h.dtype == Dtype::F32 {
         out
     } else {
-        copy_cast(&out, &[hn + wn], Dtype::F32, a.dtype)
+        copy_cast(&out, &[hn + wn], Dtype::F32, a.h.dtype)
     })
 }
 
 /// The weighted loss `sum_r rw[r] * loss_r` and its gradients in one pass
 /// (see `Lce::value_and_grad`): one flat f32 buffer holding `dh` (`h`'s
 /// shape), then `dw` (`[V, D]`), then the loss.
-pub fn linear_cross_entropy_value_and_grad(
-    a: &LceArgs<'_>,
-    rw: (&ArrayData, Dtype),
-) -> Result<ArrayData> {
-    let rows_shape = &a.h.1[..a.h.1.len() - 1];
-    let (hn, wn) = (size_of_shape(a.h.1), size_of_shape(a.w.1));
+pub fn linear_cross_entropy_value_and_grad(a: &LceArgs<'_>, rw: &Operand<'_>) -> Result<ArrayData> {
+    let rows_shape = &a.h.shape[..a.h.shape.len() - 1];
+    let (hn, wn) = (size_of_shape(a.h.shape), size_of_shape(a.w.shape));
     let n = size_of_shape(rows_shape);
-    let rwv = copy_cast(rw.0, rows_shape, rw.1, Dtype::F32);
+    let rwv = copy_cast(&rw.data, rows_shape, rw.dtype, Dtype::F32);
     let mut out = ArrayData::alloc(&[hn + wn + 1], Dtype::F32);
     let (dh, rest) = out.as_mut_slice::<f32>(hn + wn + 1).split_at_mut(hn);
     let (dw, total) = rest.split_at_mut(wn);
     #[cfg(target_arch = "x86_64")]
-    if a.dtype == Dtype::BF16 && n > 0 && super::bf16::enabled(Sizes::of(a).dims) {
+    if a.h.dtype == Dtype::BF16 && n > 0 && super::bf16::enabled(Sizes::of(a).dims) {
         total[0] = value_and_grad_bf16(a, rwv.as_slice(n), dh, dw)?;
         return Ok(out);
     }
@@ -542,11 +541,11 @@ fn value_and_grad_bf16(a: &LceArgs<'_>, rw: &[f32], dh: &mut [f32], dw: &mut [f3
     use super::bf16::{keeps_logits, recomputing_block, value_and_grad_block};
     let Sizes { rows, dims, vocab } = Sizes::of(a);
     let tg = row_targets(a)?;
-    let h = contiguous(a.h.0, a.h.1, Dtype::BF16);
-    let mut w = contiguous(a.w.0, a.w.1, Dtype::BF16);
+    let h = contiguous(&a.h.data, a.h.shape, Dtype::BF16);
+    let mut w = contiguous(&a.w.data, a.w.shape, Dtype::BF16);
     if !(w.ptr::<u16>() as usize).is_multiple_of(4) {
         // The kernel reads two neighbouring features as one word.
-        w = copy_cast(a.w.0, a.w.1, Dtype::BF16, Dtype::BF16);
+        w = copy_cast(&a.w.data, a.w.shape, Dtype::BF16, Dtype::BF16);
     }
     let (h, w) = (
         h.as_slice::<u16>(rows * dims),

@@ -11,8 +11,9 @@ pub(super) mod gemm_bf16;
 
 use super::copy::copy_cast;
 use super::strided::{Layout, for_each_run};
+use crate::Dtype;
+use crate::data::{ArrayData, Operand};
 use crate::shape::size_of_shape;
-use crate::{ArrayData, Dtype};
 
 /// How one operand's matrices can be handed to GEMM without a copy.
 fn gemm_view(strides: &[isize], rows: usize, cols: usize) -> Option<(bool, usize)> {
@@ -45,14 +46,9 @@ fn operand(data: &ArrayData, shape: &[usize], dtype: Dtype) -> (ArrayData, bool,
 /// dimensions are already broadcast to `out_shape[..-2]`. Floats only; f16
 /// and bf16 compute in f32 (bf16 with AMX's or AVX512_BF16's products where
 /// the CPU has them, see [`bf16_gemm`]).
-pub fn matmul(
-    a: &ArrayData,
-    a_shape: &[usize],
-    b: &ArrayData,
-    b_shape: &[usize],
-    dtype: Dtype,
-    out_shape: &[usize],
-) -> ArrayData {
+pub fn matmul(a: &Operand<'_>, b: &Operand<'_>, out_shape: &[usize]) -> ArrayData {
+    let (a_shape, dtype, b_shape) = (a.shape, a.dtype, b.shape);
+    let (a, b) = (&a.data, &b.data);
     #[cfg(target_arch = "x86_64")]
     if dtype == Dtype::BF16 && bf16_gemm() {
         return matmul_bf16(a, a_shape, b, b_shape, out_shape);

@@ -145,7 +145,7 @@ use super::codegen;
 use super::fragment::{self, Fragments};
 use super::{alloc, context, dense, dispatch, dispatch_groups};
 use crate::backend::common::attention::AttentionDims;
-use crate::primitive::ArrayData;
+use crate::data::ArrayData;
 use crate::{Dtype, Result};
 
 /// Invocations per workgroup side: kernels run `SIDE x SIDE` invocations.

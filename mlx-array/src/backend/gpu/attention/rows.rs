@@ -12,7 +12,7 @@ use super::super::{alloc, context, dense, dispatch};
 use super::codegen;
 use super::{dense_qkv, meta};
 use crate::backend::common::attention::AttentionDims;
-use crate::primitive::ArrayData;
+use crate::data::ArrayData;
 use crate::{Dtype, Result};
 
 /// The WGSL shared by the kernels: constants, the bindings of `inputs`

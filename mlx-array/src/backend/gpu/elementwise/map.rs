@@ -30,7 +30,7 @@
 use super::MATH;
 use crate::backend::gpu::codegen::{self, compute_type};
 use crate::backend::gpu::{alloc, context, dispatch_groups, supported};
-use crate::primitive::ArrayData;
+use crate::data::ArrayData;
 use crate::{Dtype, Result};
 
 /// Elements per invocation.

@@ -9,17 +9,18 @@ pub(crate) use map::{map, map_with};
 
 use super::codegen::compute_type;
 use crate::backend::common::elementwise::{BinaryOp, UnaryOp};
-use crate::primitive::ArrayData;
+use crate::data::{ArrayData, Operand};
 use crate::{Dtype, Error, Result};
 
 /// A dense copy of any view.
-pub fn copy_contiguous(data: &ArrayData, shape: &[usize], dtype: Dtype) -> Result<ArrayData> {
-    map("copy", "a0", shape, &[(data, dtype)], dtype)
+pub fn copy_contiguous(x: &Operand<'_>) -> Result<ArrayData> {
+    map("copy", "a0", x.shape, &[(&x.data, x.dtype)], x.dtype)
 }
 
 /// Converts between dtypes with the CPU backend's rules (floats to integers
 /// truncate toward zero, anything to bool is `!= 0`).
-pub fn astype(data: &ArrayData, shape: &[usize], from: Dtype, to: Dtype) -> Result<ArrayData> {
+pub fn astype(x: &Operand<'_>, to: Dtype) -> Result<ArrayData> {
+    let (data, shape, from) = (&x.data, x.shape, x.dtype);
     map(
         &format!("astype:{from}>{to}"),
         &astype_expression(from, to)?,
@@ -119,7 +120,8 @@ pub(crate) fn unary_expression(op: UnaryOp, dtype: Dtype) -> Result<String> {
 }
 
 /// Applies a unary op; the output has the input's dtype.
-pub fn unary(op: UnaryOp, shape: &[usize], dtype: Dtype, a: &ArrayData) -> Result<ArrayData> {
+pub fn unary(op: UnaryOp, x: &Operand<'_>) -> Result<ArrayData> {
+    let (a, shape, dtype) = (&x.data, x.shape, x.dtype);
     let expr = unary_expression(op, dtype)?;
     map(
         &format!("unary:{}", op.name()),
@@ -234,14 +236,9 @@ pub(crate) fn where_expression() -> Result<String> {
     Ok(WHERE.to_string())
 }
 
-/// Applies a binary op to two inputs of `dtype` already broadcast to `shape`.
-pub fn binary(
-    op: BinaryOp,
-    shape: &[usize],
-    dtype: Dtype,
-    a: &ArrayData,
-    b: &ArrayData,
-) -> Result<ArrayData> {
+/// Applies a binary op to two inputs of one dtype already broadcast to one shape.
+pub fn binary(op: BinaryOp, a: &Operand<'_>, b: &Operand<'_>) -> Result<ArrayData> {
+    let (shape, dtype, a, b) = (a.shape, a.dtype, &a.data, &b.data);
     let (expr, out) = binary_expression(op, dtype)?;
     map(
         &format!("binary:{}", op.name()),
@@ -252,14 +249,10 @@ pub fn binary(
     )
 }
 
-/// `cond ? a : b`, elementwise; `cond` is bool, `a` and `b` share `dtype`.
-pub fn where_(
-    shape: &[usize],
-    dtype: Dtype,
-    cond: &ArrayData,
-    a: &ArrayData,
-    b: &ArrayData,
-) -> Result<ArrayData> {
+/// `cond ? a : b`, elementwise, all of one shape; `cond` is bool, `a` and
+/// `b` share a dtype.
+pub fn where_(cond: &Operand<'_>, a: &Operand<'_>, b: &Operand<'_>) -> Result<ArrayData> {
+    let (shape, dtype, cond, a, b) = (a.shape, a.dtype, &cond.data, &a.data, &b.data);
     map(
         "where",
         WHERE,

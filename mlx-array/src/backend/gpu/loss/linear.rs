@@ -78,9 +78,10 @@
 
 use super::super::codegen;
 use super::super::indexing::{Meta, VLOC};
-use super::super::{alloc, astype, context, dispatch, matmul, supported};
+use super::super::matmul::{self, Destination};
+use super::super::{alloc, astype, context, dispatch, supported};
 use crate::backend::common::loss::{LceArgs, chunk_cols};
-use crate::primitive::ArrayData;
+use crate::data::{ArrayData, Operand};
 use crate::shape::size_of_shape;
 use crate::{Dtype, Error, Result};
 
@@ -111,7 +112,7 @@ struct Setup {
 /// `data` (of `shape` and `dtype`) as a dense f32 array.
 fn f32_dense(data: &ArrayData, shape: &[usize], dtype: Dtype) -> Result<ArrayData> {
     if dtype != Dtype::F32 {
-        astype(data, shape, dtype, Dtype::F32)
+        astype(&Operand::new(data.clone(), shape, dtype), Dtype::F32)
     } else {
         super::super::dense(data, shape, dtype)
     }
@@ -128,27 +129,27 @@ fn view2(data: &ArrayData, at: usize, strides: [usize; 2]) -> ArrayData {
 
 impl Setup {
     fn new(a: &LceArgs<'_>, op: &'static str) -> Result<Setup> {
-        if !matches!(a.dtype, Dtype::F32 | Dtype::F16 | Dtype::BF16) {
+        if !matches!(a.h.dtype, Dtype::F32 | Dtype::F16 | Dtype::BF16) {
             return Err(Error::eval(
                 op,
                 format!(
                     "hidden states and weight must be floating point, got {}",
-                    a.dtype
+                    a.h.dtype
                 ),
             ));
         }
-        let (t, t_dtype) = a.t;
+        let (t, t_dtype) = (&a.t.data, a.t.dtype);
         supported(t_dtype)?;
         if !matches!(t_dtype, Dtype::I32 | Dtype::U32) {
             return Err(Error::gpu(format!(
                 "{op}: targets must be i32 or u32 on the GPU, got {t_dtype}"
             )));
         }
-        let dims = *a.h.1.last().expect("hidden states have a feature axis");
-        let rows_shape = &a.h.1[..a.h.1.len() - 1];
+        let dims = *a.h.shape.last().expect("hidden states have a feature axis");
+        let rows_shape = &a.h.shape[..a.h.shape.len() - 1];
         let rows = size_of_shape(rows_shape);
-        let vocab = a.w.1[0];
-        codegen::check_size(op, rows * dims, &[a.h.0, a.w.0, t])?;
+        let vocab = a.w.shape[0];
+        codegen::check_size(op, rows * dims, &[&a.h.data, &a.w.data, t])?;
         codegen::check_size(op, vocab * dims, &[])?;
         let c = context()?;
         let max_bytes = c
@@ -161,16 +162,16 @@ impl Setup {
         // f16 operands stay f16 (no copies where already dense) when the
         // tensor-core kernel can multiply them; bf16 has no cooperative
         // matrix on the H100's driver and is computed in f32.
-        let half = a.dtype == Dtype::F16 && matmul::f16_f32_products()?;
+        let half = a.h.dtype == Dtype::F16 && matmul::f16_f32_products()?;
         let (h, w) = if half {
             (
-                super::super::dense(a.h.0, a.h.1, Dtype::F16)?,
-                super::super::dense(a.w.0, a.w.1, Dtype::F16)?,
+                super::super::dense(&a.h.data, a.h.shape, Dtype::F16)?,
+                super::super::dense(&a.w.data, a.w.shape, Dtype::F16)?,
             )
         } else {
             (
-                f32_dense(a.h.0, a.h.1, a.dtype)?,
-                f32_dense(a.w.0, a.w.1, a.dtype)?,
+                f32_dense(&a.h.data, a.h.shape, a.h.dtype)?,
+                f32_dense(&a.w.data, a.w.shape, a.h.dtype)?,
             )
         };
         let tg = resolve_targets(t, rows_shape, t_dtype, vocab, a.ignore_index)?;
@@ -193,33 +194,19 @@ impl Setup {
         if self.half { Dtype::F16 } else { Dtype::F32 }
     }
 
-    /// Records `out[out_offset..] (+)= a @ b` into the dense f32 `out`: a
-    /// product of f16 operands on the tensor-core kernel with `half`, else
-    /// of f32 operands on the f32 kernel.
-    #[allow(clippy::too_many_arguments)]
-    fn product(
-        &self,
-        a: &ArrayData,
-        a_shape: &[usize],
-        b: &ArrayData,
-        out_shape: &[usize],
-        out: &ArrayData,
-        out_offset: usize,
-        accumulate: bool,
-    ) -> Result<()> {
+    /// `data` as a 2-D operand of `shape`, of [`Setup::operands`].
+    fn operand<'s>(&self, data: ArrayData, shape: &'s [usize]) -> Operand<'s> {
+        Operand::new(data, shape, self.operands())
+    }
+
+    /// Records `to (+)= a @ b` into a dense f32 block: a product of f16
+    /// operands on the tensor-core kernel with `half`, else of f32
+    /// operands on the f32 kernel.
+    fn product(&self, a: &Operand<'_>, b: &Operand<'_>, to: &Destination<'_>) -> Result<()> {
         if self.half {
-            matmul::record_f16_f32(a, a_shape, b, out_shape, out, out_offset, accumulate)
+            matmul::record_f16_f32(a, b, to)
         } else {
-            matmul::record(
-                a,
-                a_shape,
-                b,
-                Dtype::F32,
-                out_shape,
-                out,
-                out_offset,
-                accumulate,
-            )
+            matmul::record(a, b, to)
         }
     }
 
@@ -240,13 +227,14 @@ impl Setup {
     fn chunk_logits(&self, x: &ArrayData, c0: usize, n: usize) -> Result<()> {
         let (rows, dims) = (self.rows, self.dims);
         self.product(
-            &view2(&self.h, 0, [dims, 1]),
-            &[rows, dims],
-            &view2(&self.w, c0 * dims, [1, dims]),
-            &[rows, n],
-            x,
-            0,
-            false,
+            &self.operand(view2(&self.h, 0, [dims, 1]), &[rows, dims]),
+            &self.operand(view2(&self.w, c0 * dims, [1, dims]), &[dims, n]),
+            &Destination {
+                data: x,
+                shape: &[rows, n],
+                offset: 0,
+                accumulate: false,
+            },
         )
     }
 
@@ -422,7 +410,7 @@ fn stats_source() -> String {
 pub fn linear_cross_entropy(a: &LceArgs<'_>) -> Result<ArrayData> {
     let st = Setup::new(a, OP)?;
     let rows = st.rows;
-    let out = alloc(&a.h.1[..a.h.1.len() - 1], Dtype::F32)?;
+    let out = alloc(&a.h.shape[..a.h.shape.len() - 1], Dtype::F32)?;
     if rows == 0 {
         return Ok(out);
     }
@@ -664,23 +652,24 @@ fn record_grad<'a>(
 }
 
 /// The gradients of [`linear_cross_entropy`] for row cotangents `ct` given
-/// its f32 `loss`: one flat buffer of `a.dtype` holding `dh` (`h`'s shape)
+/// its f32 `loss`: one flat buffer of `a.h.dtype` holding `dh` (`h`'s shape)
 /// followed by `dw` (`[V, D]`).
 pub fn linear_cross_entropy_grad(
     a: &LceArgs<'_>,
-    ct: (&ArrayData, Dtype),
-    loss: &ArrayData,
+    ct: &Operand<'_>,
+    loss: &Operand<'_>,
 ) -> Result<ArrayData> {
+    let loss = &loss.data;
     const GRAD: &str = "linear_cross_entropy_grad";
-    supported(ct.1)?;
+    supported(ct.dtype)?;
     let st = Setup::new(a, GRAD)?;
     let (rows, dims) = (st.rows, st.dims);
-    let rows_shape = &a.h.1[..a.h.1.len() - 1];
+    let rows_shape = &a.h.shape[..a.h.shape.len() - 1];
     let (hn, wn) = (rows * dims, st.vocab * dims);
-    codegen::check_size(GRAD, hn + wn, &[ct.0, loss])?;
+    codegen::check_size(GRAD, hn + wn, &[&ct.data, loss])?;
     let flat = alloc(&[hn + wn], Dtype::F32)?;
     if hn + wn > 0 {
-        let ctv = f32_dense(ct.0, rows_shape, ct.1)?;
+        let ctv = f32_dense(&ct.data, rows_shape, ct.dtype)?;
         let lossv = f32_dense(loss, rows_shape, Dtype::F32)?;
         let w_mean = if st.smoothing > 0.0 {
             Some(column_mean(&st)?)
@@ -703,30 +692,32 @@ pub fn linear_cross_entropy_grad(
             let g = record_grad(&meta, &terms, &st.tg, &x, gh.as_ref(), rows * n)?;
             // dh (+)= g @ w[chunk]
             st.product(
-                &view2(g, 0, [n, 1]),
-                &[rows, n],
-                &view2(&st.w, c0 * dims, [dims, 1]),
-                &[rows, dims],
-                &flat,
-                0,
-                c0 > 0,
+                &st.operand(view2(g, 0, [n, 1]), &[rows, n]),
+                &st.operand(view2(&st.w, c0 * dims, [dims, 1]), &[n, dims]),
+                &Destination {
+                    data: &flat,
+                    shape: &[rows, dims],
+                    offset: 0,
+                    accumulate: c0 > 0,
+                },
             )?;
             // dw[chunk] = g^T @ h
             st.product(
-                &view2(g, 0, [1, n]),
-                &[n, rows],
-                &view2(&st.h, 0, [dims, 1]),
-                &[n, dims],
-                &flat,
-                hn + c0 * dims,
-                false,
+                &st.operand(view2(g, 0, [1, n]), &[n, rows]),
+                &st.operand(view2(&st.h, 0, [dims, 1]), &[rows, dims]),
+                &Destination {
+                    data: &flat,
+                    shape: &[n, dims],
+                    offset: hn + c0 * dims,
+                    accumulate: false,
+                },
             )?;
         }
     }
-    if a.dtype == Dtype::F32 {
+    if a.h.dtype == Dtype::F32 {
         Ok(flat)
     } else {
-        astype(&flat, &[hn + wn], Dtype::F32, a.dtype)
+        astype(&Operand::new(flat, &[hn + wn], Dtype::F32), a.h.dtype)
     }
 }
 
@@ -746,18 +737,18 @@ const BLOCK_LOGITS_BYTES: usize = 256 << 20;
 /// see `matmul`'s split-K) and `dw (+)= g^T @ h[block]`. Three products of
 /// the projection's size instead of the two passes' four, and 2 to a few
 /// hundred dispatches fewer. Returns the f32 losses (`h.shape[..-1]`) and
-/// one flat buffer of `a.dtype` holding `dh` then `dw`.
+/// one flat buffer of `a.h.dtype` holding `dh` then `dw`.
 pub fn linear_cross_entropy_value_and_grad(
     a: &LceArgs<'_>,
-    ct: (&ArrayData, Dtype),
+    ct: &Operand<'_>,
 ) -> Result<(ArrayData, ArrayData)> {
     const BOTH: &str = "linear_cross_entropy_value_and_grad";
-    supported(ct.1)?;
+    supported(ct.dtype)?;
     let st = Setup::new(a, BOTH)?;
     let (rows, dims, vocab) = (st.rows, st.dims, st.vocab);
-    let rows_shape = &a.h.1[..a.h.1.len() - 1];
+    let rows_shape = &a.h.shape[..a.h.shape.len() - 1];
     let (hn, wn) = (rows * dims, vocab * dims);
-    codegen::check_size(BOTH, hn + wn, &[ct.0])?;
+    codegen::check_size(BOTH, hn + wn, &[&ct.data])?;
     let loss = alloc(rows_shape, Dtype::F32)?;
     let flat = alloc(&[hn + wn], Dtype::F32)?;
     let c = context()?;
@@ -782,7 +773,7 @@ pub fn linear_cross_entropy_value_and_grad(
         0 => vec![0],
         _ => (0..rows).step_by(block).collect(),
     };
-    let ctv = f32_dense(ct.0, rows_shape, ct.1)?;
+    let ctv = f32_dense(&ct.data, rows_shape, ct.dtype)?;
     let w_mean = if st.smoothing > 0.0 {
         Some(column_mean(&st)?)
     } else {
@@ -796,13 +787,14 @@ pub fn linear_cross_entropy_value_and_grad(
         let n = block.min(rows - r0);
         // x = h[block] @ w^T over every class.
         st.product(
-            &view2(&st.h, r0 * dims, [dims, 1]),
-            &[n, dims],
-            &view2(&st.w, 0, [1, dims]),
-            &[n, vocab],
-            &x,
-            0,
-            false,
+            &st.operand(view2(&st.h, r0 * dims, [dims, 1]), &[n, dims]),
+            &st.operand(view2(&st.w, 0, [1, dims]), &[dims, vocab]),
+            &Destination {
+                data: &x,
+                shape: &[n, vocab],
+                offset: 0,
+                accumulate: false,
+            },
         )?;
         let meta = [
             n as u32,
@@ -836,26 +828,28 @@ pub fn linear_cross_entropy_value_and_grad(
         let g = record_grad(&meta, &terms, &st.tg, &x, gh.as_ref(), n * vocab)?;
         // dh[block] = g @ w
         st.product(
-            &view2(g, 0, [vocab, 1]),
-            &[n, vocab],
-            &view2(&st.w, 0, [dims, 1]),
-            &[n, dims],
-            &flat,
-            r0 * dims,
-            false,
+            &st.operand(view2(g, 0, [vocab, 1]), &[n, vocab]),
+            &st.operand(view2(&st.w, 0, [dims, 1]), &[vocab, dims]),
+            &Destination {
+                data: &flat,
+                shape: &[n, dims],
+                offset: r0 * dims,
+                accumulate: false,
+            },
         )?;
         // dw (+)= g^T @ h[block]
         st.product(
-            &view2(g, 0, [1, vocab]),
-            &[vocab, n],
-            &view2(&st.h, r0 * dims, [dims, 1]),
-            &[vocab, dims],
-            &flat,
-            hn,
-            r0 > 0,
+            &st.operand(view2(g, 0, [1, vocab]), &[vocab, n]),
+            &st.operand(view2(&st.h, r0 * dims, [dims, 1]), &[n, dims]),
+            &Destination {
+                data: &flat,
+                shape: &[vocab, dims],
+                offset: hn,
+                accumulate: r0 > 0,
+            },
         )?;
     }
-    Ok((loss, finish_grads(flat, hn + wn, a.dtype)?))
+    Ok((loss, finish_grads(flat, hn + wn, a.h.dtype)?))
 }
 
 /// The flat f32 gradients as `dtype`.
@@ -863,6 +857,6 @@ fn finish_grads(flat: ArrayData, n: usize, dtype: Dtype) -> Result<ArrayData> {
     if dtype == Dtype::F32 {
         Ok(flat)
     } else {
-        astype(&flat, &[n], Dtype::F32, dtype)
+        astype(&Operand::new(flat, &[n], Dtype::F32), dtype)
     }
 }

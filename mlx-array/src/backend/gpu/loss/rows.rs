@@ -29,7 +29,7 @@ use super::super::codegen;
 use super::super::elementwise::{input4, output4};
 use super::super::indexing::{Meta, index_input};
 use super::super::{alloc, context, dense, dispatch, supported};
-use crate::primitive::ArrayData;
+use crate::data::{ArrayData, Operand};
 use crate::shape::size_of_shape;
 use crate::{Dtype, Error, Result};
 
@@ -116,13 +116,9 @@ fn resolve_target(v: i32, vocab: u32) -> i32 {
 "#;
 
 /// Per-row `logsumexp(logits) - logits[target]` over the last axis.
-pub fn cross_entropy(
-    logits: &ArrayData,
-    shape: &[usize],
-    dtype: Dtype,
-    t: &ArrayData,
-    t_dtype: Dtype,
-) -> Result<ArrayData> {
+pub fn cross_entropy(logits: &Operand<'_>, t: &Operand<'_>) -> Result<ArrayData> {
+    let (shape, dtype, logits, t_dtype, t) =
+        (logits.shape, logits.dtype, &logits.data, t.dtype, &t.data);
     check_float("cross_entropy", dtype)?;
     let vocab = *shape.last().expect("logits have a class axis");
     let rows_shape = &shape[..shape.len() - 1];
@@ -167,7 +163,8 @@ pub fn cross_entropy(
 
 /// Softmax over the last axis: `exp(x - max) / sum(exp(x - max))` per row
 /// (a row of `-inf` gives NaN, as on the CPU).
-pub fn softmax(x: &ArrayData, shape: &[usize], dtype: Dtype) -> Result<ArrayData> {
+pub fn softmax(x: &Operand<'_>) -> Result<ArrayData> {
+    let (shape, dtype, x) = (x.shape, x.dtype, &x.data);
     check_float("softmax", dtype)?;
     let width = shape.last().copied().unwrap_or(1);
     let n = size_of_shape(shape);
@@ -283,17 +280,18 @@ var<workgroup> part_s: array<f32, 256>;
 /// `(softmax(logits) - onehot(target)) * ct[row]`. With `donated` (and f32
 /// logits, dense from offset 0), written over the logits' own buffer as on
 /// the CPU; otherwise into a new one.
-#[allow(clippy::too_many_arguments)]
 pub fn cross_entropy_grad(
-    logits: ArrayData,
-    shape: &[usize],
-    dtype: Dtype,
-    t: &ArrayData,
-    t_dtype: Dtype,
-    ct: &ArrayData,
-    ct_dtype: Dtype,
+    logits: Operand<'_>,
+    t: &Operand<'_>,
+    ct: &Operand<'_>,
     donated: bool,
 ) -> Result<ArrayData> {
+    let Operand {
+        data: logits,
+        shape,
+        dtype,
+    } = logits;
+    let (t_dtype, t, ct_dtype, ct) = (t.dtype, &t.data, ct.dtype, &ct.data);
     check_float("cross_entropy_grad", dtype)?;
     supported(ct_dtype)?;
     let vocab = *shape.last().expect("logits have a class axis");

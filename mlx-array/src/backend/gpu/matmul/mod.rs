@@ -90,7 +90,7 @@
 
 use super::codegen;
 use super::{alloc, context, dispatch_groups, supported};
-use crate::primitive::ArrayData;
+use crate::data::{ArrayData, Operand};
 use crate::settings;
 use crate::shape::size_of_shape;
 use crate::{Dtype, Error, Result};
@@ -217,46 +217,51 @@ const PROLOGUE: &str = r#"    let m = params[0];
     let bcs = bitcast<i32>(params[12]);
 "#;
 
-/// `a @ b` for `a` of shape `[..., m, k]` and `b` of `[..., k, n]` (both of
-/// `dtype`, batch dimensions already broadcast to `out_shape[..-2]`),
-/// accumulating in f32. The output is contiguous.
-pub fn matmul(
-    a: &ArrayData,
-    a_shape: &[usize],
-    b: &ArrayData,
-    b_shape: &[usize],
-    dtype: Dtype,
-    out_shape: &[usize],
-) -> Result<ArrayData> {
+/// `a @ b` for `a` of shape `[..., m, k]` and `b` of `[..., k, n]` (of one
+/// dtype, batch dimensions already broadcast to `out_shape[..-2]`),
+/// accumulating in f32. The output is contiguous, of the operands' dtype.
+pub fn matmul(a: &Operand<'_>, b: &Operand<'_>, out_shape: &[usize]) -> Result<ArrayData> {
+    let dtype = a.dtype;
     supported(dtype)?;
     if !dtype.is_float() {
         return Err(Error::eval("matmul", format!("no GPU kernel for {dtype}")));
     }
     let total = size_of_shape(out_shape);
-    codegen::check_size("matmul", total, &[a, b])?;
-    codegen::check_size("matmul", size_of_shape(a_shape), &[])?;
-    codegen::check_size("matmul", size_of_shape(b_shape), &[])?;
+    codegen::check_size("matmul", total, &[&a.data, &b.data])?;
+    codegen::check_size("matmul", a.size(), &[])?;
+    codegen::check_size("matmul", b.size(), &[])?;
     let out = alloc(out_shape, dtype)?;
-    record(a, a_shape, b, dtype, out_shape, &out, 0, false)?;
+    let to = Destination {
+        data: &out,
+        shape: out_shape,
+        offset: 0,
+        accumulate: false,
+    };
+    record(a, b, &to)?;
     Ok(out)
 }
 
-/// Records `out[out_offset..] (+)= a @ b` (a dense `[..., m, n]` block of
-/// `dtype` elements; with `accumulate`, added to what is there, which needs
-/// an unpacked dtype) into `out`, reading `a` and `b` through their views.
-/// Products with too few output tiles to fill the GPU and a long depth are
-/// split over the depth ([`split_k`]).
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn record(
-    a: &ArrayData,
-    a_shape: &[usize],
-    b: &ArrayData,
-    dtype: Dtype,
-    out_shape: &[usize],
-    out: &ArrayData,
-    out_offset: usize,
-    accumulate: bool,
-) -> Result<()> {
+/// Where [`record`] writes a product: the dense `[..., m, n]` block of
+/// `shape` starting at element `offset` of `data`, overwritten, or with
+/// `accumulate` added to (which needs an unpacked dtype).
+pub(crate) struct Destination<'a> {
+    /// The output buffer.
+    pub(crate) data: &'a ArrayData,
+    /// The block's shape (its batch dimensions the operands' broadcast).
+    pub(crate) shape: &'a [usize],
+    /// The block's first element in `data`.
+    pub(crate) offset: usize,
+    /// Add to what is there instead of overwriting it.
+    pub(crate) accumulate: bool,
+}
+
+/// Records `out (+)= a @ b` for operands of one dtype (the output's),
+/// reading `a` and `b` through their views. Products with too few output
+/// tiles to fill the GPU and a long depth are split over the depth
+/// ([`split_k`]).
+pub(crate) fn record(a: &Operand<'_>, b: &Operand<'_>, to: &Destination<'_>) -> Result<()> {
+    let (dtype, a_shape, a, b) = (a.dtype, a.shape, &a.data, &b.data);
+    let (out_shape, out, out_offset, accumulate) = (to.shape, to.data, to.offset, to.accumulate);
     // Packed outputs are cleared and OR-ed into from their first word.
     debug_assert!(!codegen::packed(dtype) || (out_offset == 0 && !accumulate));
     debug_assert!(!accumulate || dtype == Dtype::F32);
@@ -274,7 +279,13 @@ pub(crate) fn record(
     {
         // Each slice's partial product, then their sum into `out`.
         let parts = alloc(&[slices.count * total], Dtype::F32)?;
-        product.dispatch(None, 64, Dtype::F32, slices, &parts, 0, false)?;
+        product.dispatch(
+            None,
+            64,
+            Dtype::F32,
+            slices,
+            &partial(&parts, &[slices.count * total]),
+        )?;
         return sum_slices(
             &parts,
             slices.count,
@@ -290,7 +301,18 @@ pub(crate) fn record(
         depth: product.k,
     };
     let t = if big { 128 } else { 64 };
-    product.dispatch(coop, t, dtype, whole, out, out_offset, accumulate)
+    product.dispatch(coop, t, dtype, whole, to)
+}
+
+/// The f32 buffer of a split product's partial sums (`shape`: flat, every
+/// slice's block one after the other), written from its start.
+fn partial<'a>(parts: &'a ArrayData, shape: &'a [usize]) -> Destination<'a> {
+    Destination {
+        data: parts,
+        shape,
+        offset: 0,
+        accumulate: false,
+    }
 }
 
 /// Records `out[out_offset..] (+)= a @ b` for f16 operands into the dense
@@ -301,16 +323,10 @@ pub(crate) fn record(
 /// depth are split over it as [`record`] splits f32 products (the cooperative
 /// kernel writes the f32 partial sums), their slices a multiple of its
 /// staged depth. Fails where [`f16_f32_products`] is false.
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn record_f16_f32(
-    a: &ArrayData,
-    a_shape: &[usize],
-    b: &ArrayData,
-    out_shape: &[usize],
-    out: &ArrayData,
-    out_offset: usize,
-    accumulate: bool,
-) -> Result<()> {
+pub(crate) fn record_f16_f32(a: &Operand<'_>, b: &Operand<'_>, to: &Destination<'_>) -> Result<()> {
+    debug_assert!(a.dtype == Dtype::F16 && b.dtype == Dtype::F16);
+    let (a_shape, a, b) = (a.shape, &a.data, &b.data);
+    let (out_shape, out, out_offset, accumulate) = (to.shape, to.data, to.offset, to.accumulate);
     let Some(fragments) = coop_mode()? else {
         return Err(Error::gpu(
             "matmul: f16 operands with an f32 result need the cooperative-matrix kernel, \
@@ -328,7 +344,13 @@ pub(crate) fn record_f16_f32(
         && let Some(slices) = product.depth_split(coop::DEPTH)?
     {
         let parts = alloc(&[slices.count * total], Dtype::F32)?;
-        product.dispatch(Some(fragments), 64, Dtype::F32, slices, &parts, 0, false)?;
+        product.dispatch(
+            Some(fragments),
+            64,
+            Dtype::F32,
+            slices,
+            &partial(&parts, &[slices.count * total]),
+        )?;
         return sum_slices(
             &parts,
             slices.count,
@@ -344,15 +366,7 @@ pub(crate) fn record_f16_f32(
         depth: product.k,
     };
     let t = if big { 128 } else { 64 };
-    product.dispatch(
-        Some(fragments),
-        t,
-        Dtype::F32,
-        whole,
-        out,
-        out_offset,
-        accumulate,
-    )
+    product.dispatch(Some(fragments), t, Dtype::F32, whole, to)
 }
 
 /// The operands and sizes of one (batched) product.
@@ -487,20 +501,18 @@ fn split_k(tiles: usize, k: usize) -> Slices {
 
 impl Product<'_> {
     /// Records the product (or, with several `slices`, each slice's partial
-    /// product as an outer batch of `out`) into `out` from `out_offset` as
+    /// product as an outer batch of the destination) into `to` as
     /// `out_dtype`: on the cooperative kernel with `coop`, else on the f32
     /// kernel with `t x t` tiles.
-    #[allow(clippy::too_many_arguments)]
     fn dispatch(
         &self,
         coop: Option<coop::Fragments>,
         t: usize,
         out_dtype: Dtype,
         slices: Slices,
-        out: &ArrayData,
-        out_offset: usize,
-        accumulate: bool,
+        to: &Destination<'_>,
     ) -> Result<()> {
+        let (out, out_offset, accumulate) = (to.data, to.offset, to.accumulate);
         let (a, b, dtype, m, n) = (self.a, self.b, self.dtype, self.m, self.n);
         let nd = self.batch_shape.len() + 2;
         let (sa, sb) = (a.strides(), b.strides());

@@ -28,7 +28,7 @@
 
 use super::codegen;
 use super::{alloc, context, dense, dispatch, dispatch_groups};
-use crate::primitive::ArrayData;
+use crate::data::{ArrayData, Operand};
 use crate::{Dtype, Result};
 
 /// Rows per column-sum chunk of the `dw` pass.
@@ -78,7 +78,8 @@ const ROW_TREE: &str = r#"
 "#;
 
 /// `x * w / sqrt(mean(x^2) + eps)` over rows.
-pub fn rms_norm(x: &ArrayData, w: &ArrayData, shape: &[usize], eps: f32) -> Result<ArrayData> {
+pub fn rms_norm(x: &Operand<'_>, w: &Operand<'_>, eps: f32) -> Result<ArrayData> {
+    let (shape, x, w) = (x.shape, &x.data, &w.data);
     let n = crate::shape::size_of_shape(shape);
     let width = shape.last().copied().unwrap_or(1);
     let out = alloc(shape, Dtype::F32)?;
@@ -123,12 +124,12 @@ pub fn rms_norm(x: &ArrayData, w: &ArrayData, shape: &[usize], eps: f32) -> Resu
 /// `dx`, `dw` and each row's inverse RMS, packed, of [`rms_norm`] (with no
 /// rows, `dw` is zero: the column pass sums nothing).
 pub fn rms_norm_grad(
-    x: &ArrayData,
-    w: &ArrayData,
-    ct: &ArrayData,
-    shape: &[usize],
+    x: &Operand<'_>,
+    w: &Operand<'_>,
+    ct: &Operand<'_>,
     eps: f32,
 ) -> Result<ArrayData> {
+    let (shape, x, w, ct) = (x.shape, &x.data, &w.data, &ct.data);
     let n = crate::shape::size_of_shape(shape);
     let width = shape.last().copied().unwrap_or(1);
     let rows = n.checked_div(width).unwrap_or(0);
