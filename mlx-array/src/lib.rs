@@ -50,6 +50,7 @@ pub mod random;
 mod read;
 pub mod settings;
 pub mod shape;
+mod timing;
 pub mod tree;
 
 pub use array::{Array, OutputSpec};

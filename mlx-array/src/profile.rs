@@ -23,11 +23,11 @@
 //! call [`crate::settings::set_profile`], before that). Without it there is
 //! no GPU table, and the report says once why.
 
-use std::cell::RefCell;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+
+use crate::timing::{self, Tag};
 
 /// What a recorded time measures.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -63,10 +63,6 @@ static TABLE: Mutex<Option<Table>> = Mutex::new(None);
 /// The most array memory seen (the process's peak), and the kernel during
 /// or right before which it was first reached.
 static PEAK: Mutex<Option<(usize, &'static str, Vec<usize>)>> = Mutex::new(None);
-
-/// Why the GPU's passes are not timed, when they are not (set by the GPU
-/// backend as it creates its device; kept across [`reset`], as the device is).
-static GPU_UNTIMED: Mutex<Option<String>> = Mutex::new(None);
 
 /// True when `MLX_PROFILE=1` or [`crate::settings::set_profile`] asks for it
 /// (a value that is not understood is the first eval's error).
@@ -107,29 +103,6 @@ fn record_host(clock: Clock, name: &'static str, shape: &[usize], dt: Duration) 
     }
 }
 
-/// The primitive a thread is running, as the tag of the GPU passes it records.
-#[derive(Debug)]
-pub(crate) struct Tag {
-    /// The primitive's name.
-    pub(crate) name: &'static str,
-    /// Its (first) output's shape.
-    pub(crate) shape: Vec<usize>,
-    /// Which run of a kernel: the passes of one run count as one call.
-    call: u64,
-}
-
-thread_local! {
-    static CURRENT: RefCell<Option<Arc<Tag>>> = const { RefCell::new(None) };
-}
-
-static CALLS: AtomicU64 = AtomicU64::new(0);
-
-/// The primitive the calling thread is running, while the profile is on.
-#[allow(dead_code)] // for the GPU backend: unused in a build without the `gpu` feature
-pub(crate) fn current() -> Option<Arc<Tag>> {
-    CURRENT.with(|c| c.borrow().clone())
-}
-
 /// Times one kernel run on the host and tags the GPU passes it records;
 /// started by [`start`].
 pub(crate) struct Kernel {
@@ -141,12 +114,9 @@ pub(crate) struct Kernel {
 /// Starts timing a run of `name` (output `shape`); `on_gpu` when its kernel
 /// records GPU work rather than doing the work.
 pub(crate) fn start(name: &'static str, shape: &[usize], on_gpu: bool) -> Kernel {
-    let tag = Arc::new(Tag {
-        name,
-        shape: shape.to_vec(),
-        call: CALLS.fetch_add(1, Ordering::Relaxed),
-    });
-    CURRENT.with(|c| *c.borrow_mut() = Some(tag.clone()));
+    // The GPU backend tags the passes it records with the thread's current
+    // primitive, read from the leaf (`timing`), and adds their times there.
+    let tag = timing::begin(name, shape);
     Kernel {
         t0: Instant::now(),
         on_gpu,
@@ -172,48 +142,28 @@ impl Kernel {
 
 impl Drop for Kernel {
     fn drop(&mut self) {
-        CURRENT.with(|c| *c.borrow_mut() = None);
+        timing::end();
     }
-}
-
-/// Adds the GPU execution times of one submission's passes (each with the
-/// primitive that recorded it); a kernel's passes count as one call.
-#[allow(dead_code)] // for the GPU backend: unused in a build without the `gpu` feature
-pub(crate) fn record_gpu(passes: impl IntoIterator<Item = (Arc<Tag>, Duration)>) {
-    let mut calls: HashMap<u64, (Arc<Tag>, Duration)> = HashMap::new();
-    for (tag, dt) in passes {
-        calls
-            .entry(tag.call)
-            .or_insert_with(|| (tag, Duration::ZERO))
-            .1 += dt;
-    }
-    for (tag, dt) in calls.into_values() {
-        add(Clock::Gpu, tag.name, &tag.shape, 1, dt);
-    }
-}
-
-/// Notes why the GPU's passes go untimed (shown once in [`report`]).
-#[allow(dead_code)] // for the GPU backend: unused in a build without the `gpu` feature
-pub(crate) fn set_gpu_untimed(reason: String) {
-    *lock(&GPU_UNTIMED) = Some(reason);
 }
 
 /// Why GPU execution times are unavailable (`None` while the GPU is unused,
 /// or when its passes are timed).
 pub fn gpu_untimed() -> Option<String> {
-    lock(&GPU_UNTIMED).clone()
+    timing::gpu_untimed()
 }
 
 /// Forgets everything recorded so far.
 pub fn reset() {
     *lock(&TABLE) = None;
     *lock(&PEAK) = None;
+    timing::reset_gpu_times();
 }
 
 /// Everything recorded so far, in no particular order.
 pub fn entries() -> Vec<Entry> {
     let t = lock(&TABLE);
-    t.iter()
+    let host = t
+        .iter()
         .flatten()
         .map(|(&(clock, name, ref shape), &(calls, total))| Entry {
             clock,
@@ -221,8 +171,17 @@ pub fn entries() -> Vec<Entry> {
             shape: shape.clone(),
             calls,
             total,
-        })
-        .collect()
+        });
+    let gpu = timing::gpu_times()
+        .into_iter()
+        .map(|(name, shape, calls, total)| Entry {
+            clock: Clock::Gpu,
+            name,
+            shape,
+            calls,
+            total,
+        });
+    host.chain(gpu).collect()
 }
 
 /// The recorded totals as text: a CPU table, then (when any) a GPU table,

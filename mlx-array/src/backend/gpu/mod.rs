@@ -162,7 +162,7 @@ impl GpuContext {
             adapter.features().contains(wgpu::Features::SHADER_F16) && crate::settings::gpu_f16();
         // Timestamps only while profiling, so that a device made without
         // it has exactly the features it had before they existed.
-        let timed = if !crate::profile::enabled() {
+        let timed = if !crate::settings::profile().unwrap_or(false) {
             Err(
                 "the GPU device was made while profiling was off (set MLX_PROFILE=1, or call \
                  settings::set_profile(true), before the GPU is first used)"
@@ -219,7 +219,7 @@ impl GpuContext {
                 queue.get_timestamp_period(),
             ))),
             Err(why) => {
-                crate::profile::set_gpu_untimed(why);
+                crate::timing::set_gpu_untimed(why);
                 None
             }
         };
@@ -436,7 +436,7 @@ impl GpuContext {
         // Untagged work (recorded outside the evaluator, or with the profile
         // off) is not timed: there is no primitive to put it down to.
         let writes = self.timestamps.as_ref().and_then(|t| {
-            let tag = crate::profile::current()?;
+            let tag = crate::timing::current()?;
             Some(lock(t).next(&self.device, tag))
         });
         let run = |pass: &mut wgpu::ComputePass<'_>| {

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use super::GpuContext;
 use crate::Result;
-use crate::profile::Tag;
+use crate::timing::Tag;
 
 /// Queries per set: wgpu's most, two per pass. A submission with more
 /// passes takes more sets, so a submission is never split for profiling.
@@ -137,7 +137,7 @@ impl Readback {
         };
         self.buffer.unmap();
         let period = self.period;
-        crate::profile::record_gpu(self.passes.into_iter().zip(ticks.chunks_exact(2)).map(
+        crate::timing::record_gpu(self.passes.into_iter().zip(ticks.chunks_exact(2)).map(
             |(tag, t)| {
                 // A clock that went backwards (some drivers reset it) counts as 0.
                 let ns = t[1].saturating_sub(t[0]) as f64 * period;
