@@ -380,17 +380,13 @@ impl Array {
     /// assert!(std::sync::Arc::ptr_eq(own.storage(), x.data().unwrap().storage()));
     /// ```
     pub fn dense_data(&self) -> Result<ArrayData> {
-        let data = self.data()?;
-        if data.is_contiguous(self.shape()) {
-            Ok(data)
-        } else if data.storage().is_device() {
-            crate::backend::gpu::copy_contiguous(&Operand::new(data, self.shape(), self.dtype()))
+        let x = self.operand()?;
+        if x.is_contiguous() {
+            Ok(x.data)
+        } else if x.data.storage().is_device() {
+            crate::backend::gpu::copy_contiguous(&x)
         } else {
-            Ok(crate::backend::cpu::copy::contiguous(
-                &data,
-                self.shape(),
-                self.dtype(),
-            ))
+            Ok(crate::backend::cpu::copy::contiguous(&x))
         }
     }
 

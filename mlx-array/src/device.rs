@@ -182,7 +182,7 @@ impl Primitive for Transfer {
             let up = gpu::upload(&Operand::new(flat, &[span], x.dtype()))?;
             return Ok(up.view(data.strides().to_vec(), 0));
         }
-        let host = cpu::copy::contiguous(&data, x.shape(), x.dtype());
+        let host = cpu::copy::contiguous(&Operand::new(data, x.shape(), x.dtype()));
         gpu::upload(&Operand::new(host, x.shape(), x.dtype()))
     }
     fn vjp(&self, inputs: &[Array], _out: &Array, ct: &Array) -> Result<Vec<Option<Array>>> {

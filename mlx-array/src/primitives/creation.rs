@@ -61,7 +61,7 @@ impl Primitive for RandomBits {
                 "the key must hold exactly two uint32 values",
             ));
         }
-        let d = crate::backend::cpu::copy::contiguous(&k.data()?, k.shape(), k.dtype());
+        let d = crate::backend::cpu::copy::contiguous(&k.operand()?);
         let key = [d.as_slice::<u32>(2)[0], d.as_slice::<u32>(2)[1]];
         Ok(random_bits(key, out.size(), out.shape()))
     }

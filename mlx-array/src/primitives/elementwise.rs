@@ -206,12 +206,7 @@ impl Primitive for AsType {
         gpu::astype(&inputs[0].operand()?, out.dtype())
     }
     fn eval_cpu(&self, inputs: &[Array], out: &Array) -> Result<ArrayData> {
-        Ok(cpu::copy::copy_cast(
-            &inputs[0].data()?,
-            out.shape(),
-            inputs[0].dtype(),
-            out.dtype(),
-        ))
+        Ok(cpu::copy::copy_cast(&inputs[0].operand()?, out.dtype()))
     }
     fn vjp(&self, inputs: &[Array], out: &Array, ct: &Array) -> Result<Vec<Option<Array>>> {
         if !inputs[0].dtype().is_float() || !out.dtype().is_float() {

@@ -209,9 +209,7 @@ impl Primitive for SliceUpdate {
     fn eval_cpu(&self, inputs: &[Array], out: &Array) -> Result<ArrayData> {
         let (base, upd) = (&inputs[0], &inputs[1]);
         let mut data = crate::backend::cpu::copy::copy_cast(
-            &base.data()?,
-            out.shape(),
-            base.dtype(),
+            &Operand::new(base.data()?, out.shape(), base.dtype()),
             out.dtype(),
         );
         let strides = contiguous_strides(out.shape());

@@ -23,8 +23,7 @@ impl Primitive for Reshape {
         Ok(data.view(contiguous_strides(out.shape()), data.offset()))
     }
     fn eval_cpu(&self, inputs: &[Array], out: &Array) -> Result<ArrayData> {
-        let x = &inputs[0];
-        let data = contiguous(&x.data()?, x.shape(), x.dtype());
+        let data = contiguous(&inputs[0].operand()?);
         Ok(data.view(contiguous_strides(out.shape()), data.offset()))
     }
     fn vjp(&self, inputs: &[Array], _out: &Array, ct: &Array) -> Result<Vec<Option<Array>>> {
@@ -167,7 +166,7 @@ impl Primitive for Contiguous {
             if d.is_contiguous(x.shape()) && d.storage().capacity() > 0 {
                 d
             } else {
-                copy_cast(&d, out.shape(), x.dtype(), x.dtype())
+                copy_cast(&Operand::new(d, out.shape(), x.dtype()), x.dtype())
             },
         )
     }

@@ -3,18 +3,19 @@
 use super::dispatch;
 use super::strided::map1;
 use crate::dtype::cast;
-use crate::{ArrayData, Dtype};
+use crate::{ArrayData, Dtype, Operand};
 
-/// A contiguous copy of the view `data` of `shape`, converted from `from` to `to`.
-pub fn copy_cast(data: &ArrayData, shape: &[usize], from: Dtype, to: Dtype) -> ArrayData {
-    dispatch!(from, A => dispatch!(to, B => map1::<A, B>(shape, data, cast::<A, B>)))
+/// A contiguous copy of the view `x`, converted from its dtype to `to`.
+pub fn copy_cast(x: &Operand<'_>, to: Dtype) -> ArrayData {
+    let (shape, data) = (x.shape, &x.data);
+    dispatch!(x.dtype, A => dispatch!(to, B => map1::<A, B>(shape, data, cast::<A, B>)))
 }
 
 /// The view itself if it is already contiguous, else a contiguous copy.
-pub fn contiguous(data: &ArrayData, shape: &[usize], dtype: Dtype) -> ArrayData {
-    if data.is_contiguous(shape) {
-        data.clone()
+pub fn contiguous(x: &Operand<'_>) -> ArrayData {
+    if x.is_contiguous() {
+        x.data.clone()
     } else {
-        copy_cast(data, shape, dtype, dtype)
+        copy_cast(x, x.dtype)
     }
 }

@@ -12,7 +12,7 @@ use crate::{Dtype, Error, Result};
 
 /// Reads an index array (any integer dtype) as i64, contiguous.
 fn indices_i64(idx: &Operand<'_>) -> Vec<i64> {
-    let c = copy_cast(&idx.data, idx.shape, idx.dtype, Dtype::I64);
+    let c = copy_cast(idx, Dtype::I64);
     c.as_slice::<i64>(idx.size()).to_vec()
 }
 
@@ -36,7 +36,7 @@ pub fn take(
     out_shape: &[usize],
 ) -> Result<ArrayData> {
     let (a_shape, dtype) = (a.shape, a.dtype);
-    let a = contiguous(&a.data, a_shape, dtype);
+    let a = contiguous(a);
     let es = dtype.size_of();
     let pre: usize = a_shape[..axis].iter().product();
     let len = a_shape[axis];
@@ -185,7 +185,7 @@ pub fn scatter_add(
     } else {
         ids.len()
     };
-    let c = copy_cast(&ct.data, ct_shape, dtype, Dtype::F32);
+    let c = copy_cast(ct, Dtype::F32);
     let cv = c.as_slice::<f32>(size_of_shape(ct_shape));
     // Accumulated in f32 straight into the result's buffer (cast afterwards
     // only for narrower dtypes): an embedding-sized gradient is allocated once.
@@ -217,7 +217,7 @@ pub fn scatter_add(
     if dtype == Dtype::F32 {
         return Ok(sum);
     }
-    Ok(copy_cast(&sum, out_shape, Dtype::F32, dtype))
+    Ok(copy_cast(&Operand::new(sum, out_shape, Dtype::F32), dtype))
 }
 
 /// A contiguous buffer of `shape` filled with `value` (given as f64, cast to `dtype`).

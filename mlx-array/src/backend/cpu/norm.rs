@@ -22,15 +22,14 @@ fn inv_rms(x: &[f32], eps: f32) -> f32 {
 /// `x * w / sqrt(mean(x^2) + eps)` over rows of `width` for f32 `x`
 /// (`n` elements, any view) and `w` (`[width]`); a new contiguous buffer.
 pub fn rms_norm(x: &Operand<'_>, w: &Operand<'_>, eps: f32) -> ArrayData {
-    let (shape, x, w) = (x.shape, &x.data, &w.data);
+    let shape = x.shape;
     let n = crate::shape::size_of_shape(shape);
     let width = shape.last().copied().unwrap_or(1);
     let mut out = ArrayData::alloc(shape, Dtype::F32);
     if n == 0 || width == 0 {
         return out;
     }
-    let x = contiguous(x, shape, Dtype::F32);
-    let w = contiguous(w, &[width], Dtype::F32);
+    let (x, w) = (contiguous(x), contiguous(w));
     let (x, w) = (x.as_slice::<f32>(n), w.as_slice::<f32>(width));
     out.as_mut_slice::<f32>(n)
         .par_chunks_mut(width)
@@ -56,7 +55,7 @@ pub fn rms_norm(x: &Operand<'_>, w: &Operand<'_>, eps: f32) -> ArrayData {
 /// inverse RMS and `g = w * ct`: `dx = r * g - x * r^3 * mean(x * g)`,
 /// `dw = sum over rows of ct * x * r`.
 pub fn rms_norm_grad(x: &Operand<'_>, w: &Operand<'_>, ct: &Operand<'_>, eps: f32) -> ArrayData {
-    let (shape, x, w, ct) = (x.shape, &x.data, &w.data, &ct.data);
+    let shape = x.shape;
     let n = crate::shape::size_of_shape(shape);
     let width = shape.last().copied().unwrap_or(1);
     let rows = n.checked_div(width).unwrap_or(0);
@@ -68,9 +67,7 @@ pub fn rms_norm_grad(x: &Operand<'_>, w: &Operand<'_>, ct: &Operand<'_>, eps: f3
     if n == 0 || width == 0 {
         return out;
     }
-    let x = contiguous(x, shape, Dtype::F32);
-    let w = contiguous(w, &[width], Dtype::F32);
-    let ct = contiguous(ct, shape, Dtype::F32);
+    let (x, w, ct) = (contiguous(x), contiguous(w), contiguous(ct));
     let (x, w, ct) = (
         x.as_slice::<f32>(n),
         w.as_slice::<f32>(width),

@@ -46,7 +46,7 @@ fn plan(data: &ArrayData, shape: &[usize], dtype: Dtype, axes: &[usize]) -> Plan
         perm.iter().map(|&a| data.strides()[a]).collect(),
         data.offset(),
     );
-    let copy = copy_cast(&pview, &pshape, dtype, dtype);
+    let copy = copy_cast(&Operand::new(pview, &pshape, dtype), dtype);
     let len = size_of_shape(&rshape);
     Plan {
         kept_strides: crate::shape::contiguous_strides(&kept_shape)
@@ -263,7 +263,7 @@ pub fn reduce(op: ReduceOp, x: &Operand<'_>, axes: &[usize]) -> ArrayData {
                         .filter(|a| !axes.contains(a))
                         .map(|a| shape[a])
                         .collect();
-                    copy_cast(&counts, &shape, Dtype::I32, Dtype::Bool)
+                    copy_cast(&Operand::new(counts, &shape, Dtype::I32), Dtype::Bool)
                 }
                 _ => counts,
             }

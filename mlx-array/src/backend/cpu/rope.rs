@@ -28,7 +28,7 @@ fn table(spec: &RopeSpec, len: usize) -> Vec<(f32, f32)> {
 /// where they lie when their features are adjacent) as `spec` says; a new
 /// contiguous buffer.
 pub fn rope(x: &Operand<'_>, spec: &RopeSpec) -> ArrayData {
-    let (shape, x) = (x.shape, &x.data);
+    let shape = x.shape;
     let n = crate::shape::size_of_shape(shape);
     let nd = shape.len();
     let (len, width) = (shape[nd - 2], shape[nd - 1]);
@@ -36,10 +36,10 @@ pub fn rope(x: &Operand<'_>, spec: &RopeSpec) -> ArrayData {
     if n == 0 {
         return out;
     }
-    let x = if x.strides()[nd - 1] == 1 || width == 1 {
-        x.clone()
+    let x = if x.data.strides()[nd - 1] == 1 || width == 1 {
+        x.data.clone()
     } else {
-        contiguous(x, shape, Dtype::F32)
+        contiguous(x)
     };
     let (outer, strides) = (&shape[..nd - 1], &x.strides()[..nd - 1]);
     let base = x.ptr::<f32>() as usize;

@@ -599,13 +599,13 @@ pub(crate) fn alloc(shape: &[usize], dtype: Dtype) -> Result<ArrayData> {
     ))
 }
 
-/// `data` itself when it is dense for `shape` from its offset (as kernels
-/// that index `offset + i` need), else a dense copy.
-pub(crate) fn dense(data: &ArrayData, shape: &[usize], dtype: Dtype) -> Result<ArrayData> {
-    if codegen::is_dense(data, shape) {
-        Ok(data.clone())
+/// `x`'s data itself when it is dense for its shape from its offset (as
+/// kernels that index `offset + i` need), else a dense copy.
+pub(crate) fn dense(x: &Operand<'_>) -> Result<ArrayData> {
+    if codegen::is_dense(&x.data, x.shape) {
+        Ok(x.data.clone())
     } else {
-        copy_contiguous(&Operand::new(data.clone(), shape, dtype))
+        copy_contiguous(x)
     }
 }
 

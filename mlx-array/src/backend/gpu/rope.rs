@@ -9,10 +9,10 @@ use crate::{Dtype, Result};
 
 /// Rotates `x` (`[..., L, D]`, read as f32) as `spec` says.
 pub fn rope(x: &Operand<'_>, spec: &RopeSpec) -> Result<ArrayData> {
-    let (shape, x) = (x.shape, &x.data);
+    let shape = x.shape;
     let n = crate::shape::size_of_shape(shape);
     let nd = shape.len();
-    let x = dense(x, shape, Dtype::F32)?;
+    let x = dense(x)?;
     codegen::check_size("rope", n, &[&x])?;
     let out = alloc(shape, Dtype::F32)?;
     if n == 0 {

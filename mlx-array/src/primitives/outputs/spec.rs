@@ -9,7 +9,7 @@ use proptest::prelude::*;
 use super::Output;
 use crate::backend::gpu;
 use crate::conformance::*;
-use crate::{Array, ArrayData, Dtype, OutputSpec, Primitive, Result};
+use crate::{Array, ArrayData, Dtype, Operand, OutputSpec, Primitive, Result};
 
 /// `x + 1` and `2 x` in one primitive that counts its runs.
 #[derive(Debug, Default)]
@@ -24,7 +24,11 @@ impl Primitive for PlusOneAndDouble {
     fn eval_cpu_outputs(&self, inputs: &[Array], outputs: &[OutputSpec]) -> Result<Vec<ArrayData>> {
         self.runs.fetch_add(1, Ordering::Relaxed);
         let shape = &outputs[0].shape;
-        let x = crate::backend::cpu::copy::contiguous(&inputs[0].data()?, shape, Dtype::F32);
+        let x = crate::backend::cpu::copy::contiguous(&Operand::new(
+            inputs[0].data()?,
+            shape,
+            Dtype::F32,
+        ));
         let v = x.as_slice::<f32>(inputs[0].size());
         Ok(vec![
             ArrayData::from_slice(&v.iter().map(|x| x + 1.0).collect::<Vec<_>>(), shape),

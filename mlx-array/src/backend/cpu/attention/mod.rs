@@ -21,7 +21,7 @@ use super::blas::{Mat, gemm};
 use super::copy::copy_cast;
 use super::loss::{exp_shifted_in_place, max_of, vectorised};
 use crate::backend::common::attention::AttentionDims;
-use crate::{ArrayData, Dtype};
+use crate::{ArrayData, Dtype, Operand};
 
 /// Query rows per block.
 pub(super) const BLOCK: usize = 64;
@@ -60,7 +60,7 @@ impl<T> Rows<T> {
         let data = if fits {
             data.clone()
         } else {
-            copy_cast(data, shape, dtype, dtype)
+            copy_cast(&Operand::new(data.clone(), shape, dtype), dtype)
         };
         let s = data.strides();
         let rows = Rows {
@@ -143,7 +143,8 @@ pub(super) fn forward_buffer(dims: &AttentionDims) -> (ArrayData, Rows, Rows) {
 /// logsumexps, `lq` to a head ([`Rows::head`]).
 pub(super) fn saved_forward(packed: &ArrayData, dims: &AttentionDims) -> (ArrayData, Rows, Rows) {
     let (n_out, n_lse) = dims.packed_len();
-    let packed = super::copy::contiguous(packed, &[n_out + n_lse], Dtype::F32);
+    let packed =
+        super::copy::contiguous(&Operand::new(packed.clone(), &[n_out + n_lse], Dtype::F32));
     let [out, lse] = forward_rows(packed.ptr::<f32>() as *mut f32, dims);
     (packed, out, lse)
 }
@@ -191,7 +192,7 @@ impl Rows<f32> {
 /// dtype.
 fn as_f32(qkv: [&ArrayData; 3], dims: &AttentionDims, dtype: Dtype) -> [ArrayData; 3] {
     let shapes = dims.shapes();
-    std::array::from_fn(|i| copy_cast(qkv[i], &shapes[i], dtype, Dtype::F32))
+    std::array::from_fn(|i| copy_cast(&Operand::new(qkv[i].clone(), &shapes[i], dtype), Dtype::F32))
 }
 
 /// `softmax(scale * q @ k^T [causal]) @ v` for `q`, `k`, `v` of `dtype`

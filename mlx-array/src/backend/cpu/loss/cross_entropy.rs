@@ -69,17 +69,13 @@ fn softmax_rows_f32(rows: &mut [f32], width: usize) {
 /// buffer (which the caller has proven nobody else reads again); otherwise
 /// into a contiguous copy.
 pub fn softmax(x: Operand<'_>, donated: bool) -> Result<ArrayData> {
-    let Operand {
-        data: x,
-        shape,
-        dtype,
-    } = x;
+    let (shape, dtype) = (x.shape, x.dtype);
     let width = shape.last().copied().unwrap_or(1);
     let n = size_of_shape(shape);
     let out = if donated {
-        x
+        x.data
     } else {
-        copy_cast(&x, shape, dtype, dtype)
+        copy_cast(&x, dtype)
     };
     if n == 0 || width == 0 {
         return Ok(out);
@@ -101,12 +97,11 @@ pub fn softmax(x: Operand<'_>, donated: bool) -> Result<ArrayData> {
 
 /// Per-row `logsumexp(logits) - logits[target]` over the last axis.
 pub fn cross_entropy(logits: &Operand<'_>, t: &Operand<'_>) -> Result<ArrayData> {
-    let (shape, dtype, logits, t_dtype, t) =
-        (logits.shape, logits.dtype, &logits.data, t.dtype, &t.data);
+    let (shape, dtype) = (logits.shape, logits.dtype);
     let vocab = *shape.last().expect("logits have a class axis");
     let rows = &shape[..shape.len() - 1];
-    let tg = targets("cross_entropy", t, rows, t_dtype, vocab, None)?;
-    let x = contiguous(logits, shape, dtype);
+    let tg = targets("cross_entropy", &t.with_shape(rows), vocab, None)?;
+    let x = contiguous(logits);
     let n = size_of_shape(shape);
     let mut out = ArrayData::alloc(rows, dtype);
     let m = tg.len();
@@ -147,21 +142,16 @@ pub fn cross_entropy_grad(
     ct: &Operand<'_>,
     donated: bool,
 ) -> Result<ArrayData> {
-    let Operand {
-        data: logits,
-        shape,
-        dtype,
-    } = logits;
-    let (t_dtype, t, ct_dtype, ct) = (t.dtype, &t.data, ct.dtype, &ct.data);
+    let (shape, dtype) = (logits.shape, logits.dtype);
     let vocab = *shape.last().expect("logits have a class axis");
     let rows = &shape[..shape.len() - 1];
-    let tg = targets("cross_entropy", t, rows, t_dtype, vocab, None)?;
-    let ctv = copy_cast(ct, rows, ct_dtype, Dtype::F32);
+    let tg = targets("cross_entropy", &t.with_shape(rows), vocab, None)?;
+    let ctv = copy_cast(&ct.with_shape(rows), Dtype::F32);
     let ctv = ctv.as_slice::<f32>(tg.len());
     let out = if donated {
-        logits
+        logits.data
     } else {
-        copy_cast(&logits, shape, dtype, dtype)
+        copy_cast(&logits, dtype)
     };
     let n = size_of_shape(shape);
     // SAFETY: `out` is either a fresh copy or a donated buffer no one else reads.

@@ -25,11 +25,11 @@ const BLOCK_BYTES: usize = 50 << 20;
 const MAX_BLOCKS: usize = 9;
 
 /// The view as contiguous f32 (itself when it already is).
-fn f32_dense(data: &ArrayData, shape: &[usize], dtype: Dtype) -> ArrayData {
-    if dtype == Dtype::F32 {
-        contiguous(data, shape, dtype)
+fn f32_dense(x: &Operand<'_>) -> ArrayData {
+    if x.dtype == Dtype::F32 {
+        contiguous(x)
     } else {
-        copy_cast(data, shape, dtype, Dtype::F32)
+        copy_cast(x, Dtype::F32)
     }
 }
 
@@ -430,9 +430,7 @@ impl Sizes {
 fn row_targets(a: &LceArgs<'_>) -> Result<Vec<usize>> {
     targets(
         "linear_cross_entropy",
-        &a.t.data,
-        &a.h.shape[..a.h.shape.len() - 1],
-        a.t.dtype,
+        &a.t.with_shape(&a.h.shape[..a.h.shape.len() - 1]),
         a.w.shape[0],
         a.ignore_index,
     )
@@ -460,8 +458,8 @@ fn sum_over_blocks(
 fn with_lce<R>(a: &LceArgs<'_>, f: impl FnOnce(&Lce<'_>) -> R) -> Result<R> {
     let Sizes { rows, dims, vocab } = Sizes::of(a);
     let tg = row_targets(a)?;
-    let h = f32_dense(&a.h.data, a.h.shape, a.h.dtype);
-    let w = f32_dense(&a.w.data, a.w.shape, a.h.dtype);
+    let h = f32_dense(&a.h);
+    let w = f32_dense(&a.w);
     let lce = Lce {
         h: h.as_slice(rows * dims),
         w: w.as_slice(vocab * dims),
@@ -494,11 +492,10 @@ pub fn linear_cross_entropy_grad(
     ct: &Operand<'_>,
     loss: &Operand<'_>,
 ) -> Result<ArrayData> {
-    let loss = &loss.data;
     let rows_shape = &a.h.shape[..a.h.shape.len() - 1];
     let (hn, wn) = (size_of_shape(a.h.shape), size_of_shape(a.w.shape));
-    let ctv = copy_cast(&ct.data, rows_shape, ct.dtype, Dtype::F32);
-    let lossv = f32_dense(loss, rows_shape, Dtype::F32);
+    let ctv = copy_cast(&ct.with_shape(rows_shape), Dtype::F32);
+    let lossv = f32_dense(&loss.with_shape(rows_shape));
     let n = size_of_shape(rows_shape);
     let mut out = ArrayData::alloc(&[hn + wn], Dtype::F32);
     with_lce(a, |l| {
@@ -508,7 +505,7 @@ pub fn linear_cross_entropy_grad(
     Ok(if a.h.dtype == Dtype::F32 {
         out
     } else {
-        copy_cast(&out, &[hn + wn], Dtype::F32, a.h.dtype)
+        copy_cast(&Operand::new(out, &[hn + wn], Dtype::F32), a.h.dtype)
     })
 }
 
@@ -519,7 +516,7 @@ pub fn linear_cross_entropy_value_and_grad(a: &LceArgs<'_>, rw: &Operand<'_>) ->
     let rows_shape = &a.h.shape[..a.h.shape.len() - 1];
     let (hn, wn) = (size_of_shape(a.h.shape), size_of_shape(a.w.shape));
     let n = size_of_shape(rows_shape);
-    let rwv = copy_cast(&rw.data, rows_shape, rw.dtype, Dtype::F32);
+    let rwv = copy_cast(&rw.with_shape(rows_shape), Dtype::F32);
     let mut out = ArrayData::alloc(&[hn + wn + 1], Dtype::F32);
     let (dh, rest) = out.as_mut_slice::<f32>(hn + wn + 1).split_at_mut(hn);
     let (dw, total) = rest.split_at_mut(wn);
@@ -541,11 +538,11 @@ fn value_and_grad_bf16(a: &LceArgs<'_>, rw: &[f32], dh: &mut [f32], dw: &mut [f3
     use super::bf16::{keeps_logits, recomputing_block, value_and_grad_block};
     let Sizes { rows, dims, vocab } = Sizes::of(a);
     let tg = row_targets(a)?;
-    let h = contiguous(&a.h.data, a.h.shape, Dtype::BF16);
-    let mut w = contiguous(&a.w.data, a.w.shape, Dtype::BF16);
+    let h = contiguous(&a.h);
+    let mut w = contiguous(&a.w);
     if !(w.ptr::<u16>() as usize).is_multiple_of(4) {
         // The kernel reads two neighbouring features as one word.
-        w = copy_cast(&a.w.data, a.w.shape, Dtype::BF16, Dtype::BF16);
+        w = copy_cast(&a.w, Dtype::BF16);
     }
     let (h, w) = (
         h.as_slice::<u16>(rows * dims),

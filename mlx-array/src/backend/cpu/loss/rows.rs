@@ -4,8 +4,7 @@
 
 use crate::backend::cpu::copy::copy_cast;
 use crate::backend::cpu::math;
-use crate::shape::size_of_shape;
-use crate::{ArrayData, Dtype, Error, Result};
+use crate::{Dtype, Error, Operand, Result};
 
 /// A target that contributes nothing (its row equals the ignore index).
 pub(in crate::backend::cpu) const IGNORED: usize = usize::MAX;
@@ -14,14 +13,12 @@ pub(in crate::backend::cpu) const IGNORED: usize = usize::MAX;
 /// [`IGNORED`]; an index outside `0..vocab` is an error of `op`.
 pub(super) fn targets(
     op: &str,
-    t: &ArrayData,
-    shape: &[usize],
-    dtype: Dtype,
+    t: &Operand<'_>,
     vocab: usize,
     ignore: Option<i64>,
 ) -> Result<Vec<usize>> {
-    let c = copy_cast(t, shape, dtype, Dtype::I64);
-    c.as_slice::<i64>(size_of_shape(shape))
+    let c = copy_cast(t, Dtype::I64);
+    c.as_slice::<i64>(t.size())
         .iter()
         .map(|&i| {
             if Some(i) == ignore {

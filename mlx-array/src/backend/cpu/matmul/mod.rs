@@ -31,14 +31,14 @@ fn gemm_view(strides: &[isize], rows: usize, cols: usize) -> Option<(bool, usize
 }
 
 /// Prepares an operand: f32 data whose matrices GEMM can read directly.
-fn operand(data: &ArrayData, shape: &[usize], dtype: Dtype) -> (ArrayData, bool, usize) {
-    let (r, c) = (shape[shape.len() - 2], shape[shape.len() - 1]);
-    if dtype == Dtype::F32
-        && let Some((t, ld)) = gemm_view(data.strides(), r, c)
+fn operand(x: &Operand<'_>) -> (ArrayData, bool, usize) {
+    let (r, c) = (x.shape[x.ndim() - 2], x.shape[x.ndim() - 1]);
+    if x.dtype == Dtype::F32
+        && let Some((t, ld)) = gemm_view(x.data.strides(), r, c)
     {
-        return (data.clone(), t, ld);
+        return (x.data.clone(), t, ld);
     }
-    let copy = copy_cast(data, shape, dtype, Dtype::F32);
+    let copy = copy_cast(x, Dtype::F32);
     (copy, false, c.max(1))
 }
 
@@ -47,11 +47,10 @@ fn operand(data: &ArrayData, shape: &[usize], dtype: Dtype) -> (ArrayData, bool,
 /// and bf16 compute in f32 (bf16 with AMX's or AVX512_BF16's products where
 /// the CPU has them, see [`bf16_gemm`]).
 pub fn matmul(a: &Operand<'_>, b: &Operand<'_>, out_shape: &[usize]) -> ArrayData {
-    let (a_shape, dtype, b_shape) = (a.shape, a.dtype, b.shape);
-    let (a, b) = (&a.data, &b.data);
+    let (a_shape, dtype) = (a.shape, a.dtype);
     #[cfg(target_arch = "x86_64")]
     if dtype == Dtype::BF16 && bf16_gemm() {
-        return matmul_bf16(a, a_shape, b, b_shape, out_shape);
+        return matmul_bf16(a, b, out_shape);
     }
     let nd = out_shape.len();
     let (m, n, k) = (
@@ -59,8 +58,8 @@ pub fn matmul(a: &Operand<'_>, b: &Operand<'_>, out_shape: &[usize]) -> ArrayDat
         out_shape[nd - 1],
         a_shape[a_shape.len() - 1],
     );
-    let (a32, ta, lda) = operand(a, a_shape, dtype);
-    let (b32, tb, ldb) = operand(b, b_shape, dtype);
+    let (a32, ta, lda) = operand(a);
+    let (b32, tb, ldb) = operand(b);
     let mut out = ArrayData::alloc(out_shape, Dtype::F32);
     let total = size_of_shape(out_shape);
     if total == 0 {
@@ -108,7 +107,7 @@ pub fn matmul(a: &Operand<'_>, b: &Operand<'_>, out_shape: &[usize]) -> ArrayDat
     if dtype == Dtype::F32 {
         out
     } else {
-        copy_cast(&out, out_shape, Dtype::F32, dtype)
+        copy_cast(&Operand::new(out, out_shape, Dtype::F32), dtype)
     }
 }
 
@@ -124,32 +123,19 @@ fn bf16_gemm() -> bool {
 /// [`matmul`] of bfloat16 operands on the bfloat16 GEMM: float32 sums,
 /// rounded to bfloat16 once, written straight into the bfloat16 output.
 #[cfg(target_arch = "x86_64")]
-fn matmul_bf16(
-    a: &ArrayData,
-    a_shape: &[usize],
-    b: &ArrayData,
-    b_shape: &[usize],
-    out_shape: &[usize],
-) -> ArrayData {
+fn matmul_bf16(a: &Operand<'_>, b: &Operand<'_>, out_shape: &[usize]) -> ArrayData {
     use gemm_bf16::{Matrix, gemm};
     let nd = out_shape.len();
-    let (m, n, k) = (
-        out_shape[nd - 2],
-        out_shape[nd - 1],
-        a_shape[a_shape.len() - 1],
-    );
-    let view = |data: &ArrayData, shape: &[usize]| {
-        let (r, c) = (shape[shape.len() - 2], shape[shape.len() - 1]);
-        match gemm_view(data.strides(), r, c) {
-            Some(v) => (data.clone(), v),
-            None => (
-                copy_cast(data, shape, Dtype::BF16, Dtype::BF16),
-                (false, c.max(1)),
-            ),
+    let (m, n, k) = (out_shape[nd - 2], out_shape[nd - 1], a.shape[a.ndim() - 1]);
+    let view = |x: &Operand<'_>| {
+        let (r, c) = (x.shape[x.ndim() - 2], x.shape[x.ndim() - 1]);
+        match gemm_view(x.data.strides(), r, c) {
+            Some(v) => (x.data.clone(), v),
+            None => (copy_cast(x, Dtype::BF16), (false, c.max(1))),
         }
     };
-    let (a16, (ta, lda)) = view(a, a_shape);
-    let (b16, (tb, ldb)) = view(b, b_shape);
+    let (a16, (ta, lda)) = view(a);
+    let (b16, (tb, ldb)) = view(b);
     let mut out = ArrayData::alloc(out_shape, Dtype::BF16);
     let total = size_of_shape(out_shape);
     if total == 0 {

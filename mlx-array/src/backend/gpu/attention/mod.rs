@@ -145,7 +145,7 @@ use super::codegen;
 use super::fragment::{self, Fragments};
 use super::{alloc, context, dense, dispatch, dispatch_groups};
 use crate::backend::common::attention::AttentionDims;
-use crate::data::ArrayData;
+use crate::data::{ArrayData, Operand};
 use crate::{Dtype, Result};
 
 /// Invocations per workgroup side: kernels run `SIDE x SIDE` invocations.
@@ -471,9 +471,9 @@ fn dense_qkv(
 ) -> Result<[ArrayData; 3]> {
     let [qs, ks, vs] = dims.shapes();
     Ok([
-        dense(q, &qs, dtype)?,
-        dense(k, &ks, dtype)?,
-        dense(v, &vs, dtype)?,
+        dense(&Operand::new(q.clone(), &qs, dtype))?,
+        dense(&Operand::new(k.clone(), &ks, dtype))?,
+        dense(&Operand::new(v.clone(), &vs, dtype))?,
     ])
 }
 
@@ -499,8 +499,8 @@ pub fn attention_grad(
     let (n_out, n_lse) = dims.packed_len();
     let (nq, nk, nv) = dims.grad_len();
     let [q, k, v] = dense_qkv(q, k, v, dims, dtype)?;
-    let packed = dense(packed, &[n_out + n_lse], Dtype::F32)?;
-    let g = dense(d_out, &[b, h, lq, dv], Dtype::F32)?;
+    let packed = dense(&Operand::new(packed.clone(), &[n_out + n_lse], Dtype::F32))?;
+    let g = dense(&Operand::new(d_out.clone(), &[b, h, lq, dv], Dtype::F32))?;
     codegen::check_size("attention_grad", nq + nk + nv, &[&q, &k, &v, &packed, &g])?;
     let out = alloc(&[nq + nk + nv], Dtype::F32)?;
     if nq + nk + nv == 0 {

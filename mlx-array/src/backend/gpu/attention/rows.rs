@@ -12,7 +12,7 @@ use super::super::{alloc, context, dense, dispatch};
 use super::codegen;
 use super::{dense_qkv, meta};
 use crate::backend::common::attention::AttentionDims;
-use crate::data::ArrayData;
+use crate::data::{ArrayData, Operand};
 use crate::{Dtype, Result};
 
 /// The WGSL shared by the kernels: constants, the bindings of `inputs`
@@ -148,8 +148,8 @@ pub(super) fn attention_grad(
     let (n_out, n_lse) = dims.packed_len();
     let (nq, nk, nv) = dims.grad_len();
     let [q, k, v] = dense_qkv(q, k, v, dims, dtype)?;
-    let packed = dense(packed, &[n_out + n_lse], Dtype::F32)?;
-    let g = dense(d_out, &[b, h, lq, dv], Dtype::F32)?;
+    let packed = dense(&Operand::new(packed.clone(), &[n_out + n_lse], Dtype::F32))?;
+    let g = dense(&Operand::new(d_out.clone(), &[b, h, lq, dv], Dtype::F32))?;
     let inputs = [&q, &k, &v, &packed, &g];
     codegen::check_size("attention_grad", nq + nk + nv, &inputs)?;
     let out = alloc(&[nq + nk + nv], Dtype::F32)?;

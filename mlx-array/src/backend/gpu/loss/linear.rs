@@ -109,12 +109,12 @@ struct Setup {
     tg: ArrayData,
 }
 
-/// `data` (of `shape` and `dtype`) as a dense f32 array.
-fn f32_dense(data: &ArrayData, shape: &[usize], dtype: Dtype) -> Result<ArrayData> {
-    if dtype != Dtype::F32 {
-        astype(&Operand::new(data.clone(), shape, dtype), Dtype::F32)
+/// `x` as a dense f32 array.
+fn f32_dense(x: &Operand<'_>) -> Result<ArrayData> {
+    if x.dtype != Dtype::F32 {
+        astype(x, Dtype::F32)
     } else {
-        super::super::dense(data, shape, dtype)
+        super::super::dense(x)
     }
 }
 
@@ -164,15 +164,9 @@ impl Setup {
         // matrix on the H100's driver and is computed in f32.
         let half = a.h.dtype == Dtype::F16 && matmul::f16_f32_products()?;
         let (h, w) = if half {
-            (
-                super::super::dense(&a.h.data, a.h.shape, Dtype::F16)?,
-                super::super::dense(&a.w.data, a.w.shape, Dtype::F16)?,
-            )
+            (super::super::dense(&a.h)?, super::super::dense(&a.w)?)
         } else {
-            (
-                f32_dense(&a.h.data, a.h.shape, a.h.dtype)?,
-                f32_dense(&a.w.data, a.w.shape, a.h.dtype)?,
-            )
+            (f32_dense(&a.h)?, f32_dense(&a.w)?)
         };
         let tg = resolve_targets(t, rows_shape, t_dtype, vocab, a.ignore_index)?;
         Ok(Setup {
@@ -659,18 +653,17 @@ pub fn linear_cross_entropy_grad(
     ct: &Operand<'_>,
     loss: &Operand<'_>,
 ) -> Result<ArrayData> {
-    let loss = &loss.data;
     const GRAD: &str = "linear_cross_entropy_grad";
     supported(ct.dtype)?;
     let st = Setup::new(a, GRAD)?;
     let (rows, dims) = (st.rows, st.dims);
     let rows_shape = &a.h.shape[..a.h.shape.len() - 1];
     let (hn, wn) = (rows * dims, st.vocab * dims);
-    codegen::check_size(GRAD, hn + wn, &[&ct.data, loss])?;
+    codegen::check_size(GRAD, hn + wn, &[&ct.data, &loss.data])?;
     let flat = alloc(&[hn + wn], Dtype::F32)?;
     if hn + wn > 0 {
-        let ctv = f32_dense(&ct.data, rows_shape, ct.dtype)?;
-        let lossv = f32_dense(loss, rows_shape, Dtype::F32)?;
+        let ctv = f32_dense(&ct.with_shape(rows_shape))?;
+        let lossv = f32_dense(&loss.with_shape(rows_shape))?;
         let w_mean = if st.smoothing > 0.0 {
             Some(column_mean(&st)?)
         } else {
@@ -773,7 +766,7 @@ pub fn linear_cross_entropy_value_and_grad(
         0 => vec![0],
         _ => (0..rows).step_by(block).collect(),
     };
-    let ctv = f32_dense(&ct.data, rows_shape, ct.dtype)?;
+    let ctv = f32_dense(&ct.with_shape(rows_shape))?;
     let w_mean = if st.smoothing > 0.0 {
         Some(column_mean(&st)?)
     } else {

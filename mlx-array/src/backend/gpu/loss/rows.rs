@@ -117,14 +117,13 @@ fn resolve_target(v: i32, vocab: u32) -> i32 {
 
 /// Per-row `logsumexp(logits) - logits[target]` over the last axis.
 pub fn cross_entropy(logits: &Operand<'_>, t: &Operand<'_>) -> Result<ArrayData> {
-    let (shape, dtype, logits, t_dtype, t) =
-        (logits.shape, logits.dtype, &logits.data, t.dtype, &t.data);
+    let (shape, dtype, t_dtype, t) = (logits.shape, logits.dtype, t.dtype, &t.data);
     check_float("cross_entropy", dtype)?;
     let vocab = *shape.last().expect("logits have a class axis");
     let rows_shape = &shape[..shape.len() - 1];
     let rows = size_of_shape(rows_shape);
-    codegen::check_size("cross_entropy", size_of_shape(shape), &[logits, t])?;
-    let x = dense(logits, shape, dtype)?;
+    codegen::check_size("cross_entropy", size_of_shape(shape), &[&logits.data, t])?;
+    let x = dense(logits)?;
     let mut m = Meta(vec![rows as u32, vocab as u32, x.offset() as u32, 0]);
     m.0[3] = m.view(t, rows_shape);
     let idx_src = index_input(2, t_dtype)?;
@@ -164,17 +163,17 @@ pub fn cross_entropy(logits: &Operand<'_>, t: &Operand<'_>) -> Result<ArrayData>
 /// Softmax over the last axis: `exp(x - max) / sum(exp(x - max))` per row
 /// (a row of `-inf` gives NaN, as on the CPU).
 pub fn softmax(x: &Operand<'_>) -> Result<ArrayData> {
-    let (shape, dtype, x) = (x.shape, x.dtype, &x.data);
+    let (shape, dtype) = (x.shape, x.dtype);
     check_float("softmax", dtype)?;
     let width = shape.last().copied().unwrap_or(1);
     let n = size_of_shape(shape);
     let rows = n.checked_div(width).unwrap_or(0);
-    codegen::check_size("softmax", n, &[x])?;
+    codegen::check_size("softmax", n, &[&x.data])?;
     let out = alloc(shape, dtype)?;
     if rows == 0 {
         return Ok(out);
     }
-    let x = dense(x, shape, dtype)?;
+    let x = dense(x)?;
     let m = Meta(vec![rows as u32, width as u32, x.offset() as u32]);
     // Quads of any float dtype (8 bytes a load for the half ones, whole
     // words a store, so packed halves need no atomics).
@@ -286,11 +285,7 @@ pub fn cross_entropy_grad(
     ct: &Operand<'_>,
     donated: bool,
 ) -> Result<ArrayData> {
-    let Operand {
-        data: logits,
-        shape,
-        dtype,
-    } = logits;
+    let (shape, dtype) = (logits.shape, logits.dtype);
     let (t_dtype, t, ct_dtype, ct) = (t.dtype, &t.data, ct.dtype, &ct.data);
     check_float("cross_entropy_grad", dtype)?;
     supported(ct_dtype)?;
@@ -298,15 +293,17 @@ pub fn cross_entropy_grad(
     let rows_shape = &shape[..shape.len() - 1];
     let rows = size_of_shape(rows_shape);
     let n = size_of_shape(shape);
-    codegen::check_size("cross_entropy_grad", n, &[&logits, t, ct])?;
+    codegen::check_size("cross_entropy_grad", n, &[&logits.data, t, ct])?;
     // In place only where each element is its own word: packed dtypes
     // would race on shared words without atomics.
-    let in_place =
-        donated && dtype == Dtype::F32 && logits.offset() == 0 && codegen::is_dense(&logits, shape);
+    let in_place = donated
+        && dtype == Dtype::F32
+        && logits.data.offset() == 0
+        && codegen::is_dense(&logits.data, shape);
     let x = if in_place {
-        logits
+        logits.data
     } else {
-        dense(&logits, shape, dtype)?
+        dense(&logits)?
     };
     let mut m = Meta(vec![rows as u32, vocab as u32, x.offset() as u32, 0, 0]);
     m.0[3] = m.view(t, rows_shape);

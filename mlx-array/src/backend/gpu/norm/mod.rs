@@ -79,17 +79,14 @@ const ROW_TREE: &str = r#"
 
 /// `x * w / sqrt(mean(x^2) + eps)` over rows.
 pub fn rms_norm(x: &Operand<'_>, w: &Operand<'_>, eps: f32) -> Result<ArrayData> {
-    let (shape, x, w) = (x.shape, &x.data, &w.data);
+    let shape = x.shape;
     let n = crate::shape::size_of_shape(shape);
     let width = shape.last().copied().unwrap_or(1);
     let out = alloc(shape, Dtype::F32)?;
     if n == 0 || width == 0 {
         return Ok(out);
     }
-    let (x, w) = (
-        dense(x, shape, Dtype::F32)?,
-        dense(w, &[width], Dtype::F32)?,
-    );
+    let (x, w) = (dense(x)?, dense(w)?);
     codegen::check_size("rms_norm", n, &[&x, &w])?;
     let rows = n / width;
     let meta = [
@@ -129,7 +126,7 @@ pub fn rms_norm_grad(
     ct: &Operand<'_>,
     eps: f32,
 ) -> Result<ArrayData> {
-    let (shape, x, w, ct) = (x.shape, &x.data, &w.data, &ct.data);
+    let shape = x.shape;
     let n = crate::shape::size_of_shape(shape);
     let width = shape.last().copied().unwrap_or(1);
     let rows = n.checked_div(width).unwrap_or(0);
@@ -138,11 +135,7 @@ pub fn rms_norm_grad(
     if total == 0 {
         return Ok(out);
     }
-    let (x, w, ct) = (
-        dense(x, shape, Dtype::F32)?,
-        dense(w, &[width], Dtype::F32)?,
-        dense(ct, shape, Dtype::F32)?,
-    );
+    let (x, w, ct) = (dense(x)?, dense(w)?, dense(ct)?);
     codegen::check_size("rms_norm_grad", total, &[&x, &w, &ct])?;
     let chunks = rows.div_ceil(CHUNK);
     let meta = [
