@@ -27,6 +27,9 @@
 //! element; add: 3 x; row sum: the input only; softmax: input and output).
 use std::time::Instant;
 
+#[path = "common/block.rs"]
+mod common_block;
+use common_block::block;
 use mlx_array::device::with_device;
 use mlx_array::{Array, Device, Dtype, Result, random, value_and_grad};
 
@@ -77,34 +80,6 @@ fn time(iters: usize, f: impl Fn() -> Result<Array>) -> Result<f64> {
     }
     sync(&last.expect("iters > 0"))?;
     Ok(t.elapsed().as_secs_f64() / iters as f64)
-}
-
-/// A Llama-like block (RMS norm, 4-head attention without a mask, a SiLU
-/// MLP, residuals), reduced to a scalar loss.
-fn block(p: &[Array]) -> Result<Array> {
-    let (x, wq, wk, wv, wo, w1, w2) = (&p[0], &p[1], &p[2], &p[3], &p[4], &p[5], &p[6]);
-    let (t, d) = (x.shape()[0], x.shape()[1]);
-    let heads = 4;
-    let hd = d / heads;
-    let norm = |v: &Array| -> Result<Array> {
-        v.mul(&v.square()?.mean(&[-1], true)?.add_scalar(1e-5)?.rsqrt()?)
-    };
-    let h = norm(x)?;
-    let split = |w: &Array| -> Result<Array> {
-        h.matmul(w)?
-            .reshape(&[t as i64, heads as i64, hd as i64])?
-            .transpose(&[1, 0, 2])
-    };
-    let (q, k, v) = (split(wq)?, split(wk)?, split(wv)?);
-    let scores = q
-        .matmul(&k.swapaxes(-1, -2)?)?
-        .mul_scalar(1.0 / (hd as f64).sqrt())?;
-    let att = scores.softmax(&[-1])?.matmul(&v)?;
-    let att = att.transpose(&[1, 0, 2])?.reshape(&[t as i64, d as i64])?;
-    let x1 = x.add(&att.matmul(wo)?)?;
-    let u = norm(&x1)?.matmul(w1)?;
-    let x2 = x1.add(&u.mul(&u.sigmoid()?)?.matmul(w2)?)?;
-    x2.square()?.mean_all()
 }
 
 /// Memory-bound kernels on `[rows, 4096]` arrays `x` and `y`: their names
