@@ -730,8 +730,8 @@ use crate::backend::cpu::loss::{LceArgs, chunk_cols};
 use crate::backend::{common, cpu};
 use super::super::cpu::rope::RopeSpec;
 fn f() {
-    crate::backend::cpu::copy_contiguous(a, b, c);
-    cpu::copy::copy_cast(a, b, c, d);
+    crate::backend::cpu::copy_contiguous(&x);
+    cpu::copy::copy_cast(&x, to);
     crate::blas::gemm();
 }
 "#;
@@ -959,7 +959,7 @@ fn finds_what_the_leaf_imports_above_it() {
     let src = "use crate::memory::Storage;\nuse crate::dtype::{Dtype, Element};\n\
                use crate::shape::size_of_shape;\nuse crate::Error;\n\
                use crate::array::Array;\nuse crate::primitive::Primitive;\n\
-               fn f() { crate::backend::cpu::copy::contiguous(a, b, c); }\n\
+               fn f() { crate::backend::cpu::copy::contiguous(&x); }\n\
                fn g() -> crate::Device { crate::device::default_device() }\n\
                use crate::{Array as A, ArrayData};\n";
     // Line 8 twice: `crate::Device` and `crate::device`.
