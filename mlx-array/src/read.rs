@@ -44,27 +44,21 @@ impl HostRead {
     /// The values in row-major order, converted to `T` (as
     /// [`Array::to_vec`]), waiting for the copy if it is still under way.
     pub fn to_vec<T: Element>(self) -> Result<Vec<T>> {
-        let host = match self.0 {
-            Read::Host(a) => a,
-            Read::Device(pending, shape, dtype) => {
-                Array::from_data(pending.finish()?, shape, dtype)
-            }
-        };
-        host.to_vec()
+        self.into_host()?.to_vec()
     }
 
     /// The single element, converted to `T` (as [`Array::item`]).
     pub fn item<T: Element>(self) -> Result<T> {
-        let values = self.to_vec::<T>()?;
-        match values.as_slice() {
-            [v] => Ok(*v),
-            _ => Err(crate::Error::shape(
-                "item",
-                format!(
-                    "item() needs exactly one element, the array has {}",
-                    values.len()
-                ),
-            )),
-        }
+        self.into_host()?.item()
+    }
+
+    /// The values as an array on the host, once they are there.
+    fn into_host(self) -> Result<Array> {
+        Ok(match self.0 {
+            Read::Host(a) => a,
+            Read::Device(pending, shape, dtype) => {
+                Array::from_data(pending.finish()?, shape, dtype)
+            }
+        })
     }
 }
