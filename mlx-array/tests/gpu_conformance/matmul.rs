@@ -107,8 +107,14 @@ fn f32_kernel_agrees_with_the_cpu() {
 
 /// Kernel dispatches one GPU product of `[m, k] @ [k, n]` f32 records.
 fn dispatches_of(m: usize, k: usize, n: usize) -> usize {
-    let a = operand(&[], m, k, false, 3, Dtype::F32).to_device(mlx_array::Device::Gpu);
-    let b = operand(&[], k, n, true, 4, Dtype::F32).to_device(mlx_array::Device::Gpu);
+    dispatches_in(Dtype::F32, m, k, n)
+}
+
+/// Kernel dispatches one GPU product of `[m, k] @ [k, n]` in `dtype`
+/// records.
+fn dispatches_in(dtype: Dtype, m: usize, k: usize, n: usize) -> usize {
+    let a = operand(&[], m, k, false, 3, dtype).to_device(mlx_array::Device::Gpu);
+    let b = operand(&[], k, n, true, 4, dtype).to_device(mlx_array::Device::Gpu);
     mlx_array::eval((&a, &b)).unwrap();
     let before = mlx_array::backend::gpu::dispatch_count();
     mlx_array::device::with_device(mlx_array::Device::Gpu, || a.matmul(&b))
@@ -160,6 +166,39 @@ fn cooperative_template_with_plain_fragments_agrees_with_the_cpu() {
     set_gpu_coopmat(GpuCoopmat::Plain);
     shapes("plain fragments", Dtype::F16);
     check("plain fragments, deep", Dtype::F16, &[], &[], 40, 200, 33);
+    set_gpu_coopmat(GpuCoopmat::Auto);
+}
+
+/// f16 products on the cooperative template (plain fragments here) split
+/// over the depth as the f32 kernel's do: its f32 partial sums, then one
+/// pass summing them into the f16 output, in every transpose case, with
+/// slices a multiple of its 32-deep staged slice and a short last one.
+#[test]
+fn cooperative_split_k_products_agree_with_the_cpu() {
+    let Some(_gpu) = gpu() else { return };
+    if !native_f16_or_skip() {
+        return;
+    }
+    set_gpu_coopmat(GpuCoopmat::Plain);
+    let before = mlx_array::backend::gpu::coop_product_count();
+    // One 64 x 64 tile, depth 1500: 5 slices of 320, the last of 220.
+    assert_eq!(dispatches_in(Dtype::F16, 33, 1500, 20), 2, "split");
+    assert_eq!(
+        mlx_array::backend::gpu::coop_product_count() - before,
+        1,
+        "on the cooperative template"
+    );
+    assert_eq!(dispatches_in(Dtype::F16, 33, 500, 20), 1, "too shallow");
+    check("cooperative split-K", Dtype::F16, &[], &[], 33, 1500, 20);
+    check(
+        "cooperative split-K, batched",
+        Dtype::F16,
+        &[1, 2],
+        &[3, 1],
+        19,
+        1100,
+        35,
+    );
     set_gpu_coopmat(GpuCoopmat::Auto);
 }
 

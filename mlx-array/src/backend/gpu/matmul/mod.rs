@@ -50,30 +50,33 @@
 //! a long depth (the fused loss's gradient products, `dX` over the
 //! vocabulary, a small `dW`) would leave most of the 132 SMs idle or
 //! holding one workgroup of 8 warps, with nothing to hide its load latency
-//! behind. [`split_k`] cuts its depth into slices (9 for the one-pass
-//! loss's `dh` per block of rows): the f32 kernel runs with the slices as
+//! behind. [`split_k`] cuts its depth into slices (8 for the one-pass
+//! loss's `dh` per block of rows, as many as one wave holds): either kernel runs with the slices as
 //! one more, outer batch dimension (each workgroup's depth clamped to its
 //! slice, see
 //! [`PROLOGUE`]), writing f32 partial products to a scratch buffer, and one
 //! elementwise pass sums the slices in order (deterministic, no atomics)
 //! into the output (converting to its dtype, or adding into it with
-//! `accumulate`). Only the f32 kernel splits; f16 products on cooperative
-//! matrices are not split. `MLX_GPU_SPLIT_K=0`
+//! `accumulate`). The cooperative kernel splits the same way (slices a
+//! multiple of its 32-deep staged slice), so f16 weight gradients, whose
+//! outputs are small, no longer run on one workgroup per SM (on the H100,
+//! f16 `dX` 2044 x 50257 x 256 ran at 5.9 TFLOP/s and `dW` 256 x 2044 x
+//! 512 at 1.3 unsplit, a fifth and a third of their f32 rates). `MLX_GPU_SPLIT_K=0`
 //! ([`settings::set_gpu_split_k`]) turns it off, to measure the gain.
 //!
 //! | split-K, `[m, k] @ [k, n]` | tiles (64) | slices x depth | workgroups | partial sums |
 //! |---|---|---|---|---|
-//! | loss, one pass: `dh[block] = g @ w`, 1022 x 50257 x 256 | 64 | 9 x 5600 | 576 | 9.4 MB |
-//! | loss `dh += g @ w[chunk]`, 2044 x 2052 x 256 | 128 | 5 x 416 | 640 | 10.5 MB |
+//! | loss, one pass: `dh[block] = g @ w`, 1022 x 50257 x 256 | 64 | 8 x 6288 | 512 | 8.4 MB |
+//! | loss `dh += g @ w[chunk]`, 2044 x 2052 x 256 | 128 | 4 x 528 | 512 | 8.4 MB |
 //! | loss `dw[chunk] = g^T @ h`, 2052 x 2044 x 256 | 132 | 4 x 512 | 528 | 8.4 MB |
-//! | `dX` 2044 x 50257 x 256 (gpu_bench) | 128 | 5 x 10064 | 640 | 10.5 MB |
+//! | `dX` 2044 x 50257 x 256 (gpu_bench) | 128 | 4 x 12576 | 512 | 8.4 MB |
 //! | `dW` 256 x 2044 x 512 (gpu_bench) | 32 | 7 x 304 | 224 | 3.7 MB |
 //!
-//! With 4-5 workgroups per SM (32-40 warps) instead of one (8), the loss's
+//! With 4 workgroups per SM (32 warps) instead of one (8), the loss's
 //! gradient products should run near the 64-tile kernel's rate on large
 //! products (~20 TFLOP/s) rather than at the 3.4-13.6 TFLOP/s measured
 //! for `dX`; the partial sums cost one write and one read of `slices x m x
-//! n` floats (10.5 MB: ~7 us at 3 TB/s against ~100 us of products).
+//! n` floats (8.4 MB: ~6 us at 3 TB/s against ~100 us of products).
 //!
 //! The fused linear cross-entropy (`loss/linear.rs`) records its logits
 //! and gradient products through [`record`] (chunked over the vocabulary,
@@ -85,7 +88,7 @@
 //! (any transpose case, through the views), an f32 result written or
 //! added into (`accumulate`), and split-K as above with the cooperative
 //! kernel writing the f32 partial sums (slices a multiple of its 32-deep
-//! staged slice). [`record`]'s choices for every dtype are unchanged;
+//! staged slice);
 //! [`coop_product_count`] counts the products on the cooperative template.
 
 use super::codegen;
@@ -256,52 +259,35 @@ pub(crate) struct Destination<'a> {
 }
 
 /// Records `out (+)= a @ b` for operands of one dtype (the output's),
-/// reading `a` and `b` through their views. Products with too few output
-/// tiles to fill the GPU and a long depth are split over the depth
-/// ([`split_k`]).
+/// reading `a` and `b` through their views: f16 on the cooperative kernel
+/// where it runs ([`coop_fragments`]), everything else on the f32 kernel.
+/// Products with too few output tiles to fill the GPU and a long depth are
+/// split over the depth ([`split_k`]) on either kernel.
 pub(crate) fn record(a: &Operand<'_>, b: &Operand<'_>, to: &Destination<'_>) -> Result<()> {
-    let (dtype, a_shape, a, b) = (a.dtype, a.shape, &a.data, &b.data);
-    let (out_shape, out, out_offset, accumulate) = (to.shape, to.data, to.offset, to.accumulate);
+    let dtype = a.dtype;
     // Packed outputs are cleared and OR-ed into from their first word.
-    debug_assert!(!codegen::packed(dtype) || (out_offset == 0 && !accumulate));
-    debug_assert!(!accumulate || dtype == Dtype::F32);
-    let product = Product::new(a, b, dtype, a_shape, out_shape);
-    let total = product.total();
-    if total == 0 {
-        return Ok(());
-    }
-    let big = product.big();
-    let coop = coop_fragments(dtype, accumulate)?;
-    if coop.is_none()
-        && !big
-        && settings::gpu_split_k()
-        && let Some(slices) = product.depth_split(1)?
-    {
-        // Each slice's partial product, then their sum into `out`.
-        let parts = alloc(&[slices.count * total], Dtype::F32)?;
-        product.dispatch(
-            None,
-            64,
-            Dtype::F32,
-            slices,
-            &partial(&parts, &[slices.count * total]),
-        )?;
-        return sum_slices(
-            &parts,
-            slices.count,
-            total,
-            dtype,
-            out,
-            out_offset,
-            accumulate,
-        );
-    }
-    let whole = Slices {
-        count: 1,
-        depth: product.k,
+    debug_assert!(!codegen::packed(dtype) || (to.offset == 0 && !to.accumulate));
+    debug_assert!(!to.accumulate || dtype == Dtype::F32);
+    let product = Product::new(&a.data, &b.data, dtype, a.shape, to.shape);
+    product.record(coop_fragments(dtype, to.accumulate)?, dtype, to)
+}
+
+/// Records `out[out_offset..] (+)= a @ b` for f16 operands into the dense
+/// f32 block `out` (with `accumulate`, added to what is there) on the
+/// cooperative kernel, f16 x f16 products accumulated in f32, as the fused
+/// linear cross-entropy's products in f16 run (mixed precision, as
+/// PyTorch's autocast does). Split over the depth as [`record`] splits.
+/// Fails where [`f16_f32_products`] is false.
+pub(crate) fn record_f16_f32(a: &Operand<'_>, b: &Operand<'_>, to: &Destination<'_>) -> Result<()> {
+    debug_assert!(a.dtype == Dtype::F16 && b.dtype == Dtype::F16);
+    let Some(fragments) = coop_mode()? else {
+        return Err(Error::gpu(
+            "matmul: f16 operands with an f32 result need the cooperative-matrix kernel, \
+             which this device (or MLX_GPU_COOPMAT) does not offer",
+        ));
     };
-    let t = if big { 128 } else { 64 };
-    product.dispatch(coop, t, dtype, whole, to)
+    let product = Product::new(&a.data, &b.data, Dtype::F16, a.shape, to.shape);
+    product.record(Some(fragments), Dtype::F32, to)
 }
 
 /// The f32 buffer of a split product's partial sums (`shape`: flat, every
@@ -313,60 +299,6 @@ fn partial<'a>(parts: &'a ArrayData, shape: &'a [usize]) -> Destination<'a> {
         offset: 0,
         accumulate: false,
     }
-}
-
-/// Records `out[out_offset..] (+)= a @ b` for f16 operands into the dense
-/// f32 block `out` (with `accumulate`, added to what is there) on the
-/// cooperative kernel, f16 x f16 products accumulated in f32, as the fused
-/// linear cross-entropy's products in f16 run (mixed precision, as
-/// PyTorch's autocast does). Products with too few output tiles and a long
-/// depth are split over it as [`record`] splits f32 products (the cooperative
-/// kernel writes the f32 partial sums), their slices a multiple of its
-/// staged depth. Fails where [`f16_f32_products`] is false.
-pub(crate) fn record_f16_f32(a: &Operand<'_>, b: &Operand<'_>, to: &Destination<'_>) -> Result<()> {
-    debug_assert!(a.dtype == Dtype::F16 && b.dtype == Dtype::F16);
-    let (a_shape, a, b) = (a.shape, &a.data, &b.data);
-    let (out_shape, out, out_offset, accumulate) = (to.shape, to.data, to.offset, to.accumulate);
-    let Some(fragments) = coop_mode()? else {
-        return Err(Error::gpu(
-            "matmul: f16 operands with an f32 result need the cooperative-matrix kernel, \
-             which this device (or MLX_GPU_COOPMAT) does not offer",
-        ));
-    };
-    let product = Product::new(a, b, Dtype::F16, a_shape, out_shape);
-    let total = product.total();
-    if total == 0 {
-        return Ok(());
-    }
-    let big = product.big();
-    if !big
-        && settings::gpu_split_k()
-        && let Some(slices) = product.depth_split(coop::DEPTH)?
-    {
-        let parts = alloc(&[slices.count * total], Dtype::F32)?;
-        product.dispatch(
-            Some(fragments),
-            64,
-            Dtype::F32,
-            slices,
-            &partial(&parts, &[slices.count * total]),
-        )?;
-        return sum_slices(
-            &parts,
-            slices.count,
-            total,
-            Dtype::F32,
-            out,
-            out_offset,
-            accumulate,
-        );
-    }
-    let whole = Slices {
-        count: 1,
-        depth: product.k,
-    };
-    let t = if big { 128 } else { 64 };
-    product.dispatch(Some(fragments), t, Dtype::F32, whole, to)
 }
 
 /// The operands and sizes of one (batched) product.
@@ -417,23 +349,59 @@ impl<'a> Product<'a> {
         self.batch() * self.m.div_ceil(128) * self.n.div_ceil(128) >= BIG_TILES_FROM
     }
 
-    /// How to split the depth over the 64 x 64 kernel's workgroups
-    /// ([`split_k`]), each slice's depth a multiple of `unit`; `None` when
-    /// one slice is best or the f32 partial sums would not fit a buffer.
-    fn depth_split(&self, unit: usize) -> Result<Option<Slices>> {
+    /// Records the product into `to` as `out_dtype` on the cooperative
+    /// kernel with `coop`, else on the f32 kernel: split over the depth
+    /// when it has too few output tiles ([`Product::depth_split`]: f32
+    /// partial sums written by the same kernel, then summed in order into
+    /// `to`), else whole, on 128 x 128 tiles when there are enough of them.
+    fn record(
+        &self,
+        coop: Option<coop::Fragments>,
+        out_dtype: Dtype,
+        to: &Destination<'_>,
+    ) -> Result<()> {
+        let total = self.total();
+        if total == 0 {
+            return Ok(());
+        }
+        let big = self.big();
+        if !big
+            && settings::gpu_split_k()
+            && let Some(slices) = self.depth_split(coop.is_some())?
+        {
+            let parts = alloc(&[slices.count * total], Dtype::F32)?;
+            self.dispatch(
+                coop,
+                64,
+                Dtype::F32,
+                slices,
+                &partial(&parts, &[slices.count * total]),
+            )?;
+            return sum_slices(&parts, slices.count, total, out_dtype, to);
+        }
+        let whole = Slices {
+            count: 1,
+            depth: self.k,
+        };
+        self.dispatch(coop, if big { 128 } else { 64 }, out_dtype, whole, to)
+    }
+
+    /// How to split the depth over the 64 x 64 workgroups ([`split_k`]) of
+    /// the cooperative kernel (`coop`: slices a multiple of its 32-deep
+    /// staged slice) or of the f32 kernel (16-deep); `None` when one slice
+    /// is best or the f32 partial sums would not fit a buffer.
+    fn depth_split(&self, coop: bool) -> Result<Option<Slices>> {
         let c = context()?;
         let max_bytes = c
             .limits
             .max_storage_buffer_binding_size
             .min(c.limits.max_buffer_size) as usize;
-        let mut slices = split_k(
+        let unit = if coop { coop::DEPTH } else { tiled::DEPTH };
+        let slices = split_k(
             self.batch() * self.m.div_ceil(64) * self.n.div_ceil(64),
             self.k,
+            unit,
         );
-        if slices.count > 1 && unit > 1 {
-            slices.depth = slices.depth.next_multiple_of(unit);
-            slices.count = self.k.div_ceil(slices.depth);
-        }
         let fits = slices.count * self.total() * 4 <= max_bytes.min(i32::MAX as usize);
         Ok((slices.count > 1 && fits).then_some(slices))
     }
@@ -447,11 +415,14 @@ struct Slices {
     depth: usize,
 }
 
-/// Workgroups of the 64 x 64 f32 kernel that fill an H100: 132 SMs x 4
-/// resident workgroups (each 256 invocations with ~48 registers and 17 KiB
-/// of workgroup memory: 4 fit an SM's registers and its shared memory,
-/// 32 warps of the SM's 64). wgpu reports no SM count, so the H100's is
-/// the design figure (the same as [`BIG_TILES_FROM`]'s).
+/// Workgroups of 64 x 64 tiles resident at once on an H100, one wave:
+/// 132 SMs x 4. The f32 kernel's (256 invocations, ~48 registers, 17 KiB
+/// of workgroup memory) fit 4 to an SM, 32 of its 64 warps; the
+/// cooperative kernel's small tiling (128 invocations, ~100 registers with
+/// its staged loads, 14 KiB) fits 4-5, and 4 is the safe figure: a
+/// product launched as slightly more than one wave runs its leftovers as a
+/// second wave as long as the first. wgpu reports no SM count, so the
+/// H100's is the design figure (the same as [`BIG_TILES_FROM`]'s).
 const SPLIT_TARGET_WORKGROUPS: usize = 4 * 132;
 
 /// The shortest depth slice worth its own workgroups: a 64 x 64 tile over
@@ -464,7 +435,9 @@ const MIN_SLICE_DEPTH: usize = 256;
 /// workgroups could gain (a product with fewer than 33 tiles is tiny).
 const MAX_SLICES: usize = 16;
 
-/// Split-K for a product of `tiles` 64 x 64 output tiles and depth `k`.
+/// Split-K for a product of `tiles` 64 x 64 output tiles and depth `k`,
+/// on a kernel staging `unit`-deep slices (16 for the f32 kernel, 32 for
+/// the cooperative one).
 ///
 /// A product with fewer tiles than two per SM of an H100 (below
 /// [`BIG_TILES_FROM`]) leaves most SMs idle or alone with one workgroup,
@@ -472,27 +445,30 @@ const MAX_SLICES: usize = 16;
 /// w[chunk]` (`[2044, 2052] @ [2052, 256]`: 128 tiles) and `dw[chunk] =
 /// g^T @ h` (`[2052, 2044] @ [2044, 256]`: 132 tiles), a whole `dX`
 /// over the vocabulary (`[2044, 50257] @ [50257, 256]`: 128 tiles), a
-/// small `dW` (`[256, 2044] @ [2044, 512]`: 32 tiles). Cutting the depth
-/// into `s` slices gives `s` times the workgroups, each writing a partial
-/// `[m, n]` sum that one more pass adds up: `s` is the smallest count
-/// reaching [`SPLIT_TARGET_WORKGROUPS`], at most [`MAX_SLICES`] and with
-/// slices at least [`MIN_SLICE_DEPTH`] deep; slice depths are multiples of
-/// the kernel's staged depth (16), so only the last slice has a ragged end.
-/// The four shapes above get 5, 4, 5 and 7 slices: 640, 528, 640 and 224
-/// workgroups instead of 128, 132, 128 and 32.
-fn split_k(tiles: usize, k: usize) -> Slices {
+/// small `dW` (`[256, 2044] @ [2044, 512]`: 32 tiles), and in half
+/// precision every weight gradient of the reference model. Cutting the
+/// depth into `s` slices gives `s` times the workgroups, each writing a
+/// partial `[m, n]` sum that one more pass adds up: `s` is the largest
+/// count that still runs as one wave ([`SPLIT_TARGET_WORKGROUPS`]: one
+/// more slice past it would leave a second wave of leftovers, each as long
+/// as the first wave's), at most [`MAX_SLICES`] and with slices at least
+/// [`MIN_SLICE_DEPTH`] deep; slice depths are multiples of `unit`, so only
+/// the last slice has a ragged end. The four shapes above get 4, 4, 4 and
+/// 7 slices: 512, 528, 512 and 224 workgroups instead of 128, 132, 128 and
+/// 32 (the smallest count reaching a wave, as split before, gave 5, 4, 5
+/// and 7: 640 workgroups, 1.2 waves).
+fn split_k(tiles: usize, k: usize, unit: usize) -> Slices {
     let whole = Slices { count: 1, depth: k };
     if tiles == 0 || tiles >= BIG_TILES_FROM {
         return whole;
     }
-    let count = SPLIT_TARGET_WORKGROUPS
-        .div_ceil(tiles)
+    let count = (SPLIT_TARGET_WORKGROUPS / tiles)
         .min(k / MIN_SLICE_DEPTH)
         .min(MAX_SLICES);
     if count < 2 {
         return whole;
     }
-    let depth = k.div_ceil(count).next_multiple_of(tiled::DEPTH);
+    let depth = k.div_ceil(count).next_multiple_of(unit);
     Slices {
         count: k.div_ceil(depth),
         depth,
@@ -608,10 +584,9 @@ fn sum_slices(
     count: usize,
     total: usize,
     dtype: Dtype,
-    out: &ArrayData,
-    out_offset: usize,
-    accumulate: bool,
+    to: &Destination<'_>,
 ) -> Result<()> {
+    let (out, out_offset, accumulate) = (to.data, to.offset, to.accumulate);
     let key = format!("matmul_split_sum:{dtype}:{accumulate}");
     let pipeline = context()?.pipeline(&key, || {
         let mut s = String::from(codegen::PRELUDE);
@@ -708,4 +683,59 @@ pub fn kernel_sources() -> Vec<(String, String)> {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{SPLIT_TARGET_WORKGROUPS, Slices, split_k};
+
+    /// The design table's shapes (module docs) get the largest slice count
+    /// that one wave of 528 workgroups holds, limited by slices of at
+    /// least 256 and at most 16 of them; depths a multiple of the kernel's
+    /// staged slice.
+    #[test]
+    fn split_k_fills_one_wave_and_no_more() {
+        let tiles = |m: usize, n: usize| m.div_ceil(64) * n.div_ceil(64);
+        let cases = [
+            // (tiles, k, unit) -> (count, depth)
+            ((tiles(1022, 256), 50257, 16), (8, 6288)),
+            ((tiles(2044, 256), 2052, 16), (4, 528)),
+            ((tiles(2052, 256), 2044, 16), (4, 512)),
+            ((tiles(2044, 256), 50257, 16), (4, 12576)),
+            ((tiles(256, 512), 2044, 16), (7, 304)),
+            // The cooperative kernel's 32-deep slices.
+            ((tiles(2044, 256), 50257, 32), (4, 12576)),
+            ((tiles(256, 256), 2044, 32), (7, 320)),
+        ];
+        for ((t, k, unit), (count, depth)) in cases {
+            let s = split_k(t, k, unit);
+            assert_eq!(s, Slices { count, depth }, "{t} tiles, depth {k}");
+            assert!(t * s.count <= SPLIT_TARGET_WORKGROUPS);
+            assert_eq!(s.depth % unit, 0);
+            assert!(s.depth * (s.count - 1) < k && s.depth * s.count >= k);
+        }
+    }
+
+    /// Products that fill a wave alone, or are too shallow for two
+    /// slices of 256, stay whole.
+    #[test]
+    fn split_k_leaves_full_or_shallow_products_whole() {
+        for (t, k) in [
+            (0, 5000),
+            (264, 5000),
+            (265, 5000),
+            (300, 100_000),
+            (1, 511),
+            (10, 300),
+        ] {
+            assert_eq!(
+                split_k(t, k, 16),
+                Slices { count: 1, depth: k },
+                "{t} tiles, depth {k}"
+            );
+        }
+        // 176 tiles: three slices would be 528 workgroups, one wave.
+        assert_eq!(split_k(176, 5000, 16).count, 3);
+        assert_eq!(split_k(177, 5000, 16).count, 2);
+    }
 }
