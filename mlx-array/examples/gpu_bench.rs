@@ -12,6 +12,8 @@
 //! software adapter such as lavapipe needs that), `--dtype f16` (or
 //! `bf16`) for half-precision operands and block (`MLX_GPU_F16=0` packs f16
 //! two to a word even where the adapter stores it natively;
+//! `--only matmul,attention` runs just those sections (of `matmul`,
+//! `memory`, `attention`, `block`: a device scan of one setting needs one);
 //! `MLX_GPU_COOPMAT=0` multiplies f16, in products and attention, on the
 //! f32-compute kernels instead of the tensor cores, to compare the two; `MLX_GPU_SPLIT_K=0` runs products
 //! with few output tiles unsplit over their depth, and `MLX_GPU_CHUNKS=0`
@@ -32,6 +34,9 @@ mod common_block;
 use common_block::block;
 use mlx_array::device::with_device;
 use mlx_array::{Array, Device, Dtype, Result, random, value_and_grad};
+
+/// The sections `--only` chooses among.
+const SECTIONS: [&str; 4] = ["matmul", "memory", "attention", "block"];
 
 /// (name, m, k, n, transpose a, transpose b), as in `benches/core.rs`.
 const SHAPES: &[(&str, usize, usize, usize, bool, bool)] = &[
@@ -183,96 +188,120 @@ fn main() -> Result<()> {
         "sizes divided by {div}; dtype {dtype} (f16 stored natively: {})",
         mlx_array::backend::gpu::native_f16()
     );
+    let only: Option<Vec<String>> = args.iter().position(|a| a == "--only").map(|i| {
+        let list = args.get(i + 1).map(String::as_str).unwrap_or("");
+        list.split(',').map(|s| s.trim().to_string()).collect()
+    });
+    if let Some(list) = &only
+        && let Some(bad) = list.iter().find(|s| !SECTIONS.contains(&s.as_str()))
+    {
+        return Err(mlx_array::Error::eval(
+            "gpu_bench",
+            format!(
+                "--only: unknown section `{bad}` (sections: {})",
+                SECTIONS.join(", ")
+            ),
+        ));
+    }
+    let wanted = |section: &str| only.as_ref().is_none_or(|l| l.iter().any(|s| s == section));
     let mut results = Vec::new();
-    for &(name, m, k, n, ta, tb) in SHAPES {
-        let (m, k, n) = (m / div, k / div, n / div);
-        if small && m * k * n > 1 << 30 {
-            println!("matmul {dtype} {name} ({m}x{k}x{n}): skipped: --small");
-            continue;
-        }
-        let run = || -> Result<f64> {
-            let a = gpu_uniform(&if ta { [k, m] } else { [m, k] }, 1, 1.0, dtype)?;
-            let b = gpu_uniform(&if tb { [n, k] } else { [k, n] }, 2, 1.0, dtype)?;
-            let iters = if small { 2 } else { 10 };
-            time(iters, || {
-                with_device(Device::Gpu, || {
-                    let a = if ta { a.t()? } else { a.clone() };
-                    let b = if tb { b.t()? } else { b.clone() };
-                    a.matmul(&b)
-                })
-            })
-        };
-        let s = match run() {
-            Ok(s) => s,
-            // An operand beyond the adapter's largest buffer (lavapipe's is 128 MiB).
-            Err(e) if e.to_string().contains("exceeds the largest storage buffer") => {
-                println!("matmul {dtype} {name} ({m}x{k}x{n}): skipped: {e}");
+    if wanted("matmul") {
+        for &(name, m, k, n, ta, tb) in SHAPES {
+            let (m, k, n) = (m / div, k / div, n / div);
+            if small && m * k * n > 1 << 30 {
+                println!("matmul {dtype} {name} ({m}x{k}x{n}): skipped: --small");
                 continue;
             }
-            Err(e) => return Err(e),
-        };
-        let gflops = 2.0 * (m * n * k) as f64 / s / 1e9;
-        println!(
-            "matmul {dtype} {name} ({m}x{k}x{n}): {gflops:.1} GFLOP/s ({:.2} ms)",
-            s * 1e3
-        );
-        results.push(serde_json::json!({
-            "kind": "matmul", "name": name, "m": m, "k": k, "n": n,
-            "seconds": s, "tflops": gflops / 1e3,
-        }));
+            let run = || -> Result<f64> {
+                let a = gpu_uniform(&if ta { [k, m] } else { [m, k] }, 1, 1.0, dtype)?;
+                let b = gpu_uniform(&if tb { [n, k] } else { [k, n] }, 2, 1.0, dtype)?;
+                let iters = if small { 2 } else { 10 };
+                time(iters, || {
+                    with_device(Device::Gpu, || {
+                        let a = if ta { a.t()? } else { a.clone() };
+                        let b = if tb { b.t()? } else { b.clone() };
+                        a.matmul(&b)
+                    })
+                })
+            };
+            let s = match run() {
+                Ok(s) => s,
+                // An operand beyond the adapter's largest buffer (lavapipe's is 128 MiB).
+                Err(e) if e.to_string().contains("exceeds the largest storage buffer") => {
+                    println!("matmul {dtype} {name} ({m}x{k}x{n}): skipped: {e}");
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
+            let gflops = 2.0 * (m * n * k) as f64 / s / 1e9;
+            println!(
+                "matmul {dtype} {name} ({m}x{k}x{n}): {gflops:.1} GFLOP/s ({:.2} ms)",
+                s * 1e3
+            );
+            results.push(serde_json::json!({
+                "kind": "matmul", "name": name, "m": m, "k": k, "n": n,
+                "seconds": s, "tflops": gflops / 1e3,
+            }));
+        }
     }
-    // Memory-bound kernels: 64 Mi elements (256 MiB of f32), 1 Mi with --small.
-    let elements = if small { 1 << 20 } else { 1 << 26 };
-    let cols = 4096.min(elements);
-    let x = gpu_uniform(&[elements / cols, cols], 20, 1.0, dtype)?;
-    let y = gpu_uniform(&[elements / cols, cols], 21, 1.0, dtype)?;
-    for (name, arrays) in MEMORY_KERNELS {
-        let bytes = arrays * elements * dtype.size_of();
-        let iters = if small { 3 } else { 20 };
+    if wanted("memory") {
+        // Memory-bound kernels: 64 Mi elements (256 MiB of f32), 1 Mi with --small.
+        let elements = if small { 1 << 20 } else { 1 << 26 };
+        let cols = 4096.min(elements);
+        let x = gpu_uniform(&[elements / cols, cols], 20, 1.0, dtype)?;
+        let y = gpu_uniform(&[elements / cols, cols], 21, 1.0, dtype)?;
+        for (name, arrays) in MEMORY_KERNELS {
+            let bytes = arrays * elements * dtype.size_of();
+            let iters = if small { 3 } else { 20 };
+            let s = time(iters, || {
+                with_device(Device::Gpu, || memory_op(name, &x, &y))
+            })?;
+            let gbs = bytes as f64 / s / 1e9;
+            println!(
+                "{name} {dtype} ({elements} elements): {gbs:.1} GB/s ({:.3} ms)",
+                s * 1e3
+            );
+            results.push(serde_json::json!({
+                "kind": "memory", "name": name, "elements": elements, "bytes": bytes,
+                "seconds": s, "gbs": gbs,
+            }));
+        }
+    }
+    if wanted("attention") {
+        results.extend(attention_bench(dtype, div)?);
+    }
+    if wanted("block") {
+        // One Llama-like block, forward and backward (gradients of every weight).
+        let (t, d) = (511 / div, 256 / div);
+        let mut p = vec![gpu_uniform(&[t, d], 10, 1.0, dtype)?];
+        for (i, shape) in [[d, d], [d, d], [d, d], [d, d], [d, 2 * d], [2 * d, d]]
+            .iter()
+            .enumerate()
+        {
+            p.push(gpu_uniform(
+                shape,
+                11 + i as u64,
+                (1.0 / d as f64).sqrt(),
+                dtype,
+            )?);
+        }
+        let argnums: Vec<usize> = (1..p.len()).collect();
+        let iters = if small { 2 } else { 10 };
         let s = time(iters, || {
-            with_device(Device::Gpu, || memory_op(name, &x, &y))
+            with_device(Device::Gpu, || {
+                let (loss, grads) = value_and_grad(block, &argnums)(&p)?;
+                mlx_array::eval((&loss, &grads))?;
+                Ok(loss)
+            })
         })?;
-        let gbs = bytes as f64 / s / 1e9;
         println!(
-            "{name} {dtype} ({elements} elements): {gbs:.1} GB/s ({:.3} ms)",
+            "llama-like block {dtype} fwd+bwd (T={t}, D={d}, 4 heads, MLP 2D): {:.2} ms/step",
             s * 1e3
         );
         results.push(serde_json::json!({
-            "kind": "memory", "name": name, "elements": elements, "bytes": bytes,
-            "seconds": s, "gbs": gbs,
+            "kind": "block", "name": "llama-like block fwd+bwd", "t": t, "d": d, "seconds": s,
         }));
     }
-    results.extend(attention_bench(dtype, div)?);
-    // One Llama-like block, forward and backward (gradients of every weight).
-    let (t, d) = (511 / div, 256 / div);
-    let mut p = vec![gpu_uniform(&[t, d], 10, 1.0, dtype)?];
-    for (i, shape) in [[d, d], [d, d], [d, d], [d, d], [d, 2 * d], [2 * d, d]]
-        .iter()
-        .enumerate()
-    {
-        p.push(gpu_uniform(
-            shape,
-            11 + i as u64,
-            (1.0 / d as f64).sqrt(),
-            dtype,
-        )?);
-    }
-    let argnums: Vec<usize> = (1..p.len()).collect();
-    let iters = if small { 2 } else { 10 };
-    let s = time(iters, || {
-        with_device(Device::Gpu, || {
-            let (loss, grads) = value_and_grad(block, &argnums)(&p)?;
-            mlx_array::eval((&loss, &grads))?;
-            Ok(loss)
-        })
-    })?;
-    println!(
-        "llama-like block {dtype} fwd+bwd (T={t}, D={d}, 4 heads, MLP 2D): {:.2} ms/step",
-        s * 1e3
-    );
-    results.push(serde_json::json!({
-        "kind": "block", "name": "llama-like block fwd+bwd", "t": t, "d": d, "seconds": s,
-    }));
     let summary = serde_json::json!({
         "adapter": adapter, "dtype": dtype.to_string(), "small": small, "results": results,
     });

@@ -16,6 +16,8 @@
 //! | `MLX_GPU_COOPMAT` | `1`/`0`/`plain` | `1`: f16 matrix products and f16 attention (forward and gradient) on cooperative matrices (tensor cores) where the GPU adapter has them; `0`: the f32-compute kernels always; `plain`: the cooperative kernels' templates with plain-WGSL fragments on any adapter (for tests) | [`set_gpu_coopmat`] |
 //! | `MLX_GPU_CHUNKS` | `1`/`0` | on: an eval's GPU work is submitted in chunks as it is recorded, so the GPU runs while the host records (off: one submission at the eval's end) | [`set_gpu_chunks`] |
 //! | `MLX_GPU_SPLIT_K` | `1`/`0` | on: GPU matrix products with few output tiles and a long depth are split over the depth (off: one workgroup per output tile) | [`set_gpu_split_k`] |
+//! | `MLX_GPU_SPLIT_WAVE` | a count of workgroups | 528 (4 per SM of an H100's 132): how many 64 x 64 output tiles one wave of the GPU holds; split-K takes the most depth slices that fit in it (for measuring the best figure on a device) | [`set_gpu_split_wave`] |
+//! | `MLX_GPU_ATTENTION_TILES` | `auto`, or `BQxBK` of `64x32`, `32x32`, `32x16`, `16x16` | `auto`: the largest tiles that fit the workgroup memory; a pair: the f32-compute attention kernels (forward and both gradient passes) take these tiles where they fit (for measuring the best on a device) | [`set_gpu_attention_tiles`] |
 //! | `MLX_GPU_META_ARENA` | `1`/`0` | on: the small parameter words (`meta`) of a submission's GPU dispatches are packed into shared buffers written once per submission (off: a new buffer per dispatch) | [`set_gpu_meta_arena`] |
 //! | `MLX_GPU_SHARED_PASSES` | `1`/`0` | on: consecutive GPU dispatches share one compute pass (off: a pass per dispatch); a pass per dispatch always while timing them for the profile | [`set_gpu_shared_passes`] |
 //! | `MLX_GPU_LAYOUT_CACHE` | `1`/`0` | on: each GPU pipeline's bind group layout is kept with the pipeline (off: asked of wgpu at every dispatch) | [`set_gpu_layout_cache`] |
@@ -28,7 +30,7 @@
 //! # Ok::<(), mlx_array::Error>(())
 //! ```
 
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Mutex, OnceLock};
 
 use crate::error::{Error, Result};
@@ -54,6 +56,10 @@ pub const MLX_GPU_COOPMAT: &str = "MLX_GPU_COOPMAT";
 pub const MLX_GPU_CHUNKS: &str = "MLX_GPU_CHUNKS";
 /// `MLX_GPU_SPLIT_K`: split GPU matrix products over their depth.
 pub const MLX_GPU_SPLIT_K: &str = "MLX_GPU_SPLIT_K";
+/// `MLX_GPU_SPLIT_WAVE`: the 64 x 64 output tiles one wave of the GPU holds.
+pub const MLX_GPU_SPLIT_WAVE: &str = "MLX_GPU_SPLIT_WAVE";
+/// `MLX_GPU_ATTENTION_TILES`: the f32-compute attention kernels' tiles.
+pub const MLX_GPU_ATTENTION_TILES: &str = "MLX_GPU_ATTENTION_TILES";
 /// `MLX_GPU_META_ARENA`: pack GPU dispatches' parameter words into shared buffers.
 pub const MLX_GPU_META_ARENA: &str = "MLX_GPU_META_ARENA";
 /// `MLX_GPU_SHARED_PASSES`: consecutive GPU dispatches share one compute pass.
@@ -190,6 +196,124 @@ pub fn gpu_split_k() -> bool {
 /// Chooses split-K GPU products (wins over `MLX_GPU_SPLIT_K`).
 pub fn set_gpu_split_k(on: bool) {
     GPU_SPLIT_K.set(on);
+}
+
+/// The split-K wave's default: 4 workgroups of 64 x 64 tiles on each of
+/// an H100's 132 SMs.
+const DEFAULT_SPLIT_WAVE: usize = 4 * 132;
+
+/// 0: not set in code; else the count.
+static GPU_SPLIT_WAVE_SET: AtomicUsize = AtomicUsize::new(0);
+static GPU_SPLIT_WAVE_ENV: OnceLock<std::result::Result<usize, String>> = OnceLock::new();
+
+/// A positive count from `name` (`default` when unset or empty).
+fn parse_count(name: &'static str, value: Option<&str>, default: usize) -> Result<usize> {
+    match value.map(str::trim) {
+        None | Some("") => Ok(default),
+        Some(v) => match v.parse::<usize>() {
+            Ok(n) if n > 0 => Ok(n),
+            _ => Err(Error::invalid(
+                name,
+                format!("`{v}` is not understood: use a positive whole number"),
+            )),
+        },
+    }
+}
+
+fn gpu_split_wave_checked() -> Result<usize> {
+    match GPU_SPLIT_WAVE_SET.load(Ordering::Relaxed) {
+        0 => GPU_SPLIT_WAVE_ENV
+            .get_or_init(|| {
+                let v = std::env::var(MLX_GPU_SPLIT_WAVE).ok();
+                parse_count(MLX_GPU_SPLIT_WAVE, v.as_deref(), DEFAULT_SPLIT_WAVE)
+                    .map_err(|e| e.to_string())
+            })
+            .clone()
+            .map_err(|message| Error::invalid(MLX_GPU_SPLIT_WAVE, message)),
+        n => Ok(n),
+    }
+}
+
+/// How many workgroups of 64 x 64 output tiles one wave of the GPU holds
+/// (default 528, the H100's 132 SMs with 4 each): split-K cuts a product's
+/// depth into as many slices as fit in one wave. An unreadable
+/// `MLX_GPU_SPLIT_WAVE` counts as the default here; [`check`] reports it.
+pub fn gpu_split_wave() -> usize {
+    gpu_split_wave_checked().unwrap_or(DEFAULT_SPLIT_WAVE)
+}
+
+/// Sets the split-K wave (wins over `MLX_GPU_SPLIT_WAVE`; `None`: back to
+/// the environment's or the default). Takes effect at the next product.
+pub fn set_gpu_split_wave(workgroups: Option<usize>) {
+    GPU_SPLIT_WAVE_SET.store(workgroups.unwrap_or(0), Ordering::Relaxed);
+}
+
+/// The tiles the f32-compute attention kernels may be told to take: query
+/// rows by key rows, as `MLX_GPU_ATTENTION_TILES` spells them.
+pub const GPU_ATTENTION_TILES: [(usize, usize); 4] = [(64, 32), (32, 32), (32, 16), (16, 16)];
+
+/// 0: not set in code; 1: auto; else 2 + an index into [`GPU_ATTENTION_TILES`].
+static GPU_ATTENTION_TILES_SET: AtomicU8 = AtomicU8::new(0);
+static GPU_ATTENTION_TILES_ENV: OnceLock<std::result::Result<Option<(usize, usize)>, String>> =
+    OnceLock::new();
+
+fn parse_attention_tiles(value: Option<&str>) -> Result<Option<(usize, usize)>> {
+    let v = value.map(|v| v.trim().to_ascii_lowercase());
+    match v.as_deref() {
+        None | Some("" | "auto") => Ok(None),
+        Some(v) => GPU_ATTENTION_TILES
+            .iter()
+            .find(|(q, k)| format!("{q}x{k}") == v)
+            .map(|&t| Some(t))
+            .ok_or_else(|| {
+                Error::invalid(
+                    MLX_GPU_ATTENTION_TILES,
+                    format!("`{v}` is not understood: use auto, 64x32, 32x32, 32x16 or 16x16"),
+                )
+            }),
+    }
+}
+
+fn gpu_attention_tiles_checked() -> Result<Option<(usize, usize)>> {
+    match GPU_ATTENTION_TILES_SET.load(Ordering::Relaxed) {
+        0 => GPU_ATTENTION_TILES_ENV
+            .get_or_init(|| {
+                parse_attention_tiles(std::env::var(MLX_GPU_ATTENTION_TILES).ok().as_deref())
+                    .map_err(|e| e.to_string())
+            })
+            .clone()
+            .map_err(|message| Error::invalid(MLX_GPU_ATTENTION_TILES, message)),
+        1 => Ok(None),
+        i => Ok(GPU_ATTENTION_TILES.get(i as usize - 2).copied()),
+    }
+}
+
+/// The tiles (query rows, key rows) the f32-compute attention kernels
+/// take where they fit the workgroup memory, or `None` for the largest
+/// that fit (default). An unreadable `MLX_GPU_ATTENTION_TILES` counts as
+/// the default here; [`check`] reports it.
+pub fn gpu_attention_tiles() -> Option<(usize, usize)> {
+    gpu_attention_tiles_checked().unwrap_or(None)
+}
+
+/// Chooses the f32-compute attention kernels' tiles (wins over
+/// `MLX_GPU_ATTENTION_TILES`; `None`: the largest that fit). An error for
+/// a pair not in [`GPU_ATTENTION_TILES`].
+pub fn set_gpu_attention_tiles(tiles: Option<(usize, usize)>) -> Result<()> {
+    let v = match tiles {
+        None => 1,
+        Some(t) => match GPU_ATTENTION_TILES.iter().position(|&c| c == t) {
+            Some(i) => 2 + i as u8,
+            None => {
+                return Err(Error::invalid(
+                    MLX_GPU_ATTENTION_TILES,
+                    format!("{}x{} is not one of 64x32, 32x32, 32x16, 16x16", t.0, t.1),
+                ));
+            }
+        },
+    };
+    GPU_ATTENTION_TILES_SET.store(v, Ordering::Relaxed);
+    Ok(())
 }
 
 static GPU_META_ARENA: Flag = Flag::new(MLX_GPU_META_ARENA, true);
@@ -438,6 +562,8 @@ pub fn check() -> Result<()> {
     GPU_META_ARENA.get()?;
     GPU_SHARED_PASSES.get()?;
     GPU_LAYOUT_CACHE.get()?;
+    gpu_split_wave_checked()?;
+    gpu_attention_tiles_checked()?;
     gpu_coopmat_checked()?;
     loss_path()?;
     Ok(())
@@ -483,5 +609,31 @@ mod tests {
         assert!(f.get().unwrap());
         f.set(false);
         assert!(!f.get().unwrap());
+    }
+
+    #[test]
+    fn counts_are_positive_whole_numbers() {
+        assert_eq!(parse_count("X", None, 528).unwrap(), 528);
+        assert_eq!(parse_count("X", Some(" 1056 "), 528).unwrap(), 1056);
+        for bad in ["0", "-4", "1.5", "many"] {
+            let e = parse_count("MLX_GPU_SPLIT_WAVE", Some(bad), 528).unwrap_err();
+            assert!(e.to_string().contains("MLX_GPU_SPLIT_WAVE"), "{e}");
+            assert!(e.to_string().contains(bad), "{e}");
+        }
+    }
+
+    #[test]
+    fn attention_tiles_are_auto_or_one_of_the_kernels_pairs() {
+        assert_eq!(parse_attention_tiles(None).unwrap(), None);
+        assert_eq!(parse_attention_tiles(Some("AUTO")).unwrap(), None);
+        assert_eq!(
+            parse_attention_tiles(Some("32x16")).unwrap(),
+            Some((32, 16))
+        );
+        for bad in ["48x16", "32", "x"] {
+            let e = parse_attention_tiles(Some(bad)).unwrap_err();
+            assert!(e.to_string().contains("MLX_GPU_ATTENTION_TILES"), "{e}");
+        }
+        assert!(set_gpu_attention_tiles(Some((48, 16))).is_err());
     }
 }

@@ -116,3 +116,53 @@ fn every_fragment_attention_kernel_compiles_to_spirv() {
         spirv(what, src);
     }
 }
+
+/// `MLX_GPU_ATTENTION_TILES` (here its setter) makes the f32-compute
+/// forward and both gradient passes take each of the tiles it allows, and
+/// every one of them agrees with the CPU on lengths that are not
+/// multiples of any tile, causal and not.
+#[test]
+fn f32_attention_takes_the_tiles_it_is_told_and_agrees_with_the_cpu() {
+    use mlx_array::backend::gpu::attention_last_scalar_tiles;
+    use mlx_array::settings::{GPU_ATTENTION_TILES, set_gpu_attention_tiles};
+    let Some(_gpu) = gpu() else { return };
+    let f32_input = |shape: [usize; 4], seed| input(shape, seed).astype(Dtype::F32).unwrap();
+    let (b, h, lq, lk, d, dv) = (1, 2, 45, 70, 8, 8);
+    let inputs = [
+        f32_input([b, h, lq, d], 1),
+        f32_input([b, h, lk, d], 2),
+        f32_input([b, h, lk, dv], 3),
+        f32_input([b, h, lq, dv], 4),
+    ];
+    for tiles in GPU_ATTENTION_TILES {
+        set_gpu_attention_tiles(Some(tiles)).unwrap();
+        for causal in [false, true] {
+            let attend =
+                move |x: &[Array]| mlx_array::fused_attention(&x[0], &x[1], &x[2], 0.3, causal);
+            let what = format!("f32 attention, tiles {tiles:?}, causal {causal}");
+            compare(&what, &inputs, attend, tol(Dtype::F32));
+            assert_eq!(attention_last_scalar_tiles(), Some(tiles), "{what}");
+            compare(
+                &format!("{what}: dq, dk, dv"),
+                &inputs,
+                |x: &[Array]| {
+                    let (_, g) = mlx_array::vjp(
+                        |y: &[Array]| Ok(vec![attend(y)?]),
+                        &x[..3],
+                        &[x[3].clone()],
+                    )?;
+                    let flat: Vec<Array> =
+                        g.iter().map(|g| g.reshape(&[-1])).collect::<Result<_>>()?;
+                    mlx_array::concatenate(&flat, 0)
+                },
+                2.0 * tol(Dtype::F32),
+            );
+            assert_eq!(
+                attention_last_scalar_tiles(),
+                Some(tiles),
+                "{what}: gradient"
+            );
+        }
+    }
+    set_gpu_attention_tiles(None).unwrap();
+}

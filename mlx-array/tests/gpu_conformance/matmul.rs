@@ -139,6 +139,13 @@ fn split_k_products_agree_with_the_cpu() {
     mlx_array::settings::set_gpu_split_k(false);
     assert_eq!(dispatches_of(37, 3001, 45), 1, "MLX_GPU_SPLIT_K=0");
     mlx_array::settings::set_gpu_split_k(true);
+    // A wave of one workgroup leaves nothing to split; of two, two slices.
+    mlx_array::settings::set_gpu_split_wave(Some(1));
+    assert_eq!(dispatches_of(37, 3001, 45), 1, "MLX_GPU_SPLIT_WAVE=1");
+    mlx_array::settings::set_gpu_split_wave(Some(2));
+    assert_eq!(dispatches_of(37, 3001, 45), 2, "MLX_GPU_SPLIT_WAVE=2");
+    check("split-K, two slices", Dtype::F32, &[], &[], 37, 3001, 45);
+    mlx_array::settings::set_gpu_split_wave(None);
     check("split-K", Dtype::F32, &[], &[], 37, 3001, 45);
     check("split-K", Dtype::F32, &[], &[], 1, 700, 3);
     // Six tiles a product over the batch: 4 slices of 288, the last of 236.

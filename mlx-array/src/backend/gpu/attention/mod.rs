@@ -146,6 +146,7 @@ use super::fragment::{self, Fragments};
 use super::{alloc, context, dense, dispatch, dispatch_groups};
 use crate::backend::common::attention::AttentionDims;
 use crate::data::{ArrayData, Operand};
+use crate::settings;
 use crate::{Dtype, Result};
 
 /// Invocations per workgroup side: kernels run `SIDE x SIDE` invocations.
@@ -167,9 +168,19 @@ pub(crate) struct Tiles {
 impl Tiles {
     /// The largest tiles whose workgroup memory (`bytes(tiles)`) fits the
     /// adapter's limit, at most [`WORKGROUP_BYTES`]; `None` when even the
-    /// smallest do not (heads too wide for the adapter).
+    /// smallest do not (heads too wide for the adapter). The tiles
+    /// `MLX_GPU_ATTENTION_TILES` names ([`settings::gpu_attention_tiles`])
+    /// come first where they fit, to measure each on a device.
     fn plan(bytes: impl Fn(Tiles) -> usize) -> Result<Option<Tiles>> {
-        Self::plan_among(&[(64, 32), (32, 32), (32, 16), (16, 16)], bytes)
+        let all = settings::GPU_ATTENTION_TILES;
+        match settings::gpu_attention_tiles() {
+            Some(asked) => {
+                let mut order = vec![asked];
+                order.extend(all.iter().filter(|&&t| t != asked));
+                Self::plan_among(&order, bytes)
+            }
+            None => Self::plan_among(&all, bytes),
+        }
     }
 
     /// The first of `candidates` (`(bq, bk)`, best first) that fits, as
@@ -313,6 +324,7 @@ pub fn attention(
     if n_lse == 0 {
         return Ok(out);
     }
+    note_scalar_tiles(tiles);
     let key = format!("attention:{}:{}:{dtype}:{tiles:?}", dims.d, dims.dv);
     let pipeline = context()?.pipeline(&key, || forward::source(dims, dtype, tiles))?;
     let groups = dims.b * dims.h * dims.lq.div_ceil(tiles.bq);
@@ -329,6 +341,23 @@ pub fn attention(
 }
 
 static FRAGMENT_FORWARDS: AtomicUsize = AtomicUsize::new(0);
+/// The last f32-compute kernel's tiles, `bq << 16 | bk` (0: none yet).
+static LAST_SCALAR_TILES: AtomicUsize = AtomicUsize::new(0);
+
+/// The tiles (query rows, key rows) of the last f32-compute attention
+/// kernel recorded, forward or gradient (for tests that check which
+/// tiles ran).
+pub fn last_scalar_tiles() -> Option<(usize, usize)> {
+    match LAST_SCALAR_TILES.load(Ordering::Relaxed) {
+        0 => None,
+        t => Some((t >> 16, t & 0xffff)),
+    }
+}
+
+/// Notes `tiles` as the last f32-compute kernel's.
+fn note_scalar_tiles(tiles: Tiles) {
+    LAST_SCALAR_TILES.store(tiles.bq << 16 | tiles.bk, Ordering::Relaxed);
+}
 static FRAGMENT_GRADS: AtomicUsize = AtomicUsize::new(0);
 
 /// Forwards and gradients run on the f16 fragment kernels ([`fragments`],
@@ -526,6 +555,7 @@ pub fn attention_grad(
     for pass in [backward::Pass::KeyValue, backward::Pass::Query] {
         let (pipeline, tiles) = match kernels {
             GradKernels::Scalar(tiles) => {
+                note_scalar_tiles(tiles);
                 let key = format!("attention_grad:{pass:?}:{d}:{dv}:{dtype}:{tiles:?}");
                 let p = context()?.pipeline(&key, || backward::source(dims, dtype, tiles, pass))?;
                 (p, tiles)

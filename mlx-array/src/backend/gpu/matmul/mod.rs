@@ -401,6 +401,7 @@ impl<'a> Product<'a> {
             self.batch() * self.m.div_ceil(64) * self.n.div_ceil(64),
             self.k,
             unit,
+            settings::gpu_split_wave(),
         );
         let fits = slices.count * self.total() * 4 <= max_bytes.min(i32::MAX as usize);
         Ok((slices.count > 1 && fits).then_some(slices))
@@ -415,16 +416,6 @@ struct Slices {
     depth: usize,
 }
 
-/// Workgroups of 64 x 64 tiles resident at once on an H100, one wave:
-/// 132 SMs x 4. The f32 kernel's (256 invocations, ~48 registers, 17 KiB
-/// of workgroup memory) fit 4 to an SM, 32 of its 64 warps; the
-/// cooperative kernel's small tiling (128 invocations, ~100 registers with
-/// its staged loads, 14 KiB) fits 4-5, and 4 is the safe figure: a
-/// product launched as slightly more than one wave runs its leftovers as a
-/// second wave as long as the first. wgpu reports no SM count, so the
-/// H100's is the design figure (the same as [`BIG_TILES_FROM`]'s).
-const SPLIT_TARGET_WORKGROUPS: usize = 4 * 132;
-
 /// The shortest depth slice worth its own workgroups: a 64 x 64 tile over
 /// 256 depths is 2.1 MFLOP against 32 KiB of partial sums written and read
 /// back (64 FLOP a byte, well above the H100's f32 balance of ~17), and 16
@@ -437,7 +428,18 @@ const MAX_SLICES: usize = 16;
 
 /// Split-K for a product of `tiles` 64 x 64 output tiles and depth `k`,
 /// on a kernel staging `unit`-deep slices (16 for the f32 kernel, 32 for
-/// the cooperative one).
+/// the cooperative one), on a GPU whose one wave holds `wave` such
+/// workgroups ([`settings::gpu_split_wave`]).
+///
+/// The wave's default, 528, is 132 SMs x 4 resident workgroups. The f32
+/// kernel's (256 invocations, ~48 registers, 17 KiB of workgroup memory)
+/// fit 4 to an SM, 32 of its 64 warps; the cooperative kernel's small
+/// tiling (128 invocations, ~100 registers with its staged loads, 14 KiB)
+/// fits 4-5, and 4 is the safe figure: a product launched as slightly
+/// more than one wave runs its leftovers as a second wave as long as the
+/// first. wgpu reports no SM count, so the H100's is the design figure
+/// (the same as [`BIG_TILES_FROM`]'s); `MLX_GPU_SPLIT_WAVE` measures
+/// others on a device.
 ///
 /// A product with fewer tiles than two per SM of an H100 (below
 /// [`BIG_TILES_FROM`]) leaves most SMs idle or alone with one workgroup,
@@ -449,7 +451,7 @@ const MAX_SLICES: usize = 16;
 /// precision every weight gradient of the reference model. Cutting the
 /// depth into `s` slices gives `s` times the workgroups, each writing a
 /// partial `[m, n]` sum that one more pass adds up: `s` is the largest
-/// count that still runs as one wave ([`SPLIT_TARGET_WORKGROUPS`]: one
+/// count that still runs as one wave (`wave`: one
 /// more slice past it would leave a second wave of leftovers, each as long
 /// as the first wave's), at most [`MAX_SLICES`] and with slices at least
 /// [`MIN_SLICE_DEPTH`] deep; slice depths are multiples of `unit`, so only
@@ -457,14 +459,12 @@ const MAX_SLICES: usize = 16;
 /// 7 slices: 512, 528, 512 and 224 workgroups instead of 128, 132, 128 and
 /// 32 (the smallest count reaching a wave, as split before, gave 5, 4, 5
 /// and 7: 640 workgroups, 1.2 waves).
-fn split_k(tiles: usize, k: usize, unit: usize) -> Slices {
+fn split_k(tiles: usize, k: usize, unit: usize, wave: usize) -> Slices {
     let whole = Slices { count: 1, depth: k };
     if tiles == 0 || tiles >= BIG_TILES_FROM {
         return whole;
     }
-    let count = (SPLIT_TARGET_WORKGROUPS / tiles)
-        .min(k / MIN_SLICE_DEPTH)
-        .min(MAX_SLICES);
+    let count = (wave / tiles).min(k / MIN_SLICE_DEPTH).min(MAX_SLICES);
     if count < 2 {
         return whole;
     }
@@ -687,7 +687,10 @@ pub fn kernel_sources() -> Vec<(String, String)> {
 
 #[cfg(test)]
 mod tests {
-    use super::{SPLIT_TARGET_WORKGROUPS, Slices, split_k};
+    use super::{Slices, split_k};
+
+    /// The default wave: 4 workgroups on each of an H100's 132 SMs.
+    const WAVE: usize = 528;
 
     /// The design table's shapes (module docs) get the largest slice count
     /// that one wave of 528 workgroups holds, limited by slices of at
@@ -708,9 +711,9 @@ mod tests {
             ((tiles(256, 256), 2044, 32), (7, 320)),
         ];
         for ((t, k, unit), (count, depth)) in cases {
-            let s = split_k(t, k, unit);
+            let s = split_k(t, k, unit, WAVE);
             assert_eq!(s, Slices { count, depth }, "{t} tiles, depth {k}");
-            assert!(t * s.count <= SPLIT_TARGET_WORKGROUPS);
+            assert!(t * s.count <= WAVE);
             assert_eq!(s.depth % unit, 0);
             assert!(s.depth * (s.count - 1) < k && s.depth * s.count >= k);
         }
@@ -729,13 +732,16 @@ mod tests {
             (10, 300),
         ] {
             assert_eq!(
-                split_k(t, k, 16),
+                split_k(t, k, 16, WAVE),
                 Slices { count: 1, depth: k },
                 "{t} tiles, depth {k}"
             );
         }
         // 176 tiles: three slices would be 528 workgroups, one wave.
-        assert_eq!(split_k(176, 5000, 16).count, 3);
-        assert_eq!(split_k(177, 5000, 16).count, 2);
+        assert_eq!(split_k(176, 5000, 16, WAVE).count, 3);
+        assert_eq!(split_k(177, 5000, 16, WAVE).count, 2);
+        // A wave twice as large: twice the slices (at most 16).
+        assert_eq!(split_k(64, 50257, 16, 2 * WAVE).count, 16);
+        assert_eq!(split_k(128, 50257, 16, 2 * WAVE).count, 8);
     }
 }
