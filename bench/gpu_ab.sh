@@ -1,19 +1,20 @@
 #!/usr/bin/env bash
 # One device call that measures what changed since the last H100 run (issue 38), each
-# change switched on and off in the same call, newest first (the budget cuts the end):
+# change switched on and off in the same call, most important first (the budget cuts the
+# end; $OUT/all.tgz is rewritten after each part, so a cut call still brings back the rest):
 #   1. overlapped steps (`--no-overlap-steps` waits for each step's loss before building the
-#      next): the reference f32 step, alternated;
-#   2. the host's cost per dispatch: the meta arena (MLX_GPU_META_ARENA), shared compute
-#      passes (MLX_GPU_SHARED_PASSES), kept bind group layouts (MLX_GPU_LAYOUT_CACHE): the
-#      reference f32 step with all on, each off, all off; gpu_dispatch_bench's microseconds
-#      per dispatch; the profile's host recording time with all on and all off;
-#   3. overlapped steps on the large model and in f16;
-#   4. f16 and bf16 row kernels as quads (gpu_bench's memory-bound table, f16 and bf16);
-#   5. the per-primitive GPU time of a reference f32 and f16 step (MLX_PROFILE=1);
-#   6. split-K on and off in gpu_bench (the standalone dX product ran 2.2x slower with it
-#      on 2026-11-27, while the step gained: which products lose).
+#      next), alternated: the reference f32 step, then f16 (whose loss-scale decision now
+#      stays on the GPU, so it overlaps too) and the large f32 model;
+#   2. where a step's GPU time goes now (MLX_PROFILE=1), f32 and f16;
+#   3. matmul (gpu_bench --only matmul, f32 and f16): vectorised staging loads on and off
+#      (MLX_GPU_VEC_LOADS), split-K off, and the split-K wave (MLX_GPU_SPLIT_WAVE, the
+#      workgroups one wave holds; 528 is the design figure, 4 per SM) at 264, 792 and 1056;
+#   4. attention (gpu_bench --only attention, f32) at each of the f32 kernels' tiles
+#      (MLX_GPU_ATTENTION_TILES), the default first;
+#   5. the host's cost per dispatch: the meta arena, shared compute passes and kept bind
+#      group layouts all on and all off (reference f32 step, gpu_dispatch_bench);
+#   6. f16 and bf16 row kernels as quads (gpu_bench --only memory).
 # Here: bench/gpu.sh pack; there (carry .gpu-bin and .gl): BUDGET=480 bash bench/gpu_ab.sh
-# Logs go to $OUT (all.tgz after each part).
 set -u
 g=/tmp/gab; mkdir -p $g
 end=$((SECONDS + ${BUDGET:-480}))
@@ -33,30 +34,12 @@ no_overlap() { [ "$1" = 0 ] && echo --no-overlap-steps; }
 for o in 1 0 1 0; do # 1: overlapped (the default), 0: --no-overlap-steps
   step ref_overlap${o}_$SECONDS 120 "${R[@]}" --steps 12 $(no_overlap $o)
 done
-pack
-# The recording switches: arena, shared passes, layout cache (1 1 1 is the default), alternated.
-for m in 111 000 011 101 110 111 000; do
-  export MLX_GPU_META_ARENA=${m:0:1} MLX_GPU_SHARED_PASSES=${m:1:1} MLX_GPU_LAYOUT_CACHE=${m:2:1}
-  step ref_rec${m}_$SECONDS 100 "${R[@]}" --steps 10
-done
-unset MLX_GPU_META_ARENA MLX_GPU_SHARED_PASSES MLX_GPU_LAYOUT_CACHE
-left && timeout 60 $B/gpu_dispatch_bench > $g/dispatch_bench.log 2>&1; tail -n 6 $g/dispatch_bench.log
-for m in 111 000; do # host time to record a step's GPU work (profiled: timed passes are their own)
-  left && MLX_PROFILE=1 MLX_GPU_META_ARENA=${m:0:1} MLX_GPU_SHARED_PASSES=${m:1:1} \
-    MLX_GPU_LAYOUT_CACHE=${m:2:1} timeout 100 $B/mlx-llama "${R[@]}" --steps 4 --out /tmp/q$m \
-    > $g/prof_rec$m.log 2>&1
-  echo "profiled $m: $(grep -m1 "primitive time on the CPU" $g/prof_rec$m.log)"
-  rm -rf /tmp/q$m
+for o in 1 0; do
+  step ref_f16_overlap$o 150 "${R[@]/f32/f16}" --steps 12 $(no_overlap $o)
 done
 pack
 for o in 1 0; do
   step large_overlap$o 200 "${R[@]}" "${L[@]}" --steps 6 $(no_overlap $o)
-  step ref_f16_overlap$o 150 "${R[@]/f32/f16}" --steps 12 $(no_overlap $o)
-done
-pack
-for d in f16 bf16; do # the row kernels: sum and softmax as quads (was 233 / 223 GB/s in f16)
-  left && timeout 150 $B/gpu_bench --dtype $d > $g/ops_$d.log 2>&1
-  grep -E "GB/s" $g/ops_$d.log
 done
 pack
 for d in f32 f16; do # where a step's GPU time goes now
@@ -66,8 +49,34 @@ for d in f32 f16; do # where a step's GPU time goes now
   rm -rf /tmp/p$d
 done
 pack
-for k in 1 0; do
-  left && MLX_GPU_SPLIT_K=$k timeout 100 $B/gpu_bench --dtype f32 > $g/ops_split$k.log 2>&1
-  grep -E "dX|dW|logits" $g/ops_split$k.log
+mm() { # name, then VAR=value settings: gpu_bench's matmul table in f32 and f16
+  local name=$1; shift
+  for d in f32 f16; do
+    left && env "$@" timeout 100 $B/gpu_bench --dtype $d --only matmul > $g/mm_${name}_$d.log 2>&1
+    echo "$name $d:"; grep -E "GFLOP" $g/mm_${name}_$d.log
+  done
+}
+mm default
+mm vec0 MLX_GPU_VEC_LOADS=0
+mm split0 MLX_GPU_SPLIT_K=0
+pack
+for w in 264 792 1056; do mm wave$w MLX_GPU_SPLIT_WAVE=$w; done
+pack
+for t in auto 64x32 32x32 32x16 16x16; do
+  left && MLX_GPU_ATTENTION_TILES=$t timeout 100 $B/gpu_bench --dtype f32 --only attention \
+    > $g/att_$t.log 2>&1
+  echo "tiles $t:"; grep -E "^attention" $g/att_$t.log
+done
+pack
+for m in 111 000 111 000; do # arena, shared passes, layout cache
+  export MLX_GPU_META_ARENA=${m:0:1} MLX_GPU_SHARED_PASSES=${m:1:1} MLX_GPU_LAYOUT_CACHE=${m:2:1}
+  step ref_rec${m}_$SECONDS 100 "${R[@]}" --steps 10
+done
+unset MLX_GPU_META_ARENA MLX_GPU_SHARED_PASSES MLX_GPU_LAYOUT_CACHE
+left && timeout 60 $B/gpu_dispatch_bench > $g/dispatch_bench.log 2>&1; tail -n 6 $g/dispatch_bench.log
+pack
+for d in f16 bf16; do # the row kernels: sum and softmax as quads (was 233 / 223 GB/s in f16)
+  left && timeout 150 $B/gpu_bench --dtype $d --only memory > $g/ops_$d.log 2>&1
+  grep -E "GB/s" $g/ops_$d.log
 done
 pack; echo packed
