@@ -166,3 +166,61 @@ fn f32_attention_takes_the_tiles_it_is_told_and_agrees_with_the_cpu() {
     }
     set_gpu_attention_tiles(None).unwrap();
 }
+
+/// The f16 fragment kernels stage their inputs by quads (`vec4` loads,
+/// unrolled) where the head widths are multiples of 4, and element by
+/// element where they are not; both agree with the CPU, the quads across
+/// ragged blocks and widths padded to 16.
+#[test]
+fn f16_attention_stages_by_quads_where_widths_allow_and_agrees_either_way() {
+    use mlx_array::backend::gpu::attention_quad_staged_runs;
+    let Some(_gpu) = gpu() else { return };
+    if !native_f16_or_skip() {
+        return;
+    }
+    set_gpu_coopmat(GpuCoopmat::Plain);
+    for (dims, causal, quads) in [
+        ([1, 2, 37, 53, 40, 24], true, true),
+        ([2, 1, 19, 33, 12, 20], false, true),
+        ([1, 2, 37, 53, 6, 10], true, false),
+        ([1, 1, 20, 20, 16, 13], false, false),
+    ] {
+        let before = attention_quad_staged_runs();
+        assert_eq!(check(dims, causal), (true, true), "{dims:?}");
+        // The forward (for the output, and again under the gradient) and
+        // both gradient passes.
+        let runs = attention_quad_staged_runs() - before;
+        assert_eq!(
+            runs,
+            if quads { 4 } else { 0 },
+            "{dims:?}: quad-staged kernels"
+        );
+    }
+    // Queries that start one element into their buffer (a view the
+    // kernels read in place): element by element, even at width 16.
+    let (lq, lk, d) = (21, 30, 16);
+    let inputs = [
+        input([1, 1, 1, lq * d + 1], 1),
+        input([1, 1, lk, d], 2),
+        input([1, 1, lk, d], 3),
+    ];
+    let before = attention_quad_staged_runs();
+    compare(
+        "f16 attention, queries at an odd offset",
+        &inputs,
+        |x: &[Array]| {
+            let q = x[0]
+                .reshape(&[-1])?
+                .slice(&[mlx_array::SliceArg::range(1, (lq * d + 1) as i64)])?
+                .reshape(&[1, 1, lq as i64, d as i64])?;
+            mlx_array::fused_attention(&q, &x[1], &x[2], 0.3, true)
+        },
+        2.0 * tol(Dtype::F16),
+    );
+    assert_eq!(
+        attention_quad_staged_runs(),
+        before,
+        "odd offset: quads ran"
+    );
+    set_gpu_coopmat(GpuCoopmat::Auto);
+}

@@ -52,12 +52,13 @@ fn layout(dims: &AttentionDims, t: Tiles) -> Strides {
 /// Workgroup memory of the kernel with tiles `t`, in bytes.
 pub(super) fn bytes(dims: &AttentionDims, t: Tiles) -> usize {
     let l = layout(dims, t);
-    2 * (t.bq * l.qs + t.bk * l.kvs + t.bq * l.ps) + 4 * (t.bq * l.ss + 3 * t.bq)
+    2 * (t.bq * l.qs + t.bk * l.kvs + t.bq * l.ps) + 4 * (t.bq * l.ss + 7 * t.bq)
 }
 
 /// The kernel's WGSL (without the leading `enable f16;` that the pipeline
-/// cache adds) for f16 `q`, `k`, `v`, its output f32 in the packed layout.
-pub(super) fn source(dims: &AttentionDims, t: Tiles, fragments: Fragments) -> String {
+/// cache adds) for f16 `q`, `k`, `v` read as `loads` says, its output f32
+/// in the packed layout.
+pub(super) fn source(dims: &AttentionDims, t: Tiles, fragments: Fragments, loads: Loads) -> String {
     let Strides {
         dp,
         dvp,
@@ -72,10 +73,7 @@ pub(super) fn source(dims: &AttentionDims, t: Tiles, fragments: Fragments) -> St
     let mut s = String::from(f.enable());
     s.push_str(super::codegen::META);
     for (i, name) in ["q", "k", "v"].iter().enumerate() {
-        s.push_str(&format!(
-            "@group(0) @binding({}) var<storage, read> {name}: array<f16>;\n",
-            i + 1
-        ));
+        s.push_str(&loads.binding(i + 1, name, "f16"));
     }
     s.push_str(&super::codegen::output(4, crate::Dtype::F32));
     s.push_str(&format!(
@@ -127,46 +125,53 @@ pub(super) fn source(dims: &AttentionDims, t: Tiles, fragments: Fragments) -> St
     }
     let q_stage = stage(
         inv,
-        "q_s",
-        "q",
-        false,
-        [
-            "BQ",
-            "D",
-            &dp.to_string(),
-            "lq() - q0",
-            "params[6] + (bh * lq() + q0) * D",
-        ],
-        qs,
+        ("q_s", qs),
+        ("q", false),
+        loads,
+        &Rows {
+            rows: t.bq,
+            width: dims.d,
+            padded: dp,
+            valid: "lq() - q0",
+            base: "params[6] + (bh * lq() + q0) * D",
+        },
     );
     let k_stage = stage(
         inv,
-        "kv_s",
-        "k",
-        false,
-        [
-            "BK",
-            "D",
-            &dp.to_string(),
-            "lk() - k0",
-            "params[7] + (bh * lk() + k0) * D",
-        ],
-        kvs,
+        ("kv_s", kvs),
+        ("k", false),
+        loads,
+        &Rows {
+            rows: t.bk,
+            width: dims.d,
+            padded: dp,
+            valid: "lk() - k0",
+            base: "params[7] + (bh * lk() + k0) * D",
+        },
     );
     let v_stage = stage(
         inv,
-        "kv_s",
-        "v",
-        false,
-        [
-            "BK",
-            "DV",
-            &dvp.to_string(),
-            "lk() - k0",
-            "params[8] + (bh * lk() + k0) * DV",
-        ],
-        kvs,
+        ("kv_s", kvs),
+        ("v", false),
+        loads,
+        &Rows {
+            rows: t.bk,
+            width: dims.dv,
+            padded: dvp,
+            valid: "lk() - k0",
+            base: "params[8] + (bh * lk() + k0) * DV",
+        },
     );
+    // The softmax's two unrolled loops over a lane's half of the keys.
+    let (mut max_part, mut exp_part) = (String::new(), String::new());
+    for j in 0..t.bk / 2 {
+        max_part.push_str(&format!(
+            "        if (kh + {j}u < lim) {{ mx = max(mx, s_s[srow + {j}u] * scale()); }}\n"
+        ));
+        exp_part.push_str(&format!(
+            "        {{\n            var p = 0.0h;\n            if (kh + {j}u < lim) {{ p = f16(exp(s_s[srow + {j}u] * scale() - mx)); }}\n            p_s[prow_s + {j}u] = p;\n            sum = sum + f32(p);\n        }}\n"
+        ));
+    }
     s.push_str(&format!(
         r#"
 var<workgroup> q_s: array<f16, {q_len}>;
@@ -176,6 +181,8 @@ var<workgroup> s_s: array<f32, {s_len}>;
 var<workgroup> m_s: array<f32, BQ>;
 var<workgroup> l_s: array<f32, BQ>;
 var<workgroup> a_s: array<f32, BQ>;
+var<workgroup> x_s: array<f32, {halves}>;
+var<workgroup> y_s: array<f32, {halves}>;
 @compute @workgroup_size({inv})
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nw: vec3<u32>, @builtin(local_invocation_index) lid: u32) {{
 {QUERY_BLOCK}    let sg = lid / 32u;
@@ -199,28 +206,30 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nw: vec3
 {scores}
         workgroupBarrier();
 {v_stage}
-        if (lane < 16u) {{
-            let row = row0 + lane;
-            let lim = limit(q0 + row);
-            let m_old = m_s[row];
-            var mx = m_old;
-            for (var j = 0u; j < BK; j = j + 1u) {{
-                if (k0 + j < lim) {{ mx = max(mx, s_s[row * {ss}u + j] * scale()); }}
-            }}
-            var sum = 0.0;
-            for (var j = 0u; j < BK; j = j + 1u) {{
-                var p = 0.0h;
-                if (k0 + j < lim) {{ p = f16(exp(s_s[row * {ss}u + j] * scale() - mx)); }}
-                p_s[row * {ps}u + j] = p;
-                sum = sum + f32(p);
-            }}
+        // The online softmax on all 32 lanes: row `row0 + lane % 16`, the
+        // lane's half of the block's keys, unrolled; the halves' maxima and
+        // sums meet in workgroup memory.
+        let row = row0 + lane % 16u;
+        let half = lane / 16u;
+        let lim = limit(q0 + row);
+        let srow = row * {ss}u + half * {hk}u;
+        let prow_s = row * {ps}u + half * {hk}u;
+        let kh = k0 + half * {hk}u;
+        let m_old = m_s[row];
+        var mx = m_old;
+{max_part}        x_s[row * 2u + half] = mx;
+        workgroupBarrier();
+        mx = max(x_s[row * 2u], x_s[row * 2u + 1u]);
+        var sum = 0.0;
+{exp_part}        y_s[row * 2u + half] = sum;
+        workgroupBarrier();
+        if (half == 0u) {{
             // Every row sees key 0, so mx is finite from the first block on.
             let alpha = exp(m_old - mx);
             a_s[row] = alpha;
-            l_s[row] = l_s[row] * alpha + sum;
+            l_s[row] = l_s[row] * alpha + y_s[row * 2u] + y_s[row * 2u + 1u];
             m_s[row] = mx;
         }}
-        workgroupBarrier();
 {pv}
         workgroupBarrier();
         let alpha = a_s[row0 + prow];
@@ -242,36 +251,142 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nw: vec3
         kv_len = t.bk * kvs,
         p_len = t.bq * ps,
         s_len = t.bq * ss,
+        hk = t.bk / 2,
+        halves = 2 * t.bq,
     ));
     s
 }
 
-/// WGSL in which `inv` invocations stage `rows` rows of `padded` f16 (the
-/// first `width` from adjacent elements from `base` of input `name`, as
-/// f16, or converted from f32 with `convert`; zeros past `width` and from
-/// row `valid` on) into the workgroup array `tile`, rows `stride` apart.
+/// One tile to stage: `rows` rows of `width` elements (adjacent from
+/// element `base` of an input), zeros from row `valid` on and past `width`
+/// up to `padded` (a multiple of 16).
+pub(super) struct Rows<'a> {
+    /// Rows of the tile (its block size).
+    pub rows: usize,
+    /// Elements of a row in the input (the head width).
+    pub width: usize,
+    /// Elements of a row in the tile.
+    pub padded: usize,
+    /// WGSL: the rows that exist (rows from it on are zeros).
+    pub valid: &'a str,
+    /// WGSL: the input element of the tile's first.
+    pub base: &'a str,
+}
+
+/// How the fragment kernels read their inputs while staging tiles.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Loads {
+    /// One element per load, in a loop.
+    Scalar,
+    /// Four adjacent elements per load (`vec4<f16>`, or `vec4<f32>` for
+    /// converted f32 inputs), unrolled so that an invocation's loads are
+    /// all issued before its stores: needs head widths that are multiples
+    /// of 4 and inputs starting on a multiple of 4 ([`Loads::for_inputs`]).
+    Quads,
+}
+
+impl Loads {
+    /// Quads where the head widths and every input's first element allow
+    /// them, else scalars.
+    pub(crate) fn for_inputs(d: usize, dv: usize, offsets: &[usize]) -> Loads {
+        if d % 4 == 0 && dv % 4 == 0 && offsets.iter().all(|o| o % 4 == 0) {
+            Loads::Quads
+        } else {
+            Loads::Scalar
+        }
+    }
+
+    /// The storage declaration of input `name` at `binding`, of `scalar`
+    /// elements (`f16` or `f32`).
+    pub(crate) fn binding(self, binding: usize, name: &str, scalar: &str) -> String {
+        let ty = match self {
+            Loads::Scalar => scalar.to_string(),
+            Loads::Quads => format!("vec4<{scalar}>"),
+        };
+        format!("@group(0) @binding({binding}) var<storage, read> {name}: array<{ty}>;\n")
+    }
+}
+
+/// WGSL in which `inv` invocations stage the tile `r` of input `name` (as
+/// f16, or converted from f32 with `convert`) into the workgroup array
+/// `tile`, rows `stride` apart, reading it as `loads` says.
 pub(super) fn stage(
     inv: usize,
-    tile: &str,
-    name: &str,
-    convert: bool,
-    [rows, width, padded, valid, base]: [&str; 5],
-    stride: usize,
+    (tile, stride): (&str, usize),
+    (name, convert): (&str, bool),
+    loads: Loads,
+    r: &Rows<'_>,
 ) -> String {
-    let mut read = format!("{name}[{base} + r * {width} + c]");
+    let Rows {
+        rows,
+        width,
+        padded,
+        valid,
+        base,
+    } = *r;
+    if loads == Loads::Quads {
+        return stage_quads(inv, (tile, stride), (name, convert), r);
+    }
+    let mut read = format!("{name}[{base} + r * {width}u + c]");
     if convert {
         read = format!("f16({read})");
     }
     format!(
-        r#"    for (var e = lid; e < {rows} * {padded}u; e = e + {inv}u) {{
+        r#"    for (var e = lid; e < {rows}u * {padded}u; e = e + {inv}u) {{
         let r = e / {padded}u;
         let c = e % {padded}u;
         var x = 0.0h;
-        if (r < {valid} && c < {width}) {{ x = {read}; }}
+        if (r < {valid} && c < {width}u) {{ x = {read}; }}
         {tile}[r * {stride}u + c] = x;
     }}
 "#
     )
+}
+
+/// [`stage`] by quads: each invocation loads its `rows x padded / 4 / inv`
+/// quads into registers, then stores their halves.
+fn stage_quads(
+    inv: usize,
+    (tile, stride): (&str, usize),
+    (name, convert): (&str, bool),
+    r: &Rows<'_>,
+) -> String {
+    let (per_row, in_row) = (r.padded / 4, r.width / 4);
+    let total = r.rows * per_row;
+    let (valid, base) = (r.valid, r.base);
+    let mut loads = String::from("    {\n");
+    let mut stores = String::new();
+    for q in 0..total.div_ceil(inv) {
+        // Only the last round can run past the tile.
+        let guard = if (q + 1) * inv > total {
+            format!("e{q} < {total}u && ")
+        } else {
+            String::new()
+        };
+        let mut read = format!("{name}[({base}) / 4u + r{q} * {in_row}u + c{q}]");
+        if convert {
+            read = format!("vec4<f16>({read})");
+        }
+        loads.push_str(&format!(
+            "        let e{q} = lid + {off}u;\n        let r{q} = e{q} / {per_row}u;\n        let c{q} = e{q} % {per_row}u;\n        var x{q} = vec4<f16>();\n        if ({guard}r{q} < {valid} && c{q} < {in_row}u) {{ x{q} = {read}; }}\n",
+            off = q * inv
+        ));
+        let open = if guard.is_empty() {
+            String::from("        {\n")
+        } else {
+            format!("        if (e{q} < {total}u) {{\n")
+        };
+        stores.push_str(&open);
+        for i in 0..4 {
+            stores.push_str(&format!(
+                "            {tile}[r{q} * {stride}u + c{q} * 4u + {i}u] = x{q}[{i}];\n"
+            ));
+        }
+        stores.push_str("        }\n");
+    }
+    loads.push_str(&stores);
+    loads.push_str("    }\n");
+    loads
 }
 
 /// WGSL of `acc{j} += A B_j` over `depth` fragments, A from `a` at

@@ -18,7 +18,7 @@
 //! masked and out-of-range entries get `P = 0`.
 
 use super::Tiles;
-use super::fragments::{declare, product, product_to_memory, stage};
+use super::fragments::{Loads, Rows, declare, product, product_to_memory, stage};
 use crate::backend::common::attention::AttentionDims;
 use crate::backend::gpu::fragment::{Fragments, LANES, Layout};
 
@@ -109,8 +109,15 @@ fn write_out(
 
 /// The WGSL of `pass` (without the leading `enable f16;`) for f16 `q`,
 /// `k`, `v`, the forward's packed f32 buffer, the f32 cotangent and
-/// `delta`; the output the packed f32 gradients.
-pub(super) fn source(dims: &AttentionDims, t: Tiles, pass: Pass, f: Fragments) -> String {
+/// `delta`, `q`, `k`, `v` and the cotangent read as `loads` says; the
+/// output the packed f32 gradients.
+pub(super) fn source(
+    dims: &AttentionDims,
+    t: Tiles,
+    pass: Pass,
+    f: Fragments,
+    loads: Loads,
+) -> String {
     let (own, walk) = roles(t, pass);
     let Strides {
         dp,
@@ -124,17 +131,11 @@ pub(super) fn source(dims: &AttentionDims, t: Tiles, pass: Pass, f: Fragments) -
     let mut s = String::from(f.enable());
     s.push_str(super::codegen::META);
     for (i, name) in ["q", "k", "v"].iter().enumerate() {
-        s.push_str(&format!(
-            "@group(0) @binding({}) var<storage, read> {name}: array<f16>;\n",
-            i + 1
-        ));
+        s.push_str(&loads.binding(i + 1, name, "f16"));
     }
-    for (i, name) in ["packed", "g", "delta"].iter().enumerate() {
-        s.push_str(&format!(
-            "@group(0) @binding({}) var<storage, read> {name}: array<f32>;\n",
-            i + 4
-        ));
-    }
+    s.push_str(&Loads::Scalar.binding(4, "packed", "f32"));
+    s.push_str(&loads.binding(5, "g", "f32"));
+    s.push_str(&Loads::Scalar.binding(6, "delta", "f32"));
     s.push_str(&super::codegen::output(7, crate::Dtype::F32));
     s.push_str(&format!(
         "const D: u32 = {}u;\nconst DV: u32 = {}u;\nconst BQ: u32 = {}u;\nconst BK: u32 = {}u;\n",
@@ -162,15 +163,34 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nw: vec3
         st_len = own * ss,
         p_len = own * ps,
     ));
-    let (dps, dvps) = (dp.to_string(), dvp.to_string());
-    let q_base = "params[6] + (bh * lq() + q0) * D";
-    let k_base = "params[7] + (bh * lk() + k0) * D";
-    let v_base = "params[8] + (bh * lk() + k0) * DV";
-    let g_base = "params[10] + (bh * lq() + q0) * DV";
-    let q_rows = ["BQ", "D", &dps, "lq() - q0", q_base];
-    let g_rows = ["BQ", "DV", &dvps, "lq() - q0", g_base];
-    let k_rows = ["BK", "D", &dps, "lk() - k0", k_base];
-    let v_rows = ["BK", "DV", &dvps, "lk() - k0", v_base];
+    let q_rows = Rows {
+        rows: t.bq,
+        width: dims.d,
+        padded: dp,
+        valid: "lq() - q0",
+        base: "params[6] + (bh * lq() + q0) * D",
+    };
+    let g_rows = Rows {
+        rows: t.bq,
+        width: dims.dv,
+        padded: dvp,
+        valid: "lq() - q0",
+        base: "params[10] + (bh * lq() + q0) * DV",
+    };
+    let k_rows = Rows {
+        rows: t.bk,
+        width: dims.d,
+        padded: dp,
+        valid: "lk() - k0",
+        base: "params[7] + (bh * lk() + k0) * D",
+    };
+    let v_rows = Rows {
+        rows: t.bk,
+        width: dims.dv,
+        padded: dvp,
+        valid: "lk() - k0",
+        base: "params[8] + (bh * lk() + k0) * DV",
+    };
     let rows_stage = format!(
         r#"    for (var i = lid; i < BQ; i = i + {inv}u) {{
         var lse = 0.0;
@@ -273,10 +293,10 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nw: vec3
     ));
     match pass {
         Pass::KeyValue => {
-            let x = stage(inv, "x_s", "k", false, k_rows, ks);
-            let y = stage(inv, "y_s", "v", false, v_rows, vs);
-            let w1 = stage(inv, "w1_s", "q", false, q_rows, ks);
-            let w2 = stage(inv, "w2_s", "g", true, g_rows, vs);
+            let x = stage(inv, ("x_s", ks), ("k", false), loads, &k_rows);
+            let y = stage(inv, ("y_s", vs), ("v", false), loads, &v_rows);
+            let w1 = stage(inv, ("w1_s", ks), ("q", false), loads, &q_rows);
+            let w2 = stage(inv, ("w2_s", vs), ("g", true), loads, &g_rows);
             let d_values = accumulate("dv", ndv, "w2_s", vs);
             let d_keys = accumulate("dk", nd, "w1_s", ks);
             let out_k = write_out(
@@ -323,10 +343,10 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nw: vec3
             ));
         }
         Pass::Query => {
-            let x = stage(inv, "x_s", "q", false, q_rows, ks);
-            let y = stage(inv, "y_s", "g", true, g_rows, vs);
-            let w1 = stage(inv, "w1_s", "k", false, k_rows, ks);
-            let w2 = stage(inv, "w2_s", "v", false, v_rows, vs);
+            let x = stage(inv, ("x_s", ks), ("q", false), loads, &q_rows);
+            let y = stage(inv, ("y_s", vs), ("g", true), loads, &g_rows);
+            let w1 = stage(inv, ("w1_s", ks), ("k", false), loads, &k_rows);
+            let w2 = stage(inv, ("w2_s", vs), ("v", false), loads, &v_rows);
             let d_queries = accumulate("dq", nd, "w1_s", ks);
             let out_q = write_out(
                 f,

@@ -22,13 +22,24 @@
 //!
 //! Design figures (not measurements: no H100 measured this kernel yet),
 //! at `d = dv = 64`, tiles 64 x 64, 128 invocations:
-//! - workgroup memory 45,824 B: Q, K/V (one buffer), P as f16 with rows
+//! - workgroup memory 46,848 B: Q, K/V (one buffer), P as f16 with rows
 //!   padded by 8 halves (9,216 B each), S and each block's `P V` as f32
-//!   (17,408 B), row max/sum/rescale (768 B);
+//!   (17,408 B), row max/sum/rescale and the halves' maxima and sums
+//!   (1,792 B);
 //! - per 64-key block a subgroup issues 16 fragment products for S and
-//!   16 for `P V` (1 MFLOP per workgroup), 5 barriers, and 64 `exp`s per
-//!   row on 16 of its 32 lanes; the output (16 x 64 per subgroup) stays in
-//!   registers, 32 f32 per invocation;
+//!   16 for `P V` (1 MFLOP per workgroup), 6 barriers, and the online
+//!   softmax on all 32 lanes: each lane takes half of one row's keys (32
+//!   `exp`s, unrolled, so its workgroup-memory reads are all in flight
+//!   together; before, 16 lanes ran a row's 64 in a loop, a chain of
+//!   dependent reads), the halves' maxima and sums meeting in workgroup
+//!   memory; the output (16 x 64 per subgroup) stays in registers, 32 f32
+//!   per invocation;
+//! - staging: where the head widths are multiples of 4 and the inputs
+//!   start on a multiple of 4 (`fragments::Loads`), each invocation loads
+//!   `vec4<f16>` quads (the cotangent `vec4<f32>`), all of its 8 loads of
+//!   a 64 x 64 tile issued before its stores, instead of 32 single halves
+//!   in a loop, each load's latency (hundreds of cycles from L2) waited
+//!   for before the next; the backward stages the same way;
 //! - occupancy on an H100: shared memory allows 4 workgroups per SM (a
 //!   fifth does not fit 228 KiB with the per-block reserve), 16 of 64 warps
 //!   (25%); registers (~120 per invocation) allow the same 4;
@@ -148,6 +159,7 @@ use crate::backend::common::attention::AttentionDims;
 use crate::data::{ArrayData, Operand};
 use crate::settings;
 use crate::{Dtype, Result};
+use fragments::Loads;
 
 /// Invocations per workgroup side: kernels run `SIDE x SIDE` invocations.
 const SIDE: usize = 16;
@@ -420,8 +432,12 @@ fn fragment_attention(
     if n_lse == 0 {
         return Ok(out);
     }
-    let key = format!("attention-fragments:{}:{}:{f:?}:{tiles:?}", dims.d, dims.dv);
-    let pipeline = context()?.pipeline(&key, || fragments::source(dims, tiles, f))?;
+    let loads = fragment_loads(dims, &[&q, &k, &v]);
+    let key = format!(
+        "attention-fragments:{}:{}:{f:?}:{tiles:?}:{loads:?}",
+        dims.d, dims.dv
+    );
+    let pipeline = context()?.pipeline(&key, || fragments::source(dims, tiles, f, loads))?;
     dispatch_groups(
         &pipeline,
         &meta(dims, &[&q, &k, &v]),
@@ -433,6 +449,29 @@ fn fragment_attention(
     )?;
     FRAGMENT_FORWARDS.fetch_add(1, Ordering::Relaxed);
     Ok(out)
+}
+
+/// Fragment kernels recorded with inputs staged by quads
+/// ([`fragments::Loads::Quads`]) since the process started.
+static QUAD_STAGED: AtomicUsize = AtomicUsize::new(0);
+
+/// Fragment kernels (forward or gradient pass) recorded with their inputs
+/// staged by quads since the process started (for tests that check which
+/// loads ran).
+pub fn quad_staged_runs() -> usize {
+    QUAD_STAGED.load(Ordering::Relaxed)
+}
+
+/// How the fragment kernels read the dense `inputs` (q, k, v, and the
+/// gradient's f32 cotangent): by quads where the head widths and the
+/// inputs' first elements allow it.
+fn fragment_loads(dims: &AttentionDims, inputs: &[&ArrayData]) -> Loads {
+    let offsets: Vec<usize> = inputs.iter().map(|d| d.offset()).collect();
+    let loads = Loads::for_inputs(dims.d, dims.dv, &offsets);
+    if loads == Loads::Quads {
+        QUAD_STAGED.fetch_add(1, Ordering::Relaxed);
+    }
+    loads
 }
 
 /// The f16 fragment forward's WGSL, named with its workgroup memory, for
@@ -461,10 +500,14 @@ pub fn kernel_sources() -> Vec<(String, String)> {
                 continue;
             }
             for f in [Fragments::Cooperative, Fragments::Plain] {
-                out.push((
-                    format!("attention fragments d {d} dv {dv} {t:?} {f:?} ({bytes} B)"),
-                    format!("enable f16;\n{}", fragments::source(&dims, t, f)),
-                ));
+                for loads in [Loads::Scalar, Loads::Quads] {
+                    out.push((
+                        format!(
+                            "attention fragments d {d} dv {dv} {t:?} {f:?} {loads:?} ({bytes} B)"
+                        ),
+                        format!("enable f16;\n{}", fragments::source(&dims, t, f, loads)),
+                    ));
+                }
             }
         }
         for pass in [backward::Pass::KeyValue, backward::Pass::Query] {
@@ -475,13 +518,15 @@ pub fn kernel_sources() -> Vec<(String, String)> {
                     continue;
                 }
                 for f in [Fragments::Cooperative, Fragments::Plain] {
-                    out.push((
-                        format!("attention_grad fragments {pass:?} d {d} dv {dv} {t:?} {f:?} ({bytes} B)"),
-                        format!(
-                            "enable f16;\n{}",
-                            fragments_backward::source(&dims, t, pass, f)
-                        ),
-                    ));
+                    for loads in [Loads::Scalar, Loads::Quads] {
+                        out.push((
+                            format!("attention_grad fragments {pass:?} d {d} dv {dv} {t:?} {f:?} {loads:?} ({bytes} B)"),
+                            format!(
+                                "enable f16;\n{}",
+                                fragments_backward::source(&dims, t, pass, f, loads)
+                            ),
+                        ));
+                    }
                 }
             }
         }
@@ -565,9 +610,12 @@ pub fn attention_grad(
                     backward::Pass::KeyValue => kv,
                     backward::Pass::Query => query,
                 };
-                let key = format!("attention_grad-fragments:{pass:?}:{d}:{dv}:{f:?}:{tiles:?}");
-                let p = context()?
-                    .pipeline(&key, || fragments_backward::source(dims, tiles, pass, f))?;
+                let loads = fragment_loads(dims, &[&q, &k, &v, &g]);
+                let key =
+                    format!("attention_grad-fragments:{pass:?}:{d}:{dv}:{f:?}:{tiles:?}:{loads:?}");
+                let p = context()?.pipeline(&key, || {
+                    fragments_backward::source(dims, tiles, pass, f, loads)
+                })?;
                 (p, tiles)
             }
         };
