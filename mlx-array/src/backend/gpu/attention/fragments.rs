@@ -289,7 +289,10 @@ impl Loads {
     /// Quads where the head widths and every input's first element allow
     /// them, else scalars.
     pub(crate) fn for_inputs(d: usize, dv: usize, offsets: &[usize]) -> Loads {
-        if d % 4 == 0 && dv % 4 == 0 && offsets.iter().all(|o| o % 4 == 0) {
+        if d.is_multiple_of(4)
+            && dv.is_multiple_of(4)
+            && offsets.iter().all(|o| o.is_multiple_of(4))
+        {
             Loads::Quads
         } else {
             Loads::Scalar
