@@ -18,6 +18,7 @@
 //! | `MLX_GPU_SPLIT_K` | `1`/`0` | on: GPU matrix products with few output tiles and a long depth are split over the depth (off: one workgroup per output tile) | [`set_gpu_split_k`] |
 //! | `MLX_GPU_SPLIT_WAVE` | a count of workgroups | 528 (4 per SM of an H100's 132): how many 64 x 64 output tiles one wave of the GPU holds; split-K takes the most depth slices that fit in it (for measuring the best figure on a device) | [`set_gpu_split_wave`] |
 //! | `MLX_GPU_ATTENTION_TILES` | `auto`, or `BQxBK` of `64x32`, `32x32`, `32x16`, `16x16` | `auto`: the largest tiles that fit the workgroup memory; a pair: the f32-compute attention kernels (forward and both gradient passes) take these tiles where they fit (for measuring the best on a device) | [`set_gpu_attention_tiles`] |
+//! | `MLX_GPU_CHECKED` | `1`/`0` | on: GPU kernels compiled with wgpu's runtime checks (each dynamic index clamped into its array, each loop given a guard counter); off: without them, which costs fewer instructions in every inner loop (to measure that on a device: the f16 fragment kernels still index out of their workgroup arrays somewhere, hidden by the clamps, so it is not the default) | [`set_gpu_checked`] |
 //! | `MLX_GPU_META_ARENA` | `1`/`0` | on: the small parameter words (`meta`) of a submission's GPU dispatches are packed into shared buffers written once per submission (off: a new buffer per dispatch) | [`set_gpu_meta_arena`] |
 //! | `MLX_GPU_SHARED_PASSES` | `1`/`0` | on: consecutive GPU dispatches share one compute pass (off: a pass per dispatch); a pass per dispatch always while timing them for the profile | [`set_gpu_shared_passes`] |
 //! | `MLX_GPU_LAYOUT_CACHE` | `1`/`0` | on: each GPU pipeline's bind group layout is kept with the pipeline (off: asked of wgpu at every dispatch) | [`set_gpu_layout_cache`] |
@@ -60,6 +61,8 @@ pub const MLX_GPU_SPLIT_K: &str = "MLX_GPU_SPLIT_K";
 pub const MLX_GPU_SPLIT_WAVE: &str = "MLX_GPU_SPLIT_WAVE";
 /// `MLX_GPU_ATTENTION_TILES`: the f32-compute attention kernels' tiles.
 pub const MLX_GPU_ATTENTION_TILES: &str = "MLX_GPU_ATTENTION_TILES";
+/// `MLX_GPU_CHECKED`: compile GPU kernels with wgpu's runtime checks.
+pub const MLX_GPU_CHECKED: &str = "MLX_GPU_CHECKED";
 /// `MLX_GPU_META_ARENA`: pack GPU dispatches' parameter words into shared buffers.
 pub const MLX_GPU_META_ARENA: &str = "MLX_GPU_META_ARENA";
 /// `MLX_GPU_SHARED_PASSES`: consecutive GPU dispatches share one compute pass.
@@ -316,6 +319,26 @@ pub fn set_gpu_attention_tiles(tiles: Option<(usize, usize)>) -> Result<()> {
     Ok(())
 }
 
+static GPU_CHECKED: Flag = Flag::new(MLX_GPU_CHECKED, true);
+
+/// Whether GPU kernels are compiled with wgpu's runtime checks: every
+/// dynamic index clamped into its array and every loop given a guard
+/// counter (default). Off, the kernels run without them, a few
+/// instructions fewer in every inner loop; not the default yet, since on
+/// lavapipe the f16 fragment kernels (attention, the f16 fused loss) then
+/// hang: one of them indexes out of a workgroup array, which the clamps
+/// hide. Read when a kernel is compiled. An unreadable `MLX_GPU_CHECKED`
+/// counts as the default here; [`check`] reports it.
+pub fn gpu_checked() -> bool {
+    GPU_CHECKED.get().unwrap_or(true)
+}
+
+/// Chooses checked GPU kernels (wins over `MLX_GPU_CHECKED`; kernels
+/// compiled from then on).
+pub fn set_gpu_checked(on: bool) {
+    GPU_CHECKED.set(on);
+}
+
 static GPU_META_ARENA: Flag = Flag::new(MLX_GPU_META_ARENA, true);
 
 /// Whether the parameter words (`meta`) of a submission's GPU dispatches
@@ -562,6 +585,7 @@ pub fn check() -> Result<()> {
     GPU_META_ARENA.get()?;
     GPU_SHARED_PASSES.get()?;
     GPU_LAYOUT_CACHE.get()?;
+    GPU_CHECKED.get()?;
     gpu_split_wave_checked()?;
     gpu_attention_tiles_checked()?;
     gpu_coopmat_checked()?;

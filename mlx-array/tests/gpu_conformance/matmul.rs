@@ -298,3 +298,30 @@ fn linear_cross_entropy_gradient_with_split_products_agrees_with_the_cpu() {
         }
     }
 }
+
+/// Kernels compile with wgpu's runtime checks by default, and without
+/// them under `MLX_GPU_CHECKED=0` (here its setter), as variants of their
+/// own; products agree with the CPU either way.
+#[test]
+fn checked_and_unchecked_kernels_agree_with_the_cpu() {
+    use mlx_array::backend::gpu::pipeline_count;
+    use mlx_array::settings::set_gpu_checked;
+    let Some(_gpu) = gpu() else { return };
+    set_gpu_coopmat(GpuCoopmat::Off);
+    check("checked", Dtype::F32, &[], &[], 17, 33, 9);
+    let compiled = pipeline_count().unwrap();
+    check("checked, again", Dtype::F32, &[], &[], 17, 33, 9);
+    assert_eq!(
+        pipeline_count().unwrap(),
+        compiled,
+        "the same kernels again"
+    );
+    set_gpu_checked(false);
+    check("unchecked", Dtype::F32, &[], &[], 17, 33, 9);
+    assert!(
+        pipeline_count().unwrap() > compiled,
+        "unchecked kernels compiled as their own variants"
+    );
+    set_gpu_checked(true);
+    set_gpu_coopmat(GpuCoopmat::Auto);
+}
