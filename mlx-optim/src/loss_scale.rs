@@ -66,6 +66,11 @@ impl LossScaler {
         self.growth_interval
     }
 
+    /// Finite steps in a row since the scale last changed.
+    pub fn good_steps(&self) -> u64 {
+        self.good_steps
+    }
+
     /// Steps skipped so far because their gradients were not finite.
     pub fn skipped(&self) -> u64 {
         self.skipped
