@@ -157,6 +157,25 @@ mod tests {
         assert_eq!((p.scale_if_any(), p.skipped()), (Some(2.0), 1));
     }
 
+    /// The ranks hold different gradients (their own data, or their
+    /// shards): one rank's overflow skips the step on every rank.
+    #[test]
+    fn one_ranks_overflow_skips_the_step_on_every_rank() {
+        let flags = mlx_dist::run_local(2, |g| {
+            let cfg = TrainConfig {
+                dtype: FloatDtype::F16,
+                ..TrainConfig::default()
+            };
+            let mut p = Precision::for_config(&cfg).unwrap();
+            let mine = if g.rank() == 1 { f32::NAN } else { 1.0 };
+            let grads = Tree::unflatten([("w".to_string(), Array::from_slice(&[mine], &[1]).unwrap())]).unwrap();
+            let (_, finite) = p.check(grads, &g).unwrap();
+            finite.unwrap().item::<f32>().unwrap()
+        })
+        .unwrap();
+        assert_eq!(flags, [0.0, 0.0]);
+    }
+
     #[test]
     fn float32_and_bfloat16_have_no_scale_and_no_flag() {
         for dtype in [FloatDtype::F32, FloatDtype::Bf16] {
