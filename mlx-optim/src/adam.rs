@@ -84,7 +84,11 @@ pub(crate) fn adam_single(
 
 /// The fused kernel's coefficients of one step: the op-by-op graph's
 /// float32 scalars.
-fn coefficients(cfg: &AdamConfig, decay: Option<f32>, ctx: &StepContext) -> fused::AdamCoefficients {
+fn coefficients(
+    cfg: &AdamConfig,
+    decay: Option<f32>,
+    ctx: &StepContext,
+) -> fused::AdamCoefficients {
     let (b1, b2) = cfg.betas;
     let lr = ctx.learning_rate as f32;
     let step = ctx.step as f32;

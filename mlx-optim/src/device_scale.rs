@@ -96,8 +96,7 @@ impl DeviceLossScaler {
         let device = mlx_array::default_device();
         Ok(DeviceLossScaler {
             scale: Array::full(&[], settled.scale(), Dtype::F32).to_device(device),
-            good_steps: Array::full(&[], settled.good_steps() as f64, Dtype::F32)
-                .to_device(device),
+            good_steps: Array::full(&[], settled.good_steps() as f64, Dtype::F32).to_device(device),
             settled,
             constants,
         })

@@ -165,7 +165,12 @@ pub trait Optimizer {
     /// step is recorded as pending in the state, and the step count
     /// advances when the host settles it
     /// ([`OptimizerState::settle`]) with the flag's value.
-    fn apply_gradients_gated(&mut self, grads: &Tree, params: &Tree, apply: &Array) -> Result<Tree> {
+    fn apply_gradients_gated(
+        &mut self,
+        grads: &Tree,
+        params: &Tree,
+        apply: &Array,
+    ) -> Result<Tree> {
         apply_tree(self, grads, params, Some(apply))
     }
 

@@ -160,11 +160,21 @@ impl<O: Optimizer> Sharded<O> {
     /// [`Optimizer::apply_gradients_gated`]: where `apply` is 0 every
     /// shard (and so every gathered parameter) and slot keeps its value.
     /// Every rank must pass the same flag (sum the ranks' overflow flags).
-    pub fn apply_shards_gated(&mut self, shards: &Tree, params: &Tree, apply: &Array) -> Result<Tree> {
+    pub fn apply_shards_gated(
+        &mut self,
+        shards: &Tree,
+        params: &Tree,
+        apply: &Array,
+    ) -> Result<Tree> {
         self.apply_shards_with(shards, params, Some(apply))
     }
 
-    fn apply_shards_with(&mut self, shards: &Tree, params: &Tree, apply: Option<&Array>) -> Result<Tree> {
+    fn apply_shards_with(
+        &mut self,
+        shards: &Tree,
+        params: &Tree,
+        apply: Option<&Array>,
+    ) -> Result<Tree> {
         let (r, w) = self.world();
         self.inner.validate()?;
         let gate = match apply {
@@ -348,7 +358,12 @@ impl<O: Optimizer> Optimizer for Sharded<O> {
     }
 
     /// [`Optimizer::apply_gradients`]'s sharding, gated by `apply`.
-    fn apply_gradients_gated(&mut self, grads: &Tree, params: &Tree, apply: &Array) -> Result<Tree> {
+    fn apply_gradients_gated(
+        &mut self,
+        grads: &Tree,
+        params: &Tree,
+        apply: &Array,
+    ) -> Result<Tree> {
         if self.group.size() == 1 {
             return self.inner.apply_gradients_gated(grads, params, apply);
         }

@@ -17,7 +17,10 @@ use mlx_optim::{
 /// A one-element gradient tree of `value`, plus a finite companion.
 fn tree(value: f32) -> Tree {
     Tree::unflatten([
-        ("a".to_string(), Array::from_slice(&[1.5f32, -3.0], &[2]).unwrap()),
+        (
+            "a".to_string(),
+            Array::from_slice(&[1.5f32, -3.0], &[2]).unwrap(),
+        ),
         ("b".to_string(), Array::from_slice(&[value], &[1]).unwrap()),
     ])
     .unwrap()
@@ -41,10 +44,18 @@ fn the_device_scale_follows_the_host_scaler_through_growth_and_backoff() {
     for (t, &ok) in pattern.iter().enumerate() {
         let before = host.scale();
         let value = if ok { 64.0 } else { bad[t % 3] };
-        assert_eq!(device.scale().item::<f32>().unwrap() as f64, before, "step {t}");
+        assert_eq!(
+            device.scale().item::<f32>().unwrap() as f64,
+            before,
+            "step {t}"
+        );
         let (unscaled, finite) = device.check(&tree(value), Ok).unwrap();
         eval((&unscaled, &finite, &device)).unwrap();
-        assert_eq!(finite.item::<f32>().unwrap(), f32::from(u8::from(ok)), "step {t}");
+        assert_eq!(
+            finite.item::<f32>().unwrap(),
+            f32::from(u8::from(ok)),
+            "step {t}"
+        );
         if ok {
             // Divided by the scale the step used (powers of two: exact).
             assert_eq!(
@@ -54,7 +65,11 @@ fn the_device_scale_follows_the_host_scaler_through_growth_and_backoff() {
         }
         let applied = host.update(ok);
         assert_eq!(applied, ok);
-        assert_eq!(device.scale().item::<f32>().unwrap() as f64, host.scale(), "step {t}");
+        assert_eq!(
+            device.scale().item::<f32>().unwrap() as f64,
+            host.scale(),
+            "step {t}"
+        );
         assert_eq!(device.settle(ok), ok);
         assert_eq!(device.settled(), &host, "step {t}");
     }
@@ -80,13 +95,23 @@ fn every_rank_skips_when_one_ranks_gradients_overflow() {
 }
 
 /// The bits of every trained parameter and every slot, and the step count.
-fn snapshot(params: &Tree, opt: &dyn Optimizer) -> (Vec<Vec<u32>>, Vec<(String, Vec<u32>)>, u64) {
+type Snapshot = (Vec<Vec<u32>>, Vec<(String, Vec<u32>)>, u64);
+
+/// A way to make an optimizer under test, fresh each time.
+type Make = Box<dyn Fn() -> Box<dyn Optimizer>>;
+
+/// The [`Snapshot`] of `params` trained by `opt`.
+fn snapshot(params: &Tree, opt: &dyn Optimizer) -> Snapshot {
     let bits = |a: &Array| -> Vec<u32> {
-        a.to_vec::<f32>().unwrap().iter().map(|x| x.to_bits()).collect()
+        a.to_vec::<f32>()
+            .unwrap()
+            .iter()
+            .map(|x| x.to_bits())
+            .collect()
     };
     let p = TRAINED
         .iter()
-        .map(|(n, _)| bits(&params.get_array(n).unwrap()))
+        .map(|(n, _)| bits(params.get_array(n).unwrap()))
         .collect();
     let s = opt
         .state()
@@ -99,10 +124,13 @@ fn snapshot(params: &Tree, opt: &dyn Optimizer) -> (Vec<Vec<u32>>, Vec<(String, 
 
 /// The optimizers under test: the fused Adam(W) kernels, and the select
 /// fallback of the other rules.
-fn optimizers() -> Vec<(&'static str, Box<dyn Fn() -> Box<dyn Optimizer>>)> {
+fn optimizers() -> Vec<(&'static str, Make)> {
     let lr = || schedule::linear_schedule(0.01, 0.1, 8).unwrap();
     vec![
-        ("adamw fused", Box::new(move || Box::new(AdamW::new(lr())) as _)),
+        (
+            "adamw fused",
+            Box::new(move || Box::new(AdamW::new(lr())) as _),
+        ),
         (
             "adam fused, bias correction",
             Box::new(move || Box::new(Adam::new(lr()).bias_correction(true)) as _),
@@ -133,14 +161,20 @@ fn skipped_and_applied_steps(device: Device) {
             let before = snapshot(&params, opt.as_ref());
             // A skipped step, with gradients that are not even finite.
             let nan = grads(2).map(|_, g| g.mul_scalar(f64::NAN)).unwrap();
-            let kept = opt.apply_gradients_gated(&nan, &params, &flag(false)).unwrap();
+            let kept = opt
+                .apply_gradients_gated(&nan, &params, &flag(false))
+                .unwrap();
             for (path, a) in kept.flatten() {
                 params = replace(&params, &path, a);
             }
             eval((&params, opt.state())).unwrap();
             assert_eq!(opt.state().pending().len(), 1, "{name}");
             opt.state_mut().settle(false).unwrap();
-            assert_eq!(snapshot(&params, opt.as_ref()), before, "{name} on {device:?}: skipped");
+            assert_eq!(
+                snapshot(&params, opt.as_ref()),
+                before,
+                "{name} on {device:?}: skipped"
+            );
 
             // An applied gated step equals the ordinary one.
             let mut reference = make();
@@ -148,7 +182,9 @@ fn skipped_and_applied_steps(device: Device) {
             let mut want = params.clone();
             reference.update_tree(&mut want, &grads(3)).unwrap();
             eval((&want, reference.state())).unwrap();
-            let new = opt.apply_gradients_gated(&grads(3), &params, &flag(true)).unwrap();
+            let new = opt
+                .apply_gradients_gated(&grads(3), &params, &flag(true))
+                .unwrap();
             for (path, a) in new.flatten() {
                 params = replace(&params, &path, a);
             }
@@ -264,13 +300,18 @@ fn sharded_gated_steps_equal_the_applied_steps_alone() {
 fn unsettled_steps_refuse_to_be_saved_or_followed_by_an_ungated_step() {
     let mut opt = AdamW::new(0.1);
     let mut params = params();
-    assert!(matches!(opt.state_mut().settle(true), Err(Error::NothingToSettle)));
+    assert!(matches!(
+        opt.state_mut().settle(true),
+        Err(Error::NothingToSettle)
+    ));
     let new = opt
         .apply_gradients_gated(&grads(0), &params, &flag(true))
         .unwrap();
     eval(&new).unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let err = opt.save_state(&dir.path().join("s.safetensors")).unwrap_err();
+    let err = opt
+        .save_state(&dir.path().join("s.safetensors"))
+        .unwrap_err();
     assert!(matches!(err, Error::Unsettled(_, 1)), "{err}");
     let err = opt.update_tree(&mut params, &grads(1)).unwrap_err();
     assert!(err.to_string().contains("not settled"), "{err}");

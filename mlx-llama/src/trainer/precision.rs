@@ -142,7 +142,12 @@ mod tests {
             ..TrainConfig::default()
         };
         let mut p = Precision::for_config(&cfg).unwrap();
-        let lazy = |v: f32| Array::from_slice(&[v, 2.0], &[2]).unwrap().mul_scalar(2.0).unwrap();
+        let lazy = |v: f32| {
+            Array::from_slice(&[v, 2.0], &[2])
+                .unwrap()
+                .mul_scalar(2.0)
+                .unwrap()
+        };
         let grads = Tree::unflatten([("w".to_string(), lazy(f32::INFINITY))]).unwrap();
         let (unscaled, finite) = p.check(grads, &Group::single()).unwrap();
         let finite = finite.expect("float16 has a flag");
@@ -168,7 +173,9 @@ mod tests {
             };
             let mut p = Precision::for_config(&cfg).unwrap();
             let mine = if g.rank() == 1 { f32::NAN } else { 1.0 };
-            let grads = Tree::unflatten([("w".to_string(), Array::from_slice(&[mine], &[1]).unwrap())]).unwrap();
+            let grads =
+                Tree::unflatten([("w".to_string(), Array::from_slice(&[mine], &[1]).unwrap())])
+                    .unwrap();
             let (_, finite) = p.check(grads, &g).unwrap();
             finite.unwrap().item::<f32>().unwrap()
         })
@@ -184,7 +191,8 @@ mod tests {
                 ..TrainConfig::default()
             };
             let mut p = Precision::for_config(&cfg).unwrap();
-            let grads = Tree::unflatten([("w".to_string(), Array::ones(&[2], Dtype::F32))]).unwrap();
+            let grads =
+                Tree::unflatten([("w".to_string(), Array::ones(&[2], Dtype::F32))]).unwrap();
             let (_, finite) = p.check(grads, &Group::single()).unwrap();
             assert!(finite.is_none() && p.loss_scale().is_none() && p.scale_if_any().is_none());
         }

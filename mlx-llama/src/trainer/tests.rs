@@ -118,10 +118,16 @@ fn float16_on_two_ranks_skips_the_same_steps_on_every_rank() {
     }
     let (first, want) = &runs[0];
     let skipped = want[0].skipped_steps;
-    assert!((1..8).contains(&skipped), "some steps skipped, some applied: {skipped}");
+    assert!(
+        (1..8).contains(&skipped),
+        "some steps skipped, some applied: {skipped}"
+    );
     // Each skip halved the scale once: 2^22 / 2^skipped, no growth in 8 steps.
     let settled: serde_json::Value = serde_json::from_str(&scale(first)).unwrap();
-    assert_eq!(settled["scale"].as_f64(), Some(2f64.powi(22 - skipped as i32)));
+    assert_eq!(
+        settled["scale"].as_f64(),
+        Some(2f64.powi(22 - skipped as i32))
+    );
     for (name, ranks) in &runs {
         for s in ranks {
             assert_eq!(s.skipped_steps, skipped, "{name}");

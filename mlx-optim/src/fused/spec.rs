@@ -419,7 +419,13 @@ fn gated_optimizer(hyper: &Hyper, apart: bool, apply: bool, pending: usize) -> (
 
 /// One gated step of `hyper` on `[p, g, m, v]` on the default device, not
 /// evaluated.
-fn build_gated(hyper: &Hyper, apart: bool, apply: bool, pending: usize, [p, g, m, v]: [&Array; 4]) -> [Array; 3] {
+fn build_gated(
+    hyper: &Hyper,
+    apart: bool,
+    apply: bool,
+    pending: usize,
+    [p, g, m, v]: [&Array; 4],
+) -> [Array; 3] {
     let (opt, gate) = gated_optimizer(hyper, apart, apply, pending);
     let (p2, slots) = opt
         .apply_single_gated(g, p, &[m.clone(), v.clone()], &gate)
@@ -447,7 +453,13 @@ fn gated_values(
     for pending in 0..h.step.min(3) as usize {
         let applied = cx.on(|| build_gated(h, apart, true, pending, ins));
         mlx_array::eval(&applied[..]).unwrap_or_else(|e| panic!("{what}: {e}"));
-        check_step(cx, &applied, want, slow, &format!("{what}, gated, {pending} pending"));
+        check_step(
+            cx,
+            &applied,
+            want,
+            slow,
+            &format!("{what}, gated, {pending} pending"),
+        );
         let kept = cx.on(|| build_gated(h, apart, false, pending, ins));
         mlx_array::eval(&kept[..]).unwrap_or_else(|e| panic!("{what}: {e}"));
         for (k, i) in [0, 2, 3].into_iter().enumerate() {
@@ -468,9 +480,18 @@ fn gated_values(
     drop((p1, m1, v1));
     mlx_array::eval(&kept[..]).unwrap_or_else(|e| panic!("{what}: {e}"));
     for k in 0..3 {
-        assert_eq!(bits(&kept[k]), before[k], "{what}, skipped in place: {}", NAMES[k]);
+        assert_eq!(
+            bits(&kept[k]),
+            before[k],
+            "{what}, skipped in place: {}",
+            NAMES[k]
+        );
     }
     if size(&case.shape) > 0 {
-        assert_eq!(buffer(&kept[1]), moments, "{what}: a skipped step keeps the moments' buffer");
+        assert_eq!(
+            buffer(&kept[1]),
+            moments,
+            "{what}: a skipped step keeps the moments' buffer"
+        );
     }
 }
