@@ -153,3 +153,39 @@ fn overlapping_steps_on_the_gpu_changes_no_loss_record_or_checkpoint() {
     };
     common::overlapping_steps_change_nothing(&cfg, 1e-4);
 }
+
+/// float16 on the GPU with a first loss scale that overflows (2^20): the
+/// skip decisions, the scale's updates and the gated AdamW kernel run on
+/// the device, and overlapped steps give the waited run's losses, loss
+/// scales, skipped steps and checkpoints.
+#[test]
+fn overlapping_float16_steps_on_the_gpu_skip_as_waited_ones() {
+    if !mlx_array::conformance::gpu_or_skip() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = mlx_llama::TrainConfig {
+        dtype: mlx_llama::FloatDtype::F16,
+        loss_scale: Some(2f64.powi(20)),
+        // Every step's rate differs: a wrong step count shows.
+        warmup: 3,
+        eval_every: 3,
+        eval_batches: 1,
+        checkpoint_every: 4,
+        ..tiny(dir.path(), "gpu", 6)
+    };
+    common::overlapping_steps_change_nothing(&cfg, 1e-4);
+    let text = std::fs::read_to_string(dir.path().join("overlapped/metrics.jsonl")).unwrap();
+    let scales: Vec<f64> = text
+        .lines()
+        .map(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).unwrap();
+            v["loss_scale"].as_f64().unwrap()
+        })
+        .collect();
+    assert!(scales[5] < 2f64.powi(20), "some steps skipped: {scales:?}");
+    assert!(
+        scales.windows(2).any(|w| w[1] == w[0]),
+        "some steps applied: {scales:?}"
+    );
+}

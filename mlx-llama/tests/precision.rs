@@ -231,3 +231,51 @@ fn overflowing_float16_steps_are_skipped_and_the_scale_halves() {
         s.losses
     );
 }
+
+/// The loss scale is decided on the device and read with each step's loss,
+/// so a float16 run overlaps its steps: overlapped and waited runs that
+/// overflow (a first scale of 2^24: steps 1 to 5 and 8 are skipped, the
+/// others applied, some of them built before the step they follow was
+/// settled) give the same losses, gradient norms,
+/// learning rates (which do not advance on a skipped step: warmup and
+/// cosine make every step's rate differ), loss scales, skipped steps and
+/// checkpoints, bit for bit.
+#[test]
+fn an_overflowing_float16_run_is_the_same_with_and_without_overlap() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = TrainConfig {
+        loss_scale: Some(2f64.powi(24)),
+        warmup: 4,
+        schedule: mlx_llama::ScheduleKind::Cosine,
+        eval_every: 5,
+        eval_batches: 1,
+        checkpoint_every: 7,
+        grad_clip: Some(1.0),
+        ..tiny(dir.path(), 20, FloatDtype::F16)
+    };
+    common::overlapping_steps_change_nothing(&cfg, 0.0);
+    // The run skipped steps, and went on with a scale that fits.
+    let text = std::fs::read_to_string(dir.path().join("overlapped/metrics.jsonl")).unwrap();
+    let scales: Vec<f64> = text
+        .lines()
+        .map(|l| {
+            serde_json::from_str::<serde_json::Value>(l).unwrap()["loss_scale"]
+                .as_f64()
+                .unwrap()
+        })
+        .collect();
+    assert!(
+        scales[0] < 2f64.powi(24) && scales[15] < scales[0],
+        "{scales:?}"
+    );
+    let rates: Vec<f64> = text
+        .lines()
+        .map(|l| {
+            serde_json::from_str::<serde_json::Value>(l).unwrap()["learning_rate"]
+                .as_f64()
+                .unwrap()
+        })
+        .collect();
+    // Skipped steps keep the rate: the first applied step uses warmup's 0.
+    assert!(rates[..3].iter().all(|r| *r == 0.0), "{rates:?}");
+}

@@ -9,7 +9,9 @@
 //! those scalars, and the batch's arrays are counted exactly.
 //!
 //! In float32, bfloat16 and float16 (f32 master weights and moments; float16
-//! also brings its gradients' overflow flag to the host each step).
+//! also brings its gradients' overflow flag to the host each step, read
+//! with the loss: the loss scale and its update stay on the GPU, so a
+//! float16 step sends the GPU no more than a float32 one).
 //! Alone in its test binary: the transfer counters are the process's.
 //! Without an adapter it skips, except under `CI` or `MLX_REQUIRE_GPU`.
 
@@ -29,18 +31,24 @@ fn a_gpu_step_moves_no_parameter_between_host_and_device() {
     // The dtype and the scalars each step brings to the host: the loss and
     // the gradient norm of the progress line, and with float16 the flag
     // saying whether the scaled gradients overflowed.
-    for (dtype, to_host) in [
+    let steady: Vec<StepTransfers> = [
         (FloatDtype::F32, 2),
         (FloatDtype::Bf16, 2),
         (FloatDtype::F16, 3),
-    ] {
-        check(dtype, to_host);
-    }
+    ]
+    .into_iter()
+    .map(|(dtype, to_host)| check(dtype, to_host))
+    .collect();
+    assert_eq!(
+        steady[2].to_device, steady[0].to_device,
+        "a float16 step uploads no scalar of its loss scale: {steady:?}"
+    );
 }
 
 /// Trains the tiny model in `dtype` on the GPU and checks each step's
-/// transfers; `to_host` scalars come back per step.
-fn check(dtype: FloatDtype, to_host: u64) {
+/// transfers; `to_host` scalars come back per step. Returns what a step
+/// between the first and the last moves.
+fn check(dtype: FloatDtype, to_host: u64) -> StepTransfers {
     let dir = tempfile::tempdir().unwrap();
     let cfg = TrainConfig {
         global_batch: BATCH,
@@ -92,4 +100,5 @@ fn check(dtype: FloatDtype, to_host: u64) {
             "{what}: only {to_host} float32 scalars come back"
         );
     }
+    steady[0]
 }

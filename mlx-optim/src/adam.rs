@@ -2,6 +2,7 @@
 
 use mlx_array::Array;
 
+use crate::gate::{self, Gate};
 use crate::optimizer::{Optimizer, StepContext};
 use crate::schedule::Schedule;
 use crate::state::OptimizerState;
@@ -50,26 +51,7 @@ pub(crate) fn adam_single(
 ) -> Result<(Array, Vec<Array>)> {
     let (b1, b2) = cfg.betas;
     if cfg.fused && fused::applies(&[param, grad, m, v]) {
-        let lr = ctx.learning_rate as f32;
-        let step = ctx.step as f32;
-        let (numerator, denominator) = if cfg.bias_correction {
-            (
-                lr / (1.0 - (b1 as f32).powf(step)),
-                Some((1.0 - (b2 as f32).powf(step)).sqrt()),
-            )
-        } else {
-            (lr, None)
-        };
-        let c = fused::AdamCoefficients {
-            decay,
-            b1: b1 as f32,
-            one_minus_b1: (1.0 - b1) as f32,
-            b2: b2 as f32,
-            one_minus_b2: (1.0 - b2) as f32,
-            numerator,
-            denominator,
-            eps: cfg.eps as f32,
-        };
+        let c = coefficients(cfg, decay, ctx);
         let (p, m, v) = if ctx.parameter_apart {
             fused::adam_step_apart(c, param, grad, m, v)?
         } else {
@@ -98,6 +80,72 @@ pub(crate) fn adam_single(
         param.sub(&numerator.div(&v.sqrt()?.add_scalar(cfg.eps)?)?)?
     };
     Ok((new, vec![m, v]))
+}
+
+/// The fused kernel's coefficients of one step: the op-by-op graph's
+/// float32 scalars.
+fn coefficients(
+    cfg: &AdamConfig,
+    decay: Option<f32>,
+    ctx: &StepContext,
+) -> fused::AdamCoefficients {
+    let (b1, b2) = cfg.betas;
+    let lr = ctx.learning_rate as f32;
+    let step = ctx.step as f32;
+    let (numerator, denominator) = if cfg.bias_correction {
+        (
+            lr / (1.0 - (b1 as f32).powf(step)),
+            Some((1.0 - (b2 as f32).powf(step)).sqrt()),
+        )
+    } else {
+        (lr, None)
+    };
+    fused::AdamCoefficients {
+        decay,
+        b1: b1 as f32,
+        one_minus_b1: (1.0 - b1) as f32,
+        b2: b2 as f32,
+        one_minus_b2: (1.0 - b2) as f32,
+        numerator,
+        denominator,
+        eps: cfg.eps as f32,
+    }
+}
+
+/// A gated Adam step on one parameter (see [`Gate`]): the fused kernel
+/// reading the gate when it applies, else [`gate::select`] over the
+/// op-by-op rule. `decay` gives AdamW's factor for a step's context.
+#[allow(clippy::too_many_arguments)]
+fn adam_gated<O: Optimizer + ?Sized>(
+    opt: &O,
+    cfg: &AdamConfig,
+    grad: &Array,
+    param: &Array,
+    slots: &[Array],
+    decay: impl Fn(&StepContext) -> Option<f32>,
+    gate: &Gate,
+) -> Result<(Array, Vec<Array>)> {
+    let (m, v) = (&slots[0], &slots[1]);
+    if !(cfg.fused && fused::applies(&[param, grad, m, v])) {
+        return gate::select(opt, grad, param, slots, gate);
+    }
+    let candidates = gate
+        .candidates()
+        .iter()
+        .map(|ctx| coefficients(cfg, decay(ctx), ctx))
+        .collect();
+    let c = fused::StepCoefficients {
+        candidates,
+        gated: true,
+    };
+    let control = Some(gate.control());
+    let apart = gate.candidates()[0].parameter_apart;
+    let (p, m, v) = if apart {
+        fused::adam_step_apart_with(c, control, param, grad, m, v)?
+    } else {
+        fused::adam_step_with(c, control, param, grad, m, v)?
+    };
+    Ok((p, vec![m, v]))
 }
 
 /// Adam as in MLX (`mlx.optimizers.Adam`):
@@ -244,6 +292,13 @@ impl AdamW {
     pub fn config(&self) -> &AdamConfig {
         &self.config
     }
+
+    /// MLX's decay of the parameter in a step: `1 - lr * weight_decay`,
+    /// the scalar in float32 (none without weight decay).
+    fn decay(&self, ctx: &StepContext) -> Option<f32> {
+        (self.weight_decay != 0.0)
+            .then_some(1.0f32 - ctx.learning_rate as f32 * self.weight_decay as f32)
+    }
 }
 
 macro_rules! common_impl {
@@ -282,6 +337,16 @@ impl Optimizer for Adam {
     ) -> Result<(Array, Vec<Array>)> {
         adam_single(&self.config, grad, param, &slots[0], &slots[1], None, ctx)
     }
+
+    fn apply_single_gated(
+        &self,
+        grad: &Array,
+        param: &Array,
+        slots: &[Array],
+        gate: &Gate,
+    ) -> Result<(Array, Vec<Array>)> {
+        adam_gated(self, &self.config, grad, param, slots, |_| None, gate)
+    }
 }
 
 impl Optimizer for AdamW {
@@ -294,9 +359,25 @@ impl Optimizer for AdamW {
         slots: &[Array],
         ctx: &StepContext,
     ) -> Result<(Array, Vec<Array>)> {
-        // MLX: parameter * (1 - lr * weight_decay), the scalar in float32.
-        let decay = (self.weight_decay != 0.0)
-            .then_some(1.0f32 - ctx.learning_rate as f32 * self.weight_decay as f32);
-        adam_single(&self.config, grad, param, &slots[0], &slots[1], decay, ctx)
+        adam_single(
+            &self.config,
+            grad,
+            param,
+            &slots[0],
+            &slots[1],
+            self.decay(ctx),
+            ctx,
+        )
+    }
+
+    fn apply_single_gated(
+        &self,
+        grad: &Array,
+        param: &Array,
+        slots: &[Array],
+        gate: &Gate,
+    ) -> Result<(Array, Vec<Array>)> {
+        let decay = |ctx: &StepContext| self.decay(ctx);
+        adam_gated(self, &self.config, grad, param, slots, decay, gate)
     }
 }

@@ -58,6 +58,16 @@ pub enum Error {
         /// The saved shape and dtype.
         found: String,
     },
+    /// Gated steps (see [`crate::Gate`]) whose outcome the host has not been
+    /// told yet ([`crate::OptimizerState::settle`]) where the step count
+    /// must be known: saving the state, or an ungated step.
+    #[error(
+        "{0}: {1} gated step(s) are not settled yet (call OptimizerState::settle with each outcome first)"
+    )]
+    Unsettled(&'static str, usize),
+    /// [`crate::OptimizerState::settle`] with no gated step pending.
+    #[error("no gated step is waiting to be settled")]
+    NothingToSettle,
     /// A state file that is readable but not optimizer state.
     #[error("{file}: {message}")]
     Format {

@@ -13,6 +13,14 @@
 //! the same buffer layout and in-place rule: a GPU training step then keeps
 //! every parameter and moment on the device, and uploads no per-step
 //! scalar coefficients (they travel with the dispatch's arguments).
+//!
+//! A gated step (see [`crate::Gate`]) takes one more input, a float32
+//! scalar computed on the device: 0 keeps the parameter and moments as
+//! they are (PyTorch's fused Adam with `found_inf`), `j + 1` applies the
+//! step with the `j`-th of its candidate coefficients (one per step count
+//! the host cannot rule out yet). The decision is read inside the kernel,
+//! so skipping costs no extra pass and no host read: the in-place kernel
+//! then writes nothing, the others copy their inputs.
 
 use mlx_array::{Array, ArrayData, Dtype, OutputSpec, Primitive, Result};
 use rayon::prelude::*;
@@ -39,8 +47,52 @@ pub(crate) struct AdamCoefficients {
     pub eps: f32,
 }
 
+/// The coefficients one fused step may use.
+#[derive(Clone, Debug)]
+pub(crate) struct StepCoefficients {
+    /// One set per candidate step count (the first is the step's when
+    /// ungated); all share `decay.is_some()` and `denominator.is_some()`.
+    pub candidates: Vec<AdamCoefficients>,
+    /// The primitive's last input is the gate's control scalar: 0 keeps
+    /// the state, `j + 1` applies candidate `j`.
+    pub gated: bool,
+}
+
+impl StepCoefficients {
+    /// An ordinary step with coefficients `c`.
+    pub(crate) fn always(c: AdamCoefficients) -> StepCoefficients {
+        StepCoefficients {
+            candidates: vec![c],
+            gated: false,
+        }
+    }
+
+    /// The coefficients to apply, read from the control input (the last of
+    /// `data`, on the host) when gated; `None`: keep the state.
+    fn chosen(&self, data: &[ArrayData]) -> Result<Option<AdamCoefficients>> {
+        if !self.gated {
+            return Ok(Some(self.candidates[0]));
+        }
+        let control = data[data.len() - 1].as_slice::<f32>(1)[0];
+        if control == 0.0 {
+            return Ok(None);
+        }
+        let j = control as usize;
+        match self.candidates.get(j.wrapping_sub(1)) {
+            Some(c) if control == j as f32 => Ok(Some(*c)),
+            _ => Err(mlx_array::Error::eval(
+                "fused_adam",
+                format!(
+                    "gate control {control} chooses none of {} candidates",
+                    self.candidates.len()
+                ),
+            )),
+        }
+    }
+}
+
 #[derive(Debug)]
-struct FusedAdam(AdamCoefficients);
+struct FusedAdam(StepCoefficients);
 
 impl Primitive for FusedAdam {
     fn name(&self) -> &'static str {
@@ -50,9 +102,12 @@ impl Primitive for FusedAdam {
     fn eval_cpu_outputs(&self, inputs: &[Array], outputs: &[OutputSpec]) -> Result<Vec<ArrayData>> {
         let n = inputs[0].size();
         let data: Vec<ArrayData> = inputs.iter().map(Array::data).collect::<Result<_>>()?;
-        let c = self.0;
         let shape = &outputs[0].shape;
-        if rows_donated(inputs, &data, &[0, 2, 3], n, 1) {
+        let donated = rows_donated(inputs, &data, &[0, 2, 3], n, 1);
+        let Some(c) = self.0.chosen(&data)? else {
+            return Ok(kept(&data, &[0, 2, 3], donated, shape));
+        };
+        if donated {
             // SAFETY: `rows_donated` proved that the three rows of this buffer are
             // seen only through this node's inputs, which it consumes.
             let buf = unsafe { data[0].as_mut_slice_unchecked::<f32>(3 * n) };
@@ -107,6 +162,23 @@ fn rows(buffer: &ArrayData, shape: &[usize], count: usize) -> Vec<ArrayData> {
     (0..count)
         .map(|k| ArrayData::new(buffer.storage().clone(), strides.clone(), k * n))
         .collect()
+}
+
+/// The outputs of a skipped step: the state rows `rows` of `data` as they
+/// are, their own buffer when `donated`, else copied into a new one (the
+/// outputs are always the rows of one buffer, which the next step may
+/// donate).
+fn kept(data: &[ArrayData], rows_of: &[usize], donated: bool, shape: &[usize]) -> Vec<ArrayData> {
+    if donated {
+        return rows(&data[rows_of[0]], shape, rows_of.len());
+    }
+    let n: usize = shape.iter().product();
+    let mut result = ArrayData::alloc(&[rows_of.len() * n], Dtype::F32);
+    let buf = result.as_mut_slice::<f32>(rows_of.len() * n);
+    for (k, &i) in rows_of.iter().enumerate() {
+        buf[k * n..(k + 1) * n].copy_from_slice(data[i].as_slice::<f32>(n));
+    }
+    rows(&result, shape, rows_of.len())
 }
 
 /// True when the step may write over its inputs: the inputs `rows` are rows
@@ -167,7 +239,7 @@ fn parameter(c: &AdamCoefficients, p: f32, m: f32, v: f32) -> f32 {
 /// over `m` and `v` when they are the rows of an earlier output that nothing
 /// else sees.
 #[derive(Debug)]
-struct FusedAdamMoments(AdamCoefficients);
+struct FusedAdamMoments(StepCoefficients);
 
 impl Primitive for FusedAdamMoments {
     fn name(&self) -> &'static str {
@@ -177,8 +249,11 @@ impl Primitive for FusedAdamMoments {
     fn eval_cpu_outputs(&self, inputs: &[Array], outputs: &[OutputSpec]) -> Result<Vec<ArrayData>> {
         let n = inputs[0].size();
         let data: Vec<ArrayData> = inputs.iter().map(Array::data).collect::<Result<_>>()?;
-        let c = self.0;
         let shape = &outputs[0].shape;
+        let donated = rows_donated(inputs, &data, &[1, 2], n, 0);
+        let Some(c) = self.0.chosen(&data)? else {
+            return Ok(kept(&data, &[1, 2], donated, shape));
+        };
         let g = data[0].as_slice::<f32>(n);
         let step = |m: &mut [f32], v: &mut [f32], g: &[f32], old: Option<(&[f32], &[f32])>| {
             for j in 0..m.len() {
@@ -186,7 +261,7 @@ impl Primitive for FusedAdamMoments {
                 (m[j], v[j]) = moments(&c, g[j], mo, vo);
             }
         };
-        if rows_donated(inputs, &data, &[1, 2], n, 0) {
+        if donated {
             // SAFETY: `rows_donated` proved that both rows of this buffer
             // are seen only through this node's inputs, which it consumes.
             let buf = unsafe { data[1].as_mut_slice_unchecked::<f32>(2 * n) };
@@ -221,7 +296,7 @@ impl Primitive for FusedAdamMoments {
 
 /// The parameter half: `[p, m', v']` (the outputs above) to `p'`.
 #[derive(Debug)]
-struct FusedAdamParameter(AdamCoefficients);
+struct FusedAdamParameter(StepCoefficients);
 
 impl Primitive for FusedAdamParameter {
     fn name(&self) -> &'static str {
@@ -230,8 +305,11 @@ impl Primitive for FusedAdamParameter {
 
     fn eval_cpu(&self, inputs: &[Array], out: &Array) -> Result<ArrayData> {
         let n = inputs[0].size();
-        let c = self.0;
-        let (pd, md, vd) = (inputs[0].data()?, inputs[1].data()?, inputs[2].data()?);
+        let data: Vec<ArrayData> = inputs.iter().map(Array::data).collect::<Result<_>>()?;
+        let Some(c) = self.0.chosen(&data)? else {
+            return Ok(kept(&data, &[0], false, out.shape()).remove(0));
+        };
+        let (pd, md, vd) = (&data[0], &data[1], &data[2]);
         let (p, m, v) = (
             pd.as_slice::<f32>(n),
             md.as_slice::<f32>(n),
@@ -278,9 +356,28 @@ pub(crate) fn adam_step(
     m: &Array,
     v: &Array,
 ) -> Result<(Array, Array, Array)> {
+    adam_step_with(StepCoefficients::always(c), None, param, grad, m, v)
+}
+
+/// [`adam_step`] with candidate coefficients and, when `control` is given
+/// (the gate's control scalar: see [`StepCoefficients::gated`]), applied
+/// only where it says so.
+pub(crate) fn adam_step_with(
+    c: StepCoefficients,
+    control: Option<&Array>,
+    param: &Array,
+    grad: &Array,
+    m: &Array,
+    v: &Array,
+) -> Result<(Array, Array, Array)> {
+    let c = StepCoefficients {
+        gated: control.is_some(),
+        ..c
+    };
     let shape = param.shape().to_vec();
     let inputs = [param, grad, m, v]
-        .iter()
+        .into_iter()
+        .chain(control)
         .map(|a| a.contiguous())
         .collect::<Result<Vec<_>>>()?;
     let [p, m, v]: [Array; 3] =
@@ -311,16 +408,37 @@ pub(crate) fn adam_step_apart(
     m: &Array,
     v: &Array,
 ) -> Result<(Array, Array, Array)> {
+    adam_step_apart_with(StepCoefficients::always(c), None, param, grad, m, v)
+}
+
+/// [`adam_step_apart`] with candidate coefficients and, when `control` is
+/// given, applied only where it says so (both halves read it).
+pub(crate) fn adam_step_apart_with(
+    c: StepCoefficients,
+    control: Option<&Array>,
+    param: &Array,
+    grad: &Array,
+    m: &Array,
+    v: &Array,
+) -> Result<(Array, Array, Array)> {
+    let c = StepCoefficients {
+        gated: control.is_some(),
+        ..c
+    };
     let shape = param.shape().to_vec();
     let [param, grad, m, v] = [param, grad, m, v].map(|a| a.contiguous());
+    let control = control.map(Array::contiguous).transpose()?;
     let moments = Array::from_primitive_outputs(
-        FusedAdamMoments(c),
-        vec![grad?, m?, v?],
+        FusedAdamMoments(c.clone()),
+        [grad?, m?, v?].into_iter().chain(control.clone()).collect(),
         f32_outputs(&shape, 2),
     );
     let p = Array::from_primitive(
         FusedAdamParameter(c),
-        vec![param?, moments[0].clone(), moments[1].clone()],
+        [param?, moments[0].clone(), moments[1].clone()]
+            .into_iter()
+            .chain(control)
+            .collect(),
         shape,
         Dtype::F32,
     );

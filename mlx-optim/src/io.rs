@@ -31,6 +31,12 @@ pub(crate) fn save_state_sharded(
     learning_rate: f64,
     shard: Option<(usize, usize)>,
 ) -> Result<()> {
+    if !state.pending().is_empty() {
+        return Err(Error::Unsettled(
+            "saving the optimizer state",
+            state.pending().len(),
+        ));
+    }
     let step = i64::try_from(state.step())
         .map_err(|_| Error::Config(format!("step {} does not fit int64", state.step())))?;
     let mut arrays = vec![

@@ -50,8 +50,10 @@
 
 mod adam;
 mod clip;
+mod device_scale;
 mod error;
 mod fused;
+mod gate;
 mod io;
 mod loss_scale;
 mod module;
@@ -65,7 +67,9 @@ mod tree_util;
 
 pub use adam::{Adam, AdamConfig, AdamW};
 pub use clip::{clip_by_norm_squared, clip_grad_norm};
+pub use device_scale::DeviceLossScaler;
 pub use error::{Error, Result};
+pub use gate::Gate;
 pub use loss_scale::{LossScaler, non_finite_flag};
 pub use module::ModuleOptimizer;
 pub use optimizer::{Optimizer, StepContext};

@@ -7,6 +7,11 @@
 //! are not all finite the step is skipped and the scale halved; after
 //! `growth_interval` good steps in a row it doubles.
 //!
+//! This scaler decides on the host, so its step must read the overflow
+//! flag back first; [`crate::DeviceLossScaler`] makes the same decisions
+//! on the device, with no read inside the step, and keeps one of these as
+//! the host's settled view.
+//!
 //! ```
 //! use mlx_optim::LossScaler;
 //! let mut s = LossScaler::new();
@@ -64,6 +69,11 @@ impl LossScaler {
     /// Good steps in a row after which the scale doubles.
     pub fn growth_interval(&self) -> u64 {
         self.growth_interval
+    }
+
+    /// Finite steps in a row since the scale last changed.
+    pub fn good_steps(&self) -> u64 {
+        self.good_steps
     }
 
     /// Steps skipped so far because their gradients were not finite.

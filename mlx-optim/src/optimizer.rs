@@ -5,6 +5,7 @@ use std::path::Path;
 
 use mlx_array::{Array, Tree};
 
+use crate::gate::{self, Gate};
 use crate::schedule::Schedule;
 use crate::state::OptimizerState;
 use crate::{Error, Result};
@@ -68,6 +69,21 @@ pub trait Optimizer {
         slots: &[Array],
         ctx: &StepContext,
     ) -> Result<(Array, Vec<Array>)>;
+
+    /// The update of one parameter in a gated step (see [`Gate`]): the
+    /// new parameter and slots where the gate applies the step (with the
+    /// candidate context it chooses), the given ones where it keeps them.
+    /// The default builds every candidate op by op and selects; rules
+    /// with a fused kernel read the gate inside it.
+    fn apply_single_gated(
+        &self,
+        grad: &Array,
+        param: &Array,
+        slots: &[Array],
+        gate: &Gate,
+    ) -> Result<(Array, Vec<Array>)> {
+        gate::select(self, grad, param, slots, gate)
+    }
 
     /// The learning-rate schedule.
     fn schedule(&self) -> &Schedule;
@@ -139,47 +155,23 @@ pub trait Optimizer {
     /// another shape, is an error naming it. Increments the step. On error
     /// the state is unchanged.
     fn apply_gradients(&mut self, grads: &Tree, params: &Tree) -> Result<Tree> {
-        self.validate()?;
-        let step = self.step();
-        let ctx = StepContext {
-            learning_rate: self.next_learning_rate(),
-            step: step + 1,
-            parameter_apart: false,
-        };
-        let names: Vec<&'static str> = self.slot_names().to_vec();
-        let mut new_params: HashMap<String, Array> = HashMap::new();
-        let mut new_slots = Vec::new();
-        for (path, g) in grads.flatten() {
-            let p = params
-                .get_array(&path)
-                .ok_or_else(|| Error::NoParameter(path.clone()))?;
-            if p.shape() != g.shape() {
-                return Err(Error::GradientShape {
-                    param: path,
-                    expected: p.shape().to_vec(),
-                    grad: g.shape().to_vec(),
-                });
-            }
-            let slots = names
-                .iter()
-                .map(|s| match self.state().get(&path, s) {
-                    Some(a) => Ok(a.clone()),
-                    None => self.init_slot(s, &g),
-                })
-                .collect::<Result<Vec<_>>>()?;
-            let (np, ns) = self.apply_single(&g, p, &slots, &ctx)?;
-            debug_assert_eq!(ns.len(), names.len());
-            new_slots.push((path.clone(), ns));
-            new_params.insert(path, np);
-        }
-        let state = self.state_mut();
-        for (path, slots) in new_slots {
-            for (name, a) in names.iter().zip(slots) {
-                state.set(&path, name, a);
-            }
-        }
-        state.set_step(step + 1);
-        Ok(grads.map(|path, _| Ok(new_params[path].clone()))?)
+        apply_tree(self, grads, params, None)
+    }
+
+    /// [`Optimizer::apply_gradients`] decided on the device: where `apply`
+    /// (a 0-d float32 array holding exactly 1 or 0, typically "the
+    /// gradients are finite") is 0 the returned parameters and the new
+    /// slots equal the old ones, bit for bit. Nothing is read back: the
+    /// step is recorded as pending in the state, and the step count
+    /// advances when the host settles it
+    /// ([`OptimizerState::settle`]) with the flag's value.
+    fn apply_gradients_gated(
+        &mut self,
+        grads: &Tree,
+        params: &Tree,
+        apply: &Array,
+    ) -> Result<Tree> {
+        apply_tree(self, grads, params, Some(apply))
     }
 
     /// Applies `grads` and writes the updated arrays into `params` in place
@@ -209,4 +201,71 @@ pub trait Optimizer {
         *self.state_mut() = state;
         Ok(())
     }
+}
+
+/// [`Optimizer::apply_gradients`], gated by `apply` when given (see
+/// [`Optimizer::apply_gradients_gated`]).
+fn apply_tree<O: Optimizer + ?Sized>(
+    opt: &mut O,
+    grads: &Tree,
+    params: &Tree,
+    apply: Option<&Array>,
+) -> Result<Tree> {
+    opt.validate()?;
+    let step = opt.step();
+    let gate = match apply {
+        Some(a) => Some(Gate::next(opt, a, false)?),
+        None if !opt.state().pending().is_empty() => {
+            return Err(Error::Unsettled(
+                "an ungated step",
+                opt.state().pending().len(),
+            ));
+        }
+        None => None,
+    };
+    let ctx = StepContext {
+        learning_rate: opt.next_learning_rate(),
+        step: step + 1,
+        parameter_apart: false,
+    };
+    let names: Vec<&'static str> = opt.slot_names().to_vec();
+    let mut new_params: HashMap<String, Array> = HashMap::new();
+    let mut new_slots = Vec::new();
+    for (path, g) in grads.flatten() {
+        let p = params
+            .get_array(&path)
+            .ok_or_else(|| Error::NoParameter(path.clone()))?;
+        if p.shape() != g.shape() {
+            return Err(Error::GradientShape {
+                param: path,
+                expected: p.shape().to_vec(),
+                grad: g.shape().to_vec(),
+            });
+        }
+        let slots = names
+            .iter()
+            .map(|s| match opt.state().get(&path, s) {
+                Some(a) => Ok(a.clone()),
+                None => opt.init_slot(s, &g),
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let (np, ns) = match &gate {
+            Some(gate) => opt.apply_single_gated(&g, p, &slots, gate)?,
+            None => opt.apply_single(&g, p, &slots, &ctx)?,
+        };
+        debug_assert_eq!(ns.len(), names.len());
+        new_slots.push((path.clone(), ns));
+        new_params.insert(path, np);
+    }
+    let state = opt.state_mut();
+    for (path, slots) in new_slots {
+        for (name, a) in names.iter().zip(slots) {
+            state.set(&path, name, a);
+        }
+    }
+    match apply {
+        Some(a) => state.push_pending(a.astype(mlx_array::Dtype::F32)?),
+        None => state.set_step(step + 1),
+    }
+    Ok(grads.map(|path, _| Ok(new_params[path].clone()))?)
 }

@@ -23,6 +23,7 @@ use std::path::Path;
 use mlx_array::{Array, Dtype, Tree, concatenate};
 use mlx_dist::Group;
 
+use crate::gate::Gate;
 use crate::optimizer::{Optimizer, StepContext};
 use crate::schedule::Schedule;
 use crate::state::OptimizerState;
@@ -152,8 +153,40 @@ impl<O: Optimizer> Sharded<O> {
     /// like `shards`. Increments the step; lazy; on error the state is
     /// unchanged.
     pub fn apply_shards(&mut self, shards: &Tree, params: &Tree) -> Result<Tree> {
+        self.apply_shards_with(shards, params, None)
+    }
+
+    /// [`Self::apply_shards`] decided on the device, as
+    /// [`Optimizer::apply_gradients_gated`]: where `apply` is 0 every
+    /// shard (and so every gathered parameter) and slot keeps its value.
+    /// Every rank must pass the same flag (sum the ranks' overflow flags).
+    pub fn apply_shards_gated(
+        &mut self,
+        shards: &Tree,
+        params: &Tree,
+        apply: &Array,
+    ) -> Result<Tree> {
+        self.apply_shards_with(shards, params, Some(apply))
+    }
+
+    fn apply_shards_with(
+        &mut self,
+        shards: &Tree,
+        params: &Tree,
+        apply: Option<&Array>,
+    ) -> Result<Tree> {
         let (r, w) = self.world();
         self.inner.validate()?;
+        let gate = match apply {
+            Some(a) => Some(Gate::next(&self.inner, a, true)?),
+            None if !self.inner.state().pending().is_empty() => {
+                return Err(Error::Unsettled(
+                    "an ungated step",
+                    self.inner.state().pending().len(),
+                ));
+            }
+            None => None,
+        };
         let step = self.inner.step();
         let ctx = StepContext {
             learning_rate: self.inner.next_learning_rate(),
@@ -184,9 +217,11 @@ impl<O: Optimizer> Sharded<O> {
                     None => self.inner.init_slot(s, g),
                 })
                 .collect::<Result<Vec<_>>>()?;
-            let (np, ns) = self
-                .inner
-                .apply_single(g, &shard_of(p, r, w)?, &slots, &ctx)?;
+            let shard = shard_of(p, r, w)?;
+            let (np, ns) = match &gate {
+                Some(gate) => self.inner.apply_single_gated(g, &shard, &slots, gate)?,
+                None => self.inner.apply_single(g, &shard, &slots, &ctx)?,
+            };
             whole.push(p.clone());
             new_shards.push(np);
             new_slots.push((path.clone(), ns));
@@ -212,7 +247,10 @@ impl<O: Optimizer> Sharded<O> {
                 state.set(&path, name, a);
             }
         }
-        state.set_step(step + 1);
+        match apply {
+            Some(a) => state.push_pending(a.astype(Dtype::F32)?),
+            None => state.set_step(step + 1),
+        }
         Ok(shards.map(|path, _| Ok(gathered[path].clone()))?)
     }
 }
@@ -266,6 +304,16 @@ impl<O: Optimizer> Optimizer for Sharded<O> {
         self.inner.apply_single(grad, param, slots, ctx)
     }
 
+    fn apply_single_gated(
+        &self,
+        grad: &Array,
+        param: &Array,
+        slots: &[Array],
+        gate: &Gate,
+    ) -> Result<(Array, Vec<Array>)> {
+        self.inner.apply_single_gated(grad, param, slots, gate)
+    }
+
     fn schedule(&self) -> &Schedule {
         self.inner.schedule()
     }
@@ -307,6 +355,20 @@ impl<O: Optimizer> Optimizer for Sharded<O> {
         }
         let shards = self.shard_gradients(grads)?;
         self.apply_shards(&shards, params)
+    }
+
+    /// [`Optimizer::apply_gradients`]'s sharding, gated by `apply`.
+    fn apply_gradients_gated(
+        &mut self,
+        grads: &Tree,
+        params: &Tree,
+        apply: &Array,
+    ) -> Result<Tree> {
+        if self.group.size() == 1 {
+            return self.inner.apply_gradients_gated(grads, params, apply);
+        }
+        let shards = self.shard_gradients(grads)?;
+        self.apply_shards_gated(&shards, params, apply)
     }
 
     /// Saves this rank's shard of the state (give every rank its own path),

@@ -34,6 +34,9 @@ use crate::Result;
 pub struct OptimizerState {
     step: u64,
     params: BTreeMap<String, BTreeMap<String, Array>>,
+    /// The gates of the steps built since the last settled one, oldest
+    /// first (see [`crate::Gate`]): 0-d float32, 1 where the step applies.
+    pending: Vec<Array>,
 }
 
 impl OptimizerState {
@@ -42,9 +45,47 @@ impl OptimizerState {
         Self::default()
     }
 
-    /// Number of updates applied so far.
+    /// Number of updates applied so far: with gated steps pending, those
+    /// the host knows of (see [`OptimizerState::settle`]).
     pub fn step(&self) -> u64 {
         self.step
+    }
+
+    /// The apply flags of the gated steps whose outcome the host has not
+    /// been told yet, oldest first (lazy 0-d float32 arrays, 1 or 0).
+    pub fn pending(&self) -> &[Array] {
+        &self.pending
+    }
+
+    /// Records a gated step built on this state (its flag `apply`).
+    pub(crate) fn push_pending(&mut self, apply: Array) {
+        self.pending.push(apply);
+    }
+
+    /// Tells the state the outcome of its oldest pending gated step (read
+    /// from its flag, typically with the step's loss): the step count
+    /// advances when it was `applied`. Fails when no step is pending.
+    ///
+    /// ```
+    /// use mlx_array::{Array, Dtype, Tree};
+    /// use mlx_optim::{Adam, Optimizer};
+    /// let mut params = Tree::unflatten([("w".to_string(), Array::ones(&[2], Dtype::F32))]).unwrap();
+    /// let grads = params.clone();
+    /// let mut opt = Adam::new(0.1);
+    /// let skip = Array::zeros(&[], Dtype::F32);
+    /// let new = opt.apply_gradients_gated(&grads, &params, &skip).unwrap();
+    /// assert_eq!(new.get_array("w").unwrap().to_vec::<f32>().unwrap(), [1.0, 1.0]);
+    /// assert_eq!((opt.step(), opt.state().pending().len()), (0, 1));
+    /// opt.state_mut().settle(false).unwrap();
+    /// assert_eq!((opt.step(), opt.state().pending().len()), (0, 0));
+    /// ```
+    pub fn settle(&mut self, applied: bool) -> Result<()> {
+        if self.pending.is_empty() {
+            return Err(crate::Error::NothingToSettle);
+        }
+        self.pending.remove(0);
+        self.step += u64::from(applied);
+        Ok(())
     }
 
     /// Sets the step count (the schedules read it; see [`crate::Optimizer::step`]).
@@ -114,5 +155,6 @@ impl Evaluable for OptimizerState {
         for slots in self.params.values() {
             out.extend(slots.values().cloned());
         }
+        out.extend(self.pending.iter().cloned());
     }
 }

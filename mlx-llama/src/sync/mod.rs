@@ -93,8 +93,14 @@ pub(crate) trait GradSync {
 
     /// One optimizer step: the new parameters of `params` (the model as
     /// this rank trains it) from `grads` (from [`GradSync::reduce`] or
-    /// [`GradSync::clip`]). Lazy.
-    fn apply(&mut self, grads: Tree, params: Tree) -> Result<Tree>;
+    /// [`GradSync::clip`]). With `gate` (a 0-d float32, 1 or 0, the same
+    /// on every rank) the device applies the step only where it is 1
+    /// (see [`mlx_optim::Gate`]); [`GradSync::settle`] it later. Lazy.
+    fn apply(&mut self, grads: Tree, params: Tree, gate: Option<&Array>) -> Result<Tree>;
+
+    /// Tells the optimizer whether its oldest gated step was applied (its
+    /// gate read on the host), so that its step count follows.
+    fn settle(&mut self, applied: bool) -> Result<()>;
 
     /// The optimizer: its learning rate and state.
     fn optimizer(&self) -> &dyn Optimizer;

@@ -80,9 +80,18 @@ impl GradSync for Replicated {
         mlx_optim::clip_grad_norm(&grads, max_norm).map_err(|e| anyhow!("{e}"))
     }
 
-    fn apply(&mut self, grads: Tree, params: Tree) -> Result<Tree> {
+    fn apply(&mut self, grads: Tree, params: Tree, gate: Option<&Array>) -> Result<Tree> {
+        match gate {
+            Some(g) => self.opt.apply_gradients_gated(&grads, &params, g),
+            None => self.opt.apply_gradients(&grads, &params),
+        }
+        .map_err(|e| anyhow!("{e}"))
+    }
+
+    fn settle(&mut self, applied: bool) -> Result<()> {
         self.opt
-            .apply_gradients(&grads, &params)
+            .state_mut()
+            .settle(applied)
             .map_err(|e| anyhow!("{e}"))
     }
 

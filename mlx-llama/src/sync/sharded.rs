@@ -82,9 +82,18 @@ impl GradSync for Sharded {
             .map_err(|e| anyhow!("{e}"))
     }
 
-    fn apply(&mut self, grads: Tree, params: Tree) -> Result<Tree> {
+    fn apply(&mut self, grads: Tree, params: Tree, gate: Option<&Array>) -> Result<Tree> {
+        match gate {
+            Some(g) => self.opt.apply_shards_gated(&grads, &params, g),
+            None => self.opt.apply_shards(&grads, &params),
+        }
+        .map_err(|e| anyhow!("{e}"))
+    }
+
+    fn settle(&mut self, applied: bool) -> Result<()> {
         self.opt
-            .apply_shards(&grads, &params)
+            .state_mut()
+            .settle(applied)
             .map_err(|e| anyhow!("{e}"))
     }
 

@@ -141,8 +141,12 @@ impl GradSync for TensorParallel {
         })?)
     }
 
-    fn apply(&mut self, grads: Tree, params: Tree) -> Result<Tree> {
-        self.replicas.apply(grads, params)
+    fn apply(&mut self, grads: Tree, params: Tree, gate: Option<&Array>) -> Result<Tree> {
+        self.replicas.apply(grads, params, gate)
+    }
+
+    fn settle(&mut self, applied: bool) -> Result<()> {
+        self.replicas.settle(applied)
     }
 
     fn optimizer(&self) -> &dyn Optimizer {

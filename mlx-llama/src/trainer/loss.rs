@@ -16,17 +16,25 @@ type LossAndGrads = Box<dyn Fn(&mut Llama, &(Micro, f64)) -> mlx_array::Result<(
 
 /// The summed loss of `micros` and this rank's own gradients of it, summed
 /// over the micro-batches. A micro-batch's loss is its masked token losses
-/// times `scale`, summed; the fused loss computes its gradient in the same
+/// times `scale` (and times `loss_scale`, a 0-d array on the device, when
+/// given), summed; the fused loss computes its gradient in the same
 /// pass. With `compute` the model runs in that dtype, its gradients coming
 /// back in float32 ([`mlx_nn::value_and_grad_in`]). Lazy.
 pub(super) fn loss_and_grads(
     model: &mut Llama,
     micros: Vec<Micro>,
     scale: f64,
+    loss_scale: Option<&Array>,
     compute: Option<Dtype>,
 ) -> Result<(Array, Tree)> {
-    let f = |m: &Llama, (micro, scale): &(Micro, f64)| {
-        m.loss(&micro.x, &micro.y, &micro.mask.mul_scalar(*scale)?)
+    let loss_scale = loss_scale.cloned();
+    let f = move |m: &Llama, (micro, scale): &(Micro, f64)| {
+        let mask = micro.mask.mul_scalar(*scale)?;
+        let mask = match &loss_scale {
+            Some(s) => mask.mul(&s.astype(mask.dtype())?)?,
+            None => mask,
+        };
+        m.loss(&micro.x, &micro.y, &mask)
     };
     let vg: LossAndGrads = match compute {
         Some(d) => Box::new(value_and_grad_in(d, f)),

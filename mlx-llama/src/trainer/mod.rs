@@ -31,7 +31,7 @@ use crate::Llama;
 use crate::config::TrainConfig;
 use crate::sync::{self, EMBEDDING, GradSync, SavedState};
 use batch::StepBatch;
-use precision::{Checked, Precision};
+use precision::Precision;
 use record::{Recorder, Stepped};
 
 pub use record::{StepTransfers, Summary};
@@ -160,10 +160,14 @@ struct Queued {
     /// The world's mean loss.
     loss: mlx_array::HostRead,
     grad_norm: Option<mlx_array::HostRead>,
+    /// A float16 step's flag: 1 when its gradients were finite and its
+    /// update applied, 0 when the device skipped it.
+    finite: Option<mlx_array::HostRead>,
+    /// The learning rate of an ungated step (a gated one's is known once
+    /// the steps before it are settled).
     learning_rate: f64,
     comm: mlx_array::eval::CommunicationTimes,
     drawn: Vec<batch::Drawn>,
-    loss_scale: Option<f64>,
 }
 
 impl<'a> Run<'a> {
@@ -192,7 +196,7 @@ impl<'a> Run<'a> {
         let mut model = setup::model(cfg, data.tokenizer.vocab_size())?;
         let mut train_loader = setup::loader(data.train.clone(), cfg, &group, batch)?;
         let val_loader = setup::loader(data.validation.clone(), cfg, &group, batch)?;
-        let mut precision = Precision::for_config(cfg);
+        let mut precision = Precision::for_config(cfg)?;
         // Resumed whole (a checkpoint holds the whole model), then cut.
         let first_step = checkpoints::resume(
             cfg,
@@ -267,48 +271,38 @@ impl<'a> Run<'a> {
             self.sparse_embedding,
         )?;
         let drawn = batch.micros.iter().map(|m| m.drawn.clone()).collect();
-        let loss_scale = self.precision.loss_scale();
+        let loss_scale = self.precision.loss_scale().cloned();
         let (loss, grads) = loss::loss_and_grads(
             &mut self.model,
             batch.micros,
-            batch.scale * loss_scale,
+            batch.scale,
+            loss_scale.as_ref(),
             self.precision.compute,
         )?;
         let grads = self.sync.reduce(grads, batch.sparse.as_ref())?;
-        // The rate this step's update uses (read before it).
+        // The rate this step's update uses (read before it; a float16
+        // step's is read when the steps before it are settled).
         let learning_rate = self.sync.optimizer().next_learning_rate();
-        // Every rank of the world agrees whether to skip (the shards'
-        // gradients differ).
-        let grad_norm = match self.precision.check(grads, self.world)? {
-            Checked::Apply(grads) => {
-                let (grads, grad_norm) = self.clip(grads)?;
-                self.update(grads)?;
-                grad_norm
-            }
-            Checked::Skip(scale) => {
-                if self.world.rank() == 0 {
-                    tracing::warn!(
-                        step = step + 1,
-                        loss_scale = scale,
-                        skipped = self.precision.skipped(),
-                        "float16 gradients overflowed: the step is skipped and the loss scale halved"
-                    );
-                }
-                None
-            }
-        };
+        // With a loss scale, every rank of the world agrees on the device
+        // whether to apply the step (the shards' gradients differ): the
+        // update is gated by the flag, and the host reads it with the loss.
+        let (grads, finite) = self.precision.check(grads, self.world)?;
+        let (grads, grad_norm) = self.clip(grads)?;
+        self.update(grads, finite.as_ref())?;
         self.eval_step(&loss, &grad_norm)?;
+        let loss = match &loss_scale {
+            Some(s) => loss.div(s)?,
+            None => loss,
+        };
         let queued = Queued {
             done: step + 1,
             started: t0,
-            loss: self
-                .world_loss(&loss.div_scalar(loss_scale)?)?
-                .read_later()?,
+            loss: self.world_loss(&loss)?.read_later()?,
             grad_norm: grad_norm.map(|n| n.read_later()).transpose()?,
+            finite: finite.map(|f| f.read_later()).transpose()?,
             learning_rate,
             comm: mlx_array::eval::communication_times() - comm0,
             drawn,
-            loss_scale: self.precision.scale_if_any(),
         };
         // The previous step's loss has travelled while this one was recorded.
         self.finish_queued(t0)?;
@@ -343,15 +337,19 @@ impl<'a> Run<'a> {
         })
     }
 
-    /// The optimizer's update of the model's parameters (lazy).
-    fn update(&mut self, grads: Tree) -> Result<()> {
-        let new = self.sync.apply(grads, self.model.trainable_parameters())?;
+    /// The optimizer's update of the model's parameters, applied where
+    /// `gate` says so when given (lazy).
+    fn update(&mut self, grads: Tree, gate: Option<&Array>) -> Result<()> {
+        let new = self
+            .sync
+            .apply(grads, self.model.trainable_parameters(), gate)?;
         self.model.update(&new)?;
         Ok(())
     }
 
     /// Evaluates the step: its loss, the new parameters, the optimizer
-    /// state and the gradient norm.
+    /// state (with a float16 step's flag), the loss scale and the gradient
+    /// norm.
     fn eval_step(&self, loss: &Array, grad_norm: &Option<Array>) -> Result<()> {
         // New parameters last layer first: at world 1 the evaluator runs
         // each one's update as soon as the backward pass has produced its
@@ -363,7 +361,13 @@ impl<'a> Run<'a> {
         // after it (see `mlx_array::eval`).
         let mut updated = self.model.parameters().leaves();
         updated.reverse();
-        eval((loss, &updated, self.sync.optimizer().state(), grad_norm))?;
+        eval((
+            loss,
+            &updated,
+            self.sync.optimizer().state(),
+            &self.precision,
+            grad_norm,
+        ))?;
         Ok(())
     }
 
@@ -392,17 +396,37 @@ impl<'a> Run<'a> {
     /// add up to the run's); fails when the loss is not finite.
     fn finish(&mut self, q: Queued, eval_loss: Option<f32>, until: Instant) -> Result<()> {
         let loss = q.loss.item::<f32>()?;
+        let mut grad_norm = q.grad_norm.map(|n| n.item::<f32>()).transpose()?;
+        let mut learning_rate = q.learning_rate;
+        if let Some(flag) = q.finite {
+            let finite = flag.item::<f32>()? == 1.0;
+            // The steps before this one are settled: the optimizer's step
+            // count is the one this step's update was built for.
+            learning_rate = self.sync.optimizer().next_learning_rate();
+            self.sync.settle(finite)?;
+            if !self.precision.settle(finite) {
+                grad_norm = None;
+                if self.world.rank() == 0 {
+                    tracing::warn!(
+                        step = q.done,
+                        loss_scale = self.precision.scale_if_any(),
+                        skipped = self.precision.skipped(),
+                        "float16 gradients overflowed: the step is skipped and the loss scale halved"
+                    );
+                }
+            }
+        }
         if !loss.is_finite() {
             bail!("the loss became {loss} at step {}", q.done);
         }
         let stepped = Stepped {
             loss,
-            learning_rate: q.learning_rate,
+            learning_rate,
             seconds: (until - q.started).as_secs_f64(),
             comm: q.comm,
-            grad_norm: q.grad_norm.map(|n| n.item::<f32>()).transpose()?,
+            grad_norm,
             drawn: q.drawn,
-            loss_scale: q.loss_scale,
+            loss_scale: self.precision.scale_if_any(),
         };
         self.record.step(q.done, &stepped)?;
         if let Some(v) = eval_loss {

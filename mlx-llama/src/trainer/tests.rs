@@ -87,3 +87,52 @@ fn bf16_communication_trains_like_f32_and_steps_report_their_waits() {
         }
     }
 }
+
+/// float16 on two ranks, the optimizer state replicated and sharded: each
+/// step's overflow flag is summed over the ranks on the device and gates
+/// every rank's update, so every rank skips the same steps, both layouts
+/// skip alike (their ranks compute the same gradients) and overlapping the
+/// steps changes no loss or scale. A first scale of 2^22 overflows the
+/// first few steps (at world 2 a rank's loss weighs its tokens twice, so
+/// its scaled gradients are twice one rank's: it skips more steps).
+#[test]
+fn float16_on_two_ranks_skips_the_same_steps_on_every_rank() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = |name: &str, shard: bool, overlap: bool| TrainConfig {
+        dtype: crate::FloatDtype::F16,
+        loss_scale: Some(2f64.powi(22)),
+        shard_optimizer: shard,
+        overlap_steps: overlap,
+        ..tiny(&dir.path().join(name), 8)
+    };
+    let scale = |name: &str| {
+        let last = checkpoint::latest(&dir.path().join(name)).unwrap().unwrap();
+        std::fs::read_to_string(last.join("loss_scale.json")).unwrap()
+    };
+    let mut runs = vec![];
+    for shard in [false, true] {
+        for overlap in [true, false] {
+            let name = format!("{shard}-{overlap}");
+            runs.push((name.clone(), run(2, &cfg(&name, shard, overlap))));
+        }
+    }
+    let (first, want) = &runs[0];
+    let skipped = want[0].skipped_steps;
+    assert!(
+        (1..8).contains(&skipped),
+        "some steps skipped, some applied: {skipped}"
+    );
+    // Each skip halved the scale once: 2^22 / 2^skipped, no growth in 8 steps.
+    let settled: serde_json::Value = serde_json::from_str(&scale(first)).unwrap();
+    assert_eq!(
+        settled["scale"].as_f64(),
+        Some(2f64.powi(22 - skipped as i32))
+    );
+    for (name, ranks) in &runs {
+        for s in ranks {
+            assert_eq!(s.skipped_steps, skipped, "{name}");
+            assert_eq!(s.losses, want[0].losses, "{name}");
+        }
+        assert_eq!(scale(name), scale(first), "{name}");
+    }
+}

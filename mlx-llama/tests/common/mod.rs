@@ -117,8 +117,8 @@ fn newest_change(path: &Path) -> Option<SystemTime> {
 /// Trains `cfg` twice, overlapping each step with the next (the default)
 /// and waiting at every step (`--no-overlap-steps`), and checks that both
 /// give the same losses bit for bit, the same metrics rows in step order
-/// (loss, gradient norm, validation loss, learning rate) and the same
-/// checkpoints. `cfg` should validate and checkpoint in the middle of the
+/// (loss, gradient norm, validation loss, learning rate, loss scale), the
+/// same skipped steps and the same checkpoints (with their loss scales). `cfg` should validate and checkpoint in the middle of the
 /// run, so that steps finished at once and steps left queued alternate.
 ///
 /// `rel` is the relative difference allowed between the two runs' values:
@@ -139,7 +139,14 @@ pub fn overlapping_steps_change_nothing(cfg: &TrainConfig, rel: f64) {
             .lines()
             .map(|l| serde_json::from_str(l).unwrap())
             .collect();
-        let kept = ["step", "loss", "grad_norm", "eval_loss", "learning_rate"];
+        let kept = [
+            "step",
+            "loss",
+            "grad_norm",
+            "eval_loss",
+            "learning_rate",
+            "loss_scale",
+        ];
         let rows: Vec<Vec<serde_json::Value>> = rows
             .iter()
             .map(|r| kept.iter().map(|k| r[*k].clone()).collect())
@@ -151,7 +158,14 @@ pub fn overlapping_steps_change_nothing(cfg: &TrainConfig, rel: f64) {
             .filter(|n| n.starts_with("step_"))
             .collect();
         checkpoints.sort();
-        (summary, rows, checkpoints, weights(&out))
+        let scales: Vec<Option<String>> = checkpoints
+            .iter()
+            .map(|c| {
+                let path = out.join("checkpoints").join(c).join("loss_scale.json");
+                std::fs::read_to_string(path).ok()
+            })
+            .collect();
+        (summary, rows, (checkpoints, scales), weights(&out))
     };
     let (overlapped, rows, checkpoints, w) = run(true, "overlapped");
     let (waited, rows_waited, checkpoints_waited, w_waited) = run(false, "waited");
@@ -193,11 +207,12 @@ pub fn overlapping_steps_change_nothing(cfg: &TrainConfig, rel: f64) {
         "rows in step order"
     );
     assert_eq!(checkpoints, checkpoints_waited);
-    assert!(checkpoints.len() >= 2, "{checkpoints:?}");
+    assert!(checkpoints.0.len() >= 2, "{checkpoints:?}");
     assert_eq!(w.len(), w_waited.len());
     for ((n, a), (n_waited, b)) in w.iter().zip(&w_waited) {
         assert_eq!(n, n_waited);
         close(n, &f64s(a), &f64s(b));
     }
     assert_eq!(overlapped.step_ms.len(), waited.step_ms.len());
+    assert_eq!(overlapped.skipped_steps, waited.skipped_steps);
 }

@@ -16,6 +16,11 @@
 //! matches the CPU's within float32 rounding, bit for bit only where the
 //! driver rounds as IEEE does (lavapipe does).
 //!
+//! A gated step binds its control scalar last among the inputs: the kernel
+//! reads it first, and when it says "keep" writes nothing in place (or
+//! copies its inputs) and returns; otherwise it picks that candidate's
+//! coefficients from the dispatch's arguments, which carry every candidate.
+//!
 //! The state's buffer layout is the CPU's: `p'`, `m'`, `v'` the rows of one
 //! output buffer, written over the previous step's rows when they are
 //! donated (the kernel then binds that buffer alone, read and written, and
@@ -24,7 +29,7 @@
 use mlx_array::backend::gpu::custom;
 use mlx_array::{ArrayData, Dtype, Result};
 
-use super::{AdamCoefficients, rows};
+use super::{AdamCoefficients, StepCoefficients, rows};
 
 /// Threads per workgroup.
 const WORKGROUP: usize = 256;
@@ -61,22 +66,38 @@ impl Pass {
 }
 
 /// `params` words: `n`, the flags (bit 0: weight decay, bit 1: bias
-/// correction's denominator), the eight coefficients' bits, then the
-/// element offset of each bound buffer's view, in binding order (inputs,
-/// then the output).
-const OFFSETS_AT: usize = 10;
+/// correction's denominator), the element offset of each bound buffer's
+/// view, in binding order (inputs, then the output), the number of
+/// candidates, then the eight coefficients' bits of each.
+const OFFSETS_AT: usize = 2;
 
-/// The kernel's WGSL. In place, only `g` is an input and the rows are read
-/// from the output buffer itself.
-fn source(pass: Pass, in_place: bool) -> String {
-    let bound: Vec<&str> = if in_place {
+/// Coefficients per candidate in `params`.
+const COEFFICIENTS: usize = 8;
+
+/// The names of the buffers bound as inputs: in place only `g` (the rows
+/// are read from the output buffer itself), and a gated step's control.
+fn bound_names(pass: Pass, in_place: bool, gated: bool) -> Vec<&'static str> {
+    let mut bound: Vec<&str> = if in_place {
         vec!["g"]
     } else {
         pass.inputs().to_vec()
     };
+    if gated {
+        bound.push("ctl");
+    }
+    bound
+}
+
+/// The kernel's WGSL.
+fn source(pass: Pass, in_place: bool, gated: bool) -> String {
+    let bound = bound_names(pass, in_place, gated);
+    // After the offsets: the number of candidates, then their coefficients.
+    let count_at = OFFSETS_AT + bound.len() + 1;
+    let coefs_at = count_at + 1;
     let mut s = String::from(
         "@group(0) @binding(0) var<storage, read> params: array<u32>;\n\
-         fn coef(k: u32) -> f32 { return bitcast<f32>(params[k]); }\n",
+         var<private> cb: u32;\n\
+         fn coef(k: u32) -> f32 { return bitcast<f32>(params[cb + k]); }\n",
     );
     for (k, name) in bound.iter().enumerate() {
         s += &format!(
@@ -108,16 +129,37 @@ fn source(pass: Pass, in_place: bool) -> String {
         };
         s += &format!("    let {name}0 = {expr};\n");
     }
+    if gated {
+        // 0: keep the state (in place there is nothing to write); j + 1:
+        // candidate j (clamped: a kernel cannot fail).
+        let k = bound.len() - 1;
+        s += &format!(
+            "    let sel = u32(in_ctl[params[{}u]]);\n\
+             \x20   if (sel == 0u) {{\n",
+            OFFSETS_AT + k
+        );
+        if !in_place {
+            for (r, name) in pass.rows().iter().enumerate() {
+                s += &format!("        out[o + {r}u * n] = {name}0;\n");
+            }
+        }
+        s += &format!(
+            "        return;\n    }}\n\
+             \x20   cb = {coefs_at}u + {COEFFICIENTS}u * (min(sel, params[{count_at}u]) - 1u);\n"
+        );
+    } else {
+        s += &format!("    cb = {coefs_at}u;\n");
+    }
     // The coefficients: b1, 1 - b1, b2, 1 - b2, numerator, denominator, eps, decay.
-    let moments = "    let m1 = m0 * coef(2u) + g0 * coef(3u);\n\
-                   \x20   let v1 = v0 * coef(4u) + (g0 * g0) * coef(5u);\n";
+    let moments = "    let m1 = m0 * coef(0u) + g0 * coef(1u);\n\
+                   \x20   let v1 = v0 * coef(2u) + (g0 * g0) * coef(3u);\n";
     let parameter = |m: &str, v: &str| {
         format!(
             "    var p = p0;\n\
-             \x20   if ((flags & 1u) != 0u) {{ p = p * coef(9u); }}\n\
+             \x20   if ((flags & 1u) != 0u) {{ p = p * coef(7u); }}\n\
              \x20   var root = sqrt({v});\n\
-             \x20   if ((flags & 2u) != 0u) {{ root = root / coef(7u); }}\n\
-             \x20   let p1 = p - ({m} * coef(6u)) / (root + coef(8u));\n"
+             \x20   if ((flags & 2u) != 0u) {{ root = root / coef(5u); }}\n\
+             \x20   let p1 = p - ({m} * coef(4u)) / (root + coef(6u));\n"
         )
     };
     match pass {
@@ -140,36 +182,42 @@ fn source(pass: Pass, in_place: bool) -> String {
 }
 
 /// The `params` words for `n` elements, the views `bound` and the output.
-fn meta(c: &AdamCoefficients, n: usize, bound: &[&ArrayData], out: &ArrayData) -> Vec<u32> {
-    let flags = u32::from(c.decay.is_some()) | (u32::from(c.denominator.is_some()) << 1);
+fn meta(c: &StepCoefficients, n: usize, bound: &[&ArrayData], out: &ArrayData) -> Vec<u32> {
+    let first = &c.candidates[0];
+    let flags = u32::from(first.decay.is_some()) | (u32::from(first.denominator.is_some()) << 1);
     let mut m = vec![n as u32, flags];
-    m.extend(
-        [
-            c.b1,
-            c.one_minus_b1,
-            c.b2,
-            c.one_minus_b2,
-            c.numerator,
-            c.denominator.unwrap_or(1.0),
-            c.eps,
-            c.decay.unwrap_or(1.0),
-        ]
-        .map(f32::to_bits),
-    );
     debug_assert_eq!(m.len(), OFFSETS_AT);
     m.extend(bound.iter().map(|d| d.offset() as u32));
     m.push(out.offset() as u32);
+    m.push(c.candidates.len() as u32);
+    for c in &c.candidates {
+        m.extend(coefficients(c).map(f32::to_bits));
+    }
     m
 }
 
+/// One candidate's coefficients in the kernel's order.
+fn coefficients(c: &AdamCoefficients) -> [f32; COEFFICIENTS] {
+    [
+        c.b1,
+        c.one_minus_b1,
+        c.b2,
+        c.one_minus_b2,
+        c.numerator,
+        c.denominator.unwrap_or(1.0),
+        c.eps,
+        c.decay.unwrap_or(1.0),
+    ]
+}
+
 /// Runs `pass` over `data` (the inputs' data in [`Pass::inputs`] order,
-/// dense, on the GPU), `shape` elements each. `in_place`: the inputs that
-/// are rows of the output (every one but the gradient) are the donated
-/// rows of one buffer, which input `in_place` views from its start.
-/// Returns the output rows.
+/// then a gated step's control, dense, on the GPU), `shape` elements each.
+/// `in_place`: the inputs that are rows of the output (every one but the
+/// gradient) are the donated rows of one buffer, which input `in_place`
+/// views from its start. Returns the output rows.
 pub(super) fn run(
     pass: Pass,
-    c: &AdamCoefficients,
+    c: &StepCoefficients,
     data: &[ArrayData],
     shape: &[usize],
     in_place: Option<usize>,
@@ -185,21 +233,24 @@ pub(super) fn run(
         )));
     }
     let count = pass.rows().len();
-    let (bound, out): (Vec<&ArrayData>, ArrayData) = match in_place {
+    let (mut bound, out): (Vec<&ArrayData>, ArrayData) = match in_place {
         Some(first_row) => {
             let g = pass.inputs().iter().position(|i| *i == "g").expect("g");
             (vec![&data[g]], data[first_row].clone())
         }
         None => (
-            data.iter().collect(),
+            data[..pass.inputs().len()].iter().collect(),
             custom::alloc(&[count * n], Dtype::F32)?,
         ),
     };
+    if c.gated {
+        bound.push(&data[data.len() - 1]);
+    }
     if n > 0 {
-        let key = format!("fused_adam:{pass:?}:{}", in_place.is_some());
+        let key = format!("fused_adam:{pass:?}:{}:{}", in_place.is_some(), c.gated);
         custom::dispatch(
             &key,
-            || source(pass, in_place.is_some()),
+            || source(pass, in_place.is_some(), c.gated),
             &meta(c, n, &bound, &out),
             &bound,
             &out,

@@ -16,6 +16,12 @@
 //! rounding (WGSL's division and square root need not be correctly
 //! rounded, and drivers may contract a multiply-add).
 //!
+//! Gated steps (see [`crate::Gate`]): a skipped step returns its inputs bit
+//! for bit, also when it works in place on the previous step's buffer, and
+//! an applied one equals the ungated step, with the coefficients of the
+//! candidate the device's control picks (a wrong pick shows with bias
+//! correction, whose coefficients follow the step count).
+//!
 //! Gradients: an optimizer step is not differentiated; differentiating
 //! through one is refused, naming the primitive.
 
@@ -31,7 +37,7 @@ use super::{
     AdamCoefficients, FusedAdam, FusedAdamMoments, FusedAdamParameter, adam_step, adam_step_apart,
     applies,
 };
-use crate::{AdamW, Optimizer, StepContext};
+use crate::{AdamW, Gate, Optimizer, StepContext};
 
 /// Every fused Adam primitive's specification.
 pub(crate) fn specs() -> Vec<Spec> {
@@ -375,6 +381,7 @@ fn step_values(cx: &Ctx, apart: bool) {
                 "{what}: p', m' and v' share a buffer"
             );
         }
+        gated_values(cx, &case, apart, ins, &want, &slow, &g2, &what);
         let [p1, m1, v1] = fast;
         let fast2 = cx.on(|| build(h, true, apart, [&p1, &g2, &m1, &v1]));
         // The graph built, only it still sees step 1's outputs.
@@ -388,5 +395,103 @@ fn step_values(cx: &Ctx, apart: bool) {
                 "{what}: the second step must update the moments in their buffer"
             );
         }
+    }
+}
+
+// ---------------------------------------------------------------- gated steps
+
+/// `hyper`'s optimizer at the state before its step, with `pending` gated
+/// steps not settled, and the gate of its next step (`apply` 1 or 0),
+/// built on the default device: the control then picks the candidate of
+/// step count `hyper.step` when every pending step applied.
+fn gated_optimizer(hyper: &Hyper, apart: bool, apply: bool, pending: usize) -> (AdamW, Gate) {
+    let mut opt = hyper.optimizer(true);
+    let known = hyper.step - 1 - pending as u64;
+    opt.state_mut().set_step(known);
+    let one = || Array::full(&[], 1.0, Dtype::F32);
+    for _ in 0..pending {
+        opt.state_mut().push_pending(one());
+    }
+    let flag = Array::full(&[], f64::from(u8::from(apply)), Dtype::F32);
+    let gate = Gate::next(&opt, &flag, apart).expect("a gate");
+    (opt, gate)
+}
+
+/// One gated step of `hyper` on `[p, g, m, v]` on the default device, not
+/// evaluated.
+fn build_gated(
+    hyper: &Hyper,
+    apart: bool,
+    apply: bool,
+    pending: usize,
+    [p, g, m, v]: [&Array; 4],
+) -> [Array; 3] {
+    let (opt, gate) = gated_optimizer(hyper, apart, apply, pending);
+    let (p2, slots) = opt
+        .apply_single_gated(g, p, &[m.clone(), v.clone()], &gate)
+        .unwrap_or_else(|e| panic!("{hyper:?}: {e}"));
+    let [m2, v2]: [Array; 2] = slots.try_into().expect("two slots");
+    [p2, m2, v2]
+}
+
+/// The gated cases of one value case: skipped steps keep their inputs (in
+/// a new buffer, and in place on step 1's outputs), applied ones equal the
+/// ungated step `slow` (checked as [`check_step`] does), with 0 and 1
+/// pending steps before them.
+#[allow(clippy::too_many_arguments)]
+fn gated_values(
+    cx: &Ctx,
+    case: &Case,
+    apart: bool,
+    ins: [&Array; 4],
+    want: &[Nd; 3],
+    slow: &[Array; 3],
+    g2: &Array,
+    what: &str,
+) {
+    let h = &case.hyper;
+    for pending in 0..h.step.min(3) as usize {
+        let applied = cx.on(|| build_gated(h, apart, true, pending, ins));
+        mlx_array::eval(&applied[..]).unwrap_or_else(|e| panic!("{what}: {e}"));
+        check_step(
+            cx,
+            &applied,
+            want,
+            slow,
+            &format!("{what}, gated, {pending} pending"),
+        );
+        let kept = cx.on(|| build_gated(h, apart, false, pending, ins));
+        mlx_array::eval(&kept[..]).unwrap_or_else(|e| panic!("{what}: {e}"));
+        for (k, i) in [0, 2, 3].into_iter().enumerate() {
+            assert_eq!(
+                bits(&kept[k]),
+                bits(ins[i]),
+                "{what}, skipped, {pending} pending: {} must be the input",
+                NAMES[k]
+            );
+        }
+    }
+    // In place: a skipped step on step 1's outputs, with no other handle on
+    // them, leaves them in their buffer as they were.
+    let [p1, m1, v1] = step(cx.device(), h, true, apart, ins);
+    let before = [bits(&p1), bits(&m1), bits(&v1)];
+    let moments = buffer(&m1);
+    let kept = cx.on(|| build_gated(h, apart, false, 0, [&p1, g2, &m1, &v1]));
+    drop((p1, m1, v1));
+    mlx_array::eval(&kept[..]).unwrap_or_else(|e| panic!("{what}: {e}"));
+    for k in 0..3 {
+        assert_eq!(
+            bits(&kept[k]),
+            before[k],
+            "{what}, skipped in place: {}",
+            NAMES[k]
+        );
+    }
+    if size(&case.shape) > 0 {
+        assert_eq!(
+            buffer(&kept[1]),
+            moments,
+            "{what}: a skipped step keeps the moments' buffer"
+        );
     }
 }

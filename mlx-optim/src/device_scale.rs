@@ -1,0 +1,194 @@
+//! The dynamic loss scale on the device (PyTorch's `GradScaler` with
+//! `_amp_update_scale_`): the float16 step's overflow decision, the
+//! scale's growth and backoff, all lazy, so that a step never waits for
+//! the device in its middle.
+//!
+//! [`crate::LossScaler`] decides on the host, which needs the overflow flag
+//! read back before the optimizer step can be built. [`DeviceLossScaler`]
+//! keeps the scale and its count of good steps as 0-d float32 arrays and
+//! updates them with `where`s on the flag; the flag gates the optimizer
+//! step ([`crate::Optimizer::apply_gradients_gated`]). The host learns each
+//! step's outcome later, when it reads the flag (with the step's loss), and
+//! [`DeviceLossScaler::settle`]s it: the settled [`crate::LossScaler`] then
+//! holds exactly what the host scaler would (its scale, skipped steps and
+//! good steps), for metrics and checkpoints.
+//!
+//! ```
+//! use mlx_array::{eval, Array, Tree};
+//! use mlx_optim::{DeviceLossScaler, LossScaler};
+//! let mut s = DeviceLossScaler::new(LossScaler::with(8.0, 2)).unwrap();
+//! let grads = |v: f32| Tree::unflatten([("w".to_string(), Array::from_slice(&[v], &[1]).unwrap())]).unwrap();
+//! let (unscaled, finite) = s.check(&grads(16.0), Ok).unwrap();
+//! eval((&unscaled, &finite, &s)).unwrap();
+//! assert_eq!(unscaled.get_array("w").unwrap().to_vec::<f32>().unwrap(), [2.0]);
+//! assert_eq!(finite.item::<f32>().unwrap(), 1.0);
+//! let (_, finite) = s.check(&grads(f32::INFINITY), Ok).unwrap();
+//! assert_eq!(finite.item::<f32>().unwrap(), 0.0);
+//! assert_eq!(s.scale().item::<f32>().unwrap(), 4.0); // halved on the device
+//! assert!(s.settle(true) && !s.settle(false));
+//! assert_eq!((s.settled().scale(), s.settled().skipped()), (4.0, 1));
+//! ```
+
+use mlx_array::{Array, Dtype, Evaluable, Tree, where_};
+
+use crate::loss_scale::LossScaler;
+use crate::{Error, Result};
+
+/// The largest growth interval a float32 count of good steps reaches
+/// exactly (2^24).
+const MAX_GROWTH_INTERVAL: u64 = 1 << 24;
+
+/// A loss scale decided on the device; see the module's documentation.
+///
+/// The device keeps the scale in float32: it equals the host scaler's
+/// while that is a normal float32 (2^-126 to 2^127; a run needing more
+/// than a hundred halvings in a row has diverged anyway).
+#[derive(Clone, Debug)]
+pub struct DeviceLossScaler {
+    /// The state after the last settled step (the host's knowledge).
+    settled: LossScaler,
+    /// The scale the next step multiplies its loss by (0-d float32).
+    scale: Array,
+    /// Finite steps in a row since the last change of the scale (0-d float32).
+    good_steps: Array,
+    /// The constants of the update, placed on the device once (a host
+    /// constant would travel to the GPU in every step).
+    constants: Constants,
+}
+
+/// 0-d float32 constants on the default device.
+#[derive(Clone, Debug)]
+struct Constants {
+    zero: Array,
+    one: Array,
+    two: Array,
+    half: Array,
+    interval: Array,
+    smallest: Array,
+}
+
+impl Constants {
+    fn new(growth_interval: u64) -> Constants {
+        let put = |v: f64| Array::full(&[], v, Dtype::F32).to_device(mlx_array::default_device());
+        Constants {
+            zero: put(0.0),
+            one: put(1.0),
+            two: put(2.0),
+            half: put(0.5),
+            interval: put(growth_interval as f64),
+            smallest: put(f32::MIN_POSITIVE as f64),
+        }
+    }
+}
+
+impl DeviceLossScaler {
+    /// Continues from `settled` (a fresh [`LossScaler`], or one resumed
+    /// from a checkpoint). Fails when its growth interval exceeds 2^24
+    /// (the device counts good steps in float32).
+    pub fn new(settled: LossScaler) -> Result<DeviceLossScaler> {
+        if settled.growth_interval() > MAX_GROWTH_INTERVAL {
+            return Err(Error::Config(format!(
+                "a device-side loss scale grows after at most {MAX_GROWTH_INTERVAL} good steps, not {}",
+                settled.growth_interval()
+            )));
+        }
+        let constants = Constants::new(settled.growth_interval());
+        let device = mlx_array::default_device();
+        Ok(DeviceLossScaler {
+            scale: Array::full(&[], settled.scale(), Dtype::F32).to_device(device),
+            good_steps: Array::full(&[], settled.good_steps() as f64, Dtype::F32).to_device(device),
+            settled,
+            constants,
+        })
+    }
+
+    /// The scale the next step multiplies its loss by (0-d float32; lazy
+    /// after [`DeviceLossScaler::check`]).
+    pub fn scale(&self) -> &Array {
+        &self.scale
+    }
+
+    /// The state as of the last settled step: the host's view of the
+    /// scale, the skipped steps and the good steps in a row.
+    pub fn settled(&self) -> &LossScaler {
+        &self.settled
+    }
+
+    /// Checks a step's (scaled) `grads`: returns them divided by the scale
+    /// and the step's flag, a 0-d float32 that is 1 when every gradient is
+    /// finite on every rank and 0 otherwise; `sum_over_ranks` sums the
+    /// ranks' non-finite flags (`Ok` on one rank, `mlx_dist::all_sum`
+    /// on more). Then updates the scale on the device: halved on an
+    /// overflow, doubled after `growth_interval` finite steps in a row.
+    /// Lazy: pass the flag to the optimizer's gated step, read it later,
+    /// and [`DeviceLossScaler::settle`] it.
+    pub fn check(
+        &mut self,
+        grads: &Tree,
+        sum_over_ranks: impl FnOnce(Array) -> Result<Array>,
+    ) -> Result<(Tree, Array)> {
+        let c = &self.constants;
+        let inverse = c.one.div(&self.scale)?;
+        let mut per_dtype: Vec<(Dtype, Array)> = Vec::new();
+        let unscaled = grads.map(|_, g| {
+            let inv = match per_dtype.iter().find(|(d, _)| *d == g.dtype()) {
+                Some((_, s)) => s.clone(),
+                None => {
+                    let s = inverse.astype(g.dtype())?;
+                    per_dtype.push((g.dtype(), s.clone()));
+                    s
+                }
+            };
+            g.mul(&inv)
+        })?;
+        let flag = sum_over_ranks(non_finite_flag_with(&unscaled, &c.zero)?)?;
+        let finite = flag.equal(&c.zero)?.astype(Dtype::F32)?;
+        // PyTorch's `_amp_update_scale_`, as `LossScaler::update`.
+        let good = where_(&finite, &self.good_steps.add(&c.one)?, &c.zero)?;
+        let grow = good.greater_equal(&c.interval)?;
+        let kept = where_(&grow, &self.scale.mul(&c.two)?, &self.scale)?;
+        let halved = self.scale.mul(&c.half)?.maximum(&c.smallest)?;
+        self.scale = where_(&finite, &kept, &halved)?;
+        self.good_steps = where_(&grow, &c.zero, &good)?;
+        Ok((unscaled, finite))
+    }
+
+    /// Records the outcome of the oldest step checked and not yet settled
+    /// (its flag, read on the host: `finite` when it was 1), exactly as
+    /// [`LossScaler::update`]; returns whether the step was applied.
+    pub fn settle(&mut self, finite: bool) -> bool {
+        self.settled.update(finite)
+    }
+}
+
+impl Evaluable for DeviceLossScaler {
+    /// The scale and the count of good steps: evaluate them with the step,
+    /// so that they do not grow into a chain over the steps.
+    fn collect_arrays(&self, out: &mut Vec<Array>) {
+        out.push(self.scale.clone());
+        out.push(self.good_steps.clone());
+    }
+}
+
+/// [`crate::non_finite_flag`] with a zero already on the device: 0 when
+/// every element of `grads` is finite, NaN otherwise. Lazy.
+pub(crate) fn non_finite_flag_with(grads: &Tree, zero: &Array) -> Result<Array> {
+    let mut flag: Option<Array> = None;
+    let mut zeros: Vec<(Dtype, Array)> = Vec::new();
+    for (_, g) in grads.flatten() {
+        let z = match zeros.iter().find(|(d, _)| *d == g.dtype()) {
+            Some((_, z)) => z.clone(),
+            None => {
+                let z = zero.astype(g.dtype())?;
+                zeros.push((g.dtype(), z.clone()));
+                z
+            }
+        };
+        let part = g.mul(&z)?.sum_all()?.astype(Dtype::F32)?;
+        flag = Some(match flag {
+            None => part,
+            Some(f) => f.add(&part)?,
+        });
+    }
+    Ok(flag.unwrap_or_else(|| zero.clone()))
+}
