@@ -16,6 +16,7 @@
 //! | `MLX_GPU_COOPMAT` | `1`/`0`/`plain` | `1`: f16 matrix products and f16 attention (forward and gradient) on cooperative matrices (tensor cores) where the GPU adapter has them; `0`: the f32-compute kernels always; `plain`: the cooperative kernels' templates with plain-WGSL fragments on any adapter (for tests) | [`set_gpu_coopmat`] |
 //! | `MLX_GPU_CHUNKS` | `1`/`0` | on: an eval's GPU work is submitted in chunks as it is recorded, so the GPU runs while the host records (off: one submission at the eval's end) | [`set_gpu_chunks`] |
 //! | `MLX_GPU_SPLIT_K` | `1`/`0` | on: GPU matrix products with few output tiles and a long depth are split over the depth (off: one workgroup per output tile) | [`set_gpu_split_k`] |
+//! | `MLX_GPU_VEC_LOADS` | `1`/`0` | on: the GPU matrix products' staging loads read whole vectors (4 or 8 elements) along an operand's contiguous dimension where its offset and strides allow (off: one element per load) | [`set_gpu_vec_loads`] |
 //! | `MLX_GPU_META_ARENA` | `1`/`0` | on: the small parameter words (`meta`) of a submission's GPU dispatches are packed into shared buffers written once per submission (off: a new buffer per dispatch) | [`set_gpu_meta_arena`] |
 //! | `MLX_GPU_SHARED_PASSES` | `1`/`0` | on: consecutive GPU dispatches share one compute pass (off: a pass per dispatch); a pass per dispatch always while timing them for the profile | [`set_gpu_shared_passes`] |
 //! | `MLX_GPU_LAYOUT_CACHE` | `1`/`0` | on: each GPU pipeline's bind group layout is kept with the pipeline (off: asked of wgpu at every dispatch) | [`set_gpu_layout_cache`] |
@@ -54,6 +55,8 @@ pub const MLX_GPU_COOPMAT: &str = "MLX_GPU_COOPMAT";
 pub const MLX_GPU_CHUNKS: &str = "MLX_GPU_CHUNKS";
 /// `MLX_GPU_SPLIT_K`: split GPU matrix products over their depth.
 pub const MLX_GPU_SPLIT_K: &str = "MLX_GPU_SPLIT_K";
+/// `MLX_GPU_VEC_LOADS`: GPU matrix products stage operands with vector loads.
+pub const MLX_GPU_VEC_LOADS: &str = "MLX_GPU_VEC_LOADS";
 /// `MLX_GPU_META_ARENA`: pack GPU dispatches' parameter words into shared buffers.
 pub const MLX_GPU_META_ARENA: &str = "MLX_GPU_META_ARENA";
 /// `MLX_GPU_SHARED_PASSES`: consecutive GPU dispatches share one compute pass.
@@ -190,6 +193,23 @@ pub fn gpu_split_k() -> bool {
 /// Chooses split-K GPU products (wins over `MLX_GPU_SPLIT_K`).
 pub fn set_gpu_split_k(on: bool) {
     GPU_SPLIT_K.set(on);
+}
+
+static GPU_VEC_LOADS: Flag = Flag::new(MLX_GPU_VEC_LOADS, true);
+
+/// Whether GPU matrix products stage an operand with vector loads along
+/// its contiguous dimension where its offset and strides allow (default),
+/// or one element per load always (to measure what the vectors gain). An
+/// unreadable `MLX_GPU_VEC_LOADS` counts as the default here; [`check`]
+/// reports it.
+pub fn gpu_vec_loads() -> bool {
+    GPU_VEC_LOADS.get().unwrap_or(true)
+}
+
+/// Chooses vector staging loads in GPU products (wins over
+/// `MLX_GPU_VEC_LOADS`; takes effect at the next product).
+pub fn set_gpu_vec_loads(on: bool) {
+    GPU_VEC_LOADS.set(on);
 }
 
 static GPU_META_ARENA: Flag = Flag::new(MLX_GPU_META_ARENA, true);
@@ -435,6 +455,7 @@ pub fn check() -> Result<()> {
     GPU_F16.get()?;
     GPU_CHUNKS.get()?;
     GPU_SPLIT_K.get()?;
+    GPU_VEC_LOADS.get()?;
     GPU_META_ARENA.get()?;
     GPU_SHARED_PASSES.get()?;
     GPU_LAYOUT_CACHE.get()?;
