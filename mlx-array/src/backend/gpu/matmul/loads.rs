@@ -148,19 +148,44 @@ impl Slice<'_> {
 
     /// WGSL `let`s of load `q`: `p`, `kk` (its first element's place and
     /// depth in the slice).
+    ///
+    /// Consecutive invocations take consecutive vectors along the
+    /// contiguous dimension, `run` of them before moving to the next
+    /// place (or depth) across it: a whole staged row's worth where the
+    /// vector's elements land side by side in workgroup memory (the
+    /// scalar path's order), else [`TRANSPOSING_RUN`].
     pub fn locate(&self, q: usize) -> String {
         let w = self.width;
-        let (p, kk) = if self.along_places {
-            let per = self.extent / w;
-            (scaled(&format!("v % {per}u"), w), format!("v / {per}u"))
+        // Vectors along the contiguous dimension, and positions across it.
+        let (along, across) = if self.along_places {
+            (self.extent / w, self.depth)
         } else {
-            let per = self.depth / w;
-            (format!("v / {per}u"), scaled(&format!("v % {per}u"), w))
+            (self.depth / w, self.extent)
         };
+        let run = self.run(along);
+        let (c, o) = if run == along {
+            (scaled(&format!("v % {along}u"), w), format!("v / {along}u"))
+        } else {
+            (
+                scaled(&format!("(v / {}u) * {run}u + v % {run}u", run * across), w),
+                format!("(v / {run}u) % {across}u"),
+            )
+        };
+        let (p, kk) = if self.along_places { (c, o) } else { (o, c) };
         format!(
             "let v = lid + {off}u; let p = {p}; let kk = {kk};",
             off = q * self.invocations,
         )
+    }
+
+    /// Consecutive vectors an invocation's neighbours take along the
+    /// contiguous dimension (of `along` vectors), see [`Self::locate`].
+    fn run(&self, along: usize) -> usize {
+        if self.width == 1 || self.shared_step() == 1 || !along.is_multiple_of(TRANSPOSING_RUN) {
+            along
+        } else {
+            TRANSPOSING_RUN
+        }
     }
 
     /// The WGSL `let` after [`Self::locate`]'s: `sh`, the index of the
@@ -204,6 +229,17 @@ impl Slice<'_> {
         }
     }
 }
+
+/// Neighbouring invocations' vectors along the contiguous dimension where
+/// staging transposes them (each vector's elements a staged row apart in
+/// workgroup memory): two 16-byte vectors, one 32-byte sector of global
+/// memory, so that a warp's 32 invocations spread over 16 places across
+/// the dimension. Their stores then fall in different banks, two
+/// invocations at most a bank (a warp along one 128-element place stores
+/// every element to one bank in the cooperative kernel: its staged rows
+/// are 20 words apart, 8 places 160 words, a multiple of the 32 banks);
+/// the f32 kernel's depth rows, 132 words apart, take no conflict at all.
+const TRANSPOSING_RUN: usize = 2;
 
 /// `expr * w`, or `expr` for `w` = 1.
 fn scaled(expr: &str, w: usize) -> String {
