@@ -21,6 +21,39 @@
 //! output) is one text, so the plain variant, which runs on any adapter
 //! (lavapipe in CI), tests what the tensor-core variant does around its
 //! intrinsics.
+//!
+//! **Staging loads** (`super::loads`). An operand whose offset, leading
+//! dimension and batch strides are multiples of 8 halves, with a unit
+//! stride along a contiguous extent (`k`, or `m` / `n` for the
+//! transposed views) that is a multiple of 8 too, is read 8 halves (16
+//! bytes) at a time, as two `vec4<f16>` from one 16-byte-aligned address,
+//! with one bounds check and one address per 8 halves; any other operand
+//! goes through the scalar path (one half per load, each with its own
+//! check and address), which `MLX_GPU_VEC_LOADS=0` also forces. The choice
+//! is per operand and part of the pipeline key. Per invocation and 32-deep
+//! slice, for either tiling (both stage 16 halves of each operand per
+//! invocation):
+//!
+//! | per invocation, slice | scalar | vector |
+//! |---|---|---|
+//! | global loads, `a` + `b` | 16 + 16 of 2 B | 4 + 4 of 8 B (in 16-byte aligned pairs) |
+//! | bounds checks and 32-bit address computations | 32 | 4 |
+//! | workgroup stores | 32 halves | 32 halves (8 consecutive ones per vector where it lands along a staged row) |
+//!
+//! The stores stay single halves: `coopLoad` reads the staged slices as
+//! arrays of `f16`, and WGSL cannot view them as vectors; where a vector
+//! lands along a staged row (`a` by rows, `b` by rows) its 8 halves are
+//! adjacent and 16-byte aligned, which a compiler may merge into one
+//! store. Expected effect on the H100 (reasoned, not measured): a warp
+//! issues 32 HMMAs (16 fragment products) per slice; the scalar staging
+//! costs it some 350 issued instructions per slice (32 loads, 32 stores,
+//! and 8-10 integer operations of index arithmetic and checks per
+//! element), the vector staging about 100, so a kernel limited by
+//! instruction issue around its tensor cores (82-90 TFLOP/s measured,
+//! 12-13% of cuBLAS) should gain most of that difference, towards the
+//! 150-250 TFLOP/s of the design table in `super`; what remains is the
+//! synchronous (register-staged) global loads and the two barriers per
+//! slice.
 
 use super::View;
 use super::loads::{Slice, VecLoads};
