@@ -208,11 +208,12 @@ fn placed(flat: &Array, batch: &[usize], rows: usize, cols: usize, at: Placed) -
 
 /// Whether an operand placed as `at` (dense after its shift, `rows x
 /// cols` per batch) can be staged `width` elements at a time, worked out
-/// from its placement: its contiguous extent (columns, or rows when
-/// stored transposed) and its first element are multiples of `width`.
+/// from its placement: it is not empty, and its contiguous extent
+/// (columns, or rows when stored transposed) and its first element are
+/// multiples of `width`.
 fn vectorisable(at: Placed, rows: usize, cols: usize, width: usize) -> bool {
     let contiguous = if at.transposed { rows } else { cols };
-    at.shift.is_multiple_of(width) && contiguous.is_multiple_of(width)
+    rows * cols > 0 && at.shift.is_multiple_of(width) && contiguous.is_multiple_of(width)
 }
 
 /// Every transpose case: whether `a`, `b` are stored transposed.
@@ -292,6 +293,8 @@ fn staging_cases(what: &str, dtype: Dtype, width: usize) {
             // Depth below one slice; offsets of a whole vector and of 1.
             check((none, none), (3 * w, w, 2 * w), [w, 0]);
             check((none, none), (3 * w, w, 2 * w), [0, 1]);
+            // No depth: zeros, and no vector bindings of empty buffers.
+            check((none, none), (w, 0, w), [0, 0]);
             // Shapes off the width and the tiles.
             check((none, none), (1, 1, 1), [0, 0]);
             check((none, none), (5, 3, 7), [0, 0]);
@@ -325,6 +328,18 @@ fn f32_kernel_stages_aligned_operands_with_vector_loads() {
         4,
         true,
         &[(false, true)],
+    );
+    // Split over the depth (one tile, 4 slices of 256): `a` by vectors,
+    // `b` (from element 1) by elements.
+    check_staging(
+        "f32 kernel, split-K",
+        Dtype::F32,
+        (&[], &[]),
+        (8, 1024, 12),
+        [0, 1],
+        4,
+        true,
+        &TRANSPOSES,
     );
     set_gpu_coopmat(GpuCoopmat::Auto);
 }
@@ -373,6 +388,16 @@ fn cooperative_template_stages_aligned_operands_with_vector_loads() {
 fn every_matmul_kernel_compiles_to_spirv() {
     let sources = mlx_array::backend::gpu::matmul_kernel_sources();
     assert!(sources.len() >= 32 + 64, "{} variants", sources.len());
+    for family in ["coop", "f32 kernel"] {
+        for loads in ["a: true, b: true", "a: true, b: false", "a: false, b: true"] {
+            assert!(
+                sources
+                    .iter()
+                    .any(|(what, _)| what.starts_with(family) && what.contains(loads)),
+                "no {family} variant with vector loads {loads}"
+            );
+        }
+    }
     for (what, src) in &sources {
         let bytes: usize = what
             .rsplit('(')

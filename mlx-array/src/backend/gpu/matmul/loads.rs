@@ -46,8 +46,10 @@ pub(super) struct OperandLayout<'a> {
 }
 
 /// Whether `x` can be staged `width` elements at a time along its
-/// contiguous dimension: that dimension's stride is 1 and its extent in
-/// the product a multiple of `width`, and the element offset, the other
+/// contiguous dimension: it is not empty (whose buffer may be shorter
+/// than one vector, the least a vector binding takes), that dimension's
+/// stride is 1 and its extent in the product a multiple of `width`, and
+/// the element offset, the other
 /// matrix stride (the leading dimension) and the stride of every batch
 /// dimension longer than 1 (of `dims`) are multiples of `width`. Then
 /// every vector starts at a multiple of `width` (a `vec4`'s own alignment
@@ -61,7 +63,9 @@ pub(super) fn aligned(width: usize, x: &OperandLayout<'_>, dims: &[usize]) -> bo
         (x.col_stride, x.row_stride, x.cols)
     };
     let w = width as isize;
-    unit == 1
+    x.rows > 0
+        && x.cols > 0
+        && unit == 1
         && extent.is_multiple_of(width)
         && x.offset.is_multiple_of(width)
         && lead.rem_euclid(w) == 0
@@ -284,6 +288,9 @@ mod tests {
         assert!(!aligned(4, &dense(1, 3, 8, false), &[]));
         assert!(!aligned(8, &dense(4, 3, 8, false), &[]));
         assert!(!aligned(8, &dense(0, 3, 12, false), &[]));
+        // Empty: a depth of 0.
+        assert!(!aligned(4, &dense(0, 8, 0, false), &[]));
+        assert!(!aligned(4, &dense(0, 0, 8, true), &[]));
     }
 
     #[test]
