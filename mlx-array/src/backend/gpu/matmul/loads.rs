@@ -15,6 +15,8 @@
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+use super::View;
+use crate::data::ArrayData;
 use crate::settings;
 
 /// Which operands a product stages with vector loads.
@@ -75,19 +77,35 @@ pub(super) fn aligned(width: usize, x: &OperandLayout<'_>, dims: &[usize]) -> bo
             .all(|(&d, s)| d == 1 || s.rem_euclid(w) == 0)
 }
 
-/// Which of `a` and `b` take vector loads of `width` (none with
-/// `MLX_GPU_VEC_LOADS=0`, [`settings::gpu_vec_loads`]), counted in
-/// [`vector_operand_count`].
+/// Which of `a` and `b` (read as `view`, the product `[m, k] @ [k, n]`
+/// with `dims` batch dimensions and each operand's `batch_strides` for
+/// them) take vector loads of `width` (none with `MLX_GPU_VEC_LOADS=0`,
+/// [`settings::gpu_vec_loads`]), counted in [`vector_operand_count`].
 pub(super) fn choose(
     width: usize,
-    a: &OperandLayout<'_>,
-    b: &OperandLayout<'_>,
+    view: View,
+    [a, b]: [&ArrayData; 2],
+    [m, n, k]: [usize; 3],
     dims: &[usize],
+    batch_strides: [&[isize]; 2],
 ) -> VecLoads {
+    let layout = |x: &ArrayData, rows, cols, by_cols, batch_strides| {
+        let st = x.strides();
+        let nd = st.len();
+        OperandLayout {
+            offset: x.offset(),
+            row_stride: st[nd - 2],
+            col_stride: st[nd - 1],
+            rows,
+            cols,
+            by_cols,
+            batch_strides,
+        }
+    };
     let on = settings::gpu_vec_loads();
     let loads = VecLoads {
-        a: on && aligned(width, a, dims),
-        b: on && aligned(width, b, dims),
+        a: on && aligned(width, &layout(a, m, k, view.a_cols, batch_strides[0]), dims),
+        b: on && aligned(width, &layout(b, k, n, view.b_cols, batch_strides[1]), dims),
     };
     VECTOR_OPERANDS.fetch_add(
         usize::from(loads.a) + usize::from(loads.b),

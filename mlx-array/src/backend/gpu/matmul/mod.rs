@@ -541,23 +541,13 @@ impl Product<'_> {
         } else {
             tiled::VEC
         };
-        let layout = |x: &ArrayData, rows, cols, by_cols, batch_strides| {
-            let st = x.strides();
-            loads::OperandLayout {
-                offset: x.offset(),
-                row_stride: st[nd - 2],
-                col_stride: st[nd - 1],
-                rows,
-                cols,
-                by_cols,
-                batch_strides,
-            }
-        };
         let loads = loads::choose(
             width,
-            &layout(a, m, self.k, view.a_cols, &a_strides),
-            &layout(b, self.k, n, view.b_cols, &b_strides),
+            view,
+            [a, b],
+            [m, n, self.k],
             &dims,
+            [&a_strides, &b_strides],
         );
         let (pipeline, tm, tn) = match coop {
             Some(fragments) => {
