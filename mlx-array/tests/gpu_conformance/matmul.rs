@@ -315,6 +315,12 @@ fn f32_kernel_stages_aligned_operands_with_vector_loads() {
     for dtype in [Dtype::F32, Dtype::F16, Dtype::BF16] {
         staging_cases("f32 kernel", dtype, 4);
     }
+    let f16 = if mlx_array::backend::gpu::native_f16() {
+        "native"
+    } else {
+        "packed"
+    };
+    eprintln!("f16 staged from {f16} storage");
     // The 128 x 128 tiles (264 of them), both operands vectors: one
     // transpose case (lavapipe takes a second for it), each operand along
     // the depth (the other way is the 64 x 64 tiles' text with other
@@ -342,6 +348,22 @@ fn f32_kernel_stages_aligned_operands_with_vector_loads() {
         &TRANSPOSES,
     );
     set_gpu_coopmat(GpuCoopmat::Auto);
+}
+
+/// The f32 kernel's vector loads of f16 stored packed two to a word (as
+/// on adapters without `shader-f16`), whatever this adapter has: the test
+/// above again in a child process with `MLX_GPU_F16=0`.
+#[test]
+fn f32_kernel_stages_packed_f16_with_vector_loads() {
+    let Some(_gpu) = gpu() else { return };
+    let stderr = mlx_array::conformance::rerun_with_env(
+        "matmul::f32_kernel_stages_aligned_operands_with_vector_loads",
+        &[("MLX_GPU_F16", "0"), ("MLX_REQUIRE_GPU", "1")],
+    );
+    assert!(
+        stderr.contains("f16 staged from packed storage"),
+        "{stderr}"
+    );
 }
 
 #[test]
