@@ -122,7 +122,8 @@ impl Tiling {
 
 /// WGSL (without the leading `enable f16;` that the pipeline cache adds)
 /// of `a @ b` for f16 operands laid out as `view`, written as `out_dtype`
-/// (f16, or f32 added into `out` with `accumulate`).
+/// (f16, or f32 added into `out` with `accumulate`), staging the operands
+/// `loads` names [`VEC`] halves a load and the others one.
 pub(super) fn source(
     tiling: Tiling,
     fragments: Fragments,

@@ -70,7 +70,8 @@ pub(super) fn shared_bytes(t: usize, buffers: usize) -> usize {
 /// partial sums), adding into `out` with `accumulate`, with
 /// `buffers` slices per operand: 2 (one barrier per slice), or 1 for
 /// devices with less workgroup memory (a second barrier before each
-/// slice is overwritten).
+/// slice is overwritten), staging the operands `loads` names [`VEC`]
+/// elements a load and the others one.
 pub(super) fn source(
     t: usize,
     buffers: usize,
