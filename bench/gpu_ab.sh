@@ -7,7 +7,8 @@
 #      stays on the GPU, so it overlaps too) and the large f32 model;
 #   2. where a step's GPU time goes now (MLX_PROFILE=1), f32 and f16;
 #   3. matmul (gpu_bench --only matmul, f32 and f16): vectorised staging loads on and off
-#      (MLX_GPU_VEC_LOADS), split-K off, and the split-K wave (MLX_GPU_SPLIT_WAVE, the
+#      (MLX_GPU_VEC_LOADS), split-K off, wgpu's runtime checks off (MLX_GPU_CHECKED=0; also
+#      the reference f32 step, alternated), and the split-K wave (MLX_GPU_SPLIT_WAVE, the
 #      workgroups one wave holds; 528 is the design figure, 4 per SM) at 264, 792 and 1056;
 #   4. attention (gpu_bench --only attention, f32) at each of the f32 kernels' tiles
 #      (MLX_GPU_ATTENTION_TILES), the default first;
@@ -59,6 +60,11 @@ mm() { # name, then VAR=value settings: gpu_bench's matmul table in f32 and f16
 mm default
 mm vec0 MLX_GPU_VEC_LOADS=0
 mm split0 MLX_GPU_SPLIT_K=0
+mm unchecked MLX_GPU_CHECKED=0
+pack
+for c in 0 1 0 1; do # wgpu's runtime checks off and on (f32 kernels only; f16 ones still need them)
+  MLX_GPU_CHECKED=$c step ref_checked${c}_$SECONDS 100 "${R[@]}" --steps 10
+done
 pack
 for w in 264 792 1056; do mm wave$w MLX_GPU_SPLIT_WAVE=$w; done
 pack

@@ -16,7 +16,8 @@
 //! `memory`, `attention`, `block`: a device scan of one setting needs one);
 //! `MLX_GPU_COOPMAT=0` multiplies f16, in products and attention, on the
 //! f32-compute kernels instead of the tensor cores, to compare the two; `MLX_GPU_SPLIT_K=0` runs products
-//! with few output tiles unsplit over their depth, and `MLX_GPU_CHUNKS=0`
+//! with few output tiles unsplit over their depth, `MLX_GPU_VEC_LOADS=0`
+//! stages their operands one element per load instead of by vectors, and `MLX_GPU_CHUNKS=0`
 //! submits each eval at its end; `MLX_PROFILE=1` adds each kernel's own
 //! GPU time from timestamp queries, a table before `RESULT`, while every
 //! eval waits for the GPU). Shapes with an

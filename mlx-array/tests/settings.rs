@@ -55,6 +55,7 @@ fn good_values_and_setters_work() {
                 ("MLX_OVERLAP", "off"),
                 ("MLX_LCE", "blas"),
                 ("MLX_PROFILE", "0"),
+                ("MLX_GPU_VEC_LOADS", "0"),
             ],
         );
         assert!(t.contains("CHILD OK"), "{t}");
@@ -68,5 +69,8 @@ fn good_values_and_setters_work() {
     settings::set_loss_path(LossPath::Fused);
     assert!(settings::overlap().unwrap());
     assert_eq!(settings::loss_path().unwrap(), LossPath::Fused);
+    assert!(!settings::gpu_vec_loads());
+    settings::set_gpu_vec_loads(true);
+    assert!(settings::gpu_vec_loads());
     println!("CHILD OK");
 }

@@ -56,6 +56,11 @@ pub fn coop_product_count() -> usize {
     0
 }
 
+/// No product ever staged an operand with vector loads: 0.
+pub fn vector_operand_count() -> usize {
+    0
+}
+
 /// Nothing was ever submitted: 0.
 pub fn submit_count() -> usize {
     0

@@ -4,7 +4,8 @@
 //! batches, f32 and the half dtypes, and the accumulating form the fused
 //! linear cross-entropy uses (through its own specs).
 
-use mlx_array::settings::{GpuCoopmat, set_gpu_coopmat};
+use mlx_array::backend::gpu::vector_operand_count;
+use mlx_array::settings::{GpuCoopmat, set_gpu_coopmat, set_gpu_vec_loads};
 use mlx_array::{Array, Dtype, Result};
 
 use crate::harness::{compare, gpu, native_f16_or_skip, spirv, tol};
@@ -218,6 +219,235 @@ fn default_path_agrees_with_the_cpu() {
     }
 }
 
+/// Where an operand of a view test lies in its buffer: from element
+/// `shift` of a flat buffer, its batches and rows (or columns, stored
+/// transposed) dense after it.
+#[derive(Clone, Copy)]
+struct Placed {
+    shift: usize,
+    transposed: bool,
+}
+
+/// An `[.., rows, cols]` operand placed as `at`, built (on the device
+/// running it) as views of `flat`: a slice from `at.shift`, a reshape, and
+/// a transpose when `at.transposed`.
+fn placed(flat: &Array, batch: &[usize], rows: usize, cols: usize, at: Placed) -> Result<Array> {
+    let count: usize = batch.iter().product::<usize>() * rows * cols;
+    let mut shape: Vec<i64> = batch.iter().map(|&d| d as i64).collect();
+    let (r, c) = if at.transposed {
+        (cols, rows)
+    } else {
+        (rows, cols)
+    };
+    shape.extend([r as i64, c as i64]);
+    let x = flat
+        .slice_axis(0, at.shift as i64, (at.shift + count) as i64)?
+        .reshape(&shape)?;
+    if !at.transposed {
+        return Ok(x);
+    }
+    let nd = shape.len() as i32;
+    let mut axes: Vec<i32> = (0..nd).collect();
+    axes.swap(nd as usize - 2, nd as usize - 1);
+    x.transpose(&axes)
+}
+
+/// Whether an operand placed as `at` (dense after its shift, `rows x
+/// cols` per batch) can be staged `width` elements at a time, worked out
+/// from its placement: it is not empty, and its contiguous extent
+/// (columns, or rows when stored transposed) and its first element are
+/// multiples of `width`.
+fn vectorisable(at: Placed, rows: usize, cols: usize, width: usize) -> bool {
+    let contiguous = if at.transposed { rows } else { cols };
+    rows * cols > 0 && at.shift.is_multiple_of(width) && contiguous.is_multiple_of(width)
+}
+
+/// Every transpose case: whether `a`, `b` are stored transposed.
+const TRANSPOSES: [(bool, bool); 4] = [(false, false), (false, true), (true, false), (true, true)];
+
+/// `a @ b` against the CPU in the transpose `cases`, with `a` and `b` read
+/// from elements `shifts` of their buffers, asserting which operands the
+/// kernel staged with vector loads of `width` elements (none when
+/// `vectors` is off).
+#[allow(clippy::too_many_arguments)]
+fn check_staging(
+    what: &str,
+    dtype: Dtype,
+    (a_batch, b_batch): (&[usize], &[usize]),
+    (m, k, n): (usize, usize, usize),
+    shifts: [usize; 2],
+    width: usize,
+    vectors: bool,
+    cases: &[(bool, bool)],
+) {
+    let count = |batch: &[usize], r: usize, c: usize| batch.iter().product::<usize>() * r * c;
+    let flat = |len: usize, seed: usize| {
+        Array::from_slice(&values(len, seed), &[len])
+            .unwrap()
+            .astype(dtype)
+            .unwrap()
+    };
+    let fa = flat(shifts[0] + count(a_batch, m, k), 1);
+    let fb = flat(shifts[1] + count(b_batch, k, n), 2);
+    for &(ta, tb) in cases {
+        let at = Placed {
+            shift: shifts[0],
+            transposed: ta,
+        };
+        let bt = Placed {
+            shift: shifts[1],
+            transposed: tb,
+        };
+        let name = format!(
+            "{what} {dtype} [{a_batch:?} {m}x{k}] @ [{b_batch:?} {k}x{n}] shifts {shifts:?} transposed {ta}/{tb}"
+        );
+        let before = vector_operand_count();
+        compare(
+            &name,
+            &[fa.clone(), fb.clone()],
+            |v: &[Array]| -> Result<Array> {
+                placed(&v[0], a_batch, m, k, at)?.matmul(&placed(&v[1], b_batch, k, n, bt)?)
+            },
+            tol(dtype).max(1e-6 * k as f64),
+        );
+        let want = usize::from(vectors && vectorisable(at, m, k, width))
+            + usize::from(vectors && vectorisable(bt, k, n, width));
+        assert_eq!(
+            vector_operand_count() - before,
+            want,
+            "{name}: operands staged with vector loads"
+        );
+    }
+}
+
+/// Views of every kind through both staging paths: aligned operands (in
+/// every transpose case, batched and broadcast, depth below one staged
+/// slice, at an aligned offset) take the vector loads, misaligned ones
+/// (views from element 1, extents off the vector width) the scalar ones,
+/// and `MLX_GPU_VEC_LOADS=0` none; each product against the CPU.
+fn staging_cases(what: &str, dtype: Dtype, width: usize) {
+    let w = width;
+    let none: &[usize] = &[];
+    for vectors in [true, false] {
+        set_gpu_vec_loads(vectors);
+        let check = |batches, mkn, shifts| {
+            check_staging(what, dtype, batches, mkn, shifts, w, vectors, &TRANSPOSES)
+        };
+        check((none, none), (w, 3 * w, 2 * w), [0, 0]);
+        check((none, none), (2 * w, 3 * w, w), [1, w]);
+        if vectors {
+            // Depth below one slice; offsets of a whole vector and of 1.
+            check((none, none), (3 * w, w, 2 * w), [w, 0]);
+            check((none, none), (3 * w, w, 2 * w), [0, 1]);
+            // No depth: zeros, and no vector bindings of empty buffers.
+            check((none, none), (w, 0, w), [0, 0]);
+            // Shapes off the width and the tiles.
+            check((none, none), (1, 1, 1), [0, 0]);
+            check((none, none), (5, 3, 7), [0, 0]);
+            check((none, none), (67, 130, 5), [0, 0]);
+            check((none, none), (w + 1, 2 * w, 3 * w), [0, 0]);
+            // Batched and broadcast: `a` shared by three products, `b` by two.
+            check((&[1, 2], &[3, 1]), (w, 2 * w, 3 * w), [0, 0]);
+            check((&[1, 2], &[3, 1]), (w, 2 * w, 3 * w), [1, w]);
+        }
+    }
+    set_gpu_vec_loads(true);
+}
+
+#[test]
+fn f32_kernel_stages_aligned_operands_with_vector_loads() {
+    let Some(_gpu) = gpu() else { return };
+    set_gpu_coopmat(GpuCoopmat::Off);
+    for dtype in [Dtype::F32, Dtype::F16, Dtype::BF16] {
+        staging_cases("f32 kernel", dtype, 4);
+    }
+    let f16 = if mlx_array::backend::gpu::native_f16() {
+        "native"
+    } else {
+        "packed"
+    };
+    eprintln!("f16 staged from {f16} storage");
+    // The 128 x 128 tiles (264 of them), both operands vectors: one
+    // transpose case (lavapipe takes a second for it), each operand along
+    // the depth (the other way is the 64 x 64 tiles' text with other
+    // extents).
+    check_staging(
+        "f32 kernel, 128 tiles",
+        Dtype::F32,
+        (&[264], &[264]),
+        (4, 8, 12),
+        [0, 0],
+        4,
+        true,
+        &[(false, true)],
+    );
+    // Split over the depth (one tile, 4 slices of 256): `a` by vectors,
+    // `b` (from element 1) by elements.
+    check_staging(
+        "f32 kernel, split-K",
+        Dtype::F32,
+        (&[], &[]),
+        (8, 1024, 12),
+        [0, 1],
+        4,
+        true,
+        &TRANSPOSES,
+    );
+    set_gpu_coopmat(GpuCoopmat::Auto);
+}
+
+/// The f32 kernel's vector loads of f16 stored packed two to a word (as
+/// on adapters without `shader-f16`), whatever this adapter has: the test
+/// above again in a child process with `MLX_GPU_F16=0`.
+#[test]
+fn f32_kernel_stages_packed_f16_with_vector_loads() {
+    let Some(_gpu) = gpu() else { return };
+    let stderr = mlx_array::conformance::rerun_with_env(
+        "matmul::f32_kernel_stages_aligned_operands_with_vector_loads",
+        &[("MLX_GPU_F16", "0"), ("MLX_REQUIRE_GPU", "1")],
+    );
+    assert!(
+        stderr.contains("f16 staged from packed storage"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn cooperative_template_stages_aligned_operands_with_vector_loads() {
+    let Some(_gpu) = gpu() else { return };
+    if !native_f16_or_skip() {
+        return;
+    }
+    set_gpu_coopmat(GpuCoopmat::Plain);
+    staging_cases("plain fragments", Dtype::F16, 8);
+    // A depth of four vectors but not of eight: `a` and `b` along it by
+    // elements, along `m` and `n` by vectors.
+    check_staging(
+        "plain fragments",
+        Dtype::F16,
+        (&[], &[]),
+        (16, 36, 24),
+        [0, 0],
+        8,
+        true,
+        &TRANSPOSES,
+    );
+    // The 128 x 128 tiling (264 tiles), both operands vectors, in one
+    // transpose case (lavapipe takes three seconds for it): each operand
+    // along the tile's places.
+    check_staging(
+        "plain fragments, 128 tiles",
+        Dtype::F16,
+        (&[264], &[264]),
+        (8, 16, 8),
+        [0, 0],
+        8,
+        true,
+        &[(true, false)],
+    );
+    set_gpu_coopmat(GpuCoopmat::Auto);
+}
+
 /// Every matmul kernel variant (the cooperative-matrix ones included,
 /// which no CI adapter runs) parses, validates with every capability and
 /// compiles to SPIR-V through naga, the version wgpu uses: a shader that
@@ -226,6 +456,16 @@ fn default_path_agrees_with_the_cpu() {
 fn every_matmul_kernel_compiles_to_spirv() {
     let sources = mlx_array::backend::gpu::matmul_kernel_sources();
     assert!(sources.len() >= 32 + 64, "{} variants", sources.len());
+    for family in ["coop", "f32 kernel"] {
+        for loads in ["a: true, b: true", "a: true, b: false", "a: false, b: true"] {
+            assert!(
+                sources
+                    .iter()
+                    .any(|(what, _)| what.starts_with(family) && what.contains(loads)),
+                "no {family} variant with vector loads {loads}"
+            );
+        }
+    }
     for (what, src) in &sources {
         let bytes: usize = what
             .rsplit('(')

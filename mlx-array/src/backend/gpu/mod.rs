@@ -66,7 +66,7 @@ pub use loss::{
 };
 #[doc(hidden)]
 pub use matmul::kernel_sources as matmul_kernel_sources;
-pub use matmul::{coop_product_count, matmul};
+pub use matmul::{coop_product_count, matmul, vector_operand_count};
 pub use norm::{rms_norm, rms_norm_grad};
 pub use reduce::{arg_reduce, reduce};
 pub use rope::rope;

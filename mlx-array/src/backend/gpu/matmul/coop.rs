@@ -21,8 +21,42 @@
 //! output) is one text, so the plain variant, which runs on any adapter
 //! (lavapipe in CI), tests what the tensor-core variant does around its
 //! intrinsics.
+//!
+//! **Staging loads** (`super::loads`). An operand whose offset, leading
+//! dimension and batch strides are multiples of 8 halves, with a unit
+//! stride along a contiguous extent (`k`, or `m` / `n` for the
+//! transposed views) that is a multiple of 8 too, is read 8 halves (16
+//! bytes) at a time, as two `vec4<f16>` from one 16-byte-aligned address,
+//! with one bounds check and one address per 8 halves; any other operand
+//! goes through the scalar path (one half per load, each with its own
+//! check and address), which `MLX_GPU_VEC_LOADS=0` also forces. The choice
+//! is per operand and part of the pipeline key. Per invocation and 32-deep
+//! slice, for either tiling (both stage 16 halves of each operand per
+//! invocation):
+//!
+//! | per invocation, slice | scalar | vector |
+//! |---|---|---|
+//! | global loads, `a` + `b` | 16 + 16 of 2 B | 4 + 4 of 8 B (in 16-byte aligned pairs) |
+//! | bounds checks and 32-bit address computations | 32 | 4 |
+//! | workgroup stores | 32 halves | 32 halves (8 consecutive ones per vector where it lands along a staged row) |
+//!
+//! The stores stay single halves: `coopLoad` reads the staged slices as
+//! arrays of `f16`, and WGSL cannot view them as vectors; where a vector
+//! lands along a staged row (`a` by rows, `b` by rows) its 8 halves are
+//! adjacent and 16-byte aligned, which a compiler may merge into one
+//! store. Expected effect on the H100 (reasoned, not measured): a warp
+//! issues 32 HMMAs (16 fragment products) per slice; the scalar staging
+//! costs it some 350 issued instructions per slice (32 loads, 32 stores,
+//! and 8-10 integer operations of index arithmetic and checks per
+//! element), the vector staging about 100, so a kernel limited by
+//! instruction issue around its tensor cores (82-90 TFLOP/s measured,
+//! 12-13% of cuBLAS) should gain most of that difference, towards the
+//! 150-250 TFLOP/s of the design table in `super`; what remains is the
+//! synchronous (register-staged) global loads and the two barriers per
+//! slice.
 
 use super::View;
+use super::loads::{Slice, VecLoads};
 use crate::Dtype;
 pub(super) use crate::backend::gpu::fragment::Fragments;
 use crate::backend::gpu::fragment::{LANES, Layout, Operand};
@@ -31,6 +65,8 @@ use crate::backend::gpu::fragment::{LANES, Layout, Operand};
 pub(super) const DEPTH: usize = 32;
 /// Padding of each staged row, in halves.
 const PAD: usize = 8;
+/// Elements per vector staging load: two `vec4<f16>`, 16 bytes.
+pub(super) const VEC: usize = 8;
 
 /// A tiling of the template.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -86,75 +122,71 @@ impl Tiling {
 
 /// WGSL (without the leading `enable f16;` that the pipeline cache adds)
 /// of `a @ b` for f16 operands laid out as `view`, written as `out_dtype`
-/// (f16, or f32 added into `out` with `accumulate`).
+/// (f16, or f32 added into `out` with `accumulate`), staging the operands
+/// `loads` names [`VEC`] halves a load and the others one.
 pub(super) fn source(
     tiling: Tiling,
     fragments: Fragments,
     view: View,
     out_dtype: Dtype,
     accumulate: bool,
+    loads: VecLoads,
 ) -> String {
     let (bm, bn, inv) = (tiling.bm(), tiling.bn(), tiling.invocations());
     let (fm, fnn) = (tiling.fm, tiling.fn_);
     let sa_stride = DEPTH + PAD;
     let sb_stride = bn + PAD;
-    let per_a = bm * DEPTH / inv;
-    let per_b = DEPTH * bn / inv;
     let mut src = String::from(fragments.enable());
     src.push_str(super::super::codegen::PRELUDE);
     src.push_str(super::super::codegen::META);
-    src.push_str(
-        "@group(0) @binding(1) var<storage, read> a: array<f16>;\n\
-         @group(0) @binding(2) var<storage, read> b: array<f16>;\n",
-    );
+    for (name, binding, vector) in [("a", 1, loads.a), ("b", 2, loads.b)] {
+        let ty = if vector { "vec4<f16>" } else { "f16" };
+        src.push_str(&format!(
+            "@group(0) @binding({binding}) var<storage, read> {name}: array<{ty}>;\n"
+        ));
+    }
     if accumulate || out_dtype == Dtype::F32 {
         src.push_str(&super::output_decl(3, Dtype::F32, accumulate));
     } else {
         debug_assert_eq!(out_dtype, Dtype::F16);
         src.push_str(&super::super::codegen::native_f16_output(3));
     }
-    let (a_row, a_k) = if view.a_cols {
-        (format!("e % {bm}u"), format!("e / {bm}u"))
-    } else {
-        (format!("e / {DEPTH}u"), format!("e % {DEPTH}u"))
+    let width = |vector: bool| if vector { VEC } else { 1 };
+    // `a`'s slice: `bm` rows by the depth, staged row-major in `sa`.
+    let a_slice = Slice {
+        extent: bm,
+        depth: DEPTH,
+        width: width(loads.a),
+        invocations: inv,
+        along_places: view.a_cols,
+        limit: "m",
+        base: "row_base",
+        offset: "ao",
+        place_stride: "ars",
+        depth_stride: "acs",
+        shared_base: "",
+        shared_place: sa_stride,
+        shared_depth: 1,
     };
-    let (b_k, b_col) = if view.b_cols {
-        (format!("e % {DEPTH}u"), format!("e / {DEPTH}u"))
-    } else {
-        (format!("e / {bn}u"), format!("e % {bn}u"))
+    // `b`'s: the depth by `bn` columns, staged row-major in `sb`.
+    let b_slice = Slice {
+        extent: bn,
+        depth: DEPTH,
+        width: width(loads.b),
+        invocations: inv,
+        along_places: !view.b_cols,
+        limit: "n",
+        base: "col_base",
+        offset: "bo",
+        place_stride: "bcs",
+        depth_stride: "brs",
+        shared_base: "",
+        shared_place: 1,
+        shared_depth: sb_stride,
     };
-    let mut regs = String::new();
-    for q in 0..per_a {
-        regs.push_str(&format!("    var la{q}: f16;\n"));
-    }
-    for q in 0..per_b {
-        regs.push_str(&format!("    var lb{q}: f16;\n"));
-    }
-    let mut fetch = String::new();
-    for q in 0..per_a {
-        fetch.push_str(&format!(
-            "        {{ let e = lid + {off}u; let gr = row_base + {a_row}; let gk = kf + {a_k}; la{q} = 0.0h; if (gr < m && gk < k) {{ la{q} = a[u32(ao + i32(gr) * ars + i32(gk) * acs)]; }} }}\n",
-            off = q * inv
-        ));
-    }
-    for q in 0..per_b {
-        fetch.push_str(&format!(
-            "        {{ let e = lid + {off}u; let gk = kf + {b_k}; let gc = col_base + {b_col}; lb{q} = 0.0h; if (gk < k && gc < n) {{ lb{q} = b[u32(bo + i32(gk) * brs + i32(gc) * bcs)]; }} }}\n",
-            off = q * inv
-        ));
-    }
-    let mut put = String::new();
-    for q in 0..per_a {
-        put.push_str(&format!(
-            "        {{ let e = lid + {off}u; sa[({a_row}) * {sa_stride}u + {a_k}] = la{q}; }}\n",
-            off = q * inv
-        ));
-    }
-    for q in 0..per_b {
-        put.push_str(&format!(
-            "        {{ let e = lid + {off}u; sb[({b_k}) * {sb_stride}u + {b_col}] = lb{q}; }}\n",
-            off = q * inv
-        ));
+    let (mut regs, mut fetch, mut put) = (String::new(), String::new(), String::new());
+    for (name, shared, slice) in [("a", "sa", &a_slice), ("b", "sb", &b_slice)] {
+        stage(name, shared, slice, [&mut regs, &mut fetch, &mut put]);
     }
     // Accumulators.
     let mut decl = String::new();
@@ -282,4 +314,48 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nw: vec3
         lanes = LANES,
     ));
     src
+}
+
+/// Appends operand `name`'s staging to `[regs, fetch, put]`: its
+/// registers, the loads of the slice at depth `kf` into them (zeros
+/// outside the product) and their stores into the workgroup array
+/// `shared`. Vector loads read [`VEC`] halves as two `vec4<f16>` (the
+/// 16-byte load of CUDA's kernels; WGSL has no wider f16 type, and
+/// naga's `bitcast` cannot turn a `u32` into two halves) and store them
+/// one half at a time (`coopLoad` reads the staged slices as arrays of
+/// `f16`).
+fn stage(name: &str, shared: &str, slice: &Slice<'_>, [regs, fetch, put]: [&mut String; 3]) {
+    let r = format!("l{name}");
+    let (global, shared_at) = (slice.global(), slice.shared());
+    for q in 0..slice.loads() {
+        let at = slice.locate(q);
+        let put_at = format!("{at} {shared_at}");
+        if slice.width == 1 {
+            regs.push_str(&format!("    var {r}{q}: f16;\n"));
+            fetch.push_str(&format!(
+                "        {{ {at} {global} {r}{q} = 0.0h; if (inb) {{ {r}{q} = {name}[gi]; }} }}\n"
+            ));
+            put.push_str(&format!("        {{ {put_at} {shared}[sh] = {r}{q}; }}\n"));
+            continue;
+        }
+        debug_assert_eq!(slice.width, 8);
+        regs.push_str(&format!(
+            "    var {r}{q}_0: vec4<f16>;\n    var {r}{q}_1: vec4<f16>;\n"
+        ));
+        fetch.push_str(&format!(
+            "        {{ {at} {global} {r}{q}_0 = vec4<f16>(); {r}{q}_1 = vec4<f16>(); \
+             if (inb) {{ let j = gi >> 2u; {r}{q}_0 = {name}[j]; {r}{q}_1 = {name}[j + 1u]; }} }}\n"
+        ));
+        put.push_str(&format!("        {{ {put_at}"));
+        let step = slice.shared_step();
+        for i in 0..8 {
+            put.push_str(&format!(
+                " {shared}[sh + {o}u] = {r}{q}_{h}[{c}];",
+                o = i * step,
+                h = i / 4,
+                c = i % 4
+            ));
+        }
+        put.push_str(" }\n");
+    }
 }

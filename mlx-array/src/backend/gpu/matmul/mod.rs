@@ -38,8 +38,10 @@
 //! slice's global loads in flight during the present slice's products,
 //! should hold 30-40 TFLOP/s at 4096^3 and 8192^3 (60-75% of cuBLAS's 51.5
 //! with TF32 off; today's 64 x 64 / 4 x 4 kernel: 12.7). What it loses to
-//! cuBLAS: WGSL's bounds-checked array indexing, 32-bit index arithmetic
-//! per staged element, and no asynchronous copies. The tensor-core kernel
+//! cuBLAS: WGSL's bounds-checked array indexing (`MLX_GPU_CHECKED=0`
+//! measures it), 32-bit index arithmetic per staged vector (per element
+//! on operands not aligned for vector loads, see `loads`), and no
+//! asynchronous copies. The tensor-core kernel
 //! issues 16 fragment multiply-adds per subgroup per 32-deep slice against
 //! 12 fragment loads from workgroup memory; at 2 workgroups (16 warps) per
 //! SM it should reach 150-250 TFLOP/s on f16 at 4096^3-8192^3 (22-36% of
@@ -99,7 +101,10 @@ use crate::shape::size_of_shape;
 use crate::{Dtype, Error, Result};
 
 mod coop;
+mod loads;
 mod tiled;
+
+pub use loads::vector_operand_count;
 
 /// Workgroups that keep every SM of an H100 (132) busy twice over: below
 /// this many 128 x 128 tiles, the 64 x 64 kernel runs instead.
@@ -497,6 +502,31 @@ impl Product<'_> {
             a_cols: sa[nd - 2] == 1 && sa[nd - 1] != 1,
             b_cols: sb[nd - 2] == 1 && sb[nd - 1] != 1,
         };
+        // The depth slices as the outermost batch dimension: slice `s`
+        // starts `s * depth` along `a`'s columns and `b`'s rows.
+        let mut dims = Vec::with_capacity(nd - 1);
+        let (mut a_strides, mut b_strides) = (Vec::new(), Vec::new());
+        if slices.count > 1 {
+            dims.push(slices.count);
+            a_strides.push(slices.depth as isize * sa[nd - 1]);
+            b_strides.push(slices.depth as isize * sb[nd - 2]);
+        }
+        dims.extend_from_slice(self.batch_shape);
+        a_strides.extend_from_slice(&sa[..nd - 2]);
+        b_strides.extend_from_slice(&sb[..nd - 2]);
+        let width = if coop.is_some() {
+            coop::VEC
+        } else {
+            tiled::VEC
+        };
+        let loads = loads::choose(
+            width,
+            view,
+            [a, b],
+            [m, n, self.k],
+            &dims,
+            [&a_strides, &b_strides],
+        );
         let (pipeline, tm, tn) = match coop {
             Some(fragments) => {
                 let tiling = if t == 128 {
@@ -505,10 +535,10 @@ impl Product<'_> {
                     coop::Tiling::SMALL
                 };
                 let key = format!(
-                    "matmul-coop:{tiling:?}:{fragments:?}:{view:?}:{out_dtype}:{accumulate}"
+                    "matmul-coop:{tiling:?}:{fragments:?}:{view:?}:{loads:?}:{out_dtype}:{accumulate}"
                 );
                 let p = context()?.pipeline(&key, || {
-                    coop::source(tiling, fragments, view, out_dtype, accumulate)
+                    coop::source(tiling, fragments, view, out_dtype, accumulate, loads)
                 })?;
                 COOP_PRODUCTS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 (p, m.div_ceil(tiling.bm()), n.div_ceil(tiling.bn()))
@@ -520,9 +550,11 @@ impl Product<'_> {
                 } else {
                     1
                 };
-                let key = format!("matmul:{t}:{buffers}:{dtype}:{out_dtype}:{view:?}:{accumulate}");
+                let key = format!(
+                    "matmul:{t}:{buffers}:{dtype}:{out_dtype}:{view:?}:{loads:?}:{accumulate}"
+                );
                 let p = context()?.pipeline(&key, || {
-                    tiled::source(t, buffers, dtype, out_dtype, view, accumulate)
+                    tiled::source(t, buffers, dtype, out_dtype, view, accumulate, loads)
                 })?;
                 (p, m.div_ceil(t), n.div_ceil(t))
             }
@@ -547,18 +579,6 @@ impl Product<'_> {
             slices.depth as u32,
             batch as u32,
         ];
-        // The depth slices as the outermost batch dimension: slice `s`
-        // starts `s * depth` along `a`'s columns and `b`'s rows.
-        let mut dims = Vec::with_capacity(nd - 1);
-        let (mut a_strides, mut b_strides) = (Vec::new(), Vec::new());
-        if slices.count > 1 {
-            dims.push(slices.count);
-            a_strides.push(slices.depth as isize * sa[nd - 1]);
-            b_strides.push(slices.depth as isize * sb[nd - 2]);
-        }
-        dims.extend_from_slice(self.batch_shape);
-        a_strides.extend_from_slice(&sa[..nd - 2]);
-        b_strides.extend_from_slice(&sb[..nd - 2]);
         meta[3] = dims.len() as u32;
         meta.extend(dims.iter().map(|&d| d as u32));
         meta.extend(a_strides.iter().map(|&s| s as i32 as u32));
@@ -622,12 +642,17 @@ fn sum_slices(
 
 /// Every kernel variant's WGSL, named: both tilings of the cooperative
 /// template with both fragment implementations, and the f32 kernel at both
-/// tiles and buffer counts, in every transpose case (f16 declared as the
-/// running device stores it, packed before the GPU is first used). The
-/// cooperative sources start with `enable f16;` here. For the test that
-/// compiles them all through naga to SPIR-V.
+/// tiles and buffer counts, in every transpose case, with scalar and
+/// vector staging loads (both operands one way for every dtype, and one
+/// of each for the first dtype; the f32 kernel with one buffer, whose
+/// staging text is the two-buffer one's, vectors for the first dtype
+/// only) (f16 declared as the running device stores it,
+/// packed before the GPU is first used). The cooperative sources start
+/// with `enable f16;` here. For the test that compiles them all through
+/// naga to SPIR-V.
 #[doc(hidden)]
 pub fn kernel_sources() -> Vec<(String, String)> {
+    use loads::VecLoads;
     let mut out = Vec::new();
     let mut views = Vec::new();
     for a_cols in [false, true] {
@@ -635,22 +660,43 @@ pub fn kernel_sources() -> Vec<(String, String)> {
             views.push(View { a_cols, b_cols });
         }
     }
+    let uniform = [VecLoads::default(), VecLoads { a: true, b: true }];
+    let mixed = [
+        VecLoads { a: true, b: false },
+        VecLoads { a: false, b: true },
+    ];
+    // Scalar loads always; vectors for both operands with `vectors`, and
+    // for one of them with `first` too.
+    let choices = |vectors: bool, first: bool| {
+        let mut c = vec![uniform[0]];
+        if vectors {
+            c.push(uniform[1]);
+            if first {
+                c.extend(mixed);
+            }
+        }
+        c
+    };
     for tiling in [coop::Tiling::LARGE, coop::Tiling::SMALL] {
         for fragments in [coop::Fragments::Cooperative, coop::Fragments::Plain] {
             for &view in &views {
-                for (dtype, accumulate) in
+                for (i, (dtype, accumulate)) in
                     [(Dtype::F16, false), (Dtype::F32, false), (Dtype::F32, true)]
+                        .into_iter()
+                        .enumerate()
                 {
-                    out.push((
-                        format!(
-                            "coop {tiling:?} {fragments:?} {view:?} {dtype} accumulate {accumulate} ({} B)",
-                            tiling.shared_bytes()
-                        ),
-                        format!(
-                            "enable f16;\n{}",
-                            coop::source(tiling, fragments, view, dtype, accumulate)
-                        ),
-                    ));
+                    for loads in choices(true, i == 0) {
+                        out.push((
+                            format!(
+                                "coop {tiling:?} {fragments:?} {view:?} {loads:?} {dtype} accumulate {accumulate} ({} B)",
+                                tiling.shared_bytes()
+                            ),
+                            format!(
+                                "enable f16;\n{}",
+                                coop::source(tiling, fragments, view, dtype, accumulate, loads)
+                            ),
+                        ));
+                    }
                 }
             }
         }
@@ -659,25 +705,31 @@ pub fn kernel_sources() -> Vec<(String, String)> {
         for buffers in [1, 2] {
             for &view in &views {
                 // The last two: split-K partial sums of half operands.
-                for (dtype, out_dtype, accumulate) in [
+                for (i, (dtype, out_dtype, accumulate)) in [
                     (Dtype::F32, Dtype::F32, false),
                     (Dtype::F32, Dtype::F32, true),
                     (Dtype::F16, Dtype::F16, false),
                     (Dtype::BF16, Dtype::BF16, false),
                     (Dtype::F16, Dtype::F32, false),
                     (Dtype::BF16, Dtype::F32, false),
-                ] {
-                    let mut src = tiled::source(t, buffers, dtype, out_dtype, view, accumulate);
-                    if dtype == Dtype::F16 && !codegen::packed(dtype) {
-                        src.insert_str(0, "enable f16;\n");
+                ]
+                .into_iter()
+                .enumerate()
+                {
+                    for loads in choices(buffers == 2 || i == 0, i == 0) {
+                        let mut src =
+                            tiled::source(t, buffers, dtype, out_dtype, view, accumulate, loads);
+                        if dtype == Dtype::F16 && !codegen::packed(dtype) {
+                            src.insert_str(0, "enable f16;\n");
+                        }
+                        out.push((
+                            format!(
+                                "f32 kernel {t} x {buffers} {view:?} {loads:?} {dtype} -> {out_dtype} accumulate {accumulate} ({} B)",
+                                tiled::shared_bytes(t, buffers)
+                            ),
+                            src,
+                        ));
                     }
-                    out.push((
-                        format!(
-                            "f32 kernel {t} x {buffers} {view:?} {dtype} -> {out_dtype} accumulate {accumulate} ({} B)",
-                            tiled::shared_bytes(t, buffers)
-                        ),
-                        src,
-                    ));
                 }
             }
         }
