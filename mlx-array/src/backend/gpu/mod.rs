@@ -290,8 +290,9 @@ impl GpuContext {
             // derived from those sizes. Storage accesses stay checked by
             // the driver where the device offers robust buffer access.
             // This path is opt-in (`MLX_GPU_CHECKED=0`), to measure what
-            // wgpu's checks cost: on lavapipe the f16 fragment kernels hang
-            // without them, so one of them still breaks that promise.
+            // wgpu's checks cost on a device; on lavapipe, LLVM unrolls the
+            // unguarded loops of the f16 fragment kernels and takes minutes
+            // to compile them.
             unsafe {
                 self.device
                     .create_shader_module_trusted(desc, wgpu::ShaderRuntimeChecks::unchecked())
