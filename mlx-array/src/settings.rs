@@ -19,7 +19,7 @@
 //! | `MLX_GPU_SPLIT_WAVE` | a count of workgroups | 528 (4 per SM of an H100's 132): how many 64 x 64 output tiles one wave of the GPU holds; split-K takes the most depth slices that fit in it (for measuring the best figure on a device) | [`set_gpu_split_wave`] |
 //! | `MLX_GPU_ATTENTION_TILES` | `auto`, or `BQxBK` of `64x32`, `32x32`, `32x16`, `16x16` | `auto`: the largest tiles that fit the workgroup memory; a pair: the f32-compute attention kernels (forward and both gradient passes) take these tiles where they fit (for measuring the best on a device) | [`set_gpu_attention_tiles`] |
 //! | `MLX_GPU_CHECKED` | `1`/`0` | on: GPU kernels compiled with wgpu's runtime checks (each dynamic index clamped into its array, each loop given a guard counter); off: without them, which costs fewer instructions in every inner loop (to measure that on a device before it becomes the default: on lavapipe, LLVM 15 unrolls the unguarded loops of the f16 fragment kernels and then takes minutes to compile them) | [`set_gpu_checked`] |
-//! | `MLX_GPU_VEC_LOADS` | `1`/`0` | on: the GPU matrix products' staging loads read whole vectors (4 or 8 elements) along an operand's contiguous dimension where its offset and strides allow (off: one element per load) | [`set_gpu_vec_loads`] |
+//! | `MLX_GPU_VEC_LOADS` | `1`/`0` | on: the GPU matrix products' and attention kernels' staging loads read whole vectors (4 or 8 elements) along an operand's contiguous dimension where its offset and strides allow (off: one element per load) | [`set_gpu_vec_loads`] |
 //! | `MLX_GPU_META_ARENA` | `1`/`0` | on: the small parameter words (`meta`) of a submission's GPU dispatches are packed into shared buffers written once per submission (off: a new buffer per dispatch) | [`set_gpu_meta_arena`] |
 //! | `MLX_GPU_SHARED_PASSES` | `1`/`0` | on: consecutive GPU dispatches share one compute pass (off: a pass per dispatch); a pass per dispatch always while timing them for the profile | [`set_gpu_shared_passes`] |
 //! | `MLX_GPU_LAYOUT_CACHE` | `1`/`0` | on: each GPU pipeline's bind group layout is kept with the pipeline (off: asked of wgpu at every dispatch) | [`set_gpu_layout_cache`] |
@@ -346,7 +346,7 @@ pub fn set_gpu_checked(on: bool) {
 
 static GPU_VEC_LOADS: Flag = Flag::new(MLX_GPU_VEC_LOADS, true);
 
-/// Whether GPU matrix products stage an operand with vector loads along
+/// Whether GPU matrix products and attention kernels stage an operand with vector loads along
 /// its contiguous dimension where its offset and strides allow (default),
 /// or one element per load always (to measure what the vectors gain). An
 /// unreadable `MLX_GPU_VEC_LOADS` counts as the default here; [`check`]

@@ -224,3 +224,58 @@ fn f16_attention_stages_by_quads_where_widths_allow_and_agrees_either_way() {
     );
     set_gpu_coopmat(GpuCoopmat::Auto);
 }
+
+/// The f32-compute kernels (f32 and bf16 inputs here) stage their inputs
+/// by quads where the head widths are multiples of 4 and
+/// `MLX_GPU_VEC_LOADS` is on, element by element otherwise; both agree
+/// with the CPU, forward and gradients, causal and not.
+#[test]
+fn f32_attention_stages_by_quads_where_widths_allow_and_agrees_either_way() {
+    use mlx_array::backend::gpu::attention_scalar_quad_staged_runs;
+    use mlx_array::settings::set_gpu_vec_loads;
+    let Some(_gpu) = gpu() else { return };
+    set_gpu_coopmat(GpuCoopmat::Off);
+    for (dtype, [b, h, lq, lk, d, dv], causal, vec_loads, quads) in [
+        (Dtype::F32, [1, 2, 37, 53, 40, 24], true, true, true),
+        (Dtype::BF16, [2, 1, 19, 33, 12, 20], false, true, true),
+        (Dtype::F32, [1, 2, 37, 53, 6, 10], true, true, false),
+        (Dtype::F32, [1, 2, 37, 53, 40, 24], false, false, false),
+    ] {
+        set_gpu_vec_loads(vec_loads);
+        let cast = |x: Array| x.astype(dtype).unwrap();
+        let inputs = [
+            cast(input([b, h, lq, d], 1)),
+            cast(input([b, h, lk, d], 2)),
+            cast(input([b, h, lk, dv], 3)),
+            input([b, h, lq, dv], 4).astype(Dtype::F32).unwrap(),
+        ];
+        let attend =
+            move |x: &[Array]| mlx_array::fused_attention(&x[0], &x[1], &x[2], 0.3, causal);
+        let what = format!(
+            "{dtype} attention {:?} causal {causal} vec loads {vec_loads}",
+            [b, h, lq, lk, d, dv]
+        );
+        let before = attention_scalar_quad_staged_runs();
+        compare(&what, &inputs, attend, tol(dtype));
+        compare(
+            &format!("{what}: dq, dk, dv"),
+            &inputs,
+            |x: &[Array]| {
+                let (_, g) =
+                    mlx_array::vjp(|y: &[Array]| Ok(vec![attend(y)?]), &x[..3], &[x[3].clone()])?;
+                let flat: Vec<Array> = g.iter().map(|g| g.reshape(&[-1])).collect::<Result<_>>()?;
+                mlx_array::concatenate(&flat, 0)
+            },
+            2.0 * tol(dtype),
+        );
+        // The forward twice (alone, and under the gradient), both passes.
+        let runs = attention_scalar_quad_staged_runs() - before;
+        assert_eq!(
+            runs,
+            if quads { 4 } else { 0 },
+            "{what}: quad-staged kernels"
+        );
+    }
+    set_gpu_vec_loads(true);
+    set_gpu_coopmat(GpuCoopmat::Auto);
+}

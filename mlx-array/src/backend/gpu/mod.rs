@@ -56,6 +56,7 @@ pub use attention::{
     fragment_runs as attention_fragment_runs, kernel_sources as attention_kernel_sources,
     last_scalar_tiles as attention_last_scalar_tiles,
     quad_staged_runs as attention_quad_staged_runs,
+    scalar_quad_staged_runs as attention_scalar_quad_staged_runs,
 };
 pub use creation::{arange, random_bits};
 pub use elementwise::{astype, binary, copy_contiguous, unary, where_};

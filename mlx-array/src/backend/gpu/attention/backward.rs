@@ -3,6 +3,7 @@
 //! recomputing the probabilities from the forward's logsumexps (see the
 //! module above for the design and its figures).
 
+use super::fragments::{Loads, Rows};
 use super::{SIDE, Tiles, cols, header, stage, unroll};
 use crate::Dtype;
 use crate::backend::common::attention::AttentionDims;
@@ -31,7 +32,13 @@ pub(super) fn bytes(dims: &AttentionDims, t: Tiles) -> usize {
 /// packed buffer, the f32 cotangent).
 pub(super) fn delta_source(dims: &AttentionDims) -> String {
     let t = Tiles { bq: SIDE, bk: SIDE };
-    let mut s = header(dims, &[("packed", Dtype::F32), ("g", Dtype::F32)], t);
+    let mut s = header(
+        dims,
+        &[("packed", Dtype::F32), ("g", Dtype::F32)],
+        t,
+        Loads::Scalar,
+        &[],
+    );
     s.push_str(super::codegen::ENTRY);
     s.push_str(" {\n    ");
     s.push_str(super::codegen::THREAD_INDEX);
@@ -51,8 +58,15 @@ pub(super) fn delta_source(dims: &AttentionDims) -> String {
     s
 }
 
-/// The WGSL of one pass for `q`, `k`, `v` of `dtype`.
-pub(super) fn source(dims: &AttentionDims, dtype: Dtype, t: Tiles, pass: Pass) -> String {
+/// The WGSL of one pass for `q`, `k`, `v` of `dtype`, the tiles staged as
+/// `loads` says.
+pub(super) fn source(
+    dims: &AttentionDims,
+    dtype: Dtype,
+    t: Tiles,
+    pass: Pass,
+    loads: Loads,
+) -> String {
     let (qs, vs, ps) = strides(dims, t);
     let (ri, rj) = (t.bq / SIDE, t.bk / SIDE);
     let (cd, cv) = (cols(dims.d), cols(dims.dv));
@@ -64,7 +78,7 @@ pub(super) fn source(dims: &AttentionDims, dtype: Dtype, t: Tiles, pass: Pass) -
         ("g", Dtype::F32),
         ("delta", Dtype::F32),
     ];
-    let mut s = header(dims, &inputs, t);
+    let mut s = header(dims, &inputs, t, loads, &["q", "k", "v", "g"]);
     s.push_str(&format!(
         r#"
 var<workgroup> q_s: array<f32, {q_len}>;
@@ -151,33 +165,59 @@ var<workgroup> dl_s: array<f32, BQ>;
 {p_store}
 "#
     );
+    let rows = |rows, width, valid, base| Rows {
+        rows,
+        width,
+        padded: width,
+        valid,
+        base,
+    };
     let q_stage = stage(
         "q_s",
         "q",
-        ["BQ", "D", "lq() - q0", "params[6] + (bh * lq() + q0) * D"],
+        loads,
+        &rows(
+            t.bq,
+            dims.d,
+            "lq() - q0",
+            "params[6] + (bh * lq() + q0) * D",
+        ),
         qs,
     );
     let g_stage = stage(
         "g_s",
         "g",
-        [
-            "BQ",
-            "DV",
+        loads,
+        &rows(
+            t.bq,
+            dims.dv,
             "lq() - q0",
             "params[10] + (bh * lq() + q0) * DV",
-        ],
+        ),
         vs,
     );
     let k_stage = stage(
         "k_s",
         "k",
-        ["BK", "D", "lk() - k0", "params[7] + (bh * lk() + k0) * D"],
+        loads,
+        &rows(
+            t.bk,
+            dims.d,
+            "lk() - k0",
+            "params[7] + (bh * lk() + k0) * D",
+        ),
         qs,
     );
     let v_stage = stage(
         "v_s",
         "v",
-        ["BK", "DV", "lk() - k0", "params[8] + (bh * lk() + k0) * DV"],
+        loads,
+        &rows(
+            t.bk,
+            dims.dv,
+            "lk() - k0",
+            "params[8] + (bh * lk() + k0) * DV",
+        ),
         vs,
     );
     let rows_stage = r#"

@@ -2,6 +2,7 @@
 //! of `BQ` query rows), online softmax over blocks of `BK` keys (see the
 //! module above for the design and its figures).
 
+use super::fragments::{Loads, Rows};
 use super::{QUERY_BLOCK, SIDE, Tiles, cols, header, stage, unroll};
 use crate::Dtype;
 use crate::backend::common::attention::AttentionDims;
@@ -17,11 +18,17 @@ pub(super) fn bytes(dims: &AttentionDims, t: Tiles) -> usize {
     4 * (t.bq * qs + t.bk * ks + SIDE + t.bq * ss + 3 * t.bq)
 }
 
-/// The kernel's WGSL for inputs of `dtype`.
-pub(super) fn source(dims: &AttentionDims, dtype: Dtype, t: Tiles) -> String {
+/// The kernel's WGSL for inputs of `dtype`, staged as `loads` says.
+pub(super) fn source(dims: &AttentionDims, dtype: Dtype, t: Tiles, loads: Loads) -> String {
     let (qs, ks, ss) = strides(dims, t);
     let (ri, rj, co) = (t.bq / SIDE, t.bk / SIDE, cols(dims.dv));
-    let mut s = header(dims, &[("q", dtype), ("k", dtype), ("v", dtype)], t);
+    let mut s = header(
+        dims,
+        &[("q", dtype), ("k", dtype), ("v", dtype)],
+        t,
+        loads,
+        &["q", "k", "v"],
+    );
     s.push_str(&format!(
         r#"
 var<workgroup> q_s: array<f32, {q_len}>;
@@ -83,22 +90,47 @@ var<workgroup> a_s: array<f32, BQ>;
             "    if (q0 + ty + {r}u < lq() && tx + {c}u < DV) {{ store_out(((bi * lq() + q0 + ty + {r}u) * h() + hi) * DV + tx + {c}u, o{i}_{j} / l_s[ty + {r}u]); }}"
         )
     });
+    let rows = |rows, width, valid, base| Rows {
+        rows,
+        width,
+        padded: width,
+        valid,
+        base,
+    };
     let q_stage = stage(
         "q_s",
         "q",
-        ["BQ", "D", "lq() - q0", "params[6] + (bh * lq() + q0) * D"],
+        loads,
+        &rows(
+            t.bq,
+            dims.d,
+            "lq() - q0",
+            "params[6] + (bh * lq() + q0) * D",
+        ),
         qs,
     );
     let k_stage = stage(
         "kv_s",
         "k",
-        ["BK", "D", "lk() - k0", "params[7] + (bh * lk() + k0) * D"],
+        loads,
+        &rows(
+            t.bk,
+            dims.d,
+            "lk() - k0",
+            "params[7] + (bh * lk() + k0) * D",
+        ),
         ks,
     );
     let v_stage = stage(
         "kv_s",
         "v",
-        ["BK", "DV", "lk() - k0", "params[8] + (bh * lk() + k0) * DV"],
+        loads,
+        &rows(
+            t.bk,
+            dims.dv,
+            "lk() - k0",
+            "params[8] + (bh * lk() + k0) * DV",
+        ),
         ks,
     );
     s.push_str(&format!(

@@ -159,7 +159,7 @@ use crate::backend::common::attention::AttentionDims;
 use crate::data::{ArrayData, Operand};
 use crate::settings;
 use crate::{Dtype, Result};
-use fragments::Loads;
+use fragments::{Loads, Rows};
 
 /// Invocations per workgroup side: kernels run `SIDE x SIDE` invocations.
 const SIDE: usize = 16;
@@ -233,12 +233,25 @@ fn meta(dims: &AttentionDims, inputs: &[&ArrayData]) -> Vec<u32> {
 }
 
 /// The WGSL shared by the kernels: constants, the bindings of `inputs`
-/// (name and dtype), an f32 output, and the sizes read from `params`.
-fn header(dims: &AttentionDims, inputs: &[(&str, Dtype)], tiles: Tiles) -> String {
+/// (name and dtype; those named in `staged` read by quads, `load4_<name>`,
+/// when `loads` says so, the others element by element, `load_<name>`),
+/// an f32 output, and the sizes read from `params`.
+fn header(
+    dims: &AttentionDims,
+    inputs: &[(&str, Dtype)],
+    tiles: Tiles,
+    loads: Loads,
+    staged: &[&str],
+) -> String {
     let mut s = String::from(codegen::PRELUDE);
     s.push_str(codegen::META);
     for (i, (name, dtype)) in inputs.iter().enumerate() {
-        s.push_str(&codegen::input(name, i as u32 + 1, *dtype));
+        let binding = i as u32 + 1;
+        if loads == Loads::Quads && staged.contains(name) {
+            s.push_str(&super::elementwise::input4(name, binding, *dtype));
+        } else {
+            s.push_str(&codegen::input(name, binding, *dtype));
+        }
     }
     s.push_str(&codegen::output(inputs.len() as u32 + 1, Dtype::F32));
     s.push_str(&format!(
@@ -294,21 +307,61 @@ fn unroll(n: usize, m: usize, f: impl Fn(usize, usize) -> String) -> String {
     s
 }
 
-/// WGSL that stages `rows` rows of `width` elements (adjacent from element
-/// `base` of input `name`; zeros from row `valid` on) into the workgroup
-/// array `tile`, rows `stride` apart.
-fn stage(tile: &str, name: &str, [rows, width, valid, base]: [&str; 4], stride: usize) -> String {
-    format!(
-        r#"
-    for (var e = lid; e < {rows} * {width}; e = e + 256u) {{
-        let r = e / {width};
-        let c = e % {width};
+/// WGSL in which the 256 invocations stage the tile `r` of input `name`
+/// (rows of `r.width` adjacent elements from `r.base`, zeros from row
+/// `r.valid` on) into the f32 workgroup array `tile`, rows `stride` apart:
+/// element by element in a loop, or with [`Loads::Quads`] by `load4_`
+/// quads, unrolled, each invocation's loads all issued before its stores.
+fn stage(tile: &str, name: &str, loads: Loads, r: &Rows<'_>, stride: usize) -> String {
+    let Rows {
+        rows,
+        width,
+        valid,
+        base,
+        ..
+    } = *r;
+    if loads == Loads::Scalar {
+        return format!(
+            r#"
+    for (var e = lid; e < {rows}u * {width}u; e = e + 256u) {{
+        let r = e / {width}u;
+        let c = e % {width}u;
         var x = 0.0;
-        if (r < {valid}) {{ x = load_{name}({base} + r * {width} + c); }}
+        if (r < {valid}) {{ x = load_{name}({base} + r * {width}u + c); }}
         {tile}[r * {stride}u + c] = x;
     }}
 "#
-    )
+        );
+    }
+    let in_row = width / 4;
+    let total = rows * in_row;
+    let mut loads = String::from("    {\n");
+    let mut stores = String::new();
+    for q in 0..total.div_ceil(256) {
+        // Only the last round can run past the tile.
+        let (guard, open) = if (q + 1) * 256 > total {
+            (
+                format!("e{q} < {total}u && "),
+                format!("        if (e{q} < {total}u) {{\n"),
+            )
+        } else {
+            (String::new(), String::from("        {\n"))
+        };
+        loads.push_str(&format!(
+            "        let e{q} = lid + {off}u;\n        let r{q} = e{q} / {in_row}u;\n        let c{q} = e{q} % {in_row}u;\n        var x{q} = vec4<f32>();\n        if ({guard}r{q} < {valid}) {{ x{q} = load4_{name}(({base}) / 4u + r{q} * {in_row}u + c{q}); }}\n",
+            off = q * 256
+        ));
+        stores.push_str(&open);
+        for i in 0..4 {
+            stores.push_str(&format!(
+                "            {tile}[r{q} * {stride}u + c{q} * 4u + {i}u] = x{q}[{i}];\n"
+            ));
+        }
+        stores.push_str("        }\n");
+    }
+    loads.push_str(&stores);
+    loads.push_str("    }\n");
+    loads
 }
 
 /// `softmax(scale * q @ k^T [causal]) @ v`, packed as on the CPU: `q`, `k`,
@@ -337,8 +390,12 @@ pub fn attention(
         return Ok(out);
     }
     note_scalar_tiles(tiles);
-    let key = format!("attention:{}:{}:{dtype}:{tiles:?}", dims.d, dims.dv);
-    let pipeline = context()?.pipeline(&key, || forward::source(dims, dtype, tiles))?;
+    let loads = scalar_kernel_loads(dims, &[&q, &k, &v]);
+    let key = format!(
+        "attention:{}:{}:{dtype}:{tiles:?}:{loads:?}",
+        dims.d, dims.dv
+    );
+    let pipeline = context()?.pipeline(&key, || forward::source(dims, dtype, tiles, loads))?;
     let groups = dims.b * dims.h * dims.lq.div_ceil(tiles.bq);
     dispatch_groups(
         &pipeline,
@@ -451,6 +508,27 @@ fn fragment_attention(
     Ok(out)
 }
 
+/// f32-compute kernels recorded with inputs staged by quads since the
+/// process started.
+static SCALAR_QUAD_STAGED: AtomicUsize = AtomicUsize::new(0);
+
+/// f32-compute attention kernels (forward or gradient pass) recorded with
+/// their inputs staged by quads since the process started (for tests that
+/// check which loads ran).
+pub fn scalar_quad_staged_runs() -> usize {
+    SCALAR_QUAD_STAGED.load(Ordering::Relaxed)
+}
+
+/// How the f32-compute kernels read the dense `inputs`
+/// ([`staging_loads`]), counted when by quads.
+fn scalar_kernel_loads(dims: &AttentionDims, inputs: &[&ArrayData]) -> Loads {
+    let loads = staging_loads(dims, inputs);
+    if loads == Loads::Quads {
+        SCALAR_QUAD_STAGED.fetch_add(1, Ordering::Relaxed);
+    }
+    loads
+}
+
 /// Fragment kernels recorded with inputs staged by quads
 /// ([`fragments::Loads::Quads`]) since the process started.
 static QUAD_STAGED: AtomicUsize = AtomicUsize::new(0);
@@ -462,12 +540,21 @@ pub fn quad_staged_runs() -> usize {
     QUAD_STAGED.load(Ordering::Relaxed)
 }
 
-/// How the fragment kernels read the dense `inputs` (q, k, v, and the
-/// gradient's f32 cotangent): by quads where the head widths and the
-/// inputs' first elements allow it.
-fn fragment_loads(dims: &AttentionDims, inputs: &[&ArrayData]) -> Loads {
+/// How a kernel stages the dense `inputs` (q, k, v, and the gradient's
+/// f32 cotangent): by quads where [`settings::gpu_vec_loads`] is on and
+/// the head widths and the inputs' first elements allow it.
+fn staging_loads(dims: &AttentionDims, inputs: &[&ArrayData]) -> Loads {
+    if !settings::gpu_vec_loads() {
+        return Loads::Scalar;
+    }
     let offsets: Vec<usize> = inputs.iter().map(|d| d.offset()).collect();
-    let loads = Loads::for_inputs(dims.d, dims.dv, &offsets);
+    Loads::for_inputs(dims.d, dims.dv, &offsets)
+}
+
+/// How the fragment kernels read the dense `inputs` ([`staging_loads`]),
+/// counted when by quads.
+fn fragment_loads(dims: &AttentionDims, inputs: &[&ArrayData]) -> Loads {
+    let loads = staging_loads(dims, inputs);
     if loads == Loads::Quads {
         QUAD_STAGED.fetch_add(1, Ordering::Relaxed);
     }
@@ -601,8 +688,10 @@ pub fn attention_grad(
         let (pipeline, tiles) = match kernels {
             GradKernels::Scalar(tiles) => {
                 note_scalar_tiles(tiles);
-                let key = format!("attention_grad:{pass:?}:{d}:{dv}:{dtype}:{tiles:?}");
-                let p = context()?.pipeline(&key, || backward::source(dims, dtype, tiles, pass))?;
+                let loads = scalar_kernel_loads(dims, &[&q, &k, &v, &g]);
+                let key = format!("attention_grad:{pass:?}:{d}:{dv}:{dtype}:{tiles:?}:{loads:?}");
+                let p = context()?
+                    .pipeline(&key, || backward::source(dims, dtype, tiles, pass, loads))?;
                 (p, tiles)
             }
             GradKernels::Fragments(f, kv, query) => {
