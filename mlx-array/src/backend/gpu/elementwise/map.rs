@@ -228,35 +228,37 @@ fn source(
     src
 }
 
-/// A dense input read a quad at a time: `load4_<name>(q)` returns elements
+/// A dense input read a quad at a time: `load4_<name>(quad)` returns elements
 /// `4q .. 4q + 4` of the buffer in the dtype's compute type.
 pub(in crate::backend::gpu) fn input4(name: &str, binding: u32, d: Dtype) -> String {
     let (ty, body) = match d {
-        Dtype::F32 => ("vec4<f32>", format!("return {name}[q];")),
-        Dtype::I32 => ("vec4<i32>", format!("return {name}[q];")),
-        Dtype::U32 | Dtype::I64 => ("vec4<u32>", format!("return {name}[q];")),
-        Dtype::F16 if !codegen::packed(d) => ("vec4<f16>", format!("return vec4<f32>({name}[q]);")),
+        Dtype::F32 => ("vec4<f32>", format!("return {name}[quad];")),
+        Dtype::I32 => ("vec4<i32>", format!("return {name}[quad];")),
+        Dtype::U32 | Dtype::I64 => ("vec4<u32>", format!("return {name}[quad];")),
+        Dtype::F16 if !codegen::packed(d) => {
+            ("vec4<f16>", format!("return vec4<f32>({name}[quad]);"))
+        }
         Dtype::F16 => (
             "vec2<u32>",
             format!(
-                "let w = {name}[q]; return vec4<f32>(unpack2x16float(w.x), unpack2x16float(w.y));"
+                "let w = {name}[quad]; return vec4<f32>(unpack2x16float(w.x), unpack2x16float(w.y));"
             ),
         ),
         Dtype::BF16 => (
             "vec2<u32>",
             format!(
-                "let w = {name}[q]; return bitcast<vec4<f32>>(vec4<u32>(w.x << 16u, w.x & 0xffff0000u, w.y << 16u, w.y & 0xffff0000u));"
+                "let w = {name}[quad]; return bitcast<vec4<f32>>(vec4<u32>(w.x << 16u, w.x & 0xffff0000u, w.y << 16u, w.y & 0xffff0000u));"
             ),
         ),
         Dtype::Bool => (
             "u32",
             format!(
-                "let w = {name}[q]; return vec4<u32>(w & 0xffu, (w >> 8u) & 0xffu, (w >> 16u) & 0xffu, w >> 24u);"
+                "let w = {name}[quad]; return vec4<u32>(w & 0xffu, (w >> 8u) & 0xffu, (w >> 16u) & 0xffu, w >> 24u);"
             ),
         ),
     };
     format!(
-        "@group(0) @binding({binding}) var<storage, read> {name}: array<{ty}>;\nfn load4_{name}(q: u32) -> vec4<{}> {{ {body} }}\n",
+        "@group(0) @binding({binding}) var<storage, read> {name}: array<{ty}>;\nfn load4_{name}(quad: u32) -> vec4<{}> {{ {body} }}\n",
         compute_type(d)
     )
 }
