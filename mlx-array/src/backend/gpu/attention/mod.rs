@@ -81,7 +81,13 @@
 //! `(ty + 16 i, tx + 16 j)`, so that a warp reads consecutive words of one
 //! row (no bank conflicts; tile rows are padded by one word so that column
 //! walks do not conflict either). The micro-kernels are unrolled into
-//! scalar registers by the code generator.
+//! scalar registers by the code generator. Tiles are staged from global
+//! memory by `vec4` quads where the head widths and the inputs' first
+//! elements are multiples of 4 (`MLX_GPU_VEC_LOADS`, on by default): a
+//! 32 x 64 tile is 2 quads per invocation, both loads issued before the
+//! stores, where the element loop issued 8 loads each waited for before
+//! its store (hundreds of cycles from L2 each; the backward stages two
+//! tiles per walked block).
 //!
 //! - Forward ([`forward`]): a workgroup per (batch, head, block of `BQ`
 //!   query rows). The query block stays in workgroup memory; it walks the
