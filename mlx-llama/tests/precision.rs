@@ -255,27 +255,13 @@ fn an_overflowing_float16_run_is_the_same_with_and_without_overlap() {
     };
     common::overlapping_steps_change_nothing(&cfg, 0.0);
     // The run skipped steps, and went on with a scale that fits.
-    let text = std::fs::read_to_string(dir.path().join("overlapped/metrics.jsonl")).unwrap();
-    let scales: Vec<f64> = text
-        .lines()
-        .map(|l| {
-            serde_json::from_str::<serde_json::Value>(l).unwrap()["loss_scale"]
-                .as_f64()
-                .unwrap()
-        })
-        .collect();
+    let metrics = dir.path().join("overlapped/metrics.jsonl");
+    let scales = common::metric_column(&metrics, "loss_scale");
     assert!(
         scales[0] < 2f64.powi(24) && scales[15] < scales[0],
         "{scales:?}"
     );
-    let rates: Vec<f64> = text
-        .lines()
-        .map(|l| {
-            serde_json::from_str::<serde_json::Value>(l).unwrap()["learning_rate"]
-                .as_f64()
-                .unwrap()
-        })
-        .collect();
+    let rates = common::metric_column(&metrics, "learning_rate");
     // Skipped steps keep the rate: the first applied step uses warmup's 0.
     assert!(rates[..3].iter().all(|r| *r == 0.0), "{rates:?}");
 }

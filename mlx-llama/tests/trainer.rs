@@ -509,15 +509,7 @@ fn the_logged_learning_rate_is_the_one_the_steps_update_used() {
     cfg.warmup = 3;
     cfg.schedule = mlx_llama::ScheduleKind::Constant;
     train(&cfg, &mlx_dist::Group::single()).unwrap();
-    let logged: Vec<f64> = std::fs::read_to_string(dir.path().join("metrics.jsonl"))
-        .unwrap()
-        .lines()
-        .map(|l| {
-            serde_json::from_str::<serde_json::Value>(l).unwrap()["learning_rate"]
-                .as_f64()
-                .unwrap()
-        })
-        .collect();
+    let logged = common::metric_column(&dir.path().join("metrics.jsonl"), "learning_rate");
     // Linear warmup from 0 over 3 updates, then constant: the update of
     // step s (1-based) has s - 1 updates before it.
     let want: Vec<f64> = (1..=5u64)

@@ -23,6 +23,18 @@ fn input(shape: [usize; 4], seed: usize) -> Array {
         .unwrap()
 }
 
+/// The gradients of `attend` at `x[..3]` for the cotangent `x[3]`: dq,
+/// dk and dv flattened into one array.
+fn gradients(
+    attend: impl Fn(&[Array]) -> Result<Array> + Copy,
+) -> impl Fn(&[Array]) -> Result<Array> {
+    move |x: &[Array]| {
+        let (_, g) = mlx_array::vjp(|y: &[Array]| Ok(vec![attend(y)?]), &x[..3], &[x[3].clone()])?;
+        let flat: Vec<Array> = g.iter().map(|g| g.reshape(&[-1])).collect::<Result<_>>()?;
+        mlx_array::concatenate(&flat, 0)
+    }
+}
+
 /// `fused_attention` of f16 inputs `[b, h, lq, d]`, `[b, h, lk, d]`,
 /// `[b, h, lk, dv]` and its gradients (for a fixed f16 cotangent) on the
 /// GPU against the CPU; whether the fragment kernels ran (forward,
@@ -44,12 +56,7 @@ fn check(dims: [usize; 6], causal: bool) -> (bool, bool) {
     compare(
         &format!("{what}: dq, dk, dv"),
         &inputs,
-        |x: &[Array]| {
-            let (_, g) =
-                mlx_array::vjp(|y: &[Array]| Ok(vec![attend(y)?]), &x[..3], &[x[3].clone()])?;
-            let flat: Vec<Array> = g.iter().map(|g| g.reshape(&[-1])).collect::<Result<_>>()?;
-            mlx_array::concatenate(&flat, 0)
-        },
+        gradients(attend),
         2.0 * rel,
     );
     let (f, g) = attention_fragment_runs();
@@ -145,16 +152,7 @@ fn f32_attention_takes_the_tiles_it_is_told_and_agrees_with_the_cpu() {
             compare(
                 &format!("{what}: dq, dk, dv"),
                 &inputs,
-                |x: &[Array]| {
-                    let (_, g) = mlx_array::vjp(
-                        |y: &[Array]| Ok(vec![attend(y)?]),
-                        &x[..3],
-                        &[x[3].clone()],
-                    )?;
-                    let flat: Vec<Array> =
-                        g.iter().map(|g| g.reshape(&[-1])).collect::<Result<_>>()?;
-                    mlx_array::concatenate(&flat, 0)
-                },
+                gradients(attend),
                 2.0 * tol(Dtype::F32),
             );
             assert_eq!(
@@ -260,12 +258,7 @@ fn f32_attention_stages_by_quads_where_widths_allow_and_agrees_either_way() {
         compare(
             &format!("{what}: dq, dk, dv"),
             &inputs,
-            |x: &[Array]| {
-                let (_, g) =
-                    mlx_array::vjp(|y: &[Array]| Ok(vec![attend(y)?]), &x[..3], &[x[3].clone()])?;
-                let flat: Vec<Array> = g.iter().map(|g| g.reshape(&[-1])).collect::<Result<_>>()?;
-                mlx_array::concatenate(&flat, 0)
-            },
+            gradients(attend),
             2.0 * tol(dtype),
         );
         // The forward twice (alone, and under the gradient), both passes.

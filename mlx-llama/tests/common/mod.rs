@@ -27,6 +27,20 @@ pub const TINY_MODEL_ARGS: &[&str] = &[
     "32",
 ];
 
+/// The number `key` of every line of the metrics file `path` (JSON lines),
+/// in order; panics where a line lacks it.
+pub fn metric_column(path: &Path, key: &str) -> Vec<f64> {
+    std::fs::read_to_string(path)
+        .unwrap()
+        .lines()
+        .map(|l| {
+            serde_json::from_str::<serde_json::Value>(l).unwrap()[key]
+                .as_f64()
+                .unwrap_or_else(|| panic!("{}: no number {key} in {l}", path.display()))
+        })
+        .collect()
+}
+
 /// [`mlx_llama::testing::tiny`], its token store cached in the target folder.
 pub fn tiny(out: &Path, steps: u64) -> TrainConfig {
     mlx_llama::testing::tiny(out, steps, data_cache())

@@ -3,7 +3,7 @@
 //! recomputing the probabilities from the forward's logsumexps (see the
 //! module above for the design and its figures).
 
-use super::fragments::{Loads, Rows};
+use super::fragments::{InputRows, Loads};
 use super::{SIDE, Tiles, cols, header, stage, unroll};
 use crate::Dtype;
 use crate::backend::common::attention::AttentionDims;
@@ -165,61 +165,11 @@ var<workgroup> dl_s: array<f32, BQ>;
 {p_store}
 "#
     );
-    let rows = |rows, width, valid, base| Rows {
-        rows,
-        width,
-        padded: width,
-        valid,
-        base,
-    };
-    let q_stage = stage(
-        "q_s",
-        "q",
-        loads,
-        &rows(
-            t.bq,
-            dims.d,
-            "lq() - q0",
-            "params[6] + (bh * lq() + q0) * D",
-        ),
-        qs,
-    );
-    let g_stage = stage(
-        "g_s",
-        "g",
-        loads,
-        &rows(
-            t.bq,
-            dims.dv,
-            "lq() - q0",
-            "params[10] + (bh * lq() + q0) * DV",
-        ),
-        vs,
-    );
-    let k_stage = stage(
-        "k_s",
-        "k",
-        loads,
-        &rows(
-            t.bk,
-            dims.d,
-            "lk() - k0",
-            "params[7] + (bh * lk() + k0) * D",
-        ),
-        qs,
-    );
-    let v_stage = stage(
-        "v_s",
-        "v",
-        loads,
-        &rows(
-            t.bk,
-            dims.dv,
-            "lk() - k0",
-            "params[8] + (bh * lk() + k0) * DV",
-        ),
-        vs,
-    );
+    let r = InputRows::new(dims, t, false);
+    let q_stage = stage("q_s", "q", loads, &r.q, qs);
+    let g_stage = stage("g_s", "g", loads, &r.g, vs);
+    let k_stage = stage("k_s", "k", loads, &r.k, qs);
+    let v_stage = stage("v_s", "v", loads, &r.v, vs);
     let rows_stage = r#"
     if (lid < BQ) {
         var lse = 0.0;

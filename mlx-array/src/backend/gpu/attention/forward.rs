@@ -2,7 +2,7 @@
 //! of `BQ` query rows), online softmax over blocks of `BK` keys (see the
 //! module above for the design and its figures).
 
-use super::fragments::{Loads, Rows};
+use super::fragments::{InputRows, Loads};
 use super::{QUERY_BLOCK, SIDE, Tiles, cols, header, stage, unroll};
 use crate::Dtype;
 use crate::backend::common::attention::AttentionDims;
@@ -90,49 +90,10 @@ var<workgroup> a_s: array<f32, BQ>;
             "    if (q0 + ty + {r}u < lq() && tx + {c}u < DV) {{ store_out(((bi * lq() + q0 + ty + {r}u) * h() + hi) * DV + tx + {c}u, o{i}_{j} / l_s[ty + {r}u]); }}"
         )
     });
-    let rows = |rows, width, valid, base| Rows {
-        rows,
-        width,
-        padded: width,
-        valid,
-        base,
-    };
-    let q_stage = stage(
-        "q_s",
-        "q",
-        loads,
-        &rows(
-            t.bq,
-            dims.d,
-            "lq() - q0",
-            "params[6] + (bh * lq() + q0) * D",
-        ),
-        qs,
-    );
-    let k_stage = stage(
-        "kv_s",
-        "k",
-        loads,
-        &rows(
-            t.bk,
-            dims.d,
-            "lk() - k0",
-            "params[7] + (bh * lk() + k0) * D",
-        ),
-        ks,
-    );
-    let v_stage = stage(
-        "kv_s",
-        "v",
-        loads,
-        &rows(
-            t.bk,
-            dims.dv,
-            "lk() - k0",
-            "params[8] + (bh * lk() + k0) * DV",
-        ),
-        ks,
-    );
+    let r = InputRows::new(dims, t, false);
+    let q_stage = stage("q_s", "q", loads, &r.q, qs);
+    let k_stage = stage("kv_s", "k", loads, &r.k, ks);
+    let v_stage = stage("kv_s", "v", loads, &r.v, ks);
     s.push_str(&format!(
         r#" {{
 {QUERY_BLOCK}    let tx = lid % {SIDE}u;

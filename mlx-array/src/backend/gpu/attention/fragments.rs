@@ -123,45 +123,10 @@ pub(super) fn source(dims: &AttentionDims, t: Tiles, fragments: Fragments, loads
             ));
         }
     }
-    let q_stage = stage(
-        inv,
-        ("q_s", qs),
-        ("q", false),
-        loads,
-        &Rows {
-            rows: t.bq,
-            width: dims.d,
-            padded: dp,
-            valid: "lq() - q0",
-            base: "params[6] + (bh * lq() + q0) * D",
-        },
-    );
-    let k_stage = stage(
-        inv,
-        ("kv_s", kvs),
-        ("k", false),
-        loads,
-        &Rows {
-            rows: t.bk,
-            width: dims.d,
-            padded: dp,
-            valid: "lk() - k0",
-            base: "params[7] + (bh * lk() + k0) * D",
-        },
-    );
-    let v_stage = stage(
-        inv,
-        ("kv_s", kvs),
-        ("v", false),
-        loads,
-        &Rows {
-            rows: t.bk,
-            width: dims.dv,
-            padded: dvp,
-            valid: "lk() - k0",
-            base: "params[8] + (bh * lk() + k0) * DV",
-        },
-    );
+    let r = InputRows::new(dims, t, true);
+    let q_stage = stage(inv, ("q_s", qs), ("q", false), loads, &r.q);
+    let k_stage = stage(inv, ("kv_s", kvs), ("k", false), loads, &r.k);
+    let v_stage = stage(inv, ("kv_s", kvs), ("v", false), loads, &r.v);
     // The softmax's two unrolled loops over a lane's half of the keys.
     let (mut max_part, mut exp_part) = (String::new(), String::new());
     for j in 0..t.bk / 2 {
@@ -273,6 +238,61 @@ pub(super) struct Rows<'a> {
     pub base: &'a str,
 }
 
+/// The tiles the attention kernels stage, with tiles `t`: the query and
+/// cotangent blocks from row `q0`, the key and value blocks from `k0`
+/// (their inputs' offsets in `params[6]`, `[10]`, `[7]`, `[8]`), rows
+/// padded to multiples of 16 with `pad` (the fragment kernels).
+pub(super) struct InputRows {
+    /// The query block.
+    pub q: Rows<'static>,
+    /// The key block.
+    pub k: Rows<'static>,
+    /// The value block.
+    pub v: Rows<'static>,
+    /// The cotangent's block (the gradients).
+    pub g: Rows<'static>,
+}
+
+impl InputRows {
+    /// The staged tiles of the problem `dims` with tiles `t`.
+    pub(super) fn new(dims: &AttentionDims, t: Tiles, pad: bool) -> InputRows {
+        let padded = |w: usize| if pad { w.next_multiple_of(16) } else { w };
+        let rows = |rows, width, valid, base| Rows {
+            rows,
+            width,
+            padded: padded(width),
+            valid,
+            base,
+        };
+        InputRows {
+            q: rows(
+                t.bq,
+                dims.d,
+                "lq() - q0",
+                "params[6] + (bh * lq() + q0) * D",
+            ),
+            k: rows(
+                t.bk,
+                dims.d,
+                "lk() - k0",
+                "params[7] + (bh * lk() + k0) * D",
+            ),
+            v: rows(
+                t.bk,
+                dims.dv,
+                "lk() - k0",
+                "params[8] + (bh * lk() + k0) * DV",
+            ),
+            g: rows(
+                t.bq,
+                dims.dv,
+                "lq() - q0",
+                "params[10] + (bh * lq() + q0) * DV",
+            ),
+        }
+    }
+}
+
 /// How the fragment kernels read their inputs while staging tiles.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Loads {
@@ -328,7 +348,14 @@ pub(super) fn stage(
         base,
     } = *r;
     if loads == Loads::Quads {
-        return stage_quads(inv, (tile, stride), (name, convert), r);
+        let read = |i: &str| {
+            if convert {
+                format!("vec4<f16>({name}[{i}])")
+            } else {
+                format!("{name}[{i}]")
+            }
+        };
+        return stage_quads(inv, (tile, stride), r, "f16", &read);
     }
     let mut read = format!("{name}[{base} + r * {width}u + c]");
     if convert {
@@ -346,13 +373,17 @@ pub(super) fn stage(
     )
 }
 
-/// [`stage`] by quads: each invocation loads its `rows x padded / 4 / inv`
-/// quads into registers, then stores their halves.
-fn stage_quads(
+/// WGSL in which `inv` invocations stage the tile `r` by quads into the
+/// workgroup array `tile`, rows `stride` apart: each invocation loads its
+/// `rows x padded / 4 / inv` quads into `vec4<ty>` registers, all before
+/// it stores their elements. `read(i)` is the WGSL of the input's quad
+/// `i` as a `vec4<ty>` (the input's first element is a multiple of 4).
+pub(super) fn stage_quads(
     inv: usize,
     (tile, stride): (&str, usize),
-    (name, convert): (&str, bool),
     r: &Rows<'_>,
+    ty: &str,
+    read: &dyn Fn(&str) -> String,
 ) -> String {
     let (per_row, in_row) = (r.padded / 4, r.width / 4);
     let total = r.rows * per_row;
@@ -360,26 +391,25 @@ fn stage_quads(
     let mut loads = String::from("    {\n");
     let mut stores = String::new();
     for q in 0..total.div_ceil(inv) {
-        // Only the last round can run past the tile.
-        let guard = if (q + 1) * inv > total {
-            format!("e{q} < {total}u && ")
-        } else {
-            String::new()
-        };
-        let mut read = format!("{name}[({base}) / 4u + r{q} * {in_row}u + c{q}]");
-        if convert {
-            read = format!("vec4<f16>({read})");
+        // Only the last round can run past the tile, and only padded rows
+        // have columns past the input's.
+        let mut guard = String::new();
+        if (q + 1) * inv > total {
+            guard.push_str(&format!("e{q} < {total}u && "));
         }
+        if per_row > in_row {
+            guard.push_str(&format!("c{q} < {in_row}u && "));
+        }
+        let x = read(&format!("({base}) / 4u + r{q} * {in_row}u + c{q}"));
         loads.push_str(&format!(
-            "        let e{q} = lid + {off}u;\n        let r{q} = e{q} / {per_row}u;\n        let c{q} = e{q} % {per_row}u;\n        var x{q} = vec4<f16>();\n        if ({guard}r{q} < {valid} && c{q} < {in_row}u) {{ x{q} = {read}; }}\n",
+            "        let e{q} = lid + {off}u;\n        let r{q} = e{q} / {per_row}u;\n        let c{q} = e{q} % {per_row}u;\n        var x{q} = vec4<{ty}>();\n        if ({guard}r{q} < {valid}) {{ x{q} = {x}; }}\n",
             off = q * inv
         ));
-        let open = if guard.is_empty() {
-            String::from("        {\n")
+        if (q + 1) * inv > total {
+            stores.push_str(&format!("        if (e{q} < {total}u) {{\n"));
         } else {
-            format!("        if (e{q} < {total}u) {{\n")
-        };
-        stores.push_str(&open);
+            stores.push_str("        {\n");
+        }
         for i in 0..4 {
             stores.push_str(&format!(
                 "            {tile}[r{q} * {stride}u + c{q} * 4u + {i}u] = x{q}[{i}];\n"

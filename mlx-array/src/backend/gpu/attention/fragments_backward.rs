@@ -18,7 +18,7 @@
 //! masked and out-of-range entries get `P = 0`.
 
 use super::Tiles;
-use super::fragments::{Loads, Rows, declare, product, product_to_memory, stage};
+use super::fragments::{InputRows, Loads, declare, product, product_to_memory, stage};
 use crate::backend::common::attention::AttentionDims;
 use crate::backend::gpu::fragment::{Fragments, LANES, Layout};
 
@@ -163,34 +163,12 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nw: vec3
         st_len = own * ss,
         p_len = own * ps,
     ));
-    let q_rows = Rows {
-        rows: t.bq,
-        width: dims.d,
-        padded: dp,
-        valid: "lq() - q0",
-        base: "params[6] + (bh * lq() + q0) * D",
-    };
-    let g_rows = Rows {
-        rows: t.bq,
-        width: dims.dv,
-        padded: dvp,
-        valid: "lq() - q0",
-        base: "params[10] + (bh * lq() + q0) * DV",
-    };
-    let k_rows = Rows {
-        rows: t.bk,
-        width: dims.d,
-        padded: dp,
-        valid: "lk() - k0",
-        base: "params[7] + (bh * lk() + k0) * D",
-    };
-    let v_rows = Rows {
-        rows: t.bk,
-        width: dims.dv,
-        padded: dvp,
-        valid: "lk() - k0",
-        base: "params[8] + (bh * lk() + k0) * DV",
-    };
+    let InputRows {
+        q: q_rows,
+        k: k_rows,
+        v: v_rows,
+        g: g_rows,
+    } = InputRows::new(dims, t, true);
     let rows_stage = format!(
         r#"    for (var i = lid; i < BQ; i = i + {inv}u) {{
         var lse = 0.0;

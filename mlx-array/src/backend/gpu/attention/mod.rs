@@ -339,35 +339,9 @@ fn stage(tile: &str, name: &str, loads: Loads, r: &Rows<'_>, stride: usize) -> S
 "#
         );
     }
-    let in_row = width / 4;
-    let total = rows * in_row;
-    let mut loads = String::from("    {\n");
-    let mut stores = String::new();
-    for q in 0..total.div_ceil(256) {
-        // Only the last round can run past the tile.
-        let (guard, open) = if (q + 1) * 256 > total {
-            (
-                format!("e{q} < {total}u && "),
-                format!("        if (e{q} < {total}u) {{\n"),
-            )
-        } else {
-            (String::new(), String::from("        {\n"))
-        };
-        loads.push_str(&format!(
-            "        let e{q} = lid + {off}u;\n        let r{q} = e{q} / {in_row}u;\n        let c{q} = e{q} % {in_row}u;\n        var x{q} = vec4<f32>();\n        if ({guard}r{q} < {valid}) {{ x{q} = load4_{name}(({base}) / 4u + r{q} * {in_row}u + c{q}); }}\n",
-            off = q * 256
-        ));
-        stores.push_str(&open);
-        for i in 0..4 {
-            stores.push_str(&format!(
-                "            {tile}[r{q} * {stride}u + c{q} * 4u + {i}u] = x{q}[{i}];\n"
-            ));
-        }
-        stores.push_str("        }\n");
-    }
-    loads.push_str(&stores);
-    loads.push_str("    }\n");
-    loads
+    fragments::stage_quads(256, (tile, stride), r, "f32", &|i: &str| {
+        format!("load4_{name}({i})")
+    })
 }
 
 /// `softmax(scale * q @ k^T [causal]) @ v`, packed as on the CPU: `q`, `k`,
