@@ -272,3 +272,42 @@ fn f32_attention_stages_by_quads_where_widths_allow_and_agrees_either_way() {
     set_gpu_vec_loads(true);
     set_gpu_coopmat(GpuCoopmat::Auto);
 }
+
+/// The f32-compute kernels hold their tiles as quads, and each invocation
+/// owns output quads `tx + 16 j`: head widths of the model (64), of more
+/// quads than one row of invocations (72, 68: some invocations own two,
+/// others read past the row) and ending inside a quad (70, 66: staged
+/// element by element, the quad's rest zeros) agree with the CPU, forward
+/// and gradients, on the tiled kernels (not the per-row fallback).
+#[test]
+fn f32_attention_over_widths_of_several_quads_and_partial_quads_agrees() {
+    use mlx_array::backend::gpu::attention_last_scalar_tiles;
+    let Some(_gpu) = gpu() else { return };
+    for ([b, h, lq, lk, d, dv], causal) in [
+        ([1, 2, 33, 33, 64, 64], true),
+        ([1, 2, 37, 53, 72, 68], true),
+        ([1, 1, 20, 33, 70, 66], false),
+    ] {
+        let f32_input = |shape: [usize; 4], seed| input(shape, seed).astype(Dtype::F32).unwrap();
+        let inputs = [
+            f32_input([b, h, lq, d], 1),
+            f32_input([b, h, lk, d], 2),
+            f32_input([b, h, lk, dv], 3),
+            f32_input([b, h, lq, dv], 4),
+        ];
+        let attend =
+            move |x: &[Array]| mlx_array::fused_attention(&x[0], &x[1], &x[2], 0.3, causal);
+        let what = format!("f32 attention {:?} causal {causal}", [b, h, lq, lk, d, dv]);
+        compare(&what, &inputs, attend, tol(Dtype::F32));
+        compare(
+            &format!("{what}: dq, dk, dv"),
+            &inputs,
+            gradients(attend),
+            2.0 * tol(Dtype::F32),
+        );
+        assert!(
+            attention_last_scalar_tiles().is_some(),
+            "{what}: ran the per-row fallback"
+        );
+    }
+}

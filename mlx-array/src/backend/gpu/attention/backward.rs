@@ -4,7 +4,7 @@
 //! module above for the design and its figures).
 
 use super::fragments::{InputRows, Loads};
-use super::{SIDE, Tiles, cols, header, stage, unroll};
+use super::{SIDE, Tiles, header, quad_cols, quad_stride, stage, store_quad, unroll};
 use crate::Dtype;
 use crate::backend::common::attention::AttentionDims;
 
@@ -17,15 +17,16 @@ pub(super) enum Pass {
     Query,
 }
 
-/// Row strides (in words) of the workgroup tiles: Q and K, dO and V, P/dS.
+/// Row strides of the workgroup tiles: Q and K, dO and V in quads, P/dS
+/// in words.
 fn strides(dims: &AttentionDims, t: Tiles) -> (usize, usize, usize) {
-    (dims.d + 1, dims.dv + 1, t.bk + 1)
+    (quad_stride(dims.d), quad_stride(dims.dv), t.bk + 1)
 }
 
 /// Workgroup memory of either pass with tiles `t`, in bytes.
 pub(super) fn bytes(dims: &AttentionDims, t: Tiles) -> usize {
     let (ds, vs, ps) = strides(dims, t);
-    4 * ((t.bq + t.bk) * (ds + vs) + 4 * SIDE + 2 * t.bq * ps + 2 * t.bq)
+    16 * ((t.bq + t.bk) * (ds + vs) + 4 * SIDE) + 4 * (2 * t.bq * ps + 2 * t.bq)
 }
 
 /// `delta = rowsum(dO o O)`, a thread per query row (inputs: the forward's
@@ -69,7 +70,7 @@ pub(super) fn source(
 ) -> String {
     let (qs, vs, ps) = strides(dims, t);
     let (ri, rj) = (t.bq / SIDE, t.bk / SIDE);
-    let (cd, cv) = (cols(dims.d), cols(dims.dv));
+    let (cd, cv) = (quad_cols(dims.d), quad_cols(dims.dv));
     let inputs = [
         ("q", dtype),
         ("k", dtype),
@@ -81,15 +82,19 @@ pub(super) fn source(
     let mut s = header(dims, &inputs, t, loads, &["q", "k", "v", "g"]);
     s.push_str(&format!(
         r#"
-var<workgroup> q_s: array<f32, {q_len}>;
-var<workgroup> g_s: array<f32, {g_len}>;
-var<workgroup> k_s: array<f32, {k_len}>;
-var<workgroup> v_s: array<f32, {v_len}>;
+const D4: u32 = {d4}u;
+const DV4: u32 = {dv4}u;
+var<workgroup> q_s: array<vec4<f32>, {q_len}>;
+var<workgroup> g_s: array<vec4<f32>, {g_len}>;
+var<workgroup> k_s: array<vec4<f32>, {k_len}>;
+var<workgroup> v_s: array<vec4<f32>, {v_len}>;
 var<workgroup> p_s: array<f32, {p_len}>;
 var<workgroup> ds_s: array<f32, {p_len}>;
 var<workgroup> lse_s: array<f32, BQ>;
 var<workgroup> dl_s: array<f32, BQ>;
 "#,
+        d4 = dims.d.div_ceil(4),
+        dv4 = dims.dv.div_ceil(4),
         q_len = t.bq * qs + SIDE,
         g_len = t.bq * vs + SIDE,
         k_len = t.bk * qs + SIDE,
@@ -107,6 +112,12 @@ var<workgroup> dl_s: array<f32, BQ>;
             format!("            let {what}{i} = {};", f(i))
         })
     };
+    // `a_i . b_j` over one quad, left to right as the element loop was.
+    let dot = |i: usize, j: usize| {
+        ["x", "y", "z", "w"]
+            .map(|e| format!("a{i}.{e} * b{j}.{e}"))
+            .join(" + ")
+    };
     let qk = format!(
         "{}\n{}\n{}",
         lets("a", ri, &|i| format!(
@@ -118,7 +129,8 @@ var<workgroup> dl_s: array<f32, BQ>;
             SIDE * j
         )),
         unroll(ri, rj, |i, j| format!(
-            "            s{i}_{j} = s{i}_{j} + a{i} * b{j};"
+            "            s{i}_{j} = s{i}_{j} + {};",
+            dot(i, j)
         ))
     );
     let gv = format!(
@@ -132,7 +144,8 @@ var<workgroup> dl_s: array<f32, BQ>;
             SIDE * j
         )),
         unroll(ri, rj, |i, j| format!(
-            "            dp{i}_{j} = dp{i}_{j} + a{i} * b{j};"
+            "            dp{i}_{j} = dp{i}_{j} + {};",
+            dot(i, j)
         ))
     );
     let store_p = pass == Pass::KeyValue;
@@ -156,16 +169,16 @@ var<workgroup> dl_s: array<f32, BQ>;
     });
     let scores = format!(
         r#"{s_decl}
-        for (var c = 0u; c < D; c = c + 1u) {{
+        for (var c = 0u; c < D4; c = c + 1u) {{
 {qk}
         }}
-        for (var c = 0u; c < DV; c = c + 1u) {{
+        for (var c = 0u; c < DV4; c = c + 1u) {{
 {gv}
         }}
 {p_store}
 "#
     );
-    let r = InputRows::new(dims, t, false);
+    let r = InputRows::new(dims, t, 4);
     let q_stage = stage("q_s", "q", loads, &r.q, qs);
     let g_stage = stage("g_s", "g", loads, &r.g, vs);
     let k_stage = stage("k_s", "k", loads, &r.k, qs);
@@ -203,10 +216,10 @@ var<workgroup> dl_s: array<f32, BQ>;
             let acc_decl = unroll(rk, ck, |i, j| {
                 let mut d = String::new();
                 if j < cd {
-                    d.push_str(&format!("    var dk{i}_{j} = 0.0;"));
+                    d.push_str(&format!("    var dk{i}_{j} = vec4<f32>();"));
                 }
                 if j < cv {
-                    d.push_str(&format!("    var dv{i}_{j} = 0.0;"));
+                    d.push_str(&format!("    var dv{i}_{j} = vec4<f32>();"));
                 }
                 d
             });
@@ -233,17 +246,31 @@ var<workgroup> dl_s: array<f32, BQ>;
                 )),
             );
             let store = unroll(rk, ck, |i, j| {
-                let (r, c) = (SIDE * i, SIDE * j);
+                let r = SIDE * i;
                 let row = format!("((bi * lk() + k0 + ty + {r}u) * h() + hi)");
                 let mut st = format!("    if (k0 + ty + {r}u < lk()) {{");
                 if j < cd {
                     st.push_str(&format!(
-                        "\n        if (tx + {c}u < D) {{ store_out(params[12] + {row} * D + tx + {c}u, dk{i}_{j} * scale()); }}"
+                        "\n        {}",
+                        store_quad(
+                            &format!("dk{i}_{j}"),
+                            j,
+                            &format!("params[12] + {row} * D"),
+                            "D",
+                            " * scale()"
+                        )
                     ));
                 }
                 if j < cv {
                     st.push_str(&format!(
-                        "\n        if (tx + {c}u < DV) {{ store_out(params[13] + {row} * DV + tx + {c}u, dv{i}_{j}); }}"
+                        "\n        {}",
+                        store_quad(
+                            &format!("dv{i}_{j}"),
+                            j,
+                            &format!("params[13] + {row} * DV"),
+                            "DV",
+                            ""
+                        )
                     ));
                 }
                 st.push_str("\n    }");
@@ -273,7 +300,7 @@ var<workgroup> dl_s: array<f32, BQ>;
             ));
         }
         Pass::Query => {
-            let acc_decl = unroll(ri, cd, |i, j| format!("    var dq{i}_{j} = 0.0;"));
+            let acc_decl = unroll(ri, cd, |i, j| format!("    var dq{i}_{j} = vec4<f32>();"));
             let acc = format!(
                 "{}\n{}\n{}",
                 lets("ds", ri, &|i| format!(
@@ -289,9 +316,16 @@ var<workgroup> dl_s: array<f32, BQ>;
                 )),
             );
             let store = unroll(ri, cd, |i, j| {
-                let (r, c) = (SIDE * i, SIDE * j);
+                let r = SIDE * i;
                 format!(
-                    "    if (q0 + ty + {r}u < lq() && tx + {c}u < D) {{ store_out(((bi * lq() + q0 + ty + {r}u) * h() + hi) * D + tx + {c}u, dq{i}_{j} * scale()); }}"
+                    "    if (q0 + ty + {r}u < lq()) {}",
+                    store_quad(
+                        &format!("dq{i}_{j}"),
+                        j,
+                        &format!("((bi * lq() + q0 + ty + {r}u) * h() + hi) * D"),
+                        "D",
+                        " * scale()"
+                    )
                 )
             });
             s.push_str(&prologue("lq()", "BQ"));

@@ -3,25 +3,29 @@
 //! module above for the design and its figures).
 
 use super::fragments::{InputRows, Loads};
-use super::{QUERY_BLOCK, SIDE, Tiles, cols, header, stage, unroll};
+use super::{QUERY_BLOCK, SIDE, Tiles, header, quad_cols, quad_stride, stage, store_quad, unroll};
 use crate::Dtype;
 use crate::backend::common::attention::AttentionDims;
 
-/// Row strides (in words) of the workgroup tiles: Q, K/V, S.
+/// Row strides of the workgroup tiles: Q and K/V in quads, S in words.
 fn strides(dims: &AttentionDims, t: Tiles) -> (usize, usize, usize) {
-    (dims.d + 1, dims.d.max(dims.dv) + 1, t.bk + 1)
+    (
+        quad_stride(dims.d),
+        quad_stride(dims.d.max(dims.dv)),
+        t.bk + 1,
+    )
 }
 
 /// Workgroup memory of the kernel with tiles `t`, in bytes.
 pub(super) fn bytes(dims: &AttentionDims, t: Tiles) -> usize {
     let (qs, ks, ss) = strides(dims, t);
-    4 * (t.bq * qs + t.bk * ks + SIDE + t.bq * ss + 3 * t.bq)
+    16 * (t.bq * qs + t.bk * ks + SIDE) + 4 * (t.bq * ss + 3 * t.bq)
 }
 
 /// The kernel's WGSL for inputs of `dtype`, staged as `loads` says.
 pub(super) fn source(dims: &AttentionDims, dtype: Dtype, t: Tiles, loads: Loads) -> String {
     let (qs, ks, ss) = strides(dims, t);
-    let (ri, rj, co) = (t.bq / SIDE, t.bk / SIDE, cols(dims.dv));
+    let (ri, rj, co) = (t.bq / SIDE, t.bk / SIDE, quad_cols(dims.dv));
     let mut s = header(
         dims,
         &[("q", dtype), ("k", dtype), ("v", dtype)],
@@ -31,19 +35,21 @@ pub(super) fn source(dims: &AttentionDims, dtype: Dtype, t: Tiles, loads: Loads)
     );
     s.push_str(&format!(
         r#"
-var<workgroup> q_s: array<f32, {q_len}>;
-var<workgroup> kv_s: array<f32, {kv_len}>;
+const D4: u32 = {d4}u;
+var<workgroup> q_s: array<vec4<f32>, {q_len}>;
+var<workgroup> kv_s: array<vec4<f32>, {kv_len}>;
 var<workgroup> s_s: array<f32, {s_len}>;
 var<workgroup> m_s: array<f32, BQ>;
 var<workgroup> l_s: array<f32, BQ>;
 var<workgroup> a_s: array<f32, BQ>;
 "#,
+        d4 = dims.d.div_ceil(4),
         q_len = t.bq * qs,
         kv_len = t.bk * ks + SIDE,
         s_len = t.bq * ss,
     ));
     s.push_str(super::codegen::GROUP_ENTRY);
-    let o_decl = unroll(ri, co, |i, j| format!("    var o{i}_{j} = 0.0;"));
+    let o_decl = unroll(ri, co, |i, j| format!("    var o{i}_{j} = vec4<f32>();"));
     let s_decl = unroll(ri, rj, |i, j| format!("        var s{i}_{j} = 0.0;"));
     let a_load = unroll(ri, 1, |i, _| {
         format!(
@@ -58,7 +64,9 @@ var<workgroup> a_s: array<f32, BQ>;
         )
     });
     let s_fma = unroll(ri, rj, |i, j| {
-        format!("            s{i}_{j} = s{i}_{j} + a{i} * b{j};")
+        format!(
+            "            s{i}_{j} = s{i}_{j} + a{i}.x * b{j}.x + a{i}.y * b{j}.y + a{i}.z * b{j}.z + a{i}.w * b{j}.w;"
+        )
     });
     let s_store = unroll(ri, rj, |i, j| {
         let (r, c) = (SIDE * i, SIDE * j);
@@ -85,12 +93,20 @@ var<workgroup> a_s: array<f32, BQ>;
         format!("            o{i}_{j} = o{i}_{j} + p{i} * v{j};")
     });
     let o_store = unroll(ri, co, |i, j| {
-        let (r, c) = (SIDE * i, SIDE * j);
+        let r = SIDE * i;
+        let at = format!("((bi * lq() + q0 + ty + {r}u) * h() + hi) * DV");
         format!(
-            "    if (q0 + ty + {r}u < lq() && tx + {c}u < DV) {{ store_out(((bi * lq() + q0 + ty + {r}u) * h() + hi) * DV + tx + {c}u, o{i}_{j} / l_s[ty + {r}u]); }}"
+            "    if (q0 + ty + {r}u < lq()) {}",
+            store_quad(
+                &format!("o{i}_{j}"),
+                j,
+                &at,
+                "DV",
+                &format!(" / l_s[ty + {r}u]")
+            )
         )
     });
-    let r = InputRows::new(dims, t, false);
+    let r = InputRows::new(dims, t, 4);
     let q_stage = stage("q_s", "q", loads, &r.q, qs);
     let k_stage = stage("kv_s", "k", loads, &r.k, ks);
     let v_stage = stage("kv_s", "v", loads, &r.v, ks);
@@ -111,7 +127,7 @@ var<workgroup> a_s: array<f32, BQ>;
         {k_stage}
         workgroupBarrier();
 {s_decl}
-        for (var c = 0u; c < D; c = c + 1u) {{
+        for (var c = 0u; c < D4; c = c + 1u) {{
 {a_load}
 {b_load}
 {s_fma}

@@ -123,7 +123,7 @@ pub(super) fn source(dims: &AttentionDims, t: Tiles, fragments: Fragments, loads
             ));
         }
     }
-    let r = InputRows::new(dims, t, true);
+    let r = InputRows::new(dims, t, 16);
     let q_stage = stage(inv, ("q_s", qs), ("q", false), loads, &r.q);
     let k_stage = stage(inv, ("kv_s", kvs), ("k", false), loads, &r.k);
     let v_stage = stage(inv, ("kv_s", kvs), ("v", false), loads, &r.v);
@@ -224,7 +224,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nw: vec3
 
 /// One tile to stage: `rows` rows of `width` elements (adjacent from
 /// element `base` of an input), zeros from row `valid` on and past `width`
-/// up to `padded` (a multiple of 16).
+/// up to `padded` (a multiple of 16 for fragments, of 4 for quads).
 pub(super) struct Rows<'a> {
     /// Rows of the tile (its block size).
     pub rows: usize,
@@ -241,7 +241,8 @@ pub(super) struct Rows<'a> {
 /// The tiles the attention kernels stage, with tiles `t`: the query and
 /// cotangent blocks from row `q0`, the key and value blocks from `k0`
 /// (their inputs' offsets in `params[6]`, `[10]`, `[7]`, `[8]`), rows
-/// padded to multiples of 16 with `pad` (the fragment kernels).
+/// padded with zeros to multiples of `pad` (16 for the fragment kernels,
+/// 4 for the f32 kernels' quad tiles).
 pub(super) struct InputRows {
     /// The query block.
     pub q: Rows<'static>,
@@ -255,8 +256,8 @@ pub(super) struct InputRows {
 
 impl InputRows {
     /// The staged tiles of the problem `dims` with tiles `t`.
-    pub(super) fn new(dims: &AttentionDims, t: Tiles, pad: bool) -> InputRows {
-        let padded = |w: usize| if pad { w.next_multiple_of(16) } else { w };
+    pub(super) fn new(dims: &AttentionDims, t: Tiles, pad: usize) -> InputRows {
+        let padded = |w: usize| w.next_multiple_of(pad);
         let rows = |rows, width, valid, base| Rows {
             rows,
             width,
@@ -355,7 +356,7 @@ pub(super) fn stage(
                 format!("{name}[{i}]")
             }
         };
-        return stage_quads(inv, (tile, stride), r, "f16", &read);
+        return stage_quads(inv, Tile::Elements(tile, stride), r, "f16", &read);
     }
     let mut read = format!("{name}[{base} + r * {width}u + c]");
     if convert {
@@ -373,14 +374,27 @@ pub(super) fn stage(
     )
 }
 
+/// A workgroup tile that staging fills: `Elements(name, stride)` holds one
+/// element per array entry, rows `stride` elements apart; `Quads(name,
+/// stride)` holds four adjacent elements per `vec4` entry, rows `stride`
+/// quads apart.
+#[derive(Clone, Copy)]
+pub(super) enum Tile<'a> {
+    /// One element per entry.
+    Elements(&'a str, usize),
+    /// A quad per entry.
+    Quads(&'a str, usize),
+}
+
 /// WGSL in which `inv` invocations stage the tile `r` by quads into the
-/// workgroup array `tile`, rows `stride` apart: each invocation loads its
-/// `rows x padded / 4 / inv` quads into `vec4<ty>` registers, all before
-/// it stores their elements. `read(i)` is the WGSL of the input's quad
-/// `i` as a `vec4<ty>` (the input's first element is a multiple of 4).
+/// workgroup `tile`: each invocation loads its `rows x padded / 4 / inv`
+/// quads into `vec4<ty>` registers, all before it stores them (element by
+/// element, or whole into a [`Tile::Quads`]). `read(i)` is the WGSL of the
+/// input's quad `i` as a `vec4<ty>` (the input's first element is a
+/// multiple of 4).
 pub(super) fn stage_quads(
     inv: usize,
-    (tile, stride): (&str, usize),
+    tile: Tile<'_>,
     r: &Rows<'_>,
     ty: &str,
     read: &dyn Fn(&str) -> String,
@@ -410,10 +424,19 @@ pub(super) fn stage_quads(
         } else {
             stores.push_str("        {\n");
         }
-        for i in 0..4 {
-            stores.push_str(&format!(
-                "            {tile}[r{q} * {stride}u + c{q} * 4u + {i}u] = x{q}[{i}];\n"
-            ));
+        match tile {
+            Tile::Elements(name, stride) => {
+                for i in 0..4 {
+                    stores.push_str(&format!(
+                        "            {name}[r{q} * {stride}u + c{q} * 4u + {i}u] = x{q}[{i}];\n"
+                    ));
+                }
+            }
+            Tile::Quads(name, stride) => {
+                stores.push_str(&format!(
+                    "            {name}[r{q} * {stride}u + c{q}] = x{q};\n"
+                ));
+            }
         }
         stores.push_str("        }\n");
     }

@@ -168,7 +168,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nw: vec3
         k: k_rows,
         v: v_rows,
         g: g_rows,
-    } = InputRows::new(dims, t, true);
+    } = InputRows::new(dims, t, 16);
     let rows_stage = format!(
         r#"    for (var i = lid; i < BQ; i = i + {inv}u) {{
         var lse = 0.0;

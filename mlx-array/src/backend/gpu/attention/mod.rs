@@ -77,17 +77,23 @@
 //! # Work per workgroup
 //!
 //! Every kernel runs 256 invocations as a 16 x 16 grid (`tx`, `ty`) over
-//! tiles staged in workgroup memory; an invocation owns the tile entries
-//! `(ty + 16 i, tx + 16 j)`, so that a warp reads consecutive words of one
-//! row (no bank conflicts; tile rows are padded by one word so that column
-//! walks do not conflict either). The micro-kernels are unrolled into
-//! scalar registers by the code generator. Tiles are staged from global
-//! memory by `vec4` quads where the head widths and the inputs' first
-//! elements are multiples of 4 (`MLX_GPU_VEC_LOADS`, on by default): a
-//! 32 x 64 tile is 2 quads per invocation, both loads issued before the
-//! stores, where the element loop issued 8 loads each waited for before
-//! its store (hundreds of cycles from L2 each; the backward stages two
-//! tiles per walked block).
+//! tiles staged in workgroup memory. Q, K, V and dO tiles hold `vec4<f32>`
+//! quads (head widths padded with zeros to multiples of 4), rows an odd
+//! number of quads apart, so that 16-byte reads of 8 rows at one column
+//! fall in 8 different groups of 4 banks; S, P and dS hold words, rows
+//! `BK + 1` apart. An invocation owns the score entries `(ty + 16 i,
+//! tx + 16 j)` and the output quads (4 adjacent columns) `tx + 16 j`:
+//! - products over the head width (`S = Q K^T`, `dP = dO V^T`) read one
+//!   quad of each operand per step, 4 FMAs per pair of rows;
+//! - products over keys or queries (`O += P V`, `dV += P^T dO`,
+//!   `dK += dS^T Q`, `dQ += dS K`) read one word of P or dS per row and
+//!   one quad of V, dO, Q or K per owned quad.
+//!
+//! The micro-kernels are unrolled into registers by the code generator.
+//! Tiles are staged from global memory by `vec4` quads where the head
+//! widths and the inputs' first elements are multiples of 4
+//! (`MLX_GPU_VEC_LOADS`, on by default), each invocation's loads all
+//! issued before its stores, and element by element otherwise.
 //!
 //! - Forward ([`forward`]): a workgroup per (batch, head, block of `BQ`
 //!   query rows). The query block stays in workgroup memory; it walks the
@@ -96,8 +102,8 @@
 //!   `BQ/16 x BK/16` block) -> S to workgroup memory -> one invocation per
 //!   row updates its running max and sum and turns S into P with the row's
 //!   rescale factor, while the others stage the V tile in the K tile's
-//!   memory -> each invocation rescales and accumulates its
-//!   `BQ/16 x ceil(dv/16)` block of `O += P V` in registers.
+//!   memory -> each invocation rescales and accumulates its `BQ/16` rows
+//!   of owned quads of `O += P V` in registers.
 //! - Backward in FlashAttention-2 order ([`backward`]): a pre-pass, a
 //!   thread per query row, computes `delta = rowsum(dO o O)`; a dK/dV pass
 //!   with a workgroup per (batch, head, block of `BK` keys) holds K and V
@@ -108,47 +114,60 @@
 //!   key blocks and accumulates `dQ += dS K`. No atomics: each pass owns
 //!   its outputs.
 //!
-//! # Tiles and workgroup memory (f32 words, padded rows)
+//! # Tiles and workgroup memory
 //!
 //! [`Tiles::plan`] takes the largest of `BQ x BK` in 64x32, 32x32, 32x16,
 //! 16x16 whose workgroup memory fits the adapter's limit, capped at the
 //! H100's 48 KiB; heads too wide for even 16x16 (`d = dv = 128` needs
-//! 35 KiB in the backward, lavapipe has 32) take the per-row kernels of
+//! 36.3 KiB in the backward, lavapipe has 32) take the per-row kernels of
 //! `rows` instead. Lavapipe runs the H100's tiles (64x32 forward, 32x32
-//! backward) at the specs' `d = 40, dv = 24` problems, and the smaller ones
-//! at `d = 64` and wider. At `d = dv = 64`:
-//! - forward 64 x 32: Q 64x65, K/V 32x65, S 64x33, three row vectors:
-//!   33.4 KiB; registers per invocation: S 4x2, O 4x4, operands 6, about
-//!   50 with addresses;
-//! - backward 32 x 32: Q, dO, K, V 32x65 each, P and dS 32x33 each, lse
-//!   and delta: 41.3 KiB (dK/dV); dQ 37 KiB; registers: S and dP 2x2 each,
-//!   dK and dV 2x4 each (dQ 2x4).
+//! backward) at the specs' `d = 40, dv = 24` problems, and smaller ones
+//! at `d = 64` and wider. At `d = dv = 64` (16 quads, rows 17 apart, one
+//! margin of 16 quads after each quad tile for the invocations whose
+//! owned quads run past the row):
+//! - forward 64 x 32: Q 17,408 B, K/V 8,960 B, S 64x33 words, three row
+//!   vectors: 34.8 KiB; registers per invocation: S 4x2, O 4 quads,
+//!   operands 6 quads, about 70 with addresses;
+//! - backward 32 x 32: Q, dO, K, V 8,960 B each with margins, P and dS
+//!   32x33 words each, lse and delta: 43.5 KiB (both passes); registers:
+//!   S and dP 2x2 each, dK and dV 2 quads each (dQ 2 quads), operands 4
+//!   quads.
 //!
 //! At `d = dv = 128` the tiles halve (forward 32 x 32, backward 16 x 16).
 //!
 //! # Expected occupancy and time on an H100
 //!
 //! 132 SMs with 228 KiB of shared memory and 64K registers each. The
-//! forward's 33.4 KiB allows 6 workgroups per SM and about 60 registers
-//! per invocation (65,536 / (256 x 60)): 32 of 64 warps, 50% occupancy;
-//! the backward's 41 KiB allows 5 workgroups (40 warps), registers about
-//! the same. Work: [4, 4, 512, 64] has 128 forward workgroups (one wave,
-//! under one per SM: latency bound) and 256 per backward pass;
-//! [16, 12, 512, 64] has 1,536 forward workgroups (3 waves at 4 per SM)
-//! and 3,072 per backward pass.
+//! forward's 34.8 KiB allows 6 workgroups per SM, the backward's 43.5
+//! KiB 5 (40 warps), if registers allow (64 per invocation for 4 of 256,
+//! about 50% occupancy). Work: [4, 4, 512, 64] has 128 forward workgroups
+//! (one wave, under one per SM: latency bound) and 256 per backward pass;
+//! [16, 12, 512, 64] has 1,536 forward workgroups and 3,072 per backward
+//! pass.
 //!
 //! Roofline, causal (half of the `L x L` products, plus the diagonal
 //! blocks): the forward is `B H L^2 (d + dv)` FLOP (0.54 GFLOP at
 //! [4, 4, 512, 64], 6.4 at [16, 12, 512, 64]); the backward recomputes S
 //! in both passes and does five more products: 3.5 times the forward, so
-//! forward + backward is 4.5 times it (2.4 and 29 GFLOP). Every FMA of the
-//! micro-kernels reads its operands from workgroup memory (per `c` step,
-//! 6 loads, of which 4 are broadcasts, for 8 FMAs in S; 8 for 16 in P V):
-//! workgroup memory, not the FMA units, bounds them, at about a quarter to
-//! a half of the 60 TFLOP/s f32 peak: 15-25 TFLOP/s, so 0.1-0.2 ms at the
-//! small shape (where the one-wave grid and the barriers dominate) and
-//! 1.2-2 ms at the large one: within 3x of PyTorch's SDPA (0.259 and
-//! 1.097 ms in f32).
+//! forward + backward is 4.5 times it (2.4 and 29 GFLOP). The FMAs read
+//! their operands from workgroup memory, whose issue (one 128-byte
+//! wavefront per SM per cycle against 128 FMAs) bounds the micro-kernels.
+//! Counted in a warp's wavefronts (a broadcast word or quad is one, 16
+//! rows' quads two):
+//! - forward `S`: 8 per quad step for 32 FMAs (24 when the tiles held
+//!   words and each step read single words); `P V`: 6 per key for 16 (8);
+//! - backward `S` and `dP`: 6 per quad step for 16 FMAs each (16); `dV`
+//!   and `dK`: 8 per query for 16 (12); `dQ`: 4 per key for 8 (6);
+//! - per walked block of 32 queries a dK/dV warp issues 448 wavefronts
+//!   (896 with word tiles), a dQ warp 320 (704).
+//!
+//! Measured with word tiles on an H100 (2026-11-26): forward + backward
+//! 1.78 and 8.32 ms at the two shapes (backward 6.4 ms at the large
+//! one), 5-7x PyTorch's SDPA in f32 (0.259 and 1.097 ms); the goal is 3x.
+//! Design estimate for quad tiles, not a measurement: the backward about
+//! half (3-3.5 ms at the large shape) where workgroup memory bounds it,
+//! the forward's products a third of their issue, its one-invocation-
+//! per-row softmax unchanged.
 
 mod backward;
 mod forward;
@@ -165,7 +184,7 @@ use crate::backend::common::attention::AttentionDims;
 use crate::data::{ArrayData, Operand};
 use crate::settings;
 use crate::{Dtype, Result};
-use fragments::{Loads, Rows};
+use fragments::{Loads, Rows, Tile};
 
 /// Invocations per workgroup side: kernels run `SIDE x SIDE` invocations.
 const SIDE: usize = 16;
@@ -216,12 +235,6 @@ impl Tiles {
             .map(|&(bq, bk)| Tiles { bq, bk })
             .find(|&t| bytes(t) <= limit))
     }
-}
-
-/// Columns an invocation owns in a row of `w` (`tx + 16 j` for
-/// `j < cols(w)`).
-fn cols(w: usize) -> usize {
-    w.div_ceil(SIDE)
 }
 
 /// Sizes, flags and the inputs' offsets, as every kernel here reads them.
@@ -315,33 +328,61 @@ fn unroll(n: usize, m: usize, f: impl Fn(usize, usize) -> String) -> String {
 
 /// WGSL in which the 256 invocations stage the tile `r` of input `name`
 /// (rows of `r.width` adjacent elements from `r.base`, zeros from row
-/// `r.valid` on) into the f32 workgroup array `tile`, rows `stride` apart:
-/// element by element in a loop, or with [`Loads::Quads`] by `load4_`
-/// quads, unrolled, each invocation's loads all issued before its stores.
+/// `r.valid` on and past the width up to `r.padded`) into the workgroup
+/// array of `vec4<f32>` quads `tile`, rows `stride` quads apart: element
+/// by element in a loop, or with [`Loads::Quads`] by `load4_` quads,
+/// unrolled, each invocation's loads all issued before its stores.
 fn stage(tile: &str, name: &str, loads: Loads, r: &Rows<'_>, stride: usize) -> String {
     let Rows {
         rows,
         width,
+        padded,
         valid,
         base,
-        ..
     } = *r;
     if loads == Loads::Scalar {
         return format!(
             r#"
-    for (var e = lid; e < {rows}u * {width}u; e = e + 256u) {{
-        let r = e / {width}u;
-        let c = e % {width}u;
+    for (var e = lid; e < {rows}u * {padded}u; e = e + 256u) {{
+        let r = e / {padded}u;
+        let c = e % {padded}u;
         var x = 0.0;
-        if (r < {valid}) {{ x = load_{name}({base} + r * {width}u + c); }}
-        {tile}[r * {stride}u + c] = x;
+        if (r < {valid} && c < {width}u) {{ x = load_{name}({base} + r * {width}u + c); }}
+        {tile}[r * {stride}u + c / 4u][c % 4u] = x;
     }}
 "#
         );
     }
-    fragments::stage_quads(256, (tile, stride), r, "f32", &|i: &str| {
+    fragments::stage_quads(256, Tile::Quads(tile, stride), r, "f32", &|i: &str| {
         format!("load4_{name}({i})")
     })
+}
+
+/// Quads per row of an f32 kernel's tile of rows `w` elements wide: an odd
+/// count, so that the 16-byte reads of 8 rows at one column fall in 8
+/// different groups of 4 banks (no conflicts).
+fn quad_stride(w: usize) -> usize {
+    w.div_ceil(4) | 1
+}
+
+/// Quads an invocation owns in a row of `w` elements (`tx + 16 j` for
+/// `j < quad_cols(w)`).
+fn quad_cols(w: usize) -> usize {
+    w.div_ceil(4).div_ceil(SIDE)
+}
+
+/// WGSL storing the quad `v` (columns `4 (tx + 16 j)` on) of a row that
+/// starts at output element `at`, each of its columns below `width`;
+/// `scale` multiplies it (WGSL, may be empty).
+fn store_quad(v: &str, j: usize, at: &str, width: &str, scale: &str) -> String {
+    let mut s = format!("{{ let c = 4u * (tx + {}u); let o = {v}{scale};", SIDE * j);
+    for e in 0..4 {
+        s.push_str(&format!(
+            " if (c + {e}u < {width}) {{ store_out({at} + c + {e}u, o[{e}]); }}"
+        ));
+    }
+    s.push_str(" }");
+    s
 }
 
 /// `softmax(scale * q @ k^T [causal]) @ v`, packed as on the CPU: `q`, `k`,
@@ -360,6 +401,7 @@ pub fn attention(
         return fragment_attention(q, k, v, dims, tiles, f);
     }
     let Some(tiles) = Tiles::plan(|t| forward::bytes(dims, t))? else {
+        LAST_SCALAR_TILES.store(0, Ordering::Relaxed);
         return rows::attention(q, k, v, dims, dtype);
     };
     let (n_out, n_lse) = dims.packed_len();
@@ -394,8 +436,8 @@ static FRAGMENT_FORWARDS: AtomicUsize = AtomicUsize::new(0);
 static LAST_SCALAR_TILES: AtomicUsize = AtomicUsize::new(0);
 
 /// The tiles (query rows, key rows) of the last f32-compute attention
-/// kernel recorded, forward or gradient (for tests that check which
-/// tiles ran).
+/// kernel recorded, forward or gradient; `None` before the first and
+/// after the per-row fallback (for tests that check which kernels ran).
 pub fn last_scalar_tiles() -> Option<(usize, usize)> {
     match LAST_SCALAR_TILES.load(Ordering::Relaxed) {
         0 => None,
@@ -633,7 +675,10 @@ pub fn attention_grad(
         Some((f, kv, query)) => GradKernels::Fragments(f, kv, query),
         None => match Tiles::plan(|t| backward::bytes(dims, t))? {
             Some(tiles) => GradKernels::Scalar(tiles),
-            None => return rows::attention_grad(q, k, v, packed, d_out, dims, dtype),
+            None => {
+                LAST_SCALAR_TILES.store(0, Ordering::Relaxed);
+                return rows::attention_grad(q, k, v, packed, d_out, dims, dtype);
+            }
         },
     };
     let AttentionDims { b, h, lq, dv, .. } = *dims;
