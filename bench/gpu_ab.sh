@@ -5,9 +5,11 @@
 #   1. overlapped steps (`--no-overlap-steps` waits for each step's loss before building the
 #      next), alternated: the reference f32 step, then f16 (whose loss-scale decision now
 #      stays on the GPU, so it overlaps too) and the large f32 model;
-#   2. where a step's GPU time goes now (MLX_PROFILE=1), f32 and f16;
+#   2. where a step's GPU time goes now (MLX_PROFILE=1), f32 and f16, and the large f32 model;
 #   3. matmul (gpu_bench --only matmul, f32 and f16): vectorised staging loads on and off
-#      (MLX_GPU_VEC_LOADS), split-K off, wgpu's runtime checks off (MLX_GPU_CHECKED=0; also
+#      (MLX_GPU_VEC_LOADS), split-K off, the tensor-core kernel's 128 x 128 tiles on 8
+#      subgroups of 32 x 64 (MLX_GPU_COOP_SUBGROUPS=8; the default is 4 of 64 x 64, not yet
+#      measured), wgpu's runtime checks off (MLX_GPU_CHECKED=0; also
 #      the reference f32 step, alternated), and the split-K wave (MLX_GPU_SPLIT_WAVE, the
 #      workgroups one wave holds; 528 is the design figure, 4 per SM) at 264, 792 and 1056;
 #   4. attention (gpu_bench --only attention, f32) at each of the f32 kernels' tiles
@@ -49,6 +51,11 @@ for d in f32 f16; do # where a step's GPU time goes now
   grep -A12 "GPU execution time" $g/prof_$d.log | head -12
   rm -rf /tmp/p$d
 done
+# The large model's (last profiled on 2026-11-26, before most kernels were rewritten).
+left && MLX_PROFILE=1 timeout 200 $B/mlx-llama "${R[@]}" "${L[@]}" --steps 3 --out /tmp/plarge \
+  > $g/prof_large_f32.log 2>&1
+grep -A16 "GPU execution time" $g/prof_large_f32.log | head -16
+rm -rf /tmp/plarge
 pack
 mm() { # name, then VAR=value settings: gpu_bench's matmul table in f32 and f16
   local name=$1; shift
@@ -61,6 +68,7 @@ mm default
 mm vec0 MLX_GPU_VEC_LOADS=0
 mm split0 MLX_GPU_SPLIT_K=0
 mm unchecked MLX_GPU_CHECKED=0
+mm sg8 MLX_GPU_COOP_SUBGROUPS=8
 pack
 for c in 0 1 0 1; do # wgpu's runtime checks off and on (f32 kernels only; f16 ones still need them)
   MLX_GPU_CHECKED=$c step ref_checked${c}_$SECONDS 100 "${R[@]}" --steps 10

@@ -17,6 +17,7 @@
 //! | `MLX_GPU_CHUNKS` | `1`/`0` | on: an eval's GPU work is submitted in chunks as it is recorded, so the GPU runs while the host records (off: one submission at the eval's end) | [`set_gpu_chunks`] |
 //! | `MLX_GPU_SPLIT_K` | `1`/`0` | on: GPU matrix products with few output tiles and a long depth are split over the depth (off: one workgroup per output tile) | [`set_gpu_split_k`] |
 //! | `MLX_GPU_SPLIT_WAVE` | a count of workgroups | 528 (4 per SM of an H100's 132): how many 64 x 64 output tiles one wave of the GPU holds; split-K takes the most depth slices that fit in it (for measuring the best figure on a device) | [`set_gpu_split_wave`] |
+//! | `MLX_GPU_COOP_SUBGROUPS` | `4`, `8` | `4`: the tensor-core matrix product's 128 x 128 tiles run 4 subgroups of 64 x 64 (4 x 4 fragments each); `8`: 8 subgroups of 32 x 64 (2 x 4), the kernel measured on the H100 on 2026-11-26 (for measuring the better on a device) | [`set_gpu_coop_subgroups`] |
 //! | `MLX_GPU_ATTENTION_TILES` | `auto`, or `BQxBK` of `64x32`, `32x32`, `32x16`, `16x16` | `auto`: the largest tiles that fit the workgroup memory; a pair: the f32-compute attention kernels (forward and both gradient passes) take these tiles where they fit (for measuring the best on a device) | [`set_gpu_attention_tiles`] |
 //! | `MLX_GPU_CHECKED` | `1`/`0` | on: GPU kernels compiled with wgpu's runtime checks (each dynamic index clamped into its array, each loop given a guard counter); off: without them, which costs fewer instructions in every inner loop (to measure that on a device before it becomes the default: on lavapipe, LLVM 15 unrolls the unguarded loops of the f16 fragment kernels and then takes minutes to compile them) | [`set_gpu_checked`] |
 //! | `MLX_GPU_VEC_LOADS` | `1`/`0` | on: the GPU matrix products' and attention kernels' staging loads read whole vectors (4 or 8 elements) along an operand's contiguous dimension where its offset and strides allow (off: one element per load) | [`set_gpu_vec_loads`] |
@@ -60,6 +61,8 @@ pub const MLX_GPU_CHUNKS: &str = "MLX_GPU_CHUNKS";
 pub const MLX_GPU_SPLIT_K: &str = "MLX_GPU_SPLIT_K";
 /// `MLX_GPU_SPLIT_WAVE`: the 64 x 64 output tiles one wave of the GPU holds.
 pub const MLX_GPU_SPLIT_WAVE: &str = "MLX_GPU_SPLIT_WAVE";
+/// `MLX_GPU_COOP_SUBGROUPS`: subgroups per 128 x 128 tensor-core tile.
+pub const MLX_GPU_COOP_SUBGROUPS: &str = "MLX_GPU_COOP_SUBGROUPS";
 /// `MLX_GPU_ATTENTION_TILES`: the f32-compute attention kernels' tiles.
 pub const MLX_GPU_ATTENTION_TILES: &str = "MLX_GPU_ATTENTION_TILES";
 /// `MLX_GPU_CHECKED`: compile GPU kernels with wgpu's runtime checks.
@@ -252,6 +255,66 @@ pub fn gpu_split_wave() -> usize {
 /// the environment's or the default). Takes effect at the next product.
 pub fn set_gpu_split_wave(workgroups: Option<usize>) {
     GPU_SPLIT_WAVE_SET.store(workgroups.unwrap_or(0), Ordering::Relaxed);
+}
+
+/// The subgroup counts the tensor-core kernel's 128 x 128 tiles may run.
+pub const GPU_COOP_SUBGROUPS: [usize; 2] = [4, 8];
+
+/// 0: not set in code; else the count.
+static GPU_COOP_SUBGROUPS_SET: AtomicUsize = AtomicUsize::new(0);
+static GPU_COOP_SUBGROUPS_ENV: OnceLock<std::result::Result<usize, String>> = OnceLock::new();
+
+fn parse_coop_subgroups(value: Option<&str>) -> Result<usize> {
+    match value.map(str::trim) {
+        None | Some("") => Ok(GPU_COOP_SUBGROUPS[0]),
+        Some(v) => GPU_COOP_SUBGROUPS
+            .iter()
+            .find(|n| n.to_string() == v)
+            .copied()
+            .ok_or_else(|| {
+                Error::invalid(
+                    MLX_GPU_COOP_SUBGROUPS,
+                    format!("`{v}` is not understood: use 4 or 8"),
+                )
+            }),
+    }
+}
+
+fn gpu_coop_subgroups_checked() -> Result<usize> {
+    match GPU_COOP_SUBGROUPS_SET.load(Ordering::Relaxed) {
+        0 => GPU_COOP_SUBGROUPS_ENV
+            .get_or_init(|| {
+                parse_coop_subgroups(std::env::var(MLX_GPU_COOP_SUBGROUPS).ok().as_deref())
+                    .map_err(|e| e.to_string())
+            })
+            .clone()
+            .map_err(|message| Error::invalid(MLX_GPU_COOP_SUBGROUPS, message)),
+        n => Ok(n),
+    }
+}
+
+/// Subgroups of 32 per 128 x 128 tile of the tensor-core matrix product:
+/// 4 (default), each owning 64 x 64 outputs, or 8, each owning 32 x 64.
+/// An unreadable `MLX_GPU_COOP_SUBGROUPS` counts as the default here;
+/// [`check`] reports it.
+pub fn gpu_coop_subgroups() -> usize {
+    gpu_coop_subgroups_checked().unwrap_or(GPU_COOP_SUBGROUPS[0])
+}
+
+/// Sets the tensor-core tiles' subgroups (wins over
+/// `MLX_GPU_COOP_SUBGROUPS`; `None`: back to the environment's or the
+/// default). An error for a count not in [`GPU_COOP_SUBGROUPS`].
+pub fn set_gpu_coop_subgroups(subgroups: Option<usize>) -> Result<()> {
+    if let Some(n) = subgroups
+        && !GPU_COOP_SUBGROUPS.contains(&n)
+    {
+        return Err(Error::invalid(
+            MLX_GPU_COOP_SUBGROUPS,
+            format!("{n} is not one of 4, 8"),
+        ));
+    }
+    GPU_COOP_SUBGROUPS_SET.store(subgroups.unwrap_or(0), Ordering::Relaxed);
+    Ok(())
 }
 
 /// The tiles the f32-compute attention kernels may be told to take: query
@@ -611,6 +674,7 @@ pub fn check() -> Result<()> {
     GPU_CHECKED.get()?;
     gpu_split_wave_checked()?;
     gpu_attention_tiles_checked()?;
+    gpu_coop_subgroups_checked()?;
     gpu_coopmat_checked()?;
     loss_path()?;
     Ok(())
@@ -667,6 +731,18 @@ mod tests {
             assert!(e.to_string().contains("MLX_GPU_SPLIT_WAVE"), "{e}");
             assert!(e.to_string().contains(bad), "{e}");
         }
+    }
+
+    #[test]
+    fn coop_subgroups_are_four_or_eight() {
+        assert_eq!(parse_coop_subgroups(None).unwrap(), 4);
+        assert_eq!(parse_coop_subgroups(Some(" 8 ")).unwrap(), 8);
+        for bad in ["2", "16", "four", "-4"] {
+            let e = parse_coop_subgroups(Some(bad)).unwrap_err();
+            assert!(e.to_string().contains("MLX_GPU_COOP_SUBGROUPS"), "{e}");
+            assert!(e.to_string().contains(bad), "{e}");
+        }
+        assert!(set_gpu_coop_subgroups(Some(6)).is_err());
     }
 
     #[test]

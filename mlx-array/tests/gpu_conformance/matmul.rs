@@ -5,7 +5,9 @@
 //! linear cross-entropy uses (through its own specs).
 
 use mlx_array::backend::gpu::vector_operand_count;
-use mlx_array::settings::{GpuCoopmat, set_gpu_coopmat, set_gpu_vec_loads};
+use mlx_array::settings::{
+    GPU_COOP_SUBGROUPS, GpuCoopmat, set_gpu_coop_subgroups, set_gpu_coopmat, set_gpu_vec_loads,
+};
 use mlx_array::{Array, Dtype, Result};
 
 use crate::harness::{compare, gpu, native_f16_or_skip, spirv, tol};
@@ -432,19 +434,42 @@ fn cooperative_template_stages_aligned_operands_with_vector_loads() {
         true,
         &TRANSPOSES,
     );
-    // The 128 x 128 tiling (264 tiles), both operands vectors, in one
-    // transpose case (lavapipe takes three seconds for it): each operand
-    // along the tile's places.
-    check_staging(
-        "plain fragments, 128 tiles",
-        Dtype::F16,
-        (&[264], &[264]),
-        (8, 16, 8),
-        [0, 0],
-        8,
-        true,
-        &[(true, false)],
-    );
+    // The 128 x 128 tilings (264 tiles), both operands vectors, in one
+    // transpose case (lavapipe takes three seconds for each): each operand
+    // along the tile's places, with either count of subgroups.
+    for subgroups in GPU_COOP_SUBGROUPS {
+        set_gpu_coop_subgroups(Some(subgroups)).unwrap();
+        check_staging(
+            &format!("plain fragments, 128 tiles, {subgroups} subgroups"),
+            Dtype::F16,
+            (&[264], &[264]),
+            (8, 16, 8),
+            [0, 0],
+            8,
+            true,
+            &[(true, false)],
+        );
+        assert_eq!(
+            mlx_array::backend::gpu::last_coop_subgroups(),
+            Some(subgroups)
+        );
+        // Whole tiles, so that every subgroup's every fragment holds
+        // outputs (`b` shared by the 264 products).
+        check(
+            &format!("plain fragments, whole 128 tiles, {subgroups} subgroups"),
+            Dtype::F16,
+            &[264],
+            &[1],
+            128,
+            16,
+            128,
+        );
+        assert_eq!(
+            mlx_array::backend::gpu::last_coop_subgroups(),
+            Some(subgroups)
+        );
+    }
+    set_gpu_coop_subgroups(None).unwrap();
     set_gpu_coopmat(GpuCoopmat::Auto);
 }
 

@@ -31,8 +31,9 @@
 //! goes through the scalar path (one half per load, each with its own
 //! check and address), which `MLX_GPU_VEC_LOADS=0` also forces. The choice
 //! is per operand and part of the pipeline key. Per invocation and 32-deep
-//! slice, for either tiling (both stage 16 halves of each operand per
-//! invocation):
+//! slice, for the 64 x 64 and the 8-subgroup 128 x 128 tilings (16 halves
+//! of each operand per invocation; the 4-subgroup 128 x 128 tiling, with
+//! half the invocations, stages twice each figure):
 //!
 //! | per invocation, slice | scalar | vector |
 //! |---|---|---|
@@ -82,8 +83,15 @@ pub(super) struct Tiling {
 }
 
 impl Tiling {
+    /// 128 x 128 tiles: 4 subgroups (2 x 2) of 4 x 4 fragments (64 x 64).
+    pub const LARGE_4: Tiling = Tiling {
+        sg_rows: 2,
+        sg_cols: 2,
+        fm: 4,
+        fn_: 4,
+    };
     /// 128 x 128 tiles: 8 subgroups (4 x 2) of 2 x 4 fragments (32 x 64).
-    pub const LARGE: Tiling = Tiling {
+    pub const LARGE_8: Tiling = Tiling {
         sg_rows: 4,
         sg_cols: 2,
         fm: 2,
@@ -96,6 +104,19 @@ impl Tiling {
         fm: 2,
         fn_: 2,
     };
+
+    /// Every tiling, for checks and the compile test.
+    pub const ALL: [Tiling; 3] = [Tiling::LARGE_4, Tiling::LARGE_8, Tiling::SMALL];
+
+    /// The 128 x 128 tiling of `subgroups` subgroups (8: [`Tiling::LARGE_8`],
+    /// else [`Tiling::LARGE_4`]; `settings::gpu_coop_subgroups`).
+    pub fn large(subgroups: usize) -> Tiling {
+        if subgroups == 8 {
+            Tiling::LARGE_8
+        } else {
+            Tiling::LARGE_4
+        }
+    }
 
     /// Output rows per workgroup.
     pub fn bm(self) -> usize {

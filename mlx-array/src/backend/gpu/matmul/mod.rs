@@ -28,7 +28,8 @@
 //! |---|---|---|---|---|---|---|
 //! | f32, 128 | 256 | 128 x 128, depth slices of 16, double buffered | 8 x 8 outputs | 33,792 B | ~110-128 | 2 (registers) |
 //! | f32, 64 | 256 | 64 x 64, slices of 16, double buffered | 4 x 4 outputs | 17,408 B | ~48 | 4-8 |
-//! | coop, large | 256 (8 subgroups, 4 x 2) | 128 x 128, slices of 32 | a subgroup: 2 x 4 fragments (32 x 64) | 27,136 B | ~100-130 | 2 |
+//! | coop, large (default) | 128 (4 subgroups, 2 x 2) | 128 x 128, slices of 32 | a subgroup: 4 x 4 fragments (64 x 64) | 23,040 B | ~210 | 2 (registers) |
+//! | coop, large, `MLX_GPU_COOP_SUBGROUPS=8` | 256 (8 subgroups, 4 x 2) | 128 x 128, slices of 32 | a subgroup: 2 x 4 fragments (32 x 64) | 27,136 B | ~100-130 | 2 |
 //! | coop, small | 128 (4 subgroups, 2 x 2) | 64 x 64, slices of 32 | a subgroup: 2 x 2 fragments (32 x 32) | 13,824 B | ~70 | 4+ |
 //!
 //! Expected throughput (design estimates; the H100 figures are still to be
@@ -47,6 +48,22 @@
 //! SM it should reach 150-250 TFLOP/s on f16 at 4096^3-8192^3 (22-36% of
 //! cuBLAS's 695; the unstaged probe: 60), limited by the register-staged
 //! (not asynchronous) global loads and the two barriers per slice.
+//!
+//! **Subgroup tiles of the tensor-core kernel.** The 8-subgroup tiling
+//! (measured on the H100, 2026-11-26: 82-90 TFLOP/s, 12-13% of cuBLAS)
+//! has each subgroup load 12 fragments from workgroup memory per 16
+//! fragment products (per 32-deep slice: 2 of `a` and 4 of `b` at each of
+//! two 16-deep steps). The default now gives each of 4 subgroups a 64 x 64
+//! block, the warp tile of llama.cpp's large cooperative-matrix tile: 16
+//! loads per 32 products, so a third fewer fragment loads per product
+//! (per SM and slice, with 2 workgroups resident: 128 loads of 512 B, 64
+//! KiB, against 96 KiB), and half the loop and address instructions per
+//! product in each warp. The cost: 16 accumulator fragments (128 f32
+//! registers per invocation, about 210 in all, under the 255 limit: no
+//! spills expected), each invocation staging twice the halves per slice,
+//! and 8 warps per SM instead of 16 to hide latency, each with twice the
+//! independent products per slice. `MLX_GPU_COOP_SUBGROUPS=8` keeps the
+//! measured tiling, to compare both on a device.
 //!
 //! **Split-K.** A product with fewer 128 x 128 tiles than two per SM and
 //! a long depth (the fused loss's gradient products, `dX` over the
@@ -130,7 +147,7 @@ fn coop_mode() -> Result<Option<coop::Fragments>> {
         return Ok(None);
     };
     let c = context()?;
-    let fits = [coop::Tiling::LARGE, coop::Tiling::SMALL].iter().all(|t| {
+    let fits = coop::Tiling::ALL.iter().all(|t| {
         t.shared_bytes() <= c.limits.max_compute_workgroup_storage_size as usize
             && t.invocations() <= c.limits.max_compute_invocations_per_workgroup as usize
     });
@@ -152,6 +169,20 @@ static COOP_PRODUCTS: std::sync::atomic::AtomicUsize = std::sync::atomic::Atomic
 /// tests that check which kernel a product took).
 pub fn coop_product_count() -> usize {
     COOP_PRODUCTS.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// Subgroups per workgroup of the last product recorded on the
+/// cooperative template (0: none yet).
+static LAST_COOP_SUBGROUPS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// The subgroups per workgroup of the last product recorded on the
+/// cooperative template, `None` before the first (for tests that check
+/// which tiling ran).
+pub fn last_coop_subgroups() -> Option<usize> {
+    match LAST_COOP_SUBGROUPS.load(std::sync::atomic::Ordering::Relaxed) {
+        0 => None,
+        n => Some(n),
+    }
 }
 
 /// Whether `adapter` can run the tensor-core kernel: it offers
@@ -530,7 +561,7 @@ impl Product<'_> {
         let (pipeline, tm, tn) = match coop {
             Some(fragments) => {
                 let tiling = if t == 128 {
-                    coop::Tiling::LARGE
+                    coop::Tiling::large(settings::gpu_coop_subgroups())
                 } else {
                     coop::Tiling::SMALL
                 };
@@ -541,6 +572,10 @@ impl Product<'_> {
                     coop::source(tiling, fragments, view, out_dtype, accumulate, loads)
                 })?;
                 COOP_PRODUCTS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                LAST_COOP_SUBGROUPS.store(
+                    tiling.invocations() / 32,
+                    std::sync::atomic::Ordering::Relaxed,
+                );
                 (p, m.div_ceil(tiling.bm()), n.div_ceil(tiling.bn()))
             }
             None => {
@@ -677,7 +712,7 @@ pub fn kernel_sources() -> Vec<(String, String)> {
         }
         c
     };
-    for tiling in [coop::Tiling::LARGE, coop::Tiling::SMALL] {
+    for tiling in coop::Tiling::ALL {
         for fragments in [coop::Fragments::Cooperative, coop::Fragments::Plain] {
             for &view in &views {
                 for (i, (dtype, accumulate)) in
