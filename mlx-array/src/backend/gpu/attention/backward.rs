@@ -4,7 +4,7 @@
 //! module above for the design and its figures).
 
 use super::fragments::{InputRows, Loads};
-use super::{SIDE, Tiles, header, quad_cols, quad_stride, stage, store_quad, unroll};
+use super::{SIDE, Tiles, header, quad_cols, quad_stride, stage, store_quad, unroll, unrolled};
 use crate::Dtype;
 use crate::backend::common::attention::AttentionDims;
 
@@ -82,8 +82,6 @@ pub(super) fn source(
     let mut s = header(dims, &inputs, t, loads, &["q", "k", "v", "g"]);
     s.push_str(&format!(
         r#"
-const D4: u32 = {d4}u;
-const DV4: u32 = {dv4}u;
 var<workgroup> q_s: array<vec4<f32>, {q_len}>;
 var<workgroup> g_s: array<vec4<f32>, {g_len}>;
 var<workgroup> k_s: array<vec4<f32>, {k_len}>;
@@ -93,8 +91,6 @@ var<workgroup> ds_s: array<f32, {p_len}>;
 var<workgroup> lse_s: array<f32, BQ>;
 var<workgroup> dl_s: array<f32, BQ>;
 "#,
-        d4 = dims.d.div_ceil(4),
-        dv4 = dims.dv.div_ceil(4),
         q_len = t.bq * qs + SIDE,
         g_len = t.bq * vs + SIDE,
         k_len = t.bk * qs + SIDE,
@@ -168,15 +164,9 @@ var<workgroup> dl_s: array<f32, BQ>;
         )
     });
     let scores = format!(
-        r#"{s_decl}
-        for (var c = 0u; c < D4; c = c + 1u) {{
-{qk}
-        }}
-        for (var c = 0u; c < DV4; c = c + 1u) {{
-{gv}
-        }}
-{p_store}
-"#
+        "{s_decl}\n{}{}{p_store}\n",
+        unrolled("c", dims.d.div_ceil(4), &qk),
+        unrolled("c", dims.dv.div_ceil(4), &gv),
     );
     let r = InputRows::new(dims, t, 4);
     let q_stage = stage("q_s", "q", loads, &r.q, qs);
@@ -276,6 +266,7 @@ var<workgroup> dl_s: array<f32, BQ>;
                 st.push_str("\n    }");
                 st
             });
+            let acc_steps = unrolled("r", t.bq, &acc);
             s.push_str(&prologue("lk()", "BK"));
             s.push_str(&format!(
                 r#"    let k0 = start;
@@ -290,9 +281,7 @@ var<workgroup> dl_s: array<f32, BQ>;
         workgroupBarrier();
 {scores}
         workgroupBarrier();
-        for (var r = 0u; r < BQ; r = r + 1u) {{
-{acc}
-        }}
+{acc_steps}
     }}
 {store}
 }}
@@ -328,6 +317,7 @@ var<workgroup> dl_s: array<f32, BQ>;
                     )
                 )
             });
+            let acc_steps = unrolled("j", t.bk, &acc);
             s.push_str(&prologue("lq()", "BQ"));
             s.push_str(&format!(
                 r#"    let q0 = start;
@@ -344,9 +334,7 @@ var<workgroup> dl_s: array<f32, BQ>;
         workgroupBarrier();
 {scores}
         workgroupBarrier();
-        for (var j = 0u; j < BK; j = j + 1u) {{
-{acc}
-        }}
+{acc_steps}
     }}
 {store}
 }}

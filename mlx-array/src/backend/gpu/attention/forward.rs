@@ -3,7 +3,9 @@
 //! module above for the design and its figures).
 
 use super::fragments::{InputRows, Loads};
-use super::{QUERY_BLOCK, SIDE, Tiles, header, quad_cols, quad_stride, stage, store_quad, unroll};
+use super::{
+    QUERY_BLOCK, SIDE, Tiles, header, quad_cols, quad_stride, stage, store_quad, unroll, unrolled,
+};
 use crate::Dtype;
 use crate::backend::common::attention::AttentionDims;
 
@@ -35,7 +37,6 @@ pub(super) fn source(dims: &AttentionDims, dtype: Dtype, t: Tiles, loads: Loads)
     );
     s.push_str(&format!(
         r#"
-const D4: u32 = {d4}u;
 var<workgroup> q_s: array<vec4<f32>, {q_len}>;
 var<workgroup> kv_s: array<vec4<f32>, {kv_len}>;
 var<workgroup> s_s: array<f32, {s_len}>;
@@ -43,7 +44,6 @@ var<workgroup> m_s: array<f32, BQ>;
 var<workgroup> l_s: array<f32, BQ>;
 var<workgroup> a_s: array<f32, BQ>;
 "#,
-        d4 = dims.d.div_ceil(4),
         q_len = t.bq * qs,
         kv_len = t.bk * ks + SIDE,
         s_len = t.bq * ss,
@@ -106,6 +106,18 @@ var<workgroup> a_s: array<f32, BQ>;
             )
         )
     });
+    let s_steps = unrolled(
+        "c",
+        dims.d.div_ceil(4),
+        &format!("{a_load}\n{b_load}\n{s_fma}"),
+    );
+    let max_steps = unrolled("j", t.bk, "            mx = max(mx, s_s[row + j]);");
+    let exp_steps = unrolled(
+        "j",
+        t.bk,
+        "            let p = exp(s_s[row + j] - mx);\n            s_s[row + j] = p;\n            sum = sum + p;",
+    );
+    let pv_steps = unrolled("j", t.bk, &format!("{p_load}\n{v_load}\n{o_fma}"));
     let r = InputRows::new(dims, t, 4);
     let q_stage = stage("q_s", "q", loads, &r.q, qs);
     let k_stage = stage("kv_s", "k", loads, &r.k, ks);
@@ -127,11 +139,7 @@ var<workgroup> a_s: array<f32, BQ>;
         {k_stage}
         workgroupBarrier();
 {s_decl}
-        for (var c = 0u; c < D4; c = c + 1u) {{
-{a_load}
-{b_load}
-{s_fma}
-        }}
+{s_steps}
 {s_store}
         workgroupBarrier();
         {v_stage}
@@ -139,13 +147,9 @@ var<workgroup> a_s: array<f32, BQ>;
             let row = lid * {ss}u;
             let m_old = m_s[lid];
             var mx = m_old;
-            for (var j = 0u; j < BK; j = j + 1u) {{ mx = max(mx, s_s[row + j]); }}
+{max_steps}
             var sum = 0.0;
-            for (var j = 0u; j < BK; j = j + 1u) {{
-                let p = exp(s_s[row + j] - mx);
-                s_s[row + j] = p;
-                sum = sum + p;
-            }}
+{exp_steps}
             // Every row sees key 0, so mx is finite from the first block on.
             let alpha = exp(m_old - mx);
             a_s[lid] = alpha;
@@ -154,11 +158,7 @@ var<workgroup> a_s: array<f32, BQ>;
         }}
         workgroupBarrier();
 {o_rescale}
-        for (var j = 0u; j < BK; j = j + 1u) {{
-{p_load}
-{v_load}
-{o_fma}
-        }}
+{pv_steps}
     }}
 {o_store}
     if (lid < BQ && q0 + lid < lq()) {{

@@ -89,7 +89,13 @@
 //!   `dK += dS^T Q`, `dQ += dS K`) read one word of P or dS per row and
 //!   one quad of V, dO, Q or K per owned quad.
 //!
-//! The micro-kernels are unrolled into registers by the code generator.
+//! The code generator unrolls the micro-kernels' register blocks and
+//! their loops (over the head width's quads and the block's keys or
+//! queries, and the forward's softmax walks; [`unrolled`]), so every
+//! step's addresses are constants from a base and the driver can issue
+//! loads ahead (checked kernels' loops carry guard counters that hide
+//! trip counts). Cost: lavapipe compiles the larger kernels more slowly
+//! (the attention specs' first, uncached run 98 s instead of 59).
 //! Tiles are staged from global memory by `vec4` quads where the head
 //! widths and the inputs' first elements are multiples of 4
 //! (`MLX_GPU_VEC_LOADS`, on by default), each invocation's loads all
@@ -313,6 +319,19 @@ fn first_query(j: u32) -> u32 {
     return 0u;
 }
 "#;
+
+/// WGSL of a loop of `n` steps over `var`, unrolled: `body` once per
+/// step, in a block where `var` is the step's constant. The kernels'
+/// inner products and softmax walks are unrolled so, not left to the
+/// driver: in kernels compiled with wgpu's runtime checks each loop
+/// carries a guard counter that hides its trip count, and straight-line
+/// code lets the driver issue the steps' workgroup-memory loads ahead of
+/// their FMAs whatever the checks.
+fn unrolled(var: &str, n: usize, body: &str) -> String {
+    (0..n)
+        .map(|k| format!("        {{ let {var} = {k}u;\n{body}\n        }}\n"))
+        .collect()
+}
 
 /// WGSL statements, unrolled: `f(i, j)` for `i < n`, `j < m`.
 fn unroll(n: usize, m: usize, f: impl Fn(usize, usize) -> String) -> String {
