@@ -180,9 +180,11 @@ fn cooperative_template_with_plain_fragments_agrees_with_the_cpu() {
 }
 
 /// f16 products on the cooperative template (plain fragments here) split
-/// over the depth as the f32 kernel's do: its f32 partial sums, then one
-/// pass summing them into the f16 output, in every transpose case, with
-/// slices a multiple of its 32-deep staged slice and a short last one.
+/// over the depth as the f32 kernel's do: its f32 partial sums (stored
+/// straight from the fragments on tiles wholly inside the product,
+/// through the staging fragment on the others), then one pass summing
+/// them into the f16 output, in every transpose case, with slices a
+/// multiple of its 32-deep staged slice and a short last one.
 #[test]
 fn cooperative_split_k_products_agree_with_the_cpu() {
     let Some(_gpu) = gpu() else { return };
@@ -200,6 +202,26 @@ fn cooperative_split_k_products_agree_with_the_cpu() {
     );
     assert_eq!(dispatches_in(Dtype::F16, 33, 500, 20), 1, "too shallow");
     check("cooperative split-K", Dtype::F16, &[], &[], 33, 1500, 20);
+    // f32 partial sums from whole tiles (stored straight from the
+    // fragments), and from whole and edge tiles in one product.
+    check(
+        "cooperative split-K, whole tiles",
+        Dtype::F16,
+        &[],
+        &[],
+        128,
+        1500,
+        64,
+    );
+    check(
+        "cooperative split-K, whole and edge tiles",
+        Dtype::F16,
+        &[],
+        &[],
+        130,
+        1100,
+        64,
+    );
     check(
         "cooperative split-K, batched",
         Dtype::F16,

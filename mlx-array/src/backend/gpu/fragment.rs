@@ -159,13 +159,20 @@ impl Fragments {
     /// array `array` from the index in the `let` named `index`, rows
     /// `stride` apart.
     pub fn store(self, acc: &str, array: &str, index: &str, stride: usize) -> String {
+        self.store_strided(acc, array, index, &format!("{stride}u"))
+    }
+
+    /// [`Fragments::store`] with the row stride a WGSL `u32` expression
+    /// (`array` may be an f32 storage array: the plain implementation
+    /// writes its elements, the cooperative one the whole fragment).
+    pub fn store_strided(self, acc: &str, array: &str, index: &str, stride: &str) -> String {
         match self {
             Fragments::Cooperative => {
-                format!("coopStoreT({acc}, &{array}[{index}], {stride}u);\n")
+                format!("coopStoreT({acc}, &{array}[{index}], {stride});\n")
             }
             Fragments::Plain => (0..8)
                 .map(|c| {
-                    format!("{array}[{index} + prow * {stride}u + pcol + {c}u] = {acc}[{c}];\n")
+                    format!("{array}[{index} + prow * {stride} + pcol + {c}u] = {acc}[{c}];\n")
                 })
                 .collect(),
         }

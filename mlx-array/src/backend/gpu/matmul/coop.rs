@@ -11,7 +11,15 @@
 //! fragments multiply. The output leaves through a 16 x 16 f32 staging
 //! fragment per subgroup, from which the 32 invocations write 8 values
 //! each, bounds-checked, converted to the output dtype (or added into it):
-//! edges and dtypes cost nothing inside the loop.
+//! edges and dtypes cost nothing inside the loop. An f32 output that is
+//! written, not added into (split-K's partial sums, and the fused
+//! loss's f16 products that write an f32 result), skips that on tiles wholly inside the
+//! product: each fragment is stored straight into it (`coopStoreT` with
+//! the output's row stride), without the staging fragment's two barriers
+//! and eight scalar stores per invocation and fragment. At the 4-subgroup
+//! tiling that is 32 barriers a tile, as many as a 512-deep product's main
+//! loop has; the products at the reference model's 256-deep widths run 8
+//! slices, so their epilogue was a large part of each tile's time.
 //!
 //! The fragment operations (load from workgroup memory, multiply-add,
 //! store to workgroup memory) have two implementations, [`Fragments`]
@@ -270,9 +278,18 @@ pub(super) fn source(
         step.push_str("        }\n");
     }
     // The output, one fragment at a time through the staging fragment.
+    // Straight into `out` (f32, written, not added into) where the whole
+    // workgroup tile lies inside the product: no staging, no barriers.
+    let mut direct = String::new();
     let mut store = String::new();
     for i in 0..fm {
         for j in 0..fnn {
+            direct.push_str(&format!(
+                "        {{ let st = ob + (row_base + wr + {r}u) * n + col_base + wc + {c}u; {} }}\n",
+                fragments.store_strided(&format!("acc{i}_{j}"), "out", "st", "n"),
+                r = i * 16,
+                c = j * 16
+            ));
             store.push_str(&format!(
                 "    {{ let st = sg * 256u; {} }}\n",
                 fragments.store(&format!("acc{i}_{j}"), "stage", "st", 16)
@@ -292,6 +309,7 @@ pub(super) fn source(
             ));
         }
     }
+    let epilogue = epilogue(&direct, &store, out_dtype, accumulate, tiling);
     src.push_str(&format!(
         r#"
 var<workgroup> sa: array<f16, {sa_len}>;
@@ -323,7 +341,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nw: vec3
         k0 = kf;
     }}
     let ob = params[13] + bi * m * n;
-{store}}}
+{epilogue}}}
 "#,
         sa_len = bm * sa_stride,
         sb_len = DEPTH * sb_stride,
@@ -335,6 +353,29 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nw: vec3
         lanes = LANES,
     ));
     src
+}
+
+/// The output stage of [`source`]: `staged` (each fragment through the
+/// subgroup's f32 staging fragment, bounds-checked, converted or added
+/// into `out`), and for an f32 output written (not accumulated) `direct`
+/// (each fragment stored straight into `out`) on tiles wholly inside the
+/// product. The condition is uniform across the workgroup, as the
+/// cooperative stores and the staged path's barriers need.
+fn epilogue(
+    direct: &str,
+    staged: &str,
+    out_dtype: Dtype,
+    accumulate: bool,
+    tiling: Tiling,
+) -> String {
+    if out_dtype != Dtype::F32 || accumulate {
+        return staged.to_string();
+    }
+    format!(
+        "    if (row_base + {bm}u <= m && col_base + {bn}u <= n) {{\n{direct}    }} else {{\n{staged}    }}\n",
+        bm = tiling.bm(),
+        bn = tiling.bn(),
+    )
 }
 
 /// Appends operand `name`'s staging to `[regs, fetch, put]`: its
