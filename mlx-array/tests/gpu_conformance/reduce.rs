@@ -64,3 +64,36 @@ fn half_rows_reduce_and_softmax_as_quads_or_singly_as_the_cpu_does() {
         }
     }
 }
+
+/// The row kernels walk a row in unrolled rounds of up to 16 loads per
+/// invocation, 256 invocations a row: rows longer than one round (read
+/// as quads, or element by element where the length is not a multiple
+/// of 4), with a short last round, and rows shorter than a team's first
+/// round, sum, max and softmax as the CPU does.
+#[test]
+fn f32_rows_of_several_unrolled_rounds_reduce_and_softmax_as_the_cpu_does() {
+    use crate::harness::compare;
+    let Some(_gpu) = gpu() else { return };
+    // 16,385 quads (5 rounds of 4,096, the last of one), 70,001 elements
+    // (18 rounds), 1,028 (257 quads: a team of 32, one round of 9 loads,
+    // all but one invocation's last past the row) and 37 (a team of 8, one
+    // round of 5).
+    for cols in [65540, 70001, 1028, 37] {
+        let x = quarters(&[3, cols], cols as u64, Dtype::F32);
+        let what = |op: &str| format!("{op} of f32 rows [3, {cols}]");
+        // Quarters: every partial sum is exact in f32, in any order.
+        compare(
+            &what("sum"),
+            std::slice::from_ref(&x),
+            |x| x[0].sum(&[-1], false),
+            0.0,
+        );
+        compare(
+            &what("max"),
+            std::slice::from_ref(&x),
+            |x| x[0].max(&[-1], false),
+            0.0,
+        );
+        compare(&what("softmax"), &[x], |x| x[0].softmax(&[-1]), 0.0);
+    }
+}

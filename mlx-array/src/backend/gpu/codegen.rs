@@ -230,3 +230,55 @@ pub(crate) fn collapse(dims: impl IntoIterator<Item = (usize, isize)>) -> Vec<(u
     }
     out
 }
+
+/// Loads per invocation that the row kernels (reductions, softmax) aim
+/// for, and the most a [`row_walk`] round issues at once.
+pub(crate) const ROW_LOADS: usize = 16;
+
+/// The team size for rows of `loads` loads: about one invocation per
+/// [`ROW_LOADS`] of them, a power of two from 8 to 256.
+pub(crate) fn row_team(loads: usize) -> usize {
+    loads.div_ceil(ROW_LOADS).next_power_of_two().clamp(8, 256)
+}
+
+/// Loads per invocation and round of [`row_walk`] for rows of `loads`
+/// loads and teams of `team`: all of an invocation's loads up to
+/// [`ROW_LOADS`], so that rows up to `team x ROW_LOADS` long take one
+/// round.
+pub(crate) fn row_unroll(loads: usize, team: usize) -> usize {
+    loads.div_ceil(team).clamp(1, ROW_LOADS)
+}
+
+/// WGSL walking invocation `k`'s share of a row of `loads` (a WGSL `u32`)
+/// loads in a team of `team` (each invocation every `team`-th load), in
+/// rounds of `unroll` loads that are all issued before any is used:
+/// `load(i)` is the WGSL value of load `i` (of type `ty`), `take(x, i)`
+/// the statements using it (in the order of `i`, as a plain loop would).
+/// The round is unrolled by the generator, so the loads are in flight
+/// together whatever the driver does with loops (wgpu's loop guards hide
+/// their trip counts), where a loop of one load per step waits for each.
+pub(crate) fn row_walk(
+    loads: &str,
+    (team, unroll): (usize, usize),
+    ty: &str,
+    load: &dyn Fn(&str) -> String,
+    take: &dyn Fn(&str, &str) -> String,
+) -> String {
+    let mut fetch = String::new();
+    let mut uses = String::new();
+    for j in 0..unroll {
+        fetch.push_str(&format!(
+            "        let i{j} = u + {off}u;\n        var x{j} = {ty}();\n        if (i{j} < {loads}) {{ x{j} = {}; }}\n",
+            load(&format!("i{j}")),
+            off = j * team
+        ));
+        uses.push_str(&format!(
+            "        if (i{j} < {loads}) {{ {} }}\n",
+            take(&format!("x{j}"), &format!("i{j}"))
+        ));
+    }
+    format!(
+        "    for (var u = k; u < {loads}; u = u + {step}u) {{\n{fetch}{uses}    }}\n",
+        step = team * unroll
+    )
+}

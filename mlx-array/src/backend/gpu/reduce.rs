@@ -17,20 +17,28 @@
 //! the row's loads) instead of a whole workgroup, and a 256-invocation
 //! workgroup holds `256 / T` rows. Where every row starts at a multiple of
 //! 4 elements and its length is one, the input is read as `vec4`s. Each
-//! invocation folds every `T`-th load of its row; the team merges its
-//! partials in `log2 T` workgroup-memory steps.
+//! invocation folds every `T`-th load of its row, in rounds of up to 16
+//! loads that the generator unrolls so that all of them are issued
+//! before the first is folded (`codegen::row_walk`; rows longer than `T x
+//! 16` loads take several rounds); the team merges its partials in
+//! `log2 T` workgroup-memory steps.
 //!
-//! Design figures for an H100 (132 SMs, 2048 invocations each; not
-//! measured: no card was lent to this change), at `gpu_bench`'s row sum of
-//! `[16384, 4096]` f32: rows of 1024 `vec4`s take teams of 64, each
-//! invocation 16 loads (256 B, in flight together if the driver unrolls),
+//! Design figures for an H100 (132 SMs, 2048 invocations each), at
+//! `gpu_bench`'s row sum of `[16384, 4096]` f32: rows of 1024 `vec4`s take
+//! teams of 64, each invocation one round of 16 loads (256 B in flight),
 //! 4 rows (64 KiB) a workgroup, 4096 workgroups of 1 KiB of workgroup
 //! memory: 8 resident per SM (the invocation limit), 3.9 waves, 6 merge
-//! steps a row instead of the previous kernel's 8 over 16 scalar loads per
-//! invocation, one workgroup per row. Expected: 60-75% of the device copy's
-//! bandwidth against 28-30% measured before. Subgroup merges (the H100
-//! offers `SUBGROUP`, size 32) would replace 5 of the 6 steps; the backend
-//! does not request the feature yet.
+//! steps a row. Measured on 2026-11-27 with the 16 loads in a loop (one in
+//! flight per step where the driver keeps the loop; wgpu's loop guards
+//! hide its trip count): 39-40% of the device copy's bandwidth (28-30% for
+//! the kernel before, a workgroup per row). One load in flight per
+//! invocation is at most 2048 x 16 B = 32 KiB per SM, barely HBM3's
+//! bandwidth-latency product (3 TB/s x ~1 us over 132 SMs: ~23 KiB) and
+//! less while each fold waits; with the round's 16 loads in flight it is
+//! up to 512 KiB. Expected:
+//! 60-75%. Subgroup merges (the H100 offers `SUBGROUP`, size 32) would
+//! replace 5 of the 6 steps; the backend does not request the feature
+//! yet.
 
 use super::codegen::{self, compute_type};
 use super::{alloc, context, dispatch, dispatch_groups, supported};
@@ -225,13 +233,10 @@ fn fold(op: ReduceOp, dtype: Dtype) -> Fold {
     }
 }
 
-/// Loads per invocation the row kernel aims for.
-const LOADS_PER_INVOCATION: usize = 16;
-
 /// The row kernel's shape for a reduction planned as `p` of `dtype`:
-/// `Some((team, vec4))` for one contiguous row per output of a 32-bit
-/// dtype, longer than [`SHORT_RUN`] (see the module docs).
-fn rows_kernel(p: &Plan, dtype: Dtype) -> Option<(usize, bool)> {
+/// `Some((team, unroll, vec4))` for one contiguous row per output of a
+/// 32-bit dtype, longer than [`SHORT_RUN`] (see the module docs).
+fn rows_kernel(p: &Plan, dtype: Dtype) -> Option<(usize, usize, bool)> {
     let wide = matches!(dtype, Dtype::F32 | Dtype::I32 | Dtype::U32);
     let half = matches!(dtype, Dtype::F16 | Dtype::BF16);
     let contiguous = p.meta[3] == 1 && p.meta.last() == Some(&1);
@@ -242,32 +247,37 @@ fn rows_kernel(p: &Plan, dtype: Dtype) -> Option<(usize, bool)> {
         return None;
     }
     let loads = if vec4 { p.len / 4 } else { p.len };
-    let team = loads
-        .div_ceil(LOADS_PER_INVOCATION)
-        .next_power_of_two()
-        .clamp(8, 256);
-    Some((team, vec4))
+    let team = codegen::row_team(loads);
+    Some((team, codegen::row_unroll(loads, team), vec4))
 }
 
 /// WGSL of the row kernel: `256 / team` rows a workgroup, `team`
 /// invocations a row, each folding every `team`-th load (`vec4`s with
-/// `vec4`), merged in workgroup memory.
-fn rows_source(f: &Fold, dtype: Dtype, team: usize, vec4: bool) -> String {
+/// `vec4`) in unrolled rounds of `unroll` ([`codegen::row_walk`]), merged
+/// in workgroup memory.
+fn rows_source(f: &Fold, dtype: Dtype, (team, unroll, vec4): (usize, usize, bool)) -> String {
     let t = compute_type(dtype);
-    let (decl, load, loads, first) = if vec4 {
-        (
-            super::elementwise::input4("in0", 1, dtype),
-            "let v = load4_in0(b4 + u); acc = merge(acc, merge(merge(v.x, v.y), merge(v.z, v.w)));",
+    let walk = if vec4 {
+        codegen::row_walk(
             "params[1] / 4u",
-            "let b4 = u32(b) / 4u;",
+            (team, unroll),
+            &format!("vec4<{t}>"),
+            &|i| format!("load4_in0(b4 + {i})"),
+            &|x, _| format!("acc = merge(acc, merge(merge({x}.x, {x}.y), merge({x}.z, {x}.w)));"),
         )
     } else {
-        (
-            format!("@group(0) @binding(1) var<storage, read> in0: array<{t}>;\n"),
-            "acc = merge(acc, in0[u32(b) + u]);",
+        codegen::row_walk(
             "params[1]",
-            "",
+            (team, unroll),
+            t,
+            &|i| format!("in0[u32(b) + {i}]"),
+            &|x, _| format!("acc = merge(acc, {x});"),
         )
+    };
+    let decl = if vec4 {
+        super::elementwise::input4("in0", 1, dtype)
+    } else {
+        format!("@group(0) @binding(1) var<storage, read> in0: array<{t}>;\n")
     };
     format!(
         r#"{decl}var<workgroup> part: array<{acc}, 256>;
@@ -279,9 +289,8 @@ fn rows_source(f: &Fold, dtype: Dtype, team: usize, vec4: bool) -> String {
     var acc: {acc} = {init};
     if (live) {{
         let b = base(row);
-        {first}
-        for (var u = k; u < {loads}; u = u + {team}u) {{ {load} }}
-    }}
+        let b4 = u32(b) / 4u;
+{walk}    }}
     part[lid] = acc;
     workgroupBarrier();
     for (var s = {half}u; s > 0u; s = s >> 1u) {{
@@ -338,7 +347,7 @@ pub fn reduce(op: ReduceOp, x: &Operand<'_>, axes: &[usize]) -> Result<ArrayData
         let mut src = String::from(codegen::PRELUDE);
         src.push_str(codegen::IS_NAN);
         src.push_str(codegen::META);
-        if let Some((team, vec4)) = rows {
+        if let Some(shape) = rows {
             src.push_str(&codegen::output(2, odt));
             src.push_str(&locators(p.flat_run));
             src.push_str(&format!(
@@ -349,7 +358,7 @@ pub fn reduce(op: ReduceOp, x: &Operand<'_>, axes: &[usize]) -> Result<ArrayData
                 o = compute_type(odt),
                 fin = f.finish,
             ));
-            src.push_str(&rows_source(&f, dtype, team, vec4));
+            src.push_str(&rows_source(&f, dtype, shape));
             return src;
         }
         src.push_str(&codegen::input("in0", 1, dtype));
@@ -418,7 +427,7 @@ pub fn reduce(op: ReduceOp, x: &Operand<'_>, axes: &[usize]) -> Result<ArrayData
     })?;
     let bytes = p.n_out * odt.size_of();
     let clear = codegen::packed(odt);
-    if let Some((team, _)) = rows {
+    if let Some((team, _, _)) = rows {
         let groups = p.n_out.div_ceil(256 / team);
         dispatch_groups(&pipeline, &p.meta, &[data], &out, bytes, clear, groups)?;
     } else if p.per_thread {

@@ -10,14 +10,17 @@
 //! of 4 are read and written as quads (`vec4`, 16 bytes a load in f32 and
 //! 8 in f16 or bf16, whole words a store). One pass keeps each
 //! invocation's running maximum and sum of exponentials (rescaled when the
-//! maximum grows: an online softmax), the team merges them in `log2 T`
+//! maximum grows: an online softmax; each pass in rounds of up to 16
+//! loads, unrolled so that all are issued before the first is used,
+//! `codegen::row_walk`), the team merges them in `log2 T`
 //! workgroup-memory steps, and a second pass writes `exp(x - max) / sum`:
 //! two reads of the row (the second from cache for rows up to a few
 //! hundred KiB) and one write, where the previous kernel read it three
 //! times, and a whole workgroup per row however short.
 //!
-//! Design figures for an H100 (not measured: no card was lent to this
-//! change), at `gpu_bench`'s `[16384, 4096]` f32 softmax: teams of 64, 4
+//! Design figures for an H100 (the loop form measured 946-957 GB/s,
+//! 32%, on 2026-11-27; the unrolled rounds not yet), at `gpu_bench`'s
+//! `[16384, 4096]` f32 softmax: teams of 64, 4
 //! rows (64 KiB) a workgroup, each invocation 16 `vec4` loads a pass, 2 KiB
 //! of workgroup memory, 8 workgroups resident per SM (the invocation
 //! limit), 4096 workgroups in 3.9 waves; the second read comes from the
@@ -179,12 +182,10 @@ pub fn softmax(x: &Operand<'_>) -> Result<ArrayData> {
     // words a store, so packed halves need no atomics).
     let vec4 = width.is_multiple_of(4) && x.offset().is_multiple_of(4);
     let loads = if vec4 { width / 4 } else { width };
-    let team = loads
-        .div_ceil(SOFTMAX_LOADS_PER_INVOCATION)
-        .next_power_of_two()
-        .clamp(8, 256);
-    let key = format!("softmax:{dtype}:{team}:{vec4}");
-    let pipeline = context()?.pipeline(&key, || softmax_source(dtype, team, vec4))?;
+    let team = codegen::row_team(loads);
+    let unroll = codegen::row_unroll(loads, team);
+    let key = format!("softmax:{dtype}:{team}:{unroll}:{vec4}");
+    let pipeline = context()?.pipeline(&key, || softmax_source(dtype, (team, unroll), vec4))?;
     super::super::dispatch_groups(
         &pipeline,
         &m.0,
@@ -197,33 +198,44 @@ pub fn softmax(x: &Operand<'_>) -> Result<ArrayData> {
     Ok(out)
 }
 
-/// Loads per invocation and pass the softmax aims for.
-const SOFTMAX_LOADS_PER_INVOCATION: usize = 16;
-
 /// WGSL of [`softmax`]'s kernel: `256 / team` rows a workgroup, `team`
-/// invocations a row (see the module docs); quads of four elements loaded
-/// and stored at once with `vec4`.
-fn softmax_source(dtype: Dtype, team: usize, vec4: bool) -> String {
+/// invocations a row (see the module docs), each pass over the row in
+/// unrolled rounds of `unroll` loads ([`codegen::row_walk`]); quads of
+/// four elements loaded and stored at once with `vec4`.
+fn softmax_source(dtype: Dtype, (team, unroll): (usize, usize), vec4: bool) -> String {
     let mut s = String::from(codegen::PRELUDE);
     s.push_str(codegen::META);
-    let (io, loads, fold, write) = if vec4 {
+    let shape = (team, unroll);
+    let (io, fold, write) = if vec4 {
+        let loads = "params[1] / 4u";
+        let read = |i: &str| format!("load4_x(base / 4u + {i})");
         (
             input4("x", 1, dtype) + &output4(2, dtype),
-            "params[1] / 4u",
-            r#"let v = load4_x(base / 4u + u);
-            let mv = max(max(v.x, v.y), max(v.z, v.w));
-            if (mv > m) { sum = sum * exp(m - mv); m = mv; }
-            if (m != NINF) { sum = sum + (exp(v.x - m) + exp(v.y - m)) + (exp(v.z - m) + exp(v.w - m)); }"#,
-            "store4(row * params[1] / 4u + u, exp(load4_x(base / 4u + u) - m) / sum);",
+            codegen::row_walk(loads, shape, "vec4<f32>", &read, &|v, _| {
+                format!(
+                    "let mv = max(max({v}.x, {v}.y), max({v}.z, {v}.w)); \
+                     if (mv > m) {{ sum = sum * exp(m - mv); m = mv; }} \
+                     if (m != NINF) {{ sum = sum + (exp({v}.x - m) + exp({v}.y - m)) + (exp({v}.z - m) + exp({v}.w - m)); }}"
+                )
+            }),
+            codegen::row_walk(loads, shape, "vec4<f32>", &read, &|v, i| {
+                format!("store4(row * params[1] / 4u + {i}, exp({v} - m) / sum);")
+            }),
         )
     } else {
+        let loads = "params[1]";
+        let read = |i: &str| format!("load_x(base + {i})");
         (
             codegen::input("x", 1, dtype) + &codegen::output(2, dtype),
-            "params[1]",
-            r#"let v = load_x(base + u);
-            if (v > m) { sum = sum * exp(m - v); m = v; }
-            if (m != NINF) { sum = sum + exp(v - m); }"#,
-            "store_out(row * params[1] + u, exp(load_x(base + u) - m) / sum);",
+            codegen::row_walk(loads, shape, "f32", &read, &|v, _| {
+                format!(
+                    "if ({v} > m) {{ sum = sum * exp(m - {v}); m = {v}; }} \
+                     if (m != NINF) {{ sum = sum + exp({v} - m); }}"
+                )
+            }),
+            codegen::row_walk(loads, shape, "f32", &read, &|v, i| {
+                format!("store_out(row * params[1] + {i}, exp({v} - m) / sum);")
+            }),
         )
     };
     s.push_str(&io);
@@ -240,10 +252,7 @@ var<workgroup> part_s: array<f32, 256>;
     var m = NINF;
     var sum = 0.0;
     if (live) {{
-        for (var u = k; u < {loads}; u = u + {team}u) {{
-            {fold}
-        }}
-    }}
+{fold}    }}
     part_m[lid] = m;
     part_s[lid] = sum;
     workgroupBarrier();
@@ -262,10 +271,7 @@ var<workgroup> part_s: array<f32, 256>;
     m = part_m[lid - k];
     sum = part_s[lid - k];
     if (live) {{
-        for (var u = k; u < {loads}; u = u + {team}u) {{
-            {write}
-        }}
-    }}
+{write}    }}
 }}
 "#,
         entry = codegen::GROUP_ENTRY,
