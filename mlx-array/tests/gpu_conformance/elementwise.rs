@@ -261,8 +261,10 @@ fn fused_multiply_adds_keep_the_promise_of_fusion() {
     }
 }
 
-/// The quad-per-invocation kernel at every edge: lengths that are not
-/// multiples of 4 or of a workgroup's 1,024, a dense view at an unaligned
+/// The elementwise kernel (4 quads per invocation, 256 apart) at every
+/// edge: lengths that are not multiples of 4, of a quad round's 1,024 or
+/// of a workgroup's 16,384 (several workgroups, the last one partial, one
+/// exactly a workgroup), a dense view at an unaligned
 /// offset (element by element) beside an aligned one (a vector per quad),
 /// a broadcast scalar, a transposed view, and every output dtype's whole-word
 /// stores (packed `bf16`, `f16`, `bool`) with a partial last quad.
@@ -271,7 +273,7 @@ fn elementwise_kernels_handle_every_length_and_layout() {
     let Some(_gpu) = gpu() else { return };
     use mlx_array::SliceArg;
     for d in [Dtype::F32, Dtype::I32, Dtype::BF16, Dtype::F16] {
-        for n in [1usize, 3, 5, 1023, 1025, 4099] {
+        for n in [1usize, 3, 5, 1023, 1025, 4099, 16384, 36869] {
             let base = input(
                 &[n + 1],
                 40 + n as u64,

@@ -3,29 +3,35 @@
 //!
 //! # Work per invocation
 //!
-//! Each invocation computes one aligned *quad*: 4 consecutive output
-//! elements, 1,024 per workgroup of 256. The quad is read and written as
-//! one vector where the layout allows: a dense operand whose view starts on
-//! a multiple of 4 elements is loaded as `vec4<f32|i32|u32>` (16 bytes),
-//! `vec4<f16>` (8 bytes), two packed words of `bf16` or `f16` (8 bytes) or
-//! one word of four `bool`s. A broadcast scalar (every stride 0) is loaded
-//! once; other operands (strided views, unaligned offsets) per element.
-//! The output is always dense from element 0, so its quad is one store of
-//! whole words: packed dtypes need neither atomics nor a cleared buffer
-//! (the invocation owns every half or byte of its words). The last quad
-//! may run past the array: its extra lanes read a clamped element and write
-//! into the buffer's padding (pool buffers are powers of two from 256
-//! bytes, so every vector access stays inside the buffer).
+//! Each invocation computes 4 aligned *quads* of 4 consecutive output
+//! elements, 256 quads apart (16,384 elements per workgroup of 256, each
+//! of its quad rounds a coalesced run of 1,024 elements), and loads all
+//! four of each input before it computes any. A quad is read and written
+//! as one vector where the layout allows: a dense operand whose view
+//! starts on a multiple of 4 elements is loaded as `vec4<f32|i32|u32>`
+//! (16 bytes), `vec4<f16>` (8 bytes), two packed words of `bf16` or `f16`
+//! (8 bytes) or one word of four `bool`s. A broadcast scalar (every
+//! stride 0) is loaded once; other operands (strided views, unaligned
+//! offsets) per element. The output is always dense from element 0, so
+//! its quad is one store of whole words: packed dtypes need neither
+//! atomics nor a cleared buffer (the invocation owns every half or byte of
+//! its words). The last quad may run past the array: its extra lanes read
+//! a clamped element and write into the buffer's padding (pool buffers are
+//! powers of two from 256 bytes, so every vector access stays inside the
+//! buffer); quads wholly past it are skipped.
 //!
 //! # Expected speed on an H100
 //!
 //! A copy-like op moves `(inputs + 1) x 4` bytes per `f32` element with
-//! 16-byte coalesced accesses and four elements of work per invocation:
-//! 65,536 workgroups for 2^26 elements, 8 resident per SM (2,048 threads),
-//! so every SM has several waves of independent 16-byte loads in flight.
-//! That is what a device copy does; the goal is >= 80% of its ~3.0 TB/s
-//! (HBM3 peak 3.35 TB/s), against 44-72% for the previous one element per
-//! thread (whose broadcast scalars also went through the strided path).
+//! 16-byte coalesced accesses. Measured on 2026-11-26 with one quad per
+//! invocation: 44-62% of the device copy's ~3.0 TB/s (HBM3 peak 3.35).
+//! One 16-byte load in flight per invocation is at most 32 KiB per SM
+//! (2,048 invocations), barely HBM3's bandwidth-latency product (~23 KiB
+//! per SM at 3 TB/s and ~1 us), and less between a load's return and the
+//! next workgroup's start; four quads per invocation keep 64 bytes of
+//! each input in flight per invocation (128 KiB per SM), as copy kernels
+//! that reach 90% of the peak do. 2^26 elements take 4,096 workgroups, 8
+//! resident per SM: 3.9 waves. The goal is >= 80% of the device copy.
 
 use super::MATH;
 use crate::backend::gpu::codegen::{self, compute_type};
@@ -33,8 +39,12 @@ use crate::backend::gpu::{alloc, context, dispatch_groups, supported};
 use crate::data::ArrayData;
 use crate::{Dtype, Result};
 
-/// Elements per invocation.
+/// Elements per quad.
 const QUAD: usize = 4;
+
+/// Quads per invocation: `QUADS` quads 256 apart (each a coalesced
+/// 4 KiB of f32 across the workgroup), all loaded before any is computed.
+const QUADS: usize = 4;
 
 /// How the kernel reads one operand.
 #[derive(Clone, Copy, PartialEq)]
@@ -135,7 +145,7 @@ pub(crate) fn map_with(
         &out,
         n * out_dtype.size_of(),
         false,
-        n.div_ceil(QUAD * codegen::WORKGROUP as usize),
+        n.div_ceil(QUADS * QUAD * codegen::WORKGROUP as usize),
     )?;
     Ok(out)
 }
@@ -174,57 +184,89 @@ fn source(
     src.push_str(codegen::GROUP_ENTRY);
     src.push_str(" {\n    ");
     src.push_str(codegen::GROUP_INDEX);
-    src.push_str(
+    src.push_str(&format!(
         "
     let n = params[0];
-    let q = g * 256u + lid;
-    let e = q * 4u;
-    if (e >= n) { return; }
+    let first = g * {per_group}u + lid;
+    if (first * 4u >= n) {{ return; }}
     let nd = params[1];
     let last = n - 1u;
 ",
-    );
-    for (k, ((_, d), r)) in inputs.iter().zip(reads).enumerate() {
-        let base = format!("(2u + nd + {k}u * (nd + 1u))");
-        let t = compute_type(*d);
-        let line = match r {
-            Read::Vector => format!("load4_in{k}((params[{base}] + e) >> 2u)"),
-            Read::Scalar => format!("vec4<{t}>(load_in{k}(params[{base}]))"),
-            Read::Dense => {
-                let lane = |c: u32| format!("load_in{k}(params[{base}] + min(e + {c}u, last))");
-                format!(
-                    "vec4<{t}>({}, {}, {}, {})",
-                    lane(0),
-                    lane(1),
-                    lane(2),
-                    lane(3)
-                )
-            }
-            Read::Strided => {
-                let lane = |c: u32| format!("load_in{k}(loc(min(e + {c}u, last), {base}))");
-                format!(
-                    "vec4<{t}>({}, {}, {}, {})",
-                    lane(0),
-                    lane(1),
-                    lane(2),
-                    lane(3)
-                )
-            }
-        };
-        src.push_str(&format!("    let x{k} = {line};\n"));
-    }
-    let lane = |c: &str| {
-        let args: Vec<String> = (0..inputs.len()).map(|k| format!("x{k}.{c}")).collect();
-        format!("elem({})", args.join(", "))
-    };
-    src.push_str(&format!(
-        "    store4(q, vec4<{}>({}, {}, {}, {}));\n}}\n",
-        compute_type(out_dtype),
-        lane("x"),
-        lane("y"),
-        lane("z"),
-        lane("w")
+        per_group = QUADS * codegen::WORKGROUP as usize
     ));
+    // The WGSL of input `k`'s quad at element `e` (`None`: a broadcast
+    // scalar, loaded once).
+    let read = |k: usize, e: &str| -> Option<String> {
+        let (_, d) = inputs[k];
+        let base = format!("(2u + nd + {k}u * (nd + 1u))");
+        let t = compute_type(d);
+        let lanes = |lane: &dyn Fn(u32) -> String| {
+            format!(
+                "vec4<{t}>({}, {}, {}, {})",
+                lane(0),
+                lane(1),
+                lane(2),
+                lane(3)
+            )
+        };
+        match reads[k] {
+            Read::Vector => Some(format!("load4_in{k}((params[{base}] + {e}) >> 2u)")),
+            Read::Scalar => None,
+            Read::Dense => Some(lanes(&|c| {
+                format!("load_in{k}(params[{base}] + min({e} + {c}u, last))")
+            })),
+            Read::Strided => Some(lanes(&|c| {
+                format!("load_in{k}(loc(min({e} + {c}u, last), {base}))")
+            })),
+        }
+    };
+    for (k, (_, d)) in inputs.iter().enumerate() {
+        if reads[k] == Read::Scalar {
+            let base = format!("(2u + nd + {k}u * (nd + 1u))");
+            src.push_str(&format!(
+                "    let x{k} = vec4<{t}>(load_in{k}(params[{base}]));\n",
+                t = compute_type(*d)
+            ));
+        }
+    }
+    // Every quad's loads first, so that they are in flight together.
+    for j in 0..QUADS {
+        src.push_str(&format!(
+            "    let q{j} = first + {off}u;\n    let e{j} = q{j} * 4u;\n",
+            off = j * codegen::WORKGROUP as usize
+        ));
+        for (k, (_, d)) in inputs.iter().enumerate() {
+            if let Some(line) = read(k, &format!("e{j}")) {
+                src.push_str(&format!(
+                    "    var x{k}_{j} = vec4<{t}>();\n    if (e{j} < n) {{ x{k}_{j} = {line}; }}\n",
+                    t = compute_type(*d)
+                ));
+            }
+        }
+    }
+    for j in 0..QUADS {
+        let lane = |c: &str| {
+            let args: Vec<String> = (0..inputs.len())
+                .map(|k| {
+                    if reads[k] == Read::Scalar {
+                        format!("x{k}.{c}")
+                    } else {
+                        format!("x{k}_{j}.{c}")
+                    }
+                })
+                .collect();
+            format!("elem({})", args.join(", "))
+        };
+        src.push_str(&format!(
+            "    if (e{j} < n) {{ store4(q{j}, vec4<{}>({}, {}, {}, {})); }}\n",
+            compute_type(out_dtype),
+            lane("x"),
+            lane("y"),
+            lane("z"),
+            lane("w")
+        ));
+    }
+    src.push_str("}\n");
     src
 }
 
