@@ -16,7 +16,8 @@
 #      (MLX_GPU_ATTENTION_TILES), the default first;
 #   5. the host's cost per dispatch: the meta arena, shared compute passes and kept bind
 #      group layouts all on and all off (reference f32 step, gpu_dispatch_bench);
-#   6. f16 and bf16 row kernels as quads (gpu_bench --only memory).
+#   6. memory-bound kernels (gpu_bench --only memory): f32 elementwise with 4 quads per
+#      invocation, row sums and softmax in unrolled rounds; f16 and bf16 row kernels as quads.
 # Here: bench/gpu.sh pack; there (carry .gpu-bin and .gl): BUDGET=480 bash bench/gpu_ab.sh
 set -u
 g=/tmp/gab; mkdir -p $g
@@ -89,7 +90,8 @@ done
 unset MLX_GPU_META_ARENA MLX_GPU_SHARED_PASSES MLX_GPU_LAYOUT_CACHE
 left && timeout 60 $B/gpu_dispatch_bench > $g/dispatch_bench.log 2>&1; tail -n 6 $g/dispatch_bench.log
 pack
-for d in f16 bf16; do # the row kernels: sum and softmax as quads (was 233 / 223 GB/s in f16)
+for d in f32 f16 bf16; do # memory-bound kernels: f32 elementwise 4 quads an invocation and rows in
+  # unrolled rounds (were 1,316-1,852 and 847-956 GB/s); f16 rows as quads (were 233 / 223)
   left && timeout 150 $B/gpu_bench --dtype $d --only memory > $g/ops_$d.log 2>&1
   grep -E "GB/s" $g/ops_$d.log
 done
