@@ -12,9 +12,10 @@
 //! fragment per subgroup, from which the 32 invocations write 8 values
 //! each, bounds-checked, converted to the output dtype (or added into it):
 //! edges and dtypes cost nothing inside the loop. An f32 output that is
-//! written, not added into (split-K's partial sums, and the fused
-//! loss's f16 products that write an f32 result), skips that on tiles wholly inside the
-//! product: each fragment is stored straight into it (`coopStoreT` with
+//! written, not added into (split-K's partial sums, and the fused loss's
+//! f16 products that write an f32 result), skips that on tiles wholly
+//! inside the product where its rows start on 16 bytes (see [`epilogue`]):
+//! each fragment is stored straight into it (`coopStoreT` with
 //! the output's row stride), without the staging fragment's two barriers
 //! and eight scalar stores per invocation and fragment. At the 4-subgroup
 //! tiling that is 32 barriers a tile, as many as a 512-deep product's main
@@ -359,8 +360,12 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nw: vec3
 /// subgroup's f32 staging fragment, bounds-checked, converted or added
 /// into `out`), and for an f32 output written (not accumulated) `direct`
 /// (each fragment stored straight into `out`) on tiles wholly inside the
-/// product. The condition is uniform across the workgroup, as the
-/// cooperative stores and the staged path's barriers need.
+/// product whose rows start on 16 bytes: Vulkan wants a cooperative
+/// store's pointer and row stride aligned to 16 bytes (or a row's size),
+/// so `n` and the output's offset must be multiples of 4 floats (the
+/// reference model's 50,257-class logits take the staged path). The
+/// condition is uniform across the workgroup, as the cooperative stores
+/// and the staged path's barriers need.
 fn epilogue(
     direct: &str,
     staged: &str,
@@ -372,7 +377,7 @@ fn epilogue(
         return staged.to_string();
     }
     format!(
-        "    if (row_base + {bm}u <= m && col_base + {bn}u <= n) {{\n{direct}    }} else {{\n{staged}    }}\n",
+        "    if (row_base + {bm}u <= m && col_base + {bn}u <= n && (n & 3u) == 0u && (ob & 3u) == 0u) {{\n{direct}    }} else {{\n{staged}    }}\n",
         bm = tiling.bm(),
         bn = tiling.bn(),
     )
