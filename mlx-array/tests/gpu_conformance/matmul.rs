@@ -586,6 +586,52 @@ fn linear_cross_entropy_gradient_with_split_products_agrees_with_the_cpu() {
     }
 }
 
+/// The loss's statistics kernel walks each row's classes in unrolled
+/// rounds of 4,096 (256 invocations, 16 loads each): the one-pass value
+/// and gradients over 9,000 classes (three rounds, the last partial) and
+/// the separate passes' (chunks of 4,500 classes: two rounds each) agree
+/// with the CPU.
+#[test]
+fn linear_cross_entropy_over_classes_of_several_rounds_agrees_with_the_cpu() {
+    use mlx_array::primitives::loss::LinearCrossEntropyOptions;
+    let Some(_gpu) = gpu() else { return };
+    let (rows, dims, vocab) = (12, 16, 9000);
+    let h = operand(&[], rows, dims, false, 7, Dtype::F32);
+    let w = operand(&[], vocab, dims, false, 8, Dtype::F32);
+    let t = Array::from_slice(
+        &(0..rows as i32)
+            .map(|i| (i * 2731) % vocab as i32)
+            .collect::<Vec<i32>>(),
+        &[rows],
+    )
+    .unwrap();
+    let ones = Array::from_slice(&vec![1.0f32; rows], &[rows]).unwrap();
+    let opts = LinearCrossEntropyOptions {
+        chunk: 4500,
+        ..Default::default()
+    };
+    for one_pass in [false, true] {
+        for (what, out) in [("loss", None), ("dh", Some(0)), ("dw", Some(1))] {
+            compare(
+                &format!("linear cross-entropy over {vocab} classes {what}, one pass {one_pass}"),
+                &[h.clone(), w.clone()],
+                |v: &[Array]| -> Result<Array> {
+                    let loss = |x: &[Array]| {
+                        if one_pass {
+                            mlx_array::linear_cross_entropy_sum(&x[0], &x[1], &t, &ones, &opts)
+                        } else {
+                            mlx_array::linear_cross_entropy(&x[0], &x[1], &t, &opts)?.sum_all()
+                        }
+                    };
+                    let (value, grads) = mlx_array::value_and_grad(loss, &[0, 1])(v)?;
+                    Ok(out.map_or(value, |i| grads[i].clone()))
+                },
+                1e-4,
+            );
+        }
+    }
+}
+
 /// Kernels compile with wgpu's runtime checks by default, and without
 /// them under `MLX_GPU_CHECKED=0` (here its setter), as variants of their
 /// own; products agree with the CPU either way.

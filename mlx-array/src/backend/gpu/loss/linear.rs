@@ -322,11 +322,22 @@ fn reduce_sum(v: f32, lid: u32) -> f32 {
 }
 "#;
 
-/// One workgroup per row: folds the chunk `x` (`[rows, n]`, classes `c0..`)
-/// into the row's running `(max, sum of exp(x - max), x[target], sum x)` in
+/// One workgroup per row: folds the chunk `x` (`[rows, n]`, classes `c0..`),
+/// read in [`codegen::row_walk`]'s unrolled rounds, into the row's running `(max, sum of exp(x - max), x[target], sum x)` in
 /// `stats`; after the last chunk writes the row's loss. The rows are
 /// `params[7]..` of the targets and losses (a block of rows).
 fn stats_source() -> String {
+    // A row's classes in unrolled rounds of 16 loads per invocation (the
+    // block's rows are 50,257 classes long: 13 rounds).
+    let walk = |take: &dyn Fn(&str) -> String| {
+        codegen::row_walk(
+            "n",
+            (256, codegen::ROW_LOADS),
+            "f32",
+            &|i| format!("x[base + {i}]"),
+            &|v, _| take(v),
+        )
+    };
     let mut s = String::from(codegen::PRELUDE);
     s.push_str(codegen::META);
     s.push_str(WORKGROUP_REDUCE);
@@ -362,18 +373,13 @@ fn stats_source() -> String {
         xt = stats[row * 4u + 2u];
         tot = stats[row * 4u + 3u];
     }}
+    let k = lid;
     var pm = ninf;
-    for (var j = lid; j < n; j = j + 256u) {{ pm = max(pm, x[base + j]); }}
-    let m = max(m0, reduce_max(pm, lid));
+{max_walk}    let m = max(m0, reduce_max(pm, lid));
     var pe = 0.0;
     var ps = 0.0;
     if (m != ninf) {{
-        for (var j = lid; j < n; j = j + 256u) {{
-            let v = x[base + j];
-            pe = pe + exp(v - m);
-            ps = ps + v;
-        }}
-    }}
+{sum_walk}    }}
     let fresh = reduce_sum(pe, lid);
     let chunk_total = reduce_sum(ps, lid);
     if (lid != 0u) {{ return; }}
@@ -397,6 +403,8 @@ fn stats_source() -> String {
 }}
 "#,
         index = codegen::GROUP_INDEX,
+        max_walk = walk(&|v| format!("pm = max(pm, {v});")),
+        sum_walk = walk(&|v| format!("pe = pe + exp({v} - m); ps = ps + {v};")),
     ));
     s
 }
