@@ -128,7 +128,7 @@ fn layout(class: usize) -> Layout {
 }
 
 /// 64-byte aligned host memory, counted in [`active`] while alive and
-/// returned to the reuse cache (within [`cache_limit`]) when dropped.
+/// returned to the reuse cache (within `cache_limit`) when dropped.
 pub struct HostBuffer {
     ptr: NonNull<u8>,
     class: usize,

@@ -1,11 +1,11 @@
 //! The GPU backend: WGSL kernels through wgpu (Vulkan, Metal or DX12).
 //!
-//! One process-wide [`GpuContext`] holds the device, a pipeline cache keyed
+//! One process-wide `GpuContext` holds the device, a pipeline cache keyed
 //! by kernel and dtypes, and a buffer pool with size classes (freed buffers
 //! are reused and counted in [`crate::memory::cache`]). Kernels record their
 //! dispatches into a command encoder that is submitted in chunks while an
 //! eval records (so the GPU runs the first kernels while the host records
-//! the rest: see `submission`) and by [`submit`] at the end of each `eval`;
+//! the rest: see `submission`) and by `submit` at the end of each `eval`;
 //! consecutive dispatches share a compute pass, and their parameter words
 //! go to the GPU once per chunk (`meta_arena`), to keep the host's cost per
 //! dispatch small;

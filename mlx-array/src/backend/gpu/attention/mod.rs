@@ -470,8 +470,8 @@ fn note_scalar_tiles(tiles: Tiles) {
 }
 static FRAGMENT_GRADS: AtomicUsize = AtomicUsize::new(0);
 
-/// Forwards and gradients run on the f16 fragment kernels ([`fragments`],
-/// [`fragments_backward`]) since the process started (for tests that
+/// Forwards and gradients run on the f16 fragment kernels (`fragments`,
+/// `fragments_backward`) since the process started (for tests that
 /// check which kernels ran).
 pub fn fragment_runs() -> (usize, usize) {
     (

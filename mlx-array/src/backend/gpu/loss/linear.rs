@@ -734,7 +734,7 @@ const BLOCK_LOGITS_BYTES: usize = 256 << 20;
 /// The per-row losses of [`linear_cross_entropy`] and the gradients of
 /// [`linear_cross_entropy_grad`] for row cotangents `ct`, in one pass: the
 /// rows a block at a time ([`LceArgs::block_rows`], or blocks of at most
-/// [`BLOCK_LOGITS_BYTES`] of logits), each block's logits over the whole
+/// `BLOCK_LOGITS_BYTES` of logits), each block's logits over the whole
 /// vocabulary computed once, reduced to the rows' losses, turned into the
 /// gradient in place, then `dh[block] = g @ w` (split over the vocabulary,
 /// see `matmul`'s split-K) and `dw (+)= g^T @ h[block]`. Three products of
