@@ -21,7 +21,7 @@
 //! each collective takes), and the algorithms themselves over the mesh's
 //! links: the pipelined ring (`ring`) and the owner-computes sum of
 //! half-precision blocks (`owners`); `spec` holds their conformance
-//! specifications. Layering: the collectives run over [`crate::mesh`] and its
+//! specifications. Layering: the collectives run over `crate::mesh` and its
 //! transports, and know nothing of the launcher.
 
 pub(crate) mod comm;
