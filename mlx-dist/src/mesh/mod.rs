@@ -182,7 +182,12 @@ impl Mesh {
     /// Takes the mesh for one operation; fails at once if an earlier one poisoned it.
     pub(crate) fn begin(&self) -> Result<MutexGuard<'_, ()>> {
         let g = lock(&self.op_lock);
-        if let Some(first) = lock(&self.poison).as_ref() {
+        let first = lock(&self.poison).clone();
+        if let Some(first) = first {
+            // The failure may still be being announced by the thread that
+            // met it; a program that exits on this error before then would
+            // leave the peers not yet told to blame this rank.
+            self.wait_told();
             return Err(DistError::Poisoned {
                 culprit: first.culprit(),
                 reason: first.to_string(),
@@ -284,15 +289,18 @@ impl Mesh {
         self.told_cv.notify_all();
     }
 
-    /// Waits (a second at most: the announcement's sends are bounded well
-    /// below) until the first failure has been announced. The rank's
-    /// collective thread and a witness reader often meet one failure at
-    /// once; without this, the one that lost the race returned the error,
-    /// the program exited on it, and the peers that had not yet been told
-    /// saw only this rank's links close and blamed it (seen in the suite:
-    /// two survivors of a killed rank 1 named rank 0, which had exited).
+    /// Waits (5 s at most: the announcement's sends are bounded at about
+    /// half a second, more only on a starved host) until the first failure
+    /// has been announced. The rank's collective thread and a witness
+    /// reader often meet one failure at once, and a collective begun after
+    /// it finds the mesh poisoned; without this, the one that lost the race
+    /// returned the error, the program exited on it, and the peers that
+    /// had not yet been told saw only this rank's links close and blamed it
+    /// (seen in the suite: survivors of a killed rank 1 named rank 0, which
+    /// had exited; the second time under a loaded suite, through a
+    /// collective begun on the poisoned mesh, with a one-second bound).
     fn wait_told(&self) {
-        let deadline = Instant::now() + Duration::from_secs(1);
+        let deadline = Instant::now() + Duration::from_secs(5);
         let mut told = lock(&self.told);
         while !*told {
             let left = deadline.saturating_duration_since(Instant::now());
