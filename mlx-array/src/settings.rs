@@ -229,18 +229,30 @@ fn parse_count(name: &'static str, value: Option<&str>, default: usize) -> Resul
     }
 }
 
-fn gpu_split_wave_checked() -> Result<usize> {
-    match GPU_SPLIT_WAVE_SET.load(Ordering::Relaxed) {
-        0 => GPU_SPLIT_WAVE_ENV
-            .get_or_init(|| {
-                let v = std::env::var(MLX_GPU_SPLIT_WAVE).ok();
-                parse_count(MLX_GPU_SPLIT_WAVE, v.as_deref(), DEFAULT_SPLIT_WAVE)
-                    .map_err(|e| e.to_string())
-            })
+/// A count setting: the value `set` in code (0: none), else variable
+/// `name` of the environment, read and `parse`d once into `env`.
+fn count_setting(
+    set: &AtomicUsize,
+    env: &OnceLock<std::result::Result<usize, String>>,
+    name: &'static str,
+    parse: impl FnOnce(Option<&str>) -> Result<usize>,
+) -> Result<usize> {
+    match set.load(Ordering::Relaxed) {
+        0 => env
+            .get_or_init(|| parse(std::env::var(name).ok().as_deref()).map_err(|e| e.to_string()))
             .clone()
-            .map_err(|message| Error::invalid(MLX_GPU_SPLIT_WAVE, message)),
+            .map_err(|message| Error::invalid(name, message)),
         n => Ok(n),
     }
+}
+
+fn gpu_split_wave_checked() -> Result<usize> {
+    count_setting(
+        &GPU_SPLIT_WAVE_SET,
+        &GPU_SPLIT_WAVE_ENV,
+        MLX_GPU_SPLIT_WAVE,
+        |v| parse_count(MLX_GPU_SPLIT_WAVE, v, DEFAULT_SPLIT_WAVE),
+    )
 }
 
 /// How many workgroups of 64 x 64 output tiles one wave of the GPU holds
@@ -281,16 +293,12 @@ fn parse_coop_subgroups(value: Option<&str>) -> Result<usize> {
 }
 
 fn gpu_coop_subgroups_checked() -> Result<usize> {
-    match GPU_COOP_SUBGROUPS_SET.load(Ordering::Relaxed) {
-        0 => GPU_COOP_SUBGROUPS_ENV
-            .get_or_init(|| {
-                parse_coop_subgroups(std::env::var(MLX_GPU_COOP_SUBGROUPS).ok().as_deref())
-                    .map_err(|e| e.to_string())
-            })
-            .clone()
-            .map_err(|message| Error::invalid(MLX_GPU_COOP_SUBGROUPS, message)),
-        n => Ok(n),
-    }
+    count_setting(
+        &GPU_COOP_SUBGROUPS_SET,
+        &GPU_COOP_SUBGROUPS_ENV,
+        MLX_GPU_COOP_SUBGROUPS,
+        parse_coop_subgroups,
+    )
 }
 
 /// Subgroups of 32 per 128 x 128 tile of the tensor-core matrix product:

@@ -527,6 +527,39 @@ fn every_matmul_kernel_compiles_to_spirv() {
     }
 }
 
+/// The fused linear cross-entropy of `h`, `w`, targets `t` and row
+/// weights `rw`, its value and both gradients, in both GPU paths (the
+/// one-pass `linear_cross_entropy_sum`, and `linear_cross_entropy`
+/// differentiated), against the CPU.
+fn check_linear_cross_entropy(
+    what: &str,
+    [h, w, t, rw]: [&Array; 4],
+    opts: &mlx_array::primitives::loss::LinearCrossEntropyOptions,
+) {
+    for one_pass in [false, true] {
+        for (part, out) in [("loss", None), ("dh", Some(0)), ("dw", Some(1))] {
+            compare(
+                &format!("{what} {part}, one pass {one_pass}"),
+                &[h.clone(), w.clone()],
+                |v: &[Array]| -> Result<Array> {
+                    let loss = |x: &[Array]| {
+                        if one_pass {
+                            mlx_array::linear_cross_entropy_sum(&x[0], &x[1], t, rw, opts)
+                        } else {
+                            mlx_array::linear_cross_entropy(&x[0], &x[1], t, opts)?
+                                .multiply(rw)?
+                                .sum_all()
+                        }
+                    };
+                    let (value, grads) = mlx_array::value_and_grad(loss, &[0, 1])(v)?;
+                    Ok(out.map_or(value, |i| grads[i].clone()))
+                },
+                1e-4,
+            );
+        }
+    }
+}
+
 /// The fused linear cross-entropy's gradient products, split over the
 /// depth where the classes are many and the rows few, in both of its GPU
 /// paths: differentiating `linear_cross_entropy` (chunks of 700, 700 and
@@ -562,28 +595,7 @@ fn linear_cross_entropy_gradient_with_split_products_agrees_with_the_cpu() {
         block_rows: 16,
         ..Default::default()
     };
-    for one_pass in [false, true] {
-        for (what, out) in [("loss", None), ("dh", Some(0)), ("dw", Some(1))] {
-            compare(
-                &format!("linear cross-entropy {what}, one pass {one_pass}"),
-                &[h.clone(), w.clone()],
-                |v: &[Array]| -> Result<Array> {
-                    let loss = |x: &[Array]| {
-                        if one_pass {
-                            mlx_array::linear_cross_entropy_sum(&x[0], &x[1], &t, &rw, &opts)
-                        } else {
-                            mlx_array::linear_cross_entropy(&x[0], &x[1], &t, &opts)?
-                                .multiply(&rw)?
-                                .sum_all()
-                        }
-                    };
-                    let (value, grads) = mlx_array::value_and_grad(loss, &[0, 1])(v)?;
-                    Ok(out.map_or(value, |i| grads[i].clone()))
-                },
-                1e-4,
-            );
-        }
-    }
+    check_linear_cross_entropy("linear cross-entropy", [&h, &w, &t, &rw], &opts);
 }
 
 /// The loss's statistics kernel walks each row's classes in unrolled
@@ -610,26 +622,11 @@ fn linear_cross_entropy_over_classes_of_several_rounds_agrees_with_the_cpu() {
         chunk: 4500,
         ..Default::default()
     };
-    for one_pass in [false, true] {
-        for (what, out) in [("loss", None), ("dh", Some(0)), ("dw", Some(1))] {
-            compare(
-                &format!("linear cross-entropy over {vocab} classes {what}, one pass {one_pass}"),
-                &[h.clone(), w.clone()],
-                |v: &[Array]| -> Result<Array> {
-                    let loss = |x: &[Array]| {
-                        if one_pass {
-                            mlx_array::linear_cross_entropy_sum(&x[0], &x[1], &t, &ones, &opts)
-                        } else {
-                            mlx_array::linear_cross_entropy(&x[0], &x[1], &t, &opts)?.sum_all()
-                        }
-                    };
-                    let (value, grads) = mlx_array::value_and_grad(loss, &[0, 1])(v)?;
-                    Ok(out.map_or(value, |i| grads[i].clone()))
-                },
-                1e-4,
-            );
-        }
-    }
+    check_linear_cross_entropy(
+        &format!("linear cross-entropy over {vocab} classes"),
+        [&h, &w, &t, &ones],
+        &opts,
+    );
 }
 
 /// Kernels compile with wgpu's runtime checks by default, and without
