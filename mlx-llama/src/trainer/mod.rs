@@ -94,7 +94,7 @@ fn train_on(cfg: &TrainConfig, group: &Group) -> Result<Summary> {
             }
             Err(e) => {
                 // The step before the failed one still gets its records.
-                if let Err(also) = run.finish_queued(Instant::now()) {
+                if let Err(also) = run.finish_queued(None) {
                     tracing::warn!("the last good step's records were not written: {also:#}");
                 }
                 return Err(e);
@@ -305,7 +305,7 @@ impl<'a> Run<'a> {
             drawn,
         };
         // The previous step's loss has travelled while this one was recorded.
-        self.finish_queued(t0)?;
+        self.finish_queued(Some(t0))?;
         let stop = match self.after_actions(step + 1)? {
             None => {
                 self.queued = Some(queued);
@@ -313,7 +313,8 @@ impl<'a> Run<'a> {
             }
             Some(verdict) => {
                 let eval_loss = self.validate(step + 1)?;
-                self.finish(queued, eval_loss, Instant::now())?;
+                // Timed once its loss is read: the device has finished it.
+                self.finish(queued, eval_loss, None)?;
                 self.after(step + 1, verdict)?
             }
         };
@@ -381,8 +382,8 @@ impl<'a> Run<'a> {
     }
 
     /// Writes the records of the step left queued, if any, whose time ran
-    /// `until` the next step began.
-    fn finish_queued(&mut self, until: Instant) -> Result<()> {
+    /// `until` the next step began (`None`: until its loss is read).
+    fn finish_queued(&mut self, until: Option<Instant>) -> Result<()> {
         match self.queued.take() {
             Some(q) => self.finish(q, None, until),
             None => Ok(()),
@@ -393,10 +394,14 @@ impl<'a> Run<'a> {
     /// yet) and writes its records, with its validation loss if it had one
     /// and its time from its start `until` the given moment (the next
     /// step's start for a step that overlapped it, so that the steps' times
-    /// add up to the run's); fails when the loss is not finite.
-    fn finish(&mut self, q: Queued, eval_loss: Option<f32>, until: Instant) -> Result<()> {
+    /// add up to the run's), or with `None` until its loss has been read
+    /// (a step finished at once: timing it before the read measured only
+    /// the host's recording, not the device's work); fails when the loss
+    /// is not finite.
+    fn finish(&mut self, q: Queued, eval_loss: Option<f32>, until: Option<Instant>) -> Result<()> {
         let loss = q.loss.item::<f32>()?;
         let mut grad_norm = q.grad_norm.map(|n| n.item::<f32>()).transpose()?;
+        let until = until.unwrap_or_else(Instant::now);
         let mut learning_rate = q.learning_rate;
         if let Some(flag) = q.finite {
             let finite = flag.item::<f32>()? == 1.0;
