@@ -629,15 +629,17 @@ fn linear_cross_entropy_over_classes_of_several_rounds_agrees_with_the_cpu() {
     );
 }
 
-/// Kernels compile with wgpu's runtime checks by default, and without
-/// them under `MLX_GPU_CHECKED=0` (here its setter), as variants of their
-/// own; products agree with the CPU either way.
+/// Kernels compile with wgpu's runtime checks by default, the plain
+/// fragments of the tensor-core template included, and without them under
+/// `MLX_GPU_CHECKED=0` (here its setter), as variants of their own;
+/// products agree with the CPU either way.
 #[test]
 fn checked_and_unchecked_kernels_agree_with_the_cpu() {
-    use mlx_array::backend::gpu::pipeline_count;
-    use mlx_array::settings::set_gpu_checked;
+    use mlx_array::backend::gpu::{pipeline_count, unchecked_pipeline_count};
+    use mlx_array::settings::{GpuChecks, set_gpu_checks};
     let Some(_gpu) = gpu() else { return };
     set_gpu_coopmat(GpuCoopmat::Off);
+    let unchecked = unchecked_pipeline_count();
     check("checked", Dtype::F32, &[], &[], 17, 33, 9);
     let compiled = pipeline_count().unwrap();
     check("checked, again", Dtype::F32, &[], &[], 17, 33, 9);
@@ -646,12 +648,33 @@ fn checked_and_unchecked_kernels_agree_with_the_cpu() {
         compiled,
         "the same kernels again"
     );
-    set_gpu_checked(false);
+    // The tensor-core template on plain fragments: checked under `auto`.
+    if native_f16_or_skip() {
+        set_gpu_coopmat(GpuCoopmat::Plain);
+        let before = mlx_array::backend::gpu::coop_product_count();
+        check("plain fragments", Dtype::F16, &[], &[], 17, 40, 9);
+        assert!(
+            mlx_array::backend::gpu::coop_product_count() > before,
+            "on the tensor-core template"
+        );
+    }
+    assert_eq!(
+        unchecked_pipeline_count(),
+        unchecked,
+        "plain fragment kernels keep the checks"
+    );
+    set_gpu_coopmat(GpuCoopmat::Off);
+    set_gpu_checks(GpuChecks::None);
+    let compiled = pipeline_count().unwrap();
     check("unchecked", Dtype::F32, &[], &[], 17, 33, 9);
     assert!(
         pipeline_count().unwrap() > compiled,
         "unchecked kernels compiled as their own variants"
     );
-    set_gpu_checked(true);
+    assert!(
+        unchecked_pipeline_count() > unchecked,
+        "counted as unchecked"
+    );
+    set_gpu_checks(GpuChecks::Auto);
     set_gpu_coopmat(GpuCoopmat::Auto);
 }

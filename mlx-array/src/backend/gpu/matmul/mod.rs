@@ -32,22 +32,20 @@
 //! | coop, large, `MLX_GPU_COOP_SUBGROUPS=8` | 256 (8 subgroups, 4 x 2) | 128 x 128, slices of 32 | a subgroup: 2 x 4 fragments (32 x 64) | 27,136 B | ~100-130 | 2 |
 //! | coop, small | 128 (4 subgroups, 2 x 2) | 64 x 64, slices of 32 | a subgroup: 2 x 2 fragments (32 x 32) | 13,824 B | ~70 | 4+ |
 //!
-//! Expected throughput (design estimates; the H100 figures are still to be
-//! measured): the f32 128-tile kernel reads 4 `vec4`s of workgroup memory
-//! per 64 fmas (a ratio the SM's shared-memory bandwidth sustains at full
-//! fma rate), and its 2 resident workgroups (16 warps) per SM, with the next
-//! slice's global loads in flight during the present slice's products,
-//! should hold 30-40 TFLOP/s at 4096^3 and 8192^3 (60-75% of cuBLAS's 51.5
-//! with TF32 off; today's 64 x 64 / 4 x 4 kernel: 12.7). What it loses to
-//! cuBLAS: WGSL's bounds-checked array indexing (`MLX_GPU_CHECKED=0`
-//! measures it), 32-bit index arithmetic per staged vector (per element
-//! on operands not aligned for vector loads, see `loads`), and no
-//! asynchronous copies. The tensor-core kernel
-//! issues 16 fragment multiply-adds per subgroup per 32-deep slice against
-//! 12 fragment loads from workgroup memory; at 2 workgroups (16 warps) per
-//! SM it should reach 150-250 TFLOP/s on f16 at 4096^3-8192^3 (22-36% of
-//! cuBLAS's 695; the unstaged probe: 60), limited by the register-staged
-//! (not asynchronous) global loads and the two barriers per slice.
+//! Measured on an H200 (2026-11-27, `bench/gpu_ab.sh`, wall clock over 10
+//! products): the f32 128-tile kernel 28.4 and 29.1 TFLOP/s at 4096^3 and
+//! 8192^3 (57% of the H100's cuBLAS with TF32 off, 51.5; the design figure
+//! was 30-40), the same with and without wgpu's runtime checks. The
+//! tensor-core kernel 89 and 101 TFLOP/s with the checks, 126 and 144
+//! without them: it is compiled without them by default
+//! (`settings::GpuChecks`). It issues 16 fragment multiply-adds per
+//! subgroup per 32-deep slice against 12 fragment loads from workgroup
+//! memory at the 8-subgroup tiling; what it still lacks against cuBLAS
+//! (695): asynchronous global-to-workgroup copies (WGSL has none), so the
+//! loads are staged through registers, and two barriers per slice. What
+//! the f32 kernel loses to cuBLAS: 32-bit index arithmetic per staged
+//! vector (per element on operands not aligned for vector loads, see
+//! `loads`) and the same register staging.
 //!
 //! **Subgroup tiles of the tensor-core kernel.** The 8-subgroup tiling
 //! (measured on the H100, 2026-11-26: 82-90 TFLOP/s, 12-13% of cuBLAS)
@@ -62,8 +60,9 @@
 //! registers per invocation, about 210 in all, under the 255 limit: no
 //! spills expected), each invocation staging twice the halves per slice,
 //! and 8 warps per SM instead of 16 to hide latency, each with twice the
-//! independent products per slice. `MLX_GPU_COOP_SUBGROUPS=8` keeps the
-//! measured tiling, to compare both on a device.
+//! independent products per slice. Measured on an H200 (checked kernels):
+//! 101 TFLOP/s at 8192^3 against the 8-subgroup tiling's 66.
+//! `MLX_GPU_COOP_SUBGROUPS=8` keeps the older tiling, to compare both.
 //!
 //! **Split-K.** A product with fewer 128 x 128 tiles than two per SM and
 //! a long depth (the fused loss's gradient products, `dX` over the
@@ -568,7 +567,7 @@ impl Product<'_> {
                 let key = format!(
                     "matmul-coop:{tiling:?}:{fragments:?}:{view:?}:{loads:?}:{out_dtype}:{accumulate}"
                 );
-                let p = context()?.pipeline(&key, || {
+                let p = context()?.fragment_pipeline(&key, fragments, || {
                     coop::source(tiling, fragments, view, out_dtype, accumulate, loads)
                 })?;
                 COOP_PRODUCTS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
