@@ -69,18 +69,19 @@ fn half_rows_reduce_and_softmax_as_quads_or_singly_as_the_cpu_does() {
 /// invocation, 256 invocations a row: rows longer than one round (read
 /// as quads, or element by element where the length is not a multiple
 /// of 4), with a short last round, and rows shorter than a team's first
-/// round, sum, max and softmax as the CPU does.
+/// round, sum, max and softmax as the CPU does. 70 rows: enough that the
+/// long ones are not split into pieces (see the next test).
 #[test]
 fn f32_rows_of_several_unrolled_rounds_reduce_and_softmax_as_the_cpu_does() {
     use crate::harness::compare;
     let Some(_gpu) = gpu() else { return };
-    // 16,385 quads (5 rounds of 4,096, the last of one), 70,001 elements
+    // 16,385 quads (5 rounds of 4,096, the last of one), 70,001 (prime)
     // (18 rounds), 1,028 (257 quads: a team of 32, one round of 9 loads,
     // all but one invocation's last past the row) and 37 (a team of 8, one
     // round of 5).
     for cols in [65540, 70001, 1028, 37] {
-        let x = quarters(&[3, cols], cols as u64, Dtype::F32);
-        let what = |op: &str| format!("{op} of f32 rows [3, {cols}]");
+        let x = quarters(&[70, cols], cols as u64, Dtype::F32);
+        let what = |op: &str| format!("{op} of f32 rows [70, {cols}]");
         // Quarters: every partial sum is exact in f32, in any order.
         compare(
             &what("sum"),
@@ -95,5 +96,108 @@ fn f32_rows_of_several_unrolled_rounds_reduce_and_softmax_as_the_cpu_does() {
             0.0,
         );
         compare(&what("softmax"), &[x], |x| x[0].softmax(&[-1]), 0.0);
+    }
+}
+
+/// A reduction with few outputs and long contiguous runs (a whole-array
+/// sum of a gradient, the loss scale's overflow check) runs in two passes:
+/// each run cut into pieces that divide it, a workgroup's partial result
+/// per piece (in f32), then the pieces of each output; it agrees with the
+/// CPU in every float dtype, on a window that starts inside its buffer,
+/// and a run no piece size divides (a prime length), or whose values are
+/// not contiguous, stays in one pass.
+#[test]
+fn long_reductions_with_few_outputs_run_in_two_passes_as_the_cpu_does() {
+    use mlx_array::SliceArg;
+    let Some(_gpu) = gpu() else { return };
+    let dispatches = |x: &Array, f: &dyn Fn(&Array) -> mlx_array::Result<Array>| {
+        let before = mlx_array::backend::gpu::dispatch_count();
+        let g = with_device(Device::Gpu, || f(x)).unwrap();
+        g.eval().unwrap();
+        let n = mlx_array::backend::gpu::dispatch_count() - before;
+        let c = with_device(Device::Cpu, || f(x)).unwrap();
+        (n, g, c)
+    };
+    let window = |x: &Array| x.slice(&[SliceArg::range(1, 257), SliceArg::FULL]);
+    type Reduction = Box<dyn Fn(&Array) -> mlx_array::Result<Array>>;
+    let cases: Vec<(&str, Vec<usize>, Dtype, Reduction, usize)> = vec![
+        // 65,536 values: 16 pieces of 4,096.
+        (
+            "sum of [256, 256]",
+            vec![256, 256],
+            Dtype::F32,
+            Box::new(|x: &Array| x.sum_all()),
+            2,
+        ),
+        (
+            "max of [256, 256]",
+            vec![256, 256],
+            Dtype::F32,
+            Box::new(|x: &Array| x.max_all()),
+            2,
+        ),
+        (
+            "min of [256, 256]",
+            vec![256, 256],
+            Dtype::F32,
+            Box::new(|x: &Array| x.min_all()),
+            2,
+        ),
+        // 90,000 halves: 20 pieces of 4,500, an f16 or bf16 result.
+        (
+            "sum of f16 [300, 300]",
+            vec![300, 300],
+            Dtype::F16,
+            Box::new(|x: &Array| x.sum_all()),
+            2,
+        ),
+        (
+            "sum of bf16 [300, 300]",
+            vec![300, 300],
+            Dtype::BF16,
+            Box::new(|x: &Array| x.sum_all()),
+            2,
+        ),
+        // Rows 1..257 of [258, 256]: the window starts 256 values in.
+        (
+            "sum of a window",
+            vec![258, 256],
+            Dtype::F32,
+            Box::new(move |x: &Array| window(x)?.sum_all()),
+            2,
+        ),
+        // Three runs of 70,000: 14 pieces of 5,000 each.
+        (
+            "row sums of [3, 70000]",
+            vec![3, 70000],
+            Dtype::F32,
+            Box::new(|x: &Array| x.sum(&[-1], false)),
+            2,
+        ),
+        // 65,537 is prime: one pass.
+        (
+            "sum of [65537]",
+            vec![65537],
+            Dtype::F32,
+            Box::new(|x: &Array| x.sum_all()),
+            1,
+        ),
+        // Runs of stride 2: one pass.
+        (
+            "column sums of [70000, 2]",
+            vec![70000, 2],
+            Dtype::F32,
+            Box::new(|x: &Array| x.sum(&[0], false)),
+            1,
+        ),
+    ];
+    for (what, shape, d, f, want) in cases {
+        let x = quarters(&shape, shape.iter().product::<usize>() as u64, d);
+        let (n, g, c) = dispatches(&x, &*f);
+        assert_eq!(n, want, "{what}: dispatches");
+        assert_eq!(g.dtype(), c.dtype(), "{what}: dtype");
+        // Quarters: every partial sum is exact in f32, in any order.
+        let as_f32 = |a: &Array| a.astype(Dtype::F32).unwrap().to_vec::<f32>().unwrap();
+        assert_eq!(as_f32(&g), as_f32(&c), "{what}");
     }
 }

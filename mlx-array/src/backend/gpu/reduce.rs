@@ -23,6 +23,14 @@
 //! 16` loads take several rounds); the team merges its partials in
 //! `log2 T` workgroup-memory steps.
 //!
+//! **Split runs** ([`split_parts`]): a float reduction with few outputs
+//! and long contiguous runs (a whole-array sum of a gradient, as the
+//! float16 loss scale's overflow check and gradient clipping take) would
+//! run on as many workgroups as outputs, one SM reading a 51 MB embedding
+//! gradient on its own. Each run is cut into pieces that divide it, the
+//! first pass writes a partial result (f32) per piece on as many
+//! workgroups, and a second pass folds each output's pieces.
+//!
 //! Design figures for an H100 (132 SMs, 2048 invocations each), at
 //! `gpu_bench`'s row sum of `[16384, 4096]` f32: rows of 1024 `vec4`s take
 //! teams of 64, each invocation one round of 16 loads (256 B in flight),
@@ -64,6 +72,12 @@ struct Plan {
     flat_run: bool,
     /// One invocation per output rather than one workgroup.
     per_thread: bool,
+    /// The kept dimensions (sizes and strides, collapsed).
+    kept: Vec<(usize, isize)>,
+    /// The reduced ones (at least one).
+    red: Vec<(usize, isize)>,
+    /// The input's first element.
+    offset: usize,
 }
 
 fn plan(data: &ArrayData, shape: &[usize], axes: &[usize]) -> Plan {
@@ -74,37 +88,95 @@ fn plan(data: &ArrayData, shape: &[usize], axes: &[usize]) -> Plan {
                 .map(|a| (shape[a], data.strides()[a])),
         )
     };
-    let kept = dims(true);
     let mut red = dims(false);
     if red.is_empty() {
         red.push((1, 0));
     }
-    let n_out: usize = kept.iter().map(|d| d.0).product();
-    let len: usize = red.iter().map(|d| d.0).product();
-    let mut meta = vec![
-        n_out as u32,
-        len as u32,
-        kept.len() as u32,
-        red.len() as u32,
-        data.offset() as u32,
-    ];
-    for dims in [&kept, &red] {
-        meta.extend(dims.iter().map(|d| d.0 as u32));
-        meta.extend(dims.iter().map(|d| d.1 as i32 as u32));
+    Plan::new(data.offset(), dims(true), red)
+}
+
+impl Plan {
+    /// The plan of reducing the runs `red` (sizes and strides, collapsed)
+    /// at each index of `kept` from element `offset`.
+    fn new(offset: usize, kept: Vec<(usize, isize)>, red: Vec<(usize, isize)>) -> Plan {
+        let n_out: usize = kept.iter().map(|d| d.0).product();
+        let len: usize = red.iter().map(|d| d.0).product();
+        let mut meta = vec![
+            n_out as u32,
+            len as u32,
+            kept.len() as u32,
+            red.len() as u32,
+            offset as u32,
+        ];
+        for dims in [&kept, &red] {
+            meta.extend(dims.iter().map(|d| d.0 as u32));
+            meta.extend(dims.iter().map(|d| d.1 as i32 as u32));
+        }
+        let inner_red_stride = red.last().map_or(1, |d| d.1);
+        let per_thread = len <= SHORT_RUN || (inner_red_stride != 1 && n_out >= 2048);
+        let aligned_rows = red.len() == 1
+            && inner_red_stride == 1
+            && offset.is_multiple_of(4)
+            && kept.iter().all(|d| d.1 % 4 == 0);
+        Plan {
+            n_out,
+            len,
+            meta,
+            aligned_rows,
+            flat_run: red.len() == 1,
+            per_thread,
+            kept,
+            red,
+            offset,
+        }
     }
-    let inner_red_stride = red.last().map_or(1, |d| d.1);
-    let per_thread = len <= SHORT_RUN || (inner_red_stride != 1 && n_out >= 2048);
-    let aligned_rows = red.len() == 1
-        && inner_red_stride == 1
-        && data.offset().is_multiple_of(4)
-        && kept.iter().all(|d| d.1 % 4 == 0);
-    Plan {
-        n_out,
-        len,
-        meta,
-        aligned_rows,
-        flat_run: red.len() == 1,
-        per_thread,
+
+    /// The first pass of a split reduction: each run cut into `parts`
+    /// consecutive pieces, a partial result per piece (the pieces as the
+    /// innermost kept dimension).
+    fn split(&self, parts: usize) -> Plan {
+        let (len, stride) = self.red[0];
+        let piece = len / parts;
+        let mut kept = self.kept.clone();
+        kept.push((parts, piece as isize * stride));
+        Plan::new(self.offset, kept, vec![(piece, stride)])
+    }
+}
+
+/// Runs shorter than this are never split.
+const SPLIT_FROM: usize = 1 << 16;
+
+/// Values a piece of a split run holds at least.
+const MIN_PIECE: usize = 4096;
+
+/// Workgroups a split reduction's first pass aims for: four per SM of an
+/// H100 (132 SMs).
+const SPLIT_GROUPS: usize = 528;
+
+/// Into how many pieces the first pass of a reduction planned as `p`
+/// cuts each run, if it is split (see the module docs): float runs of
+/// at least [`SPLIT_FROM`] contiguous values with too few of them to fill
+/// the GPU, into the most pieces that divide the run (of at least
+/// [`MIN_PIECE`] values) up to [`SPLIT_GROUPS`] workgroups; pieces of a
+/// multiple of 4 values (the row kernel's `vec4`s) where those still give
+/// a workgroup per SM. An embedding gradient's 50,257 x 256 values take
+/// 256 pieces of 50,257 (read singly) rather than 64 of 201,028 (as
+/// `vec4`s, on half the SMs).
+fn split_parts(p: &Plan, dtype: Dtype) -> Option<usize> {
+    let contiguous = p.red.len() == 1 && p.red[0].1 == 1;
+    if !dtype.is_float() || !contiguous || p.len < SPLIT_FROM || p.n_out * 8 > SPLIT_GROUPS {
+        return None;
+    }
+    let most = (SPLIT_GROUPS / p.n_out).min(p.len / MIN_PIECE);
+    let divides = |d: &usize| p.len.is_multiple_of(*d);
+    let any = (2..=most).rev().find(divides);
+    let aligned = (2..=most)
+        .rev()
+        .filter(divides)
+        .find(|d| (p.len / d).is_multiple_of(4));
+    match aligned {
+        Some(d) if d * p.n_out >= SPLIT_GROUPS / 4 => Some(d),
+        _ => any,
     }
 }
 
@@ -332,14 +404,41 @@ pub fn reduce(op: ReduceOp, x: &Operand<'_>, axes: &[usize]) -> Result<ArrayData
         .filter(|a| !axes.contains(a))
         .map(|a| shape[a])
         .collect();
-    let out = alloc(&kept, odt)?;
+    if let Some(parts) = split_parts(&p, dtype) {
+        // Partial results in f32 (every float accumulates in it), then
+        // one more pass over each output's pieces.
+        let partials = run(
+            op,
+            data,
+            dtype,
+            &p.split(parts),
+            Dtype::F32,
+            &[p.n_out, parts],
+        )?;
+        let second = Plan::new(0, vec![(p.n_out, parts as isize)], vec![(parts, 1)]);
+        return run(op, &partials, Dtype::F32, &second, odt, &kept);
+    }
+    run(op, data, dtype, &p, odt, &kept)
+}
+
+/// Records the reduction planned as `p` of `data` (of `dtype`) into a new
+/// array of `shape` and `odt`.
+fn run(
+    op: ReduceOp,
+    data: &ArrayData,
+    dtype: Dtype,
+    p: &Plan,
+    odt: Dtype,
+    shape: &[usize],
+) -> Result<ArrayData> {
+    let out = alloc(shape, odt)?;
     if p.n_out == 0 {
         return Ok(out);
     }
     let f = fold(op, dtype);
-    let rows = rows_kernel(&p, dtype);
+    let rows = rows_kernel(p, dtype);
     let key = format!(
-        "reduce:{op:?}:{dtype}:{}:{}:{rows:?}",
+        "reduce:{op:?}:{dtype}:{odt}:{}:{}:{rows:?}",
         p.flat_run,
         if p.per_thread { "thread" } else { "group" }
     );
