@@ -176,19 +176,23 @@ pub(crate) fn non_finite_flag_with(grads: &Tree, zero: &Array) -> Result<Array> 
     let mut flag: Option<Array> = None;
     let mut zeros: Vec<(Dtype, Array)> = Vec::new();
     for (_, g) in grads.flatten() {
-        let z = match zeros.iter().find(|(d, _)| *d == g.dtype()) {
-            Some((_, z)) => z.clone(),
-            None => {
-                let z = zero.astype(g.dtype())?;
-                zeros.push((g.dtype(), z.clone()));
-                z
-            }
-        };
-        let part = g.mul(&z)?.sum_all()?.astype(Dtype::F32)?;
+        let part = crate::loss_scale::flag_part(&g, || {
+            Ok(match zeros.iter().find(|(d, _)| *d == g.dtype()) {
+                Some((_, z)) => z.clone(),
+                None => {
+                    let z = zero.astype(g.dtype())?;
+                    zeros.push((g.dtype(), z.clone()));
+                    z
+                }
+            })
+        })?;
         flag = Some(match flag {
             None => part,
             Some(f) => f.add(&part)?,
         });
     }
-    Ok(flag.unwrap_or_else(|| zero.clone()))
+    match flag {
+        Some(f) => Ok(f.mul(zero)?),
+        None => Ok(zero.clone()),
+    }
 }

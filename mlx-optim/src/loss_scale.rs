@@ -136,16 +136,30 @@ impl Scalars {
 }
 
 /// A float32 scalar that is 0 when every element of `grads` is finite and
-/// NaN otherwise (`sum(g * 0)`: an infinity or NaN times zero is NaN). Sum
-/// it over the ranks holding parts of the gradients to check them all. Lazy.
+/// NaN otherwise: the sum of [`flag_part`]s times zero (an infinity or NaN
+/// times zero is NaN). Sum it over the ranks holding parts of the
+/// gradients to check them all. Lazy.
 pub fn non_finite_flag(grads: &Tree) -> Result<Array> {
     let mut flag = Array::zeros(&[], Dtype::F32);
     let mut zero = Scalars::new(0.0);
     for (_, g) in grads.flatten() {
-        let part = g.mul(&zero.like(&g))?.sum_all()?.astype(Dtype::F32)?;
-        flag = flag.add(&part)?;
+        flag = flag.add(&flag_part(&g, || Ok(zero.like(&g)))?)?;
     }
-    Ok(flag)
+    Ok(flag.mul(&zero.like(&flag))?)
+}
+
+/// Gradient `g`'s part of a non-finite flag, a float32 scalar that is
+/// finite exactly when every element of `g` is (lazy): a float32 `g`'s sum
+/// (one reduction: a sum of finite float32 values overflows only beyond
+/// 3.4e38, which no gradient approaches; an overflowing step is skipped
+/// either way), else `sum(g * 0)` with `zero` of `g`'s dtype (a half
+/// sum may overflow its dtype where its values do not).
+pub(crate) fn flag_part(g: &Array, zero: impl FnOnce() -> Result<Array>) -> Result<Array> {
+    Ok(if g.dtype() == Dtype::F32 {
+        g.sum_all()?
+    } else {
+        g.mul(&zero()?)?.sum_all()?.astype(Dtype::F32)?
+    })
 }
 
 #[cfg(test)]
@@ -195,6 +209,31 @@ mod tests {
                     .is_nan()
             );
         }
+        // Half gradients whose sum passes f16's largest value are finite.
+        let big = Tree::unflatten([(
+            "h".to_string(),
+            Array::from_slice(&[60000.0f32, 60000.0], &[2])
+                .unwrap()
+                .astype(Dtype::F16)
+                .unwrap(),
+        )])
+        .unwrap();
+        assert_eq!(non_finite_flag(&big).unwrap().item::<f32>().unwrap(), 0.0);
+        let inf = Tree::unflatten([(
+            "h".to_string(),
+            Array::from_slice(&[1.0f32, f32::INFINITY], &[2])
+                .unwrap()
+                .astype(Dtype::F16)
+                .unwrap(),
+        )])
+        .unwrap();
+        assert!(
+            non_finite_flag(&inf)
+                .unwrap()
+                .item::<f32>()
+                .unwrap()
+                .is_nan()
+        );
         let halved = LossScaler::with(4.0, 1).unscale(&tree(8.0)).unwrap();
         assert_eq!(
             halved.get_array("b").unwrap().to_vec::<f32>().unwrap(),
