@@ -18,9 +18,12 @@
 //! f32-compute kernels instead of the tensor cores, to compare the two; `MLX_GPU_SPLIT_K=0` runs products
 //! with few output tiles unsplit over their depth, `MLX_GPU_VEC_LOADS=0`
 //! stages their operands one element per load instead of by vectors, and `MLX_GPU_CHUNKS=0`
-//! submits each eval at its end; `MLX_PROFILE=1` adds each kernel's own
-//! GPU time from timestamp queries, a table before `RESULT`, while every
-//! eval waits for the GPU). Shapes with an
+//! submits each eval at its end; `MLX_PROFILE=1` adds to every figure the
+//! GPU's own execution time per call (timestamp queries around each
+//! compute pass: `GPU time`, and `gpu_seconds` in `RESULT`), free of the
+//! host's recording and waits, and a table of each kernel's after
+//! `RESULT`; every eval then waits for the GPU, so only those GPU times
+//! are the kernels' speed). Shapes with an
 //! operand larger than the adapter's largest storage buffer are reported as
 //! skipped, and so is the 8192^3 cube under `--small` (2048^3 there: on a
 //! software adapter it would take a minute).
@@ -74,9 +77,37 @@ fn sync(y: &Array) -> Result<()> {
     one.to_device(Device::Cpu).eval()
 }
 
-/// Seconds per call of `f`, after one warm-up call, over `iters` calls.
-fn time(iters: usize, f: impl Fn() -> Result<Array>) -> Result<f64> {
+/// One measurement: seconds per call on the host's clock (the host's
+/// recording and waits included), and with `MLX_PROFILE=1` the GPU's own
+/// execution time per call (timestamp queries around each compute pass).
+#[derive(Clone, Copy)]
+struct Timing {
+    wall: f64,
+    gpu: Option<f64>,
+}
+
+impl Timing {
+    /// ` (GPU time 1.234 ms)` when measured.
+    fn gpu_note(self) -> String {
+        self.gpu
+            .map(|g| format!(" (GPU time {:.3} ms)", g * 1e3))
+            .unwrap_or_default()
+    }
+}
+
+/// The GPU execution time recorded so far, in seconds.
+fn gpu_seconds() -> f64 {
+    mlx_array::profile::entries()
+        .iter()
+        .filter(|e| e.clock == mlx_array::profile::Clock::Gpu)
+        .map(|e| e.total.as_secs_f64())
+        .sum()
+}
+
+/// [`Timing`] per call of `f`, after one warm-up call, over `iters` calls.
+fn time(iters: usize, f: impl Fn() -> Result<Array>) -> Result<Timing> {
     sync(&f()?)?;
+    let g0 = gpu_seconds();
     let t = Instant::now();
     let mut last = None;
     for _ in 0..iters {
@@ -85,7 +116,9 @@ fn time(iters: usize, f: impl Fn() -> Result<Array>) -> Result<f64> {
         last = Some(y);
     }
     sync(&last.expect("iters > 0"))?;
-    Ok(t.elapsed().as_secs_f64() / iters as f64)
+    let wall = t.elapsed().as_secs_f64() / iters as f64;
+    let gpu = mlx_array::profile::enabled().then(|| (gpu_seconds() - g0) / iters as f64);
+    Ok(Timing { wall, gpu })
 }
 
 /// Memory-bound kernels on `[rows, 4096]` arrays `x` and `y`: their names
@@ -114,13 +147,21 @@ fn memory_op(name: &str, x: &Array, y: &Array) -> Result<Array> {
 /// measures PyTorch's SDPA.
 const ATTENTION_SHAPES: [[usize; 4]; 2] = [[4, 4, 512, 64], [16, 12, 512, 64]];
 
-/// The median of `repeats` timings of `f` (each [`time`] over `iters` calls).
-fn median_time(repeats: usize, iters: usize, f: impl Fn() -> Result<Array>) -> Result<f64> {
-    let mut t = (0..repeats)
+/// The median of `repeats` timings of `f` (each [`time`] over `iters`
+/// calls), on each clock.
+fn median_time(repeats: usize, iters: usize, f: impl Fn() -> Result<Array>) -> Result<Timing> {
+    let runs = (0..repeats)
         .map(|_| time(iters, &f))
-        .collect::<Result<Vec<f64>>>()?;
-    t.sort_by(f64::total_cmp);
-    Ok(t[t.len() / 2])
+        .collect::<Result<Vec<Timing>>>()?;
+    let median = |mut v: Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let gpu: Option<Vec<f64>> = runs.iter().map(|r| r.gpu).collect();
+    Ok(Timing {
+        wall: median(runs.iter().map(|r| r.wall).collect()),
+        gpu: gpu.map(median),
+    })
 }
 
 /// `fused_attention`, causal, forward and forward+backward (its vjp for a
@@ -150,14 +191,17 @@ fn attention_bench(dtype: Dtype, div: usize) -> Result<Vec<serde_json::Value>> {
             })
         })?;
         println!(
-            "attention {:?} {dtype}: forward {:.3} ms, forward+backward {:.3} ms",
+            "attention {:?} {dtype}: forward {:.3} ms{}, forward+backward {:.3} ms{}",
             [b, h, l, d],
-            forward * 1e3,
-            both * 1e3
+            forward.wall * 1e3,
+            forward.gpu_note(),
+            both.wall * 1e3,
+            both.gpu_note()
         );
         results.push(serde_json::json!({
             "kind": "attention", "name": "attention causal", "shape": [b, h, l, d],
-            "forward_seconds": forward, "forward_backward_seconds": both,
+            "forward_seconds": forward.wall, "forward_backward_seconds": both.wall,
+            "forward_gpu_seconds": forward.gpu, "forward_backward_gpu_seconds": both.gpu,
         }));
     }
     Ok(results)
@@ -213,7 +257,7 @@ fn main() -> Result<()> {
                 println!("matmul {dtype} {name} ({m}x{k}x{n}): skipped: --small");
                 continue;
             }
-            let run = || -> Result<f64> {
+            let run = || -> Result<Timing> {
                 let a = gpu_uniform(&if ta { [k, m] } else { [m, k] }, 1, 1.0, dtype)?;
                 let b = gpu_uniform(&if tb { [n, k] } else { [k, n] }, 2, 1.0, dtype)?;
                 let iters = if small { 2 } else { 10 };
@@ -234,14 +278,23 @@ fn main() -> Result<()> {
                 }
                 Err(e) => return Err(e),
             };
-            let gflops = 2.0 * (m * n * k) as f64 / s / 1e9;
+            let flop = 2.0 * (m * n * k) as f64;
+            let gflops = flop / s.wall / 1e9;
             println!(
-                "matmul {dtype} {name} ({m}x{k}x{n}): {gflops:.1} GFLOP/s ({:.2} ms)",
-                s * 1e3
+                "matmul {dtype} {name} ({m}x{k}x{n}): {gflops:.1} GFLOP/s ({:.2} ms){}",
+                s.wall * 1e3,
+                s.gpu
+                    .map(|g| format!(
+                        "; GPU time {:.3} ms: {:.1} GFLOP/s",
+                        g * 1e3,
+                        flop / g / 1e9
+                    ))
+                    .unwrap_or_default()
             );
             results.push(serde_json::json!({
                 "kind": "matmul", "name": name, "m": m, "k": k, "n": n,
-                "seconds": s, "tflops": gflops / 1e3,
+                "seconds": s.wall, "tflops": gflops / 1e3,
+                "gpu_seconds": s.gpu, "gpu_tflops": s.gpu.map(|g| flop / g / 1e12),
             }));
         }
     }
@@ -257,14 +310,22 @@ fn main() -> Result<()> {
             let s = time(iters, || {
                 with_device(Device::Gpu, || memory_op(name, &x, &y))
             })?;
-            let gbs = bytes as f64 / s / 1e9;
+            let gbs = bytes as f64 / s.wall / 1e9;
             println!(
-                "{name} {dtype} ({elements} elements): {gbs:.1} GB/s ({:.3} ms)",
-                s * 1e3
+                "{name} {dtype} ({elements} elements): {gbs:.1} GB/s ({:.3} ms){}",
+                s.wall * 1e3,
+                s.gpu
+                    .map(|g| format!(
+                        "; GPU time {:.3} ms: {:.1} GB/s",
+                        g * 1e3,
+                        bytes as f64 / g / 1e9
+                    ))
+                    .unwrap_or_default()
             );
             results.push(serde_json::json!({
                 "kind": "memory", "name": name, "elements": elements, "bytes": bytes,
-                "seconds": s, "gbs": gbs,
+                "seconds": s.wall, "gbs": gbs,
+                "gpu_seconds": s.gpu, "gpu_gbs": s.gpu.map(|g| bytes as f64 / g / 1e9),
             }));
         }
     }
@@ -296,21 +357,18 @@ fn main() -> Result<()> {
             })
         })?;
         println!(
-            "llama-like block {dtype} fwd+bwd (T={t}, D={d}, 4 heads, MLP 2D): {:.2} ms/step",
-            s * 1e3
+            "llama-like block {dtype} fwd+bwd (T={t}, D={d}, 4 heads, MLP 2D): {:.2} ms/step{}",
+            s.wall * 1e3,
+            s.gpu_note()
         );
         results.push(serde_json::json!({
-            "kind": "block", "name": "llama-like block fwd+bwd", "t": t, "d": d, "seconds": s,
+            "kind": "block", "name": "llama-like block fwd+bwd", "t": t, "d": d,
+            "seconds": s.wall, "gpu_seconds": s.gpu,
         }));
     }
     let summary = serde_json::json!({
         "adapter": adapter, "dtype": dtype.to_string(), "small": small, "results": results,
     });
-    if mlx_array::profile::enabled() {
-        // MLX_PROFILE=1: each kernel's own GPU time (timestamp queries),
-        // apart from the host's recording and the pipelining of evals.
-        println!("{}", mlx_array::profile::report(40));
-    }
     println!("RESULT {summary}");
     // MLX_PROFILE=1: per-primitive times (GPU execution from timestamp queries).
     if mlx_array::profile::enabled() {
