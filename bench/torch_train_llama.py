@@ -105,6 +105,10 @@ class RoPE(nn.Module):
         return torch.stack((o1, o2), dim=-1).flatten(-2)
 
 
+# --sdpa: attention through F.scaled_dot_product_attention(is_causal=True).
+SDPA = False
+
+
 class LlamaAttention(nn.Module):
     def __init__(self, dims: int, num_heads: int):
         super().__init__()
@@ -127,6 +131,10 @@ class LlamaAttention(nn.Module):
         queries = self.rope(queries)
         keys = self.rope(keys)
         scale = math.sqrt(1 / queries.shape[-1])
+        if SDPA:
+            # Flash attention (causal), as PyTorch users train; the mask is implied.
+            values_hat = F.scaled_dot_product_attention(queries, keys, values, is_causal=True, scale=scale)
+            return self.out_proj(values_hat.transpose(1, 2).reshape(B, L, -1))
         scores = (queries * scale) @ keys.transpose(2, 3)
         if mask is not None:
             scores = scores + mask
@@ -204,6 +212,8 @@ def main():
     p.add_argument("--threads", type=int, default=0, help="torch.set_num_threads (0 = leave default)")
     p.add_argument("--compile", action="store_true", help="torch.compile(model) (inductor; Triton on cuda)")
     p.add_argument("--compile-mode", default=None)
+    p.add_argument("--sdpa", action="store_true",
+                   help="attention as F.scaled_dot_product_attention(is_causal=True) (flash on cuda)")
     p.add_argument("--fused-adamw", action="store_true", help="AdamW(fused=True) (fused kernel, CPU or CUDA)")
     p.add_argument("--foreach-adamw", action="store_true", help="AdamW(foreach=True) (multi-tensor ops)")
     p.add_argument("--tag", default="")
@@ -223,6 +233,8 @@ def main():
     p.add_argument("--heads", type=int, default=4)
     p.add_argument("--mlp-dims", type=int, default=512)
     args = p.parse_args()
+    global SDPA
+    SDPA = args.sdpa
     amp_dtype = {"off": None, "bf16": torch.bfloat16, "f16": torch.float16}[args.autocast]
     use_autocast = amp_dtype is not None
     use_scaler = args.autocast == "f16"
