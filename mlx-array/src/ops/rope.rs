@@ -1,14 +1,15 @@
 //! Rotary position embedding (MLX's `mx.fast.rope`).
 
 use crate::primitives::rope::{Rope, RopeSpec};
-use crate::{Array, Dtype, Result};
+use crate::{Array, Result};
 
 /// Rotates the first `dims` features of every row of `x` (`[..., L, D]`)
 /// by its position: pair `i` of the row at position `p` turns by
 /// `(offset + p) * scale * base^(-2i / dims)`. Pairs are consecutive
 /// features when `traditional`, else feature `i` and `i + dims / 2`.
 /// Features after `dims` pass through. One primitive (a pass over the
-/// rows, on the CPU or the GPU) computed in f32; the result has `x`'s dtype.
+/// rows, on the CPU or the GPU) computed in f32; the result has `x`'s
+/// dtype (a half input is read and written as such, no conversions).
 ///
 /// ```
 /// use mlx_array::{Array, rope};
@@ -57,11 +58,10 @@ pub fn rope(
         offset,
         inverse: false,
     };
-    let out = Array::from_primitive(
+    Ok(Array::from_primitive(
         Rope(spec),
-        vec![x.astype(Dtype::F32)?],
+        vec![x.clone()],
         x.shape().to_vec(),
-        Dtype::F32,
-    );
-    out.astype(x.dtype())
+        x.dtype(),
+    ))
 }

@@ -3,18 +3,20 @@
 
 use super::codegen;
 use super::{alloc, context, dense, dispatch};
+use crate::Result;
 use crate::backend::common::rope::RopeSpec;
 use crate::data::{ArrayData, Operand};
-use crate::{Dtype, Result};
 
-/// Rotates `x` (`[..., L, D]`, read as f32) as `spec` says.
+/// Rotates `x` (`[..., L, D]`, of any float dtype, computed in f32) as
+/// `spec` says, into a new array of `x`'s dtype.
 pub fn rope(x: &Operand<'_>, spec: &RopeSpec) -> Result<ArrayData> {
     let shape = x.shape;
     let n = crate::shape::size_of_shape(shape);
     let nd = shape.len();
+    let dtype = x.dtype;
     let x = dense(x)?;
     codegen::check_size("rope", n, &[&x])?;
-    let out = alloc(shape, Dtype::F32)?;
+    let out = alloc(shape, dtype)?;
     if n == 0 {
         return Ok(out);
     }
@@ -31,11 +33,11 @@ pub fn rope(x: &Operand<'_>, spec: &RopeSpec) -> Result<ArrayData> {
         spec.inverse as u32,
         x.offset() as u32,
     ];
-    let pipeline = context()?.pipeline("rope", || {
+    let pipeline = context()?.pipeline(&format!("rope:{dtype}"), || {
         let mut s = String::from(codegen::PRELUDE);
         s.push_str(codegen::META);
-        s.push_str(&codegen::input("x", 1, Dtype::F32));
-        s.push_str(&codegen::output(2, Dtype::F32));
+        s.push_str(&codegen::input("x", 1, dtype));
+        s.push_str(&codegen::output(2, dtype));
         s.push_str(codegen::ENTRY);
         s.push_str(" {\n    ");
         s.push_str(codegen::THREAD_INDEX);
@@ -71,6 +73,7 @@ pub fn rope(x: &Operand<'_>, spec: &RopeSpec) -> Result<ArrayData> {
         );
         s
     })?;
-    dispatch(&pipeline, &meta, &[&x], &out, n * 4, false, n)?;
+    let clear = codegen::packed(dtype);
+    dispatch(&pipeline, &meta, &[&x], &out, n * dtype.size_of(), clear, n)?;
     Ok(out)
 }

@@ -133,6 +133,31 @@ fn rope_values(cx: &Ctx) {
         1e-6,
         "the inverse rotation undoes the rotation",
     );
+    // Half inputs: the rotation and its gradient stay in the input's
+    // dtype (computed in f32 inside, no conversions around it).
+    for dtype in [Dtype::F16, Dtype::BF16] {
+        let xh = x.astype(dtype).expect("half");
+        let back = cx
+            .on(|| -> crate::Result<Array> {
+                let (out, g) = crate::vjp(
+                    |a: &[Array]| Ok(vec![rotate(&a[0])?]),
+                    std::slice::from_ref(&xh),
+                    &[rotate(&xh)?],
+                )?;
+                assert_eq!(out[0].dtype(), dtype, "rope of {dtype}");
+                Ok(g[0].clone())
+            })
+            .expect("vjp");
+        assert_eq!(back.dtype(), dtype, "the gradient of rope of {dtype}");
+        let held = Nd::new(&[3, 2], values(&xh));
+        cx.check(
+            &back,
+            &held,
+            dtype,
+            tol(dtype) * 4.0,
+            &format!("the inverse rotation undoes the rotation in {dtype}"),
+        );
+    }
     let err = |r: crate::Result<Array>| r.expect_err("refused").to_string();
     let rope =
         |x: &Array, dims: usize, base: f64| cx.on(|| crate::rope(x, dims, false, base, 1.0, 0));
