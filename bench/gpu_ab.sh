@@ -1,98 +1,94 @@
 #!/usr/bin/env bash
-# One device call that measures what changed since the last H100 run (issue 38), each
-# change switched on and off in the same call, most important first (the budget cuts the
-# end; $OUT/all.tgz is rewritten after each part, so a cut call still brings back the rest):
-#   1. overlapped steps (`--no-overlap-steps` waits for each step's loss before building the
-#      next), alternated: the reference f32 step, then f16 (whose loss-scale decision now
-#      stays on the GPU, so it overlaps too) and the large f32 model;
-#   2. where a step's GPU time goes now (MLX_PROFILE=1), f32 and f16, and the large f32 model;
-#   3. matmul (gpu_bench --only matmul, f32 and f16): vectorised staging loads on and off
-#      (MLX_GPU_VEC_LOADS), split-K off, the tensor-core kernel's 128 x 128 tiles on 8
-#      subgroups of 32 x 64 (MLX_GPU_COOP_SUBGROUPS=8; the default is 4 of 64 x 64, not yet
-#      measured), wgpu's runtime checks off (MLX_GPU_CHECKED=0; also
-#      the reference f32 step, alternated), and the split-K wave (MLX_GPU_SPLIT_WAVE, the
-#      workgroups one wave holds; 528 is the design figure, 4 per SM) at 264, 792 and 1056;
-#   4. attention (gpu_bench --only attention, f32) at each of the f32 kernels' tiles
-#      (MLX_GPU_ATTENTION_TILES), the default first;
-#   5. the host's cost per dispatch: the meta arena, shared compute passes and kept bind
-#      group layouts all on and all off (reference f32 step, gpu_dispatch_bench);
-#   6. memory-bound kernels (gpu_bench --only memory): f32 elementwise with 4 quads per
-#      invocation, row sums and softmax in unrolled rounds; f16 and bf16 row kernels as quads.
-# Here: bench/gpu.sh pack; there (carry .gpu-bin and .gl): BUDGET=480 bash bench/gpu_ab.sh
+# One device call that measures issue 38's goals on one card, ours beside PyTorch in the same
+# call (the last card, an H200, ran ours alone: every ratio then leaned on the H100's PyTorch),
+# most important first (the budget cuts the end; $OUT/all.tgz is rewritten after each part,
+# so a cut call still brings back the rest):
+#   1. training steps, ours then PyTorch's on the same model: the reference Llama and the
+#      large one (12 x 768, batch 16 x 512), f32 (PyTorch eager, TF32 off) and half precision
+#      (ours f16 with f32 master weights; PyTorch bf16 autocast with SDPA and fused AdamW, the
+#      goal's baseline);
+#   2. matmul with each product's GPU time (MLX_PROFILE=1: timestamp queries, free of the
+#      host's recording; the wall clock of mid-sized products varied 4x between processes on
+#      the H200): f32 and f16 by default (tensor-core kernels unchecked), f16 with every kernel
+#      checked (MLX_GPU_CHECKED=1), and the split-K wave at 264 and 1056 beside the default
+#      528; then cuBLAS (torch_gpu_ops.py) f32 (TF32 off) and f16;
+#   3. memory-bound kernels with their GPU time (f32, f16), and PyTorch's, with its device copy;
+#   4. attention forward and backward with the kernels' GPU time, f32 and f16, and PyTorch's
+#      SDPA (bench/torch_attention.py);
+#   5. where a half-precision step's time goes (MLX_PROFILE=1), reference and large.
+# Here: bench/gpu.sh pack; there (carry .gpu-bin and .gl): BUDGET=420 bash bench/gpu_ab.sh
 set -u
 g=/tmp/gab; mkdir -p $g
-end=$((SECONDS + ${BUDGET:-480}))
+end=$((SECONDS + ${BUDGET:-420}))
 left() { [ $SECONDS -lt $end ]; }
 pack() { tar czf $OUT/all.tgz -C $g . ; }
-bench/gpu.sh vulkan
+bench/gpu.sh vulkan > $g/vulkan.log 2>&1; head -n 4 $g/vulkan.log
 B=.gpu-bin
-R=(train --eval-every 0 --data offline --device gpu --global-batch 4 --block-size 512 --fresh --dtype f32)
+PY=${PYTHON:-python3}
+R=(train --eval-every 0 --data offline --device gpu --global-batch 4 --block-size 512 --fresh)
 L=(--layers 12 --dims 768 --heads 12 --mlp-dims 2048 --global-batch 16)
-step() { # name, timeout, args...: one run, its last three step times shown
-  local name=$1 t=$2; shift 2
-  left && timeout "$t" $B/mlx-llama "$@" --out /tmp/$name --summary $g/$name.json > $g/$name.log 2>&1
+T=(bench/torch_train_llama.py --device cuda --block 512)
+ours() { # name, steps, args...: one run of ours, its last step times shown
+  local name=$1 steps=$2; shift 2
+  left && timeout 200 $B/mlx-llama "${R[@]}" --steps "$steps" "$@" --out /tmp/$name \
+    --summary $g/$name.json > $g/$name.log 2>&1
   echo "$name: $(grep -o 'ms_per_step=[0-9.]*' $g/$name.log | tail -n 3 | tr '\n' ' ')"
   rm -rf /tmp/$name
 }
-no_overlap() { [ "$1" = 0 ] && echo --no-overlap-steps; }
-for o in 1 0 1 0; do # 1: overlapped (the default), 0: --no-overlap-steps
-  step ref_overlap${o}_$SECONDS 120 "${R[@]}" --steps 12 $(no_overlap $o)
-done
-for o in 1 0; do
-  step ref_f16_overlap$o 150 "${R[@]/f32/f16}" --steps 12 $(no_overlap $o)
-done
+torch() { # name, args...: one PyTorch run, its median step shown
+  local name=$1; shift
+  left && timeout 200 $PY "${T[@]}" --steps 10 --time-from 3 "$@" > $g/$name.log 2>&1
+  echo "$name: $(grep -o 'median [0-9.]* s/step' $g/$name.log)"
+}
+# 1. Training steps, ours and PyTorch's, each model and precision side by side.
+ours ref_f32 12 --dtype f32
+torch torch_ref_f32
+ours ref_f16 12 --dtype f16
+torch torch_ref_bf16_sdpa --autocast bf16 --sdpa --fused-adamw
 pack
-for o in 1 0; do
-  step large_overlap$o 200 "${R[@]}" "${L[@]}" --steps 6 $(no_overlap $o)
-done
+ours large_f32 6 --dtype f32 "${L[@]}"
+torch torch_large_f32 "${L[@]}"
+ours large_f16 6 --dtype f16 "${L[@]}"
+torch torch_large_bf16_sdpa "${L[@]}" --autocast bf16 --sdpa --fused-adamw
 pack
-for d in f32 f16; do # where a step's GPU time goes now
-  left && MLX_PROFILE=1 timeout 150 $B/mlx-llama "${R[@]/f32/$d}" --steps 4 --out /tmp/p$d \
-    > $g/prof_$d.log 2>&1
-  grep -A12 "GPU execution time" $g/prof_$d.log | head -12
-  rm -rf /tmp/p$d
-done
-# The large model's (last profiled on 2026-11-26, before most kernels were rewritten).
-left && MLX_PROFILE=1 timeout 200 $B/mlx-llama "${R[@]}" "${L[@]}" --steps 3 --out /tmp/plarge \
-  > $g/prof_large_f32.log 2>&1
-grep -A16 "GPU execution time" $g/prof_large_f32.log | head -16
-rm -rf /tmp/plarge
-pack
-mm() { # name, then VAR=value settings: gpu_bench's matmul table in f32 and f16
+# 2. Matrix products: every product's GPU time.
+mm() { # name, then VAR=value settings: gpu_bench's matmul table, f32 and f16, with GPU times
   local name=$1; shift
   for d in f32 f16; do
-    left && env "$@" timeout 100 $B/gpu_bench --dtype $d --only matmul > $g/mm_${name}_$d.log 2>&1
-    echo "$name $d:"; grep -E "GFLOP" $g/mm_${name}_$d.log
+    left && env MLX_PROFILE=1 "$@" timeout 100 $B/gpu_bench --dtype $d --only matmul \
+      > $g/mm_${name}_$d.log 2>&1
+    echo "$name $d:"; grep -E "^matmul" $g/mm_${name}_$d.log | sed 's/.*(\([0-9x]*\)): /\1 /'
   done
 }
 mm default
-mm vec0 MLX_GPU_VEC_LOADS=0
-mm split0 MLX_GPU_SPLIT_K=0
-mm unchecked MLX_GPU_CHECKED=0
-mm sg8 MLX_GPU_COOP_SUBGROUPS=8
+left && env MLX_PROFILE=1 MLX_GPU_CHECKED=1 timeout 100 $B/gpu_bench --dtype f16 --only matmul \
+  > $g/mm_checked_f16.log 2>&1; echo "checked f16:"; grep -E "^matmul" $g/mm_checked_f16.log
 pack
-for c in 0 1 0 1; do # wgpu's runtime checks off and on (f32 kernels only; f16 ones still need them)
-  MLX_GPU_CHECKED=$c step ref_checked${c}_$SECONDS 100 "${R[@]}" --steps 10
-done
+left && timeout 150 $PY bench/torch_gpu_ops.py --only matmul --dtypes f32,f16 > $g/torch_mm.log 2>&1
+grep -E "TFLOP" $g/torch_mm.log | head -n 20
+for w in 264 1056; do mm wave$w MLX_GPU_SPLIT_WAVE=$w; done
 pack
-for w in 264 792 1056; do mm wave$w MLX_GPU_SPLIT_WAVE=$w; done
-pack
-for t in auto 64x32 32x32 32x16 16x16; do
-  left && MLX_GPU_ATTENTION_TILES=$t timeout 100 $B/gpu_bench --dtype f32 --only attention \
-    > $g/att_$t.log 2>&1
-  echo "tiles $t:"; grep -E "^attention" $g/att_$t.log
-done
-pack
-for m in 111 000 111 000; do # arena, shared passes, layout cache
-  export MLX_GPU_META_ARENA=${m:0:1} MLX_GPU_SHARED_PASSES=${m:1:1} MLX_GPU_LAYOUT_CACHE=${m:2:1}
-  step ref_rec${m}_$SECONDS 100 "${R[@]}" --steps 10
-done
-unset MLX_GPU_META_ARENA MLX_GPU_SHARED_PASSES MLX_GPU_LAYOUT_CACHE
-left && timeout 60 $B/gpu_dispatch_bench > $g/dispatch_bench.log 2>&1; tail -n 6 $g/dispatch_bench.log
-pack
-for d in f32 f16 bf16; do # memory-bound kernels: f32 elementwise 4 quads an invocation and rows in
-  # unrolled rounds (were 1,316-1,852 and 847-956 GB/s); f16 rows as quads (were 233 / 223)
-  left && timeout 150 $B/gpu_bench --dtype $d --only memory > $g/ops_$d.log 2>&1
+# 3. Memory-bound kernels: ours with GPU times, PyTorch's with its device copy.
+for d in f32 f16; do
+  left && MLX_PROFILE=1 timeout 100 $B/gpu_bench --dtype $d --only memory > $g/ops_$d.log 2>&1
   grep -E "GB/s" $g/ops_$d.log
+  left && timeout 100 $PY bench/torch_gpu_ops.py --only memory --mem-dtype $d > $g/torch_mem_$d.log 2>&1
+  grep -E "GB/s" $g/torch_mem_$d.log
 done
+pack
+# 4. Attention: ours with the kernels' GPU time, PyTorch's SDPA.
+for d in f32 f16; do
+  left && MLX_PROFILE=1 timeout 100 $B/gpu_bench --dtype $d --only attention > $g/att_$d.log 2>&1
+  grep -E "^attention" $g/att_$d.log
+done
+left && timeout 100 $PY bench/torch_attention.py > $g/torch_attention.log 2>&1
+grep RESULT $g/torch_attention.log
+pack
+# 5. Where a half-precision step's time goes.
+left && MLX_PROFILE=1 timeout 150 $B/mlx-llama "${R[@]}" --dtype f16 --steps 4 --out /tmp/pf16 \
+  > $g/prof_ref_f16.log 2>&1
+grep -A14 "GPU execution time" $g/prof_ref_f16.log | head -n 14; rm -rf /tmp/pf16
+left && MLX_PROFILE=1 timeout 200 $B/mlx-llama "${R[@]}" "${L[@]}" --dtype f16 --steps 3 \
+  --out /tmp/plarge > $g/prof_large_f16.log 2>&1
+grep -A14 "GPU execution time" $g/prof_large_f16.log | head -n 14; rm -rf /tmp/plarge
 pack; echo packed
