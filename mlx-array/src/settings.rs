@@ -19,7 +19,7 @@
 //! | `MLX_GPU_SPLIT_WAVE` | a count of workgroups | 528 (4 per SM of an H100's 132): how many 64 x 64 output tiles one wave of the GPU holds; split-K takes the most depth slices that fit in it (for measuring the best figure on a device) | [`set_gpu_split_wave`] |
 //! | `MLX_GPU_COOP_SUBGROUPS` | `4`, `8` | `4`: the tensor-core matrix product's 128 x 128 tiles run 4 subgroups of 64 x 64 (4 x 4 fragments each); `8`: 8 subgroups of 32 x 64 (2 x 4), the kernel measured on the H100 on 2026-11-26 (for measuring the better on a device) | [`set_gpu_coop_subgroups`] |
 //! | `MLX_GPU_ATTENTION_TILES` | `auto`, or `BQxBK` of `64x32`, `32x32`, `32x16`, `16x16` | `auto`: the largest tiles that fit the workgroup memory; a pair: the f32-compute attention kernels (forward and both gradient passes) take these tiles where they fit (for measuring the best on a device) | [`set_gpu_attention_tiles`] |
-//! | `MLX_GPU_CHECKED` | `auto`/`1`/`0` | `auto` (default): GPU kernels compiled with wgpu's runtime checks (each dynamic index clamped into its array, each loop given a guard counter), except the tensor-core ones (1.42x faster without them on an H200); `1`: every kernel with them; `0`: none (to measure their cost on a device; on lavapipe the f16 fragment kernels then take minutes to compile) | [`set_gpu_checks`] |
+//! | `MLX_GPU_CHECKED` | `auto`/`1`/`0` | `auto` (default): GPU kernels compiled with wgpu's runtime checks (each dynamic index clamped into its array, each loop given a guard counter), except the tensor-core matrix products (1.42x faster without them on an H200); `1`: every kernel with them; `0`: none (to measure their cost on a device; on lavapipe the f16 fragment kernels then take minutes to compile) | [`set_gpu_checks`] |
 //! | `MLX_GPU_VEC_LOADS` | `1`/`0` | on: the GPU matrix products' and attention kernels' staging loads read whole vectors (4 or 8 elements) along an operand's contiguous dimension where its offset and strides allow (off: one element per load) | [`set_gpu_vec_loads`] |
 //! | `MLX_GPU_META_ARENA` | `1`/`0` | on: the small parameter words (`meta`) of a submission's GPU dispatches are packed into shared buffers written once per submission (off: a new buffer per dispatch) | [`set_gpu_meta_arena`] |
 //! | `MLX_GPU_SHARED_PASSES` | `1`/`0` | on: consecutive GPU dispatches share one compute pass (off: a pass per dispatch); a pass per dispatch always while timing them for the profile | [`set_gpu_shared_passes`] |
@@ -403,9 +403,10 @@ pub fn set_gpu_attention_tiles(tiles: Option<(usize, usize)>) -> Result<()> {
 /// the sizes in its meta words, every loop a finite count).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum GpuChecks {
-    /// Every kernel but the tensor-core ones (default, `auto`): the
-    /// cooperative-matrix kernels (f16 matrix products and attention on
-    /// adapters that have them) run without the checks. On an H200 the
+    /// Every kernel but the tensor-core matrix products (default,
+    /// `auto`): the cooperative-matrix products (f16, on adapters that
+    /// have them), whose every workgroup index is a constant of their
+    /// tiling plus the invocation's, run without the checks. On an H200 the
     /// 8192^3 f16 product ran at 144 TFLOP/s without them and 101 with
     /// them (2026-11-27); the f32 kernels measured the same either way.
     /// Adapters without cooperative matrices (lavapipe) never compile one.
@@ -420,7 +421,7 @@ pub enum GpuChecks {
 
 impl GpuChecks {
     /// Whether a kernel is compiled with the checks: a tensor-core
-    /// (cooperative-matrix) kernel with `tensor_cores`.
+    /// (cooperative-matrix) matrix product with `tensor_cores`.
     pub fn checks(self, tensor_cores: bool) -> bool {
         match self {
             GpuChecks::Auto => !tensor_cores,

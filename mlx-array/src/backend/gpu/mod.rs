@@ -263,10 +263,16 @@ impl GpuContext {
         self.compile(key, false, source)
     }
 
-    /// [`Context::pipeline`] for a kernel on `fragments`: a tensor-core
-    /// kernel (cooperative matrices) is compiled without wgpu's runtime
-    /// checks unless [`crate::settings::gpu_checks`] is `All`.
-    pub(crate) fn fragment_pipeline(
+    /// [`Context::pipeline`] for a matrix product on `fragments`: on
+    /// cooperative matrices (tensor cores) it is compiled without wgpu's
+    /// runtime checks unless [`crate::settings::gpu_checks`] is `All`.
+    /// Only the products take this path: every workgroup index of their
+    /// template is a constant of its tiling plus the invocation's index
+    /// (staged slices, fragments, the staging fragment), whatever the
+    /// product's sizes, and their global accesses are guarded by the sizes
+    /// in their meta words. (The attention kernels' were not audited, nor
+    /// their gain measured: they keep the checks.)
+    pub(crate) fn product_pipeline(
         &self,
         key: &str,
         fragments: fragment::Fragments,
@@ -312,10 +318,11 @@ impl GpuContext {
             // the sizes in its meta words, every loop a finite count
             // derived from those sizes. Storage accesses stay checked by
             // the driver where the device offers robust buffer access.
-            // By default only the tensor-core kernels take this path
-            // (`settings::GpuChecks`): they ran 1.42x faster without the
-            // checks on an H200, and the conformance specs run their
-            // tiling, staging and edges on the plain fragments, checked.
+            // By default only the tensor-core matrix products take this
+            // path (`settings::GpuChecks`, `Context::product_pipeline`):
+            // they ran 1.42x faster without the checks on an H200, and the
+            // conformance specs run their tiling, staging and edges on the
+            // plain fragments, checked.
             unsafe {
                 self.device
                     .create_shader_module_trusted(desc, wgpu::ShaderRuntimeChecks::unchecked())

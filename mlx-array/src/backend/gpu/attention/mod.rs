@@ -535,8 +535,7 @@ fn fragment_attention(
         "attention-fragments:{}:{}:{f:?}:{tiles:?}:{loads:?}",
         dims.d, dims.dv
     );
-    let pipeline =
-        context()?.fragment_pipeline(&key, f, || fragments::source(dims, tiles, f, loads))?;
+    let pipeline = context()?.pipeline(&key, || fragments::source(dims, tiles, f, loads))?;
     dispatch_groups(
         &pipeline,
         &meta(dims, &[&q, &k, &v]),
@@ -747,7 +746,7 @@ pub fn attention_grad(
                 let loads = fragment_loads(dims, &[&q, &k, &v, &g]);
                 let key =
                     format!("attention_grad-fragments:{pass:?}:{d}:{dv}:{f:?}:{tiles:?}:{loads:?}");
-                let p = context()?.fragment_pipeline(&key, f, || {
+                let p = context()?.pipeline(&key, || {
                     fragments_backward::source(dims, tiles, pass, f, loads)
                 })?;
                 (p, tiles)

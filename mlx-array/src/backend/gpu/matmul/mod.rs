@@ -567,7 +567,7 @@ impl Product<'_> {
                 let key = format!(
                     "matmul-coop:{tiling:?}:{fragments:?}:{view:?}:{loads:?}:{out_dtype}:{accumulate}"
                 );
-                let p = context()?.fragment_pipeline(&key, fragments, || {
+                let p = context()?.product_pipeline(&key, fragments, || {
                     coop::source(tiling, fragments, view, out_dtype, accumulate, loads)
                 })?;
                 COOP_PRODUCTS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
