@@ -166,7 +166,7 @@ fn long_reductions_with_few_outputs_run_in_two_passes_as_the_cpu_does() {
             Box::new(move |x: &Array| window(x)?.sum_all()),
             2,
         ),
-        // Three runs of 70,000: 14 pieces of 5,000 each.
+        // Three runs of 70,000: 16 pieces of 4,375 each.
         (
             "row sums of [3, 70000]",
             vec![3, 70000],

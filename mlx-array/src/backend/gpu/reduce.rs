@@ -160,8 +160,8 @@ const SPLIT_GROUPS: usize = 528;
 /// [`MIN_PIECE`] values) up to [`SPLIT_GROUPS`] workgroups; pieces of a
 /// multiple of 4 values (the row kernel's `vec4`s) where those still give
 /// a workgroup per SM. An embedding gradient's 50,257 x 256 values take
-/// 256 pieces of 50,257 (read singly) rather than 64 of 201,028 (as
-/// `vec4`s, on half the SMs).
+/// 464 pieces of 27,728 (`vec4`s); with a prime vocabulary such as 50,261,
+/// 256 pieces read singly rather than 64 of `vec4`s on half the SMs.
 fn split_parts(p: &Plan, dtype: Dtype) -> Option<usize> {
     let contiguous = p.red.len() == 1 && p.red[0].1 == 1;
     if !dtype.is_float() || !contiguous || p.len < SPLIT_FROM || p.n_out * 8 > SPLIT_GROUPS {
@@ -646,4 +646,52 @@ fn take(av: {t}, ai: u32, bv: {t}, bi: u32) -> bool {{
         dispatch_groups(&pipeline, &p.meta, &[data], &out, bytes, false, p.n_out)?;
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The plan of reducing `outputs` contiguous runs of `len` values.
+    fn runs(outputs: usize, len: usize) -> Plan {
+        let kept = if outputs > 1 {
+            vec![(outputs, len as isize)]
+        } else {
+            vec![]
+        };
+        Plan::new(0, kept, vec![(len, 1)])
+    }
+
+    #[test]
+    fn long_runs_with_few_outputs_split_into_pieces_that_divide_them() {
+        // 65,536 values: 16 pieces of 4,096 (the least a piece holds).
+        assert_eq!(split_parts(&runs(1, 1 << 16), Dtype::F32), Some(16));
+        // An embedding gradient, 2^8 x 50,257 (= 29 x 1,733): 464 pieces
+        // of 27,728, read as vec4s.
+        assert_eq!(split_parts(&runs(1, 256 * 50257), Dtype::F32), Some(464));
+        // 2^8 x 50,261 (prime): 256 pieces read singly rather than 64 of
+        // vec4s on half the SMs.
+        assert_eq!(split_parts(&runs(1, 256 * 50261), Dtype::F32), Some(256));
+        // 2^20 values: 256 pieces of 4,096 (a multiple of 4, 256 >= 132).
+        assert_eq!(split_parts(&runs(1, 1 << 20), Dtype::BF16), Some(256));
+        // Three runs of 70,000: 16 pieces of 4,375 each (14 of 5,000, as
+        // vec4s, would make 42 workgroups: fewer than one per SM either way).
+        assert_eq!(split_parts(&runs(3, 70_000), Dtype::F32), Some(16));
+        // A prime length, short runs, many outputs, integers, strided runs.
+        assert_eq!(split_parts(&runs(1, 65_537), Dtype::F32), None);
+        assert_eq!(split_parts(&runs(1, 60_000), Dtype::F32), None);
+        assert_eq!(split_parts(&runs(67, 1 << 16), Dtype::F32), None);
+        assert_eq!(split_parts(&runs(1, 1 << 16), Dtype::I32), None);
+        let strided = Plan::new(0, vec![], vec![(1 << 16, 2)]);
+        assert_eq!(split_parts(&strided, Dtype::F32), None);
+    }
+
+    #[test]
+    fn a_split_plan_reads_each_piece_where_its_run_lies() {
+        let p = runs(3, 70_000).split(14);
+        assert_eq!((p.n_out, p.len), (42, 5_000));
+        assert_eq!(p.kept, vec![(3, 70_000), (14, 5_000)]);
+        assert_eq!(p.red, vec![(5_000, 1)]);
+        assert!(p.aligned_rows);
+    }
 }
