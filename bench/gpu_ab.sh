@@ -9,17 +9,18 @@
 #      goal's baseline);
 #   2. matmul with each product's GPU time (MLX_PROFILE=1: timestamp queries, free of the
 #      host's recording; the wall clock of mid-sized products varied 4x between processes on
-#      the H200): f32 and f16 by default (tensor-core kernels unchecked), f16 with every kernel
-#      checked (MLX_GPU_CHECKED=1), and the split-K wave at 264 and 1056 beside the default
-#      528; then cuBLAS (torch_gpu_ops.py) f32 (TF32 off) and f16;
-#   3. memory-bound kernels with their GPU time (f32, f16), and PyTorch's, with its device copy;
-#   4. attention forward and backward with the kernels' GPU time, f32 and f16, and PyTorch's
+#      the H200): f32 and f16 by default (tensor-core products unchecked), f16 with every
+#      kernel checked (MLX_GPU_CHECKED=1); then cuBLAS (torch_gpu_ops.py) f32 (TF32 off), f16;
+#   3. attention forward and backward with the kernels' GPU time, f32 and f16, and PyTorch's
 #      SDPA (bench/torch_attention.py);
-#   5. where a half-precision step's time goes (MLX_PROFILE=1), reference and large.
-# Here: bench/gpu.sh pack; there (carry .gpu-bin and .gl): BUDGET=420 bash bench/gpu_ab.sh
+#   4. memory-bound kernels with their GPU time (f32, f16), and PyTorch's, with its device copy;
+#   5. where a half-precision step's time goes (MLX_PROFILE=1), reference and large;
+#   6. the split-K wave at 264 and 1056 beside the default 528, with GPU times.
+# Here: bench/gpu.sh pack; there (carry .gpu-bin and .gl), with timeout_s 560:
+#   BUDGET=480 bash bench/gpu_ab.sh
 set -u
 g=/tmp/gab; mkdir -p $g
-end=$((SECONDS + ${BUDGET:-420}))
+end=$((SECONDS + ${BUDGET:-480}))
 left() { [ $SECONDS -lt $end ]; }
 pack() { tar czf $OUT/all.tgz -C $g . ; }
 bench/gpu.sh vulkan > $g/vulkan.log 2>&1; head -n 4 $g/vulkan.log
@@ -66,23 +67,22 @@ left && env MLX_PROFILE=1 MLX_GPU_CHECKED=1 timeout 100 $B/gpu_bench --dtype f16
 pack
 left && timeout 150 $PY bench/torch_gpu_ops.py --only matmul --dtypes f32,f16 > $g/torch_mm.log 2>&1
 grep -E "TFLOP" $g/torch_mm.log | head -n 20
-for w in 264 1056; do mm wave$w MLX_GPU_SPLIT_WAVE=$w; done
 pack
-# 3. Memory-bound kernels: ours with GPU times, PyTorch's with its device copy.
-for d in f32 f16; do
-  left && MLX_PROFILE=1 timeout 100 $B/gpu_bench --dtype $d --only memory > $g/ops_$d.log 2>&1
-  grep -E "GB/s" $g/ops_$d.log
-  left && timeout 100 $PY bench/torch_gpu_ops.py --only memory --mem-dtype $d > $g/torch_mem_$d.log 2>&1
-  grep -E "GB/s" $g/torch_mem_$d.log
-done
-pack
-# 4. Attention: ours with the kernels' GPU time, PyTorch's SDPA.
+# 3. Attention: ours with the kernels' GPU time, PyTorch's SDPA.
 for d in f32 f16; do
   left && MLX_PROFILE=1 timeout 100 $B/gpu_bench --dtype $d --only attention > $g/att_$d.log 2>&1
   grep -E "^attention" $g/att_$d.log
 done
 left && timeout 100 $PY bench/torch_attention.py > $g/torch_attention.log 2>&1
 grep RESULT $g/torch_attention.log
+pack
+# 4. Memory-bound kernels: ours with GPU times, PyTorch's with its device copy.
+for d in f32 f16; do
+  left && MLX_PROFILE=1 timeout 100 $B/gpu_bench --dtype $d --only memory > $g/ops_$d.log 2>&1
+  grep -E "GB/s" $g/ops_$d.log
+  left && timeout 100 $PY bench/torch_gpu_ops.py --only memory --mem-dtype $d > $g/torch_mem_$d.log 2>&1
+  grep -E "GB/s" $g/torch_mem_$d.log
+done
 pack
 # 5. Where a half-precision step's time goes.
 left && MLX_PROFILE=1 timeout 150 $B/mlx-llama "${R[@]}" --dtype f16 --steps 4 --out /tmp/pf16 \
@@ -91,4 +91,6 @@ grep -A14 "GPU execution time" $g/prof_ref_f16.log | head -n 14; rm -rf /tmp/pf1
 left && MLX_PROFILE=1 timeout 200 $B/mlx-llama "${R[@]}" "${L[@]}" --dtype f16 --steps 3 \
   --out /tmp/plarge > $g/prof_large_f16.log 2>&1
 grep -A14 "GPU execution time" $g/prof_large_f16.log | head -n 14; rm -rf /tmp/plarge
+# 6. The split-K wave (workgroups one wave holds; 528 by default) at 264 and 1056.
+for w in 264 1056; do mm wave$w MLX_GPU_SPLIT_WAVE=$w; done
 pack; echo packed
