@@ -44,12 +44,12 @@ torch() { # name, args...: one PyTorch run, its median step shown
 # 1. Training steps, ours and PyTorch's, each model and precision side by side.
 ours ref_f32 12 --dtype f32
 torch torch_ref_f32
-ours ref_f16 12 --dtype f16
+ours ref_f16 20 --dtype f16
 torch torch_ref_bf16_sdpa --autocast bf16 --sdpa --fused-adamw
 pack
 ours large_f32 6 --dtype f32 "${L[@]}"
 torch torch_large_f32 "${L[@]}"
-ours large_f16 6 --dtype f16 "${L[@]}"
+ours large_f16 8 --dtype f16 "${L[@]}"
 torch torch_large_bf16_sdpa "${L[@]}" --autocast bf16 --sdpa --fused-adamw
 pack
 # 2. Matrix products: every product's GPU time.
