@@ -476,7 +476,8 @@ fn cooperative_template_stages_aligned_operands_with_vector_loads() {
             Some(subgroups)
         );
         // Whole tiles, so that every subgroup's every fragment holds
-        // outputs (`b` shared by the 264 products).
+        // outputs (`b` shared by the 264 products); f16 outputs leave
+        // through the staging fragments, 4 (4 subgroups) or 2 (8) a round.
         check(
             &format!("plain fragments, whole 128 tiles, {subgroups} subgroups"),
             Dtype::F16,
@@ -489,6 +490,11 @@ fn cooperative_template_stages_aligned_operands_with_vector_loads() {
         assert_eq!(
             mlx_array::backend::gpu::last_coop_subgroups(),
             Some(subgroups)
+        );
+        assert_eq!(
+            mlx_array::backend::gpu::last_coop_staged(),
+            Some(if subgroups == 4 { 4 } else { 2 }),
+            "staging fragments a round"
         );
     }
     set_gpu_coop_subgroups(None).unwrap();

@@ -61,11 +61,11 @@
 //! an H100 (estimates, not measured: no card was lent to this change), per
 //! block of 1022 rows: the logits are 8 x 393 workgroups of the 128 x 128
 //! cooperative tiling (128 invocations, 4 subgroups of 4 x 4 fragments,
-//! 23,040 B of workgroup memory, 2 per SM by registers; its f32 rows of
+//! 35,328 B of workgroup memory, 2 per SM by registers; its f32 rows of
 //! 50,257 are not 16-byte aligned, so they leave through the staging
 //! fragment), depth 256 in 8 staged slices;
 //! `dh[block]` has 64 tiles of 64 x 64 and is split over the 50257 classes
-//! into 9 slices of 5600 (576 workgroups of 128 invocations, 13,824 B, 4
+//! into 9 slices of 5600 (576 workgroups of 128 invocations, 26,112 B, 4
 //! or more per SM; 9.4 MB of f32 partial sums); `dw` is 786 tiles of
 //! 128 x 128 over a depth of 1022, added into the f32 gradient from the
 //! second block on. Standalone, the same three products measured 32.7,

@@ -8,19 +8,21 @@
 //! `32 x bn` slice of `b` in workgroup memory as f16 (rows padded by 8
 //! halves, 16 bytes, to spread the fragment loads over the banks); the
 //! next slice's global loads go to registers while the present slice's
-//! fragments multiply. The output leaves through a 16 x 16 f32 staging
-//! fragment per subgroup, from which the 32 invocations write 8 values
-//! each, bounds-checked, converted to the output dtype (or added into it):
-//! edges and dtypes cost nothing inside the loop. An f32 output that is
-//! written, not added into (split-K's partial sums, and the fused loss's
-//! f16 products that write an f32 result), skips that on tiles wholly
-//! inside the product where its rows start on 16 bytes (see [`epilogue`]):
-//! each fragment is stored straight into it (`coopStoreT` with
-//! the output's row stride), without the staging fragment's two barriers
-//! and eight scalar stores per invocation and fragment. At the 4-subgroup
-//! tiling that is 32 barriers a tile, as many as a 512-deep product's main
-//! loop has; the products at the reference model's 256-deep widths run 8
-//! slices, so their epilogue was a large part of each tile's time.
+//! fragments multiply. The output leaves through 16 x 16 f32 staging
+//! fragments, up to 4 per subgroup at a time ([`staged_per_round`]), from
+//! which the 32 invocations write 8 values each per fragment,
+//! bounds-checked, converted to the output dtype (or added into it): edges
+//! and dtypes cost nothing inside the loop. Each round costs two barriers
+//! (the last one): at the 4-subgroup tiling, 8 a tile instead of the 32 of
+//! one fragment at a time, as many as a 512-deep product's main loop has.
+//! The products at the reference model's 256-deep widths run 8 slices
+//! (16 barriers), so the epilogue was a large part of each tile's time;
+//! every f16 product of float16 training leaves this way. An f32 output
+//! that is written, not added into (split-K's partial sums, and the fused
+//! loss's f16 products that write an f32 result), skips the staging on
+//! tiles wholly inside the product where its rows start on 16 bytes (see
+//! [`epilogue`]): each fragment is stored straight into it (`coopStoreT`
+//! with the output's row stride).
 //!
 //! The fragment operations (load from workgroup memory, multiply-add,
 //! store to workgroup memory) have two implementations, [`Fragments`]
@@ -142,20 +144,48 @@ impl Tiling {
         self.sg_rows * self.sg_cols * 32
     }
 
-    /// Workgroup memory in bytes: the staged slices (f16) and the staging
-    /// fragments (f32).
+    /// Workgroup memory in bytes with one staging fragment per subgroup
+    /// (the least the kernel runs with): the staged slices (f16) and the
+    /// staging fragments (f32).
     pub fn shared_bytes(self) -> usize {
-        2 * (self.bm() * (DEPTH + PAD) + DEPTH * (self.bn() + PAD))
-            + 4 * 256 * self.sg_rows * self.sg_cols
+        self.shared_bytes_staging(1)
     }
+
+    /// Workgroup memory in bytes with `staged` staging fragments per
+    /// subgroup (see [`staged_per_round`]).
+    pub fn shared_bytes_staging(self, staged: usize) -> usize {
+        2 * (self.bm() * (DEPTH + PAD) + DEPTH * (self.bn() + PAD))
+            + 4 * 256 * staged * self.sg_rows * self.sg_cols
+    }
+}
+
+/// How many of a subgroup's output fragments the staged epilogue passes
+/// through workgroup memory at a time: the most of 4, 2 and 1 that divides
+/// its fragments and keeps the kernel within `limit` bytes of workgroup
+/// memory. Each round costs two barriers (the last one), so the 4-subgroup
+/// 128 x 128 tiling's 16 fragments leave in 4 rounds (8 barriers, against
+/// 32 a fragment at a time: as many as a 512-deep product's main loop
+/// has) with 35,328 bytes, the 8-subgroup one's 8 in 4 rounds of 2 (its 8
+/// subgroups would need 51,712 bytes for 4), the 64 x 64 tiling's 4 in one
+/// round (26,112 bytes).
+pub(super) fn staged_per_round(tiling: Tiling, limit: usize) -> usize {
+    [4, 2, 1]
+        .into_iter()
+        .find(|&r| {
+            (tiling.fm * tiling.fn_).is_multiple_of(r) && tiling.shared_bytes_staging(r) <= limit
+        })
+        .unwrap_or(1)
 }
 
 /// WGSL (without the leading `enable f16;` that the pipeline cache adds)
 /// of `a @ b` for f16 operands laid out as `view`, written as `out_dtype`
 /// (f16, or f32 added into `out` with `accumulate`), staging the operands
-/// `loads` names [`VEC`] halves a load and the others one.
+/// `loads` names [`VEC`] halves a load and the others one, and the output
+/// `staged` fragments per subgroup at a time ([`staged_per_round`]).
+#[allow(clippy::too_many_arguments)]
 pub(super) fn source(
     tiling: Tiling,
+    staged: usize,
     fragments: Fragments,
     view: View,
     out_dtype: Dtype,
@@ -278,11 +308,14 @@ pub(super) fn source(
         }
         step.push_str("        }\n");
     }
-    // The output, one fragment at a time through the staging fragment.
-    // Straight into `out` (f32, written, not added into) where the whole
-    // workgroup tile lies inside the product: no staging, no barriers.
+    // The output through the staging fragments, `staged` of each
+    // subgroup's fragments a round: stored, one barrier, read back and
+    // written (bounds-checked, converted or added into `out`), and one
+    // more barrier before the next round reuses them. Straight into `out`
+    // (f32, written, not added into) where the whole workgroup tile lies
+    // inside the product: no staging, no barriers.
+    debug_assert!((fm * fnn).is_multiple_of(staged));
     let mut direct = String::new();
-    let mut store = String::new();
     for i in 0..fm {
         for j in 0..fnn {
             direct.push_str(&format!(
@@ -291,23 +324,37 @@ pub(super) fn source(
                 r = i * 16,
                 c = j * 16
             ));
+        }
+    }
+    let rounds = fm * fnn / staged;
+    let mut store = String::new();
+    for round in 0..rounds {
+        let fragment = |k: usize| ((round * staged + k) / fnn, (round * staged + k) % fnn);
+        for k in 0..staged {
+            let (i, j) = fragment(k);
             store.push_str(&format!(
-                "    {{ let st = sg * 256u; {} }}\n",
+                "    {{ let st = (sg * {staged}u + {k}u) * 256u; {} }}\n",
                 fragments.store(&format!("acc{i}_{j}"), "stage", "st", 16)
             ));
+        }
+        store.push_str("    workgroupBarrier();\n");
+        for k in 0..staged {
+            let (i, j) = fragment(k);
             store.push_str(&format!(
-                "    workgroupBarrier();
-    for (var q = 0u; q < 8u; q = q + 1u) {{
+                "    for (var q = 0u; q < 8u; q = q + 1u) {{
         let e = lane + q * 32u;
         let rr = row_base + wr + {r}u + e / 16u;
         let cc = col_base + wc + {c}u + e % 16u;
-        if (rr < m && cc < n) {{ store_out(ob + rr * n + cc, stage[sg * 256u + e]); }}
+        if (rr < m && cc < n) {{ store_out(ob + rr * n + cc, stage[(sg * {staged}u + {k}u) * 256u + e]); }}
     }}
-    workgroupBarrier();
 ",
                 r = i * 16,
                 c = j * 16
             ));
+        }
+        // Nothing reuses the staging fragments after the last round.
+        if round + 1 < rounds {
+            store.push_str("    workgroupBarrier();\n");
         }
     }
     let epilogue = epilogue(&direct, &store, out_dtype, accumulate, tiling);
@@ -346,7 +393,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nw: vec3
 "#,
         sa_len = bm * sa_stride,
         sb_len = DEPTH * sb_stride,
-        stage_len = 256 * tiling.sg_rows * tiling.sg_cols,
+        stage_len = 256 * staged * tiling.sg_rows * tiling.sg_cols,
         sg_cols = tiling.sg_cols,
         wm = fm * 16,
         wn = fnn * 16,

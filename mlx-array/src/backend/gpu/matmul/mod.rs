@@ -28,9 +28,9 @@
 //! |---|---|---|---|---|---|---|
 //! | f32, 128 | 256 | 128 x 128, depth slices of 16, double buffered | 8 x 8 outputs | 33,792 B | ~110-128 | 2 (registers) |
 //! | f32, 64 | 256 | 64 x 64, slices of 16, double buffered | 4 x 4 outputs | 17,408 B | ~48 | 4-8 |
-//! | coop, large (default) | 128 (4 subgroups, 2 x 2) | 128 x 128, slices of 32 | a subgroup: 4 x 4 fragments (64 x 64) | 23,040 B | ~210 | 2 (registers) |
-//! | coop, large, `MLX_GPU_COOP_SUBGROUPS=8` | 256 (8 subgroups, 4 x 2) | 128 x 128, slices of 32 | a subgroup: 2 x 4 fragments (32 x 64) | 27,136 B | ~100-130 | 2 |
-//! | coop, small | 128 (4 subgroups, 2 x 2) | 64 x 64, slices of 32 | a subgroup: 2 x 2 fragments (32 x 32) | 13,824 B | ~70 | 4+ |
+//! | coop, large (default) | 128 (4 subgroups, 2 x 2) | 128 x 128, slices of 32 | a subgroup: 4 x 4 fragments (64 x 64) | 35,328 B (4 staging fragments a subgroup) | ~210 | 2 (registers) |
+//! | coop, large, `MLX_GPU_COOP_SUBGROUPS=8` | 256 (8 subgroups, 4 x 2) | 128 x 128, slices of 32 | a subgroup: 2 x 4 fragments (32 x 64) | 35,328 B (2 staging fragments) | ~100-130 | 2 |
+//! | coop, small | 128 (4 subgroups, 2 x 2) | 64 x 64, slices of 32 | a subgroup: 2 x 2 fragments (32 x 32) | 26,112 B (4 staging fragments) | ~70 | 4-8 |
 //!
 //! Measured on an H200 (2026-11-27, `bench/gpu_ab.sh`, wall clock over 10
 //! products): the f32 128-tile kernel 28.4 and 29.1 TFLOP/s at 4096^3 and
@@ -179,6 +179,20 @@ static LAST_COOP_SUBGROUPS: std::sync::atomic::AtomicUsize = std::sync::atomic::
 /// which tiling ran).
 pub fn last_coop_subgroups() -> Option<usize> {
     match LAST_COOP_SUBGROUPS.load(std::sync::atomic::Ordering::Relaxed) {
+        0 => None,
+        n => Some(n),
+    }
+}
+
+/// Staging fragments per subgroup of the last product recorded on the
+/// cooperative template (0: none yet).
+static LAST_COOP_STAGED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// How many output fragments per subgroup the last product recorded on
+/// the cooperative template staged at a time (`coop::staged_per_round`),
+/// `None` before the first (for tests that check which epilogue ran).
+pub fn last_coop_staged() -> Option<usize> {
+    match LAST_COOP_STAGED.load(std::sync::atomic::Ordering::Relaxed) {
         0 => None,
         n => Some(n),
     }
@@ -564,13 +578,16 @@ impl Product<'_> {
                 } else {
                     coop::Tiling::SMALL
                 };
+                let limit = context()?.limits.max_compute_workgroup_storage_size as usize;
+                let staged = coop::staged_per_round(tiling, limit);
                 let key = format!(
-                    "matmul-coop:{tiling:?}:{fragments:?}:{view:?}:{loads:?}:{out_dtype}:{accumulate}"
+                    "matmul-coop:{tiling:?}:{staged}:{fragments:?}:{view:?}:{loads:?}:{out_dtype}:{accumulate}"
                 );
                 let p = context()?.product_pipeline(&key, fragments, || {
-                    coop::source(tiling, fragments, view, out_dtype, accumulate, loads)
+                    coop::source(tiling, staged, fragments, view, out_dtype, accumulate, loads)
                 })?;
                 COOP_PRODUCTS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                LAST_COOP_STAGED.store(staged, std::sync::atomic::Ordering::Relaxed);
                 LAST_COOP_SUBGROUPS.store(
                     tiling.invocations() / 32,
                     std::sync::atomic::Ordering::Relaxed,
@@ -712,24 +729,31 @@ pub fn kernel_sources() -> Vec<(String, String)> {
         c
     };
     for tiling in coop::Tiling::ALL {
-        for fragments in [coop::Fragments::Cooperative, coop::Fragments::Plain] {
-            for &view in &views {
-                for (i, (dtype, accumulate)) in
-                    [(Dtype::F16, false), (Dtype::F32, false), (Dtype::F32, true)]
-                        .into_iter()
-                        .enumerate()
-                {
-                    for loads in choices(true, i == 0) {
-                        out.push((
-                            format!(
-                                "coop {tiling:?} {fragments:?} {view:?} {loads:?} {dtype} accumulate {accumulate} ({} B)",
-                                tiling.shared_bytes()
-                            ),
-                            format!(
-                                "enable f16;\n{}",
-                                coop::source(tiling, fragments, view, dtype, accumulate, loads)
-                            ),
-                        ));
+        // One staging fragment at a time, and as many as 48 KiB allow.
+        let mut stagings = vec![1, coop::staged_per_round(tiling, 48 << 10)];
+        stagings.dedup();
+        for staged in stagings {
+            for fragments in [coop::Fragments::Cooperative, coop::Fragments::Plain] {
+                for &view in &views {
+                    for (i, (dtype, accumulate)) in
+                        [(Dtype::F16, false), (Dtype::F32, false), (Dtype::F32, true)]
+                            .into_iter()
+                            .enumerate()
+                    {
+                        for loads in choices(true, i == 0) {
+                            out.push((
+                                format!(
+                                    "coop {tiling:?} staging {staged} {fragments:?} {view:?} {loads:?} {dtype} accumulate {accumulate} ({} B)",
+                                    tiling.shared_bytes_staging(staged)
+                                ),
+                                format!(
+                                    "enable f16;\n{}",
+                                    coop::source(
+                                        tiling, staged, fragments, view, dtype, accumulate, loads
+                                    )
+                                ),
+                            ));
+                        }
                     }
                 }
             }
