@@ -584,7 +584,9 @@ impl Product<'_> {
                     "matmul-coop:{tiling:?}:{staged}:{fragments:?}:{view:?}:{loads:?}:{out_dtype}:{accumulate}"
                 );
                 let p = context()?.product_pipeline(&key, fragments, || {
-                    coop::source(tiling, staged, fragments, view, out_dtype, accumulate, loads)
+                    coop::source(
+                        tiling, staged, fragments, view, out_dtype, accumulate, loads,
+                    )
                 })?;
                 COOP_PRODUCTS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 LAST_COOP_STAGED.store(staged, std::sync::atomic::Ordering::Relaxed);
