@@ -11,11 +11,12 @@
 #      host's recording; the wall clock of mid-sized products varied 4x between processes on
 #      the H200): f32 and f16 by default (tensor-core products unchecked), f16 with every
 #      kernel checked (MLX_GPU_CHECKED=1); then cuBLAS (torch_gpu_ops.py) f32 (TF32 off), f16;
-#   3. attention forward and backward with the kernels' GPU time, f32 and f16, and PyTorch's
-#      SDPA (bench/torch_attention.py);
+#   3. attention forward and backward with the kernels' GPU time, f32 and f16 (and f16 without
+#      wgpu's checks, MLX_GPU_CHECKED=0), and PyTorch's SDPA (bench/torch_attention.py);
 #   4. memory-bound kernels with their GPU time (f32, f16), and PyTorch's, with its device copy;
 #   5. where a half-precision step's time goes (MLX_PROFILE=1), reference and large;
-#   6. the split-K wave at 264 and 1056 beside the default 528, with GPU times.
+#   6. the host's cost per dispatch (gpu_dispatch_bench), and the split-K wave at 264 and 1056
+#      beside the default 528, with GPU times.
 # Here: bench/gpu.sh pack; there (carry .gpu-bin and .gl), with timeout_s 560:
 #   BUDGET=480 bash bench/gpu_ab.sh
 set -u
@@ -73,6 +74,9 @@ for d in f32 f16; do
   left && MLX_PROFILE=1 timeout 100 $B/gpu_bench --dtype $d --only attention > $g/att_$d.log 2>&1
   grep -E "^attention" $g/att_$d.log
 done
+# The f16 attention kernels keep wgpu's checks by default (not audited): what would dropping them gain?
+left && MLX_PROFILE=1 MLX_GPU_CHECKED=0 timeout 100 $B/gpu_bench --dtype f16 --only attention \
+  > $g/att_f16_unchecked.log 2>&1; echo "unchecked:"; grep -E "^attention" $g/att_f16_unchecked.log
 left && timeout 100 $PY bench/torch_attention.py > $g/torch_attention.log 2>&1
 grep RESULT $g/torch_attention.log
 pack
@@ -91,6 +95,8 @@ grep -A14 "GPU execution time" $g/prof_ref_f16.log | head -n 14; rm -rf /tmp/pf1
 left && MLX_PROFILE=1 timeout 200 $B/mlx-llama "${R[@]}" "${L[@]}" --dtype f16 --steps 3 \
   --out /tmp/plarge > $g/prof_large_f16.log 2>&1
 grep -A14 "GPU execution time" $g/prof_large_f16.log | head -n 14; rm -rf /tmp/plarge
-# 6. The split-K wave (workgroups one wave holds; 528 by default) at 264 and 1056.
+# 6. The host's cost per dispatch (recording, and the evaluator's share of a block's), then the
+#    split-K wave (workgroups one wave holds; 528 by default) at 264 and 1056.
+left && timeout 60 $B/gpu_dispatch_bench > $g/dispatch_bench.log 2>&1; tail -n 3 $g/dispatch_bench.log
 for w in 264 1056; do mm wave$w MLX_GPU_SPLIT_WAVE=$w; done
 pack; echo packed
