@@ -164,7 +164,8 @@ const SPLIT_GROUPS: usize = 528;
 /// 256 pieces read singly rather than 64 of `vec4`s on half the SMs.
 fn split_parts(p: &Plan, dtype: Dtype) -> Option<usize> {
     let contiguous = p.red.len() == 1 && p.red[0].1 == 1;
-    if !dtype.is_float() || !contiguous || p.len < SPLIT_FROM || p.n_out * 8 > SPLIT_GROUPS {
+    let few = p.n_out > 0 && p.n_out * 8 <= SPLIT_GROUPS;
+    if !dtype.is_float() || !contiguous || p.len < SPLIT_FROM || !few {
         return None;
     }
     let most = (SPLIT_GROUPS / p.n_out).min(p.len / MIN_PIECE);
@@ -682,6 +683,9 @@ mod tests {
         assert_eq!(split_parts(&runs(1, 60_000), Dtype::F32), None);
         assert_eq!(split_parts(&runs(67, 1 << 16), Dtype::F32), None);
         assert_eq!(split_parts(&runs(1, 1 << 16), Dtype::I32), None);
+        // No outputs (a sum over the long axis of a [0, 65536] array).
+        let none = Plan::new(0, vec![(0, 1 << 16)], vec![(1 << 16, 1)]);
+        assert_eq!(split_parts(&none, Dtype::F32), None);
         let strided = Plan::new(0, vec![], vec![(1 << 16, 2)]);
         assert_eq!(split_parts(&strided, Dtype::F32), None);
     }
