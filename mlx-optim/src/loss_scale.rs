@@ -136,9 +136,10 @@ impl Scalars {
 }
 
 /// A float32 scalar that is 0 when every element of `grads` is finite and
-/// NaN otherwise: the sum of [`flag_part`]s times zero (an infinity or NaN
-/// times zero is NaN). Sum it over the ranks holding parts of the
-/// gradients to check them all. Lazy.
+/// NaN otherwise: the sum of each gradient's part (its sum, or `sum(g *
+/// 0)` for a half gradient), times zero (an infinity or NaN times zero is
+/// NaN). Sum it over the ranks holding parts of the gradients to check
+/// them all. Lazy.
 pub fn non_finite_flag(grads: &Tree) -> Result<Array> {
     let mut flag = Array::zeros(&[], Dtype::F32);
     let mut zero = Scalars::new(0.0);
