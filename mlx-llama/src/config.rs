@@ -313,11 +313,11 @@ pub struct TrainConfig {
     #[arg(long)]
     pub data_cache: Option<PathBuf>,
     /// Each rank appends its array memory (`memory::active`/`peak`) per step
-    /// to PATH.rank<R>.jsonl, for memory profiling.
+    /// to `PATH.rank<R>.jsonl`, for memory profiling.
     #[arg(long)]
     pub memory_log: Option<PathBuf>,
     /// Each rank appends the samples of every step (epoch and token-store
-    /// indices of its rows) to PATH.rank<R>.jsonl, to audit which data a
+    /// indices of its rows) to `PATH.rank<R>.jsonl`, to audit which data a
     /// run used.
     #[serde(default)]
     #[arg(long)]

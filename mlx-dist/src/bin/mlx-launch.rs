@@ -111,7 +111,7 @@ struct Args {
     #[arg(long)]
     no_prefix: bool,
     /// Also write each rank's output (both streams, unprefixed) to
-    /// DIR/rank-<r>.log (rank-<r>.restart-<k>.log after a restart); the
+    /// `DIR/rank-<r>.log` (`rank-<r>.restart-<k>.log` after a restart); the
     /// terminal still shows it. Not with --backend mpi.
     #[arg(long, value_name = "DIR")]
     log_dir: Option<PathBuf>,

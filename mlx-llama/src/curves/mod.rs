@@ -73,7 +73,7 @@ pub fn read(path: &Path) -> Result<Vec<Point>> {
     Ok(by_step.into_values().collect())
 }
 
-/// What [`write`] produced.
+/// What [`write()`] produced.
 #[derive(Clone, Debug)]
 pub struct Written {
     /// The CSV of every step.

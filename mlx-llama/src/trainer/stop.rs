@@ -4,7 +4,7 @@
 //! resume; a second one ends the process at once.
 //!
 //! The handler only sets a flag; the ranks agree on it after each step
-//! (see [`agree`]), so every rank stops after the same step, whichever got
+//! (see `agree`), so every rank stops after the same step, whichever got
 //! the signal first.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
