@@ -7,8 +7,9 @@ use anyhow::{Result, bail};
 use crate::util::{cargo, cargo_with_env};
 use crate::{hosts, hosts_lock, macos_check};
 
-/// fmt check, clippy with -D warnings (for this host, for mlx-array without
-/// its GPU backend, then for macOS on Apple silicon, see [`macos_check`]), then every test of the workspace;
+/// fmt check, clippy with -D warnings (for this host and for mlx-array without
+/// its GPU backend), rustdoc with -D warnings, clippy for macOS on Apple
+/// silicon (see [`macos_check`]), then every test of the workspace;
 /// then the MPI backend (feature `mlx-dist/mpi`): clippy and its multi-process
 /// tests under `mpirun`, building only `mlx-dist` again with the feature;
 /// then the multi-host tests across two emulated hosts (`xtask hosts`).
@@ -41,6 +42,12 @@ pub fn run() -> Result<()> {
         "-D",
         "warnings",
     ])?;
+    // The crates' documentation: every intra-doc link resolves, no public
+    // doc links a private item, no stray HTML.
+    cargo_with_env(
+        &["doc", "--workspace", "--no-deps"],
+        &[("RUSTDOCFLAGS", OsStr::new("-D warnings"))],
+    )?;
     match macos_check::unavailable() {
         None => macos_check::run()?,
         Some(why) if ci => bail!("CI is set, but the macOS check cannot run: {why}"),
