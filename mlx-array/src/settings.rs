@@ -130,6 +130,54 @@ impl Flag {
     }
 }
 
+/// A setting of a few named values: the setter's value, else the
+/// environment's, read and `parse`d once.
+struct Choice<T: 'static> {
+    name: &'static str,
+    /// Every value, in the order `set` numbers them.
+    values: &'static [T],
+    parse: fn(Option<&str>) -> Result<T>,
+    /// 0: not set in code; else 1 + the value's index in `values`.
+    set: AtomicU8,
+    env: OnceLock<std::result::Result<T, String>>,
+}
+
+impl<T: Copy + PartialEq> Choice<T> {
+    const fn new(
+        name: &'static str,
+        values: &'static [T],
+        parse: fn(Option<&str>) -> Result<T>,
+    ) -> Choice<T> {
+        Choice {
+            name,
+            values,
+            parse,
+            set: AtomicU8::new(0),
+            env: OnceLock::new(),
+        }
+    }
+
+    fn get(&self) -> Result<T> {
+        match self.set.load(Ordering::Relaxed) {
+            0 => self
+                .env
+                .get_or_init(|| {
+                    (self.parse)(std::env::var(self.name).ok().as_deref())
+                        .map_err(|e| e.to_string())
+                })
+                .clone()
+                .map_err(|message| Error::invalid(self.name, message)),
+            n => Ok(self.values[n as usize - 1]),
+        }
+    }
+
+    fn set(&self, value: T) {
+        let i = self.values.iter().position(|v| *v == value);
+        let i = i.expect("every value of a choice is listed");
+        self.set.store(i as u8 + 1, Ordering::Relaxed);
+    }
+}
+
 static OVERLAP: Flag = Flag::new(MLX_OVERLAP, true);
 static PROFILE: Flag = Flag::new(MLX_PROFILE, false);
 static BF16_GEMM: Flag = Flag::new(MLX_GEMM_BF16, true);
@@ -431,10 +479,6 @@ impl GpuChecks {
     }
 }
 
-/// 0: not set in code; else 1 + the variant's index.
-static GPU_CHECKS_SET: AtomicU8 = AtomicU8::new(0);
-static GPU_CHECKS_ENV: OnceLock<std::result::Result<GpuChecks, String>> = OnceLock::new();
-
 fn parse_gpu_checks(value: Option<&str>) -> Result<GpuChecks> {
     match value.map(|v| v.trim().to_ascii_lowercase()).as_deref() {
         None | Some("" | "auto") => Ok(GpuChecks::Auto),
@@ -452,38 +496,23 @@ fn parse_gpu_checks(value: Option<&str>) -> Result<GpuChecks> {
     }
 }
 
-fn gpu_checks_checked() -> Result<GpuChecks> {
-    match GPU_CHECKS_SET.load(Ordering::Relaxed) {
-        1 => return Ok(GpuChecks::Auto),
-        2 => return Ok(GpuChecks::All),
-        3 => return Ok(GpuChecks::None),
-        _ => {}
-    }
-    GPU_CHECKS_ENV
-        .get_or_init(|| {
-            parse_gpu_checks(std::env::var(MLX_GPU_CHECKED).ok().as_deref())
-                .map_err(|e| e.to_string())
-        })
-        .clone()
-        .map_err(|message| Error::invalid(MLX_GPU_CHECKED, message))
-}
+static GPU_CHECKS: Choice<GpuChecks> = Choice::new(
+    MLX_GPU_CHECKED,
+    &[GpuChecks::Auto, GpuChecks::All, GpuChecks::None],
+    parse_gpu_checks,
+);
 
 /// Which GPU kernels are compiled with wgpu's runtime checks (see
 /// [`GpuChecks`]). Read when a kernel is compiled. An unreadable
 /// `MLX_GPU_CHECKED` counts as the default here; [`check`] reports it.
 pub fn gpu_checks() -> GpuChecks {
-    gpu_checks_checked().unwrap_or(GpuChecks::Auto)
+    GPU_CHECKS.get().unwrap_or(GpuChecks::Auto)
 }
 
 /// Chooses which GPU kernels are compiled with wgpu's runtime checks
 /// (wins over `MLX_GPU_CHECKED`; kernels compiled from then on).
 pub fn set_gpu_checks(checks: GpuChecks) {
-    let v = match checks {
-        GpuChecks::Auto => 1,
-        GpuChecks::All => 2,
-        GpuChecks::None => 3,
-    };
-    GPU_CHECKS_SET.store(v, Ordering::Relaxed);
+    GPU_CHECKS.set(checks);
 }
 
 static GPU_VEC_LOADS: Flag = Flag::new(MLX_GPU_VEC_LOADS, true);
@@ -567,55 +596,36 @@ pub enum GpuCoopmat {
     Plain,
 }
 
-/// 0: not set in code; else 1 + the variant's index.
-static GPU_COOPMAT_SET: AtomicU8 = AtomicU8::new(0);
-static GPU_COOPMAT_ENV: OnceLock<std::result::Result<GpuCoopmat, String>> = OnceLock::new();
-
-fn gpu_coopmat_checked() -> Result<GpuCoopmat> {
-    match GPU_COOPMAT_SET.load(Ordering::Relaxed) {
-        1 => return Ok(GpuCoopmat::Auto),
-        2 => return Ok(GpuCoopmat::Off),
-        3 => return Ok(GpuCoopmat::Plain),
-        _ => {}
+fn parse_gpu_coopmat(value: Option<&str>) -> Result<GpuCoopmat> {
+    if value.is_some_and(|v| v.trim().eq_ignore_ascii_case("plain")) {
+        return Ok(GpuCoopmat::Plain);
     }
-    GPU_COOPMAT_ENV
-        .get_or_init(|| {
-            let v = std::env::var(MLX_GPU_COOPMAT).ok();
-            if v.as_deref()
-                .is_some_and(|v| v.trim().eq_ignore_ascii_case("plain"))
-            {
-                return Ok(GpuCoopmat::Plain);
-            }
-            parse_bool(MLX_GPU_COOPMAT, v.as_deref(), true)
-                .map(|on| {
-                    if on {
-                        GpuCoopmat::Auto
-                    } else {
-                        GpuCoopmat::Off
-                    }
-                })
-                .map_err(|e| e.to_string())
-        })
-        .clone()
-        .map_err(|message| Error::invalid(MLX_GPU_COOPMAT, message))
+    parse_bool(MLX_GPU_COOPMAT, value, true).map(|on| {
+        if on {
+            GpuCoopmat::Auto
+        } else {
+            GpuCoopmat::Off
+        }
+    })
 }
+
+static GPU_COOPMAT: Choice<GpuCoopmat> = Choice::new(
+    MLX_GPU_COOPMAT,
+    &[GpuCoopmat::Auto, GpuCoopmat::Off, GpuCoopmat::Plain],
+    parse_gpu_coopmat,
+);
 
 /// How the GPU multiplies `f16` matrices (see [`GpuCoopmat`]). An
 /// unreadable `MLX_GPU_COOPMAT` counts as the default here; [`check`]
 /// reports it.
 pub fn gpu_coopmat() -> GpuCoopmat {
-    gpu_coopmat_checked().unwrap_or(GpuCoopmat::Auto)
+    GPU_COOPMAT.get().unwrap_or(GpuCoopmat::Auto)
 }
 
 /// Chooses how the GPU multiplies `f16` matrices (wins over
 /// `MLX_GPU_COOPMAT`; takes effect at the next product).
 pub fn set_gpu_coopmat(mode: GpuCoopmat) {
-    let v = match mode {
-        GpuCoopmat::Auto => 1,
-        GpuCoopmat::Off => 2,
-        GpuCoopmat::Plain => 3,
-    };
-    GPU_COOPMAT_SET.store(v, Ordering::Relaxed);
+    GPU_COOPMAT.set(mode);
 }
 
 /// Whether the evaluator overlaps communication with computation (runs
@@ -750,11 +760,11 @@ pub fn check() -> Result<()> {
     GPU_META_ARENA.get()?;
     GPU_SHARED_PASSES.get()?;
     GPU_LAYOUT_CACHE.get()?;
-    gpu_checks_checked()?;
+    GPU_CHECKS.get()?;
     gpu_split_wave_checked()?;
     gpu_attention_tiles_checked()?;
     gpu_coop_subgroups_checked()?;
-    gpu_coopmat_checked()?;
+    GPU_COOPMAT.get()?;
     loss_path()?;
     Ok(())
 }
@@ -799,6 +809,27 @@ mod tests {
         assert!(f.get().unwrap());
         f.set(false);
         assert!(!f.get().unwrap());
+    }
+
+    #[test]
+    fn a_choice_reads_its_variable_once_and_a_setter_wins() {
+        let c = Choice::new(
+            "MLX_TEST_SETTINGS_CHOICE_UNSET",
+            &[GpuCoopmat::Auto, GpuCoopmat::Off, GpuCoopmat::Plain],
+            parse_gpu_coopmat,
+        );
+        assert_eq!(c.get().unwrap(), GpuCoopmat::Auto);
+        for v in [GpuCoopmat::Plain, GpuCoopmat::Off, GpuCoopmat::Auto] {
+            c.set(v);
+            assert_eq!(c.get().unwrap(), v);
+        }
+        assert_eq!(
+            parse_gpu_coopmat(Some(" PLAIN ")).unwrap(),
+            GpuCoopmat::Plain
+        );
+        assert_eq!(parse_gpu_coopmat(Some("0")).unwrap(), GpuCoopmat::Off);
+        let e = parse_gpu_coopmat(Some("tensor")).unwrap_err();
+        assert!(e.to_string().contains("MLX_GPU_COOPMAT"), "{e}");
     }
 
     #[test]

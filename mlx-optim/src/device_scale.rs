@@ -141,7 +141,7 @@ impl DeviceLossScaler {
             };
             g.mul(&inv)
         })?;
-        let flag = sum_over_ranks(non_finite_flag_with(&unscaled, &c.zero)?)?;
+        let flag = sum_over_ranks(crate::loss_scale::non_finite_flag_with(&unscaled, &c.zero)?)?;
         let finite = flag.equal(&c.zero)?.astype(Dtype::F32)?;
         // PyTorch's `_amp_update_scale_`, as `LossScaler::update`.
         let good = where_(&finite, &self.good_steps.add(&c.one)?, &c.zero)?;
@@ -167,32 +167,5 @@ impl Evaluable for DeviceLossScaler {
     fn collect_arrays(&self, out: &mut Vec<Array>) {
         out.push(self.scale.clone());
         out.push(self.good_steps.clone());
-    }
-}
-
-/// [`crate::non_finite_flag`] with a zero already on the device: 0 when
-/// every element of `grads` is finite, NaN otherwise. Lazy.
-pub(crate) fn non_finite_flag_with(grads: &Tree, zero: &Array) -> Result<Array> {
-    let mut flag: Option<Array> = None;
-    let mut zeros: Vec<(Dtype, Array)> = Vec::new();
-    for (_, g) in grads.flatten() {
-        let part = crate::loss_scale::flag_part(&g, || {
-            Ok(match zeros.iter().find(|(d, _)| *d == g.dtype()) {
-                Some((_, z)) => z.clone(),
-                None => {
-                    let z = zero.astype(g.dtype())?;
-                    zeros.push((g.dtype(), z.clone()));
-                    z
-                }
-            })
-        })?;
-        flag = Some(match flag {
-            None => part,
-            Some(f) => f.add(&part)?,
-        });
-    }
-    match flag {
-        Some(f) => Ok(f.mul(zero)?),
-        None => Ok(zero.clone()),
     }
 }

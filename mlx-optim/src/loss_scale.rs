@@ -141,26 +141,42 @@ impl Scalars {
 /// NaN). Sum it over the ranks holding parts of the gradients to check
 /// them all. Lazy.
 pub fn non_finite_flag(grads: &Tree) -> Result<Array> {
-    let mut flag = Array::zeros(&[], Dtype::F32);
-    let mut zero = Scalars::new(0.0);
-    for (_, g) in grads.flatten() {
-        flag = flag.add(&flag_part(&g, || Ok(zero.like(&g)))?)?;
-    }
-    Ok(flag.mul(&zero.like(&flag))?)
+    let zero = Array::zeros(&[], Dtype::F32).to_device(mlx_array::default_device());
+    non_finite_flag_with(grads, &zero)
 }
 
-/// Gradient `g`'s part of a non-finite flag, a float32 scalar that is
-/// finite exactly when every element of `g` is (lazy): a float32 `g`'s sum
-/// (one reduction: a sum of finite float32 values overflows only beyond
-/// 3.4e38, which no gradient approaches; an overflowing step is skipped
-/// either way), else `sum(g * 0)` with `zero` of `g`'s dtype (a half
-/// sum may overflow its dtype where its values do not).
-pub(crate) fn flag_part(g: &Array, zero: impl FnOnce() -> Result<Array>) -> Result<Array> {
-    Ok(if g.dtype() == Dtype::F32 {
-        g.sum_all()?
-    } else {
-        g.mul(&zero()?)?.sum_all()?.astype(Dtype::F32)?
-    })
+/// [`non_finite_flag`] with a float32 zero already on the device. A
+/// float32 gradient's part is its sum (one reduction: a sum of finite
+/// float32 values overflows only beyond 3.4e38, which no gradient
+/// approaches; an overflowing step is skipped either way); a half
+/// gradient's is `sum(g * 0)` (its own sum may overflow its dtype where
+/// its values do not), with the zero cast once per dtype.
+pub(crate) fn non_finite_flag_with(grads: &Tree, zero: &Array) -> Result<Array> {
+    let mut flag: Option<Array> = None;
+    let mut zeros: Vec<(Dtype, Array)> = Vec::new();
+    for (_, g) in grads.flatten() {
+        let part = if g.dtype() == Dtype::F32 {
+            g.sum_all()?
+        } else {
+            let z = match zeros.iter().find(|(d, _)| *d == g.dtype()) {
+                Some((_, z)) => z.clone(),
+                None => {
+                    let z = zero.astype(g.dtype())?;
+                    zeros.push((g.dtype(), z.clone()));
+                    z
+                }
+            };
+            g.mul(&z)?.sum_all()?.astype(Dtype::F32)?
+        };
+        flag = Some(match flag {
+            None => part,
+            Some(f) => f.add(&part)?,
+        });
+    }
+    match flag {
+        Some(f) => Ok(f.mul(zero)?),
+        None => Ok(zero.clone()),
+    }
 }
 
 #[cfg(test)]

@@ -118,90 +118,41 @@ fn long_reductions_with_few_outputs_run_in_two_passes_as_the_cpu_does() {
         let c = with_device(Device::Cpu, || f(x)).unwrap();
         (n, g, c)
     };
-    let window = |x: &Array| x.slice(&[SliceArg::range(1, 257), SliceArg::FULL]);
-    type Reduction = Box<dyn Fn(&Array) -> mlx_array::Result<Array>>;
-    let cases: Vec<(&str, Vec<usize>, Dtype, Reduction, usize)> = vec![
-        // 65,536 values: 16 pieces of 4,096.
-        (
-            "sum of [256, 256]",
-            vec![256, 256],
-            Dtype::F32,
-            Box::new(|x: &Array| x.sum_all()),
-            2,
-        ),
-        (
-            "max of [256, 256]",
-            vec![256, 256],
-            Dtype::F32,
-            Box::new(|x: &Array| x.max_all()),
-            2,
-        ),
-        (
-            "min of [256, 256]",
-            vec![256, 256],
-            Dtype::F32,
-            Box::new(|x: &Array| x.min_all()),
-            2,
-        ),
-        // 90,000 halves: 20 pieces of 4,500, an f16 or bf16 result.
-        (
-            "sum of f16 [300, 300]",
-            vec![300, 300],
-            Dtype::F16,
-            Box::new(|x: &Array| x.sum_all()),
-            2,
-        ),
-        (
-            "sum of bf16 [300, 300]",
-            vec![300, 300],
-            Dtype::BF16,
-            Box::new(|x: &Array| x.sum_all()),
-            2,
-        ),
+    let reduce = |op: &str, x: &Array| match op {
+        "sum" => x.sum_all(),
+        "max" => x.max_all(),
+        "min" => x.min_all(),
         // Rows 1..257 of [258, 256]: the window starts 256 values in.
-        (
-            "sum of a window",
-            vec![258, 256],
-            Dtype::F32,
-            Box::new(move |x: &Array| window(x)?.sum_all()),
-            2,
-        ),
+        "sum of a window" => x
+            .slice(&[SliceArg::range(1, 257), SliceArg::FULL])?
+            .sum_all(),
+        "row sums" => x.sum(&[-1], false),
+        "column sums" => x.sum(&[0], false),
+        other => unreachable!("no reduction {other}"),
+    };
+    // (reduction, shape, dtype, dispatches)
+    let cases: [(&str, &[usize], Dtype, usize); 10] = [
+        // 65,536 values: 16 pieces of 4,096.
+        ("sum", &[256, 256], Dtype::F32, 2),
+        ("max", &[256, 256], Dtype::F32, 2),
+        ("min", &[256, 256], Dtype::F32, 2),
+        // 90,000 halves: 20 pieces of 4,500, an f16 or bf16 result.
+        ("sum", &[300, 300], Dtype::F16, 2),
+        ("sum", &[300, 300], Dtype::BF16, 2),
+        ("sum of a window", &[258, 256], Dtype::F32, 2),
         // Three runs of 70,000: 16 pieces of 4,375 each.
-        (
-            "row sums of [3, 70000]",
-            vec![3, 70000],
-            Dtype::F32,
-            Box::new(|x: &Array| x.sum(&[-1], false)),
-            2,
-        ),
+        ("row sums", &[3, 70000], Dtype::F32, 2),
         // 65,537 is prime: one pass.
-        (
-            "sum of [65537]",
-            vec![65537],
-            Dtype::F32,
-            Box::new(|x: &Array| x.sum_all()),
-            1,
-        ),
+        ("sum", &[65537], Dtype::F32, 1),
         // Runs of stride 2: one pass.
-        (
-            "column sums of [70000, 2]",
-            vec![70000, 2],
-            Dtype::F32,
-            Box::new(|x: &Array| x.sum(&[0], false)),
-            1,
-        ),
+        ("column sums", &[70000, 2], Dtype::F32, 1),
         // No outputs at all: nothing to run.
-        (
-            "row sums of [0, 70000]",
-            vec![0, 70000],
-            Dtype::F32,
-            Box::new(|x: &Array| x.sum(&[-1], false)),
-            0,
-        ),
+        ("row sums", &[0, 70000], Dtype::F32, 0),
     ];
-    for (what, shape, d, f, want) in cases {
-        let x = quarters(&shape, shape.iter().product::<usize>() as u64, d);
-        let (n, g, c) = dispatches(&x, &*f);
+    for (op, shape, d, want) in cases {
+        let what = format!("{op} of {d} {shape:?}");
+        let x = quarters(shape, shape.iter().product::<usize>() as u64, d);
+        let (n, g, c) = dispatches(&x, &|x: &Array| reduce(op, x));
         assert_eq!(n, want, "{what}: dispatches");
         assert_eq!(g.dtype(), c.dtype(), "{what}: dtype");
         // Quarters: every partial sum is exact in f32, in any order.

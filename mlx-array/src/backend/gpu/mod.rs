@@ -265,7 +265,7 @@ impl GpuContext {
         self.compile(key, false, source)
     }
 
-    /// [`Context::pipeline`] for a matrix product on `fragments`: on
+    /// [`GpuContext::pipeline`] for a matrix product on `fragments`: on
     /// cooperative matrices (tensor cores) it is compiled without wgpu's
     /// runtime checks unless [`crate::settings::gpu_checks`] is `All`.
     /// Only the products take this path: every workgroup index of their
