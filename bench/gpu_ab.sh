@@ -9,8 +9,9 @@
 #      goal's baseline);
 #   2. matmul with each product's GPU time (MLX_PROFILE=1: timestamp queries, free of the
 #      host's recording; the wall clock of mid-sized products varied 4x between processes on
-#      the H200): f32 and f16 by default (tensor-core products unchecked), f16 with every
-#      kernel checked (MLX_GPU_CHECKED=1); then cuBLAS (torch_gpu_ops.py) f32 (TF32 off), f16;
+#      the H200): f32 and f16 by default (tensor-core products unchecked and double
+#      buffered), f16 with one buffer (MLX_GPU_COOP_DOUBLE_BUFFER=0: two barriers a slice,
+#      4 staging fragments a round); then cuBLAS (torch_gpu_ops.py) f32 (TF32 off), f16;
 #   3. attention forward and backward with the kernels' GPU time, f32 and f16 (and f16 without
 #      wgpu's checks, MLX_GPU_CHECKED=0), and PyTorch's SDPA (bench/torch_attention.py);
 #   4. memory-bound kernels with their GPU time (f32, f16), and PyTorch's, with its device copy;
@@ -63,8 +64,9 @@ mm() { # name, then VAR=value settings: gpu_bench's matmul table, f32 and f16, w
   done
 }
 mm default
-left && env MLX_PROFILE=1 MLX_GPU_CHECKED=1 timeout 100 $B/gpu_bench --dtype f16 --only matmul \
-  > $g/mm_checked_f16.log 2>&1; echo "checked f16:"; grep -E "^matmul" $g/mm_checked_f16.log
+left && env MLX_PROFILE=1 MLX_GPU_COOP_DOUBLE_BUFFER=0 timeout 100 $B/gpu_bench --dtype f16 \
+  --only matmul > $g/mm_one_buffer_f16.log 2>&1; echo "one buffer f16:"
+grep -E "^matmul" $g/mm_one_buffer_f16.log | sed 's/.*(\([0-9x]*\)): /\1 /'
 pack
 left && timeout 150 $PY bench/torch_gpu_ops.py --only matmul --dtypes f32,f16 > $g/torch_mm.log 2>&1
 grep -E "TFLOP" $g/torch_mm.log | head -n 20

@@ -18,6 +18,7 @@
 //! | `MLX_GPU_SPLIT_K` | `1`/`0` | on: GPU matrix products with few output tiles and a long depth are split over the depth (off: one workgroup per output tile) | [`set_gpu_split_k`] |
 //! | `MLX_GPU_SPLIT_WAVE` | a count of workgroups | 528 (4 per SM of an H100's 132): how many 64 x 64 output tiles one wave of the GPU holds; split-K takes the most depth slices that fit in it (for measuring the best figure on a device) | [`set_gpu_split_wave`] |
 //! | `MLX_GPU_COOP_SUBGROUPS` | `4`, `8` | `4`: the tensor-core matrix product's 128 x 128 tiles run 4 subgroups of 64 x 64 (4 x 4 fragments each); `8`: 8 subgroups of 32 x 64 (2 x 4), the kernel measured on the H100 on 2026-11-26 (for measuring the better on a device) | [`set_gpu_coop_subgroups`] |
+//! | `MLX_GPU_COOP_DOUBLE_BUFFER` | `1`/`0` | on: the tensor-core matrix product stages its operands' depth slices in two buffers where they fit the workgroup memory (one barrier a slice; off: one buffer, two barriers a slice, and more room for the output's staging fragments; for measuring the better on a device) | [`set_gpu_coop_double_buffer`] |
 //! | `MLX_GPU_ATTENTION_TILES` | `auto`, or `BQxBK` of `64x32`, `32x32`, `32x16`, `16x16` | `auto`: the largest tiles that fit the workgroup memory; a pair: the f32-compute attention kernels (forward and both gradient passes) take these tiles where they fit (for measuring the best on a device) | [`set_gpu_attention_tiles`] |
 //! | `MLX_GPU_CHECKED` | `auto`/`1`/`0` | `auto` (default): GPU kernels compiled with wgpu's runtime checks (each dynamic index clamped into its array, each loop given a guard counter), except the tensor-core matrix products (1.42x faster without them on an H200); `1`: every kernel with them; `0`: none (to measure their cost on a device; on lavapipe the f16 fragment kernels then take minutes to compile) | [`set_gpu_checks`] |
 //! | `MLX_GPU_VEC_LOADS` | `1`/`0` | on: the GPU matrix products' and attention kernels' staging loads read whole vectors (4 or 8 elements) along an operand's contiguous dimension where its offset and strides allow (off: one element per load) | [`set_gpu_vec_loads`] |
@@ -63,6 +64,9 @@ pub const MLX_GPU_SPLIT_K: &str = "MLX_GPU_SPLIT_K";
 pub const MLX_GPU_SPLIT_WAVE: &str = "MLX_GPU_SPLIT_WAVE";
 /// `MLX_GPU_COOP_SUBGROUPS`: subgroups per 128 x 128 tensor-core tile.
 pub const MLX_GPU_COOP_SUBGROUPS: &str = "MLX_GPU_COOP_SUBGROUPS";
+/// `MLX_GPU_COOP_DOUBLE_BUFFER`: the tensor-core product's staged slices
+/// in two buffers.
+pub const MLX_GPU_COOP_DOUBLE_BUFFER: &str = "MLX_GPU_COOP_DOUBLE_BUFFER";
 /// `MLX_GPU_ATTENTION_TILES`: the f32-compute attention kernels' tiles.
 pub const MLX_GPU_ATTENTION_TILES: &str = "MLX_GPU_ATTENTION_TILES";
 /// `MLX_GPU_CHECKED`: which GPU kernels are compiled with wgpu's runtime checks.
@@ -253,6 +257,23 @@ pub fn gpu_split_k() -> bool {
 /// Chooses split-K GPU products (wins over `MLX_GPU_SPLIT_K`).
 pub fn set_gpu_split_k(on: bool) {
     GPU_SPLIT_K.set(on);
+}
+
+static GPU_COOP_DOUBLE_BUFFER: Flag = Flag::new(MLX_GPU_COOP_DOUBLE_BUFFER, true);
+
+/// Whether the tensor-core matrix product stages its operands' depth
+/// slices in two buffers where they fit the workgroup memory (default: one
+/// barrier a slice), or in one (two barriers a slice, more room for the
+/// output's staging fragments). An unreadable `MLX_GPU_COOP_DOUBLE_BUFFER`
+/// counts as the default here; [`check`] reports it.
+pub fn gpu_coop_double_buffer() -> bool {
+    GPU_COOP_DOUBLE_BUFFER.get().unwrap_or(true)
+}
+
+/// Chooses the tensor-core product's buffers (wins over
+/// `MLX_GPU_COOP_DOUBLE_BUFFER`; takes effect at the next product).
+pub fn set_gpu_coop_double_buffer(on: bool) {
+    GPU_COOP_DOUBLE_BUFFER.set(on);
 }
 
 /// The split-K wave's default: 4 workgroups of 64 x 64 tiles on each of
@@ -756,6 +777,7 @@ pub fn check() -> Result<()> {
     GPU_F16.get()?;
     GPU_CHUNKS.get()?;
     GPU_SPLIT_K.get()?;
+    GPU_COOP_DOUBLE_BUFFER.get()?;
     GPU_VEC_LOADS.get()?;
     GPU_META_ARENA.get()?;
     GPU_SHARED_PASSES.get()?;

@@ -6,7 +6,8 @@
 
 use mlx_array::backend::gpu::vector_operand_count;
 use mlx_array::settings::{
-    GPU_COOP_SUBGROUPS, GpuCoopmat, set_gpu_coop_subgroups, set_gpu_coopmat, set_gpu_vec_loads,
+    GPU_COOP_SUBGROUPS, GpuCoopmat, set_gpu_coop_double_buffer, set_gpu_coop_subgroups,
+    set_gpu_coopmat, set_gpu_vec_loads,
 };
 use mlx_array::{Array, Dtype, Result};
 
@@ -501,10 +502,12 @@ fn cooperative_template_stages_aligned_operands_with_vector_loads() {
         );
     }
     set_gpu_coop_subgroups(None).unwrap();
-    // The 64 x 64 tiling's 4 fragments a subgroup leave in one round
-    // (26,112 bytes, within what any adapter that runs the template has).
+    // The 64 x 64 tiling with one buffer: its 4 fragments a subgroup leave
+    // in one round (26,112 bytes, within what any adapter that runs the
+    // template has).
+    set_gpu_coop_double_buffer(false);
     check(
-        "plain fragments, 64 tiles",
+        "plain fragments, 64 tiles, one buffer",
         Dtype::F16,
         &[],
         &[],
@@ -512,7 +515,45 @@ fn cooperative_template_stages_aligned_operands_with_vector_loads() {
         40,
         66,
     );
+    assert_eq!(mlx_array::backend::gpu::last_coop_buffers(), Some(1));
     assert_eq!(mlx_array::backend::gpu::last_coop_staged(), Some(4));
+    set_gpu_coop_double_buffer(true);
+    set_gpu_coopmat(GpuCoopmat::Auto);
+}
+
+/// The tensor-core template's double-buffered main loop (slice `s` staged
+/// in buffer `s % 2`, one barrier a slice) on the 64 x 64 tiling, which
+/// has room for two buffers on any adapter that runs the template (27,648
+/// bytes with 2 staging fragments): depths of one, two, three and four
+/// 32-deep slices and partial last slices, so that both buffers hold the
+/// last slice in turn, in every transpose case; the same products with one
+/// buffer agree with the CPU too.
+#[test]
+fn cooperative_template_double_buffers_its_slices() {
+    let Some(_gpu) = gpu() else { return };
+    if !native_f16_or_skip() {
+        return;
+    }
+    set_gpu_coopmat(GpuCoopmat::Plain);
+    for double in [true, false] {
+        set_gpu_coop_double_buffer(double);
+        for k in [16, 32, 33, 64, 96, 100, 128] {
+            check(
+                &format!("plain fragments, double buffer {double}"),
+                Dtype::F16,
+                &[],
+                &[],
+                37,
+                k,
+                70,
+            );
+            assert_eq!(
+                mlx_array::backend::gpu::last_coop_buffers(),
+                Some(if double { 2 } else { 1 })
+            );
+        }
+    }
+    set_gpu_coop_double_buffer(true);
     set_gpu_coopmat(GpuCoopmat::Auto);
 }
 

@@ -8,7 +8,11 @@
 //! `32 x bn` slice of `b` in workgroup memory as f16 (rows padded by 8
 //! halves, 16 bytes, to spread the fragment loads over the banks); the
 //! next slice's global loads go to registers while the present slice's
-//! fragments multiply. The output leaves through 16 x 16 f32 staging
+//! fragments multiply. Where the workgroup memory holds two slices of
+//! each operand ([`Staging`]), the registers go to the other buffer right
+//! after the products, so one barrier a slice suffices (the f32 kernel's
+//! double buffering); else the one buffer costs two barriers a slice (one
+//! before its products, one before it is overwritten). The output leaves through 16 x 16 f32 staging
 //! fragments, up to 4 per subgroup at a time ([`staged_per_round`]), from
 //! which the 32 invocations write 8 values each per fragment,
 //! bounds-checked, converted to the output dtype (or added into it): edges
@@ -144,35 +148,88 @@ impl Tiling {
         self.sg_rows * self.sg_cols * 32
     }
 
-    /// Workgroup memory in bytes with one staging fragment per subgroup
-    /// (the least the kernel runs with): the staged slices (f16) and the
-    /// staging fragments (f32).
+    /// Workgroup memory in bytes of the least the kernel runs with: one
+    /// buffer per operand and one staging fragment per subgroup.
     pub fn shared_bytes(self) -> usize {
-        self.shared_bytes_staging(1)
+        self.shared_bytes_for(Staging::LEAST)
     }
 
-    /// Workgroup memory in bytes with `staged` staging fragments per
-    /// subgroup (see [`staged_per_round`]).
-    pub fn shared_bytes_staging(self, staged: usize) -> usize {
-        2 * (self.bm() * (DEPTH + PAD) + DEPTH * (self.bn() + PAD))
-            + 4 * 256 * staged * self.sg_rows * self.sg_cols
+    /// Halves of one staged slice of `a` (`bm` rows of 32 depths, padded).
+    fn a_slice_len(self) -> usize {
+        self.bm() * (DEPTH + PAD)
+    }
+
+    /// Halves of one staged slice of `b` (32 depths of `bn` columns, padded).
+    fn b_slice_len(self) -> usize {
+        DEPTH * (self.bn() + PAD)
+    }
+
+    /// Workgroup memory in bytes with `staging`: its buffers of staged
+    /// slices (f16) and its staging fragments (f32).
+    pub fn shared_bytes_for(self, staging: Staging) -> usize {
+        2 * staging.buffers * (self.a_slice_len() + self.b_slice_len())
+            + 4 * 256 * staging.staged * self.sg_rows * self.sg_cols
+    }
+}
+
+/// How the template uses its workgroup memory: `buffers` (1 or 2) staged
+/// slices of each operand, and `staged` output fragments per subgroup
+/// passed through the f32 staging fragments a round.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct Staging {
+    /// Staged depth slices per operand: 2, one barrier a slice; 1, two.
+    pub buffers: usize,
+    /// Output fragments per subgroup a round of the staged epilogue.
+    pub staged: usize,
+}
+
+impl Staging {
+    /// One buffer, one fragment a round: what any adapter that runs the
+    /// template has room for.
+    pub const LEAST: Staging = Staging {
+        buffers: 1,
+        staged: 1,
+    };
+
+    /// The staging of `tiling` within `limit` bytes: two buffers where
+    /// `double` allows and they fit beside one staging fragment, then
+    /// [`staged_per_round`]. With 48 KiB: the 4-subgroup 128 x 128 tiling
+    /// takes 2 buffers and 2 fragments a round (46,080 B; one buffer would
+    /// leave room for 4: 35,328 B), the 8-subgroup one 2 and 1 (46,080 B),
+    /// the 64 x 64 one 2 and 4 (35,840 B).
+    pub fn choose(tiling: Tiling, limit: usize, double: bool) -> Staging {
+        let two = Staging {
+            buffers: 2,
+            staged: 1,
+        };
+        let buffers = if double && tiling.shared_bytes_for(two) <= limit {
+            2
+        } else {
+            1
+        };
+        Staging {
+            buffers,
+            staged: staged_per_round(tiling, buffers, limit),
+        }
     }
 }
 
 /// How many of a subgroup's output fragments the staged epilogue passes
-/// through workgroup memory at a time: the most of 4, 2 and 1 that divides
-/// its fragments and keeps the kernel within `limit` bytes of workgroup
-/// memory. Each round costs two barriers (the last one), so the 4-subgroup
-/// 128 x 128 tiling's 16 fragments leave in 4 rounds (8 barriers, against
-/// 32 a fragment at a time: as many as a 512-deep product's main loop
-/// has) with 35,328 bytes, the 8-subgroup one's 8 in 4 rounds of 2 (its 8
-/// subgroups would need 51,712 bytes for 4), the 64 x 64 tiling's 4 in one
-/// round (26,112 bytes).
-pub(super) fn staged_per_round(tiling: Tiling, limit: usize) -> usize {
+/// through workgroup memory at a time, beside `buffers` staged slices per
+/// operand: the most of 4, 2 and 1 that divides its fragments and keeps
+/// the kernel within `limit` bytes of workgroup memory. Each round costs
+/// two barriers (the last one), so the 4-subgroup 128 x 128 tiling's 16
+/// fragments leave in 4 rounds with one buffer (8 barriers, against 32 a
+/// fragment at a time: as many as a 512-deep product's main loop has;
+/// 35,328 bytes), in 8 with two; the 8-subgroup one's 8 in 4 rounds of 2
+/// with one buffer (its 8 subgroups would need 51,712 bytes for 4); the
+/// 64 x 64 tiling's 4 in one round.
+pub(super) fn staged_per_round(tiling: Tiling, buffers: usize, limit: usize) -> usize {
     [4, 2, 1]
         .into_iter()
-        .find(|&r| {
-            (tiling.fm * tiling.fn_).is_multiple_of(r) && tiling.shared_bytes_staging(r) <= limit
+        .find(|&staged| {
+            (tiling.fm * tiling.fn_).is_multiple_of(staged)
+                && tiling.shared_bytes_for(Staging { buffers, staged }) <= limit
         })
         .unwrap_or(1)
 }
@@ -180,12 +237,13 @@ pub(super) fn staged_per_round(tiling: Tiling, limit: usize) -> usize {
 /// WGSL (without the leading `enable f16;` that the pipeline cache adds)
 /// of `a @ b` for f16 operands laid out as `view`, written as `out_dtype`
 /// (f16, or f32 added into `out` with `accumulate`), staging the operands
-/// `loads` names [`VEC`] halves a load and the others one, and the output
-/// `staged` fragments per subgroup at a time ([`staged_per_round`]).
+/// `loads` names [`VEC`] halves a load and the others one, in
+/// `staging.buffers` slices each, and the output `staging.staged`
+/// fragments per subgroup at a time ([`Staging::choose`]).
 #[allow(clippy::too_many_arguments)]
 pub(super) fn source(
     tiling: Tiling,
-    staged: usize,
+    staging: Staging,
     fragments: Fragments,
     view: View,
     out_dtype: Dtype,
@@ -193,6 +251,9 @@ pub(super) fn source(
     loads: VecLoads,
 ) -> String {
     let (bm, bn, inv) = (tiling.bm(), tiling.bn(), tiling.invocations());
+    let Staging { buffers, staged } = staging;
+    let double = buffers == 2;
+    debug_assert!(buffers == 1 || double);
     let (fm, fnn) = (tiling.fm, tiling.fn_);
     let sa_stride = DEPTH + PAD;
     let sb_stride = bn + PAD;
@@ -224,7 +285,7 @@ pub(super) fn source(
         offset: "ao",
         place_stride: "ars",
         depth_stride: "acs",
-        shared_base: "",
+        shared_base: if double { "pa + " } else { "" },
         shared_place: sa_stride,
         shared_depth: 1,
     };
@@ -240,7 +301,7 @@ pub(super) fn source(
         offset: "bo",
         place_stride: "bcs",
         depth_stride: "brs",
-        shared_base: "",
+        shared_base: if double { "pb + " } else { "" },
         shared_place: 1,
         shared_depth: sb_stride,
     };
@@ -287,7 +348,8 @@ pub(super) fn source(
         step.push_str("        {\n");
         for (i, a) in a_ops.iter().enumerate() {
             step.push_str(&format!(
-                "            let ia{i} = (wr + {r}u) * {sa_stride}u + {ks}u;\n",
+                "            let ia{i} = {base}(wr + {r}u) * {sa_stride}u + {ks}u;\n",
+                base = if double { "abuf + " } else { "" },
                 r = i * 16,
                 ks = s * 16
             ));
@@ -295,7 +357,8 @@ pub(super) fn source(
         }
         for (j, b) in b_ops.iter().enumerate() {
             step.push_str(&format!(
-                "            let ib{j} = {ks}u * {sb_stride}u + wc + {c}u;\n",
+                "            let ib{j} = {base}{ks}u * {sb_stride}u + wc + {c}u;\n",
+                base = if double { "bbuf + " } else { "" },
                 ks = s * 16,
                 c = j * 16
             ));
@@ -358,6 +421,58 @@ pub(super) fn source(
         }
     }
     let epilogue = epilogue(&direct, &store, out_dtype, accumulate, tiling);
+    let (a_len, b_len) = (tiling.a_slice_len(), tiling.b_slice_len());
+    let main_loop = if double {
+        // Slice `s` in buffer `s % 2`: the next slice's registers go to
+        // the other buffer after the present one's products; every
+        // invocation finished reading that buffer before the last
+        // barrier, and one barrier makes the new slice visible.
+        format!(
+            r#"    var k0 = 0u;
+    var cur = 0u;
+    {{
+        let kf = 0u;
+        let pa = 0u;
+        let pb = 0u;
+{fetch}{put}    }}
+    workgroupBarrier();
+    loop {{
+        if (k0 >= k) {{ break; }}
+        let kf = k0 + {DEPTH}u;
+        let next = kf < k;
+        if (next) {{
+{fetch}        }}
+        let abuf = cur * {a_len}u;
+        let bbuf = cur * {b_len}u;
+{step}        let nbuf = 1u - cur;
+        if (next) {{
+            let pa = nbuf * {a_len}u;
+            let pb = nbuf * {b_len}u;
+{put}        }}
+        workgroupBarrier();
+        cur = nbuf;
+        k0 = kf;
+    }}
+"#
+        )
+    } else {
+        format!(
+            r#"    var k0 = 0u;
+    {{
+        let kf = 0u;
+{fetch}    }}
+    loop {{
+        if (k0 >= k) {{ break; }}
+{put}        workgroupBarrier();
+        let kf = k0 + {DEPTH}u;
+        if (kf < k) {{
+{fetch}        }}
+{step}        workgroupBarrier();
+        k0 = kf;
+    }}
+"#
+        )
+    };
     src.push_str(&format!(
         r#"
 var<workgroup> sa: array<f16, {sa_len}>;
@@ -375,24 +490,11 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nw: vec3
     let row_base = tm * {bm}u;
     let col_base = tn * {bn}u;
 {decl}{regs}
-    var k0 = 0u;
-    {{
-        let kf = 0u;
-{fetch}    }}
-    loop {{
-        if (k0 >= k) {{ break; }}
-{put}        workgroupBarrier();
-        let kf = k0 + {DEPTH}u;
-        if (kf < k) {{
-{fetch}        }}
-{step}        workgroupBarrier();
-        k0 = kf;
-    }}
-    let ob = params[13] + bi * m * n;
+{main_loop}    let ob = params[13] + bi * m * n;
 {epilogue}}}
 "#,
-        sa_len = bm * sa_stride,
-        sb_len = DEPTH * sb_stride,
+        sa_len = buffers * a_len,
+        sb_len = buffers * b_len,
         stage_len = 256 * staged * tiling.sg_rows * tiling.sg_cols,
         sg_cols = tiling.sg_cols,
         wm = fm * 16,
@@ -471,5 +573,68 @@ fn stage(name: &str, shared: &str, slice: &Slice<'_>, [regs, fetch, put]: [&mut 
             ));
         }
         put.push_str(" }\n");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `(buffers, staged, bytes)` of `tiling` within `limit` bytes.
+    fn chosen(tiling: Tiling, limit: usize, double: bool) -> (usize, usize, usize) {
+        let s = Staging::choose(tiling, limit, double);
+        (s.buffers, s.staged, tiling.shared_bytes_for(s))
+    }
+
+    #[test]
+    fn stagings_fill_the_workgroup_memory_as_documented() {
+        let (h100, lavapipe) = (48 << 10, 32 << 10);
+        // Two buffers where they fit, the staging fragments in what is left.
+        assert_eq!(chosen(Tiling::LARGE_4, h100, true), (2, 2, 46_080));
+        assert_eq!(chosen(Tiling::LARGE_8, h100, true), (2, 1, 46_080));
+        assert_eq!(chosen(Tiling::SMALL, h100, true), (2, 4, 35_840));
+        // One buffer: more staging fragments a round.
+        assert_eq!(chosen(Tiling::LARGE_4, h100, false), (1, 4, 35_328));
+        assert_eq!(chosen(Tiling::LARGE_8, h100, false), (1, 2, 35_328));
+        assert_eq!(chosen(Tiling::SMALL, h100, false), (1, 4, 26_112));
+        // 32 KiB: only the 64 x 64 tiling has room for two buffers.
+        assert_eq!(chosen(Tiling::LARGE_4, lavapipe, true), (1, 2, 27_136));
+        assert_eq!(chosen(Tiling::LARGE_8, lavapipe, true), (1, 1, 27_136));
+        assert_eq!(chosen(Tiling::SMALL, lavapipe, true), (2, 2, 27_648));
+        // The least always fits where the template runs at all.
+        for tiling in Tiling::ALL {
+            assert_eq!(
+                tiling.shared_bytes(),
+                tiling.shared_bytes_for(Staging::LEAST)
+            );
+            assert!(tiling.shared_bytes() <= lavapipe);
+        }
+    }
+
+    #[test]
+    fn the_double_buffered_loop_has_one_barrier_a_slice() {
+        let barriers = |staging: Staging| {
+            let src = source(
+                Tiling::SMALL,
+                staging,
+                Fragments::Plain,
+                View {
+                    a_cols: false,
+                    b_cols: false,
+                },
+                Dtype::F16,
+                false,
+                VecLoads::default(),
+            );
+            let main = &src[src.find("loop {").unwrap()..src.find("let ob =").unwrap()];
+            main.matches("workgroupBarrier()").count()
+        };
+        let one = |staged| Staging { buffers: 1, staged };
+        let two = Staging {
+            buffers: 2,
+            staged: 4,
+        };
+        assert_eq!(barriers(one(4)), 2);
+        assert_eq!(barriers(two), 1);
     }
 }

@@ -28,9 +28,26 @@
 //! |---|---|---|---|---|---|---|
 //! | f32, 128 | 256 | 128 x 128, depth slices of 16, double buffered | 8 x 8 outputs | 33,792 B | ~110-128 | 2 (registers) |
 //! | f32, 64 | 256 | 64 x 64, slices of 16, double buffered | 4 x 4 outputs | 17,408 B | ~48 | 4-8 |
-//! | coop, large (default) | 128 (4 subgroups, 2 x 2) | 128 x 128, slices of 32 | a subgroup: 4 x 4 fragments (64 x 64) | 35,328 B (4 staging fragments a subgroup) | ~210 | 2 (registers) |
-//! | coop, large, `MLX_GPU_COOP_SUBGROUPS=8` | 256 (8 subgroups, 4 x 2) | 128 x 128, slices of 32 | a subgroup: 2 x 4 fragments (32 x 64) | 35,328 B (2 staging fragments) | ~100-130 | 2 |
-//! | coop, small | 128 (4 subgroups, 2 x 2) | 64 x 64, slices of 32 | a subgroup: 2 x 2 fragments (32 x 32) | 26,112 B (4 staging fragments) | ~70 | 4-8 |
+//! | coop, large (default) | 128 (4 subgroups, 2 x 2) | 128 x 128, slices of 32, double buffered | a subgroup: 4 x 4 fragments (64 x 64) | 46,080 B (2 staging fragments a subgroup) | ~210 | 2 (registers) |
+//! | coop, large, `MLX_GPU_COOP_SUBGROUPS=8` | 256 (8 subgroups, 4 x 2) | 128 x 128, slices of 32, double buffered | a subgroup: 2 x 4 fragments (32 x 64) | 46,080 B (1 staging fragment) | ~100-130 | 2 |
+//! | coop, small | 128 (4 subgroups, 2 x 2) | 64 x 64, slices of 32, double buffered | a subgroup: 2 x 2 fragments (32 x 32) | 35,840 B (4 staging fragments) | ~70 | 4-6 |
+//!
+//! **Double buffering of the tensor-core kernel** (`coop::Staging`,
+//! `MLX_GPU_COOP_DOUBLE_BUFFER`; designed, not measured). With one buffer
+//! per operand, every 32-deep slice costs two barriers: the stores of the
+//! next slice wait until every subgroup has finished multiplying the
+//! present one, and the products wait for the stores. With two, each
+//! slice's registers go to the other buffer right after the products, and
+//! one barrier per slice remains: at 8192^3, 256 barriers a tile instead
+//! of 512, and no warp of a workgroup idles between its products and its
+//! stores while the slowest finishes. The price is workgroup memory: the
+//! 128 x 128 tilings keep room for only 2 (4 subgroups) or 1 (8) staging
+//! fragments a round in 48 KiB, so their epilogue takes 16 barriers
+//! instead of 8; a 256-deep product (the reference model's) then costs 24
+//! barriers either way, and every deeper one fewer with two buffers. An
+//! SM's 228 KiB hold 4 such workgroups; registers allow 2. On lavapipe
+//! (32 KiB) only the 64 x 64 tiling fits two buffers (27,648 B, 2 staging
+//! fragments), so CI runs both main loops.
 //!
 //! Measured on an H200 (2026-11-27, `bench/gpu_ab.sh`, wall clock over 10
 //! products): the f32 128-tile kernel 28.4 and 29.1 TFLOP/s at 4096^3 and
@@ -193,6 +210,21 @@ static LAST_COOP_STAGED: std::sync::atomic::AtomicUsize = std::sync::atomic::Ato
 /// `None` before the first (for tests that check which epilogue ran).
 pub fn last_coop_staged() -> Option<usize> {
     match LAST_COOP_STAGED.load(std::sync::atomic::Ordering::Relaxed) {
+        0 => None,
+        n => Some(n),
+    }
+}
+
+/// Staged slices per operand of the last product recorded on the
+/// cooperative template (0: none yet).
+static LAST_COOP_BUFFERS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// How many buffers of staged depth slices per operand (1 or 2) the last
+/// product recorded on the cooperative template used
+/// (`coop::Staging::choose`), `None` before the first (for tests that
+/// check which main loop ran).
+pub fn last_coop_buffers() -> Option<usize> {
+    match LAST_COOP_BUFFERS.load(std::sync::atomic::Ordering::Relaxed) {
         0 => None,
         n => Some(n),
     }
@@ -579,17 +611,19 @@ impl Product<'_> {
                     coop::Tiling::SMALL
                 };
                 let limit = context()?.limits.max_compute_workgroup_storage_size as usize;
-                let staged = coop::staged_per_round(tiling, limit);
+                let staging =
+                    coop::Staging::choose(tiling, limit, settings::gpu_coop_double_buffer());
                 let key = format!(
-                    "matmul-coop:{tiling:?}:{staged}:{fragments:?}:{view:?}:{loads:?}:{out_dtype}:{accumulate}"
+                    "matmul-coop:{tiling:?}:{staging:?}:{fragments:?}:{view:?}:{loads:?}:{out_dtype}:{accumulate}"
                 );
                 let p = context()?.product_pipeline(&key, fragments, || {
                     coop::source(
-                        tiling, staged, fragments, view, out_dtype, accumulate, loads,
+                        tiling, staging, fragments, view, out_dtype, accumulate, loads,
                     )
                 })?;
                 COOP_PRODUCTS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                LAST_COOP_STAGED.store(staged, std::sync::atomic::Ordering::Relaxed);
+                LAST_COOP_STAGED.store(staging.staged, std::sync::atomic::Ordering::Relaxed);
+                LAST_COOP_BUFFERS.store(staging.buffers, std::sync::atomic::Ordering::Relaxed);
                 LAST_COOP_SUBGROUPS.store(
                     tiling.invocations() / 32,
                     std::sync::atomic::Ordering::Relaxed,
@@ -731,10 +765,16 @@ pub fn kernel_sources() -> Vec<(String, String)> {
         c
     };
     for tiling in coop::Tiling::ALL {
-        // One staging fragment at a time, and as many as 48 KiB allow.
-        let mut stagings = vec![1, coop::staged_per_round(tiling, 48 << 10)];
-        stagings.dedup();
-        for staged in stagings {
+        // One buffer and one staging fragment at a time, and what 48 KiB
+        // allow with one buffer and with two.
+        let mut stagings = vec![coop::Staging::LEAST];
+        for double in [false, true] {
+            let s = coop::Staging::choose(tiling, 48 << 10, double);
+            if !stagings.contains(&s) {
+                stagings.push(s);
+            }
+        }
+        for staging in stagings {
             for fragments in [coop::Fragments::Cooperative, coop::Fragments::Plain] {
                 for &view in &views {
                     for (i, (dtype, accumulate)) in
@@ -745,13 +785,13 @@ pub fn kernel_sources() -> Vec<(String, String)> {
                         for loads in choices(true, i == 0) {
                             out.push((
                                 format!(
-                                    "coop {tiling:?} staging {staged} {fragments:?} {view:?} {loads:?} {dtype} accumulate {accumulate} ({} B)",
-                                    tiling.shared_bytes_staging(staged)
+                                    "coop {tiling:?} {staging:?} {fragments:?} {view:?} {loads:?} {dtype} accumulate {accumulate} ({} B)",
+                                    tiling.shared_bytes_for(staging)
                                 ),
                                 format!(
                                     "enable f16;\n{}",
                                     coop::source(
-                                        tiling, staged, fragments, view, dtype, accumulate, loads
+                                        tiling, staging, fragments, view, dtype, accumulate, loads
                                     )
                                 ),
                             ));
