@@ -60,6 +60,25 @@ const SHAPES: &[(&str, usize, usize, usize, bool, bool)] = &[
     ("mlp 2044x256@256x512", 2044, 256, 512, false, false),
     ("dW 256x2044@2044x512 (aT)", 256, 2044, 512, true, false),
     ("dX 2044x512@512x256 (bT)", 2044, 512, 256, false, true),
+    // The large model's (12 x 768, MLP 2048, 16 x 512 tokens): an MLP
+    // product, and weight gradients over 8,192 rows.
+    ("large 8192x768@768x2048", 8192, 768, 2048, false, false),
+    (
+        "large dW 768x8192@8192x2048 (aT)",
+        768,
+        8192,
+        2048,
+        true,
+        false,
+    ),
+    (
+        "large dW 768x8192@8192x768 (aT)",
+        768,
+        8192,
+        768,
+        true,
+        false,
+    ),
 ];
 
 /// A uniform GPU array of `shape` and `dtype` (made on the CPU, moved once).

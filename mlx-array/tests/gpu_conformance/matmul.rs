@@ -168,6 +168,38 @@ fn split_k_products_agree_with_the_cpu() {
     set_gpu_coopmat(GpuCoopmat::Auto);
 }
 
+/// A product with few 128 x 128 tiles and a deep reduction is split on
+/// those tiles when its slices fill the waves (`split_big`; a wave of 16
+/// 64 x 64 workgroups here is 8 of 128 x 128, so 4 tiles in 2 slices fill
+/// it): two dispatches, 128 tiles, the CPU's values on the f32 kernel
+/// (f32, bf16) and the cooperative template (f16, plain fragments), in
+/// every transpose case, the last slice short.
+#[test]
+fn deep_products_with_few_big_tiles_split_on_them() {
+    let Some(_gpu) = gpu() else { return };
+    mlx_array::settings::set_gpu_split_wave(Some(16));
+    for (dtype, coopmat) in [
+        (Dtype::F32, GpuCoopmat::Off),
+        (Dtype::BF16, GpuCoopmat::Off),
+        (Dtype::F16, GpuCoopmat::Plain),
+    ] {
+        if dtype == Dtype::F16 && !native_f16_or_skip() {
+            continue;
+        }
+        set_gpu_coopmat(coopmat);
+        assert_eq!(dispatches_in(dtype, 250, 2100, 256), 2, "{dtype}: split");
+        assert_eq!(mlx_array::backend::gpu::last_product_tile(), Some(128));
+        check("split on 128 tiles", dtype, &[], &[], 250, 2100, 256);
+        assert_eq!(mlx_array::backend::gpu::last_product_tile(), Some(128));
+        // One slice of 1,024 is too few: the 64 x 64 tiles, whole (16
+        // of them fill the wave).
+        assert_eq!(dispatches_in(dtype, 250, 2000, 256), 1, "{dtype}: whole");
+        assert_eq!(mlx_array::backend::gpu::last_product_tile(), Some(64));
+    }
+    mlx_array::settings::set_gpu_split_wave(None);
+    set_gpu_coopmat(GpuCoopmat::Auto);
+}
+
 #[test]
 fn cooperative_template_with_plain_fragments_agrees_with_the_cpu() {
     let Some(_gpu) = gpu() else { return };

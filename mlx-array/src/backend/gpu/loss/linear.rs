@@ -28,9 +28,9 @@
 //! dispatches a block (14 a step at the reference shape, against the two
 //! passes' 8 a chunk, 200 a step). On an H100 a block's logits
 //! product is 8 x 393 tiles of 128 x 128 (3,144 workgroups, ~12 waves of
-//! two per SM); `dh[block]` (`[1022, 50257] @ [50257, 256]`, 64 tiles of
-//! 64 x 64) is split into 9 slices of 5,600 classes (576 workgroups, 9.4 MB
-//! of partial sums); `dw` (`[50257, 1022] @ [1022, 256]`) is 786 tiles of
+//! two per SM); `dh[block]` (`[1022, 50257] @ [50257, 256]`, 16 tiles of
+//! 128 x 128) is split into 15 slices of 3,360 classes (240 workgroups,
+//! 15.7 MB of partial sums; `matmul::split_big`); `dw` (`[50257, 1022] @ [1022, 256]`) is 786 tiles of
 //! 128 x 128. 158 GFLOP a step in products instead of 210.
 //!
 //! Everything is recorded into the eval's command encoder (and goes to the
@@ -64,9 +64,9 @@
 //! 35,328 B of workgroup memory, 2 per SM by registers; its f32 rows of
 //! 50,257 are not 16-byte aligned, so they leave through the staging
 //! fragment), depth 256 in 8 staged slices;
-//! `dh[block]` has 64 tiles of 64 x 64 and is split over the 50257 classes
-//! into 9 slices of 5600 (576 workgroups of 128 invocations, 26,112 B, 4
-//! or more per SM; 9.4 MB of f32 partial sums); `dw` is 786 tiles of
+//! `dh[block]` has 16 tiles of 128 x 128 and is split over the 50257
+//! classes into 15 slices of 3,360 (240 workgroups of the 128 x 128
+//! tiling, about two per SM; 15.7 MB of f32 partial sums); `dw` is 786 tiles of
 //! 128 x 128 over a depth of 1022, added into the f32 gradient from the
 //! second block on. Standalone, the same three products measured 32.7,
 //! 5.9 (unsplit) and 59.4 TFLOP/s on the tensor-core kernel against 16.7,

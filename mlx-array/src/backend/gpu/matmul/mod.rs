@@ -99,13 +99,19 @@
 //! 512 at 1.3 unsplit, a fifth and a third of their f32 rates). `MLX_GPU_SPLIT_K=0`
 //! ([`settings::set_gpu_split_k`]) turns it off, to measure the gain.
 //!
-//! | split-K, `[m, k] @ [k, n]` | tiles (64) | slices x depth | workgroups | partial sums |
+//! | split-K, `[m, k] @ [k, n]` | tiles (side) | slices x depth | workgroups | partial sums |
 //! |---|---|---|---|---|
-//! | loss, one pass: `dh[block] = g @ w`, 1022 x 50257 x 256 | 64 | 8 x 6288 | 512 | 8.4 MB |
-//! | loss `dh += g @ w[chunk]`, 2044 x 2052 x 256 | 128 | 4 x 528 | 512 | 8.4 MB |
-//! | loss `dw[chunk] = g^T @ h`, 2052 x 2044 x 256 | 132 | 4 x 512 | 528 | 8.4 MB |
-//! | `dX` 2044 x 50257 x 256 (gpu_bench) | 128 | 4 x 12576 | 512 | 8.4 MB |
-//! | `dW` 256 x 2044 x 512 (gpu_bench) | 32 | 7 x 304 | 224 | 3.7 MB |
+//! | loss, one pass: `dh[block] = g @ w`, 1022 x 50257 x 256 | 16 (128) | 15 x 3360 | 240 | 15.7 MB |
+//! | loss `dh += g @ w[chunk]`, 2044 x 2052 x 256 | 128 (64) | 4 x 528 | 512 | 8.4 MB |
+//! | loss `dw[chunk] = g^T @ h`, 2052 x 2044 x 256 | 132 (64) | 4 x 512 | 528 | 8.4 MB |
+//! | `dX` 2044 x 50257 x 256 (gpu_bench) | 32 (128) | 8 x 6288 | 256 | 16.7 MB |
+//! | `dW` 256 x 2044 x 512 (gpu_bench) | 32 (64) | 7 x 304 | 224 | 3.7 MB |
+//! | large model `dW`, 768 x 8192 x 2048 | 96 (128) | 5 x 1648 | 480 | 31.5 MB |
+//! | large model `dW`, 768 x 8192 x 768 | 36 (128) | 7 x 1184 | 252 | 16.5 MB |
+//!
+//! Products deep enough for slices of 1,024 that fill 90% of their waves
+//! of 128 x 128 workgroups split on those ([`split_big`]); the others on
+//! 64 x 64 tiles ([`split_k`]).
 //!
 //! With 4 workgroups per SM (32 warps) instead of one (8), the loss's
 //! gradient products should run near the 64-tile kernel's rate on large
@@ -210,6 +216,19 @@ static LAST_COOP_STAGED: std::sync::atomic::AtomicUsize = std::sync::atomic::Ato
 /// `None` before the first (for tests that check which epilogue ran).
 pub fn last_coop_staged() -> Option<usize> {
     match LAST_COOP_STAGED.load(std::sync::atomic::Ordering::Relaxed) {
+        0 => None,
+        n => Some(n),
+    }
+}
+
+/// Output tile side (64 or 128) of the last product recorded (0: none yet).
+static LAST_PRODUCT_TILE: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// The output tile side (64 or 128) of the last product recorded on
+/// either kernel, `None` before the first (for tests that check which
+/// tiles, and so which split, a product took).
+pub fn last_product_tile() -> Option<usize> {
+    match LAST_PRODUCT_TILE.load(std::sync::atomic::Ordering::Relaxed) {
         0 => None,
         n => Some(n),
     }
@@ -446,19 +465,22 @@ impl<'a> Product<'a> {
             return Ok(());
         }
         let big = self.big();
-        if !big
-            && settings::gpu_split_k()
-            && let Some(slices) = self.depth_split(coop.is_some())?
-        {
-            let parts = alloc(&[slices.count * total], Dtype::F32)?;
-            self.dispatch(
-                coop,
-                64,
-                Dtype::F32,
-                slices,
-                &partial(&parts, &[slices.count * total]),
-            )?;
-            return sum_slices(&parts, slices.count, total, out_dtype, to);
+        if !big && settings::gpu_split_k() {
+            let split = match self.depth_split(coop.is_some(), 128)? {
+                Some(slices) => Some((128, slices)),
+                None => self.depth_split(coop.is_some(), 64)?.map(|s| (64, s)),
+            };
+            if let Some((t, slices)) = split {
+                let parts = alloc(&[slices.count * total], Dtype::F32)?;
+                self.dispatch(
+                    coop,
+                    t,
+                    Dtype::F32,
+                    slices,
+                    &partial(&parts, &[slices.count * total]),
+                )?;
+                return sum_slices(&parts, slices.count, total, out_dtype, to);
+            }
         }
         let whole = Slices {
             count: 1,
@@ -467,23 +489,28 @@ impl<'a> Product<'a> {
         self.dispatch(coop, if big { 128 } else { 64 }, out_dtype, whole, to)
     }
 
-    /// How to split the depth over the 64 x 64 workgroups ([`split_k`]) of
-    /// the cooperative kernel (`coop`: slices a multiple of its 32-deep
-    /// staged slice) or of the f32 kernel (16-deep); `None` when one slice
-    /// is best or the f32 partial sums would not fit a buffer.
-    fn depth_split(&self, coop: bool) -> Result<Option<Slices>> {
+    /// How to split the depth over the `t x t` workgroups (64:
+    /// [`split_k`], 128: [`split_big`]) of the cooperative kernel (`coop`:
+    /// slices a multiple of its 32-deep staged slice) or of the f32 kernel
+    /// (16-deep); `None` when one slice is best or the f32 partial sums
+    /// would not fit a buffer.
+    fn depth_split(&self, coop: bool, t: usize) -> Result<Option<Slices>> {
         let c = context()?;
         let max_bytes = c
             .limits
             .max_storage_buffer_binding_size
             .min(c.limits.max_buffer_size) as usize;
         let unit = if coop { coop::DEPTH } else { tiled::DEPTH };
-        let slices = split_k(
-            self.batch() * self.m.div_ceil(64) * self.n.div_ceil(64),
-            self.k,
-            unit,
-            settings::gpu_split_wave(),
-        );
+        let tiles = self.batch() * self.m.div_ceil(t) * self.n.div_ceil(t);
+        let wave = settings::gpu_split_wave();
+        let slices = if t == 128 {
+            match split_big(tiles, self.k, unit, wave / 2) {
+                Some(slices) => slices,
+                None => return Ok(None),
+            }
+        } else {
+            split_k(tiles, self.k, unit, wave)
+        };
         let fits = slices.count * self.total() * 4 <= max_bytes.min(i32::MAX as usize);
         Ok((slices.count > 1 && fits).then_some(slices))
     }
@@ -554,6 +581,54 @@ fn split_k(tiles: usize, k: usize, unit: usize, wave: usize) -> Slices {
         count: k.div_ceil(depth),
         depth,
     }
+}
+
+/// The shortest depth slice of a product split on 128 x 128 tiles: 1,024
+/// deep, a tile is 33.5 MFLOP against 128 KiB of partial sums written and
+/// read back (256 FLOP a byte), and the kernel's prologue and stores are
+/// amortised over 64 staged slices of the f32 kernel (32 of the
+/// cooperative one).
+const MIN_BIG_SLICE_DEPTH: usize = 1024;
+
+/// The share of its last wave's slots a split on 128 x 128 tiles must
+/// fill to be taken.
+const BIG_SPLIT_FILL: f64 = 0.9;
+
+/// Split-K on 128 x 128 tiles for a product of `tiles` of them, fewer than
+/// one wave (`wave`: two per SM, 264 on an H100), and depth `k`: the
+/// fewest slices (at most [`MAX_SLICES`], each at least
+/// [`MIN_BIG_SLICE_DEPTH`] deep, multiples of `unit`) whose workgroups
+/// fill at least [`BIG_SPLIT_FILL`] of the waves they take; `None` when
+/// no count does, and [`split_k`] splits the product on 64 x 64 tiles.
+///
+/// The weight gradients of the large model (12 x 768, MLP 2048, batch 16 x
+/// 512) are this shape: `dW = x^T @ dy` over 8,192 rows, `[768, 8192] @
+/// [8192, 2048]` (96 tiles) and `[768, 8192] @ [8192, 768]` (36). On
+/// 64 x 64 tiles (384 of them unsplit, 144 x 3 slices) they ran at 20-21
+/// TFLOP/s on an H200, where the 128 x 128 f32 kernel runs full products
+/// at 26-29 (`MLX_PROFILE=1`, 2026-11-27): they took 68 of the step's
+/// 311 ms of GPU time. Here they take 5 slices of 1,648 (480 workgroups,
+/// 91% of two waves) and 7 of 1,184 (252, 95% of one), for 31 and 16 MB
+/// of partial sums (a few microseconds against a millisecond of
+/// products). Designed, not measured: at the 128 x 128 kernel's rate the
+/// step's weight gradients would take about 50 ms instead of 68.
+/// The reference model's products are too shallow for slices this deep,
+/// except the fused loss's `dh` over the vocabulary (16 tiles per block
+/// of 1,022 rows, 50,257 deep: 15 slices of 3,360, 240 workgroups).
+fn split_big(tiles: usize, k: usize, unit: usize, wave: usize) -> Option<Slices> {
+    if tiles == 0 || tiles >= wave {
+        return None;
+    }
+    (2..=MAX_SLICES.min(k / MIN_BIG_SLICE_DEPTH)).find_map(|count| {
+        let depth = k.div_ceil(count).next_multiple_of(unit);
+        let slices = Slices {
+            count: k.div_ceil(depth),
+            depth,
+        };
+        let groups = tiles * slices.count;
+        let fill = groups as f64 / (groups.div_ceil(wave) * wave) as f64;
+        (slices.count > 1 && fill >= BIG_SPLIT_FILL).then_some(slices)
+    })
 }
 
 impl Product<'_> {
@@ -646,6 +721,7 @@ impl Product<'_> {
                 (p, m.div_ceil(t), n.div_ceil(t))
             }
         };
+        LAST_PRODUCT_TILE.store(t, std::sync::atomic::Ordering::Relaxed);
         let batch: usize = self.batch_shape.iter().product();
         let tiles = slices.count * batch * tm * tn;
         let mut meta = vec![
@@ -839,7 +915,49 @@ pub fn kernel_sources() -> Vec<(String, String)> {
 
 #[cfg(test)]
 mod tests {
-    use super::{Slices, split_k};
+    use super::{Slices, split_big, split_k};
+
+    /// The large model's weight gradients and the reference loss's `dh`
+    /// take the fewest slices (of at least 1,024) that fill 90% of the
+    /// waves of two 128 x 128 workgroups per SM they take (module docs);
+    /// products that fill a wave already, or are too shallow, are not
+    /// split on these tiles.
+    #[test]
+    fn big_splits_fill_their_waves() {
+        let tiles = |m: usize, n: usize| m.div_ceil(128) * n.div_ceil(128);
+        let wave = WAVE / 2;
+        let cases = [
+            // (tiles, k, unit) -> (count, depth)
+            ((tiles(768, 2048), 8192, 16), Some((5, 1648))),
+            ((tiles(2048, 768), 8192, 16), Some((5, 1648))),
+            ((tiles(768, 768), 8192, 16), Some((7, 1184))),
+            ((tiles(768, 768), 8192, 32), Some((7, 1184))),
+            ((tiles(1022, 256), 50257, 32), Some((15, 3360))),
+            // Too shallow for two slices of 1,024 (the reference model's
+            // weight gradients), or a wave already (the large model's
+            // activation gradients).
+            ((tiles(256, 256), 2044, 32), None),
+            ((tiles(8192, 768), 2048, 16), None),
+            // No count up to 8 fills 90%: 6 tiles x 8 is 48 of 264.
+            ((tiles(256, 384), 8192, 16), None),
+        ];
+        for ((t, k, unit), want) in cases {
+            let got = split_big(t, k, unit, wave);
+            assert_eq!(
+                got,
+                want.map(|(count, depth)| Slices { count, depth }),
+                "{t} tiles, depth {k}"
+            );
+            if let Some(s) = got {
+                let groups = t * s.count;
+                assert!(groups as f64 >= 0.9 * (groups.div_ceil(wave) * wave) as f64);
+                assert!(s.depth >= 1024 && s.depth % unit == 0);
+                assert!(s.depth * (s.count - 1) < k && s.depth * s.count >= k);
+            }
+        }
+        assert_eq!(split_big(0, 8192, 16, wave), None);
+        assert_eq!(split_big(4, 8192, 16, 0), None);
+    }
 
     /// The default wave: 4 workgroups on each of an H100's 132 SMs.
     const WAVE: usize = 528;
