@@ -15,7 +15,8 @@
 #   3. attention forward and backward with the kernels' GPU time, f32 and f16 (and f16 without
 #      wgpu's checks, MLX_GPU_CHECKED=0), and PyTorch's SDPA (bench/torch_attention.py);
 #   4. memory-bound kernels with their GPU time (f32, f16), and PyTorch's, with its device copy;
-#   5. where a half-precision step's time goes (MLX_PROFILE=1), reference and large;
+#   5. where a half-precision step's time goes (MLX_PROFILE=1), reference and large, and the
+#      large f32 step's products by shape;
 #   6. the host's cost per dispatch (gpu_dispatch_bench), and the split-K wave at 264 and 1056
 #      beside the default 528, with GPU times.
 # Here: bench/gpu.sh pack; there (carry .gpu-bin and .gl), with timeout_s 560:
@@ -97,6 +98,12 @@ grep -A14 "GPU execution time" $g/prof_ref_f16.log | head -n 14; rm -rf /tmp/pf1
 left && MLX_PROFILE=1 timeout 200 $B/mlx-llama "${R[@]}" "${L[@]}" --dtype f16 --steps 3 \
   --out /tmp/plarge > $g/prof_large_f16.log 2>&1
 grep -A14 "GPU execution time" $g/prof_large_f16.log | head -n 14; rm -rf /tmp/plarge
+# The large f32 step's products by shape: the weight gradients (768 x 8192 x 2048 and
+# 768 x 8192 x 768) ran at 20-21 TFLOP/s on 64 x 64 tiles on the H200; now split on 128 x 128.
+left && MLX_PROFILE=1 timeout 200 $B/mlx-llama "${R[@]}" "${L[@]}" --dtype f32 --steps 3 \
+  --out /tmp/plarge > $g/prof_large_f32.log 2>&1
+sed -n '/GPU execution time/,$p' $g/prof_large_f32.log | grep -E "^  (matmul|linear_cross|attention)" \
+  | head -n 16; rm -rf /tmp/plarge
 # 6. The host's cost per dispatch (recording, and the evaluator's share of a block's), then the
 #    split-K wave (workgroups one wave holds; 528 by default) at 264 and 1056.
 left && timeout 60 $B/gpu_dispatch_bench > $g/dispatch_bench.log 2>&1; tail -n 3 $g/dispatch_bench.log
