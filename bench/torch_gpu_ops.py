@@ -37,6 +37,7 @@ Memory (f32 by default, --mem-dtype to change; 64 Mi elements = 256 MiB of f32, 
 counts every element read once and written once, as gpu_bench.rs counts them (E = elements x element size):
   copy          dst.copy_(x)                 2 E  (read x, write dst)
   scale x*2     torch.mul(x, 2, out=o)       2 E
+  heads copy    o.view(64, R, 64).copy_(x.view(R, 64, 64).transpose(0, 1))   2 E  (the attention heads' gather)
   add x+y       torch.add(x, y, out=o)       3 E  (read x and y, write o)
   exp           torch.exp(x, out=o)          2 E
   row sum       torch.sum(x, -1, out=o)      1 E  (the input only; the [rows] result is not counted)
@@ -167,6 +168,7 @@ def bench_memory(args, timer, device, results):
     kernels = [
         ("copy", 2 * E, lambda: o.copy_(x)),
         ("scale x*2", 2 * E, lambda: torch.mul(x, 2, out=o)),
+        ("heads copy", 2 * E, lambda: o.view(64, rows, 64).copy_(x.view(rows, 64, 64).transpose(0, 1))),
         ("add x+y", 3 * E, lambda: torch.add(x, y, out=o)),
         ("exp", 2 * E, lambda: torch.exp(x, out=o)),
         ("row sum", E, lambda: torch.sum(x, -1, out=r)),

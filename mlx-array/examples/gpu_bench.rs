@@ -1,7 +1,7 @@
 //! GPU throughput: matmul GFLOP/s at 1024^3, 4096^3, 8192^3 and at the
 //! Llama shapes of `benches/core.rs`; memory-bound kernels in GB/s (an
-//! elementwise copy-like scale, an add, an exp, a row sum and a row
-//! softmax); causal fused attention, forward and forward+backward; and one
+//! elementwise copy-like scale, a copy gathering attention heads, an add,
+//! an exp, a row sum and a row softmax); causal fused attention, forward and forward+backward; and one
 //! forward+backward of a Llama-like block. The last line,
 //! `RESULT {json}`, holds every figure (for `bench/gpu.sh`, which puts them
 //! beside PyTorch's on the same card).
@@ -29,7 +29,7 @@
 //! software adapter it would take a minute).
 //!
 //! Bytes counted for GB/s, as `bench/torch_gpu_ops.py` counts them: every
-//! element read once and written once (scale and exp: 2 x 4 bytes per f32
+//! element read once and written once (scale, heads copy and exp: 2 x 4 bytes per f32
 //! element; add: 3 x; row sum: the input only; softmax: input and output).
 use std::time::Instant;
 
@@ -142,8 +142,9 @@ fn time(iters: usize, f: impl Fn() -> Result<Array>) -> Result<Timing> {
 
 /// Memory-bound kernels on `[rows, 4096]` arrays `x` and `y`: their names
 /// and the arrays' worth of bytes each call reads and writes.
-const MEMORY_KERNELS: [(&str, usize); 5] = [
+const MEMORY_KERNELS: [(&str, usize); 6] = [
     ("scale x*2", 2),
+    ("heads copy", 2),
     ("add x+y", 3),
     ("exp", 2),
     ("row sum", 1),
@@ -154,6 +155,12 @@ const MEMORY_KERNELS: [(&str, usize); 5] = [
 fn memory_op(name: &str, x: &Array, y: &Array) -> Result<Array> {
     match name {
         "scale x*2" => x.mul_scalar(2.0),
+        // `[R, 64, 64]` as `[64, R, 64]`, made dense: the copy that
+        // gathers attention heads (rows of 64 adjacent elements).
+        "heads copy" => {
+            let rows = x.shape()[0] as i64;
+            x.reshape(&[rows, 64, 64])?.swapaxes(0, 1)?.contiguous()
+        }
         "add x+y" => x.add(y),
         "exp" => x.exp(),
         "row sum" => x.sum(&[-1], false),

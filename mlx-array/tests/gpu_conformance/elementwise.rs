@@ -330,3 +330,67 @@ fn elementwise_kernels_handle_every_length_and_layout() {
         );
     }
 }
+
+/// Strided views whose rows are dense and aligned read a quad per `loc`:
+/// the heads of a `[B, L, H, d]` array viewed as `[B, H, L, d]`, rows
+/// reversed (negative strides), an aligned window of the last axis, a
+/// row broadcast along the first axis, in every dtype's vector loads
+/// (f32, i32, packed and native halves); an unaligned window, a row
+/// length off the quads and a strided last axis keep the per-element
+/// reads. The CPU's values either way.
+#[test]
+fn views_with_dense_aligned_rows_read_a_quad_at_a_time() {
+    let Some(_gpu) = gpu() else { return };
+    use mlx_array::SliceArg;
+    for d in [Dtype::F32, Dtype::I32, Dtype::BF16, Dtype::F16] {
+        let x = input(&[2, 5, 3, 8], 60, d, mlx_array::conformance::Layout::Dense);
+        let y = input(&[2, 3, 5, 8], 61, d, mlx_array::conformance::Layout::Dense);
+        let m = input(&[6, 16], 62, d, mlx_array::conformance::Layout::Dense);
+        let r = input(&[1, 12], 63, d, mlx_array::conformance::Layout::Dense);
+        let before = mlx_array::backend::gpu::row_view_reads();
+        let rows_cases: [(&str, &[Array], fn(&[Array]) -> mlx_array::Result<Array>); 5] = [
+            ("heads", &[x.clone(), y.clone()], |v| {
+                v[0].swapaxes(1, 2)?.add(&v[1])
+            }),
+            ("heads copied", std::slice::from_ref(&x), |v| {
+                v[0].swapaxes(1, 2)?.contiguous()
+            }),
+            ("rows reversed", std::slice::from_ref(&m), |v| {
+                v[0].slice(&[SliceArg::FULL.step(-1), SliceArg::FULL])?
+                    .add_scalar(1.0)
+            }),
+            ("aligned window", std::slice::from_ref(&m), |v| {
+                v[0].slice(&[SliceArg::range(1, 5), SliceArg::range(4, 12)])?
+                    .mul_scalar(3.0)
+            }),
+            ("row broadcast", &[r.clone(), m.clone()], |v| {
+                v[0].broadcast_to(&[6, 12])?
+                    .add(&v[1].slice(&[SliceArg::range(0, 6), SliceArg::range(0, 12)])?)
+            }),
+        ];
+        for (what, inputs, f) in rows_cases {
+            compare(&format!("{what} {d}"), inputs, f, rel(d));
+        }
+        let row_reads = mlx_array::backend::gpu::row_view_reads() - before;
+        assert!(row_reads >= 5, "{d}: {row_reads} row reads");
+        let before = mlx_array::backend::gpu::row_view_reads();
+        let element_cases: [(&str, fn(&[Array]) -> mlx_array::Result<Array>); 3] = [
+            ("unaligned window", |v| {
+                v[0].slice(&[SliceArg::range(1, 5), SliceArg::range(1, 9)])?
+                    .add_scalar(1.0)
+            }),
+            ("rows of 6", |v| {
+                v[0].slice(&[SliceArg::range(0, 6), SliceArg::range(4, 10)])?
+                    .add_scalar(1.0)
+            }),
+            ("strided rows", |v| {
+                v[0].slice(&[SliceArg::FULL, SliceArg::FULL.step(2)])?
+                    .add_scalar(1.0)
+            }),
+        ];
+        for (what, f) in element_cases {
+            compare(&format!("{what} {d}"), std::slice::from_ref(&m), f, rel(d));
+        }
+        assert_eq!(mlx_array::backend::gpu::row_view_reads(), before, "{d}");
+    }
+}

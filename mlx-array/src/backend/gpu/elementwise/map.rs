@@ -11,7 +11,11 @@
 //! starts on a multiple of 4 elements is loaded as `vec4<f32|i32|u32>`
 //! (16 bytes), `vec4<f16>` (8 bytes), two packed words of `bf16` or `f16`
 //! (8 bytes) or one word of four `bool`s. A broadcast scalar (every
-//! stride 0) is loaded once; other operands (strided views, unaligned
+//! stride 0) is loaded once; a strided view whose rows (last axis) are
+//! dense, with its offset, row length and other strides multiples of 4
+//! (the heads of a projection, `[B, L, H, d]` viewed as `[B, H, L, d]`),
+//! one vector per quad from one `loc` (four times fewer index divisions
+//! than element by element); other operands (strided views, unaligned
 //! offsets) per element. The output is always dense from element 0, so
 //! its quad is one store of whole words: packed dtypes need neither
 //! atomics nor a cleared buffer (the invocation owns every half or byte of
@@ -55,6 +59,11 @@ enum Read {
     Dense,
     /// One element broadcast to every position.
     Scalar,
+    /// A strided view whose rows (the last axis) are dense and whose
+    /// offset, row length and other strides are multiples of [`QUAD`]
+    /// (the heads of a `[B, L, H, d]` projection viewed as `[B, H, L,
+    /// d]`): every quad lies in one row, one `loc` and one vector per quad.
+    Rows,
     /// A strided view: element by element through `loc`.
     Strided,
 }
@@ -73,6 +82,8 @@ impl Read {
             } else {
                 Read::Dense
             }
+        } else if rows_of_quads(data, shape) {
+            Read::Rows
         } else {
             Read::Strided
         }
@@ -83,9 +94,39 @@ impl Read {
             Read::Vector => 'v',
             Read::Dense => 'd',
             Read::Scalar => 'c',
+            Read::Rows => 'r',
             Read::Strided => 's',
         }
     }
+}
+
+/// Operands read as [`Read::Rows`] since the process started.
+static ROW_VIEW_READS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// How many elementwise operands were read a quad per row position
+/// (strided views with dense, aligned rows) since the process started
+/// (for tests that check which reads a kernel took).
+pub fn row_view_reads() -> usize {
+    ROW_VIEW_READS.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// Whether the view `data` of `shape` has dense rows along its last axis,
+/// a row length that is a multiple of [`QUAD`], and its offset and every
+/// other stride (of axes longer than one) multiples of [`QUAD`]: each
+/// aligned quad of the output then reads 4 adjacent, aligned elements.
+fn rows_of_quads(data: &ArrayData, shape: &[usize]) -> bool {
+    let strides = data.strides();
+    let (Some(&last), Some(&unit)) = (shape.last(), strides.last()) else {
+        return false;
+    };
+    let quad = QUAD as isize;
+    unit == 1
+        && last.is_multiple_of(QUAD)
+        && data.offset().is_multiple_of(QUAD)
+        && shape[..shape.len() - 1]
+            .iter()
+            .zip(strides)
+            .all(|(&n, &s)| n == 1 || s.rem_euclid(quad) == 0)
 }
 
 /// Runs `expr` (WGSL over `a0`, `a1`, … in each input's compute type) for
@@ -119,6 +160,10 @@ pub(crate) fn map_with(
     let datas: Vec<&ArrayData> = inputs.iter().map(|(d, _)| *d).collect();
     codegen::check_size(key_op(key), n, &datas)?;
     let reads: Vec<Read> = inputs.iter().map(|(d, _)| Read::of(d, shape)).collect();
+    ROW_VIEW_READS.fetch_add(
+        reads.iter().filter(|r| **r == Read::Rows).count(),
+        std::sync::atomic::Ordering::Relaxed,
+    );
     let full_key = format!(
         "map4:{key}:{}:{}",
         inputs
@@ -162,7 +207,7 @@ fn source(
     src.push_str(codegen::META);
     for (k, ((_, d), r)) in inputs.iter().zip(reads).enumerate() {
         let name = format!("in{k}");
-        if *r == Read::Vector {
+        if matches!(r, Read::Vector | Read::Rows) {
             src.push_str(&input4(&name, k as u32 + 1, *d));
         } else {
             src.push_str(&codegen::input(&name, k as u32 + 1, *d));
@@ -215,6 +260,7 @@ fn source(
             Read::Dense => Some(lanes(&|c| {
                 format!("load_in{k}(params[{base}] + min({e} + {c}u, last))")
             })),
+            Read::Rows => Some(format!("load4_in{k}(loc({e}, {base}) >> 2u)")),
             Read::Strided => Some(lanes(&|c| {
                 format!("load_in{k}(loc(min({e} + {c}u, last), {base}))")
             })),

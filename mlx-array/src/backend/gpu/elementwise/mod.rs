@@ -4,6 +4,7 @@
 
 mod map;
 
+pub use map::row_view_reads;
 pub(in crate::backend::gpu) use map::{input4, output4};
 pub(crate) use map::{map, map_with};
 
