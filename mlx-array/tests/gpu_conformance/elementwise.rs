@@ -331,6 +331,9 @@ fn elementwise_kernels_handle_every_length_and_layout() {
     }
 }
 
+/// An op on views of its inputs, as the CPU and the GPU both run it.
+type ViewOp = fn(&[Array]) -> mlx_array::Result<Array>;
+
 /// Strided views whose rows are dense and aligned read a quad per `loc`:
 /// the heads of a `[B, L, H, d]` array viewed as `[B, H, L, d]`, rows
 /// reversed (negative strides), an aligned window of the last axis, a
@@ -348,7 +351,7 @@ fn views_with_dense_aligned_rows_read_a_quad_at_a_time() {
         let m = input(&[6, 16], 62, d, mlx_array::conformance::Layout::Dense);
         let r = input(&[1, 12], 63, d, mlx_array::conformance::Layout::Dense);
         let before = mlx_array::backend::gpu::row_view_reads();
-        let rows_cases: [(&str, &[Array], fn(&[Array]) -> mlx_array::Result<Array>); 5] = [
+        let rows_cases: [(&str, &[Array], ViewOp); 5] = [
             ("heads", &[x.clone(), y.clone()], |v| {
                 v[0].swapaxes(1, 2)?.add(&v[1])
             }),
@@ -374,7 +377,7 @@ fn views_with_dense_aligned_rows_read_a_quad_at_a_time() {
         let row_reads = mlx_array::backend::gpu::row_view_reads() - before;
         assert!(row_reads >= 5, "{d}: {row_reads} row reads");
         let before = mlx_array::backend::gpu::row_view_reads();
-        let element_cases: [(&str, fn(&[Array]) -> mlx_array::Result<Array>); 3] = [
+        let element_cases: [(&str, ViewOp); 3] = [
             ("unaligned window", |v| {
                 v[0].slice(&[SliceArg::range(1, 5), SliceArg::range(1, 9)])?
                     .add_scalar(1.0)
