@@ -1,12 +1,13 @@
 //! The fused cross-entropy's gradient donating its logits buffer on the
-//! GPU, and GPU arrays saved to safetensors.
+//! GPU, GPU arrays saved to safetensors, and the rotary embedding of
+//! attention heads read in place.
 
 use mlx_array::device::with_device;
 use mlx_array::primitives::loss::CrossEntropyGrad;
 use mlx_array::{Array, Device, Dtype};
 
 use crate::elementwise::values_in;
-use crate::harness::gpu;
+use crate::harness::{compare, gpu, tol};
 use mlx_array::conformance::{Layout, make, values};
 
 fn logits(shape: &[usize], seed: u64, d: Dtype, layout: Layout) -> Array {
@@ -85,4 +86,56 @@ fn gpu_arrays_save_to_safetensors_and_load_on_the_host() {
         loaded["z"].to_vec::<f32>().unwrap(),
         vec![-4.0, 10.0, 6.5, -13.0]
     );
+}
+
+/// The rotary embedding of attention heads (halves over the whole head, a
+/// multiple of 8 wide) rotates by quads of pairs, reading the heads'
+/// strided view in place: `[B, L, H, d]` viewed as `[B, H, L, d]`, with
+/// a position offset, and its gradient (the inverse rotation of a
+/// cotangent viewed the same way), in f32 and both half dtypes, against
+/// the CPU; pairs, a pass-through tail and rows off the quads take the
+/// element kernel, with the CPU's values too.
+#[test]
+fn rope_of_head_views_rotates_by_quads_in_place() {
+    let Some(_gpu) = gpu() else { return };
+    for d in [Dtype::F32, Dtype::F16, Dtype::BF16] {
+        for width in [8usize, 16, 64] {
+            let x = logits(&[2, 5, 3, width], 70 + width as u64, d, Layout::Dense);
+            let ct = logits(&[2, 5, 3, width], 71 + width as u64, d, Layout::Dense);
+            let before = mlx_array::backend::gpu::rope_quad_count();
+            compare(
+                &format!("rope of heads {d} width {width}"),
+                std::slice::from_ref(&x),
+                move |v| mlx_array::rope(&v[0].swapaxes(1, 2)?, width, false, 10000.0, 1.0, 3),
+                tol(d) * 4.0,
+            );
+            // The gradient: the cotangent arrives as a view of `[B, L, H, d]`.
+            compare(
+                &format!("rope gradient of heads {d} width {width}"),
+                &[x.clone(), ct.clone()],
+                move |v| {
+                    let f = |a: &[Array]| -> mlx_array::Result<Vec<Array>> {
+                        Ok(vec![mlx_array::rope(&a[0], width, false, 500.0, 0.5, 0)?])
+                    };
+                    let (_, g) =
+                        mlx_array::vjp(f, &[v[0].swapaxes(1, 2)?], &[v[1].swapaxes(1, 2)?])?;
+                    Ok(g[0].clone())
+                },
+                tol(d) * 4.0,
+            );
+            let quads = mlx_array::backend::gpu::rope_quad_count() - before;
+            assert!(quads >= 2, "{d} width {width}: {quads} rotations by quads");
+        }
+        let x = logits(&[2, 5, 3, 12], 80, d, Layout::Dense);
+        let before = mlx_array::backend::gpu::rope_quad_count();
+        for (dims, traditional) in [(12, true), (8, false), (12, false)] {
+            compare(
+                &format!("rope {d} dims {dims} traditional {traditional}"),
+                std::slice::from_ref(&x),
+                move |v| mlx_array::rope(&v[0].swapaxes(1, 2)?, dims, traditional, 100.0, 1.0, 1),
+                tol(d) * 4.0,
+            );
+        }
+        assert_eq!(mlx_array::backend::gpu::rope_quad_count(), before, "{d}");
+    }
 }

@@ -73,7 +73,7 @@ pub use matmul::{
 };
 pub use norm::{rms_norm, rms_norm_grad};
 pub use reduce::{arg_reduce, reduce};
-pub use rope::rope;
+pub use rope::{rope, rope_quad_count};
 pub use scan::cumsum;
 pub use submission::submit_count;
 pub use transfers::{Transfers, transfers};
