@@ -11,7 +11,8 @@
 #      host's recording; the wall clock of mid-sized products varied 4x between processes on
 #      the H200): f32 and f16 by default (tensor-core products unchecked and double
 #      buffered), f16 with one buffer (MLX_GPU_COOP_DOUBLE_BUFFER=0: two barriers a slice,
-#      4 staging fragments a round); then cuBLAS (torch_gpu_ops.py) f32 (TF32 off), f16;
+#      4 staging fragments a round), f32 on the other large tiles (MLX_GPU_F32_TILE); then
+#      cuBLAS (torch_gpu_ops.py) f32 (TF32 off), f16;
 #   3. attention forward and backward with the kernels' GPU time, f32 and f16 (and f16 without
 #      wgpu's checks, MLX_GPU_CHECKED=0), and PyTorch's SDPA (bench/torch_attention.py);
 #   4. memory-bound kernels with their GPU time (f32, f16), and PyTorch's, with its device copy;
@@ -68,6 +69,13 @@ mm default
 left && env MLX_PROFILE=1 MLX_GPU_COOP_DOUBLE_BUFFER=0 timeout 100 $B/gpu_bench --dtype f16 \
   --only matmul > $g/mm_one_buffer_f16.log 2>&1; echo "one buffer f16:"
 grep -E "^matmul" $g/mm_one_buffer_f16.log | sed 's/.*(\([0-9x]*\)): /\1 /'
+# The f32 kernel's other large tiles (MLX_GPU_F32_TILE; 128x128 on 16 x 16 invocations is the
+# default above): which reaches 60% of cuBLAS?
+for t in 128x64 128x128/128 256x128; do
+  f=$g/mm_tile_${t//\//w}_f32.log
+  left && env MLX_PROFILE=1 MLX_GPU_F32_TILE=$t timeout 100 $B/gpu_bench --dtype f32 --only matmul \
+    > $f 2>&1; echo "f32 tile $t:"; grep -E "^matmul" $f | sed 's/.*(\([0-9x]*\)): /\1 /'
+done
 pack
 left && timeout 150 $PY bench/torch_gpu_ops.py --only matmul --dtypes f32,f16 > $g/torch_mm.log 2>&1
 grep -E "TFLOP" $g/torch_mm.log | head -n 20

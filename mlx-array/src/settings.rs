@@ -19,6 +19,7 @@
 //! | `MLX_GPU_SPLIT_WAVE` | a count of workgroups | 528 (4 per SM of an H100's 132): how many 64 x 64 output tiles one wave of the GPU holds; split-K takes the most depth slices that fit in it (for measuring the best figure on a device) | [`set_gpu_split_wave`] |
 //! | `MLX_GPU_COOP_SUBGROUPS` | `4`, `8` | `4`: the tensor-core matrix product's 128 x 128 tiles run 4 subgroups of 64 x 64 (4 x 4 fragments each); `8`: 8 subgroups of 32 x 64 (2 x 4), the kernel measured on the H100 on 2026-11-26 (for measuring the better on a device) | [`set_gpu_coop_subgroups`] |
 //! | `MLX_GPU_COOP_DOUBLE_BUFFER` | `1`/`0` | on: the tensor-core matrix product stages its operands' depth slices in two buffers where they fit the workgroup memory (one barrier a slice; off: one buffer, two barriers a slice, and more room for the output's staging fragments; for measuring the better on a device) | [`set_gpu_coop_double_buffer`] |
+//! | `MLX_GPU_F32_TILE` | `128x128`, `128x64`, `128x128/128`, `256x128` | `128x128`: the f32-compute matrix product's large tile runs 16 x 16 invocations of 8 x 8 outputs; `128x64`: 8 x 4 outputs each (fewer registers, more workgroups per SM); `128x128/128`: 128 invocations of 16 x 8 (more products per workgroup-memory read); `256x128`: 256 of 16 x 8, one staged buffer (for measuring the best on a device) | [`set_gpu_f32_tile`] |
 //! | `MLX_GPU_ATTENTION_TILES` | `auto`, or `BQxBK` of `64x32`, `32x32`, `32x16`, `16x16` | `auto`: the largest tiles that fit the workgroup memory; a pair: the f32-compute attention kernels (forward and both gradient passes) take these tiles where they fit (for measuring the best on a device) | [`set_gpu_attention_tiles`] |
 //! | `MLX_GPU_CHECKED` | `auto`/`1`/`0` | `auto` (default): GPU kernels compiled with wgpu's runtime checks (each dynamic index clamped into its array, each loop given a guard counter), except the tensor-core matrix products (1.42x faster without them on an H200); `1`: every kernel with them; `0`: none (to measure their cost on a device; on lavapipe the f16 fragment kernels then take minutes to compile) | [`set_gpu_checks`] |
 //! | `MLX_GPU_VEC_LOADS` | `1`/`0` | on: the GPU matrix products' and attention kernels' staging loads read whole vectors (4 or 8 elements) along an operand's contiguous dimension where its offset and strides allow (off: one element per load) | [`set_gpu_vec_loads`] |
@@ -64,6 +65,8 @@ pub const MLX_GPU_SPLIT_K: &str = "MLX_GPU_SPLIT_K";
 pub const MLX_GPU_SPLIT_WAVE: &str = "MLX_GPU_SPLIT_WAVE";
 /// `MLX_GPU_COOP_SUBGROUPS`: subgroups per 128 x 128 tensor-core tile.
 pub const MLX_GPU_COOP_SUBGROUPS: &str = "MLX_GPU_COOP_SUBGROUPS";
+/// `MLX_GPU_F32_TILE`: the f32-compute matrix product's large tile.
+pub const MLX_GPU_F32_TILE: &str = "MLX_GPU_F32_TILE";
 /// `MLX_GPU_COOP_DOUBLE_BUFFER`: the tensor-core product's staged slices
 /// in two buffers.
 pub const MLX_GPU_COOP_DOUBLE_BUFFER: &str = "MLX_GPU_COOP_DOUBLE_BUFFER";
@@ -257,6 +260,72 @@ pub fn gpu_split_k() -> bool {
 /// Chooses split-K GPU products (wins over `MLX_GPU_SPLIT_K`).
 pub fn set_gpu_split_k(on: bool) {
     GPU_SPLIT_K.set(on);
+}
+
+/// The large tiles the f32-compute matrix product may take (products with
+/// enough of them; smaller ones take 64 x 64 tiles of 16 x 16
+/// invocations).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GpuF32Tile {
+    /// `128x128`: 16 x 16 invocations of 8 x 8 outputs (the default).
+    Square,
+    /// `128x64`: 16 x 16 invocations of 8 x 4 outputs.
+    Half,
+    /// `128x128/128`: 8 x 16 invocations of 16 x 8 outputs.
+    Narrow,
+    /// `256x128`: 16 x 16 invocations of 16 x 8 outputs, one staged buffer
+    /// (two would need 50,176 bytes of workgroup memory).
+    Tall,
+}
+
+impl GpuF32Tile {
+    /// Every value, with the name `MLX_GPU_F32_TILE` spells it.
+    pub const ALL: [(GpuF32Tile, &'static str); 4] = [
+        (GpuF32Tile::Square, "128x128"),
+        (GpuF32Tile::Half, "128x64"),
+        (GpuF32Tile::Narrow, "128x128/128"),
+        (GpuF32Tile::Tall, "256x128"),
+    ];
+}
+
+fn parse_f32_tile(value: Option<&str>) -> Result<GpuF32Tile> {
+    match value.map(str::trim) {
+        None | Some("" | "auto") => Ok(GpuF32Tile::Square),
+        Some(v) => GpuF32Tile::ALL
+            .iter()
+            .find(|(_, name)| *name == v)
+            .map(|(t, _)| *t)
+            .ok_or_else(|| {
+                Error::invalid(
+                    MLX_GPU_F32_TILE,
+                    format!("`{v}` is not understood: use 128x128, 128x64, 128x128/128 or 256x128"),
+                )
+            }),
+    }
+}
+
+static GPU_F32_TILE: Choice<GpuF32Tile> = Choice::new(
+    MLX_GPU_F32_TILE,
+    &[
+        GpuF32Tile::Square,
+        GpuF32Tile::Half,
+        GpuF32Tile::Narrow,
+        GpuF32Tile::Tall,
+    ],
+    parse_f32_tile,
+);
+
+/// The f32-compute matrix product's large tile (see [`GpuF32Tile`]). An
+/// unreadable `MLX_GPU_F32_TILE` counts as the default here; [`check`]
+/// reports it.
+pub fn gpu_f32_tile() -> GpuF32Tile {
+    GPU_F32_TILE.get().unwrap_or(GpuF32Tile::Square)
+}
+
+/// Chooses the f32-compute matrix product's large tile (wins over
+/// `MLX_GPU_F32_TILE`; takes effect at the next product).
+pub fn set_gpu_f32_tile(tile: GpuF32Tile) {
+    GPU_F32_TILE.set(tile);
 }
 
 static GPU_COOP_DOUBLE_BUFFER: Flag = Flag::new(MLX_GPU_COOP_DOUBLE_BUFFER, true);
@@ -778,6 +847,7 @@ pub fn check() -> Result<()> {
     GPU_CHUNKS.get()?;
     GPU_SPLIT_K.get()?;
     GPU_COOP_DOUBLE_BUFFER.get()?;
+    GPU_F32_TILE.get()?;
     GPU_VEC_LOADS.get()?;
     GPU_META_ARENA.get()?;
     GPU_SHARED_PASSES.get()?;

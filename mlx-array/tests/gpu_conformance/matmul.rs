@@ -109,6 +109,50 @@ fn f32_kernel_agrees_with_the_cpu() {
     set_gpu_coopmat(GpuCoopmat::Auto);
 }
 
+/// Every large tile of the f32 kernel (`MLX_GPU_F32_TILE`: 8 x 4 outputs
+/// an invocation, 128 invocations of 16 x 8, 256 x 128 on one buffer)
+/// agrees with the CPU across tile edges (rows past 128 and 256, columns
+/// past 64 and 128, a depth of three staged slices, the last partial), in
+/// every transpose case, with aligned operands (vector staging) and not.
+#[test]
+fn every_large_f32_tile_agrees_with_the_cpu() {
+    let Some(_gpu) = gpu() else { return };
+    use mlx_array::settings::{GpuF32Tile, set_gpu_f32_tile};
+    set_gpu_coopmat(GpuCoopmat::Off);
+    for (tile, name) in GpuF32Tile::ALL {
+        set_gpu_f32_tile(tile);
+        check(
+            &format!("f32 tile {name}"),
+            Dtype::F32,
+            &[66],
+            &[],
+            260,
+            40,
+            132,
+        );
+        check(
+            &format!("f32 tile {name}"),
+            Dtype::F32,
+            &[264],
+            &[],
+            9,
+            35,
+            7,
+        );
+        check(
+            &format!("f32 tile {name}"),
+            Dtype::BF16,
+            &[264],
+            &[],
+            5,
+            17,
+            66,
+        );
+    }
+    set_gpu_f32_tile(GpuF32Tile::Square);
+    set_gpu_coopmat(GpuCoopmat::Auto);
+}
+
 /// Kernel dispatches one GPU product of `[m, k] @ [k, n]` f32 records.
 fn dispatches_of(m: usize, k: usize, n: usize) -> usize {
     dispatches_in(Dtype::F32, m, k, n)

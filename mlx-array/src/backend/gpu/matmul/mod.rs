@@ -706,19 +706,24 @@ impl Product<'_> {
                 (p, m.div_ceil(tiling.bm()), n.div_ceil(tiling.bn()))
             }
             None => {
+                let tile = if t == 128 {
+                    tiled::large_tile(settings::gpu_f32_tile())
+                } else {
+                    tiled::Tile::T64
+                };
                 let limit = context()?.limits.max_compute_workgroup_storage_size as usize;
-                let buffers = if tiled::shared_bytes(t, 2) <= limit {
+                let buffers = if tiled::shared_bytes(tile, 2) <= limit {
                     2
                 } else {
                     1
                 };
                 let key = format!(
-                    "matmul:{t}:{buffers}:{dtype}:{out_dtype}:{view:?}:{loads:?}:{accumulate}"
+                    "matmul:{tile:?}:{buffers}:{dtype}:{out_dtype}:{view:?}:{loads:?}:{accumulate}"
                 );
                 let p = context()?.pipeline(&key, || {
-                    tiled::source(t, buffers, dtype, out_dtype, view, accumulate, loads)
+                    tiled::source(tile, buffers, dtype, out_dtype, view, accumulate, loads)
                 })?;
-                (p, m.div_ceil(t), n.div_ceil(t))
+                (p, m.div_ceil(tile.bm), n.div_ceil(tile.bn))
             }
         };
         LAST_PRODUCT_TILE.store(t, std::sync::atomic::Ordering::Relaxed);
@@ -877,7 +882,7 @@ pub fn kernel_sources() -> Vec<(String, String)> {
             }
         }
     }
-    for t in [64, 128] {
+    for tile in [tiled::Tile::T64, tiled::Tile::T128] {
         for buffers in [1, 2] {
             for &view in &views {
                 // The last two: split-K partial sums of half operands.
@@ -894,16 +899,47 @@ pub fn kernel_sources() -> Vec<(String, String)> {
                 {
                     for loads in choices(buffers == 2 || i == 0, i == 0) {
                         let mut src =
-                            tiled::source(t, buffers, dtype, out_dtype, view, accumulate, loads);
+                            tiled::source(tile, buffers, dtype, out_dtype, view, accumulate, loads);
                         if dtype == Dtype::F16 && !codegen::packed(dtype) {
                             src.insert_str(0, "enable f16;\n");
                         }
                         out.push((
                             format!(
-                                "f32 kernel {t} x {buffers} {view:?} {loads:?} {dtype} -> {out_dtype} accumulate {accumulate} ({} B)",
-                                tiled::shared_bytes(t, buffers)
+                                "f32 kernel {tile:?} x {buffers} {view:?} {loads:?} {dtype} -> {out_dtype} accumulate {accumulate} ({} B)",
+                                tiled::shared_bytes(tile, buffers)
                             ),
                             src,
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    // The other large tiles (`MLX_GPU_F32_TILE`), f32 only.
+    for (choice, _) in &settings::GpuF32Tile::ALL[1..] {
+        let tile = tiled::large_tile(*choice);
+        // Two buffers only where they fit the H100's 48 KiB.
+        for buffers in [1, 2]
+            .into_iter()
+            .filter(|&b| tiled::shared_bytes(tile, b) <= 48 << 10)
+        {
+            for &view in &views {
+                for accumulate in [false, true] {
+                    for loads in choices(true, false) {
+                        out.push((
+                            format!(
+                                "f32 kernel {tile:?} x {buffers} {view:?} {loads:?} accumulate {accumulate} ({} B)",
+                                tiled::shared_bytes(tile, buffers)
+                            ),
+                            tiled::source(
+                                tile,
+                                buffers,
+                                Dtype::F32,
+                                Dtype::F32,
+                                view,
+                                accumulate,
+                                loads,
+                            ),
                         ));
                     }
                 }

@@ -1,14 +1,32 @@
 //! The register-blocked f32 kernel (every float dtype, f32 arithmetic).
 //!
-//! A workgroup of 256 invocations (16 x 16) computes a `T x T` tile of one
-//! output matrix (`T` = 64 or 128). Each invocation accumulates `R x R`
-//! outputs (`R = T / 16`: 4 or 8) in registers, as `R / 4` x `R / 4` blocks
-//! of 4 x 4 spaced 64 rows and 64 columns apart, so that the invocations of
-//! one warp read neighbouring `vec4`s of workgroup memory. The depth loop
-//! stages `T x 16` slices of `a` (depth-major) and `16 x T` slices of `b`
+//! A workgroup of `ty x tx` invocations computes a `bm x bn` tile of one
+//! output matrix ([`Tile`]: 64 x 64 or 128 x 128 on 16 x 16 invocations by
+//! default). Each invocation accumulates `bm / ty` x `bn / tx` outputs (4
+//! x 4 or 8 x 8) in registers, as blocks of 4 x 4 spaced `4 ty` rows and
+//! `4 tx` columns apart, so that the invocations of one warp read
+//! neighbouring `vec4`s of workgroup memory. The depth loop
+//! stages `bm x 16` slices of `a` (depth-major) and `16 x bn` slices of `b`
 //! in workgroup memory, double buffered: the loads of the next slice go to
 //! registers before the products of the present one and to the other
 //! buffer after them, so one barrier per slice suffices.
+//!
+//! **Large tiles to measure** (`MLX_GPU_F32_TILE`; designed, not
+//! measured). The 128 x 128 kernel reached 28-29 TFLOP/s on an H200 (57% of
+//! an H100's cuBLAS with TF32 off; the goal is 60%), the same with and
+//! without wgpu's checks, so its instructions are not the bound; what is,
+//! no profile of ours says. Each alternative tests one explanation:
+//!
+//! | `MLX_GPU_F32_TILE` | invocations | outputs each | fmas : `vec4` reads a depth | registers (est.) | workgroup memory | workgroups per SM (est.) |
+//! |---|---|---|---|---|---|---|
+//! | `128x128` (default) | 256 | 8 x 8 | 64 : 4 | ~110-128 | 33,792 B | 2 if under 128 registers, else 1 |
+//! | `128x64` | 256 | 8 x 4 | 32 : 3 | ~70 | 25,600 B | 3 (24 warps): more warps hide latency |
+//! | `128x128/128` | 128 | 16 x 8 | 128 : 6 | ~170 | 33,792 B | 3 (12 warps): more independent fmas per warp |
+//! | `256x128` | 256 | 16 x 8 | 128 : 6 | ~170 | 25,088 B (one buffer: two barriers a slice) | 1 (8 warps): half the staging per product |
+//!
+//! If registers hold the default to one workgroup per SM, `128x64` should
+//! win; if latency within a warp does, `128x128/128`; if the staging does,
+//! `256x128`. `bench/gpu_ab.sh` measures all four beside cuBLAS.
 //!
 //! Global loads follow whichever stride of an operand is 1: for `a` stored
 //! by rows (depth contiguous) consecutive invocations read consecutive
@@ -52,6 +70,7 @@ use super::super::elementwise::input4;
 use super::View;
 use super::loads::{Slice, VecLoads};
 use crate::Dtype;
+use crate::settings::GpuF32Tile;
 
 /// Depth of one staged slice.
 pub(super) const DEPTH: usize = 16;
@@ -59,13 +78,85 @@ pub(super) const DEPTH: usize = 16;
 /// half dtype).
 pub(super) const VEC: usize = 4;
 
-/// Workgroup memory of the kernel with tile `t` and `buffers` (1 or 2)
-/// staged slices per operand, in bytes.
-pub(super) fn shared_bytes(t: usize, buffers: usize) -> usize {
-    buffers * 2 * DEPTH * (t + 4) * 4
+/// A tiling of the kernel: `bm x bn` outputs per workgroup, computed by
+/// `ty x tx` invocations, each owning `bm / ty` rows by `bn / tx` columns
+/// as 4 x 4 blocks spaced `4 ty` rows and `4 tx` columns apart.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct Tile {
+    /// Output rows per workgroup.
+    pub bm: usize,
+    /// Output columns per workgroup.
+    pub bn: usize,
+    /// Invocations along the rows.
+    pub ty: usize,
+    /// Invocations along the columns.
+    pub tx: usize,
 }
 
-/// WGSL of the kernel with tile `t` (64 or 128) for operands of `dtype`
+impl Tile {
+    /// 64 x 64 on 16 x 16 invocations (4 x 4 outputs each).
+    pub const T64: Tile = Tile {
+        bm: 64,
+        bn: 64,
+        ty: 16,
+        tx: 16,
+    };
+    /// 128 x 128 on 16 x 16 invocations (8 x 8 outputs each): the default
+    /// large tile.
+    pub const T128: Tile = Tile {
+        bm: 128,
+        bn: 128,
+        ty: 16,
+        tx: 16,
+    };
+
+    /// Invocations per workgroup.
+    pub fn invocations(self) -> usize {
+        self.ty * self.tx
+    }
+
+    /// 4 x 4 blocks per invocation along the rows.
+    fn gm(self) -> usize {
+        self.bm / (4 * self.ty)
+    }
+
+    /// 4 x 4 blocks per invocation along the columns.
+    fn gn(self) -> usize {
+        self.bn / (4 * self.tx)
+    }
+
+    /// Whether the kernel can run it: whole 4 x 4 blocks per invocation,
+    /// and staging loads that divide among the invocations.
+    pub fn valid(self) -> bool {
+        let inv = self.invocations();
+        self.ty > 0
+            && self.tx > 0
+            && self.bm.is_multiple_of(4 * self.ty)
+            && self.bn.is_multiple_of(4 * self.tx)
+            && (self.bm * DEPTH).is_multiple_of(inv * VEC)
+            && (self.bn * DEPTH).is_multiple_of(inv * VEC)
+            && inv <= 1024
+    }
+}
+
+/// The tiling of the large tile `choice` (`MLX_GPU_F32_TILE`).
+pub(super) fn large_tile(choice: GpuF32Tile) -> Tile {
+    let tile = |bm, bn, ty, tx| Tile { bm, bn, ty, tx };
+    match choice {
+        GpuF32Tile::Square => Tile::T128,
+        GpuF32Tile::Half => tile(128, 64, 16, 16),
+        GpuF32Tile::Narrow => tile(128, 128, 8, 16),
+        GpuF32Tile::Tall => tile(256, 128, 16, 16),
+    }
+}
+
+/// Workgroup memory of the kernel with tiling `tile` and `buffers` (1 or
+/// 2) staged slices per operand, in bytes.
+pub(super) fn shared_bytes(tile: Tile, buffers: usize) -> usize {
+    buffers * DEPTH * (tile.bm + 4 + tile.bn + 4) * 4
+}
+
+/// WGSL of the kernel with tiling `tile` for operands of `dtype`
 /// laid out as `view`, storing `out_dtype` (`dtype`, or f32 for split-K
 /// partial sums), adding into `out` with `accumulate`, with
 /// `buffers` slices per operand: 2 (one barrier per slice), or 1 for
@@ -73,7 +164,7 @@ pub(super) fn shared_bytes(t: usize, buffers: usize) -> usize {
 /// slice is overwritten), staging the operands `loads` names [`VEC`]
 /// elements a load and the others one.
 pub(super) fn source(
-    t: usize,
+    tile: Tile,
     buffers: usize,
     dtype: Dtype,
     out_dtype: Dtype,
@@ -81,11 +172,11 @@ pub(super) fn source(
     accumulate: bool,
     loads: VecLoads,
 ) -> String {
-    debug_assert!(t == 64 || t == 128);
-    let r = t / 16;
-    let blocks = r / 4;
-    let stride = t + 4; // floats per staged depth row
-    let stride4 = stride / 4;
+    debug_assert!(tile.valid());
+    let (gm, gn, inv) = (tile.gm(), tile.gn(), tile.invocations());
+    let (rm, rn) = (4 * gm, 4 * gn);
+    // Floats per staged depth row of each operand.
+    let (stride_a, stride_b) = (tile.bm + 4, tile.bn + 4);
     let mut src = String::from(codegen::PRELUDE);
     src.push_str(codegen::META);
     for (name, binding, vector) in [("a", 1, loads.a), ("b", 2, loads.b)] {
@@ -100,49 +191,66 @@ pub(super) fn source(
     // Both slices are staged depth-major: element (place p, depth kk) at
     // `nbuf + kk * stride + p` of `sa4` (places: rows of `a`) or `sb4`
     // (columns of `b`), as floats.
-    let slice = |vector: bool,
-                 along_places: bool,
-                 [limit, base, offset, ps, ks]: [&'static str; 5]| Slice {
-        extent: t,
-        depth: DEPTH,
-        width: width(vector),
-        invocations: 256,
-        along_places,
-        limit,
-        base,
-        offset,
-        place_stride: ps,
-        depth_stride: ks,
-        shared_base: "nbuf + ",
-        shared_place: 1,
-        shared_depth: stride,
-    };
-    let a_slice = slice(loads.a, view.a_cols, ["m", "row_base", "ao", "ars", "acs"]);
-    let b_slice = slice(loads.b, !view.b_cols, ["n", "col_base", "bo", "bcs", "brs"]);
-    let decl: String = (0..r * r)
-        .map(|q| format!("    var c{}_{}: f32 = 0.0;\n", q / r, q % r))
+    let slice =
+        |vector: bool,
+         along_places: bool,
+         extent: usize,
+         stride: usize,
+         [limit, base, offset, ps, ks, shared_base]: [&'static str; 6]| Slice {
+            extent,
+            depth: DEPTH,
+            width: width(vector),
+            invocations: inv,
+            along_places,
+            limit,
+            base,
+            offset,
+            place_stride: ps,
+            depth_stride: ks,
+            shared_base,
+            shared_place: 1,
+            shared_depth: stride,
+        };
+    let a_slice = slice(
+        loads.a,
+        view.a_cols,
+        tile.bm,
+        stride_a,
+        ["m", "row_base", "ao", "ars", "acs", "nbuf_a + "],
+    );
+    let b_slice = slice(
+        loads.b,
+        !view.b_cols,
+        tile.bn,
+        stride_b,
+        ["n", "col_base", "bo", "bcs", "brs", "nbuf_b + "],
+    );
+    let decl: String = (0..rm * rn)
+        .map(|q| format!("    var c{}_{}: f32 = 0.0;\n", q / rn, q % rn))
         .collect();
     let (mut regs, mut fetch, mut put) = (String::new(), String::new(), String::new());
     for (name, shared, slice) in [("a", "sa4", &a_slice), ("b", "sb4", &b_slice)] {
         stage(name, shared, slice, [&mut regs, &mut fetch, &mut put]);
     }
     // The products of the slice, unrolled: per depth, vec4 reads, then
-    // R x R fmas.
+    // rm x rn fmas.
     let mut fma = String::new();
     for kk in 0..DEPTH {
         fma.push_str("        {\n");
-        for g in 0..blocks {
+        for g in 0..gm {
             fma.push_str(&format!(
                 "            let a{g} = sa4[abase + {off}u + ty];\n",
-                off = kk * stride4 + g * 16
-            ));
-            fma.push_str(&format!(
-                "            let b{g} = sb4[abase + {off}u + tx];\n",
-                off = kk * stride4 + g * 16
+                off = kk * stride_a / 4 + g * tile.ty
             ));
         }
-        for i in 0..r {
-            for j in 0..r {
+        for g in 0..gn {
+            fma.push_str(&format!(
+                "            let b{g} = sb4[bbase + {off}u + tx];\n",
+                off = kk * stride_b / 4 + g * tile.tx
+            ));
+        }
+        for i in 0..rm {
+            for j in 0..rn {
                 fma.push_str(&format!(
                     "            c{i}_{j} = fma(a{}[{}], b{}[{}], c{i}_{j});\n",
                     i / 4,
@@ -155,44 +263,59 @@ pub(super) fn source(
         fma.push_str("        }\n");
     }
     let mut store = String::new();
-    for i in 0..r {
-        for j in 0..r {
-            let row = format!("row_base + {}u + ty * 4u + {}u", (i / 4) * 64, i % 4);
-            let col = format!("col_base + {}u + tx * 4u + {}u", (j / 4) * 64, j % 4);
+    for i in 0..rm {
+        for j in 0..rn {
+            let row = format!(
+                "row_base + {}u + ty * 4u + {}u",
+                (i / 4) * 4 * tile.ty,
+                i % 4
+            );
+            let col = format!(
+                "col_base + {}u + tx * 4u + {}u",
+                (j / 4) * 4 * tile.tx,
+                j % 4
+            );
             store.push_str(&format!(
                 "    {{ let rr = {row}; let cc = {col}; if (rr < m && cc < n) {{ store_out(ob + rr * n + cc, c{i}_{j}); }} }}\n"
             ));
         }
     }
-    let words = DEPTH * stride; // floats per buffer
+    // Floats per buffer of each operand.
+    let (words_a, words_b) = (DEPTH * stride_a, DEPTH * stride_b);
+    let entry = codegen::GROUP_ENTRY.replace("256", &inv.to_string());
+    debug_assert!(entry.contains(&format!("({inv}")), "{entry}");
     src.push_str(&format!(
         r#"
-var<workgroup> sa4: array<vec4<f32>, {total4}>;
-var<workgroup> sb4: array<vec4<f32>, {total4}>;
+var<workgroup> sa4: array<vec4<f32>, {total_a}>;
+var<workgroup> sb4: array<vec4<f32>, {total_b}>;
 {entry} {{
     {index}
     if (g >= params[6]) {{ return; }}
 {prologue}
-    let tx = lid % 16u;
-    let ty = lid / 16u;
-    let row_base = tm * {t}u;
-    let col_base = tn * {t}u;
+    let tx = lid % {tx}u;
+    let ty = lid / {tx}u;
+    let row_base = tm * {bm}u;
+    let col_base = tn * {bn}u;
 {decl}{regs}
     var k0 = 0u;
     var buf = 0u;
     {{
         let kf = 0u;
-        let nbuf = 0u;
+        let nbuf_a = 0u;
+        let nbuf_b = 0u;
 {fetch}{put}    }}
     workgroupBarrier();
     loop {{
         if (k0 >= k) {{ break; }}
-        let abase = buf / 4u;
+        let abase = buf * {wa4}u;
+        let bbase = buf * {wb4}u;
         let kf = k0 + 16u;
         let next = kf < k;
         if (next) {{
 {fetch}        }}
 {fma}        let nbuf = {flip};
+        let nbuf_a = nbuf * {words_a}u;
+        let nbuf_b = nbuf * {words_b}u;
 {wait}        if (next) {{
 {put}        }}
         buf = nbuf;
@@ -202,18 +325,19 @@ var<workgroup> sb4: array<vec4<f32>, {total4}>;
     let ob = params[13] + bi * m * n;
 {store}}}
 "#,
-        total4 = buffers * words / 4,
-        flip = if buffers == 2 {
-            format!("{words}u - buf")
-        } else {
-            "0u".to_string()
-        },
+        total_a = buffers * words_a / 4,
+        total_b = buffers * words_b / 4,
+        wa4 = words_a / 4,
+        wb4 = words_b / 4,
+        tx = tile.tx,
+        bm = tile.bm,
+        bn = tile.bn,
+        flip = if buffers == 2 { "1u - buf" } else { "0u" },
         wait = if buffers == 2 {
             ""
         } else {
             "        workgroupBarrier();\n"
         },
-        entry = codegen::GROUP_ENTRY,
         index = codegen::GROUP_INDEX,
         prologue = super::PROLOGUE,
     ));
@@ -265,5 +389,37 @@ fn stage(name: &str, shared: &str, slice: &Slice<'_>, [regs, fetch, put]: [&mut 
             }
             put.push_str(" }\n");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_large_tile_is_valid_and_sized_as_documented() {
+        let bytes = |choice, buffers| shared_bytes(large_tile(choice), buffers);
+        for (choice, name) in GpuF32Tile::ALL {
+            assert!(large_tile(choice).valid(), "{name}");
+        }
+        assert!(Tile::T64.valid());
+        // The default, as before the tilings were named: 33,792 B.
+        assert_eq!(bytes(GpuF32Tile::Square, 2), 2 * 2 * DEPTH * 132 * 4);
+        assert_eq!(bytes(GpuF32Tile::Half, 2), 25_600);
+        assert_eq!(bytes(GpuF32Tile::Narrow, 2), 33_792);
+        // Two buffers of 256 x 128 would pass 48 KiB; one fits.
+        assert_eq!(bytes(GpuF32Tile::Tall, 2), 50_176);
+        assert_eq!(bytes(GpuF32Tile::Tall, 1), 25_088);
+        let t = large_tile(GpuF32Tile::Narrow);
+        assert_eq!((t.invocations(), t.gm(), t.gn()), (128, 4, 2));
+        assert!(
+            !Tile {
+                bm: 128,
+                bn: 96,
+                ty: 16,
+                tx: 16
+            }
+            .valid()
+        );
     }
 }
