@@ -948,6 +948,20 @@ mod tests {
     }
 
     #[test]
+    fn f32_tiles_are_named_by_their_outputs_and_invocations() {
+        assert_eq!(parse_f32_tile(None).unwrap(), GpuF32Tile::Square);
+        assert_eq!(parse_f32_tile(Some("auto")).unwrap(), GpuF32Tile::Square);
+        for (tile, name) in GpuF32Tile::ALL {
+            assert_eq!(parse_f32_tile(Some(&format!(" {name} "))).unwrap(), tile);
+        }
+        for bad in ["64x64", "128", "128x128/256", "square"] {
+            let e = parse_f32_tile(Some(bad)).unwrap_err();
+            assert!(e.to_string().contains("MLX_GPU_F32_TILE"), "{e}");
+            assert!(e.to_string().contains(bad), "{e}");
+        }
+    }
+
+    #[test]
     fn runtime_checks_are_auto_all_or_none_and_auto_spares_only_the_tensor_cores() {
         assert_eq!(parse_gpu_checks(None).unwrap(), GpuChecks::Auto);
         assert_eq!(parse_gpu_checks(Some(" Auto ")).unwrap(), GpuChecks::Auto);
