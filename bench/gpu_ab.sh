@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# One device call that measures issue 38's goals on one card, ours beside PyTorch in the same
+# One device call that checks the new kernels on the card (part 0), then measures issue 38's
+# goals on it, ours beside PyTorch in the same
 # call (the last card, an H200, ran ours alone: every ratio then leaned on the H100's PyTorch),
 # most important first (the budget cuts the end; $OUT/all.tgz is rewritten after each part,
 # so a cut call still brings back the rest):
@@ -11,7 +12,8 @@
 #      host's recording; the wall clock of mid-sized products varied 4x between processes on
 #      the H200): f32 and f16 by default (tensor-core products unchecked and double
 #      buffered), f16 with one buffer (MLX_GPU_COOP_DOUBLE_BUFFER=0: two barriers a slice,
-#      4 staging fragments a round), f32 on the other large tiles (MLX_GPU_F32_TILE); then
+#      4 staging fragments a round) and on the tall tile (MLX_GPU_COOP_TILE=256x128), f32 on
+#      the other large tiles (MLX_GPU_F32_TILE); then
 #      cuBLAS (torch_gpu_ops.py) f32 (TF32 off), f16;
 #   3. attention forward and backward with the kernels' GPU time, f32 and f16 (and f16 without
 #      wgpu's checks, MLX_GPU_CHECKED=0), and PyTorch's SDPA (bench/torch_attention.py);
@@ -29,6 +31,16 @@ left() { [ $SECONDS -lt $end ]; }
 pack() { tar czf $OUT/all.tgz -C $g . ; }
 bench/gpu.sh vulkan > $g/vulkan.log 2>&1; head -n 4 $g/vulkan.log
 B=.gpu-bin
+# 0. The products' and the fused loss's specs on this card, by default and on the tall tensor-core
+#    tiling: lavapipe runs neither the double-buffered 128 x 128 tensor-core tilings nor the tall
+#    one (32 KiB), only their plain-fragment template at smaller tilings.
+xz -dc $B/tests/mlx-array_gpu_conformance.xz > /tmp/gpu_conformance && chmod +x /tmp/gpu_conformance
+for tile in 128x128 256x128; do
+  left && env CI=1 MLX_REQUIRE_GPU=1 MLX_GPU_COOP_TILE=$tile timeout 150 /tmp/gpu_conformance \
+    --test-threads 1 matmul:: linear_loss:: > $g/conformance_$tile.log 2>&1
+  echo "specs, coop tile $tile: $(grep -E '^test result' $g/conformance_$tile.log) \
+    $(grep -c FAILED $g/conformance_$tile.log) failed"
+done
 PY=${PYTHON:-python3}
 R=(train --eval-every 0 --data offline --device gpu --global-batch 4 --block-size 512 --fresh)
 L=(--layers 12 --dims 768 --heads 12 --mlp-dims 2048 --global-batch 16)
@@ -69,6 +81,9 @@ mm default
 left && env MLX_PROFILE=1 MLX_GPU_COOP_DOUBLE_BUFFER=0 timeout 100 $B/gpu_bench --dtype f16 \
   --only matmul > $g/mm_one_buffer_f16.log 2>&1; echo "one buffer f16:"
 grep -E "^matmul" $g/mm_one_buffer_f16.log | sed 's/.*(\([0-9x]*\)): /\1 /'
+left && env MLX_PROFILE=1 MLX_GPU_COOP_TILE=256x128 timeout 100 $B/gpu_bench --dtype f16 \
+  --only matmul > $g/mm_tall_f16.log 2>&1; echo "tall tensor-core tile f16:"
+grep -E "^matmul" $g/mm_tall_f16.log | sed 's/.*(\([0-9x]*\)): /\1 /'
 # The f32 kernel's other large tiles (MLX_GPU_F32_TILE; 128x128 on 16 x 16 invocations is the
 # default above): which reaches 60% of cuBLAS?
 for t in 128x64 128x128/128 256x128; do

@@ -19,6 +19,7 @@
 //! | `MLX_GPU_SPLIT_WAVE` | a count of workgroups | 528 (4 per SM of an H100's 132): how many 64 x 64 output tiles one wave of the GPU holds; split-K takes the most depth slices that fit in it (for measuring the best figure on a device) | [`set_gpu_split_wave`] |
 //! | `MLX_GPU_COOP_SUBGROUPS` | `4`, `8` | `4`: the tensor-core matrix product's 128 x 128 tiles run 4 subgroups of 64 x 64 (4 x 4 fragments each); `8`: 8 subgroups of 32 x 64 (2 x 4), the kernel measured on the H100 on 2026-11-26 (for measuring the better on a device) | [`set_gpu_coop_subgroups`] |
 //! | `MLX_GPU_COOP_DOUBLE_BUFFER` | `1`/`0` | on: the tensor-core matrix product stages its operands' depth slices in two buffers where they fit the workgroup memory (one barrier a slice; off: one buffer, two barriers a slice, and more room for the output's staging fragments; for measuring the better on a device) | [`set_gpu_coop_double_buffer`] |
+//! | `MLX_GPU_COOP_TILE` | `128x128`, `256x128` | `128x128`: the tensor-core matrix product's large tile (its subgroups as `MLX_GPU_COOP_SUBGROUPS` says); `256x128`: 8 subgroups of 64 x 64, one staged buffer (a quarter fewer staging loads and stores per product; for measuring the better on a device) | [`set_gpu_coop_tile`] |
 //! | `MLX_GPU_F32_TILE` | `128x128`, `128x64`, `128x128/128`, `256x128` | `128x128`: the f32-compute matrix product's large tile runs 16 x 16 invocations of 8 x 8 outputs; `128x64`: 8 x 4 outputs each (fewer registers, more workgroups per SM); `128x128/128`: 128 invocations of 16 x 8 (more products per workgroup-memory read); `256x128`: 256 of 16 x 8, one staged buffer (for measuring the best on a device) | [`set_gpu_f32_tile`] |
 //! | `MLX_GPU_ATTENTION_TILES` | `auto`, or `BQxBK` of `64x32`, `32x32`, `32x16`, `16x16` | `auto`: the largest tiles that fit the workgroup memory; a pair: the f32-compute attention kernels (forward and both gradient passes) take these tiles where they fit (for measuring the best on a device) | [`set_gpu_attention_tiles`] |
 //! | `MLX_GPU_CHECKED` | `auto`/`1`/`0` | `auto` (default): GPU kernels compiled with wgpu's runtime checks (each dynamic index clamped into its array, each loop given a guard counter), except the tensor-core matrix products (1.42x faster without them on an H200); `1`: every kernel with them; `0`: none (to measure their cost on a device; on lavapipe the f16 fragment kernels then take minutes to compile) | [`set_gpu_checks`] |
@@ -65,6 +66,8 @@ pub const MLX_GPU_SPLIT_K: &str = "MLX_GPU_SPLIT_K";
 pub const MLX_GPU_SPLIT_WAVE: &str = "MLX_GPU_SPLIT_WAVE";
 /// `MLX_GPU_COOP_SUBGROUPS`: subgroups per 128 x 128 tensor-core tile.
 pub const MLX_GPU_COOP_SUBGROUPS: &str = "MLX_GPU_COOP_SUBGROUPS";
+/// `MLX_GPU_COOP_TILE`: the tensor-core matrix product's large tile.
+pub const MLX_GPU_COOP_TILE: &str = "MLX_GPU_COOP_TILE";
 /// `MLX_GPU_F32_TILE`: the f32-compute matrix product's large tile.
 pub const MLX_GPU_F32_TILE: &str = "MLX_GPU_F32_TILE";
 /// `MLX_GPU_COOP_DOUBLE_BUFFER`: the tensor-core product's staged slices
@@ -183,6 +186,14 @@ impl<T: Copy + PartialEq> Choice<T> {
         let i = i.expect("every value of a choice is listed");
         self.set.store(i as u8 + 1, Ordering::Relaxed);
     }
+
+    /// `Some`: as [`Choice::set`]; `None`: back to the environment's value.
+    fn set_or_unset(&self, value: Option<T>) {
+        match value {
+            Some(v) => self.set(v),
+            None => self.set.store(0, Ordering::Relaxed),
+        }
+    }
 }
 
 static OVERLAP: Flag = Flag::new(MLX_OVERLAP, true);
@@ -262,6 +273,47 @@ pub fn set_gpu_split_k(on: bool) {
     GPU_SPLIT_K.set(on);
 }
 
+/// The large tiles the tensor-core matrix product may take.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GpuCoopTile {
+    /// `128x128`: 4 subgroups of 64 x 64, or 8 of 32 x 64 (the default;
+    /// `MLX_GPU_COOP_SUBGROUPS`).
+    Square,
+    /// `256x128`: 8 subgroups of 64 x 64.
+    Tall,
+}
+
+fn parse_coop_tile(value: Option<&str>) -> Result<GpuCoopTile> {
+    match value.map(str::trim) {
+        None | Some("" | "auto" | "128x128") => Ok(GpuCoopTile::Square),
+        Some("256x128") => Ok(GpuCoopTile::Tall),
+        Some(v) => Err(Error::invalid(
+            MLX_GPU_COOP_TILE,
+            format!("`{v}` is not understood: use 128x128 or 256x128"),
+        )),
+    }
+}
+
+static GPU_COOP_TILE: Choice<GpuCoopTile> = Choice::new(
+    MLX_GPU_COOP_TILE,
+    &[GpuCoopTile::Square, GpuCoopTile::Tall],
+    parse_coop_tile,
+);
+
+/// The tensor-core matrix product's large tile (see [`GpuCoopTile`]). An
+/// unreadable `MLX_GPU_COOP_TILE` counts as the default here; [`check`]
+/// reports it.
+pub fn gpu_coop_tile() -> GpuCoopTile {
+    GPU_COOP_TILE.get().unwrap_or(GpuCoopTile::Square)
+}
+
+/// Chooses the tensor-core matrix product's large tile (wins over
+/// `MLX_GPU_COOP_TILE`; `None`: back to the environment's or the default;
+/// takes effect at the next product).
+pub fn set_gpu_coop_tile(tile: Option<GpuCoopTile>) {
+    GPU_COOP_TILE.set_or_unset(tile);
+}
+
 /// The large tiles the f32-compute matrix product may take (products with
 /// enough of them; smaller ones take 64 x 64 tiles of 16 x 16
 /// invocations).
@@ -323,9 +375,10 @@ pub fn gpu_f32_tile() -> GpuF32Tile {
 }
 
 /// Chooses the f32-compute matrix product's large tile (wins over
-/// `MLX_GPU_F32_TILE`; takes effect at the next product).
-pub fn set_gpu_f32_tile(tile: GpuF32Tile) {
-    GPU_F32_TILE.set(tile);
+/// `MLX_GPU_F32_TILE`; `None`: back to the environment's or the default;
+/// takes effect at the next product).
+pub fn set_gpu_f32_tile(tile: Option<GpuF32Tile>) {
+    GPU_F32_TILE.set_or_unset(tile);
 }
 
 static GPU_COOP_DOUBLE_BUFFER: Flag = Flag::new(MLX_GPU_COOP_DOUBLE_BUFFER, true);
@@ -848,6 +901,7 @@ pub fn check() -> Result<()> {
     GPU_SPLIT_K.get()?;
     GPU_COOP_DOUBLE_BUFFER.get()?;
     GPU_F32_TILE.get()?;
+    GPU_COOP_TILE.get()?;
     GPU_VEC_LOADS.get()?;
     GPU_META_ARENA.get()?;
     GPU_SHARED_PASSES.get()?;
@@ -945,6 +999,17 @@ mod tests {
             assert!(e.to_string().contains(bad), "{e}");
         }
         assert!(set_gpu_coop_subgroups(Some(6)).is_err());
+    }
+
+    #[test]
+    fn coop_tiles_are_square_or_tall() {
+        assert_eq!(parse_coop_tile(None).unwrap(), GpuCoopTile::Square);
+        assert_eq!(
+            parse_coop_tile(Some(" 256x128 ")).unwrap(),
+            GpuCoopTile::Tall
+        );
+        let e = parse_coop_tile(Some("128x256")).unwrap_err();
+        assert!(e.to_string().contains("MLX_GPU_COOP_TILE"), "{e}");
     }
 
     #[test]

@@ -120,7 +120,7 @@ fn every_large_f32_tile_agrees_with_the_cpu() {
     use mlx_array::settings::{GpuF32Tile, set_gpu_f32_tile};
     set_gpu_coopmat(GpuCoopmat::Off);
     for (tile, name) in GpuF32Tile::ALL {
-        set_gpu_f32_tile(tile);
+        set_gpu_f32_tile(Some(tile));
         check(
             &format!("f32 tile {name}"),
             Dtype::F32,
@@ -149,7 +149,7 @@ fn every_large_f32_tile_agrees_with_the_cpu() {
             66,
         );
     }
-    set_gpu_f32_tile(GpuF32Tile::Square);
+    set_gpu_f32_tile(None);
     set_gpu_coopmat(GpuCoopmat::Auto);
 }
 
@@ -594,6 +594,38 @@ fn cooperative_template_stages_aligned_operands_with_vector_loads() {
     assert_eq!(mlx_array::backend::gpu::last_coop_buffers(), Some(1));
     assert_eq!(mlx_array::backend::gpu::last_coop_staged(), Some(4));
     set_gpu_coop_double_buffer(true);
+    set_gpu_coopmat(GpuCoopmat::Auto);
+}
+
+/// The tall tensor-core tiling (`MLX_GPU_COOP_TILE=256x128`: 8 subgroups
+/// of 64 x 64) where the adapter's workgroup memory holds it (37,376 bytes
+/// at least: on an H100, not on lavapipe's 32 KiB, where the default
+/// 128 x 128 tiling of 4 subgroups runs instead): whole and ragged tiles,
+/// f16 and accumulated f32 outputs, against the CPU either way.
+#[test]
+fn cooperative_template_runs_the_tall_tiling_where_it_fits() {
+    let Some(_gpu) = gpu() else { return };
+    if !native_f16_or_skip() {
+        return;
+    }
+    use mlx_array::settings::{GpuCoopTile, set_gpu_coop_tile};
+    set_gpu_coopmat(GpuCoopmat::Plain);
+    set_gpu_coop_tile(Some(GpuCoopTile::Tall));
+    let limit = mlx_array::backend::gpu::workgroup_memory_limit().unwrap();
+    let subgroups = if limit >= 37_376 { 8 } else { 4 };
+    // 264 products of 256 x 128 tiles wholly inside, then ragged ones.
+    check("tall tiles", Dtype::F16, &[264], &[1], 256, 48, 128);
+    assert_eq!(
+        mlx_array::backend::gpu::last_coop_subgroups(),
+        Some(subgroups),
+        "{limit} bytes of workgroup memory"
+    );
+    check("tall tiles, ragged", Dtype::F16, &[66], &[], 300, 40, 130);
+    assert_eq!(
+        mlx_array::backend::gpu::last_coop_subgroups(),
+        Some(subgroups)
+    );
+    set_gpu_coop_tile(None);
     set_gpu_coopmat(GpuCoopmat::Auto);
 }
 

@@ -732,6 +732,12 @@ pub(crate) fn download(x: &Operand<'_>) -> Result<ArrayData> {
 
 static DISPATCHES: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
+/// The device's workgroup memory per workgroup, in bytes (what decides
+/// which tilings the kernels take).
+pub fn workgroup_memory_limit() -> Result<usize> {
+    Ok(context()?.limits.max_compute_workgroup_storage_size as usize)
+}
+
 /// Kernels compiled, each variant once, since the process started (for
 /// tests that check which variants were built).
 pub fn pipeline_count() -> Result<usize> {

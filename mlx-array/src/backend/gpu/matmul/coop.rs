@@ -76,6 +76,7 @@ use super::loads::{Slice, VecLoads};
 use crate::Dtype;
 pub(super) use crate::backend::gpu::fragment::Fragments;
 use crate::backend::gpu::fragment::{LANES, Layout, Operand};
+use crate::settings::GpuCoopTile;
 
 /// Depth of one staged slice (two fragment steps).
 pub(super) const DEPTH: usize = 32;
@@ -120,16 +121,32 @@ impl Tiling {
         fn_: 2,
     };
 
-    /// Every tiling, for checks and the compile test.
+    /// 256 x 128 tiles: 8 subgroups (4 x 2) of 4 x 4 fragments (64 x 64),
+    /// `MLX_GPU_COOP_TILE=256x128`: per product, a quarter fewer staged
+    /// halves than [`Tiling::LARGE_4`] (each `b` slice serves twice the
+    /// rows); one buffer (two would need 58,368 bytes with a staging
+    /// fragment), 256 invocations of ~210 registers: one workgroup per SM
+    /// (8 warps, as two of `LARGE_4`).
+    pub const TALL: Tiling = Tiling {
+        sg_rows: 4,
+        sg_cols: 2,
+        fm: 4,
+        fn_: 4,
+    };
+
+    /// The tilings every adapter that runs the template must fit (the
+    /// least of [`Tiling::TALL`] needs 37,376 bytes, more than lavapipe's
+    /// 32 KiB: where it does not fit, the default large tiling runs).
     pub const ALL: [Tiling; 3] = [Tiling::LARGE_4, Tiling::LARGE_8, Tiling::SMALL];
 
-    /// The 128 x 128 tiling of `subgroups` subgroups (8: [`Tiling::LARGE_8`],
-    /// else [`Tiling::LARGE_4`]; `settings::gpu_coop_subgroups`).
-    pub fn large(subgroups: usize) -> Tiling {
-        if subgroups == 8 {
-            Tiling::LARGE_8
-        } else {
-            Tiling::LARGE_4
+    /// The large tiling `choice` names, with `subgroups` subgroups for
+    /// the 128 x 128 one (8: [`Tiling::LARGE_8`], else
+    /// [`Tiling::LARGE_4`]; `settings::gpu_coop_subgroups`).
+    pub fn large(choice: GpuCoopTile, subgroups: usize) -> Tiling {
+        match choice {
+            GpuCoopTile::Tall => Tiling::TALL,
+            GpuCoopTile::Square if subgroups == 8 => Tiling::LARGE_8,
+            GpuCoopTile::Square => Tiling::LARGE_4,
         }
     }
 

@@ -30,6 +30,7 @@
 //! | f32, 64 | 256 | 64 x 64, slices of 16, double buffered | 4 x 4 outputs | 17,408 B | ~48 | 4-8 |
 //! | coop, large (default) | 128 (4 subgroups, 2 x 2) | 128 x 128, slices of 32, double buffered | a subgroup: 4 x 4 fragments (64 x 64) | 46,080 B (2 staging fragments a subgroup) | ~210 | 2 (registers) |
 //! | coop, large, `MLX_GPU_COOP_SUBGROUPS=8` | 256 (8 subgroups, 4 x 2) | 128 x 128, slices of 32, double buffered | a subgroup: 2 x 4 fragments (32 x 64) | 46,080 B (1 staging fragment) | ~100-130 | 2 |
+//! | coop, `MLX_GPU_COOP_TILE=256x128` | 256 (8 subgroups, 4 x 2) | 256 x 128, slices of 32, one buffer | a subgroup: 4 x 4 fragments (64 x 64) | 45,568 B (2 staging fragments) | ~210 | 1 (registers) |
 //! | coop, small | 128 (4 subgroups, 2 x 2) | 64 x 64, slices of 32, double buffered | a subgroup: 2 x 2 fragments (32 x 32) | 35,840 B (4 staging fragments) | ~70 | 4-6 |
 //!
 //! **Double buffering of the tensor-core kernel** (`coop::Staging`,
@@ -680,12 +681,14 @@ impl Product<'_> {
         );
         let (pipeline, tm, tn) = match coop {
             Some(fragments) => {
-                let tiling = if t == 128 {
-                    coop::Tiling::large(settings::gpu_coop_subgroups())
-                } else {
-                    coop::Tiling::SMALL
-                };
                 let limit = context()?.limits.max_compute_workgroup_storage_size as usize;
+                let subgroups = settings::gpu_coop_subgroups();
+                let tiling = match coop::Tiling::large(settings::gpu_coop_tile(), subgroups) {
+                    _ if t != 128 => coop::Tiling::SMALL,
+                    // The tall tiling where it fits, else the default.
+                    large if large.shared_bytes() <= limit => large,
+                    _ => coop::Tiling::large(settings::GpuCoopTile::Square, subgroups),
+                };
                 let staging =
                     coop::Staging::choose(tiling, limit, settings::gpu_coop_double_buffer());
                 let key = format!(
@@ -845,7 +848,7 @@ pub fn kernel_sources() -> Vec<(String, String)> {
         }
         c
     };
-    for tiling in coop::Tiling::ALL {
+    for tiling in coop::Tiling::ALL.into_iter().chain([coop::Tiling::TALL]) {
         // One buffer and one staging fragment at a time, and what 48 KiB
         // allow with one buffer and with two.
         let mut stagings = vec![coop::Staging::LEAST];
