@@ -13,7 +13,9 @@ fn rms_norm_and_its_gradient_agree_with_the_cpu_at_uneven_sizes() {
     let Some(_gpu) = gpu() else { return };
     // width 7: 32 lanes a row, 8 rows a workgroup, 3 chunks of rows;
     // 130: 64 lanes, a ragged last pass; 1000: 256 lanes, 4 values each.
-    for (rows, width) in [(70usize, 7usize), (111, 130), (5, 1000), (1, 3)] {
+    // 1,100 rows: 35 chunks of 32 for the weight's column sums (the last of
+    // 12 rows), folded in rounds of 16 partials, the last round partial.
+    for (rows, width) in [(70usize, 7usize), (111, 130), (5, 1000), (1, 3), (1100, 20)] {
         let x = make(
             &values_in(&[rows, width], 60, -2.0, 2.0, false),
             Dtype::F32,
