@@ -18,10 +18,21 @@ fn strides(dims: &AttentionDims, t: Tiles) -> (usize, usize, usize) {
     )
 }
 
-/// Workgroup memory of the kernel with tiles `t`, in bytes.
+/// Invocations of the workgroup (`SIDE x SIDE`).
+const INVOCATIONS: usize = SIDE * SIDE;
+
+/// Workgroup memory of the kernel with tiles `t`, in bytes: the Q and K/V
+/// tiles, S, the rows' max, sum and rescale, and the softmax's partial
+/// maxima and sums (one per invocation).
 pub(super) fn bytes(dims: &AttentionDims, t: Tiles) -> usize {
     let (qs, ks, ss) = strides(dims, t);
-    16 * (t.bq * qs + t.bk * ks + SIDE) + 4 * (t.bq * ss + 3 * t.bq)
+    16 * (t.bq * qs + t.bk * ks + SIDE) + 4 * (t.bq * ss + 3 * t.bq + INVOCATIONS)
+}
+
+/// Invocations that share a row's softmax (every invocation takes part:
+/// `256 / BQ`, each over `BK / parts` keys).
+fn softmax_parts(t: Tiles) -> usize {
+    INVOCATIONS / t.bq
 }
 
 /// The kernel's WGSL for inputs of `dtype`, staged as `loads` says.
@@ -43,6 +54,7 @@ var<workgroup> s_s: array<f32, {s_len}>;
 var<workgroup> m_s: array<f32, BQ>;
 var<workgroup> l_s: array<f32, BQ>;
 var<workgroup> a_s: array<f32, BQ>;
+var<workgroup> red_s: array<f32, {INVOCATIONS}>;
 "#,
         q_len = t.bq * qs,
         kv_len = t.bk * ks + SIDE,
@@ -111,12 +123,20 @@ var<workgroup> a_s: array<f32, BQ>;
         dims.d.div_ceil(4),
         &format!("{a_load}\n{b_load}\n{s_fma}"),
     );
-    let max_steps = unrolled("j", t.bk, "            mx = max(mx, s_s[row + j]);");
+    // The row's softmax shared by `parts` invocations, each over `kp`
+    // adjacent keys: partial maxima, then their max, then the partial
+    // sums of the exponentials, merged in the order of the parts.
+    let parts = softmax_parts(t);
+    debug_assert!(t.bk.is_multiple_of(parts) && parts * t.bq == INVOCATIONS);
+    let kp = t.bk / parts;
+    let max_steps = unrolled("j", kp, "            mx = max(mx, s_s[at + j]);");
     let exp_steps = unrolled(
         "j",
-        t.bk,
-        "            let p = exp(s_s[row + j] - mx);\n            s_s[row + j] = p;\n            sum = sum + p;",
+        kp,
+        "            let p = exp(s_s[at + j] - mx);\n            s_s[at + j] = p;\n            sum = sum + p;",
     );
+    let merge_max = unrolled("j", parts, "            mx = max(mx, red_s[first + j]);");
+    let merge_sum = unrolled("j", parts, "            total = total + red_s[first + j];");
     let pv_steps = unrolled("j", t.bk, &format!("{p_load}\n{v_load}\n{o_fma}"));
     let r = InputRows::new(dims, t, 4);
     let q_stage = stage("q_s", "q", loads, &r.q, qs);
@@ -143,18 +163,36 @@ var<workgroup> a_s: array<f32, BQ>;
 {s_store}
         workgroupBarrier();
         {v_stage}
-        if (lid < BQ) {{
-            let row = lid * {ss}u;
-            let m_old = m_s[lid];
+        // Row `sr`'s keys `kb..kb + {kp}` for this invocation.
+        let sr = lid / {parts}u;
+        let at = sr * {ss}u + (lid % {parts}u) * {kp}u;
+        let first = sr * {parts}u;
+        let m_old = m_s[sr];
+        {{
             var mx = m_old;
 {max_steps}
-            var sum = 0.0;
+            red_s[lid] = mx;
+        }}
+        workgroupBarrier();
+        var mx = m_old;
+        {{
+{merge_max}
+        }}
+        var sum = 0.0;
+        {{
 {exp_steps}
+        }}
+        workgroupBarrier();
+        red_s[lid] = sum;
+        workgroupBarrier();
+        if (lid % {parts}u == 0u) {{
+            var total = 0.0;
+{merge_sum}
             // Every row sees key 0, so mx is finite from the first block on.
             let alpha = exp(m_old - mx);
-            a_s[lid] = alpha;
-            l_s[lid] = l_s[lid] * alpha + sum;
-            m_s[lid] = mx;
+            a_s[sr] = alpha;
+            l_s[sr] = l_s[sr] * alpha + total;
+            m_s[sr] = mx;
         }}
         workgroupBarrier();
 {o_rescale}

@@ -105,11 +105,16 @@
 //!   query rows). The query block stays in workgroup memory; it walks the
 //!   key blocks of `BK` rows the block sees (a causal block stops at its
 //!   last row's last key): K tile -> `S = scale Q K^T` (each invocation a
-//!   `BQ/16 x BK/16` block) -> S to workgroup memory -> one invocation per
-//!   row updates its running max and sum and turns S into P with the row's
-//!   rescale factor, while the others stage the V tile in the K tile's
-//!   memory -> each invocation rescales and accumulates its `BQ/16` rows
-//!   of owned quads of `O += P V` in registers.
+//!   `BQ/16 x BK/16` block) -> S to workgroup memory -> every invocation
+//!   stages its share of the V tile in the K tile's memory, then the
+//!   `256 / BQ` invocations of each row (4 at `BQ` = 64) each take `BK`
+//!   divided by that many adjacent keys (8): partial maxima, the row's max
+//!   from them, the exponentials and their partial sums, merged in order
+//!   by the row's first invocation into its running max, sum and rescale
+//!   factor (two barriers more a block than one invocation per row, which
+//!   walked all 32 keys twice while the other 192 waited: a chain of 64
+//!   dependent steps, now 16) -> each invocation rescales and accumulates
+//!   its `BQ/16` rows of owned quads of `O += P V` in registers.
 //! - Backward in FlashAttention-2 order ([`backward`]): a pre-pass, a
 //!   thread per query row, computes `delta = rowsum(dO o O)`; a dK/dV pass
 //!   with a workgroup per (batch, head, block of `BK` keys) holds K and V
@@ -132,7 +137,7 @@
 //! margin of 16 quads after each quad tile for the invocations whose
 //! owned quads run past the row):
 //! - forward 64 x 32: Q 17,408 B, K/V 8,960 B, S 64x33 words, three row
-//!   vectors: 34.8 KiB; registers per invocation: S 4x2, O 4 quads,
+//!   vectors, the softmax's 256 partials: 35.8 KiB; registers per invocation: S 4x2, O 4 quads,
 //!   operands 6 quads, about 70 with addresses;
 //! - backward 32 x 32: Q, dO, K, V 8,960 B each with margins, P and dS
 //!   32x33 words each, lse and delta: 43.5 KiB (both passes); registers:
@@ -144,7 +149,7 @@
 //! # Expected occupancy and time on an H100
 //!
 //! 132 SMs with 228 KiB of shared memory and 64K registers each. The
-//! forward's 34.8 KiB allows 6 workgroups per SM, the backward's 43.5
+//! forward's 35.8 KiB allows 6 workgroups per SM, the backward's 43.5
 //! KiB 5 (40 warps), if registers allow (64 per invocation for 4 of 256,
 //! about 50% occupancy). Work: [4, 4, 512, 64] has 128 forward workgroups
 //! (one wave, under one per SM: latency bound) and 256 per backward pass;
