@@ -52,3 +52,51 @@ fn value_and_grad_composes_over_trees_and_argnums() {
             || grads.get_array("w").unwrap().is_evaluated()
     );
 }
+
+/// The gradient of a matrix used transposed (`x @ w^T`, a linear layer's
+/// weight) is dense in the matrix's own layout, lazy or evaluated, with
+/// the values of `(x^T @ dy)^T`; a matrix used as it is keeps `x^T @ dy`.
+#[test]
+fn a_transposed_weight_gets_a_dense_gradient() {
+    let x = Array::from_slice(&[1.0f32, -2.0, 0.5, 3.0, 1.5, -1.0], &[3, 2]).unwrap();
+    let w = Array::from_slice(&[0.2f32, -0.4, 1.0, 0.3, -0.7, 0.6, 0.9, -0.1], &[4, 2]).unwrap();
+    let dy = Array::from_slice(
+        &[
+            1.0f32, 0.0, -1.0, 2.0, 0.5, 1.5, -0.5, 1.0, 2.0, -2.0, 0.25, 0.75,
+        ],
+        &[3, 4],
+    )
+    .unwrap();
+    // d/dw sum(dy o (x @ w^T)) = dy^T @ x, [4, 2].
+    let want = dy.t().unwrap().matmul(&x).unwrap().to_vec::<f32>().unwrap();
+    let grad = |w_in: &Array| {
+        let f = |a: &[Array]| a[0].matmul(&a[1].t()?)?.multiply(&a[2])?.sum_all();
+        let (_, g) = value_and_grad(f, &[1])(&[x.clone(), w_in.clone(), dy.clone()]).unwrap();
+        g[0].clone()
+    };
+    let g = grad(&w);
+    g.eval().unwrap();
+    assert!(g.operand().unwrap().is_contiguous(), "a lazy transpose");
+    assert_eq!(g.to_vec::<f32>().unwrap(), want);
+    // With the transpose already evaluated (a column-major view).
+    let f = |a: &[Array]| a[0].matmul(&a[1])?.multiply(&a[2])?.sum_all();
+    let wt = w.t().unwrap();
+    wt.eval().unwrap();
+    let (_, g) = value_and_grad(f, &[1])(&[x.clone(), wt.clone(), dy.clone()]).unwrap();
+    g[0].eval().unwrap();
+    assert_eq!(g[0].shape(), &[2, 4]);
+    assert_eq!(
+        g[0].t().unwrap().to_vec::<f32>().unwrap(),
+        want,
+        "the gradient of w^T, transposed"
+    );
+    // A matrix used as it is: x @ v, v [2, 4], gradient x^T @ dy, dense.
+    let v = w.t().unwrap().contiguous().unwrap();
+    let (_, g) = value_and_grad(f, &[1])(&[x.clone(), v, dy.clone()]).unwrap();
+    g[0].eval().unwrap();
+    assert!(g[0].operand().unwrap().is_contiguous());
+    assert_eq!(
+        g[0].to_vec::<f32>().unwrap(),
+        x.t().unwrap().matmul(&dy).unwrap().to_vec::<f32>().unwrap()
+    );
+}
