@@ -19,29 +19,34 @@
 //! pair's partner.
 
 use super::codegen;
-use super::elementwise::{input4, output4};
+use super::elementwise::{input4, output4, rows_of_quads};
 use super::{alloc, context, dense, dispatch};
 use crate::Result;
 use crate::backend::common::rope::RopeSpec;
 use crate::data::{ArrayData, Operand};
 
 /// Whether `x` rotates by quads in place ([`rope_quads`]): halves over
-/// the whole row, the half a multiple of 4, and a view with dense rows
-/// whose offset and other strides are multiples of 4.
+/// the whole row, the half a multiple of 4, and a view whose rows are
+/// read by aligned quads (`elementwise::rows_of_quads`).
 fn by_quads(x: &Operand<'_>, spec: &RopeSpec) -> bool {
-    let (shape, strides) = (x.shape, x.data.strides());
-    let Some(&width) = shape.last() else {
-        return false;
-    };
+    let width = x.shape.last().copied().unwrap_or(0);
     !spec.traditional
         && spec.dims == width
         && width.is_multiple_of(8)
-        && strides.last() == Some(&1)
-        && x.data.offset().is_multiple_of(4)
-        && shape[..shape.len() - 1]
-            .iter()
-            .zip(strides)
-            .all(|(&n, &s)| n == 1 || s.rem_euclid(4) == 0)
+        && rows_of_quads(&x.data, x.shape)
+}
+
+/// The WGSL of a kernel of one invocation per `i`: the prelude, the
+/// parameters, `bindings`, then `body` after the invocation's index.
+fn source(bindings: &str, body: &str) -> String {
+    let mut s = String::from(codegen::PRELUDE);
+    s.push_str(codegen::META);
+    s.push_str(bindings);
+    s.push_str(codegen::ENTRY);
+    s.push_str(" {\n    ");
+    s.push_str(codegen::THREAD_INDEX);
+    s.push_str(body);
+    s
 }
 
 /// The angle's factors as `spec` gives them: the position scale and the
@@ -78,15 +83,9 @@ fn rope_quads(x: &Operand<'_>, spec: &RopeSpec) -> Result<ArrayData> {
     meta.extend(shape.iter().map(|&s| s as u32));
     codegen::push_view(&mut meta, &x.data);
     let pipeline = context()?.pipeline(&format!("rope4:{dtype}"), || {
-        let mut s = String::from(codegen::PRELUDE);
-        s.push_str(codegen::META);
-        s.push_str(&input4("x", 1, dtype));
-        s.push_str(&output4(2, dtype));
-        s.push_str(&codegen::strided_loc(7, 8));
-        s.push_str(codegen::ENTRY);
-        s.push_str(" {\n    ");
-        s.push_str(codegen::THREAD_INDEX);
-        s.push_str(
+        let bindings = input4("x", 1, dtype) + &output4(2, dtype) + &codegen::strided_loc(7, 8);
+        source(
+            &bindings,
             r#"
     if (i >= params[0]) { return; }
     let width = params[1];
@@ -108,8 +107,7 @@ fn rope_quads(x: &Operand<'_>, spec: &RopeSpec) -> Result<ArrayData> {
     store4((e + half) >> 2u, a * s + b * co);
 }
 "#,
-        );
-        s
+        )
     })?;
     dispatch(
         &pipeline,
@@ -164,14 +162,9 @@ pub fn rope(x: &Operand<'_>, spec: &RopeSpec) -> Result<ArrayData> {
         x.offset() as u32,
     ];
     let pipeline = context()?.pipeline(&format!("rope:{dtype}"), || {
-        let mut s = String::from(codegen::PRELUDE);
-        s.push_str(codegen::META);
-        s.push_str(&codegen::input("x", 1, dtype));
-        s.push_str(&codegen::output(2, dtype));
-        s.push_str(codegen::ENTRY);
-        s.push_str(" {\n    ");
-        s.push_str(codegen::THREAD_INDEX);
-        s.push_str(
+        let bindings = codegen::input("x", 1, dtype) + &codegen::output(2, dtype);
+        source(
+            &bindings,
             r#"
     if (i >= params[0]) { return; }
     let width = params[2];
@@ -200,8 +193,7 @@ pub fn rope(x: &Operand<'_>, spec: &RopeSpec) -> Result<ArrayData> {
     if (first) { store_out(i, own * co - other * s); } else { store_out(i, other * s + own * co); }
 }
 "#,
-        );
-        s
+        )
     })?;
     let clear = codegen::packed(dtype);
     dispatch(&pipeline, &meta, &[&x], &out, n * dtype.size_of(), clear, n)?;

@@ -114,7 +114,7 @@ pub fn row_view_reads() -> usize {
 /// a row length that is a multiple of [`QUAD`], and its offset and every
 /// other stride (of axes longer than one) multiples of [`QUAD`]: each
 /// aligned quad of the output then reads 4 adjacent, aligned elements.
-fn rows_of_quads(data: &ArrayData, shape: &[usize]) -> bool {
+pub(in crate::backend::gpu) fn rows_of_quads(data: &ArrayData, shape: &[usize]) -> bool {
     let strides = data.strides();
     let (Some(&last), Some(&unit)) = (shape.last(), strides.last()) else {
         return false;

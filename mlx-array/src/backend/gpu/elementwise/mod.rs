@@ -5,7 +5,7 @@
 mod map;
 
 pub use map::row_view_reads;
-pub(in crate::backend::gpu) use map::{input4, output4};
+pub(in crate::backend::gpu) use map::{input4, output4, rows_of_quads};
 pub(crate) use map::{map, map_with};
 
 use super::codegen::compute_type;

@@ -194,60 +194,62 @@ pub fn coop_product_count() -> usize {
     COOP_PRODUCTS.load(std::sync::atomic::Ordering::Relaxed)
 }
 
-/// Subgroups per workgroup of the last product recorded on the
-/// cooperative template (0: none yet).
-static LAST_COOP_SUBGROUPS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+/// The last value of a choice made while recording products (tilings,
+/// stagings), kept for tests that check which kernel ran.
+struct Last(std::sync::atomic::AtomicUsize);
+
+impl Last {
+    /// None recorded yet.
+    const fn new() -> Last {
+        Last(std::sync::atomic::AtomicUsize::new(0))
+    }
+
+    /// Records `n` (non-zero) as the latest.
+    fn set(&self, n: usize) {
+        self.0.store(n, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// The latest, `None` before the first.
+    fn get(&self) -> Option<usize> {
+        match self.0.load(std::sync::atomic::Ordering::Relaxed) {
+            0 => None,
+            n => Some(n),
+        }
+    }
+}
+
+static LAST_COOP_SUBGROUPS: Last = Last::new();
+static LAST_COOP_STAGED: Last = Last::new();
+static LAST_COOP_BUFFERS: Last = Last::new();
+static LAST_PRODUCT_TILE: Last = Last::new();
 
 /// The subgroups per workgroup of the last product recorded on the
 /// cooperative template, `None` before the first (for tests that check
 /// which tiling ran).
 pub fn last_coop_subgroups() -> Option<usize> {
-    match LAST_COOP_SUBGROUPS.load(std::sync::atomic::Ordering::Relaxed) {
-        0 => None,
-        n => Some(n),
-    }
+    LAST_COOP_SUBGROUPS.get()
 }
-
-/// Staging fragments per subgroup of the last product recorded on the
-/// cooperative template (0: none yet).
-static LAST_COOP_STAGED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
 /// How many output fragments per subgroup the last product recorded on
 /// the cooperative template staged at a time (`coop::staged_per_round`),
 /// `None` before the first (for tests that check which epilogue ran).
 pub fn last_coop_staged() -> Option<usize> {
-    match LAST_COOP_STAGED.load(std::sync::atomic::Ordering::Relaxed) {
-        0 => None,
-        n => Some(n),
-    }
+    LAST_COOP_STAGED.get()
 }
-
-/// Output tile side (64 or 128) of the last product recorded (0: none yet).
-static LAST_PRODUCT_TILE: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-
-/// The output tile side (64 or 128) of the last product recorded on
-/// either kernel, `None` before the first (for tests that check which
-/// tiles, and so which split, a product took).
-pub fn last_product_tile() -> Option<usize> {
-    match LAST_PRODUCT_TILE.load(std::sync::atomic::Ordering::Relaxed) {
-        0 => None,
-        n => Some(n),
-    }
-}
-
-/// Staged slices per operand of the last product recorded on the
-/// cooperative template (0: none yet).
-static LAST_COOP_BUFFERS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
 /// How many buffers of staged depth slices per operand (1 or 2) the last
 /// product recorded on the cooperative template used
 /// (`coop::Staging::choose`), `None` before the first (for tests that
 /// check which main loop ran).
 pub fn last_coop_buffers() -> Option<usize> {
-    match LAST_COOP_BUFFERS.load(std::sync::atomic::Ordering::Relaxed) {
-        0 => None,
-        n => Some(n),
-    }
+    LAST_COOP_BUFFERS.get()
+}
+
+/// The output tile side (64 or 128) of the last product recorded on
+/// either kernel, `None` before the first (for tests that check which
+/// tiles, and so which split, a product took).
+pub fn last_product_tile() -> Option<usize> {
+    LAST_PRODUCT_TILE.get()
 }
 
 /// Whether `adapter` can run the tensor-core kernel: it offers
@@ -679,15 +681,20 @@ impl Product<'_> {
             &dims,
             [&a_strides, &b_strides],
         );
+        let limit = super::workgroup_memory_limit()?;
         let (pipeline, tm, tn) = match coop {
             Some(fragments) => {
-                let limit = context()?.limits.max_compute_workgroup_storage_size as usize;
                 let subgroups = settings::gpu_coop_subgroups();
-                let tiling = match coop::Tiling::large(settings::gpu_coop_tile(), subgroups) {
-                    _ if t != 128 => coop::Tiling::SMALL,
+                let tiling = if t == 128 {
                     // The tall tiling where it fits, else the default.
-                    large if large.shared_bytes() <= limit => large,
-                    _ => coop::Tiling::large(settings::GpuCoopTile::Square, subgroups),
+                    let large = coop::Tiling::large(settings::gpu_coop_tile(), subgroups);
+                    if large.shared_bytes() <= limit {
+                        large
+                    } else {
+                        coop::Tiling::large(settings::GpuCoopTile::Square, subgroups)
+                    }
+                } else {
+                    coop::Tiling::SMALL
                 };
                 let staging =
                     coop::Staging::choose(tiling, limit, settings::gpu_coop_double_buffer());
@@ -700,12 +707,9 @@ impl Product<'_> {
                     )
                 })?;
                 COOP_PRODUCTS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                LAST_COOP_STAGED.store(staging.staged, std::sync::atomic::Ordering::Relaxed);
-                LAST_COOP_BUFFERS.store(staging.buffers, std::sync::atomic::Ordering::Relaxed);
-                LAST_COOP_SUBGROUPS.store(
-                    tiling.invocations() / 32,
-                    std::sync::atomic::Ordering::Relaxed,
-                );
+                LAST_COOP_STAGED.set(staging.staged);
+                LAST_COOP_BUFFERS.set(staging.buffers);
+                LAST_COOP_SUBGROUPS.set(tiling.invocations() / 32);
                 (p, m.div_ceil(tiling.bm()), n.div_ceil(tiling.bn()))
             }
             None => {
@@ -714,7 +718,6 @@ impl Product<'_> {
                 } else {
                     tiled::Tile::T64
                 };
-                let limit = context()?.limits.max_compute_workgroup_storage_size as usize;
                 let buffers = if tiled::shared_bytes(tile, 2) <= limit {
                     2
                 } else {
@@ -729,7 +732,7 @@ impl Product<'_> {
                 (p, m.div_ceil(tile.bm), n.div_ceil(tile.bn))
             }
         };
-        LAST_PRODUCT_TILE.store(t, std::sync::atomic::Ordering::Relaxed);
+        LAST_PRODUCT_TILE.set(t);
         let batch: usize = self.batch_shape.iter().product();
         let tiles = slices.count * batch * tm * tn;
         let mut meta = vec![
