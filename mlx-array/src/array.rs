@@ -313,6 +313,18 @@ impl Array {
         }
     }
 
+    /// The arrays this one is computed from while it is pending (none once
+    /// computed): with [`primitive_name`](Self::primitive_name), enough for
+    /// a library to recognise a pattern in a graph it is handed, as
+    /// `mlx-optim` reads a float32 gradient widened from half precision in
+    /// its half-precision form.
+    pub fn pending_inputs(&self) -> Vec<Array> {
+        match &*self.lock() {
+            State::Pending { inputs, .. } => inputs.clone(),
+            State::Ready(_) | State::ReadyOutputs(_) => Vec::new(),
+        }
+    }
+
     /// The evaluated data. Fails if the array has not been evaluated; kernels
     /// call it on their inputs, which the evaluator has already computed.
     pub fn data(&self) -> Result<ArrayData> {

@@ -118,7 +118,10 @@ impl DeviceLossScaler {
     /// and the step's flag, a 0-d float32 that is 1 when every gradient is
     /// finite on every rank and 0 otherwise; `sum_over_ranks` sums the
     /// ranks' non-finite flags (`Ok` on one rank, `mlx_dist::all_sum`
-    /// on more). Then updates the scale on the device: halved on an
+    /// on more). Float32 gradients are unscaled and checked five at a time
+    /// by one fused kernel; one that is a pending cast of a half-precision
+    /// gradient is read in half precision (the same values, without the
+    /// cast's own pass). Then updates the scale on the device: halved on an
     /// overflow, doubled after `growth_interval` finite steps in a row.
     /// Lazy: pass the flag to the optimizer's gated step, read it later,
     /// and [`DeviceLossScaler::settle`] it.
@@ -129,19 +132,44 @@ impl DeviceLossScaler {
     ) -> Result<(Tree, Array)> {
         let c = &self.constants;
         let inverse = c.one.div(&self.scale)?;
-        let mut per_dtype: Vec<(Dtype, Array)> = Vec::new();
-        let unscaled = grads.map(|_, g| {
-            let inv = match per_dtype.iter().find(|(d, _)| *d == g.dtype()) {
-                Some((_, s)) => s.clone(),
-                None => {
-                    let s = inverse.astype(g.dtype())?;
-                    per_dtype.push((g.dtype(), s.clone()));
-                    s
-                }
-            };
-            g.mul(&inv)
+        // Float32 gradients (a half-precision step's master-weight
+        // gradients) are unscaled and checked a group at a time by one
+        // kernel; gradients of other dtypes keep their dtype, op by op.
+        let flat = grads.flatten();
+        let (wide, narrow): (Vec<_>, Vec<_>) =
+            flat.into_iter().partition(|(_, g)| g.dtype() == Dtype::F32);
+        let wide_grads: Vec<Array> = wide.iter().map(|(_, g)| g.clone()).collect();
+        let (products, mut flag) = crate::unscale::unscale_and_check(&wide_grads, &inverse)?;
+        let mut unscaled: std::collections::HashMap<String, Array> = wide
+            .into_iter()
+            .map(|(name, _)| name)
+            .zip(products)
+            .collect();
+        if !narrow.is_empty() {
+            let mut per_dtype: Vec<(Dtype, Array)> = Vec::new();
+            let mut rest = Vec::with_capacity(narrow.len());
+            for (name, g) in narrow {
+                let inv = match per_dtype.iter().find(|(d, _)| *d == g.dtype()) {
+                    Some((_, s)) => s.clone(),
+                    None => {
+                        let s = inverse.astype(g.dtype())?;
+                        per_dtype.push((g.dtype(), s.clone()));
+                        s
+                    }
+                };
+                rest.push((name, g.mul(&inv)?));
+            }
+            let rest = Tree::unflatten(rest)?;
+            // 0, or NaN when a gradient is not finite.
+            flag = flag.add(&crate::loss_scale::non_finite_flag_with(&rest, &c.zero)?)?;
+            unscaled.extend(rest.flatten());
+        }
+        let unscaled = grads.map(|name, _| {
+            Ok(unscaled
+                .remove(name)
+                .expect("every gradient is unscaled once"))
         })?;
-        let flag = sum_over_ranks(crate::loss_scale::non_finite_flag_with(&unscaled, &c.zero)?)?;
+        let flag = sum_over_ranks(flag)?;
         let finite = flag.equal(&c.zero)?.astype(Dtype::F32)?;
         // PyTorch's `_amp_update_scale_`, as `LossScaler::update`.
         let good = where_(&finite, &self.good_steps.add(&c.one)?, &c.zero)?;

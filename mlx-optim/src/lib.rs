@@ -64,6 +64,7 @@ mod sgd;
 mod sharded;
 mod state;
 mod tree_util;
+mod unscale;
 
 pub use adam::{Adam, AdamConfig, AdamW};
 pub use clip::{clip_by_norm_squared, clip_grad_norm};
@@ -79,10 +80,13 @@ pub use sgd::Sgd;
 pub use sharded::{Sharded, shard_of, shard_range};
 pub use state::OptimizerState;
 
-/// The conformance specifications of the fused Adam(W) primitives (feature
-/// `conformance`), for `mlx_array::conformance::main`: each step against
-/// the f64 update formula and, bit for bit, the op-by-op graph.
+/// The conformance specifications of the fused Adam(W) primitives and of
+/// the gradients' unscale-and-check (feature `conformance`), for
+/// `mlx_array::conformance::main`: each step against the f64 update formula
+/// and, bit for bit, the op-by-op graph; the check against float32 products.
 #[cfg(feature = "conformance")]
 pub fn conformance_specs() -> Vec<mlx_array::conformance::Spec> {
-    fused::spec::specs()
+    let mut specs = fused::spec::specs();
+    specs.extend(unscale::spec::specs());
+    specs
 }

@@ -12,9 +12,10 @@
 //! `wid.x + wid.y * nw.x` (for 256-wide groups, the thread
 //! `gid.x + gid.y * nw.x * 256u`) and ignore numbers from `groups` on.
 //! Pipelines are compiled once per `key`, and where the adapter stores
-//! `f16` natively the source is prefixed with `enable f16;`.
+//! `f16` natively the source is prefixed with `enable f16;`. Inputs of any
+//! dtype are declared with [`input`], which also defines their loads.
 
-use super::{alloc as alloc_array, context, dispatch_groups};
+use super::{alloc as alloc_array, codegen, context, dispatch_groups};
 use crate::data::ArrayData;
 use crate::{Dtype, Result};
 
@@ -22,6 +23,15 @@ use crate::{Dtype, Result};
 /// a custom kernel's output (several outputs may be views of one).
 pub fn alloc(shape: &[usize], dtype: Dtype) -> Result<ArrayData> {
     alloc_array(shape, dtype)
+}
+
+/// WGSL declaring input `name` of dtype `d` at `binding` in the backend's
+/// storage (`f16` packed two to a word where the adapter has no native
+/// `f16`, `bf16` always packed), and `fn load_<name>(j: u32) -> T`
+/// returning element `j` (from the buffer's start) in the type the dtype
+/// computes in: `f32` for the float dtypes.
+pub fn input(name: &str, binding: u32, d: Dtype) -> String {
+    codegen::input(name, binding, d)
 }
 
 /// Records one dispatch of the WGSL kernel `source()` (compiled the first
@@ -42,4 +52,20 @@ pub fn dispatch(
 ) -> Result<()> {
     let pipeline = context()?.pipeline(&format!("custom:{key}"), source)?;
     dispatch_groups(&pipeline, meta, inputs, output, 0, false, groups)
+}
+
+/// [`dispatch`], with the output buffer's first `bytes` bytes set to zero
+/// just before the kernel runs: for a kernel that only writes a flag or an
+/// accumulator there when it has something to say.
+pub fn dispatch_clearing(
+    key: &str,
+    source: impl FnOnce() -> String,
+    meta: &[u32],
+    inputs: &[&ArrayData],
+    output: &ArrayData,
+    bytes: usize,
+    groups: usize,
+) -> Result<()> {
+    let pipeline = context()?.pipeline(&format!("custom:{key}"), source)?;
+    dispatch_groups(&pipeline, meta, inputs, output, bytes, true, groups)
 }
