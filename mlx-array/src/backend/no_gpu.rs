@@ -105,6 +105,24 @@ pub mod custom {
     ) -> Result<()> {
         Err(unavailable())
     }
+
+    /// Always [`super::UNAVAILABLE`].
+    pub fn dispatch_clearing(
+        _key: &str,
+        _source: impl FnOnce() -> String,
+        _meta: &[u32],
+        _inputs: &[&ArrayData],
+        _output: &ArrayData,
+        _bytes: usize,
+        _groups: usize,
+    ) -> Result<()> {
+        Err(unavailable())
+    }
+
+    /// No WGSL: nothing can dispatch it in this build.
+    pub fn input(_name: &str, _binding: u32, _d: Dtype) -> String {
+        String::new()
+    }
 }
 
 /// Copies to the host that wait when read; none can start in this build.
