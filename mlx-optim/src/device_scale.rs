@@ -159,10 +159,11 @@ impl DeviceLossScaler {
                 };
                 rest.push((name, g.mul(&inv)?));
             }
-            let rest = Tree::unflatten(rest)?;
             // 0, or NaN when a gradient is not finite.
-            flag = flag.add(&crate::loss_scale::non_finite_flag_with(&rest, &c.zero)?)?;
-            unscaled.extend(rest.flatten());
+            let part =
+                crate::loss_scale::non_finite_flag_with(rest.iter().map(|(_, g)| g), &c.zero)?;
+            flag = flag.add(&part)?;
+            unscaled.extend(rest);
         }
         let unscaled = grads.map(|name, _| {
             Ok(unscaled

@@ -54,6 +54,7 @@ mod device_scale;
 mod error;
 mod fused;
 mod gate;
+mod gpu_indices;
 mod io;
 mod loss_scale;
 mod module;

@@ -142,19 +142,23 @@ impl Scalars {
 /// them all. Lazy.
 pub fn non_finite_flag(grads: &Tree) -> Result<Array> {
     let zero = Array::zeros(&[], Dtype::F32).to_device(mlx_array::default_device());
-    non_finite_flag_with(grads, &zero)
+    non_finite_flag_with(grads.flatten().iter().map(|(_, g)| g), &zero)
 }
 
-/// [`non_finite_flag`] with a float32 zero already on the device. A
+/// [`non_finite_flag`] of the arrays `grads`, with a float32 zero already
+/// on the device. A
 /// float32 gradient's part is its sum (one reduction: a sum of finite
 /// float32 values overflows only beyond 3.4e38, which no gradient
 /// approaches; an overflowing step is skipped either way); a half
 /// gradient's is `sum(g * 0)` (its own sum may overflow its dtype where
 /// its values do not), with the zero cast once per dtype.
-pub(crate) fn non_finite_flag_with(grads: &Tree, zero: &Array) -> Result<Array> {
+pub(crate) fn non_finite_flag_with<'a>(
+    grads: impl IntoIterator<Item = &'a Array>,
+    zero: &Array,
+) -> Result<Array> {
     let mut flag: Option<Array> = None;
     let mut zeros: Vec<(Dtype, Array)> = Vec::new();
-    for (_, g) in grads.flatten() {
+    for g in grads {
         let part = if g.dtype() == Dtype::F32 {
             g.sum_all()?
         } else {

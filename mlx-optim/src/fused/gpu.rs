@@ -223,15 +223,7 @@ pub(super) fn run(
     in_place: Option<usize>,
 ) -> Result<Vec<ArrayData>> {
     let n: usize = shape.iter().product();
-    if n > u32::MAX as usize / 4
-        || data
-            .iter()
-            .any(|d| d.storage().capacity() / 4 > u32::MAX as usize)
-    {
-        return Err(mlx_array::Error::gpu(format!(
-            "fused_adam: {n} elements exceed the GPU kernel's 32-bit indices"
-        )));
-    }
+    crate::gpu_indices::check("fused_adam", n, data)?;
     let count = pass.rows().len();
     let (mut bound, out): (Vec<&ArrayData>, ArrayData) = match in_place {
         Some(first_row) => {

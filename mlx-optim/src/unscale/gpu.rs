@@ -91,15 +91,7 @@ pub(super) fn run(inputs: &[Array]) -> Result<Vec<ArrayData>> {
         end = (end + n).next_multiple_of(ALIGN);
     }
     meta[1] = quads as u32;
-    if end > u32::MAX as usize / 4
-        || data
-            .iter()
-            .any(|d| d.storage().capacity() / 4 > u32::MAX as usize)
-    {
-        return Err(mlx_array::Error::gpu(format!(
-            "unscale_check: {end} elements exceed the GPU kernel's 32-bit indices"
-        )));
-    }
+    crate::gpu_indices::check("unscale_check", end, &data)?;
     let out = custom::alloc(&[end], Dtype::F32)?;
     let dtypes: Vec<Dtype> = grads.iter().map(Array::dtype).collect();
     let key = format!("unscale_check:{dtypes:?}");
