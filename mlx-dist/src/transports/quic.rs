@@ -17,7 +17,7 @@
 
 use std::io;
 use std::net::{SocketAddr, ToSocketAddrs};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tokio::runtime::Runtime;
@@ -27,7 +27,7 @@ use crate::config::{Config, QuicCert};
 use crate::error::{DistError, Result};
 use crate::transports::handshake::{self, HandshakeError};
 use crate::transports::link::Link;
-use crate::transports::quic_link::{BlockingStream, QuicLink, Stream, timed};
+use crate::transports::quic_link::{BlockingStream, Closing, QuicLink, Stream, timed};
 use crate::transports::tls::{SERVER_NAME, install_crypto_provider};
 
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -165,12 +165,16 @@ pub(crate) fn connect_mesh(cfg: &Config) -> Result<Connections> {
     let mut endpoint = endpoint;
     endpoint.set_default_client_config(client_cfg);
 
+    let closing = Closing::new(endpoint.clone(), (world - 1) * nlinks);
     let mut links: Vec<Vec<Option<QuicLink>>> = (0..world)
         .map(|_| (0..nlinks).map(|_| None).collect())
         .collect();
     let accepted = std::thread::scope(|s| -> Result<Vec<(usize, usize, QuicLink)>> {
-        let acceptor =
-            s.spawn(|| accept_all(&rt, &endpoint, &cred, rank, world, nlinks, deadline, cfg));
+        let acceptor = s.spawn(|| {
+            accept_all(
+                &rt, &endpoint, &cred, rank, world, nlinks, deadline, cfg, &closing,
+            )
+        });
         for (peer, row) in links.iter_mut().enumerate().take(rank) {
             let conn = dial(&rt, &endpoint, cfg, peer, deadline)?;
             for (link, slot) in row.iter_mut().enumerate() {
@@ -186,13 +190,13 @@ pub(crate) fn connect_mesh(cfg: &Config) -> Result<Connections> {
                 };
                 handshake::client(&mut b, &cred, rank as u32, peer as u32, link as u32)
                     .map_err(|e| hs_err(who.clone(), e))?;
-                *slot = Some(QuicLink {
-                    rt: rt.clone(),
-                    conn: conn.clone(),
-                    send: Mutex::new(st.send),
-                    recv: Mutex::new(st.recv),
-                    timeout: cfg.collective_timeout,
-                });
+                *slot = Some(QuicLink::new(
+                    rt.clone(),
+                    conn.clone(),
+                    st,
+                    cfg.collective_timeout,
+                    closing.clone(),
+                ));
             }
         }
         acceptor.join().expect("acceptor thread panicked")
@@ -285,6 +289,7 @@ fn accept_all(
     nlinks: usize,
     deadline: Instant,
     cfg: &Config,
+    closing: &Arc<Closing>,
 ) -> Result<Vec<(usize, usize, QuicLink)>> {
     let mut missing: std::collections::BTreeSet<(usize, usize)> = (rank + 1..world)
         .flat_map(|p| (0..nlinks).map(move |l| (p, l)))
@@ -358,13 +363,13 @@ fn accept_all(
                     out.push((
                         key.0,
                         key.1,
-                        QuicLink {
-                            rt: rt.clone(),
-                            conn: conn.clone(),
-                            send: Mutex::new(st.send),
-                            recv: Mutex::new(st.recv),
-                            timeout: cfg.collective_timeout,
-                        },
+                        QuicLink::new(
+                            rt.clone(),
+                            conn.clone(),
+                            st,
+                            cfg.collective_timeout,
+                            closing.clone(),
+                        ),
                     ));
                 }
                 Err(e @ HandshakeError::Unexpected { .. }) => {

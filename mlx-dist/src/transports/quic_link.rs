@@ -4,6 +4,7 @@
 //! The connection set-up is in [`crate::transports::quic`].
 
 use std::io::{self, Read, Write};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -63,17 +64,66 @@ impl Write for BlockingStream<'_> {
     }
 }
 
+/// How long the last link to close waits for its endpoint to send the
+/// closes (loopback and LAN peers acknowledge in milliseconds).
+const CLOSE_WAIT: Duration = Duration::from_secs(1);
+
+/// The rank's endpoint and its count of links not yet shut down. quinn
+/// sends a connection's close from the endpoint's driver, which dies with
+/// the process: a rank that exited right after closing left a peer still
+/// flushing its own stream to it waiting for acknowledgements until that
+/// peer's deadline (the liveness timeout, 5 s; seen in the suite, where a
+/// rank then also missed heartbeats). So the last link to shut down waits,
+/// briefly, until the endpoint has sent every close.
+pub(crate) struct Closing {
+    endpoint: quinn::Endpoint,
+    open: AtomicUsize,
+}
+
+impl Closing {
+    /// The closing of `links` links on `endpoint`.
+    pub(crate) fn new(endpoint: quinn::Endpoint, links: usize) -> Arc<Closing> {
+        Arc::new(Closing {
+            endpoint,
+            open: AtomicUsize::new(links),
+        })
+    }
+}
+
 /// One link: a bidirectional QUIC stream.
 pub(crate) struct QuicLink {
-    pub(crate) rt: Arc<Runtime>,
-    pub(crate) conn: quinn::Connection,
-    pub(crate) send: Mutex<quinn::SendStream>,
-    pub(crate) recv: Mutex<quinn::RecvStream>,
+    rt: Arc<Runtime>,
+    conn: quinn::Connection,
+    send: Mutex<quinn::SendStream>,
+    recv: Mutex<quinn::RecvStream>,
     /// The collective timeout: the default deadline of every wait.
-    pub(crate) timeout: Duration,
+    timeout: Duration,
+    closing: Arc<Closing>,
+    /// Shut down already (a failure closes the data links first, then
+    /// every link).
+    closed: AtomicBool,
 }
 
 impl QuicLink {
+    /// The link over `stream` of `conn`, one of the links `closing` counts.
+    pub(crate) fn new(
+        rt: Arc<Runtime>,
+        conn: quinn::Connection,
+        stream: Stream,
+        timeout: Duration,
+        closing: Arc<Closing>,
+    ) -> QuicLink {
+        QuicLink {
+            rt,
+            conn,
+            send: Mutex::new(stream.send),
+            recv: Mutex::new(stream.recv),
+            timeout,
+            closing,
+            closed: AtomicBool::new(false),
+        }
+    }
+
     fn write(
         &self,
         s: &mut quinn::SendStream,
@@ -143,5 +193,10 @@ impl Link for QuicLink {
 
     fn shutdown(&self) {
         self.conn.close(1u32.into(), b"mlx-dist: closed");
+        if !self.closed.swap(true, Ordering::SeqCst)
+            && self.closing.open.fetch_sub(1, Ordering::SeqCst) == 1
+        {
+            let _ = timed(&self.rt, CLOSE_WAIT, self.closing.endpoint.wait_idle());
+        }
     }
 }
