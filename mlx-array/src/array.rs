@@ -1,7 +1,7 @@
 //! `Array`: the cheap-to-clone lazy handle.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 use crate::data::{ArrayData, Operand};
 use crate::device::Device;
@@ -37,6 +37,9 @@ pub(crate) struct Node {
     pub(crate) device: Device,
     pub(crate) kind: NodeKind,
     pub(crate) state: Mutex<State>,
+    /// This array cast to another dtype, when a primitive computed that
+    /// cast beside it ([`Array::remember_cast`]): `astype` returns it.
+    pub(crate) cast: OnceLock<Array>,
 }
 
 /// What a node's value is.
@@ -128,6 +131,7 @@ impl Array {
                 device,
                 kind,
                 state: Mutex::new(state),
+                cast: OnceLock::new(),
             }),
         }
     }
@@ -310,6 +314,73 @@ impl Array {
         match &*self.lock() {
             State::Pending { primitive, .. } => Some(primitive.name()),
             State::Ready(_) | State::ReadyOutputs(_) => None,
+        }
+    }
+
+    /// Records `copy` as this array cast to `copy`'s dtype: from now on
+    /// [`astype`](Self::astype) to that dtype reads `copy` instead of
+    /// running a cast (the node it builds still differentiates as a cast of
+    /// this array, and so does one of a tracer standing in for it). For a primitive that computes a cast of one of its
+    /// outputs in the same pass (the fused Adam writes the new float32
+    /// parameter and its float16 copy for the next forward pass); it
+    /// vouches that `copy` holds exactly the values the cast would, which
+    /// this cannot check without computing both.
+    ///
+    /// Fails when `copy` differs in shape or device, is not a float dtype
+    /// other than this one, or when this array already has a remembered
+    /// cast.
+    ///
+    /// ```
+    /// use mlx_array::{Array, Dtype};
+    /// let p = Array::from_slice(&[1.5f32, -2.0], &[2]).unwrap();
+    /// let half = p.astype(Dtype::F16).unwrap();
+    /// half.eval().unwrap();
+    /// p.remember_cast(&half).unwrap();
+    /// // A cast of `p` that reads `half` (no kernel runs for it).
+    /// let again = p.astype(Dtype::F16).unwrap();
+    /// assert_eq!(again.primitive_name(), Some("remembered_cast"));
+    /// assert_eq!(again.to_vec::<half::f16>().unwrap(), half.to_vec::<half::f16>().unwrap());
+    /// ```
+    pub fn remember_cast(&self, copy: &Array) -> Result<()> {
+        const OP: &str = "remember_cast";
+        if copy.shape() != self.shape() || copy.device() != self.device() {
+            return Err(Error::shape(
+                OP,
+                format!(
+                    "a cast keeps the shape and device: {:?} on {:?} is no cast of {:?} on {:?}",
+                    copy.shape(),
+                    copy.device(),
+                    self.shape(),
+                    self.device()
+                ),
+            ));
+        }
+        if !copy.dtype().is_float() || !self.dtype().is_float() || copy.dtype() == self.dtype() {
+            return Err(Error::dtype(
+                OP,
+                copy.dtype(),
+                format!(
+                    "a remembered cast goes between two float dtypes; got {} to {}",
+                    self.dtype(),
+                    copy.dtype()
+                ),
+            ));
+        }
+        self.node
+            .cast
+            .set(copy.clone())
+            .map_err(|_| Error::invalid(OP, "this array already has a remembered cast".to_string()))
+    }
+
+    /// The cast to `dtype` recorded by [`remember_cast`](Self::remember_cast).
+    pub(crate) fn remembered_cast(&self, dtype: Dtype) -> Option<Array> {
+        self.node.cast.get().filter(|c| c.dtype() == dtype).cloned()
+    }
+
+    /// Gives this fresh node `x`'s remembered cast (a tracer of `x`).
+    pub(crate) fn inherit_cast(&self, x: &Array) {
+        if let Some(c) = x.node.cast.get() {
+            let _ = self.node.cast.set(c.clone());
         }
     }
 

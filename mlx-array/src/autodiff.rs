@@ -75,8 +75,12 @@ pub fn is_tracing() -> bool {
     TRACING.with(|t| t.get() > 0)
 }
 
+/// A stand-in for `x`, remembering `x`'s cast if it has one (a cast of
+/// the stand-in then reads the copy, and differentiates as a cast).
 fn tracer(x: &Array) -> Array {
-    Array::from_primitive(Tracer, vec![x.clone()], x.shape().to_vec(), x.dtype())
+    let t = Array::from_primitive(Tracer, vec![x.clone()], x.shape().to_vec(), x.dtype());
+    t.inherit_cast(x);
+    t
 }
 
 /// The pending nodes between `outputs` and the tracers, inputs before users.

@@ -100,3 +100,51 @@ fn a_transposed_weight_gets_a_dense_gradient() {
         x.t().unwrap().matmul(&dy).unwrap().to_vec::<f32>().unwrap()
     );
 }
+
+/// A remembered cast ([`Array::remember_cast`]) is read, not computed, and
+/// differentiates as the cast it stands for, also through a tracer of the
+/// array; the gradient is the plain cast's, bit for bit. The independent
+/// expectation: the same function of a fresh array that remembers nothing.
+#[test]
+fn a_remembered_cast_reads_the_copy_and_differentiates_as_the_cast() {
+    use mlx_array::Dtype;
+    let values = [1.1f32, -2.3, 0.7, 65519.0];
+    let p = Array::from_slice(&values, &[4]).unwrap();
+    let plain = Array::from_slice(&values, &[4]).unwrap();
+    let copy = p.astype(Dtype::F16).unwrap();
+    copy.eval().unwrap();
+    p.remember_cast(&copy).unwrap();
+    let cast = p.astype(Dtype::F16).unwrap();
+    assert_eq!(cast.primitive_name(), Some("remembered_cast"));
+    assert_eq!(
+        cast.to_vec::<half::f16>().unwrap(),
+        copy.to_vec::<half::f16>().unwrap()
+    );
+    // Scaled so the f16 cotangent rounds: a wrong path shows in the bits.
+    let seen = std::cell::Cell::new(None);
+    let f = |a: &[Array]| {
+        let c = a[0].astype(Dtype::F16)?;
+        seen.set(c.primitive_name());
+        c.mul_scalar(0.3)?.square()?.astype(Dtype::F32)?.sum_all()
+    };
+    let (v, g) = value_and_grad(f, &[0])(std::slice::from_ref(&p)).unwrap();
+    assert_eq!(seen.get(), Some("remembered_cast"), "the tracer remembers");
+    let (v0, g0) = value_and_grad(f, &[0])(std::slice::from_ref(&plain)).unwrap();
+    assert_eq!(seen.get(), Some("astype"));
+    assert_eq!(g[0].dtype(), Dtype::F32);
+    assert_eq!(v.item::<f32>().unwrap(), v0.item::<f32>().unwrap());
+    assert_eq!(
+        g[0].to_vec::<f32>().unwrap(),
+        g0[0].to_vec::<f32>().unwrap()
+    );
+
+    // What cannot be a cast of `p`, and a second copy, are refused.
+    let e = |r: mlx_array::Result<()>| r.unwrap_err().to_string();
+    let other = Array::zeros(&[3], Dtype::F16);
+    assert!(e(plain.remember_cast(&other)).contains("keeps the shape"));
+    let same = Array::zeros(&[4], Dtype::F32);
+    assert!(e(plain.remember_cast(&same)).contains("two float dtypes"));
+    let ints = Array::zeros(&[4], Dtype::I32);
+    assert!(e(plain.remember_cast(&ints)).contains("two float dtypes"));
+    assert!(e(p.remember_cast(&copy)).contains("already has a remembered cast"));
+}

@@ -1,6 +1,6 @@
 //! Adam and AdamW.
 
-use mlx_array::Array;
+use mlx_array::{Array, Dtype};
 
 use crate::gate::{self, Gate};
 use crate::optimizer::{Optimizer, StepContext};
@@ -24,6 +24,15 @@ pub struct AdamConfig {
     /// `m` and `v` are then three views of one buffer, freed when all three
     /// are dropped.
     pub fused: bool,
+    /// With the fused kernel, also write each new parameter cast to this
+    /// dtype (float16 or bfloat16) in the same pass, recorded as the
+    /// parameter's cast ([`mlx_array::Array::remember_cast`]): a
+    /// mixed-precision forward pass that casts the float32 master weights
+    /// (`mlx_nn::value_and_grad_in`) then reads the copies instead of
+    /// casting every weight again, one kernel fewer per parameter a step
+    /// on the GPU. The copies live as long as their parameters (two bytes a
+    /// parameter). Default `None`.
+    pub cast_copy: Option<Dtype>,
 }
 
 impl Default for AdamConfig {
@@ -33,6 +42,7 @@ impl Default for AdamConfig {
             eps: 1e-8,
             bias_correction: false,
             fused: true,
+            cast_copy: None,
         }
     }
 }
@@ -50,12 +60,13 @@ pub(crate) fn adam_single(
     ctx: &StepContext,
 ) -> Result<(Array, Vec<Array>)> {
     let (b1, b2) = cfg.betas;
+    check_cast_copy(cfg)?;
     if cfg.fused && fused::applies(&[param, grad, m, v]) {
         let c = coefficients(cfg, decay, ctx);
         let (p, m, v) = if ctx.parameter_apart {
             fused::adam_step_apart(c, param, grad, m, v)?
         } else {
-            fused::adam_step(c, param, grad, m, v)?
+            fused::adam_step(c, cfg.cast_copy, param, grad, m, v)?
         };
         return Ok((p, vec![m, v]));
     }
@@ -80,6 +91,18 @@ pub(crate) fn adam_single(
         param.sub(&numerator.div(&v.sqrt()?.add_scalar(cfg.eps)?)?)?
     };
     Ok((new, vec![m, v]))
+}
+
+/// Fails when [`AdamConfig::cast_copy`] names no half-precision dtype.
+fn check_cast_copy(cfg: &AdamConfig) -> Result<()> {
+    match cfg.cast_copy {
+        None | Some(Dtype::F16 | Dtype::BF16) => Ok(()),
+        Some(d) => Err(mlx_array::Error::Invalid {
+            op: "adam",
+            message: format!("AdamConfig::cast_copy is float16 or bfloat16, not {d}"),
+        }
+        .into()),
+    }
 }
 
 /// The fused kernel's coefficients of one step: the op-by-op graph's
@@ -126,6 +149,7 @@ fn adam_gated<O: Optimizer + ?Sized>(
     gate: &Gate,
 ) -> Result<(Array, Vec<Array>)> {
     let (m, v) = (&slots[0], &slots[1]);
+    check_cast_copy(cfg)?;
     if !(cfg.fused && fused::applies(&[param, grad, m, v])) {
         return gate::select(opt, grad, param, slots, gate);
     }
@@ -143,7 +167,7 @@ fn adam_gated<O: Optimizer + ?Sized>(
     let (p, m, v) = if apart {
         fused::adam_step_apart_with(c, control, param, grad, m, v)?
     } else {
-        fused::adam_step_with(c, control, param, grad, m, v)?
+        fused::adam_step_with(c, control, cfg.cast_copy, param, grad, m, v)?
     };
     Ok((p, vec![m, v]))
 }
@@ -212,6 +236,13 @@ impl Adam {
         self
     }
 
+    /// Has the fused kernel also write each new parameter cast to `dtype`
+    /// (see [`AdamConfig::cast_copy`]).
+    pub fn cast_copy(mut self, dtype: Option<Dtype>) -> Self {
+        self.config.cast_copy = dtype;
+        self
+    }
+
     /// The hyper-parameters.
     pub fn config(&self) -> &AdamConfig {
         &self.config
@@ -274,6 +305,13 @@ impl AdamW {
     /// Enables or disables the fused float32 kernel (see [`AdamConfig::fused`]).
     pub fn fused(mut self, on: bool) -> Self {
         self.config.fused = on;
+        self
+    }
+
+    /// Has the fused kernel also write each new parameter cast to `dtype`
+    /// (see [`AdamConfig::cast_copy`]).
+    pub fn cast_copy(mut self, dtype: Option<Dtype>) -> Self {
+        self.config.cast_copy = dtype;
         self
     }
 

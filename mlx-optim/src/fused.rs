@@ -91,8 +91,10 @@ impl StepCoefficients {
     }
 }
 
+/// The whole step; `.1`: also write the new parameter cast to this dtype
+/// (a fourth output, in a buffer of its own).
 #[derive(Debug)]
-struct FusedAdam(StepCoefficients);
+struct FusedAdam(StepCoefficients, Option<Dtype>);
 
 impl Primitive for FusedAdam {
     fn name(&self) -> &'static str {
@@ -100,9 +102,34 @@ impl Primitive for FusedAdam {
     }
 
     fn eval_cpu_outputs(&self, inputs: &[Array], outputs: &[OutputSpec]) -> Result<Vec<ArrayData>> {
+        let mut out = self.state_cpu(inputs, &outputs[0].shape)?;
+        if let Some(d) = self.1 {
+            let copy = cast_copy(&out[0], &outputs[0].shape, d)?;
+            out.push(copy);
+        }
+        Ok(out)
+    }
+
+    fn eval_gpu_outputs(&self, inputs: &[Array], outputs: &[OutputSpec]) -> Result<Vec<ArrayData>> {
         let n = inputs[0].size();
         let data: Vec<ArrayData> = inputs.iter().map(Array::data).collect::<Result<_>>()?;
-        let shape = &outputs[0].shape;
+        let in_place = rows_donated(inputs, &data, &[0, 2, 3], n, 1).then_some(0);
+        gpu::run(
+            Pass::Step,
+            &self.0,
+            &data,
+            &outputs[0].shape,
+            in_place,
+            self.1,
+        )
+    }
+}
+
+impl FusedAdam {
+    /// The step's three state rows on the CPU.
+    fn state_cpu(&self, inputs: &[Array], shape: &[usize]) -> Result<Vec<ArrayData>> {
+        let n = inputs[0].size();
+        let data: Vec<ArrayData> = inputs.iter().map(Array::data).collect::<Result<_>>()?;
         let donated = rows_donated(inputs, &data, &[0, 2, 3], n, 1);
         let Some(c) = self.0.chosen(&data)? else {
             return Ok(kept(&data, &[0, 2, 3], donated, shape));
@@ -145,13 +172,34 @@ impl Primitive for FusedAdam {
             });
         Ok(rows(&result, shape, 3))
     }
+}
 
-    fn eval_gpu_outputs(&self, inputs: &[Array], outputs: &[OutputSpec]) -> Result<Vec<ArrayData>> {
-        let n = inputs[0].size();
-        let data: Vec<ArrayData> = inputs.iter().map(Array::data).collect::<Result<_>>()?;
-        let in_place = rows_donated(inputs, &data, &[0, 2, 3], n, 1).then_some(0);
-        gpu::run(Pass::Step, &self.0, &data, &outputs[0].shape, in_place)
+/// The new parameter `p` (dense f32 of `shape`, on the CPU) cast to `d` as
+/// `astype` casts on the CPU (rounded to nearest even).
+fn cast_copy(p: &ArrayData, shape: &[usize], d: Dtype) -> Result<ArrayData> {
+    fn fill<T: Send>(from: &[f32], to: &mut [T], f: impl Fn(f32) -> T + Sync) {
+        to.par_chunks_mut(CHUNK)
+            .zip(from.par_chunks(CHUNK))
+            .for_each(|(t, s)| t.iter_mut().zip(s).for_each(|(t, &s)| *t = f(s)));
     }
+    let n: usize = shape.iter().product();
+    let from = p.as_slice::<f32>(n);
+    let mut copy = ArrayData::alloc(shape, d);
+    match d {
+        Dtype::F16 => fill(from, copy.as_mut_slice::<half::f16>(n), half::f16::from_f32),
+        Dtype::BF16 => fill(
+            from,
+            copy.as_mut_slice::<half::bf16>(n),
+            half::bf16::from_f32,
+        ),
+        _ => {
+            return Err(mlx_array::Error::eval(
+                "fused_adam",
+                format!("a parameter's copy is float16 or bfloat16, not {d}"),
+            ));
+        }
+    }
+    Ok(copy)
 }
 
 /// The first `count` rows of `shape` in `buffer` (from its start), as one
@@ -290,7 +338,14 @@ impl Primitive for FusedAdamMoments {
         let n = inputs[0].size();
         let data: Vec<ArrayData> = inputs.iter().map(Array::data).collect::<Result<_>>()?;
         let in_place = rows_donated(inputs, &data, &[1, 2], n, 0).then_some(1);
-        gpu::run(Pass::Moments, &self.0, &data, &outputs[0].shape, in_place)
+        gpu::run(
+            Pass::Moments,
+            &self.0,
+            &data,
+            &outputs[0].shape,
+            in_place,
+            None,
+        )
     }
 }
 
@@ -331,7 +386,7 @@ impl Primitive for FusedAdamParameter {
 
     fn eval_gpu(&self, inputs: &[Array], out: &Array) -> Result<ArrayData> {
         let data: Vec<ArrayData> = inputs.iter().map(Array::data).collect::<Result<_>>()?;
-        let mut p = gpu::run(Pass::Parameter, &self.0, &data, out.shape(), None)?;
+        let mut p = gpu::run(Pass::Parameter, &self.0, &data, out.shape(), None, None)?;
         Ok(p.remove(0))
     }
 }
@@ -348,23 +403,29 @@ pub(crate) fn applies(arrays: &[&Array]) -> bool {
 }
 
 /// Builds the fused step; returns `(p', m', v')`, its three outputs (rows of
-/// one buffer).
+/// one buffer), `p'` with its cast to `copy` when given (see
+/// [`adam_step_with`]).
 pub(crate) fn adam_step(
     c: AdamCoefficients,
+    copy: Option<Dtype>,
     param: &Array,
     grad: &Array,
     m: &Array,
     v: &Array,
 ) -> Result<(Array, Array, Array)> {
-    adam_step_with(StepCoefficients::always(c), None, param, grad, m, v)
+    adam_step_with(StepCoefficients::always(c), None, copy, param, grad, m, v)
 }
 
 /// [`adam_step`] with candidate coefficients and, when `control` is given
 /// (the gate's control scalar: see [`StepCoefficients::gated`]), applied
-/// only where it says so.
+/// only where it says so. With `copy`, the kernel also writes the new
+/// parameter cast to that dtype (float16 or bfloat16), recorded as its cast
+/// ([`Array::remember_cast`]): a half-precision forward pass then reads it
+/// instead of casting the parameter again.
 pub(crate) fn adam_step_with(
     c: StepCoefficients,
     control: Option<&Array>,
+    copy: Option<Dtype>,
     param: &Array,
     grad: &Array,
     m: &Array,
@@ -380,10 +441,19 @@ pub(crate) fn adam_step_with(
         .chain(control)
         .map(|a| a.contiguous())
         .collect::<Result<Vec<_>>>()?;
-    let [p, m, v]: [Array; 3] =
-        Array::from_primitive_outputs(FusedAdam(c), inputs, f32_outputs(&shape, 3))
-            .try_into()
-            .map_err(|_| mlx_array::Error::eval("fused_adam", "three outputs expected"))?;
+    let mut specs = f32_outputs(&shape, 3);
+    specs.extend(copy.map(|dtype| OutputSpec {
+        shape: shape.clone(),
+        dtype,
+    }));
+    let mut outputs = Array::from_primitive_outputs(FusedAdam(c, copy), inputs, specs);
+    let half = (outputs.len() == 4).then(|| outputs.remove(3));
+    let [p, m, v]: [Array; 3] = outputs
+        .try_into()
+        .map_err(|_| mlx_array::Error::eval("fused_adam", "three outputs expected"))?;
+    if let Some(half) = half {
+        p.remember_cast(&half)?;
+    }
     Ok((p, m, v))
 }
 

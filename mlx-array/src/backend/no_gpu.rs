@@ -119,9 +119,32 @@ pub mod custom {
         Err(unavailable())
     }
 
+    /// Always [`super::UNAVAILABLE`].
+    pub fn dispatch_outputs(
+        _key: &str,
+        _source: impl FnOnce() -> String,
+        _meta: &[u32],
+        _inputs: &[&ArrayData],
+        _outputs: &[&ArrayData],
+        _clear_last: Option<usize>,
+        _groups: usize,
+    ) -> Result<()> {
+        Err(unavailable())
+    }
+
     /// No WGSL: nothing can dispatch it in this build.
     pub fn input(_name: &str, _binding: u32, _d: Dtype) -> String {
         String::new()
+    }
+
+    /// No WGSL: nothing can dispatch it in this build.
+    pub fn output(_name: &str, _binding: u32, _d: Dtype) -> String {
+        String::new()
+    }
+
+    /// Nothing is stored on a GPU in this build.
+    pub fn packed(_d: Dtype) -> bool {
+        false
     }
 }
 

@@ -1,7 +1,7 @@
 //! Elementwise ops: math functions, arithmetic, comparisons, `where`, casts.
 
 use crate::primitives::elementwise::{
-    AsType, Binary, BinaryOp, Select, StopGradient, Unary, UnaryOp,
+    AsType, Binary, BinaryOp, RememberedCast, Select, StopGradient, Unary, UnaryOp,
 };
 use crate::shape::broadcast_shapes;
 use crate::{Array, Dtype, Error, Result};
@@ -101,10 +101,20 @@ pub fn where_(cond: &Array, a: &Array, b: &Array) -> Result<Array> {
     Ok(Array::from_primitive(Select, inputs, shape, dtype))
 }
 
-/// Converts to `dtype` (the array itself when it already has it).
+/// Converts to `dtype` (the array itself when it already has it; the cast
+/// computed beside it, with no kernel of its own, when one was recorded:
+/// [`Array::remember_cast`]).
 pub fn astype(x: &Array, dtype: Dtype) -> Result<Array> {
     if x.dtype() == dtype {
         return Ok(x.clone());
+    }
+    if let Some(copy) = x.remembered_cast(dtype) {
+        return Ok(Array::from_primitive(
+            RememberedCast,
+            vec![x.clone(), copy],
+            x.shape().to_vec(),
+            dtype,
+        ));
     }
     Ok(Array::from_primitive(
         AsType,
@@ -112,6 +122,20 @@ pub fn astype(x: &Array, dtype: Dtype) -> Result<Array> {
         x.shape().to_vec(),
         dtype,
     ))
+}
+
+/// The cotangent `ct` of a cast from `dtype`, carried back to `dtype` (the
+/// cast's vector-Jacobian product): `ct.astype(dtype)`, or, when `ct` is
+/// itself a pending cast of an array of `dtype`, that array, since the
+/// round trip would only round it (the fused loss's float32 weight
+/// gradient of a half-precision copy of float32 master weights comes back
+/// unrounded). For code that differentiates with respect to the cast
+/// instead of through it (`mlx-nn`'s mixed precision).
+pub fn cast_cotangent(ct: &Array, dtype: Dtype) -> Result<Array> {
+    match crate::ops::pending_cast_source(ct) {
+        Some(source) if source.dtype() == dtype => Ok(source),
+        _ => ct.astype(dtype),
+    }
 }
 
 /// The identity, but no gradient flows through it.

@@ -23,9 +23,14 @@ pub use reduce::*;
 pub use rope::*;
 pub use shape::*;
 
-/// The input of `x` when `x` is a cast (`astype`) not yet computed.
+/// The input of `x` when `x` is a cast (`astype`, or a remembered cast)
+/// not yet computed.
 pub(crate) fn pending_cast_source(x: &crate::Array) -> Option<crate::Array> {
     let state = x.lock();
     let (primitive, inputs) = state.pending()?;
-    (primitive.name() == "astype" && inputs.len() == 1).then(|| inputs[0].clone())
+    matches!(
+        (primitive.name(), inputs.len()),
+        ("astype", 1) | ("remembered_cast", 2)
+    )
+    .then(|| inputs[0].clone())
 }

@@ -191,6 +191,33 @@ impl Primitive for Select {
     }
 }
 
+/// A cast computed beside its input ([`Array::remember_cast`]): inputs
+/// `[x, copy]`, the value `copy`'s own data (no kernel), the gradient
+/// `astype`'s, to `x` only. What `astype` builds for an array that
+/// remembers its cast, so that the graph still reads as a cast of `x`
+/// (gathers and gradients see through it as through `astype`).
+#[derive(Debug, Clone, Copy)]
+pub struct RememberedCast;
+
+impl Primitive for RememberedCast {
+    fn name(&self) -> &'static str {
+        "remembered_cast"
+    }
+    fn eval_gpu(&self, inputs: &[Array], out: &Array) -> Result<ArrayData> {
+        // The copy's data, on whichever device it lives.
+        self.eval_cpu(inputs, out)
+    }
+    fn eval_cpu(&self, inputs: &[Array], _out: &Array) -> Result<ArrayData> {
+        inputs[1].data()
+    }
+    fn vjp(&self, inputs: &[Array], _out: &Array, ct: &Array) -> Result<Vec<Option<Array>>> {
+        Ok(vec![
+            Some(crate::ops::cast_cotangent(ct, inputs[0].dtype())?),
+            None,
+        ])
+    }
+}
+
 /// Converts to the output dtype (and makes the result contiguous).
 #[derive(Debug, Clone, Copy)]
 pub struct AsType;
@@ -213,16 +240,14 @@ impl Primitive for AsType {
             return no_gradient(inputs);
         }
         // A cotangent that is itself a pending cast of an array of the
-        // input's dtype goes back as that array: the round trip would only
-        // round it. (The fused loss's f32 `dw` of a bf16 copy of f32 master
-        // weights: cast to bf16 for the copy and back for the master, two
-        // conversions of the whole table a step, and the gradient rounded.)
-        if let Some(source) = crate::ops::pending_cast_source(ct)
-            && source.dtype() == inputs[0].dtype()
-        {
-            return Ok(vec![Some(source)]);
-        }
-        Ok(vec![Some(ct.astype(inputs[0].dtype())?)])
+        // input's dtype goes back as that array. (The fused loss's f32 `dw`
+        // of a bf16 copy of f32 master weights: cast to bf16 for the copy
+        // and back for the master, two conversions of the whole table a
+        // step, and the gradient rounded.)
+        Ok(vec![Some(crate::ops::cast_cotangent(
+            ct,
+            inputs[0].dtype(),
+        )?)])
     }
 }
 

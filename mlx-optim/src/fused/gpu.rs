@@ -25,6 +25,14 @@
 //! output buffer, written over the previous step's rows when they are
 //! donated (the kernel then binds that buffer alone, read and written, and
 //! the gradient: a buffer cannot be bound twice with a writable binding).
+//!
+//! A step that also writes the new parameter's half-precision copy binds
+//! that copy's own buffer last and stores it through mlx-array's rounding
+//! (`custom::output`), so it holds exactly what `astype` would compute;
+//! where the copy is packed two to a word, the buffer is cleared first and
+//! stored with atomic ORs. Skipped steps write the copy of the kept
+//! parameter. With the copy, a gated step that is not in place binds eight
+//! storage buffers, the most every WebGPU adapter offers.
 
 use mlx_array::backend::gpu::custom;
 use mlx_array::{ArrayData, Dtype, Result};
@@ -88,11 +96,12 @@ fn bound_names(pass: Pass, in_place: bool, gated: bool) -> Vec<&'static str> {
     bound
 }
 
-/// The kernel's WGSL.
-fn source(pass: Pass, in_place: bool, gated: bool) -> String {
+/// The kernel's WGSL; `copy`: the dtype of the parameter's copy, when the
+/// step writes one (its offset follows the output's in `params`).
+fn source(pass: Pass, in_place: bool, gated: bool, copy: Option<Dtype>) -> String {
     let bound = bound_names(pass, in_place, gated);
     // After the offsets: the number of candidates, then their coefficients.
-    let count_at = OFFSETS_AT + bound.len() + 1;
+    let count_at = OFFSETS_AT + bound.len() + 1 + usize::from(copy.is_some());
     let coefs_at = count_at + 1;
     let mut s = String::from(
         "@group(0) @binding(0) var<storage, read> params: array<u32>;\n\
@@ -109,6 +118,9 @@ fn source(pass: Pass, in_place: bool, gated: bool) -> String {
         "@group(0) @binding({}) var<storage, read_write> out: array<f32>;\n",
         bound.len() + 1
     );
+    if let Some(d) = copy {
+        s += &custom::output("pcopy", bound.len() as u32 + 2, d);
+    }
     s += "@compute @workgroup_size(256)\n\
           fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nw: vec3<u32>) {\n\
           \x20   let i = gid.x + gid.y * nw.x * 256u;\n\
@@ -117,6 +129,11 @@ fn source(pass: Pass, in_place: bool, gated: bool) -> String {
           \x20   let flags = params[1];\n";
     let out_at = OFFSETS_AT + bound.len();
     s += &format!("    let o = params[{out_at}u] + i;\n");
+    // The copy's element: stored from the new (or kept) parameter.
+    let store_copy = |p: &str| match copy {
+        Some(_) => format!("    store_pcopy(params[{}u] + i, {p});\n", out_at + 1),
+        None => String::new(),
+    };
     // Each value read: from its own input, or in place from its row.
     let row = |name: &str| pass.rows().iter().position(|r| *r == name);
     for &name in pass.inputs() {
@@ -143,6 +160,7 @@ fn source(pass: Pass, in_place: bool, gated: bool) -> String {
                 s += &format!("        out[o + {r}u * n] = {name}0;\n");
             }
         }
+        s += &store_copy("p0");
         s += &format!(
             "        return;\n    }}\n\
              \x20   cb = {coefs_at}u + {COEFFICIENTS}u * (min(sel, params[{count_at}u]) - 1u);\n"
@@ -167,6 +185,7 @@ fn source(pass: Pass, in_place: bool, gated: bool) -> String {
             s += moments;
             s += &parameter("m1", "v1");
             s += "    out[o] = p1;\n    out[o + n] = m1;\n    out[o + 2u * n] = v1;\n";
+            s += &store_copy("p1");
         }
         Pass::Moments => {
             s += moments;
@@ -181,14 +200,14 @@ fn source(pass: Pass, in_place: bool, gated: bool) -> String {
     s
 }
 
-/// The `params` words for `n` elements, the views `bound` and the output.
-fn meta(c: &StepCoefficients, n: usize, bound: &[&ArrayData], out: &ArrayData) -> Vec<u32> {
+/// The `params` words for `n` elements, the views `bound` and the outputs.
+fn meta(c: &StepCoefficients, n: usize, bound: &[&ArrayData], outputs: &[&ArrayData]) -> Vec<u32> {
     let first = &c.candidates[0];
     let flags = u32::from(first.decay.is_some()) | (u32::from(first.denominator.is_some()) << 1);
     let mut m = vec![n as u32, flags];
     debug_assert_eq!(m.len(), OFFSETS_AT);
     m.extend(bound.iter().map(|d| d.offset() as u32));
-    m.push(out.offset() as u32);
+    m.extend(outputs.iter().map(|d| d.offset() as u32));
     m.push(c.candidates.len() as u32);
     for c in &c.candidates {
         m.extend(coefficients(c).map(f32::to_bits));
@@ -214,14 +233,17 @@ fn coefficients(c: &AdamCoefficients) -> [f32; COEFFICIENTS] {
 /// then a gated step's control, dense, on the GPU), `shape` elements each.
 /// `in_place`: the inputs that are rows of the output (every one but the
 /// gradient) are the donated rows of one buffer, which input `in_place`
-/// views from its start. Returns the output rows.
+/// views from its start. `copy` (with [`Pass::Step`] only): also write the
+/// new parameter cast to that dtype. Returns the output rows, then the copy.
 pub(super) fn run(
     pass: Pass,
     c: &StepCoefficients,
     data: &[ArrayData],
     shape: &[usize],
     in_place: Option<usize>,
+    copy: Option<Dtype>,
 ) -> Result<Vec<ArrayData>> {
+    debug_assert!(copy.is_none() || pass == Pass::Step);
     let n: usize = shape.iter().product();
     crate::gpu_indices::check("fused_adam", n, data)?;
     let count = pass.rows().len();
@@ -238,16 +260,27 @@ pub(super) fn run(
     if c.gated {
         bound.push(&data[data.len() - 1]);
     }
+    let copied = copy.map(|d| custom::alloc(shape, d)).transpose()?;
+    let outputs: Vec<&ArrayData> = std::iter::once(&out).chain(&copied).collect();
     if n > 0 {
-        let key = format!("fused_adam:{pass:?}:{}:{}", in_place.is_some(), c.gated);
-        custom::dispatch(
+        let key = format!(
+            "fused_adam:{pass:?}:{}:{}:{copy:?}",
+            in_place.is_some(),
+            c.gated
+        );
+        // A packed copy is stored with atomic ORs into cleared words.
+        let clear = copy.filter(|&d| custom::packed(d)).map(|d| n * d.size_of());
+        custom::dispatch_outputs(
             &key,
-            || source(pass, in_place.is_some(), c.gated),
-            &meta(c, n, &bound, &out),
+            || source(pass, in_place.is_some(), c.gated, copy),
+            &meta(c, n, &bound, &outputs),
             &bound,
-            &out,
+            &outputs,
+            clear,
             n.div_ceil(WORKGROUP),
         )?;
     }
-    Ok(rows(&out, shape, count))
+    let mut result = rows(&out, shape, count);
+    result.extend(copied);
+    Ok(result)
 }

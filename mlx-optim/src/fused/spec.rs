@@ -45,7 +45,7 @@ pub(crate) fn specs() -> Vec<Spec> {
         Spec::new::<FusedAdam>(
             "fused_adam",
             |cx: &Ctx| step_values(cx, false),
-            || refused(|c, a| Ok(adam_step(c, &a[0], &a[1], &a[2], &a[3])?.0)),
+            || refused(|c, a| Ok(adam_step(c, None, &a[0], &a[1], &a[2], &a[3])?.0)),
         ),
         Spec::new::<FusedAdamMoments>(
             "fused_adam_moments",

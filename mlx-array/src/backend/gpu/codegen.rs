@@ -101,23 +101,28 @@ pub(crate) fn input(name: &str, binding: u32, d: Dtype) -> String {
 /// The output `out` of dtype `d` at `binding`, and `store_out(i: u32, v: T)`.
 /// Packed outputs are written with atomic ORs into a cleared buffer.
 pub(crate) fn output(binding: u32, d: Dtype) -> String {
+    output_named("out", binding, d)
+}
+
+/// [`output`] named `name`: `var <name>` and `store_<name>(i, v)`.
+pub(crate) fn output_named(name: &str, binding: u32, d: Dtype) -> String {
     let ty = if packed(d) {
         "atomic<u32>"
     } else {
         storage_type(d)
     };
     let decl =
-        format!("@group(0) @binding({binding}) var<storage, read_write> out: array<{ty}>;\n");
+        format!("@group(0) @binding({binding}) var<storage, read_write> {name}: array<{ty}>;\n");
     let body = match d {
-        Dtype::F32 | Dtype::I32 | Dtype::U32 | Dtype::I64 => "out[i] = v;".to_string(),
+        Dtype::F32 | Dtype::I32 | Dtype::U32 | Dtype::I64 => format!("{name}[i] = v;"),
         // Exact: the value is already an f16.
-        Dtype::F16 if !packed(d) => "out[i] = f16(round_f16(v));".to_string(),
-        Dtype::F16 => "atomicOr(&out[i >> 1u], f16_bits(v) << ((i & 1u) * 16u));".to_string(),
-        Dtype::BF16 => "atomicOr(&out[i >> 1u], bf16_bits(v) << ((i & 1u) * 16u));".to_string(),
-        Dtype::Bool => "atomicOr(&out[i >> 2u], (v & 1u) << ((i & 3u) * 8u));".to_string(),
+        Dtype::F16 if !packed(d) => format!("{name}[i] = f16(round_f16(v));"),
+        Dtype::F16 => format!("atomicOr(&{name}[i >> 1u], f16_bits(v) << ((i & 1u) * 16u));"),
+        Dtype::BF16 => format!("atomicOr(&{name}[i >> 1u], bf16_bits(v) << ((i & 1u) * 16u));"),
+        Dtype::Bool => format!("atomicOr(&{name}[i >> 2u], (v & 1u) << ((i & 3u) * 8u));"),
     };
     format!(
-        "{decl}fn store_out(i: u32, v: {}) {{ {body} }}\n",
+        "{decl}fn store_{name}(i: u32, v: {}) {{ {body} }}\n",
         compute_type(d)
     )
 }

@@ -11,9 +11,13 @@
 //! `meta`. Workgroups are spread over a 2-D grid: number them
 //! `wid.x + wid.y * nw.x` (for 256-wide groups, the thread
 //! `gid.x + gid.y * nw.x * 256u`) and ignore numbers from `groups` on.
-//! Pipelines are compiled once per `key`, and where the adapter stores
-//! `f16` natively the source is prefixed with `enable f16;`. Inputs of any
-//! dtype are declared with [`input`], which also defines their loads.
+//! Pipelines are compiled once per `key`; the source is prefixed with the
+//! backend's rounding helpers (so do not name functions `f16_bits`,
+//! `bf16_bits`, `round_f16` or `round_bf16`), and where the adapter stores
+//! `f16` natively with `enable f16;`. Inputs of any
+//! dtype are declared with [`input`], which also defines their loads; a
+//! kernel with several output buffers ([`dispatch_outputs`]) declares each
+//! with [`output`], which defines its stores.
 
 use super::{alloc as alloc_array, codegen, context, dispatch_groups};
 use crate::data::ArrayData;
@@ -34,6 +38,33 @@ pub fn input(name: &str, binding: u32, d: Dtype) -> String {
     codegen::input(name, binding, d)
 }
 
+/// WGSL declaring output `name` of dtype `d` at `binding` in the backend's
+/// storage, and `fn store_<name>(i: u32, v: T)` writing element `i` (from
+/// the buffer's start) from the type the dtype computes in, rounded as a
+/// cast to `d` rounds. Packed dtypes (`f16` where the adapter has no native
+/// `f16`, `bf16`) are stored with atomic ORs: such an output must be the
+/// last, cleared by the dispatch ([`dispatch_outputs`]'s `clear_last`).
+pub fn output(name: &str, binding: u32, d: Dtype) -> String {
+    codegen::output_named(name, binding, d)
+}
+
+/// True when elements of `d` share 32-bit words in GPU storage on this
+/// adapter (see [`output`]).
+pub fn packed(d: Dtype) -> bool {
+    codegen::packed(d)
+}
+
+/// The pipeline of custom kernel `key`, its source after the backend's
+/// helpers (the roundings [`output`]'s stores use).
+fn compile(
+    key: &str,
+    source: impl FnOnce() -> String,
+) -> Result<std::sync::Arc<wgpu::ComputePipeline>> {
+    context()?.pipeline(&format!("custom:{key}"), || {
+        format!("{}{}", codegen::PRELUDE, source())
+    })
+}
+
 /// Records one dispatch of the WGSL kernel `source()` (compiled the first
 /// time `key` is seen; `key` must name the source exactly, so include
 /// everything that changes it) over `groups` workgroups, binding `meta` at
@@ -50,7 +81,7 @@ pub fn dispatch(
     output: &ArrayData,
     groups: usize,
 ) -> Result<()> {
-    let pipeline = context()?.pipeline(&format!("custom:{key}"), source)?;
+    let pipeline = compile(key, source)?;
     dispatch_groups(&pipeline, meta, inputs, output, 0, false, groups)
 }
 
@@ -66,6 +97,37 @@ pub fn dispatch_clearing(
     bytes: usize,
     groups: usize,
 ) -> Result<()> {
-    let pipeline = context()?.pipeline(&format!("custom:{key}"), source)?;
+    let pipeline = compile(key, source)?;
     dispatch_groups(&pipeline, meta, inputs, output, bytes, true, groups)
+}
+
+/// [`dispatch`] with several output buffers, bound `read_write` after the
+/// inputs in the order given; `clear_last` sets the last output's first
+/// that many bytes to zero just before the kernel runs (a packed output's
+/// atomic stores need it).
+pub fn dispatch_outputs(
+    key: &str,
+    source: impl FnOnce() -> String,
+    meta: &[u32],
+    inputs: &[&ArrayData],
+    outputs: &[&ArrayData],
+    clear_last: Option<usize>,
+    groups: usize,
+) -> Result<()> {
+    let Some((last, first)) = outputs.split_last() else {
+        return Err(crate::Error::gpu(format!(
+            "custom kernel {key}: a dispatch needs an output"
+        )));
+    };
+    let pipeline = compile(key, source)?;
+    let bound: Vec<&ArrayData> = inputs.iter().chain(first).copied().collect();
+    dispatch_groups(
+        &pipeline,
+        meta,
+        &bound,
+        last,
+        clear_last.unwrap_or(0),
+        clear_last.is_some(),
+        groups,
+    )
 }
