@@ -254,11 +254,11 @@ impl LlamaEncoderLayer {
         let compute = self.linear1.weight().value().dtype();
         let y = self
             .attention
-            .forward(&self.norm1.forward(x)?.astype(compute)?, mask, cache)?;
+            .forward(&self.norm1.forward_as(x, compute)?, mask, cache)?;
         let x = x.add(&y)?;
         let h = self
             .linear1
-            .sum_input_gradients(&self.norm2.forward(&x)?.astype(compute)?)?;
+            .sum_input_gradients(&self.norm2.forward_as(&x, compute)?)?;
         let y = self.linear3.forward(&mlx_array::swiglu(
             &self.linear1.forward_summed(&h)?,
             &self.linear2.forward_summed(&h)?,
@@ -487,7 +487,7 @@ pub fn embed(embedding: &Embedding, tokens: &Array) -> Result<Array> {
 /// The residual stream `x` normed by the final `norm`, in the dtype of
 /// `out_proj`'s weight: what the output projection reads.
 pub fn head_input(norm: &RMSNorm, out_proj: &Linear, x: &Array) -> Result<Array> {
-    norm.forward(x)?.astype(out_proj.weight.value().dtype())
+    norm.forward_as(x, out_proj.weight.value().dtype())
 }
 
 /// `x` `[B, L, D]` of new positions through `layers`, with their caches

@@ -267,7 +267,7 @@ unavailable_kernels! {
     /// Always [`UNAVAILABLE`].
     pub fn rope(x: &Operand<'_>, spec: &RopeSpec);
     /// Always [`UNAVAILABLE`].
-    pub fn rms_norm(x: &Operand<'_>, w: &Operand<'_>, eps: f32);
+    pub fn rms_norm(x: &Operand<'_>, w: &Operand<'_>, eps: f32, out: Dtype);
     /// Always [`UNAVAILABLE`].
     pub fn rms_norm_grad(x: &Operand<'_>, w: &Operand<'_>, ct: &Operand<'_>, eps: f32);
 }

@@ -5,8 +5,10 @@ use crate::{Array, Dtype, Result};
 
 /// `x * weight / sqrt(mean(x^2) + eps)` over the last axis of `x`
 /// (`[..., D]`), with `weight` of shape `[D]` (`None`: ones). One pass per
-/// row forward and one backward, computed in f32; the result has `x`'s
-/// dtype. Only `x` and `weight` are kept for the gradient.
+/// row forward and one backward, computed in f32 whatever the dtypes of
+/// `x` and `weight` (read as they are stored); the result has `x`'s dtype
+/// ([`rms_norm_as`] chooses another). Only `x` and `weight` are kept for
+/// the gradient.
 ///
 /// ```
 /// use mlx_array::{Array, rms_norm};
@@ -18,6 +20,25 @@ use crate::{Array, Dtype, Result};
 /// assert!((y[0] - 3.0 / r).abs() < 1e-6 && (y[1] - 8.0 / r).abs() < 1e-6);
 /// ```
 pub fn rms_norm(x: &Array, weight: Option<&Array>, eps: f64) -> Result<Array> {
+    rms_norm_as(x, weight, eps, x.dtype())
+}
+
+/// [`rms_norm`] with its result in `dtype`: rounded once from the f32
+/// computation, as a cast of [`rms_norm`]'s float32 result would round,
+/// but with no cast kernel on either side. A mixed-precision block norms
+/// its float32 residual stream into the dtype its projections compute in
+/// (and the gradient reads that dtype's cotangent as it is).
+///
+/// ```
+/// use mlx_array::{Array, Dtype, rms_norm, rms_norm_as};
+/// let x = Array::from_slice(&[3.0f32, 4.0, 0.1, -2.0], &[2, 2]).unwrap();
+/// let w = Array::from_slice(&[1.0f32, 2.0], &[2]).unwrap();
+/// let half = rms_norm_as(&x, Some(&w), 1e-5, Dtype::F16).unwrap();
+/// let cast = rms_norm(&x, Some(&w), 1e-5).unwrap().astype(Dtype::F16).unwrap();
+/// assert_eq!(half.dtype(), Dtype::F16);
+/// assert_eq!(half.to_vec::<half::f16>().unwrap(), cast.to_vec::<half::f16>().unwrap());
+/// ```
+pub fn rms_norm_as(x: &Array, weight: Option<&Array>, eps: f64, dtype: Dtype) -> Result<Array> {
     let width = x.shape().last().copied().unwrap_or(0);
     if x.ndim() == 0 || !x.dtype().is_float() {
         return Err(crate::Error::dtype(
@@ -29,6 +50,13 @@ pub fn rms_norm(x: &Array, weight: Option<&Array>, eps: f64) -> Result<Array> {
             ),
         ));
     }
+    if !dtype.is_float() {
+        return Err(crate::Error::dtype(
+            "rms_norm",
+            dtype,
+            format!("the result is a float dtype, not {dtype}"),
+        ));
+    }
     if !(eps.is_finite() && eps >= 0.0) {
         return Err(crate::Error::invalid(
             "rms_norm",
@@ -36,7 +64,7 @@ pub fn rms_norm(x: &Array, weight: Option<&Array>, eps: f64) -> Result<Array> {
         ));
     }
     let w = match weight {
-        Some(w) if w.shape() == [width] && w.dtype().is_float() => w.astype(Dtype::F32)?,
+        Some(w) if w.shape() == [width] && w.dtype().is_float() => w.clone(),
         Some(w) => {
             return Err(crate::Error::shape(
                 "rms_norm",
@@ -50,11 +78,13 @@ pub fn rms_norm(x: &Array, weight: Option<&Array>, eps: f64) -> Result<Array> {
         }
         None => crate::stop_gradient(&Array::ones(&[width], Dtype::F32))?,
     };
-    let out = Array::from_primitive(
-        RmsNorm { eps: eps as f32 },
-        vec![x.astype(Dtype::F32)?, w],
+    Ok(Array::from_primitive(
+        RmsNorm {
+            eps: eps as f32,
+            out: dtype,
+        },
+        vec![x.clone(), w],
         x.shape().to_vec(),
-        Dtype::F32,
-    );
-    out.astype(x.dtype())
+        dtype,
+    ))
 }

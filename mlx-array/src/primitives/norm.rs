@@ -2,14 +2,17 @@
 
 use crate::{Array, ArrayData, Dtype, Primitive, Result};
 
-/// `x * w / sqrt(mean(x^2) + eps)` over the last axis. Inputs: f32 `x`
-/// `[..., D]`, f32 `w` `[D]`. Its vector-Jacobian product is one
+/// `x * w / sqrt(mean(x^2) + eps)` over the last axis, computed in f32.
+/// Inputs: `x` `[..., D]` and `w` `[D]`, floats of any dtype (read as
+/// stored); the output in `out`. Its vector-Jacobian product is one
 /// [`RmsNormGrad`] node for `dx` and `dw` together (the row statistics are
-/// recomputed there, not kept).
+/// recomputed there, not kept), which reads the cotangent in its own dtype.
 #[derive(Debug, Clone, Copy)]
 pub struct RmsNorm {
     /// Added to the mean square.
     pub eps: f32,
+    /// The output's dtype.
+    pub out: Dtype,
 }
 
 impl Primitive for RmsNorm {
@@ -18,30 +21,44 @@ impl Primitive for RmsNorm {
     }
     fn eval_gpu(&self, inputs: &[Array], _out: &Array) -> Result<ArrayData> {
         let (x, w) = (inputs[0].operand()?, inputs[1].operand()?);
-        crate::backend::gpu::rms_norm(&x, &w, self.eps)
+        crate::backend::gpu::rms_norm(&x, &w, self.eps, self.out)
     }
     fn eval_cpu(&self, inputs: &[Array], _out: &Array) -> Result<ArrayData> {
         let (x, w) = (inputs[0].operand()?, inputs[1].operand()?);
-        Ok(crate::backend::cpu::norm::rms_norm(&x, &w, self.eps))
+        Ok(crate::backend::cpu::norm::rms_norm(
+            &x, &w, self.eps, self.out,
+        ))
     }
     fn vjp(&self, inputs: &[Array], _out: &Array, ct: &Array) -> Result<Vec<Option<Array>>> {
         let (x, w) = (&inputs[0], &inputs[1]);
         let (n, d) = (x.size() as i64, w.size() as i64);
+        // A cotangent that is a pending cast of an f32 array is read as
+        // that array (a cast of an f32 result would hand it back so).
+        let ct = match crate::ops::pending_cast_source(ct) {
+            Some(source) if source.dtype() == Dtype::F32 => source,
+            _ => ct.clone(),
+        };
         let packed = Array::from_primitive(
             RmsNormGrad(*self),
-            vec![x.clone(), w.clone(), ct.astype(Dtype::F32)?],
+            vec![x.clone(), w.clone(), ct],
             vec![x.size() + w.size() + x.size().checked_div(w.size()).unwrap_or(0)],
             Dtype::F32,
         );
+        // Each gradient in its input's dtype: a pending cast of the f32
+        // result, which a half-precision weight's own cast (f32 master
+        // weights) takes back unrounded.
+        let dx = crate::reshape_to(&packed.slice_axis(0, 0, n)?, x.shape())?;
+        let dw = packed.slice_axis(0, n, n + d)?;
         Ok(vec![
-            Some(crate::reshape_to(&packed.slice_axis(0, 0, n)?, x.shape())?),
-            Some(packed.slice_axis(0, n, n + d)?),
+            Some(dx.astype(x.dtype())?),
+            Some(dw.astype(w.dtype())?),
         ])
     }
 }
 
-/// `dx`, `dw` and each row's inverse RMS of an [`RmsNorm`], packed.
-/// Inputs: `x`, `w`, the f32 cotangent of the output.
+/// `dx`, `dw` and each row's inverse RMS of an [`RmsNorm`], packed, in
+/// f32. Inputs: `x`, `w`, the cotangent of the output (each read as
+/// stored).
 #[derive(Debug, Clone, Copy)]
 pub struct RmsNormGrad(pub RmsNorm);
 

@@ -33,6 +33,12 @@ impl RMSNorm {
     pub fn forward(&self, x: &Array) -> Result<Array> {
         mlx_array::rms_norm(x, Some(self.weight.value()), self.eps)
     }
+    /// [`forward`](Self::forward) with the result in `dtype`, rounded once
+    /// ([`mlx_array::rms_norm_as`]): a float32 residual stream normed into
+    /// the dtype the next projections compute in, with no cast kernel.
+    pub fn forward_as(&self, x: &Array, dtype: Dtype) -> Result<Array> {
+        mlx_array::rms_norm_as(x, Some(self.weight.value()), self.eps, dtype)
+    }
 }
 
 /// Layer normalisation over the last axis, with optional learned scale and bias.

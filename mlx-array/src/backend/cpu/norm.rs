@@ -2,7 +2,7 @@
 
 use rayon::prelude::*;
 
-use super::copy::contiguous;
+use super::copy::{contiguous, copy_cast};
 use super::loss::vectorised;
 use crate::Dtype;
 use crate::data::{ArrayData, Operand};
@@ -19,9 +19,28 @@ fn inv_rms(x: &[f32], eps: f32) -> f32 {
     1.0 / (ss / x.len() as f32 + eps).sqrt()
 }
 
-/// `x * w / sqrt(mean(x^2) + eps)` over rows of `width` for f32 `x`
-/// (`n` elements, any view) and `w` (`[width]`); a new contiguous buffer.
-pub fn rms_norm(x: &Operand<'_>, w: &Operand<'_>, eps: f32) -> ArrayData {
+/// `x`'s values as a dense f32 buffer (itself when it already is one).
+fn dense_f32(x: &Operand<'_>) -> ArrayData {
+    if x.dtype == Dtype::F32 {
+        contiguous(x)
+    } else {
+        copy_cast(x, Dtype::F32)
+    }
+}
+
+/// `x * w / sqrt(mean(x^2) + eps)` over rows of `width` for float `x`
+/// (`n` elements, any view) and `w` (`[width]`), computed in f32; a new
+/// contiguous buffer of `out` (rounded once, as a cast rounds).
+pub fn rms_norm(x: &Operand<'_>, w: &Operand<'_>, eps: f32, out: Dtype) -> ArrayData {
+    let result = rms_norm_f32(x, w, eps);
+    if out == Dtype::F32 {
+        return result;
+    }
+    copy_cast(&Operand::new(result, x.shape, Dtype::F32), out)
+}
+
+/// [`rms_norm`] in f32.
+fn rms_norm_f32(x: &Operand<'_>, w: &Operand<'_>, eps: f32) -> ArrayData {
     let shape = x.shape;
     let n = crate::shape::size_of_shape(shape);
     let width = shape.last().copied().unwrap_or(1);
@@ -29,7 +48,7 @@ pub fn rms_norm(x: &Operand<'_>, w: &Operand<'_>, eps: f32) -> ArrayData {
     if n == 0 || width == 0 {
         return out;
     }
-    let (x, w) = (contiguous(x), contiguous(w));
+    let (x, w) = (dense_f32(x), dense_f32(w));
     let (x, w) = (x.as_slice::<f32>(n), w.as_slice::<f32>(width));
     out.as_mut_slice::<f32>(n)
         .par_chunks_mut(width)
@@ -49,7 +68,8 @@ pub fn rms_norm(x: &Operand<'_>, w: &Operand<'_>, eps: f32) -> ArrayData {
     out
 }
 
-/// The gradients of [`rms_norm`] for the cotangent `ct` of its output:
+/// The gradients of [`rms_norm`] for the cotangent `ct` of its output (all
+/// three read in f32 whatever their dtypes):
 /// one buffer, `dx` (`shape`), `dw` (`[width]`), then each row's `r`
 /// (which the GPU's column pass reads). With `r` a row's
 /// inverse RMS and `g = w * ct`: `dx = r * g - x * r^3 * mean(x * g)`,
@@ -67,7 +87,7 @@ pub fn rms_norm_grad(x: &Operand<'_>, w: &Operand<'_>, ct: &Operand<'_>, eps: f3
     if n == 0 || width == 0 {
         return out;
     }
-    let (x, w, ct) = (contiguous(x), contiguous(w), contiguous(ct));
+    let (x, w, ct) = (dense_f32(x), dense_f32(w), dense_f32(ct));
     let (x, w, ct) = (
         x.as_slice::<f32>(n),
         w.as_slice::<f32>(width),

@@ -2,6 +2,12 @@
 //! f64 references over the float dtypes, views taken on the device under
 //! test, empty and one-wide rows, with and without a weight. The gradient
 //! primitive is built by the norm's vector-Jacobian product.
+//!
+//! Mixed precision (a float32 input, a half-precision weight, the result in
+//! half precision: `rms_norm_as`): the value and both gradients equal, bit
+//! for bit, those of the casts it replaces (the weight cast to float32,
+//! the float32 result cast to half precision) on the same device, and the
+//! weight's gradient comes back in the weight's dtype.
 
 use proptest::prelude::*;
 
@@ -162,6 +168,15 @@ fn rms_norm_values(cx: &Ctx) {
             check_forward(cx, &c, dtype, layout);
         }
     }
+    for (w, out) in [
+        (Dtype::F16, Dtype::F16),
+        (Dtype::BF16, Dtype::BF16),
+        (Dtype::F32, Dtype::F16),
+    ] {
+        for (rows, width, seed) in [(&[3, 5][..], 7, 61), (&[2][..], 300, 62), (&[0][..], 4, 63)] {
+            check_mixed(cx, &Case::new(rows, width, Dtype::F32, true, seed), w, out);
+        }
+    }
     let x = Array::zeros(&[2, 3], Dtype::F32);
     let err = |r: crate::Result<Array>| r.expect_err("refused").to_string();
     let two = Array::ones(&[2], Dtype::F32);
@@ -172,6 +187,56 @@ fn rms_norm_values(cx: &Ctx) {
     let xi = x.astype(Dtype::I32).expect("ints");
     let e = err(cx.on(|| crate::rms_norm(&xi, None, 1e-5)));
     assert!(e.contains("floating point"), "{e}");
+    let e = err(cx.on(|| crate::rms_norm_as(&x, None, 1e-5, Dtype::I32)));
+    assert!(e.contains("float dtype"), "{e}");
+}
+
+/// The bits of `a` read as f32 (exact for every float dtype).
+fn bits(a: &Array) -> Vec<u32> {
+    a.astype(Dtype::F32)
+        .and_then(|a| a.to_vec::<f32>())
+        .expect("values")
+        .iter()
+        .map(|v| v.to_bits())
+        .collect()
+}
+
+/// `rms_norm_as` of a float32 `x` and a weight of `w_dtype` into `out`,
+/// value and gradients, against the casts it stands for on the same
+/// device, and its value against the f64 reference.
+fn check_mixed(cx: &Ctx, c: &Case, w_dtype: Dtype, out: Dtype) {
+    let what = format!("rms_norm_as {:?} weight {w_dtype} into {out}", c.x.shape);
+    let x = make(&c.x, Dtype::F32, Layout::Dense);
+    let w = make(&c.w, w_dtype, Layout::Dense);
+    let ct = make(&c.ct, out, Layout::Dense);
+    let eps = c.eps;
+    let run = |fused: bool| {
+        cx.on(|| {
+            crate::vjp(
+                |a: &[Array]| {
+                    Ok(vec![if fused {
+                        crate::rms_norm_as(&a[0], Some(&a[1]), eps, out)?
+                    } else {
+                        crate::rms_norm(&a[0], Some(&a[1].astype(Dtype::F32)?), eps)?.astype(out)?
+                    }])
+                },
+                &[x.clone(), w.clone()],
+                std::slice::from_ref(&ct),
+            )
+        })
+        .unwrap_or_else(|e| panic!("{what}: {e}"))
+    };
+    let ((outs, grads), (want_outs, want_grads)) = (run(true), run(false));
+    assert_eq!(outs[0].dtype(), out, "{what}");
+    assert_eq!(bits(&outs[0]), bits(&want_outs[0]), "{what}: value");
+    assert_eq!(bits(&grads[0]), bits(&want_grads[0]), "{what}: dx");
+    assert_eq!(grads[1].dtype(), w_dtype, "{what}: dw's dtype");
+    assert_eq!(bits(&grads[1]), bits(&want_grads[1]), "{what}: dw");
+    let mut reference = Case::new(&[], 1, Dtype::F32, true, 0);
+    reference.x = c.x.clone();
+    reference.w = Nd::from_fn(&c.w.shape, |i| quantize(c.w.at(i), w_dtype));
+    reference.eps = c.eps;
+    cx.check(&outs[0], &reference.want(out), out, tol(out) * 8.0, &what);
 }
 
 /// The norm and its gradients through `vjp` on the device under test: the

@@ -52,16 +52,16 @@ fn per_row(width: usize) -> usize {
     width.div_ceil(4).next_power_of_two().clamp(32, 256)
 }
 
-/// Shader source of a row pass: bindings for `inputs` (f32) and the f32
-/// output, `T`, and the entry point with the row `row`, its start `x0`,
-/// the lane `t` and `live` in scope.
-fn row_header(inputs: &[&str], t: usize, sums: &str) -> String {
+/// Shader source of a row pass: bindings for `inputs` (each of its dtype)
+/// and the output of `out`, `T`, and the entry point with the row `row`,
+/// its start `x0`, the lane `t` and `live` in scope.
+fn row_header(inputs: &[(&str, Dtype)], out: Dtype, t: usize, sums: &str) -> String {
     let mut s = String::from(codegen::PRELUDE);
     s.push_str(codegen::META);
-    for (i, name) in inputs.iter().enumerate() {
-        s.push_str(&codegen::input(name, i as u32 + 1, Dtype::F32));
+    for (i, (name, d)) in inputs.iter().enumerate() {
+        s.push_str(&codegen::input(name, i as u32 + 1, *d));
     }
-    s.push_str(&codegen::output(inputs.len() as u32 + 1, Dtype::F32));
+    s.push_str(&codegen::output(inputs.len() as u32 + 1, out));
     s.push_str(&format!(
         "const T: u32 = {t}u;\nvar<workgroup> part: array<{sums}, 256>;\n"
     ));
@@ -90,15 +90,18 @@ const ROW_TREE: &str = r#"
     }
 "#;
 
-/// `x * w / sqrt(mean(x^2) + eps)` over rows.
-pub fn rms_norm(x: &Operand<'_>, w: &Operand<'_>, eps: f32) -> Result<ArrayData> {
+/// `x * w / sqrt(mean(x^2) + eps)` over rows, computed in f32 from `x`
+/// and `w` as stored, written in `dtype` (rounded as a cast rounds; a
+/// packed dtype's words are cleared first and stored with atomic ORs).
+pub fn rms_norm(x: &Operand<'_>, w: &Operand<'_>, eps: f32, dtype: Dtype) -> Result<ArrayData> {
     let shape = x.shape;
     let n = crate::shape::size_of_shape(shape);
     let width = shape.last().copied().unwrap_or(1);
-    let out = alloc(shape, Dtype::F32)?;
+    let out = alloc(shape, dtype)?;
     if n == 0 || width == 0 {
         return Ok(out);
     }
+    let (xd, wd) = (x.dtype, w.dtype);
     let (x, w) = (dense(x)?, dense(w)?);
     codegen::check_size("rms_norm", n, &[&x, &w])?;
     let rows = n / width;
@@ -110,8 +113,9 @@ pub fn rms_norm(x: &Operand<'_>, w: &Operand<'_>, eps: f32) -> Result<ArrayData>
         w.offset() as u32,
     ];
     let t = per_row(width);
-    let pipeline = context()?.pipeline(&format!("rms_norm:{t}"), || {
-        row_header(&["x", "w"], t, "f32")
+    let key = format!("rms_norm:{t}:{xd}:{wd}:{dtype}");
+    let pipeline = context()?.pipeline(&key, || {
+        row_header(&[("x", xd), ("w", wd)], dtype, t, "f32")
             + r#"    var ss = 0.0;
     if (live) {
         for (var j = t; j < width; j = j + T) { let v = load_x(x0 + j); ss = ss + v * v; }
@@ -127,12 +131,15 @@ pub fn rms_norm(x: &Operand<'_>, w: &Operand<'_>, eps: f32) -> Result<ArrayData>
 "#
     })?;
     let groups = rows.div_ceil(256 / t);
-    dispatch_groups(&pipeline, &meta, &[&x, &w], &out, n * 4, false, groups)?;
+    let packed = codegen::packed(dtype);
+    let bytes = n * dtype.size_of();
+    dispatch_groups(&pipeline, &meta, &[&x, &w], &out, bytes, packed, groups)?;
     Ok(out)
 }
 
-/// `dx`, `dw` and each row's inverse RMS, packed, of [`rms_norm`] (with no
-/// rows, `dw` is zero: the column pass sums nothing).
+/// `dx`, `dw` and each row's inverse RMS, packed in f32, of [`rms_norm`]
+/// for the cotangent `ct` (`x`, `w` and `ct` read as stored; with no rows,
+/// `dw` is zero: the column pass sums nothing).
 pub fn rms_norm_grad(
     x: &Operand<'_>,
     w: &Operand<'_>,
@@ -148,6 +155,7 @@ pub fn rms_norm_grad(
     if total == 0 {
         return Ok(out);
     }
+    let (xd, wd, cd) = (x.dtype, w.dtype, ct.dtype);
     let (x, w, ct) = (dense(x)?, dense(w)?, dense(ct)?);
     codegen::check_size("rms_norm_grad", total, &[&x, &w, &ct])?;
     let chunks = rows.div_ceil(CHUNK);
@@ -162,9 +170,13 @@ pub fn rms_norm_grad(
         chunks as u32,
     ];
     let t = per_row(width);
-    let dx = context()?.pipeline(&format!("rms_norm_dx:{t}"), || {
-        row_header(&["x", "w", "c"], t, "vec2<f32>")
-            + r#"    let c0 = params[5] + row * width;
+    let dx = context()?.pipeline(&format!("rms_norm_dx:{t}:{xd}:{wd}:{cd}"), || {
+        row_header(
+            &[("x", xd), ("w", wd), ("c", cd)],
+            Dtype::F32,
+            t,
+            "vec2<f32>",
+        ) + r#"    let c0 = params[5] + row * width;
     var acc = vec2<f32>(0.0, 0.0);
     if (live) {
         for (var j = t; j < width; j = j + T) {
@@ -187,11 +199,11 @@ pub fn rms_norm_grad(
     })?;
     // Pass 1 of dw: partial column sums over chunks of CHUNK rows, read
     // with the rows' r from the row pass's output.
-    let dw_part = context()?.pipeline("rms_norm_dw_part", || {
+    let dw_part = context()?.pipeline(&format!("rms_norm_dw_part:{xd}:{cd}"), || {
         let mut s = String::from(codegen::PRELUDE);
         s.push_str(codegen::META);
-        s.push_str(&codegen::input("x", 1, Dtype::F32));
-        s.push_str(&codegen::input("c", 2, Dtype::F32));
+        s.push_str(&codegen::input("x", 1, xd));
+        s.push_str(&codegen::input("c", 2, cd));
         s.push_str(&codegen::input("inv", 3, Dtype::F32));
         s.push_str(&codegen::output(4, Dtype::F32));
         s.push_str(codegen::ENTRY);
