@@ -14,6 +14,11 @@
 //! every parameter and moment on the device, and uploads no per-step
 //! scalar coefficients (they travel with the dispatch's arguments).
 //!
+//! A float32 gradient that is a pending widening of a half-precision one
+//! (a mixed-precision step's gradient of its master weights) is read in
+//! half precision and widened inside the kernel, exactly as the cast would
+//! (`crate::widen`): the cast runs no kernel of its own.
+//!
 //! A gated step (see [`crate::Gate`]) takes one more input, a float32
 //! scalar computed on the device: 0 keeps the parameter and moments as
 //! they are (PyTorch's fused Adam with `found_inf`), `j + 1` applies the
@@ -25,6 +30,7 @@
 use mlx_array::{Array, ArrayData, Dtype, OutputSpec, Primitive, Result};
 use rayon::prelude::*;
 
+use crate::widen::{f32_values, widened_from};
 use gpu::Pass;
 
 /// Elements per parallel work item.
@@ -121,6 +127,7 @@ impl Primitive for FusedAdam {
             &outputs[0].shape,
             in_place,
             self.1,
+            inputs[1].dtype(),
         )
     }
 }
@@ -138,7 +145,7 @@ impl FusedAdam {
             // SAFETY: `rows_donated` proved that the three rows of this buffer are
             // seen only through this node's inputs, which it consumes.
             let buf = unsafe { data[0].as_mut_slice_unchecked::<f32>(3 * n) };
-            let g = data[1].as_slice::<f32>(n);
+            let g = &*f32_values(&data[1], inputs[1].dtype(), n);
             let (p, rest) = buf.split_at_mut(n);
             let (m, v) = rest.split_at_mut(n);
             p.par_chunks_mut(CHUNK)
@@ -153,7 +160,8 @@ impl FusedAdam {
                 });
             return Ok(rows(&data[0], shape, 3));
         }
-        let [p, g, m, v] = [0, 1, 2, 3].map(|i| data[i].as_slice::<f32>(n));
+        let [p, m, v] = [0, 2, 3].map(|i| data[i].as_slice::<f32>(n));
+        let g = &*f32_values(&data[1], inputs[1].dtype(), n);
         let mut result = ArrayData::alloc(&[3 * n], Dtype::F32);
         let buf = result.as_mut_slice::<f32>(3 * n);
         let (p_out, rest) = buf.split_at_mut(n);
@@ -302,7 +310,7 @@ impl Primitive for FusedAdamMoments {
         let Some(c) = self.0.chosen(&data)? else {
             return Ok(kept(&data, &[1, 2], donated, shape));
         };
-        let g = data[0].as_slice::<f32>(n);
+        let g = &*f32_values(&data[0], inputs[0].dtype(), n);
         let step = |m: &mut [f32], v: &mut [f32], g: &[f32], old: Option<(&[f32], &[f32])>| {
             for j in 0..m.len() {
                 let (mo, vo) = old.map_or((m[j], v[j]), |(m0, v0)| (m0[j], v0[j]));
@@ -345,6 +353,7 @@ impl Primitive for FusedAdamMoments {
             &outputs[0].shape,
             in_place,
             None,
+            inputs[0].dtype(),
         )
     }
 }
@@ -386,7 +395,15 @@ impl Primitive for FusedAdamParameter {
 
     fn eval_gpu(&self, inputs: &[Array], out: &Array) -> Result<ArrayData> {
         let data: Vec<ArrayData> = inputs.iter().map(Array::data).collect::<Result<_>>()?;
-        let mut p = gpu::run(Pass::Parameter, &self.0, &data, out.shape(), None, None)?;
+        let mut p = gpu::run(
+            Pass::Parameter,
+            &self.0,
+            &data,
+            out.shape(),
+            None,
+            None,
+            Dtype::F32,
+        )?;
         Ok(p.remove(0))
     }
 }
@@ -436,6 +453,7 @@ pub(crate) fn adam_step_with(
         ..c
     };
     let shape = param.shape().to_vec();
+    let grad = &widened_from(grad);
     let inputs = [param, grad, m, v]
         .into_iter()
         .chain(control)
@@ -496,6 +514,7 @@ pub(crate) fn adam_step_apart_with(
         ..c
     };
     let shape = param.shape().to_vec();
+    let grad = &widened_from(grad);
     let [param, grad, m, v] = [param, grad, m, v].map(|a| a.contiguous());
     let control = control.map(Array::contiguous).transpose()?;
     let moments = Array::from_primitive_outputs(

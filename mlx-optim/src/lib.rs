@@ -66,6 +66,7 @@ mod sharded;
 mod state;
 mod tree_util;
 mod unscale;
+mod widen;
 
 pub use adam::{Adam, AdamConfig, AdamW};
 pub use clip::{clip_by_norm_squared, clip_grad_norm};

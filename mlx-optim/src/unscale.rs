@@ -50,7 +50,7 @@ const CHUNK: usize = 1 << 16;
 /// when every product is finite, a positive count otherwise. One primitive
 /// per [`GROUP`] gradients; their flags are added. Lazy.
 pub(crate) fn unscale_and_check(grads: &[Array], inverse: &Array) -> Result<(Vec<Array>, Array)> {
-    let sources: Vec<Array> = grads.iter().map(widened_from).collect();
+    let sources: Vec<Array> = grads.iter().map(crate::widen::widened_from).collect();
     let inverse = inverse.contiguous()?;
     let mut unscaled = Vec::with_capacity(grads.len());
     let mut flag: Option<Array> = None;
@@ -82,20 +82,6 @@ pub(crate) fn unscale_and_check(grads: &[Array], inverse: &Array) -> Result<(Vec
         None => inverse.multiply(&inverse.scalar_like(0.0))?,
     };
     Ok((unscaled, flag))
-}
-
-/// What the kernel reads for gradient `g`: the half-precision array a
-/// pending float32 cast widens (exact, so the kernel widens it alike), or
-/// `g` itself.
-fn widened_from(g: &Array) -> Array {
-    if g.dtype() == Dtype::F32
-        && g.primitive_name() == Some("astype")
-        && let [x] = g.pending_inputs().as_slice()
-        && matches!(x.dtype(), Dtype::F16 | Dtype::BF16)
-    {
-        return x.clone();
-    }
-    g.clone()
 }
 
 /// Consecutive groups of at most [`GROUP`] arrays of these sizes and at
@@ -200,20 +186,5 @@ mod tests {
         assert_eq!(groups(&[big, big, 1, 3]), vec![0..2, 2..4]);
         // Too large alone: its own group, which the GPU refuses.
         assert_eq!(groups(&[2, MAX_ELEMENTS + 1, 2]), vec![0..1, 1..2, 2..3]);
-    }
-
-    #[test]
-    fn a_widened_half_gradient_is_read_in_half_precision() {
-        let h = Array::from_slice(&[1.0f32, 2.0], &[2])
-            .unwrap()
-            .astype(Dtype::F16)
-            .unwrap();
-        let w = h.astype(Dtype::F32).unwrap();
-        assert_eq!(widened_from(&w).id(), h.id());
-        // Not a widening: itself.
-        let f = Array::from_slice(&[1.0f32], &[1]).unwrap();
-        assert_eq!(widened_from(&f).id(), f.id());
-        let narrowed = f.astype(Dtype::F16).unwrap();
-        assert_eq!(widened_from(&narrowed).id(), narrowed.id());
     }
 }

@@ -97,8 +97,9 @@ fn bound_names(pass: Pass, in_place: bool, gated: bool) -> Vec<&'static str> {
 }
 
 /// The kernel's WGSL; `copy`: the dtype of the parameter's copy, when the
-/// step writes one (its offset follows the output's in `params`).
-fn source(pass: Pass, in_place: bool, gated: bool, copy: Option<Dtype>) -> String {
+/// step writes one (its offset follows the output's in `params`); `grad`:
+/// the gradient's dtype (half precision is widened as it is read).
+fn source(pass: Pass, in_place: bool, gated: bool, copy: Option<Dtype>, grad: Dtype) -> String {
     let bound = bound_names(pass, in_place, gated);
     // After the offsets: the number of candidates, then their coefficients.
     let count_at = OFFSETS_AT + bound.len() + 1 + usize::from(copy.is_some());
@@ -109,10 +110,8 @@ fn source(pass: Pass, in_place: bool, gated: bool, copy: Option<Dtype>) -> Strin
          fn coef(k: u32) -> f32 { return bitcast<f32>(params[cb + k]); }\n",
     );
     for (k, name) in bound.iter().enumerate() {
-        s += &format!(
-            "@group(0) @binding({}) var<storage, read> in_{name}: array<f32>;\n",
-            k + 1
-        );
+        let dtype = if *name == "g" { grad } else { Dtype::F32 };
+        s += &custom::input(&format!("in_{name}"), k as u32 + 1, dtype);
     }
     s += &format!(
         "@group(0) @binding({}) var<storage, read_write> out: array<f32>;\n",
@@ -141,7 +140,7 @@ fn source(pass: Pass, in_place: bool, gated: bool, copy: Option<Dtype>) -> Strin
             (true, Some(r)) => format!("out[o + {r}u * n]"),
             _ => {
                 let k = bound.iter().position(|b| *b == name).expect("bound");
-                format!("in_{name}[params[{}u] + i]", OFFSETS_AT + k)
+                format!("load_in_{name}(params[{}u] + i)", OFFSETS_AT + k)
             }
         };
         s += &format!("    let {name}0 = {expr};\n");
@@ -151,7 +150,7 @@ fn source(pass: Pass, in_place: bool, gated: bool, copy: Option<Dtype>) -> Strin
         // candidate j (clamped: a kernel cannot fail).
         let k = bound.len() - 1;
         s += &format!(
-            "    let sel = u32(in_ctl[params[{}u]]);\n\
+            "    let sel = u32(load_in_ctl(params[{}u]));\n\
              \x20   if (sel == 0u) {{\n",
             OFFSETS_AT + k
         );
@@ -234,7 +233,8 @@ fn coefficients(c: &AdamCoefficients) -> [f32; COEFFICIENTS] {
 /// `in_place`: the inputs that are rows of the output (every one but the
 /// gradient) are the donated rows of one buffer, which input `in_place`
 /// views from its start. `copy` (with [`Pass::Step`] only): also write the
-/// new parameter cast to that dtype. Returns the output rows, then the copy.
+/// new parameter cast to that dtype. `grad`: the gradient's dtype. Returns
+/// the output rows, then the copy.
 pub(super) fn run(
     pass: Pass,
     c: &StepCoefficients,
@@ -242,6 +242,7 @@ pub(super) fn run(
     shape: &[usize],
     in_place: Option<usize>,
     copy: Option<Dtype>,
+    grad: Dtype,
 ) -> Result<Vec<ArrayData>> {
     debug_assert!(copy.is_none() || pass == Pass::Step);
     let n: usize = shape.iter().product();
@@ -264,7 +265,7 @@ pub(super) fn run(
     let outputs: Vec<&ArrayData> = std::iter::once(&out).chain(&copied).collect();
     if n > 0 {
         let key = format!(
-            "fused_adam:{pass:?}:{}:{}:{copy:?}",
+            "fused_adam:{pass:?}:{}:{}:{copy:?}:{grad}",
             in_place.is_some(),
             c.gated
         );
@@ -272,7 +273,7 @@ pub(super) fn run(
         let clear = copy.filter(|&d| custom::packed(d)).map(|d| n * d.size_of());
         custom::dispatch_outputs(
             &key,
-            || source(pass, in_place.is_some(), c.gated, copy),
+            || source(pass, in_place.is_some(), c.gated, copy, grad),
             &meta(c, n, &bound, &outputs),
             &bound,
             &outputs,

@@ -22,6 +22,10 @@
 //! candidate the device's control picks (a wrong pick shows with bias
 //! correction, whose coefficients follow the step count).
 //!
+//! A gradient that is a pending widening of a half-precision one (read in
+//! half precision by the kernel) gives the step of its float32 values bit
+//! for bit.
+//!
 //! Gradients: an optimizer step is not differentiated; differentiating
 //! through one is refused, naming the primitive.
 
@@ -382,6 +386,7 @@ fn step_values(cx: &Ctx, apart: bool) {
             );
         }
         gated_values(cx, &case, apart, ins, &want, &slow, &g2, &what);
+        widened_gradient(cx, &case, apart, ins, &what);
         let [p1, m1, v1] = fast;
         let fast2 = cx.on(|| build(h, true, apart, [&p1, &g2, &m1, &v1]));
         // The graph built, only it still sees step 1's outputs.
@@ -395,6 +400,36 @@ fn step_values(cx: &Ctx, apart: bool) {
                 "{what}: the second step must update the moments in their buffer"
             );
         }
+    }
+}
+
+/// A gradient widened from half precision (a pending cast, read by the
+/// kernel in half precision) steps exactly as the same values in float32.
+fn widened_gradient(cx: &Ctx, case: &Case, apart: bool, ins: [&Array; 4], what: &str) {
+    let half = if case.seed.is_multiple_of(2) {
+        Dtype::F16
+    } else {
+        Dtype::BF16
+    };
+    let g = make(&case.values(0)[1], half, case.layouts[1]);
+    let plain = g.astype(Dtype::F32).expect("widened");
+    plain.eval().expect("evaluated");
+    let [p, _, m, v] = ins;
+    let (widened, want) = cx.on(|| {
+        let w = g.astype(Dtype::F32).expect("widened");
+        (
+            build(&case.hyper, true, apart, [p, &w, m, v]),
+            build(&case.hyper, true, apart, [p, &plain, m, v]),
+        )
+    });
+    mlx_array::eval((&widened[..], &want[..])).unwrap_or_else(|e| panic!("{what}: {e}"));
+    for k in 0..3 {
+        assert_eq!(
+            bits(&widened[k]),
+            bits(&want[k]),
+            "{what}: {} from a gradient widened from {half}",
+            NAMES[k]
+        );
     }
 }
 
