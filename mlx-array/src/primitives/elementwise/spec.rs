@@ -4,7 +4,9 @@
 
 use proptest::prelude::*;
 
-use super::{AsType, Binary, BinaryOp, Select, StopGradient, Swiglu, Unary, UnaryOp};
+use super::{
+    AsType, Binary, BinaryOp, RememberedCast, Select, StopGradient, Swiglu, Unary, UnaryOp,
+};
 use crate::conformance::*;
 use crate::{ALL_DTYPES, Array, Dtype, ops};
 
@@ -32,6 +34,19 @@ pub fn specs() -> Vec<Spec> {
                 .astype(Dtype::F16)
                 .expect("f16");
             GradCase::new(vec![h], &[0], |a| a[0].astype(Dtype::F32)?.mul_scalar(3.0))
+        }),
+        Spec::new::<RememberedCast>("remembered_cast", remembered_cast_values, || {
+            // A fresh node per call remembers its cast (a tracer stands in
+            // for it while differentiating); f16 to f32 is linear, so
+            // finite differences are exact.
+            let h = uniform(7, &[2, 3], -2.0, 2.0)
+                .astype(Dtype::F16)
+                .expect("f16");
+            GradCase::new(vec![h], &[0], |a| {
+                let x = a[0].mul_scalar(1.0)?;
+                x.remember_cast(&x.astype(Dtype::F32)?)?;
+                x.astype(Dtype::F32)?.mul_scalar(3.0)
+            })
         }),
         Spec::new::<StopGradient>(
             "stop_gradient",
@@ -404,6 +419,37 @@ fn astype_values(cx: &Ctx) {
                     } else {
                         cx.check(&got, &want, to, tol(to), &what);
                     }
+                    Ok(())
+                })
+                .unwrap_or_else(|e| panic!("{e}"));
+        }
+    }
+}
+
+/// A cast recorded beside its source (`Array::remember_cast`) between every
+/// pair of float dtypes, on the device under test: `astype` then builds a
+/// `remembered_cast` node whose values are the recorded copy's, bit for
+/// bit, and the cast's against the f64 reference.
+fn remembered_cast_values(cx: &Ctx) {
+    for from in FLOATS {
+        for to in FLOATS.into_iter().filter(|&to| to != from) {
+            cx.runner()
+                .run(&(shape(3), layout(), any::<u64>()), |(s, l, seed)| {
+                    let x = fill(&s, from, -300.0, 300.0, seed);
+                    let a = cx.on(|| make(&x, from, l).to_device(cx.device()));
+                    let copy = cx.on(|| a.astype(to)).expect("astype");
+                    crate::eval((&a, &copy)).expect("evaluated");
+                    a.remember_cast(&copy).expect("remembered");
+                    let got = cx.on(|| a.astype(to)).expect("astype");
+                    let what = format!("remembered_cast {from} -> {to}");
+                    assert_eq!(got.primitive_name(), Some("remembered_cast"), "{what}");
+                    assert_eq!(got.device(), cx.device(), "{what}");
+                    let bits = |v: &Array| -> Vec<u32> {
+                        let v = v.astype(Dtype::F32).and_then(|v| v.to_vec::<f32>());
+                        v.expect("values").iter().map(|f| f.to_bits()).collect()
+                    };
+                    assert_eq!(bits(&got), bits(&copy), "{what}: the copy's values");
+                    cx.check(&got, &x.map(|v| quantize(v, to)), to, tol(to), &what);
                     Ok(())
                 })
                 .unwrap_or_else(|e| panic!("{e}"));
