@@ -38,7 +38,7 @@ pub(crate) struct Node {
     pub(crate) kind: NodeKind,
     pub(crate) state: Mutex<State>,
     /// This array cast to another dtype, when a primitive computed that
-    /// cast beside it ([`Array::remember_cast`]): `astype` returns it.
+    /// cast beside it ([`Array::remember_cast`]): `astype` reads it.
     pub(crate) cast: OnceLock<Array>,
 }
 
@@ -320,11 +320,12 @@ impl Array {
     /// Records `copy` as this array cast to `copy`'s dtype: from now on
     /// [`astype`](Self::astype) to that dtype reads `copy` instead of
     /// running a cast (the node it builds still differentiates as a cast of
-    /// this array, and so does one of a tracer standing in for it). For a primitive that computes a cast of one of its
-    /// outputs in the same pass (the fused Adam writes the new float32
-    /// parameter and its float16 copy for the next forward pass); it
-    /// vouches that `copy` holds exactly the values the cast would, which
-    /// this cannot check without computing both.
+    /// this array, and so does one of a tracer standing in for it). For a
+    /// primitive that computes a cast of one of its outputs in the same
+    /// pass (the fused Adam writes the new float32 parameter and its
+    /// float16 copy for the next forward pass); it vouches that `copy`
+    /// holds exactly the values the cast would, which this cannot check
+    /// without computing both.
     ///
     /// Fails when `copy` differs in shape or device, is not a float dtype
     /// other than this one, or when this array already has a remembered

@@ -107,19 +107,6 @@ pub mod custom {
     }
 
     /// Always [`super::UNAVAILABLE`].
-    pub fn dispatch_clearing(
-        _key: &str,
-        _source: impl FnOnce() -> String,
-        _meta: &[u32],
-        _inputs: &[&ArrayData],
-        _output: &ArrayData,
-        _bytes: usize,
-        _groups: usize,
-    ) -> Result<()> {
-        Err(unavailable())
-    }
-
-    /// Always [`super::UNAVAILABLE`].
     pub fn dispatch_outputs(
         _key: &str,
         _source: impl FnOnce() -> String,

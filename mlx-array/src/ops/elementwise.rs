@@ -125,16 +125,15 @@ pub fn astype(x: &Array, dtype: Dtype) -> Result<Array> {
 }
 
 /// The cotangent `ct` of a cast from `dtype`, carried back to `dtype` (the
-/// cast's vector-Jacobian product): `ct.astype(dtype)`, or, when `ct` is
-/// itself a pending cast of an array of `dtype`, that array, since the
-/// round trip would only round it (the fused loss's float32 weight
-/// gradient of a half-precision copy of float32 master weights comes back
-/// unrounded). For code that differentiates with respect to the cast
-/// instead of through it (`mlx-nn`'s mixed precision).
-pub fn cast_cotangent(ct: &Array, dtype: Dtype) -> Result<Array> {
-    match crate::ops::pending_cast_source(ct) {
-        Some(source) if source.dtype() == dtype => Ok(source),
-        _ => ct.astype(dtype),
+/// cast's vector-Jacobian product, `astype`'s and a remembered cast's):
+/// `ct.astype(dtype)`, or, when `ct` is itself a pending cast of an array
+/// of `dtype`, that array, since the round trip would only round it (the
+/// fused loss's float32 weight gradient of a half-precision copy of
+/// float32 master weights comes back unrounded).
+pub(crate) fn cast_cotangent(ct: &Array, dtype: Dtype) -> Result<Array> {
+    match crate::ops::pending_cast_from(ct, dtype) {
+        Some(source) => Ok(source),
+        None => ct.astype(dtype),
     }
 }
 

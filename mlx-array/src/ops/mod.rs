@@ -34,3 +34,9 @@ pub(crate) fn pending_cast_source(x: &crate::Array) -> Option<crate::Array> {
     )
     .then(|| inputs[0].clone())
 }
+
+/// The array of `dtype` that `x` casts, when `x` is a pending cast of one
+/// (a gradient handed back through a cast goes back unrounded).
+pub(crate) fn pending_cast_from(x: &crate::Array, dtype: crate::Dtype) -> Option<crate::Array> {
+    pending_cast_source(x).filter(|source| source.dtype() == dtype)
+}

@@ -34,10 +34,7 @@ impl Primitive for RmsNorm {
         let (n, d) = (x.size() as i64, w.size() as i64);
         // A cotangent that is a pending cast of an f32 array is read as
         // that array (a cast of an f32 result would hand it back so).
-        let ct = match crate::ops::pending_cast_source(ct) {
-            Some(source) if source.dtype() == Dtype::F32 => source,
-            _ => ct.clone(),
-        };
+        let ct = crate::ops::pending_cast_from(ct, Dtype::F32).unwrap_or_else(|| ct.clone());
         let packed = Array::from_primitive(
             RmsNormGrad(*self),
             vec![x.clone(), w.clone(), ct],

@@ -97,13 +97,13 @@ pub(super) fn run(inputs: &[Array]) -> Result<Vec<ArrayData>> {
     let key = format!("unscale_check:{dtypes:?}");
     let bound: Vec<&ArrayData> = data.iter().collect();
     // At least one workgroup: the flag is cleared by the dispatch.
-    custom::dispatch_clearing(
+    custom::dispatch_outputs(
         &key,
         || source(&dtypes),
         &meta,
         &bound,
-        &out,
-        size_of::<f32>(),
+        &[&out],
+        Some(size_of::<f32>()),
         quads.div_ceil(WORKGROUP).max(1),
     )?;
     let mut outputs: Vec<ArrayData> = grads

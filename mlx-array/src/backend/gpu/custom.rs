@@ -81,30 +81,14 @@ pub fn dispatch(
     output: &ArrayData,
     groups: usize,
 ) -> Result<()> {
-    let pipeline = compile(key, source)?;
-    dispatch_groups(&pipeline, meta, inputs, output, 0, false, groups)
-}
-
-/// [`dispatch`], with the output buffer's first `bytes` bytes set to zero
-/// just before the kernel runs: for a kernel that only writes a flag or an
-/// accumulator there when it has something to say.
-pub fn dispatch_clearing(
-    key: &str,
-    source: impl FnOnce() -> String,
-    meta: &[u32],
-    inputs: &[&ArrayData],
-    output: &ArrayData,
-    bytes: usize,
-    groups: usize,
-) -> Result<()> {
-    let pipeline = compile(key, source)?;
-    dispatch_groups(&pipeline, meta, inputs, output, bytes, true, groups)
+    dispatch_outputs(key, source, meta, inputs, &[output], None, groups)
 }
 
 /// [`dispatch`] with several output buffers, bound `read_write` after the
 /// inputs in the order given; `clear_last` sets the last output's first
 /// that many bytes to zero just before the kernel runs (a packed output's
-/// atomic stores need it).
+/// atomic stores need it, and so does a kernel that only writes a flag
+/// there when it has something to say).
 pub fn dispatch_outputs(
     key: &str,
     source: impl FnOnce() -> String,
