@@ -1,9 +1,9 @@
 //! Adam and AdamW.
 
-use mlx_array::{Array, Dtype};
+use mlx_array::{Array, Device, Dtype};
 
 use crate::gate::{self, Gate};
-use crate::optimizer::{Optimizer, StepContext};
+use crate::optimizer::{Optimizer, ParamUpdate, StepContext};
 use crate::schedule::Schedule;
 use crate::state::OptimizerState;
 use crate::{Result, fused};
@@ -170,6 +170,139 @@ fn adam_gated<O: Optimizer + ?Sized>(
         fused::adam_step_with(c, control, cfg.cast_copy, param, grad, m, v)?
     };
     Ok((p, vec![m, v]))
+}
+
+/// Adam(W) over several parameters of one step: those the fused kernel
+/// takes whole (float32 throughout, the parameter kept with its moments)
+/// and may step in place (their state the rows of an earlier fused step's
+/// buffer: [`fused::state_in_rows`]), when the step is built for the GPU,
+/// go into one fused node, which the GPU steps many parameters a dispatch
+/// (`fused/group.rs`); the others,
+/// and every one on the CPU (where a kernel launch costs nothing and each
+/// parameter's node may run as soon as its gradient exists), step alone
+/// through `single`. `c` and `control`: the fused step's coefficients and
+/// a gated step's control.
+fn adam_many(
+    cfg: &AdamConfig,
+    updates: &[ParamUpdate<'_>],
+    apart: bool,
+    c: impl FnOnce() -> fused::StepCoefficients,
+    control: Option<&Array>,
+    single: impl Fn(&ParamUpdate<'_>) -> Result<(Array, Vec<Array>)>,
+) -> Result<Vec<(Array, Vec<Array>)>> {
+    check_cast_copy(cfg)?;
+    let grouped = |u: &ParamUpdate<'_>| {
+        cfg.fused
+            && !apart
+            && mlx_array::device::default_device() == Device::Gpu
+            && fused::applies(&[u.param, u.grad, &u.slots[0], &u.slots[1]])
+            && fused::state_in_rows(u.param, &u.slots[0], &u.slots[1])
+    };
+    let members: Vec<usize> = (0..updates.len())
+        .filter(|&i| grouped(&updates[i]))
+        .collect();
+    if members.len() < 2 {
+        return updates.iter().map(single).collect();
+    }
+    let c = c();
+    let mut stepped = Vec::with_capacity(members.len());
+    for chunk in group_chunks(&members, |i| updates[i].param.size()) {
+        let inputs: Vec<[&Array; 4]> = chunk
+            .iter()
+            .map(|&i| {
+                let u = &updates[i];
+                [u.param, u.grad, &u.slots[0], &u.slots[1]]
+            })
+            .collect();
+        stepped.extend(fused::adam_group_with(
+            c.clone(),
+            control,
+            cfg.cast_copy,
+            &inputs,
+        )?);
+    }
+    let mut stepped = stepped.into_iter().map(|(p, m, v)| (p, vec![m, v]));
+    let mut next_member = members.iter().peekable();
+    let mut out = Vec::with_capacity(updates.len());
+    for (i, u) in updates.iter().enumerate() {
+        if next_member.next_if_eq(&&i).is_some() {
+            out.push(stepped.next().expect("one result per member"));
+        } else {
+            out.push(single(u)?);
+        }
+    }
+    Ok(out)
+}
+
+/// How many groups a step's grouped parameters make at least: a group's
+/// node runs once its last gradient exists, so its members' gradients live
+/// until then, and a group holding an eighth of the elements keeps at most
+/// an eighth of the gradients alive longer than stepping alone would.
+const GROUPS: usize = 8;
+
+/// `members` (in the gradients' order, which keeps a layer's parameters
+/// together) cut into consecutive groups of at most an [`GROUPS`]th of
+/// their elements (`size` of each), or one member where it alone is more.
+fn group_chunks(members: &[usize], size: impl Fn(usize) -> usize) -> Vec<&[usize]> {
+    let total: usize = members.iter().map(|&i| size(i)).sum();
+    let budget = total.div_ceil(GROUPS);
+    let mut chunks = Vec::new();
+    let (mut start, mut held) = (0, 0);
+    for (k, &i) in members.iter().enumerate() {
+        if k > start && held + size(i) > budget {
+            chunks.push(&members[start..k]);
+            (start, held) = (k, 0);
+        }
+        held += size(i);
+    }
+    if start < members.len() {
+        chunks.push(&members[start..]);
+    }
+    chunks
+}
+
+/// [`adam_many`] for an ungated step with AdamW's `decay` (none for Adam).
+fn adam_many_step<O: Optimizer + ?Sized>(
+    opt: &O,
+    cfg: &AdamConfig,
+    updates: &[ParamUpdate<'_>],
+    decay: Option<f32>,
+    ctx: &StepContext,
+) -> Result<Vec<(Array, Vec<Array>)>> {
+    adam_many(
+        cfg,
+        updates,
+        ctx.parameter_apart,
+        || fused::StepCoefficients::always(coefficients(cfg, decay, ctx)),
+        None,
+        |u| opt.apply_single(u.grad, u.param, u.slots, ctx),
+    )
+}
+
+/// [`adam_many`] for a gated step; `decay` gives AdamW's factor for a
+/// step's context.
+fn adam_many_gated<O: Optimizer + ?Sized>(
+    opt: &O,
+    cfg: &AdamConfig,
+    updates: &[ParamUpdate<'_>],
+    decay: impl Fn(&StepContext) -> Option<f32>,
+    gate: &Gate,
+) -> Result<Vec<(Array, Vec<Array>)>> {
+    adam_many(
+        cfg,
+        updates,
+        gate.candidates()[0].parameter_apart,
+        || fused::StepCoefficients {
+            candidates: gate
+                .candidates()
+                .iter()
+                .map(|ctx| coefficients(cfg, decay(ctx), ctx))
+                .collect(),
+            gated: true,
+        },
+        Some(gate.control()),
+        |u| opt.apply_single_gated(u.grad, u.param, u.slots, gate),
+    )
 }
 
 /// Adam as in MLX (`mlx.optimizers.Adam`):
@@ -385,6 +518,22 @@ impl Optimizer for Adam {
     ) -> Result<(Array, Vec<Array>)> {
         adam_gated(self, &self.config, grad, param, slots, |_| None, gate)
     }
+
+    fn apply_many(
+        &self,
+        updates: &[ParamUpdate<'_>],
+        ctx: &StepContext,
+    ) -> Result<Vec<(Array, Vec<Array>)>> {
+        adam_many_step(self, &self.config, updates, None, ctx)
+    }
+
+    fn apply_many_gated(
+        &self,
+        updates: &[ParamUpdate<'_>],
+        gate: &Gate,
+    ) -> Result<Vec<(Array, Vec<Array>)>> {
+        adam_many_gated(self, &self.config, updates, |_| None, gate)
+    }
 }
 
 impl Optimizer for AdamW {
@@ -417,5 +566,51 @@ impl Optimizer for AdamW {
     ) -> Result<(Array, Vec<Array>)> {
         let decay = |ctx: &StepContext| self.decay(ctx);
         adam_gated(self, &self.config, grad, param, slots, decay, gate)
+    }
+
+    fn apply_many(
+        &self,
+        updates: &[ParamUpdate<'_>],
+        ctx: &StepContext,
+    ) -> Result<Vec<(Array, Vec<Array>)>> {
+        adam_many_step(self, &self.config, updates, self.decay(ctx), ctx)
+    }
+
+    fn apply_many_gated(
+        &self,
+        updates: &[ParamUpdate<'_>],
+        gate: &Gate,
+    ) -> Result<Vec<(Array, Vec<Array>)>> {
+        let decay = |ctx: &StepContext| self.decay(ctx);
+        adam_many_gated(self, &self.config, updates, decay, gate)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The groups of members of `sizes`, as lists of sizes.
+    fn groups(sizes: &[usize]) -> Vec<Vec<usize>> {
+        let members: Vec<usize> = (0..sizes.len()).collect();
+        group_chunks(&members, |i| sizes[i])
+            .into_iter()
+            .map(|c| c.iter().map(|&i| sizes[i]).collect())
+            .collect()
+    }
+
+    #[test]
+    fn groups_hold_an_eighth_of_the_elements_in_order() {
+        // 64 elements: groups of at most 8.
+        assert_eq!(groups(&[4; 16]), vec![vec![4, 4]; 8]);
+        assert_eq!(groups(&[3; 16]), vec![vec![3, 3]; 8]);
+        // 123 elements, groups of at most 16: a member larger than that
+        // stands alone; order is kept.
+        assert_eq!(
+            groups(&[1, 100, 1, 1, 5, 6, 9]),
+            [vec![1], vec![100], vec![1, 1, 5, 6], vec![9]]
+        );
+        assert_eq!(groups(&[7]), [vec![7]]);
+        assert!(groups(&[]).is_empty());
     }
 }

@@ -9,10 +9,14 @@
 //! the float32 operations of the op-by-op graph in the same order, so the
 //! results are bit-identical to it on the CPU.
 //!
-//! On the GPU the same primitives run one WGSL pass (`fused/gpu.rs`) with
-//! the same buffer layout and in-place rule: a GPU training step then keeps
-//! every parameter and moment on the device, and uploads no per-step
-//! scalar coefficients (they travel with the dispatch's arguments).
+//! On the GPU the same primitives run WGSL passes with the same buffer
+//! layout and in-place rule (`fused/group.rs` for whole steps,
+//! `fused/gpu.rs` for a parameter kept apart from its moments): a GPU
+//! training step then keeps every parameter and moment on the device, and
+//! uploads no per-step scalar coefficients (they travel with the
+//! dispatch's arguments). Whole steps of several parameters may share one
+//! node (`fused_adam_group`, built by Adam(W)'s `apply_many` on the GPU),
+//! which the GPU runs in a few dispatches instead of one per parameter.
 //!
 //! A float32 gradient that is a pending widening of a half-precision one
 //! (a mixed-precision step's gradient of its master weights) is read in
@@ -76,10 +80,16 @@ impl StepCoefficients {
     /// The coefficients to apply, read from the control input (the last of
     /// `data`, on the host) when gated; `None`: keep the state.
     fn chosen(&self, data: &[ArrayData]) -> Result<Option<AdamCoefficients>> {
-        if !self.gated {
+        self.chosen_by(data.last())
+    }
+
+    /// [`StepCoefficients::chosen`] with the control's data (on the host)
+    /// given apart (ignored unless gated).
+    fn chosen_by(&self, control: Option<&ArrayData>) -> Result<Option<AdamCoefficients>> {
+        let Some(control) = control.filter(|_| self.gated) else {
             return Ok(Some(self.candidates[0]));
-        }
-        let control = data[data.len() - 1].as_slice::<f32>(1)[0];
+        };
+        let control = control.as_slice::<f32>(1)[0];
         if control == 0.0 {
             return Ok(None);
         }
@@ -108,37 +118,104 @@ impl Primitive for FusedAdam {
     }
 
     fn eval_cpu_outputs(&self, inputs: &[Array], outputs: &[OutputSpec]) -> Result<Vec<ArrayData>> {
-        let mut out = self.state_cpu(inputs, &outputs[0].shape)?;
-        if let Some(d) = self.1 {
-            let copy = cast_copy(&out[0], &outputs[0].shape, d)?;
-            out.push(copy);
+        let control = self.0.gated.then(|| &inputs[4]);
+        self.step_cpu(&inputs[..4], control, &outputs[0].shape)
+    }
+
+    fn eval_gpu_outputs(&self, inputs: &[Array], outputs: &[OutputSpec]) -> Result<Vec<ArrayData>> {
+        let mut out = step_gpu(&self.0, self.1, inputs, outputs, 1)?;
+        Ok(out.remove(0))
+    }
+}
+
+/// The whole steps of `count` parameters, by the GPU group kernel:
+/// `inputs` are each one's `[p, g, m, v]`, then a gated step's control;
+/// `outputs` each one's `p'`, `m'`, `v'` and, with `copy`, its copy.
+fn step_gpu(
+    c: &StepCoefficients,
+    copy: Option<Dtype>,
+    inputs: &[Array],
+    outputs: &[OutputSpec],
+    count: usize,
+) -> Result<Vec<Vec<ArrayData>>> {
+    let data: Vec<ArrayData> = inputs.iter().map(Array::data).collect::<Result<_>>()?;
+    let per = 3 + usize::from(copy.is_some());
+    let params: Vec<group::Param> = (0..count)
+        .map(|j| {
+            let (ins, data) = (&inputs[4 * j..4 * j + 4], &data[4 * j..4 * j + 4]);
+            group::Param {
+                data,
+                shape: &outputs[per * j].shape,
+                in_place: rows_donated(ins, data, &[0, 2, 3], ins[0].size(), 1),
+                grad: ins[1].dtype(),
+            }
+        })
+        .collect();
+    let control = c.gated.then(|| &data[data.len() - 1]);
+    group::run(c, copy, &params, control)
+}
+
+/// The whole steps of several parameters in one node (see `group.rs`):
+/// inputs `[p, g, m, v]` per parameter, then a gated step's control;
+/// outputs `p'`, `m'`, `v'` (rows of one buffer) and, with `.1`, the copy,
+/// per parameter. `.2`: the number of parameters.
+#[derive(Debug)]
+struct FusedAdamGroup(StepCoefficients, Option<Dtype>, usize);
+
+impl Primitive for FusedAdamGroup {
+    fn name(&self) -> &'static str {
+        "fused_adam_group"
+    }
+
+    fn eval_cpu_outputs(&self, inputs: &[Array], outputs: &[OutputSpec]) -> Result<Vec<ArrayData>> {
+        let single = FusedAdam(self.0.clone(), self.1);
+        let per = 3 + usize::from(self.1.is_some());
+        let control = self.0.gated.then(|| &inputs[inputs.len() - 1]);
+        let mut out = Vec::with_capacity(outputs.len());
+        for j in 0..self.2 {
+            let shape = &outputs[per * j].shape;
+            out.extend(single.step_cpu(&inputs[4 * j..4 * j + 4], control, shape)?);
         }
         Ok(out)
     }
 
     fn eval_gpu_outputs(&self, inputs: &[Array], outputs: &[OutputSpec]) -> Result<Vec<ArrayData>> {
-        let n = inputs[0].size();
-        let data: Vec<ArrayData> = inputs.iter().map(Array::data).collect::<Result<_>>()?;
-        let in_place = rows_donated(inputs, &data, &[0, 2, 3], n, 1).then_some(0);
-        gpu::run(
-            Pass::Step,
-            &self.0,
-            &data,
-            &outputs[0].shape,
-            in_place,
-            self.1,
-            inputs[1].dtype(),
-        )
+        Ok(step_gpu(&self.0, self.1, inputs, outputs, self.2)?
+            .into_iter()
+            .flatten()
+            .collect())
     }
 }
 
 impl FusedAdam {
+    /// The step of `inputs` (`[p, g, m, v]`) on the CPU, with a gated
+    /// step's `control`: the three state rows, then the copy.
+    fn step_cpu(
+        &self,
+        inputs: &[Array],
+        control: Option<&Array>,
+        shape: &[usize],
+    ) -> Result<Vec<ArrayData>> {
+        let mut out = self.state_cpu(inputs, control, shape)?;
+        if let Some(d) = self.1 {
+            let copy = cast_copy(&out[0], shape, d)?;
+            out.push(copy);
+        }
+        Ok(out)
+    }
+
     /// The step's three state rows on the CPU.
-    fn state_cpu(&self, inputs: &[Array], shape: &[usize]) -> Result<Vec<ArrayData>> {
+    fn state_cpu(
+        &self,
+        inputs: &[Array],
+        control: Option<&Array>,
+        shape: &[usize],
+    ) -> Result<Vec<ArrayData>> {
         let n = inputs[0].size();
         let data: Vec<ArrayData> = inputs.iter().map(Array::data).collect::<Result<_>>()?;
         let donated = rows_donated(inputs, &data, &[0, 2, 3], n, 1);
-        let Some(c) = self.0.chosen(&data)? else {
+        let control = control.map(Array::data).transpose()?;
+        let Some(c) = self.0.chosen_by(control.as_ref())? else {
             return Ok(kept(&data, &[0, 2, 3], donated, shape));
         };
         if donated {
@@ -352,7 +429,6 @@ impl Primitive for FusedAdamMoments {
             &data,
             &outputs[0].shape,
             in_place,
-            None,
             inputs[0].dtype(),
         )
     }
@@ -401,11 +477,28 @@ impl Primitive for FusedAdamParameter {
             &data,
             out.shape(),
             None,
-            None,
             Dtype::F32,
         )?;
         Ok(p.remove(0))
     }
+}
+
+/// True when `p`, `m` and `v` are evaluated and are the rows 0, 1, 2 of
+/// one buffer (an earlier fused step's outputs): a step on them can write
+/// over them and allocate nothing, so stepping it in a group with other
+/// parameters (which keeps every member's inputs alive until the group has
+/// run) costs no memory. A first step, whose fresh state lies in separate
+/// buffers, allocates every output: alone, each parameter's old state is
+/// freed as soon as its step has run.
+pub(crate) fn state_in_rows(p: &Array, m: &Array, v: &Array) -> bool {
+    let (Ok(pd), Ok(md), Ok(vd)) = (p.data(), m.data(), v.data()) else {
+        return false;
+    };
+    let n = p.size();
+    std::sync::Arc::ptr_eq(pd.storage(), md.storage())
+        && std::sync::Arc::ptr_eq(pd.storage(), vd.storage())
+        && md.offset() == pd.offset() + n
+        && vd.offset() == pd.offset() + 2 * n
 }
 
 /// True when the fused kernel applies: every array float32 with one shape.
@@ -448,31 +541,64 @@ pub(crate) fn adam_step_with(
     m: &Array,
     v: &Array,
 ) -> Result<(Array, Array, Array)> {
+    let mut steps = build_steps(c, control, copy, &[[param, grad, m, v]])?;
+    Ok(steps.remove(0))
+}
+
+/// [`adam_step_with`] for several parameters (each `[p, g, m, v]`) at
+/// once: one node, which the GPU runs in a few dispatches (see
+/// `fused/group.rs`) instead of one per parameter. Bit-identical to
+/// stepping each alone.
+pub(crate) fn adam_group_with(
+    c: StepCoefficients,
+    control: Option<&Array>,
+    copy: Option<Dtype>,
+    params: &[[&Array; 4]],
+) -> Result<Vec<(Array, Array, Array)>> {
+    build_steps(c, control, copy, params)
+}
+
+/// The node of [`adam_step_with`] (one parameter) or
+/// [`adam_group_with`] (several), and its outputs per parameter.
+fn build_steps(
+    c: StepCoefficients,
+    control: Option<&Array>,
+    copy: Option<Dtype>,
+    params: &[[&Array; 4]],
+) -> Result<Vec<(Array, Array, Array)>> {
     let c = StepCoefficients {
         gated: control.is_some(),
         ..c
     };
-    let shape = param.shape().to_vec();
-    let grad = &widened_from(grad);
-    let inputs = [param, grad, m, v]
-        .into_iter()
-        .chain(control)
-        .map(|a| a.contiguous())
-        .collect::<Result<Vec<_>>>()?;
-    let mut specs = f32_outputs(&shape, 3);
-    specs.extend(copy.map(|dtype| OutputSpec {
-        shape: shape.clone(),
-        dtype,
-    }));
-    let mut outputs = Array::from_primitive_outputs(FusedAdam(c, copy), inputs, specs);
-    let half = (outputs.len() == 4).then(|| outputs.remove(3));
-    let [p, m, v]: [Array; 3] = outputs
-        .try_into()
-        .map_err(|_| mlx_array::Error::eval("fused_adam", "three outputs expected"))?;
-    if let Some(half) = half {
-        p.remember_cast(&half)?;
+    let mut inputs = Vec::with_capacity(4 * params.len() + 1);
+    let mut specs = Vec::new();
+    for &[param, grad, m, v] in params {
+        let grad = &widened_from(grad);
+        for a in [param, grad, m, v] {
+            inputs.push(a.contiguous()?);
+        }
+        let shape = param.shape().to_vec();
+        specs.extend(f32_outputs(&shape, 3));
+        specs.extend(copy.map(|dtype| OutputSpec { shape, dtype }));
     }
-    Ok((p, m, v))
+    if let Some(control) = control {
+        inputs.push(control.contiguous()?);
+    }
+    let outputs = match params.len() {
+        1 => Array::from_primitive_outputs(FusedAdam(c, copy), inputs, specs),
+        k => Array::from_primitive_outputs(FusedAdamGroup(c, copy, k), inputs, specs),
+    };
+    let per = 3 + usize::from(copy.is_some());
+    outputs
+        .chunks(per)
+        .map(|o| {
+            let [p, m, v] = [&o[0], &o[1], &o[2]].map(Array::clone);
+            if let Some(half) = o.get(3) {
+                p.remember_cast(half)?;
+            }
+            Ok((p, m, v))
+        })
+        .collect()
 }
 
 /// `count` f32 outputs of `shape`.
@@ -535,5 +661,8 @@ pub(crate) fn adam_step_apart_with(
 }
 
 mod gpu;
+mod group;
+#[cfg(feature = "conformance")]
+mod group_spec;
 #[cfg(feature = "conformance")]
 pub(crate) mod spec;

@@ -75,7 +75,7 @@ pub use error::{Error, Result};
 pub use gate::Gate;
 pub use loss_scale::{LossScaler, non_finite_flag};
 pub use module::ModuleOptimizer;
-pub use optimizer::{Optimizer, StepContext};
+pub use optimizer::{Optimizer, ParamUpdate, StepContext};
 pub use reshard::read_whole_state;
 pub use schedule::Schedule;
 pub use sgd::Sgd;

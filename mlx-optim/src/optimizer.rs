@@ -25,6 +25,18 @@ pub struct StepContext {
     pub parameter_apart: bool,
 }
 
+/// One parameter's inputs to an update: what
+/// [`Optimizer::apply_single`] takes, for [`Optimizer::apply_many`].
+#[derive(Clone, Copy, Debug)]
+pub struct ParamUpdate<'a> {
+    /// The gradient.
+    pub grad: &'a Array,
+    /// The parameter.
+    pub param: &'a Array,
+    /// Its slots, in the order of [`Optimizer::slot_names`].
+    pub slots: &'a [Array],
+}
+
 /// An optimizer over parameter trees, with MLX's semantics.
 ///
 /// An implementation supplies the per-parameter rule ([`Optimizer::apply_single`]),
@@ -83,6 +95,35 @@ pub trait Optimizer {
         gate: &Gate,
     ) -> Result<(Array, Vec<Array>)> {
         gate::select(self, grad, param, slots, gate)
+    }
+
+    /// The updates of several parameters of one step, in order: each the
+    /// new parameter and slots of [`Optimizer::apply_single`]. The default
+    /// applies each alone; a rule may build them together (Adam(W)'s
+    /// fused kernel steps many parameters a dispatch on the GPU), with the
+    /// same values.
+    fn apply_many(
+        &self,
+        updates: &[ParamUpdate<'_>],
+        ctx: &StepContext,
+    ) -> Result<Vec<(Array, Vec<Array>)>> {
+        updates
+            .iter()
+            .map(|u| self.apply_single(u.grad, u.param, u.slots, ctx))
+            .collect()
+    }
+
+    /// [`Optimizer::apply_many`] for a gated step: each the result of
+    /// [`Optimizer::apply_single_gated`].
+    fn apply_many_gated(
+        &self,
+        updates: &[ParamUpdate<'_>],
+        gate: &Gate,
+    ) -> Result<Vec<(Array, Vec<Array>)>> {
+        updates
+            .iter()
+            .map(|u| self.apply_single_gated(u.grad, u.param, u.slots, gate))
+            .collect()
     }
 
     /// The learning-rate schedule.
@@ -229,8 +270,7 @@ fn apply_tree<O: Optimizer + ?Sized>(
         parameter_apart: false,
     };
     let names: Vec<&'static str> = opt.slot_names().to_vec();
-    let mut new_params: HashMap<String, Array> = HashMap::new();
-    let mut new_slots = Vec::new();
+    let mut inputs = Vec::new();
     for (path, g) in grads.flatten() {
         let p = params
             .get_array(&path)
@@ -249,10 +289,26 @@ fn apply_tree<O: Optimizer + ?Sized>(
                 None => opt.init_slot(s, &g),
             })
             .collect::<Result<Vec<_>>>()?;
-        let (np, ns) = match &gate {
-            Some(gate) => opt.apply_single_gated(&g, p, &slots, gate)?,
-            None => opt.apply_single(&g, p, &slots, &ctx)?,
-        };
+        inputs.push((path, g, p, slots));
+    }
+    let updates: Vec<ParamUpdate> = inputs
+        .iter()
+        .map(|(_, grad, param, slots)| ParamUpdate { grad, param, slots })
+        .collect();
+    let results = match &gate {
+        Some(gate) => opt.apply_many_gated(&updates, gate)?,
+        None => opt.apply_many(&updates, &ctx)?,
+    };
+    if results.len() != inputs.len() {
+        return Err(Error::Config(format!(
+            "the rule's apply_many returned {} updates for {} parameters",
+            results.len(),
+            inputs.len()
+        )));
+    }
+    let mut new_params: HashMap<String, Array> = HashMap::new();
+    let mut new_slots = Vec::new();
+    for ((path, ..), (np, ns)) in inputs.into_iter().zip(results) {
         debug_assert_eq!(ns.len(), names.len());
         new_slots.push((path.clone(), ns));
         new_params.insert(path, np);

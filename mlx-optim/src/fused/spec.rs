@@ -61,6 +61,7 @@ pub(crate) fn specs() -> Vec<Spec> {
             |cx: &Ctx| step_values(cx, true),
             || refused(|c, a| Ok(adam_step_apart(c, &a[0], &a[1], &a[2], &a[3])?.0)),
         ),
+        super::group_spec::spec(),
     ]
 }
 

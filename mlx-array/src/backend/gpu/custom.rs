@@ -48,6 +48,17 @@ pub fn output(name: &str, binding: u32, d: Dtype) -> String {
     codegen::output_named(name, binding, d)
 }
 
+/// The storage buffers one kernel may bind on this device, its `meta`
+/// words included (at least 8, WebGPU's floor; 32 on lavapipe): how many
+/// arrays a kernel that binds many per dispatch ([`dispatch_outputs`]) may
+/// take at once.
+pub fn storage_buffer_limit() -> Result<usize> {
+    let limits = &context()?.limits;
+    Ok(limits
+        .max_storage_buffers_per_shader_stage
+        .min(limits.max_bindings_per_bind_group) as usize)
+}
+
 /// True when elements of `d` share 32-bit words in GPU storage on this
 /// adapter (see [`output`]).
 pub fn packed(d: Dtype) -> bool {
