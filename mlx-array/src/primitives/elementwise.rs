@@ -151,6 +151,21 @@ impl Primitive for Swiglu {
         // d up = ct * silu(g); d gate = ct * up * s * (1 + g * (1 - s)),
         // with s = sigmoid(g), written as s + silu * (1 - s).
         let (g, u) = (&inputs[0], &inputs[1]);
+        if g.device() == crate::Device::Gpu {
+            // The same operations, with each use of `s` and `silu` its own
+            // node: an elementwise node with one reader is computed inline
+            // by it (`eval::fusion`), so each gradient is one kernel (two,
+            // where a shared `s` and `silu` made four, with two buffers),
+            // at the cost of an `exp` per use, which a memory-bound kernel
+            // does not notice. The values are the same bit for bit.
+            let s = || g.sigmoid();
+            let silu = || g.multiply(&s()?);
+            let slope = s()?.add(&silu()?.multiply(&s()?.negative()?.add_scalar(1.0)?)?)?;
+            return Ok(vec![
+                Some(ct.multiply(u)?.multiply(&slope)?),
+                Some(ct.multiply(&silu()?)?),
+            ]);
+        }
         let s = g.sigmoid()?;
         let silu = g.multiply(&s)?;
         let slope = s.add(&silu.multiply(&s.negative()?.add_scalar(1.0)?)?)?;

@@ -8,7 +8,7 @@ use super::{
     AsType, Binary, BinaryOp, RememberedCast, Select, StopGradient, Swiglu, Unary, UnaryOp,
 };
 use crate::conformance::*;
-use crate::{ALL_DTYPES, Array, Dtype, ops};
+use crate::{ALL_DTYPES, Array, Device, Dtype, ops};
 
 /// Every elementwise primitive's specification.
 pub fn specs() -> Vec<Spec> {
@@ -508,4 +508,52 @@ fn swiglu_values(cx: &Ctx) {
         0.0,
         "no overflow at the extremes",
     );
+    if cx.device() == Device::Gpu {
+        swiglu_gradient_kernels();
+    }
+}
+
+/// On the GPU, swiglu's two gradients take one kernel each (each use of the
+/// sigmoid is its own node, computed inline by its one reader), and equal
+/// the CPU's composite (which shares them) within the GPU's slack.
+fn swiglu_gradient_kernels() {
+    let g = make(
+        &fill(&[4, 8], Dtype::F32, -6.0, 6.0, 3),
+        Dtype::F32,
+        Layout::Dense,
+    );
+    let u = make(
+        &fill(&[4, 8], Dtype::F32, -2.0, 2.0, 4),
+        Dtype::F32,
+        Layout::Dense,
+    );
+    let ct = make(
+        &fill(&[4, 8], Dtype::F32, -1.0, 1.0, 5),
+        Dtype::F32,
+        Layout::Dense,
+    );
+    let grads = |device: Device| {
+        crate::device::with_device(device, || {
+            let [g, u, ct] = [&g, &u, &ct].map(|a| a.to_device(device));
+            crate::eval([&g, &u, &ct]).expect("inputs");
+            let f = |a: &[Array]| Ok(vec![crate::swiglu(&a[0], &a[1])?]);
+            let (_, grads) = crate::vjp(f, &[g, u], &[ct]).expect("vjp");
+            let before = crate::backend::gpu::dispatch_count();
+            crate::eval(&grads).expect("gradients");
+            (grads, crate::backend::gpu::dispatch_count() - before)
+        })
+    };
+    let (gpu, kernels) = grads(Device::Gpu);
+    assert_eq!(kernels, 2, "swiglu's gradients on the GPU: one kernel each");
+    let (cpu, _) = grads(Device::Cpu);
+    for (k, (a, b)) in gpu.iter().zip(&cpu).enumerate() {
+        let want = Nd::new(b.shape(), values(b));
+        assert_close(
+            a,
+            &want,
+            Dtype::F32,
+            tol(Dtype::F32) + gpu_slack(Dtype::F32),
+            &format!("swiglu gradient {k}"),
+        );
+    }
 }
