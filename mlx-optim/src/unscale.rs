@@ -6,7 +6,8 @@
 //! kernel) and summed for the overflow check (one or two more), and the
 //! sums are added up: about three GPU dispatches a gradient, some 120 a step
 //! of the reference model, each costing the host tens of microseconds to
-//! record. This primitive takes up to [`GROUP`] gradients and writes each
+//! record. This primitive takes a group of gradients ([`group_size`]: as
+//! many as the GPU kernel may bind) and writes each
 //! one's product with the inverse scale, in float32, and one flag: 0 when
 //! every product is finite, 1 otherwise. Its float32 products are the op-by-op
 //! graph's bit for bit (one correctly rounded multiply).
@@ -29,10 +30,29 @@ mod gpu;
 #[cfg(feature = "conformance")]
 pub(crate) mod spec;
 
-/// Gradients per primitive: its inputs and output bind `GROUP + 3` storage
-/// buffers (the dispatch's arguments, the inverse scale, the gradients and
-/// the output), and 8 is the least any WebGPU adapter offers a shader stage.
+/// Gradients per primitive where the adapter's limit does not say more
+/// (and on the CPU): the GPU kernel binds `GROUP + 3` storage buffers (the
+/// dispatch's arguments, the inverse scale, the gradients and the output),
+/// and 8 is the least any WebGPU adapter offers a shader stage.
 pub(crate) const GROUP: usize = 5;
+
+/// Gradients per primitive on the GPU at most (each invocation compares
+/// its index with every gradient's range).
+const MAX_GPU_GROUP: usize = 24;
+
+/// Gradients per primitive for a step built on the current default device:
+/// on the GPU as many as its kernel may bind (the adapter's storage-buffer
+/// limit less 3: 29 on lavapipe, many more on an H100's driver), at most
+/// [`MAX_GPU_GROUP`]; [`GROUP`] on the CPU, whose kernel loops over them
+/// either way.
+pub(crate) fn group_size() -> usize {
+    if mlx_array::device::default_device() != mlx_array::Device::Gpu {
+        return GROUP;
+    }
+    mlx_array::backend::gpu::custom::storage_buffer_limit().map_or(GROUP, |limit| {
+        limit.saturating_sub(3).clamp(GROUP, MAX_GPU_GROUP)
+    })
+}
 
 /// Elements per primitive at most: the GPU kernel indexes in 32 bits, and
 /// counts in groups of four.
@@ -48,13 +68,14 @@ const CHUNK: usize = 1 << 16;
 /// Each of `grads` (float32, or half-precision ones read as they are)
 /// times `inverse` (a 0-d float32), in float32, and a 0-d float32 flag: 0
 /// when every product is finite, a positive count otherwise. One primitive
-/// per [`GROUP`] gradients; their flags are added. Lazy.
+/// per [`group_size`] gradients; their flags are added. Lazy.
 pub(crate) fn unscale_and_check(grads: &[Array], inverse: &Array) -> Result<(Vec<Array>, Array)> {
     let sources: Vec<Array> = grads.iter().map(crate::widen::widened_from).collect();
     let inverse = inverse.contiguous()?;
     let mut unscaled = Vec::with_capacity(grads.len());
     let mut flag: Option<Array> = None;
-    for range in groups(&sources.iter().map(Array::size).collect::<Vec<_>>()) {
+    let sizes: Vec<usize> = sources.iter().map(Array::size).collect();
+    for range in groups(&sizes, group_size()) {
         let inputs = std::iter::once(Ok(inverse.clone()))
             .chain(sources[range.clone()].iter().map(Array::contiguous))
             .collect::<Result<Vec<_>>>()?;
@@ -84,15 +105,15 @@ pub(crate) fn unscale_and_check(grads: &[Array], inverse: &Array) -> Result<(Vec
     Ok((unscaled, flag))
 }
 
-/// Consecutive groups of at most [`GROUP`] arrays of these sizes and at
+/// Consecutive groups of at most `per_group` arrays of these sizes and at
 /// most [`MAX_ELEMENTS`] elements in all (an array larger than that alone
 /// in its group, where the GPU refuses it).
-pub(crate) fn groups(sizes: &[usize]) -> Vec<std::ops::Range<usize>> {
+pub(crate) fn groups(sizes: &[usize], per_group: usize) -> Vec<std::ops::Range<usize>> {
     let mut out = Vec::new();
     let mut start = 0;
     let mut elements = 0;
     for (i, &n) in sizes.iter().enumerate() {
-        if i > start && (i - start == GROUP || elements + n > MAX_ELEMENTS) {
+        if i > start && (i - start == per_group || elements + n > MAX_ELEMENTS) {
             out.push(start..i);
             start = i;
             elements = 0;
@@ -180,11 +201,14 @@ mod tests {
 
     #[test]
     fn groups_hold_at_most_five_arrays_and_a_billion_elements() {
-        assert_eq!(groups(&[]), Vec::<std::ops::Range<usize>>::new());
-        assert_eq!(groups(&[1; 12]), vec![0..5, 5..10, 10..12]);
+        assert_eq!(groups(&[], GROUP), Vec::<std::ops::Range<usize>>::new());
+        assert_eq!(groups(&[1; 12], GROUP), vec![0..5, 5..10, 10..12]);
         let big = MAX_ELEMENTS / 2;
-        assert_eq!(groups(&[big, big, 1, 3]), vec![0..2, 2..4]);
+        assert_eq!(groups(&[big, big, 1, 3], GROUP), vec![0..2, 2..4]);
         // Too large alone: its own group, which the GPU refuses.
-        assert_eq!(groups(&[2, MAX_ELEMENTS + 1, 2]), vec![0..1, 1..2, 2..3]);
+        assert_eq!(
+            groups(&[2, MAX_ELEMENTS + 1, 2], GROUP),
+            vec![0..1, 1..2, 2..3]
+        );
     }
 }

@@ -3,7 +3,7 @@
 //!
 //! Each invocation takes four consecutive elements of one gradient (the
 //! gradients' elements are numbered in groups of four, one gradient after
-//! another; an invocation finds its gradient among at most five ranges),
+//! another; an invocation finds its gradient among the group's ranges),
 //! reads them in the gradient's dtype, multiplies them by the inverse scale
 //! in float32 and writes them, and when one is not finite writes 1 to the
 //! flag, which the dispatch cleared first. Every invocation that writes the

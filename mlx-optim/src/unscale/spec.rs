@@ -18,7 +18,7 @@ use mlx_array::{Array, Dtype};
 use proptest::prelude::*;
 use proptest::strategy::ValueTree;
 
-use super::{GROUP, UnscaleCheck, unscale_and_check};
+use super::{UnscaleCheck, group_size, unscale_and_check};
 
 /// The primitive's specification.
 pub(crate) fn specs() -> Vec<Spec> {
@@ -69,6 +69,16 @@ impl Grad {
 const GRADIENT_DTYPES: [Dtype; 3] = [Dtype::F32, Dtype::F16, Dtype::BF16];
 
 fn check_values(cx: &Ctx) {
+    // Gradients per primitive on the device under test (the adapter's
+    // binding limit decides it on the GPU).
+    let per_group = cx.on(group_size);
+    if cx.device() == mlx_array::Device::Gpu {
+        let limit = mlx_array::backend::gpu::custom::storage_buffer_limit().expect("a GPU");
+        assert!(
+            per_group >= 5 && per_group + 3 <= limit,
+            "{per_group} gradients and 3 more buffers within the adapter's {limit}"
+        );
+    }
     let fixed: Vec<Vec<usize>> = vec![
         vec![],
         vec![0],
@@ -90,7 +100,7 @@ fn check_values(cx: &Ctx) {
         })
         .collect();
     for inverse in [1.0 / 65536.0, 0.75, 3.0] {
-        for group in grads.chunks(GROUP) {
+        for group in grads.chunks(per_group) {
             finite_group(cx, group, inverse);
         }
     }
@@ -103,7 +113,7 @@ fn check_values(cx: &Ctx) {
                 layout(),
                 any::<u64>(),
             ),
-            1..=GROUP,
+            1..=per_group,
         ),
         prop::sample::select(vec![1.0 / 1024.0, 0.5, 2.0, 1.0 / 3.0]),
     );
@@ -120,7 +130,7 @@ fn check_values(cx: &Ctx) {
             .collect();
         finite_group(cx, &group, inverse);
     }
-    poisoned(cx);
+    poisoned(cx, per_group);
     widened(cx);
 }
 
@@ -182,9 +192,9 @@ fn finite_group(cx: &Ctx, group: &[Grad], inverse: f64) {
 
 /// Poisoned gradients raise their group's flag to 1 and leave the other
 /// products alone; over two groups the flags add up.
-fn poisoned(cx: &Ctx) {
+fn poisoned(cx: &Ctx, per_group: usize) {
     let inverse = 2f32.powi(120);
-    let grads: Vec<Grad> = (0..GROUP + 2)
+    let grads: Vec<Grad> = (0..per_group + 2)
         .map(|i| Grad {
             shape: vec![3 + i, 5],
             dtype: GRADIENT_DTYPES[i % 3],
@@ -206,9 +216,9 @@ fn poisoned(cx: &Ctx) {
     for (k, poison) in poisons.into_iter().enumerate() {
         // One gradient of the first group, then one of each group.
         let spoiled: Vec<usize> = if k % 2 == 0 {
-            vec![k % GROUP]
+            vec![k % per_group]
         } else {
-            vec![k % GROUP, GROUP + k % 2]
+            vec![k % per_group, per_group + k % 2]
         };
         let what = format!("{poison:?} in gradients {spoiled:?} on {}", cx.device());
         let mut nds = clean.clone();
