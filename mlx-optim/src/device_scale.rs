@@ -6,7 +6,8 @@
 //! [`crate::LossScaler`] decides on the host, which needs the overflow flag
 //! read back before the optimizer step can be built. [`DeviceLossScaler`]
 //! keeps the scale and its count of good steps as 0-d float32 arrays and
-//! updates them with `where`s on the flag; the flag gates the optimizer
+//! updates them on the device from the flag (one kernel,
+//! `crate::scale_update`); the flag gates the optimizer
 //! step ([`crate::Optimizer::apply_gradients_gated`]). The host learns each
 //! step's outcome later, when it reads the flag (with the step's loss), and
 //! [`DeviceLossScaler::settle`]s it: the settled [`crate::LossScaler`] then
@@ -29,7 +30,7 @@
 //! assert_eq!((s.settled().scale(), s.settled().skipped()), (4.0, 1));
 //! ```
 
-use mlx_array::{Array, Dtype, Evaluable, Tree, where_};
+use mlx_array::{Array, Dtype, Evaluable, Tree};
 
 use crate::loss_scale::LossScaler;
 use crate::{Error, Result};
@@ -51,34 +52,11 @@ pub struct DeviceLossScaler {
     scale: Array,
     /// Finite steps in a row since the last change of the scale (0-d float32).
     good_steps: Array,
-    /// The constants of the update, placed on the device once (a host
-    /// constant would travel to the GPU in every step).
-    constants: Constants,
-}
-
-/// 0-d float32 constants on the default device.
-#[derive(Clone, Debug)]
-struct Constants {
+    /// `1 / scale` (0-d float32), computed with the scale.
+    inverse: Array,
+    /// 0-d float32 zero, placed on the device once (a host constant would
+    /// travel to the GPU in every step).
     zero: Array,
-    one: Array,
-    two: Array,
-    half: Array,
-    interval: Array,
-    smallest: Array,
-}
-
-impl Constants {
-    fn new(growth_interval: u64) -> Constants {
-        let put = |v: f64| Array::full(&[], v, Dtype::F32).to_device(mlx_array::default_device());
-        Constants {
-            zero: put(0.0),
-            one: put(1.0),
-            two: put(2.0),
-            half: put(0.5),
-            interval: put(growth_interval as f64),
-            smallest: put(f32::MIN_POSITIVE as f64),
-        }
-    }
 }
 
 impl DeviceLossScaler {
@@ -92,13 +70,15 @@ impl DeviceLossScaler {
                 settled.growth_interval()
             )));
         }
-        let constants = Constants::new(settled.growth_interval());
         let device = mlx_array::default_device();
+        let put = |v: f64| Array::full(&[], v, Dtype::F32).to_device(device);
+        let scale = put(settled.scale());
         Ok(DeviceLossScaler {
-            scale: Array::full(&[], settled.scale(), Dtype::F32).to_device(device),
-            good_steps: Array::full(&[], settled.good_steps() as f64, Dtype::F32).to_device(device),
+            inverse: put(1.0).div(&scale)?,
+            scale,
+            good_steps: put(settled.good_steps() as f64),
+            zero: put(0.0),
             settled,
-            constants,
         })
     }
 
@@ -118,8 +98,8 @@ impl DeviceLossScaler {
     /// and the step's flag, a 0-d float32 that is 1 when every gradient is
     /// finite on every rank and 0 otherwise; `sum_over_ranks` sums the
     /// ranks' non-finite flags (`Ok` on one rank, `mlx_dist::all_sum`
-    /// on more). Float32 gradients are unscaled and checked five at a time
-    /// by one fused kernel; one that is a pending cast of a half-precision
+    /// on more). Float32 gradients are unscaled and checked a group at a
+    /// time by one fused kernel; one that is a pending cast of a half-precision
     /// gradient is read in half precision (the same values, without the
     /// cast's own pass). Then updates the scale on the device: halved on an
     /// overflow, doubled after `growth_interval` finite steps in a row.
@@ -130,8 +110,7 @@ impl DeviceLossScaler {
         grads: &Tree,
         sum_over_ranks: impl FnOnce(Array) -> Result<Array>,
     ) -> Result<(Tree, Array)> {
-        let c = &self.constants;
-        let inverse = c.one.div(&self.scale)?;
+        let inverse = self.inverse.clone();
         // Float32 gradients (a half-precision step's master-weight
         // gradients) are unscaled and checked a group at a time by one
         // kernel; gradients of other dtypes keep their dtype, op by op.
@@ -161,7 +140,7 @@ impl DeviceLossScaler {
             }
             // 0, or NaN when a gradient is not finite.
             let part =
-                crate::loss_scale::non_finite_flag_with(rest.iter().map(|(_, g)| g), &c.zero)?;
+                crate::loss_scale::non_finite_flag_with(rest.iter().map(|(_, g)| g), &self.zero)?;
             flag = flag.add(&part)?;
             unscaled.extend(rest);
         }
@@ -171,15 +150,15 @@ impl DeviceLossScaler {
                 .expect("every gradient is unscaled once"))
         })?;
         let flag = sum_over_ranks(flag)?;
-        let finite = flag.equal(&c.zero)?.astype(Dtype::F32)?;
         // PyTorch's `_amp_update_scale_`, as `LossScaler::update`.
-        let good = where_(&finite, &self.good_steps.add(&c.one)?, &c.zero)?;
-        let grow = good.greater_equal(&c.interval)?;
-        let kept = where_(&grow, &self.scale.mul(&c.two)?, &self.scale)?;
-        let halved = self.scale.mul(&c.half)?.maximum(&c.smallest)?;
-        self.scale = where_(&finite, &kept, &halved)?;
-        self.good_steps = where_(&grow, &c.zero, &good)?;
-        Ok((unscaled, finite))
+        let u = crate::scale_update::update(
+            &flag,
+            &self.scale,
+            &self.good_steps,
+            self.settled.growth_interval(),
+        )?;
+        (self.scale, self.good_steps, self.inverse) = (u.scale, u.good_steps, u.inverse);
+        Ok((unscaled, u.finite))
     }
 
     /// Records the outcome of the oldest step checked and not yet settled
@@ -191,10 +170,12 @@ impl DeviceLossScaler {
 }
 
 impl Evaluable for DeviceLossScaler {
-    /// The scale and the count of good steps: evaluate them with the step,
-    /// so that they do not grow into a chain over the steps.
+    /// The scale, the count of good steps and the inverse scale: evaluate
+    /// them with the step, so that they do not grow into a chain over the
+    /// steps.
     fn collect_arrays(&self, out: &mut Vec<Array>) {
         out.push(self.scale.clone());
         out.push(self.good_steps.clone());
+        out.push(self.inverse.clone());
     }
 }

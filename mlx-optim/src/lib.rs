@@ -60,6 +60,7 @@ mod loss_scale;
 mod module;
 mod optimizer;
 mod reshard;
+mod scale_update;
 pub mod schedule;
 mod sgd;
 mod sharded;
@@ -82,13 +83,15 @@ pub use sgd::Sgd;
 pub use sharded::{Sharded, shard_of, shard_range};
 pub use state::OptimizerState;
 
-/// The conformance specifications of the fused Adam(W) primitives and of
-/// the gradients' unscale-and-check (feature `conformance`), for
+/// The conformance specifications of the fused Adam(W) primitives, of
+/// the gradients' unscale-and-check and of the loss scale's update
+/// (feature `conformance`), for
 /// `mlx_array::conformance::main`: each step against the f64 update formula
 /// and, bit for bit, the op-by-op graph; the check against float32 products.
 #[cfg(feature = "conformance")]
 pub fn conformance_specs() -> Vec<mlx_array::conformance::Spec> {
     let mut specs = fused::spec::specs();
     specs.extend(unscale::spec::specs());
+    specs.extend(scale_update::spec::specs());
     specs
 }
