@@ -59,7 +59,10 @@ pub fn rope(
         inverse: false,
     };
     Ok(Array::from_primitive(
-        Rope(spec),
+        Rope {
+            spec,
+            keep_order: false,
+        },
         vec![x.clone()],
         x.shape().to_vec(),
         x.dtype(),

@@ -10,24 +10,33 @@ use crate::{Array, ArrayData, Dtype, Primitive, Result};
 /// on the GPU). The rotation is linear and orthogonal: its vector-Jacobian
 /// product is the same primitive with the angle negated.
 #[derive(Debug, Clone, Copy)]
-pub struct Rope(pub RopeSpec);
+pub struct Rope {
+    /// The rotation.
+    pub spec: RopeSpec,
+    /// On the GPU, store the output in its input's memory order where the
+    /// input is a permutation of a dense block (the gradient's rotation:
+    /// it reads the attention's gradients, stored `[B, L, H, d]` and viewed
+    /// `[B, H, L, d]`, and the transpose back to `[B, L, H, d]` after it
+    /// is then a view, not a copy). The values do not depend on it.
+    pub keep_order: bool,
+}
 
 impl Primitive for Rope {
     fn name(&self) -> &'static str {
         "rope"
     }
     fn eval_gpu(&self, inputs: &[Array], _out: &Array) -> Result<ArrayData> {
-        crate::backend::gpu::rope(&inputs[0].operand()?, &self.0)
+        crate::backend::gpu::rope(&inputs[0].operand()?, &self.spec, self.keep_order)
     }
     fn eval_cpu(&self, inputs: &[Array], _out: &Array) -> Result<ArrayData> {
         use crate::backend::cpu::copy::copy_cast;
         let x = inputs[0].operand()?;
         if x.dtype == Dtype::F32 {
-            return Ok(crate::backend::cpu::rope::rope(&x, &self.0));
+            return Ok(crate::backend::cpu::rope::rope(&x, &self.spec));
         }
         let xf = copy_cast(&x, Dtype::F32);
         let rotated =
-            crate::backend::cpu::rope::rope(&Operand::new(xf, x.shape, Dtype::F32), &self.0);
+            crate::backend::cpu::rope::rope(&Operand::new(xf, x.shape, Dtype::F32), &self.spec);
         Ok(copy_cast(
             &Operand::new(rotated, x.shape, Dtype::F32),
             x.dtype,
@@ -35,11 +44,15 @@ impl Primitive for Rope {
     }
     fn vjp(&self, _inputs: &[Array], _out: &Array, ct: &Array) -> Result<Vec<Option<Array>>> {
         let inverse = RopeSpec {
-            inverse: !self.0.inverse,
-            ..self.0
+            inverse: !self.spec.inverse,
+            ..self.spec
+        };
+        let rope = Rope {
+            spec: inverse,
+            keep_order: true,
         };
         Ok(vec![Some(Array::from_primitive(
-            Rope(inverse),
+            rope,
             vec![ct.clone()],
             ct.shape().to_vec(),
             ct.dtype(),

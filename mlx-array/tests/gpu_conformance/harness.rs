@@ -43,7 +43,7 @@ pub fn tol(dtype: Dtype) -> f64 {
     }
 }
 
-fn close(what: &str, cpu: &[f64], gpu: &[f64], rel: f64) {
+pub fn close(what: &str, cpu: &[f64], gpu: &[f64], rel: f64) {
     assert_eq!(cpu.len(), gpu.len(), "{what}: lengths");
     for (i, (&c, &g)) in cpu.iter().zip(gpu).enumerate() {
         let ok = if c.is_nan() {

@@ -7,7 +7,7 @@ use mlx_array::primitives::loss::CrossEntropyGrad;
 use mlx_array::{Array, Device, Dtype};
 
 use crate::elementwise::values_in;
-use crate::harness::{compare, gpu, tol};
+use crate::harness::{close, compare, gpu, tol};
 use mlx_array::conformance::{Layout, make, values};
 
 fn logits(shape: &[usize], seed: u64, d: Dtype, layout: Layout) -> Array {
@@ -88,47 +88,86 @@ fn gpu_arrays_save_to_safetensors_and_load_on_the_host() {
     );
 }
 
-/// The rotary embedding of attention heads (halves over the whole head, a
-/// multiple of 8 wide) rotates by quads of pairs, reading the heads'
-/// strided view in place: `[B, L, H, d]` viewed as `[B, H, L, d]`, with
-/// a position offset, and its gradient (the inverse rotation of a
+/// The rotary embedding of attention heads (halves or adjacent pairs over
+/// the whole head, a multiple of 8 wide) rotates by quads, reading the
+/// heads' strided view in place: `[B, L, H, d]` viewed as `[B, H, L, d]`,
+/// with a position offset, and its gradient (the inverse rotation of a
 /// cotangent viewed the same way), in f32 and both half dtypes, against
-/// the CPU; pairs, a pass-through tail and rows off the quads take the
-/// element kernel, with the CPU's values too.
+/// the CPU. The gradient keeps the cotangent's `[B, L, H, d]` order, so
+/// that the transpose and reshape back to `[B, L, H * d]` are views (no
+/// kernel). A pass-through tail and rows off the quads take the element
+/// kernel, with the CPU's values too.
 #[test]
 fn rope_of_head_views_rotates_by_quads_in_place() {
     let Some(_gpu) = gpu() else { return };
     for d in [Dtype::F32, Dtype::F16, Dtype::BF16] {
-        for width in [8usize, 16, 64] {
+        for (width, traditional) in [
+            (8usize, false),
+            (16, false),
+            (64, false),
+            (8, true),
+            (64, true),
+        ] {
+            let what = format!("{d} width {width} traditional {traditional}");
             let x = logits(&[2, 5, 3, width], 70 + width as u64, d, Layout::Dense);
             let ct = logits(&[2, 5, 3, width], 71 + width as u64, d, Layout::Dense);
             let before = mlx_array::backend::gpu::rope_quad_count();
             compare(
-                &format!("rope of heads {d} width {width}"),
+                &format!("rope of heads {what}"),
                 std::slice::from_ref(&x),
-                move |v| mlx_array::rope(&v[0].swapaxes(1, 2)?, width, false, 10000.0, 1.0, 3),
-                tol(d) * 4.0,
-            );
-            // The gradient: the cotangent arrives as a view of `[B, L, H, d]`.
-            compare(
-                &format!("rope gradient of heads {d} width {width}"),
-                &[x.clone(), ct.clone()],
                 move |v| {
-                    let f = |a: &[Array]| -> mlx_array::Result<Vec<Array>> {
-                        Ok(vec![mlx_array::rope(&a[0], width, false, 500.0, 0.5, 0)?])
-                    };
-                    let (_, g) =
-                        mlx_array::vjp(f, &[v[0].swapaxes(1, 2)?], &[v[1].swapaxes(1, 2)?])?;
-                    Ok(g[0].clone())
+                    mlx_array::rope(&v[0].swapaxes(1, 2)?, width, traditional, 10000.0, 1.0, 3)
                 },
                 tol(d) * 4.0,
             );
+            // The gradient: the cotangent arrives as a view of `[B, L, H, d]`.
+            let gradient = move |v: &[Array]| {
+                let f = |a: &[Array]| -> mlx_array::Result<Vec<Array>> {
+                    Ok(vec![mlx_array::rope(
+                        &a[0],
+                        width,
+                        traditional,
+                        500.0,
+                        0.5,
+                        0,
+                    )?])
+                };
+                let (_, g) = mlx_array::vjp(f, &[v[0].swapaxes(1, 2)?], &[v[1].swapaxes(1, 2)?])?;
+                Ok(g[0].clone())
+            };
+            compare(
+                &format!("rope gradient of heads {what}"),
+                &[x.clone(), ct.clone()],
+                gradient,
+                tol(d) * 4.0,
+            );
             let quads = mlx_array::backend::gpu::rope_quad_count() - before;
-            assert!(quads >= 2, "{d} width {width}: {quads} rotations by quads");
+            assert!(quads >= 2, "{what}: {quads} rotations by quads");
+            let g = with_device(Device::Gpu, || gradient(&[x.clone(), ct.clone()])).unwrap();
+            g.eval().unwrap();
+            let merged = with_device(Device::Gpu, || {
+                g.swapaxes(1, 2)
+                    .and_then(|t| t.reshape(&[2, 5, 3 * width as i64]))
+            })
+            .unwrap();
+            let dispatches = mlx_array::backend::gpu::dispatch_count();
+            merged.eval().unwrap();
+            assert_eq!(
+                mlx_array::backend::gpu::dispatch_count(),
+                dispatches,
+                "{what}: the gradient merged back to [B, L, H * d] by views"
+            );
+            let want = with_device(Device::Cpu, || {
+                gradient(&[x.clone(), ct.clone()])?
+                    .swapaxes(1, 2)?
+                    .reshape(&[2, 5, 3 * width as i64])
+            })
+            .unwrap();
+            close(&what, &values(&want), &values(&merged), tol(d) * 4.0);
         }
         let x = logits(&[2, 5, 3, 12], 80, d, Layout::Dense);
         let before = mlx_array::backend::gpu::rope_quad_count();
-        for (dims, traditional) in [(12, true), (8, false), (12, false)] {
+        for (dims, traditional) in [(12, true), (8, false), (12, false), (8, true)] {
             compare(
                 &format!("rope {d} dims {dims} traditional {traditional}"),
                 std::slice::from_ref(&x),

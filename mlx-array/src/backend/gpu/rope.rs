@@ -1,22 +1,31 @@
 //! Rotary position embedding on the GPU (see `backend::cpu::rope`).
 //!
-//! The common case, halves rotated over the whole row (the Llama's
-//! `traditional = false`, `dims` = the head width, a multiple of 8), reads
-//! its input where it lies: rows of adjacent, aligned elements through
-//! any strides (the heads of a `[B, L, H, d]` projection viewed as `[B,
-//! H, L, d]`, and the attention's packed gradients so viewed), with no
-//! copy first. Each invocation rotates 4 pairs: the quads at `c` and
-//! `c + d / 2` of one row, one vector load and store each, one index
-//! computation (`loc`) and 4 angles per 8 elements. Before, a dense copy
+//! The common cases, halves or adjacent pairs rotated over the whole row
+//! (`dims` = the head width, a multiple of 8; this crate's Llama rotates
+//! pairs, `traditional = true`), read their input where it lies: rows of
+//! adjacent, aligned elements through any strides (the heads of a `[B, L,
+//! H, d]` projection viewed as `[B, H, L, d]`, and the attention's packed
+//! gradients so viewed), with no copy first. For halves each invocation
+//! rotates 4 pairs: the quads at `c` and `c + d / 2` of one row, one
+//! vector load and store each, one index computation (`loc`) and 4 angles
+//! per 8 elements; for pairs, the 2 pairs of the quad at `c`. Before, a
+//! dense copy
 //! of the view (a kernel and a pass over the data of its own) ran first,
 //! and each element computed its own index, angle, sine and cosine: on
 //! an H200 the large model's 48 rotations a step took 83 us each (0.6
 //! TB/s of the data they move). Designed, not measured: a read and a
 //! write of the data, near the copy's bandwidth.
 //!
-//! Anything else (pairs, a pass-through tail, rows not of whole quads)
-//! takes a dense copy and one invocation per output element, reading its
-//! pair's partner.
+//! Anything else (a pass-through tail, rows not of whole quads) takes a
+//! dense copy and one invocation per output element, reading its pair's
+//! partner.
+//!
+//! Asked to keep its input's order (the gradient's rotation: it reads the
+//! attention's gradients, stored `[B, L, H, d]`, and feeds the transpose
+//! back to that order), a rotation by quads of an input that is a
+//! permutation of a dense block stores its output in that block's order,
+//! with the input's strides: the transpose and reshape after it are then
+//! views, where a `[B, H, L, d]` output took them a copy.
 
 use super::codegen;
 use super::elementwise::{input4, output4, rows_of_quads};
@@ -25,15 +34,33 @@ use crate::Result;
 use crate::backend::common::rope::RopeSpec;
 use crate::data::{ArrayData, Operand};
 
-/// Whether `x` rotates by quads in place ([`rope_quads`]): halves over
-/// the whole row, the half a multiple of 4, and a view whose rows are
-/// read by aligned quads (`elementwise::rows_of_quads`).
+/// Whether `x` rotates by quads in place ([`rope_quads`]): halves or
+/// pairs over the whole row, a multiple of 8 wide, and a view whose rows
+/// are read by aligned quads (`elementwise::rows_of_quads`).
 fn by_quads(x: &Operand<'_>, spec: &RopeSpec) -> bool {
     let width = x.shape.last().copied().unwrap_or(0);
-    !spec.traditional
-        && spec.dims == width
-        && width.is_multiple_of(8)
-        && rows_of_quads(&x.data, x.shape)
+    spec.dims == width && width.is_multiple_of(8) && rows_of_quads(&x.data, x.shape)
+}
+
+/// Whether the view `data` of `shape` covers a dense block of its buffer
+/// in some order of its axes (its strides, sorted, are a dense layout's).
+fn permuted_dense(data: &ArrayData, shape: &[usize]) -> bool {
+    let mut axes: Vec<(isize, usize)> = data
+        .strides()
+        .iter()
+        .zip(shape)
+        .filter(|(_, n)| **n != 1)
+        .map(|(&s, &n)| (s, n))
+        .collect();
+    axes.sort_by_key(|&(s, _)| std::cmp::Reverse(s));
+    let mut expected = 1isize;
+    for &(s, n) in axes.iter().rev() {
+        if s != expected {
+            return false;
+        }
+        expected *= n as isize;
+    }
+    true
 }
 
 /// The WGSL of a kernel of one invocation per `i`: the prelude, the
@@ -56,16 +83,24 @@ fn angle(spec: &RopeSpec) -> (f32, f32) {
     (spec.scale, k)
 }
 
-/// [`rope`] by quads of pairs, reading `x` through its view.
-fn rope_quads(x: &Operand<'_>, spec: &RopeSpec) -> Result<ArrayData> {
+/// [`rope`] by quads of pairs, reading `x` through its view; `in_order`:
+/// store the output in the order of `x`'s dense block, with its strides.
+fn rope_quads(x: &Operand<'_>, spec: &RopeSpec, in_order: bool) -> Result<ArrayData> {
     let shape = x.shape;
     let n = crate::shape::size_of_shape(shape);
     let nd = shape.len();
     let dtype = x.dtype;
     codegen::check_size("rope", n, &[&x.data])?;
-    let out = alloc(shape, dtype)?;
+    let dense_out = alloc(shape, dtype)?;
+    let out = if in_order {
+        ArrayData::new(dense_out.storage().clone(), x.data.strides().to_vec(), 0)
+    } else {
+        dense_out
+    };
     let width = shape[nd - 1];
-    let quads = n / 8;
+    // Invocations: for halves, 4 pairs (two quads, half a row apart); for
+    // pairs, the 2 of one quad.
+    let quads = if spec.traditional { n / 4 } else { n / 8 };
     if quads == 0 {
         return Ok(out);
     }
@@ -79,35 +114,17 @@ fn rope_quads(x: &Operand<'_>, spec: &RopeSpec) -> Result<ArrayData> {
         k.to_bits(),
         spec.inverse as u32,
         nd as u32,
+        u32::from(in_order),
     ];
     meta.extend(shape.iter().map(|&s| s as u32));
     codegen::push_view(&mut meta, &x.data);
-    let pipeline = context()?.pipeline(&format!("rope4:{dtype}"), || {
-        let bindings = input4("x", 1, dtype) + &output4(2, dtype) + &codegen::strided_loc(7, 8);
-        source(
-            &bindings,
-            r#"
-    if (i >= params[0]) { return; }
-    let width = params[1];
-    let half = width / 2u;
-    let per_row = half / 4u;
-    let row = i / per_row;
-    let c = (i - row * per_row) * 4u;
-    let e = row * width + c;
-    let at = loc(e, 8u + params[7]);
-    let a = load4_x(at >> 2u);
-    let b = load4_x((at + half) >> 2u);
-    let pos = f32(params[3] + row % params[2]) * bitcast<f32>(params[4]);
-    let pair = vec4<f32>(f32(c), f32(c + 1u), f32(c + 2u), f32(c + 3u));
-    let theta = pos * exp(pair * bitcast<f32>(params[5]));
-    var s = sin(theta);
-    if (params[6] != 0u) { s = -s; }
-    let co = cos(theta);
-    store4(e >> 2u, a * co - b * s);
-    store4((e + half) >> 2u, a * s + b * co);
-}
-"#,
-        )
+    let traditional = spec.traditional;
+    let key = format!("rope4:{dtype}:{traditional}");
+    let pipeline = context()?.pipeline(&key, || {
+        let bindings =
+            input4("x", 1, dtype) + &output4(2, dtype) + &codegen::strided_loc(7, 9) + OUT_AT;
+        let body = if traditional { PAIRS } else { HALVES };
+        source(&bindings, body)
     })?;
     dispatch(
         &pipeline,
@@ -122,6 +139,67 @@ fn rope_quads(x: &Operand<'_>, spec: &RopeSpec) -> Result<ArrayData> {
     Ok(out)
 }
 
+/// Where invocation `i`'s quad `e` (an element of the dense output) is
+/// stored: at `e`, or where the input holds it, relative to the input's
+/// offset (`params[8]`: keep the input's order).
+const OUT_AT: &str = r#"
+fn out_at(e: u32, at: u32) -> u32 {
+    if (params[8] != 0u) { return at - params[9u + params[7]]; }
+    return e;
+}
+"#;
+
+/// The kernel's body for pairs: the 2 pairs of one quad.
+const PAIRS: &str = r#"
+    if (i >= params[0]) { return; }
+    let width = params[1];
+    let per_row = width / 4u;
+    let row = i / per_row;
+    let c = (i - row * per_row) * 4u;
+    let e = row * width + c;
+    let at = loc(e, 9u + params[7]);
+    let a = load4_x(at >> 2u);
+    let pos = f32(params[3] + row % params[2]) * bitcast<f32>(params[4]);
+    let p = f32(c / 2u);
+    let pair = vec4<f32>(p, p, p + 1.0, p + 1.0);
+    let theta = pos * exp(pair * bitcast<f32>(params[5]));
+    var s = sin(theta);
+    if (params[6] != 0u) { s = -s; }
+    let co = cos(theta);
+    let r = vec4<f32>(
+        a.x * co.x - a.y * s.x,
+        a.x * s.y + a.y * co.y,
+        a.z * co.z - a.w * s.z,
+        a.z * s.w + a.w * co.w,
+    );
+    store4(out_at(e, at) >> 2u, r);
+}
+"#;
+
+/// The kernel's body for halves: the quads at `c` and `c + width / 2`.
+const HALVES: &str = r#"
+    if (i >= params[0]) { return; }
+    let width = params[1];
+    let half = width / 2u;
+    let per_row = half / 4u;
+    let row = i / per_row;
+    let c = (i - row * per_row) * 4u;
+    let e = row * width + c;
+    let at = loc(e, 9u + params[7]);
+    let a = load4_x(at >> 2u);
+    let b = load4_x((at + half) >> 2u);
+    let pos = f32(params[3] + row % params[2]) * bitcast<f32>(params[4]);
+    let pair = vec4<f32>(f32(c), f32(c + 1u), f32(c + 2u), f32(c + 3u));
+    let theta = pos * exp(pair * bitcast<f32>(params[5]));
+    var s = sin(theta);
+    if (params[6] != 0u) { s = -s; }
+    let co = cos(theta);
+    let o = out_at(e, at);
+    store4(o >> 2u, a * co - b * s);
+    store4((o + half) >> 2u, a * s + b * co);
+}
+"#;
+
 /// Rotations run by quads of pairs since the process started.
 static ROPE_QUADS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
@@ -133,10 +211,13 @@ pub fn rope_quad_count() -> usize {
 }
 
 /// Rotates `x` (`[..., L, D]`, of any float dtype, computed in f32) as
-/// `spec` says, into a new array of `x`'s dtype.
-pub fn rope(x: &Operand<'_>, spec: &RopeSpec) -> Result<ArrayData> {
+/// `spec` says, into a new array of `x`'s dtype; `keep_order`: where `x`
+/// rotates by quads and is a permutation of a dense block, store the
+/// output in that block's order (with `x`'s strides), else densely.
+pub fn rope(x: &Operand<'_>, spec: &RopeSpec, keep_order: bool) -> Result<ArrayData> {
     if x.shape.len() >= 2 && by_quads(x, spec) {
-        return rope_quads(x, spec);
+        let in_order = keep_order && permuted_dense(&x.data, x.shape);
+        return rope_quads(x, spec, in_order);
     }
     let shape = x.shape;
     let n = crate::shape::size_of_shape(shape);
