@@ -34,6 +34,28 @@ pub fn is_row_contiguous(shape: &[usize], strides: &[isize]) -> bool {
     true
 }
 
+/// True when a view of `shape` with `strides` covers a dense block of
+/// its buffer in some order of its axes (its strides, sorted, are a
+/// row-major layout's: a transpose of a contiguous array, say), so that
+/// its elements are the block's in a permuted order.
+pub fn is_permuted_dense(shape: &[usize], strides: &[isize]) -> bool {
+    let mut axes: Vec<(isize, usize)> = strides
+        .iter()
+        .zip(shape)
+        .filter(|(_, n)| **n != 1)
+        .map(|(&s, &n)| (s, n))
+        .collect();
+    axes.sort_by_key(|&(s, _)| std::cmp::Reverse(s));
+    let mut expected = 1isize;
+    for &(s, n) in axes.iter().rev() {
+        if s != expected {
+            return false;
+        }
+        expected *= n as isize;
+    }
+    true
+}
+
 /// Maps a possibly negative axis into `0..ndim`.
 pub fn normalize_axis(op: &'static str, axis: i32, ndim: usize) -> Result<usize> {
     let a = axis as i64;

@@ -2,7 +2,7 @@
 //! `mx.fast.scaled_dot_product_attention`).
 
 use crate::primitives::attention::Attention;
-use crate::{Array, Dtype, Result};
+use crate::{Array, Result};
 
 /// `softmax(scale * q @ k^T + mask) @ v` over the last two axes of
 /// `q [B, H, Lq, d]`, `k [B, H, Lk, d]` and `v [B, H, Lk, dv]`, where the
@@ -94,9 +94,7 @@ pub fn fused_attention(q: &Array, k: &Array, v: &Array, scale: f64, causal: bool
         (q, k, v)
     };
     let out = node.build(q, k, v).swap_remove(0);
-    if dtype == Dtype::F32 {
-        Ok(out)
-    } else {
-        out.astype(dtype)
-    }
+    // Cast in the output's memory order (`[B, L, H, dv]`): the usual merge
+    // of the heads after it is then a view.
+    crate::ops::astype_in_order(&out, dtype)
 }

@@ -148,10 +148,12 @@ impl Primitive for Attention {
             ],
             vec![f32(q), f32(k), f32(v)],
         );
-        // The gradients of half-precision inputs, in their dtype.
+        // The gradients of half-precision inputs, in their dtype and in the
+        // kernel's `[B, L, H, w]` order (the heads' transposes back to the
+        // projections' layout are then views).
         grads
             .into_iter()
-            .map(|g| Ok(Some(g.astype(q.dtype())?)))
+            .map(|g| Ok(Some(crate::ops::astype_in_order(&g, q.dtype())?)))
             .collect()
     }
 }

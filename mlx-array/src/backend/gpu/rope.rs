@@ -42,27 +42,6 @@ fn by_quads(x: &Operand<'_>, spec: &RopeSpec) -> bool {
     spec.dims == width && width.is_multiple_of(8) && rows_of_quads(&x.data, x.shape)
 }
 
-/// Whether the view `data` of `shape` covers a dense block of its buffer
-/// in some order of its axes (its strides, sorted, are a dense layout's).
-fn permuted_dense(data: &ArrayData, shape: &[usize]) -> bool {
-    let mut axes: Vec<(isize, usize)> = data
-        .strides()
-        .iter()
-        .zip(shape)
-        .filter(|(_, n)| **n != 1)
-        .map(|(&s, &n)| (s, n))
-        .collect();
-    axes.sort_by_key(|&(s, _)| std::cmp::Reverse(s));
-    let mut expected = 1isize;
-    for &(s, n) in axes.iter().rev() {
-        if s != expected {
-            return false;
-        }
-        expected *= n as isize;
-    }
-    true
-}
-
 /// The WGSL of a kernel of one invocation per `i`: the prelude, the
 /// parameters, `bindings`, then `body` after the invocation's index.
 fn source(bindings: &str, body: &str) -> String {
@@ -216,7 +195,7 @@ pub fn rope_quad_count() -> usize {
 /// output in that block's order (with `x`'s strides), else densely.
 pub fn rope(x: &Operand<'_>, spec: &RopeSpec, keep_order: bool) -> Result<ArrayData> {
     if x.shape.len() >= 2 && by_quads(x, spec) {
-        let in_order = keep_order && permuted_dense(&x.data, x.shape);
+        let in_order = keep_order && crate::shape::is_permuted_dense(x.shape, x.data.strides());
         return rope_quads(x, spec, in_order);
     }
     let shape = x.shape;
