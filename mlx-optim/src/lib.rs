@@ -40,6 +40,12 @@
 //! (`step`, `learning_rate`, `<parameter>.<slot>`); [`Optimizer::load_state`]
 //! reads them back and checks them against the model's parameters.
 //!
+//! On the GPU, Adam(W)'s fused kernel steps many parameters per dispatch
+//! (PyTorch's multi-tensor Adam): from the second step, when a
+//! parameter's state is the rows its previous step wrote, the rule builds
+//! one node for a group of parameters ([`Optimizer::apply_many`]), with
+//! the values of stepping each alone.
+//!
 //! Data-parallel training: wrap the optimizer in [`Sharded`] to keep only
 //! `1 / world` of its state on each rank (ZeRO stage 1). It takes each
 //! rank's own gradients and averages them itself, one `mean_scatter` per

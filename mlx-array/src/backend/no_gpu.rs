@@ -183,6 +183,8 @@ unavailable_kernels! {
     /// Always [`UNAVAILABLE`].
     pub fn astype(x: &Operand<'_>, to: Dtype);
     /// Always [`UNAVAILABLE`].
+    pub fn astype_in_order(x: &Operand<'_>, to: Dtype);
+    /// Always [`UNAVAILABLE`].
     pub fn copy_contiguous(x: &Operand<'_>);
     /// Always [`UNAVAILABLE`].
     pub fn arange(start: f64, step: f64, n: usize, dtype: Dtype);
@@ -252,7 +254,7 @@ unavailable_kernels! {
         dtype: Dtype,
     );
     /// Always [`UNAVAILABLE`].
-    pub fn rope(x: &Operand<'_>, spec: &RopeSpec);
+    pub fn rope(x: &Operand<'_>, spec: &RopeSpec, keep_order: bool);
     /// Always [`UNAVAILABLE`].
     pub fn rms_norm(x: &Operand<'_>, w: &Operand<'_>, eps: f32, out: Dtype);
     /// Always [`UNAVAILABLE`].
