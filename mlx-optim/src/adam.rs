@@ -107,7 +107,7 @@ fn check_cast_copy(cfg: &AdamConfig) -> Result<()> {
 
 /// The fused kernel's coefficients of one step: the op-by-op graph's
 /// float32 scalars.
-fn coefficients(
+pub(crate) fn coefficients(
     cfg: &AdamConfig,
     decay: Option<f32>,
     ctx: &StepContext,
@@ -135,6 +135,23 @@ fn coefficients(
     }
 }
 
+/// The fused kernel's coefficients of a gated step: one candidate per
+/// step count the gate may choose, `decay` giving AdamW's factor for each.
+fn gated_coefficients(
+    cfg: &AdamConfig,
+    decay: &impl Fn(&StepContext) -> Option<f32>,
+    gate: &Gate,
+) -> fused::StepCoefficients {
+    fused::StepCoefficients {
+        candidates: gate
+            .candidates()
+            .iter()
+            .map(|ctx| coefficients(cfg, decay(ctx), ctx))
+            .collect(),
+        gated: true,
+    }
+}
+
 /// A gated Adam step on one parameter (see [`Gate`]): the fused kernel
 /// reading the gate when it applies, else [`gate::select`] over the
 /// op-by-op rule. `decay` gives AdamW's factor for a step's context.
@@ -153,15 +170,7 @@ fn adam_gated<O: Optimizer + ?Sized>(
     if !(cfg.fused && fused::applies(&[param, grad, m, v])) {
         return gate::select(opt, grad, param, slots, gate);
     }
-    let candidates = gate
-        .candidates()
-        .iter()
-        .map(|ctx| coefficients(cfg, decay(ctx), ctx))
-        .collect();
-    let c = fused::StepCoefficients {
-        candidates,
-        gated: true,
-    };
+    let c = gated_coefficients(cfg, &decay, gate);
     let control = Some(gate.control());
     let apart = gate.candidates()[0].parameter_apart;
     let (p, m, v) = if apart {
@@ -191,10 +200,11 @@ fn adam_many(
     single: impl Fn(&ParamUpdate<'_>) -> Result<(Array, Vec<Array>)>,
 ) -> Result<Vec<(Array, Vec<Array>)>> {
     check_cast_copy(cfg)?;
+    let on_gpu = mlx_array::device::default_device() == Device::Gpu;
     let grouped = |u: &ParamUpdate<'_>| {
         cfg.fused
             && !apart
-            && mlx_array::device::default_device() == Device::Gpu
+            && on_gpu
             && fused::applies(&[u.param, u.grad, &u.slots[0], &u.slots[1]])
             && fused::state_in_rows(u.param, &u.slots[0], &u.slots[1])
     };
@@ -292,14 +302,7 @@ fn adam_many_gated<O: Optimizer + ?Sized>(
         cfg,
         updates,
         gate.candidates()[0].parameter_apart,
-        || fused::StepCoefficients {
-            candidates: gate
-                .candidates()
-                .iter()
-                .map(|ctx| coefficients(cfg, decay(ctx), ctx))
-                .collect(),
-            gated: true,
-        },
+        || gated_coefficients(cfg, &decay, gate),
         Some(gate.control()),
         |u| opt.apply_single_gated(u.grad, u.param, u.slots, gate),
     )
@@ -466,7 +469,7 @@ impl AdamW {
 
     /// MLX's decay of the parameter in a step: `1 - lr * weight_decay`,
     /// the scalar in float32 (none without weight decay).
-    fn decay(&self, ctx: &StepContext) -> Option<f32> {
+    pub(crate) fn decay(&self, ctx: &StepContext) -> Option<f32> {
         (self.weight_decay != 0.0)
             .then_some(1.0f32 - ctx.learning_rate as f32 * self.weight_decay as f32)
     }

@@ -49,7 +49,7 @@ const PER_THREAD: usize = 2;
 
 /// Parameters a dispatch takes at most (the kernel's chain of comparisons
 /// and its source grow with them).
-pub(super) const MAX_PER_DISPATCH: usize = 32;
+const MAX_PER_DISPATCH: usize = 32;
 
 /// Words of `params` before the coefficients.
 const HEADER: usize = 4;

@@ -16,14 +16,14 @@
 //! with three or more non-empty parameters must run fewer kernels than
 //! parameters on the GPU.
 
-use std::sync::Arc;
-
 use mlx_array::conformance::*;
 use mlx_array::{Array, Device, Dtype};
 use proptest::prelude::*;
 use proptest::strategy::ValueTree;
 
+use super::spec::{bits, buffer};
 use super::{AdamCoefficients, FusedAdamGroup, StepCoefficients, adam_group_with, adam_step_with};
+use crate::{AdamW, StepContext};
 
 /// The spec.
 pub(crate) fn spec() -> Spec {
@@ -49,7 +49,8 @@ pub(crate) fn spec() -> Spec {
     })
 }
 
-/// MLX's float32 coefficients of an AdamW step (Adam with `wd` 0).
+/// AdamW's float32 coefficients of a step (Adam with `wd` 0), as the
+/// optimizer computes them.
 fn coefficients(
     lr: f64,
     (b1, b2): (f64, f64),
@@ -58,25 +59,17 @@ fn coefficients(
     bias_correction: bool,
     step: u64,
 ) -> AdamCoefficients {
-    let (lr32, t) = (lr as f32, step as f32);
-    let (numerator, denominator) = if bias_correction {
-        (
-            lr32 / (1.0 - (b1 as f32).powf(t)),
-            Some((1.0 - (b2 as f32).powf(t)).sqrt()),
-        )
-    } else {
-        (lr32, None)
+    let opt = AdamW::new(lr)
+        .betas(b1, b2)
+        .eps(eps)
+        .weight_decay(wd)
+        .bias_correction(bias_correction);
+    let ctx = StepContext {
+        learning_rate: lr,
+        step,
+        parameter_apart: false,
     };
-    AdamCoefficients {
-        decay: (wd != 0.0).then_some(1.0 - lr32 * wd as f32),
-        b1: b1 as f32,
-        one_minus_b1: (1.0 - b1) as f32,
-        b2: b2 as f32,
-        one_minus_b2: (1.0 - b2) as f32,
-        numerator,
-        denominator,
-        eps: eps as f32,
-    }
+    crate::adam::coefficients(opt.config(), opt.decay(&ctx), &ctx)
 }
 
 /// How a case's step is gated.
@@ -215,17 +208,6 @@ fn draw_cases(cx: &Ctx) -> Vec<GroupCase> {
         });
     }
     out
-}
-
-/// The bits of a float32 array.
-fn bits(a: &Array) -> Vec<u32> {
-    let v = a.to_vec::<f32>().expect("float32 values");
-    v.iter().map(|x| x.to_bits()).collect()
-}
-
-/// The address of the buffer an evaluated array views.
-fn buffer(a: &Array) -> usize {
-    Arc::as_ptr(a.data().expect("evaluated").storage()) as usize
 }
 
 /// A fresh dense float32 array (on the host) with `a`'s values.

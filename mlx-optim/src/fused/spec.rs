@@ -271,13 +271,13 @@ fn step(
 }
 
 /// The bits of a float32 array.
-fn bits(a: &Array) -> Vec<u32> {
+pub(super) fn bits(a: &Array) -> Vec<u32> {
     let v = a.to_vec::<f32>().expect("float32 values");
     v.iter().map(|x| x.to_bits()).collect()
 }
 
 /// The address of the buffer an evaluated array views.
-fn buffer(a: &Array) -> usize {
+pub(super) fn buffer(a: &Array) -> usize {
     Arc::as_ptr(a.data().expect("evaluated").storage()) as usize
 }
 
