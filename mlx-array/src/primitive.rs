@@ -58,6 +58,31 @@ pub trait Primitive: Send + Sync + fmt::Debug + 'static {
         Err(no_gpu_kernel(self.name()))
     }
 
+    /// Whether this node's GPU kernel can add another array to its result
+    /// as it stores it ([`eval_gpu_adding`](Self::eval_gpu_adding)): the
+    /// GPU evaluator then computes an add whose other term is this node,
+    /// read by nothing else, in this node's kernel (a matrix product's
+    /// epilogue) instead of a kernel of its own.
+    fn gpu_adds_in_kernel(&self, inputs: &[Array], out: &Array) -> bool {
+        let _ = (inputs, out);
+        false
+    }
+
+    /// `addend + (this node's result)` on the GPU, for a node whose
+    /// [`gpu_adds_in_kernel`](Self::gpu_adds_in_kernel) is true: `addend`
+    /// is dense, of the output's dtype and element count, read in the
+    /// output's row-major order; the result has `out`'s shape and equals
+    /// this node's result followed by an add, bit for bit.
+    fn eval_gpu_adding(
+        &self,
+        inputs: &[Array],
+        out: &Array,
+        addend: &crate::Operand<'_>,
+    ) -> Result<ArrayData> {
+        let _ = (inputs, out, addend);
+        Err(no_gpu_kernel(self.name()))
+    }
+
     /// For elementwise primitives: the WGSL expression computing one output
     /// element from `a0`, `a1`, … (each input's element in its compute
     /// type), so the GPU evaluator can fuse chains of them into one kernel.

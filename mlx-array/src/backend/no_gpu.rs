@@ -199,6 +199,13 @@ unavailable_kernels! {
     /// Always [`UNAVAILABLE`].
     pub fn matmul(a: &Operand<'_>, b: &Operand<'_>, out_shape: &[usize]);
     /// Always [`UNAVAILABLE`].
+    pub fn matmul_adding(
+        a: &Operand<'_>,
+        b: &Operand<'_>,
+        out_shape: &[usize],
+        addend: &Operand<'_>,
+    );
+    /// Always [`UNAVAILABLE`].
     pub fn take(a: &Operand<'_>, idx: &Operand<'_>, axis: usize, out_shape: &[usize]);
     /// Always [`UNAVAILABLE`].
     pub fn take_along_axis(a: &Operand<'_>, idx: &Operand<'_>, axis: usize);

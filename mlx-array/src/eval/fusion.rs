@@ -10,6 +10,14 @@
 //! [`FusedChain`](crate::backend::common::fusion::FusedChain): the nodes'
 //! expressions, the evaluated arrays they read, the shape; what the kernel
 //! promises about its results is written in `backend::gpu::fusion`.
+//!
+//! Likewise a product whose one reader is an f32 add on the GPU (through
+//! reshapes, each read by nothing else), and that nobody else holds, is
+//! not computed on its own: the add runs the product's kernel with its
+//! other term as an addend ([`Primitive::eval_gpu_adding`]), so a residual
+//! `x + h @ w` or a gradient's `a @ b + c @ d` stores its sum from the
+//! product's epilogue, equal bit for bit, without an add kernel or the
+//! product's buffer.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -17,7 +25,8 @@ use std::sync::Arc;
 use crate::array::State;
 use crate::backend::common::fusion::{FusedChain, MAX_INPUTS, Step, StepInput};
 use crate::primitive::Primitive;
-use crate::{Array, ArrayData, Device, Result};
+use crate::shape::contiguous_strides;
+use crate::{Array, ArrayData, Device, Dtype, Result};
 
 /// Which nodes of one eval are left for their reader to compute inline.
 #[derive(Default)]
@@ -27,6 +36,12 @@ pub(crate) struct Fusion {
     readers: HashMap<u64, Vec<bool>>,
     /// Ids of the fusible GPU nodes.
     fusible: HashSet<u64>,
+    /// Ids of the f32 GPU adds with a term that a product's kernel could
+    /// add in (a product, maybe under reshapes).
+    sums: HashSet<u64>,
+    /// Ids of those products and reshapes: deferred to the add when each
+    /// has one reader and nobody else holds it.
+    into_sum: HashSet<u64>,
     deferred: HashSet<u64>,
 }
 
@@ -52,16 +67,25 @@ impl Fusion {
         // reference count that proves nobody else sees a node.
         let mut readers: HashMap<u64, Vec<bool>> = HashMap::new();
         let mut fusible = HashSet::new();
+        let (mut sums, mut into_sum) = (HashSet::new(), HashSet::new());
         if order.iter().all(|a| a.device() == Device::Cpu) {
             return Fusion::default(); // nothing to fuse on a CPU-only graph
         }
         for a in order {
-            let Some((_, inputs)) = pending(a) else {
+            let Some((primitive, inputs)) = pending(a) else {
                 continue;
             };
             let is_fusible = expression(a).is_some();
             if is_fusible {
                 fusible.insert(a.id());
+                if is_f32_sum(&*primitive, &inputs, a) {
+                    for i in &inputs {
+                        if let Some(chain) = product_chain(i) {
+                            sums.insert(a.id());
+                            into_sum.extend(chain);
+                        }
+                    }
+                }
             }
             for i in inputs {
                 let inline = is_fusible && i.shape() == a.shape();
@@ -71,6 +95,8 @@ impl Fusion {
         Fusion {
             readers,
             fusible,
+            sums,
+            into_sum,
             deferred: HashSet::new(),
         }
     }
@@ -82,8 +108,9 @@ impl Fusion {
         let Some(readers) = self.readers.get(&a.id()) else {
             return false;
         };
-        let ok =
-            readers == &[true] && self.fusible.contains(&a.id()) && Arc::strong_count(&a.node) == 2;
+        let alone = Arc::strong_count(&a.node) == 2;
+        let inline = readers == &[true] && self.fusible.contains(&a.id());
+        let ok = alone && (inline || (readers.len() == 1 && self.into_sum.contains(&a.id())));
         if ok {
             self.deferred.insert(a.id());
         }
@@ -95,6 +122,21 @@ impl Fusion {
     pub(crate) fn run(&mut self, out: &Array) -> Result<Option<ArrayData>> {
         if self.deferred.is_empty() {
             return Ok(None);
+        }
+        if self.sums.contains(&out.id())
+            && let Some(data) = self.product_sum(out)?
+        {
+            return Ok(Some(data));
+        }
+        // A product deferred to an add that does not take it after all
+        // (`out` reads it through a reshape that runs on its own, or the
+        // add's other term does not suit the kernel): computed now.
+        if let Some((_, inputs)) = pending(out) {
+            for i in &inputs {
+                if self.into_sum.contains(&i.id()) {
+                    self.materialize(i)?;
+                }
+            }
         }
         let Some((_, inputs)) = expression(out) else {
             return Ok(None);
@@ -122,6 +164,70 @@ impl Fusion {
         crate::backend::gpu::fusion::run(&plan).map(Some)
     }
 
+    /// Computes the add `out` in the kernel of a product deferred into it
+    /// (the last such term), its other term evaluated first and read as
+    /// the addend; `None` when no term is such a product or the other
+    /// term is not a dense f32 array of `out`'s shape (the product is then
+    /// computed on its own).
+    fn product_sum(&mut self, out: &Array) -> Result<Option<ArrayData>> {
+        let Some((_, inputs)) = pending(out) else {
+            return Ok(None);
+        };
+        let Some((k, product)) = (0..inputs.len())
+            .rev()
+            .find_map(|k| Some((k, self.deferred_product(&inputs[k])?)))
+        else {
+            return Ok(None);
+        };
+        let other = &inputs[1 - k];
+        self.materialize(other)?;
+        let addend = other.operand()?;
+        if other.dtype() != Dtype::F32 || other.shape() != out.shape() || !addend.is_contiguous() {
+            self.materialize(&inputs[k])?;
+            return Ok(None);
+        }
+        let (primitive, operands) = pending(&product).expect("deferred nodes are pending");
+        let data = primitive.eval_gpu_adding(&operands, &product, &addend)?;
+        // The term's reshapes and product are computed by this kernel.
+        let mut node = inputs[k].clone();
+        while self.deferred.remove(&node.id()) && node.id() != product.id() {
+            let (_, ins) = pending(&node).expect("deferred nodes are pending");
+            node = ins[0].clone();
+        }
+        Ok(Some(
+            data.view(contiguous_strides(out.shape()), data.offset()),
+        ))
+    }
+
+    /// The product at the bottom of `x` when `x` is a product or reshape
+    /// deferred to the add that reads it.
+    fn deferred_product(&self, x: &Array) -> Option<Array> {
+        let mut node = x.clone();
+        loop {
+            if !(self.deferred.contains(&node.id()) && self.into_sum.contains(&node.id())) {
+                return None;
+            }
+            let (primitive, inputs) = pending(&node)?;
+            if primitive.gpu_adds_in_kernel(&inputs, &node) {
+                return Some(node);
+            }
+            node = inputs.into_iter().next()?;
+        }
+    }
+
+    /// The profile's name for `out`'s run when an add computes it in a
+    /// product's kernel (`matmul_add`), else `None`.
+    pub(crate) fn label(&self, out: &Array) -> Option<&'static str> {
+        if !self.sums.contains(&out.id()) {
+            return None;
+        }
+        let (_, inputs) = pending(out)?;
+        inputs
+            .iter()
+            .any(|i| self.deferred_product(i).is_some())
+            .then_some("matmul_add")
+    }
+
     /// Evaluates a deferred node on its own (fusing what was deferred into it).
     fn materialize(&mut self, a: &Array) -> Result<()> {
         if !self.deferred.remove(&a.id()) {
@@ -139,6 +245,39 @@ impl Fusion {
         };
         *a.lock() = State::Ready(data);
         Ok(())
+    }
+}
+
+/// Whether `primitive` is an f32 add on the GPU of two terms of `out`'s
+/// shape, which [`Fusion::product_sum`] may compute in a product's kernel.
+fn is_f32_sum(primitive: &dyn Primitive, inputs: &[Array], out: &Array) -> bool {
+    primitive.name() == "add"
+        && out.dtype() == Dtype::F32
+        && inputs.len() == 2
+        && inputs
+            .iter()
+            .all(|i| i.dtype() == Dtype::F32 && i.shape() == out.shape())
+}
+
+/// The ids of `x` and of the reshapes under it down to a pending GPU node
+/// whose kernel can add a term in ([`Primitive::gpu_adds_in_kernel`]),
+/// when there is one.
+fn product_chain(x: &Array) -> Option<Vec<u64>> {
+    let mut chain = Vec::new();
+    let mut node = x.clone();
+    loop {
+        if node.device() != Device::Gpu {
+            return None;
+        }
+        let (primitive, inputs) = pending(&node)?;
+        chain.push(node.id());
+        if primitive.gpu_adds_in_kernel(&inputs, &node) {
+            return Some(chain);
+        }
+        if primitive.name() != "reshape" {
+            return None;
+        }
+        node = inputs.into_iter().next()?;
     }
 }
 

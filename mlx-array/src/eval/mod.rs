@@ -256,7 +256,8 @@ fn run_nodes(order: Vec<Array>, in_flight: &mut InFlight) -> Result<()> {
                 // Also tags the GPU passes the kernel records, for their
                 // execution times (see `crate::profile`).
                 let timer = crate::profile::enabled().then(|| {
-                    crate::profile::start(primitive.name(), a.shape(), a.device() == Device::Gpu)
+                    let name = fusion.label(&a).unwrap_or(primitive.name());
+                    crate::profile::start(name, a.shape(), a.device() == Device::Gpu)
                 });
                 let data = match a.device() {
                     Device::Cpu => primitive.eval_cpu(&inputs, &a)?,

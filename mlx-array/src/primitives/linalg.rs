@@ -15,6 +15,18 @@ impl Primitive for Matmul {
         let (a, b) = (inputs[0].operand()?, inputs[1].operand()?);
         crate::backend::gpu::matmul(&a, &b, out.shape())
     }
+    fn gpu_adds_in_kernel(&self, inputs: &[Array], out: &Array) -> bool {
+        out.dtype() == crate::Dtype::F32 && inputs.iter().all(|x| x.dtype() == crate::Dtype::F32)
+    }
+    fn eval_gpu_adding(
+        &self,
+        inputs: &[Array],
+        out: &Array,
+        addend: &crate::Operand<'_>,
+    ) -> Result<ArrayData> {
+        let (a, b) = (inputs[0].operand()?, inputs[1].operand()?);
+        crate::backend::gpu::matmul_adding(&a, &b, out.shape(), addend)
+    }
     fn eval_cpu(&self, inputs: &[Array], out: &Array) -> Result<ArrayData> {
         let (a, b) = (inputs[0].operand()?, inputs[1].operand()?);
         Ok(matmul::matmul(&a, &b, out.shape()))

@@ -19,6 +19,7 @@ mod norm;
 mod readback;
 mod reduce;
 mod submission;
+mod sums;
 mod threads;
 
 /// A primitive with a CPU kernel only (as another crate may define): placing

@@ -71,7 +71,7 @@ pub use loss::{
 pub use matmul::kernel_sources as matmul_kernel_sources;
 pub use matmul::{
     coop_product_count, last_coop_buffers, last_coop_staged, last_coop_subgroups,
-    last_product_tile, matmul, vector_operand_count,
+    last_product_tile, matmul, matmul_adding, vector_operand_count,
 };
 pub use norm::{rms_norm, rms_norm_grad};
 pub use reduce::{arg_reduce, reduce};

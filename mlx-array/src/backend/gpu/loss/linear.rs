@@ -230,6 +230,7 @@ impl Setup {
                 shape: &[rows, n],
                 offset: 0,
                 accumulate: false,
+                addend: None,
             },
         )
     }
@@ -702,6 +703,7 @@ pub fn linear_cross_entropy_grad(
                     shape: &[rows, dims],
                     offset: 0,
                     accumulate: c0 > 0,
+                    addend: None,
                 },
             )?;
             // dw[chunk] = g^T @ h
@@ -713,6 +715,7 @@ pub fn linear_cross_entropy_grad(
                     shape: &[n, dims],
                     offset: hn + c0 * dims,
                     accumulate: false,
+                    addend: None,
                 },
             )?;
         }
@@ -797,6 +800,7 @@ pub fn linear_cross_entropy_value_and_grad(
                 shape: &[n, vocab],
                 offset: 0,
                 accumulate: false,
+                addend: None,
             },
         )?;
         let meta = [
@@ -838,6 +842,7 @@ pub fn linear_cross_entropy_value_and_grad(
                 shape: &[n, dims],
                 offset: r0 * dims,
                 accumulate: false,
+                addend: None,
             },
         )?;
         // dw (+)= g^T @ h[block]
@@ -849,6 +854,7 @@ pub fn linear_cross_entropy_value_and_grad(
                 shape: &[vocab, dims],
                 offset: hn,
                 accumulate: r0 > 0,
+                addend: None,
             },
         )?;
     }

@@ -71,8 +71,8 @@
 //! synchronous (register-staged) global loads and the two barriers per
 //! slice.
 
-use super::View;
 use super::loads::{Slice, VecLoads};
+use super::{Epilogue, View};
 use crate::Dtype;
 pub(super) use crate::backend::gpu::fragment::Fragments;
 use crate::backend::gpu::fragment::{LANES, Layout, Operand};
@@ -284,7 +284,12 @@ pub(super) fn source(
         ));
     }
     if accumulate || out_dtype == Dtype::F32 {
-        src.push_str(&super::output_decl(3, Dtype::F32, accumulate));
+        let epilogue = if accumulate {
+            Epilogue::Accumulate
+        } else {
+            Epilogue::Store
+        };
+        src.push_str(&super::output_decl(3, Dtype::F32, epilogue, ""));
     } else {
         debug_assert_eq!(out_dtype, Dtype::F16);
         src.push_str(&super::super::codegen::native_f16_output(3));

@@ -280,16 +280,43 @@ pub(super) struct View {
     b_cols: bool,
 }
 
-/// The output at `binding`: `store_out(i, v)` writes (or with
-/// `accumulate` adds) output element `i`.
-fn output_decl(binding: u32, dtype: Dtype, accumulate: bool) -> String {
-    if accumulate {
-        format!(
+/// What a product's kernel does with the result `v` of output element `i`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Epilogue {
+    /// Stores it.
+    Store,
+    /// Adds it to the f32 output element already there.
+    Accumulate,
+    /// Stores it added to the matching element of a separate f32 input,
+    /// `addend` (a sum whose other term is the product, computed by the
+    /// product's kernel instead of a kernel of its own).
+    Addend,
+}
+
+/// The WGSL `i32` distance from output element `i` to its addend's element
+/// in the product kernels ([`Epilogue::Addend`]): the meta word after the
+/// batch strides (`16 + 3 * params[3]`).
+const PRODUCT_ADDEND_SHIFT: &str = "bitcast<i32>(params[16u + 3u * params[3]])";
+
+/// The output at `binding`: `store_out(i, v)` writes output element `i`,
+/// adds `v` to it ([`Epilogue::Accumulate`]), or writes `v` plus
+/// `addend[i + shift]` ([`Epilogue::Addend`]: the f32 `addend` bound at
+/// `binding` and the output after it; `shift` is WGSL of an `i32`).
+/// The sum is the one an add kernel would compute from the stored product:
+/// `v` is the product's final f32 value, added once.
+fn output_decl(binding: u32, dtype: Dtype, epilogue: Epilogue, shift: &str) -> String {
+    match epilogue {
+        Epilogue::Store => codegen::output(binding, dtype),
+        Epilogue::Accumulate => format!(
             "@group(0) @binding({binding}) var<storage, read_write> out: array<f32>;\n\
              fn store_out(i: u32, v: f32) {{ out[i] = out[i] + v; }}\n"
-        )
-    } else {
-        codegen::output(binding, dtype)
+        ),
+        Epilogue::Addend => format!(
+            "@group(0) @binding({binding}) var<storage, read> addend: array<f32>;\n\
+             @group(0) @binding({}) var<storage, read_write> out: array<f32>;\n\
+             fn store_out(i: u32, v: f32) {{ out[i] = addend[u32(i32(i) + {shift})] + v; }}\n",
+            binding + 1
+        ),
     }
 }
 
@@ -342,14 +369,66 @@ pub fn matmul(a: &Operand<'_>, b: &Operand<'_>, out_shape: &[usize]) -> Result<A
         shape: out_shape,
         offset: 0,
         accumulate: false,
+        addend: None,
+    };
+    record(a, b, &to)?;
+    Ok(out)
+}
+
+/// `addend + a @ b` for f32 operands as [`matmul`] takes them and a dense
+/// f32 `addend` of the output's size (any shape with that many elements:
+/// it is read in the output's row-major order), in the product's kernels:
+/// the sum is stored where the product would be, without a kernel of its
+/// own or the product's buffer. Equal bit for bit to the product followed
+/// by an add (each element is the product's f32 value plus the addend's,
+/// rounded once). The GPU evaluator calls it for an add whose other term
+/// is a product that nothing else reads.
+pub fn matmul_adding(
+    a: &Operand<'_>,
+    b: &Operand<'_>,
+    out_shape: &[usize],
+    addend: &Operand<'_>,
+) -> Result<ArrayData> {
+    let total = size_of_shape(out_shape);
+    if a.dtype != Dtype::F32 || b.dtype != Dtype::F32 || addend.dtype != Dtype::F32 {
+        return Err(Error::eval(
+            "matmul",
+            format!(
+                "a product with an addend takes f32 operands and addend, got {}, {} and {}",
+                a.dtype, b.dtype, addend.dtype
+            ),
+        ));
+    }
+    if addend.size() != total || !addend.is_contiguous() {
+        return Err(Error::eval(
+            "matmul",
+            format!(
+                "the addend of a product of {out_shape:?} must be dense with {total} elements, \
+                 got {:?} with strides {:?}",
+                addend.shape,
+                addend.data.strides()
+            ),
+        ));
+    }
+    codegen::check_size("matmul", total, &[&a.data, &b.data, &addend.data])?;
+    codegen::check_size("matmul", a.size(), &[])?;
+    codegen::check_size("matmul", b.size(), &[])?;
+    let out = alloc(out_shape, Dtype::F32)?;
+    let to = Destination {
+        data: &out,
+        shape: out_shape,
+        offset: 0,
+        accumulate: false,
+        addend: Some(&addend.data),
     };
     record(a, b, &to)?;
     Ok(out)
 }
 
 /// Where [`record`] writes a product: the dense `[..., m, n]` block of
-/// `shape` starting at element `offset` of `data`, overwritten, or with
-/// `accumulate` added to (which needs an unpacked dtype).
+/// `shape` starting at element `offset` of `data`, overwritten, with
+/// `accumulate` added to (which needs an unpacked dtype), or with `addend`
+/// overwritten by the sum of the product and the addend.
 pub(crate) struct Destination<'a> {
     /// The output buffer.
     pub(crate) data: &'a ArrayData,
@@ -359,6 +438,28 @@ pub(crate) struct Destination<'a> {
     pub(crate) offset: usize,
     /// Add to what is there instead of overwriting it.
     pub(crate) accumulate: bool,
+    /// An f32 array added to the product, read densely from its offset in
+    /// the block's order (f32 products only; not with `accumulate`).
+    pub(crate) addend: Option<&'a ArrayData>,
+}
+
+impl Destination<'_> {
+    /// What the kernels do with each result.
+    fn epilogue(&self) -> Epilogue {
+        match (self.accumulate, self.addend) {
+            (true, _) => Epilogue::Accumulate,
+            (false, Some(_)) => Epilogue::Addend,
+            (false, None) => Epilogue::Store,
+        }
+    }
+
+    /// The `i32` distance from an output element to its addend's (0
+    /// without one), for the kernels' meta words.
+    fn addend_shift(&self) -> u32 {
+        self.addend.map_or(0, |x| {
+            (x.offset() as i64 - self.offset as i64) as i32 as u32
+        })
+    }
 }
 
 /// Records `out (+)= a @ b` for operands of one dtype (the output's),
@@ -369,10 +470,12 @@ pub(crate) struct Destination<'a> {
 pub(crate) fn record(a: &Operand<'_>, b: &Operand<'_>, to: &Destination<'_>) -> Result<()> {
     let dtype = a.dtype;
     // Packed outputs are cleared and OR-ed into from their first word.
-    debug_assert!(!codegen::packed(dtype) || (to.offset == 0 && !to.accumulate));
-    debug_assert!(!to.accumulate || dtype == Dtype::F32);
+    debug_assert!(!codegen::packed(dtype) || (to.offset == 0 && to.epilogue() == Epilogue::Store));
+    debug_assert!(to.epilogue() == Epilogue::Store || dtype == Dtype::F32);
+    debug_assert!(!(to.accumulate && to.addend.is_some()));
     let product = Product::new(&a.data, &b.data, dtype, a.shape, to.shape);
-    product.record(coop_fragments(dtype, to.accumulate)?, dtype, to)
+    let coop = coop_fragments(dtype, to.epilogue() != Epilogue::Store)?;
+    product.record(coop, dtype, to)
 }
 
 /// Records `out[out_offset..] (+)= a @ b` for f16 operands into the dense
@@ -401,6 +504,7 @@ fn partial<'a>(parts: &'a ArrayData, shape: &'a [usize]) -> Destination<'a> {
         shape,
         offset: 0,
         accumulate: false,
+        addend: None,
     }
 }
 
@@ -648,6 +752,7 @@ impl Product<'_> {
         to: &Destination<'_>,
     ) -> Result<()> {
         let (out, out_offset, accumulate) = (to.data, to.offset, to.accumulate);
+        let epilogue = to.epilogue();
         let (a, b, dtype, m, n) = (self.a, self.b, self.dtype, self.m, self.n);
         let nd = self.batch_shape.len() + 2;
         let (sa, sb) = (a.strides(), b.strides());
@@ -684,6 +789,10 @@ impl Product<'_> {
         let limit = super::workgroup_memory_limit()?;
         let (pipeline, tm, tn) = match coop {
             Some(fragments) => {
+                debug_assert!(
+                    epilogue != Epilogue::Addend,
+                    "no addend on the cooperative kernel"
+                );
                 let subgroups = settings::gpu_coop_subgroups();
                 let tiling = if t == 128 {
                     // The tall tiling where it fits, else the default.
@@ -724,10 +833,10 @@ impl Product<'_> {
                     1
                 };
                 let key = format!(
-                    "matmul:{tile:?}:{buffers}:{dtype}:{out_dtype}:{view:?}:{loads:?}:{accumulate}"
+                    "matmul:{tile:?}:{buffers}:{dtype}:{out_dtype}:{view:?}:{loads:?}:{epilogue:?}"
                 );
                 let p = context()?.pipeline(&key, || {
-                    tiled::source(tile, buffers, dtype, out_dtype, view, accumulate, loads)
+                    tiled::source(tile, buffers, dtype, out_dtype, view, epilogue, loads)
                 })?;
                 (p, m.div_ceil(tile.bm), n.div_ceil(tile.bn))
             }
@@ -757,11 +866,13 @@ impl Product<'_> {
         meta.extend(dims.iter().map(|&d| d as u32));
         meta.extend(a_strides.iter().map(|&s| s as i32 as u32));
         meta.extend(b_strides.iter().map(|&s| s as i32 as u32));
+        meta.push(to.addend_shift());
         let elements = slices.count * batch * m * n;
+        let inputs: Vec<&ArrayData> = [a, b].into_iter().chain(to.addend).collect();
         dispatch_groups(
             &pipeline,
             &meta,
-            &[a, b],
+            &inputs,
             out,
             elements * out_dtype.size_of(),
             codegen::packed(out_dtype),
@@ -780,13 +891,13 @@ fn sum_slices(
     dtype: Dtype,
     to: &Destination<'_>,
 ) -> Result<()> {
-    let (out, out_offset, accumulate) = (to.data, to.offset, to.accumulate);
-    let key = format!("matmul_split_sum:{dtype}:{accumulate}");
+    let (out, out_offset, epilogue) = (to.data, to.offset, to.epilogue());
+    let key = format!("matmul_split_sum:{dtype}:{epilogue:?}");
     let pipeline = context()?.pipeline(&key, || {
         let mut s = String::from(codegen::PRELUDE);
         s.push_str(codegen::META);
         s.push_str("@group(0) @binding(1) var<storage, read> parts: array<f32>;\n");
-        s.push_str(&output_decl(2, dtype, accumulate));
+        s.push_str(&output_decl(2, dtype, epilogue, "bitcast<i32>(params[3])"));
         s.push_str(codegen::ENTRY);
         s.push_str(&format!(
             r#" {{
@@ -802,11 +913,17 @@ fn sum_slices(
         ));
         s
     })?;
-    let meta = [total as u32, count as u32, out_offset as u32];
+    let meta = [
+        total as u32,
+        count as u32,
+        out_offset as u32,
+        to.addend_shift(),
+    ];
+    let inputs: Vec<&ArrayData> = [parts].into_iter().chain(to.addend).collect();
     super::dispatch(
         &pipeline,
         &meta,
-        &[parts],
+        &inputs,
         out,
         total * dtype.size_of(),
         codegen::packed(dtype),
@@ -892,26 +1009,27 @@ pub fn kernel_sources() -> Vec<(String, String)> {
         for buffers in [1, 2] {
             for &view in &views {
                 // The last two: split-K partial sums of half operands.
-                for (i, (dtype, out_dtype, accumulate)) in [
-                    (Dtype::F32, Dtype::F32, false),
-                    (Dtype::F32, Dtype::F32, true),
-                    (Dtype::F16, Dtype::F16, false),
-                    (Dtype::BF16, Dtype::BF16, false),
-                    (Dtype::F16, Dtype::F32, false),
-                    (Dtype::BF16, Dtype::F32, false),
+                for (i, (dtype, out_dtype, epilogue)) in [
+                    (Dtype::F32, Dtype::F32, Epilogue::Store),
+                    (Dtype::F32, Dtype::F32, Epilogue::Accumulate),
+                    (Dtype::F32, Dtype::F32, Epilogue::Addend),
+                    (Dtype::F16, Dtype::F16, Epilogue::Store),
+                    (Dtype::BF16, Dtype::BF16, Epilogue::Store),
+                    (Dtype::F16, Dtype::F32, Epilogue::Store),
+                    (Dtype::BF16, Dtype::F32, Epilogue::Store),
                 ]
                 .into_iter()
                 .enumerate()
                 {
                     for loads in choices(buffers == 2 || i == 0, i == 0) {
                         let mut src =
-                            tiled::source(tile, buffers, dtype, out_dtype, view, accumulate, loads);
+                            tiled::source(tile, buffers, dtype, out_dtype, view, epilogue, loads);
                         if dtype == Dtype::F16 && !codegen::packed(dtype) {
                             src.insert_str(0, "enable f16;\n");
                         }
                         out.push((
                             format!(
-                                "f32 kernel {tile:?} x {buffers} {view:?} {loads:?} {dtype} -> {out_dtype} accumulate {accumulate} ({} B)",
+                                "f32 kernel {tile:?} x {buffers} {view:?} {loads:?} {dtype} -> {out_dtype} {epilogue:?} ({} B)",
                                 tiled::shared_bytes(tile, buffers)
                             ),
                             src,
@@ -930,11 +1048,11 @@ pub fn kernel_sources() -> Vec<(String, String)> {
             .filter(|&b| tiled::shared_bytes(tile, b) <= 48 << 10)
         {
             for &view in &views {
-                for accumulate in [false, true] {
+                for epilogue in [Epilogue::Store, Epilogue::Accumulate, Epilogue::Addend] {
                     for loads in choices(true, false) {
                         out.push((
                             format!(
-                                "f32 kernel {tile:?} x {buffers} {view:?} {loads:?} accumulate {accumulate} ({} B)",
+                                "f32 kernel {tile:?} x {buffers} {view:?} {loads:?} {epilogue:?} ({} B)",
                                 tiled::shared_bytes(tile, buffers)
                             ),
                             tiled::source(
@@ -943,7 +1061,7 @@ pub fn kernel_sources() -> Vec<(String, String)> {
                                 Dtype::F32,
                                 Dtype::F32,
                                 view,
-                                accumulate,
+                                epilogue,
                                 loads,
                             ),
                         ));

@@ -67,8 +67,8 @@
 
 use super::super::codegen;
 use super::super::elementwise::input4;
-use super::View;
 use super::loads::{Slice, VecLoads};
+use super::{Epilogue, View};
 use crate::Dtype;
 use crate::settings::GpuF32Tile;
 
@@ -158,7 +158,7 @@ pub(super) fn shared_bytes(tile: Tile, buffers: usize) -> usize {
 
 /// WGSL of the kernel with tiling `tile` for operands of `dtype`
 /// laid out as `view`, storing `out_dtype` (`dtype`, or f32 for split-K
-/// partial sums), adding into `out` with `accumulate`, with
+/// partial sums) as `epilogue` says, with
 /// `buffers` slices per operand: 2 (one barrier per slice), or 1 for
 /// devices with less workgroup memory (a second barrier before each
 /// slice is overwritten), staging the operands `loads` names [`VEC`]
@@ -169,7 +169,7 @@ pub(super) fn source(
     dtype: Dtype,
     out_dtype: Dtype,
     view: View,
-    accumulate: bool,
+    epilogue: Epilogue,
     loads: VecLoads,
 ) -> String {
     debug_assert!(tile.valid());
@@ -186,7 +186,12 @@ pub(super) fn source(
             codegen::input(name, binding, dtype)
         });
     }
-    src.push_str(&super::output_decl(3, out_dtype, accumulate));
+    src.push_str(&super::output_decl(
+        3,
+        out_dtype,
+        epilogue,
+        super::PRODUCT_ADDEND_SHIFT,
+    ));
     let width = |vector: bool| if vector { VEC } else { 1 };
     // Both slices are staged depth-major: element (place p, depth kk) at
     // `nbuf + kk * stride + p` of `sa4` (places: rows of `a`) or `sb4`
