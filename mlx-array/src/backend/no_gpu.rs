@@ -36,6 +36,11 @@ pub fn adapter_name() -> Result<String> {
     Err(unavailable())
 }
 
+/// No GPU, so no product adds an addend on one: false.
+pub fn product_adds_in_kernel(_dtype: Dtype) -> bool {
+    false
+}
+
 /// No GPU, so no `f16` stored on one: false.
 pub fn native_f16() -> bool {
     false

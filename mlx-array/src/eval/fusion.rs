@@ -11,13 +11,14 @@
 //! expressions, the evaluated arrays they read, the shape; what the kernel
 //! promises about its results is written in `backend::gpu::fusion`.
 //!
-//! Likewise a product whose one reader is an f32 add on the GPU (through
-//! reshapes, each read by nothing else), and that nobody else holds, is
-//! not computed on its own: the add runs the product's kernel with its
-//! other term as an addend ([`Primitive::eval_gpu_adding`]), so a residual
-//! `x + h @ w` or a gradient's `a @ b + c @ d` stores its sum from the
-//! product's epilogue, equal bit for bit, without an add kernel or the
-//! product's buffer.
+//! Likewise a product whose one reader is an add on the GPU (through
+//! reshapes and a widening cast from a half dtype to f32, each read by
+//! nothing else), and that nobody else holds, is not computed on its own:
+//! the add runs the product's kernel with its other term as an addend
+//! ([`Primitive::eval_gpu_adding`]), so a residual `x + h @ w` (in f32, or
+//! a half-precision product added to an f32 stream) or a gradient's `a @ b + c @ d`
+//! stores its sum from the product's epilogue, equal bit for bit, without
+//! an add kernel or the product's buffer.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -36,11 +37,11 @@ pub(crate) struct Fusion {
     readers: HashMap<u64, Vec<bool>>,
     /// Ids of the fusible GPU nodes.
     fusible: HashSet<u64>,
-    /// Ids of the f32 GPU adds with a term that a product's kernel could
-    /// add in (a product, maybe under reshapes).
+    /// Ids of the GPU adds with a term that a product's kernel could add
+    /// in (a product, maybe under reshapes and a widening cast).
     sums: HashSet<u64>,
-    /// Ids of those products and reshapes: deferred to the add when each
-    /// has one reader and nobody else holds it.
+    /// Ids of those products, reshapes and casts: deferred to the add when
+    /// each has one reader and nobody else holds it.
     into_sum: HashSet<u64>,
     deferred: HashSet<u64>,
 }
@@ -78,7 +79,7 @@ impl Fusion {
             let is_fusible = expression(a).is_some();
             if is_fusible {
                 fusible.insert(a.id());
-                if is_f32_sum(&*primitive, &inputs, a) {
+                if is_sum(&*primitive, &inputs, a) {
                     for i in &inputs {
                         if let Some(chain) = product_chain(i) {
                             sums.insert(a.id());
@@ -182,13 +183,13 @@ impl Fusion {
         let other = &inputs[1 - k];
         self.materialize(other)?;
         let addend = other.operand()?;
-        if other.dtype() != Dtype::F32 || other.shape() != out.shape() || !addend.is_contiguous() {
+        if other.dtype() != out.dtype() || other.shape() != out.shape() || !addend.is_contiguous() {
             self.materialize(&inputs[k])?;
             return Ok(None);
         }
         let (primitive, operands) = pending(&product).expect("deferred nodes are pending");
         let data = primitive.eval_gpu_adding(&operands, &product, &addend)?;
-        // The term's reshapes and product are computed by this kernel.
+        // The term's reshapes, cast and product are computed by this kernel.
         let mut node = inputs[k].clone();
         while self.deferred.remove(&node.id()) && node.id() != product.id() {
             let (_, ins) = pending(&node).expect("deferred nodes are pending");
@@ -199,8 +200,8 @@ impl Fusion {
         ))
     }
 
-    /// The product at the bottom of `x` when `x` is a product or reshape
-    /// deferred to the add that reads it.
+    /// The product at the bottom of `x` when `x` is a product, reshape or
+    /// cast deferred to the add that reads it.
     fn deferred_product(&self, x: &Array) -> Option<Array> {
         let mut node = x.clone();
         loop {
@@ -248,20 +249,22 @@ impl Fusion {
     }
 }
 
-/// Whether `primitive` is an f32 add on the GPU of two terms of `out`'s
-/// shape, which [`Fusion::product_sum`] may compute in a product's kernel.
-fn is_f32_sum(primitive: &dyn Primitive, inputs: &[Array], out: &Array) -> bool {
+/// Whether `primitive` is a float add on the GPU of two terms of
+/// `out`'s shape and dtype, which [`Fusion::product_sum`] may compute in a
+/// product's kernel.
+fn is_sum(primitive: &dyn Primitive, inputs: &[Array], out: &Array) -> bool {
     primitive.name() == "add"
-        && out.dtype() == Dtype::F32
+        && matches!(out.dtype(), Dtype::F32 | Dtype::F16 | Dtype::BF16)
         && inputs.len() == 2
         && inputs
             .iter()
-            .all(|i| i.dtype() == Dtype::F32 && i.shape() == out.shape())
+            .all(|i| i.dtype() == out.dtype() && i.shape() == out.shape())
 }
 
-/// The ids of `x` and of the reshapes under it down to a pending GPU node
-/// whose kernel can add a term in ([`Primitive::gpu_adds_in_kernel`]),
-/// when there is one.
+/// The ids of `x` and of the reshapes and widening cast (a half dtype to
+/// f32, exact)
+/// under it down to a pending GPU node whose kernel can add a term in
+/// ([`Primitive::gpu_adds_in_kernel`]), when there is one.
 fn product_chain(x: &Array) -> Option<Vec<u64>> {
     let mut chain = Vec::new();
     let mut node = x.clone();
@@ -274,7 +277,10 @@ fn product_chain(x: &Array) -> Option<Vec<u64>> {
         if primitive.gpu_adds_in_kernel(&inputs, &node) {
             return Some(chain);
         }
-        if primitive.name() != "reshape" {
+        let widening = primitive.name() == "astype"
+            && node.dtype() == Dtype::F32
+            && matches!(inputs[0].dtype(), Dtype::F16 | Dtype::BF16);
+        if primitive.name() != "reshape" && !widening {
             return None;
         }
         node = inputs.into_iter().next()?;

@@ -16,7 +16,9 @@ impl Primitive for Matmul {
         crate::backend::gpu::matmul(&a, &b, out.shape())
     }
     fn gpu_adds_in_kernel(&self, inputs: &[Array], out: &Array) -> bool {
-        out.dtype() == crate::Dtype::F32 && inputs.iter().all(|x| x.dtype() == crate::Dtype::F32)
+        let dtype = out.dtype();
+        inputs.iter().all(|x| x.dtype() == dtype)
+            && crate::backend::gpu::product_adds_in_kernel(dtype)
     }
     fn eval_gpu_adding(
         &self,

@@ -1,15 +1,18 @@
 //! Adds whose term is a matrix product nothing else reads run in the
 //! product's kernel (`eval::fusion`, `matmul_adding`): the same bits as the
 //! product stored and then added, one kernel fewer, on every product path
-//! (64 and 128 tiles, split over the depth on either), with the addend
-//! read from any offset; and nothing is fused where it must not be.
+//! (the f32 kernel's 64 and 128 tiles, the tensor-core template for f16,
+//! split over the depth on either), f32 sums, half-precision sums (f16
+//! stored natively, bf16 packed) and half-precision products added to f32
+//! through their cast, with the addend read from any offset; and nothing
+//! is fused where it must not be.
 
 use mlx_array::backend::gpu::{dispatch_count, matmul_adding};
 use mlx_array::device::with_device;
-use mlx_array::settings::set_gpu_split_wave;
+use mlx_array::settings::{GpuCoopmat, set_gpu_coopmat, set_gpu_split_wave};
 use mlx_array::{Array, Device, Dtype, Result, SliceArg, reshape_to, value_and_grad};
 
-use crate::harness::{close, gpu};
+use crate::harness::{close, gpu, native_f16_or_skip};
 
 /// `shape` of values in [-1, 1), varied by `seed`, evaluated on the GPU.
 fn on_gpu(shape: &[usize], seed: usize) -> Array {
@@ -22,12 +25,22 @@ fn on_gpu(shape: &[usize], seed: usize) -> Array {
     x
 }
 
+/// The values' bits (f16 values widened to f32 exactly).
 fn bits(x: &Array) -> Vec<u32> {
-    x.to_vec::<f32>()
+    x.astype(Dtype::F32)
+        .unwrap()
+        .to_vec::<f32>()
         .unwrap()
         .into_iter()
         .map(f32::to_bits)
         .collect()
+}
+
+/// `x` as `dtype`, evaluated on the GPU.
+fn as_gpu(x: &Array, dtype: Dtype) -> Array {
+    let y = with_device(Device::Gpu, || x.astype(dtype)).unwrap();
+    y.eval().unwrap();
+    y
 }
 
 /// Builds `f()` on the GPU, evaluates it, and returns it with the kernels
@@ -41,12 +54,14 @@ fn run(f: impl FnOnce() -> Result<Array>) -> (Array, usize) {
 
 /// `x + a @ b` (and `a @ b + x`), fused, against the product evaluated
 /// first and then added: equal bits, and no kernel beyond the product's.
+/// A product of another dtype than `x` is cast to `x`'s first.
 fn check_sum(what: &str, x: &Array, a: &Array, b: &Array) {
     let (product, product_kernels) = run(|| a.matmul(b));
-    let (unfused, _) = run(|| x.add(&reshape_to(&product, x.shape())?));
+    let term = |p: &Array| reshape_to(p, x.shape())?.astype(x.dtype());
+    let (unfused, _) = run(|| x.add(&term(&product)?));
     for first in [false, true] {
         let (fused, kernels) = run(|| {
-            let p = reshape_to(&a.matmul(b)?, x.shape())?;
+            let p = term(&a.matmul(b)?)?;
             if first { p.add(x) } else { x.add(&p) }
         });
         assert_eq!(
@@ -113,6 +128,57 @@ fn split_and_large_products_add_in_their_last_pass() {
     check_sum("128 x 128 tiles", &on_gpu(&[2100, 2000], 9), &a, &b);
 }
 
+/// f16 products on the tensor-core template (plain fragments) and on the
+/// f32-compute kernel storing f16, and bf16 products (stored packed, two
+/// to a word): half-precision sums, and f32 sums of their casts (a
+/// half-precision projection added to an f32 residual stream), whole and
+/// split over the depth.
+#[test]
+fn half_precision_products_add_in_their_kernel() {
+    let Some(_gpu) = gpu() else { return };
+    if !native_f16_or_skip() {
+        return;
+    }
+    let h = as_gpu(&on_gpu(&[16, 24], 2), Dtype::F16);
+    let w = as_gpu(&on_gpu(&[24, 40], 3), Dtype::F16);
+    let (deep_a, deep_b) = (
+        as_gpu(&on_gpu(&[37, 3001], 4), Dtype::F16),
+        as_gpu(&on_gpu(&[3001, 45], 5), Dtype::F16),
+    );
+    for coopmat in [GpuCoopmat::Plain, GpuCoopmat::Off] {
+        set_gpu_coopmat(coopmat);
+        for dtype in [Dtype::F16, Dtype::F32] {
+            let what = format!("{coopmat:?}, f16 product, {dtype} sum");
+            check_sum(&what, &as_gpu(&on_gpu(&[2, 8, 40], 1), dtype), &h, &w);
+            check_sum(
+                &format!("{what}, split-K"),
+                &as_gpu(&on_gpu(&[37, 45], 6), dtype),
+                &deep_a,
+                &deep_b,
+            );
+        }
+        assert_eq!(run(|| deep_a.matmul(&deep_b)).1, 2, "{coopmat:?}: split");
+    }
+    assert!(mlx_array::backend::gpu::coop_product_count() > 0);
+    set_gpu_coopmat(GpuCoopmat::Auto);
+    let bf = |x: &Array| as_gpu(x, Dtype::BF16);
+    for dtype in [Dtype::BF16, Dtype::F32] {
+        let what = format!("bf16 product, {dtype} sum");
+        check_sum(
+            &what,
+            &as_gpu(&on_gpu(&[2, 8, 40], 1), dtype),
+            &bf(&h),
+            &bf(&w),
+        );
+        check_sum(
+            &format!("{what}, split-K"),
+            &as_gpu(&on_gpu(&[37, 45], 6), dtype),
+            &bf(&deep_a),
+            &bf(&deep_b),
+        );
+    }
+}
+
 #[test]
 fn sums_of_products_need_no_add_kernel() {
     let Some(_gpu) = gpu() else { return };
@@ -163,7 +229,7 @@ fn terms_read_elsewhere_or_of_other_kinds_are_not_fused() {
         x.iter().zip(&p).map(|(x, p)| x + p + p).collect()
     };
     assert_eq!(y.to_vec::<f32>().unwrap(), twice);
-    // A broadcast addend, and a half-precision product: an add kernel.
+    // A broadcast addend: an add kernel.
     let row = on_gpu(&[40], 4);
     let (y, kernels) = run(|| row.add(&a.matmul(&b)?));
     assert_eq!(kernels, 2, "broadcast addend");
@@ -171,17 +237,6 @@ fn terms_read_elsewhere_or_of_other_kinds_are_not_fused() {
     let r = row.to_vec::<f32>().unwrap();
     let want: Vec<f32> = p.iter().enumerate().map(|(i, p)| r[i % 40] + p).collect();
     assert_eq!(y.to_vec::<f32>().unwrap(), want);
-    let half = |t: &Array| with_device(Device::Gpu, || t.astype(Dtype::F16)).unwrap();
-    let (h16, w16, x16) = (half(&a), half(&b), half(&x));
-    mlx_array::eval((&h16, &w16, &x16)).unwrap();
-    let product16 = run(|| h16.matmul(&w16)).0;
-    let (y, kernels) = run(|| x16.add(&h16.matmul(&w16)?));
-    assert!(kernels >= 2, "f16: {kernels} kernels");
-    let (unfused, _) = run(|| x16.add(&product16));
-    assert_eq!(
-        y.astype(Dtype::F32).unwrap().to_vec::<f32>().unwrap(),
-        unfused.astype(Dtype::F32).unwrap().to_vec::<f32>().unwrap()
-    );
 }
 
 #[test]
@@ -220,7 +275,7 @@ fn gradients_through_fused_sums_match_the_cpu() {
 }
 
 #[test]
-fn a_product_with_an_addend_takes_a_dense_f32_addend() {
+fn a_product_with_an_addend_checks_its_addend() {
     let Some(_gpu) = gpu() else { return };
     let (a, b) = (on_gpu(&[4, 6], 1), on_gpu(&[6, 5], 2));
     let strided = with_device(Device::Gpu, || on_gpu(&[5, 4], 3).transpose(&[1, 0])).unwrap();
@@ -244,8 +299,8 @@ fn a_product_with_an_addend_takes_a_dense_f32_addend() {
     .unwrap_err()
     .to_string();
     assert!(err.contains("must be dense with 20 elements"), "{err}");
-    let half = with_device(Device::Gpu, || on_gpu(&[4, 5], 5).astype(Dtype::F16)).unwrap();
-    half.eval().unwrap();
+    // An f32 product takes no f16 addend (its sum would be f32).
+    let half = as_gpu(&on_gpu(&[4, 5], 5), Dtype::F16);
     let err = matmul_adding(
         &a.operand().unwrap(),
         &b.operand().unwrap(),
@@ -254,5 +309,8 @@ fn a_product_with_an_addend_takes_a_dense_f32_addend() {
     )
     .unwrap_err()
     .to_string();
-    assert!(err.contains("takes f32 operands and addend"), "{err}");
+    assert!(
+        err.contains("takes float operands of one dtype and an addend of that dtype or f32"),
+        "{err}"
+    );
 }

@@ -67,6 +67,7 @@ pub use loss::{
     cross_entropy, cross_entropy_grad, linear_cross_entropy, linear_cross_entropy_grad,
     linear_cross_entropy_value_and_grad, softmax,
 };
+pub use matmul::adds_in_kernel as product_adds_in_kernel;
 #[doc(hidden)]
 pub use matmul::kernel_sources as matmul_kernel_sources;
 pub use matmul::{

@@ -253,7 +253,7 @@ pub(super) fn staged_per_round(tiling: Tiling, buffers: usize, limit: usize) -> 
 
 /// WGSL (without the leading `enable f16;` that the pipeline cache adds)
 /// of `a @ b` for f16 operands laid out as `view`, written as `out_dtype`
-/// (f16, or f32 added into `out` with `accumulate`), staging the operands
+/// (f16 or f32) as `epilogue` says (f32 for [`Epilogue::Accumulate`]), staging the operands
 /// `loads` names [`VEC`] halves a load and the others one, in
 /// `staging.buffers` slices each, and the output `staging.staged`
 /// fragments per subgroup at a time ([`Staging::choose`]).
@@ -264,7 +264,7 @@ pub(super) fn source(
     fragments: Fragments,
     view: View,
     out_dtype: Dtype,
-    accumulate: bool,
+    epilogue: Epilogue,
     loads: VecLoads,
 ) -> String {
     let (bm, bn, inv) = (tiling.bm(), tiling.bn(), tiling.invocations());
@@ -283,16 +283,23 @@ pub(super) fn source(
             "@group(0) @binding({binding}) var<storage, read> {name}: array<{ty}>;\n"
         ));
     }
-    if accumulate || out_dtype == Dtype::F32 {
-        let epilogue = if accumulate {
-            Epilogue::Accumulate
-        } else {
-            Epilogue::Store
-        };
-        src.push_str(&super::output_decl(3, Dtype::F32, epilogue, ""));
-    } else {
-        debug_assert_eq!(out_dtype, Dtype::F16);
-        src.push_str(&super::super::codegen::native_f16_output(3));
+    match epilogue {
+        Epilogue::Addend(_) => src.push_str(&super::output_decl(
+            3,
+            out_dtype,
+            epilogue,
+            super::PRODUCT_ADDEND_SHIFT,
+        )),
+        Epilogue::Accumulate => {
+            src.push_str(&super::output_decl(3, Dtype::F32, epilogue, ""));
+        }
+        Epilogue::Store if out_dtype == Dtype::F32 => {
+            src.push_str(&super::output_decl(3, Dtype::F32, epilogue, ""));
+        }
+        Epilogue::Store => {
+            debug_assert_eq!(out_dtype, Dtype::F16);
+            src.push_str(&super::super::codegen::native_f16_output(3));
+        }
     }
     let width = |vector: bool| if vector { VEC } else { 1 };
     // `a`'s slice: `bm` rows by the depth, staged row-major in `sa`.
@@ -442,7 +449,8 @@ pub(super) fn source(
             store.push_str("    workgroupBarrier();\n");
         }
     }
-    let epilogue = epilogue(&direct, &store, out_dtype, accumulate, tiling);
+    let direct_allowed = out_dtype == Dtype::F32 && epilogue == Epilogue::Store;
+    let epilogue = stores(&direct, &store, direct_allowed, tiling);
     let (a_len, b_len) = (tiling.a_slice_len(), tiling.b_slice_len());
     let main_loop = if double {
         // Slice `s` in buffer `s % 2`: the next slice's registers go to
@@ -529,7 +537,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nw: vec3
 
 /// The output stage of [`source`]: `staged` (each fragment through the
 /// subgroup's f32 staging fragment, bounds-checked, converted or added
-/// into `out`), and for an f32 output written (not accumulated) `direct`
+/// into `out`), and where `direct_allowed` (an f32 output written, not
+/// accumulated nor added to an addend) `direct`
 /// (each fragment stored straight into `out`) on tiles wholly inside the
 /// product whose rows start on 16 bytes: Vulkan wants a cooperative
 /// store's pointer and row stride aligned to 16 bytes (or a row's size),
@@ -537,14 +546,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nw: vec3
 /// reference model's 50,257-class logits take the staged path). The
 /// condition is uniform across the workgroup, as the cooperative stores
 /// and the staged path's barriers need.
-fn epilogue(
-    direct: &str,
-    staged: &str,
-    out_dtype: Dtype,
-    accumulate: bool,
-    tiling: Tiling,
-) -> String {
-    if out_dtype != Dtype::F32 || accumulate {
+fn stores(direct: &str, staged: &str, direct_allowed: bool, tiling: Tiling) -> String {
+    if !direct_allowed {
         return staged.to_string();
     }
     format!(

@@ -287,10 +287,22 @@ pub(super) enum Epilogue {
     Store,
     /// Adds it to the f32 output element already there.
     Accumulate,
-    /// Stores it added to the matching element of a separate f32 input,
-    /// `addend` (a sum whose other term is the product, computed by the
-    /// product's kernel instead of a kernel of its own).
-    Addend,
+    /// Stores it, rounded to the product's dtype, added to the matching
+    /// element of a separate input `addend` of this dtype (the product's,
+    /// or f32), as that dtype: a sum whose other term is the
+    /// product (or its widening cast), computed by the product's kernel
+    /// instead of a kernel of its own.
+    Addend(Dtype),
+}
+
+impl Epilogue {
+    /// The dtype the kernel stores for a product of `dtype`.
+    fn stored(self, dtype: Dtype) -> Dtype {
+        match self {
+            Epilogue::Addend(d) => d,
+            Epilogue::Store | Epilogue::Accumulate => dtype,
+        }
+    }
 }
 
 /// The WGSL `i32` distance from output element `i` to its addend's element
@@ -298,12 +310,13 @@ pub(super) enum Epilogue {
 /// batch strides (`16 + 3 * params[3]`).
 const PRODUCT_ADDEND_SHIFT: &str = "bitcast<i32>(params[16u + 3u * params[3]])";
 
-/// The output at `binding`: `store_out(i, v)` writes output element `i`,
-/// adds `v` to it ([`Epilogue::Accumulate`]), or writes `v` plus
-/// `addend[i + shift]` ([`Epilogue::Addend`]: the f32 `addend` bound at
-/// `binding` and the output after it; `shift` is WGSL of an `i32`).
-/// The sum is the one an add kernel would compute from the stored product:
-/// `v` is the product's final f32 value, added once.
+/// The output at `binding` of a product of `dtype`: `store_out(i, v)`
+/// writes output element `i`, adds `v` to it ([`Epilogue::Accumulate`]),
+/// or writes `v` rounded to `dtype` plus `addend[i + shift]`
+/// ([`Epilogue::Addend`]: `addend` bound at `binding` and the output
+/// after it; `shift` is WGSL of an `i32`). The sum is the one an add
+/// kernel computes from the stored product (and its widening cast): both
+/// terms in f32, rounded once to the addend's dtype.
 fn output_decl(binding: u32, dtype: Dtype, epilogue: Epilogue, shift: &str) -> String {
     match epilogue {
         Epilogue::Store => codegen::output(binding, dtype),
@@ -311,12 +324,19 @@ fn output_decl(binding: u32, dtype: Dtype, epilogue: Epilogue, shift: &str) -> S
             "@group(0) @binding({binding}) var<storage, read_write> out: array<f32>;\n\
              fn store_out(i: u32, v: f32) {{ out[i] = out[i] + v; }}\n"
         ),
-        Epilogue::Addend => format!(
-            "@group(0) @binding({binding}) var<storage, read> addend: array<f32>;\n\
-             @group(0) @binding({}) var<storage, read_write> out: array<f32>;\n\
-             fn store_out(i: u32, v: f32) {{ out[i] = addend[u32(i32(i) + {shift})] + v; }}\n",
-            binding + 1
-        ),
+        Epilogue::Addend(sum) => {
+            let product = match dtype {
+                Dtype::F16 => "round_f16(v)",
+                Dtype::BF16 => "round_bf16(v)",
+                _ => "v",
+            };
+            format!(
+                "{}{}fn store_out(i: u32, v: f32) {{ \
+                 store_summed(i, load_addend(u32(i32(i) + {shift})) + {product}); }}\n",
+                codegen::input("addend", binding, sum),
+                codegen::output_named("summed", binding + 1, sum),
+            )
+        }
     }
 }
 
@@ -375,14 +395,24 @@ pub fn matmul(a: &Operand<'_>, b: &Operand<'_>, out_shape: &[usize]) -> Result<A
     Ok(out)
 }
 
-/// `addend + a @ b` for f32 operands as [`matmul`] takes them and a dense
-/// f32 `addend` of the output's size (any shape with that many elements:
-/// it is read in the output's row-major order), in the product's kernels:
-/// the sum is stored where the product would be, without a kernel of its
-/// own or the product's buffer. Equal bit for bit to the product followed
-/// by an add (each element is the product's f32 value plus the addend's,
-/// rounded once). The GPU evaluator calls it for an add whose other term
-/// is a product that nothing else reads.
+/// Whether products of `dtype` can add an addend as they store
+/// ([`matmul_adding`]): the float dtypes (f16 on the tensor-core kernel
+/// where it runs).
+pub fn adds_in_kernel(dtype: Dtype) -> bool {
+    matches!(dtype, Dtype::F32 | Dtype::F16 | Dtype::BF16)
+}
+
+/// `addend + a @ b` for operands as [`matmul`] takes them, of a dtype that
+/// [`adds_in_kernel`], and a dense `addend` of the output's size (any
+/// shape with that many elements: it is read in the output's row-major
+/// order) of the operands' dtype or f32 (the sum of the product's widening
+/// cast), in the product's kernels: the sum is
+/// stored, in the addend's dtype, where the product would be, without a
+/// kernel of its own or the product's buffer. Equal bit for bit to the
+/// product, cast, then added (each element is the product rounded to its
+/// dtype plus the addend, in f32, rounded once to the addend's dtype).
+/// The GPU evaluator calls it for an add whose other term is a product
+/// that nothing else reads.
 pub fn matmul_adding(
     a: &Operand<'_>,
     b: &Operand<'_>,
@@ -390,11 +420,16 @@ pub fn matmul_adding(
     addend: &Operand<'_>,
 ) -> Result<ArrayData> {
     let total = size_of_shape(out_shape);
-    if a.dtype != Dtype::F32 || b.dtype != Dtype::F32 || addend.dtype != Dtype::F32 {
+    let dtype = a.dtype;
+    let sums = b.dtype == dtype
+        && adds_in_kernel(dtype)
+        && (addend.dtype == dtype || addend.dtype == Dtype::F32);
+    if !sums {
         return Err(Error::eval(
             "matmul",
             format!(
-                "a product with an addend takes f32 operands and addend, got {}, {} and {}",
+                "a product with an addend takes float operands of one dtype and an addend \
+                 of that dtype or f32; got {}, {} and {}",
                 a.dtype, b.dtype, addend.dtype
             ),
         ));
@@ -413,13 +448,13 @@ pub fn matmul_adding(
     codegen::check_size("matmul", total, &[&a.data, &b.data, &addend.data])?;
     codegen::check_size("matmul", a.size(), &[])?;
     codegen::check_size("matmul", b.size(), &[])?;
-    let out = alloc(out_shape, Dtype::F32)?;
+    let out = alloc(out_shape, addend.dtype)?;
     let to = Destination {
         data: &out,
         shape: out_shape,
         offset: 0,
         accumulate: false,
-        addend: Some(&addend.data),
+        addend: Some((&addend.data, addend.dtype)),
     };
     record(a, b, &to)?;
     Ok(out)
@@ -438,9 +473,10 @@ pub(crate) struct Destination<'a> {
     pub(crate) offset: usize,
     /// Add to what is there instead of overwriting it.
     pub(crate) accumulate: bool,
-    /// An f32 array added to the product, read densely from its offset in
-    /// the block's order (f32 products only; not with `accumulate`).
-    pub(crate) addend: Option<&'a ArrayData>,
+    /// An array added to the product (and its dtype, the stored one), read
+    /// densely from its offset in the block's order (see
+    /// [`Epilogue::Addend`]; not with `accumulate`).
+    pub(crate) addend: Option<(&'a ArrayData, Dtype)>,
 }
 
 impl Destination<'_> {
@@ -448,7 +484,7 @@ impl Destination<'_> {
     fn epilogue(&self) -> Epilogue {
         match (self.accumulate, self.addend) {
             (true, _) => Epilogue::Accumulate,
-            (false, Some(_)) => Epilogue::Addend,
+            (false, Some((_, dtype))) => Epilogue::Addend(dtype),
             (false, None) => Epilogue::Store,
         }
     }
@@ -456,7 +492,7 @@ impl Destination<'_> {
     /// The `i32` distance from an output element to its addend's (0
     /// without one), for the kernels' meta words.
     fn addend_shift(&self) -> u32 {
-        self.addend.map_or(0, |x| {
+        self.addend.map_or(0, |(x, _)| {
             (x.offset() as i64 - self.offset as i64) as i32 as u32
         })
     }
@@ -470,11 +506,12 @@ impl Destination<'_> {
 pub(crate) fn record(a: &Operand<'_>, b: &Operand<'_>, to: &Destination<'_>) -> Result<()> {
     let dtype = a.dtype;
     // Packed outputs are cleared and OR-ed into from their first word.
-    debug_assert!(!codegen::packed(dtype) || (to.offset == 0 && to.epilogue() == Epilogue::Store));
-    debug_assert!(to.epilogue() == Epilogue::Store || dtype == Dtype::F32);
+    debug_assert!(!codegen::packed(dtype) || (to.offset == 0 && !to.accumulate));
+    debug_assert!(!to.accumulate || dtype == Dtype::F32);
+    debug_assert!(to.addend.is_none() || adds_in_kernel(dtype));
     debug_assert!(!(to.accumulate && to.addend.is_some()));
     let product = Product::new(&a.data, &b.data, dtype, a.shape, to.shape);
-    let coop = coop_fragments(dtype, to.epilogue() != Epilogue::Store)?;
+    let coop = coop_fragments(dtype, to.accumulate)?;
     product.record(coop, dtype, to)
 }
 
@@ -751,8 +788,7 @@ impl Product<'_> {
         slices: Slices,
         to: &Destination<'_>,
     ) -> Result<()> {
-        let (out, out_offset, accumulate) = (to.data, to.offset, to.accumulate);
-        let epilogue = to.epilogue();
+        let (out, out_offset, epilogue) = (to.data, to.offset, to.epilogue());
         let (a, b, dtype, m, n) = (self.a, self.b, self.dtype, self.m, self.n);
         let nd = self.batch_shape.len() + 2;
         let (sa, sb) = (a.strides(), b.strides());
@@ -789,10 +825,6 @@ impl Product<'_> {
         let limit = super::workgroup_memory_limit()?;
         let (pipeline, tm, tn) = match coop {
             Some(fragments) => {
-                debug_assert!(
-                    epilogue != Epilogue::Addend,
-                    "no addend on the cooperative kernel"
-                );
                 let subgroups = settings::gpu_coop_subgroups();
                 let tiling = if t == 128 {
                     // The tall tiling where it fits, else the default.
@@ -808,12 +840,10 @@ impl Product<'_> {
                 let staging =
                     coop::Staging::choose(tiling, limit, settings::gpu_coop_double_buffer());
                 let key = format!(
-                    "matmul-coop:{tiling:?}:{staging:?}:{fragments:?}:{view:?}:{loads:?}:{out_dtype}:{accumulate}"
+                    "matmul-coop:{tiling:?}:{staging:?}:{fragments:?}:{view:?}:{loads:?}:{out_dtype}:{epilogue:?}"
                 );
                 let p = context()?.product_pipeline(&key, fragments, || {
-                    coop::source(
-                        tiling, staging, fragments, view, out_dtype, accumulate, loads,
-                    )
+                    coop::source(tiling, staging, fragments, view, out_dtype, epilogue, loads)
                 })?;
                 COOP_PRODUCTS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 LAST_COOP_STAGED.set(staging.staged);
@@ -868,14 +898,18 @@ impl Product<'_> {
         meta.extend(b_strides.iter().map(|&s| s as i32 as u32));
         meta.push(to.addend_shift());
         let elements = slices.count * batch * m * n;
-        let inputs: Vec<&ArrayData> = [a, b].into_iter().chain(to.addend).collect();
+        let inputs: Vec<&ArrayData> = [a, b]
+            .into_iter()
+            .chain(to.addend.map(|(x, _)| x))
+            .collect();
+        let stored = epilogue.stored(out_dtype);
         dispatch_groups(
             &pipeline,
             &meta,
             &inputs,
             out,
-            elements * out_dtype.size_of(),
-            codegen::packed(out_dtype),
+            elements * stored.size_of(),
+            codegen::packed(stored),
             tiles,
         )
     }
@@ -919,14 +953,18 @@ fn sum_slices(
         out_offset as u32,
         to.addend_shift(),
     ];
-    let inputs: Vec<&ArrayData> = [parts].into_iter().chain(to.addend).collect();
+    let inputs: Vec<&ArrayData> = [parts]
+        .into_iter()
+        .chain(to.addend.map(|(x, _)| x))
+        .collect();
+    let stored = epilogue.stored(dtype);
     super::dispatch(
         &pipeline,
         &meta,
         &inputs,
         out,
-        total * dtype.size_of(),
-        codegen::packed(dtype),
+        total * stored.size_of(),
+        codegen::packed(stored),
         total,
     )
 }
@@ -981,21 +1019,26 @@ pub fn kernel_sources() -> Vec<(String, String)> {
         for staging in stagings {
             for fragments in [coop::Fragments::Cooperative, coop::Fragments::Plain] {
                 for &view in &views {
-                    for (i, (dtype, accumulate)) in
-                        [(Dtype::F16, false), (Dtype::F32, false), (Dtype::F32, true)]
-                            .into_iter()
-                            .enumerate()
+                    for (i, (dtype, epilogue)) in [
+                        (Dtype::F16, Epilogue::Store),
+                        (Dtype::F32, Epilogue::Store),
+                        (Dtype::F32, Epilogue::Accumulate),
+                        (Dtype::F16, Epilogue::Addend(Dtype::F16)),
+                        (Dtype::F16, Epilogue::Addend(Dtype::F32)),
+                    ]
+                    .into_iter()
+                    .enumerate()
                     {
                         for loads in choices(true, i == 0) {
                             out.push((
                                 format!(
-                                    "coop {tiling:?} {staging:?} {fragments:?} {view:?} {loads:?} {dtype} accumulate {accumulate} ({} B)",
+                                    "coop {tiling:?} {staging:?} {fragments:?} {view:?} {loads:?} {dtype} {epilogue:?} ({} B)",
                                     tiling.shared_bytes_for(staging)
                                 ),
                                 format!(
                                     "enable f16;\n{}",
                                     coop::source(
-                                        tiling, staging, fragments, view, dtype, accumulate, loads
+                                        tiling, staging, fragments, view, dtype, epilogue, loads
                                     )
                                 ),
                             ));
@@ -1012,9 +1055,12 @@ pub fn kernel_sources() -> Vec<(String, String)> {
                 for (i, (dtype, out_dtype, epilogue)) in [
                     (Dtype::F32, Dtype::F32, Epilogue::Store),
                     (Dtype::F32, Dtype::F32, Epilogue::Accumulate),
-                    (Dtype::F32, Dtype::F32, Epilogue::Addend),
+                    (Dtype::F32, Dtype::F32, Epilogue::Addend(Dtype::F32)),
                     (Dtype::F16, Dtype::F16, Epilogue::Store),
                     (Dtype::BF16, Dtype::BF16, Epilogue::Store),
+                    (Dtype::F16, Dtype::F16, Epilogue::Addend(Dtype::F16)),
+                    (Dtype::BF16, Dtype::BF16, Epilogue::Addend(Dtype::BF16)),
+                    (Dtype::BF16, Dtype::BF16, Epilogue::Addend(Dtype::F32)),
                     (Dtype::F16, Dtype::F32, Epilogue::Store),
                     (Dtype::BF16, Dtype::F32, Epilogue::Store),
                 ]
@@ -1048,7 +1094,11 @@ pub fn kernel_sources() -> Vec<(String, String)> {
             .filter(|&b| tiled::shared_bytes(tile, b) <= 48 << 10)
         {
             for &view in &views {
-                for epilogue in [Epilogue::Store, Epilogue::Accumulate, Epilogue::Addend] {
+                for epilogue in [
+                    Epilogue::Store,
+                    Epilogue::Accumulate,
+                    Epilogue::Addend(Dtype::F32),
+                ] {
                     for loads in choices(true, false) {
                         out.push((
                             format!(
