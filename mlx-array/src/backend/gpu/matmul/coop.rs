@@ -648,7 +648,7 @@ mod tests {
                     b_cols: false,
                 },
                 Dtype::F16,
-                false,
+                Epilogue::Store,
                 VecLoads::default(),
             );
             let main = &src[src.find("loop {").unwrap()..src.find("let ob =").unwrap()];
