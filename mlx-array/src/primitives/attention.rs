@@ -132,9 +132,12 @@ impl Primitive for Attention {
             return Ok(vec![None, None, None]);
         };
         let (q, k, v) = (&inputs[0], &inputs[1], &inputs[2]);
-        let f32 = |like: &Array| OutputSpec {
+        // The gradients in the inputs' dtype, stored by the kernel in its
+        // `[B, L, H, w]` order (the heads' transposes back to the
+        // projections' layout are then views).
+        let spec = |like: &Array| OutputSpec {
             shape: like.shape().to_vec(),
-            dtype: Dtype::F32,
+            dtype: q.dtype(),
         };
         let grads = Array::from_primitive_outputs(
             AttentionGrad(*self),
@@ -146,22 +149,17 @@ impl Primitive for Attention {
                 outputs[1].clone(),
                 ct.astype(Dtype::F32)?,
             ],
-            vec![f32(q), f32(k), f32(v)],
+            vec![spec(q), spec(k), spec(v)],
         );
-        // The gradients of half-precision inputs, in their dtype and in the
-        // kernel's `[B, L, H, w]` order (the heads' transposes back to the
-        // projections' layout are then views).
-        grads
-            .into_iter()
-            .map(|g| Ok(Some(crate::ops::astype_in_order(&g, q.dtype())?)))
-            .collect()
+        Ok(grads.into_iter().map(Some).collect())
     }
 }
 
 /// `dq`, `dk`, `dv` of an [`Attention`] for the cotangent of its output:
-/// three f32 outputs of one kernel (stored `[B, L, H, w]` in one buffer).
-/// Inputs: `q`, `k`, `v` (f32 or bf16), the forward output and
-/// logsumexps, the f32 cotangent.
+/// three outputs of one kernel in the inputs' dtype (computed in f32,
+/// rounded once as stored, `[B, L, H, w]` in one buffer). Inputs: `q`,
+/// `k`, `v` (of one float dtype), the forward output and logsumexps, the
+/// f32 cotangent.
 #[derive(Debug, Clone, Copy)]
 pub struct AttentionGrad(pub Attention);
 
@@ -213,6 +211,15 @@ impl Primitive for AttentionGrad {
         let dtype = inputs[0].dtype();
         let grads =
             attention::attention_grad(&d(0)?, &d(1)?, &d(2)?, &forward, &d(5)?, &dims, dtype);
+        let grads = if dtype == Dtype::F32 {
+            grads
+        } else {
+            let (nq, nk, nv) = dims.grad_len();
+            crate::backend::cpu::copy::copy_cast(
+                &crate::Operand::new(grads, &[nq + nk + nv], Dtype::F32),
+                dtype,
+            )
+        };
         Ok(Self::outputs(grads, &dims))
     }
     fn vjp_outputs(

@@ -382,3 +382,57 @@ fn strided_heads_are_copied_once_for_the_forward_and_the_gradient() {
         "one copy of each strided input for the forward pass and the gradient"
     );
 }
+
+/// The gradient kernels store `dq`, `dk`, `dv` in the inputs' dtype (f16
+/// on the fragment kernels, bf16 packed two to a word on the f32-compute
+/// ones): a half-precision vjp runs the forward kernel, the output's cast,
+/// the cotangent's cast to f32 and the gradient's three kernels, and no
+/// cast of its gradients (the values are the specs' to check).
+#[test]
+fn half_precision_gradients_leave_the_kernels_in_their_dtype() {
+    let Some(_gpu) = gpu() else { return };
+    let native = native_f16_or_skip();
+    set_gpu_coopmat(GpuCoopmat::Plain);
+    for dtype in [Dtype::F16, Dtype::BF16] {
+        if dtype == Dtype::F16 && !native {
+            continue;
+        }
+        let inputs: Vec<Array> = (1..=4)
+            .map(|s| {
+                let x =
+                    with_device(Device::Gpu, || input([1, 2, 40, 32], s).astype(dtype)).unwrap();
+                x.eval().unwrap();
+                x
+            })
+            .collect();
+        let attend = |x: &[Array]| {
+            Ok(vec![mlx_array::fused_attention(
+                &x[0], &x[1], &x[2], 0.3, true,
+            )?])
+        };
+        let (before_runs, before) = (
+            attention_fragment_runs(),
+            mlx_array::backend::gpu::dispatch_count(),
+        );
+        let (out, grads) = with_device(Device::Gpu, || {
+            mlx_array::vjp(attend, &inputs[..3], &[inputs[3].clone()])
+        })
+        .unwrap();
+        mlx_array::eval((&out, &grads)).unwrap();
+        let kernels = mlx_array::backend::gpu::dispatch_count() - before;
+        assert_eq!(
+            kernels, 6,
+            "{dtype}: kernels of the forward pass and the gradient"
+        );
+        for g in &grads {
+            assert_eq!(g.dtype(), dtype);
+        }
+        let ran_fragments = attention_fragment_runs().1 > before_runs.1;
+        assert_eq!(
+            ran_fragments,
+            dtype == Dtype::F16,
+            "{dtype}: fragment gradient"
+        );
+    }
+    set_gpu_coopmat(GpuCoopmat::Auto);
+}

@@ -39,6 +39,7 @@ pub(super) fn delta_source(dims: &AttentionDims) -> String {
         t,
         Loads::Scalar,
         &[],
+        Dtype::F32,
     );
     s.push_str(super::codegen::ENTRY);
     s.push_str(" {\n    ");
@@ -60,7 +61,7 @@ pub(super) fn delta_source(dims: &AttentionDims) -> String {
 }
 
 /// The WGSL of one pass for `q`, `k`, `v` of `dtype`, the tiles staged as
-/// `loads` says.
+/// `loads` says, the gradients stored as `dtype`.
 pub(super) fn source(
     dims: &AttentionDims,
     dtype: Dtype,
@@ -79,7 +80,7 @@ pub(super) fn source(
         ("g", Dtype::F32),
         ("delta", Dtype::F32),
     ];
-    let mut s = header(dims, &inputs, t, loads, &["q", "k", "v", "g"]);
+    let mut s = header(dims, &inputs, t, loads, &["q", "k", "v", "g"], dtype);
     s.push_str(&format!(
         r#"
 var<workgroup> q_s: array<vec4<f32>, {q_len}>;

@@ -45,6 +45,7 @@ pub(super) fn source(dims: &AttentionDims, dtype: Dtype, t: Tiles, loads: Loads)
         t,
         loads,
         &["q", "k", "v"],
+        Dtype::F32,
     );
     s.push_str(&format!(
         r#"

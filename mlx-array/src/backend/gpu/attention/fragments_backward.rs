@@ -129,6 +129,7 @@ pub(super) fn source(
     } = strides(dims, walk);
     let inv = own * 2;
     let mut s = String::from(f.enable());
+    s.push_str(super::codegen::PRELUDE);
     s.push_str(super::codegen::META);
     for (i, name) in ["q", "k", "v"].iter().enumerate() {
         s.push_str(&loads.binding(i + 1, name, "f16"));
@@ -136,7 +137,8 @@ pub(super) fn source(
     s.push_str(&Loads::Scalar.binding(4, "packed", "f32"));
     s.push_str(&loads.binding(5, "g", "f32"));
     s.push_str(&Loads::Scalar.binding(6, "delta", "f32"));
-    s.push_str(&super::codegen::output(7, crate::Dtype::F32));
+    // The gradients are stored in f16, the inputs' dtype.
+    s.push_str(&super::codegen::output(7, crate::Dtype::F16));
     s.push_str(&format!(
         "const D: u32 = {}u;\nconst DV: u32 = {}u;\nconst BQ: u32 = {}u;\nconst BK: u32 = {}u;\n",
         dims.d, dims.dv, t.bq, t.bk

@@ -1,10 +1,12 @@
 //! Fused scaled dot-product attention and its gradient on the GPU as flash
 //! attention, in the packed layouts of the CPU kernels (see
 //! `backend::cpu::attention`): the output stored `[B, Lq, H, dv]` then the
-//! rows' logsumexps `[B, H, Lq]`; the gradients `dq [B, Lq, H, d]`,
-//! `dk [B, Lk, H, d]`, `dv [B, Lk, H, dv]` one after another, all f32.
-//! `q`, `k` and `v` are read in their own dtype (f32, f16 or bf16) and
-//! computed in f32, except f16 on 16 x 16 fragments (below).
+//! rows' logsumexps `[B, H, Lq]`, in f32; the gradients `dq [B, Lq, H, d]`,
+//! `dk [B, Lk, H, d]`, `dv [B, Lk, H, dv]` one after another, in the
+//! inputs' dtype (rounded once as they are stored, so a half-precision
+//! model casts none of them). `q`, `k` and `v` are read in their own dtype
+//! (f32, f16 or bf16) and computed in f32, except f16 on 16 x 16
+//! fragments (below).
 //!
 //! # f16 on fragments (tensor cores)
 //!
@@ -265,13 +267,14 @@ fn meta(dims: &AttentionDims, inputs: &[&ArrayData]) -> Vec<u32> {
 /// The WGSL shared by the kernels: constants, the bindings of `inputs`
 /// (name and dtype; those named in `staged` read by quads, `load4_<name>`,
 /// when `loads` says so, the others element by element, `load_<name>`),
-/// an f32 output, and the sizes read from `params`.
+/// an output of dtype `out`, and the sizes read from `params`.
 fn header(
     dims: &AttentionDims,
     inputs: &[(&str, Dtype)],
     tiles: Tiles,
     loads: Loads,
     staged: &[&str],
+    out: Dtype,
 ) -> String {
     let mut s = String::from(codegen::PRELUDE);
     s.push_str(codegen::META);
@@ -283,7 +286,7 @@ fn header(
             s.push_str(&codegen::input(name, binding, *dtype));
         }
     }
-    s.push_str(&codegen::output(inputs.len() as u32 + 1, Dtype::F32));
+    s.push_str(&codegen::output(inputs.len() as u32 + 1, out));
     s.push_str(&format!(
         "const D: u32 = {}u;\nconst DV: u32 = {}u;\nconst BQ: u32 = {}u;\nconst BK: u32 = {}u;\n",
         dims.d, dims.dv, tiles.bq, tiles.bk
@@ -685,7 +688,9 @@ fn dense_qkv(
 }
 
 /// The gradients of [`attention`] for the f32 cotangent `d_out` of its
-/// output (`packed` being its result), packed as on the CPU.
+/// output (`packed` being its result), packed as on the CPU, stored in the
+/// inputs' `dtype` (computed in f32, rounded once as they are stored: a
+/// half-precision model's gradients need no casts of their own).
 pub fn attention_grad(
     q: &ArrayData,
     k: &ArrayData,
@@ -712,7 +717,7 @@ pub fn attention_grad(
     let packed = dense(&Operand::new(packed.clone(), &[n_out + n_lse], Dtype::F32))?;
     let g = dense(&Operand::new(d_out.clone(), &[b, h, lq, dv], Dtype::F32))?;
     codegen::check_size("attention_grad", nq + nk + nv, &[&q, &k, &v, &packed, &g])?;
-    let out = alloc(&[nq + nk + nv], Dtype::F32)?;
+    let out = alloc(&[nq + nk + nv], dtype)?;
     if nq + nk + nv == 0 {
         return Ok(out);
     }
@@ -761,13 +766,14 @@ pub fn attention_grad(
             backward::Pass::KeyValue => (dims.lk, tiles.bk),
             backward::Pass::Query => (lq, tiles.bq),
         };
+        // A packed dtype's words are OR-ed into: the first pass clears them.
         dispatch_groups(
             &pipeline,
             &meta,
             &inputs,
             &out,
-            (nq + nk + nv) * 4,
-            false,
+            (nq + nk + nv) * dtype.size_of(),
+            codegen::packed(dtype) && pass == backward::Pass::KeyValue,
             b * h * l.div_ceil(block),
         )?;
     }

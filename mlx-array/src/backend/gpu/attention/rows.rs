@@ -16,16 +16,16 @@ use crate::data::{ArrayData, Operand};
 use crate::{Dtype, Result};
 
 /// The WGSL shared by the kernels: constants, the bindings of `inputs`
-/// (`q`, `k`, `v` of `dtype`, the others f32), and the sizes read from
-/// `params`.
-fn header(dims: &AttentionDims, inputs: &[&str], dtype: Dtype) -> String {
+/// (`q`, `k`, `v` of `dtype`, the others f32), an output of dtype `out`,
+/// and the sizes read from `params`.
+fn header(dims: &AttentionDims, inputs: &[&str], dtype: Dtype, out: Dtype) -> String {
     let mut s = String::from(codegen::PRELUDE);
     s.push_str(codegen::META);
     for (i, name) in inputs.iter().enumerate() {
         let t = if i < 3 { dtype } else { Dtype::F32 };
         s.push_str(&codegen::input(name, i as u32 + 1, t));
     }
-    s.push_str(&codegen::output(inputs.len() as u32 + 1, Dtype::F32));
+    s.push_str(&codegen::output(inputs.len() as u32 + 1, out));
     s.push_str(&format!(
         "const D: u32 = {}u;\nconst DV: u32 = {}u;\n",
         dims.d, dims.dv
@@ -52,7 +52,7 @@ pub(super) fn attention(
     }
     let key = format!("attention_rows:{d}:{dv}:{dtype}");
     let pipeline = context()?.pipeline(&key, || {
-        let mut s = header(dims, &["q", "k", "v"], dtype);
+        let mut s = header(dims, &["q", "k", "v"], dtype, Dtype::F32);
         s.push_str(codegen::ENTRY);
         s.push_str(" {\n    ");
         s.push_str(codegen::THREAD_INDEX);
@@ -152,14 +152,14 @@ pub(super) fn attention_grad(
     let g = dense(&Operand::new(d_out.clone(), &[b, h, lq, dv], Dtype::F32))?;
     let inputs = [&q, &k, &v, &packed, &g];
     codegen::check_size("attention_grad", nq + nk + nv, &inputs)?;
-    let out = alloc(&[nq + nk + nv], Dtype::F32)?;
+    let out = alloc(&[nq + nk + nv], dtype)?;
     if nq + nk + nv == 0 {
         return Ok(out);
     }
     let meta = meta(dims, &inputs);
     let names = ["q", "k", "v", "packed", "g"];
     let prologue = |body: &str| {
-        let mut s = header(dims, &names, dtype);
+        let mut s = header(dims, &names, dtype, dtype);
         s.push_str(codegen::ENTRY);
         s.push_str(" {\n    ");
         s.push_str(codegen::THREAD_INDEX);
@@ -222,23 +222,17 @@ pub(super) fn attention_grad(
     })?;
     let mut meta = meta;
     meta.extend([nq as u32, (nq + nk) as u32]);
+    // A packed dtype's words are OR-ed into: the first pass clears them.
+    let bytes = (nq + nk + nv) * dtype.size_of();
     dispatch(
         &dq,
         &meta,
         &inputs,
         &out,
-        (nq + nk + nv) * 4,
-        false,
+        bytes,
+        codegen::packed(dtype),
         b * h * lq,
     )?;
-    dispatch(
-        &dkv,
-        &meta,
-        &inputs,
-        &out,
-        (nq + nk + nv) * 4,
-        false,
-        b * h * lk,
-    )?;
+    dispatch(&dkv, &meta, &inputs, &out, bytes, false, b * h * lk)?;
     Ok(out)
 }
