@@ -118,6 +118,10 @@ pack
 left && MLX_PROFILE=1 timeout 150 $B/mlx-llama "${R[@]}" --dtype f16 --steps 4 --out /tmp/pf16 \
   > $g/prof_ref_f16.log 2>&1
 grep -A14 "GPU execution time" $g/prof_ref_f16.log | head -n 14; rm -rf /tmp/pf16
+# The host's side of steps 2 and 3: recording time and kernels a step (lavapipe counted 269 on
+# 2026-11-28 at a smaller batch and vocabulary; split-K and the loss's blocks follow the shapes).
+grep -E "^step=[23] host" $g/prof_ref_f16.log | grep -oE "(host_ms|gpu_recording_ms|gpu_dispatches|gpu_wait_ms)=[0-9.]+" \
+  | tr '\n' ' '; echo
 left && MLX_PROFILE=1 timeout 200 $B/mlx-llama "${R[@]}" "${L[@]}" --dtype f16 --steps 3 \
   --out /tmp/plarge > $g/prof_large_f16.log 2>&1
 grep -A14 "GPU execution time" $g/prof_large_f16.log | head -n 14; rm -rf /tmp/plarge
