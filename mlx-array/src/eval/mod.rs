@@ -83,7 +83,11 @@ tuple_evaluable!(A 0, B 1, C 2, D 3, E 4);
 /// its last consumer has run (unless the caller still holds the array).
 /// Collectives ([`Stream::Communication`]) run on a thread of their own, and
 /// whatever does not wait for one runs first, while they travel
-/// (`MLX_OVERLAP=0` keeps plain graph order instead).
+/// (`MLX_OVERLAP=0` keeps plain graph order instead). On the GPU, nodes
+/// that nothing else reads fuse into their reader's kernel: elementwise
+/// chains into one kernel, and a matrix product into the add that sums it
+/// with another term (the product's kernel stores the sum, bit for bit
+/// the unfused result).
 ///
 /// ```
 /// use mlx_array::{eval, Array, Dtype};
