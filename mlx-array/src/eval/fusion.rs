@@ -118,8 +118,9 @@ impl Fusion {
         ok
     }
 
-    /// Computes `out` (an elementwise GPU node) with its deferred inputs
-    /// inlined; `None` when nothing was deferred into it.
+    /// Computes the GPU node `out` with its deferred inputs inlined (an
+    /// elementwise chain, or an add in a product's kernel); `None` when
+    /// nothing was deferred into it.
     pub(crate) fn run(&mut self, out: &Array) -> Result<Option<ArrayData>> {
         if self.deferred.is_empty() {
             return Ok(None);
@@ -132,7 +133,9 @@ impl Fusion {
         // A product deferred to an add that does not take it after all
         // (`out` reads it through a reshape that runs on its own, or the
         // add's other term does not suit the kernel): computed now.
-        if let Some((_, inputs)) = pending(out) {
+        if !self.into_sum.is_empty()
+            && let Some((_, inputs)) = pending(out)
+        {
             for i in &inputs {
                 if self.into_sum.contains(&i.id()) {
                     self.materialize(i)?;
@@ -168,8 +171,8 @@ impl Fusion {
     /// Computes the add `out` in the kernel of a product deferred into it
     /// (the last such term), its other term evaluated first and read as
     /// the addend; `None` when no term is such a product or the other
-    /// term is not a dense f32 array of `out`'s shape (the product is then
-    /// computed on its own).
+    /// term is not a dense array of `out`'s shape and dtype (the product
+    /// is then computed on its own).
     fn product_sum(&mut self, out: &Array) -> Result<Option<ArrayData>> {
         let Some((_, inputs)) = pending(out) else {
             return Ok(None);

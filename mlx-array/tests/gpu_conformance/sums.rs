@@ -278,37 +278,21 @@ fn gradients_through_fused_sums_match_the_cpu() {
 fn a_product_with_an_addend_checks_its_addend() {
     let Some(_gpu) = gpu() else { return };
     let (a, b) = (on_gpu(&[4, 6], 1), on_gpu(&[6, 5], 2));
+    // The error of `a @ b + addend` into a [4, 5] output.
+    let refused = |addend: &Array| {
+        let (a, b) = (a.operand().unwrap(), b.operand().unwrap());
+        matmul_adding(&a, &b, &[4, 5], &addend.operand().unwrap())
+            .unwrap_err()
+            .to_string()
+    };
     let strided = with_device(Device::Gpu, || on_gpu(&[5, 4], 3).transpose(&[1, 0])).unwrap();
     strided.eval().unwrap();
-    let err = matmul_adding(
-        &a.operand().unwrap(),
-        &b.operand().unwrap(),
-        &[4, 5],
-        &strided.operand().unwrap(),
-    )
-    .unwrap_err()
-    .to_string();
+    let err = refused(&strided);
     assert!(err.contains("must be dense with 20 elements"), "{err}");
-    let short = on_gpu(&[19], 4);
-    let err = matmul_adding(
-        &a.operand().unwrap(),
-        &b.operand().unwrap(),
-        &[4, 5],
-        &short.operand().unwrap(),
-    )
-    .unwrap_err()
-    .to_string();
+    let err = refused(&on_gpu(&[19], 4));
     assert!(err.contains("must be dense with 20 elements"), "{err}");
     // An f32 product takes no f16 addend (its sum would be f32).
-    let half = as_gpu(&on_gpu(&[4, 5], 5), Dtype::F16);
-    let err = matmul_adding(
-        &a.operand().unwrap(),
-        &b.operand().unwrap(),
-        &[4, 5],
-        &half.operand().unwrap(),
-    )
-    .unwrap_err()
-    .to_string();
+    let err = refused(&as_gpu(&on_gpu(&[4, 5], 5), Dtype::F16));
     assert!(
         err.contains("takes float operands of one dtype and an addend of that dtype or f32"),
         "{err}"

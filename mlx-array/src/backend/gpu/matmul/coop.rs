@@ -283,24 +283,13 @@ pub(super) fn source(
             "@group(0) @binding({binding}) var<storage, read> {name}: array<{ty}>;\n"
         ));
     }
-    match epilogue {
-        Epilogue::Addend(_) => src.push_str(&super::output_decl(
-            3,
-            out_dtype,
-            epilogue,
-            super::PRODUCT_ADDEND_SHIFT,
-        )),
-        Epilogue::Accumulate => {
-            src.push_str(&super::output_decl(3, Dtype::F32, epilogue, ""));
+    src.push_str(&match epilogue {
+        Epilogue::Store if out_dtype == Dtype::F16 => super::super::codegen::native_f16_output(3),
+        Epilogue::Addend(_) => {
+            super::output_decl(3, out_dtype, epilogue, super::PRODUCT_ADDEND_SHIFT)
         }
-        Epilogue::Store if out_dtype == Dtype::F32 => {
-            src.push_str(&super::output_decl(3, Dtype::F32, epilogue, ""));
-        }
-        Epilogue::Store => {
-            debug_assert_eq!(out_dtype, Dtype::F16);
-            src.push_str(&super::super::codegen::native_f16_output(3));
-        }
-    }
+        Epilogue::Store | Epilogue::Accumulate => super::output_decl(3, Dtype::F32, epilogue, ""),
+    });
     let width = |vector: bool| if vector { VEC } else { 1 };
     // `a`'s slice: `bm` rows by the depth, staged row-major in `sa`.
     let a_slice = Slice {

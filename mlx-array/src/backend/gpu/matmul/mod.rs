@@ -375,12 +375,27 @@ const PROLOGUE: &str = r#"    let m = params[0];
 /// accumulating in f32. The output is contiguous, of the operands' dtype.
 pub fn matmul(a: &Operand<'_>, b: &Operand<'_>, out_shape: &[usize]) -> Result<ArrayData> {
     let dtype = a.dtype;
-    supported(dtype)?;
     if !dtype.is_float() {
+        supported(dtype)?;
         return Err(Error::eval("matmul", format!("no GPU kernel for {dtype}")));
     }
-    let total = size_of_shape(out_shape);
-    codegen::check_size("matmul", total, &[&a.data, &b.data])?;
+    new_product(a, b, out_shape, None)
+}
+
+/// Records `a @ b` (plus `addend`, as [`matmul_adding`] says) into a new
+/// contiguous array of `out_shape`, of the addend's dtype or else the
+/// operands'.
+fn new_product(
+    a: &Operand<'_>,
+    b: &Operand<'_>,
+    out_shape: &[usize],
+    addend: Option<&Operand<'_>>,
+) -> Result<ArrayData> {
+    let dtype = addend.map_or(a.dtype, |x| x.dtype);
+    supported(a.dtype)?;
+    let mut read = vec![&a.data, &b.data];
+    read.extend(addend.map(|x| &x.data));
+    codegen::check_size("matmul", size_of_shape(out_shape), &read)?;
     codegen::check_size("matmul", a.size(), &[])?;
     codegen::check_size("matmul", b.size(), &[])?;
     let out = alloc(out_shape, dtype)?;
@@ -389,7 +404,7 @@ pub fn matmul(a: &Operand<'_>, b: &Operand<'_>, out_shape: &[usize]) -> Result<A
         shape: out_shape,
         offset: 0,
         accumulate: false,
-        addend: None,
+        addend: addend.map(|x| (&x.data, x.dtype)),
     };
     record(a, b, &to)?;
     Ok(out)
@@ -445,19 +460,7 @@ pub fn matmul_adding(
             ),
         ));
     }
-    codegen::check_size("matmul", total, &[&a.data, &b.data, &addend.data])?;
-    codegen::check_size("matmul", a.size(), &[])?;
-    codegen::check_size("matmul", b.size(), &[])?;
-    let out = alloc(out_shape, addend.dtype)?;
-    let to = Destination {
-        data: &out,
-        shape: out_shape,
-        offset: 0,
-        accumulate: false,
-        addend: Some((&addend.data, addend.dtype)),
-    };
-    record(a, b, &to)?;
-    Ok(out)
+    new_product(a, b, out_shape, Some(addend))
 }
 
 /// Where [`record`] writes a product: the dense `[..., m, n]` block of
