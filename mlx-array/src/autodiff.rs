@@ -226,7 +226,24 @@ pub fn vjp(
                 let Some(ct) = cots.remove(&a.id()) else {
                     continue;
                 };
-                primitive.vjp(inputs, a, &ct)?
+                // Each input's cotangent so far, once per distinct input,
+                // for the primitive to add in its own kernel; what it does
+                // not take goes back, to be added to its gradient below.
+                let mut gathered: Vec<Option<Array>> = inputs
+                    .iter()
+                    .enumerate()
+                    .map(|(i, input)| {
+                        let first = inputs[..i].iter().all(|o| o.id() != input.id());
+                        first.then(|| cots.remove(&input.id())).flatten()
+                    })
+                    .collect();
+                let grads = primitive.vjp_accumulating(inputs, a, &ct, &mut gathered)?;
+                for (input, left) in inputs.iter().zip(gathered) {
+                    if let Some(left) = left {
+                        cots.insert(input.id(), left);
+                    }
+                }
+                grads
             }
         };
         for (input, g) in inputs.iter().zip(grads) {

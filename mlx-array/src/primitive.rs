@@ -130,6 +130,23 @@ pub trait Primitive: Send + Sync + fmt::Debug + 'static {
         ))
     }
 
+    /// [`Primitive::vjp`] where each input's cotangent gathered so far (from
+    /// the nodes after this one that read it) is at hand in
+    /// `accumulated[i]`. A primitive whose gradient kernel can add one in
+    /// its own pass takes it (leaving `None`) and returns the sum as that
+    /// input's cotangent, which saves the add's kernel; those it leaves are
+    /// added as usual. The default takes none.
+    fn vjp_accumulating(
+        &self,
+        inputs: &[Array],
+        output: &Array,
+        cotangent: &Array,
+        accumulated: &mut [Option<Array>],
+    ) -> Result<Vec<Option<Array>>> {
+        let _ = accumulated;
+        self.vjp(inputs, output, cotangent)
+    }
+
     /// The vector-Jacobian product of a primitive with several outputs:
     /// given the cotangent of each output (`None` where none reaches it),
     /// the cotangent of each input. `outputs` are this primitive's outputs.

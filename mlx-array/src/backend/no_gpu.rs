@@ -270,7 +270,13 @@ unavailable_kernels! {
     /// Always [`UNAVAILABLE`].
     pub fn rms_norm(x: &Operand<'_>, w: &Operand<'_>, eps: f32, out: Dtype);
     /// Always [`UNAVAILABLE`].
-    pub fn rms_norm_grad(x: &Operand<'_>, w: &Operand<'_>, ct: &Operand<'_>, eps: f32);
+    pub fn rms_norm_grad(
+        x: &Operand<'_>,
+        w: &Operand<'_>,
+        ct: &Operand<'_>,
+        addend: Option<&Operand<'_>>,
+        eps: f32,
+    );
 }
 
 /// The fusion hooks of [`crate::Primitive::gpu_expression`]: no WGSL without a GPU.

@@ -29,15 +29,35 @@ impl Primitive for RmsNorm {
             &x, &w, self.eps, self.out,
         ))
     }
-    fn vjp(&self, inputs: &[Array], _out: &Array, ct: &Array) -> Result<Vec<Option<Array>>> {
+    fn vjp(&self, inputs: &[Array], out: &Array, ct: &Array) -> Result<Vec<Option<Array>>> {
+        self.vjp_accumulating(inputs, out, ct, &mut [])
+    }
+    /// A float32 `x`'s cotangent so far (a residual stream's) is added to
+    /// `dx` in the gradient's row pass: the same f32 sum, one kernel fewer.
+    fn vjp_accumulating(
+        &self,
+        inputs: &[Array],
+        _out: &Array,
+        ct: &Array,
+        accumulated: &mut [Option<Array>],
+    ) -> Result<Vec<Option<Array>>> {
         let (x, w) = (&inputs[0], &inputs[1]);
         let (n, d) = (x.size() as i64, w.size() as i64);
         // A cotangent that is a pending cast of an f32 array is read as
         // that array (a cast of an f32 result would hand it back so).
         let ct = crate::ops::pending_cast_from(ct, Dtype::F32).unwrap_or_else(|| ct.clone());
+        let mut grad_inputs = vec![x.clone(), w.clone(), ct];
+        if x.dtype() == Dtype::F32
+            && let Some(slot) = accumulated.first_mut()
+            && slot
+                .as_ref()
+                .is_some_and(|a| a.dtype() == Dtype::F32 && a.shape() == x.shape())
+        {
+            grad_inputs.extend(slot.take());
+        }
         let packed = Array::from_primitive(
             RmsNormGrad(*self),
-            vec![x.clone(), w.clone(), ct],
+            grad_inputs,
             vec![x.size() + w.size() + x.size().checked_div(w.size()).unwrap_or(0)],
             Dtype::F32,
         );
@@ -55,7 +75,8 @@ impl Primitive for RmsNorm {
 
 /// `dx`, `dw` and each row's inverse RMS of an [`RmsNorm`], packed, in
 /// f32. Inputs: `x`, `w`, the cotangent of the output (each read as
-/// stored).
+/// stored), and optionally a float32 addend of `x`'s shape (`x`'s
+/// cotangent from elsewhere), added to `dx` as it is stored.
 #[derive(Debug, Clone, Copy)]
 pub struct RmsNormGrad(pub RmsNorm);
 
@@ -65,12 +86,18 @@ impl Primitive for RmsNormGrad {
     }
     fn eval_gpu(&self, inputs: &[Array], _out: &Array) -> Result<ArrayData> {
         let [x, w, c] = [&inputs[0], &inputs[1], &inputs[2]].map(Array::operand);
-        crate::backend::gpu::rms_norm_grad(&x?, &w?, &c?, self.0.eps)
+        let addend = inputs.get(3).map(Array::operand).transpose()?;
+        crate::backend::gpu::rms_norm_grad(&x?, &w?, &c?, addend.as_ref(), self.0.eps)
     }
     fn eval_cpu(&self, inputs: &[Array], _out: &Array) -> Result<ArrayData> {
         let [x, w, c] = [&inputs[0], &inputs[1], &inputs[2]].map(Array::operand);
+        let addend = inputs.get(3).map(Array::operand).transpose()?;
         Ok(crate::backend::cpu::norm::rms_norm_grad(
-            &x?, &w?, &c?, self.0.eps,
+            &x?,
+            &w?,
+            &c?,
+            addend.as_ref(),
+            self.0.eps,
         ))
     }
     fn vjp(&self, _inputs: &[Array], _out: &Array, _ct: &Array) -> Result<Vec<Option<Array>>> {

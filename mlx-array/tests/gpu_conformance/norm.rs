@@ -54,3 +54,63 @@ fn rms_norm_and_its_gradient_agree_with_the_cpu_at_uneven_sizes() {
         compare(&format!("rms_norm grad {what}"), &[x, w, c], grads, 1e-4);
     }
 }
+
+/// A residual's gradient, `x + rms_norm(x, w)`: the cotangent that reaches
+/// `x` through the add is added to the norm's `dx` in the gradient's own
+/// kernels (`Primitive::vjp_accumulating`), so the gradients take exactly
+/// the kernels of the norm's alone, with the bits of the cotangent added
+/// after them.
+#[test]
+fn a_residuals_cotangent_is_added_in_the_norms_gradient_kernel() {
+    let Some(_gpu) = gpu() else { return };
+    let (rows, width) = (6, 40);
+    let on_gpu = |v: Array| {
+        let v = v.to_device(mlx_array::Device::Gpu);
+        v.eval().unwrap();
+        v
+    };
+    let x = on_gpu(make(
+        &values_in(&[rows, width], 63, -2.0, 2.0, false),
+        Dtype::F32,
+        Layout::Dense,
+    ));
+    let w = on_gpu(make(
+        &values_in(&[width], 64, 0.5, 1.5, false),
+        Dtype::F32,
+        Layout::Dense,
+    ));
+    let ct = on_gpu(make(
+        &values_in(&[rows, width], 65, -1.0, 1.0, false),
+        Dtype::F32,
+        Layout::Dense,
+    ));
+    let grads = |residual: bool| {
+        let (_, g) = mlx_array::device::with_device(mlx_array::Device::Gpu, || {
+            mlx_array::vjp(
+                |a: &[Array]| {
+                    let y = mlx_array::rms_norm(&a[0], Some(&a[1]), 1e-5)?;
+                    Ok(vec![if residual { a[0].add(&y)? } else { y }])
+                },
+                &[x.clone(), w.clone()],
+                std::slice::from_ref(&ct),
+            )
+        })
+        .unwrap();
+        let before = mlx_array::backend::gpu::dispatch_count();
+        mlx_array::eval(&g).unwrap();
+        (g, mlx_array::backend::gpu::dispatch_count() - before)
+    };
+    let ((fused, kernels), (alone, alone_kernels)) = (grads(true), grads(false));
+    assert_eq!(kernels, alone_kernels, "no kernel for the residual's add");
+    let added =
+        mlx_array::device::with_device(mlx_array::Device::Gpu, || ct.add(&alone[0])).unwrap();
+    let bits = |a: &Array| -> Vec<u32> {
+        a.to_vec::<f32>()
+            .unwrap()
+            .into_iter()
+            .map(f32::to_bits)
+            .collect()
+    };
+    assert_eq!(bits(&fused[0]), bits(&added), "dx");
+    assert_eq!(bits(&fused[1]), bits(&alone[1]), "dw");
+}

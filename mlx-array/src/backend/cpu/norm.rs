@@ -73,8 +73,15 @@ fn rms_norm_f32(x: &Operand<'_>, w: &Operand<'_>, eps: f32) -> ArrayData {
 /// one buffer, `dx` (`shape`), `dw` (`[width]`), then each row's `r`
 /// (which the GPU's column pass reads). With `r` a row's
 /// inverse RMS and `g = w * ct`: `dx = r * g - x * r^3 * mean(x * g)`,
-/// `dw = sum over rows of ct * x * r`.
-pub fn rms_norm_grad(x: &Operand<'_>, w: &Operand<'_>, ct: &Operand<'_>, eps: f32) -> ArrayData {
+/// `dw = sum over rows of ct * x * r`. An `addend` of `x`'s shape (read
+/// in f32) is added to `dx` as it is stored.
+pub fn rms_norm_grad(
+    x: &Operand<'_>,
+    w: &Operand<'_>,
+    ct: &Operand<'_>,
+    addend: Option<&Operand<'_>>,
+    eps: f32,
+) -> ArrayData {
     let shape = x.shape;
     let n = crate::shape::size_of_shape(shape);
     let width = shape.last().copied().unwrap_or(1);
@@ -94,20 +101,25 @@ pub fn rms_norm_grad(x: &Operand<'_>, w: &Operand<'_>, ct: &Operand<'_>, eps: f3
         ct.as_slice::<f32>(n),
     );
     let task = ROWS_PER_TASK * width;
+    let addend = addend.map(dense_f32);
+    let addend = addend.as_ref().map(|a| a.as_slice::<f32>(n));
     let parts: Vec<Vec<f32>> = dx
         .par_chunks_mut(task)
         .zip(rs.par_chunks_mut(ROWS_PER_TASK))
         .zip(x.par_chunks(task).zip(ct.par_chunks(task)))
-        .map(|((dx, rs), (x, ct))| {
+        .enumerate()
+        .map(|(t, ((dx, rs), (x, ct)))| {
+            let addend = addend.map(|a| &a[t * task..t * task + dx.len()]);
             vectorised(
                 #[inline(always)]
                 || {
                     let mut part = vec![0f32; width];
-                    for (((dx, x), ct), r_out) in dx
+                    for (row, (((dx, x), ct), r_out)) in dx
                         .chunks_exact_mut(width)
                         .zip(x.chunks_exact(width))
                         .zip(ct.chunks_exact(width))
                         .zip(rs.iter_mut())
+                        .enumerate()
                     {
                         let r = inv_rms(x, eps);
                         *r_out = r;
@@ -121,6 +133,10 @@ pub fn rms_norm_grad(x: &Operand<'_>, w: &Operand<'_>, ct: &Operand<'_>, eps: f3
                         {
                             *d = r * w * c - x * k;
                             *p += c * x * r;
+                        }
+                        if let Some(a) = addend {
+                            let a = &a[row * width..(row + 1) * width];
+                            dx.iter_mut().zip(a).for_each(|(d, a)| *d += a);
                         }
                     }
                     part

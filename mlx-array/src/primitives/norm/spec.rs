@@ -321,4 +321,45 @@ fn rms_norm_grad_values(cx: &Ctx) {
         c.eps = 1e-5;
         check_grads(cx, &c, Dtype::F32, Layout::Transposed);
     }
+    for (rows, width, seed) in [(&[3, 5][..], 7, 71), (&[2][..], 300, 72), (&[0][..], 4, 73)] {
+        for layout in LAYOUTS {
+            check_residual(cx, &Case::new(rows, width, Dtype::F32, true, seed), layout);
+        }
+    }
+}
+
+/// A residual, `x + rms_norm(x, w)`: `x`'s gradient is the cotangent
+/// plus the norm's `dx`, which the gradient's row pass adds as it stores
+/// `dx` (the cotangent that reached `x` first is its fourth input). Against
+/// the f64 reference, and bit for bit against the norm's gradient alone
+/// with the cotangent added after it, on the device under test.
+fn check_residual(cx: &Ctx, c: &Case, layout: Layout) {
+    let what = format!("residual rms_norm_grad {:?} {layout:?}", c.x.shape);
+    let (x, _) = view_on(cx, &c.x, Dtype::F32, View::Laid(layout));
+    let w = make(&c.w, Dtype::F32, Layout::Dense);
+    let ct = make(&c.ct, Dtype::F32, Layout::Dense);
+    let eps = c.eps;
+    let grads = |residual: bool| {
+        cx.on(|| {
+            let (_, grads) = crate::vjp(
+                |a: &[Array]| {
+                    let y = crate::rms_norm(&a[0], Some(&a[1]), eps)?;
+                    Ok(vec![if residual { a[0].add(&y)? } else { y }])
+                },
+                &[x.clone(), w.clone()],
+                std::slice::from_ref(&ct),
+            )?;
+            Ok(grads)
+        })
+        .unwrap_or_else(|e: crate::Error| panic!("{what}: {e}"))
+    };
+    let (fused, alone) = (grads(true), grads(false));
+    let added = cx
+        .on(|| ct.add(&alone[0]))
+        .unwrap_or_else(|e| panic!("{what}: {e}"));
+    assert_eq!(bits(&fused[0]), bits(&added), "{what}: dx");
+    assert_eq!(bits(&fused[1]), bits(&alone[1]), "{what}: dw");
+    let dx = c.want_dx(Dtype::F32);
+    let want = Nd::from_fn(&c.x.shape, |i| dx.at(i) + c.ct.at(i));
+    cx.check(&fused[0], &want, Dtype::F32, tol(Dtype::F32) * 16.0, &what);
 }

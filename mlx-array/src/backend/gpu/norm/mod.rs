@@ -139,11 +139,13 @@ pub fn rms_norm(x: &Operand<'_>, w: &Operand<'_>, eps: f32, dtype: Dtype) -> Res
 
 /// `dx`, `dw` and each row's inverse RMS, packed in f32, of [`rms_norm`]
 /// for the cotangent `ct` (`x`, `w` and `ct` read as stored; with no rows,
-/// `dw` is zero: the column pass sums nothing).
+/// `dw` is zero: the column pass sums nothing). An `addend` of `x`'s shape
+/// (read as stored) is added to `dx` in the row pass, as `dx` is stored.
 pub fn rms_norm_grad(
     x: &Operand<'_>,
     w: &Operand<'_>,
     ct: &Operand<'_>,
+    addend: Option<&Operand<'_>>,
     eps: f32,
 ) -> Result<ArrayData> {
     let shape = x.shape;
@@ -157,7 +159,13 @@ pub fn rms_norm_grad(
     }
     let (xd, wd, cd) = (x.dtype, w.dtype, ct.dtype);
     let (x, w, ct) = (dense(x)?, dense(w)?, dense(ct)?);
+    let addend = addend
+        .map(|a| Ok::<_, crate::Error>((a.dtype, dense(a)?)))
+        .transpose()?;
     codegen::check_size("rms_norm_grad", total, &[&x, &w, &ct])?;
+    if let Some((_, a)) = &addend {
+        codegen::check_size("rms_norm_grad", total, &[a])?;
+    }
     let chunks = rows.div_ceil(CHUNK);
     let meta = [
         rows as u32,
@@ -168,15 +176,25 @@ pub fn rms_norm_grad(
         ct.offset() as u32,
         n as u32,
         chunks as u32,
+        addend.as_ref().map_or(0, |(_, a)| a.offset() as u32),
     ];
     let t = per_row(width);
-    let dx = context()?.pipeline(&format!("rms_norm_dx:{t}:{xd}:{wd}:{cd}"), || {
-        row_header(
-            &[("x", xd), ("w", wd), ("c", cd)],
-            Dtype::F32,
-            t,
-            "vec2<f32>",
-        ) + r#"    let c0 = params[5] + row * width;
+    let ad = addend.as_ref().map(|(d, _)| *d);
+    let dx_key = match ad {
+        Some(ad) => format!("rms_norm_dx:{t}:{xd}:{wd}:{cd}:+{ad}"),
+        None => format!("rms_norm_dx:{t}:{xd}:{wd}:{cd}"),
+    };
+    let dx = context()?.pipeline(&dx_key, || {
+        let mut inputs = vec![("x", xd), ("w", wd), ("c", cd)];
+        inputs.extend(ad.map(|ad| ("a", ad)));
+        // The addend, added to each `dx` as it is stored.
+        let plus = if ad.is_some() {
+            " + load_a(params[8] + row * width + j)"
+        } else {
+            ""
+        };
+        row_header(&inputs, Dtype::F32, t, "vec2<f32>")
+            + r#"    let c0 = params[5] + row * width;
     var acc = vec2<f32>(0.0, 0.0);
     if (live) {
         for (var j = t; j < width; j = j + T) {
@@ -191,11 +209,13 @@ pub fn rms_norm_grad(
     let r = 1.0 / sqrt(sums.x / f32(width) + bitcast<f32>(params[2]));
     let k = sums.y / f32(width) * r * r * r;
     for (var j = t; j < width; j = j + T) {
-        store_out(row * width + j, r * load_w(params[4] + j) * load_c(c0 + j) - load_x(x0 + j) * k);
+        store_out(row * width + j, (r * load_w(params[4] + j) * load_c(c0 + j) - load_x(x0 + j) * k)PLUS);
     }
     if (t == 0u) { store_out(params[6] + width + row, r); }
 }
 "#
+            .replace("PLUS", plus)
+            .as_str()
     })?;
     // Pass 1 of dw: partial column sums over chunks of CHUNK rows, read
     // with the rows' r from the row pass's output.
@@ -270,7 +290,8 @@ pub fn rms_norm_grad(
         s
     })?;
     if rows > 0 {
-        let inputs = [&x, &w, &ct];
+        let mut inputs = vec![&x, &w, &ct];
+        inputs.extend(addend.as_ref().map(|(_, a)| a));
         dispatch_groups(
             &dx,
             &meta,
