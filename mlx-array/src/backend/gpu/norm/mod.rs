@@ -52,6 +52,14 @@ fn per_row(width: usize) -> usize {
     width.div_ceil(4).next_power_of_two().clamp(32, 256)
 }
 
+/// Opens the gradient's `dx` as one rounded `f32` value, before an addend
+/// is added to it: its bits XOR the meta word `params[9]`, which is zero
+/// but unknown to the compiler. Without it a driver may contract or
+/// reassociate `dx`'s multiply-subtract with the add (WGSL allows both;
+/// lavapipe does), and the sum would differ in its last bit from the add
+/// kernel's sum of the stored `dx`.
+const OPAQUE_DX: &str = "bitcast<f32>(bitcast<u32>(";
+
 /// Shader source of a row pass: bindings for `inputs` (each of its dtype)
 /// and the output of `out`, `T`, and the entry point with the row `row`,
 /// its start `x0`, the lane `t` and `live` in scope.
@@ -177,6 +185,8 @@ pub fn rms_norm_grad(
         n as u32,
         chunks as u32,
         addend.as_ref().map_or(0, |(_, a)| a.offset() as u32),
+        // Zero, which the shader compiler cannot see (`OPAQUE_DX`).
+        0,
     ];
     let t = per_row(width);
     let ad = addend.as_ref().map(|(d, _)| *d);
@@ -188,10 +198,13 @@ pub fn rms_norm_grad(
         let mut inputs = vec![("x", xd), ("w", wd), ("c", cd)];
         inputs.extend(ad.map(|ad| ("a", ad)));
         // The addend, added to each `dx` as it is stored.
-        let plus = if ad.is_some() {
-            " + load_a(params[8] + row * width + j)"
+        let (open, plus) = if ad.is_some() {
+            (
+                OPAQUE_DX,
+                ") ^ params[9]) + load_a(params[8] + row * width + j)",
+            )
         } else {
-            ""
+            ("", "")
         };
         row_header(&inputs, Dtype::F32, t, "vec2<f32>")
             + r#"    let c0 = params[5] + row * width;
@@ -209,11 +222,12 @@ pub fn rms_norm_grad(
     let r = 1.0 / sqrt(sums.x / f32(width) + bitcast<f32>(params[2]));
     let k = sums.y / f32(width) * r * r * r;
     for (var j = t; j < width; j = j + T) {
-        store_out(row * width + j, (r * load_w(params[4] + j) * load_c(c0 + j) - load_x(x0 + j) * k)PLUS);
+        store_out(row * width + j, OPEN(r * load_w(params[4] + j) * load_c(c0 + j) - load_x(x0 + j) * k)PLUS);
     }
     if (t == 0u) { store_out(params[6] + width + row, r); }
 }
 "#
+            .replace("OPEN", open)
             .replace("PLUS", plus)
             .as_str()
     })?;
