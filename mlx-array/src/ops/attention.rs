@@ -84,15 +84,8 @@ pub fn fused_attention(q: &Array, k: &Array, v: &Array, scale: f64, causal: bool
         scale: scale as f32,
         causal,
     };
-    // The GPU kernels read dense `[B, H, L, d]` inputs. Densified here, in
-    // the graph, the forward pass and the gradient share one copy of a
-    // strided view (a projection's heads: `[B, L, H, d]` viewed as `[B, H,
-    // L, d]`) instead of each making its own; a dense input is not copied.
-    let (q, k, v) = if q.device() == crate::Device::Gpu {
-        (&q.contiguous()?, &k.contiguous()?, &v.contiguous()?)
-    } else {
-        (q, k, v)
-    };
+    // The GPU kernels read heads in place through their strides (a
+    // projection's `[B, L, H, d]` viewed as `[B, H, L, d]`), no copy.
     let out = node.build(q, k, v).swap_remove(0);
     // Cast in the output's memory order (`[B, L, H, dv]`): the usual merge
     // of the heads after it is then a view.

@@ -314,73 +314,88 @@ fn f32_attention_over_widths_of_several_quads_and_partial_quads_agrees() {
 }
 
 /// Heads viewed out of `[B, L, H, d]` projections (strided `[B, H, L, d]`
-/// views) are made dense once for the forward pass and its gradient
-/// together: evaluating both takes exactly four kernels more than from
-/// dense inputs (one copy of each of `q`, `k`, `v` and of the cotangent,
-/// where the forward pass and the gradient each copying them took seven),
-/// and gives the same values bit for bit.
+/// views) are read in place through their strides: evaluating the forward
+/// pass and its gradient takes exactly the kernels it takes from dense
+/// inputs (no copy of `q`, `k`, `v` or the cotangent), with the same values
+/// bit for bit, staged by quads (`d = 8`: every stride a multiple of 4) or
+/// element by element (`d = 6`). Views whose head width is not their
+/// unit-stride axis are copied dense by the kernels, with the same values.
 #[test]
-fn strided_heads_are_copied_once_for_the_forward_and_the_gradient() {
+fn strided_heads_are_read_in_place_by_the_forward_and_the_gradient() {
     let Some(_gpu) = gpu() else { return };
-    let (b, l, h, d) = (2, 9, 3, 8);
-    let host = |seed: usize| {
-        let n = b * l * h * d;
-        let v: Vec<f32> = (0..n)
-            .map(|i| ((i * 7919 + seed * 104729) % 211) as f32 / 105.5 - 1.0)
-            .collect();
-        Array::from_slice(&v, &[b, l, h, d]).unwrap()
-    };
-    let on_gpu = |a: Array| {
-        let g = a.to_device(Device::Gpu);
-        g.eval().unwrap();
-        g
-    };
-    let projections: Vec<Array> = (1..=4).map(|s| on_gpu(host(s))).collect();
-    let run = |views: bool| {
-        with_device(Device::Gpu, || {
-            let heads: Vec<Array> = projections
-                .iter()
-                .map(|p| {
-                    let t = p.swapaxes(1, 2).unwrap();
-                    if views {
-                        return t;
-                    }
-                    let dense = t.contiguous().unwrap();
-                    dense.eval().unwrap();
-                    dense
-                })
+    for d in [8, 6] {
+        let (b, l, h) = (2, 9, 3);
+        let host = |seed: usize, shape: [usize; 4]| {
+            let n = b * l * h * d;
+            let v: Vec<f32> = (0..n)
+                .map(|i| ((i * 7919 + seed * 104729) % 211) as f32 / 105.5 - 1.0)
                 .collect();
-            let attend = |x: &[Array]| {
-                Ok(vec![mlx_array::fused_attention(
-                    &x[0], &x[1], &x[2], 0.35, true,
-                )?])
-            };
-            let (out, grads) = mlx_array::vjp(attend, &heads[..3], &[heads[3].clone()]).unwrap();
-            let before = mlx_array::backend::gpu::dispatch_count();
-            mlx_array::eval((&out, &grads)).unwrap();
-            let kernels = mlx_array::backend::gpu::dispatch_count() - before;
-            let values: Vec<Vec<u32>> = out
-                .iter()
-                .chain(&grads)
-                .map(|a| {
-                    a.to_vec::<f32>()
-                        .unwrap()
-                        .iter()
-                        .map(|x| x.to_bits())
-                        .collect()
-                })
-                .collect();
-            (kernels, values)
-        })
-    };
-    let (dense_kernels, dense_values) = run(false);
-    let (view_kernels, view_values) = run(true);
-    assert_eq!(view_values, dense_values, "the same values from views");
-    assert_eq!(
-        view_kernels,
-        dense_kernels + 4,
-        "one copy of each strided input for the forward pass and the gradient"
-    );
+            Array::from_slice(&v, &shape).unwrap()
+        };
+        let on_gpu = |a: Array| {
+            let g = a.to_device(Device::Gpu);
+            g.eval().unwrap();
+            g
+        };
+        // Heads of `[B, H, L, d]` as projections give them (`[B, L, H, d]`
+        // swapped), and with the head width strided (`[B, H, d, L]` swapped).
+        let projections: Vec<Array> = (1..=4).map(|s| on_gpu(host(s, [b, l, h, d]))).collect();
+        let columns: Vec<Array> = (1..=4).map(|s| on_gpu(host(s, [b, h, d, l]))).collect();
+        let run = |source: &[Array], axes: (i32, i32), dense: bool| {
+            with_device(Device::Gpu, || {
+                let heads: Vec<Array> = source
+                    .iter()
+                    .map(|p| {
+                        let t = p.swapaxes(axes.0, axes.1).unwrap();
+                        if !dense {
+                            return t;
+                        }
+                        let dense = t.contiguous().unwrap();
+                        dense.eval().unwrap();
+                        dense
+                    })
+                    .collect();
+                let attend = |x: &[Array]| {
+                    Ok(vec![mlx_array::fused_attention(
+                        &x[0], &x[1], &x[2], 0.35, true,
+                    )?])
+                };
+                let (out, grads) =
+                    mlx_array::vjp(attend, &heads[..3], &[heads[3].clone()]).unwrap();
+                let before = mlx_array::backend::gpu::dispatch_count();
+                mlx_array::eval((&out, &grads)).unwrap();
+                let kernels = mlx_array::backend::gpu::dispatch_count() - before;
+                let values: Vec<Vec<u32>> = out
+                    .iter()
+                    .chain(&grads)
+                    .map(|a| {
+                        a.to_vec::<f32>()
+                            .unwrap()
+                            .iter()
+                            .map(|x| x.to_bits())
+                            .collect()
+                    })
+                    .collect();
+                (kernels, values)
+            })
+        };
+        let (dense_kernels, dense_values) = run(&projections, (1, 2), true);
+        let (view_kernels, view_values) = run(&projections, (1, 2), false);
+        assert_eq!(
+            view_values, dense_values,
+            "d {d}: the same values from views"
+        );
+        assert_eq!(
+            view_kernels, dense_kernels,
+            "d {d}: views are read in place, not copied"
+        );
+        let (_, dense_values) = run(&columns, (2, 3), true);
+        let (_, view_values) = run(&columns, (2, 3), false);
+        assert_eq!(
+            view_values, dense_values,
+            "d {d}: the same values from views with a strided head width"
+        );
+    }
 }
 
 /// The gradient kernels store `dq`, `dk`, `dv` in the inputs' dtype (f16

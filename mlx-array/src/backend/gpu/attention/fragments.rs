@@ -222,9 +222,10 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nw: vec3
     s
 }
 
-/// One tile to stage: `rows` rows of `width` elements (adjacent from
-/// element `base` of an input), zeros from row `valid` on and past `width`
-/// up to `padded` (a multiple of 16 for fragments, of 4 for quads).
+/// One tile to stage: `rows` rows of `width` adjacent elements, the first
+/// at element `base` of an input and each `step` elements after the one
+/// before, zeros from row `valid` on and past `width` up to `padded` (a
+/// multiple of 16 for fragments, of 4 for quads).
 pub(super) struct Rows<'a> {
     /// Rows of the tile (its block size).
     pub rows: usize,
@@ -236,13 +237,17 @@ pub(super) struct Rows<'a> {
     pub valid: &'a str,
     /// WGSL: the input element of the tile's first.
     pub base: &'a str,
+    /// WGSL: the elements from one row's first to the next's (the input's
+    /// row stride).
+    pub step: &'a str,
 }
 
 /// The tiles the attention kernels stage, with tiles `t`: the query and
 /// cotangent blocks from row `q0`, the key and value blocks from `k0`
-/// (their inputs' offsets in `params[6]`, `[10]`, `[7]`, `[8]`), rows
-/// padded with zeros to multiples of `pad` (16 for the fragment kernels,
-/// 4 for the f32 kernels' quad tiles).
+/// (their inputs' offsets in `params[6]`, `[10]`, `[7]`, `[8]`, their
+/// heads' strides read by `row_of` and `row_step`, see `HEAD_STRIDES`),
+/// rows padded with zeros to multiples of `pad` (16 for the fragment
+/// kernels, 4 for the f32 kernels' quad tiles).
 pub(super) struct InputRows {
     /// The query block.
     pub q: Rows<'static>,
@@ -258,37 +263,38 @@ impl InputRows {
     /// The staged tiles of the problem `dims` with tiles `t`.
     pub(super) fn new(dims: &AttentionDims, t: Tiles, pad: usize) -> InputRows {
         let padded = |w: usize| w.next_multiple_of(pad);
-        let rows = |rows, width, valid, base| Rows {
+        let rows = |rows, width, valid, (base, step)| Rows {
             rows,
             width,
             padded: padded(width),
             valid,
             base,
+            step,
         };
         InputRows {
             q: rows(
                 t.bq,
                 dims.d,
                 "lq() - q0",
-                "params[6] + (bh * lq() + q0) * D",
+                ("row_of(0u, params[6], bh, q0)", "row_step(0u)"),
             ),
             k: rows(
                 t.bk,
                 dims.d,
                 "lk() - k0",
-                "params[7] + (bh * lk() + k0) * D",
+                ("row_of(1u, params[7], bh, k0)", "row_step(1u)"),
             ),
             v: rows(
                 t.bk,
                 dims.dv,
                 "lk() - k0",
-                "params[8] + (bh * lk() + k0) * DV",
+                ("row_of(2u, params[8], bh, k0)", "row_step(2u)"),
             ),
             g: rows(
                 t.bq,
                 dims.dv,
                 "lq() - q0",
-                "params[10] + (bh * lq() + q0) * DV",
+                ("row_of(3u, params[10], bh, q0)", "row_step(3u)"),
             ),
         }
     }
@@ -302,17 +308,16 @@ pub(crate) enum Loads {
     /// Four adjacent elements per load (`vec4<f16>`, or `vec4<f32>` for
     /// converted f32 inputs), unrolled so that an invocation's loads are
     /// all issued before its stores: needs head widths that are multiples
-    /// of 4 and inputs starting on a multiple of 4 ([`Loads::for_inputs`]).
+    /// of 4, and inputs whose first elements and strides are multiples of
+    /// 4 ([`Loads::for_inputs`]).
     Quads,
 }
 
 impl Loads {
-    /// Quads where the head widths and every input's first element allow
-    /// them, else scalars.
-    pub(crate) fn for_inputs(d: usize, dv: usize, offsets: &[usize]) -> Loads {
-        if d.is_multiple_of(4)
-            && dv.is_multiple_of(4)
-            && offsets.iter().all(|o| o.is_multiple_of(4))
+    /// Quads where the head widths and every input's first element and
+    /// stride (`places`) allow them, else scalars.
+    pub(crate) fn for_inputs(d: usize, dv: usize, places: &[usize]) -> Loads {
+        if d.is_multiple_of(4) && dv.is_multiple_of(4) && places.iter().all(|o| o.is_multiple_of(4))
         {
             Loads::Quads
         } else {
@@ -347,6 +352,7 @@ pub(super) fn stage(
         padded,
         valid,
         base,
+        step,
     } = *r;
     if loads == Loads::Quads {
         let read = |i: &str| {
@@ -358,7 +364,7 @@ pub(super) fn stage(
         };
         return stage_quads(inv, Tile::Elements(tile, stride), r, "f16", &read);
     }
-    let mut read = format!("{name}[{base} + r * {width}u + c]");
+    let mut read = format!("{name}[{base} + r * {step} + c]");
     if convert {
         read = format!("f16({read})");
     }
@@ -401,8 +407,8 @@ pub(super) fn stage_quads(
 ) -> String {
     let (per_row, in_row) = (r.padded / 4, r.width / 4);
     let total = r.rows * per_row;
-    let (valid, base) = (r.valid, r.base);
-    let mut loads = String::from("    {\n");
+    let (valid, base, step) = (r.valid, r.base, r.step);
+    let mut loads = format!("    {{\n        let quad_step = {step} / 4u;\n");
     let mut stores = String::new();
     for q in 0..total.div_ceil(inv) {
         // Only the last round can run past the tile, and only padded rows
@@ -414,7 +420,7 @@ pub(super) fn stage_quads(
         if per_row > in_row {
             guard.push_str(&format!("c{q} < {in_row}u && "));
         }
-        let x = read(&format!("({base}) / 4u + r{q} * {in_row}u + c{q}"));
+        let x = read(&format!("({base}) / 4u + r{q} * quad_step + c{q}"));
         loads.push_str(&format!(
             "        let e{q} = lid + {off}u;\n        let r{q} = e{q} / {per_row}u;\n        let c{q} = e{q} % {per_row}u;\n        var x{q} = vec4<{ty}>();\n        if ({guard}r{q} < {valid}) {{ x{q} = {x}; }}\n",
             off = q * inv

@@ -6,7 +6,10 @@
 //! inputs' dtype (rounded once as they are stored, so a half-precision
 //! model casts none of them). `q`, `k` and `v` are read in their own dtype
 //! (f32, f16 or bf16) and computed in f32, except f16 on 16 x 16
-//! fragments (below).
+//! fragments (below). They and the cotangent are read in place through
+//! their heads' batch, head and row strides wherever each row's elements
+//! are adjacent (a projection's `[B, L, H, d]` viewed as `[B, H, L, d]`:
+//! no copy of the heads before the kernels), and copied dense otherwise.
 //!
 //! # f16 on fragments (tensor cores)
 //!
@@ -99,7 +102,7 @@
 //! trip counts). Cost: lavapipe compiles the larger kernels more slowly
 //! (the attention specs' first, uncached run 98 s instead of 59).
 //! Tiles are staged from global memory by `vec4` quads where the head
-//! widths and the inputs' first elements are multiples of 4
+//! widths and the inputs' first elements and strides are multiples of 4
 //! (`MLX_GPU_VEC_LOADS`, on by default), each invocation's loads all
 //! issued before its stores, and element by element otherwise.
 //!
@@ -250,8 +253,10 @@ impl Tiles {
     }
 }
 
-/// Sizes, flags and the inputs' offsets, as every kernel here reads them.
-fn meta(dims: &AttentionDims, inputs: &[&ArrayData]) -> Vec<u32> {
+/// Sizes, flags, the inputs' offsets and `extra` words, then from
+/// [`HEAD_STRIDES`] on the heads' strides of q, k, v and the cotangent
+/// (`strides`), as every kernel here reads them (`row_of`, `row_step`).
+fn meta(dims: &AttentionDims, inputs: &[&ArrayData], extra: &[u32], strides: &Strides) -> Vec<u32> {
     let mut m = vec![
         dims.b as u32,
         dims.h as u32,
@@ -261,7 +266,41 @@ fn meta(dims: &AttentionDims, inputs: &[&ArrayData]) -> Vec<u32> {
         dims.scale.to_bits(),
     ];
     m.extend(inputs.iter().map(|d| d.offset() as u32));
+    m.extend_from_slice(extra);
+    debug_assert!(
+        m.len() <= HEAD_STRIDES,
+        "attention meta words overlap the strides"
+    );
+    m.resize(HEAD_STRIDES, 0);
+    m.extend(strides.iter().flatten());
     m
+}
+
+/// The meta word where the heads' strides start: after at most 16 words
+/// of sizes, offsets and extras (the gradient's 14 at most).
+const HEAD_STRIDES: usize = 16;
+
+/// The batch, head and row strides of q, k, v and the cotangent, in
+/// elements (zeros for an input a kernel does not read, and along axes of
+/// one element).
+type Strides = [[u32; 3]; 4];
+
+/// An input's `[B, H, L, w]` heads as the kernels read them, with their
+/// batch, head and row strides: in place where each row's `w` elements
+/// are adjacent (a projection's `[B, L, H, w]` output viewed as heads, the
+/// usual case), else copied dense first.
+fn heads(x: &ArrayData, shape: [usize; 4], dtype: Dtype) -> Result<(ArrayData, [u32; 3])> {
+    let st = x.strides();
+    let in_place = st.len() == 4
+        && (shape[3] <= 1 || st[3] == 1)
+        && st[..3].iter().all(|&s| s >= 0 && s <= u32::MAX as isize);
+    if in_place {
+        let strides = [0, 1, 2].map(|a| if shape[a] <= 1 { 0 } else { st[a] as u32 });
+        return Ok((x.clone(), strides));
+    }
+    let data = dense(&Operand::new(x.clone(), &shape, dtype))?;
+    let [_, h, l, w] = shape;
+    Ok((data, [h * l * w, l * w, w].map(|s| s as u32)))
 }
 
 /// The WGSL shared by the kernels: constants, the bindings of `inputs`
@@ -326,6 +365,14 @@ fn first_query(j: u32) -> u32 {
     if (params[4] != 0u && j + lq() > lk()) { return j + lq() - lk(); }
     return 0u;
 }
+// The first element of row `l` of head `bh` (batch `bh / h()`) of input
+// `x` (0 q, 1 k, 2 v, 3 the cotangent), whose first element is `o`.
+fn row_of(x: u32, o: u32, bh: u32, l: u32) -> u32 {
+    let s = 16u + 3u * x;
+    return o + (bh / h()) * params[s] + (bh % h()) * params[s + 1u] + l * params[s + 2u];
+}
+// The elements from one row of input `x` to the next.
+fn row_step(x: u32) -> u32 { return params[18u + 3u * x]; }
 "#;
 
 /// WGSL of a loop of `n` steps over `var`, unrolled: `body` once per
@@ -366,6 +413,7 @@ fn stage(tile: &str, name: &str, loads: Loads, r: &Rows<'_>, stride: usize) -> S
         padded,
         valid,
         base,
+        step,
     } = *r;
     if loads == Loads::Scalar {
         return format!(
@@ -374,7 +422,7 @@ fn stage(tile: &str, name: &str, loads: Loads, r: &Rows<'_>, stride: usize) -> S
         let r = e / {padded}u;
         let c = e % {padded}u;
         var x = 0.0;
-        if (r < {valid} && c < {width}u) {{ x = load_{name}({base} + r * {width}u + c); }}
+        if (r < {valid} && c < {width}u) {{ x = load_{name}({base} + r * {step} + c); }}
         {tile}[r * {stride}u + c / 4u][c % 4u] = x;
     }}
 "#
@@ -432,14 +480,14 @@ pub fn attention(
         return rows::attention(q, k, v, dims, dtype);
     };
     let (n_out, n_lse) = dims.packed_len();
-    let [q, k, v] = dense_qkv(q, k, v, dims, dtype)?;
+    let ([q, k, v], strides) = heads_qkv(q, k, v, dims, dtype)?;
     codegen::check_size("attention", n_out + n_lse, &[&q, &k, &v])?;
     let out = alloc(&[n_out + n_lse], Dtype::F32)?;
     if n_lse == 0 {
         return Ok(out);
     }
     note_scalar_tiles(tiles);
-    let loads = scalar_kernel_loads(dims, &[&q, &k, &v]);
+    let loads = scalar_kernel_loads(dims, &[&q, &k, &v], &strides);
     let key = format!(
         "attention:{}:{}:{dtype}:{tiles:?}:{loads:?}",
         dims.d, dims.dv
@@ -448,7 +496,7 @@ pub fn attention(
     let groups = dims.b * dims.h * dims.lq.div_ceil(tiles.bq);
     dispatch_groups(
         &pipeline,
-        &meta(dims, &[&q, &k, &v]),
+        &meta(dims, &[&q, &k, &v], &[], &strides),
         &[&q, &k, &v],
         &out,
         (n_out + n_lse) * 4,
@@ -532,13 +580,13 @@ fn fragment_attention(
     f: Fragments,
 ) -> Result<ArrayData> {
     let (n_out, n_lse) = dims.packed_len();
-    let [q, k, v] = dense_qkv(q, k, v, dims, Dtype::F16)?;
+    let ([q, k, v], strides) = heads_qkv(q, k, v, dims, Dtype::F16)?;
     codegen::check_size("attention", n_out + n_lse, &[&q, &k, &v])?;
     let out = alloc(&[n_out + n_lse], Dtype::F32)?;
     if n_lse == 0 {
         return Ok(out);
     }
-    let loads = fragment_loads(dims, &[&q, &k, &v]);
+    let loads = fragment_loads(dims, &[&q, &k, &v], &strides);
     let key = format!(
         "attention-fragments:{}:{}:{f:?}:{tiles:?}:{loads:?}",
         dims.d, dims.dv
@@ -546,7 +594,7 @@ fn fragment_attention(
     let pipeline = context()?.pipeline(&key, || fragments::source(dims, tiles, f, loads))?;
     dispatch_groups(
         &pipeline,
-        &meta(dims, &[&q, &k, &v]),
+        &meta(dims, &[&q, &k, &v], &[], &strides),
         &[&q, &k, &v],
         &out,
         (n_out + n_lse) * 4,
@@ -568,10 +616,10 @@ pub fn scalar_quad_staged_runs() -> usize {
     SCALAR_QUAD_STAGED.load(Ordering::Relaxed)
 }
 
-/// How the f32-compute kernels read the dense `inputs`
+/// How the f32-compute kernels read `inputs` of the heads' `strides`
 /// ([`staging_loads`]), counted when by quads.
-fn scalar_kernel_loads(dims: &AttentionDims, inputs: &[&ArrayData]) -> Loads {
-    let loads = staging_loads(dims, inputs);
+fn scalar_kernel_loads(dims: &AttentionDims, inputs: &[&ArrayData], strides: &Strides) -> Loads {
+    let loads = staging_loads(dims, inputs, strides);
     if loads == Loads::Quads {
         SCALAR_QUAD_STAGED.fetch_add(1, Ordering::Relaxed);
     }
@@ -589,21 +637,26 @@ pub fn quad_staged_runs() -> usize {
     QUAD_STAGED.load(Ordering::Relaxed)
 }
 
-/// How a kernel stages the dense `inputs` (q, k, v, and the gradient's
-/// f32 cotangent): by quads where [`settings::gpu_vec_loads`] is on and
-/// the head widths and the inputs' first elements allow it.
-fn staging_loads(dims: &AttentionDims, inputs: &[&ArrayData]) -> Loads {
+/// How a kernel stages `inputs` (q, k, v, and the gradient's f32
+/// cotangent) of the heads' `strides`: by quads where
+/// [`settings::gpu_vec_loads`] is on and the head widths, the inputs'
+/// first elements and their strides allow it.
+fn staging_loads(dims: &AttentionDims, inputs: &[&ArrayData], strides: &Strides) -> Loads {
     if !settings::gpu_vec_loads() {
         return Loads::Scalar;
     }
-    let offsets: Vec<usize> = inputs.iter().map(|d| d.offset()).collect();
-    Loads::for_inputs(dims.d, dims.dv, &offsets)
+    let places: Vec<usize> = inputs
+        .iter()
+        .map(|d| d.offset())
+        .chain(strides.iter().flatten().map(|&s| s as usize))
+        .collect();
+    Loads::for_inputs(dims.d, dims.dv, &places)
 }
 
-/// How the fragment kernels read the dense `inputs` ([`staging_loads`]),
-/// counted when by quads.
-fn fragment_loads(dims: &AttentionDims, inputs: &[&ArrayData]) -> Loads {
-    let loads = staging_loads(dims, inputs);
+/// How the fragment kernels read `inputs` ([`staging_loads`]), counted
+/// when by quads.
+fn fragment_loads(dims: &AttentionDims, inputs: &[&ArrayData], strides: &Strides) -> Loads {
+    let loads = staging_loads(dims, inputs, strides);
     if loads == Loads::Quads {
         QUAD_STAGED.fetch_add(1, Ordering::Relaxed);
     }
@@ -670,21 +723,20 @@ pub fn kernel_sources() -> Vec<(String, String)> {
     out
 }
 
-/// `q`, `k`, `v` (of `dtype`, shaped as `dims` says) dense from their
-/// offsets.
-fn dense_qkv(
+/// `q`, `k`, `v` (of `dtype`, shaped as `dims` says) as the kernels read
+/// them ([`heads`]), with their strides (the cotangent's zero).
+fn heads_qkv(
     q: &ArrayData,
     k: &ArrayData,
     v: &ArrayData,
     dims: &AttentionDims,
     dtype: Dtype,
-) -> Result<[ArrayData; 3]> {
+) -> Result<([ArrayData; 3], Strides)> {
     let [qs, ks, vs] = dims.shapes();
-    Ok([
-        dense(&Operand::new(q.clone(), &qs, dtype))?,
-        dense(&Operand::new(k.clone(), &ks, dtype))?,
-        dense(&Operand::new(v.clone(), &vs, dtype))?,
-    ])
+    let (q, sq) = heads(q, qs, dtype)?;
+    let (k, sk) = heads(k, ks, dtype)?;
+    let (v, sv) = heads(v, vs, dtype)?;
+    Ok(([q, k, v], [sq, sk, sv, [0; 3]]))
 }
 
 /// The gradients of [`attention`] for the f32 cotangent `d_out` of its
@@ -713,9 +765,10 @@ pub fn attention_grad(
     let AttentionDims { b, h, lq, dv, .. } = *dims;
     let (n_out, n_lse) = dims.packed_len();
     let (nq, nk, nv) = dims.grad_len();
-    let [q, k, v] = dense_qkv(q, k, v, dims, dtype)?;
+    let ([q, k, v], mut strides) = heads_qkv(q, k, v, dims, dtype)?;
     let packed = dense(&Operand::new(packed.clone(), &[n_out + n_lse], Dtype::F32))?;
-    let g = dense(&Operand::new(d_out.clone(), &[b, h, lq, dv], Dtype::F32))?;
+    let (g, sg) = heads(d_out, [b, h, lq, dv], Dtype::F32)?;
+    strides[3] = sg;
     codegen::check_size("attention_grad", nq + nk + nv, &[&q, &k, &v, &packed, &g])?;
     let out = alloc(&[nq + nk + nv], dtype)?;
     if nq + nk + nv == 0 {
@@ -727,7 +780,7 @@ pub fn attention_grad(
     let pipeline = context()?.pipeline(&key, || backward::delta_source(dims))?;
     dispatch(
         &pipeline,
-        &meta(dims, &[&packed, &g]),
+        &meta(dims, &[&packed, &g], &[], &strides),
         &[&packed, &g],
         &delta,
         n_lse * 4,
@@ -735,14 +788,13 @@ pub fn attention_grad(
         n_lse,
     )?;
     let inputs = [&q, &k, &v, &packed, &g, &delta];
-    let mut meta = meta(dims, &inputs);
-    meta.extend([nq as u32, (nq + nk) as u32]);
+    let meta = meta(dims, &inputs, &[nq as u32, (nq + nk) as u32], &strides);
     let (d, dv) = (dims.d, dims.dv);
     for pass in [backward::Pass::KeyValue, backward::Pass::Query] {
         let (pipeline, tiles) = match kernels {
             GradKernels::Scalar(tiles) => {
                 note_scalar_tiles(tiles);
-                let loads = scalar_kernel_loads(dims, &[&q, &k, &v, &g]);
+                let loads = scalar_kernel_loads(dims, &[&q, &k, &v, &g], &strides);
                 let key = format!("attention_grad:{pass:?}:{d}:{dv}:{dtype}:{tiles:?}:{loads:?}");
                 let p = context()?
                     .pipeline(&key, || backward::source(dims, dtype, tiles, pass, loads))?;
@@ -753,7 +805,7 @@ pub fn attention_grad(
                     backward::Pass::KeyValue => kv,
                     backward::Pass::Query => query,
                 };
-                let loads = fragment_loads(dims, &[&q, &k, &v, &g]);
+                let loads = fragment_loads(dims, &[&q, &k, &v, &g], &strides);
                 let key =
                     format!("attention_grad-fragments:{pass:?}:{d}:{dv}:{f:?}:{tiles:?}:{loads:?}");
                 let p = context()?.pipeline(&key, || {

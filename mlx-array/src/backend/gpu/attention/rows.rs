@@ -10,7 +10,7 @@
 
 use super::super::{alloc, context, dense, dispatch};
 use super::codegen;
-use super::{dense_qkv, meta};
+use super::{heads, heads_qkv, meta};
 use crate::backend::common::attention::AttentionDims;
 use crate::data::{ArrayData, Operand};
 use crate::{Dtype, Result};
@@ -44,7 +44,7 @@ pub(super) fn attention(
 ) -> Result<ArrayData> {
     let (d, dv) = (dims.d, dims.dv);
     let (n_out, n_lse) = dims.packed_len();
-    let [q, k, v] = dense_qkv(q, k, v, dims, dtype)?;
+    let ([q, k, v], strides) = heads_qkv(q, k, v, dims, dtype)?;
     codegen::check_size("attention", n_out + n_lse, &[&q, &k, &v])?;
     let out = alloc(&[n_out + n_lse], Dtype::F32)?;
     if n_lse == 0 {
@@ -62,13 +62,13 @@ pub(super) fn attention(
     if (i >= rows) { return; }
     let qi = i % lq();
     let bh = i / lq();
-    let q0 = params[6] + i * D;
+    let q0 = row_of(0u, params[6], bh, qi);
     var m = neg_inf();
     var total = 0.0;
     var acc: array<f32, DV>;
     for (var c = 0u; c < DV; c = c + 1u) { acc[c] = 0.0; }
     for (var j = 0u; j < limit(qi); j = j + 1u) {
-        let k0 = params[7] + (bh * lk() + j) * D;
+        let k0 = row_of(1u, params[7], bh, j);
         var s = 0.0;
         for (var c = 0u; c < D; c = c + 1u) { s = s + load_q(q0 + c) * load_k(k0 + c); }
         s = s * scale();
@@ -76,7 +76,7 @@ pub(super) fn attention(
         let keep = exp(m - mn);
         let p = exp(s - mn);
         total = total * keep + p;
-        let v0 = params[8] + (bh * lk() + j) * DV;
+        let v0 = row_of(2u, params[8], bh, j);
         for (var c = 0u; c < DV; c = c + 1u) { acc[c] = acc[c] * keep + p * load_v(v0 + c); }
         m = mn;
     }
@@ -92,7 +92,7 @@ pub(super) fn attention(
     })?;
     dispatch(
         &pipeline,
-        &meta(dims, &[&q, &k, &v]),
+        &meta(dims, &[&q, &k, &v], &[], &strides),
         &[&q, &k, &v],
         &out,
         (n_out + n_lse) * 4,
@@ -107,8 +107,8 @@ pub(super) fn attention(
 /// `delta = d_out_i . o_i` already in scope, `q0`, `g0` the query's and
 /// its cotangent's first elements and `lse0h` the head's first logsumexp.
 const PROBABILITY: &str = r#"
-        let k0 = params[7] + (bh * lk() + j) * D;
-        let v0 = params[8] + (bh * lk() + j) * DV;
+        let k0 = row_of(1u, params[7], bh, j);
+        let v0 = row_of(2u, params[8], bh, j);
         var s = 0.0;
         for (var c = 0u; c < D; c = c + 1u) { s = s + load_q(q0 + c) * load_k(k0 + c); }
         let p = exp(s * scale() - load_packed(lse0h + qi));
@@ -147,16 +147,17 @@ pub(super) fn attention_grad(
     } = *dims;
     let (n_out, n_lse) = dims.packed_len();
     let (nq, nk, nv) = dims.grad_len();
-    let [q, k, v] = dense_qkv(q, k, v, dims, dtype)?;
+    let ([q, k, v], mut strides) = heads_qkv(q, k, v, dims, dtype)?;
     let packed = dense(&Operand::new(packed.clone(), &[n_out + n_lse], Dtype::F32))?;
-    let g = dense(&Operand::new(d_out.clone(), &[b, h, lq, dv], Dtype::F32))?;
+    let (g, sg) = heads(d_out, [b, h, lq, dv], Dtype::F32)?;
+    strides[3] = sg;
     let inputs = [&q, &k, &v, &packed, &g];
     codegen::check_size("attention_grad", nq + nk + nv, &inputs)?;
     let out = alloc(&[nq + nk + nv], dtype)?;
     if nq + nk + nv == 0 {
         return Ok(out);
     }
-    let meta = meta(dims, &inputs);
+    let meta = meta(dims, &inputs, &[nq as u32, (nq + nk) as u32], &strides);
     let names = ["q", "k", "v", "packed", "g"];
     let prologue = |body: &str| {
         let mut s = header(dims, &names, dtype, dtype);
@@ -172,8 +173,8 @@ pub(super) fn attention_grad(
             r#"    if (i >= b() * h() * lq()) {{ return; }}
     let qi = i % lq();
     let bh = i / lq();
-    let q0 = params[6] + i * D;
-    let g0 = params[10] + i * DV;
+    let q0 = row_of(0u, params[6], bh, qi);
+    let g0 = row_of(3u, params[10], bh, qi);
     let lse0h = lse0 + bh * lq();
     {{
         {DELTA}
@@ -205,8 +206,8 @@ pub(super) fn attention_grad(
     var first = 0u;
     if (params[4] != 0u && j + lq() > lk()) {{ first = j + lq() - lk(); }}
     for (var qi = first; qi < lq(); qi = qi + 1u) {{
-        let q0 = params[6] + (bh * lq() + qi) * D;
-        let g0 = params[10] + (bh * lq() + qi) * DV;
+        let q0 = row_of(0u, params[6], bh, qi);
+        let g0 = row_of(3u, params[10], bh, qi);
         {DELTA}
         {}
         for (var c = 0u; c < D; c = c + 1u) {{ dk[c] = dk[c] + ds * load_q(q0 + c); }}
@@ -220,8 +221,6 @@ pub(super) fn attention_grad(
             PROBABILITY,
         ))
     })?;
-    let mut meta = meta;
-    meta.extend([nq as u32, (nq + nk) as u32]);
     // A packed dtype's words are OR-ed into: the first pass clears them.
     let bytes = (nq + nk + nv) * dtype.size_of();
     dispatch(
