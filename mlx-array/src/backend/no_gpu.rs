@@ -261,7 +261,7 @@ unavailable_kernels! {
         k: &ArrayData,
         v: &ArrayData,
         packed: &ArrayData,
-        d_out: &ArrayData,
+        d_out: &Operand<'_>,
         dims: &AttentionDims,
         dtype: Dtype,
     );

@@ -147,7 +147,13 @@ impl Primitive for Attention {
                 v.clone(),
                 outputs[0].clone(),
                 outputs[1].clone(),
-                ct.astype(Dtype::F32)?,
+                // In the inputs' dtype the kernels read it as it is (a
+                // half-precision model casts no cotangent); else as f32.
+                if ct.dtype() == q.dtype() {
+                    ct.clone()
+                } else {
+                    ct.astype(Dtype::F32)?
+                },
             ],
             vec![spec(q), spec(k), spec(v)],
         );
@@ -159,7 +165,7 @@ impl Primitive for Attention {
 /// three outputs of one kernel in the inputs' dtype (computed in f32,
 /// rounded once as stored, `[B, L, H, w]` in one buffer). Inputs: `q`,
 /// `k`, `v` (of one float dtype), the forward output and logsumexps, the
-/// f32 cotangent.
+/// cotangent (f32 or the inputs' dtype).
 #[derive(Debug, Clone, Copy)]
 pub struct AttentionGrad(pub Attention);
 
@@ -195,7 +201,7 @@ impl Primitive for AttentionGrad {
         let forward = forward_buffer(&inputs[3], &inputs[4], &dims)?;
         let dtype = inputs[0].dtype();
         let [q, k, v] = [inputs[0].data()?, inputs[1].data()?, inputs[2].data()?];
-        let d_out = inputs[5].data()?;
+        let d_out = inputs[5].operand()?;
         let grads =
             crate::backend::gpu::attention_grad(&q, &k, &v, &forward, &d_out, &dims, dtype)?;
         Ok(Self::outputs(grads, &dims))
@@ -209,8 +215,14 @@ impl Primitive for AttentionGrad {
         let dims = self.0.dims(inputs);
         let forward = forward_buffer(&inputs[3], &inputs[4], &dims)?;
         let dtype = inputs[0].dtype();
+        // The kernels read an f32 cotangent: a half-precision one is
+        // widened (exactly) first.
+        let d_out = match inputs[5].dtype() {
+            Dtype::F32 => d(5)?,
+            _ => crate::backend::cpu::copy::copy_cast(&inputs[5].operand()?, Dtype::F32),
+        };
         let grads =
-            attention::attention_grad(&d(0)?, &d(1)?, &d(2)?, &forward, &d(5)?, &dims, dtype);
+            attention::attention_grad(&d(0)?, &d(1)?, &d(2)?, &forward, &d_out, &dims, dtype);
         let grads = if dtype == Dtype::F32 {
             grads
         } else {

@@ -400,9 +400,11 @@ fn strided_heads_are_read_in_place_by_the_forward_and_the_gradient() {
 
 /// The gradient kernels store `dq`, `dk`, `dv` in the inputs' dtype (f16
 /// on the fragment kernels, bf16 packed two to a word on the f32-compute
-/// ones): a half-precision vjp runs the forward kernel, the output's cast,
-/// the cotangent's cast to f32 and the gradient's three kernels, and no
-/// cast of its gradients (the values are the specs' to check).
+/// ones) and read a cotangent of that dtype as it is: a half-precision vjp
+/// runs the forward kernel, the output's cast and the gradient's three
+/// kernels, no cast of its cotangent or gradients, and its gradients have
+/// the bits of the same cotangent widened to f32 first (the values are the
+/// specs' to check).
 #[test]
 fn half_precision_gradients_leave_the_kernels_in_their_dtype() {
     let Some(_gpu) = gpu() else { return };
@@ -425,29 +427,47 @@ fn half_precision_gradients_leave_the_kernels_in_their_dtype() {
                 &x[0], &x[1], &x[2], 0.3, true,
             )?])
         };
-        let (before_runs, before) = (
-            attention_fragment_runs(),
-            mlx_array::backend::gpu::dispatch_count(),
-        );
-        let (out, grads) = with_device(Device::Gpu, || {
-            mlx_array::vjp(attend, &inputs[..3], &[inputs[3].clone()])
-        })
-        .unwrap();
-        mlx_array::eval((&out, &grads)).unwrap();
-        let kernels = mlx_array::backend::gpu::dispatch_count() - before;
+        let run = |ct: &Array| {
+            let (before_runs, before) = (
+                attention_fragment_runs(),
+                mlx_array::backend::gpu::dispatch_count(),
+            );
+            let (out, grads) = with_device(Device::Gpu, || {
+                mlx_array::vjp(attend, &inputs[..3], std::slice::from_ref(ct))
+            })
+            .unwrap();
+            mlx_array::eval((&out, &grads)).unwrap();
+            let kernels = mlx_array::backend::gpu::dispatch_count() - before;
+            let ran_fragments = attention_fragment_runs().1 > before_runs.1;
+            (kernels, ran_fragments, grads)
+        };
+        let (kernels, ran_fragments, grads) = run(&inputs[3]);
         assert_eq!(
-            kernels, 6,
+            kernels, 5,
             "{dtype}: kernels of the forward pass and the gradient"
         );
         for g in &grads {
             assert_eq!(g.dtype(), dtype);
         }
-        let ran_fragments = attention_fragment_runs().1 > before_runs.1;
         assert_eq!(
             ran_fragments,
             dtype == Dtype::F16,
             "{dtype}: fragment gradient"
         );
+        let widened = with_device(Device::Gpu, || inputs[3].astype(Dtype::F32)).unwrap();
+        widened.eval().unwrap();
+        let (_, _, want) = run(&widened);
+        let bits = |a: &Array| -> Vec<u32> {
+            let a = a.astype(Dtype::F32).unwrap();
+            a.to_vec::<f32>()
+                .unwrap()
+                .into_iter()
+                .map(f32::to_bits)
+                .collect()
+        };
+        for (g, w) in grads.iter().zip(&want) {
+            assert_eq!(bits(g), bits(w), "{dtype}: the cotangent read as stored");
+        }
     }
     set_gpu_coopmat(GpuCoopmat::Auto);
 }

@@ -30,12 +30,12 @@ pub(super) fn bytes(dims: &AttentionDims, t: Tiles) -> usize {
 }
 
 /// `delta = rowsum(dO o O)`, a thread per query row (inputs: the forward's
-/// packed buffer, the f32 cotangent).
-pub(super) fn delta_source(dims: &AttentionDims) -> String {
+/// packed buffer, the cotangent of dtype `g`).
+pub(super) fn delta_source(dims: &AttentionDims, g: Dtype) -> String {
     let t = Tiles { bq: SIDE, bk: SIDE };
     let mut s = header(
         dims,
-        &[("packed", Dtype::F32), ("g", Dtype::F32)],
+        &[("packed", Dtype::F32), ("g", g)],
         t,
         Loads::Scalar,
         &[],
@@ -60,11 +60,12 @@ pub(super) fn delta_source(dims: &AttentionDims) -> String {
     s
 }
 
-/// The WGSL of one pass for `q`, `k`, `v` of `dtype`, the tiles staged as
-/// `loads` says, the gradients stored as `dtype`.
+/// The WGSL of one pass for `q`, `k`, `v` of `dtype` and a cotangent of
+/// dtype `g`, the tiles staged as `loads` says, the gradients stored as
+/// `dtype`.
 pub(super) fn source(
     dims: &AttentionDims,
-    dtype: Dtype,
+    (dtype, g): (Dtype, Dtype),
     t: Tiles,
     pass: Pass,
     loads: Loads,
@@ -77,7 +78,7 @@ pub(super) fn source(
         ("k", dtype),
         ("v", dtype),
         ("packed", Dtype::F32),
-        ("g", Dtype::F32),
+        ("g", g),
         ("delta", Dtype::F32),
     ];
     let mut s = header(dims, &inputs, t, loads, &["q", "k", "v", "g"], dtype);

@@ -108,15 +108,15 @@ fn write_out(
 }
 
 /// The WGSL of `pass` (without the leading `enable f16;`) for f16 `q`,
-/// `k`, `v`, the forward's packed f32 buffer, the f32 cotangent and
-/// `delta`, `q`, `k`, `v` and the cotangent read as `loads` says; the
-/// output the packed f32 gradients.
+/// `k`, `v`, the forward's packed f32 buffer, the cotangent (f16 where
+/// `g16`, else f32) and `delta`, `q`, `k`, `v` and the cotangent read as
+/// `loads` says; the output the f16 gradients.
 pub(super) fn source(
     dims: &AttentionDims,
     t: Tiles,
     pass: Pass,
     f: Fragments,
-    loads: Loads,
+    (loads, g16): (Loads, bool),
 ) -> String {
     let (own, walk) = roles(t, pass);
     let Strides {
@@ -135,7 +135,7 @@ pub(super) fn source(
         s.push_str(&loads.binding(i + 1, name, "f16"));
     }
     s.push_str(&Loads::Scalar.binding(4, "packed", "f32"));
-    s.push_str(&loads.binding(5, "g", "f32"));
+    s.push_str(&loads.binding(5, "g", if g16 { "f16" } else { "f32" }));
     s.push_str(&Loads::Scalar.binding(6, "delta", "f32"));
     // The gradients are stored in f16, the inputs' dtype.
     s.push_str(&super::codegen::output(7, crate::Dtype::F16));
@@ -276,7 +276,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nw: vec3
             let x = stage(inv, ("x_s", ks), ("k", false), loads, &k_rows);
             let y = stage(inv, ("y_s", vs), ("v", false), loads, &v_rows);
             let w1 = stage(inv, ("w1_s", ks), ("q", false), loads, &q_rows);
-            let w2 = stage(inv, ("w2_s", vs), ("g", true), loads, &g_rows);
+            let w2 = stage(inv, ("w2_s", vs), ("g", !g16), loads, &g_rows);
             let d_values = accumulate("dv", ndv, "w2_s", vs);
             let d_keys = accumulate("dk", nd, "w1_s", ks);
             let out_k = write_out(
@@ -324,7 +324,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nw: vec3
         }
         Pass::Query => {
             let x = stage(inv, ("x_s", ks), ("q", false), loads, &q_rows);
-            let y = stage(inv, ("y_s", vs), ("g", true), loads, &g_rows);
+            let y = stage(inv, ("y_s", vs), ("g", !g16), loads, &g_rows);
             let w1 = stage(inv, ("w1_s", ks), ("k", false), loads, &k_rows);
             let w2 = stage(inv, ("w2_s", vs), ("v", false), loads, &v_rows);
             let d_queries = accumulate("dq", nd, "w1_s", ks);

@@ -708,13 +708,15 @@ pub fn kernel_sources() -> Vec<(String, String)> {
                 }
                 for f in [Fragments::Cooperative, Fragments::Plain] {
                     for loads in [Loads::Scalar, Loads::Quads] {
-                        out.push((
-                            format!("attention_grad fragments {pass:?} d {d} dv {dv} {t:?} {f:?} {loads:?} ({bytes} B)"),
-                            format!(
-                                "enable f16;\n{}",
-                                fragments_backward::source(&dims, t, pass, f, loads)
-                            ),
-                        ));
+                        for g16 in [false, true] {
+                            out.push((
+                                format!("attention_grad fragments {pass:?} d {d} dv {dv} {t:?} {f:?} {loads:?} f16 cotangent {g16} ({bytes} B)"),
+                                format!(
+                                    "enable f16;\n{}",
+                                    fragments_backward::source(&dims, t, pass, f, (loads, g16))
+                                ),
+                            ));
+                        }
                     }
                 }
             }
@@ -739,16 +741,17 @@ fn heads_qkv(
     Ok(([q, k, v], [sq, sk, sv, [0; 3]]))
 }
 
-/// The gradients of [`attention`] for the f32 cotangent `d_out` of its
-/// output (`packed` being its result), packed as on the CPU, stored in the
-/// inputs' `dtype` (computed in f32, rounded once as they are stored: a
-/// half-precision model's gradients need no casts of their own).
+/// The gradients of [`attention`] for the cotangent `d_out` of its output
+/// (`packed` being its result; f32, or the inputs' dtype, read as stored),
+/// packed as on the CPU, stored in the inputs' `dtype` (computed in f32,
+/// rounded once as they are stored: a half-precision model's gradients
+/// and cotangent need no casts of their own).
 pub fn attention_grad(
     q: &ArrayData,
     k: &ArrayData,
     v: &ArrayData,
     packed: &ArrayData,
-    d_out: &ArrayData,
+    d_out: &Operand<'_>,
     dims: &AttentionDims,
     dtype: Dtype,
 ) -> Result<ArrayData> {
@@ -767,7 +770,18 @@ pub fn attention_grad(
     let (nq, nk, nv) = dims.grad_len();
     let ([q, k, v], mut strides) = heads_qkv(q, k, v, dims, dtype)?;
     let packed = dense(&Operand::new(packed.clone(), &[n_out + n_lse], Dtype::F32))?;
-    let (g, sg) = heads(d_out, [b, h, lq, dv], Dtype::F32)?;
+    // The fragment kernels stage the cotangent as f16: read so from f16 or
+    // f32, cast to f32 first from another dtype.
+    let cast;
+    let d_out = match kernels {
+        GradKernels::Fragments(..) if !matches!(d_out.dtype, Dtype::F16 | Dtype::F32) => {
+            cast = super::astype(d_out, Dtype::F32)?;
+            Operand::new(cast, d_out.shape, Dtype::F32)
+        }
+        _ => d_out.clone(),
+    };
+    let gd = d_out.dtype;
+    let (g, sg) = heads(&d_out.data, [b, h, lq, dv], gd)?;
     strides[3] = sg;
     codegen::check_size("attention_grad", nq + nk + nv, &[&q, &k, &v, &packed, &g])?;
     let out = alloc(&[nq + nk + nv], dtype)?;
@@ -776,8 +790,8 @@ pub fn attention_grad(
     }
     // delta = rowsum(dO o O), a thread per query row.
     let delta = alloc(&[n_lse], Dtype::F32)?;
-    let key = format!("attention_delta:{}", dims.dv);
-    let pipeline = context()?.pipeline(&key, || backward::delta_source(dims))?;
+    let key = format!("attention_delta:{}:{gd}", dims.dv);
+    let pipeline = context()?.pipeline(&key, || backward::delta_source(dims, gd))?;
     dispatch(
         &pipeline,
         &meta(dims, &[&packed, &g], &[], &strides),
@@ -795,9 +809,11 @@ pub fn attention_grad(
             GradKernels::Scalar(tiles) => {
                 note_scalar_tiles(tiles);
                 let loads = scalar_kernel_loads(dims, &[&q, &k, &v, &g], &strides);
-                let key = format!("attention_grad:{pass:?}:{d}:{dv}:{dtype}:{tiles:?}:{loads:?}");
-                let p = context()?
-                    .pipeline(&key, || backward::source(dims, dtype, tiles, pass, loads))?;
+                let key =
+                    format!("attention_grad:{pass:?}:{d}:{dv}:{dtype}:{gd}:{tiles:?}:{loads:?}");
+                let p = context()?.pipeline(&key, || {
+                    backward::source(dims, (dtype, gd), tiles, pass, loads)
+                })?;
                 (p, tiles)
             }
             GradKernels::Fragments(f, kv, query) => {
@@ -806,10 +822,12 @@ pub fn attention_grad(
                     backward::Pass::Query => query,
                 };
                 let loads = fragment_loads(dims, &[&q, &k, &v, &g], &strides);
-                let key =
-                    format!("attention_grad-fragments:{pass:?}:{d}:{dv}:{f:?}:{tiles:?}:{loads:?}");
+                let g16 = gd == Dtype::F16;
+                let key = format!(
+                    "attention_grad-fragments:{pass:?}:{d}:{dv}:{f:?}:{tiles:?}:{loads:?}:{g16}"
+                );
                 let p = context()?.pipeline(&key, || {
-                    fragments_backward::source(dims, tiles, pass, f, loads)
+                    fragments_backward::source(dims, tiles, pass, f, (loads, g16))
                 })?;
                 (p, tiles)
             }

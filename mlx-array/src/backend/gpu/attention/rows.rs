@@ -16,14 +16,13 @@ use crate::data::{ArrayData, Operand};
 use crate::{Dtype, Result};
 
 /// The WGSL shared by the kernels: constants, the bindings of `inputs`
-/// (`q`, `k`, `v` of `dtype`, the others f32), an output of dtype `out`,
-/// and the sizes read from `params`.
-fn header(dims: &AttentionDims, inputs: &[&str], dtype: Dtype, out: Dtype) -> String {
+/// (name and dtype), an output of dtype `out`, and the sizes read from
+/// `params`.
+fn header(dims: &AttentionDims, inputs: &[(&str, Dtype)], out: Dtype) -> String {
     let mut s = String::from(codegen::PRELUDE);
     s.push_str(codegen::META);
-    for (i, name) in inputs.iter().enumerate() {
-        let t = if i < 3 { dtype } else { Dtype::F32 };
-        s.push_str(&codegen::input(name, i as u32 + 1, t));
+    for (i, (name, t)) in inputs.iter().enumerate() {
+        s.push_str(&codegen::input(name, i as u32 + 1, *t));
     }
     s.push_str(&codegen::output(inputs.len() as u32 + 1, out));
     s.push_str(&format!(
@@ -52,7 +51,11 @@ pub(super) fn attention(
     }
     let key = format!("attention_rows:{d}:{dv}:{dtype}");
     let pipeline = context()?.pipeline(&key, || {
-        let mut s = header(dims, &["q", "k", "v"], dtype, Dtype::F32);
+        let mut s = header(
+            dims,
+            &[("q", dtype), ("k", dtype), ("v", dtype)],
+            Dtype::F32,
+        );
         s.push_str(codegen::ENTRY);
         s.push_str(" {\n    ");
         s.push_str(codegen::THREAD_INDEX);
@@ -125,14 +128,14 @@ const DELTA: &str = r#"
         for (var c = 0u; c < DV; c = c + 1u) { delta = delta + load_g(g0 + c) * load_packed(o0 + c); }
 "#;
 
-/// The gradients of [`attention`] for the cotangent `d_out` of its output,
-/// packed as on the CPU.
+/// The gradients of [`attention`] for the cotangent `d_out` of its output
+/// (of any float dtype), packed as on the CPU.
 pub(super) fn attention_grad(
     q: &ArrayData,
     k: &ArrayData,
     v: &ArrayData,
     packed: &ArrayData,
-    d_out: &ArrayData,
+    d_out: &Operand<'_>,
     dims: &AttentionDims,
     dtype: Dtype,
 ) -> Result<ArrayData> {
@@ -149,7 +152,8 @@ pub(super) fn attention_grad(
     let (nq, nk, nv) = dims.grad_len();
     let ([q, k, v], mut strides) = heads_qkv(q, k, v, dims, dtype)?;
     let packed = dense(&Operand::new(packed.clone(), &[n_out + n_lse], Dtype::F32))?;
-    let (g, sg) = heads(d_out, [b, h, lq, dv], Dtype::F32)?;
+    let gd = d_out.dtype;
+    let (g, sg) = heads(&d_out.data, [b, h, lq, dv], gd)?;
     strides[3] = sg;
     let inputs = [&q, &k, &v, &packed, &g];
     codegen::check_size("attention_grad", nq + nk + nv, &inputs)?;
@@ -158,9 +162,15 @@ pub(super) fn attention_grad(
         return Ok(out);
     }
     let meta = meta(dims, &inputs, &[nq as u32, (nq + nk) as u32], &strides);
-    let names = ["q", "k", "v", "packed", "g"];
+    let names = [
+        ("q", dtype),
+        ("k", dtype),
+        ("v", dtype),
+        ("packed", Dtype::F32),
+        ("g", gd),
+    ];
     let prologue = |body: &str| {
-        let mut s = header(dims, &names, dtype, dtype);
+        let mut s = header(dims, &names, dtype);
         s.push_str(codegen::ENTRY);
         s.push_str(" {\n    ");
         s.push_str(codegen::THREAD_INDEX);
@@ -168,7 +178,7 @@ pub(super) fn attention_grad(
         s.push_str(body);
         s
     };
-    let dq = context()?.pipeline(&format!("attention_rows_dq:{d}:{dv}:{dtype}"), || {
+    let dq = context()?.pipeline(&format!("attention_rows_dq:{d}:{dv}:{dtype}:{gd}"), || {
         prologue(&format!(
             r#"    if (i >= b() * h() * lq()) {{ return; }}
     let qi = i % lq();
@@ -192,7 +202,7 @@ pub(super) fn attention_grad(
             PROBABILITY
         ))
     })?;
-    let dkv = context()?.pipeline(&format!("attention_rows_dkv:{d}:{dv}:{dtype}"), || {
+    let dkv = context()?.pipeline(&format!("attention_rows_dkv:{d}:{dv}:{dtype}:{gd}"), || {
         prologue(&format!(
             r#"    if (i >= b() * h() * lk()) {{ return; }}
     let j = i % lk();
