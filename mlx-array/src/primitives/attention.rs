@@ -147,18 +147,29 @@ impl Primitive for Attention {
                 v.clone(),
                 outputs[0].clone(),
                 outputs[1].clone(),
-                // In the inputs' dtype the kernels read it as it is (a
-                // half-precision model casts no cotangent); else as f32.
-                if ct.dtype() == q.dtype() {
-                    ct.clone()
-                } else {
-                    ct.astype(Dtype::F32)?
-                },
+                half_or_f32_cotangent(ct, q.dtype())?,
             ],
             vec![spec(q), spec(k), spec(v)],
         );
         Ok(grads.into_iter().map(Some).collect())
     }
+}
+
+/// The cotangent as the gradient kernels read it: in the inputs' `dtype`
+/// as it is (a half-precision model casts no cotangent), also where it is
+/// a pending widening of such an array to f32 (the output's cast handing
+/// its cotangent back: the same values, exactly); else as f32.
+fn half_or_f32_cotangent(ct: &Array, dtype: Dtype) -> Result<Array> {
+    if ct.dtype() == dtype {
+        return Ok(ct.clone());
+    }
+    if ct.dtype() == Dtype::F32
+        && matches!(dtype, Dtype::F16 | Dtype::BF16)
+        && let Some(half) = crate::ops::pending_cast_from(ct, dtype)
+    {
+        return Ok(half);
+    }
+    ct.astype(Dtype::F32)
 }
 
 /// `dq`, `dk`, `dv` of an [`Attention`] for the cotangent of its output:

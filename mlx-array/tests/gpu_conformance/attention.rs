@@ -471,3 +471,51 @@ fn half_precision_gradients_leave_the_kernels_in_their_dtype() {
     }
     set_gpu_coopmat(GpuCoopmat::Auto);
 }
+
+/// Heads too wide for the adapter's workgroup memory (`d = 128` on
+/// lavapipe's 32 KiB) take the per-row kernels, which read a half-precision
+/// cotangent as stored too: the same bits as the cotangent widened to f32
+/// first, for f16 and bf16.
+#[test]
+fn wide_heads_read_a_half_precision_cotangent_as_stored() {
+    let Some(_gpu) = gpu() else { return };
+    let native = native_f16_or_skip();
+    for dtype in [Dtype::F16, Dtype::BF16] {
+        if dtype == Dtype::F16 && !native {
+            continue;
+        }
+        let inputs: Vec<Array> = (1..=4)
+            .map(|s| {
+                let x =
+                    with_device(Device::Gpu, || input([1, 1, 20, 128], s).astype(dtype)).unwrap();
+                x.eval().unwrap();
+                x
+            })
+            .collect();
+        let attend = |x: &[Array]| {
+            Ok(vec![mlx_array::fused_attention(
+                &x[0], &x[1], &x[2], 0.3, true,
+            )?])
+        };
+        let grads = |ct: &Array| {
+            let (_, grads) = with_device(Device::Gpu, || {
+                mlx_array::vjp(attend, &inputs[..3], std::slice::from_ref(ct))
+            })
+            .unwrap();
+            grads
+                .iter()
+                .map(|g| {
+                    let g = g.astype(Dtype::F32).unwrap();
+                    g.to_vec::<f32>()
+                        .unwrap()
+                        .into_iter()
+                        .map(f32::to_bits)
+                        .collect()
+                })
+                .collect::<Vec<Vec<u32>>>()
+        };
+        let widened = with_device(Device::Gpu, || inputs[3].astype(Dtype::F32)).unwrap();
+        widened.eval().unwrap();
+        assert_eq!(grads(&inputs[3]), grads(&widened), "{dtype}");
+    }
+}
