@@ -10,7 +10,7 @@ use mlx_array::device::with_device;
 use mlx_array::settings::{GpuCoopmat, set_gpu_coopmat};
 use mlx_array::{Array, Device, Dtype, Result};
 
-use crate::harness::{compare, gpu, native_f16_or_skip, spirv, tol};
+use crate::harness::{bits, compare, gpu, native_f16_or_skip, spirv, tol};
 
 /// An f16 `[b, h, l, d]` input of values in [-1, 1), varied by `seed`.
 fn input(shape: [usize; 4], seed: usize) -> Array {
@@ -365,17 +365,7 @@ fn strided_heads_are_read_in_place_by_the_forward_and_the_gradient() {
                 let before = mlx_array::backend::gpu::dispatch_count();
                 mlx_array::eval((&out, &grads)).unwrap();
                 let kernels = mlx_array::backend::gpu::dispatch_count() - before;
-                let values: Vec<Vec<u32>> = out
-                    .iter()
-                    .chain(&grads)
-                    .map(|a| {
-                        a.to_vec::<f32>()
-                            .unwrap()
-                            .iter()
-                            .map(|x| x.to_bits())
-                            .collect()
-                    })
-                    .collect();
+                let values: Vec<Vec<u32>> = out.iter().chain(&grads).map(bits).collect();
                 (kernels, values)
             })
         };
@@ -398,6 +388,44 @@ fn strided_heads_are_read_in_place_by_the_forward_and_the_gradient() {
     }
 }
 
+/// q, k, v and a cotangent of `shape` in `dtype`, evaluated on the GPU.
+fn gpu_inputs(shape: [usize; 4], dtype: Dtype) -> Vec<Array> {
+    (1..=4)
+        .map(|s| {
+            let x = with_device(Device::Gpu, || input(shape, s).astype(dtype)).unwrap();
+            x.eval().unwrap();
+            x
+        })
+        .collect()
+}
+
+/// Causal attention's output and the gradients of `inputs[..3]` for the
+/// cotangent `ct`, evaluated on the GPU.
+fn causal_vjp(inputs: &[Array], ct: &Array) -> (Vec<Array>, Vec<Array>) {
+    let attend = |x: &[Array]| {
+        Ok(vec![mlx_array::fused_attention(
+            &x[0], &x[1], &x[2], 0.3, true,
+        )?])
+    };
+    let (out, grads) = with_device(Device::Gpu, || {
+        mlx_array::vjp(attend, &inputs[..3], std::slice::from_ref(ct))
+    })
+    .unwrap();
+    mlx_array::eval((&out, &grads)).unwrap();
+    (out, grads)
+}
+
+/// Asserts that `grads`, for the half-precision cotangent `inputs[3]`,
+/// have the bits of the gradients for that cotangent widened to f32.
+fn assert_cotangent_read_as_stored(inputs: &[Array], grads: &[Array], what: &str) {
+    let widened = with_device(Device::Gpu, || inputs[3].astype(Dtype::F32)).unwrap();
+    widened.eval().unwrap();
+    let (_, want) = causal_vjp(inputs, &widened);
+    for (g, w) in grads.iter().zip(&want) {
+        assert_eq!(bits(g), bits(w), "{what}: the cotangent read as stored");
+    }
+}
+
 /// The gradient kernels store `dq`, `dk`, `dv` in the inputs' dtype (f16
 /// on the fragment kernels, bf16 packed two to a word on the f32-compute
 /// ones) and read a cotangent of that dtype as it is: a half-precision vjp
@@ -414,34 +442,13 @@ fn half_precision_gradients_leave_the_kernels_in_their_dtype() {
         if dtype == Dtype::F16 && !native {
             continue;
         }
-        let inputs: Vec<Array> = (1..=4)
-            .map(|s| {
-                let x =
-                    with_device(Device::Gpu, || input([1, 2, 40, 32], s).astype(dtype)).unwrap();
-                x.eval().unwrap();
-                x
-            })
-            .collect();
-        let attend = |x: &[Array]| {
-            Ok(vec![mlx_array::fused_attention(
-                &x[0], &x[1], &x[2], 0.3, true,
-            )?])
-        };
-        let run = |ct: &Array| {
-            let (before_runs, before) = (
-                attention_fragment_runs(),
-                mlx_array::backend::gpu::dispatch_count(),
-            );
-            let (out, grads) = with_device(Device::Gpu, || {
-                mlx_array::vjp(attend, &inputs[..3], std::slice::from_ref(ct))
-            })
-            .unwrap();
-            mlx_array::eval((&out, &grads)).unwrap();
-            let kernels = mlx_array::backend::gpu::dispatch_count() - before;
-            let ran_fragments = attention_fragment_runs().1 > before_runs.1;
-            (kernels, ran_fragments, grads)
-        };
-        let (kernels, ran_fragments, grads) = run(&inputs[3]);
+        let inputs = gpu_inputs([1, 2, 40, 32], dtype);
+        let (before_runs, before) = (
+            attention_fragment_runs(),
+            mlx_array::backend::gpu::dispatch_count(),
+        );
+        let (_, grads) = causal_vjp(&inputs, &inputs[3]);
+        let kernels = mlx_array::backend::gpu::dispatch_count() - before;
         assert_eq!(
             kernels, 5,
             "{dtype}: kernels of the forward pass and the gradient"
@@ -450,24 +457,11 @@ fn half_precision_gradients_leave_the_kernels_in_their_dtype() {
             assert_eq!(g.dtype(), dtype);
         }
         assert_eq!(
-            ran_fragments,
+            attention_fragment_runs().1 > before_runs.1,
             dtype == Dtype::F16,
             "{dtype}: fragment gradient"
         );
-        let widened = with_device(Device::Gpu, || inputs[3].astype(Dtype::F32)).unwrap();
-        widened.eval().unwrap();
-        let (_, _, want) = run(&widened);
-        let bits = |a: &Array| -> Vec<u32> {
-            let a = a.astype(Dtype::F32).unwrap();
-            a.to_vec::<f32>()
-                .unwrap()
-                .into_iter()
-                .map(f32::to_bits)
-                .collect()
-        };
-        for (g, w) in grads.iter().zip(&want) {
-            assert_eq!(bits(g), bits(w), "{dtype}: the cotangent read as stored");
-        }
+        assert_cotangent_read_as_stored(&inputs, &grads, &dtype.to_string());
     }
     set_gpu_coopmat(GpuCoopmat::Auto);
 }
@@ -484,38 +478,8 @@ fn wide_heads_read_a_half_precision_cotangent_as_stored() {
         if dtype == Dtype::F16 && !native {
             continue;
         }
-        let inputs: Vec<Array> = (1..=4)
-            .map(|s| {
-                let x =
-                    with_device(Device::Gpu, || input([1, 1, 20, 128], s).astype(dtype)).unwrap();
-                x.eval().unwrap();
-                x
-            })
-            .collect();
-        let attend = |x: &[Array]| {
-            Ok(vec![mlx_array::fused_attention(
-                &x[0], &x[1], &x[2], 0.3, true,
-            )?])
-        };
-        let grads = |ct: &Array| {
-            let (_, grads) = with_device(Device::Gpu, || {
-                mlx_array::vjp(attend, &inputs[..3], std::slice::from_ref(ct))
-            })
-            .unwrap();
-            grads
-                .iter()
-                .map(|g| {
-                    let g = g.astype(Dtype::F32).unwrap();
-                    g.to_vec::<f32>()
-                        .unwrap()
-                        .into_iter()
-                        .map(f32::to_bits)
-                        .collect()
-                })
-                .collect::<Vec<Vec<u32>>>()
-        };
-        let widened = with_device(Device::Gpu, || inputs[3].astype(Dtype::F32)).unwrap();
-        widened.eval().unwrap();
-        assert_eq!(grads(&inputs[3]), grads(&widened), "{dtype}");
+        let inputs = gpu_inputs([1, 1, 20, 128], dtype);
+        let (_, grads) = causal_vjp(&inputs, &inputs[3]);
+        assert_cotangent_read_as_stored(&inputs, &grads, &dtype.to_string());
     }
 }

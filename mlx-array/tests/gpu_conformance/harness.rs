@@ -9,6 +9,17 @@ use mlx_array::conformance::values;
 
 static SERIAL: Mutex<()> = Mutex::new(());
 
+/// The values' bits, read as f32 (half-precision values widened exactly).
+pub fn bits(x: &Array) -> Vec<u32> {
+    x.astype(Dtype::F32)
+        .unwrap()
+        .to_vec::<f32>()
+        .unwrap()
+        .into_iter()
+        .map(f32::to_bits)
+        .collect()
+}
+
 /// A guard (tests here run one at a time, so memory counters are theirs)
 /// when a GPU adapter is usable. Without one: a printed skip, or a failure
 /// when `CI` or `MLX_REQUIRE_GPU` says a GPU is expected.

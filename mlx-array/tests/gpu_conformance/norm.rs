@@ -5,7 +5,7 @@
 use mlx_array::{Array, Dtype};
 
 use crate::elementwise::values_in;
-use crate::harness::{compare, gpu};
+use crate::harness::{bits, compare, gpu};
 use mlx_array::conformance::{Layout, make};
 
 #[test]
@@ -104,13 +104,6 @@ fn a_residuals_cotangent_is_added_in_the_norms_gradient_kernel() {
     assert_eq!(kernels, alone_kernels, "no kernel for the residual's add");
     let added =
         mlx_array::device::with_device(mlx_array::Device::Gpu, || ct.add(&alone[0])).unwrap();
-    let bits = |a: &Array| -> Vec<u32> {
-        a.to_vec::<f32>()
-            .unwrap()
-            .into_iter()
-            .map(f32::to_bits)
-            .collect()
-    };
     assert_eq!(bits(&fused[0]), bits(&added), "dx");
     assert_eq!(bits(&fused[1]), bits(&alone[1]), "dw");
 }

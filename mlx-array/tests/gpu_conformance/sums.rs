@@ -12,7 +12,7 @@ use mlx_array::device::with_device;
 use mlx_array::settings::{GpuCoopmat, set_gpu_coopmat, set_gpu_split_wave};
 use mlx_array::{Array, Device, Dtype, Result, SliceArg, reshape_to, value_and_grad};
 
-use crate::harness::{close, gpu, native_f16_or_skip};
+use crate::harness::{bits, close, gpu, native_f16_or_skip};
 
 /// `shape` of values in [-1, 1), varied by `seed`, evaluated on the GPU.
 fn on_gpu(shape: &[usize], seed: usize) -> Array {
@@ -23,17 +23,6 @@ fn on_gpu(shape: &[usize], seed: usize) -> Array {
     let x = Array::from_slice(&v, shape).unwrap().to_device(Device::Gpu);
     x.eval().unwrap();
     x
-}
-
-/// The values' bits (f16 values widened to f32 exactly).
-fn bits(x: &Array) -> Vec<u32> {
-    x.astype(Dtype::F32)
-        .unwrap()
-        .to_vec::<f32>()
-        .unwrap()
-        .into_iter()
-        .map(f32::to_bits)
-        .collect()
 }
 
 /// `x` as `dtype`, evaluated on the GPU.

@@ -170,10 +170,10 @@ pub fn rms_norm_grad(
     let addend = addend
         .map(|a| Ok::<_, crate::Error>((a.dtype, dense(a)?)))
         .transpose()?;
-    codegen::check_size("rms_norm_grad", total, &[&x, &w, &ct])?;
-    if let Some((_, a)) = &addend {
-        codegen::check_size("rms_norm_grad", total, &[a])?;
-    }
+    // The row pass's inputs (the addend last, where there is one).
+    let mut row_inputs = vec![&x, &w, &ct];
+    row_inputs.extend(addend.as_ref().map(|(_, a)| a));
+    codegen::check_size("rms_norm_grad", total, &row_inputs)?;
     let chunks = rows.div_ceil(CHUNK);
     let meta = [
         rows as u32,
@@ -304,12 +304,10 @@ pub fn rms_norm_grad(
         s
     })?;
     if rows > 0 {
-        let mut inputs = vec![&x, &w, &ct];
-        inputs.extend(addend.as_ref().map(|(_, a)| a));
         dispatch_groups(
             &dx,
             &meta,
-            &inputs,
+            &row_inputs,
             &out,
             total * 4,
             false,
