@@ -188,8 +188,6 @@ unavailable_kernels! {
     /// Always [`UNAVAILABLE`].
     pub fn astype(x: &Operand<'_>, to: Dtype);
     /// Always [`UNAVAILABLE`].
-    pub fn astype_in_order(x: &Operand<'_>, to: Dtype);
-    /// Always [`UNAVAILABLE`].
     pub fn copy_contiguous(x: &Operand<'_>);
     /// Always [`UNAVAILABLE`].
     pub fn arange(start: f64, step: f64, n: usize, dtype: Dtype);
@@ -248,14 +246,6 @@ unavailable_kernels! {
         loss: &Operand<'_>,
     );
     /// Always [`UNAVAILABLE`].
-    pub fn attention(
-        q: &ArrayData,
-        k: &ArrayData,
-        v: &ArrayData,
-        dims: &AttentionDims,
-        dtype: Dtype,
-    );
-    /// Always [`UNAVAILABLE`].
     pub fn attention_grad(
         q: &ArrayData,
         k: &ArrayData,
@@ -277,6 +267,17 @@ unavailable_kernels! {
         addend: Option<&Operand<'_>>,
         eps: f32,
     );
+}
+
+/// Always [`UNAVAILABLE`].
+pub fn attention(
+    _q: &ArrayData,
+    _k: &ArrayData,
+    _v: &ArrayData,
+    _dims: &AttentionDims,
+    _dtype: Dtype,
+) -> Result<(ArrayData, Option<ArrayData>)> {
+    Err(unavailable())
 }
 
 /// The fusion hooks of [`crate::Primitive::gpu_expression`]: no WGSL without a GPU.

@@ -85,9 +85,10 @@ pub fn fused_attention(q: &Array, k: &Array, v: &Array, scale: f64, causal: bool
         causal,
     };
     // The GPU kernels read heads in place through their strides (a
-    // projection's `[B, L, H, d]` viewed as `[B, H, L, d]`), no copy.
-    let out = node.build(q, k, v).swap_remove(0);
-    // Cast in the output's memory order (`[B, L, H, dv]`): the usual merge
-    // of the heads after it is then a view.
-    crate::ops::astype_in_order(&out, dtype)
+    // projection's `[B, L, H, d]` viewed as `[B, H, L, d]`), no copy. The
+    // output in the inputs' dtype: the f32 one, or for half precision the
+    // node's third output (stored `[B, L, H, dv]` by the kernel, so the
+    // usual merge of the heads after it is a view).
+    let mut outputs = node.build(q, k, v);
+    Ok(outputs.swap_remove(if dtype == crate::Dtype::F32 { 0 } else { 2 }))
 }

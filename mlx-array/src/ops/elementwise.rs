@@ -117,23 +117,7 @@ pub fn astype(x: &Array, dtype: Dtype) -> Result<Array> {
         ));
     }
     Ok(Array::from_primitive(
-        AsType { keep_order: false },
-        vec![x.clone()],
-        x.shape().to_vec(),
-        dtype,
-    ))
-}
-
-/// [`astype`] that, on the GPU, keeps a transposed input's memory order
-/// (see [`AsType::keep_order`]): for kernels' outputs viewed through a
-/// permutation (the attention's, stored `[B, L, H, d]` and viewed `[B, H,
-/// L, d]`) that are transposed back after the cast.
-pub(crate) fn astype_in_order(x: &Array, dtype: Dtype) -> Result<Array> {
-    if x.dtype() == dtype || x.remembered_cast(dtype).is_some() {
-        return astype(x, dtype);
-    }
-    Ok(Array::from_primitive(
-        AsType { keep_order: true },
+        AsType,
         vec![x.clone()],
         x.shape().to_vec(),
         dtype,

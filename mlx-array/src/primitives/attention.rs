@@ -30,10 +30,15 @@ impl AttentionDims {
 
 /// `softmax(scale * q @ k^T [causal]) @ v` (`[B, H, Lq, dv]`) and the rows'
 /// logsumexps (`[B, H, Lq]`), both f32: two outputs of one kernel, which
-/// writes them into one buffer (the output stored `[B, Lq, H, dv]`).
-/// Inputs: `q`, `k`, `v` of one dtype, f32 or bf16 (whose products the CPU
-/// runs on AMX tiles where it has them; elsewhere the kernel converts them
-/// to f32; the GPU kernels read them as they are and compute in f32).
+/// writes them into one buffer (the output stored `[B, Lq, H, dv]`). For
+/// half-precision inputs a third output is the first in their dtype,
+/// stored in the same order, rounded once as a cast would: what the model
+/// reads on, so that no cast runs after the kernel (the gradient reads the
+/// f32 output).
+/// Inputs: `q`, `k`, `v` of one dtype, f32, f16 or bf16 (bf16 products the
+/// CPU runs on AMX tiles where it has them; elsewhere the kernel converts
+/// them to f32; the GPU kernels read them as they are and compute in f32,
+/// or f16 on fragments).
 #[derive(Debug, Clone, Copy)]
 pub struct Attention {
     /// Multiplies the scores.
@@ -47,26 +52,36 @@ impl Attention {
         AttentionDims::of(&inputs[0], &inputs[1], &inputs[2], self.scale, self.causal)
     }
 
-    /// The output and the logsumexps of attending `q` to `k` and `v`.
-    pub(crate) fn build(self, q: &Array, k: &Array, v: &Array) -> Vec<Array> {
+    /// The node's outputs for `q`, `k`, `v` (4-d, of one float dtype, as
+    /// [`crate::fused_attention`] checks): the f32 output and logsumexps,
+    /// and for half-precision inputs the output in their dtype.
+    pub fn build(self, q: &Array, k: &Array, v: &Array) -> Vec<Array> {
         let (qs, vs) = (q.shape(), v.shape());
-        let f32 = |shape: Vec<usize>| OutputSpec {
-            shape,
-            dtype: Dtype::F32,
-        };
-        Array::from_primitive_outputs(
-            self,
-            vec![q.clone(), k.clone(), v.clone()],
-            vec![
-                f32(vec![qs[0], qs[1], qs[2], vs[3]]),
-                f32(vec![qs[0], qs[1], qs[2]]),
-            ],
-        )
+        let out_shape = vec![qs[0], qs[1], qs[2], vs[3]];
+        let spec = |shape: Vec<usize>, dtype| OutputSpec { shape, dtype };
+        let mut outputs = vec![
+            spec(out_shape.clone(), Dtype::F32),
+            spec(vec![qs[0], qs[1], qs[2]], Dtype::F32),
+        ];
+        if let Some(half) = half_output(q.dtype()) {
+            outputs.push(spec(out_shape, half));
+        }
+        Array::from_primitive_outputs(self, vec![q.clone(), k.clone(), v.clone()], outputs)
     }
 }
 
-/// The output and logsumexp views of a forward buffer.
-fn forward_outputs(packed: ArrayData, dims: &AttentionDims) -> Vec<ArrayData> {
+/// The dtype of the third output for inputs of `dtype` (see [`Attention`]).
+fn half_output(dtype: Dtype) -> Option<Dtype> {
+    matches!(dtype, Dtype::F16 | Dtype::BF16).then_some(dtype)
+}
+
+/// The output and logsumexp views of a forward buffer, and the half
+/// output's view of its own buffer.
+fn forward_outputs(
+    packed: ArrayData,
+    half: Option<ArrayData>,
+    dims: &AttentionDims,
+) -> Vec<ArrayData> {
     let (h, lq, dv) = (dims.h, dims.lq, dims.dv);
     let (n_out, _) = dims.packed_len();
     let strides = vec![(lq * h * dv) as isize, dv as isize, (h * dv) as isize, 1];
@@ -74,7 +89,9 @@ fn forward_outputs(packed: ArrayData, dims: &AttentionDims) -> Vec<ArrayData> {
         vec![(h * lq) as isize, lq as isize, 1],
         packed.offset() + n_out,
     );
-    vec![packed.view(strides, packed.offset()), lse]
+    let mut outputs = vec![packed.view(strides.clone(), packed.offset()), lse];
+    outputs.extend(half.map(|half| half.view(strides, half.offset())));
+    outputs
 }
 
 /// The forward buffer behind an output and its logsumexps (views of one
@@ -103,8 +120,8 @@ impl Primitive for Attention {
         let (q, k, v) = (&inputs[0], &inputs[1], &inputs[2]);
         let dims = self.dims(inputs);
         let (dtype, [q, k, v]) = (q.dtype(), [q.data()?, k.data()?, v.data()?]);
-        let packed = crate::backend::gpu::attention(&q, &k, &v, &dims, dtype)?;
-        Ok(forward_outputs(packed, &dims))
+        let (packed, half) = crate::backend::gpu::attention(&q, &k, &v, &dims, dtype)?;
+        Ok(forward_outputs(packed, half, &dims))
     }
     fn eval_cpu_outputs(
         &self,
@@ -114,7 +131,14 @@ impl Primitive for Attention {
         let (q, k, v) = (&inputs[0], &inputs[1], &inputs[2]);
         let dims = self.dims(inputs);
         let packed = attention::attention(&q.data()?, &k.data()?, &v.data()?, &dims, q.dtype());
-        Ok(forward_outputs(packed, &dims))
+        // The half output: the f32 one's elements rounded, in their order.
+        let half = half_output(q.dtype()).map(|half| {
+            let (n_out, _) = dims.packed_len();
+            let shape = [n_out];
+            let out = crate::Operand::new(packed.clone(), &shape, Dtype::F32);
+            crate::backend::cpu::copy::copy_cast(&out, half)
+        });
+        Ok(forward_outputs(packed, half, &dims))
     }
     fn vjp_outputs(
         &self,
@@ -128,9 +152,14 @@ impl Primitive for Attention {
                 "attention's logsumexps are not differentiable",
             ));
         }
-        let Some(ct) = &cotangents[0] else {
-            return Ok(vec![None, None, None]);
+        // The output's cotangent: the f32 output's, the half output's, or
+        // their sum where both were read.
+        let ct = match (&cotangents[0], cotangents.get(2).and_then(Option::as_ref)) {
+            (None, None) => return Ok(vec![None, None, None]),
+            (Some(ct), None) | (None, Some(ct)) => ct.clone(),
+            (Some(wide), Some(half)) => wide.add(&half.astype(Dtype::F32)?)?,
         };
+        let ct = &ct;
         let (q, k, v) = (&inputs[0], &inputs[1], &inputs[2]);
         // The gradients in the inputs' dtype, stored by the kernel in its
         // `[B, L, H, w]` order (the heads' transposes back to the

@@ -233,16 +233,9 @@ impl Primitive for RememberedCast {
     }
 }
 
-/// Converts to the output dtype (and makes the result contiguous, unless
-/// `keep_order`).
+/// Converts to the output dtype (and makes the result contiguous).
 #[derive(Debug, Clone, Copy)]
-pub struct AsType {
-    /// On the GPU, a strided input that is a permutation of a dense block
-    /// (a transposed array) is converted in its memory order and the
-    /// result has its strides: a transpose back to that order after it
-    /// is then a view, not a copy. The values do not depend on it.
-    pub keep_order: bool,
-}
+pub struct AsType;
 
 impl Primitive for AsType {
     fn name(&self) -> &'static str {
@@ -252,11 +245,7 @@ impl Primitive for AsType {
         gpu::elementwise::astype_expression(inputs[0].dtype(), out.dtype()).ok()
     }
     fn eval_gpu(&self, inputs: &[Array], out: &Array) -> Result<ArrayData> {
-        let x = inputs[0].operand()?;
-        if self.keep_order {
-            return gpu::astype_in_order(&x, out.dtype());
-        }
-        gpu::astype(&x, out.dtype())
+        gpu::astype(&inputs[0].operand()?, out.dtype())
     }
     fn eval_cpu(&self, inputs: &[Array], out: &Array) -> Result<ArrayData> {
         Ok(cpu::copy::copy_cast(&inputs[0].operand()?, out.dtype()))

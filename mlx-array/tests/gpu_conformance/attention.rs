@@ -429,8 +429,9 @@ fn assert_cotangent_read_as_stored(inputs: &[Array], grads: &[Array], what: &str
 /// The gradient kernels store `dq`, `dk`, `dv` in the inputs' dtype (f16
 /// on the fragment kernels, bf16 packed two to a word on the f32-compute
 /// ones) and read a cotangent of that dtype as it is: a half-precision vjp
-/// runs the forward kernel, the output's cast and the gradient's three
-/// kernels, no cast of its cotangent or gradients, and its gradients have
+/// runs the forward kernel (which writes the half output itself) and the
+/// gradient's three kernels, no cast of its output, cotangent or
+/// gradients, and its gradients have
 /// the bits of the same cotangent widened to f32 first (the values are the
 /// specs' to check).
 #[test]
@@ -450,7 +451,7 @@ fn half_precision_gradients_leave_the_kernels_in_their_dtype() {
         let (_, grads) = causal_vjp(&inputs, &inputs[3]);
         let kernels = mlx_array::backend::gpu::dispatch_count() - before;
         assert_eq!(
-            kernels, 5,
+            kernels, 4,
             "{dtype}: kernels of the forward pass and the gradient"
         );
         for g in &grads {
@@ -482,4 +483,63 @@ fn wide_heads_read_a_half_precision_cotangent_as_stored() {
         let (_, grads) = causal_vjp(&inputs, &inputs[3]);
         assert_cotangent_read_as_stored(&inputs, &grads, &dtype.to_string());
     }
+}
+
+/// Every forward kernel family writes the half-precision output beside the
+/// f32 one (the f16 fragments, the f32-compute tiles for f16 and for bf16
+/// packed two to a word, the per-row kernel for heads too wide for the
+/// tiles): its bits are the f32 output's rounded as `astype` rounds, and a
+/// half-precision forward pass is one kernel, no cast after it.
+#[test]
+fn every_forward_kernel_writes_the_half_output_as_the_cast_would() {
+    use mlx_array::backend::gpu::attention_last_scalar_tiles;
+    use mlx_array::primitives::attention::Attention;
+    let Some(_gpu) = gpu() else { return };
+    let native = native_f16_or_skip();
+    let node = Attention {
+        scale: 0.3,
+        causal: true,
+    };
+    // (coopmat setting, dtype, shape, which kernel: "fragments", "tiles", "rows")
+    let cases = [
+        (GpuCoopmat::Plain, Dtype::F16, [1, 2, 40, 32], "fragments"),
+        (GpuCoopmat::Off, Dtype::F16, [1, 2, 40, 32], "tiles"),
+        (GpuCoopmat::Off, Dtype::BF16, [1, 2, 37, 24], "tiles"),
+        (GpuCoopmat::Off, Dtype::F16, [1, 1, 9, 256], "rows"),
+        (GpuCoopmat::Off, Dtype::BF16, [1, 1, 9, 256], "rows"),
+    ];
+    for (mode, dtype, shape, kernel) in cases {
+        if dtype == Dtype::F16 && !native {
+            continue;
+        }
+        set_gpu_coopmat(mode);
+        let what = format!("{dtype} {shape:?} on the {kernel}");
+        let x = gpu_inputs(shape, dtype);
+        let fragments = attention_fragment_runs().0;
+        let before = mlx_array::backend::gpu::dispatch_count();
+        let got = with_device(Device::Gpu, || node.build(&x[0], &x[1], &x[2]));
+        mlx_array::eval(&got).unwrap();
+        assert_eq!(
+            mlx_array::backend::gpu::dispatch_count() - before,
+            1,
+            "{what}: one kernel"
+        );
+        let ran = if attention_fragment_runs().0 > fragments {
+            "fragments"
+        } else if attention_last_scalar_tiles().is_some() {
+            "tiles"
+        } else {
+            "rows"
+        };
+        assert_eq!(ran, kernel, "{what}: the kernel that ran");
+        assert_eq!(got.len(), 3, "{what}");
+        let cast = with_device(Device::Gpu, || got[0].astype(dtype)).unwrap();
+        assert_eq!(bits(&got[2]), bits(&cast), "{what}: the f32 output rounded");
+        let out = with_device(Device::Gpu, || {
+            mlx_array::fused_attention(&x[0], &x[1], &x[2], 0.3, true)
+        })
+        .unwrap();
+        assert_eq!(bits(&out), bits(&cast), "{what}: fused_attention's output");
+    }
+    set_gpu_coopmat(GpuCoopmat::Auto);
 }

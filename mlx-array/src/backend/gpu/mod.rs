@@ -59,9 +59,7 @@ pub use attention::{
     scalar_quad_staged_runs as attention_scalar_quad_staged_runs,
 };
 pub use creation::{arange, random_bits};
-pub use elementwise::{
-    astype, astype_in_order, binary, copy_contiguous, row_view_reads, unary, where_,
-};
+pub use elementwise::{astype, binary, copy_contiguous, row_view_reads, unary, where_};
 pub use indexing::{concatenate, pad, scatter_add, slice_update, take, take_along_axis};
 pub use loss::{
     cross_entropy, cross_entropy_grad, linear_cross_entropy, linear_cross_entropy_grad,

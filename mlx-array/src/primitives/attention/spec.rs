@@ -1,5 +1,6 @@
-//! Conformance specifications of the fused attention: its two outputs
-//! (the output `fused_attention` returns and each row's logsumexp), and
+//! Conformance specifications of the fused attention: its outputs (the
+//! output and each row's logsumexp, and for half-precision inputs the
+//! output in their dtype, which `fused_attention` returns), and
 //! `dq`, `dk`, `dv` that its vector-Jacobian product computes, each against
 //! an f64 reference on the CPU and the GPU.
 
@@ -267,6 +268,44 @@ fn check_outputs(cx: &Ctx, p: &Problem, l: Layout, rel: f64) {
     );
 }
 
+/// The half-precision output the node adds for f16 and bf16 inputs: its
+/// first output rounded to their dtype as `astype` rounds, bit for bit, in
+/// the same `[B, Lq, H, dv]` memory order; f32 inputs get no third output.
+fn check_half_output(cx: &Ctx, p: &Problem, dtype: Dtype) {
+    let inputs = [
+        make(&p.q, dtype, Layout::Transposed),
+        make(&p.k, dtype, Layout::Dense),
+        make(&p.v, dtype, Layout::Dense),
+    ];
+    let node = Attention {
+        scale: p.scale as f32,
+        causal: p.causal,
+    };
+    let what = p.what(dtype, Layout::Transposed);
+    let (got, cast) = cx.on(|| {
+        let got = node.build(&inputs[0], &inputs[1], &inputs[2]);
+        let cast = got[0].astype(dtype).expect("cast");
+        (got, cast)
+    });
+    crate::eval((&got, &cast)).expect("evaluates");
+    assert_eq!(got.len(), 3, "{what}: a half output");
+    assert_eq!((got[2].dtype(), got[2].shape()), (dtype, got[0].shape()));
+    let bits = |a: &Array| -> Vec<u32> {
+        let f = a.astype(Dtype::F32).and_then(|f| f.to_vec::<f32>());
+        f.expect("values").iter().map(|x| x.to_bits()).collect()
+    };
+    assert_eq!(
+        bits(&got[2]),
+        bits(&cast),
+        "{what}: the f32 output's rounding"
+    );
+    let strides = |a: &Array| a.data().expect("evaluated").strides().to_vec();
+    assert_eq!(strides(&got[2]), strides(&got[0]), "{what}: memory order");
+    let f32_inputs = inputs.map(|x| x.astype(Dtype::F32).expect("cast"));
+    let wide = cx.on(|| node.build(&f32_inputs[0], &f32_inputs[1], &f32_inputs[2]));
+    assert_eq!(wide.len(), 2, "f32 attention has no half output");
+}
+
 fn attention_values(cx: &Ctx) {
     cx.runner()
         .run(&strategy(), |draw| {
@@ -333,6 +372,7 @@ fn output_values(cx: &Ctx) {
     for (dtype, p) in half_problems() {
         let rel = tol(dtype) * 8.0;
         check_fused(cx, &p, dtype, Layout::Transposed, (rel, rel), false);
+        check_half_output(cx, &p, dtype);
     }
     // Bad arguments are refused when the op is built, naming what is wrong.
     let x = Array::zeros(&[1, 1, 3, 2], Dtype::F32);

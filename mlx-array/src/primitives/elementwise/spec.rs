@@ -424,57 +424,6 @@ fn astype_values(cx: &Ctx) {
                 .unwrap_or_else(|e| panic!("{e}"));
         }
     }
-    astype_in_order_values(cx);
-}
-
-/// The cast that keeps a transposed input's memory order: `astype`'s
-/// values bit for bit, for permutations of dense arrays (and a strided
-/// slice, which is none), between the float dtypes; on the GPU a
-/// permutation's result has its input's strides, and transposing it back
-/// is a view (no kernel).
-fn astype_in_order_values(cx: &Ctx) {
-    let floats = [Dtype::F32, Dtype::F16, Dtype::BF16];
-    for from in floats {
-        for to in floats {
-            let x = fill(&[2, 5, 3, 4], from, -300.0, 300.0, 17);
-            // Dense on the device under test, viewed there.
-            let dense = make(&x, from, Layout::Dense).to_device(cx.device());
-            dense.eval().expect("evaluates");
-            let cases: [(&str, Array); 3] = cx.on(|| {
-                [
-                    ("swapaxes(1, 2)", dense.swapaxes(1, 2).expect("view")),
-                    ("transpose", dense.transpose(&[3, 0, 2, 1]).expect("view")),
-                    ("a slice", dense.slice_axis(1, 1, 4).expect("view")),
-                ]
-            });
-            for (name, view) in cases {
-                let what = format!("astype_in_order {from} -> {to} of {name}");
-                view.eval().expect("evaluates");
-                let (got, want) = cx.on(|| {
-                    (
-                        crate::ops::astype_in_order(&view, to).expect("cast"),
-                        view.astype(to).expect("cast"),
-                    )
-                });
-                crate::eval((&got, &want)).expect("evaluates");
-                assert_eq!(got.shape(), want.shape(), "{what}");
-                let bits = |a: &Array| a.astype(Dtype::F32).and_then(|f| f.to_vec::<f32>());
-                let (g, w) = (bits(&got).expect("values"), bits(&want).expect("values"));
-                let same = g.iter().zip(&w).all(|(a, b)| a.to_bits() == b.to_bits());
-                assert!(same, "{what}: astype's values");
-                let permutation = name != "a slice";
-                if cx.device() == Device::Gpu && permutation && from != to {
-                    let strides = |a: &Array| a.data().expect("evaluated").strides().to_vec();
-                    let s = strides(&view);
-                    assert!(
-                        !crate::shape::is_row_contiguous(view.shape(), &s),
-                        "{what}: a strided view"
-                    );
-                    assert_eq!(strides(&got), s, "{what}: the input's order");
-                }
-            }
-        }
-    }
 }
 
 /// A cast recorded beside its source (`Array::remember_cast`) between every

@@ -245,6 +245,7 @@ var<workgroup> dl_s: array<f32, BQ>;
                     st.push_str(&format!(
                         "\n        {}",
                         store_quad(
+                            "store_out",
                             &format!("dk{i}_{j}"),
                             j,
                             &format!("params[12] + {row} * D"),
@@ -257,6 +258,7 @@ var<workgroup> dl_s: array<f32, BQ>;
                     st.push_str(&format!(
                         "\n        {}",
                         store_quad(
+                            "store_out",
                             &format!("dv{i}_{j}"),
                             j,
                             &format!("params[13] + {row} * DV"),
@@ -311,6 +313,7 @@ var<workgroup> dl_s: array<f32, BQ>;
                 format!(
                     "    if (q0 + ty + {r}u < lq()) {}",
                     store_quad(
+                        "store_out",
                         &format!("dq{i}_{j}"),
                         j,
                         &format!("((bi * lq() + q0 + ty + {r}u) * h() + hi) * D"),

@@ -4,7 +4,8 @@
 
 use super::fragments::{InputRows, Loads};
 use super::{
-    QUERY_BLOCK, SIDE, Tiles, header, quad_cols, quad_stride, stage, store_quad, unroll, unrolled,
+    QUERY_BLOCK, SIDE, Tiles, half_output, header, output_store, quad_cols, quad_stride, stage,
+    store_quad, unroll, unrolled,
 };
 use crate::Dtype;
 use crate::backend::common::attention::AttentionDims;
@@ -47,6 +48,7 @@ pub(super) fn source(dims: &AttentionDims, dtype: Dtype, t: Tiles, loads: Loads)
         &["q", "k", "v"],
         Dtype::F32,
     );
+    s.push_str(&output_store(5, half_output(dtype)));
     s.push_str(&format!(
         r#"
 var<workgroup> q_s: array<vec4<f32>, {q_len}>;
@@ -111,6 +113,7 @@ var<workgroup> red_s: array<f32, {INVOCATIONS}>;
         format!(
             "    if (q0 + ty + {r}u < lq()) {}",
             store_quad(
+                "store_o",
                 &format!("o{i}_{j}"),
                 j,
                 &at,

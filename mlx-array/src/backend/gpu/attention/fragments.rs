@@ -57,7 +57,7 @@ pub(super) fn bytes(dims: &AttentionDims, t: Tiles) -> usize {
 
 /// The kernel's WGSL (without the leading `enable f16;` that the pipeline
 /// cache adds) for f16 `q`, `k`, `v` read as `loads` says, its output f32
-/// in the packed layout.
+/// in the packed layout and f16 alone.
 pub(super) fn source(dims: &AttentionDims, t: Tiles, fragments: Fragments, loads: Loads) -> String {
     let Strides {
         dp,
@@ -71,11 +71,13 @@ pub(super) fn source(dims: &AttentionDims, t: Tiles, fragments: Fragments, loads
     let (nk, nv) = (t.bk / 16, dvp / 16);
     let f = fragments;
     let mut s = String::from(f.enable());
+    s.push_str(super::codegen::PRELUDE);
     s.push_str(super::codegen::META);
     for (i, name) in ["q", "k", "v"].iter().enumerate() {
         s.push_str(&loads.binding(i + 1, name, "f16"));
     }
     s.push_str(&super::codegen::output(4, crate::Dtype::F32));
+    s.push_str(&super::output_store(5, Some(crate::Dtype::F16)));
     s.push_str(&format!(
         "const D: u32 = {}u;\nconst DV: u32 = {}u;\nconst BQ: u32 = {}u;\nconst BK: u32 = {}u;\n",
         dims.d, dims.dv, t.bq, t.bk
@@ -119,7 +121,7 @@ pub(super) fn source(dims: &AttentionDims, t: Tiles, fragments: Fragments, loads
                 "        o{j}_{c} = o{j}_{c} * alpha + s_s[orow + pcol + {col}u];\n"
             ));
             o_store.push_str(&format!(
-                "        if (pcol + {col}u < DV) {{ store_out(ob + pcol + {col}u, o{j}_{c} * inv_l); }}\n"
+                "        if (pcol + {col}u < DV) {{ store_o(ob + pcol + {col}u, o{j}_{c} * inv_l); }}\n"
             ));
         }
     }

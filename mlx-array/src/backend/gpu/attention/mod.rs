@@ -1,7 +1,10 @@
 //! Fused scaled dot-product attention and its gradient on the GPU as flash
 //! attention, in the packed layouts of the CPU kernels (see
 //! `backend::cpu::attention`): the output stored `[B, Lq, H, dv]` then the
-//! rows' logsumexps `[B, H, Lq]`, in f32; the gradients `dq [B, Lq, H, d]`,
+//! rows' logsumexps `[B, H, Lq]`, in f32 (and for f16 or bf16 inputs the
+//! output once more in their dtype, in a buffer of its own, rounded from
+//! the f32 value as it is stored: the model's activation, so that no cast
+//! kernel follows; the gradient reads the f32 one); the gradients `dq [B, Lq, H, d]`,
 //! `dk [B, Lk, H, d]`, `dv [B, Lk, H, dv]` one after another, in the
 //! inputs' dtype (rounded once as they are stored, so a half-precision
 //! model casts none of them). `q`, `k` and `v` are read in their own dtype
@@ -447,42 +450,137 @@ fn quad_cols(w: usize) -> usize {
 }
 
 /// WGSL storing the quad `v` (columns `4 (tx + 16 j)` on) of a row that
-/// starts at output element `at`, each of its columns below `width`;
-/// `scale` multiplies it (WGSL, may be empty).
-fn store_quad(v: &str, j: usize, at: &str, width: &str, scale: &str) -> String {
+/// starts at output element `at`, each of its columns below `width`, with
+/// the WGSL function `store`; `scale` multiplies it (WGSL, may be empty).
+fn store_quad(store: &str, v: &str, j: usize, at: &str, width: &str, scale: &str) -> String {
     let mut s = format!("{{ let c = 4u * (tx + {}u); let o = {v}{scale};", SIDE * j);
     for e in 0..4 {
         s.push_str(&format!(
-            " if (c + {e}u < {width}) {{ store_out({at} + c + {e}u, o[{e}]); }}"
+            " if (c + {e}u < {width}) {{ {store}({at} + c + {e}u, o[{e}]); }}"
         ));
     }
     s.push_str(" }");
     s
 }
 
+/// WGSL of the forward kernels' `store_o(i, v)`, which stores an element
+/// of the attention's output: into the packed f32 buffer (`store_out`),
+/// and with a `half` dtype also, rounded once, into the half-precision
+/// output `half` at `binding` (the output's cast, done by the kernel).
+fn output_store(binding: u32, half: Option<Dtype>) -> String {
+    match half {
+        None => "fn store_o(i: u32, v: f32) { store_out(i, v); }\n".to_string(),
+        Some(d) => format!(
+            "{}fn store_o(i: u32, v: f32) {{ store_out(i, v); store_half(i, v); }}\n",
+            codegen::output_named("half", binding, d)
+        ),
+    }
+}
+
+/// The half-precision dtype in which the forward kernels also store the
+/// output for inputs of `dtype`: f16 and bf16 inputs get their output in
+/// their own dtype beside the f32 one (see [`attention`]); f32 none.
+fn half_output(dtype: Dtype) -> Option<Dtype> {
+    matches!(dtype, Dtype::F16 | Dtype::BF16).then_some(dtype)
+}
+
+/// The forward's buffers: the packed f32 output and logsumexps, and for
+/// half-precision inputs the output in their dtype (`[B, Lq, H, dv]`).
+struct Forward {
+    /// The output then the logsumexps, f32 (the CPU's packed layout).
+    packed: ArrayData,
+    /// The output in the inputs' half-precision dtype, if they have one.
+    half: Option<ArrayData>,
+}
+
+impl Forward {
+    /// The buffers for `dims` and inputs of `dtype`, allocated.
+    fn alloc(dims: &AttentionDims, dtype: Dtype) -> Result<Forward> {
+        let (n_out, n_lse) = dims.packed_len();
+        Ok(Forward {
+            packed: alloc(&[n_out + n_lse], Dtype::F32)?,
+            half: half_output(dtype).map(|d| alloc(&[n_out], d)).transpose()?,
+        })
+    }
+
+    /// Records one forward kernel writing these buffers: `inputs` bound
+    /// first, then the packed buffer, then the half output (cleared first
+    /// where its dtype is packed into words).
+    fn dispatch(
+        &self,
+        pipeline: &wgpu::ComputePipeline,
+        meta: &[u32],
+        inputs: &[&ArrayData],
+        dims: &AttentionDims,
+        dtype: Dtype,
+        groups: usize,
+    ) -> Result<()> {
+        let (n_out, n_lse) = dims.packed_len();
+        match &self.half {
+            None => dispatch_groups(
+                pipeline,
+                meta,
+                inputs,
+                &self.packed,
+                (n_out + n_lse) * 4,
+                false,
+                groups,
+            ),
+            Some(half) => {
+                let bound: Vec<&ArrayData> = inputs.iter().copied().chain([&self.packed]).collect();
+                dispatch_groups(
+                    pipeline,
+                    meta,
+                    &bound,
+                    half,
+                    n_out * dtype.size_of(),
+                    codegen::packed(dtype),
+                    groups,
+                )
+            }
+        }
+    }
+}
+
 /// `softmax(scale * q @ k^T [causal]) @ v`, packed as on the CPU: `q`, `k`,
-/// `v` of `dtype` (f32, f16 or bf16), the result f32.
+/// `v` of `dtype` (f32, f16 or bf16), the result f32; for f16 and bf16
+/// inputs also the output alone in their dtype, `[B, Lq, H, dv]`, rounded
+/// once from the f32 one as a cast would (the model's activations, while
+/// the gradient reads the f32 output and logsumexps).
 pub fn attention(
     q: &ArrayData,
     k: &ArrayData,
     v: &ArrayData,
     dims: &AttentionDims,
     dtype: Dtype,
-) -> Result<ArrayData> {
-    if let Some(f) = fragment::chosen(dtype)?
+) -> Result<(ArrayData, Option<ArrayData>)> {
+    let out = if let Some(f) = fragment::chosen(dtype)?
         && let Some(tiles) =
             Tiles::plan_among(&fragments::CANDIDATES, |t| fragments::bytes(dims, t))?
     {
-        return fragment_attention(q, k, v, dims, tiles, f);
-    }
-    let Some(tiles) = Tiles::plan(|t| forward::bytes(dims, t))? else {
+        fragment_attention(q, k, v, dims, tiles, f)?
+    } else if let Some(tiles) = Tiles::plan(|t| forward::bytes(dims, t))? {
+        tiled_attention(q, k, v, dims, dtype, tiles)?
+    } else {
         LAST_SCALAR_TILES.store(0, Ordering::Relaxed);
-        return rows::attention(q, k, v, dims, dtype);
+        rows::attention(q, k, v, dims, dtype)?
     };
+    Ok((out.packed, out.half))
+}
+
+/// [`attention`] on the f32-compute flash kernel with `tiles`.
+fn tiled_attention(
+    q: &ArrayData,
+    k: &ArrayData,
+    v: &ArrayData,
+    dims: &AttentionDims,
+    dtype: Dtype,
+    tiles: Tiles,
+) -> Result<Forward> {
     let (n_out, n_lse) = dims.packed_len();
     let ([q, k, v], strides) = heads_qkv(q, k, v, dims, dtype)?;
     codegen::check_size("attention", n_out + n_lse, &[&q, &k, &v])?;
-    let out = alloc(&[n_out + n_lse], Dtype::F32)?;
+    let out = Forward::alloc(dims, dtype)?;
     if n_lse == 0 {
         return Ok(out);
     }
@@ -494,13 +592,12 @@ pub fn attention(
     );
     let pipeline = context()?.pipeline(&key, || forward::source(dims, dtype, tiles, loads))?;
     let groups = dims.b * dims.h * dims.lq.div_ceil(tiles.bq);
-    dispatch_groups(
+    out.dispatch(
         &pipeline,
         &meta(dims, &[&q, &k, &v], &[], &strides),
         &[&q, &k, &v],
-        &out,
-        (n_out + n_lse) * 4,
-        false,
+        dims,
+        dtype,
         groups,
     )?;
     Ok(out)
@@ -578,11 +675,11 @@ fn fragment_attention(
     dims: &AttentionDims,
     tiles: Tiles,
     f: Fragments,
-) -> Result<ArrayData> {
+) -> Result<Forward> {
     let (n_out, n_lse) = dims.packed_len();
     let ([q, k, v], strides) = heads_qkv(q, k, v, dims, Dtype::F16)?;
     codegen::check_size("attention", n_out + n_lse, &[&q, &k, &v])?;
-    let out = alloc(&[n_out + n_lse], Dtype::F32)?;
+    let out = Forward::alloc(dims, Dtype::F16)?;
     if n_lse == 0 {
         return Ok(out);
     }
@@ -592,13 +689,12 @@ fn fragment_attention(
         dims.d, dims.dv
     );
     let pipeline = context()?.pipeline(&key, || fragments::source(dims, tiles, f, loads))?;
-    dispatch_groups(
+    out.dispatch(
         &pipeline,
         &meta(dims, &[&q, &k, &v], &[], &strides),
         &[&q, &k, &v],
-        &out,
-        (n_out + n_lse) * 4,
-        false,
+        dims,
+        Dtype::F16,
         dims.b * dims.h * dims.lq.div_ceil(tiles.bq),
     )?;
     FRAGMENT_FORWARDS.fetch_add(1, Ordering::Relaxed);

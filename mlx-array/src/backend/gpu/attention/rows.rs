@@ -10,7 +10,7 @@
 
 use super::super::{alloc, context, dense, dispatch};
 use super::codegen;
-use super::{heads, heads_qkv, meta};
+use super::{Forward, half_output, heads, heads_qkv, meta, output_store};
 use crate::backend::common::attention::AttentionDims;
 use crate::data::{ArrayData, Operand};
 use crate::{Dtype, Result};
@@ -40,12 +40,12 @@ pub(super) fn attention(
     v: &ArrayData,
     dims: &AttentionDims,
     dtype: Dtype,
-) -> Result<ArrayData> {
+) -> Result<Forward> {
     let (d, dv) = (dims.d, dims.dv);
     let (n_out, n_lse) = dims.packed_len();
     let ([q, k, v], strides) = heads_qkv(q, k, v, dims, dtype)?;
     codegen::check_size("attention", n_out + n_lse, &[&q, &k, &v])?;
-    let out = alloc(&[n_out + n_lse], Dtype::F32)?;
+    let out = Forward::alloc(dims, dtype)?;
     if n_lse == 0 {
         return Ok(out);
     }
@@ -56,6 +56,7 @@ pub(super) fn attention(
             &[("q", dtype), ("k", dtype), ("v", dtype)],
             Dtype::F32,
         );
+        s.push_str(&output_store(5, half_output(dtype)));
         s.push_str(codegen::ENTRY);
         s.push_str(" {\n    ");
         s.push_str(codegen::THREAD_INDEX);
@@ -86,21 +87,20 @@ pub(super) fn attention(
     let hi = bh % h();
     let bi = bh / h();
     let o0 = ((bi * lq() + qi) * h() + hi) * DV;
-    for (var c = 0u; c < DV; c = c + 1u) { store_out(o0 + c, acc[c] / total); }
+    for (var c = 0u; c < DV; c = c + 1u) { store_o(o0 + c, acc[c] / total); }
     store_out(rows * DV + i, m + log(total));
 }
 "#,
         );
         s
     })?;
-    dispatch(
+    out.dispatch(
         &pipeline,
         &meta(dims, &[&q, &k, &v], &[], &strides),
         &[&q, &k, &v],
-        &out,
-        (n_out + n_lse) * 4,
-        false,
-        n_lse,
+        dims,
+        dtype,
+        n_lse.div_ceil(codegen::WORKGROUP as usize),
     )?;
     Ok(out)
 }

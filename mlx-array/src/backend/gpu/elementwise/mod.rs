@@ -31,26 +31,6 @@ pub fn astype(x: &Operand<'_>, to: Dtype) -> Result<ArrayData> {
     )
 }
 
-/// [`astype`] of a view that is a permutation of a dense block (a
-/// transposed array), converted in its memory order: one pass over the
-/// block, the result with the view's strides. Other views: [`astype`].
-pub fn astype_in_order(x: &Operand<'_>, to: Dtype) -> Result<ArrayData> {
-    let strides = x.data.strides();
-    if crate::shape::is_row_contiguous(x.shape, strides)
-        || !crate::shape::is_permuted_dense(x.shape, strides)
-    {
-        return astype(x, to);
-    }
-    let n = crate::shape::size_of_shape(x.shape);
-    let block = ArrayData::new(x.data.storage().clone(), vec![1], x.data.offset());
-    let flat = astype(&Operand::new(block, &[n], x.dtype), to)?;
-    Ok(ArrayData::new(
-        flat.storage().clone(),
-        strides.to_vec(),
-        flat.offset(),
-    ))
-}
-
 /// The WGSL expression converting `a0` from `from`'s compute type to `to`'s.
 pub(crate) fn astype_expression(from: Dtype, to: Dtype) -> Result<String> {
     let src = compute_type(from);
