@@ -259,14 +259,18 @@ unavailable_kernels! {
     pub fn rope(x: &Operand<'_>, spec: &RopeSpec, keep_order: bool);
     /// Always [`UNAVAILABLE`].
     pub fn rms_norm(x: &Operand<'_>, w: &Operand<'_>, eps: f32, out: Dtype);
-    /// Always [`UNAVAILABLE`].
-    pub fn rms_norm_grad(
-        x: &Operand<'_>,
-        w: &Operand<'_>,
-        ct: &Operand<'_>,
-        addend: Option<&Operand<'_>>,
-        eps: f32,
-    );
+}
+
+/// Always [`UNAVAILABLE`].
+pub fn rms_norm_grad(
+    _x: &Operand<'_>,
+    _w: &Operand<'_>,
+    _ct: &Operand<'_>,
+    _addend: Option<&Operand<'_>>,
+    _eps: f32,
+    _half: Option<Dtype>,
+) -> Result<(ArrayData, Option<ArrayData>)> {
+    Err(unavailable())
 }
 
 /// Always [`UNAVAILABLE`].

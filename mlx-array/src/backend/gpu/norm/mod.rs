@@ -61,9 +61,10 @@ fn per_row(width: usize) -> usize {
 const OPAQUE_DX: &str = "bitcast<f32>(bitcast<u32>(";
 
 /// Shader source of a row pass: bindings for `inputs` (each of its dtype)
-/// and the output of `out`, `T`, and the entry point with the row `row`,
-/// its start `x0`, the lane `t` and `live` in scope.
-fn row_header(inputs: &[(&str, Dtype)], out: Dtype, t: usize, sums: &str) -> String {
+/// and the output of `out`, `T`, the declarations `decls`, and the entry
+/// point with the row `row`, its start `x0`, the lane `t` and `live` in
+/// scope.
+fn row_header(inputs: &[(&str, Dtype)], out: Dtype, t: usize, sums: &str, decls: &str) -> String {
     let mut s = String::from(codegen::PRELUDE);
     s.push_str(codegen::META);
     for (i, (name, d)) in inputs.iter().enumerate() {
@@ -73,6 +74,7 @@ fn row_header(inputs: &[(&str, Dtype)], out: Dtype, t: usize, sums: &str) -> Str
     s.push_str(&format!(
         "const T: u32 = {t}u;\nvar<workgroup> part: array<{sums}, 256>;\n"
     ));
+    s.push_str(decls);
     s.push_str(codegen::GROUP_ENTRY);
     s.push_str(" {\n    ");
     s.push_str(codegen::GROUP_INDEX);
@@ -123,7 +125,7 @@ pub fn rms_norm(x: &Operand<'_>, w: &Operand<'_>, eps: f32, dtype: Dtype) -> Res
     let t = per_row(width);
     let key = format!("rms_norm:{t}:{xd}:{wd}:{dtype}");
     let pipeline = context()?.pipeline(&key, || {
-        row_header(&[("x", xd), ("w", wd)], dtype, t, "f32")
+        row_header(&[("x", xd), ("w", wd)], dtype, t, "f32", "")
             + r#"    var ss = 0.0;
     if (live) {
         for (var j = t; j < width; j = j + T) { let v = load_x(x0 + j); ss = ss + v * v; }
@@ -149,21 +151,25 @@ pub fn rms_norm(x: &Operand<'_>, w: &Operand<'_>, eps: f32, dtype: Dtype) -> Res
 /// for the cotangent `ct` (`x`, `w` and `ct` read as stored; with no rows,
 /// `dw` is zero: the column pass sums nothing). An `addend` of `x`'s shape
 /// (read as stored) is added to `dx` in the row pass, as `dx` is stored.
+/// With a `half` dtype the row pass also stores `dx` rounded to it, as a
+/// cast rounds, into a buffer of its own (`x`'s shape), returned second.
 pub fn rms_norm_grad(
     x: &Operand<'_>,
     w: &Operand<'_>,
     ct: &Operand<'_>,
     addend: Option<&Operand<'_>>,
     eps: f32,
-) -> Result<ArrayData> {
+    half: Option<Dtype>,
+) -> Result<(ArrayData, Option<ArrayData>)> {
     let shape = x.shape;
     let n = crate::shape::size_of_shape(shape);
     let width = shape.last().copied().unwrap_or(1);
     let rows = n.checked_div(width).unwrap_or(0);
     let total = n + width + rows;
     let out = alloc(&[total], Dtype::F32)?;
+    let half_out = half.map(|d| alloc(shape, d)).transpose()?;
     if total == 0 {
-        return Ok(out);
+        return Ok((out, half_out));
     }
     let (xd, wd, cd) = (x.dtype, w.dtype, ct.dtype);
     let (x, w, ct) = (dense(x)?, dense(w)?, dense(ct)?);
@@ -190,13 +196,24 @@ pub fn rms_norm_grad(
     ];
     let t = per_row(width);
     let ad = addend.as_ref().map(|(d, _)| *d);
-    let dx_key = match ad {
-        Some(ad) => format!("rms_norm_dx:{t}:{xd}:{wd}:{cd}:+{ad}"),
-        None => format!("rms_norm_dx:{t}:{xd}:{wd}:{cd}"),
-    };
+    let mut dx_key = format!("rms_norm_dx:{t}:{xd}:{wd}:{cd}");
+    if let Some(ad) = ad {
+        dx_key.push_str(&format!(":+{ad}"));
+    }
+    if let Some(half) = half {
+        dx_key.push_str(&format!(":>{half}"));
+    }
     let dx = context()?.pipeline(&dx_key, || {
         let mut inputs = vec![("x", xd), ("w", wd), ("c", cd)];
         inputs.extend(ad.map(|ad| ("a", ad)));
+        // `store_dx`: the f32 `dx`, and its rounding to `half` beside it.
+        let store_dx = match half {
+            None => "fn store_dx(i: u32, v: f32) { store_out(i, v); }\n".to_string(),
+            Some(d) => format!(
+                "{}fn store_dx(i: u32, v: f32) {{ store_out(i, v); store_half(i, v); }}\n",
+                codegen::output_named("half", inputs.len() as u32 + 2, d)
+            ),
+        };
         // The addend, added to each `dx` as it is stored.
         let (open, plus) = if ad.is_some() {
             (
@@ -206,7 +223,7 @@ pub fn rms_norm_grad(
         } else {
             ("", "")
         };
-        row_header(&inputs, Dtype::F32, t, "vec2<f32>")
+        row_header(&inputs, Dtype::F32, t, "vec2<f32>", &store_dx)
             + r#"    let c0 = params[5] + row * width;
     var acc = vec2<f32>(0.0, 0.0);
     if (live) {
@@ -222,7 +239,8 @@ pub fn rms_norm_grad(
     let r = 1.0 / sqrt(sums.x / f32(width) + bitcast<f32>(params[2]));
     let k = sums.y / f32(width) * r * r * r;
     for (var j = t; j < width; j = j + T) {
-        store_out(row * width + j, OPEN(r * load_w(params[4] + j) * load_c(c0 + j) - load_x(x0 + j) * k)PLUS);
+        let d = OPEN(r * load_w(params[4] + j) * load_c(c0 + j) - load_x(x0 + j) * k)PLUS;
+        store_dx(row * width + j, d);
     }
     if (t == 0u) { store_out(params[6] + width + row, r); }
 }
@@ -304,15 +322,15 @@ pub fn rms_norm_grad(
         s
     })?;
     if rows > 0 {
-        dispatch_groups(
-            &dx,
-            &meta,
-            &row_inputs,
-            &out,
-            total * 4,
-            false,
-            rows.div_ceil(256 / t),
-        )?;
+        let groups = rows.div_ceil(256 / t);
+        match (&half_out, half) {
+            (Some(h), Some(d)) => {
+                let bound: Vec<&ArrayData> = row_inputs.iter().copied().chain([&out]).collect();
+                let bytes = n * d.size_of();
+                dispatch_groups(&dx, &meta, &bound, h, bytes, codegen::packed(d), groups)?;
+            }
+            _ => dispatch_groups(&dx, &meta, &row_inputs, &out, total * 4, false, groups)?,
+        }
         let part = alloc(&[chunks * width], Dtype::F32)?;
         dispatch(
             &dw_part,
@@ -338,5 +356,5 @@ pub fn rms_norm_grad(
         })?;
         dispatch(&zeros, &meta, &[], &out, total * 4, false, width)?;
     }
-    Ok(out)
+    Ok((out, half_out))
 }
