@@ -325,7 +325,52 @@ fn rms_norm_grad_values(cx: &Ctx) {
         for layout in LAYOUTS {
             check_residual(cx, &Case::new(rows, width, Dtype::F32, true, seed), layout);
         }
+        for half in [Dtype::F16, Dtype::BF16] {
+            check_half_dx(cx, &Case::new(rows, width, Dtype::F32, true, seed), half);
+        }
     }
+}
+
+/// A float32 `x` normed into a half-precision `half` (a residual stream
+/// feeding a half-precision model): its gradient's kernel stores `dx` in
+/// `half` too, remembered as `dx`'s cast, so casting `dx` to `half` runs no
+/// kernel and gives the bits of casting its float32 values. Other dtype
+/// pairs keep the plain cast.
+fn check_half_dx(cx: &Ctx, c: &Case, half: Dtype) {
+    let what = format!("rms_norm_grad {:?} f32 -> {half}", c.x.shape);
+    let x = make(&c.x, Dtype::F32, Layout::Dense);
+    let w = make(&c.w, half, Layout::Dense);
+    let ct = make(&c.ct, half, Layout::Dense);
+    let eps = c.eps;
+    let dx = |out: Dtype| {
+        cx.on(|| {
+            let (_, grads) = crate::vjp(
+                |a: &[Array]| Ok(vec![crate::rms_norm_as(&a[0], Some(&a[1]), eps, out)?]),
+                &[x.clone(), w.clone()],
+                std::slice::from_ref(&ct),
+            )?;
+            let dx = grads[0].clone();
+            let cast = dx.astype(half)?;
+            Ok((dx, cast))
+        })
+        .unwrap_or_else(|e: crate::Error| panic!("{what}: {e}"))
+    };
+    let (f32_dx, cast) = dx(half);
+    assert_eq!(
+        cast.primitive_name(),
+        Some("remembered_cast"),
+        "{what}: dx's cast is the kernel's copy"
+    );
+    crate::eval((&f32_dx, &cast)).unwrap_or_else(|e| panic!("{what}: {e}"));
+    assert_eq!((cast.dtype(), cast.shape()), (half, f32_dx.shape()));
+    let values = f32_dx.to_vec::<f32>().expect("values");
+    let want = Array::from_slice(&values, f32_dx.shape())
+        .and_then(|a| a.astype(half))
+        .expect("cast on the CPU");
+    assert_eq!(bits(&cast), bits(&want), "{what}: the f32 dx rounded");
+    // A norm into float32 leaves `dx`'s cast a cast.
+    let (_, plain) = dx(Dtype::F32);
+    assert_eq!(plain.primitive_name(), Some("astype"), "{what}: into f32");
 }
 
 /// A residual, `x + rms_norm(x, w)`: `x`'s gradient is the cotangent
