@@ -56,6 +56,11 @@ impl Dtype {
         matches!(self, Dtype::F16 | Dtype::BF16 | Dtype::F32)
     }
 
+    /// True for the half-precision floats, f16 and bf16.
+    pub const fn is_half(self) -> bool {
+        matches!(self, Dtype::F16 | Dtype::BF16)
+    }
+
     /// True for the integer types (not bool).
     pub const fn is_integer(self) -> bool {
         matches!(self, Dtype::U32 | Dtype::I32 | Dtype::I64)

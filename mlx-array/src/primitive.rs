@@ -181,6 +181,15 @@ fn no_gpu_kernel(name: &str) -> crate::Error {
     ))
 }
 
+/// The error of differentiating `what`, a gradient's node: no second
+/// derivatives.
+pub(crate) fn no_second_derivatives(what: &str) -> crate::Error {
+    crate::Error::invalid(
+        "vjp",
+        format!("{what} has no vector-Jacobian product (no second derivatives)"),
+    )
+}
+
 /// The `vjp` of a primitive through which no gradient flows to any input.
 pub fn no_gradient(inputs: &[Array]) -> Result<Vec<Option<Array>>> {
     Ok(vec![None; inputs.len()])

@@ -280,6 +280,7 @@ pub fn attention(
     _v: &ArrayData,
     _dims: &AttentionDims,
     _dtype: Dtype,
+    _half: Option<Dtype>,
 ) -> Result<(ArrayData, Option<ArrayData>)> {
     Err(unavailable())
 }

@@ -90,5 +90,5 @@ pub fn fused_attention(q: &Array, k: &Array, v: &Array, scale: f64, causal: bool
     // node's third output (stored `[B, L, H, dv]` by the kernel, so the
     // usual merge of the heads after it is a view).
     let mut outputs = node.build(q, k, v);
-    Ok(outputs.swap_remove(if dtype == crate::Dtype::F32 { 0 } else { 2 }))
+    Ok(outputs.swap_remove(if dtype.is_half() { 2 } else { 0 }))
 }

@@ -63,16 +63,11 @@ impl Attention {
             spec(out_shape.clone(), Dtype::F32),
             spec(vec![qs[0], qs[1], qs[2]], Dtype::F32),
         ];
-        if let Some(half) = half_output(q.dtype()) {
-            outputs.push(spec(out_shape, half));
+        if q.dtype().is_half() {
+            outputs.push(spec(out_shape, q.dtype()));
         }
         Array::from_primitive_outputs(self, vec![q.clone(), k.clone(), v.clone()], outputs)
     }
-}
-
-/// The dtype of the third output for inputs of `dtype` (see [`Attention`]).
-fn half_output(dtype: Dtype) -> Option<Dtype> {
-    matches!(dtype, Dtype::F16 | Dtype::BF16).then_some(dtype)
 }
 
 /// The output and logsumexp views of a forward buffer, and the half
@@ -112,32 +107,23 @@ impl Primitive for Attention {
     fn name(&self) -> &'static str {
         "attention"
     }
-    fn eval_gpu_outputs(
-        &self,
-        inputs: &[Array],
-        _outputs: &[OutputSpec],
-    ) -> Result<Vec<ArrayData>> {
+    fn eval_gpu_outputs(&self, inputs: &[Array], outputs: &[OutputSpec]) -> Result<Vec<ArrayData>> {
         let (q, k, v) = (&inputs[0], &inputs[1], &inputs[2]);
         let dims = self.dims(inputs);
         let (dtype, [q, k, v]) = (q.dtype(), [q.data()?, k.data()?, v.data()?]);
-        let (packed, half) = crate::backend::gpu::attention(&q, &k, &v, &dims, dtype)?;
+        let half = outputs.get(2).map(|o| o.dtype);
+        let (packed, half) = crate::backend::gpu::attention(&q, &k, &v, &dims, dtype, half)?;
         Ok(forward_outputs(packed, half, &dims))
     }
-    fn eval_cpu_outputs(
-        &self,
-        inputs: &[Array],
-        _outputs: &[OutputSpec],
-    ) -> Result<Vec<ArrayData>> {
+    fn eval_cpu_outputs(&self, inputs: &[Array], outputs: &[OutputSpec]) -> Result<Vec<ArrayData>> {
         let (q, k, v) = (&inputs[0], &inputs[1], &inputs[2]);
         let dims = self.dims(inputs);
         let packed = attention::attention(&q.data()?, &k.data()?, &v.data()?, &dims, q.dtype());
         // The half output: the f32 one's elements rounded, in their order.
-        let half = half_output(q.dtype()).map(|half| {
-            let (n_out, _) = dims.packed_len();
-            let shape = [n_out];
-            let out = crate::Operand::new(packed.clone(), &shape, Dtype::F32);
-            crate::backend::cpu::copy::copy_cast(&out, half)
-        });
+        let (n_out, _) = dims.packed_len();
+        let half = outputs
+            .get(2)
+            .map(|o| crate::backend::cpu::copy::cast_f32_prefix(&packed, n_out, o.dtype));
         Ok(forward_outputs(packed, half, &dims))
     }
     fn vjp_outputs(
@@ -193,7 +179,7 @@ fn half_or_f32_cotangent(ct: &Array, dtype: Dtype) -> Result<Array> {
         return Ok(ct.clone());
     }
     if ct.dtype() == Dtype::F32
-        && matches!(dtype, Dtype::F16 | Dtype::BF16)
+        && dtype.is_half()
         && let Some(half) = crate::ops::pending_cast_from(ct, dtype)
     {
         return Ok(half);
@@ -280,10 +266,7 @@ impl Primitive for AttentionGrad {
         _outputs: &[Array],
         _cotangents: &[Option<Array>],
     ) -> Result<Vec<Option<Array>>> {
-        Err(crate::Error::invalid(
-            "vjp",
-            "attention_grad has no vector-Jacobian product (no second derivatives)",
-        ))
+        Err(crate::primitive::no_second_derivatives("attention_grad"))
     }
 }
 

@@ -61,9 +61,8 @@ impl Primitive for CrossEntropyGrad {
     fn vjp(&self, inputs: &[Array], _out: &Array, _ct: &Array) -> Result<Vec<Option<Array>>> {
         // Second derivatives of the loss are not supported; say so rather than return zeros.
         let _ = no_gradient(inputs);
-        Err(crate::Error::invalid(
-            "vjp",
-            "cross_entropy_grad has no vector-Jacobian product (no second derivatives)",
+        Err(crate::primitive::no_second_derivatives(
+            "cross_entropy_grad",
         ))
     }
 }
@@ -212,9 +211,8 @@ impl Primitive for LinearCrossEntropyGrad {
         _outputs: &[Array],
         _cotangents: &[Option<Array>],
     ) -> Result<Vec<Option<Array>>> {
-        Err(crate::Error::invalid(
-            "vjp",
-            "linear_cross_entropy_grad has no vector-Jacobian product (no second derivatives)",
+        Err(crate::primitive::no_second_derivatives(
+            "linear_cross_entropy_grad",
         ))
     }
 }

@@ -100,7 +100,7 @@ impl Primitive for RmsNorm {
 /// to it anyway for the half-precision branch added to the stream (the
 /// projection's backward), and the cast then runs no kernel.
 fn half_dx(x: Dtype, out: Dtype) -> Option<Dtype> {
-    (x == Dtype::F32 && matches!(out, Dtype::F16 | Dtype::BF16)).then_some(out)
+    (x == Dtype::F32 && out.is_half()).then_some(out)
 }
 
 /// `dx`, `dw` and each row's inverse RMS of an [`RmsNorm`], packed, in
@@ -125,13 +125,8 @@ impl RmsNormGrad {
         } else {
             let packed = crate::backend::cpu::norm::rms_norm_grad(&x, &w, &c, addend.as_ref(), eps);
             let half = half.map(|d| {
-                let n = [x.size()];
-                let dx = crate::backend::cpu::copy::copy_cast(
-                    &crate::Operand::new(packed.clone(), &n, Dtype::F32),
-                    d,
-                );
-                let strides = crate::shape::contiguous_strides(x.shape);
-                ArrayData::new(dx.storage().clone(), strides, dx.offset())
+                let dx = crate::backend::cpu::copy::cast_f32_prefix(&packed, x.size(), d);
+                dx.view(crate::shape::contiguous_strides(x.shape), dx.offset())
             });
             (packed, half)
         };
@@ -156,10 +151,7 @@ impl Primitive for RmsNormGrad {
         self.run(inputs, outputs.get(1).map(|o| o.dtype), false)
     }
     fn vjp(&self, _inputs: &[Array], _out: &Array, _ct: &Array) -> Result<Vec<Option<Array>>> {
-        Err(crate::Error::invalid(
-            "vjp",
-            "rms_norm_grad has no vector-Jacobian product (no second derivatives)",
-        ))
+        Err(crate::primitive::no_second_derivatives("rms_norm_grad"))
     }
     fn vjp_outputs(
         &self,
@@ -167,10 +159,7 @@ impl Primitive for RmsNormGrad {
         _outputs: &[Array],
         _cotangents: &[Option<Array>],
     ) -> Result<Vec<Option<Array>>> {
-        Err(crate::Error::invalid(
-            "vjp",
-            "rms_norm_grad has no vector-Jacobian product (no second derivatives)",
-        ))
+        Err(crate::primitive::no_second_derivatives("rms_norm_grad"))
     }
 }
 

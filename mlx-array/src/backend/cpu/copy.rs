@@ -5,6 +5,12 @@ use super::strided::map1;
 use crate::dtype::cast;
 use crate::{ArrayData, Dtype, Operand};
 
+/// The first `n` f32 elements of `packed` (a kernel's packed result)
+/// converted to `to`, contiguous: a result's cast, stored beside it.
+pub fn cast_f32_prefix(packed: &ArrayData, n: usize, to: Dtype) -> ArrayData {
+    copy_cast(&Operand::new(packed.clone(), &[n], Dtype::F32), to)
+}
+
 /// A contiguous copy of the view `x`, converted from its dtype to `to`.
 pub fn copy_cast(x: &Operand<'_>, to: Dtype) -> ArrayData {
     let (shape, data) = (x.shape, &x.data);

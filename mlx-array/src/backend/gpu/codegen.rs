@@ -127,6 +127,20 @@ pub(crate) fn output_named(name: &str, binding: u32, d: Dtype) -> String {
     )
 }
 
+/// WGSL of `fn {name}(i: u32, v: f32)`, which stores `v` with `store_out`
+/// and, with a `half` dtype, also rounds it once into the output `half` at
+/// `binding` (a kernel writing its f32 result and that result's cast
+/// together; [`super::dispatch_groups_with_half`] binds both).
+pub(crate) fn store_with_half(name: &str, binding: u32, half: Option<Dtype>) -> String {
+    match half {
+        None => format!("fn {name}(i: u32, v: f32) {{ store_out(i, v); }}\n"),
+        Some(d) => format!(
+            "{}fn {name}(i: u32, v: f32) {{ store_out(i, v); store_half(i, v); }}\n",
+            output_named("half", binding, d)
+        ),
+    }
+}
+
 /// WGSL for `v` rounded to `d` and read back: exactly the value
 /// `store_out` stores and a load returns, on every driver (the rounding is
 /// integer arithmetic; the conversions around it are exact). Fused kernels

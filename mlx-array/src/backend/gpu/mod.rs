@@ -784,6 +784,27 @@ pub(crate) fn dispatch(
     )
 }
 
+/// [`dispatch_groups`] of a kernel whose f32 `output` (not cleared) may
+/// have a half-precision copy beside it ([`codegen::store_with_half`]):
+/// `half` is that buffer, its dtype and its elements, bound after
+/// `output` and cleared first where its dtype is packed into words.
+pub(crate) fn dispatch_groups_with_half(
+    pipeline: &wgpu::ComputePipeline,
+    meta: &[u32],
+    inputs: &[&ArrayData],
+    output: &ArrayData,
+    output_bytes: usize,
+    half: Option<(&ArrayData, Dtype, usize)>,
+    groups: usize,
+) -> Result<()> {
+    let Some((copy, dtype, len)) = half else {
+        return dispatch_groups(pipeline, meta, inputs, output, output_bytes, false, groups);
+    };
+    let bound: Vec<&ArrayData> = inputs.iter().copied().chain([output]).collect();
+    let (bytes, clear) = (len * dtype.size_of(), codegen::packed(dtype));
+    dispatch_groups(pipeline, meta, &bound, copy, bytes, clear, groups)
+}
+
 /// Like [`dispatch`], but over `groups` workgroups of whatever size and
 /// shape the kernel declares (one per reduced row, one per output tile).
 /// They are spread over a 2-D grid: kernels number them

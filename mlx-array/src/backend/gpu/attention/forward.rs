@@ -4,8 +4,8 @@
 
 use super::fragments::{InputRows, Loads};
 use super::{
-    QUERY_BLOCK, SIDE, Tiles, half_output, header, output_store, quad_cols, quad_stride, stage,
-    store_quad, unroll, unrolled,
+    QUERY_BLOCK, SIDE, Tiles, header, output_store, quad_cols, quad_stride, stage, store_quad,
+    unroll, unrolled,
 };
 use crate::Dtype;
 use crate::backend::common::attention::AttentionDims;
@@ -36,8 +36,14 @@ fn softmax_parts(t: Tiles) -> usize {
     INVOCATIONS / t.bq
 }
 
-/// The kernel's WGSL for inputs of `dtype`, staged as `loads` says.
-pub(super) fn source(dims: &AttentionDims, dtype: Dtype, t: Tiles, loads: Loads) -> String {
+/// The kernel's WGSL for inputs of `dtype`, staged as `loads` says, the
+/// output also stored in `half` if given.
+pub(super) fn source(
+    dims: &AttentionDims,
+    (dtype, half): (Dtype, Option<Dtype>),
+    t: Tiles,
+    loads: Loads,
+) -> String {
     let (qs, ks, ss) = strides(dims, t);
     let (ri, rj, co) = (t.bq / SIDE, t.bk / SIDE, quad_cols(dims.dv));
     let mut s = header(
@@ -48,7 +54,7 @@ pub(super) fn source(dims: &AttentionDims, dtype: Dtype, t: Tiles, loads: Loads)
         &["q", "k", "v"],
         Dtype::F32,
     );
-    s.push_str(&output_store(5, half_output(dtype)));
+    s.push_str(&output_store(half));
     s.push_str(&format!(
         r#"
 var<workgroup> q_s: array<vec4<f32>, {q_len}>;

@@ -57,8 +57,14 @@ pub(super) fn bytes(dims: &AttentionDims, t: Tiles) -> usize {
 
 /// The kernel's WGSL (without the leading `enable f16;` that the pipeline
 /// cache adds) for f16 `q`, `k`, `v` read as `loads` says, its output f32
-/// in the packed layout and f16 alone.
-pub(super) fn source(dims: &AttentionDims, t: Tiles, fragments: Fragments, loads: Loads) -> String {
+/// in the packed layout, and also in `half` if given.
+pub(super) fn source(
+    dims: &AttentionDims,
+    t: Tiles,
+    fragments: Fragments,
+    loads: Loads,
+    half: Option<crate::Dtype>,
+) -> String {
     let Strides {
         dp,
         dvp,
@@ -77,7 +83,7 @@ pub(super) fn source(dims: &AttentionDims, t: Tiles, fragments: Fragments, loads
         s.push_str(&loads.binding(i + 1, name, "f16"));
     }
     s.push_str(&super::codegen::output(4, crate::Dtype::F32));
-    s.push_str(&super::output_store(5, Some(crate::Dtype::F16)));
+    s.push_str(&super::output_store(half));
     s.push_str(&format!(
         "const D: u32 = {}u;\nconst DV: u32 = {}u;\nconst BQ: u32 = {}u;\nconst BK: u32 = {}u;\n",
         dims.d, dims.dv, t.bq, t.bk

@@ -198,7 +198,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use super::codegen;
 use super::fragment::{self, Fragments};
-use super::{alloc, context, dense, dispatch, dispatch_groups};
+use super::{alloc, context, dense, dispatch, dispatch_groups, dispatch_groups_with_half};
 use crate::backend::common::attention::AttentionDims;
 use crate::data::{ArrayData, Operand};
 use crate::settings;
@@ -464,108 +464,82 @@ fn store_quad(store: &str, v: &str, j: usize, at: &str, width: &str, scale: &str
 }
 
 /// WGSL of the forward kernels' `store_o(i, v)`, which stores an element
-/// of the attention's output: into the packed f32 buffer (`store_out`),
-/// and with a `half` dtype also, rounded once, into the half-precision
-/// output `half` at `binding` (the output's cast, done by the kernel).
-fn output_store(binding: u32, half: Option<Dtype>) -> String {
-    match half {
-        None => "fn store_o(i: u32, v: f32) { store_out(i, v); }\n".to_string(),
-        Some(d) => format!(
-            "{}fn store_o(i: u32, v: f32) {{ store_out(i, v); store_half(i, v); }}\n",
-            codegen::output_named("half", binding, d)
-        ),
-    }
+/// of the attention's output into the packed f32 buffer and, with a `half`
+/// dtype, into the half-precision output at binding 5.
+fn output_store(half: Option<Dtype>) -> String {
+    codegen::store_with_half("store_o", 5, half)
 }
 
-/// The half-precision dtype in which the forward kernels also store the
-/// output for inputs of `dtype`: f16 and bf16 inputs get their output in
-/// their own dtype beside the f32 one (see [`attention`]); f32 none.
-fn half_output(dtype: Dtype) -> Option<Dtype> {
-    matches!(dtype, Dtype::F16 | Dtype::BF16).then_some(dtype)
-}
-
-/// The forward's buffers: the packed f32 output and logsumexps, and for
-/// half-precision inputs the output in their dtype (`[B, Lq, H, dv]`).
+/// The forward's buffers: the packed f32 output and logsumexps, and the
+/// output in a half-precision dtype (`[B, Lq, H, dv]`) where one is asked.
 struct Forward {
     /// The output then the logsumexps, f32 (the CPU's packed layout).
     packed: ArrayData,
-    /// The output in the inputs' half-precision dtype, if they have one.
-    half: Option<ArrayData>,
+    /// The output in the half-precision dtype, with that dtype.
+    half: Option<(ArrayData, Dtype)>,
 }
 
 impl Forward {
-    /// The buffers for `dims` and inputs of `dtype`, allocated.
-    fn alloc(dims: &AttentionDims, dtype: Dtype) -> Result<Forward> {
+    /// The buffers for `dims`, the output's copy in `half` if given.
+    fn alloc(dims: &AttentionDims, half: Option<Dtype>) -> Result<Forward> {
         let (n_out, n_lse) = dims.packed_len();
         Ok(Forward {
             packed: alloc(&[n_out + n_lse], Dtype::F32)?,
-            half: half_output(dtype).map(|d| alloc(&[n_out], d)).transpose()?,
+            half: half
+                .map(|d| Ok::<_, crate::Error>((alloc(&[n_out], d)?, d)))
+                .transpose()?,
         })
     }
 
-    /// Records one forward kernel writing these buffers: `inputs` bound
-    /// first, then the packed buffer, then the half output (cleared first
-    /// where its dtype is packed into words).
+    /// Records one forward kernel writing these buffers, `inputs` bound
+    /// before them.
     fn dispatch(
         &self,
         pipeline: &wgpu::ComputePipeline,
         meta: &[u32],
         inputs: &[&ArrayData],
         dims: &AttentionDims,
-        dtype: Dtype,
         groups: usize,
     ) -> Result<()> {
         let (n_out, n_lse) = dims.packed_len();
-        match &self.half {
-            None => dispatch_groups(
-                pipeline,
-                meta,
-                inputs,
-                &self.packed,
-                (n_out + n_lse) * 4,
-                false,
-                groups,
-            ),
-            Some(half) => {
-                let bound: Vec<&ArrayData> = inputs.iter().copied().chain([&self.packed]).collect();
-                dispatch_groups(
-                    pipeline,
-                    meta,
-                    &bound,
-                    half,
-                    n_out * dtype.size_of(),
-                    codegen::packed(dtype),
-                    groups,
-                )
-            }
-        }
+        let half = self.half.as_ref().map(|(h, d)| (h, *d, n_out));
+        dispatch_groups_with_half(
+            pipeline,
+            meta,
+            inputs,
+            &self.packed,
+            (n_out + n_lse) * 4,
+            half,
+            groups,
+        )
     }
 }
 
 /// `softmax(scale * q @ k^T [causal]) @ v`, packed as on the CPU: `q`, `k`,
-/// `v` of `dtype` (f32, f16 or bf16), the result f32; for f16 and bf16
-/// inputs also the output alone in their dtype, `[B, Lq, H, dv]`, rounded
-/// once from the f32 one as a cast would (the model's activations, while
-/// the gradient reads the f32 output and logsumexps).
+/// `v` of `dtype` (f32, f16 or bf16), the result f32; with a `half` dtype
+/// (the node's half-precision output) also the output alone in it, `[B,
+/// Lq, H, dv]`, rounded once from the f32 one as a cast would (the model's
+/// activations, while the gradient reads the f32 output and logsumexps).
 pub fn attention(
     q: &ArrayData,
     k: &ArrayData,
     v: &ArrayData,
     dims: &AttentionDims,
     dtype: Dtype,
+    half: Option<Dtype>,
 ) -> Result<(ArrayData, Option<ArrayData>)> {
     let out = if let Some(f) = fragment::chosen(dtype)?
         && let Some(tiles) =
             Tiles::plan_among(&fragments::CANDIDATES, |t| fragments::bytes(dims, t))?
     {
-        fragment_attention(q, k, v, dims, tiles, f)?
+        fragment_attention(q, k, v, dims, half, tiles, f)?
     } else if let Some(tiles) = Tiles::plan(|t| forward::bytes(dims, t))? {
-        tiled_attention(q, k, v, dims, dtype, tiles)?
+        tiled_attention(q, k, v, dims, (dtype, half), tiles)?
     } else {
         LAST_SCALAR_TILES.store(0, Ordering::Relaxed);
-        rows::attention(q, k, v, dims, dtype)?
+        rows::attention(q, k, v, dims, dtype, half)?
     };
-    Ok((out.packed, out.half))
+    Ok((out.packed, out.half.map(|(h, _)| h)))
 }
 
 /// [`attention`] on the f32-compute flash kernel with `tiles`.
@@ -574,30 +548,30 @@ fn tiled_attention(
     k: &ArrayData,
     v: &ArrayData,
     dims: &AttentionDims,
-    dtype: Dtype,
+    (dtype, half): (Dtype, Option<Dtype>),
     tiles: Tiles,
 ) -> Result<Forward> {
     let (n_out, n_lse) = dims.packed_len();
     let ([q, k, v], strides) = heads_qkv(q, k, v, dims, dtype)?;
     codegen::check_size("attention", n_out + n_lse, &[&q, &k, &v])?;
-    let out = Forward::alloc(dims, dtype)?;
+    let out = Forward::alloc(dims, half)?;
     if n_lse == 0 {
         return Ok(out);
     }
     note_scalar_tiles(tiles);
     let loads = scalar_kernel_loads(dims, &[&q, &k, &v], &strides);
     let key = format!(
-        "attention:{}:{}:{dtype}:{tiles:?}:{loads:?}",
+        "attention:{}:{}:{dtype}:{half:?}:{tiles:?}:{loads:?}",
         dims.d, dims.dv
     );
-    let pipeline = context()?.pipeline(&key, || forward::source(dims, dtype, tiles, loads))?;
+    let pipeline =
+        context()?.pipeline(&key, || forward::source(dims, (dtype, half), tiles, loads))?;
     let groups = dims.b * dims.h * dims.lq.div_ceil(tiles.bq);
     out.dispatch(
         &pipeline,
         &meta(dims, &[&q, &k, &v], &[], &strides),
         &[&q, &k, &v],
         dims,
-        dtype,
         groups,
     )?;
     Ok(out)
@@ -673,28 +647,28 @@ fn fragment_attention(
     k: &ArrayData,
     v: &ArrayData,
     dims: &AttentionDims,
+    half: Option<Dtype>,
     tiles: Tiles,
     f: Fragments,
 ) -> Result<Forward> {
     let (n_out, n_lse) = dims.packed_len();
     let ([q, k, v], strides) = heads_qkv(q, k, v, dims, Dtype::F16)?;
     codegen::check_size("attention", n_out + n_lse, &[&q, &k, &v])?;
-    let out = Forward::alloc(dims, Dtype::F16)?;
+    let out = Forward::alloc(dims, half)?;
     if n_lse == 0 {
         return Ok(out);
     }
     let loads = fragment_loads(dims, &[&q, &k, &v], &strides);
     let key = format!(
-        "attention-fragments:{}:{}:{f:?}:{tiles:?}:{loads:?}",
+        "attention-fragments:{}:{}:{f:?}:{half:?}:{tiles:?}:{loads:?}",
         dims.d, dims.dv
     );
-    let pipeline = context()?.pipeline(&key, || fragments::source(dims, tiles, f, loads))?;
+    let pipeline = context()?.pipeline(&key, || fragments::source(dims, tiles, f, loads, half))?;
     out.dispatch(
         &pipeline,
         &meta(dims, &[&q, &k, &v], &[], &strides),
         &[&q, &k, &v],
         dims,
-        Dtype::F16,
         dims.b * dims.h * dims.lq.div_ceil(tiles.bq),
     )?;
     FRAGMENT_FORWARDS.fetch_add(1, Ordering::Relaxed);
@@ -790,7 +764,10 @@ pub fn kernel_sources() -> Vec<(String, String)> {
                         format!(
                             "attention fragments d {d} dv {dv} {t:?} {f:?} {loads:?} ({bytes} B)"
                         ),
-                        format!("enable f16;\n{}", fragments::source(&dims, t, f, loads)),
+                        format!(
+                            "enable f16;\n{}",
+                            fragments::source(&dims, t, f, loads, Some(Dtype::F16))
+                        ),
                     ));
                 }
             }

@@ -10,7 +10,7 @@
 
 use super::super::{alloc, context, dense, dispatch};
 use super::codegen;
-use super::{Forward, half_output, heads, heads_qkv, meta, output_store};
+use super::{Forward, heads, heads_qkv, meta, output_store};
 use crate::backend::common::attention::AttentionDims;
 use crate::data::{ArrayData, Operand};
 use crate::{Dtype, Result};
@@ -40,23 +40,24 @@ pub(super) fn attention(
     v: &ArrayData,
     dims: &AttentionDims,
     dtype: Dtype,
+    half: Option<Dtype>,
 ) -> Result<Forward> {
     let (d, dv) = (dims.d, dims.dv);
     let (n_out, n_lse) = dims.packed_len();
     let ([q, k, v], strides) = heads_qkv(q, k, v, dims, dtype)?;
     codegen::check_size("attention", n_out + n_lse, &[&q, &k, &v])?;
-    let out = Forward::alloc(dims, dtype)?;
+    let out = Forward::alloc(dims, half)?;
     if n_lse == 0 {
         return Ok(out);
     }
-    let key = format!("attention_rows:{d}:{dv}:{dtype}");
+    let key = format!("attention_rows:{d}:{dv}:{dtype}:{half:?}");
     let pipeline = context()?.pipeline(&key, || {
         let mut s = header(
             dims,
             &[("q", dtype), ("k", dtype), ("v", dtype)],
             Dtype::F32,
         );
-        s.push_str(&output_store(5, half_output(dtype)));
+        s.push_str(&output_store(half));
         s.push_str(codegen::ENTRY);
         s.push_str(" {\n    ");
         s.push_str(codegen::THREAD_INDEX);
@@ -99,7 +100,6 @@ pub(super) fn attention(
         &meta(dims, &[&q, &k, &v], &[], &strides),
         &[&q, &k, &v],
         dims,
-        dtype,
         n_lse.div_ceil(codegen::WORKGROUP as usize),
     )?;
     Ok(out)

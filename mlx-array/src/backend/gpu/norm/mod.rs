@@ -33,7 +33,7 @@
 //! reference shape (2 MiB per operand) is launch-bound at a few us.
 
 use super::codegen;
-use super::{alloc, context, dense, dispatch, dispatch_groups};
+use super::{alloc, context, dense, dispatch, dispatch_groups, dispatch_groups_with_half};
 use crate::data::{ArrayData, Operand};
 use crate::{Dtype, Result};
 
@@ -207,13 +207,7 @@ pub fn rms_norm_grad(
         let mut inputs = vec![("x", xd), ("w", wd), ("c", cd)];
         inputs.extend(ad.map(|ad| ("a", ad)));
         // `store_dx`: the f32 `dx`, and its rounding to `half` beside it.
-        let store_dx = match half {
-            None => "fn store_dx(i: u32, v: f32) { store_out(i, v); }\n".to_string(),
-            Some(d) => format!(
-                "{}fn store_dx(i: u32, v: f32) {{ store_out(i, v); store_half(i, v); }}\n",
-                codegen::output_named("half", inputs.len() as u32 + 2, d)
-            ),
-        };
+        let store_dx = codegen::store_with_half("store_dx", inputs.len() as u32 + 2, half);
         // The addend, added to each `dx` as it is stored.
         let (open, plus) = if ad.is_some() {
             (
@@ -322,15 +316,9 @@ pub fn rms_norm_grad(
         s
     })?;
     if rows > 0 {
+        let copy = half_out.as_ref().zip(half).map(|(h, d)| (h, d, n));
         let groups = rows.div_ceil(256 / t);
-        match (&half_out, half) {
-            (Some(h), Some(d)) => {
-                let bound: Vec<&ArrayData> = row_inputs.iter().copied().chain([&out]).collect();
-                let bytes = n * d.size_of();
-                dispatch_groups(&dx, &meta, &bound, h, bytes, codegen::packed(d), groups)?;
-            }
-            _ => dispatch_groups(&dx, &meta, &row_inputs, &out, total * 4, false, groups)?,
-        }
+        dispatch_groups_with_half(&dx, &meta, &row_inputs, &out, total * 4, copy, groups)?;
         let part = alloc(&[chunks * width], Dtype::F32)?;
         dispatch(
             &dw_part,
