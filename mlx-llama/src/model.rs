@@ -4,8 +4,8 @@
 use mlx_array::{Array, Dtype, Result, concatenate, random};
 use mlx_dist::Group;
 use mlx_nn::{
-    AnyLinear, AttentionMask, Embedding, Linear, RMSNorm, RoPE, Sharding, impl_module, merge_heads,
-    scaled_dot_product_attention, shard_linear, split_heads,
+    AnyLinear, AttentionMask, Embedding, Linear, RMSNorm, RoPE, RopeScaling, Sharding, impl_module,
+    merge_heads, scaled_dot_product_attention, shard_linear, split_heads,
 };
 use serde::{Deserialize, Serialize};
 
@@ -43,15 +43,94 @@ pub struct LlamaConfig {
     /// Model: hidden width of the SwiGLU MLP.
     #[arg(long, default_value_t = LlamaConfig::default().mlp_dims)]
     pub mlp_dims: usize,
-    /// Model: attention heads (`dims` must divide by it).
+    /// Model: attention heads (`dims` must divide by it unless --head-dim
+    /// is given).
     #[arg(long = "heads", value_name = "HEADS", default_value_t = LlamaConfig::default().num_heads)]
     pub num_heads: usize,
+    /// Model: key and value heads (grouped-query attention: each serves
+    /// heads / kv-heads query heads; 1 is multi-query attention); 0: as
+    /// many as --heads.
+    #[serde(default)]
+    #[arg(long = "kv-heads", value_name = "KV_HEADS", default_value_t = 0)]
+    pub num_kv_heads: usize,
+    /// Model: width of each attention head; 0: dims / heads.
+    #[serde(default)]
+    #[arg(long = "head-dim", value_name = "HEAD_DIM", default_value_t = 0)]
+    pub head_dim: usize,
+    /// Model: the output projection is the token embedding (one tensor,
+    /// trained by both uses), as `tie_word_embeddings` in transformers.
+    #[serde(default)]
+    #[arg(long = "tie-embeddings")]
+    pub tie_embeddings: bool,
     /// RMSNorm epsilon.
     #[arg(skip = LlamaConfig::default().norm_eps)]
     pub norm_eps: f64,
     /// RoPE base.
     #[arg(skip = LlamaConfig::default().rope_base)]
     pub rope_base: f64,
+    /// RoPE's frequency scaling (transformers' `rope_type`: default,
+    /// linear, dynamic or llama3).
+    #[serde(default)]
+    #[arg(skip)]
+    pub rope_scaling: RopeScaling,
+    /// The longest sequence the model was made for (transformers'
+    /// `max_position_embeddings`, kept from an imported model and written
+    /// back by `export`); 0: unknown, the training block size is taken.
+    #[serde(default)]
+    #[arg(skip)]
+    pub max_position_embeddings: usize,
+}
+
+impl LlamaConfig {
+    /// The key and value heads: `num_kv_heads`, or as many as the query
+    /// heads when it is 0.
+    pub fn kv_heads(&self) -> usize {
+        if self.num_kv_heads == 0 {
+            self.num_heads
+        } else {
+            self.num_kv_heads
+        }
+    }
+
+    /// The width of each head: `head_dim`, or `dims / num_heads` when it
+    /// is 0.
+    pub fn head_dim(&self) -> usize {
+        if self.head_dim == 0 {
+            self.dims / self.num_heads.max(1)
+        } else {
+            self.head_dim
+        }
+    }
+
+    /// Checks that the heads fit together: at least one, key and value
+    /// heads dividing the query heads, an even head width (RoPE turns
+    /// pairs), and without an explicit head width, `dims` splitting into
+    /// the heads.
+    pub fn check(&self) -> std::result::Result<(), String> {
+        let (h, kv) = (self.num_heads, self.kv_heads());
+        if h == 0 || kv == 0 || !h.is_multiple_of(kv) {
+            return Err(format!(
+                "{h} query heads cannot be grouped over {kv} key/value heads: both must be at least 1 and the key/value heads must divide the query heads"
+            ));
+        }
+        if self.head_dim == 0 && !self.dims.is_multiple_of(h) {
+            return Err(format!(
+                "dims {} must split into {h} heads (or give the head width)",
+                self.dims
+            ));
+        }
+        let d = self.head_dim();
+        if d == 0 || !d.is_multiple_of(2) {
+            return Err(format!("heads of width {d} cannot be rotated: the head width must be even and positive"));
+        }
+        if self.dims == 0 || self.mlp_dims == 0 || self.vocab_size == 0 {
+            return Err(format!(
+                "dims {}, MLP dims {} and vocabulary {} must all be at least 1",
+                self.dims, self.mlp_dims, self.vocab_size
+            ));
+        }
+        Ok(())
+    }
 }
 
 impl Default for LlamaConfig {
@@ -64,11 +143,18 @@ impl Default for LlamaConfig {
             num_heads: 4,
             norm_eps: 1e-5,
             rope_base: 10_000.0,
+            num_kv_heads: 0,
+            head_dim: 0,
+            tie_embeddings: false,
+            rope_scaling: RopeScaling::Default,
+            max_position_embeddings: 0,
         }
     }
 }
 
-/// Cached keys and values of one attention layer: `[B, H, S, d]` each.
+/// Cached keys and values of one attention layer: `[B, H_kv, S, d]` each
+/// (the key/value heads only: grouped-query attention's cache is
+/// `H / H_kv` times smaller).
 #[derive(Clone, Debug)]
 pub struct KvCache {
     /// Keys seen so far.
@@ -77,14 +163,19 @@ pub struct KvCache {
     pub values: Array,
 }
 
-/// Causal self-attention with RoPE (traditional pairs, as the reference).
-/// Tensor-parallel ([`Llama::shard`]), each rank holds a slice of the heads:
-/// the query, key and value projections are all-to-sharded and the output
-/// projection sharded-to-all.
+/// Causal self-attention with RoPE (traditional pairs, as the reference),
+/// grouped-query when it has fewer key/value heads than query heads: query
+/// head `h` attends with key/value head `h / (H / H_kv)`, read in place by
+/// the fused attention (no repeated copy of the keys and values).
+/// Tensor-parallel ([`Llama::shard`]), each rank holds a slice of the heads
+/// (the key/value heads with their query groups): the query, key and value
+/// projections are all-to-sharded and the output projection sharded-to-all.
 #[derive(Clone, Debug)]
 pub struct LlamaAttention {
-    /// Number of heads (this rank's, when sharded).
+    /// Number of query heads (this rank's, when sharded).
     pub num_heads: usize,
+    /// Number of key/value heads (this rank's, when sharded).
+    pub num_kv_heads: usize,
     /// Rotary encoding of queries and keys.
     pub rope: RoPE,
     /// Query projection.
@@ -107,15 +198,19 @@ impl_module!(LlamaAttention {
 impl LlamaAttention {
     fn new(c: &LlamaConfig, key: &Array) -> Result<Self> {
         let ks = random::split_keys(key, 4)?;
-        let mut rope = RoPE::new(c.dims / c.num_heads, true);
+        let d = c.head_dim();
+        let mut rope = RoPE::new(d, true);
         rope.base = c.rope_base;
+        rope.scaling = c.rope_scaling.clone();
+        let (q, kv) = (c.num_heads * d, c.kv_heads() * d);
         Ok(LlamaAttention {
             num_heads: c.num_heads,
+            num_kv_heads: c.kv_heads(),
             rope,
-            query_proj: Linear::new(c.dims, c.dims, false, &ks[0])?.into(),
-            key_proj: Linear::new(c.dims, c.dims, false, &ks[1])?.into(),
-            value_proj: Linear::new(c.dims, c.dims, false, &ks[2])?.into(),
-            out_proj: Linear::new(c.dims, c.dims, false, &ks[3])?.into(),
+            query_proj: Linear::new(c.dims, q, false, &ks[0])?.into(),
+            key_proj: Linear::new(c.dims, kv, false, &ks[1])?.into(),
+            value_proj: Linear::new(c.dims, kv, false, &ks[2])?.into(),
+            out_proj: Linear::new(q, c.dims, false, &ks[3])?.into(),
         })
     }
 
@@ -130,6 +225,7 @@ impl LlamaAttention {
         }
         self.out_proj = shard_whole(&self.out_proj, Sharding::ShardedToAll, group)?;
         self.num_heads /= group.size();
+        self.num_kv_heads /= group.size();
         Ok(())
     }
 
@@ -141,7 +237,7 @@ impl LlamaAttention {
         mask: AttentionMask<'_>,
         cache: Option<&mut Option<KvCache>>,
     ) -> Result<Array> {
-        let h = self.num_heads;
+        let (h, kv) = (self.num_heads, self.num_kv_heads);
         let offset = cache
             .as_ref()
             .and_then(|c| c.as_ref())
@@ -153,10 +249,11 @@ impl LlamaAttention {
             &split_heads(&self.query_proj.forward_summed(&x)?, h)?,
             offset,
         )?;
-        let mut k = self
-            .rope
-            .forward(&split_heads(&self.key_proj.forward_summed(&x)?, h)?, offset)?;
-        let mut v = split_heads(&self.value_proj.forward_summed(&x)?, h)?;
+        let mut k = self.rope.forward(
+            &split_heads(&self.key_proj.forward_summed(&x)?, kv)?,
+            offset,
+        )?;
+        let mut v = split_heads(&self.value_proj.forward_summed(&x)?, kv)?;
         if let Some(slot) = cache {
             if let Some(c) = slot.as_ref() {
                 k = concatenate(&[c.keys.clone(), k], 2)?;
@@ -224,7 +321,7 @@ impl LlamaEncoderLayer {
     }
 
     /// The whole block, put together from every rank's shards.
-    fn unshard(&self, heads: usize) -> Result<Self> {
+    fn unshard(&self, heads: usize, kv_heads: usize) -> Result<Self> {
         let mut whole = self.clone();
         let a = &mut whole.attention;
         for p in [
@@ -239,6 +336,7 @@ impl LlamaEncoderLayer {
             *p = p.unshard()?.into();
         }
         whole.attention.num_heads = heads;
+        whole.attention.num_kv_heads = kv_heads;
         Ok(whole)
     }
 
@@ -288,8 +386,10 @@ pub struct Llama {
     pub layers: Vec<LlamaEncoderLayer>,
     /// Final norm.
     pub norm: RMSNorm,
-    /// Output projection to the vocabulary.
-    pub out_proj: Linear,
+    /// Output projection to the vocabulary; `None` when it is tied to the
+    /// embedding ([`LlamaConfig::tie_embeddings`]: one tensor, whose
+    /// gradient sums both uses).
+    pub out_proj: Option<Linear>,
     /// The configuration it was built from.
     pub config: LlamaConfig,
 }
@@ -305,29 +405,36 @@ impl Llama {
     /// A freshly initialised model (MLX's layer initialisations) from `seed`:
     /// every rank that uses the same seed gets the same weights.
     pub fn new(config: &LlamaConfig, seed: u64) -> Result<Llama> {
-        if config.num_heads == 0
-            || !config.dims.is_multiple_of(config.num_heads)
-            || !(config.dims / config.num_heads).is_multiple_of(2)
-        {
-            return Err(mlx_array::Error::Invalid {
-                op: "Llama",
-                message: format!(
-                    "dims {} must split into {} heads of even size",
-                    config.dims, config.num_heads
-                ),
-            });
-        }
+        config.check().map_err(|message| mlx_array::Error::Invalid {
+            op: "Llama",
+            message,
+        })?;
         let ks = random::split_keys(&random::key(seed), config.num_layers + 2)?;
         let layers = (0..config.num_layers)
             .map(|i| LlamaEncoderLayer::new(config, &ks[i + 2]))
             .collect::<Result<Vec<_>>>()?;
+        let out_proj = match config.tie_embeddings {
+            true => None,
+            false => Some(Linear::new(
+                config.dims,
+                config.vocab_size,
+                false,
+                &ks[1],
+            )?),
+        };
         Ok(Llama {
             embedding: Embedding::new(config.vocab_size, config.dims, &ks[0])?,
             layers,
             norm: RMSNorm::with_eps(config.dims, config.norm_eps),
-            out_proj: Linear::new(config.dims, config.vocab_size, false, &ks[1])?,
+            out_proj,
             config: config.clone(),
         })
+    }
+
+    /// The output projection's weight `[vocab, dims]`: its own, or the
+    /// embedding's when they are tied.
+    pub fn head_weight(&self) -> &Array {
+        head_weight(&self.embedding, self.out_proj.as_ref())
     }
 
     /// Tensor parallelism: keeps this rank's slice of every block's
@@ -344,12 +451,17 @@ impl Llama {
     pub fn shard(&mut self, group: &Group) -> Result<()> {
         let n = group.size();
         let c = &self.config;
-        if !c.num_heads.is_multiple_of(n) || !c.mlp_dims.is_multiple_of(n) {
+        if !c.num_heads.is_multiple_of(n)
+            || !c.kv_heads().is_multiple_of(n)
+            || !c.mlp_dims.is_multiple_of(n)
+        {
             return Err(mlx_array::Error::Invalid {
                 op: "shard",
                 message: format!(
-                    "{} heads and an MLP of {} do not split over {n} ranks: both must divide by {n}",
-                    c.num_heads, c.mlp_dims
+                    "{} heads, {} key/value heads and an MLP of {} do not split over {n} ranks: all must divide by {n}",
+                    c.num_heads,
+                    c.kv_heads(),
+                    c.mlp_dims
                 ),
             });
         }
@@ -384,14 +496,14 @@ impl Llama {
         whole.layers = self
             .layers
             .iter()
-            .map(|l| l.unshard(self.config.num_heads))
+            .map(|l| l.unshard(self.config.num_heads, self.config.kv_heads()))
             .collect::<Result<_>>()?;
         Ok(whole)
     }
 
     /// Logits `[B, L, vocab]` for token ids `[B, L]` (causal).
     pub fn forward(&self, tokens: &Array) -> Result<Array> {
-        self.out_proj.forward(&self.hidden(tokens)?)
+        project(&self.hidden(tokens)?, self.head_weight())
     }
 
     /// The final normed hidden states `[B, L, dims]` for token ids `[B, L]`
@@ -402,7 +514,7 @@ impl Llama {
         for layer in &self.layers {
             x = layer.forward(&x, AttentionMask::Causal, None)?;
         }
-        head_input(&self.norm, &self.out_proj, &x)
+        head_input(&self.norm, self.head_weight(), &x)
     }
 
     /// `sum(row_weights * per-token cross-entropy)` of the next-token
@@ -416,7 +528,7 @@ impl Llama {
     pub fn loss(&self, tokens: &Array, targets: &Array, row_weights: &Array) -> Result<Array> {
         mlx_array::linear_cross_entropy_sum(
             &self.hidden(tokens)?,
-            self.out_proj.weight.value(),
+            self.head_weight(),
             targets,
             row_weights,
             &Default::default(),
@@ -427,8 +539,8 @@ impl Llama {
     /// start with `vec![None; num_layers]`).
     pub fn forward_cached(&self, tokens: &Array, caches: &mut [Option<KvCache>]) -> Result<Array> {
         let x = blocks_cached(&self.layers, &embed(&self.embedding, tokens)?, caches)?;
-        self.out_proj
-            .forward(&head_input(&self.norm, &self.out_proj, &x)?)
+        let w = self.head_weight();
+        project(&head_input(&self.norm, w, &x)?, w)
     }
 
     /// Samples `max_tokens` continuations of `prompt` (token ids) with
@@ -485,9 +597,21 @@ pub fn embed(embedding: &Embedding, tokens: &Array) -> Result<Array> {
 }
 
 /// The residual stream `x` normed by the final `norm`, in the dtype of
-/// `out_proj`'s weight: what the output projection reads.
-pub fn head_input(norm: &RMSNorm, out_proj: &Linear, x: &Array) -> Result<Array> {
-    norm.forward_as(x, out_proj.weight.value().dtype())
+/// the output projection's weight `head`: what the projection reads.
+pub fn head_input(norm: &RMSNorm, head: &Array, x: &Array) -> Result<Array> {
+    norm.forward_as(x, head.dtype())
+}
+
+/// The output projection's weight: `out_proj`'s, or the `embedding`'s when
+/// there is none (tied).
+pub fn head_weight<'a>(embedding: &'a Embedding, out_proj: Option<&'a Linear>) -> &'a Array {
+    out_proj.map_or(embedding.weight.value(), |l| l.weight.value())
+}
+
+/// `x @ weight^T`: the logits of `x` under an output projection's weight
+/// `[vocab, dims]` (a bias-free linear layer).
+pub fn project(x: &Array, weight: &Array) -> Result<Array> {
+    x.matmul(&weight.t()?)
 }
 
 /// `x` `[B, L, D]` of new positions through `layers`, with their caches

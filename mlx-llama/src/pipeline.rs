@@ -31,7 +31,7 @@ use mlx_nn::{Embedding, Linear, Module, ModuleExt, Param, RMSNorm};
 
 use crate::model::{
     KvCache, Llama, LlamaEncoderLayer, RESIDUAL_DTYPE, blocks_cached, check_prompt, embed,
-    eval_caches, head_input, sample_last,
+    eval_caches, head_input, project, sample_last,
 };
 use crate::sampling::Sampling;
 
@@ -42,10 +42,12 @@ pub struct PipelineStage {
     /// The indices of this rank's blocks in the whole model.
     pub blocks: Range<usize>,
     layers: Vec<LlamaEncoderLayer>,
-    /// The token embedding (rank 0 only).
+    /// The token embedding (rank 0 only; also the last rank's when it is
+    /// the output projection, tied).
     embedding: Option<Embedding>,
-    /// The final norm and output projection (the last rank only).
-    head: Option<(RMSNorm, Linear)>,
+    /// The final norm and output projection (the last rank only; no
+    /// projection of its own when tied to the embedding).
+    head: Option<(RMSNorm, Option<Linear>)>,
     dims: usize,
 }
 
@@ -116,7 +118,7 @@ impl PipelineStage {
             group: group.clone(),
             blocks,
             layers,
-            embedding: (r == 0).then_some(embedding),
+            embedding: (r == 0 || (r + 1 == n && out_proj.is_none())).then_some(embedding),
             head: (r + 1 == n).then_some((norm, out_proj)),
             dims,
         })
@@ -188,15 +190,20 @@ impl PipelineStage {
         let mut history = prompt.to_vec();
         for _ in 0..max_tokens {
             let len = input.len();
-            let x = match &self.embedding {
-                Some(e) => embed(e, &Array::from_slice(&input, &[1, len])?)?,
-                None => mlx_dist::recv(&[1, len, self.dims], RESIDUAL_DTYPE, r - 1, &self.group)?,
+            let x = match (&self.embedding, r) {
+                (Some(e), 0) => embed(e, &Array::from_slice(&input, &[1, len])?)?,
+                _ => mlx_dist::recv(&[1, len, self.dims], RESIDUAL_DTYPE, r - 1, &self.group)?,
             };
             let x = blocks_cached(&self.layers, &x, &mut caches)?;
             let mut id = [0u32];
             match &self.head {
                 Some((norm, out_proj)) => {
-                    let logits = out_proj.forward(&head_input(norm, out_proj, &x)?)?;
+                    let w = match (out_proj, &self.embedding) {
+                        (Some(l), _) => l.weight.value(),
+                        (None, Some(e)) => e.weight.value(),
+                        (None, None) => unreachable!("a tied head keeps the embedding"),
+                    };
+                    let logits = project(&head_input(norm, w, &x)?, w)?;
                     id[0] = sample_last(&logits, sampling, &history, &mut key)?;
                     eval_caches(&caches)?;
                 }

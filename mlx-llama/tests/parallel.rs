@@ -10,14 +10,19 @@ use mlx_llama::pipeline::PipelineStage;
 use mlx_llama::{Llama, LlamaConfig, train};
 use mlx_nn::{ModuleExt, value_and_grad};
 
-/// Four blocks of four heads: splits over 2 and 4 ranks either way.
+/// Four blocks of eight query heads grouped over four key/value heads,
+/// each 8 wide (wider than dims / heads), and the output projection tied
+/// to the embedding: splits over 2 and 4 ranks either way.
 fn config() -> LlamaConfig {
     LlamaConfig {
         num_layers: 4,
         vocab_size: 0,
         dims: 32,
         mlp_dims: 64,
-        num_heads: 4,
+        num_heads: 8,
+        num_kv_heads: 4,
+        head_dim: 8,
+        tie_embeddings: true,
         ..LlamaConfig::default()
     }
 }
@@ -40,7 +45,8 @@ fn tensor_and_pipeline_generation_give_the_tokens_of_one_process() {
         let tensor = mlx_dist::run_local(n, |g| {
             let mut m = load();
             m.shard(&g).unwrap();
-            assert_eq!(m.layers[0].attention.num_heads, 4 / n);
+            assert_eq!(m.layers[0].attention.num_heads, 8 / n);
+            assert_eq!(m.layers[0].attention.num_kv_heads, 4 / n);
             m.generate(&prompt, 24, 0.0, 0).unwrap()
         })
         .unwrap();
@@ -149,7 +155,7 @@ fn a_tensor_parallel_step_gives_the_loss_and_gradients_of_one_process() {
 fn sharding_refuses_what_does_not_split_and_unshard_restores_the_model() {
     let config = LlamaConfig {
         vocab_size: 64,
-        num_heads: 2,
+        num_kv_heads: 2,
         ..config()
     };
     let whole = Llama::new(&config, 0).unwrap();
@@ -164,7 +170,7 @@ fn sharding_refuses_what_does_not_split_and_unshard_restores_the_model() {
     })
     .unwrap();
     assert!(
-        got[0].contains("2 heads and an MLP of 64 do not split over 4 ranks"),
+        got[0].contains("8 heads, 2 key/value heads and an MLP of 64 do not split over 4 ranks"),
         "{}",
         got[0]
     );

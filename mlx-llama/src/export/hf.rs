@@ -1,6 +1,7 @@
 //! What Hugging Face's `LlamaForCausalLM` reads: its `config.json` and
 //! `generation_config.json`, and query and key rows in its RoPE layout.
 
+use mlx_nn::RopeScaling;
 use serde_json::{Value, json};
 
 use crate::LlamaConfig;
@@ -30,26 +31,27 @@ pub fn reorder_rows(values: &[f32], cols: usize, order: &[usize]) -> Vec<f32> {
         .collect()
 }
 
-/// Hugging Face's `LlamaConfig` for our model: no grouped keys, no biases,
-/// separate input and output embeddings, float32 weights; `special_id` is
-/// both the BOS and the EOS (GPT-2's `<|endoftext|>` is both).
+/// Hugging Face's `LlamaConfig` for our model: its query and key/value
+/// heads, head width, RoPE (in transformers 4's spelling, `rope_theta` and
+/// `rope_scaling`, which transformers 5 reads too), tied or separate
+/// output embedding, no biases, float32 weights; `special_id` is both the
+/// BOS and the EOS (GPT-2's `<|endoftext|>` is both).
 pub fn config(model: &LlamaConfig, max_positions: usize, special_id: u32) -> Value {
-    let head_dim = model.dims / model.num_heads;
     json!({
         "architectures": ["LlamaForCausalLM"],
         "model_type": "llama",
         "hidden_size": model.dims,
         "intermediate_size": model.mlp_dims,
         "num_attention_heads": model.num_heads,
-        "num_key_value_heads": model.num_heads,
+        "num_key_value_heads": model.kv_heads(),
         "num_hidden_layers": model.num_layers,
-        "head_dim": head_dim,
+        "head_dim": model.head_dim(),
         "rms_norm_eps": model.norm_eps,
         "rope_theta": model.rope_base,
-        "rope_scaling": null,
+        "rope_scaling": rope_scaling(&model.rope_scaling),
         "vocab_size": model.vocab_size,
         "max_position_embeddings": max_positions,
-        "tie_word_embeddings": false,
+        "tie_word_embeddings": model.tie_embeddings,
         "hidden_act": "silu",
         "attention_bias": false,
         "attention_dropout": 0.0,
@@ -59,6 +61,29 @@ pub fn config(model: &LlamaConfig, max_positions: usize, special_id: u32) -> Val
         "torch_dtype": "float32",
         "use_cache": true,
     })
+}
+
+/// transformers' `rope_scaling` object for a scaling (`null` for none).
+/// Dynamic scaling's original length is `max_position_embeddings`, which
+/// it cannot name here: the export writes it there.
+pub fn rope_scaling(scaling: &RopeScaling) -> Value {
+    match *scaling {
+        RopeScaling::Default => Value::Null,
+        RopeScaling::Linear { factor } => json!({"rope_type": "linear", "factor": factor}),
+        RopeScaling::Dynamic { factor, .. } => json!({"rope_type": "dynamic", "factor": factor}),
+        RopeScaling::Llama3 {
+            factor,
+            low_freq_factor,
+            high_freq_factor,
+            original_max_position_embeddings,
+        } => json!({
+            "rope_type": "llama3",
+            "factor": factor,
+            "low_freq_factor": low_freq_factor,
+            "high_freq_factor": high_freq_factor,
+            "original_max_position_embeddings": original_max_position_embeddings,
+        }),
+    }
 }
 
 /// `generation_config.json`: the special ids again (padding with EOS, as

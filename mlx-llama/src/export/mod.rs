@@ -64,8 +64,9 @@ pub fn export(checkpoint_or_run: &Path, out: &Path, format: Format) -> Result<Pa
 }
 
 /// Writes `model` with `tokenizer` to `out` in `format`;
-/// `max_positions` is the longest sequence it was trained on (the
-/// configuration's `max_position_embeddings`).
+/// `max_positions` is the longest sequence it was trained on, the
+/// configuration's `max_position_embeddings` unless the model keeps its
+/// own (an imported one; dynamic RoPE scaling's original length).
 pub fn write(
     model: &Llama,
     tokenizer: &TextTokenizer,
@@ -87,6 +88,14 @@ pub fn write(
     mlx_array::save_safetensors(&weights, &tensors(model, format)?, Some(metadata))
         .with_context(|| format!("writing {}", weights.display()))?;
     let special = tokenizer.eos_id();
+    let max_positions = match c.rope_scaling {
+        mlx_nn::RopeScaling::Dynamic {
+            original_max_position_embeddings,
+            ..
+        } => original_max_position_embeddings,
+        _ if c.max_position_embeddings > 0 => c.max_position_embeddings,
+        _ => max_positions,
+    };
     let config = hf::config(c, max_positions, special);
     let config = match format {
         Format::Hf => config,
@@ -104,25 +113,35 @@ pub fn write(
 }
 
 /// The model's parameters under Hugging Face's names, as float32, the query
-/// and key rows reordered for `hf`.
+/// and key rows reordered for `hf` (within each query head and each
+/// key/value head). A tied model has no `lm_head.weight`.
 pub fn tensors(model: &Llama, format: Format) -> Result<Vec<(String, Array)>> {
     let c = &model.config;
-    let order = hf::halves_row_order(c.num_heads, c.dims / c.num_heads);
+    let d = c.head_dim();
+    let queries = hf::halves_row_order(c.num_heads, d);
+    let keys = hf::halves_row_order(c.kv_heads(), d);
     let mut out = vec![];
     for (name, a) in model.named_parameters() {
         let theirs = names::hf_name(&name)
             .with_context(|| format!("no Hugging Face name for our parameter `{name}`"))?;
         let mut values = a.astype(Dtype::F32)?.to_vec::<f32>()?;
-        if format == Format::Hf && names::is_rotated(&theirs) {
-            if a.shape() != [c.dims, c.dims] {
+        let order = match names::rotated_heads(&theirs) {
+            Some(names::Rotated::Queries) => Some(&queries),
+            Some(names::Rotated::Keys) => Some(&keys),
+            None => None,
+        };
+        if format == Format::Hf
+            && let Some(order) = order
+        {
+            if a.shape() != [order.len(), c.dims] {
                 bail!(
                     "`{name}` has shape {:?}, expected [{}, {}]",
                     a.shape(),
-                    c.dims,
+                    order.len(),
                     c.dims
                 );
             }
-            values = hf::reorder_rows(&values, c.dims, &order);
+            values = hf::reorder_rows(&values, c.dims, order);
         }
         out.push((theirs, Array::from_slice(&values, a.shape())?));
     }

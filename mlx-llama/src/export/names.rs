@@ -28,10 +28,25 @@ pub fn hf_name(ours: &str) -> Option<String> {
     Some(format!("model.layers.{index}.{theirs}"))
 }
 
+/// A projection whose output rows RoPE rotates, head by head.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Rotated {
+    /// A query projection: rows of the query heads.
+    Queries,
+    /// A key projection: rows of the key/value heads.
+    Keys,
+}
+
 /// Whether a Hugging Face name is a query or key projection, whose rows
-/// RoPE rotates (and which the `hf` format reorders).
-pub fn is_rotated(hf: &str) -> bool {
-    hf.ends_with(".self_attn.q_proj.weight") || hf.ends_with(".self_attn.k_proj.weight")
+/// RoPE rotates (and which the `hf` format reorders within each head).
+pub fn rotated_heads(hf: &str) -> Option<Rotated> {
+    if hf.ends_with(".self_attn.q_proj.weight") {
+        Some(Rotated::Queries)
+    } else if hf.ends_with(".self_attn.k_proj.weight") {
+        Some(Rotated::Keys)
+    } else {
+        None
+    }
 }
 
 #[cfg(test)]
@@ -54,7 +69,14 @@ mod tests {
         );
         assert_eq!(hf_name("layers.x.linear1.weight"), None);
         assert_eq!(hf_name("layers.0.linear4.weight"), None);
-        assert!(is_rotated("model.layers.1.self_attn.q_proj.weight"));
-        assert!(!is_rotated("model.layers.1.self_attn.v_proj.weight"));
+        assert_eq!(
+            rotated_heads("model.layers.1.self_attn.q_proj.weight"),
+            Some(Rotated::Queries)
+        );
+        assert_eq!(
+            rotated_heads("model.layers.1.self_attn.k_proj.weight"),
+            Some(Rotated::Keys)
+        );
+        assert_eq!(rotated_heads("model.layers.1.self_attn.v_proj.weight"), None);
     }
 }

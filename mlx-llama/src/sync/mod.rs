@@ -34,7 +34,8 @@ pub(crate) use sharded::Sharded;
 pub(crate) use tensor::TensorParallel;
 
 /// The parameter whose gradient is zero outside the rows of the batch's
-/// tokens (the token embedding; the output projection is not tied to it).
+/// tokens (the token embedding, unless the output projection is tied to it:
+/// then every row has a gradient and it travels whole).
 pub(crate) const EMBEDDING: &str = "embedding.weight";
 
 /// The rows of the embedding's gradient that travel when only those the

@@ -30,6 +30,7 @@ fn config() -> LlamaConfig {
         num_heads: 4,
         norm_eps: 1e-5,
         rope_base: 500.0,
+        ..LlamaConfig::default()
     }
 }
 

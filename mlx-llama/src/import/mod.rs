@@ -39,117 +39,14 @@ pub struct ImportedConfig {
     /// Whether the query and key rows rotate interleaved pairs (ours and
     /// mlx-lm's `rope_traditional`) rather than halves (Hugging Face's).
     pub rope_traditional: bool,
-    /// Whether the output projection is the embedding (then copied: the
-    /// model fine-tunes them apart).
-    pub tied_embeddings: bool,
 }
+
+mod config;
+pub use config::parse_config;
 
 /// Whether `dir` looks like a Hugging Face or mlx-lm model folder.
 pub fn is_model_folder(dir: &Path) -> bool {
     dir.join("config.json").is_file() && (dir.join(WEIGHTS).is_file() || dir.join(INDEX).is_file())
-}
-
-fn field<'a>(c: &'a serde_json::Map<String, Value>, name: &str) -> Option<&'a Value> {
-    c.get(name).filter(|v| !v.is_null())
-}
-
-fn size(c: &serde_json::Map<String, Value>, name: &str, max: usize) -> Result<usize> {
-    let v = field(c, name).with_context(|| format!("config.json has no `{name}`"))?;
-    match v.as_u64() {
-        Some(n) if n >= 1 && n as u128 <= max as u128 => Ok(n as usize),
-        _ => bail!("config.json: `{name}` must be a whole number from 1 to {max}, got {v}"),
-    }
-}
-
-fn number(c: &serde_json::Map<String, Value>, name: &str, default: f64) -> Result<f64> {
-    match field(c, name) {
-        None => Ok(default),
-        Some(v) => match v.as_f64() {
-            Some(x) if x.is_finite() && x > 0.0 => Ok(x),
-            _ => bail!("config.json: `{name}` must be a positive number, got {v}"),
-        },
-    }
-}
-
-fn flag(c: &serde_json::Map<String, Value>, name: &str, default: bool) -> Result<bool> {
-    match field(c, name) {
-        None => Ok(default),
-        Some(Value::Bool(b)) => Ok(*b),
-        Some(v) => bail!("config.json: `{name}` must be true or false, got {v}"),
-    }
-}
-
-/// Parses a `config.json`, refusing what our Llama cannot honour with an
-/// error naming the field: another architecture or model type, RoPE
-/// scaling, grouped keys and values, biases, another activation, a head
-/// size other than width over heads, sizes out of range.
-pub fn parse_config(bytes: &[u8]) -> Result<ImportedConfig> {
-    let v: Value = serde_json::from_slice(bytes).context("config.json is not JSON")?;
-    let c = v.as_object().context("config.json is not a JSON object")?;
-    if let Some(a) = field(c, "architectures") {
-        let ok = a
-            .as_array()
-            .is_some_and(|a| a.iter().any(|x| x == "LlamaForCausalLM"));
-        if !ok {
-            bail!("config.json: `architectures` is {a}; only LlamaForCausalLM can be imported");
-        }
-    }
-    if let Some(t) = field(c, "model_type")
-        && t != "llama"
-    {
-        bail!("config.json: `model_type` is {t}; only llama can be imported");
-    }
-    if let Some(s) = field(c, "rope_scaling") {
-        bail!("config.json: `rope_scaling` ({s}) is not supported: our RoPE is unscaled");
-    }
-    for name in ["attention_bias", "mlp_bias"] {
-        if flag(c, name, false)? {
-            bail!("config.json: `{name}` is true; our Llama has no biases");
-        }
-    }
-    if let Some(a) = field(c, "hidden_act").or_else(|| field(c, "hidden_activation"))
-        && a != "silu"
-    {
-        bail!("config.json: `hidden_act` is {a}; our MLP is SwiGLU (silu)");
-    }
-    let dims = size(c, "hidden_size", MAX_SIZE)?;
-    let heads = size(c, "num_attention_heads", MAX_SIZE)?;
-    if let Some(kv) = field(c, "num_key_value_heads")
-        && kv.as_u64() != Some(heads as u64)
-    {
-        bail!(
-            "config.json: `num_key_value_heads` is {kv} but `num_attention_heads` {heads}: grouped-query attention is not supported"
-        );
-    }
-    if !dims.is_multiple_of(heads) || !(dims / heads).is_multiple_of(2) {
-        bail!(
-            "config.json: `hidden_size` {dims} does not split into `num_attention_heads` {heads} heads of even size"
-        );
-    }
-    if let Some(h) = field(c, "head_dim")
-        && h.as_u64() != Some((dims / heads) as u64)
-    {
-        bail!(
-            "config.json: `head_dim` is {h} but `hidden_size` / `num_attention_heads` is {}",
-            dims / heads
-        );
-    }
-    let model = LlamaConfig {
-        num_layers: size(c, "num_hidden_layers", MAX_LAYERS)?,
-        vocab_size: size(c, "vocab_size", MAX_SIZE)?,
-        dims,
-        mlp_dims: size(c, "intermediate_size", MAX_SIZE)?,
-        num_heads: heads,
-        // transformers' LlamaConfig defaults.
-        norm_eps: number(c, "rms_norm_eps", 1e-6)?,
-        rope_base: number(c, "rope_theta", 10_000.0)?,
-    };
-    Ok(ImportedConfig {
-        model,
-        rope_traditional: flag(c, "rope_traditional", false)?,
-        // transformers' LlamaConfig default.
-        tied_embeddings: flag(c, "tie_word_embeddings", false)?,
-    })
 }
 
 /// Reads `dir/config.json`.
@@ -263,24 +160,28 @@ pub fn load(dir: &Path) -> Result<Llama> {
 /// its shape, the query and key rows put back in interleaved order unless
 /// `rope_traditional`. Missing tensors, and tensors we have no place for,
 /// are errors (RoPE's cached `inv_freq`, which some checkpoints keep, is
-/// ignored).
+/// ignored; so is an `lm_head.weight` beside tied embeddings, which
+/// transformers ignores too).
 pub fn to_model(c: &ImportedConfig, mut tensors: BTreeMap<String, Tensor>) -> Result<Llama> {
     let m = &c.model;
-    if c.tied_embeddings && !tensors.contains_key("lm_head.weight") {
-        let e = tensors
-            .get("model.embed_tokens.weight")
-            .context("no tensor `model.embed_tokens.weight`")?
-            .clone();
-        tensors.insert("lm_head.weight".into(), e);
+    m.check()
+        .map_err(|e| anyhow::anyhow!("config.json: {e}"))?;
+    if m.tie_embeddings {
+        tensors.remove("lm_head.weight");
     }
     tensors.retain(|n, _| !n.ends_with(".rotary_emb.inv_freq"));
-    let head_dim = m.dims / m.num_heads;
-    // The inverse of export's order: row `i` of ours is row `inverse[i]` of theirs.
-    let order = hf::halves_row_order(m.num_heads, head_dim);
-    let mut inverse = vec![0; order.len()];
-    for (j, &i) in order.iter().enumerate() {
-        inverse[i] = j;
-    }
+    let head_dim = m.head_dim();
+    // The inverse of export's order: row `i` of ours is row `inverse[i]`
+    // of theirs (queries over the query heads, keys over the key heads).
+    let inverse = |heads: usize| {
+        let order = hf::halves_row_order(heads, head_dim);
+        let mut inverse = vec![0; order.len()];
+        for (j, &i) in order.iter().enumerate() {
+            inverse[i] = j;
+        }
+        inverse
+    };
+    let (queries, keys) = (inverse(m.num_heads), inverse(m.kv_heads()));
     // The model is built lazily (nothing evaluated) and every parameter
     // replaced, so its random initialisation never runs.
     let mut model = Llama::new(m, 0)?;
@@ -302,10 +203,14 @@ pub fn to_model(c: &ImportedConfig, mut tensors: BTreeMap<String, Tensor>) -> Re
                     p.value().shape()
                 );
             }
-            let values = if names::is_rotated(&theirs) && !c.rope_traditional {
-                hf::reorder_rows(&t.values, m.dims, &inverse)
-            } else {
-                t.values
+            let values = match names::rotated_heads(&theirs) {
+                Some(names::Rotated::Queries) if !c.rope_traditional => {
+                    hf::reorder_rows(&t.values, m.dims, &queries)
+                }
+                Some(names::Rotated::Keys) if !c.rope_traditional => {
+                    hf::reorder_rows(&t.values, m.dims, &keys)
+                }
+                _ => t.values,
             };
             Ok(Array::from_slice(&values, &t.shape)?)
         })();
@@ -343,51 +248,6 @@ mod tests {
             32,
             15,
         )
-    }
-
-    #[test]
-    fn export_s_config_reads_back_and_what_we_cannot_honour_is_refused_by_name() {
-        let c = parse_config(config().to_string().as_bytes()).unwrap();
-        assert_eq!(c.model.dims, 8);
-        assert_eq!(c.model.norm_eps, 1e-5);
-        assert!(!c.rope_traditional && !c.tied_embeddings);
-        let refused = |key: &str, value: serde_json::Value, names: &str| {
-            let mut v = config();
-            v[key] = value;
-            let e = format!("{:#}", parse_config(v.to_string().as_bytes()).unwrap_err());
-            assert!(e.contains(names), "{key}: {e}");
-        };
-        refused(
-            "architectures",
-            serde_json::json!(["MistralForCausalLM"]),
-            "`architectures`",
-        );
-        refused("model_type", serde_json::json!("gemma"), "`model_type`");
-        refused(
-            "rope_scaling",
-            serde_json::json!({"type": "linear", "factor": 2.0}),
-            "`rope_scaling`",
-        );
-        refused(
-            "num_key_value_heads",
-            serde_json::json!(1),
-            "`num_key_value_heads`",
-        );
-        refused("head_dim", serde_json::json!(8), "`head_dim`");
-        refused("hidden_size", serde_json::json!(10), "`hidden_size`");
-        refused(
-            "attention_bias",
-            serde_json::json!(true),
-            "`attention_bias`",
-        );
-        refused("hidden_act", serde_json::json!("gelu"), "`hidden_act`");
-        refused("vocab_size", serde_json::json!(-3), "`vocab_size`");
-        refused(
-            "num_hidden_layers",
-            serde_json::json!(1u64 << 40),
-            "`num_hidden_layers`",
-        );
-        refused("rms_norm_eps", serde_json::json!("small"), "`rms_norm_eps`");
     }
 
     #[test]
@@ -458,6 +318,7 @@ mod tests {
                     "hidden_size", "num_attention_heads", "num_hidden_layers", "vocab_size",
                     "intermediate_size", "head_dim", "num_key_value_heads", "rms_norm_eps",
                     "rope_theta", "tie_word_embeddings", "rope_traditional",
+                    "rope_scaling", "rope_parameters", "max_position_embeddings",
                 ]),
                 value in prop_oneof![
                     any::<i64>().prop_map(serde_json::Value::from),
@@ -473,7 +334,8 @@ mod tests {
                     let m = &c.model;
                     prop_assert!(m.dims <= MAX_SIZE && m.vocab_size <= MAX_SIZE);
                     prop_assert!(m.num_layers <= MAX_LAYERS && m.mlp_dims <= MAX_SIZE);
-                    prop_assert!(m.dims % m.num_heads == 0 && (m.dims / m.num_heads) % 2 == 0);
+                    prop_assert!(m.check().is_ok(), "{:?}", m);
+                    prop_assert!(m.num_heads * m.head_dim() <= MAX_SIZE);
                 }
             }
         }
