@@ -166,8 +166,10 @@ pub fn parse_config(bytes: &[u8]) -> Result<ImportedConfig> {
         dims,
         mlp_dims: size(c, "intermediate_size", MAX_SIZE)?,
         num_heads: heads,
-        num_kv_heads: kv_heads,
-        head_dim,
+        // 0 where they are what the model derives (its own configurations'
+        // spelling, so that one model has one configuration).
+        num_kv_heads: if kv_heads == heads { 0 } else { kv_heads },
+        head_dim: if dims == heads * head_dim { 0 } else { head_dim },
         tie_embeddings: flag(c, "tie_word_embeddings", false)?,
         norm_eps: number(c, "rms_norm_eps", DEFAULT_EPS)?,
         rope_base,
@@ -434,10 +436,10 @@ mod tests {
         refused(&|v| v["head_dim"] = json!(5), &["`head_dim`", "5"]);
         refused(
             &|v| {
-                v["hidden_size"] = json!(10);
+                v["hidden_size"] = json!(9);
                 v.as_object_mut().unwrap().remove("head_dim");
             },
-            &["`hidden_size` 10"],
+            &["`hidden_size` 9"],
         );
         for key in ["attention_bias", "mlp_bias"] {
             refused(&|v| v[key] = json!(true), &[&format!("`{key}`")]);
