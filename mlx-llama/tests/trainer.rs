@@ -8,7 +8,8 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 
 use mlx_llama::checkpoint;
-use mlx_llama::{Batching, TrainConfig, train};
+use mlx_llama::testing::tiny_model;
+use mlx_llama::{Batching, LlamaConfig, TrainConfig, train};
 use sha2::{Digest, Sha256};
 
 mod common;
@@ -102,27 +103,47 @@ fn max_diff(a: &[(String, Vec<f32>)], b: &[(String, Vec<f32>)]) -> f32 {
 
 #[test]
 fn two_ranks_with_a_global_batch_match_one_rank() {
-    world_two_matches_world_one(Batching::Pack);
+    world_two_matches_world_one(Batching::Pack, tiny_model(2, 32));
+}
+
+/// Multi-query attention with heads wider than dims / heads and the output
+/// projection tied to the embedding: one tensor, whose gradient (both
+/// uses, every row) is averaged whole and whose AdamW state is sharded
+/// once over the ranks.
+#[test]
+fn two_ranks_match_one_rank_with_one_key_value_head_and_tied_embeddings() {
+    world_two_matches_world_one(
+        Batching::Pack,
+        LlamaConfig {
+            num_heads: 4,
+            num_kv_heads: 1,
+            head_dim: 16,
+            tie_embeddings: true,
+            ..tiny_model(2, 32)
+        },
+    );
 }
 
 /// With padded rows each rank counts its own targets: the loss is normalised
 /// by the world's count, so world 2 still follows world 1.
 #[test]
 fn two_ranks_with_padded_rows_match_one_rank() {
-    world_two_matches_world_one(Batching::Pad);
+    world_two_matches_world_one(Batching::Pad, tiny_model(2, 32));
 }
 
-fn world_two_matches_world_one(batching: Batching) {
+fn world_two_matches_world_one(batching: Batching, model: LlamaConfig) {
     let dir = tempfile::tempdir().unwrap();
     let one = dir.path().join("world1");
     let two = dir.path().join("world2");
     let cfg1 = TrainConfig {
         batching,
+        model: model.clone(),
         ..tiny(&one, 10)
     };
     let s1 = train(&cfg1, &mlx_dist::Group::single()).unwrap();
     let cfg2 = TrainConfig {
         batching,
+        model,
         ..tiny(&two, 10)
     };
     let s2 = mlx_dist::run_local(2, |g| train(&cfg2, &g).unwrap()).unwrap();
