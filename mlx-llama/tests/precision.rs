@@ -139,7 +139,32 @@ fn the_residual_stream_stays_float32_under_bfloat16_weights() {
 /// float32 weights and moments, and float16's loss scale never had to drop.
 #[test]
 fn bf16_and_f16_training_follow_f32() {
+    half_precision_follows_f32(|m| m);
+}
+
+/// As [`bf16_and_f16_training_follow_f32`] with two query heads of 32
+/// dimensions grouped over one key/value head (multi-query attention, the
+/// AMX tiles' width) and tied embeddings.
+#[test]
+fn bf16_and_f16_training_follow_f32_with_grouped_heads_and_tied_embeddings() {
+    half_precision_follows_f32(|m| LlamaConfig {
+        num_heads: 2,
+        num_kv_heads: 1,
+        head_dim: 32,
+        tie_embeddings: true,
+        ..m
+    });
+}
+
+fn half_precision_follows_f32(model: impl Fn(LlamaConfig) -> LlamaConfig) {
     let dir = tempfile::tempdir().unwrap();
+    let tiny = |out: &Path, steps, dtype| {
+        let cfg = tiny(out, steps, dtype);
+        TrainConfig {
+            model: model(cfg.model.clone()),
+            ..cfg
+        }
+    };
     let f32_run = single(&tiny(&dir.path().join("f32"), 30, FloatDtype::F32));
     for (dtype, name) in [(FloatDtype::Bf16, "bf16"), (FloatDtype::F16, "f16")] {
         let out = dir.path().join(name);
