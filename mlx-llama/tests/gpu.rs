@@ -79,6 +79,42 @@ fn two_ranks_on_the_gpu_match_one_rank_on_the_cpu() {
     }
 }
 
+/// Two query heads over one key/value head and a tied output projection,
+/// on two GPU ranks (sharded AdamW state), in f32 and f16 (bf16 computes
+/// in the same f32 kernels as f32 there): the losses of one rank on the
+/// CPU.
+#[test]
+fn a_multi_query_model_with_tied_embeddings_trains_on_two_gpu_ranks_as_on_the_cpu() {
+    if !mlx_array::conformance::gpu_or_skip() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    for (dtype, rel) in [
+        (mlx_llama::FloatDtype::F32, 1e-4),
+        (mlx_llama::FloatDtype::F16, 1e-3),
+    ] {
+        let cfg = |device: &str| {
+            let mut cfg = tiny(&dir.path().join(format!("{dtype:?}-{device}")), device, 3);
+            cfg.dtype = dtype;
+            cfg.model.num_kv_heads = 1;
+            cfg.model.tie_embeddings = true;
+            cfg
+        };
+        let cpu = train(&cfg("cpu"), &mlx_dist::Group::single()).unwrap();
+        let gpu = cfg("gpu");
+        let two = mlx_dist::run_local(2, |g| train(&gpu, &g).unwrap()).unwrap();
+        assert_eq!(two[0].losses, two[1].losses, "ranks disagree");
+        for (c, g) in cpu.losses.iter().zip(&two[0].losses) {
+            assert!(
+                ((c - g) / c).abs() <= rel,
+                "{dtype:?}: cpu {:?} vs two gpu ranks {:?}",
+                cpu.losses,
+                two[0].losses
+            );
+        }
+    }
+}
+
 #[test]
 fn an_unknown_device_is_a_clear_error() {
     let dir = tempfile::tempdir().unwrap();

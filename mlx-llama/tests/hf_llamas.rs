@@ -80,6 +80,53 @@ fn each_architecture_s_logits_equal_transformers() {
     }
 }
 
+/// The same on the GPU (lavapipe in CI): grouped heads read in place by
+/// every attention kernel family the shapes reach, llama3 and dynamic
+/// RoPE through the GPU's frequency table, a tied output projection.
+#[test]
+fn each_architecture_s_logits_and_gradients_on_the_gpu_equal_transformers() {
+    if !mlx_array::conformance::gpu_or_skip() {
+        return;
+    }
+    mlx_array::device::with_device(mlx_array::Device::Gpu, || {
+        for name in ARCHITECTURES {
+            let mut model = import::load(&fixture(name)).unwrap();
+            let r = reference(name);
+            let logits = model.forward(&r.ids).unwrap();
+            assert_close(
+                &format!("{name} on the GPU"),
+                &logits.to_vec::<f32>().unwrap(),
+                &r.tensors["logits"].values,
+                1e-4,
+            );
+            let (b, l) = (r.ids.shape()[0], r.ids.shape()[1]);
+            let x = r.ids.slice_axis(1, 0, (l - 1) as i64).unwrap();
+            let y = r.ids.slice_axis(1, 1, l as i64).unwrap();
+            let w = Array::full(
+                &[b, l - 1],
+                1.0 / (b * (l - 1)) as f64,
+                mlx_array::Dtype::F32,
+            );
+            let step = value_and_grad(|m: &Llama, _: &()| m.loss(&x, &y, &w));
+            let (loss, grads) = step(&mut model, &()).unwrap();
+            let loss = loss.item::<f32>().unwrap();
+            assert!(
+                (loss - r.loss).abs() <= 1e-5 * r.loss.abs(),
+                "{name}: {loss} vs {}",
+                r.loss
+            );
+            let embedding = grads.get_array("embedding.weight").unwrap();
+            let theirs = &r.tensors["grad.model.embed_tokens.weight"].values;
+            assert_close(
+                &format!("{name} embedding gradient on the GPU"),
+                &embedding.to_vec::<f32>().unwrap(),
+                theirs,
+                1e-4,
+            );
+        }
+    });
+}
+
 #[test]
 fn the_fixtures_keep_what_makes_each_architecture_what_it_is() {
     let c = |name: &str| import::read_config(&fixture(name)).unwrap().model;
@@ -87,7 +134,10 @@ fn the_fixtures_keep_what_makes_each_architecture_what_it_is() {
     assert_eq!((smol.num_heads, smol.kv_heads()), (3, 1));
     assert!(smol.tie_embeddings);
     let tiny = c("tinyllama-1.1b");
-    assert_eq!((tiny.num_heads, tiny.kv_heads(), tiny.tie_embeddings), (16, 2, false));
+    assert_eq!(
+        (tiny.num_heads, tiny.kv_heads(), tiny.tie_embeddings),
+        (16, 2, false)
+    );
     let l32 = c("llama-3.2-1b");
     assert!(l32.tie_embeddings);
     assert_eq!(
@@ -113,7 +163,10 @@ fn the_fixtures_keep_what_makes_each_architecture_what_it_is() {
     let m = import::load(&fixture("smollm-135m")).unwrap();
     let names: Vec<String> = m.named_parameters().into_iter().map(|(n, _)| n).collect();
     assert!(names.contains(&"embedding.weight".to_string()));
-    assert!(!names.iter().any(|n| n.starts_with("out_proj")), "{names:?}");
+    assert!(
+        !names.iter().any(|n| n.starts_with("out_proj")),
+        "{names:?}"
+    );
 }
 
 #[test]
@@ -124,7 +177,11 @@ fn one_training_step_s_loss_and_gradients_equal_transformers() {
         let (b, l) = (r.ids.shape()[0], r.ids.shape()[1]);
         let x = r.ids.slice_axis(1, 0, (l - 1) as i64).unwrap();
         let y = r.ids.slice_axis(1, 1, l as i64).unwrap();
-        let w = Array::full(&[b, l - 1], 1.0 / (b * (l - 1)) as f64, mlx_array::Dtype::F32);
+        let w = Array::full(
+            &[b, l - 1],
+            1.0 / (b * (l - 1)) as f64,
+            mlx_array::Dtype::F32,
+        );
         let step = value_and_grad(|m: &Llama, _: &()| m.loss(&x, &y, &w));
         let (loss, grads) = step(&mut model, &()).unwrap();
         let loss = loss.item::<f32>().unwrap();
@@ -147,7 +204,12 @@ fn one_training_step_s_loss_and_gradients_equal_transformers() {
         assert_eq!(got.len(), expected.len(), "{name}");
         for (n, g) in got {
             let want = expected[&n].to_vec::<f32>().unwrap();
-            assert_close(&format!("{name} {n}"), &g.to_vec::<f32>().unwrap(), &want, 1e-4);
+            assert_close(
+                &format!("{name} {n}"),
+                &g.to_vec::<f32>().unwrap(),
+                &want,
+                1e-4,
+            );
         }
     }
 }
@@ -189,7 +251,10 @@ fn transformers_4_s_spelling_reads_as_5_s() {
     }
     // A theta-500,000 model is not read as a theta-10,000 one.
     let bytes = std::fs::read(fixture("llama-3.1-8b").join("config.json")).unwrap();
-    assert_eq!(import::parse_config(&bytes).unwrap().model.rope_base, 500_000.0);
+    assert_eq!(
+        import::parse_config(&bytes).unwrap().model.rope_base,
+        500_000.0
+    );
 }
 
 /// A word-level tokenizer of `vocab` tokens whose last is `<|endoftext|>`.
@@ -227,8 +292,7 @@ fn export_gives_transformers_back_the_same_tensors_and_configuration() {
         let out = tmp.path().join(name);
         export::write(&model, &tok, 64, &out, Format::Hf).unwrap();
         let read = |d: &Path| {
-            import::parse_safetensors(&std::fs::read(d.join("model.safetensors")).unwrap())
-                .unwrap()
+            import::parse_safetensors(&std::fs::read(d.join("model.safetensors")).unwrap()).unwrap()
         };
         let (mut original, exported) = (read(&dir), read(&out));
         if model.config.tie_embeddings {
@@ -280,7 +344,10 @@ fn generation_caches_only_the_key_value_heads_and_matches_the_full_forward() {
     }
     let mut caches = vec![None; model.layers.len()];
     model
-        .forward_cached(&Array::from_slice(&prompt, &[1, prompt.len()]).unwrap(), &mut caches)
+        .forward_cached(
+            &Array::from_slice(&prompt, &[1, prompt.len()]).unwrap(),
+            &mut caches,
+        )
         .unwrap();
     let c = caches[0].as_ref().unwrap();
     assert_eq!(c.keys.shape(), [1, 2, prompt.len(), 16]);
