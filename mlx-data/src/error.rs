@@ -134,6 +134,18 @@ pub enum DataError {
         /// Why the network was not used.
         reason: String,
     },
+    /// A Hub repository (or its cached snapshot) lacks files that are needed.
+    #[error("{repo} at {revision} lacks {missing} {place}", missing = .missing.join(", "))]
+    RepoIncomplete {
+        /// The repository id.
+        repo: String,
+        /// The branch, tag or commit asked for.
+        revision: String,
+        /// The files (or kinds of file) that are missing.
+        missing: Vec<String>,
+        /// Where they were looked for (on the Hub at a commit, or in the cache).
+        place: String,
+    },
     /// A download ended before all bytes arrived, after all retries.
     #[error(
         "download of {url} into {path} incomplete after {attempts} attempts: {received} of {expected} bytes ({message})"
