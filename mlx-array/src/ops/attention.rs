@@ -5,10 +5,17 @@ use crate::primitives::attention::Attention;
 use crate::{Array, Result};
 
 /// `softmax(scale * q @ k^T + mask) @ v` over the last two axes of
-/// `q [B, H, Lq, d]`, `k [B, H, Lk, d]` and `v [B, H, Lk, dv]`, where the
-/// mask, when `causal`, hides from query `i` every key after position
+/// `q [B, H, Lq, d]`, `k [B, H_kv, Lk, d]` and `v [B, H_kv, Lk, dv]`, where
+/// the mask, when `causal`, hides from query `i` every key after position
 /// `i + Lk - Lq` (the queries are the last `Lq` positions, as when new
 /// tokens attend to a cache of earlier ones).
+///
+/// Grouped-query attention: `H` must be a multiple of `H_kv` (`H_kv = H` is
+/// multi-head attention, `H_kv = 1` multi-query), and query head `h` attends
+/// to key/value head `h / (H / H_kv)`. The kernels read each key/value head
+/// in place for its whole group (no repeated copy of `k` and `v`, in the
+/// forward pass or the gradient), and the gradients of `k` and `v` have
+/// their own shapes, each head's the sum over its group's query heads.
 ///
 /// One fused primitive on the CPU and the GPU, computed in f32 (the result
 /// has the inputs' dtype; with bf16 inputs on a CPU with AMX tiles the
@@ -27,6 +34,12 @@ use crate::{Array, Result};
 /// // Equal scores: each query averages the values it sees.
 /// assert_eq!(o.to_vec::<f32>().unwrap()[..4], [0.0, 1.0, 2.0, 3.0]);
 /// assert_eq!(o.to_vec::<f32>().unwrap()[4..8], [2.0, 3.0, 4.0, 5.0]);
+/// // Two query heads sharing one key/value head (multi-query).
+/// let k = Array::ones(&[1, 1, 3, 4], Dtype::F32);
+/// let v1 = v.slice_axis(1, 0, 1).unwrap();
+/// let o = fused_attention(&q, &k, &v1, 0.5, true).unwrap();
+/// assert_eq!(o.shape(), [1, 2, 3, 4]);
+/// assert_eq!(o.to_vec::<f32>().unwrap()[12..16], [0.0, 1.0, 2.0, 3.0]);
 /// ```
 pub fn fused_attention(q: &Array, k: &Array, v: &Array, scale: f64, causal: bool) -> Result<Array> {
     const OP: &str = "fused_attention";
@@ -37,11 +50,20 @@ pub fn fused_attention(q: &Array, k: &Array, v: &Array, scale: f64, causal: bool
             format!("q, k and v must be [B, H, L, d]; got {qs:?}, {ks:?} and {vs:?}"),
         ));
     }
-    if ks[..2] != qs[..2] || vs[..3] != ks[..3] || ks[3] != qs[3] {
+    if ks[0] != qs[0] || vs[..3] != ks[..3] || ks[3] != qs[3] {
         return Err(crate::Error::shape(
             OP,
             format!(
-                "expected q [B, H, Lq, d], k [B, H, Lk, d] and v [B, H, Lk, dv]; got {qs:?}, {ks:?} and {vs:?}"
+                "expected q [B, H, Lq, d], k [B, H_kv, Lk, d] and v [B, H_kv, Lk, dv]; got {qs:?}, {ks:?} and {vs:?}"
+            ),
+        ));
+    }
+    if ks[1] == 0 || !qs[1].is_multiple_of(ks[1]) {
+        return Err(crate::Error::shape(
+            OP,
+            format!(
+                "the query heads must be a multiple of the key/value heads; got {} query heads and {} key/value heads (q {qs:?}, k {ks:?})",
+                qs[1], ks[1]
             ),
         ));
     }

@@ -12,12 +12,14 @@ use crate::backend::cpu::attention;
 use crate::{Array, ArrayData, Dtype, OutputSpec, Primitive, Result};
 
 impl AttentionDims {
-    /// The sizes of attending `q` to `k` and `v` (4-d, checked by the op).
+    /// The sizes of attending `q` to `k` and `v` (4-d, checked by the op;
+    /// `k` and `v` may have fewer heads, dividing `q`'s).
     pub(crate) fn of(q: &Array, k: &Array, v: &Array, scale: f32, causal: bool) -> AttentionDims {
         let (qs, ks, vs) = (q.shape(), k.shape(), v.shape());
         AttentionDims {
             b: qs[0],
             h: qs[1],
+            hkv: ks[1],
             lq: qs[2],
             lk: ks[2],
             d: qs[3],
@@ -28,7 +30,9 @@ impl AttentionDims {
     }
 }
 
-/// `softmax(scale * q @ k^T [causal]) @ v` (`[B, H, Lq, dv]`) and the rows'
+/// `softmax(scale * q @ k^T [causal]) @ v` (`[B, H, Lq, dv]`, `k` and `v`
+/// of `H` or fewer heads, query head `h` reading key/value head
+/// `h / (H / H_kv)`, in place) and the rows'
 /// logsumexps (`[B, H, Lq]`), both f32: two outputs of one kernel, which
 /// writes them into one buffer (the output stored `[B, Lq, H, dv]`). For
 /// half-precision inputs a third output is the first in their dtype,
@@ -187,7 +191,9 @@ fn half_or_f32_cotangent(ct: &Array, dtype: Dtype) -> Result<Array> {
     ct.astype(Dtype::F32)
 }
 
-/// `dq`, `dk`, `dv` of an [`Attention`] for the cotangent of its output:
+/// `dq`, `dk`, `dv` of an [`Attention`] for the cotangent of its output
+/// (`dk`, `dv` of `k`'s and `v`'s shapes: with grouped key/value heads,
+/// each the sum over its group of query heads, summed in the kernels):
 /// three outputs of one kernel in the inputs' dtype (computed in f32,
 /// rounded once as stored, `[B, L, H, w]` in one buffer). Inputs: `q`,
 /// `k`, `v` (of one float dtype), the forward output and logsumexps, the
@@ -199,17 +205,16 @@ impl AttentionGrad {
     /// The three gradients as `[B, H, L, w]` views of the kernel's buffer.
     fn outputs(grads: ArrayData, dims: &AttentionDims) -> Vec<ArrayData> {
         let (nq, nk, _) = dims.grad_len();
-        let h = dims.h;
-        let view = |at: usize, l: usize, w: usize| {
+        let view = |at: usize, h: usize, l: usize, w: usize| {
             grads.view(
                 vec![(l * h * w) as isize, w as isize, (h * w) as isize, 1],
                 grads.offset() + at,
             )
         };
         vec![
-            view(0, dims.lq, dims.d),
-            view(nq, dims.lk, dims.d),
-            view(nq + nk, dims.lk, dims.dv),
+            view(0, dims.h, dims.lq, dims.d),
+            view(nq, dims.hkv, dims.lk, dims.d),
+            view(nq + nk, dims.hkv, dims.lk, dims.dv),
         ]
     }
 }

@@ -2,7 +2,10 @@
 //! output and each row's logsumexp, and for half-precision inputs the
 //! output in their dtype, which `fused_attention` returns), and
 //! `dq`, `dk`, `dv` that its vector-Jacobian product computes, each against
-//! an f64 reference on the CPU and the GPU.
+//! an f64 reference on the CPU and the GPU. Grouped-query and multi-query
+//! problems (fewer key/value heads than query heads) are checked against
+//! the multi-head reference of `k` and `v` repeated over each group, the
+//! gradients of a key/value head summed over its group.
 
 use proptest::prelude::*;
 
@@ -15,20 +18,27 @@ pub fn specs() -> Vec<Spec> {
     vec![
         Spec::new::<Attention>("attention", attention_values, || {
             // Causal with fewer queries than keys (a cache), then plain, with
-            // q and v read through transposed views.
+            // q and v read through transposed views; then grouped-query (4
+            // query heads on those 2 key/value heads, causal) and
+            // multi-query (2 query heads on 1, plain).
             GradCase::new(
                 vec![
                     uniform(25, &[1, 2, 3, 4], -1.0, 1.0),
                     uniform(26, &[1, 2, 5, 4], -1.0, 1.0),
                     uniform(27, &[1, 5, 2, 3], -1.0, 1.0),
+                    uniform(28, &[1, 4, 3, 4], -1.0, 1.0),
+                    uniform(29, &[1, 1, 5, 4], -1.0, 1.0),
+                    uniform(30, &[1, 1, 5, 3], -1.0, 1.0),
                 ],
-                &[0, 1, 2],
+                &[0, 1, 2, 3, 4, 5],
                 |a| {
                     let v = a[2].transpose(&[0, 2, 1, 3])?;
                     let causal = crate::fused_attention(&a[0], &a[1], &v, 0.7, true)?;
                     let q = a[0].swapaxes(1, 2)?.contiguous()?.swapaxes(1, 2)?;
                     let plain = crate::fused_attention(&q, &a[1], &v, 0.4, false)?;
-                    crate::stack(&[causal, plain], 0)
+                    let grouped = crate::fused_attention(&a[3], &a[1], &v, 0.6, true)?;
+                    let multi = crate::fused_attention(&a[0], &a[4], &a[5], 0.5, false)?;
+                    crate::concatenate(&[causal, plain, grouped, multi], 1)
                 },
             )
         }),
@@ -63,8 +73,42 @@ struct Reference {
     dv: Nd,
 }
 
+/// The reference of grouped-query attention (`k` and `v` with fewer heads
+/// than `q`): the multi-head [`reference`] of `k` and `v` repeated over
+/// each group of query heads, the gradients of each key/value head summed
+/// over its group.
+fn grouped_reference(q: &Nd, k: &Nd, v: &Nd, ct: &Nd, scale: f64, causal: bool) -> Reference {
+    let (h, hkv) = (q.shape[1], k.shape[1]);
+    if h == hkv {
+        return reference(q, k, v, ct, scale, causal);
+    }
+    assert!(
+        h.is_multiple_of(hkv),
+        "{h} query heads, {hkv} key/value heads"
+    );
+    let group = h / hkv;
+    let repeat = |x: &Nd| {
+        let mut shape = x.shape.clone();
+        shape[1] = h;
+        Nd::from_fn(&shape, |i| x.at(&[i[0], i[1] / group, i[2], i[3]]))
+    };
+    let mut r = reference(q, &repeat(k), &repeat(v), ct, scale, causal);
+    let sum = |g: &Nd, like: &Nd| {
+        Nd::from_fn(&like.shape, |i| {
+            (0..group)
+                .map(|j| g.at(&[i[0], i[1] * group + j, i[2], i[3]]))
+                .sum()
+        })
+    };
+    r.dk = sum(&r.dk, k);
+    r.dv = sum(&r.dv, v);
+    r
+}
+
+/// The multi-head reference (`q`, `k`, `v` of the same heads).
 fn reference(q: &Nd, k: &Nd, v: &Nd, ct: &Nd, scale: f64, causal: bool) -> Reference {
     let (b, h, lq, d) = (q.shape[0], q.shape[1], q.shape[2], q.shape[3]);
+    assert_eq!(k.shape[1], h, "the multi-head reference");
     let (lk, dv) = (k.shape[2], v.shape[3]);
     let zeros = |shape: &[usize]| Nd::from_fn(shape, |_| 0.0);
     let mut r = Reference {
@@ -130,6 +174,27 @@ type Draw = (
     u64,
 );
 
+/// One random grouped-query problem: `(b, key/value heads, query heads
+/// per key/value head, lq, extra keys)`, `(d, dv)`, causal, the layout of
+/// `q` and `k`, a seed.
+type GroupedDraw = (
+    (usize, usize, usize, usize, usize),
+    (usize, usize),
+    bool,
+    Layout,
+    u64,
+);
+
+fn grouped_strategy() -> impl Strategy<Value = GroupedDraw> {
+    (
+        (1usize..3, 1usize..3, 2usize..4, 1usize..6, 0usize..4),
+        (1usize..6, 1usize..6),
+        any::<bool>(),
+        layout(),
+        any::<u64>(),
+    )
+}
+
 fn strategy() -> impl Strategy<Value = Draw> {
     (
         (1usize..3, 1usize..3, 1usize..6, 0usize..4),
@@ -164,6 +229,25 @@ impl Problem {
         }
     }
 
+    /// A grouped-query problem of `draw`: `k` and `v` of fewer heads.
+    fn random_grouped(draw: &GroupedDraw, dtype: Dtype) -> Problem {
+        let ((b, hkv, group, lq, extra), dims, causal, l, seed) = *draw;
+        let p = Problem::random(&((b, hkv * group, lq, extra), dims, causal, l, seed), dtype);
+        p.grouped(hkv, dtype, seed)
+    }
+
+    /// The problem with `k` and `v` of `hkv` heads instead (fresh values
+    /// of `dtype` from `seed`), so that groups of query heads share them.
+    fn grouped(mut self, hkv: usize, dtype: Dtype, seed: u64) -> Problem {
+        let mut ks = self.k.shape.clone();
+        let mut vs = self.v.shape.clone();
+        assert!(ks[1].is_multiple_of(hkv));
+        (ks[1], vs[1]) = (hkv, hkv);
+        self.k = fill(&ks, dtype, -1.5, 1.5, seed ^ 5);
+        self.v = fill(&vs, dtype, -1.5, 1.5, seed ^ 6);
+        self
+    }
+
     /// `[b, h, lq, d]` queries against `lk` keys and values of width `dv`.
     fn fixed([b, h, lq, lk, d, dv]: [usize; 6], scale: f64, causal: bool, seed: u64) -> Problem {
         Problem {
@@ -190,7 +274,7 @@ impl Problem {
     }
 
     fn reference(&self) -> Reference {
-        reference(&self.q, &self.k, &self.v, &self.ct, self.scale, self.causal)
+        grouped_reference(&self.q, &self.k, &self.v, &self.ct, self.scale, self.causal)
     }
 
     fn what(&self, dtype: Dtype, l: Layout) -> String {
@@ -240,7 +324,33 @@ fn fixed_problems() -> Vec<(Problem, (f64, f64))> {
             (rel, rel * 2.0),
         )
     });
-    blocks.chain(tiles).chain(small).collect()
+    blocks
+        .chain(tiles)
+        .chain(small)
+        .chain(grouped_problems())
+        .collect()
+}
+
+/// Fixed f32 grouped-query and multi-query problems (`hkv` key/value
+/// heads): several of the GPU's tiles with ragged ends, causal and not,
+/// groups of 2, 3 and 4, and heads wide enough for the per-row kernels.
+fn grouped_problems() -> Vec<(Problem, (f64, f64))> {
+    [
+        ([2, 4, 37, 45, 8, 8], 2, true),
+        ([1, 4, 20, 20, 8, 6], 1, false),
+        ([1, 6, 33, 40, 16, 12], 2, true),
+        ([1, 4, 17, 9, 5, 7], 1, false),
+        ([1, 4, 9, 12, 128, 128], 1, true),
+        ([1, 4, 70, 70, 40, 24], 2, false),
+    ]
+    .into_iter()
+    .enumerate()
+    .map(|(i, (dims, hkv, causal))| {
+        let seed = 80 + 4 * i as u64;
+        let p = Problem::fixed(dims, 0.3, causal, seed).grouped(hkv, Dtype::F32, seed);
+        (p, (1e-4, 1e-4))
+    })
+    .collect()
 }
 
 /// Both outputs of the primitive on the device under test: `[B, H, Lq, dv]`
@@ -314,6 +424,13 @@ fn attention_values(cx: &Ctx) {
             Ok(())
         })
         .unwrap_or_else(|e| panic!("{e}"));
+    cx.runner()
+        .run(&grouped_strategy(), |draw| {
+            let p = Problem::random_grouped(&draw, Dtype::F32);
+            check_outputs(cx, &p, draw.3, tol(Dtype::F32) * 8.0);
+            Ok(())
+        })
+        .unwrap_or_else(|e| panic!("{e}"));
     for (p, (rel, _)) in fixed_problems() {
         check_outputs(cx, &p, Layout::Dense, rel);
     }
@@ -383,7 +500,16 @@ fn output_values(cx: &Ctx) {
         let e = err(fa(&x, &short, &short, 1.0, true));
         assert!(e.contains("no more queries than keys"), "{e}");
         let e = err(fa(&x, &x, &short, 1.0, false));
-        assert!(e.contains("v [B, H, Lk, dv]"), "{e}");
+        assert!(e.contains("v [B, H_kv, Lk, dv]"), "{e}");
+        // Key/value heads must divide the query heads: both counts named.
+        let (q3, k2) = (
+            Array::zeros(&[1, 3, 3, 2], Dtype::F32),
+            Array::zeros(&[1, 2, 3, 2], Dtype::F32),
+        );
+        let e = err(fa(&q3, &k2, &k2, 1.0, false));
+        assert!(e.contains("3 query heads and 2 key/value heads"), "{e}");
+        let e = err(fa(&k2, &q3, &q3, 1.0, false));
+        assert!(e.contains("2 query heads and 3 key/value heads"), "{e}");
         let e = err(fa(&x, &x, &x.astype(Dtype::F16).expect("f16"), 1.0, false));
         assert!(e.contains("one float dtype"), "{e}");
         let e = err(fa(&x.reshape(&[3, 2]).expect("2-d"), &x, &x, 1.0, false));
@@ -402,6 +528,14 @@ fn grad_values(cx: &Ctx) {
             })
             .unwrap_or_else(|e| panic!("{e}"));
     }
+    cx.runner()
+        .run(&grouped_strategy(), |draw| {
+            let p = Problem::random_grouped(&draw, Dtype::F32);
+            let rel = tol(Dtype::F32) * 8.0;
+            check_fused(cx, &p, Dtype::F32, draw.3, (rel, rel * 2.0), true);
+            Ok(())
+        })
+        .unwrap_or_else(|e| panic!("{e}"));
     for (p, rel) in fixed_problems() {
         check_fused(cx, &p, Dtype::F32, Layout::Transposed, rel, true);
     }
@@ -412,16 +546,29 @@ fn grad_values(cx: &Ctx) {
 }
 
 /// Half-precision problems over several blocks of the GPU's tiles, whose
-/// kernels read these dtypes as they are.
+/// kernels read these dtypes as they are, multi-head, grouped-query (4
+/// query heads on 2 key/value heads, causal) and multi-query (plain).
 fn half_problems() -> Vec<(Dtype, Problem)> {
     [Dtype::BF16, Dtype::F16]
         .into_iter()
         .flat_map(|dtype| {
             [
-                ([1, 2, 70, 70, 40, 24], true),
-                ([1, 1, 33, 50, 64, 48], false),
+                ([1, 2, 70, 70, 40, 24], true, 2),
+                ([1, 1, 33, 50, 64, 48], false, 1),
+                ([1, 4, 40, 40, 40, 24], true, 2),
+                ([1, 2, 33, 50, 32, 32], false, 1),
             ]
-            .map(|(dims, causal)| (dtype, Problem::fixed_in(dtype, dims, causal, 60)))
+            .map(|(dims, causal, hkv)| {
+                let p = Problem::fixed_in(dtype, dims, causal, 60);
+                (
+                    dtype,
+                    if hkv == dims[1] {
+                        p
+                    } else {
+                        p.grouped(hkv, dtype, 61)
+                    },
+                )
+            })
         })
         .collect()
 }

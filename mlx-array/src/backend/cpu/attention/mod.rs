@@ -11,8 +11,15 @@
 //!
 //! Layouts: the output is written as `[B, Lq, H, dv]` (the order
 //! `merge_heads` wants, so that it is a view) followed by the logsumexps
-//! `[B, H, Lq]`; the gradients are `dq [B, Lq, H, d]`, `dk [B, Lk, H, d]`,
-//! `dv [B, Lk, H, dv]` one after another (the order `split_heads` came from).
+//! `[B, H, Lq]`; the gradients are `dq [B, Lq, H, d]`, `dk [B, Lk, H_kv, d]`,
+//! `dv [B, Lk, H_kv, dv]` one after another (the order `split_heads` came
+//! from).
+//!
+//! Grouped-query attention (`H_kv < H` key/value heads): query head `h`
+//! reads the rows of key/value head `h / (H / H_kv)` in place, and the
+//! gradients of a key/value head accumulate over its group's query heads
+//! (the f32 kernels walk the heads in order; the bf16 ones give a task a
+//! key/value head and its group).
 
 #[cfg(target_arch = "x86_64")]
 mod bf16;
@@ -109,7 +116,13 @@ impl<T> Rows<T> {
 /// rows of `dq`, `dk` and `dv` in them.
 pub(super) fn grad_buffer(dims: &AttentionDims) -> (ArrayData, [Rows; 3]) {
     let AttentionDims {
-        h, lq, lk, d, dv, ..
+        h,
+        hkv,
+        lq,
+        lk,
+        d,
+        dv,
+        ..
     } = *dims;
     let (nq, nk, nv) = dims.grad_len();
     let mut grads = ArrayData::alloc(&[nq + nk + nv], Dtype::F32);
@@ -120,8 +133,8 @@ pub(super) fn grad_buffer(dims: &AttentionDims) -> (ArrayData, [Rows; 3]) {
     let rows = unsafe {
         [
             Rows::interleaved(buf, lq, h, d),
-            Rows::interleaved(buf.add(nq), lk, h, d),
-            Rows::interleaved(buf.add(nq + nk), lk, h, dv),
+            Rows::interleaved(buf.add(nq), lk, hkv, d),
+            Rows::interleaved(buf.add(nq + nk), lk, hkv, dv),
         ]
     };
     (grads, rows)
@@ -239,7 +252,7 @@ fn attention_f32(q: &ArrayData, k: &ArrayData, v: &ArrayData, dims: &AttentionDi
             let rows = BLOCK.min(lq - i0);
             let keys = dims.limit(i0 + rows - 1);
             let s = &mut scores[..rows * keys];
-            let (q_blk, k_all) = (qr.mat(bi, hi, i0), kr.mat(bi, hi, 0));
+            let (q_blk, k_all) = (qr.mat(bi, hi, i0), kr.mat(bi, dims.kv_head(hi), 0));
             // SAFETY: every operand addresses rows of its own buffer, sized above.
             unsafe {
                 gemm(
@@ -263,7 +276,7 @@ fn attention_f32(q: &ArrayData, k: &ArrayData, v: &ArrayData, dims: &AttentionDi
                     [rows, dv, keys],
                     1.0,
                     Mat::dense(s, keys),
-                    vr.mat(bi, hi, 0),
+                    vr.mat(bi, dims.kv_head(hi), 0),
                     0.0,
                     o_blk,
                 )
@@ -324,15 +337,18 @@ fn attention_grad_f32(
     let mut dots = [0f32; BLOCK];
     for (bi, hi) in heads(b, h) {
         let lse = lses.head(bi, hi, lq);
+        // The key/value head this query head reads, whose gradients sum
+        // over its group (the heads run in order: no two write at once).
+        let kh = dims.kv_head(hi);
         for i0 in (0..lq).step_by(BLOCK) {
             let rows = BLOCK.min(lq - i0);
             let keys = dims.limit(i0 + rows - 1);
             let (p, dp) = (&mut probs[..rows * keys], &mut dprobs[..rows * keys]);
             let (q_blk, g_blk) = (qr.mat(bi, hi, i0), gr.mat(bi, hi, i0));
-            let (k_all, v_all) = (kr.mat(bi, hi, 0), vr.mat(bi, hi, 0));
+            let (k_all, v_all) = (kr.mat(bi, kh, 0), vr.mat(bi, kh, 0));
             // SAFETY (every GEMM below): the operands address rows of their
             // own buffers within the extents set above; dk and dv are
-            // accumulated (beta 1) into rows this head owns.
+            // accumulated (beta 1) into its key/value head's rows.
             unsafe {
                 // The scores, as in the forward pass, and d_out @ v^T.
                 gemm(
@@ -369,7 +385,7 @@ fn attention_grad_f32(
                     p,
                     g_blk,
                     1.0,
-                    dvr.mat(bi, hi, 0),
+                    dvr.mat(bi, kh, 0),
                 );
                 // dq[block] = scale * ds @ k[..keys]
                 gemm(
@@ -391,7 +407,7 @@ fn attention_grad_f32(
                     ds,
                     q_blk,
                     1.0,
-                    dk.mat(bi, hi, 0),
+                    dk.mat(bi, kh, 0),
                 );
             }
         }

@@ -1,7 +1,10 @@
 //! The flash-attention gradient in FlashAttention-2 order: `delta`, then a
 //! dK/dV pass over key blocks and a dQ pass over query blocks, each
 //! recomputing the probabilities from the forward's logsumexps (see the
-//! module above for the design and its figures).
+//! module above for the design and its figures). With grouped key/value
+//! heads a dK/dV workgroup owns a block of a key/value head's keys and
+//! walks the query blocks of every query head of its group in turn,
+//! summing their contributions in its registers.
 
 use super::fragments::{InputRows, Loads};
 use super::{SIDE, Tiles, header, quad_cols, quad_stride, stage, store_quad, unroll, unrolled};
@@ -11,7 +14,8 @@ use crate::backend::common::attention::AttentionDims;
 /// The two passes over blocks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Pass {
-    /// A workgroup per block of `BK` keys: `dk` and `dv`.
+    /// A workgroup per block of `BK` keys of a key/value head: `dk` and
+    /// `dv`, summed over the head's group of query heads.
     KeyValue,
     /// A workgroup per block of `BQ` queries: `dq`.
     Query,
@@ -187,16 +191,17 @@ var<workgroup> dl_s: array<f32, BQ>;
         dl_s[lid] = dl;
     }
 "#;
-    let prologue = |l: &str, block: &str| {
+    // A workgroup per block of `block` rows of `l` of head `hi` of `heads`
+    // (`h()` or `hkv()`) in batch `bi`.
+    let prologue = |l: &str, block: &str, heads: &str| {
         format!(
             r#" {{
     let g = wid.x + wid.y * nw.x;
     let blocks = ({l} + {block} - 1u) / {block};
-    if (g >= b() * h() * blocks) {{ return; }}
-    let bh = g / blocks;
+    if (g >= b() * {heads} * blocks) {{ return; }}
     let start = (g % blocks) * {block};
-    let hi = bh % h();
-    let bi = bh / h();
+    let hi = g / blocks % {heads};
+    let bi = g / blocks / {heads};
     let tx = lid % {SIDE}u;
     let ty = lid / {SIDE}u;
 "#
@@ -239,7 +244,7 @@ var<workgroup> dl_s: array<f32, BQ>;
             );
             let store = unroll(rk, ck, |i, j| {
                 let r = SIDE * i;
-                let row = format!("((bi * lk() + k0 + ty + {r}u) * h() + hi)");
+                let row = format!("((bi * lk() + k0 + ty + {r}u) * hkv() + hi)");
                 let mut st = format!("    if (k0 + ty + {r}u < lk()) {{");
                 if j < cd {
                     st.push_str(&format!(
@@ -271,12 +276,19 @@ var<workgroup> dl_s: array<f32, BQ>;
                 st
             });
             let acc_steps = unrolled("r", t.bq, &acc);
-            s.push_str(&prologue("lk()", "BK"));
+            s.push_str(&prologue("lk()", "BK", "hkv()"));
             s.push_str(&format!(
                 r#"    let k0 = start;
-    {k_stage}
-    {v_stage}
+    // Key/value head `hi`, read as its group's first query head's.
+    let bh0 = bi * h() + hi * group();
+    {{
+        let bh = bh0;
+        {k_stage}
+        {v_stage}
+    }}
 {acc_decl}
+    // dK and dV sum over the group's query heads.
+    for (var bh = bh0; bh < bh0 + group(); bh = bh + 1u) {{
     for (var q0 = first_query(k0) / BQ * BQ; q0 < lq(); q0 = q0 + BQ) {{
         workgroupBarrier();
         {q_stage}
@@ -286,6 +298,7 @@ var<workgroup> dl_s: array<f32, BQ>;
 {scores}
         workgroupBarrier();
 {acc_steps}
+    }}
     }}
 {store}
 }}
@@ -323,9 +336,10 @@ var<workgroup> dl_s: array<f32, BQ>;
                 )
             });
             let acc_steps = unrolled("j", t.bk, &acc);
-            s.push_str(&prologue("lq()", "BQ"));
+            s.push_str(&prologue("lq()", "BQ", "h()"));
             s.push_str(&format!(
                 r#"    let q0 = start;
+    let bh = bi * h() + hi;
     {q_stage}
     {g_stage}
     {rows_stage}

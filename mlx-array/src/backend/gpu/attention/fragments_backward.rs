@@ -1,8 +1,8 @@
 //! The f16 flash-attention gradient on 16 x 16 x 16 fragments, in
 //! FlashAttention-2 order as the f32 kernels ([`super::backward`]): after
 //! `delta = rowsum(dO o O)` (the f32 kernels' pre-pass), a dK/dV pass with
-//! a workgroup per (batch, head, block of `BK` keys) walking the query
-//! blocks that see them, and a dQ pass with a workgroup per (batch, head,
+//! a workgroup per (batch, key/value head, block of `BK` keys) walking the
+//! query blocks that see them, of each query head of its group in turn, and a dQ pass with a workgroup per (batch, head,
 //! block of `BQ` queries) walking their key blocks. Each subgroup of 32
 //! owns 16 rows of the workgroup's block (keys, or queries), holds its
 //! gradient rows in f32 fragments across the whole walk (no rescaling:
@@ -253,23 +253,24 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nw: vec3
     let d_scores = each(&format!(
         "        p_s[pt] = f16(f32(p_s[pt]) * (st[at] - dl_s[{qr}]));"
     ));
+    // dK/dV: a key/value head's block of keys; dQ: a query head's block
+    // of queries.
+    let (l, heads) = match pass {
+        Pass::KeyValue => ("lk()", "hkv()"),
+        Pass::Query => ("lq()", "h()"),
+    };
     s.push_str(&format!(
         r#"    let blocks = ({l} + {own}u - 1u) / {own}u;
-    if (wg >= b() * h() * blocks) {{ return; }}
-    let bh = wg / blocks;
+    if (wg >= b() * {heads} * blocks) {{ return; }}
     let own0 = (wg % blocks) * {own}u;
-    let hi = bh % h();
-    let bi = bh / h();
+    let hi = wg / blocks % {heads};
+    let bi = wg / blocks / {heads};
     let sg = lid / 32u;
     let lane = lid % 32u;
     {LANES}
     // The subgroup's first row in the owned block.
     let row0 = sg * 16u;
 "#,
-        l = match pass {
-            Pass::KeyValue => "lk()",
-            Pass::Query => "lq()",
-        },
     ));
     match pass {
         Pass::KeyValue => {
@@ -285,7 +286,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nw: vec3
                 (
                     "lk()",
                     "D",
-                    "params[12] + ((bi * lk() + row) * h() + hi)",
+                    "params[12] + ((bi * lk() + row) * hkv() + hi)",
                     "scale()",
                 ),
             );
@@ -295,14 +296,21 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nw: vec3
                 (
                     "lk()",
                     "DV",
-                    "params[13] + ((bi * lk() + row) * h() + hi)",
+                    "params[13] + ((bi * lk() + row) * hkv() + hi)",
                     "1.0",
                 ),
             );
             let (dk_decl, dv_decl) = (declare(f, "dk", nd), declare(f, "dv", ndv));
             s.push_str(&format!(
                 r#"    let k0 = own0;
-{x}{y}{dk_decl}{dv_decl}
+    // Key/value head `hi`, read as its group's first query head's.
+    let bh0 = bi * h() + hi * group();
+    {{
+        let bh = bh0;
+{x}{y}    }}
+{dk_decl}{dv_decl}
+    // dK and dV sum over the group's query heads.
+    for (var bh = bh0; bh < bh0 + group(); bh = bh + 1u) {{
     for (var q0 = first_query(k0) / BQ * BQ; q0 < lq(); q0 = q0 + BQ) {{
         workgroupBarrier();
 {w1}{w2}{rows_stage}
@@ -316,6 +324,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nw: vec3
 {d_scores}
         workgroupBarrier();
 {d_keys}
+    }}
     }}
     workgroupBarrier();
 {out_k}{out_v}}}
@@ -336,6 +345,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nw: vec3
             let dq_decl = declare(f, "dq", nd);
             s.push_str(&format!(
                 r#"    let q0 = own0;
+    let bh = bi * h() + hi;
 {x}{y}{rows_stage}{dq_decl}
     // The keys the block's last row sees.
     let k_end = limit(min(q0 + BQ, lq()) - 1u);

@@ -258,7 +258,8 @@ impl Tiles {
 
 /// Sizes, flags, the inputs' offsets and `extra` words, then from
 /// [`HEAD_STRIDES`] on the heads' strides of q, k, v and the cotangent
-/// (`strides`), as every kernel here reads them (`row_of`, `row_step`).
+/// (`strides`), as every kernel here reads them (`row_of`, `row_step`),
+/// then at [`GROUP`] the query heads per key/value head (`group()`).
 fn meta(dims: &AttentionDims, inputs: &[&ArrayData], extra: &[u32], strides: &Strides) -> Vec<u32> {
     let mut m = vec![
         dims.b as u32,
@@ -276,8 +277,16 @@ fn meta(dims: &AttentionDims, inputs: &[&ArrayData], extra: &[u32], strides: &St
     );
     m.resize(HEAD_STRIDES, 0);
     m.extend(strides.iter().flatten());
+    debug_assert_eq!(m.len(), GROUP);
+    m.push(dims.group() as u32);
     m
 }
+
+/// The meta word of the query heads per key/value head, after the heads'
+/// strides (1 for multi-head attention).
+const GROUP: usize = HEAD_STRIDES + 12;
+// `group()` in SIZES reads this word.
+const _: () = assert!(GROUP == 28);
 
 /// The meta word where the heads' strides start: after at most 16 words
 /// of sizes, offsets and extras (the gradient's 14 at most).
@@ -358,6 +367,10 @@ fn h() -> u32 { return params[1]; }
 fn lq() -> u32 { return params[2]; }
 fn lk() -> u32 { return params[3]; }
 fn scale() -> f32 { return bitcast<f32>(params[5]); }
+// Query heads per key/value head (grouped-query attention; 1 without),
+// and the key/value heads.
+fn group() -> u32 { return params[28]; }
+fn hkv() -> u32 { return h() / group(); }
 // The keys query `i` sees: 0..limit(i) (all keys for rows past lq).
 fn limit(i: u32) -> u32 {
     if (params[4] == 0u) { return lk(); }
@@ -368,11 +381,14 @@ fn first_query(j: u32) -> u32 {
     if (params[4] != 0u && j + lq() > lk()) { return j + lq() - lk(); }
     return 0u;
 }
-// The first element of row `l` of head `bh` (batch `bh / h()`) of input
-// `x` (0 q, 1 k, 2 v, 3 the cotangent), whose first element is `o`.
+// The first element of row `l` of query head `bh` (batch `bh / h()`) of
+// input `x` (0 q, 1 k, 2 v, 3 the cotangent), whose first element is `o`:
+// k and v are read at the query head's key/value head.
 fn row_of(x: u32, o: u32, bh: u32, l: u32) -> u32 {
     let s = 16u + 3u * x;
-    return o + (bh / h()) * params[s] + (bh % h()) * params[s + 1u] + l * params[s + 2u];
+    var head = bh % h();
+    if (x == 1u || x == 2u) { head = head / group(); }
+    return o + (bh / h()) * params[s] + head * params[s + 1u] + l * params[s + 2u];
 }
 // The elements from one row of input `x` to the next.
 fn row_step(x: u32) -> u32 { return params[18u + 3u * x]; }
@@ -745,6 +761,7 @@ pub fn kernel_sources() -> Vec<(String, String)> {
         let dims = AttentionDims {
             b: 1,
             h: 1,
+            hkv: 1,
             lq: 1,
             lk: 1,
             d,
@@ -905,9 +922,12 @@ pub fn attention_grad(
                 (p, tiles)
             }
         };
-        let (l, block) = match pass {
-            backward::Pass::KeyValue => (dims.lk, tiles.bk),
-            backward::Pass::Query => (lq, tiles.bq),
+        // The dK/dV pass: a workgroup per key/value head's block of keys
+        // (its group's query heads walked inside); the dQ pass: per query
+        // head's block of queries.
+        let (heads, l, block) = match pass {
+            backward::Pass::KeyValue => (dims.hkv, dims.lk, tiles.bk),
+            backward::Pass::Query => (h, lq, tiles.bq),
         };
         // A packed dtype's words are OR-ed into: the first pass clears them.
         dispatch_groups(
@@ -917,7 +937,7 @@ pub fn attention_grad(
             &out,
             (nq + nk + nv) * dtype.size_of(),
             codegen::packed(dtype) && pass == backward::Pass::KeyValue,
-            b * h * l.div_ceil(block),
+            b * heads * l.div_ceil(block),
         )?;
     }
     if matches!(kernels, GradKernels::Fragments(..)) {

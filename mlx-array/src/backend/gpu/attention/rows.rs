@@ -5,8 +5,9 @@
 //! One thread per query row walks the keys it sees with an online softmax
 //! (running maximum and sum), so no `[B, H, Lq, Lk]` buffer exists. The
 //! gradient takes two dispatches into one buffer: a thread per query row
-//! for `dq`, then a thread per key row for `dk` and `dv`, each recomputing
-//! the probabilities it needs from the forward's logsumexps.
+//! for `dq`, then a thread per key row (of a key/value head, summing over
+//! the query heads of its group) for `dk` and `dv`, each recomputing the
+//! probabilities it needs from the forward's logsumexps.
 
 use super::super::{alloc, context, dense, dispatch};
 use super::codegen;
@@ -204,10 +205,12 @@ pub(super) fn attention_grad(
     })?;
     let dkv = context()?.pipeline(&format!("attention_rows_dkv:{d}:{dv}:{dtype}:{gd}"), || {
         prologue(&format!(
-            r#"    if (i >= b() * h() * lk()) {{ return; }}
+            r#"    if (i >= b() * hkv() * lk()) {{ return; }}
     let j = i % lk();
-    let bh = i / lk();
-    let lse0h = lse0 + bh * lq();
+    // Key/value head `kh` of batch `bi`, and its group's first query head.
+    let kh = i / lk() % hkv();
+    let bi = i / lk() / hkv();
+    let bh0 = bi * h() + kh * group();
     var dk: array<f32, D>;
     var dv: array<f32, DV>;
     for (var c = 0u; c < D; c = c + 1u) {{ dk[c] = 0.0; }}
@@ -215,6 +218,8 @@ pub(super) fn attention_grad(
     // The first query that sees key j.
     var first = 0u;
     if (params[4] != 0u && j + lq() > lk()) {{ first = j + lq() - lk(); }}
+    for (var bh = bh0; bh < bh0 + group(); bh = bh + 1u) {{
+    let lse0h = lse0 + bh * lq();
     for (var qi = first; qi < lq(); qi = qi + 1u) {{
         let q0 = row_of(0u, params[6], bh, qi);
         let g0 = row_of(3u, params[10], bh, qi);
@@ -223,7 +228,8 @@ pub(super) fn attention_grad(
         for (var c = 0u; c < D; c = c + 1u) {{ dk[c] = dk[c] + ds * load_q(q0 + c); }}
         for (var c = 0u; c < DV; c = c + 1u) {{ dv[c] = dv[c] + p * load_g(g0 + c); }}
     }}
-    let row = (bh / h() * lk() + j) * h() + bh % h();
+    }}
+    let row = (bi * lk() + j) * hkv() + kh;
     for (var c = 0u; c < D; c = c + 1u) {{ store_out(params[11] + row * D + c, dk[c] * scale()); }}
     for (var c = 0u; c < DV; c = c + 1u) {{ store_out(params[12] + row * DV + c, dv[c]); }}
 }}
@@ -242,6 +248,6 @@ pub(super) fn attention_grad(
         codegen::packed(dtype),
         b * h * lq,
     )?;
-    dispatch(&dkv, &meta, &inputs, &out, bytes, false, b * h * lk)?;
+    dispatch(&dkv, &meta, &inputs, &out, bytes, false, b * dims.hkv * lk)?;
     Ok(out)
 }
