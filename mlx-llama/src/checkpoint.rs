@@ -535,6 +535,20 @@ pub(crate) fn locate(
     Ok((dir, config, model_config))
 }
 
+/// A checkpoint folder's training configuration and model configuration
+/// (its vocabulary the manifest's), read from its manifest without
+/// checking its files ([`load_trained`] checks them).
+pub fn configs(dir: &Path) -> Result<(crate::TrainConfig, crate::LlamaConfig)> {
+    let manifest = parse_manifest(dir)?;
+    let config: crate::TrainConfig = serde_json::from_value(manifest.config.clone())
+        .with_context(|| format!("the configuration in {}", dir.join(MANIFEST).display()))?;
+    let model_config = crate::LlamaConfig {
+        vocab_size: manifest.vocab_size,
+        ..config.model.clone()
+    };
+    Ok((config, model_config))
+}
+
 /// Loads the model of a checkpoint folder (verified), or of the newest
 /// intact checkpoint of a run folder.
 pub fn load_trained(checkpoint_or_run: &Path) -> Result<Trained> {

@@ -224,9 +224,9 @@ pub struct TrainConfig {
     /// column).
     #[arg(long, default_value = "auto")]
     pub data: DataSource,
-    /// Tokenizer: auto (GPT-2, embedded; with --init-from, the folder's
-    /// tokenizer.json where it has one), a tokenizer.json path, gpt2:DIR
-    /// (vocab.json + merges.txt) or train:N.
+    /// Tokenizer: auto (GPT-2, embedded; with --init-from, the source's
+    /// own: a model folder's tokenizer.json, a checkpoint's run's), a
+    /// tokenizer.json path, gpt2:DIR (vocab.json + merges.txt) or train:N.
     #[arg(long, default_value = "auto")]
     pub tokenizer: TokenizerChoice,
     /// Padding (one story per row) or packing.
@@ -342,13 +342,16 @@ pub struct TrainConfig {
     #[serde(default)]
     #[arg(long, default_value = "all")]
     pub report_to: crate::metrics::ReportTo,
-    /// Start from pretrained weights: a Hugging Face or mlx-lm Llama folder
-    /// (config.json, model.safetensors or shards with
-    /// model.safetensors.index.json); its config.json sets the model's
-    /// shape (the model options are then ignored; see `crate::import`).
+    /// Start from pretrained weights (a new run, not a resume): a run
+    /// folder (its newest intact checkpoint), a checkpoint folder, a
+    /// Hugging Face / mlx-lm / export folder (config.json, model.safetensors
+    /// or shards with model.safetensors.index.json), or a Hub model name
+    /// org/name[@revision] fetched into the Hugging Face cache. Its shape
+    /// replaces the model options and its tokenizer is used unless
+    /// --tokenizer is given (see `crate::source`).
     #[serde(default)]
-    #[arg(long, value_name = "DIR")]
-    pub init_from: Option<PathBuf>,
+    #[arg(long, value_name = "SOURCE")]
+    pub init_from: Option<crate::ModelSource>,
 }
 
 impl Default for TrainConfig {

@@ -20,6 +20,7 @@ pub mod options_file;
 pub mod pipeline;
 pub mod run_folder;
 pub mod sampling;
+pub mod source;
 mod sync;
 pub mod tensorboard;
 #[doc(hidden)]
@@ -31,4 +32,5 @@ pub use config::{
     TrainConfig,
 };
 pub use model::{KvCache, Llama, LlamaConfig};
+pub use source::ModelSource;
 pub use trainer::{StepTransfers, Summary, train};

@@ -7,7 +7,8 @@ use std::path::PathBuf;
 use anyhow::{Context, Result, bail};
 use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 use mlx_llama::options_file;
-use mlx_llama::{TokenizerChoice, TrainConfig, train};
+use mlx_llama::source::SourceKind;
+use mlx_llama::{ModelSource, TokenizerChoice, TrainConfig, train};
 
 #[derive(Parser)]
 #[command(
@@ -24,7 +25,7 @@ enum Cmd {
     /// Train (the same program on 1 rank or N ranks under mlx-launch).
     #[command(args_override_self = true)]
     Train(Box<TrainArgs>),
-    /// Sample text from a checkpoint.
+    /// Sample text from a checkpoint, a model folder or a Hub model.
     Generate(GenerateArgs),
     /// Write a checkpoint as a folder for transformers (hf) or mlx-lm (mlx).
     Export(mlx_llama::export::ExportArgs),
@@ -67,14 +68,22 @@ struct TrainArgs {
 
 #[derive(Args, Debug)]
 struct GenerateArgs {
-    /// A run folder (its latest checkpoint) or a checkpoint folder.
-    #[arg(long, default_value = "runs/latest")]
-    checkpoint: PathBuf,
+    /// The model: a run folder (its newest intact checkpoint), a checkpoint
+    /// folder, a Hugging Face / mlx-lm / export folder, or a Hub model name
+    /// org/name[@revision] (fetched into the Hugging Face cache;
+    /// HF_HUB_OFFLINE=1 uses only the cache).
+    #[arg(long, value_name = "SOURCE", default_value = "runs/latest")]
+    checkpoint: ModelSource,
+    /// The tokenizer, as train's --tokenizer; by default the model's own
+    /// (a model folder's tokenizer.json, a checkpoint's run's).
+    #[arg(long)]
+    tokenizer: Option<TokenizerChoice>,
     /// Text to continue; `-` reads it from standard input.
     #[arg(long, default_value = "Once upon a time")]
     prompt: String,
     /// Tokens to sample at most (generation stops earlier at the
-    /// tokenizer's end of text, `<|endoftext|>`).
+    /// tokenizer's end of text, `<|endoftext|>`, and at the model's own
+    /// end-of-sequence tokens).
     #[arg(long, default_value_t = 100)]
     max_tokens: usize,
     /// Sampling temperature (0: greedy).
@@ -137,13 +146,11 @@ fn positive_secs(s: &str) -> std::result::Result<std::time::Duration, String> {
 }
 
 fn run_train(a: TrainArgs, resolved: String) -> Result<()> {
-    let mut cfg = a.run;
-    // A pretrained folder's own tokenizer, unless another is named.
-    if let Some(d) = &cfg.init_from
-        && cfg.tokenizer == TokenizerChoice::Auto
-        && d.join("tokenizer.json").is_file()
-    {
-        cfg.tokenizer = TokenizerChoice::File(d.join("tokenizer.json"));
+    let cfg = a.run;
+    // A source that is neither a folder nor a Hub name fails before the run
+    // folder is touched (the trainer makes it local and reads it).
+    if let Some(source) = &cfg.init_from {
+        source.locate().context("--init-from")?;
     }
     let backend = mlx_dist::Backend::from_name(&a.backend)
         .with_context(|| format!("unknown --backend `{}`", a.backend))?;
@@ -208,31 +215,44 @@ fn run_generate(a: GenerateArgs) -> Result<()> {
             "generate runs on {world} ranks: pass --parallel tensor or --parallel pipeline to split the model over them"
         );
     }
-    // Each rank reads only its part of the weights.
-    let (config, part) = match a.parallel {
-        // A Hugging Face or mlx-lm folder (an export, or pretrained weights).
-        Parallel::None if mlx_llama::import::is_model_folder(&a.checkpoint) => {
-            let model = mlx_llama::import::load(&a.checkpoint)?;
-            let file = a.checkpoint.join("tokenizer.json");
+    let source = a
+        .checkpoint
+        .resolve(&mlx_data::HubConfig::from_env())
+        .with_context(|| format!("--checkpoint {}", a.checkpoint))?;
+    // Each rank reads only its part of our checkpoints' weights.
+    let (mut config, part) = match (source.kind, a.parallel) {
+        // A Hugging Face or mlx-lm folder (an export, pretrained weights, a
+        // Hub model made local): read whole, then cut for tensor parallelism.
+        (SourceKind::ModelFolder, Parallel::None | Parallel::Tensor) => {
+            let mut model = source.load()?;
+            if a.parallel == Parallel::Tensor {
+                model
+                    .shard(&group)
+                    .with_context(|| format!("splitting the model over {world} ranks"))?;
+            }
             let config = TrainConfig {
-                tokenizer: if file.is_file() {
-                    TokenizerChoice::File(file)
-                } else {
-                    TokenizerChoice::Auto
-                },
+                tokenizer: source.tokenizer()?,
                 ..TrainConfig::default()
             };
             (config, Part::Shard(model))
         }
-        Parallel::None | Parallel::Tensor => {
-            let trained = mlx_llama::checkpoint::load_trained_shard(&a.checkpoint, &group)?;
+        (SourceKind::ModelFolder, Parallel::Pipeline) => bail!(
+            "--parallel pipeline reads our checkpoints, and {} is a model folder: run with --parallel tensor or none, or train from it first (train --init-from {} --steps 1 --lr 0)",
+            source.dir.display(),
+            a.checkpoint
+        ),
+        (SourceKind::Checkpoint, Parallel::None | Parallel::Tensor) => {
+            let trained = mlx_llama::checkpoint::load_trained_shard(&source.dir, &group)?;
             (trained.config, Part::Shard(trained.model))
         }
-        Parallel::Pipeline => {
-            let (stage, config) = mlx_llama::pipeline::PipelineStage::load(&a.checkpoint, &group)?;
+        (SourceKind::Checkpoint, Parallel::Pipeline) => {
+            let (stage, config) = mlx_llama::pipeline::PipelineStage::load(&source.dir, &group)?;
             (config, Part::Stage(stage))
         }
     };
+    if let Some(t) = &a.tokenizer {
+        config.tokenizer = t.clone();
+    }
     let params = match &part {
         Part::Shard(m) => mlx_nn::ModuleExt::named_parameters(m)
             .iter()
@@ -286,7 +306,12 @@ fn run_generate(a: GenerateArgs) -> Result<()> {
         }
         Ok(())
     };
-    let stop = [tokenizer.eos_id()];
+    // The tokenizer's end of text, and the model's own end-of-sequence
+    // tokens (generation_config.json, config.json, tokenizer_config.json).
+    let mut stop = vec![tokenizer.eos_id()];
+    stop.extend(source.stop_tokens()?);
+    stop.sort_unstable();
+    stop.dedup();
     let out = match &part {
         Part::Shard(m) => {
             m.generate_with(&ids, a.max_tokens, &sampling, a.seed, &stop, &mut on_token)?

@@ -29,6 +29,7 @@ use mlx_nn::ModuleExt;
 
 use crate::Llama;
 use crate::config::TrainConfig;
+use crate::source::Resolved;
 use crate::sync::{self, EMBEDDING, GradSync, SavedState};
 use batch::StepBatch;
 use precision::Precision;
@@ -50,27 +51,34 @@ pub fn train(cfg: &TrainConfig, group: &Group) -> Result<Summary> {
         mlx_array::device::gpu_available()
             .map_err(|e| anyhow!("--device gpu: no usable GPU adapter: {e}"))?;
     }
-    // Pretrained weights set the model's shape (recorded so, in run.toml's
-    // manifest, for resume and generate).
-    let imported;
-    let cfg = match &cfg.init_from {
-        Some(dir) => {
-            imported = TrainConfig {
-                model: crate::import::read_config(dir)?.model,
-                ..cfg.clone()
-            };
-            &imported
+    // Pretrained weights (a folder, a checkpoint, a Hub model made local)
+    // set the model's shape and, unless one is named, the tokenizer:
+    // recorded so in the checkpoints' manifest, for resume and generate.
+    let init = match &cfg.init_from {
+        Some(source) => Some(
+            source
+                .resolve(&mlx_data::HubConfig::from_env())
+                .with_context(|| format!("--init-from {source}"))?,
+        ),
+        None => None,
+    };
+    let from_source;
+    let cfg = match &init {
+        Some(init) => {
+            from_source = setup::from_source(cfg, init)
+                .with_context(|| format!("--init-from {}", init.source))?;
+            &from_source
         }
         None => cfg,
     };
-    mlx_array::device::with_device(device, || train_on(cfg, group))
+    mlx_array::device::with_device(device, || train_on(cfg, init.as_ref(), group))
 }
 
-fn train_on(cfg: &TrainConfig, group: &Group) -> Result<Summary> {
+fn train_on(cfg: &TrainConfig, init: Option<&Resolved>, group: &Group) -> Result<Summary> {
     if cfg.grad_accumulation == 0 || cfg.steps == 0 || cfg.block_size == 0 {
         bail!("steps, block size and gradient accumulation must all be at least 1");
     }
-    let mut run = Run::start(cfg, group)?;
+    let mut run = Run::start(cfg, init, group)?;
     if run.first_step >= cfg.steps {
         if group.rank() == 0 {
             crate::console::line(&format!(
@@ -174,7 +182,7 @@ impl<'a> Run<'a> {
     /// Chooses the parallel layout, prepares the data, builds the model,
     /// resumes from the newest intact checkpoint, if any, and cuts the
     /// model as the layout trains it.
-    fn start(cfg: &'a TrainConfig, world: &'a Group) -> Result<Run<'a>> {
+    fn start(cfg: &'a TrainConfig, init: Option<&Resolved>, world: &'a Group) -> Result<Run<'a>> {
         let mut sync = sync::for_config(cfg, world, setup::adamw(cfg)?)?;
         let group = sync.group().clone();
         let (rank, replicas) = (world.rank(), group.size());
@@ -193,7 +201,7 @@ impl<'a> Run<'a> {
                 "data ready"
             );
         }
-        let mut model = setup::model(cfg, data.tokenizer.vocab_size())?;
+        let mut model = setup::model(cfg, init, data.tokenizer.vocab_size())?;
         let mut train_loader = setup::loader(data.train.clone(), cfg, &group, batch)?;
         let val_loader = setup::loader(data.validation.clone(), cfg, &group, batch)?;
         let mut precision = Precision::for_config(cfg)?;

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use anyhow::{Result, bail};
+use anyhow::{Context, Result, bail};
 use mlx_array::Dtype;
 use mlx_data::{
     BatchMode, BatchSize, DataConfig, DataLoader, HubClient, LoaderConfig, Split, TextTokenizer,
@@ -13,6 +13,7 @@ use mlx_dist::Group;
 use mlx_optim::{AdamW, Schedule, schedule};
 
 use crate::config::{Batching, DataSource, FloatDtype, ScheduleKind, TokenizerChoice, TrainConfig};
+use crate::source::Resolved;
 use crate::{Llama, LlamaConfig};
 
 /// The data pipeline settings of a run (also used to find its tokenizer again).
@@ -120,15 +121,54 @@ pub(super) fn adamw(cfg: &TrainConfig) -> Result<AdamW> {
         .cast_copy(copy))
 }
 
+/// `cfg` for a new run from `init`'s weights: the model's shape is the
+/// source's, and with `--tokenizer auto` the tokenizer is the source's (a
+/// model folder's tokenizer.json; the one a checkpoint's run used, a
+/// tokenizer that run trained written to the run folder as tokenizer.json).
+pub(super) fn from_source(cfg: &TrainConfig, init: &Resolved) -> Result<TrainConfig> {
+    let mut out = TrainConfig {
+        model: init.model_config()?,
+        ..cfg.clone()
+    };
+    if cfg.tokenizer == TokenizerChoice::Auto {
+        out.tokenizer = match init.tokenizer()? {
+            TokenizerChoice::Train(_) => {
+                let run = init
+                    .trained_config()?
+                    .context("a checkpoint's configuration")?;
+                let tokenizer = tokenizer_for(&run).with_context(|| {
+                    format!("the tokenizer {} was trained with", init.dir.display())
+                })?;
+                let path = cfg.out_dir.join("tokenizer.json");
+                std::fs::create_dir_all(&cfg.out_dir)
+                    .with_context(|| format!("creating {}", cfg.out_dir.display()))?;
+                // Every rank writes the same bytes; each renames its own copy.
+                let tmp = path.with_extension(format!("json.{}.tmp", std::process::id()));
+                tokenizer.save(&tmp)?;
+                std::fs::rename(&tmp, &path)
+                    .with_context(|| format!("writing {}", path.display()))?;
+                TokenizerChoice::File(path)
+            }
+            t => t,
+        };
+    }
+    Ok(out)
+}
+
 /// The model as configured, its vocabulary grown to fit a tokenizer of
-/// `tokenizer_vocab` tokens (taken whole when the configured one is 0).
-pub(super) fn model(cfg: &TrainConfig, tokenizer_vocab: usize) -> Result<Llama> {
-    if let Some(dir) = &cfg.init_from {
-        let model = crate::import::load(dir)?;
+/// `tokenizer_vocab` tokens (taken whole when the configured one is 0), or
+/// `init`'s weights.
+pub(super) fn model(
+    cfg: &TrainConfig,
+    init: Option<&Resolved>,
+    tokenizer_vocab: usize,
+) -> Result<Llama> {
+    if let Some(init) = init {
+        let model = init.load()?;
         if tokenizer_vocab > model.config.vocab_size {
             bail!(
                 "the tokenizer has {tokenizer_vocab} tokens but {} only {} rows of embedding: pass its tokenizer with --tokenizer",
-                dir.display(),
+                init.dir.display(),
                 model.config.vocab_size
             );
         }

@@ -150,7 +150,7 @@ fn training_from_an_export_starts_from_its_weights_and_generate_reads_the_folder
         tokenizer: TokenizerChoice::File(tok_path),
         out_dir: run.clone(),
         data_cache: Some(tmp.path().join("cache")),
-        init_from: Some(dir.clone()),
+        init_from: Some(dir.clone().into()),
         eval_every: 0,
         checkpoint_interval_s: 0,
         ..TrainConfig::default()
