@@ -8,8 +8,9 @@ use crate::{Array, ArrayData, Dtype, Primitive, Result};
 /// computing in f32 and storing the input's float dtype: a half input
 /// needs no conversions around it (four kernels fewer per layer and step
 /// on the GPU). The rotation is linear and orthogonal: its vector-Jacobian
-/// product is the same primitive with the angle negated.
-#[derive(Debug, Clone, Copy)]
+/// product is the same primitive with the angle negated (the same
+/// frequencies, explicit ones included).
+#[derive(Debug, Clone)]
 pub struct Rope {
     /// The rotation.
     pub spec: RopeSpec,
@@ -45,7 +46,7 @@ impl Primitive for Rope {
     fn vjp(&self, _inputs: &[Array], _out: &Array, ct: &Array) -> Result<Vec<Option<Array>>> {
         let inverse = RopeSpec {
             inverse: !self.spec.inverse,
-            ..self.spec
+            ..self.spec.clone()
         };
         let rope = Rope {
             spec: inverse,

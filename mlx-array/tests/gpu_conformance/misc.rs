@@ -1,6 +1,6 @@
 //! The fused cross-entropy's gradient donating its logits buffer on the
 //! GPU, GPU arrays saved to safetensors, and the rotary embedding of
-//! attention heads read in place.
+//! attention heads read in place (explicit frequencies too).
 
 use mlx_array::device::with_device;
 use mlx_array::primitives::loss::CrossEntropyGrad;
@@ -172,6 +172,60 @@ fn rope_of_head_views_rotates_by_quads_in_place() {
                 &format!("rope {d} dims {dims} traditional {traditional}"),
                 std::slice::from_ref(&x),
                 move |v| mlx_array::rope(&v[0].swapaxes(1, 2)?, dims, traditional, 100.0, 1.0, 1),
+                tol(d) * 4.0,
+            );
+        }
+        assert_eq!(mlx_array::backend::gpu::rope_quad_count(), before, "{d}");
+    }
+}
+
+/// Explicit inverse frequencies (`rope_with_freqs`, the table among the
+/// kernel's parameter words) on attention heads: by quads in place, for
+/// halves and pairs, forward and gradient, and by elements with a
+/// pass-through tail, in f32 and both half dtypes, against the CPU.
+#[test]
+fn rope_with_freqs_of_head_views_matches_the_cpu() {
+    let Some(_gpu) = gpu() else { return };
+    let table = |n: usize| -> Vec<f32> { (0..n).map(|i| 0.9f32.powi(i as i32 * 3)).collect() };
+    for d in [Dtype::F32, Dtype::F16, Dtype::BF16] {
+        for (width, traditional) in [(16usize, false), (16, true)] {
+            let what = format!("{d} width {width} traditional {traditional}");
+            let x = logits(&[2, 5, 3, width], 90 + width as u64, d, Layout::Dense);
+            let ct = logits(&[2, 5, 3, width], 91 + width as u64, d, Layout::Dense);
+            let freqs = table(width / 2);
+            let before = mlx_array::backend::gpu::rope_quad_count();
+            let f = freqs.clone();
+            compare(
+                &format!("rope_with_freqs of heads {what}"),
+                std::slice::from_ref(&x),
+                move |v| mlx_array::rope_with_freqs(&v[0].swapaxes(1, 2)?, &f, traditional, 3),
+                tol(d) * 4.0,
+            );
+            let f = freqs.clone();
+            compare(
+                &format!("rope_with_freqs gradient of heads {what}"),
+                &[x.clone(), ct.clone()],
+                move |v| {
+                    let rotate = |a: &[Array]| -> mlx_array::Result<Vec<Array>> {
+                        Ok(vec![mlx_array::rope_with_freqs(&a[0], &f, traditional, 7)?])
+                    };
+                    let (_, g) =
+                        mlx_array::vjp(rotate, &[v[0].swapaxes(1, 2)?], &[v[1].swapaxes(1, 2)?])?;
+                    Ok(g[0].clone())
+                },
+                tol(d) * 4.0,
+            );
+            let quads = mlx_array::backend::gpu::rope_quad_count() - before;
+            assert!(quads >= 2, "{what}: {quads} rotations by quads");
+        }
+        let x = logits(&[2, 5, 3, 12], 95, d, Layout::Dense);
+        let before = mlx_array::backend::gpu::rope_quad_count();
+        for traditional in [true, false] {
+            let f = table(4);
+            compare(
+                &format!("rope_with_freqs {d} 8 of 12 traditional {traditional}"),
+                std::slice::from_ref(&x),
+                move |v| mlx_array::rope_with_freqs(&v[0].swapaxes(1, 2)?, &f, traditional, 1),
                 tol(d) * 4.0,
             );
         }

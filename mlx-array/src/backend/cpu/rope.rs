@@ -8,16 +8,21 @@ use crate::backend::common::rope::RopeSpec;
 use crate::data::{ArrayData, Operand};
 
 /// `(cos, sin)` of every `(position, pair)`, `[len, dims / 2]`, in f32
-/// as the graph of ops it replaces computed them.
+/// as the graph of ops it replaces computed them; with a frequency table,
+/// the angle is the f32 product of the position and the pair's frequency.
 fn table(spec: &RopeSpec, len: usize) -> Vec<(f32, f32)> {
     let half = spec.dims / 2;
     let k = (-2.0 * (spec.base as f64).ln() / spec.dims as f64) as f32;
     let sign = if spec.inverse { -1.0 } else { 1.0 };
+    let freqs = spec.freqs.as_deref();
     (0..len)
         .flat_map(|p| {
             let pos = (spec.offset + p) as f32 * spec.scale;
             (0..half).map(move |i| {
-                let theta = pos * (i as f32 * k).exp();
+                let theta = match freqs {
+                    Some(f) => pos * f[i],
+                    None => pos * (i as f32 * k).exp(),
+                };
                 (theta.cos(), sign * theta.sin())
             })
         })

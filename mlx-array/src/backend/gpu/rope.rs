@@ -20,6 +20,12 @@
 //! dense copy and one invocation per output element, reading its pair's
 //! partner.
 //!
+//! A rotation with explicit inverse frequencies (`RopeSpec::freqs`) runs
+//! the same kernels, its table appended to the parameter words (half a
+//! head's width of words: 32 for a 64-wide head) and read where the
+//! others compute `exp(pair * k)`; the word that held `k` holds the
+//! table's start. Without a table the kernels' source is unchanged.
+//!
 //! Asked to keep its input's order (the gradient's rotation: it reads the
 //! attention's gradients, stored `[B, L, H, d]`, and feeds the transpose
 //! back to that order), a rotation by quads of an input that is a
@@ -62,6 +68,44 @@ fn angle(spec: &RopeSpec) -> (f32, f32) {
     (spec.scale, k)
 }
 
+/// The word of the angle's frequencies (`params[at]`): the log-frequency
+/// step `k`'s bits, or with a table, `table_at`, where the table will be
+/// appended ([`push_table`]).
+fn frequency_word(spec: &RopeSpec, table_at: usize) -> u32 {
+    match spec.freqs {
+        Some(_) => table_at as u32,
+        None => angle(spec).1.to_bits(),
+    }
+}
+
+/// Appends `spec`'s frequency table, if any, to `meta` (f32 bits).
+fn push_table(meta: &mut Vec<u32>, spec: &RopeSpec) {
+    if let Some(f) = &spec.freqs {
+        meta.extend(f.iter().map(|v| v.to_bits()));
+    }
+}
+
+/// The source for a frequency table: `exp(<pairs> * <k>)`, the frequency
+/// of pairs whose `k` lies in `params[word]` (as `word` is spelled in the
+/// kernel), becomes the table's entries, read from `params[params[word]]`
+/// on. `vector`: the pairs are a `vec4<f32>`, else a `u32`.
+fn with_table(src: &str, pairs: &str, word: &str, vector: bool) -> String {
+    let exp = if vector {
+        format!("exp({pairs} * bitcast<f32>(params[{word}]))")
+    } else {
+        format!("exp(f32({pairs}) * bitcast<f32>(params[{word}]))")
+    };
+    assert!(src.contains(&exp), "rope kernel: no `{exp}` to replace");
+    let read = |j: &str| format!("bitcast<f32>(params[params[{word}] + {j}])");
+    let table = if vector {
+        let c = ["x", "y", "z", "w"].map(|c| read(&format!("u32({pairs}.{c})")));
+        format!("vec4<f32>({})", c.join(", "))
+    } else {
+        read(pairs)
+    };
+    src.replace(&exp, &table)
+}
+
 /// [`rope`] by quads of pairs, reading `x` through its view; `in_order`:
 /// store the output in the order of `x`'s dense block, with its strides.
 fn rope_quads(x: &Operand<'_>, spec: &RopeSpec, in_order: bool) -> Result<ArrayData> {
@@ -83,27 +127,34 @@ fn rope_quads(x: &Operand<'_>, spec: &RopeSpec, in_order: bool) -> Result<ArrayD
     if quads == 0 {
         return Ok(out);
     }
-    let (scale, k) = angle(spec);
     let mut meta = vec![
         quads as u32,
         width as u32,
         shape[nd - 2] as u32,
         spec.offset as u32,
-        scale.to_bits(),
-        k.to_bits(),
+        spec.scale.to_bits(),
+        0,
         spec.inverse as u32,
         nd as u32,
         u32::from(in_order),
     ];
     meta.extend(shape.iter().map(|&s| s as u32));
     codegen::push_view(&mut meta, &x.data);
+    meta[5] = frequency_word(spec, meta.len());
+    push_table(&mut meta, spec);
     let traditional = spec.traditional;
-    let key = format!("rope4:{dtype}:{traditional}");
+    let table = spec.freqs.is_some();
+    let key = format!("rope4:{dtype}:{traditional}:{table}");
     let pipeline = context()?.pipeline(&key, || {
         let bindings =
             input4("x", 1, dtype) + &output4(2, dtype) + &codegen::strided_loc(7, 9) + OUT_AT;
         let body = if traditional { PAIRS } else { HALVES };
-        source(&bindings, body)
+        let body = if table {
+            with_table(body, "pair", "5", true)
+        } else {
+            body.to_string()
+        };
+        source(&bindings, &body)
     })?;
     dispatch(
         &pipeline,
@@ -208,24 +259,37 @@ pub fn rope(x: &Operand<'_>, spec: &RopeSpec, keep_order: bool) -> Result<ArrayD
     if n == 0 {
         return Ok(out);
     }
-    let (scale, k) = angle(spec);
-    let meta = [
+    let mut meta = vec![
         n as u32,
         shape[nd - 2] as u32,
         shape[nd - 1] as u32,
         spec.dims as u32,
         spec.traditional as u32,
         spec.offset as u32,
-        scale.to_bits(),
-        k.to_bits(),
+        spec.scale.to_bits(),
+        frequency_word(spec, 10),
         spec.inverse as u32,
         x.offset() as u32,
     ];
-    let pipeline = context()?.pipeline(&format!("rope:{dtype}"), || {
+    push_table(&mut meta, spec);
+    let table = spec.freqs.is_some();
+    let pipeline = context()?.pipeline(&format!("rope:{dtype}:{table}"), || {
         let bindings = codegen::input("x", 1, dtype) + &codegen::output(2, dtype);
-        source(
-            &bindings,
-            r#"
+        let body = if table {
+            with_table(ELEMENTS, "pair", "7", false)
+        } else {
+            ELEMENTS.to_string()
+        };
+        source(&bindings, &body)
+    })?;
+    let clear = codegen::packed(dtype);
+    dispatch(&pipeline, &meta, &[&x], &out, n * dtype.size_of(), clear, n)?;
+    Ok(out)
+}
+
+/// The element kernel's body: one output element, reading its pair's
+/// partner.
+const ELEMENTS: &str = r#"
     if (i >= params[0]) { return; }
     let width = params[2];
     let dims = params[3];
@@ -252,10 +316,4 @@ pub fn rope(x: &Operand<'_>, spec: &RopeSpec, keep_order: bool) -> Result<ArrayD
     let other = load_x(x0 + partner);
     if (first) { store_out(i, own * co - other * s); } else { store_out(i, other * s + own * co); }
 }
-"#,
-        )
-    })?;
-    let clear = codegen::packed(dtype);
-    dispatch(&pipeline, &meta, &[&x], &out, n * dtype.size_of(), clear, n)?;
-    Ok(out)
-}
+"#;
