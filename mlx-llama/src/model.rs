@@ -121,7 +121,9 @@ impl LlamaConfig {
         }
         let d = self.head_dim();
         if d == 0 || !d.is_multiple_of(2) {
-            return Err(format!("heads of width {d} cannot be rotated: the head width must be even and positive"));
+            return Err(format!(
+                "heads of width {d} cannot be rotated: the head width must be even and positive"
+            ));
         }
         if self.dims == 0 || self.mlp_dims == 0 || self.vocab_size == 0 {
             return Err(format!(
@@ -405,22 +407,19 @@ impl Llama {
     /// A freshly initialised model (MLX's layer initialisations) from `seed`:
     /// every rank that uses the same seed gets the same weights.
     pub fn new(config: &LlamaConfig, seed: u64) -> Result<Llama> {
-        config.check().map_err(|message| mlx_array::Error::Invalid {
-            op: "Llama",
-            message,
-        })?;
+        config
+            .check()
+            .map_err(|message| mlx_array::Error::Invalid {
+                op: "Llama",
+                message,
+            })?;
         let ks = random::split_keys(&random::key(seed), config.num_layers + 2)?;
         let layers = (0..config.num_layers)
             .map(|i| LlamaEncoderLayer::new(config, &ks[i + 2]))
             .collect::<Result<Vec<_>>>()?;
         let out_proj = match config.tie_embeddings {
             true => None,
-            false => Some(Linear::new(
-                config.dims,
-                config.vocab_size,
-                false,
-                &ks[1],
-            )?),
+            false => Some(Linear::new(config.dims, config.vocab_size, false, &ks[1])?),
         };
         Ok(Llama {
             embedding: Embedding::new(config.vocab_size, config.dims, &ks[0])?,

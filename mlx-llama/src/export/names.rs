@@ -77,6 +77,9 @@ mod tests {
             rotated_heads("model.layers.1.self_attn.k_proj.weight"),
             Some(Rotated::Keys)
         );
-        assert_eq!(rotated_heads("model.layers.1.self_attn.v_proj.weight"), None);
+        assert_eq!(
+            rotated_heads("model.layers.1.self_attn.v_proj.weight"),
+            None
+        );
     }
 }

@@ -169,7 +169,11 @@ pub fn parse_config(bytes: &[u8]) -> Result<ImportedConfig> {
         // 0 where they are what the model derives (its own configurations'
         // spelling, so that one model has one configuration).
         num_kv_heads: if kv_heads == heads { 0 } else { kv_heads },
-        head_dim: if dims == heads * head_dim { 0 } else { head_dim },
+        head_dim: if dims == heads * head_dim {
+            0
+        } else {
+            head_dim
+        },
         tie_embeddings: flag(c, "tie_word_embeddings", false)?,
         norm_eps: number(c, "rms_norm_eps", DEFAULT_EPS)?,
         rope_base,
@@ -224,9 +228,12 @@ fn rope(c: &Object, max_positions: usize) -> Result<(f64, RopeScaling)> {
             at("rope_type"),
             at("type")
         ),
-        (Some(t), _) | (None, Some(t)) => t
-            .as_str()
-            .with_context(|| format!("config.json: `{}` must be a string, got {t}", at("rope_type")))?,
+        (Some(t), _) | (None, Some(t)) => t.as_str().with_context(|| {
+            format!(
+                "config.json: `{}` must be a string, got {t}",
+                at("rope_type")
+            )
+        })?,
         (None, None) => "default",
     };
     let known: &[&str] = match kind {
@@ -244,10 +251,9 @@ fn rope(c: &Object, max_positions: usize) -> Result<(f64, RopeScaling)> {
         ),
     };
     let common = ["rope_type", "type", "rope_theta", "partial_rotary_factor"];
-    if let Some((key, v)) = p
-        .iter()
-        .find(|(k, v)| !v.is_null() && !common.contains(&k.as_str()) && !known.contains(&k.as_str()))
-    {
+    if let Some((key, v)) = p.iter().find(|(k, v)| {
+        !v.is_null() && !common.contains(&k.as_str()) && !known.contains(&k.as_str())
+    }) {
         bail!(
             "config.json: `{}` is {v}, which {kind} RoPE does not have; we cannot tell how it changes the rotation",
             at(key)
@@ -406,7 +412,9 @@ mod tests {
                 &[&format!("`{key}.rope_type`"), "yarn"],
             );
             refused(
-                &|v| v[key] = json!({"rope_type": "linear", "factor": 2.0, "attention_factor": 0.5}),
+                &|v| {
+                    v[key] = json!({"rope_type": "linear", "factor": 2.0, "attention_factor": 0.5})
+                },
                 &[&format!("`{key}.attention_factor`"), "0.5"],
             );
             refused(
@@ -477,9 +485,6 @@ mod tests {
             &|v| v["rms_norm_eps"] = json!("small"),
             &["`rms_norm_eps`", "small"],
         );
-        refused(
-            &|v| v["rope_theta"] = json!(-1.0),
-            &["`rope_theta`"],
-        );
+        refused(&|v| v["rope_theta"] = json!(-1.0), &["`rope_theta`"]);
     }
 }

@@ -164,8 +164,7 @@ pub fn load(dir: &Path) -> Result<Llama> {
 /// transformers ignores too).
 pub fn to_model(c: &ImportedConfig, mut tensors: BTreeMap<String, Tensor>) -> Result<Llama> {
     let m = &c.model;
-    m.check()
-        .map_err(|e| anyhow::anyhow!("config.json: {e}"))?;
+    m.check().map_err(|e| anyhow::anyhow!("config.json: {e}"))?;
     if m.tie_embeddings {
         tensors.remove("lm_head.weight");
     }

@@ -233,8 +233,11 @@ impl<'a> Run<'a> {
         let batches = Prefetcher::spawn(train_loader, 4)?;
         let record = Recorder::new(cfg, (rank, world.size()), first_step, data.source_kind)?
             .with_epoch_length(epoch.0, epoch.1);
+        // Tied to the output projection, every row of the embedding has a
+        // gradient: it travels whole.
         let sparse_embedding = cfg.sparse_embedding_gradients
             && replicas > 1
+            && !model.config.tie_embeddings
             && model.trainable_parameters().get_array(EMBEDDING).is_some();
         memory::reset_peak();
         Ok(Run {

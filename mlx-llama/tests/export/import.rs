@@ -8,7 +8,7 @@ use std::path::Path;
 use mlx_array::Array;
 use mlx_llama::export::{self, Format};
 use mlx_llama::import;
-use mlx_llama::{TokenizerChoice, TrainConfig};
+use mlx_llama::{LlamaConfig, TokenizerChoice, TrainConfig};
 use mlx_nn::ModuleExt;
 
 use super::{BLOCK, config, model, ours, tokenizer};
@@ -37,7 +37,12 @@ fn an_export_imports_to_the_same_weights_and_logits_in_both_formats() {
         export::write(&m, &tok, BLOCK, &dir, format).unwrap();
         assert!(import::is_model_folder(&dir));
         let back = import::load(&dir).unwrap();
-        assert_eq!(back.config, m.config, "{format:?}");
+        // The same model, which now knows its context length.
+        let want = LlamaConfig {
+            max_position_embeddings: BLOCK,
+            ..m.config.clone()
+        };
+        assert_eq!(back.config, want, "{format:?}");
         assert_eq!(weights(&back), weights(&m), "{format:?}");
         assert_eq!(ours(&back), ours(&m), "{format:?}");
     }
@@ -77,7 +82,7 @@ fn sharded_weights_with_an_index_import_as_one_file_does() {
 }
 
 #[test]
-fn tied_embeddings_are_untied_and_what_we_cannot_honour_is_refused_by_name() {
+fn tied_embeddings_stay_one_tensor_and_what_we_cannot_honour_is_refused_by_name() {
     let tmp = tempfile::tempdir().unwrap();
     let (_, tok) = tokenizer(tmp.path());
     let m = model();
@@ -98,19 +103,23 @@ fn tied_embeddings_are_untied_and_what_we_cannot_honour_is_refused_by_name() {
         "`architectures`",
     );
     refused(
-        &|v| v["rope_scaling"] = serde_json::json!({"rope_type": "llama3", "factor": 8.0}),
-        "`rope_scaling`",
+        &|v| v["rope_scaling"] = serde_json::json!({"rope_type": "yarn", "factor": 8.0}),
+        "`rope_scaling.rope_type`",
     );
     refused(
-        &|v| v["num_key_value_heads"] = serde_json::json!(2),
+        &|v| v["num_key_value_heads"] = serde_json::json!(3),
         "`num_key_value_heads`",
     );
-    refused(&|v| v["head_dim"] = serde_json::json!(16), "`head_dim`");
+    // Heads wider than the tensors in the file.
+    refused(
+        &|v| v["head_dim"] = serde_json::json!(16),
+        "model.layers.0.self_attn.q_proj.weight",
+    );
     refused(
         &|v| v["intermediate_size"] = serde_json::json!(64),
         "model.layers.0.mlp.gate_proj.weight",
     );
-    // Tied: the output projection is the embedding, copied.
+    // Tied: the output projection is the embedding itself.
     let (tensors, _) = mlx_array::load_safetensors(dir.join("model.safetensors")).unwrap();
     let tensors: Vec<(String, Array)> = tensors
         .into_iter()
@@ -121,9 +130,23 @@ fn tied_embeddings_are_untied_and_what_we_cannot_honour_is_refused_by_name() {
     assert!(e.contains("`lm_head.weight`"), "{e}");
     edit_config(&dir, |v| v["tie_word_embeddings"] = true.into());
     let tied = import::load(&dir).unwrap();
+    assert!(tied.out_proj.is_none() && tied.config.tie_embeddings);
     assert_eq!(
-        tied.out_proj.weight.value().to_vec::<f32>().unwrap(),
-        m.embedding.weight.value().to_vec::<f32>().unwrap()
+        tied.named_parameters().len() + 1,
+        m.named_parameters().len()
+    );
+    // Its logits are those of the untied model whose output projection is
+    // a copy of the embedding.
+    let mut copy = m.clone();
+    copy.out_proj
+        .as_mut()
+        .unwrap()
+        .weight
+        .set(m.embedding.weight.value().clone());
+    let tokens = Array::from_slice(&[1u32, 5, 9, 2], &[1, 4]).unwrap();
+    assert_eq!(
+        tied.forward(&tokens).unwrap().to_vec::<f32>().unwrap(),
+        copy.forward(&tokens).unwrap().to_vec::<f32>().unwrap()
     );
 }
 
@@ -158,7 +181,11 @@ fn training_from_an_export_starts_from_its_weights_and_generate_reads_the_folder
     mlx_llama::train(&cfg, &mlx_dist::Group::single()).unwrap();
     // At learning rate 0 the checkpoint holds the imported weights.
     let trained = mlx_llama::checkpoint::load_trained(&run).unwrap();
-    assert_eq!(trained.model.config, m.config);
+    let want = LlamaConfig {
+        max_position_embeddings: BLOCK,
+        ..m.config.clone()
+    };
+    assert_eq!(trained.model.config, want);
     assert_eq!(weights(&trained.model), weights(&m));
     // generate reads the folder as it reads a checkpoint.
     let run_generate = |checkpoint: &Path| {
