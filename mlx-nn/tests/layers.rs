@@ -502,3 +502,79 @@ fn the_causal_mask_is_finite_or_minus_infinity_in_every_float_dtype() {
         }
     }
 }
+
+/// Grouped-query and multi-query keys and values (fewer heads than the
+/// queries) attend, on the fused path (no mask, causal) and on the
+/// composite one (an additive mask), as the same keys and values repeated
+/// to every query head do; the gradients of `k` and `v` have their own
+/// shapes and are the repeated ones' summed over each group.
+#[test]
+fn grouped_query_attention_matches_repeated_heads_fused_and_composite() {
+    use mlx_array::{Array, Dtype, random};
+    use mlx_nn::{AttentionMask, create_additive_causal_mask, scaled_dot_product_attention};
+    let mask = create_additive_causal_mask(5, Dtype::F32).unwrap();
+    for hkv in [2usize, 1] {
+        let q = random::normal(&random::key(11), &[2, 4, 5, 8], Dtype::F32).unwrap();
+        let k = random::normal(&random::key(12), &[2, hkv, 5, 8], Dtype::F32).unwrap();
+        let v = random::normal(&random::key(13), &[2, hkv, 5, 6], Dtype::F32).unwrap();
+        // k or v with each head copied over its group of 4 / hkv query heads.
+        let repeat = |x: &Array| {
+            let s = x.shape().to_vec();
+            x.reshape(&[2, hkv as i64, 1, 5, s[3] as i64])
+                .unwrap()
+                .broadcast_to(&[2, hkv, 4 / hkv, 5, s[3]])
+                .unwrap()
+                .reshape(&[2, 4, 5, s[3] as i64])
+                .unwrap()
+        };
+        for causal in [false, true] {
+            let what = format!("hkv {hkv} causal {causal}");
+            let grouped = |x: &[Array]| {
+                let m = if causal {
+                    AttentionMask::Causal
+                } else {
+                    AttentionMask::None
+                };
+                scaled_dot_product_attention(&x[0], &x[1], &x[2], 0.4, m)?.sum_all()
+            };
+            // Any additive mask (all zeros: none) takes the composite path.
+            let zeros = Array::zeros(&[5, 5], Dtype::F32);
+            let composite = |x: &[Array]| {
+                let m = if causal { &mask } else { &zeros };
+                scaled_dot_product_attention(&x[0], &x[1], &x[2], 0.4, m)?.sum_all()
+            };
+            let repeated = |x: &[Array]| {
+                let m = if causal {
+                    AttentionMask::Causal
+                } else {
+                    AttentionMask::None
+                };
+                scaled_dot_product_attention(&x[0], &repeat(&x[1]), &repeat(&x[2]), 0.4, m)?
+                    .sum_all()
+            };
+            let inputs = [q.clone(), k.clone(), v.clone()];
+            let (lw, gw) = mlx_array::value_and_grad(repeated, &[0, 1, 2])(&inputs).unwrap();
+            for (name, f) in [
+                (
+                    "fused",
+                    &grouped as &dyn Fn(&[Array]) -> mlx_array::Result<Array>,
+                ),
+                ("composite", &composite),
+            ] {
+                let (l, g) = mlx_array::value_and_grad(f, &[0, 1, 2])(&inputs).unwrap();
+                let lw = f64::from(lw.item::<f32>().unwrap());
+                close(&vals(&l), &[lw], 1e-4, &format!("{what} {name}: value"));
+                for (i, (a, b)) in g.iter().zip(&gw).enumerate() {
+                    assert_eq!(a.shape(), inputs[i].shape(), "{what} {name}: gradient {i}");
+                    let want: Vec<f64> = vals(b).into_iter().map(f64::from).collect();
+                    close(
+                        &vals(a),
+                        &want,
+                        1e-4,
+                        &format!("{what} {name}: gradient {i}"),
+                    );
+                }
+            }
+        }
+    }
+}

@@ -45,10 +45,17 @@ impl<'a> From<&'a Array> for AttentionMask<'a> {
 
 /// `softmax(q k^T * scale + mask) v` for `q: [..., L, d]`, `k, v: [..., S, d]`.
 ///
+/// Grouped-query attention: `k` and `v` may have fewer heads (axis -3)
+/// than `q`, a divisor of its heads (1 is multi-query attention); query
+/// head `h` then attends to key/value head `h / (H / H_kv)`.
+///
 /// For 4-d `[B, H, L, d]` inputs without an additive mask this is
-/// [`mlx_array::fused_attention`] (keys and values shared over the batch or
-/// the heads are broadcast): no `[B, H, L, S]` scores are kept for the
-/// gradient, and a causal mask skips the hidden half of the work.
+/// [`mlx_array::fused_attention`], which reads grouped keys and values in
+/// place (keys and values shared over the batch are broadcast, a view): no
+/// `[B, H, L, S]` scores are kept for the gradient, no copy of `k` and `v`
+/// per query head is made, and a causal mask skips the hidden half of the
+/// work. Otherwise (an additive mask, other ranks) it is a graph of ops,
+/// where grouped keys and values are repeated to the query heads first.
 ///
 /// ```
 /// use mlx_array::{Array, Dtype};
@@ -57,6 +64,13 @@ impl<'a> From<&'a Array> for AttentionMask<'a> {
 /// let fused = scaled_dot_product_attention(&x, &x, &x, 0.5, AttentionMask::Causal).unwrap();
 /// let mask = create_additive_causal_mask(3, Dtype::F32).unwrap();
 /// let composite = scaled_dot_product_attention(&x, &x, &x, 0.5, &mask).unwrap();
+/// let (a, b) = (fused.to_vec::<f32>().unwrap(), composite.to_vec::<f32>().unwrap());
+/// assert!(a.iter().zip(&b).all(|(x, y)| (x - y).abs() < 1e-5));
+/// // Two query heads sharing one key/value head, fused and composite.
+/// let kv = x.slice_axis(1, 0, 1).unwrap();
+/// let fused = scaled_dot_product_attention(&x, &kv, &kv, 0.5, AttentionMask::Causal).unwrap();
+/// let composite = scaled_dot_product_attention(&x, &kv, &kv, 0.5, &mask).unwrap();
+/// assert_eq!(fused.shape(), [1, 2, 3, 4]);
 /// let (a, b) = (fused.to_vec::<f32>().unwrap(), composite.to_vec::<f32>().unwrap());
 /// assert!(a.iter().zip(&b).all(|(x, y)| (x - y).abs() < 1e-5));
 /// ```
@@ -68,17 +82,23 @@ pub fn scaled_dot_product_attention<'a>(
     mask: impl Into<AttentionMask<'a>>,
 ) -> Result<Array> {
     let mask = mask.into();
-    // The fused primitive takes `[B, H, L, d]` with the batch and heads of
-    // the queries: keys and values shared over them are broadcast (a view).
-    // Other ranks run the graph of ops.
+    // The fused primitive takes `[B, H, L, d]` queries and `[B, H_kv, S, d]`
+    // keys and values, `H_kv` dividing `H` (read in place per group): keys
+    // and values shared over the batch are broadcast (a view). Other ranks
+    // run the graph of ops.
     let fused = || -> Option<(Array, Array)> {
         if q.ndim() != 4 || k.ndim() != 4 || v.ndim() != 4 {
             return None;
         }
-        let lead = &q.shape()[..2];
+        let (batch, heads) = (q.shape()[0], q.shape()[1]);
+        // Grouped heads as they are where k and v agree on them; else both
+        // broadcast to the queries' heads.
+        let hkv = k.shape()[1];
+        let grouped = hkv == v.shape()[1] && hkv > 0 && heads.is_multiple_of(hkv);
         let to_q = |x: &Array| {
             let s = x.shape();
-            x.broadcast_to(&[lead[0], lead[1], s[2], s[3]]).ok()
+            let h = if grouped { s[1] } else { heads };
+            x.broadcast_to(&[batch, h, s[2], s[3]]).ok()
         };
         Some((to_q(k)?, to_q(v)?))
     };
@@ -111,7 +131,8 @@ pub fn scaled_dot_product_attention<'a>(
     }
 }
 
-/// Attention as a graph of ops: scores, the additive mask, softmax.
+/// Attention as a graph of ops: scores, the additive mask, softmax; keys
+/// and values of fewer heads than the queries repeated to theirs.
 fn composite_attention(
     q: &Array,
     k: &Array,
@@ -119,11 +140,35 @@ fn composite_attention(
     scale: f64,
     mask: Option<&Array>,
 ) -> Result<Array> {
+    let (k, v) = (&repeat_heads(k, q)?, &repeat_heads(v, q)?);
     let mut scores = q.mul_scalar(scale)?.matmul(&k.swapaxes(-1, -2)?)?;
     if let Some(m) = mask {
         scores = scores.add(m)?;
     }
     scores.softmax(&[-1])?.astype(v.dtype())?.matmul(v)
+}
+
+/// `x` (keys or values, `[..., H_kv, S, d]`) with each head repeated over
+/// its group of `q`'s `H` heads (axis -3) where `H_kv` is a divisor of `H`
+/// other than `H` and 1 (which broadcast as they are): a copy, made only
+/// for the composite path.
+fn repeat_heads(x: &Array, q: &Array) -> Result<Array> {
+    let n = x.ndim();
+    if n < 3 || q.ndim() != n {
+        return Ok(x.clone());
+    }
+    let (heads, hkv) = (q.shape()[n - 3], x.shape()[n - 3]);
+    if hkv == heads || hkv <= 1 || !heads.is_multiple_of(hkv) {
+        return Ok(x.clone());
+    }
+    // [..., H_kv, S, d] -> [..., H_kv, 1, S, d] -> [..., H_kv, g, S, d] -> [..., H, S, d]
+    let mut shape = x.shape().to_vec();
+    shape.insert(n - 2, 1);
+    let one: Vec<i64> = shape.iter().map(|&d| d as i64).collect();
+    shape[n - 2] = heads / hkv;
+    let mut merged: Vec<i64> = x.shape().iter().map(|&d| d as i64).collect();
+    merged[n - 3] = heads as i64;
+    x.reshape(&one)?.broadcast_to(&shape)?.reshape(&merged)
 }
 
 /// Multi-head attention with query, key, value and output projections,
