@@ -49,7 +49,7 @@ pub use layers::embedding::Embedding;
 pub use layers::linear::Linear;
 pub use layers::mlp::SwiGLU;
 pub use layers::norm::{LayerNorm, RMSNorm};
-pub use layers::rope::RoPE;
+pub use layers::rope::{RoPE, RopeScaling};
 pub use layers::sequential::{Layer, Sequential};
 pub use layers::sharded::{
     AllToShardedLinear, AnyLinear, ShardedToAllLinear, Sharding, gather_axis, load_sharded_weights,
