@@ -116,6 +116,34 @@ fn train_from(source: &str, out: &Path, hub: &Hub) -> Output {
     o
 }
 
+/// Two steps of the tiny model on the offline corpus into `out`, with
+/// `extra` options.
+fn train_base(out: &Path, extra: &[&str], hub: &Hub) {
+    let mut args: Vec<String> = [
+        "train",
+        "--steps",
+        "2",
+        "--global-batch",
+        "2",
+        "--eval-every",
+        "0",
+        "--report-to",
+        "none",
+        "--data",
+        "offline",
+        "--out",
+    ]
+    .map(String::from)
+    .to_vec();
+    args.push(out.to_string_lossy().into_owned());
+    args.push("--data-cache".into());
+    args.push(common::data_cache().to_string_lossy().into_owned());
+    args.extend(common::TINY_MODEL_ARGS.iter().map(|s| s.to_string()));
+    args.extend(extra.iter().map(|s| s.to_string()));
+    let o = mlx_llama(&args, hub);
+    assert!(o.status.success(), "{}", text(&o));
+}
+
 /// The newest checkpoint of `run`: its training and model configurations.
 fn configs(run: &Path) -> (mlx_llama::TrainConfig, LlamaConfig) {
     let dir = mlx_llama::checkpoint::latest(run).unwrap().unwrap();
@@ -152,28 +180,7 @@ fn train_init_from_a_run_folder_a_checkpoint_or_an_export_starts_a_new_run_from_
         offline: false,
     };
     let base = tmp.path().join("base");
-    let mut args: Vec<String> = [
-        "train",
-        "--steps",
-        "2",
-        "--global-batch",
-        "2",
-        "--eval-every",
-        "0",
-        "--report-to",
-        "none",
-        "--data",
-        "offline",
-        "--out",
-    ]
-    .map(String::from)
-    .to_vec();
-    args.push(base.to_string_lossy().into_owned());
-    args.push("--data-cache".into());
-    args.push(common::data_cache().to_string_lossy().into_owned());
-    args.extend(common::TINY_MODEL_ARGS.iter().map(|s| s.to_string()));
-    let o = mlx_llama(&args, &hub);
-    assert!(o.status.success(), "{}", text(&o));
+    train_base(&base, &[], &hub);
     let (base_cfg, base_model) = configs(&base);
     let base_weights = sorted(common::weights(&base));
     let checkpoint = mlx_llama::checkpoint::latest(&base).unwrap().unwrap();
@@ -222,6 +229,38 @@ fn train_init_from_a_run_folder_a_checkpoint_or_an_export_starts_a_new_run_from_
     let o = train_from(&empty.to_string_lossy(), &out, &hub);
     assert!(!o.status.success());
     assert!(text(&o).contains("neither a run folder"), "{}", text(&o));
+}
+
+#[test]
+fn init_from_a_run_that_trained_its_tokenizer_keeps_that_tokenizer() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dead = dead_endpoint();
+    let hub = Hub {
+        home: &tmp.path().join("hf"),
+        endpoint: &dead,
+        offline: false,
+    };
+    let base = tmp.path().join("base");
+    train_base(&base, &["--tokenizer", "train:300"], &hub);
+    let (base_cfg, _) = configs(&base);
+    assert_eq!(base_cfg.tokenizer, TokenizerChoice::Train(300));
+    let trained = mlx_llama::trainer::tokenizer_for(&base_cfg).unwrap();
+    let out = tmp.path().join("from-run");
+    let o = train_from(&base.to_string_lossy(), &out, &hub);
+    assert!(o.status.success(), "{}", text(&o));
+    // The run trained on the base run's tokenizer, kept in its folder.
+    let (cfg, model) = configs(&out);
+    let file = out.join("tokenizer.json");
+    assert_eq!(cfg.tokenizer, TokenizerChoice::File(file.clone()));
+    assert_eq!(
+        TextTokenizer::from_file(&file).unwrap().hash(),
+        trained.hash()
+    );
+    assert_eq!(model.vocab_size, trained.vocab_size());
+    assert_eq!(
+        sorted(common::weights(&out)),
+        sorted(common::weights(&base))
+    );
 }
 
 /// Every file of `dir`, served as repository `repo`.
