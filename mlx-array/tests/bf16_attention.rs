@@ -4,7 +4,8 @@
 //! process with `MLX_AMX=0`, it runs in f32 on converted operands. Either
 //! way the output and the three gradients follow a float64 reference on the
 //! same bfloat16 values within the error that rounding to bfloat16 where
-//! the kernels round can make, bounded below term by term.
+//! the kernels round can make, bounded below term by term; with grouped
+//! key/value heads too (a task per key/value head and its group on AMX).
 
 use mlx_array::conformance::values as f64s;
 use mlx_array::{Array, Dtype, fused_attention, grad, random};
@@ -69,31 +70,36 @@ impl Expected {
     }
 }
 
-/// The output and `dq`, `dk`, `dv` for the cotangent `ct`, in float64, with
+/// The output and `dq`, `dk`, `dv` for the cotangent `ct`, in float64 (`k`
+/// and `v` may have fewer heads: query head `h` reads key/value head
+/// `h / (H / H_kv)`, whose gradients sum over its group), with
 /// error bounds for kernels that round the probabilities `p` and the score
 /// gradients `ds` to bfloat16 before their products (relative error `U`
 /// each) and use the rounded output in `ds`' row term.
 #[allow(clippy::needless_range_loop)] // the definition's indices, as written
 fn reference(q: &Nd, k: &Nd, v: &Nd, ct: &Nd, scale: f64, causal: bool) -> [Expected; 4] {
     let [b, h, lq, d] = q.shape;
-    let (lk, dv) = (k.shape[2], v.shape[3]);
-    let ix = |l: usize, w: usize| {
-        move |bi: usize, hi: usize, i: usize, c: usize| ((bi * h + hi) * l + i) * w + c
+    let (hkv, lk, dv) = (k.shape[1], k.shape[2], v.shape[3]);
+    let group = h / hkv;
+    let ix = |heads: usize, l: usize, w: usize| {
+        move |bi: usize, hi: usize, i: usize, c: usize| ((bi * heads + hi) * l + i) * w + c
     };
-    let (io, iq, ik, iv) = (ix(lq, dv), ix(lq, d), ix(lk, d), ix(lk, dv));
+    let (io, iq) = (ix(h, lq, dv), ix(h, lq, d));
+    let (ik, iv) = (ix(hkv, lk, d), ix(hkv, lk, dv));
     let mut o = Expected::zeros(b * h * lq * dv);
     let mut dq = Expected::zeros(b * h * lq * d);
-    let mut dk = Expected::zeros(b * h * lk * d);
-    let mut dvs = Expected::zeros(b * h * lk * dv);
+    let mut dk = Expected::zeros(b * hkv * lk * d);
+    let mut dvs = Expected::zeros(b * hkv * lk * dv);
     for bi in 0..b {
         for hi in 0..h {
+            let kh = hi / group;
             for i in 0..lq {
                 let seen = if causal { i + 1 + lk - lq } else { lk };
                 let s: Vec<f64> = (0..seen)
                     .map(|j| {
                         scale
                             * (0..d)
-                                .map(|c| q.at(bi, hi, i, c) * k.at(bi, hi, j, c))
+                                .map(|c| q.at(bi, hi, i, c) * k.at(bi, kh, j, c))
                                 .sum::<f64>()
                     })
                     .collect();
@@ -105,8 +111,8 @@ fn reference(q: &Nd, k: &Nd, v: &Nd, ct: &Nd, scale: f64, causal: bool) -> [Expe
                 for c in 0..dv {
                     let at = io(bi, hi, i, c);
                     for j in 0..seen {
-                        o.value[at] += p[j] * v.at(bi, hi, j, c);
-                        o_err[c] += U * (p[j] * v.at(bi, hi, j, c)).abs();
+                        o.value[at] += p[j] * v.at(bi, kh, j, c);
+                        o_err[c] += U * (p[j] * v.at(bi, kh, j, c)).abs();
                     }
                     o.tolerance[at] = o_err[c];
                 }
@@ -114,18 +120,18 @@ fn reference(q: &Nd, k: &Nd, v: &Nd, ct: &Nd, scale: f64, causal: bool) -> [Expe
                 let dot: f64 = (0..dv).map(|c| o.value[io(bi, hi, i, c)] * ct_i[c]).sum();
                 let dot_err: f64 = (0..dv).map(|c| o_err[c] * ct_i[c].abs()).sum();
                 for j in 0..seen {
-                    let dp: f64 = (0..dv).map(|c| ct_i[c] * v.at(bi, hi, j, c)).sum();
+                    let dp: f64 = (0..dv).map(|c| ct_i[c] * v.at(bi, kh, j, c)).sum();
                     let ds = scale * p[j] * (dp - dot);
                     // ds from the rounded output, then itself rounded.
                     let ds_err = scale * p[j] * dot_err + U * ds.abs();
                     for c in 0..dv {
-                        let at = iv(bi, hi, j, c);
+                        let at = iv(bi, kh, j, c);
                         dvs.value[at] += p[j] * ct_i[c];
                         dvs.tolerance[at] += U * (p[j] * ct_i[c]).abs();
                     }
                     for c in 0..d {
-                        let (kj, qi) = (k.at(bi, hi, j, c), q.at(bi, hi, i, c));
-                        let (aq, ak) = (iq(bi, hi, i, c), ik(bi, hi, j, c));
+                        let (kj, qi) = (k.at(bi, kh, j, c), q.at(bi, hi, i, c));
+                        let (aq, ak) = (iq(bi, hi, i, c), ik(bi, kh, j, c));
                         dq.value[aq] += ds * kj;
                         dq.tolerance[aq] += ds_err * kj.abs();
                         dk.value[ak] += ds * qi;
@@ -145,13 +151,23 @@ fn reference(q: &Nd, k: &Nd, v: &Nd, ct: &Nd, scale: f64, causal: bool) -> [Expe
 /// One problem: `q [B, H, Lq, d]` read through the `[B, Lq, H, d]` layout a
 /// model's heads come in (or dense), `k`, `v`, and a cotangent.
 fn check_problem(dims: (usize, usize, usize, usize, usize, usize), causal: bool, seed: u64) {
+    check_grouped(dims, dims.1, causal, seed);
+}
+
+/// [`check_problem`] with `k` and `v` of `hkv` heads.
+fn check_grouped(
+    dims: (usize, usize, usize, usize, usize, usize),
+    hkv: usize,
+    causal: bool,
+    seed: u64,
+) {
     let (b, h, lq, lk, d, dv) = dims;
-    let what = format!("{dims:?} causal {causal}");
+    let what = format!("{dims:?} key/value heads {hkv} causal {causal}");
     let q = values(&[b, lq, h, d], seed)
         .transpose(&[0, 2, 1, 3])
         .unwrap();
-    let k = values(&[b, h, lk, d], seed + 1);
-    let v = values(&[b, lk, h, dv], seed + 2)
+    let k = values(&[b, hkv, lk, d], seed + 1);
+    let v = values(&[b, lk, hkv, dv], seed + 2)
         .transpose(&[0, 2, 1, 3])
         .unwrap();
     let ct = values(&[b, h, lq, dv], seed + 3)
@@ -189,6 +205,10 @@ fn bf16_attention_follows_float64_within_its_roundings() {
     check_problem((1, 1, 33, 97, 32, 32), true, 30);
     // Widths off the tiles: converted to f32 on every CPU.
     check_problem((1, 2, 9, 12, 8, 5), true, 40);
+    // Grouped-query (4 query heads on 2 key/value heads) and multi-query.
+    check_grouped((1, 4, 70, 70, 32, 64), 2, true, 50);
+    check_grouped((2, 2, 40, 100, 64, 32), 1, false, 60);
+    check_grouped((1, 4, 9, 12, 8, 5), 1, true, 70);
     eprintln!(
         "bfloat16 products: {:?}",
         mlx_array::backend::cpu::bf16_products()

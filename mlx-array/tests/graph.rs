@@ -194,3 +194,47 @@ fn results_do_not_depend_on_the_thread_count() {
         assert!((a - b).abs() <= 1e-4 * a.abs().max(1.0));
     }
 }
+
+/// Grouped-query attention reads the key/value heads in place for their
+/// groups: a forward and backward pass at `H_kv = H / 4` peaks below the
+/// same pass at `H_kv = H` by at least the bytes of `k` and `v` it does
+/// not have (its `dk` and `dv` are that much smaller), where a repeated
+/// copy of `k` and `v` (and a sum of expanded `dk` and `dv`) would bring
+/// it back up to about multi-head attention's; and `dk`, `dv` come back
+/// in `k`'s and `v`'s own shapes.
+#[test]
+fn grouped_query_attention_holds_no_repeated_keys_or_values() {
+    let _g = serial();
+    let (b, h, l, d) = (1, 8, 256, 32);
+    let extra_peak = |hkv: usize| {
+        let x = |heads: usize, seed: u64| {
+            let k = mlx_array::random::key(seed);
+            let x = mlx_array::random::normal(&k, &[b, heads, l, d], Dtype::F32).unwrap();
+            x.eval().unwrap();
+            x
+        };
+        let inputs = [x(h, 1), x(hkv, 2), x(hkv, 3)];
+        let ct = x(h, 4);
+        memory::clear_cache();
+        let base = memory::active();
+        memory::reset_peak();
+        let attend = |x: &[Array]| {
+            Ok(vec![mlx_array::fused_attention(
+                &x[0], &x[1], &x[2], 0.125, true,
+            )?])
+        };
+        let (out, grads) = mlx_array::vjp(attend, &inputs, &[ct]).unwrap();
+        eval((&out, &grads)).unwrap();
+        for (g, x) in grads.iter().zip(&inputs) {
+            assert_eq!(g.shape(), x.shape(), "hkv {hkv}: a gradient's shape");
+        }
+        memory::peak() - base
+    };
+    let kv_bytes = |heads: usize| 2 * b * heads * l * d * 4;
+    let (mha, gqa) = (extra_peak(h), extra_peak(h / 4));
+    assert!(
+        mha >= gqa + kv_bytes(h) - kv_bytes(h / 4),
+        "multi-head peak {mha} B, grouped-query {gqa} B: less than the {} B of k and v apart",
+        kv_bytes(h) - kv_bytes(h / 4)
+    );
+}
