@@ -6,10 +6,15 @@
 //! order; a configuration with `rope_traditional` (mlx-lm's, as our `mlx`
 //! export writes) already rotates interleaved pairs and is read as it is.
 //!
-//! Files are untrusted: the configuration is checked field by field (an
-//! option we cannot honour is refused by name), the safetensors headers by
-//! the `safetensors` crate (offsets inside the file), and every tensor's
-//! shape against the configuration before any weight is built.
+//! The configuration maps to our [`LlamaConfig`] in one place
+//! ([`parse_config`]): grouped-query attention, an explicit head width,
+//! transformers' RoPE types and tied embeddings are honoured, and anything
+//! else that changes the arithmetic is refused by name with its value.
+//!
+//! Files are untrusted: the configuration is checked field by field, the
+//! safetensors headers by the `safetensors` crate (offsets inside the
+//! file), and every tensor's shape against the configuration before any
+//! weight is built.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
