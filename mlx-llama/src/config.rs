@@ -346,7 +346,7 @@ pub struct TrainConfig {
     /// folder (its newest intact checkpoint), a checkpoint folder, a
     /// Hugging Face / mlx-lm / export folder (config.json, model.safetensors
     /// or shards with model.safetensors.index.json), or a Hub model name
-    /// org/name[@revision] fetched into the Hugging Face cache. Its shape
+    /// `org/name[@revision]` fetched into the Hugging Face cache. Its shape
     /// replaces the model options and its tokenizer is used unless
     /// --tokenizer is given (see `crate::source`).
     #[serde(default)]

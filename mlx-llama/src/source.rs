@@ -8,7 +8,7 @@
 //!   or a run folder (its newest intact checkpoint,
 //!   [`checkpoint::latest_good`]);
 //! - else a Hub model name `org/name` or `org/name@revision` (a branch, tag
-//!   or commit), whose model files [`mlx_data::hub::snapshot`] makes local
+//!   or commit), whose model files [`mlx_data::hub::snapshot()`] makes local
 //!   (Hugging Face's cache: `HF_HOME`, `HF_HUB_CACHE`; `HF_HUB_OFFLINE=1`
 //!   uses only what it holds).
 //!
