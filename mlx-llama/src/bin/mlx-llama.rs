@@ -70,7 +70,7 @@ struct TrainArgs {
 struct GenerateArgs {
     /// The model: a run folder (its newest intact checkpoint), a checkpoint
     /// folder, a Hugging Face / mlx-lm / export folder, or a Hub model name
-    /// org/name[@revision] (fetched into the Hugging Face cache;
+    /// org/name or org/name@revision (fetched into the Hugging Face cache;
     /// HF_HUB_OFFLINE=1 uses only the cache).
     #[arg(long, value_name = "SOURCE", default_value = "runs/latest")]
     checkpoint: ModelSource,
