@@ -543,3 +543,111 @@ fn every_forward_kernel_writes_the_half_output_as_the_cast_would() {
     }
     set_gpu_coopmat(GpuCoopmat::Auto);
 }
+
+/// Grouped-query (4 query heads on 2 key/value heads, causal) and
+/// multi-query (2 on 1, plain) attention on each kernel family (the f16
+/// fragments, the f32-compute tiles, the per-row kernels for heads too wide
+/// for the tiles' workgroup memory) agrees with the CPU, forward and
+/// gradient, with `dk` and `dv` of `k`'s and `v`'s shapes; and runs the
+/// kernels multi-head attention of as many query heads runs, as many of
+/// them: `k` and `v` read in place (no copy per query head), `dk` and `dv`
+/// summed over each group inside the kernels (no reduction after them).
+#[test]
+fn grouped_query_attention_runs_on_every_kernel_family_and_agrees_with_the_cpu() {
+    use mlx_array::backend::gpu::{attention_last_scalar_tiles, dispatch_count};
+    let Some(_gpu) = gpu() else { return };
+    let native = native_f16_or_skip();
+    // (coopmat setting, dtype, d, dv, the kernel family expected)
+    let families = [
+        (GpuCoopmat::Plain, Dtype::F16, 32, 32, "fragments"),
+        (GpuCoopmat::Off, Dtype::F32, 8, 12, "tiles"),
+        (GpuCoopmat::Off, Dtype::F32, 256, 256, "rows"),
+    ];
+    for (mode, dtype, d, dv, family) in families {
+        if dtype == Dtype::F16 && !native {
+            continue;
+        }
+        set_gpu_coopmat(mode);
+        for (h, hkv, causal) in [(4, 2, true), (2, 1, false)] {
+            let (lq, lk) = if family == "rows" { (9, 12) } else { (20, 27) };
+            let what = format!("{dtype} on the {family}: {h} heads on {hkv}, causal {causal}");
+            let typed = |shape: [usize; 4], seed| input(shape, seed).astype(dtype).unwrap();
+            let inputs = [
+                typed([1, h, lq, d], 1),
+                typed([1, hkv, lk, d], 2),
+                typed([1, hkv, lk, dv], 3),
+                typed([1, h, lq, dv], 4),
+            ];
+            let attend =
+                move |x: &[Array]| mlx_array::fused_attention(&x[0], &x[1], &x[2], 0.3, causal);
+            // Which family ran: (fragment forward, fragment gradient), f32 tiles.
+            let ran = |before: (usize, usize), grad: bool| {
+                let (f, g) = attention_fragment_runs();
+                let fragments = if grad { g > before.1 } else { f > before.0 };
+                if fragments {
+                    "fragments"
+                } else if attention_last_scalar_tiles().is_some() {
+                    "tiles"
+                } else {
+                    "rows"
+                }
+            };
+            let rel = if dtype == Dtype::F16 {
+                2.0 * tol(dtype)
+            } else {
+                4.0 * tol(dtype)
+            };
+            let before = attention_fragment_runs();
+            compare(&what, &inputs, attend, rel);
+            assert_eq!(ran(before, false), family, "{what}: forward");
+            let before = attention_fragment_runs();
+            compare(
+                &format!("{what}: dq, dk, dv"),
+                &inputs,
+                gradients(attend),
+                2.0 * rel,
+            );
+            assert_eq!(ran(before, true), family, "{what}: gradient");
+            // The kernels of the pass, against multi-head attention of k and
+            // v repeated to every query head (copied before counting).
+            let on_gpu = |x: &Array| {
+                let g = x.to_device(Device::Gpu);
+                g.eval().unwrap();
+                g
+            };
+            let repeat = |x: &Array| {
+                let s = x.shape().to_vec();
+                let r = x
+                    .reshape(&[1, hkv as i64, 1, lk as i64, s[3] as i64])
+                    .and_then(|y| y.broadcast_to(&[1, hkv, h / hkv, lk, s[3]]))
+                    .and_then(|y| y.reshape(&[1, h as i64, lk as i64, s[3] as i64]))
+                    .unwrap();
+                on_gpu(&r)
+            };
+            let grouped: Vec<Array> = inputs.iter().map(on_gpu).collect();
+            let repeated = vec![
+                grouped[0].clone(),
+                repeat(&inputs[1]),
+                repeat(&inputs[2]),
+                grouped[3].clone(),
+            ];
+            let kernels = |x: &[Array]| {
+                with_device(Device::Gpu, || {
+                    let f = |y: &[Array]| Ok(vec![attend(y)?]);
+                    let (out, grads) = mlx_array::vjp(f, &x[..3], &[x[3].clone()]).unwrap();
+                    let before = dispatch_count();
+                    mlx_array::eval((&out, &grads)).unwrap();
+                    let shapes: Vec<Vec<usize>> =
+                        grads.iter().map(|g| g.shape().to_vec()).collect();
+                    (dispatch_count() - before, shapes)
+                })
+            };
+            let (n_grouped, shapes) = kernels(&grouped);
+            let (n_repeated, _) = kernels(&repeated);
+            assert_eq!(n_grouped, n_repeated, "{what}: kernels of the pass");
+            let want: Vec<Vec<usize>> = inputs[..3].iter().map(|x| x.shape().to_vec()).collect();
+            assert_eq!(shapes, want, "{what}: the gradients' shapes");
+        }
+    }
+    set_gpu_coopmat(GpuCoopmat::Auto);
+}
