@@ -5,7 +5,7 @@
 //! output once more in their dtype, in a buffer of its own, rounded from
 //! the f32 value as it is stored: the model's activation, so that no cast
 //! kernel follows; the gradient reads the f32 one); the gradients `dq [B, Lq, H, d]`,
-//! `dk [B, Lk, H, d]`, `dv [B, Lk, H, dv]` one after another, in the
+//! `dk [B, Lk, H_kv, d]`, `dv [B, Lk, H_kv, dv]` one after another, in the
 //! inputs' dtype (rounded once as they are stored, so a half-precision
 //! model casts none of them). `q`, `k` and `v` are read in their own dtype
 //! (f32, f16 or bf16) and computed in f32, except f16 on 16 x 16
@@ -13,6 +13,15 @@
 //! their heads' batch, head and row strides wherever each row's elements
 //! are adjacent (a projection's `[B, L, H, d]` viewed as `[B, H, L, d]`:
 //! no copy of the heads before the kernels), and copied dense otherwise.
+//!
+//! Grouped-query attention (`k`, `v` of `H_kv` heads, `H / H_kv` query
+//! heads to each: the `group()` meta word): every kernel reads `k` and `v`
+//! at the query head's key/value head (`row_of`), in place; a dK/dV pass
+//! workgroup (or per-row thread) owns a key/value head's keys and walks
+//! the query blocks of each query head of its group in turn, so `dk` and
+//! `dv` are summed over the group in its registers (no expanded `dk`, `dv`
+//! and no reduction after the kernels; the same dispatches as multi-head
+//! attention, the dK/dV pass over `B H_kv` heads' blocks).
 //!
 //! # f16 on fragments (tensor cores)
 //!
