@@ -41,6 +41,17 @@ fn dead_endpoint() -> String {
 
 /// A model repository's files: sharded safetensors, the configuration and
 /// tokenizer files, and files a model does not need.
+/// A model's snapshot of `repo` at `revision`, as the trainer asks for it.
+fn model(hub: &HubClient, repo: &str, revision: &str) -> mlx_data::Result<std::path::PathBuf> {
+    snapshot(
+        hub,
+        RepoKind::Model,
+        repo,
+        revision,
+        &SnapshotFilter::model(),
+    )
+}
+
 fn model_files() -> Vec<(&'static str, Vec<u8>)> {
     vec![
         ("config.json", br#"{"model_type": "llama"}"#.to_vec()),
@@ -84,14 +95,7 @@ fn a_model_snapshot_fetches_what_a_model_needs_pinned_to_the_listed_commit() {
     let srv = serve(REPO, &files);
     let dir = tempfile::tempdir().unwrap();
     let hub = HubClient::new(config(&srv.endpoint, dir.path()));
-    let snap = snapshot(
-        &hub,
-        RepoKind::Model,
-        REPO,
-        "main",
-        &SnapshotFilter::model(),
-    )
-    .unwrap();
+    let snap = model(&hub, REPO, "main").unwrap();
     let commit = &srv.state.commit;
     let repo_dir = dir.path().join("models--org--tiny-llama");
     assert_eq!(snap, repo_dir.join("snapshots").join(commit));
@@ -126,14 +130,7 @@ fn a_model_snapshot_fetches_what_a_model_needs_pinned_to_the_listed_commit() {
     // Again, by tag and by commit: nothing downloaded, the same folder.
     for revision in ["v1.0", commit.as_str()] {
         srv.clear_seen();
-        let again = snapshot(
-            &hub,
-            RepoKind::Model,
-            REPO,
-            revision,
-            &SnapshotFilter::model(),
-        )
-        .unwrap();
+        let again = model(&hub, REPO, revision).unwrap();
         assert_eq!(again, snap, "{revision}");
         let seen = srv.seen();
         assert!(
@@ -149,25 +146,11 @@ fn a_model_snapshot_fetches_what_a_model_needs_pinned_to_the_listed_commit() {
 
     // Offline, and with the Hub gone: the same folder from the cache.
     srv.clear_seen();
-    let off = snapshot(
-        &offline(dir.path()),
-        RepoKind::Model,
-        REPO,
-        "v1.0",
-        &SnapshotFilter::model(),
-    )
-    .unwrap();
+    let off = model(&offline(dir.path()), REPO, "v1.0").unwrap();
     assert_eq!(off, snap);
     assert!(srv.seen().is_empty(), "offline touched the network");
     let gone = HubClient::new(config(&dead_endpoint(), dir.path()));
-    let cached = snapshot(
-        &gone,
-        RepoKind::Model,
-        REPO,
-        "main",
-        &SnapshotFilter::model(),
-    )
-    .unwrap();
+    let cached = model(&gone, REPO, "main").unwrap();
     assert_eq!(cached, snap);
 }
 
@@ -180,14 +163,7 @@ fn whole_weights_need_no_index_and_other_formats_are_refused_by_name() {
     ];
     let srv = serve("org/whole", &whole);
     let hub = HubClient::new(config(&srv.endpoint, dir.path()));
-    let snap = snapshot(
-        &hub,
-        RepoKind::Model,
-        "org/whole",
-        "main",
-        &SnapshotFilter::model(),
-    )
-    .unwrap();
+    let snap = model(&hub, "org/whole", "main").unwrap();
     assert_eq!(
         std::fs::read(snap.join("model.safetensors")).unwrap(),
         [7u8; 100]
@@ -200,14 +176,7 @@ fn whole_weights_need_no_index_and_other_formats_are_refused_by_name() {
     ];
     let srv = serve("org/pytorch", &pytorch);
     let hub = HubClient::new(config(&srv.endpoint, dir.path()));
-    let err = snapshot(
-        &hub,
-        RepoKind::Model,
-        "org/pytorch",
-        "main",
-        &SnapshotFilter::model(),
-    )
-    .unwrap_err();
+    let err = model(&hub, "org/pytorch", "main").unwrap_err();
     let msg = err.to_string();
     assert!(matches!(err, DataError::RepoIncomplete { .. }), "{msg}");
     for part in [
@@ -231,43 +200,21 @@ fn whole_weights_need_no_index_and_other_formats_are_refused_by_name() {
     files.retain(|(n, _)| *n != "model-00002-of-00002.safetensors");
     let srv = serve("org/torn", &files);
     let hub = HubClient::new(config(&srv.endpoint, dir.path()));
-    let msg = snapshot(
-        &hub,
-        RepoKind::Model,
-        "org/torn",
-        "main",
-        &SnapshotFilter::model(),
-    )
-    .unwrap_err()
-    .to_string();
+    let msg = model(&hub, "org/torn", "main").unwrap_err().to_string();
     assert!(
         msg.contains("org/torn") && msg.contains("model-00002-of-00002.safetensors"),
         "{msg}"
     );
 
     // No such repository: the Hub's answer, not a fallback.
-    let err = snapshot(
-        &hub,
-        RepoKind::Model,
-        "org/nothing",
-        "main",
-        &SnapshotFilter::model(),
-    )
-    .unwrap_err();
+    let err = model(&hub, "org/nothing", "main").unwrap_err();
     assert!(err.to_string().contains("404"), "{err}");
 }
 
 #[test]
 fn offline_with_nothing_cached_fails_naming_the_repository() {
     let dir = tempfile::tempdir().unwrap();
-    let err = snapshot(
-        &offline(dir.path()),
-        RepoKind::Model,
-        REPO,
-        "main",
-        &SnapshotFilter::model(),
-    )
-    .unwrap_err();
+    let err = model(&offline(dir.path()), REPO, "main").unwrap_err();
     let msg = err.to_string();
     assert!(matches!(err, DataError::NotCached { .. }), "{msg}");
     assert!(
@@ -276,14 +223,7 @@ fn offline_with_nothing_cached_fails_naming_the_repository() {
     );
     // Unsafe names are refused before anything is touched.
     for (repo, rev) in [("../x", "main"), (REPO, "../../x"), ("/abs", "main")] {
-        let err = snapshot(
-            &offline(dir.path()),
-            RepoKind::Model,
-            repo,
-            rev,
-            &SnapshotFilter::model(),
-        )
-        .unwrap_err();
+        let err = model(&offline(dir.path()), repo, rev).unwrap_err();
         assert!(matches!(err, DataError::Config(_)), "{repo} {rev}: {err}");
     }
 }
@@ -323,14 +263,7 @@ fn a_cache_written_by_python_serves_offline_and_what_it_lacks_is_named() {
     python_cache(&cache, REPO, commit, &["main", "v1.0"], &files);
     let want = cache.join("models--org--tiny-llama/snapshots").join(commit);
     for revision in ["main", "v1.0", commit] {
-        let snap = snapshot(
-            &offline(&cache),
-            RepoKind::Model,
-            REPO,
-            revision,
-            &SnapshotFilter::model(),
-        )
-        .unwrap();
+        let snap = model(&offline(&cache), REPO, revision).unwrap();
         assert_eq!(snap, want, "{revision}");
         for (name, bytes) in &files {
             assert_eq!(&std::fs::read(snap.join(name)).unwrap(), bytes, "{name}");
@@ -338,26 +271,13 @@ fn a_cache_written_by_python_serves_offline_and_what_it_lacks_is_named() {
     }
     // The Hub out of reach (not offline) falls back to the same snapshot.
     let gone = HubClient::new(config(&dead_endpoint(), &cache));
-    let snap = snapshot(
-        &gone,
-        RepoKind::Model,
-        REPO,
-        "main",
-        &SnapshotFilter::model(),
-    )
-    .unwrap();
+    let snap = model(&gone, REPO, "main").unwrap();
     assert_eq!(snap, want);
 
     // A revision the cache does not know: not cached, naming it.
-    let msg = snapshot(
-        &offline(&cache),
-        RepoKind::Model,
-        REPO,
-        "dev",
-        &SnapshotFilter::model(),
-    )
-    .unwrap_err()
-    .to_string();
+    let msg = model(&offline(&cache), REPO, "dev")
+        .unwrap_err()
+        .to_string();
     assert!(msg.contains(REPO) && msg.contains("dev"), "{msg}");
 
     // A shard whose blob is gone (a link left dangling) and no config.json:
@@ -367,14 +287,7 @@ fn a_cache_written_by_python_serves_offline_and_what_it_lacks_is_named() {
     let target = std::fs::read_link(&shard).unwrap();
     std::fs::remove_file(shard.parent().unwrap().join(target)).unwrap();
     std::fs::remove_file(want.join("config.json")).unwrap();
-    let err = snapshot(
-        &offline(&cache),
-        RepoKind::Model,
-        REPO,
-        "main",
-        &SnapshotFilter::model(),
-    )
-    .unwrap_err();
+    let err = model(&offline(&cache), REPO, "main").unwrap_err();
     let msg = err.to_string();
     assert!(matches!(err, DataError::RepoIncomplete { .. }), "{msg}");
     for part in [

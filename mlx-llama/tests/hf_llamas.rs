@@ -11,10 +11,12 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use mlx_array::Array;
+use mlx_llama::Llama;
 use mlx_llama::export::{self, Format};
 use mlx_llama::import::{self, Tensor};
-use mlx_llama::{Llama, TokenizerChoice, TrainConfig};
 use mlx_nn::{ModuleExt, value_and_grad};
+
+mod common;
 
 const ARCHITECTURES: [&str; 6] = [
     "smollm-135m",
@@ -68,6 +70,23 @@ fn assert_close(what: &str, got: &[f32], want: &[f32], rel: f32) {
     );
 }
 
+/// The mean next-token cross-entropy of `ids` `[B, L]` (the first `L - 1`
+/// predicting the last `L - 1`, as the fixtures' script computes it) and
+/// its gradients.
+fn training_step(model: &mut Llama, ids: &Array) -> (f32, mlx_array::Tree) {
+    let (b, l) = (ids.shape()[0], ids.shape()[1]);
+    let x = ids.slice_axis(1, 0, (l - 1) as i64).unwrap();
+    let y = ids.slice_axis(1, 1, l as i64).unwrap();
+    let w = Array::full(
+        &[b, l - 1],
+        1.0 / (b * (l - 1)) as f64,
+        mlx_array::Dtype::F32,
+    );
+    let step = value_and_grad(|m: &Llama, _: &()| m.loss(&x, &y, &w));
+    let (loss, grads) = step(model, &()).unwrap();
+    (loss.item::<f32>().unwrap(), grads)
+}
+
 #[test]
 fn each_architecture_s_logits_equal_transformers() {
     for name in ARCHITECTURES {
@@ -99,17 +118,7 @@ fn each_architecture_s_logits_and_gradients_on_the_gpu_equal_transformers() {
                 &r.tensors["logits"].values,
                 1e-4,
             );
-            let (b, l) = (r.ids.shape()[0], r.ids.shape()[1]);
-            let x = r.ids.slice_axis(1, 0, (l - 1) as i64).unwrap();
-            let y = r.ids.slice_axis(1, 1, l as i64).unwrap();
-            let w = Array::full(
-                &[b, l - 1],
-                1.0 / (b * (l - 1)) as f64,
-                mlx_array::Dtype::F32,
-            );
-            let step = value_and_grad(|m: &Llama, _: &()| m.loss(&x, &y, &w));
-            let (loss, grads) = step(&mut model, &()).unwrap();
-            let loss = loss.item::<f32>().unwrap();
+            let (loss, grads) = training_step(&mut model, &r.ids);
             assert!(
                 (loss - r.loss).abs() <= 1e-5 * r.loss.abs(),
                 "{name}: {loss} vs {}",
@@ -174,17 +183,7 @@ fn one_training_step_s_loss_and_gradients_equal_transformers() {
     for name in ARCHITECTURES {
         let mut model = import::load(&fixture(name)).unwrap();
         let r = reference(name);
-        let (b, l) = (r.ids.shape()[0], r.ids.shape()[1]);
-        let x = r.ids.slice_axis(1, 0, (l - 1) as i64).unwrap();
-        let y = r.ids.slice_axis(1, 1, l as i64).unwrap();
-        let w = Array::full(
-            &[b, l - 1],
-            1.0 / (b * (l - 1)) as f64,
-            mlx_array::Dtype::F32,
-        );
-        let step = value_and_grad(|m: &Llama, _: &()| m.loss(&x, &y, &w));
-        let (loss, grads) = step(&mut model, &()).unwrap();
-        let loss = loss.item::<f32>().unwrap();
+        let (loss, grads) = training_step(&mut model, &r.ids);
         assert!(
             (loss - r.loss).abs() <= 1e-5 * r.loss.abs(),
             "{name}: loss {loss} against transformers' {}",
@@ -257,38 +256,13 @@ fn transformers_4_s_spelling_reads_as_5_s() {
     );
 }
 
-/// A word-level tokenizer of `vocab` tokens whose last is `<|endoftext|>`.
-fn tokenizer(dir: &Path, vocab: usize) -> mlx_data::TextTokenizer {
-    let words: serde_json::Map<String, serde_json::Value> = (0..vocab - 1)
-        .map(|i| (format!("w{i}"), i.into()))
-        .chain([("<|endoftext|>".to_string(), (vocab - 1).into())])
-        .collect();
-    let json = serde_json::json!({
-        "version": "1.0",
-        "added_tokens": [{"id": vocab - 1, "content": "<|endoftext|>", "single_word": false,
-            "lstrip": false, "rstrip": false, "normalized": false, "special": true}],
-        "normalizer": null,
-        "pre_tokenizer": {"type": "WhitespaceSplit"},
-        "post_processor": null,
-        "decoder": null,
-        "model": {"type": "WordLevel", "vocab": words, "unk_token": "<|endoftext|>"},
-    });
-    let path = dir.join("tokenizer.json");
-    std::fs::write(&path, json.to_string()).unwrap();
-    let cfg = TrainConfig {
-        tokenizer: TokenizerChoice::File(path),
-        ..TrainConfig::default()
-    };
-    mlx_llama::trainer::tokenizer_for(&cfg).unwrap()
-}
-
 #[test]
 fn export_gives_transformers_back_the_same_tensors_and_configuration() {
     let tmp = tempfile::tempdir().unwrap();
     for name in ARCHITECTURES {
         let dir = fixture(name);
         let model = import::load(&dir).unwrap();
-        let tok = tokenizer(tmp.path(), model.config.vocab_size);
+        let (_, tok) = common::word_tokenizer(tmp.path(), model.config.vocab_size);
         let out = tmp.path().join(name);
         export::write(&model, &tok, 64, &out, Format::Hf).unwrap();
         let read = |d: &Path| {

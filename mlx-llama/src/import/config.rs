@@ -300,23 +300,9 @@ fn rope(c: &Object, max_positions: usize) -> Result<(f64, RopeScaling)> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::export::hf;
     use serde_json::json;
 
-    fn config() -> Value {
-        hf::config(
-            &LlamaConfig {
-                num_layers: 1,
-                vocab_size: 16,
-                dims: 8,
-                mlp_dims: 16,
-                num_heads: 2,
-                ..LlamaConfig::default()
-            },
-            32,
-            15,
-        )
-    }
+    use super::super::tests::config;
 
     fn parse(v: &Value) -> Result<ImportedConfig> {
         parse_config(v.to_string().as_bytes())

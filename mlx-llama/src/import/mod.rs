@@ -236,10 +236,11 @@ pub fn to_model(c: &ImportedConfig, mut tensors: BTreeMap<String, Tensor>) -> Re
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn config() -> serde_json::Value {
+    /// A small model's `config.json`, as our export writes it.
+    pub(super) fn config() -> serde_json::Value {
         hf::config(
             &LlamaConfig {
                 num_layers: 1,

@@ -230,3 +230,32 @@ pub fn overlapping_steps_change_nothing(cfg: &TrainConfig, rel: f64) {
     assert_eq!(overlapped.step_ms.len(), waited.step_ms.len());
     assert_eq!(overlapped.skipped_steps, waited.skipped_steps);
 }
+
+/// A word-level tokenizer of `vocab` tokens (`w0`, `w1`, ... and
+/// `<|endoftext|>`, the last id, its end of text) written to
+/// `dir/words.json`.
+pub fn word_tokenizer(dir: &Path, vocab: usize) -> (PathBuf, mlx_data::TextTokenizer) {
+    let words: serde_json::Map<String, serde_json::Value> = (0..vocab - 1)
+        .map(|i| (format!("w{i}"), i.into()))
+        .chain([("<|endoftext|>".to_string(), (vocab - 1).into())])
+        .collect();
+    let json = serde_json::json!({
+        "version": "1.0",
+        "truncation": null,
+        "padding": null,
+        "added_tokens": [{
+            "id": vocab - 1, "content": "<|endoftext|>", "single_word": false,
+            "lstrip": false, "rstrip": false, "normalized": false, "special": true
+        }],
+        "normalizer": null,
+        "pre_tokenizer": {"type": "Whitespace"},
+        "post_processor": null,
+        "decoder": null,
+        "model": {"type": "WordLevel", "vocab": words, "unk_token": "<|endoftext|>"}
+    });
+    let path = dir.join("words.json");
+    std::fs::write(&path, json.to_string()).unwrap();
+    let t = mlx_data::TextTokenizer::from_file(&path).unwrap();
+    assert_eq!((t.vocab_size(), t.eos_id()), (vocab, vocab as u32 - 1));
+    (path, t)
+}

@@ -3,6 +3,8 @@
 //! Hugging Face's RoPE by halves on the `hf` export, interleaved on the
 //! `mlx` one) against our model's.
 
+#[path = "../common/mod.rs"]
+mod common;
 mod import;
 mod reference;
 
@@ -55,29 +57,7 @@ fn model() -> Llama {
 
 /// A word-level tokenizer of 66 words and `<|endoftext|>` (id 66).
 fn tokenizer(dir: &Path) -> (std::path::PathBuf, TextTokenizer) {
-    let vocab: serde_json::Map<String, serde_json::Value> = (0..VOCAB - 1)
-        .map(|i| (format!("w{i}"), i.into()))
-        .chain([("<|endoftext|>".to_string(), (VOCAB - 1).into())])
-        .collect();
-    let json = serde_json::json!({
-        "version": "1.0",
-        "truncation": null,
-        "padding": null,
-        "added_tokens": [{
-            "id": VOCAB - 1, "content": "<|endoftext|>", "single_word": false,
-            "lstrip": false, "rstrip": false, "normalized": false, "special": true
-        }],
-        "normalizer": null,
-        "pre_tokenizer": {"type": "Whitespace"},
-        "post_processor": null,
-        "decoder": null,
-        "model": {"type": "WordLevel", "vocab": vocab, "unk_token": "<|endoftext|>"}
-    });
-    let path = dir.join("words.json");
-    std::fs::write(&path, json.to_string()).unwrap();
-    let t = TextTokenizer::from_file(&path).unwrap();
-    assert_eq!((t.vocab_size(), t.eos_id()), (VOCAB, VOCAB as u32 - 1));
-    (path, t)
+    common::word_tokenizer(dir, VOCAB)
 }
 
 /// Every tensor of an export with its metadata, checked to be float32.
