@@ -327,3 +327,101 @@ fn generation_caches_only_the_key_value_heads_and_matches_the_full_forward() {
     assert_eq!(c.keys.shape(), [1, 2, prompt.len(), 16]);
     assert_eq!(c.values.shape(), [1, 2, prompt.len(), 16]);
 }
+
+/// Text of the fixtures' word tokenizer's words: `stories` stories of 40
+/// words `w0`..`w94`, separated by `<|endoftext|>`.
+fn word_text(path: &Path, stories: usize, seed: u64) -> PathBuf {
+    let mut state = seed;
+    let text: Vec<String> = (0..stories)
+        .map(|_| {
+            (0..40)
+                .map(|_| {
+                    state = state
+                        .wrapping_mul(6364136223846793005)
+                        .wrapping_add(1442695040888963407);
+                    format!("w{}", (state >> 33) % 95)
+                })
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
+        .collect();
+    std::fs::write(path, text.join("<|endoftext|>")).unwrap();
+    path.to_path_buf()
+}
+
+/// SmolLM's (multi-query, tied) and Llama 3.1's (grouped 4:1, llama3 RoPE,
+/// heads wider than dims / heads) fixtures fine-tuned from their folders
+/// (`init_from`) train the same at world 1, at world 2 with sharded AdamW
+/// state, and, where the heads split, tensor-parallel over 2 ranks.
+#[test]
+fn fixtures_fine_tune_alike_under_every_layout() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (tok, _) = common::word_tokenizer(tmp.path(), 96);
+    let train = word_text(&tmp.path().join("train.txt"), 40, 1);
+    let valid = word_text(&tmp.path().join("valid.txt"), 4, 2);
+    for (name, tensor) in [("smollm-135m", false), ("llama-3.1-8b", true)] {
+        let cfg = |out: &str| mlx_llama::TrainConfig {
+            init_from: Some(fixture(name).into()),
+            tokenizer: mlx_llama::TokenizerChoice::File(tok.clone()),
+            data: mlx_llama::DataSource::Text {
+                train: train.clone(),
+                validation: valid.clone(),
+            },
+            block_size: 16,
+            learning_rate: 1e-3,
+            ..common::tiny(&tmp.path().join(format!("{name}-{out}")), 4)
+        };
+        let one = mlx_llama::train(&cfg("one"), &mlx_dist::Group::single()).unwrap();
+        let mut layouts = vec![("data parallel, sharded state", cfg("two"))];
+        if tensor {
+            layouts.push((
+                "tensor parallel",
+                mlx_llama::TrainConfig {
+                    tensor_parallel: 2,
+                    ..cfg("tensor")
+                },
+            ));
+        }
+        for (layout, c) in layouts {
+            let two = mlx_dist::run_local(2, |g| mlx_llama::train(&c, &g).unwrap()).unwrap();
+            for (a, b) in one.losses.iter().zip(&two[0].losses) {
+                assert!(
+                    (a - b).abs() <= 1e-4 * a.abs(),
+                    "{name}, {layout}: {:?} vs world 1's {:?}",
+                    two[0].losses,
+                    one.losses
+                );
+            }
+        }
+    }
+}
+
+/// Greedy generation from the fixtures is the same split over two ranks by
+/// pipeline stages (a tied model's last stage keeps the embedding as its
+/// head) and, where the heads split, by tensor parallelism.
+#[test]
+fn fixtures_generate_alike_split_over_ranks() {
+    let prompt = [5u32, 17, 3, 60];
+    for name in ARCHITECTURES {
+        let load = || import::load(&fixture(name)).unwrap();
+        let one = load().generate(&prompt, 8, 0.0, 0).unwrap();
+        let pipeline = mlx_dist::run_local(2, |g| {
+            mlx_llama::pipeline::PipelineStage::new(load(), &g)
+                .unwrap()
+                .generate(&prompt, 8, 0.0, 0)
+                .unwrap()
+        })
+        .unwrap();
+        assert_eq!(pipeline, [one.clone(), one.clone()], "{name}, pipeline");
+        let m = load();
+        if m.config.kv_heads() % 2 == 0 {
+            let tensor = mlx_dist::run_local(2, |g| {
+                let mut m = load();
+                m.shard(&g).unwrap();
+                m.generate(&prompt, 8, 0.0, 0).unwrap()
+            })
+            .unwrap();
+            assert_eq!(tensor, [one.clone(), one.clone()], "{name}, tensor");
+        }
+    }
+}
