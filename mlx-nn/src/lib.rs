@@ -1,7 +1,8 @@
 //! Neural-network building blocks for `mlx-array`, in the shape of `mlx.nn`,
 //! with the tensor-parallel layers of `mlx.nn.layers.distributed`
 //! ([`AllToShardedLinear`], [`ShardedToAllLinear`], [`shard_linear`],
-//! [`shard_inplace`]).
+//! [`shard_inplace`]), and the low-rank adapters of PEFT and mlx-lm for
+//! fine-tuning ([`LoRALinear`], [`DoRALinear`]).
 //!
 //! A model is a struct of layers implementing [`Module`] (one line with
 //! [`impl_module!`]); [`value_and_grad`] gives its loss and gradients as a
@@ -47,6 +48,7 @@ pub use layers::attention::{
 pub use layers::dropout::Dropout;
 pub use layers::embedding::Embedding;
 pub use layers::linear::Linear;
+pub use layers::lora::{DoRALinear, LoRAConfig, LoRALinear};
 pub use layers::mlp::SwiGLU;
 pub use layers::norm::{LayerNorm, RMSNorm};
 pub use layers::rope::{RoPE, RopeScaling};

@@ -5,6 +5,7 @@ pub mod attention;
 pub mod dropout;
 pub mod embedding;
 pub mod linear;
+pub mod lora;
 pub mod mlp;
 pub mod norm;
 pub mod rope;
