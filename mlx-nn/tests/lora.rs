@@ -29,6 +29,29 @@ fn assert_close(got: &Array, want: &Array, rel: f32, what: &str) {
     }
 }
 
+/// The Euclidean norm of each row of `w`.
+fn row_norms(w: &Array) -> Array {
+    w.square()
+        .unwrap()
+        .sum(&[1], false)
+        .unwrap()
+        .sqrt()
+        .unwrap()
+}
+
+/// `||W + scale B A||` of each output row of `dora`, computed here.
+fn merged_norms(dora: &DoRALinear) -> Array {
+    let delta = dora.lora_b.value().matmul(dora.lora_a.value()).unwrap();
+    row_norms(
+        &dora
+            .base
+            .weight
+            .value()
+            .add(&delta.mul_scalar(dora.scale).unwrap())
+            .unwrap(),
+    )
+}
+
 fn base(bias: bool) -> Linear {
     Linear::new(5, 3, bias, &random::key(7)).unwrap()
 }
@@ -161,16 +184,7 @@ fn dora_gradients_match_finite_differences_with_the_norm_detached() {
         // The reference: m / n0 * (x W^T + scale x A^T B^T) + b with the
         // norm n0 = ||W + scale B A|| fixed at the unperturbed point.
         let w = dora.base.weight.value().clone();
-        let delta = dora.lora_b.value().matmul(dora.lora_a.value()).unwrap();
-        let n0 = w
-            .add(&delta.mul_scalar(dora.scale).unwrap())
-            .unwrap()
-            .square()
-            .unwrap()
-            .sum(&[1], false)
-            .unwrap()
-            .sqrt()
-            .unwrap();
+        let n0 = merged_norms(&dora);
         let reference = |m: &DoRALinear| {
             let lr = x
                 .matmul(&m.lora_a.value().t()?)?
@@ -222,15 +236,7 @@ fn fused_layers_give_the_unfused_outputs() {
             "dora fused",
         );
         // The fused DoRA rows have the magnitudes as their norms.
-        let norms = fused
-            .weight
-            .value()
-            .square()
-            .unwrap()
-            .sum(&[1], false)
-            .unwrap()
-            .sqrt()
-            .unwrap();
+        let norms = row_norms(fused.weight.value());
         assert_close(&norms, dora.magnitude.value(), 1e-5, "dora fused norms");
     }
 }
@@ -307,16 +313,7 @@ fn dropout_applies_to_the_adapter_input_only_in_training() {
         DoRALinear::from_linear(base(true), &config().dropout(0.5), &random::key(2)).unwrap();
     perturb(&mut dora, 4);
     let w = dora.base.weight.value();
-    let delta = dora.lora_b.value().matmul(dora.lora_a.value()).unwrap();
-    let norm = w
-        .add(&delta.mul_scalar(dora.scale).unwrap())
-        .unwrap()
-        .square()
-        .unwrap()
-        .sum(&[1], false)
-        .unwrap()
-        .sqrt()
-        .unwrap();
+    let norm = merged_norms(&dora);
     let ms = dora.magnitude.value().divide(&norm).unwrap();
     let lr = xd
         .matmul(&dora.lora_a.value().t().unwrap())
