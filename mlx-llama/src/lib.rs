@@ -8,6 +8,7 @@
 //! println!("final loss {:?}", summary.losses.last());
 //! # Ok::<(), anyhow::Error>(())
 //! ```
+pub mod adapters;
 pub mod checkpoint;
 pub mod config;
 pub mod console;
