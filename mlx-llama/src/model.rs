@@ -509,9 +509,15 @@ impl Llama {
     /// (causal), in the output projection's dtype: everything but the
     /// output projection.
     pub fn hidden(&self, tokens: &Array) -> Result<Array> {
+        self.hidden_masked(tokens, AttentionMask::Causal)
+    }
+
+    /// [`Llama::hidden`] with the attention's mask given: causal, or an
+    /// additive mask such as [`segment_mask`]'s.
+    pub fn hidden_masked(&self, tokens: &Array, mask: AttentionMask<'_>) -> Result<Array> {
         let mut x = embed(&self.embedding, tokens)?;
         for layer in &self.layers {
-            x = layer.forward(&x, AttentionMask::Causal, None)?;
+            x = layer.forward(&x, mask, None)?;
         }
         head_input(&self.norm, self.head_weight(), &x)
     }
@@ -527,6 +533,30 @@ impl Llama {
     pub fn loss(&self, tokens: &Array, targets: &Array, row_weights: &Array) -> Result<Array> {
         mlx_array::linear_cross_entropy_sum(
             &self.hidden(tokens)?,
+            self.head_weight(),
+            targets,
+            row_weights,
+            &Default::default(),
+        )
+    }
+
+    /// [`Llama::loss`] of rows that pack several examples: with `segments`
+    /// (`[B, L]` integers, the example each input token belongs to) a token
+    /// attends only to earlier tokens of its own example ([`segment_mask`]);
+    /// without, causally over the whole row.
+    pub fn loss_in(
+        &self,
+        tokens: &Array,
+        targets: &Array,
+        row_weights: &Array,
+        segments: Option<&Array>,
+    ) -> Result<Array> {
+        let Some(segments) = segments else {
+            return self.loss(tokens, targets, row_weights);
+        };
+        let mask = segment_mask(segments, self.head_weight().dtype())?;
+        mlx_array::linear_cross_entropy_sum(
+            &self.hidden_masked(tokens, AttentionMask::Additive(&mask))?,
             self.head_weight(),
             targets,
             row_weights,
@@ -587,6 +617,23 @@ impl Llama {
         }
         Ok(history.split_off(prompt.len()))
     }
+}
+
+/// The additive attention mask `[B, 1, L, L]` of rows packing several
+/// examples: 0 where key `j` is at or before query `i` and in the same
+/// example (`segments[b, i] == segments[b, j]`), a large negative number
+/// elsewhere, in `dtype`.
+pub fn segment_mask(segments: &Array, dtype: Dtype) -> Result<Array> {
+    let (b, l) = (segments.shape()[0] as i64, segments.shape()[1] as i64);
+    let pos = mlx_array::arange(0.0, l as f64, 1.0, Dtype::I32)?;
+    let future = pos.reshape(&[l, 1])?.less(&pos.reshape(&[1, l])?)?;
+    let other = segments
+        .reshape(&[b, 1, l, 1])?
+        .not_equal(&segments.reshape(&[b, 1, 1, l])?)?;
+    // A select, not `blocked * -1e9`: in float16 that is 0 * -inf, NaN.
+    future
+        .logical_or(&other)?
+        .where_(&Array::full(&[], -1e9, dtype), &Array::zeros(&[], dtype))
 }
 
 /// The embedding of `tokens`: the start of the residual stream, in

@@ -6,10 +6,14 @@
 //! The adapters themselves are [`mlx_nn::LoRALinear`] and
 //! [`mlx_nn::DoRALinear`]; [`crate::Llama::add_adapters`] puts them in.
 
+mod apply;
+
 use std::fmt;
 use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
+
+pub use apply::{ADAPTER_LEAVES, is_adapter_tensor};
 
 /// LoRA or DoRA.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]

@@ -109,12 +109,11 @@ fn low_rank(x: &Array, a: &Param, b: &Param) -> Result<Array> {
     x.matmul(&a.value().t()?)?.matmul(&b.value().t()?)
 }
 
-/// `W + scale B A`, `[out, in]`.
+/// `W + scale B A`, `[out, in]`, in float32 whatever the base's dtype (a
+/// base held in half precision is widened, not the update rounded).
 fn merged(base: &Linear, a: &Param, b: &Param, scale: f64) -> Result<Array> {
     let delta = b.value().matmul(a.value())?.mul_scalar(scale)?;
-    base.weight
-        .value()
-        .add(&delta.astype(base.weight.value().dtype())?)
+    base.weight.value().astype(Dtype::F32)?.add(&delta)
 }
 
 /// The L2 norm of each row of `w` `[out, in]` over the input axis, `[out]`.
@@ -149,6 +148,11 @@ pub struct LoRALinear {
     pub scale: f64,
     /// Dropout on the adapter's input (training only).
     pub dropout: Dropout,
+    /// The key the current training step draws the dropout from (the
+    /// layer's own, e.g. one of [`mlx_array::random::split_keys`]); `None`
+    /// (evaluation): no dropout. Read by [`AnyLinear`](crate::AnyLinear)'s
+    /// forward pass.
+    pub train_key: Option<Array>,
 }
 
 impl_module!(LoRALinear {
@@ -168,6 +172,7 @@ impl LoRALinear {
             lora_b,
             scale,
             dropout,
+            train_key: None,
         })
     }
 
@@ -181,8 +186,11 @@ impl LoRALinear {
     pub fn forward_train(&self, x: &Array, key: Option<&Array>) -> Result<Array> {
         let y = self.base.forward(x)?;
         let xd = self.dropout.forward(x, key)?;
+        // The adapter computes in its own float32; its update joins the
+        // base's output in the base's dtype (a half-precision base keeps
+        // the block in half precision).
         let update = low_rank(&xd, &self.lora_a, &self.lora_b)?.mul_scalar(self.scale)?;
-        y.add(&update)
+        y.add(&update.astype(y.dtype())?)
     }
 
     /// The merged layer `W + scale B A` (bias unchanged), trainable.
@@ -219,6 +227,11 @@ pub struct DoRALinear {
     pub scale: f64,
     /// Dropout on the adapter's input (training only).
     pub dropout: Dropout,
+    /// The key the current training step draws the dropout from (the
+    /// layer's own, e.g. one of [`mlx_array::random::split_keys`]); `None`
+    /// (evaluation): no dropout. Read by [`AnyLinear`](crate::AnyLinear)'s
+    /// forward pass.
+    pub train_key: Option<Array>,
 }
 
 impl_module!(DoRALinear {
@@ -242,6 +255,7 @@ impl DoRALinear {
             magnitude,
             scale,
             dropout,
+            train_key: None,
         })
     }
 
@@ -277,8 +291,10 @@ impl DoRALinear {
             _ => (x.clone(), xw),
         };
         let update = low_rank(&xd, &self.lora_a, &self.lora_b)?.mul_scalar(self.scale)?;
-        y.add(&ms.sub_scalar(1.0)?.multiply(&xdw)?)?
-            .add(&ms.multiply(&update)?)
+        let out = y
+            .add(&ms.sub_scalar(1.0)?.multiply(&xdw)?)?
+            .add(&ms.multiply(&update)?)?;
+        out.astype(y.dtype())
     }
 
     /// The merged layer `m / ||W + scale B A|| * (W + scale B A)` row by row

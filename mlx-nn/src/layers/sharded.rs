@@ -39,7 +39,7 @@ use mlx_dist::{Group, all_gather, sum_gradients, sum_partials};
 
 use crate::layers::linear::affine;
 use crate::module::{Module, ModuleExt, Param};
-use crate::{Linear, impl_module};
+use crate::{DoRALinear, Linear, LoRALinear, impl_module};
 
 /// How a layer's parameters are cut over a group (MLX's `sharding` strings).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -182,8 +182,11 @@ impl ShardedToAllLinear {
 
 /// A linear layer, whole or sharded: what a model's field holds when the
 /// layer may be replaced by its sharded form in place (as MLX's models
-/// assign `shard_linear`'s result to the attribute). Its parameters keep
-/// their names (`weight`, `bias`) in every form.
+/// assign `shard_linear`'s result to the attribute), or whole with a LoRA
+/// or DoRA adapter (as mlx-lm's `linear_to_lora_layers` replaces it). Its
+/// parameters keep their names (`weight`, `bias`) in the whole and sharded
+/// forms; with an adapter they are the adapter's (`base.weight`, `lora_a`,
+/// ...).
 #[derive(Clone, Debug)]
 pub enum AnyLinear {
     /// The whole layer.
@@ -192,6 +195,10 @@ pub enum AnyLinear {
     AllToSharded(AllToShardedLinear),
     /// Input features split over a group.
     ShardedToAll(ShardedToAllLinear),
+    /// A whole layer, frozen, with a LoRA adapter.
+    Lora(LoRALinear),
+    /// A whole layer, frozen, with a DoRA adapter.
+    Dora(DoRALinear),
 }
 
 impl AnyLinear {
@@ -201,6 +208,8 @@ impl AnyLinear {
             AnyLinear::Linear(l) => l.forward(x),
             AnyLinear::AllToSharded(l) => l.forward(x),
             AnyLinear::ShardedToAll(l) => l.forward(x),
+            AnyLinear::Lora(l) => l.forward_train(x, l.train_key.as_ref()),
+            AnyLinear::Dora(l) => l.forward_train(x, l.train_key.as_ref()),
         }
     }
 
@@ -242,6 +251,12 @@ impl AnyLinear {
                 weight: Param::new(gather_axis(l.weight.value(), -1, &l.group)?),
                 bias: l.bias.clone(),
             },
+            AnyLinear::Lora(_) | AnyLinear::Dora(_) => {
+                return Err(Error::Invalid {
+                    op: "unshard",
+                    message: "a layer with an adapter is never sharded: fuse it first".into(),
+                });
+            }
         })
     }
 
@@ -251,6 +266,8 @@ impl AnyLinear {
             AnyLinear::Linear(l) => &l.weight,
             AnyLinear::AllToSharded(l) => &l.weight,
             AnyLinear::ShardedToAll(l) => &l.weight,
+            AnyLinear::Lora(l) => &l.base.weight,
+            AnyLinear::Dora(l) => &l.base.weight,
         }
     }
 
@@ -265,7 +282,7 @@ impl AnyLinear {
     /// How the layer is sharded, if it is.
     pub fn sharding(&self) -> Option<Sharding> {
         match self {
-            AnyLinear::Linear(_) => None,
+            AnyLinear::Linear(_) | AnyLinear::Lora(_) | AnyLinear::Dora(_) => None,
             AnyLinear::AllToSharded(_) => Some(Sharding::AllToSharded),
             AnyLinear::ShardedToAll(_) => Some(Sharding::ShardedToAll),
         }
@@ -284,6 +301,8 @@ impl Module for AnyLinear {
             AnyLinear::Linear(l) => l.visit(prefix, f),
             AnyLinear::AllToSharded(l) => l.visit(prefix, f),
             AnyLinear::ShardedToAll(l) => l.visit(prefix, f),
+            AnyLinear::Lora(l) => l.visit(prefix, f),
+            AnyLinear::Dora(l) => l.visit(prefix, f),
         }
     }
     fn visit_mut(&mut self, prefix: &str, f: &mut dyn FnMut(&str, &mut Param)) {
@@ -291,6 +310,8 @@ impl Module for AnyLinear {
             AnyLinear::Linear(l) => l.visit_mut(prefix, f),
             AnyLinear::AllToSharded(l) => l.visit_mut(prefix, f),
             AnyLinear::ShardedToAll(l) => l.visit_mut(prefix, f),
+            AnyLinear::Lora(l) => l.visit_mut(prefix, f),
+            AnyLinear::Dora(l) => l.visit_mut(prefix, f),
         }
     }
 }

@@ -1,0 +1,169 @@
+//! Adapters put into a [`Llama`], read out of it, and merged back.
+
+use mlx_array::{Array, Dtype, Error, Result, random};
+use mlx_nn::{AnyLinear, DoRALinear, LoRALinear, ModuleExt};
+
+use super::{AdapterKind, AdapterSpec, Target};
+use crate::Llama;
+use crate::model::LlamaEncoderLayer;
+
+/// The last part of an adapter tensor's name: what an adapter run trains
+/// and saves.
+pub const ADAPTER_LEAVES: [&str; 3] = ["lora_a", "lora_b", "magnitude"];
+
+/// Whether `name` (ours) is an adapter's tensor.
+pub fn is_adapter_tensor(name: &str) -> bool {
+    name.rsplit('.')
+        .next()
+        .is_some_and(|leaf| ADAPTER_LEAVES.contains(&leaf))
+}
+
+/// The projection `target` of `layer`.
+fn projection_mut(layer: &mut LlamaEncoderLayer, target: Target) -> &mut AnyLinear {
+    match target {
+        Target::Q => &mut layer.attention.query_proj,
+        Target::K => &mut layer.attention.key_proj,
+        Target::V => &mut layer.attention.value_proj,
+        Target::O => &mut layer.attention.out_proj,
+        Target::Gate => &mut layer.linear1,
+        Target::Up => &mut layer.linear2,
+        Target::Down => &mut layer.linear3,
+    }
+}
+
+fn invalid(message: String) -> Error {
+    Error::Invalid {
+        op: "adapters",
+        message,
+    }
+}
+
+impl Llama {
+    /// Freezes the whole model and puts a LoRA or DoRA adapter on each
+    /// projection `spec` names (mlx-lm's `linear_to_lora_layers`, PEFT's
+    /// `get_peft_model`): afterwards only the adapters train. `A` is drawn
+    /// from `seed` (the same on every rank), `B` is zero, so the model's
+    /// outputs are unchanged until a step trains it.
+    pub fn add_adapters(&mut self, spec: &AdapterSpec, seed: u64) -> Result<()> {
+        spec.check(self.layers.len()).map_err(invalid)?;
+        if self.has_adapters() {
+            return Err(invalid("the model has adapters already".into()));
+        }
+        let count = spec.layers.len() * spec.targets.len();
+        let keys = random::split_keys(&random::key(seed), count.max(1))?;
+        let config = spec.lora_config();
+        self.freeze();
+        let mut keys = keys.into_iter();
+        for &l in &spec.layers {
+            for &t in &spec.targets {
+                let key = keys.next().expect("one key per adapter");
+                let slot = projection_mut(&mut self.layers[l], t);
+                let Some(base) = slot.as_linear() else {
+                    return Err(invalid(format!(
+                        "block {l}'s {t} projection is sharded: adapters go on whole layers (tensor parallelism does not train adapters)"
+                    )));
+                };
+                let base = base.clone();
+                *slot = match spec.kind {
+                    AdapterKind::Lora => {
+                        AnyLinear::Lora(LoRALinear::from_linear(base, &config, &key)?)
+                    }
+                    AdapterKind::Dora => {
+                        AnyLinear::Dora(DoRALinear::from_linear(base, &config, &key)?)
+                    }
+                };
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether any projection carries an adapter.
+    pub fn has_adapters(&self) -> bool {
+        self.named_parameters()
+            .iter()
+            .any(|(n, _)| is_adapter_tensor(n))
+    }
+
+    /// The adapters' tensors under our names (`layers.3.attention.query_proj.lora_a`, ...).
+    pub fn adapter_parameters(&self) -> Vec<(String, Array)> {
+        self.named_parameters()
+            .into_iter()
+            .filter(|(n, _)| is_adapter_tensor(n))
+            .collect()
+    }
+
+    /// Merges every adapter into its layer (`W + scale B A`, DoRA's
+    /// magnitude applied row by row), leaving plain whole layers in float32
+    /// and every parameter trainable: the model an export writes.
+    pub fn fuse_adapters(&mut self) -> Result<()> {
+        for layer in &mut self.layers {
+            for t in Target::ALL {
+                let slot = projection_mut(layer, t);
+                let fused = match slot {
+                    AnyLinear::Lora(l) => l.fuse()?,
+                    AnyLinear::Dora(l) => l.fuse()?,
+                    _ => continue,
+                };
+                *slot = fused.into();
+            }
+        }
+        self.unfreeze();
+        Ok(())
+    }
+
+    /// Sets each adapter's dropout key for the next forward pass, each
+    /// its own split of `key` (`None`: no dropout, as in evaluation).
+    pub fn set_adapter_dropout(&mut self, key: Option<&Array>) -> Result<()> {
+        let slots: Vec<&mut AnyLinear> = self
+            .layers
+            .iter_mut()
+            .flat_map(|layer| {
+                let LlamaEncoderLayer {
+                    attention,
+                    linear1,
+                    linear2,
+                    linear3,
+                    ..
+                } = layer;
+                [
+                    &mut attention.query_proj,
+                    &mut attention.key_proj,
+                    &mut attention.value_proj,
+                    &mut attention.out_proj,
+                    linear1,
+                    linear2,
+                    linear3,
+                ]
+            })
+            .filter(|s| matches!(s, AnyLinear::Lora(_) | AnyLinear::Dora(_)))
+            .collect();
+        let keys = match key {
+            Some(k) => Some(random::split_keys(k, slots.len().max(1))?),
+            None => None,
+        };
+        for (i, slot) in slots.into_iter().enumerate() {
+            let k = keys.as_ref().map(|ks| ks[i].clone());
+            match slot {
+                AnyLinear::Lora(l) => l.train_key = k,
+                AnyLinear::Dora(l) => l.train_key = k,
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// Holds every frozen floating-point parameter in `dtype` (the base
+    /// weights of an adapter run, `--base-dtype`); what trains stays as it is.
+    pub fn cast_frozen(&mut self, dtype: Dtype) -> Result<()> {
+        let mut err = None;
+        mlx_nn::Module::visit_mut(self, "", &mut |_, p| {
+            if p.is_frozen() && p.value().dtype().is_float() && p.value().dtype() != dtype {
+                match p.value().astype(dtype) {
+                    Ok(v) => p.set(v),
+                    Err(e) => err = err.take().or(Some(e)),
+                }
+            }
+        });
+        err.map_or(Ok(()), Err)
+    }
+}
