@@ -7,6 +7,9 @@
 //! [`mlx_nn::DoRALinear`]; [`crate::Llama::add_adapters`] puts them in.
 
 mod apply;
+pub mod files;
+pub mod mlx_lm;
+pub mod peft;
 
 use std::fmt;
 use std::str::FromStr;
@@ -14,6 +17,7 @@ use std::str::FromStr;
 use serde::{Deserialize, Serialize};
 
 pub use apply::{ADAPTER_LEAVES, is_adapter_tensor};
+pub use files::{Layout, Rows, SaveOptions, load, load_rows, save};
 
 /// LoRA or DoRA.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
