@@ -14,8 +14,12 @@ pub struct BatchArrays {
     pub inputs: Array,
     /// Next-token targets, `u32`.
     pub targets: Array,
-    /// 1.0 where the target counts in the loss, else 0.0 (`f32`).
+    /// 1.0 where the target counts in the loss, else 0.0 (`f32`): 0 on
+    /// padding and on prompt tokens of masked examples.
     pub loss_mask: Array,
+    /// `(B, block_size)` `u32` for packed examples: the example each input
+    /// token belongs to within its row (see [`Batch::segments`]).
+    pub segments: Option<Array>,
 }
 
 fn arr<T: mlx_array::Element>(v: &[T], shape: &[usize]) -> Result<Array> {
@@ -49,6 +53,10 @@ impl Batch {
             inputs: arr(&inputs, &[b, t])?,
             targets: arr(&targets, &[b, t])?,
             loss_mask: self.loss_mask_array()?,
+            segments: match &self.segments {
+                Some(s) => Some(arr(s, &[b, t])?),
+                None => None,
+            },
         })
     }
 }
@@ -66,6 +74,7 @@ mod tests {
             block_size: 3,
             samples: vec![0, 1],
             epoch: 0,
+            segments: Some(vec![0, 0, 1, 0, 1, 1]),
         };
         let a = batch.to_arrays().unwrap();
         assert_eq!(a.tokens.shape(), [2, 4]);
@@ -77,5 +86,8 @@ mod tests {
             [1.0, 1.0, 0.0, 1.0, 1.0, 1.0]
         );
         assert_eq!(a.tokens.dtype(), mlx_array::Dtype::U32);
+        let seg = a.segments.unwrap();
+        assert_eq!(seg.shape(), [2, 3]);
+        assert_eq!(seg.to_vec::<u32>().unwrap(), [0, 0, 1, 0, 1, 1]);
     }
 }

@@ -28,6 +28,11 @@ pub struct Batch {
     pub samples: Vec<u64>,
     /// Epoch the batch belongs to.
     pub epoch: u64,
+    /// Row-major `(batch_size, block_size)` for packed examples (instruction
+    /// data): the example each input token belongs to, counted from 0 along
+    /// its row, so that attention can stay within one example. `None`
+    /// otherwise.
+    pub segments: Option<Vec<u32>>,
 }
 
 impl Batch {

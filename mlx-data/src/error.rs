@@ -183,6 +183,14 @@ pub enum DataError {
     /// Turning a batch into arrays failed.
     #[error("array conversion: {0}")]
     Array(String),
+    /// A chat template that cannot be read, compiled or rendered.
+    #[error("chat template {origin}: {message}")]
+    Template {
+        /// Where the template came from (a file, `tokenizer_config.json`).
+        origin: String,
+        /// What went wrong.
+        message: String,
+    },
 }
 
 impl DataError {

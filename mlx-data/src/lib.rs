@@ -22,6 +22,7 @@
 
 pub mod arrays;
 pub mod batch;
+pub mod chat;
 pub mod corpus;
 pub mod error;
 pub mod hub;
@@ -37,6 +38,7 @@ pub mod tokenizer;
 
 pub use arrays::BatchArrays;
 pub use batch::{Batch, BatchMode};
+pub use chat::{ChatRenderer, ChatTemplate};
 pub use corpus::OfflineCorpus;
 pub use error::{DataError, Result};
 pub use hub::{HubClient, HubConfig, RepoKind};

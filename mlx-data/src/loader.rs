@@ -280,6 +280,8 @@ impl DataLoader {
         let mut tokens = vec![self.store.eos(); b * l];
         let mut loss_mask = vec![1u8; b * self.cfg.block_size];
         let mut samples = Vec::with_capacity(b);
+        let packed_examples = self.cfg.mode == BatchMode::Pack && self.store.is_examples();
+        let mut segments = packed_examples.then(|| vec![0u32; b * self.cfg.block_size]);
         for row in 0..b {
             let k = self.batch_in_epoch * b as u64 + row as u64;
             let sample = self.sampler.index(&self.perm, k);
@@ -292,12 +294,36 @@ impl DataLoader {
                     // Padding is EOS already; targets past the first EOS do not count.
                     let mask = &mut loss_mask[row * self.cfg.block_size..][..self.cfg.block_size];
                     mask.iter_mut().skip(n).for_each(|m| *m = 0);
+                    // Target j is stream token s + j + 1 (the EOS at e included).
+                    if let Some(flags) = self.store.loss_flags(s, e + 1) {
+                        for (m, &f) in mask.iter_mut().zip(flags.iter().skip(1)) {
+                            *m &= u8::from(f != 0);
+                        }
+                    }
                     (s, e)
                 }
                 BatchMode::Pack => {
                     let s = sample * self.cfg.block_size as u64;
                     let n = self.store.tokens(s, s + l as u64).copy_to(out);
                     debug_assert_eq!(n, l);
+                    let t = self.cfg.block_size;
+                    if let Some(flags) = self.store.loss_flags(s, s + l as u64) {
+                        let mask = &mut loss_mask[row * t..][..t];
+                        for (m, &f) in mask.iter_mut().zip(flags.iter().skip(1)) {
+                            *m = u8::from(f != 0);
+                        }
+                    }
+                    if let Some(seg) = &mut segments {
+                        let first = self.store.doc_of(s);
+                        let (mut doc, mut next) = (first, self.store.doc_start(first + 1));
+                        for (j, out) in seg[row * t..][..t].iter_mut().enumerate() {
+                            while s + j as u64 >= next {
+                                doc += 1;
+                                next = self.store.doc_start(doc + 1);
+                            }
+                            *out = (doc - first) as u32;
+                        }
+                    }
                     (s, s + l as u64)
                 }
             };
@@ -313,6 +339,7 @@ impl DataLoader {
             block_size: self.cfg.block_size,
             samples,
             epoch: self.sampler.epoch,
+            segments,
         })
     }
 }

@@ -11,15 +11,25 @@
 //! 4096         tokens: n_tokens values of the dtype; each document followed by EOS
 //! index_offset n_docs + 1 u64 token offsets (8-byte aligned); document i is
 //!              tokens[index[i] .. index[i+1] - 1], the EOS at index[i+1] - 1
+//! (version 2 only)
+//! index_end    n_tokens u8 loss flags, one per token: 1 when the token counts
+//!              as a target, 0 when it is prompt (not predicted in the loss)
 //! ```
+//!
+//! Version 1 stores hold plain text documents. Version 2 stores hold
+//! examples (instruction data: chat or prompt/completion rows): they carry
+//! the loss flags, and a packed row of them is told where each example
+//! starts (segment ids) so that examples do not attend to each other.
 
 use crate::error::{DataError, Result};
 use std::path::Path;
 
 /// File magic (also encodes the major layout).
 pub const MAGIC: [u8; 8] = *b"MLXTOKS1";
-/// Layout version.
+/// Layout version of text stores.
 pub const VERSION: u32 = 1;
+/// Layout version of example stores (with a loss flag per token).
+pub const VERSION_EXAMPLES: u32 = 2;
 /// Header size; tokens start here, page aligned.
 pub const HEADER_LEN: usize = 4096;
 const META_AT: usize = 76;
@@ -86,6 +96,8 @@ pub struct Header {
     pub data_checksum: u64,
     /// Provenance.
     pub meta: StoreMeta,
+    /// Version 2: examples, with a loss flag per token after the index.
+    pub examples: bool,
 }
 
 /// Byte offset of the 8-byte aligned index after `n_tokens` tokens, or `None` when
@@ -106,6 +118,22 @@ pub fn store_len(index_offset: u64, n_docs: u64) -> Option<u64> {
         .checked_add(index_offset)
 }
 
+/// Length of a store as [`store_len`], plus one loss flag byte per token for
+/// an example store.
+pub fn store_len_with_flags(
+    index_offset: u64,
+    n_docs: u64,
+    n_tokens: u64,
+    examples: bool,
+) -> Option<u64> {
+    let len = store_len(index_offset, n_docs)?;
+    if examples {
+        len.checked_add(n_tokens)
+    } else {
+        Some(len)
+    }
+}
+
 /// The header checksum: xxh3-64 of the first 4088 bytes (stored in the last 8).
 pub fn header_checksum(header: &[u8]) -> u64 {
     xxhash_rust::xxh3::xxh3_64(header.get(..HEADER_SUM_AT).unwrap_or(header))
@@ -124,7 +152,12 @@ impl Header {
         }
         let mut b = vec![0u8; HEADER_LEN];
         b[0..8].copy_from_slice(&MAGIC);
-        b[8..12].copy_from_slice(&VERSION.to_le_bytes());
+        let version = if self.examples {
+            VERSION_EXAMPLES
+        } else {
+            VERSION
+        };
+        b[8..12].copy_from_slice(&version.to_le_bytes());
         b[12..16].copy_from_slice(&(self.dtype.width() as u32).to_le_bytes());
         b[16..24].copy_from_slice(&self.n_tokens.to_le_bytes());
         b[24..32].copy_from_slice(&self.n_docs.to_le_bytes());
@@ -166,10 +199,10 @@ impl Header {
         let u32_at = |o: usize| u32::from_le_bytes(b[o..o + 4].try_into().unwrap_or_default());
         let u64_at = |o: usize| u64::from_le_bytes(b[o..o + 8].try_into().unwrap_or_default());
         let version = u32_at(8);
-        if version != VERSION {
+        if version != VERSION && version != VERSION_EXAMPLES {
             return Err(corrupt(
                 8,
-                format!("version {VERSION}"),
+                format!("version {VERSION} or {VERSION_EXAMPLES}"),
                 version.to_string(),
             ));
         }
@@ -235,7 +268,8 @@ impl Header {
             ));
         }
         let file_len = u64_at(56);
-        let expected_len = store_len(index_at, n_docs);
+        let examples = version == VERSION_EXAMPLES;
+        let expected_len = store_len_with_flags(index_at, n_docs, n_tokens, examples);
         if expected_len != Some(file_len) || usize::try_from(file_len).is_err() {
             return Err(corrupt(
                 56,
@@ -269,6 +303,7 @@ impl Header {
             file_len,
             data_checksum: u64_at(64),
             meta,
+            examples,
         })
     }
 }

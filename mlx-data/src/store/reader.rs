@@ -285,8 +285,45 @@ impl TokenStore {
 
     fn index(&self) -> &[u64] {
         // The index offset is 8-aligned and the mapping is page aligned.
-        let bytes = self.bytes(self.header.index_offset, self.header.file_len);
+        let end = (self.header.n_docs + 1) * 8 + self.header.index_offset;
+        let bytes = self.bytes(self.header.index_offset, end);
         bytemuck::try_cast_slice(bytes).unwrap_or_default()
+    }
+
+    /// Whether this is an example store (instruction data, version 2): it has
+    /// a loss flag per token, and packed rows get segment ids.
+    pub fn is_examples(&self) -> bool {
+        self.header.examples
+    }
+
+    /// The loss flags of tokens `start..end` (1: the token counts as a
+    /// target), or `None` for a text store, where every token counts.
+    pub fn loss_flags(&self, start: u64, end: u64) -> Option<&[u8]> {
+        if !self.header.examples {
+            return None;
+        }
+        let end = end.min(self.header.n_tokens);
+        let start = start.min(end);
+        // `open` checked that the file ends n_tokens bytes after the index.
+        let at = (self.header.n_docs + 1) * 8 + self.header.index_offset;
+        Some(self.bytes(at + start, at + end))
+    }
+
+    /// The document that token `t` (of the whole stream) belongs to, its
+    /// closing EOS included.
+    pub fn doc_of(&self, t: u64) -> u64 {
+        let idx = self.index();
+        (idx.partition_point(|&o| o <= t) as u64)
+            .saturating_sub(1)
+            .min(self.header.n_docs.saturating_sub(1))
+    }
+
+    /// The token offset where document `d` starts (`n_tokens` past the last).
+    pub fn doc_start(&self, d: u64) -> u64 {
+        usize::try_from(d)
+            .ok()
+            .and_then(|d| self.index().get(d).copied())
+            .unwrap_or(self.header.n_tokens)
     }
 
     /// Tokens `start..end` of the whole stream (documents joined by EOS).

@@ -18,6 +18,8 @@ pub struct StoreWriter {
     offsets: Vec<u64>,
     n_tokens: u64,
     scratch: Vec<u8>,
+    /// Loss flags of every token so far, once an example was pushed.
+    flags: Option<Vec<u8>>,
 }
 
 impl StoreWriter {
@@ -46,6 +48,7 @@ impl StoreWriter {
             offsets: vec![0],
             n_tokens: 0,
             scratch: Vec::new(),
+            flags: None,
         })
     }
 
@@ -73,9 +76,32 @@ impl StoreWriter {
         self.put(0)?;
         self.n_tokens += tokens.len() as u64 + 1;
         self.offsets.push(self.n_tokens);
+        if let Some(flags) = &mut self.flags {
+            flags.resize(self.n_tokens as usize, 1);
+        }
         Ok(())
     }
 
+    /// Appends one example: its tokens then EOS, with a loss flag per token
+    /// (`flags[i]` nonzero: token `i` counts as a target). The EOS counts
+    /// when the example's last token does. The store becomes an example
+    /// store (version 2); documents pushed before count whole.
+    pub fn push_example(&mut self, tokens: &[u32], flags: &[u8]) -> Result<()> {
+        if flags.len() != tokens.len() {
+            return Err(DataError::Config(format!(
+                "{} loss flags for {} tokens",
+                flags.len(),
+                tokens.len()
+            )));
+        }
+        let before = self.n_tokens as usize;
+        self.push_doc(tokens)?;
+        let all = self.flags.get_or_insert_with(|| vec![1; before]);
+        all.truncate(before);
+        all.extend(flags.iter().map(|&f| u8::from(f != 0)));
+        all.push(flags.last().map_or(1, |&f| u8::from(f != 0)));
+        Ok(())
+    }
     /// Writes the index and header, syncs, and returns the header written.
     pub fn finish(mut self, meta: StoreMeta) -> Result<Header> {
         let too_big = || DataError::Config(format!("{} tokens overflow the store", self.n_tokens));
@@ -86,6 +112,9 @@ impl StoreWriter {
         for o in &self.offsets {
             self.scratch.extend_from_slice(&o.to_le_bytes());
         }
+        if let Some(flags) = &self.flags {
+            self.scratch.extend_from_slice(flags);
+        }
         self.put(0)?;
         let header = Header {
             dtype: self.dtype,
@@ -94,9 +123,12 @@ impl StoreWriter {
             eos: self.eos,
             vocab_size: self.vocab_size,
             index_offset: index_at,
-            file_len: index_at + self.offsets.len() as u64 * 8,
+            file_len: index_at
+                + self.offsets.len() as u64 * 8
+                + self.flags.as_ref().map_or(0, |f| f.len() as u64),
             data_checksum: self.hasher.digest(),
             meta,
+            examples: self.flags.is_some(),
         };
         let bytes = header.encode()?;
         let path = self.path.clone();

@@ -165,6 +165,28 @@ impl TextTokenizer {
             .map_err(|e| tok_err(&self.description, e))
     }
 
+    /// Token ids of `text` (no special tokens added; those written in the
+    /// text are recognised, as transformers' `apply_chat_template` tokenizes
+    /// its rendering) and a flag per token: 1 when the token starts inside
+    /// one of the byte ranges `spans`, else 0.
+    pub fn encode_spans(
+        &self,
+        text: &str,
+        spans: &[std::ops::Range<usize>],
+    ) -> Result<(Vec<u32>, Vec<u8>)> {
+        // `encode` reports byte offsets into `text`.
+        let enc = self
+            .inner
+            .encode(text, false)
+            .map_err(|e| tok_err(&self.description, e))?;
+        let flags = enc
+            .get_offsets()
+            .iter()
+            .map(|&(start, _)| u8::from(spans.iter().any(|r| r.contains(&start))))
+            .collect();
+        Ok((enc.get_ids().to_vec(), flags))
+    }
+
     /// Encodes many documents in parallel on the rayon pool.
     pub fn encode_docs<S: AsRef<str> + Sync>(&self, docs: &[S]) -> Result<Vec<Vec<u32>>> {
         docs.par_iter().map(|d| self.encode(d.as_ref())).collect()
