@@ -198,9 +198,8 @@ pub(crate) fn insert(
 /// A block index as written in a tensor name: decimal digits, no sign,
 /// no leading zero.
 pub(crate) fn block_index(s: &str) -> Option<usize> {
-    let plain = !s.is_empty()
-        && s.bytes().all(|b| b.is_ascii_digit())
-        && (s == "0" || !s.starts_with('0'));
+    let plain =
+        !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()) && (s == "0" || !s.starts_with('0'));
     if plain { s.parse().ok() } else { None }
 }
 
@@ -290,7 +289,11 @@ pub(crate) fn check(
             let b = get(Leaf::B)?;
             for (leaf, t_, want) in [(Leaf::A, a, [r, inp]), (Leaf::B, b, [out, r])] {
                 if t_.shape != want {
-                    let rank = if leaf == Leaf::A { t_.shape.first() } else { t_.shape.get(1) };
+                    let rank = if leaf == Leaf::A {
+                        t_.shape.first()
+                    } else {
+                        t_.shape.get(1)
+                    };
                     let hint = match rank {
                         Some(&got) if t_.shape.len() == 2 && got != r => {
                             format!(" (rank {got}, but the configuration says {r})")
@@ -444,7 +447,8 @@ pub fn parse(
     }
     .with_context(|| format!("in {CONFIG}"))?;
     let file = layout.weights_file();
-    let tensors = crate::import::parse_safetensors(weights).with_context(|| format!("in {file}"))?;
+    let tensors =
+        crate::import::parse_safetensors(weights).with_context(|| format!("in {file}"))?;
     let mut adapters = match layout {
         Layout::Peft => peft::decode(tensors),
         Layout::MlxLm => mlx_lm::decode(tensors),
@@ -461,7 +465,11 @@ pub fn parse(
     }
     let mut out = vec![];
     for ((l, t), pair) in adapters {
-        for (leaf, x) in [(Leaf::A, pair.a), (Leaf::B, pair.b), (Leaf::Magnitude, pair.m)] {
+        for (leaf, x) in [
+            (Leaf::A, pair.a),
+            (Leaf::B, pair.b),
+            (Leaf::Magnitude, pair.m),
+        ] {
             if let Some(x) = x {
                 out.push((our_name(l, t, leaf), x));
             }
@@ -589,7 +597,12 @@ fn read_bounded(path: &Path, limit: u64) -> Result<Vec<u8>> {
 /// holds other bytes, or the other layout's weights file, is an error
 /// (nothing is replaced); with it, the other layout's weights file is
 /// removed, so that the folder holds one adapter.
-fn write_files(dir: &Path, layout: Layout, files: &[(&str, Vec<u8>)], overwrite: bool) -> Result<()> {
+fn write_files(
+    dir: &Path,
+    layout: Layout,
+    files: &[(&str, Vec<u8>)],
+    overwrite: bool,
+) -> Result<()> {
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     let other = dir.join(match layout {
         Layout::Peft => Layout::MlxLm.weights_file(),
@@ -606,7 +619,8 @@ fn write_files(dir: &Path, layout: Layout, files: &[(&str, Vec<u8>)], overwrite:
         for (name, bytes) in files {
             let path = dir.join(name);
             if path.exists() {
-                let old = std::fs::read(&path).with_context(|| format!("reading {}", path.display()))?;
+                let old =
+                    std::fs::read(&path).with_context(|| format!("reading {}", path.display()))?;
                 if &old != bytes {
                     bail!(
                         "{} holds a different adapter ({} differs): pass overwrite (--force) to replace it, or write to another folder",

@@ -77,7 +77,11 @@ pub(crate) fn encode(
     }
     let mut tensors = vec![];
     for (&(l, t), pair) in adapters {
-        for (leaf, x) in [(Leaf::A, &pair.a), (Leaf::B, &pair.b), (Leaf::Magnitude, &pair.m)] {
+        for (leaf, x) in [
+            (Leaf::A, &pair.a),
+            (Leaf::B, &pair.b),
+            (Leaf::Magnitude, &pair.m),
+        ] {
             if let Some(x) = x {
                 let name = name(l, t, leaf);
                 let x = match leaf {
@@ -148,7 +152,9 @@ pub fn parse_config(bytes: &[u8], num_layers: usize) -> Result<AdapterSpec> {
     let kind = match f.str("fine_tune_type")?.unwrap_or("lora") {
         "lora" => AdapterKind::Lora,
         "dora" => AdapterKind::Dora,
-        "full" => bail!("`fine_tune_type` is \"full\": that folder holds fully trained blocks, not adapters"),
+        "full" => bail!(
+            "`fine_tune_type` is \"full\": that folder holds fully trained blocks, not adapters"
+        ),
         other => bail!("`fine_tune_type` is {other:?}: expected \"lora\" or \"dora\""),
     };
     let n = match f.get("num_layers") {
@@ -187,9 +193,9 @@ pub fn parse_config(bytes: &[u8], num_layers: usize) -> Result<AdapterSpec> {
         Some(Value::Array(keys)) => {
             let mut targets = vec![];
             for k in keys {
-                let k = k
-                    .as_str()
-                    .ok_or_else(|| anyhow!("`lora_parameters.keys` holds {k}, not a module path"))?;
+                let k = k.as_str().ok_or_else(|| {
+                    anyhow!("`lora_parameters.keys` holds {k}, not a module path")
+                })?;
                 let t = Target::ALL.into_iter().find(|t| t.hf() == k).ok_or_else(|| {
                     anyhow!(
                         "`lora_parameters.keys` names {k:?}: not a projection of a Llama block ({})",
@@ -252,6 +258,9 @@ mod tests {
             "model.layers.0.mlp.down_proj.m"
         );
         assert_eq!(parse_name("model.layers.+1.mlp.down_proj.m"), None);
-        assert_eq!(parse_name("model.layers.1.mlp.down_proj.linear.weight"), None);
+        assert_eq!(
+            parse_name("model.layers.1.mlp.down_proj.linear.weight"),
+            None
+        );
     }
 }

@@ -84,7 +84,11 @@ pub(crate) fn encode(
 ) -> Result<(Value, Vec<(String, Tensor)>)> {
     let mut tensors = vec![];
     for (&(l, t), pair) in adapters {
-        for (leaf, x) in [(Leaf::A, &pair.a), (Leaf::B, &pair.b), (Leaf::Magnitude, &pair.m)] {
+        for (leaf, x) in [
+            (Leaf::A, &pair.a),
+            (Leaf::B, &pair.b),
+            (Leaf::Magnitude, &pair.m),
+        ] {
             if let Some(x) = x {
                 tensors.push((name(l, t, leaf), x.clone()));
             }
@@ -153,7 +157,9 @@ pub fn parse_config(bytes: &[u8], num_layers: usize) -> Result<AdapterSpec> {
     let f = Fields(v.as_object().expect("checked by Fields::parse"));
     match f.str("peft_type")? {
         Some("LORA") => {}
-        Some(other) => bail!("`peft_type` is {other:?}: only LORA adapters (LoRA and DoRA) are read"),
+        Some(other) => {
+            bail!("`peft_type` is {other:?}: only LORA adapters (LoRA and DoRA) are read")
+        }
         None => bail!("`peft_type` is missing: expected \"LORA\""),
     }
     match f.str("task_type")? {
@@ -164,25 +170,59 @@ pub fn parse_config(bytes: &[u8], num_layers: usize) -> Result<AdapterSpec> {
     }
     let bias = f.str("bias")?.unwrap_or("none");
     if bias != "none" {
-        bail!("`bias` is {bias:?}: only \"none\" is read (the adapted layers here have no trained biases)");
+        bail!(
+            "`bias` is {bias:?}: only \"none\" is read (the adapted layers here have no trained biases)"
+        );
     }
     if f.bool("fan_in_fan_out")?.unwrap_or(false) {
-        bail!("`fan_in_fan_out` is true: that is for GPT-2's Conv1D weights ([in, out]), not a Llama's linear layers");
+        bail!(
+            "`fan_in_fan_out` is true: that is for GPT-2's Conv1D weights ([in, out]), not a Llama's linear layers"
+        );
     }
     f.refuse_set(&[
-        ("rank_pattern", "per-module ranks are not supported; one `r` for every adapter"),
-        ("alpha_pattern", "per-module alphas are not supported; one `lora_alpha` for every adapter"),
-        ("modules_to_save", "fully trained modules beside the adapters are not read"),
-        ("exclude_modules", "excluded modules are not supported; list the targets in `target_modules`"),
-        ("lora_bias", "adapters with a trained bias are not supported"),
+        (
+            "rank_pattern",
+            "per-module ranks are not supported; one `r` for every adapter",
+        ),
+        (
+            "alpha_pattern",
+            "per-module alphas are not supported; one `lora_alpha` for every adapter",
+        ),
+        (
+            "modules_to_save",
+            "fully trained modules beside the adapters are not read",
+        ),
+        (
+            "exclude_modules",
+            "excluded modules are not supported; list the targets in `target_modules`",
+        ),
+        (
+            "lora_bias",
+            "adapters with a trained bias are not supported",
+        ),
         ("layer_replication", "replicated blocks are not supported"),
-        ("trainable_token_indices", "trained embedding rows are not read"),
-        ("target_parameters", "adapters on parameters (not modules) are not supported"),
+        (
+            "trainable_token_indices",
+            "trained embedding rows are not read",
+        ),
+        (
+            "target_parameters",
+            "adapters on parameters (not modules) are not supported",
+        ),
         ("use_qalora", "QA-LoRA's pooled inputs are not supported"),
         ("use_bdlora", "block-diagonal LoRA is not supported"),
-        ("alora_invocation_tokens", "activated LoRA (adapting only after its invocation tokens) is not supported"),
-        ("arrow_config", "Arrow routing between adapters is not supported"),
-        ("megatron_config", "Megatron-parallel layers are not supported"),
+        (
+            "alora_invocation_tokens",
+            "activated LoRA (adapting only after its invocation tokens) is not supported",
+        ),
+        (
+            "arrow_config",
+            "Arrow routing between adapters is not supported",
+        ),
+        (
+            "megatron_config",
+            "Megatron-parallel layers are not supported",
+        ),
     ])?;
     match f.get("init_lora_weights") {
         None | Some(Value::Bool(_)) => {}
@@ -246,25 +286,30 @@ pub fn parse_config(bytes: &[u8], num_layers: usize) -> Result<AdapterSpec> {
         }
         Some(v) => bail!("`target_modules` is {v}: expected a list of module names"),
     };
-    let layers = match f.get("layers_to_transform") {
-        None => (0..num_layers).collect(),
-        Some(Value::Array(a)) => {
-            let mut layers = a
-                .iter()
-                .map(|l| {
-                    l.as_u64()
-                        .and_then(|l| usize::try_from(l).ok())
-                        .ok_or_else(|| anyhow!("`layers_to_transform` holds {l}, not a block index"))
-                })
-                .collect::<Result<Vec<usize>>>()?;
-            layers.sort_unstable();
-            layers.dedup();
-            layers
-        }
-        Some(v) => vec![v.as_u64().and_then(|l| usize::try_from(l).ok()).ok_or_else(|| {
+    let layers =
+        match f.get("layers_to_transform") {
+            None => (0..num_layers).collect(),
+            Some(Value::Array(a)) => {
+                let mut layers = a
+                    .iter()
+                    .map(|l| {
+                        l.as_u64()
+                            .and_then(|l| usize::try_from(l).ok())
+                            .ok_or_else(|| {
+                                anyhow!("`layers_to_transform` holds {l}, not a block index")
+                            })
+                    })
+                    .collect::<Result<Vec<usize>>>()?;
+                layers.sort_unstable();
+                layers.dedup();
+                layers
+            }
+            Some(v) => {
+                vec![v.as_u64().and_then(|l| usize::try_from(l).ok()).ok_or_else(|| {
             anyhow!("`layers_to_transform` is {v}: expected a block index or a list of them")
-        })?],
-    };
+        })?]
+            }
+        };
     let spec = AdapterSpec {
         kind,
         rank,
