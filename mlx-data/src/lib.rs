@@ -46,6 +46,9 @@ pub use loader::{BatchSize, DataLoader, LoaderConfig, LoaderState};
 pub use pipeline::{DataConfig, Prepared, TokenizerSpec, prepare};
 pub use prefetch::Prefetcher;
 pub use sampler::ShardedSampler;
-pub use source::{Corpus, HubDataset, HubFiles, LocalFormat, LocalSource, SourceSpec, Split};
+pub use source::{
+    Corpus, Example, HubDataset, HubFiles, LocalFormat, LocalOptions, LocalSource, SourceSpec,
+    Split,
+};
 pub use store::{TokenStore, Verify};
 pub use tokenizer::TextTokenizer;

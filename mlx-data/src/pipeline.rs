@@ -214,8 +214,8 @@ pub fn open_or_build_split(
         // bar ends at the bytes actually tokenized.
         let hint = source.text_bytes_hint(split);
         let mut progress = Tokenizing::start(format!("tokenizing {}", split.name()), hint);
-        source.for_each_batch(split, TOKENIZE_BATCH_DOCS, |docs| {
-            progress.batch(tokenizer, docs, w)
+        source.for_each_example_batch(split, TOKENIZE_BATCH_DOCS, |examples| {
+            progress.examples(tokenizer, examples, w)
         })?;
         progress.finish();
         Ok(())
@@ -250,6 +250,38 @@ impl Tokenizing {
         self.task.set_message(format!("{tokens} tokens"));
         self.task
             .inc(docs.iter().map(|d| d.as_ref().len() as u64).sum());
+        Ok(())
+    }
+
+    /// Tokenizes `examples` in parallel (instruction data with a loss flag
+    /// per token) and appends them to `w` in order.
+    fn examples(
+        &mut self,
+        tokenizer: &TextTokenizer,
+        examples: &[crate::source::Example],
+        w: &mut crate::store::StoreWriter,
+    ) -> Result<()> {
+        use rayon::prelude::*;
+        let encoded: Vec<(Vec<u32>, Option<Vec<u8>>)> = examples
+            .par_iter()
+            .map(|e| match &e.counted {
+                None => tokenizer.encode(&e.text).map(|ids| (ids, None)),
+                Some(spans) => tokenizer
+                    .encode_spans(&e.text, spans)
+                    .map(|(ids, flags)| (ids, Some(flags))),
+            })
+            .collect::<Result<_>>()?;
+        for (ids, flags) in encoded {
+            match flags {
+                None => w.push_doc(&ids)?,
+                Some(f) => w.push_example(&ids, &f)?,
+            }
+            self.tokens += ids.len() as u64;
+        }
+        let tokens = mlx_progress::format::amount(Unit::Tokens, self.tokens);
+        self.task.set_message(format!("{tokens} tokens"));
+        self.task
+            .inc(examples.iter().map(|e| e.text.len() as u64).sum());
         Ok(())
     }
 

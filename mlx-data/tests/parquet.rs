@@ -35,8 +35,9 @@ fn json_lines(texts: &[Option<String>]) -> String {
 fn local(train: PathBuf, validation: PathBuf, format: LocalFormat) -> SourceSpec {
     SourceSpec::Local(LocalSource {
         train,
-        validation,
+        validation: Some(validation),
         format,
+        options: Default::default(),
     })
 }
 
@@ -133,10 +134,11 @@ fn missing_or_non_string_column_is_a_clear_error() {
     let read = |column: &str| {
         let r = Resolved::Local(LocalSource {
             train: file.clone(),
-            validation: file.clone(),
+            validation: Some(file.clone()),
             format: LocalFormat::Parquet {
                 column: column.into(),
             },
+            options: Default::default(),
         });
         r.for_each_batch(Split::Train, 10, |_| Ok(())).unwrap_err()
     };
@@ -190,10 +192,11 @@ fn large_utf8_and_utf8_view_columns_are_read() {
     for column in ["large", "view"] {
         let r = Resolved::Local(LocalSource {
             train: file.clone(),
-            validation: file.clone(),
+            validation: Some(file.clone()),
             format: LocalFormat::Parquet {
                 column: column.into(),
             },
+            options: Default::default(),
         });
         let mut got = Vec::new();
         r.for_each_batch(Split::Validation, 4, |docs| {
@@ -254,10 +257,11 @@ fn documents_come_in_bounded_batches_row_group_by_row_group() {
     // The source hands documents over at most `batch_docs` at a time, all in order.
     let r = Resolved::Local(LocalSource {
         train: file.clone(),
-        validation: file.clone(),
+        validation: Some(file.clone()),
         format: LocalFormat::Parquet {
             column: "text".into(),
         },
+        options: Default::default(),
     });
     let mut sizes = Vec::new();
     let mut got = Vec::new();
@@ -310,24 +314,27 @@ fn the_text_size_hint_of_parquet_and_json_lines_is_close_to_the_text() {
     ] {
         let pq = Resolved::Local(LocalSource {
             train: d.join("train.parquet"),
-            validation: d.join("valid.parquet"),
+            validation: Some(d.join("valid.parquet")),
             format: parquet_format(),
+            options: Default::default(),
         });
         close(pq.text_bytes_hint(split), truth, "parquet");
         let jl = Resolved::Local(LocalSource {
             train: d.join("train.jsonl"),
-            validation: d.join("valid.jsonl"),
+            validation: Some(d.join("valid.jsonl")),
             format: LocalFormat::JsonLines,
+            options: Default::default(),
         });
         close(jl.text_bytes_hint(split), truth, "json lines");
     }
     // A column the files do not have: nothing to estimate.
     let missing = Resolved::Local(LocalSource {
         train: d.join("train.parquet"),
-        validation: d.join("valid.parquet"),
+        validation: Some(d.join("valid.parquet")),
         format: LocalFormat::Parquet {
             column: "body".into(),
         },
+        options: Default::default(),
     });
     assert_eq!(missing.text_bytes_hint(Split::Train), Some(0));
 }

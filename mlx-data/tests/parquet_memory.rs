@@ -57,8 +57,9 @@ fn peak_during(f: impl FnOnce()) -> usize {
 fn source(path: &std::path::Path, format: LocalFormat) -> Resolved {
     Resolved::Local(LocalSource {
         train: path.to_path_buf(),
-        validation: path.to_path_buf(),
+        validation: Some(path.to_path_buf()),
         format,
+        options: Default::default(),
     })
 }
 

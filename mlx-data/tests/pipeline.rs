@@ -110,10 +110,11 @@ fn local_text_folder_and_json_lines_sources() {
 
     let t = mlx_data::source::Resolved::Local(LocalSource {
         train: text_dir.clone(),
-        validation: jsonl.clone(),
+        validation: Some(jsonl.clone()),
         format: LocalFormat::Text {
             separator: "===".into(),
         },
+        options: Default::default(),
     });
     let c = t.load(Split::Train).unwrap();
     assert_eq!(
@@ -153,10 +154,11 @@ fn local_source_with_gpt2_files_end_to_end() {
     std::fs::write(&valid, "Hello world").unwrap();
     let source = SourceSpec::Local(LocalSource {
         train,
-        validation: valid,
+        validation: Some(valid),
         format: LocalFormat::Text {
             separator: "<|endoftext|>".into(),
         },
+        options: Default::default(),
     });
     let tok = TokenizerSpec::VocabMerges {
         vocab: gpt2.join("vocab.json"),

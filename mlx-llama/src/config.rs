@@ -15,12 +15,23 @@ pub enum DataSource {
     Offline,
     /// TinyStories from the Hub only.
     Hub,
-    /// Local text files: train and validation paths, stories separated by `<|endoftext|>`.
-    Text { train: PathBuf, validation: PathBuf },
-    /// Local JSON Lines with a `text` field.
-    JsonLines { train: PathBuf, validation: PathBuf },
+    /// Local text files: train and validation paths, documents split on
+    /// `--separator`. Without a validation path, `--valid-fraction` of the
+    /// training documents is held out.
+    Text {
+        train: PathBuf,
+        validation: Option<PathBuf>,
+    },
+    /// Local JSON Lines: `text`, `messages` or `prompt` / `completion` rows.
+    JsonLines {
+        train: PathBuf,
+        validation: Option<PathBuf>,
+    },
     /// Local parquet with a `text` column: each path a file or a folder of `*.parquet`.
-    Parquet { train: PathBuf, validation: PathBuf },
+    Parquet {
+        train: PathBuf,
+        validation: Option<PathBuf>,
+    },
 }
 
 /// Which tokenizer to use.
@@ -36,18 +47,21 @@ pub enum TokenizerChoice {
     Train(usize),
 }
 
-/// `TRAIN,VALID` as two paths.
-fn pair(s: &str) -> Result<(PathBuf, PathBuf), String> {
-    let (a, b) = s
-        .split_once(',')
-        .ok_or_else(|| format!("expected TRAIN,VALID paths, got `{s}`"))?;
-    Ok((a.into(), b.into()))
+/// `TRAIN,VALID` as two paths, or `TRAIN` alone (no validation file).
+fn pair(s: &str) -> Result<(PathBuf, Option<PathBuf>), String> {
+    if s.is_empty() {
+        return Err("expected TRAIN[,VALID] paths, got nothing".into());
+    }
+    Ok(match s.split_once(',') {
+        Some((a, b)) => (a.into(), Some(b.into())),
+        None => (s.into(), None),
+    })
 }
 
 impl std::str::FromStr for DataSource {
     type Err = String;
-    /// `auto`, `offline`, `hub`, `text:TRAIN,VALID`, `jsonl:TRAIN,VALID` or
-    /// `parquet:TRAIN,VALID`.
+    /// `auto`, `offline`, `hub`, `text:TRAIN[,VALID]`, `jsonl:TRAIN[,VALID]`
+    /// or `parquet:TRAIN[,VALID]`.
     fn from_str(s: &str) -> Result<Self, String> {
         Ok(match s {
             "auto" => DataSource::Auto,
@@ -67,8 +81,8 @@ impl std::str::FromStr for DataSource {
             }
             _ => {
                 return Err(format!(
-                    "unknown --data `{s}`: use auto, offline, hub, text:TRAIN,VALID, \
-                     jsonl:TRAIN,VALID or parquet:TRAIN,VALID"
+                    "unknown --data `{s}`: use auto, offline, hub, text:TRAIN[,VALID], \
+                     jsonl:TRAIN[,VALID] or parquet:TRAIN[,VALID]"
                 ));
             }
         })
@@ -219,9 +233,13 @@ pub struct TrainConfig {
     #[arg(long, default_value_t = 42)]
     pub seed: u64,
     /// Data: auto (TinyStories' parquet from the Hub, else offline),
-    /// offline, hub, text:TRAIN,VALID, jsonl:TRAIN,VALID or
-    /// parquet:TRAIN,VALID (files or folders of *.parquet with a `text`
-    /// column).
+    /// offline, hub, text:TRAIN[,VALID], jsonl:TRAIN[,VALID] or
+    /// parquet:TRAIN[,VALID] (files or folders of *.parquet with a `text`
+    /// column). JSON Lines rows are {"text"}, {"messages": [{"role",
+    /// "content"}, ...]} (rendered with the tokenizer's chat template) or
+    /// {"prompt", "completion"} (a user and an assistant message; without a
+    /// template, the prompt then the completion), one format per file.
+    /// Without VALID, --valid-fraction of the training documents is held out.
     #[arg(long, default_value = "auto")]
     pub data: DataSource,
     /// Tokenizer: auto (GPT-2, embedded; with --init-from, the source's
@@ -229,9 +247,34 @@ pub struct TrainConfig {
     /// tokenizer.json path, gpt2:DIR (vocab.json + merges.txt) or train:N.
     #[arg(long, default_value = "auto")]
     pub tokenizer: TokenizerChoice,
-    /// Padding (one story per row) or packing.
+    /// Padding (one story per row) or packing. Packed chat or
+    /// prompt/completion examples do not attend to each other.
     #[arg(long, value_enum, default_value_t = Batching::Pack)]
     pub batching: Batching,
+    /// Where text: files (and JSON Lines text rows) split into documents:
+    /// eot (`<|endoftext|>`; JSON Lines text rows stay whole), blank-line
+    /// (one or more lines holding only whitespace), or any literal marker.
+    #[serde(default = "eot")]
+    #[arg(long, value_name = "SEP", default_value = "eot")]
+    pub separator: String,
+    /// A Jinja chat template file for {"messages"} and {"prompt",
+    /// "completion"} rows, instead of the tokenizer's own
+    /// (tokenizer_config.json's chat_template or chat_template.jinja beside
+    /// the --init-from model's or --tokenizer's tokenizer.json).
+    #[serde(default)]
+    #[arg(long, value_name = "FILE")]
+    pub chat_template: Option<PathBuf>,
+    /// Only the assistant turns (the completion of prompt/completion rows)
+    /// count in the loss, as mlx-lm's --mask-prompt.
+    #[serde(default)]
+    #[arg(long)]
+    pub mask_prompt: bool,
+    /// Without a validation file, the share of the training documents held
+    /// out for validation (and not trained on): the first document, then
+    /// one in every 1/F.
+    #[serde(default = "valid_fraction")]
+    #[arg(long, value_name = "F", default_value_t = 0.05)]
+    pub valid_fraction: f64,
     /// Evaluate on the validation split every N steps and after the last
     /// (0: never); the validation loss is `eval_loss` in metrics.jsonl and
     /// loss.png.
@@ -376,6 +419,16 @@ fn yes() -> bool {
 /// 1, the default of counts added after checkpoints were first written.
 fn one() -> usize {
     1
+}
+
+/// `eot`, the default `--separator` (documents end at `<|endoftext|>`).
+fn eot() -> String {
+    "eot".into()
+}
+
+/// 0.05, the default `--valid-fraction`.
+fn valid_fraction() -> f64 {
+    0.05
 }
 
 impl TrainConfig {
@@ -638,14 +691,15 @@ mod tests {
             "jsonl:a,b".parse::<DataSource>(),
             Ok(DataSource::JsonLines {
                 train: "a".into(),
-                validation: "b".into()
+                validation: Some("b".into())
             })
         );
-        assert!(
-            "text:a"
-                .parse::<DataSource>()
-                .unwrap_err()
-                .contains("expected TRAIN,VALID")
+        assert_eq!(
+            "text:a".parse::<DataSource>(),
+            Ok(DataSource::Text {
+                train: "a".into(),
+                validation: None
+            })
         );
         assert!(
             "web"

@@ -365,7 +365,7 @@ fn fixtures_fine_tune_alike_under_every_layout() {
             tokenizer: mlx_llama::TokenizerChoice::File(tok.clone()),
             data: mlx_llama::DataSource::Text {
                 train: train.clone(),
-                validation: valid.clone(),
+                validation: Some(valid.clone()),
             },
             block_size: 16,
             learning_rate: 1e-3,

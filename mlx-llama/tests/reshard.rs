@@ -51,7 +51,7 @@ fn config(out: &Path, data: &Path, steps: u64) -> TrainConfig {
         block_size: 16,
         data: DataSource::Text {
             train: data.join("train.txt"),
-            validation: data.join("valid.txt"),
+            validation: Some(data.join("valid.txt")),
         },
         checkpoint_every: 10,
         sample_log: Some(out.join("samples")),

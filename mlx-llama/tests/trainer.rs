@@ -468,7 +468,7 @@ fn metrics_rows_carry_the_wall_clock_time_and_the_fraction_of_an_epoch_seen() {
     let cfg = TrainConfig {
         data: mlx_llama::DataSource::Text {
             train: train_txt,
-            validation: valid_txt,
+            validation: Some(valid_txt),
         },
         block_size: 16,
         eval_every: 0,

@@ -24,8 +24,55 @@ impl std::fmt::Debug for Corpus {
     }
 }
 
-/// Byte ranges of the trimmed, non-empty pieces of `text` between `separator`s.
-fn split_spans(text: &str, separator: &str, limit: Option<u64>) -> Vec<(usize, usize)> {
+/// The separator that stands for blank lines: documents are separated by one or
+/// more lines holding only whitespace (`--separator blank-line`).
+pub const BLANK_LINE: &str = "\n\n";
+
+/// Byte ranges where `text` has a separator: each literal occurrence, or for
+/// [`BLANK_LINE`] each run of lines holding only whitespace, with the line
+/// breaks around it.
+fn separator_ranges<'a>(
+    text: &'a str,
+    separator: &'a str,
+) -> Box<dyn Iterator<Item = (usize, usize)> + 'a> {
+    if separator != BLANK_LINE {
+        return Box::new(
+            text.match_indices(separator)
+                .map(|(at, m)| (at, at + m.len())),
+        );
+    }
+    // A blank run starts at a line break followed by a whitespace-only line
+    // ended by another line break.
+    let bytes = text.as_bytes();
+    let mut at = 0;
+    Box::new(std::iter::from_fn(move || {
+        while let Some(i) = bytes[at..].iter().position(|&b| b == b'\n').map(|i| at + i) {
+            let mut end = i + 1;
+            let mut blank = false;
+            // Swallow every following whitespace-only line.
+            loop {
+                let rest = &bytes[end..];
+                let line_end = rest.iter().position(|&b| b == b'\n');
+                match line_end {
+                    Some(k) if rest[..k].iter().all(u8::is_ascii_whitespace) => {
+                        end += k + 1;
+                        blank = true;
+                    }
+                    _ => break,
+                }
+            }
+            at = end;
+            if blank {
+                return Some((i, end));
+            }
+        }
+        None
+    }))
+}
+
+/// Byte ranges of the trimmed, non-empty pieces of `text` between `separator`s
+/// (see [`BLANK_LINE`]).
+pub fn split_spans(text: &str, separator: &str, limit: Option<u64>) -> Vec<(usize, usize)> {
     let mut spans = Vec::new();
     let mut push = |start: usize, piece: &str| {
         let trimmed = piece.trim();
@@ -39,12 +86,12 @@ fn split_spans(text: &str, separator: &str, limit: Option<u64>) -> Vec<(usize, u
         push(0, text);
         return spans;
     }
-    for (at, _) in text.match_indices(separator) {
+    for (at, end) in separator_ranges(text, separator) {
         if limit.is_some_and(|l| at as u64 > l) {
             return spans;
         }
         push(start, &text[start..at]);
-        start = at + separator.len();
+        start = end;
     }
     if limit.is_none_or(|l| text.len() as u64 <= l) {
         push(start, &text[start..]);

@@ -60,10 +60,68 @@ pub enum LocalFormat {
 pub struct LocalSource {
     /// Training data (file or folder).
     pub train: PathBuf,
-    /// Validation data (file or folder).
-    pub validation: PathBuf,
+    /// Validation data (file or folder); `None`: a held-out fraction of the
+    /// training data ([`LocalOptions::valid_fraction_ppm`]), which is then
+    /// not trained on.
+    pub validation: Option<PathBuf>,
     /// How to read them.
     pub format: LocalFormat,
+    /// How to read instruction data, and the held-out fraction.
+    #[serde(default)]
+    pub options: LocalOptions,
+}
+
+/// How JSON Lines rows become examples, and how much training data is held
+/// out when there is no validation file.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
+pub struct LocalOptions {
+    /// The chat template that renders `messages` rows and `prompt` /
+    /// `completion` rows (as a user and an assistant message). Without one,
+    /// `messages` rows are an error and a prompt/completion row is the prompt
+    /// followed by the completion.
+    pub chat_template: Option<crate::ChatTemplate>,
+    /// Only the assistant turns (the completion) count in the loss.
+    pub mask_prompt: bool,
+    /// JSON Lines `text` rows are split into documents on this separator
+    /// (see [`corpus::BLANK_LINE`]); `None`: one document per row.
+    pub jsonl_separator: Option<String>,
+    /// Without a validation file: the held-out share of the training
+    /// documents, in parts per million (50,000: 5%). Document `i` is held
+    /// out when `ceil((i + 1) * f) > ceil(i * f)`: the first document, then
+    /// one in every `1 / f`.
+    pub valid_fraction_ppm: u32,
+}
+
+impl Default for LocalOptions {
+    fn default() -> Self {
+        LocalOptions {
+            chat_template: None,
+            mask_prompt: false,
+            jsonl_separator: None,
+            valid_fraction_ppm: 50_000,
+        }
+    }
+}
+
+/// Whether document `i` is held out for validation at `ppm` parts per
+/// million: `ceil((i + 1) * ppm / 1e6) > ceil(i * ppm / 1e6)`, so document 0
+/// always is and exactly `ceil(n * ppm / 1e6)` of the first `n` are.
+pub fn held_out(i: u64, ppm: u32) -> bool {
+    let ceil = |k: u64| (k as u128 * ppm as u128).div_ceil(1_000_000);
+    ceil(i + 1) > ceil(i)
+}
+
+/// A document with, for instruction data, the byte ranges of its text that
+/// count in the loss.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Example {
+    /// The text (a rendered conversation for instruction data).
+    pub text: String,
+    /// `None` for plain text (every token counts, no segments when packed);
+    /// for instruction data the counted byte ranges (the whole text without
+    /// prompt masking).
+    pub counted: Option<Vec<std::ops::Range<usize>>>,
 }
 
 /// Which text to train on.
@@ -159,12 +217,93 @@ fn parquet_docs(path: &Path, column: &str, batcher: &mut DocBatcher<'_>) -> Resu
 }
 
 impl LocalSource {
-    /// The file or folder of `split`.
+    /// The file or folder `split` is read from (the training data for a
+    /// held-out validation split).
     pub fn path(&self, split: Split) -> &Path {
-        match split {
-            Split::Train => &self.train,
-            Split::Validation => &self.validation,
+        match (split, &self.validation) {
+            (Split::Validation, Some(v)) => v,
+            _ => &self.train,
         }
+    }
+
+    /// Whether `split` is a part of the training data: the held-out part
+    /// (validation) or the rest (train), when there is no validation file.
+    fn holds_out(&self) -> bool {
+        self.validation.is_none()
+    }
+}
+
+/// An [`Example`] of a JSON Lines row: a text row (split on `separator`
+/// when given), or a conversation rendered with the template.
+fn row_examples(
+    row: jsonl::Row,
+    at: jsonl::RowAt,
+    path: &Path,
+    options: &LocalOptions,
+    renderer: Option<&crate::ChatRenderer>,
+) -> Result<Vec<Example>> {
+    use jsonl::Row;
+    let err = |m: String| jsonl::row_error(path, at, m);
+    let conversation = |messages: &[serde_json::Value], r: &crate::ChatRenderer| {
+        let (text, counted) = if options.mask_prompt {
+            r.assistant_spans(messages)
+        } else {
+            r.render(messages, false).map(|t| {
+                let all = vec![0..t.len()];
+                (t, all)
+            })
+        }
+        .map_err(|e| err(e.to_string()))?;
+        Ok(vec![Example {
+            text,
+            counted: Some(counted),
+        }])
+    };
+    match row {
+        Row::Text(t) => {
+            if options.mask_prompt {
+                return Err(err(
+                    "prompt masking needs {\"messages\"} or {\"prompt\", \"completion\"} rows, found a {\"text\"} row".into(),
+                ));
+            }
+            let pieces: Vec<&str> = match &options.jsonl_separator {
+                Some(sep) => corpus::split_spans(&t, sep, None)
+                    .into_iter()
+                    .map(|(a, b)| &t[a..b])
+                    .collect(),
+                None => vec![t.as_str()],
+            };
+            Ok(pieces
+                .into_iter()
+                .map(str::trim)
+                .filter(|p| !p.is_empty())
+                .map(|p| Example {
+                    text: p.to_owned(),
+                    counted: None,
+                })
+                .collect())
+        }
+        Row::Chat(messages) => match renderer {
+            Some(r) => conversation(&messages, r),
+            None => Err(err(
+                "a {\"messages\"} row needs a chat template, and the tokenizer has none (give one with --chat-template)".into(),
+            )),
+        },
+        Row::Completion { prompt, completion } => match renderer {
+            Some(r) => {
+                let messages = [
+                    serde_json::json!({"role": "user", "content": prompt}),
+                    serde_json::json!({"role": "assistant", "content": completion}),
+                ];
+                conversation(&messages, r)
+            }
+            None => {
+                let start = if options.mask_prompt { prompt.len() } else { 0 };
+                let text = prompt + &completion;
+                let counted = Some(vec![start..text.len()]);
+                Ok(vec![Example { text, counted }])
+            }
+        },
     }
 }
 
@@ -206,7 +345,25 @@ impl Resolved {
                     _ if p.is_dir() => corpus::text_files(p)?,
                     _ => vec![p.to_path_buf()],
                 };
-                format!("local:{:?}:{}", l.format, file_identity(&files)?)
+                let mut id = format!("local:{:?}:{}", l.format, file_identity(&files)?);
+                // Suffixes only where they apply, so that stores built
+                // before these options existed keep their keys.
+                let o = &l.options;
+                if l.format == LocalFormat::JsonLines {
+                    if let Some(t) = &o.chat_template {
+                        id += &format!(":template={}", t.hash());
+                    }
+                    if o.mask_prompt {
+                        id += ":mask_prompt";
+                    }
+                    if let Some(sep) = &o.jsonl_separator {
+                        id += &format!(":separator={sep:?}");
+                    }
+                }
+                if l.holds_out() {
+                    id += &format!(":held_out_ppm={}", o.valid_fraction_ppm);
+                }
+                id
             }
             Resolved::Offline(o) => o.identity(split),
         })
@@ -254,11 +411,93 @@ impl Resolved {
         }
     }
 
-    /// Hands the documents of `split` to `f` in order, at most `batch_docs` at a
+    /// Hands the examples of `split` to `f` in order, at most `batch_docs` at
+    /// a time: JSON Lines rows rendered (chat and prompt/completion rows are
+    /// instruction data, see [`Example`]), every other source's documents as
+    /// plain text. Without a validation file, the held-out documents
+    /// ([`held_out`]) make the validation split and the rest the training
+    /// split.
+    pub fn for_each_example_batch(
+        &self,
+        split: Split,
+        batch_docs: usize,
+        mut f: impl FnMut(&[Example]) -> Result<()>,
+    ) -> Result<()> {
+        let limit = batch_docs.max(1);
+        let mut batch: Vec<Example> = Vec::with_capacity(limit.min(1 << 16));
+        let mut i = 0u64;
+        let filter = match self {
+            Resolved::Local(l) if l.holds_out() => Some(l.options.valid_fraction_ppm),
+            _ => None,
+        };
+        let mut push = |e: Example, batch: &mut Vec<Example>| -> Result<()> {
+            let keep = match filter {
+                Some(ppm) => held_out(i, ppm) == (split == Split::Validation),
+                None => true,
+            };
+            i += 1;
+            if keep {
+                batch.push(e);
+                if batch.len() >= limit {
+                    f(batch)?;
+                    batch.clear();
+                }
+            }
+            Ok(())
+        };
+        match self {
+            Resolved::Local(l) if l.format == LocalFormat::JsonLines => {
+                let path = l.path(split);
+                let renderer = match &l.options.chat_template {
+                    Some(t) => Some(t.renderer()?),
+                    None => None,
+                };
+                jsonl::read_rows(path, &mut |row, at| {
+                    for e in row_examples(row, at, path, &l.options, renderer.as_ref())? {
+                        push(e, &mut batch)?;
+                    }
+                    Ok(())
+                })?;
+            }
+            _ => {
+                self.for_each_text_batch(split, batch_docs, |docs| {
+                    for d in docs {
+                        let e = Example {
+                            text: d.clone(),
+                            counted: None,
+                        };
+                        push(e, &mut batch)?;
+                    }
+                    Ok(())
+                })?;
+            }
+        }
+        if !batch.is_empty() {
+            f(&batch)?;
+        }
+        Ok(())
+    }
+
+    /// Hands the documents of `split` to `f` in order, at most `batch_docs` at
+    /// a time, as text (rendered conversations for instruction data); see
+    /// [`Resolved::for_each_example_batch`].
+    pub fn for_each_batch(
+        &self,
+        split: Split,
+        batch_docs: usize,
+        mut f: impl FnMut(&[String]) -> Result<()>,
+    ) -> Result<()> {
+        self.for_each_example_batch(split, batch_docs, |examples| {
+            let docs: Vec<String> = examples.iter().map(|e| e.text.clone()).collect();
+            f(&docs)
+        })
+    }
+
+    /// Hands the documents of `split`'s file to `f` in order, at most `batch_docs` at a
     /// time. Parquet and JSON Lines stream: memory holds one batch of documents plus
     /// what the reader decodes (a line, or part of one row group). Text files and the
     /// offline corpus are loaded (mapped) whole, then handed over in batches.
-    pub fn for_each_batch(
+    fn for_each_text_batch(
         &self,
         split: Split,
         batch_docs: usize,
@@ -280,8 +519,14 @@ impl Resolved {
                         parquet_docs(&file, column, &mut batcher)?;
                     }
                 }
-                LocalFormat::Text { .. } => {
-                    for d in self.load(split)?.docs() {
+                LocalFormat::Text { separator } => {
+                    let p = l.path(split);
+                    let corpus = if p.is_dir() {
+                        Corpus::from_text_dir(p, separator)?
+                    } else {
+                        Corpus::from_text_file(p, separator, None)?
+                    };
+                    for d in corpus.docs() {
                         batcher.push(d)?;
                     }
                 }
@@ -305,6 +550,7 @@ impl Resolved {
                 max_bytes,
                 ..
             } => Corpus::from_text_file(path, separator, *max_bytes),
+            Resolved::Local(l) if l.holds_out() => self.gather(split),
             Resolved::Local(l) => {
                 let p = l.path(split);
                 match &l.format {

@@ -15,8 +15,12 @@ pub(super) struct Micro {
     pub x: Array,
     /// Target tokens `[B, L]`.
     pub y: Array,
-    /// Loss weights `[B, L]`: 1 where a target counts, 0 at padding.
+    /// Loss weights `[B, L]`: 1 where a target counts, 0 at padding and
+    /// at masked prompt tokens.
     pub mask: Array,
+    /// For packed examples, the example of each input token `[B, L]`
+    /// (uint32): attention stays within an example.
+    pub segments: Option<Array>,
     /// The input tokens (`x`), on the host: the rows of the embedding that
     /// get a gradient.
     pub tokens: Vec<u32>,
@@ -42,6 +46,7 @@ pub(super) fn micro(b: &mlx_data::Batch) -> Result<Micro> {
         x: a.inputs,
         y: a.targets,
         mask: a.loss_mask,
+        segments: a.segments,
         tokens: (0..b.batch_size)
             .flat_map(|r| b.inputs(r).iter().copied())
             .collect(),
@@ -80,8 +85,9 @@ impl StepBatch {
         let micros: Vec<Micro> = (0..cfg.grad_accumulation)
             .map(|_| micro(&batches.next_batch()?))
             .collect::<Result<_>>()?;
-        let count = if cfg.batching == Batching::Pack {
-            // Packed rows have no padding: every target of every rank counts,
+        let count = if cfg.batching == Batching::Pack && !cfg.mask_prompt {
+            // Packed rows have no padding, and without prompt masking every
+            // target of every rank counts,
             // so the world's count is known without asking the other ranks.
             tokens
         } else {

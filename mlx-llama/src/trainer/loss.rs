@@ -34,7 +34,7 @@ pub(super) fn loss_and_grads(
             Some(s) => mask.mul(&s.astype(mask.dtype())?)?,
             None => mask,
         };
-        m.loss(&micro.x, &micro.y, &mask)
+        m.loss_in(&micro.x, &micro.y, &mask, micro.segments.as_ref())
     };
     let vg: LossAndGrads = match compute {
         Some(d) => Box::new(value_and_grad_in(d, f)),
@@ -86,7 +86,8 @@ pub(super) fn evaluate(
     let mut count = Array::zeros(&[], Dtype::F32);
     for _ in 0..batches {
         let m = micro(&val.next_batch()?)?;
-        sum = sum.add(&model.loss(&m.x, &m.y, &m.mask)?.astype(Dtype::F32)?)?;
+        let loss = model.loss_in(&m.x, &m.y, &m.mask, m.segments.as_ref())?;
+        sum = sum.add(&loss.astype(Dtype::F32)?)?;
         count = count.add(&m.mask.sum_all()?)?;
         eval((&sum, &count))?;
     }

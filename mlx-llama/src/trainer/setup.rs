@@ -1,6 +1,7 @@
 //! What a run is built from: its data pipeline, batch size, learning-rate
 //! schedule, model and optimizer.
 
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::{Context, Result, bail};
@@ -23,6 +24,14 @@ pub fn data_config_for(cfg: &TrainConfig) -> DataConfig {
     if let Some(dir) = &cfg.data_cache {
         d.cache_dir = dir.clone();
     }
+    let local = |train: &PathBuf, validation: &Option<PathBuf>, format: LocalFormat| {
+        SourceSpec::Local(LocalSource {
+            train: train.clone(),
+            validation: validation.clone(),
+            options: local_options(cfg, &format),
+            format,
+        })
+    };
     d.source = match &cfg.data {
         DataSource::Auto => d.source.clone(),
         DataSource::Offline => SourceSpec::Offline(OfflineCorpus::default()),
@@ -30,25 +39,23 @@ pub fn data_config_for(cfg: &TrainConfig) -> DataConfig {
             SourceSpec::Auto { hub, .. } => SourceSpec::Hub(hub.clone()),
             s => s.clone(),
         },
-        DataSource::Text { train, validation } => SourceSpec::Local(LocalSource {
-            train: train.clone(),
-            validation: validation.clone(),
-            format: LocalFormat::Text {
-                separator: "<|endoftext|>".into(),
+        DataSource::Text { train, validation } => local(
+            train,
+            validation,
+            LocalFormat::Text {
+                separator: separator(&cfg.separator),
             },
-        }),
-        DataSource::JsonLines { train, validation } => SourceSpec::Local(LocalSource {
-            train: train.clone(),
-            validation: validation.clone(),
-            format: LocalFormat::JsonLines,
-        }),
-        DataSource::Parquet { train, validation } => SourceSpec::Local(LocalSource {
-            train: train.clone(),
-            validation: validation.clone(),
-            format: LocalFormat::Parquet {
+        ),
+        DataSource::JsonLines { train, validation } => {
+            local(train, validation, LocalFormat::JsonLines)
+        }
+        DataSource::Parquet { train, validation } => local(
+            train,
+            validation,
+            LocalFormat::Parquet {
                 column: "text".into(),
             },
-        }),
+        ),
     };
     d.tokenizer = match &cfg.tokenizer {
         TokenizerChoice::Auto => TokenizerSpec::default(),
@@ -60,6 +67,71 @@ pub fn data_config_for(cfg: &TrainConfig) -> DataConfig {
         TokenizerChoice::Train(n) => TokenizerSpec::TrainByteLevel { vocab_size: *n },
     };
     d
+}
+
+/// `--separator`'s text: `eot` is `<|endoftext|>`, `blank-line` is
+/// [`mlx_data::source::corpus::BLANK_LINE`], anything else itself.
+fn separator(s: &str) -> String {
+    match s {
+        "eot" => mlx_data::tokenizer::ENDOFTEXT.into(),
+        "blank-line" => mlx_data::source::corpus::BLANK_LINE.into(),
+        other => other.into(),
+    }
+}
+
+/// The chat template, prompt masking, JSON Lines separator and held-out
+/// fraction of a local source. The template is `--chat-template`'s, else
+/// the tokenizer's: the folder of `--tokenizer`'s tokenizer.json, or of
+/// `--init-from` (a model folder). A template that cannot be read is
+/// logged and left out (chat rows then say they need one).
+fn local_options(cfg: &TrainConfig, format: &mlx_data::LocalFormat) -> mlx_data::LocalOptions {
+    let mut o = mlx_data::LocalOptions {
+        mask_prompt: cfg.mask_prompt,
+        valid_fraction_ppm: (cfg.valid_fraction.clamp(0.0, 1.0) * 1e6).round() as u32,
+        ..Default::default()
+    };
+    if *format != mlx_data::LocalFormat::JsonLines {
+        return o;
+    }
+    if cfg.separator != "eot" {
+        o.jsonl_separator = Some(separator(&cfg.separator));
+    }
+    let dir = match (&cfg.tokenizer, &cfg.init_from) {
+        (TokenizerChoice::File(p), _) => p.parent().map(PathBuf::from),
+        (_, Some(src)) => match src.locate() {
+            Ok(crate::source::Located::Path(p)) => Some(p),
+            _ => None,
+        },
+        _ => None,
+    };
+    let own = dir.and_then(
+        |d: PathBuf| match mlx_data::ChatTemplate::from_model_dir(&d) {
+            Ok(t) => t,
+            Err(e) => {
+                tracing::warn!(error = %e, "the tokenizer's chat template cannot be read");
+                None
+            }
+        },
+    );
+    o.chat_template = match &cfg.chat_template {
+        Some(file) => {
+            let base = own.unwrap_or_else(|| mlx_data::ChatTemplate {
+                source: String::new(),
+                bos_token: mlx_data::tokenizer::ENDOFTEXT.into(),
+                eos_token: mlx_data::tokenizer::ENDOFTEXT.into(),
+                origin: String::new(),
+            });
+            match base.with_file(file) {
+                Ok(t) => Some(t),
+                Err(e) => {
+                    tracing::warn!(error = %e, "--chat-template cannot be read");
+                    None
+                }
+            }
+        }
+        None => own,
+    };
+    o
 }
 
 /// The run's tokenizer alone, without building token stores: the embedded
