@@ -249,7 +249,7 @@ fn row_examples(
             r.assistant_spans(messages)
         } else {
             r.render(messages, false).map(|t| {
-                let all = vec![0..t.len()];
+                let all = std::iter::once(0..t.len()).collect();
                 (t, all)
             })
         }
@@ -300,7 +300,7 @@ fn row_examples(
             None => {
                 let start = if options.mask_prompt { prompt.len() } else { 0 };
                 let text = prompt + &completion;
-                let counted = Some(vec![start..text.len()]);
+                let counted = Some(std::iter::once(start..text.len()).collect());
                 Ok(vec![Example { text, counted }])
             }
         },
