@@ -554,6 +554,10 @@ pub fn configs(dir: &Path) -> Result<(crate::TrainConfig, crate::LlamaConfig)> {
 pub fn load_trained(checkpoint_or_run: &Path) -> Result<Trained> {
     use mlx_nn::ModuleExt;
     let (dir, config, model_config) = locate(checkpoint_or_run)?;
+    if config.adapters.fine_tune != crate::adapters::FineTune::Full {
+        let model = load_adapted(&dir, &config)?;
+        return Ok(Trained { dir, config, model });
+    }
     let mut model = crate::Llama::new(&model_config, 0)?;
     let weights = dir.join("model.safetensors");
     model
@@ -562,12 +566,40 @@ pub fn load_trained(checkpoint_or_run: &Path) -> Result<Trained> {
     Ok(Trained { dir, config, model })
 }
 
+/// An adapter run's model from its checkpoint `dir`: the base its
+/// `--init-from` names, loaded again, with the checkpoint's adapters (not
+/// merged; [`crate::Llama::fuse_adapters`] merges them).
+fn load_adapted(dir: &Path, config: &crate::TrainConfig) -> Result<crate::Llama> {
+    let base = config.init_from.as_ref().with_context(|| {
+        format!(
+            "checkpoint {} holds adapters but its run names no base model (--init-from)",
+            dir.display()
+        )
+    })?;
+    let resolved = base
+        .resolve(&mlx_data::HubConfig::from_env())
+        .with_context(|| format!("the base model of {}: {base}", dir.display()))?;
+    let mut model = resolved.load()?;
+    if model.has_adapters() {
+        model.fuse_adapters()?;
+    }
+    crate::adapters::apply_from(dir, &mut model)
+        .with_context(|| format!("the adapters of {}", dir.display()))?;
+    Ok(model)
+}
+
 /// [`load_trained`] for tensor parallelism: this rank's shard of the model
 /// over `group` ([`crate::Llama::shard`]), reading from the file only its
 /// blocks of the sharded weights, so no rank holds the whole model. Every
 /// rank of `group` calls it.
 pub fn load_trained_shard(checkpoint_or_run: &Path, group: &mlx_dist::Group) -> Result<Trained> {
     let (dir, config, model_config) = locate(checkpoint_or_run)?;
+    if config.adapters.fine_tune != crate::adapters::FineTune::Full {
+        bail!(
+            "checkpoint {} holds adapters, which are not split over ranks: merge them first (mlx-llama export --fuse) and split the merged model",
+            dir.display()
+        );
+    }
     // The initial weights are never evaluated whole but one projection at a
     // time while it is cut; the cut ones give way to unevaluated zeros (no
     // memory) until the loaded shards replace them.

@@ -395,6 +395,10 @@ pub struct TrainConfig {
     #[serde(default)]
     #[arg(long, value_name = "SOURCE")]
     pub init_from: Option<crate::ModelSource>,
+    /// Fine-tuning with adapters (`--fine-tune`, `--lora-*`, `--base-dtype`).
+    #[serde(default)]
+    #[command(flatten)]
+    pub adapters: crate::adapters::AdapterOptions,
 }
 
 impl Default for TrainConfig {
@@ -441,7 +445,7 @@ impl TrainConfig {
 
     /// The parts of the configuration a checkpoint must agree with to resume.
     pub fn resume_key(&self) -> serde_json::Value {
-        serde_json::json!({
+        let mut key = serde_json::json!({
             "model": self.model,
             "global_batch": self.global_batch,
             "per_rank_batch": self.per_rank_batch,
@@ -452,7 +456,19 @@ impl TrainConfig {
             "tokenizer": self.tokenizer,
             "batching": self.batching,
             "shard_optimizer": self.shard_optimizer,
-        })
+        });
+        // Only an adapter run's key names its adapters: a full run's stays
+        // what checkpoints written before adapters existed recorded.
+        if self.adapters.fine_tune != crate::adapters::FineTune::Full {
+            key["adapters"] = serde_json::json!({
+                "fine_tune": self.adapters.fine_tune,
+                "rank": self.adapters.lora_rank,
+                "alpha": self.adapters.lora_alpha,
+                "layers": self.adapters.lora_layers,
+                "targets": self.adapters.lora_targets,
+            });
+        }
+        key
     }
 }
 
@@ -475,7 +491,9 @@ mod tests {
 
     /// The serialised field an option sets: `id` at the top or in `model`.
     fn field<'a>(json: &'a Value, id: &str) -> Option<&'a Value> {
-        json.get(id).or_else(|| json["model"].get(id))
+        json.get(id)
+            .or_else(|| json["model"].get(id))
+            .or_else(|| json["adapters"].get(id))
     }
 
     /// The part of `--help` about `--long`.
@@ -530,8 +548,10 @@ mod tests {
         // imported configuration sets).
         let mut fields: Vec<String> = json.as_object().unwrap().keys().cloned().collect();
         fields.extend(json["model"].as_object().unwrap().keys().cloned());
+        fields.extend(json["adapters"].as_object().unwrap().keys().cloned());
         let constants = [
             "model",
+            "adapters",
             "norm_eps",
             "rope_base",
             "rope_scaling",
@@ -627,6 +647,20 @@ mod tests {
         "jsonl,csv",
         "--init-from",
         "weights",
+        "--fine-tune",
+        "dora",
+        "--lora-rank",
+        "4",
+        "--lora-alpha",
+        "8",
+        "--lora-dropout",
+        "0.1",
+        "--lora-layers",
+        "2",
+        "--lora-targets",
+        "q,v",
+        "--base-dtype",
+        "bf16",
     ];
 
     #[test]

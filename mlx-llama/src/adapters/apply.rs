@@ -167,3 +167,68 @@ impl Llama {
         err.map_or(Ok(()), Err)
     }
 }
+
+/// The subfolder of a checkpoint that holds its adapters in mlx-lm's
+/// layout (PEFT's is the checkpoint folder itself: both name their
+/// configuration `adapter_config.json`).
+pub const MLX_LM_DIR: &str = "mlx-lm";
+
+/// Writes `model`'s adapters into `dir` in PEFT's layout and into
+/// `dir/mlx-lm` in mlx-lm's, replacing what is there; `base` is the base
+/// model's name or path the configurations record.
+pub fn write_both_layouts(
+    dir: &std::path::Path,
+    spec: &AdapterSpec,
+    model: &Llama,
+    base: &str,
+) -> anyhow::Result<()> {
+    use super::{Layout, SaveOptions};
+    let params = model.adapter_parameters();
+    let options = SaveOptions::default()
+        .base_model(base.to_string())
+        .overwrite(true);
+    super::save(dir, spec, &model.config, &params, &options)?;
+    let mlx = dir.join(MLX_LM_DIR);
+    std::fs::create_dir_all(&mlx)?;
+    super::save(
+        &mlx,
+        spec,
+        &model.config,
+        &params,
+        &options.layout(Layout::MlxLm),
+    )?;
+    Ok(())
+}
+
+/// Puts the adapters of the folder `dir` (PEFT's or mlx-lm's layout) into
+/// `model`, which must have none yet; returns their spec.
+pub fn apply_from(dir: &std::path::Path, model: &mut Llama) -> anyhow::Result<AdapterSpec> {
+    let (spec, tensors) = super::load(dir, &model.config)?;
+    model.add_adapters(&spec, 0)?;
+    model.load_adapter_tensors(tensors)?;
+    Ok(spec)
+}
+
+impl Llama {
+    /// Sets the adapters' tensors from `(name, array)` pairs under our
+    /// names (as [`super::load`] reads them), each cast to the dtype its
+    /// parameter has.
+    pub fn load_adapter_tensors(&mut self, tensors: Vec<(String, Array)>) -> Result<()> {
+        let dtypes: std::collections::HashMap<String, Dtype> = self
+            .named_parameters()
+            .into_iter()
+            .map(|(n, a)| (n, a.dtype()))
+            .collect();
+        let cast = tensors
+            .into_iter()
+            .map(|(n, a)| {
+                let a = match dtypes.get(&n) {
+                    Some(&d) if d != a.dtype() => a.astype(d)?,
+                    _ => a,
+                };
+                Ok((n, a))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        self.update(&mlx_array::Tree::unflatten(cast)?)
+    }
+}

@@ -10,14 +10,16 @@ mod apply;
 pub mod files;
 pub mod mlx_lm;
 pub mod peft;
+mod options;
 
 use std::fmt;
 use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
-pub use apply::{ADAPTER_LEAVES, is_adapter_tensor};
+pub use apply::{ADAPTER_LEAVES, MLX_LM_DIR, apply_from, is_adapter_tensor, write_both_layouts};
 pub use files::{Layout, Rows, SaveOptions, load, load_rows, save};
+pub use options::{AdapterOptions, FineTune, Targets};
 
 /// LoRA or DoRA.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]

@@ -111,6 +111,11 @@ struct GenerateArgs {
     /// (one process).
     #[arg(long, value_enum, default_value_t = Parallel::None)]
     parallel: Parallel,
+    /// Adapters in PEFT's or mlx-lm's layout (a folder with
+    /// adapter_config.json: an adapter run's checkpoint, or its mlx-lm/
+    /// subfolder) applied to the model unmerged (one process).
+    #[arg(long, value_name = "DIR")]
+    adapter: Option<PathBuf>,
 }
 
 /// How `generate` splits the model over the ranks.
@@ -241,7 +246,12 @@ fn run_generate(a: GenerateArgs) -> Result<()> {
             source.dir.display(),
             a.checkpoint
         ),
-        (SourceKind::Checkpoint, Parallel::None | Parallel::Tensor) => {
+        // One process: the whole model, an adapter run's with its adapters.
+        (SourceKind::Checkpoint, Parallel::None) => {
+            let trained = mlx_llama::checkpoint::load_trained(&source.dir)?;
+            (trained.config, Part::Shard(trained.model))
+        }
+        (SourceKind::Checkpoint, Parallel::Tensor) => {
             let trained = mlx_llama::checkpoint::load_trained_shard(&source.dir, &group)?;
             (trained.config, Part::Shard(trained.model))
         }
@@ -253,6 +263,24 @@ fn run_generate(a: GenerateArgs) -> Result<()> {
     if let Some(t) = &a.tokenizer {
         config.tokenizer = t.clone();
     }
+    let part = match (part, &a.adapter) {
+        (Part::Shard(mut model), Some(dir)) if a.parallel == Parallel::None => {
+            if model.has_adapters() {
+                bail!(
+                    "{} holds adapters already: --adapter {} would stack a second set (merge the first with export --fuse)",
+                    source.dir.display(),
+                    dir.display()
+                );
+            }
+            mlx_llama::adapters::apply_from(dir, &mut model)
+                .with_context(|| format!("--adapter {}", dir.display()))?;
+            Part::Shard(model)
+        }
+        (_, Some(_)) => bail!(
+            "--adapter runs in one process (--parallel none); to split an adapted model, merge it first (export --fuse)"
+        ),
+        (part, None) => part,
+    };
     let params = match &part {
         Part::Shard(m) => mlx_nn::ModuleExt::named_parameters(m)
             .iter()

@@ -50,7 +50,55 @@ impl Format {
 /// folder, to `out` (created if missing; files of the same names are
 /// replaced). Returns the checkpoint folder read.
 pub fn export(checkpoint_or_run: &Path, out: &Path, format: Format) -> Result<PathBuf> {
-    let trained = crate::checkpoint::load_trained(checkpoint_or_run)?;
+    export_with(checkpoint_or_run, out, format, &Merge::default())
+}
+
+/// Adapters an export merges into the model it writes.
+#[derive(Clone, Debug, Default)]
+pub struct Merge {
+    /// Merge the checkpoint's own adapters (an adapter run's), and those
+    /// of `adapter`: `W + scale B A`, DoRA's magnitude applied.
+    pub fuse: bool,
+    /// A folder of adapters in PEFT's or mlx-lm's layout to put on the
+    /// model first (only with `fuse`).
+    pub adapter: Option<PathBuf>,
+}
+
+/// [`export`], merging adapters as `merge` says. A model with adapters is
+/// written only merged: transformers' and mlx-lm's Llamas have no place
+/// for them.
+pub fn export_with(
+    checkpoint_or_run: &Path,
+    out: &Path,
+    format: Format,
+    merge: &Merge,
+) -> Result<PathBuf> {
+    let mut trained = crate::checkpoint::load_trained(checkpoint_or_run)?;
+    if let Some(dir) = &merge.adapter {
+        if !merge.fuse {
+            bail!("--adapter {} is merged into the export: pass --fuse", dir.display());
+        }
+        if trained.model.has_adapters() {
+            bail!(
+                "{} holds adapters already: merge them first (export --fuse) and put {} on the merged export",
+                trained.dir.display(),
+                dir.display()
+            );
+        }
+        crate::adapters::apply_from(dir, &mut trained.model)
+            .with_context(|| format!("--adapter {}", dir.display()))?;
+    }
+    if trained.model.has_adapters() {
+        if !merge.fuse {
+            bail!(
+                "{} holds adapters on a frozen base: pass --fuse to write the base with them merged, or use the adapters as they are (PEFT's layout in {}, mlx-lm's in {})",
+                trained.dir.display(),
+                trained.dir.display(),
+                trained.dir.join(crate::adapters::MLX_LM_DIR).display()
+            );
+        }
+        trained.model.fuse_adapters()?;
+    }
     let tokenizer = crate::trainer::tokenizer_for(&trained.config)
         .with_context(|| format!("loading the tokenizer of {}", trained.dir.display()))?;
     write(
@@ -169,6 +217,15 @@ pub struct ExportArgs {
     /// names are replaced). Never inside a run's checkpoints.
     #[arg(long)]
     pub force: bool,
+    /// Merge adapters into the weights written (an adapter run's, and
+    /// --adapter's): W + scale B A, DoRA's magnitude applied; a plain model
+    /// transformers and mlx-lm load.
+    #[arg(long)]
+    pub fuse: bool,
+    /// Adapters in PEFT's or mlx-lm's layout (a folder with
+    /// adapter_config.json) to merge into the checkpoint's model; needs --fuse.
+    #[arg(long, value_name = "DIR")]
+    pub adapter: Option<PathBuf>,
 }
 
 /// Refuses an export folder inside a run's checkpoints (a checkpoint
@@ -225,7 +282,11 @@ pub fn check_out(out: &Path, force: bool) -> Result<()> {
 /// Runs `mlx-llama export`, saying what it wrote.
 pub fn run(args: ExportArgs) -> Result<()> {
     check_out(&args.out, args.force)?;
-    let from = export(&args.checkpoint, &args.out, args.format)?;
+    let merge = Merge {
+        fuse: args.fuse,
+        adapter: args.adapter.clone(),
+    };
+    let from = export_with(&args.checkpoint, &args.out, args.format, &merge)?;
     println!(
         "exported {} for {} to {}",
         from.display(),

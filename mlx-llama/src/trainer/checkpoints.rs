@@ -33,9 +33,17 @@ pub(super) fn resume(
     precision.load(&dir)?;
     let rank = group.rank();
     let m = checkpoint::read_manifest(&dir, &cfg.resume_key())?;
-    model
-        .load_weights(dir.join("model.safetensors"))
-        .with_context(|| format!("loading the model from {}", dir.display()))?;
+    if model.has_adapters() {
+        // An adapter run's checkpoint holds its adapters alone (PEFT's
+        // layout); the base came from --init-from again.
+        let (_, tensors) = crate::adapters::load(&dir, &model.config)
+            .with_context(|| format!("loading the adapters from {}", dir.display()))?;
+        model.load_adapter_tensors(tensors)?;
+    } else {
+        model
+            .load_weights(dir.join("model.safetensors"))
+            .with_context(|| format!("loading the model from {}", dir.display()))?;
+    }
     let params = model.trainable_parameters();
     if !same_layout(&m, cfg, group.size(), &state.state_files()) {
         return resume_resharded(&dir, &m, group, state, &params, loader);
@@ -244,9 +252,19 @@ fn publish(
     step: u64,
 ) -> Result<()> {
     let out = &cfg.out_dir;
-    let weights = tmp.join("model.safetensors");
-    model.save_weights(&weights)?;
-    checkpoint::sync_path(&weights)?;
+    match cfg.adapters.spec(model.config.num_layers) {
+        // An adapter run keeps only its adapters, in PEFT's layout here and
+        // mlx-lm's in a subfolder: the frozen base is --init-from's.
+        Some(spec) => {
+            let base = cfg.init_from.as_ref().map_or("", |s| s.as_str());
+            crate::adapters::write_both_layouts(tmp, &spec, model, base)?;
+        }
+        None => {
+            let weights = tmp.join("model.safetensors");
+            model.save_weights(&weights)?;
+            checkpoint::sync_path(&weights)?;
+        }
+    }
     let manifest = Manifest {
         format: checkpoint::FORMAT,
         step,

@@ -19,13 +19,16 @@ type LossAndGrads = Box<dyn Fn(&mut Llama, &(Micro, f64)) -> mlx_array::Result<(
 /// times `scale` (and times `loss_scale`, a 0-d array on the device, when
 /// given), summed; the fused loss computes its gradient in the same
 /// pass. With `compute` the model runs in that dtype, its gradients coming
-/// back in float32 ([`mlx_nn::value_and_grad_in`]). Lazy.
+/// back in float32 ([`mlx_nn::value_and_grad_in`]). With `dropout` (a
+/// key), the adapters' dropout draws from a split of it per micro-batch.
+/// Lazy.
 pub(super) fn loss_and_grads(
     model: &mut Llama,
     micros: Vec<Micro>,
     scale: f64,
     loss_scale: Option<&Array>,
     compute: Option<Dtype>,
+    dropout: Option<Array>,
 ) -> Result<(Array, Tree)> {
     let loss_scale = loss_scale.cloned();
     let f = move |m: &Llama, (micro, scale): &(Micro, f64)| {
@@ -45,13 +48,23 @@ pub(super) fn loss_and_grads(
     // dropped here so that the graph holds the only references to it:
     // the evaluator can then free every buffer once its last reader ran.
     let mut grads: Option<Tree> = None;
-    for m in micros {
+    let keys = match &dropout {
+        Some(k) => Some(mlx_array::random::split_keys(k, micros.len().max(1))?),
+        None => None,
+    };
+    for (i, m) in micros.into_iter().enumerate() {
+        if let Some(keys) = &keys {
+            model.set_adapter_dropout(Some(&keys[i]))?;
+        }
         let (l, g) = vg(model, &(m, scale))?;
         loss = loss.add(&l)?;
         grads = Some(match grads {
             None => g,
             Some(acc) => acc.zip_map(&g, |_, a, b| a.add(b))?,
         });
+    }
+    if dropout.is_some() {
+        model.set_adapter_dropout(None)?;
     }
     let grads = grads.ok_or_else(|| anyhow::anyhow!("a step needs at least one micro-batch"))?;
     Ok((loss, grads))

@@ -202,6 +202,7 @@ impl<'a> Run<'a> {
             );
         }
         let mut model = setup::model(cfg, init, data.tokenizer.vocab_size())?;
+        setup::adapt(cfg, &mut model)?;
         let mut train_loader = setup::loader(data.train.clone(), cfg, &group, batch)?;
         let val_loader = setup::loader(data.validation.clone(), cfg, &group, batch)?;
         let mut precision = Precision::for_config(cfg)?;
@@ -283,12 +284,14 @@ impl<'a> Run<'a> {
         )?;
         let drawn = batch.micros.iter().map(|m| m.drawn.clone()).collect();
         let loss_scale = self.precision.loss_scale().cloned();
+        let dropout = self.dropout_key(step);
         let (loss, grads) = loss::loss_and_grads(
             &mut self.model,
             batch.micros,
             batch.scale,
             loss_scale.as_ref(),
             self.precision.compute,
+            dropout,
         )?;
         let grads = self.sync.reduce(grads, batch.sparse.as_ref())?;
         // The rate this step's update uses (read before it; a float16
@@ -335,6 +338,23 @@ impl<'a> Run<'a> {
             eprintln!("step={} {}", step + 1, host.describe(t0.elapsed()));
         }
         Ok(stop)
+    }
+
+    /// The key of step `step`'s adapter dropout on this rank, when the
+    /// run's adapters have dropout: from the seed, the step and the rank,
+    /// so a resumed run draws the same masks.
+    fn dropout_key(&self, step: u64) -> Option<Array> {
+        let on = self.cfg.adapters.lora_dropout > 0.0 && self.model.has_adapters();
+        on.then(|| {
+            let rank = self.world.rank() as u64;
+            let mixed = self
+                .cfg
+                .seed
+                .wrapping_mul(0x9E37_79B9_7F4A_7C15)
+                .wrapping_add(step.wrapping_mul(0xBF58_476D_1CE4_E5B9))
+                .wrapping_add(rank.wrapping_mul(0x94D0_49BB_1331_11EB));
+            mlx_array::random::key(mixed)
+        })
     }
 
     /// The averaged gradients clipped by their global norm, and that norm,

@@ -258,6 +258,35 @@ pub(super) fn model(
     Ok(Llama::new(&model_cfg, cfg.seed)?)
 }
 
+/// An adapter run's adapters put into `model` (`--fine-tune lora|dora`):
+/// the model frozen, its base held in `--base-dtype`; a full run's model
+/// is left as it is. Adapters the model came with (an adapter run's
+/// checkpoint given to --init-from) are merged into it first, and a full
+/// run trains the merged model.
+pub(super) fn adapt(cfg: &TrainConfig, model: &mut Llama) -> Result<()> {
+    if model.has_adapters() {
+        model.fuse_adapters()?;
+    }
+    let Some(spec) = cfg.adapters.spec(model.config.num_layers) else {
+        return Ok(());
+    };
+    if cfg.tensor_parallel > 1 {
+        bail!(
+            "--fine-tune {:?} trains adapters on whole layers: it does not combine with --tensor-parallel {} (the base is frozen and small next to full training: replicate it)",
+            cfg.adapters.fine_tune,
+            cfg.tensor_parallel
+        );
+    }
+    model
+        .add_adapters(&spec, cfg.seed)
+        .context("adding the adapters")?;
+    let base = cfg.adapters.base_dtype.dtype();
+    if base != Dtype::F32 {
+        model.cast_frozen(base)?;
+    }
+    Ok(())
+}
+
 /// This rank's loader of `store`.
 pub(super) fn loader(
     store: Arc<TokenStore>,
