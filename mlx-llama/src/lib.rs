@@ -13,6 +13,7 @@ pub mod checkpoint;
 pub mod config;
 pub mod console;
 pub mod curves;
+pub mod eval;
 pub mod export;
 pub mod import;
 pub mod metrics;

@@ -29,6 +29,9 @@ enum Cmd {
     Generate(GenerateArgs),
     /// Write a checkpoint as a folder for transformers (hf) or mlx-lm (mlx).
     Export(mlx_llama::export::ExportArgs),
+    /// Loss and perplexity of a model (with or without adapters) on a
+    /// dataset, on 1 rank or N under mlx-launch.
+    Eval(mlx_llama::eval::EvalArgs),
 }
 
 #[derive(Args, Debug)]
@@ -459,6 +462,7 @@ fn main() {
         Cmd::Train(a) => run_train(*a, resolved),
         Cmd::Generate(a) => run_generate(a),
         Cmd::Export(a) => mlx_llama::export::run(a),
+        Cmd::Eval(a) => mlx_llama::eval::run(a),
     };
     if let Err(e) = result {
         eprintln!("error: {e:#}");
