@@ -136,6 +136,7 @@ impl Group {
         if self.size() == 1 {
             return Ok(());
         }
+        crate::stats::record(crate::stats::Op::AllReduce, buf.len(), self.size());
         self.inner.all_reduce(buf, dtype, op)
     }
 
@@ -180,6 +181,7 @@ impl Group {
             out.copy_from_slice(input);
             return Ok(());
         }
+        crate::stats::record(crate::stats::Op::AllGather, input.len(), self.size());
         self.inner.all_gather(input, out, dtype)
     }
 
@@ -224,6 +226,7 @@ impl Group {
             out.copy_from_slice(input);
             return Ok(());
         }
+        crate::stats::record(crate::stats::Op::SumScatter, input.len(), self.size());
         self.inner.sum_scatter(input, out, dtype)
     }
 
@@ -245,6 +248,7 @@ impl Group {
     pub fn send_bytes(&self, buf: &[u8], dtype: Dtype, dst: usize) -> Result<()> {
         check_len("send", buf.len(), dtype)?;
         self.check_peer("send", dst)?;
+        crate::stats::record(crate::stats::Op::Send, buf.len(), self.size());
         self.inner.send(buf, dtype, dst)
     }
 

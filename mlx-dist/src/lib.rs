@@ -75,6 +75,7 @@ mod local;
 mod mesh;
 pub mod reduce;
 pub mod report;
+pub mod stats;
 mod transports;
 pub mod wire;
 

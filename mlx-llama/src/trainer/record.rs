@@ -32,6 +32,12 @@ pub struct Summary {
     /// Of every step, the milliseconds this rank's communication thread
     /// spent in collectives, overlapped with computation or not.
     pub comm_ms: Vec<f64>,
+    /// Of every step, the bytes this rank handed to collectives and the bytes
+    /// the ring algorithms sent from it for them ([`mlx_dist::stats`],
+    /// counted from one step's record to the next; all zero at world 1).
+    pub payload_bytes: Vec<u64>,
+    /// See `payload_bytes`.
+    pub sent_bytes: Vec<u64>,
     /// Median over the steps after the first of the time each rank waited
     /// for collectives, per rank (index: rank).
     pub median_comm_wait_ms: Vec<f64>,
@@ -115,6 +121,8 @@ pub(super) struct Recorder {
     /// The fraction of an epoch one step reads (its micro-batches over an
     /// epoch's batches on a rank).
     epochs_per_step: f64,
+    /// [`mlx_dist::stats`]' payload and sent bytes at the last step recorded.
+    bytes_at: (u64, u64),
 }
 
 impl Recorder {
@@ -146,6 +154,8 @@ impl Recorder {
             step_ms: vec![],
             comm_wait_ms: vec![],
             comm_ms: vec![],
+            payload_bytes: vec![],
+            sent_bytes: vec![],
             median_comm_wait_ms: vec![],
             tokens_per_s: 0.0,
             peak_mib: 0.0,
@@ -190,6 +200,10 @@ impl Recorder {
             sample_log,
             world,
             epochs_per_step: 0.0,
+            bytes_at: (
+                mlx_dist::stats::payload_bytes(),
+                mlx_dist::stats::sent_bytes(),
+            ),
         })
     }
 
@@ -209,6 +223,13 @@ impl Recorder {
             .comm_wait_ms
             .push(s.comm.waited.as_secs_f64() * 1e3);
         self.summary.comm_ms.push(s.comm.busy.as_secs_f64() * 1e3);
+        let bytes = (
+            mlx_dist::stats::payload_bytes(),
+            mlx_dist::stats::sent_bytes(),
+        );
+        self.summary.payload_bytes.push(bytes.0 - self.bytes_at.0);
+        self.summary.sent_bytes.push(bytes.1 - self.bytes_at.1);
+        self.bytes_at = bytes;
         if let Some(f) = self.memory_log.as_mut() {
             let now = std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
