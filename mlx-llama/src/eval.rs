@@ -556,10 +556,11 @@ pub fn run(args: EvalArgs) -> Result<()> {
     println!("Perplexity: {:.3} ± {:.3}", r.perplexity, r.std_err);
     println!("Loss: {:.3} ± {:.3}", r.loss, r.loss_std_err);
     println!(
-        "Evaluated {} tokens in {} sequences ({} batches) on {} rank{} in {secs:.2} s",
+        "Evaluated {} tokens in {} sequences ({} batch{}) on {} rank{} in {secs:.2} s",
         r.tokens,
         r.sequences,
         r.batches,
+        if r.batches == 1 { "" } else { "es" },
         group.size(),
         if group.size() == 1 { "" } else { "s" }
     );

@@ -191,6 +191,13 @@ fn the_loss_is_the_mean_token_cross_entropy_and_perplexity_its_exp() {
     // --batches 1 takes one batch of 4 windows.
     let one = one_rank(&s.args(&["--batches", "1"]));
     assert_eq!((one.tokens, one.sequences, one.batches), (32, 4, 1));
+    // Padding: one document a row, its tokens after the first and its end
+    // of text counting, at most a block of them: 8 + 8 + 4 + 8 + 8.
+    let pad = one_rank(&s.args(&["--batching", "pad", "--batch", "5"]));
+    assert_eq!((pad.tokens, pad.sequences, pad.batches), (36, 5, 1));
+    // More sequences a batch than the split holds: shrunk to fit.
+    let all = one_rank(&s.args(&["--batching", "pad", "--batch", "8"]));
+    assert_eq!((all.tokens, all.sequences, all.batches), (36, 5, 1));
 }
 
 #[test]
