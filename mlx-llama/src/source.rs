@@ -316,11 +316,15 @@ impl Resolved {
     }
 
     /// The tokens that end a generation besides the tokenizer's own end of
-    /// text: for a model folder, [`stop_tokens`]; none for a checkpoint.
+    /// text: for a model folder, [`stop_tokens`]; for a checkpoint of a run
+    /// that started from a model (--init-from), that model's; else none.
     pub fn stop_tokens(&self) -> Result<Vec<u32>> {
         match self.kind {
             SourceKind::ModelFolder => stop_tokens(&self.dir),
-            SourceKind::Checkpoint => Ok(vec![]),
+            SourceKind::Checkpoint => match checkpoint::configs(&self.dir)?.0.init_from {
+                Some(base) => base.resolve(&HubConfig::from_env())?.stop_tokens(),
+                None => Ok(vec![]),
+            },
         }
     }
 }
