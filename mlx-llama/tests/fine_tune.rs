@@ -405,7 +405,7 @@ fn a_frozen_weight_gets_no_gradient_and_no_optimizer_state() {
         let name = p.file_name().unwrap().to_string_lossy().into_owned();
         if name.starts_with("optimizer") && name.ends_with(".safetensors") {
             let (w, _) = mlx_array::load_safetensors(&p).unwrap();
-            state_names.extend(w.into_iter().map(|(n, _)| n));
+            state_names.extend(w.into_keys());
         }
     }
     assert!(!state_names.is_empty(), "optimizer state in {}", ckpt.display());
@@ -428,4 +428,28 @@ fn a_frozen_weight_gets_no_gradient_and_no_optimizer_state() {
     let mut want = trainable.clone();
     want.sort();
     assert_eq!(names, want);
+}
+
+#[test]
+fn a_base_held_in_bf16_trains_adapters_in_f32() {
+    let mut m = adapted_fixture(AdapterKind::Dora);
+    m.cast_frozen(mlx_array::Dtype::BF16).unwrap();
+    for (name, a) in m.named_parameters() {
+        let want = if mlx_llama::adapters::is_adapter_tensor(&name) {
+            mlx_array::Dtype::F32
+        } else {
+            mlx_array::Dtype::BF16
+        };
+        assert_eq!(a.dtype(), want, "{name}");
+    }
+    let x = Array::from_slice(&[1u32, 2, 3, 4, 5, 6], &[1, 6]).unwrap();
+    let y = Array::from_slice(&[2u32, 3, 4, 5, 6, 7], &[1, 6]).unwrap();
+    let w = Array::ones(&[1, 6], mlx_array::Dtype::F32);
+    let vg = mlx_nn::value_and_grad(|m: &Llama, _: &()| m.loss(&x, &y, &w));
+    let (loss, grads) = vg(&mut m, &()).unwrap();
+    assert!(loss.item::<f32>().unwrap().is_finite());
+    for (name, g) in grads.flatten() {
+        assert_eq!(g.dtype(), mlx_array::Dtype::F32, "{name}'s gradient");
+        assert!(g.to_vec::<f32>().unwrap().iter().all(|v| v.is_finite()), "{name}");
+    }
 }
