@@ -306,7 +306,10 @@ fn assert_close(what: &str, got: &[f32], want: &[f32], rel: f32) {
         .zip(want)
         .map(|(a, b)| (a - b).abs())
         .fold(0f32, f32::max);
-    assert!(worst <= rel * scale, "{what}: off by {worst} (scale {scale})");
+    assert!(
+        worst <= rel * scale,
+        "{what}: off by {worst} (scale {scale})"
+    );
 }
 
 /// Runs `f` with this process's Hub variables pointing where the
@@ -397,8 +400,16 @@ fn a_frozen_weight_gets_no_gradient_and_no_optimizer_state() {
         .into_iter()
         .map(|(n, _)| n)
         .collect();
-    assert_eq!(trainable.len(), 2 * 7 * 2, "A and B of 7 projections in 2 blocks");
-    assert!(trainable.iter().all(|n| mlx_llama::adapters::is_adapter_tensor(n)));
+    assert_eq!(
+        trainable.len(),
+        2 * 7 * 2,
+        "A and B of 7 projections in 2 blocks"
+    );
+    assert!(
+        trainable
+            .iter()
+            .all(|n| mlx_llama::adapters::is_adapter_tensor(n))
+    );
     let mut state_names = vec![];
     for e in std::fs::read_dir(&ckpt).unwrap() {
         let p = e.unwrap().path();
@@ -408,7 +419,11 @@ fn a_frozen_weight_gets_no_gradient_and_no_optimizer_state() {
             state_names.extend(w.into_keys());
         }
     }
-    assert!(!state_names.is_empty(), "optimizer state in {}", ckpt.display());
+    assert!(
+        !state_names.is_empty(),
+        "optimizer state in {}",
+        ckpt.display()
+    );
     for n in &state_names {
         let of = n.rsplit_once('.').map_or("", |(p, _)| p);
         assert!(
@@ -450,6 +465,9 @@ fn a_base_held_in_bf16_trains_adapters_in_f32() {
     assert!(loss.item::<f32>().unwrap().is_finite());
     for (name, g) in grads.flatten() {
         assert_eq!(g.dtype(), mlx_array::Dtype::F32, "{name}'s gradient");
-        assert!(g.to_vec::<f32>().unwrap().iter().all(|v| v.is_finite()), "{name}");
+        assert!(
+            g.to_vec::<f32>().unwrap().iter().all(|v| v.is_finite()),
+            "{name}"
+        );
     }
 }

@@ -9,8 +9,8 @@
 mod apply;
 pub mod files;
 pub mod mlx_lm;
-pub mod peft;
 mod options;
+pub mod peft;
 
 use std::fmt;
 use std::str::FromStr;
@@ -119,9 +119,7 @@ impl FromStr for Target {
         Target::ALL
             .into_iter()
             .find(|t| t.short() == short)
-            .ok_or_else(|| {
-                format!("`{s}` is not a projection: one of q, k, v, o, gate, up, down")
-            })
+            .ok_or_else(|| format!("`{s}` is not a projection: one of q, k, v, o, gate, up, down"))
     }
 }
 
@@ -163,7 +161,11 @@ impl AdapterSpec {
     /// The last `n` of `num_layers` blocks (all of them when `n` is 0 or
     /// at least `num_layers`).
     pub fn last_layers(n: usize, num_layers: usize) -> Vec<usize> {
-        let n = if n == 0 { num_layers } else { n.min(num_layers) };
+        let n = if n == 0 {
+            num_layers
+        } else {
+            n.min(num_layers)
+        };
         (num_layers - n..num_layers).collect()
     }
 

@@ -76,7 +76,10 @@ pub fn export_with(
     let mut trained = crate::checkpoint::load_trained(checkpoint_or_run)?;
     if let Some(dir) = &merge.adapter {
         if !merge.fuse {
-            bail!("--adapter {} is merged into the export: pass --fuse", dir.display());
+            bail!(
+                "--adapter {} is merged into the export: pass --fuse",
+                dir.display()
+            );
         }
         if trained.model.has_adapters() {
             bail!(
