@@ -7,6 +7,8 @@
 //! as written, with the query and key rows in RoPE-by-halves order in the
 //! files; and broken files are refused by name.
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
@@ -88,21 +90,6 @@ fn adapted(spec: &AdapterSpec, tensors: &[(String, Array)]) -> Llama {
     model
 }
 
-/// Asserts `got` equals `want` within `rel` of `want`'s largest magnitude.
-fn assert_close(what: &str, got: &[f32], want: &[f32], rel: f32) {
-    assert_eq!(got.len(), want.len(), "{what}: lengths");
-    let scale = want.iter().fold(0f32, |s, x| s.max(x.abs())).max(1e-12);
-    let worst = got
-        .iter()
-        .zip(want)
-        .map(|(a, b)| (a - b).abs())
-        .fold(0f32, f32::max);
-    assert!(
-        worst <= rel * scale,
-        "{what}: largest difference {worst} against a largest value {scale}"
-    );
-}
-
 fn values(a: &Array) -> Vec<f32> {
     a.to_vec::<f32>().unwrap()
 }
@@ -140,7 +127,7 @@ fn adapters_written_by_peft_and_mlx_lm_give_their_logits_here() {
         let logits = model.forward(&ids).unwrap();
         let want = &read_tensors(&fixture(name).join("logits.safetensors"))["logits"];
         assert_eq!(logits.shape(), want.shape, "{name}");
-        assert_close(name, &values(&logits), &want.values, 1e-4);
+        common::assert_close(name, &values(&logits), &want.values, 1e-4);
         // The adapters change the logits: the comparison is not the base's.
         let base = import::load(&base_dir()).unwrap().forward(&ids).unwrap();
         let base = values(&base);

@@ -285,7 +285,7 @@ fn a_hub_llama_fine_tuned_with_lora_on_chat_data_at_world_2_resumes_generates_an
     let plain = mlx_llama::import::load(&fused).unwrap();
     assert!(!plain.has_adapters());
     let got: Vec<f32> = plain.forward(&tokens).unwrap().to_vec().unwrap();
-    assert_close("fused export", &got, &logits, 1e-5);
+    common::assert_close("fused export", &got, &logits, 1e-5);
     // Without --fuse the export says what to do.
     let mut c = Command::new(env!("CARGO_BIN_EXE_mlx-llama"));
     c.args(["export", "--checkpoint"])
@@ -295,21 +295,6 @@ fn a_hub_llama_fine_tuned_with_lora_on_chat_data_at_world_2_resumes_generates_an
     let o = env.apply(&mut c).output().unwrap();
     assert!(!o.status.success());
     assert!(text(&o).contains("--fuse"), "{}", text(&o));
-}
-
-/// `got` equals `want` to `rel` of the largest magnitude in `want`.
-fn assert_close(what: &str, got: &[f32], want: &[f32], rel: f32) {
-    assert_eq!(got.len(), want.len(), "{what}");
-    let scale = want.iter().fold(0f32, |m, x| m.max(x.abs())).max(1e-6);
-    let worst = got
-        .iter()
-        .zip(want)
-        .map(|(a, b)| (a - b).abs())
-        .fold(0f32, f32::max);
-    assert!(
-        worst <= rel * scale,
-        "{what}: off by {worst} (scale {scale})"
-    );
 }
 
 /// Runs `f` with this process's Hub variables pointing where the

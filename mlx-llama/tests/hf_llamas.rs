@@ -55,21 +55,6 @@ fn reference(name: &str) -> Reference {
     }
 }
 
-/// Asserts `got` equals `want` within `rel` of `want`'s largest magnitude.
-fn assert_close(what: &str, got: &[f32], want: &[f32], rel: f32) {
-    assert_eq!(got.len(), want.len(), "{what}: lengths");
-    let scale = want.iter().fold(0f32, |s, x| s.max(x.abs())).max(1e-12);
-    let worst = got
-        .iter()
-        .zip(want)
-        .map(|(a, b)| (a - b).abs())
-        .fold(0f32, f32::max);
-    assert!(
-        worst <= rel * scale,
-        "{what}: largest difference {worst} against a largest value {scale}"
-    );
-}
-
 /// The mean next-token cross-entropy of `ids` `[B, L]` (the first `L - 1`
 /// predicting the last `L - 1`, as the fixtures' script computes it) and
 /// its gradients.
@@ -95,7 +80,7 @@ fn each_architecture_s_logits_equal_transformers() {
         let logits = model.forward(&r.ids).unwrap();
         let want = &r.tensors["logits"];
         assert_eq!(logits.shape(), want.shape, "{name}");
-        assert_close(name, &logits.to_vec::<f32>().unwrap(), &want.values, 1e-4);
+        common::assert_close(name, &logits.to_vec::<f32>().unwrap(), &want.values, 1e-4);
     }
 }
 
@@ -112,7 +97,7 @@ fn each_architecture_s_logits_and_gradients_on_the_gpu_equal_transformers() {
             let mut model = import::load(&fixture(name)).unwrap();
             let r = reference(name);
             let logits = model.forward(&r.ids).unwrap();
-            assert_close(
+            common::assert_close(
                 &format!("{name} on the GPU"),
                 &logits.to_vec::<f32>().unwrap(),
                 &r.tensors["logits"].values,
@@ -126,7 +111,7 @@ fn each_architecture_s_logits_and_gradients_on_the_gpu_equal_transformers() {
             );
             let embedding = grads.get_array("embedding.weight").unwrap();
             let theirs = &r.tensors["grad.model.embed_tokens.weight"].values;
-            assert_close(
+            common::assert_close(
                 &format!("{name} embedding gradient on the GPU"),
                 &embedding.to_vec::<f32>().unwrap(),
                 theirs,
@@ -203,7 +188,7 @@ fn one_training_step_s_loss_and_gradients_equal_transformers() {
         assert_eq!(got.len(), expected.len(), "{name}");
         for (n, g) in got {
             let want = expected[&n].to_vec::<f32>().unwrap();
-            assert_close(
+            common::assert_close(
                 &format!("{name} {n}"),
                 &g.to_vec::<f32>().unwrap(),
                 &want,

@@ -259,3 +259,18 @@ pub fn word_tokenizer(dir: &Path, vocab: usize) -> (PathBuf, mlx_data::TextToken
     assert_eq!((t.vocab_size(), t.eos_id()), (vocab, vocab as u32 - 1));
     (path, t)
 }
+
+/// Asserts `got` equals `want` within `rel` of `want`'s largest magnitude.
+pub fn assert_close(what: &str, got: &[f32], want: &[f32], rel: f32) {
+    assert_eq!(got.len(), want.len(), "{what}: lengths");
+    let scale = want.iter().fold(0f32, |s, x| s.max(x.abs())).max(1e-12);
+    let worst = got
+        .iter()
+        .zip(want)
+        .map(|(a, b)| (a - b).abs())
+        .fold(0f32, f32::max);
+    assert!(
+        worst <= rel * scale,
+        "{what}: largest difference {worst} against a largest value {scale}"
+    );
+}
