@@ -20,7 +20,7 @@ use sha2::{Digest, Sha256};
 /// needs).
 pub const FORMAT: u32 = 3;
 
-const MANIFEST: &str = "manifest.json";
+pub(crate) const MANIFEST: &str = "manifest.json";
 
 /// The largest manifest read (a real one is a few KiB): a bigger file is
 /// refused before it is read whole.
@@ -43,7 +43,7 @@ pub fn is_plain_name(name: &str) -> bool {
 }
 
 /// Reads at most `limit` bytes of `path`; an error when it holds more.
-fn read_bounded(path: &Path, limit: u64) -> Result<Vec<u8>> {
+pub(crate) fn read_bounded(path: &Path, limit: u64) -> Result<Vec<u8>> {
     let f = File::open(path).with_context(|| format!("reading {}", path.display()))?;
     let mut bytes = Vec::new();
     f.take(limit + 1)
@@ -576,8 +576,8 @@ fn load_adapted(dir: &Path, config: &crate::TrainConfig) -> Result<crate::Llama>
             dir.display()
         )
     })?;
-    let resolved = base
-        .resolve(&mlx_data::HubConfig::from_env())
+    let resolved = crate::adapters::base_source(base)
+        .and_then(|b| b.resolve(&mlx_data::HubConfig::from_env()))
         .with_context(|| format!("the base model of {}: {base}", dir.display()))?;
     let mut model = resolved.load()?;
     if model.has_adapters() {

@@ -233,8 +233,8 @@ pub struct TrainConfig {
     #[arg(long, default_value_t = 42)]
     pub seed: u64,
     /// Data: auto (TinyStories' parquet from the Hub, else offline),
-    /// offline, hub, text:TRAIN[,VALID], jsonl:TRAIN[,VALID] or
-    /// parquet:TRAIN[,VALID] (files or folders of *.parquet with a `text`
+    /// offline, hub, text:TRAIN or text:TRAIN,VALID, jsonl:... or
+    /// parquet:... alike (files or folders of *.parquet with a `text`
     /// column). JSON Lines rows are {"text"}, {"messages": [{"role",
     /// "content"}, ...]} (rendered with the tokenizer's chat template) or
     /// {"prompt", "completion"} (a user and an assistant message; without a

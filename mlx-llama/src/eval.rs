@@ -44,7 +44,7 @@ use crate::{Llama, ModelSource};
 pub struct EvalArgs {
     /// The model: a run folder (its newest intact checkpoint), a checkpoint
     /// folder (an adapter run's comes with its adapters), a Hugging Face /
-    /// mlx-lm / export folder, or a Hub model name org/name[@revision].
+    /// mlx-lm / export folder, or a Hub model name org/name or org/name@revision.
     #[arg(long, value_name = "SOURCE", default_value = "runs/latest")]
     pub checkpoint: ModelSource,
     /// Adapters in PEFT's or mlx-lm's layout (a folder with
@@ -52,7 +52,7 @@ pub struct EvalArgs {
     #[arg(long, value_name = "DIR")]
     pub adapter: Option<PathBuf>,
     /// The data, as train's --data: auto, offline, hub,
-    /// text:TRAIN[,VALID], jsonl:TRAIN[,VALID] or parquet:TRAIN[,VALID].
+    /// text:TRAIN or text:TRAIN,VALID, and jsonl:... or parquet:... alike.
     /// A single file (no VALID) is evaluated whole unless --split says
     /// otherwise.
     #[arg(long, default_value = "auto")]

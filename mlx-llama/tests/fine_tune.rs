@@ -456,3 +456,81 @@ fn a_base_held_in_bf16_trains_adapters_in_f32() {
         );
     }
 }
+
+/// A fixture adapter folder copied to `dir`, its base made the fixture
+/// model's path.
+fn adapter_folder(dir: &Path, name: &str) -> PathBuf {
+    let from = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/adapters")
+        .join(name);
+    let to = dir.join(name);
+    std::fs::create_dir_all(&to).unwrap();
+    for f in ["adapter_config.json", "adapter_model.safetensors"] {
+        std::fs::copy(from.join(f), to.join(f)).unwrap();
+    }
+    let path = to.join("adapter_config.json");
+    let mut c: serde_json::Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    c["base_model_name_or_path"] = base_fixture().to_str().unwrap().into();
+    std::fs::write(&path, c.to_string()).unwrap();
+    to
+}
+
+#[test]
+fn init_from_peft_s_adapters_trains_them_on_from_where_they_were() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (tok, _) = common::word_tokenizer(tmp.path(), 96);
+    let train = tmp.path().join("train.txt");
+    let docs: Vec<String> = (0..40)
+        .map(|d| {
+            let words: Vec<String> = (0..80).map(|i| format!("w{}", (d + i * 5) % 90)).collect();
+            words.join(" ")
+        })
+        .collect();
+    std::fs::write(&train, docs.join(" <|endoftext|> ")).unwrap();
+    let cfg = |from: &Path, out: &str| TrainConfig {
+        init_from: Some(from.into()),
+        tokenizer: mlx_llama::TokenizerChoice::File(tok.clone()),
+        data: mlx_llama::DataSource::Text {
+            train: train.clone(),
+            validation: None,
+        },
+        block_size: 16,
+        eval_every: 0,
+        learning_rate: 0.0,
+        weight_decay: 0.0,
+        ..common::tiny(&tmp.path().join(out), 2)
+    };
+    // PEFT's DoRA on every block: the run takes its kind, rank and
+    // targets, and at learning rate 0 checkpoints the same tensors.
+    let dora = adapter_folder(tmp.path(), "peft-dora");
+    let s = mlx_llama::train(&cfg(&dora, "dora"), &mlx_dist::Group::single()).unwrap();
+    let ckpt = s.checkpoint.unwrap();
+    let (run_cfg, model_cfg) = mlx_llama::checkpoint::configs(&ckpt).unwrap();
+    assert_eq!(run_cfg.adapters.fine_tune, FineTune::Dora);
+    let (want_spec, want) = mlx_llama::adapters::load(&dora, &model_cfg).unwrap();
+    let (got_spec, got) = mlx_llama::adapters::load(&ckpt, &model_cfg).unwrap();
+    assert_eq!(got_spec.targets, want_spec.targets);
+    assert_eq!(
+        (got_spec.rank, got_spec.alpha),
+        (want_spec.rank, want_spec.alpha)
+    );
+    assert_eq!(got.len(), want.len());
+    for ((n, a), (m, b)) in got.iter().zip(&want) {
+        assert_eq!(n, m);
+        assert_eq!(
+            a.to_vec::<f32>().unwrap(),
+            b.to_vec::<f32>().unwrap(),
+            "{n}"
+        );
+    }
+    let peft: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(ckpt.join("adapter_config.json")).unwrap()).unwrap();
+    assert_eq!(
+        peft["base_model_name_or_path"].as_str().unwrap(),
+        base_fixture().to_str().unwrap()
+    );
+    // PEFT's LoRA on block 0 of 2: not the last blocks, refused saying so.
+    let lora = adapter_folder(tmp.path(), "peft-lora");
+    let e = mlx_llama::train(&cfg(&lora, "lora"), &mlx_dist::Group::single()).unwrap_err();
+    assert!(format!("{e:#}").contains("last N blocks"), "{e:#}");
+}

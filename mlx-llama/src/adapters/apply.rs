@@ -232,3 +232,38 @@ impl Llama {
         self.update(&mlx_array::Tree::unflatten(cast)?)
     }
 }
+
+/// Whether `source` names a folder of adapters alone (PEFT's or mlx-lm's
+/// layout: an `adapter_config.json` without a model's `config.json` or a
+/// checkpoint's manifest).
+pub fn is_adapter_folder(source: &crate::ModelSource) -> bool {
+    let dir = std::path::Path::new(source.as_str());
+    dir.join(super::files::CONFIG).is_file()
+        && !dir.join("config.json").exists()
+        && !dir.join(crate::checkpoint::MANIFEST).exists()
+}
+
+/// The model `source` starts from: itself, or for a folder of adapters the
+/// base its configuration names (PEFT's `base_model_name_or_path`,
+/// mlx-lm's `model`).
+pub fn base_source(source: &crate::ModelSource) -> anyhow::Result<crate::ModelSource> {
+    use anyhow::Context;
+    if !is_adapter_folder(source) {
+        return Ok(source.clone());
+    }
+    let path = std::path::Path::new(source.as_str()).join(super::files::CONFIG);
+    let bytes = crate::checkpoint::read_bounded(&path, super::files::MAX_CONFIG_BYTES)?;
+    let config: serde_json::Value = serde_json::from_slice(&bytes)
+        .with_context(|| format!("{} is not JSON", path.display()))?;
+    let base = ["base_model_name_or_path", "model"]
+        .iter()
+        .find_map(|k| config.get(*k).and_then(|v| v.as_str()))
+        .filter(|s| !s.is_empty())
+        .with_context(|| {
+            format!(
+                "{} names no base model (base_model_name_or_path or model): the adapters cannot be trained without it",
+                path.display()
+            )
+        })?;
+    Ok(crate::ModelSource::from(base))
+}

@@ -17,7 +17,10 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
-pub use apply::{ADAPTER_LEAVES, MLX_LM_DIR, apply_from, is_adapter_tensor, write_both_layouts};
+pub use apply::{
+    ADAPTER_LEAVES, MLX_LM_DIR, apply_from, base_source, is_adapter_folder, is_adapter_tensor,
+    write_both_layouts,
+};
 pub use files::{Layout, Rows, SaveOptions, load, load_rows, save};
 pub use options::{AdapterOptions, FineTune, Targets};
 

@@ -112,6 +112,37 @@ impl AdapterOptions {
     }
 }
 
+impl AdapterOptions {
+    /// The options that train `spec`'s adapters again on a model of
+    /// `num_layers` blocks (`--init-from` a folder of adapters); an error
+    /// when its blocks are not the last N, which the options cannot name.
+    pub fn for_spec(
+        &self,
+        spec: &AdapterSpec,
+        num_layers: usize,
+    ) -> Result<AdapterOptions, String> {
+        let n = spec.layers.len();
+        if AdapterSpec::last_layers(n, num_layers) != spec.layers {
+            return Err(format!(
+                "the adapters are on blocks {:?} of {num_layers}: training continues only on the last N blocks (--lora-layers N)",
+                spec.layers
+            ));
+        }
+        Ok(AdapterOptions {
+            fine_tune: match spec.kind {
+                AdapterKind::Lora => FineTune::Lora,
+                AdapterKind::Dora => FineTune::Dora,
+            },
+            lora_rank: spec.rank,
+            lora_alpha: spec.alpha,
+            lora_dropout: spec.dropout,
+            lora_layers: n,
+            lora_targets: Targets(spec.targets.clone()),
+            base_dtype: self.base_dtype,
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

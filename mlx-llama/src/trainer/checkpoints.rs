@@ -256,8 +256,11 @@ fn publish(
         // An adapter run keeps only its adapters, in PEFT's layout here and
         // mlx-lm's in a subfolder: the frozen base is --init-from's.
         Some(spec) => {
-            let base = cfg.init_from.as_ref().map_or("", |s| s.as_str());
-            crate::adapters::write_both_layouts(tmp, &spec, model, base)?;
+            let base = match &cfg.init_from {
+                Some(s) => crate::adapters::base_source(s)?.to_string(),
+                None => String::new(),
+            };
+            crate::adapters::write_both_layouts(tmp, &spec, model, &base)?;
         }
         None => {
             let weights = tmp.join("model.safetensors");

@@ -54,10 +54,17 @@ pub fn train(cfg: &TrainConfig, group: &Group) -> Result<Summary> {
     // Pretrained weights (a folder, a checkpoint, a Hub model made local)
     // set the model's shape and, unless one is named, the tokenizer:
     // recorded so in the checkpoints' manifest, for resume and generate.
+    // A folder of adapters (PEFT's, mlx-lm's) starts from the base it
+    // names, and its adapters train on.
+    let adapters_from = cfg
+        .init_from
+        .as_ref()
+        .filter(|s| crate::adapters::is_adapter_folder(s))
+        .map(|s| std::path::PathBuf::from(s.as_str()));
     let init = match &cfg.init_from {
         Some(source) => Some(
-            source
-                .resolve(&mlx_data::HubConfig::from_env())
+            crate::adapters::base_source(source)
+                .and_then(|base| base.resolve(&mlx_data::HubConfig::from_env()))
                 .with_context(|| format!("--init-from {source}"))?,
         ),
         None => None,
@@ -65,20 +72,36 @@ pub fn train(cfg: &TrainConfig, group: &Group) -> Result<Summary> {
     let from_source;
     let cfg = match &init {
         Some(init) => {
-            from_source = setup::from_source(cfg, init)
+            let mut c = setup::from_source(cfg, init)
                 .with_context(|| format!("--init-from {}", init.source))?;
+            if let Some(dir) = &adapters_from {
+                let (spec, _) = crate::adapters::load(dir, &c.model)
+                    .with_context(|| format!("--init-from {}", dir.display()))?;
+                c.adapters = c
+                    .adapters
+                    .for_spec(&spec, c.model.num_layers)
+                    .map_err(|e| anyhow!("--init-from {}: {e}", dir.display()))?;
+            }
+            from_source = c;
             &from_source
         }
         None => cfg,
     };
-    mlx_array::device::with_device(device, || train_on(cfg, init.as_ref(), group))
+    mlx_array::device::with_device(device, || {
+        train_on(cfg, init.as_ref(), adapters_from.as_deref(), group)
+    })
 }
 
-fn train_on(cfg: &TrainConfig, init: Option<&Resolved>, group: &Group) -> Result<Summary> {
+fn train_on(
+    cfg: &TrainConfig,
+    init: Option<&Resolved>,
+    adapters_from: Option<&std::path::Path>,
+    group: &Group,
+) -> Result<Summary> {
     if cfg.grad_accumulation == 0 || cfg.steps == 0 || cfg.block_size == 0 {
         bail!("steps, block size and gradient accumulation must all be at least 1");
     }
-    let mut run = Run::start(cfg, init, group)?;
+    let mut run = Run::start(cfg, init, adapters_from, group)?;
     if run.first_step >= cfg.steps {
         if group.rank() == 0 {
             crate::console::line(&format!(
@@ -182,7 +205,12 @@ impl<'a> Run<'a> {
     /// Chooses the parallel layout, prepares the data, builds the model,
     /// resumes from the newest intact checkpoint, if any, and cuts the
     /// model as the layout trains it.
-    fn start(cfg: &'a TrainConfig, init: Option<&Resolved>, world: &'a Group) -> Result<Run<'a>> {
+    fn start(
+        cfg: &'a TrainConfig,
+        init: Option<&Resolved>,
+        adapters_from: Option<&std::path::Path>,
+        world: &'a Group,
+    ) -> Result<Run<'a>> {
         let mut sync = sync::for_config(cfg, world, setup::adamw(cfg)?)?;
         let group = sync.group().clone();
         let (rank, replicas) = (world.rank(), group.size());
@@ -203,6 +231,13 @@ impl<'a> Run<'a> {
         }
         let mut model = setup::model(cfg, init, data.tokenizer.vocab_size())?;
         setup::adapt(cfg, &mut model)?;
+        if let Some(dir) = adapters_from {
+            // The adapters trained on from where they were (a checkpoint of
+            // this run, if any, replaces them below).
+            let (_, tensors) = crate::adapters::load(dir, &model.config)
+                .with_context(|| format!("--init-from {}", dir.display()))?;
+            model.load_adapter_tensors(tensors)?;
+        }
         let mut train_loader = setup::loader(data.train.clone(), cfg, &group, batch)?;
         let val_loader = setup::loader(data.validation.clone(), cfg, &group, batch)?;
         let mut precision = Precision::for_config(cfg)?;
