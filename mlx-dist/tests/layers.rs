@@ -2,7 +2,8 @@
 //! tree. From the bottom:
 //!
 //! 0. the root's leaves: `error`, `wire` (the frame layout), `reduce`,
-//!    `report`, `group` (the handle every backend implements);
+//!    `report`, `group` (the handle every backend implements), `stats` (the
+//!    bytes it hands to collectives);
 //! 1. `config/` (the environment, host files, Slurm);
 //! 2. `transports/` (links, handshake, TCP, TLS, QUIC, shared memory, MPI);
 //! 3. `mesh/` (the connected mesh, liveness, membership);
@@ -269,7 +270,7 @@ fn layer(m: &[String]) -> Option<usize> {
         return None;
     }
     Some(match m.first()?.as_str() {
-        "error" | "wire" | "reduce" | "report" | "group" => 0,
+        "error" | "wire" | "reduce" | "report" | "group" | "stats" => 0,
         "config" => 1,
         "transports" => 2,
         "mesh" => 3,
