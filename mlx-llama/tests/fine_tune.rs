@@ -112,6 +112,8 @@ struct Env {
     home: PathBuf,
     endpoint: String,
     cache: PathBuf,
+    /// `HF_HUB_OFFLINE=1`: the model from the cache alone.
+    offline: std::cell::Cell<bool>,
 }
 
 impl Env {
@@ -119,9 +121,13 @@ impl Env {
         c.env_remove("MLX_PROGRESS")
             .env_remove("HF_HUB_CACHE")
             .env_remove("HF_TOKEN")
-            .env_remove("HF_HUB_OFFLINE")
             .env("HF_HOME", &self.home)
-            .env("HF_ENDPOINT", &self.endpoint)
+            .env("HF_ENDPOINT", &self.endpoint);
+        if self.offline.get() {
+            c.env("HF_HUB_OFFLINE", "1")
+        } else {
+            c.env_remove("HF_HUB_OFFLINE")
+        }
     }
 }
 
@@ -136,8 +142,28 @@ fn text(o: &Output) -> String {
 /// `mlx-launch -n 2 mlx-llama train ...` fine-tuning `org/tiny-chat` with
 /// LoRA into `out`, `extra` appended.
 fn train_lora(env: &Env, data: &Path, out: &Path, extra: &[&str]) -> Output {
+    train_lora_launched(env, data, out, extra, &[])
+}
+
+/// [`train_lora`] with `launch` given to mlx-launch and its environment
+/// (`MLX_TEST_KILL_AT`, ...) set.
+fn train_lora_launched(
+    env: &Env,
+    data: &Path,
+    out: &Path,
+    extra: &[&str],
+    launch: &[(&str, &str)],
+) -> Output {
     let mut c = Command::new(common::launcher());
-    c.args(["-n", "2", "--"])
+    c.args(["-n", "2"]);
+    for (k, v) in launch {
+        if k.starts_with("--") {
+            c.args([k, v]);
+        } else {
+            c.env(k, v);
+        }
+    }
+    c.arg("--")
         .arg(env!("CARGO_BIN_EXE_mlx-llama"))
         .args(["train", "--init-from", "org/tiny-chat", "--data"])
         .arg(format!("jsonl:{}", data.display()))
@@ -199,6 +225,7 @@ fn a_hub_llama_fine_tuned_with_lora_on_chat_data_at_world_2_resumes_generates_an
         home: tmp.path().join("hf"),
         endpoint: srv.endpoint.clone(),
         cache: tmp.path().join("cache"),
+        offline: std::cell::Cell::new(false),
     };
     let data = tmp.path().join("chat.jsonl");
     chat_jsonl(&data, 40);
@@ -209,6 +236,10 @@ fn a_hub_llama_fine_tuned_with_lora_on_chat_data_at_world_2_resumes_generates_an
     assert!(o.status.success(), "{}", text(&o));
     let want = losses(&straight);
     assert_eq!(want.len(), 6);
+    // The rest from the Hub cache, as a user's later runs (and the test
+    // server lives two minutes at most).
+    drop(srv);
+    env.offline.set(true);
     assert!(want.iter().all(|l| l.is_finite()), "{want:?}");
 
     // Only the adapters are checkpointed: PEFT's layout, and mlx-lm's in mlx-lm/.
@@ -237,6 +268,25 @@ fn a_hub_llama_fine_tuned_with_lora_on_chat_data_at_world_2_resumes_generates_an
     assert!(text(&o).contains("resuming from"), "{}", text(&o));
     assert_eq!(losses(&resumed), want, "resumed vs straight");
 
+    // A rank killed after step 3 (SIGKILL, as a crash): mlx-launch
+    // restarts the job, which resumes from step 2's checkpoint and ends
+    // with the straight run's adapters, bit for bit.
+    let crashed = tmp.path().join("crashed");
+    let o = train_lora_launched(
+        &env,
+        &data,
+        &crashed,
+        &["--steps", "6"],
+        &[("--max-restarts", "1"), ("MLX_TEST_KILL_AT", "1:3")],
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(text(&o).contains("resuming from"), "{}", text(&o));
+    let last = |out: &Path| {
+        let dir = mlx_llama::checkpoint::latest(out).unwrap().unwrap();
+        std::fs::read(dir.join("adapter_model.safetensors")).unwrap()
+    };
+    assert_eq!(last(&crashed), last(&straight), "restarted vs straight");
+
     // The adapted model: the Hub base and the checkpoint's adapters.
     let adapted = with_hub_env(&env, || mlx_llama::checkpoint::load_trained(&straight))
         .unwrap()
@@ -252,7 +302,7 @@ fn a_hub_llama_fine_tuned_with_lora_on_chat_data_at_world_2_resumes_generates_an
     let generate = |extra: &[&str]| {
         let mut c = Command::new(env!("CARGO_BIN_EXE_mlx-llama"));
         c.arg("generate")
-            .args(["--prompt", "| user : w3 w10 w17 w24 . | assistant :"])
+            .args(["--prompt", "w3 w10 w17 w24"])
             .args(["--temperature", "0", "--max-tokens", "6"])
             .args(extra);
         let o = env.apply(&mut c).output().expect("running mlx-llama");
@@ -263,7 +313,10 @@ fn a_hub_llama_fine_tuned_with_lora_on_chat_data_at_world_2_resumes_generates_an
     let by_adapter = generate(&["--checkpoint", "org/tiny-chat", "--adapter", ckpt_arg]);
     let by_run = generate(&["--checkpoint", straight.to_str().unwrap()]);
     assert_eq!(by_adapter, by_run);
-    let prompt = "| user : w3 w10 w17 w24 . | assistant :";
+    // The prompt went through the model's chat template, as a user turn
+    // followed by the assistant's.
+    let prompt = "| user : w3 w10 w17 w24 . | assistant : ";
+    assert!(by_run.starts_with(prompt), "{by_run}");
     assert!(by_run.trim_end().len() > prompt.len(), "{by_run}");
     let by_mlx_lm_files = generate(&[
         "--checkpoint",
@@ -305,8 +358,8 @@ fn with_hub_env<T>(env: &Env, f: impl FnOnce() -> T) -> T {
     unsafe {
         std::env::set_var("HF_HOME", &env.home);
         std::env::set_var("HF_ENDPOINT", &env.endpoint);
+        std::env::set_var("HF_HUB_OFFLINE", "1");
         std::env::remove_var("HF_HUB_CACHE");
-        std::env::remove_var("HF_HUB_OFFLINE");
     }
     f()
 }

@@ -114,6 +114,15 @@ struct GenerateArgs {
     /// (one process).
     #[arg(long, value_enum, default_value_t = Parallel::None)]
     parallel: Parallel,
+    /// Use the prompt as it is. By default, when the model's tokenizer has a
+    /// chat template (tokenizer_config.json or chat_template.jinja beside
+    /// tokenizer.json), the prompt is a user message rendered with it and
+    /// the assistant's turn opened, as mlx_lm.generate does.
+    #[arg(long)]
+    ignore_chat_template: bool,
+    /// A system message before the prompt, with the chat template.
+    #[arg(long, value_name = "TEXT")]
+    system_prompt: Option<String>,
     /// Adapters in PEFT's or mlx-lm's layout (a folder with
     /// adapter_config.json: an adapter run's checkpoint, or its mlx-lm/
     /// subfolder) applied to the model unmerged (one process).
@@ -300,6 +309,20 @@ fn run_generate(a: GenerateArgs) -> Result<()> {
     } else {
         a.prompt.clone()
     };
+    let prompt = match (a.ignore_chat_template, chat_template(&config, &source)?) {
+        (false, Some(template)) => {
+            let mut messages = vec![];
+            if let Some(system) = &a.system_prompt {
+                messages.push(serde_json::json!({"role": "system", "content": system}));
+            }
+            messages.push(serde_json::json!({"role": "user", "content": prompt}));
+            template.renderer()?.render(&messages, true)?
+        }
+        (_, None) if a.system_prompt.is_some() => {
+            bail!("--system-prompt needs a chat template, and the model's tokenizer has none")
+        }
+        _ => prompt,
+    };
     let ids = tokenizer.encode(&prompt)?;
     let sampling = mlx_llama::sampling::Sampling {
         temperature: a.temperature,
@@ -397,6 +420,23 @@ fn run_generate(a: GenerateArgs) -> Result<()> {
         );
     }
     Ok(())
+}
+
+/// The chat template of the run's tokenizer (the folder of its
+/// tokenizer.json), or of a model folder; `None` without one.
+fn chat_template(
+    config: &TrainConfig,
+    source: &mlx_llama::source::Resolved,
+) -> Result<Option<mlx_data::ChatTemplate>> {
+    let dir = match &config.tokenizer {
+        TokenizerChoice::File(p) => p.parent().map(std::path::Path::to_path_buf),
+        _ if source.kind == SourceKind::ModelFolder => Some(source.dir.clone()),
+        _ => None,
+    };
+    Ok(match dir {
+        Some(d) => mlx_data::ChatTemplate::from_model_dir(&d)?,
+        None => None,
+    })
 }
 
 /// This rank's part of the model `generate` runs.
