@@ -392,18 +392,26 @@ fn lora_at_step_0_is_the_base_model_bit_for_bit() {
     }
 }
 
+/// 40 documents of `words` words of the word tokenizer (`w{(d + i *
+/// stride) % 90}`) between `<|endoftext|>`, written to `path`.
+fn word_docs(path: &Path, words: usize, stride: usize) -> PathBuf {
+    let docs: Vec<String> = (0..40)
+        .map(|d| {
+            let w: Vec<String> = (0..words)
+                .map(|i| format!("w{}", (d + i * stride) % 90))
+                .collect();
+            w.join(" ")
+        })
+        .collect();
+    std::fs::write(path, docs.join(" <|endoftext|> ")).unwrap();
+    path.to_path_buf()
+}
+
 #[test]
 fn a_frozen_weight_gets_no_gradient_and_no_optimizer_state() {
     let tmp = tempfile::tempdir().unwrap();
     let (tok, _) = common::word_tokenizer(tmp.path(), 96);
-    let train = tmp.path().join("train.txt");
-    let docs: Vec<String> = (0..40)
-        .map(|d| {
-            let words: Vec<String> = (0..40).map(|i| format!("w{}", (d + i * 7) % 90)).collect();
-            words.join(" ")
-        })
-        .collect();
-    std::fs::write(&train, docs.join(" <|endoftext|> ")).unwrap();
+    let train = word_docs(&tmp.path().join("train.txt"), 40, 7);
     let cfg = |out: &str, fine_tune: FineTune| {
         let mut c = TrainConfig {
             init_from: Some(base_fixture().into()),
@@ -532,14 +540,7 @@ fn adapter_folder(dir: &Path, name: &str) -> PathBuf {
 fn init_from_peft_s_adapters_trains_them_on_from_where_they_were() {
     let tmp = tempfile::tempdir().unwrap();
     let (tok, _) = common::word_tokenizer(tmp.path(), 96);
-    let train = tmp.path().join("train.txt");
-    let docs: Vec<String> = (0..40)
-        .map(|d| {
-            let words: Vec<String> = (0..80).map(|i| format!("w{}", (d + i * 5) % 90)).collect();
-            words.join(" ")
-        })
-        .collect();
-    std::fs::write(&train, docs.join(" <|endoftext|> ")).unwrap();
+    let train = word_docs(&tmp.path().join("train.txt"), 80, 5);
     let cfg = |from: &Path, out: &str| TrainConfig {
         init_from: Some(from.into()),
         tokenizer: mlx_llama::TokenizerChoice::File(tok.clone()),

@@ -542,7 +542,7 @@ pub fn load_rows(
 ) -> Result<(AdapterSpec, Vec<(String, Array)>)> {
     let layout = Layout::detect(dir)?;
     let config_path = dir.join(CONFIG);
-    let json = read_bounded(&config_path, MAX_CONFIG_BYTES)?;
+    let json = crate::checkpoint::read_bounded(&config_path, MAX_CONFIG_BYTES)?;
     let weights_path = dir.join(layout.weights_file());
     let weights = std::fs::read(&weights_path)
         .with_context(|| format!("reading {}", weights_path.display()))?;
@@ -577,19 +577,6 @@ fn safetensors_bytes(
     }
     safetensors::serialize(tensors.iter().map(|(n, t)| (n.as_str(), F32(t))), metadata)
         .map_err(|e| anyhow!("encoding the adapter's tensors: {e}"))
-}
-
-/// Reads at most `limit` bytes of `path`; an error when it holds more.
-fn read_bounded(path: &Path, limit: u64) -> Result<Vec<u8>> {
-    let f = std::fs::File::open(path).with_context(|| format!("reading {}", path.display()))?;
-    let mut bytes = Vec::new();
-    f.take(limit + 1)
-        .read_to_end(&mut bytes)
-        .with_context(|| format!("reading {}", path.display()))?;
-    if bytes.len() as u64 > limit {
-        bail!("{} is larger than {limit} bytes", path.display());
-    }
-    Ok(bytes)
 }
 
 /// Writes `files` into `dir`: each to a temporary name there, synced,
