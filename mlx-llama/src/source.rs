@@ -317,12 +317,22 @@ impl Resolved {
 
     /// The tokens that end a generation besides the tokenizer's own end of
     /// text: for a model folder, [`stop_tokens`]; for a checkpoint of a run
-    /// that started from a model (--init-from), that model's; else none.
+    /// that started from a model (--init-from), that model's when it can
+    /// still be found (a warning and none when not: a full run's checkpoint
+    /// holds its whole model); else none.
     pub fn stop_tokens(&self) -> Result<Vec<u32>> {
         match self.kind {
             SourceKind::ModelFolder => stop_tokens(&self.dir),
             SourceKind::Checkpoint => match checkpoint::configs(&self.dir)?.0.init_from {
-                Some(base) => base.resolve(&HubConfig::from_env())?.stop_tokens(),
+                Some(base) => match base.resolve(&HubConfig::from_env()) {
+                    Ok(found) => found.stop_tokens(),
+                    Err(e) => {
+                        tracing::warn!(
+                            "the end-of-sequence tokens of {base}, which this run started from, are unknown: {e:#}"
+                        );
+                        Ok(vec![])
+                    }
+                },
                 None => Ok(vec![]),
             },
         }

@@ -114,39 +114,21 @@ impl Llama {
     /// Sets each adapter's dropout key for the next forward pass, each
     /// its own split of `key` (`None`: no dropout, as in evaluation).
     pub fn set_adapter_dropout(&mut self, key: Option<&Array>) -> Result<()> {
-        let slots: Vec<&mut AnyLinear> = self
-            .layers
-            .iter_mut()
-            .flat_map(|layer| {
-                let LlamaEncoderLayer {
-                    attention,
-                    linear1,
-                    linear2,
-                    linear3,
-                    ..
-                } = layer;
-                [
-                    &mut attention.query_proj,
-                    &mut attention.key_proj,
-                    &mut attention.value_proj,
-                    &mut attention.out_proj,
-                    linear1,
-                    linear2,
-                    linear3,
-                ]
-            })
-            .filter(|s| matches!(s, AnyLinear::Lora(_) | AnyLinear::Dora(_)))
-            .collect();
+        // One key per projection of every block, whether adapted or not:
+        // each adapter's key depends on its place alone.
+        let per_block = Target::ALL.len();
         let keys = match key {
-            Some(k) => Some(random::split_keys(k, slots.len().max(1))?),
+            Some(k) => Some(random::split_keys(k, self.layers.len() * per_block)?),
             None => None,
         };
-        for (i, slot) in slots.into_iter().enumerate() {
-            let k = keys.as_ref().map(|ks| ks[i].clone());
-            match slot {
-                AnyLinear::Lora(l) => l.train_key = k,
-                AnyLinear::Dora(l) => l.train_key = k,
-                _ => {}
+        for (l, layer) in self.layers.iter_mut().enumerate() {
+            for (j, t) in Target::ALL.into_iter().enumerate() {
+                let k = keys.as_ref().map(|ks| ks[l * per_block + j].clone());
+                match projection_mut(layer, t) {
+                    AnyLinear::Lora(a) => a.train_key = k,
+                    AnyLinear::Dora(a) => a.train_key = k,
+                    _ => {}
+                }
             }
         }
         Ok(())

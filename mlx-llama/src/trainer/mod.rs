@@ -61,6 +61,8 @@ pub fn train(cfg: &TrainConfig, group: &Group) -> Result<Summary> {
         .as_ref()
         .filter(|s| crate::adapters::is_adapter_folder(s))
         .map(|s| std::path::PathBuf::from(s.as_str()));
+    // The folder's tensors, read once with its spec.
+    let mut adapter_tensors = None;
     let init = match &cfg.init_from {
         Some(source) => Some(
             crate::adapters::base_source(source)
@@ -75,12 +77,13 @@ pub fn train(cfg: &TrainConfig, group: &Group) -> Result<Summary> {
             let mut c = setup::from_source(cfg, init)
                 .with_context(|| format!("--init-from {}", init.source))?;
             if let Some(dir) = &adapters_from {
-                let (spec, _) = crate::adapters::load(dir, &c.model)
+                let (spec, tensors) = crate::adapters::load(dir, &c.model)
                     .with_context(|| format!("--init-from {}", dir.display()))?;
                 c.adapters = c
                     .adapters
                     .for_spec(&spec, c.model.num_layers)
                     .map_err(|e| anyhow!("--init-from {}: {e}", dir.display()))?;
+                adapter_tensors = Some(tensors);
             }
             from_source = c;
             &from_source
@@ -88,20 +91,23 @@ pub fn train(cfg: &TrainConfig, group: &Group) -> Result<Summary> {
         None => cfg,
     };
     mlx_array::device::with_device(device, || {
-        train_on(cfg, init.as_ref(), adapters_from.as_deref(), group)
+        train_on(cfg, init.as_ref(), adapter_tensors, group)
     })
 }
+
+/// Adapter tensors under our names, as [`crate::adapters::load`] reads them.
+type AdapterTensors = Vec<(String, Array)>;
 
 fn train_on(
     cfg: &TrainConfig,
     init: Option<&Resolved>,
-    adapters_from: Option<&std::path::Path>,
+    adapter_tensors: Option<AdapterTensors>,
     group: &Group,
 ) -> Result<Summary> {
     if cfg.grad_accumulation == 0 || cfg.steps == 0 || cfg.block_size == 0 {
         bail!("steps, block size and gradient accumulation must all be at least 1");
     }
-    let mut run = Run::start(cfg, init, adapters_from, group)?;
+    let mut run = Run::start(cfg, init, adapter_tensors, group)?;
     if run.first_step >= cfg.steps {
         if group.rank() == 0 {
             crate::console::line(&format!(
@@ -208,7 +214,7 @@ impl<'a> Run<'a> {
     fn start(
         cfg: &'a TrainConfig,
         init: Option<&Resolved>,
-        adapters_from: Option<&std::path::Path>,
+        adapter_tensors: Option<AdapterTensors>,
         world: &'a Group,
     ) -> Result<Run<'a>> {
         let mut sync = sync::for_config(cfg, world, setup::adamw(cfg)?)?;
@@ -231,11 +237,9 @@ impl<'a> Run<'a> {
         }
         let mut model = setup::model(cfg, init, data.tokenizer.vocab_size())?;
         setup::adapt(cfg, &mut model)?;
-        if let Some(dir) = adapters_from {
+        if let Some(tensors) = adapter_tensors {
             // The adapters trained on from where they were (a checkpoint of
             // this run, if any, replaces them below).
-            let (_, tensors) = crate::adapters::load(dir, &model.config)
-                .with_context(|| format!("--init-from {}", dir.display()))?;
             model.load_adapter_tensors(tensors)?;
         }
         let mut train_loader = setup::loader(data.train.clone(), cfg, &group, batch)?;
@@ -379,7 +383,8 @@ impl<'a> Run<'a> {
     /// run's adapters have dropout: from the seed, the step and the rank,
     /// so a resumed run draws the same masks.
     fn dropout_key(&self, step: u64) -> Option<Array> {
-        let on = self.cfg.adapters.lora_dropout > 0.0 && self.model.has_adapters();
+        let on = self.cfg.adapters.lora_dropout > 0.0
+            && self.cfg.adapters.fine_tune != crate::adapters::FineTune::Full;
         on.then(|| {
             let rank = self.world.rank() as u64;
             let mixed = self
