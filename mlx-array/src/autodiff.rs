@@ -152,6 +152,22 @@ pub fn vjp(
     primals: &[Array],
     cotangents: &[Array],
 ) -> Result<(Vec<Array>, Vec<Array>)> {
+    let (outputs, grads) = vjp_reached(f, primals, cotangents)?;
+    let grads = grads
+        .into_iter()
+        .zip(primals)
+        .map(|(g, p)| g.unwrap_or_else(|| crate::zeros_like(p)))
+        .collect();
+    Ok((outputs, grads))
+}
+
+/// [`vjp`] with `None` for the primals no gradient reaches (and those that
+/// are not floats), instead of zeros.
+fn vjp_reached(
+    f: impl FnOnce(&[Array]) -> Result<Vec<Array>>,
+    primals: &[Array],
+    cotangents: &[Array],
+) -> Result<(Vec<Array>, Vec<Option<Array>>)> {
     let tracers: Vec<Array> = primals.iter().map(tracer).collect();
     let outputs = {
         let _tracing = Tracing::start();
@@ -257,11 +273,8 @@ pub fn vjp(
     let grads = tracers
         .iter()
         .zip(primals)
-        .map(|(t, p)| match cots.remove(&t.id()) {
-            Some(g) if p.dtype().is_float() => Ok(g),
-            _ => Ok(crate::zeros_like(p)),
-        })
-        .collect::<Result<Vec<_>>>()?;
+        .map(|(t, p)| cots.remove(&t.id()).filter(|_| p.dtype().is_float()))
+        .collect();
     Ok((outputs, grads))
 }
 
@@ -376,6 +389,9 @@ fn restructure(like: &Tree, values: &Tree) -> Result<Tree> {
             .ok_or_else(|| Error::invalid("value_and_grad", format!("no value for `{path}`")))
     })
 }
+
+mod checkpoint;
+pub use checkpoint::{Checkpointed, Depend, Recompute, checkpoint, depend};
 
 #[cfg(feature = "conformance")]
 pub(crate) mod spec;

@@ -1,14 +1,76 @@
-//! The conformance specification of [`Tracer`], the identity node that
-//! marks a differentiated input.
+//! The conformance specifications of autodiff's own nodes: [`Tracer`],
+//! the identity node that marks a differentiated input, and activation
+//! checkpointing's [`Checkpointed`] and [`Depend`].
 
-use super::Tracer;
-use crate::Array;
+use std::sync::Arc;
+
+use super::checkpoint::checkpointed;
+use super::{Checkpointed, Depend, Recompute, Tracer, checkpoint, depend};
 use crate::conformance::*;
 use crate::primitives::elementwise::spec::identity_values;
+use crate::{Array, OutputSpec};
 
-/// The tracer's specification.
+/// The specifications of autodiff's nodes.
 pub fn specs() -> Vec<Spec> {
-    vec![Spec::new::<Tracer>(
+    vec![
+        tracer(),
+        Spec::new::<Depend>(
+            "depend",
+            |cx: &Ctx| {
+                identity_values(cx, "depend", |a| {
+                    Ok(depend(
+                        a,
+                        &[crate::zeros_like(a), Array::ones(&[2], crate::Dtype::I32)],
+                    ))
+                })
+            },
+            || {
+                GradCase::new(vec![uniform(5, &[2, 3], -2.0, 2.0)], &[0], |a| {
+                    a[0].multiply(&depend(&a[0].sin()?, &[a[0].exp()?]))
+                })
+            },
+        ),
+        Spec::new::<Checkpointed>(
+            "checkpoint",
+            |cx: &Ctx| {
+                // The node passes on the outputs it is given, bit for bit.
+                identity_values(cx, "checkpoint", |a| {
+                    let spec = OutputSpec {
+                        shape: a.shape().to_vec(),
+                        dtype: a.dtype(),
+                    };
+                    let f: Recompute = Arc::new(|x: &[Array]| Ok(vec![x[0].clone()]));
+                    Ok(
+                        checkpointed(f, vec![a.clone()], std::slice::from_ref(a), vec![spec])
+                            .remove(0),
+                    )
+                })
+            },
+            || {
+                // A block of two inputs and two outputs, recomputed for the
+                // backward pass.
+                GradCase::new(
+                    vec![
+                        uniform(6, &[2, 3], -2.0, 2.0),
+                        uniform(7, &[3, 3], -1.0, 1.0),
+                    ],
+                    &[0, 1],
+                    |a| {
+                        let f: Recompute = Arc::new(|x: &[Array]| {
+                            let h = x[0].matmul(&x[1])?.tanh()?;
+                            Ok(vec![h.multiply(&x[0])?, h.exp()?])
+                        });
+                        let outs = checkpoint(f, a)?;
+                        outs[0].add(&outs[1].sin()?)
+                    },
+                )
+            },
+        ),
+    ]
+}
+
+fn tracer() -> Spec {
+    Spec::new::<Tracer>(
         "tracer",
         |cx: &Ctx| {
             identity_values(cx, "tracer", |a| {
@@ -25,5 +87,5 @@ pub fn specs() -> Vec<Spec> {
                 Ok(a[0].clone())
             })
         },
-    )]
+    )
 }
