@@ -150,7 +150,7 @@ fn outputs_without_cotangents_and_integer_inputs() {
 fn outside_differentiation_it_is_the_function() {
     let f: Recompute = Arc::new(|x: &[Array]| Ok(vec![x[0].exp()?]));
     let x = Array::from_slice(&[1.0f32, 2.0], &[2]).unwrap();
-    let y = checkpoint(f, &[x.clone()]).unwrap().remove(0);
+    let y = checkpoint(f, std::slice::from_ref(&x)).unwrap().remove(0);
     assert_eq!(y.primitive_name(), Some("exp"));
     assert_eq!(
         y.to_vec::<f32>().unwrap(),
