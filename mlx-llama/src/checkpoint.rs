@@ -147,13 +147,21 @@ pub fn step_dir(out: &Path, step: u64) -> PathBuf {
     out.join("checkpoints").join(format!("step_{step:08}"))
 }
 
-/// The step of a checkpoint folder name (`step_00000012`), if it is one.
-fn step_of(name: &str) -> Option<u64> {
+/// The step of a checkpoint folder name (`step_00000012`), if it is one:
+/// only the name [`step_dir`] gives that step (`step_000000012` is not a
+/// checkpoint), so that a step names exactly one folder.
+pub fn step_of(name: &str) -> Option<u64> {
     let digits = name.strip_prefix("step_")?;
     if digits.len() < 8 || !digits.bytes().all(|b| b.is_ascii_digit()) {
         return None;
     }
-    digits.parse().ok()
+    let step: u64 = digits.parse().ok()?;
+    (format!("{step:08}") == digits).then_some(step)
+}
+
+/// The step of the checkpoint folder `dir` by its name, if it is one.
+pub fn step_of_dir(dir: &Path) -> Option<u64> {
+    dir.file_name().and_then(|n| n.to_str()).and_then(step_of)
 }
 
 /// The checkpoint `latest` points to under `out`, if any (unverified).
@@ -264,11 +272,24 @@ pub fn write_manifest(dir: &Path, manifest: &Manifest) -> Result<()> {
     )
 }
 
-/// Reads a manifest (bounded), checked by [`Manifest::from_bytes`].
+/// Reads a manifest (bounded), checked by [`Manifest::from_bytes`]; in a
+/// checkpoint folder (named `step_` and its step) the manifest must record
+/// that step: one that says another is corrupt (resuming it would count
+/// the steps from one checkpoint and load the files of another).
 fn parse_manifest(dir: &Path) -> Result<Manifest> {
     let path = dir.join(MANIFEST);
     let bytes = read_bounded(&path, MAX_MANIFEST_BYTES)?;
-    Manifest::from_bytes(&bytes).with_context(|| format!("{}", path.display()))
+    let m = Manifest::from_bytes(&bytes).with_context(|| format!("{}", path.display()))?;
+    if let Some(step) = step_of_dir(dir)
+        && step != m.step
+    {
+        bail!(
+            "{}: the manifest says step {}, but it is the folder of step {step}: a checkpoint whose manifest names another step is corrupt",
+            path.display(),
+            m.step
+        );
+    }
+    Ok(m)
 }
 
 impl Manifest {

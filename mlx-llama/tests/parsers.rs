@@ -103,12 +103,17 @@ fn the_latest_pointer_names_only_a_checkpoint_folder() {
         &b"../../etc"[..],
         b"/dev/zero",
         b"step_12",
+        // One step, one folder: a longer spelling of step 12 is not its.
+        b"step_000000012",
         b"step_00000012/../x",
         b"",
         b"\xff\xfe",
     ] {
         assert!(checkpoint::parse_pointer(bad).is_err(), "{bad:?}");
     }
+    assert_eq!(checkpoint::step_of("step_00000012"), Some(12));
+    assert_eq!(checkpoint::step_of("step_123456789"), Some(123_456_789));
+    assert_eq!(checkpoint::step_of("step_000000012"), None);
     let d = tempfile::tempdir().unwrap();
     let c = d.path().join("checkpoints");
     std::fs::create_dir_all(&c).unwrap();

@@ -323,6 +323,86 @@ fn corrupt_or_truncated_files_are_caught_and_passed_over() {
     assert!(err.contains(&unknown), "{err}");
 }
 
+/// Writes `step` into the manifest of the checkpoint folder `dir` (its
+/// files, and so their checksums, untouched).
+fn set_manifest_step(dir: &Path, step: u64) {
+    let path = dir.join("manifest.json");
+    let mut m: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    m["step"] = step.into();
+    std::fs::write(&path, m.to_string()).unwrap();
+}
+
+/// A manifest whose step is not its folder's is corrupt: `verify` says
+/// which folder and both steps, and a resume passes it over for the
+/// checkpoint before it, whose losses it then continues exactly (not
+/// "at step 2" with step 4's weights).
+#[test]
+fn a_manifest_whose_step_is_not_its_folders_is_corrupt_and_passed_over() {
+    let dir = tempfile::tempdir().unwrap();
+    let whole = dir.path().join("whole");
+    let parts = dir.path().join("parts");
+    let every2 = |out: &Path, steps| TrainConfig {
+        checkpoint_every: 2,
+        ..tiny(out, steps)
+    };
+    let full = train(&every2(&whole, 6), &mlx_dist::Group::single()).unwrap();
+    train(&every2(&parts, 4), &mlx_dist::Group::single()).unwrap();
+    let step4 = checkpoint::step_dir(&parts, 4);
+    set_manifest_step(&step4, 2);
+
+    let err = format!("{:#}", checkpoint::verify(&step4).unwrap_err());
+    assert!(
+        err.contains("step_00000004") && err.contains("step 2") && err.contains("step 4"),
+        "{err}"
+    );
+    let found = checkpoint::latest_good(&parts).unwrap().unwrap();
+    assert_eq!(found.dir, checkpoint::step_dir(&parts, 2));
+    assert!(
+        found.rejected[0].contains("step_00000004"),
+        "{:?}",
+        found.rejected
+    );
+
+    let rest = train(&every2(&parts, 6), &mlx_dist::Group::single()).unwrap();
+    assert_eq!(
+        rest.losses,
+        full.losses[2..],
+        "did not resume from step 2's checkpoint"
+    );
+    assert_eq!(max_diff(&weights(&whole), &weights(&parts)), 0.0);
+}
+
+/// At world 2 every rank loads the checkpoint rank 0 chose and verified:
+/// with step 4's manifest saying step 2, both ranks resume from step 2's
+/// folder (rank 1 does not open one rank 0 never checked), and the run
+/// continues the losses of an uninterrupted one.
+#[test]
+fn every_rank_resumes_from_the_checkpoint_rank_0_verified() {
+    let dir = tempfile::tempdir().unwrap();
+    let whole = dir.path().join("whole");
+    let parts = dir.path().join("parts");
+    let every2 = |out: &Path, steps| TrainConfig {
+        checkpoint_every: 2,
+        ..tiny(out, steps)
+    };
+    let (full, first) = (every2(&whole, 6), every2(&parts, 4));
+    let full = mlx_dist::run_local(2, |g| train(&full, &g).unwrap()).unwrap();
+    mlx_dist::run_local(2, |g| train(&first, &g).unwrap()).unwrap();
+    set_manifest_step(&checkpoint::step_dir(&parts, 4), 2);
+
+    let rest = every2(&parts, 6);
+    let rest = mlx_dist::run_local(2, |g| train(&rest, &g).unwrap()).unwrap();
+    for (rank, s) in rest.iter().enumerate() {
+        assert_eq!(
+            s.losses,
+            full[0].losses[2..],
+            "rank {rank} did not resume from step 2's checkpoint"
+        );
+    }
+    assert_eq!(max_diff(&weights(&whole), &weights(&parts)), 0.0);
+}
+
 #[test]
 fn keep_checkpoints_keeps_the_newest_n() {
     let dir = tempfile::tempdir().unwrap();

@@ -153,26 +153,41 @@ fn check_global_batch(
 }
 
 /// The checkpoint to resume from: rank 0 picks the newest intact one
-/// ([`checkpoint::latest_good`]) and tells the others its step.
+/// ([`checkpoint::latest_good`]) and tells the others the step of its
+/// folder, which names that folder alone ([`checkpoint::step_of`]): every
+/// rank opens the folder rank 0 verified, whose manifest records that step
+/// (checked by [`checkpoint::verify`], and by every rank's read of it).
 fn resume_from(cfg: &TrainConfig, group: &Group) -> Result<Option<PathBuf>> {
     let found = match group.rank() {
-        0 => checkpoint::latest_good(&cfg.out_dir),
+        0 => checkpoint::latest_good(&cfg.out_dir).and_then(|f| match f {
+            Some(f) => {
+                let step = checkpoint::step_of_dir(&f.dir).with_context(|| {
+                    format!(
+                        "{} is not a checkpoint folder (step_ and 8 digits)",
+                        f.dir.display()
+                    )
+                })?;
+                Ok(Some((f.dir, step)))
+            }
+            None => Ok(None),
+        }),
         _ => Ok(None),
     };
-    // The step chosen, 0 for none, -1 when rank 0 failed (every rank must
-    // take part in the collective before any returns an error).
+    // The folder's step plus 1 (0 for none; step 0 is a checkpoint too),
+    // -1 when rank 0 failed (every rank must take part in the collective
+    // before any returns an error).
     let mut code = [match &found {
-        Ok(Some(f)) => i64::try_from(f.manifest.step).unwrap_or(i64::MAX),
+        Ok(Some((_, step))) => i64::try_from(*step).map_or(i64::MAX, |s| s.saturating_add(1)),
         Ok(None) => 0,
         Err(_) => -1,
     }];
     group.all_sum(&mut code)?;
-    if let Some(f) = found? {
-        return Ok(Some(f.dir));
+    if let Some((dir, _)) = found? {
+        return Ok(Some(dir));
     }
     match code[0] {
         0 => Ok(None),
-        step if step > 0 => Ok(Some(checkpoint::step_dir(&cfg.out_dir, step as u64))),
+        code if code > 0 => Ok(Some(checkpoint::step_dir(&cfg.out_dir, code as u64 - 1))),
         _ => bail!("rank 0 found no intact checkpoint to resume from (see its error)"),
     }
 }
