@@ -10,6 +10,7 @@
 use std::fs::File;
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use anyhow::{Context, Result, bail};
 use serde::{Deserialize, Serialize};
@@ -28,6 +29,22 @@ const MAX_MANIFEST_BYTES: u64 = 16 << 20;
 
 /// The largest `latest` pointer read (it holds `step_` and digits).
 const MAX_POINTER_BYTES: u64 = 64;
+
+/// The flag that lets a command read a checkpoint of format 1, whose
+/// manifest records no checksums (and so no list of its files).
+pub const ALLOW_OLD_FORMAT_FLAG: &str = "--allow-old-checkpoint-format";
+
+/// Whether this process reads checkpoints of format 1 ([`ALLOW_OLD_FORMAT_FLAG`]).
+static OLD_FORMAT_ALLOWED: AtomicBool = AtomicBool::new(false);
+
+/// Lets [`verify`] (and so every command that reads a checkpoint) accept
+/// checkpoints of format 1, unverified and with a warning, for the rest of
+/// this process: what [`ALLOW_OLD_FORMAT_FLAG`] sets. Off by default, when
+/// a format-1 manifest is refused (one edited to say format 1 would
+/// otherwise turn the checksums off).
+pub fn allow_old_format(allow: bool) {
+    OLD_FORMAT_ALLOWED.store(allow, Ordering::Relaxed);
+}
 
 /// Whether `name` is a plain file name inside a checkpoint folder: not
 /// empty, not `.` or `..`, no path separator, no NUL, and not absolute.
@@ -342,15 +359,31 @@ impl Manifest {
 }
 
 /// Reads a checkpoint's manifest and checks every file it lists (size, then
-/// sha256); the error names the file and what is wrong. A format-1
-/// checkpoint has no checksums: it is accepted unverified, with a warning.
+/// sha256), and that it lists every file of the folder (so that nothing
+/// unverified is read from it); the error names the file and what is
+/// wrong. A format-1 checkpoint has no checksums: refused unless this
+/// process allows it ([`allow_old_format`]), then accepted unverified with
+/// a warning.
 pub fn verify(dir: &Path) -> Result<Manifest> {
+    verify_allowing(dir, OLD_FORMAT_ALLOWED.load(Ordering::Relaxed))
+}
+
+/// [`verify`], with format 1 accepted (unverified, with a warning) when
+/// `old_format` holds, whatever [`allow_old_format`] said.
+pub fn verify_allowing(dir: &Path, old_format: bool) -> Result<Manifest> {
     let m = parse_manifest(dir)?;
-    if m.format == 1 {
+    if m.format == 1 && m.files.is_empty() {
+        if !old_format {
+            bail!(
+                "{}: checkpoint format 1 records no checksums, so its files cannot be verified; to read it anyway, unverified, pass {ALLOW_OLD_FORMAT_FLAG}",
+                dir.join(MANIFEST).display()
+            );
+        }
         tracing::warn!(
             checkpoint = %dir.display(),
-            "checkpoint format 1 has no checksums: its files are not verified"
+            "checkpoint format 1 has no checksums: its files are not verified ({ALLOW_OLD_FORMAT_FLAG})"
         );
+        return Ok(m);
     }
     for f in &m.files {
         let path = dir.join(&f.name);
@@ -380,7 +413,33 @@ pub fn verify(dir: &Path) -> Result<Manifest> {
             );
         }
     }
+    check_nothing_unlisted(dir, &m)?;
     Ok(m)
+}
+
+/// Refuses a checkpoint folder holding an entry its manifest does not list
+/// (but the manifest, folders, and hidden names such as `.DS_Store`, none
+/// of which is ever read from a checkpoint): files are read from a
+/// checkpoint by name, and one that is not listed has not been verified.
+fn check_nothing_unlisted(dir: &Path, m: &Manifest) -> Result<()> {
+    let listed: std::collections::HashSet<&str> = m.files.iter().map(|f| f.name.as_str()).collect();
+    for entry in std::fs::read_dir(dir).with_context(|| format!("listing {}", dir.display()))? {
+        let entry = entry.with_context(|| format!("listing {}", dir.display()))?;
+        let name = entry.file_name();
+        let name = name.to_string_lossy();
+        if name == MANIFEST || name.starts_with('.') || listed.contains(name.as_ref()) {
+            continue;
+        }
+        // A link is not followed: a link to a folder is an entry like a file.
+        if entry.file_type().is_ok_and(|t| t.is_dir()) {
+            continue;
+        }
+        bail!(
+            "{}: not listed in the manifest, so not verified (a checkpoint's manifest lists every file of its folder)",
+            dir.join(name.as_ref()).display()
+        );
+    }
+    Ok(())
 }
 
 /// The newest intact checkpoint under `out`: the one `latest` points to,

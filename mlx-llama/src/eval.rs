@@ -114,6 +114,10 @@ pub struct EvalArgs {
     /// Print the report as JSON (rank 0) instead of text.
     #[arg(long)]
     pub json: bool,
+    /// Read a checkpoint of format 1, whose manifest records no checksums,
+    /// without verifying its files (refused otherwise).
+    #[arg(long)]
+    pub allow_old_checkpoint_format: bool,
 }
 
 /// Which split `eval` reads.
@@ -538,6 +542,7 @@ pub fn evaluate(args: &EvalArgs, group: &Group) -> Result<EvalReport> {
 /// `mlx-llama eval`: joins the ranks of `mlx-launch` (one without),
 /// evaluates, and prints the report on rank 0.
 pub fn run(args: EvalArgs) -> Result<()> {
+    crate::checkpoint::allow_old_format(args.allow_old_checkpoint_format);
     let group = mlx_dist::init(mlx_dist::Backend::Any).context("joining the ranks")?;
     let t0 = std::time::Instant::now();
     let r = evaluate(&args, &group)?;

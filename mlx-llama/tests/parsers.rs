@@ -93,6 +93,47 @@ fn names_outside_the_folder_devices_and_empty_lists_are_refused() {
     assert!(e.contains("4 bytes, the manifest says 3"), "{e}");
 }
 
+/// Only files the manifest lists are read: a file of the folder it does
+/// not list (left out of the list, or added beside it) makes the
+/// checkpoint corrupt, naming the file; hidden files (`.DS_Store`) and
+/// folders, never read, do not. A manifest saying format 1 but listing
+/// files has them checked all the same.
+#[test]
+fn a_file_the_manifest_does_not_list_is_refused() {
+    let d = tempfile::tempdir().unwrap();
+    let m = valid(d.path(), b"weights");
+    std::fs::write(d.path().join(".DS_Store"), b"finder").unwrap();
+    std::fs::create_dir(d.path().join("mlx-lm")).unwrap();
+    verify_with(d.path(), &m).unwrap();
+
+    let mut v = m.clone();
+    v["files"].as_array_mut().unwrap().remove(0);
+    v["layout"]["optimizer_files"] = serde_json::json!(["optimizer.safetensors"]);
+    assert_eq!(v["files"][0]["name"], "optimizer.safetensors");
+    let e = format!("{:#}", verify_with(d.path(), &v).unwrap_err());
+    assert!(
+        e.contains("model.safetensors") && e.contains("not listed in the manifest"),
+        "{e}"
+    );
+
+    std::fs::write(d.path().join("loader_rank1.json"), b"{}").unwrap();
+    let e = format!("{:#}", verify_with(d.path(), &m).unwrap_err());
+    assert!(
+        e.contains("loader_rank1.json") && e.contains("not listed in the manifest"),
+        "{e}"
+    );
+    std::fs::remove_file(d.path().join("loader_rank1.json")).unwrap();
+
+    let mut v = m.clone();
+    v["format"] = 1.into();
+    std::fs::write(d.path().join("model.safetensors"), b"weightz").unwrap();
+    let e = format!("{:#}", verify_with(d.path(), &v).unwrap_err());
+    assert!(
+        e.contains("model.safetensors") && e.contains("sha256"),
+        "{e}"
+    );
+}
+
 #[test]
 fn the_latest_pointer_names_only_a_checkpoint_folder() {
     assert_eq!(

@@ -466,6 +466,57 @@ fn sigterm_under_the_launcher_checkpoints_and_resume_continues_the_same_losses()
     assert_eq!(records(&run), want, "the resumed run's losses, bit for bit");
 }
 
+/// A checkpoint of format 1 (no list of files, no checksums) resumes only
+/// when `--allow-old-checkpoint-format` asks for it: a manifest edited to
+/// say format 1 no longer turns the checksums off. The flag is not kept in
+/// the run's options.
+#[test]
+fn a_format_1_checkpoint_resumes_only_with_allow_old_checkpoint_format() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = dir.path().join("run");
+    let o = train(&run, &["--steps", "2", "--checkpoint-every", "2"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let path = run.join("checkpoints/step_00000002/manifest.json");
+    let mut m: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    m["format"] = 1.into();
+    m.as_object_mut().unwrap().remove("files");
+    m.as_object_mut().unwrap().remove("layout");
+    std::fs::write(&path, m.to_string()).unwrap();
+
+    let more = ["--steps", "3", "--checkpoint-every", "2", "--resume"];
+    let o = train(&run, &more);
+    let said = text(&o);
+    assert!(!o.status.success(), "{said}");
+    assert!(
+        said.contains("step_00000002")
+            && said.contains("format 1")
+            && said.contains("--allow-old-checkpoint-format"),
+        "{said}"
+    );
+    assert_eq!(records(&run).len(), 2, "nothing was trained: {said}");
+
+    let o = train(
+        &run,
+        &[&more[..], &["--allow-old-checkpoint-format"]].concat(),
+    );
+    let said = text(&o);
+    assert!(o.status.success(), "{said}");
+    assert!(said.contains("at step 2"), "{said}");
+    assert_eq!(steps_of(&records(&run)), [1, 2, 3]);
+    for f in std::fs::read_dir(&run).unwrap() {
+        let f = f.unwrap().path();
+        if f.extension().is_some_and(|e| e == "toml") {
+            let options = std::fs::read_to_string(&f).unwrap();
+            assert!(
+                !options.contains("allow_old_checkpoint_format"),
+                "{}: {options}",
+                f.display()
+            );
+        }
+    }
+}
+
 #[test]
 fn export_refuses_a_non_empty_folder_without_force_and_any_checkpoint_folder() {
     let dir = tempfile::tempdir().unwrap();

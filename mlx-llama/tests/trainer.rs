@@ -307,7 +307,9 @@ fn corrupt_or_truncated_files_are_caught_and_passed_over() {
         assert!(err.contains(part), "no `{part}` in: {err}");
     }
 
-    // A format-1 manifest (no checksums) is still read; an unknown format is not.
+    // A format-1 manifest (no checksums) is refused, naming the flag that
+    // reads it anyway (unverified: the missing file goes unnoticed); an
+    // unknown format is refused whatever the flag.
     let step1 = checkpoint::step_dir(out, 1);
     let mut m: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(step1.join("manifest.json")).unwrap())
@@ -315,7 +317,15 @@ fn corrupt_or_truncated_files_are_caught_and_passed_over() {
     m["format"] = 1.into();
     m.as_object_mut().unwrap().remove("files");
     std::fs::write(step1.join("manifest.json"), m.to_string()).unwrap();
-    assert_eq!(checkpoint::verify(&step1).unwrap().step, 1);
+    let err = format!("{:#}", checkpoint::verify(&step1).unwrap_err());
+    assert!(
+        err.contains("format 1")
+            && err.contains("no checksums")
+            && err.contains("--allow-old-checkpoint-format")
+            && err.contains("step_00000001"),
+        "{err}"
+    );
+    assert_eq!(checkpoint::verify_allowing(&step1, true).unwrap().step, 1);
     m["format"] = (checkpoint::FORMAT + 1).into();
     std::fs::write(step1.join("manifest.json"), m.to_string()).unwrap();
     let err = format!("{:#}", checkpoint::verify(&step1).unwrap_err());

@@ -53,6 +53,11 @@ struct TrainArgs {
     /// checkpoints, metrics and curves are removed).
     #[arg(long)]
     fresh: bool,
+    /// Resume from a checkpoint of format 1, whose manifest records no
+    /// checksums, without verifying its files (refused otherwise). Not kept
+    /// in run.toml: each resume that needs it asks again.
+    #[arg(long)]
+    allow_old_checkpoint_format: bool,
     /// Seconds a collective waits for a live rank that is late (a long
     /// evaluation or checkpoint on one rank); default MLX_DIST_TIMEOUT_MS, else 600.
     #[arg(long, value_name = "SECS", value_parser = positive_secs)]
@@ -128,6 +133,10 @@ struct GenerateArgs {
     /// subfolder) applied to the model unmerged (one process).
     #[arg(long, value_name = "DIR")]
     adapter: Option<PathBuf>,
+    /// Read a checkpoint of format 1, whose manifest records no checksums,
+    /// without verifying its files (refused otherwise).
+    #[arg(long)]
+    allow_old_checkpoint_format: bool,
 }
 
 /// How `generate` splits the model over the ranks.
@@ -163,6 +172,7 @@ fn positive_secs(s: &str) -> std::result::Result<std::time::Duration, String> {
 }
 
 fn run_train(a: TrainArgs, resolved: String) -> Result<()> {
+    mlx_llama::checkpoint::allow_old_format(a.allow_old_checkpoint_format);
     let cfg = a.run;
     // A source that is neither a folder nor a Hub name fails before the run
     // folder is touched (the trainer makes it local and reads it).
@@ -225,6 +235,7 @@ fn run_train(a: TrainArgs, resolved: String) -> Result<()> {
 }
 
 fn run_generate(a: GenerateArgs) -> Result<()> {
+    mlx_llama::checkpoint::allow_old_format(a.allow_old_checkpoint_format);
     let group = mlx_dist::init(mlx_dist::Backend::Any).context("joining the ranks")?;
     let (rank, world) = (group.rank(), group.size());
     if world > 1 && a.parallel == Parallel::None {
@@ -473,7 +484,13 @@ fn parse_command_line() -> (Cli, String) {
     let matches = command.get_matches_from(argv);
     let resolved = matches
         .subcommand_matches("train")
-        .map(|m| options_file::resolved_toml(&train, m, &["config", "resume", "fresh"]))
+        .map(|m| {
+            options_file::resolved_toml(
+                &train,
+                m,
+                &["config", "resume", "fresh", "allow_old_checkpoint_format"],
+            )
+        })
         .unwrap_or_default();
     match Cli::from_arg_matches(&matches) {
         Ok(cli) => (cli, resolved),

@@ -229,6 +229,10 @@ pub struct ExportArgs {
     /// adapter_config.json) to merge into the checkpoint's model; needs --fuse.
     #[arg(long, value_name = "DIR")]
     pub adapter: Option<PathBuf>,
+    /// Read a checkpoint of format 1, whose manifest records no checksums,
+    /// without verifying its files (refused otherwise).
+    #[arg(long)]
+    pub allow_old_checkpoint_format: bool,
 }
 
 /// Refuses an export folder inside a run's checkpoints (a checkpoint
@@ -284,6 +288,7 @@ pub fn check_out(out: &Path, force: bool) -> Result<()> {
 
 /// Runs `mlx-llama export`, saying what it wrote.
 pub fn run(args: ExportArgs) -> Result<()> {
+    crate::checkpoint::allow_old_format(args.allow_old_checkpoint_format);
     check_out(&args.out, args.force)?;
     let merge = Merge {
         fuse: args.fuse,
