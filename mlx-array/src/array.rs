@@ -241,7 +241,8 @@ impl Array {
     ///
     /// Fails when the number of values does not match the shape.
     pub fn from_slice<T: Element>(values: &[T], shape: &[usize]) -> Result<Array> {
-        if values.len() != size_of_shape(shape) {
+        // Checked: a product that wrapped would let too few values "fill" it.
+        if values.len() != crate::shape::checked_size_of_shape(shape)? {
             return Err(Error::shape(
                 "from_slice",
                 format!("{} values cannot fill shape {shape:?}", values.len()),
@@ -528,5 +529,19 @@ fn placed(primitive: &impl Primitive, inputs: Vec<Array>) -> (Device, Vec<Array>
             device,
             inputs.into_iter().map(|x| x.to_device(device)).collect(),
         )
+    }
+}
+
+#[cfg(test)]
+mod shape_overflow_tests {
+    use super::*;
+
+    /// [2^63, 2] wraps to 0 elements: unchecked, an empty slice would
+    /// "fill" it and the array's buffer would be short by 2^64 elements.
+    #[test]
+    fn an_array_of_a_shape_whose_size_overflows_is_refused() {
+        let huge = 1usize << (usize::BITS - 1);
+        let e = Array::from_slice::<f32>(&[], &[huge, 2]).unwrap_err();
+        assert!(e.to_string().contains("overflow"), "{e}");
     }
 }

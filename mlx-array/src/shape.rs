@@ -3,8 +3,44 @@
 use crate::{Error, Result};
 
 /// Number of elements of a shape (1 for a scalar).
+///
+/// # Panics
+/// When the product overflows a `usize`, in every build (it never wraps
+/// to a smaller count); [`checked_size_of_shape`] says so as an error.
 pub fn size_of_shape(shape: &[usize]) -> usize {
-    shape.iter().product()
+    checked_size_of_shape(shape).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// Number of elements of a shape (1 for a scalar, 0 when a dimension is
+/// 0), or an error naming the shape when the product overflows a `usize`.
+pub fn checked_size_of_shape(shape: &[usize]) -> Result<usize> {
+    if shape.contains(&0) {
+        return Ok(0);
+    }
+    shape
+        .iter()
+        .try_fold(1usize, |n, &d| n.checked_mul(d))
+        .ok_or_else(|| {
+            Error::shape(
+                "shape",
+                format!("{shape:?} has more elements than a usize counts (overflow)"),
+            )
+        })
+}
+
+/// Bytes of a dense array of `shape` with elements of `element_bytes`, or
+/// an error naming the shape when the count or the bytes overflow a `usize`.
+pub fn checked_bytes_of_shape(shape: &[usize], element_bytes: usize) -> Result<usize> {
+    checked_size_of_shape(shape)?
+        .checked_mul(element_bytes)
+        .ok_or_else(|| {
+            Error::shape(
+                "shape",
+                format!(
+                    "{shape:?} of {element_bytes}-byte elements has more bytes than a usize counts (overflow)"
+                ),
+            )
+        })
 }
 
 /// Row-major strides (in elements) of a contiguous array of this shape.
