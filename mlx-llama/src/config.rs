@@ -370,6 +370,22 @@ pub struct TrainConfig {
     /// stage 1, the same results).
     #[arg(long = "no-shard-optimizer", action = clap::ArgAction::SetFalse)]
     pub shard_optimizer: bool,
+    /// Recompute blocks' activations in the backward pass instead of
+    /// keeping them from the forward (mlx-lm's `--grad-checkpoint`,
+    /// `torch.utils.checkpoint`): alone, every block; `K`, every K-th block
+    /// (torchtitan's per-layer policy); `none`, the default. The gradients
+    /// are the same (bit for bit on the CPU); a checkpointed block holds
+    /// only its input until the backward pass reaches it, for about a
+    /// third more compute.
+    #[serde(default)]
+    #[arg(
+        long,
+        value_name = "all|K|none",
+        num_args = 0..=1,
+        default_value = "none",
+        default_missing_value = "all"
+    )]
+    pub grad_checkpoint: crate::grad_checkpoint::GradCheckpoint,
     /// Wait for each step's loss before building the next step. By default
     /// the host builds and records step n + 1 while the device runs step n,
     /// and writes step n's metrics when its loss arrives (as MLX's

@@ -15,6 +15,7 @@ pub mod console;
 pub mod curves;
 pub mod eval;
 pub mod export;
+pub mod grad_checkpoint;
 pub mod import;
 pub mod metrics;
 pub mod model;

@@ -394,6 +394,9 @@ pub struct Llama {
     pub out_proj: Option<Linear>,
     /// The configuration it was built from.
     pub config: LlamaConfig,
+    /// Which blocks recompute their activations in the backward pass
+    /// instead of keeping them (none unless set; it changes no value).
+    pub grad_checkpoint: crate::grad_checkpoint::GradCheckpoint,
 }
 
 impl_module!(Llama {
@@ -427,6 +430,7 @@ impl Llama {
             norm: RMSNorm::with_eps(config.dims, config.norm_eps),
             out_proj,
             config: config.clone(),
+            grad_checkpoint: Default::default(),
         })
     }
 
@@ -516,8 +520,12 @@ impl Llama {
     /// additive mask such as [`segment_mask`]'s.
     pub fn hidden_masked(&self, tokens: &Array, mask: AttentionMask<'_>) -> Result<Array> {
         let mut x = embed(&self.embedding, tokens)?;
-        for layer in &self.layers {
-            x = layer.forward(&x, mask, None)?;
+        for (i, layer) in self.layers.iter().enumerate() {
+            x = if self.grad_checkpoint.applies(i) {
+                crate::grad_checkpoint::checkpointed_forward(layer, &x, mask)?
+            } else {
+                layer.forward(&x, mask, None)?
+            };
         }
         head_input(&self.norm, self.head_weight(), &x)
     }

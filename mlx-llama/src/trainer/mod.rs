@@ -236,6 +236,7 @@ impl<'a> Run<'a> {
             );
         }
         let mut model = setup::model(cfg, init, data.tokenizer.vocab_size())?;
+        model.grad_checkpoint = cfg.grad_checkpoint;
         setup::adapt(cfg, &mut model)?;
         if let Some(tensors) = adapter_tensors {
             // The adapters trained on from where they were (a checkpoint of
