@@ -144,6 +144,27 @@ fn accumulate(cots: &mut HashMap<u64, Array>, target: &Array, g: Array) -> Resul
     Ok(())
 }
 
+/// `inputs` as a vector-Jacobian product reads them: each one whose
+/// primitive recomputes it for the backward pass
+/// ([`Primitive::recompute_for_backward`]) replaced by that recomputation,
+/// started after `after` (the cotangents at hand).
+fn for_backward(inputs: &[Array], after: &[Array]) -> Result<Vec<Array>> {
+    inputs
+        .iter()
+        .map(|x| Ok(recomputed(x, after)?.unwrap_or_else(|| x.clone())))
+        .collect()
+}
+
+/// `x`'s recomputation for the backward pass, if its primitive makes one
+/// (see [`Primitive::recompute_for_backward`]).
+pub(crate) fn recomputed(x: &Array, after: &[Array]) -> Result<Option<Array>> {
+    let (primitive, inputs) = match x.lock().pending() {
+        Some((p, i)) => (p.clone(), i.clone()),
+        None => return Ok(None),
+    };
+    primitive.recompute_for_backward(&inputs, after).transpose()
+}
+
 /// Runs `f` on `primals` and returns its outputs and the vector-Jacobian
 /// products of `cotangents` (one per output) with respect to each primal.
 /// Integer and boolean primals get zero gradients.
@@ -236,7 +257,9 @@ fn vjp_reached(
                     continue;
                 };
                 let outputs: Vec<Array> = (0..specs.len()).map(|i| a.output(i)).collect();
-                primitive.vjp_outputs(inputs, &outputs, &cts)?
+                let reached: Vec<Array> = cts.iter().flatten().cloned().collect();
+                let read = for_backward(inputs, &reached)?;
+                primitive.vjp_outputs(&read, &outputs, &cts)?
             }
             NodeKind::Single => {
                 let Some(ct) = cots.remove(&a.id()) else {
@@ -253,7 +276,8 @@ fn vjp_reached(
                         first.then(|| cots.remove(&input.id())).flatten()
                     })
                     .collect();
-                let grads = primitive.vjp_accumulating(inputs, a, &ct, &mut gathered)?;
+                let read = for_backward(inputs, std::slice::from_ref(&ct))?;
+                let grads = primitive.vjp_accumulating(&read, a, &ct, &mut gathered)?;
                 for (input, left) in inputs.iter().zip(gathered) {
                     if let Some(left) = left {
                         cots.insert(input.id(), left);
@@ -391,7 +415,9 @@ fn restructure(like: &Tree, values: &Tree) -> Result<Tree> {
 }
 
 mod checkpoint;
+mod rematerialize;
 pub use checkpoint::{Checkpointed, Depend, Recompute, checkpoint, depend};
+pub use rematerialize::{Rematerialized, rematerialize};
 
 #[cfg(feature = "conformance")]
 pub(crate) mod spec;

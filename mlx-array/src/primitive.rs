@@ -147,6 +147,17 @@ pub trait Primitive: Send + Sync + fmt::Debug + 'static {
         self.vjp(inputs, output, cotangent)
     }
 
+    /// For a primitive whose output the backward pass recomputes instead
+    /// of keeping ([`crate::autodiff::rematerialize`]): that recomputation
+    /// from `inputs`, started only after `after`, built once however often
+    /// it is asked for. Autodiff hands it, instead of this node, to the
+    /// vector-Jacobian products of the nodes that read this one. The
+    /// default (`None`): the value is kept.
+    fn recompute_for_backward(&self, inputs: &[Array], after: &[Array]) -> Option<Result<Array>> {
+        let _ = (inputs, after);
+        None
+    }
+
     /// The vector-Jacobian product of a primitive with several outputs:
     /// given the cotangent of each output (`None` where none reaches it),
     /// the cotangent of each input. `outputs` are this primitive's outputs.

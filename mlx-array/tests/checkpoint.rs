@@ -3,7 +3,7 @@
 
 use std::sync::{Arc, Mutex};
 
-use mlx_array::autodiff::{Recompute, checkpoint, value_and_grad};
+use mlx_array::autodiff::{Recompute, checkpoint, rematerialize, value_and_grad};
 use mlx_array::{Array, Dtype, Result, eval, memory, random};
 
 /// The byte counters are the process's: the tests that read them run one
@@ -156,4 +156,90 @@ fn outside_differentiation_it_is_the_function() {
         y.to_vec::<f32>().unwrap(),
         x.exp().unwrap().to_vec::<f32>().unwrap()
     );
+}
+
+/// A chain whose square weights are computed from vector parameters
+/// (`exp(0.01 (p_i + p_j))`, standing in for a weight gathered from a
+/// shard), each rematerialized or kept, each block checkpointed or not.
+fn weighted_chain(args: &[Array], remat: bool, checkpointed: bool) -> Result<Array> {
+    let weight: Recompute = Arc::new(|p: &[Array]| {
+        let n = p[0].size() as i64;
+        let outer = p[0].reshape(&[n, 1])?.add(&p[0].reshape(&[1, n])?)?;
+        Ok(vec![outer.mul_scalar(0.01)?.exp()?])
+    });
+    let block: Recompute = Arc::new(|x: &[Array]| Ok(vec![x[0].matmul(&x[1])?.tanh()?]));
+    let mut h = args[0].clone();
+    for p in &args[1..] {
+        let w = if remat {
+            rematerialize(weight.clone(), std::slice::from_ref(p))?
+        } else {
+            weight(std::slice::from_ref(p))?.remove(0)
+        };
+        h = if checkpointed {
+            checkpoint(block.clone(), &[h, w])?.remove(0)
+        } else {
+            block(&[h, w])?.remove(0)
+        };
+    }
+    h.sum_all()
+}
+
+#[test]
+fn rematerialized_weights_give_the_same_gradients_and_are_not_kept() {
+    let _one = MEMORY.lock().unwrap_or_else(|e| e.into_inner());
+    const BIG: usize = 256;
+    let keys = random::split_keys(&random::key(3), BLOCKS + 1).unwrap();
+    let args: Vec<Array> = keys
+        .iter()
+        .enumerate()
+        .map(|(i, k)| {
+            let shape: &[usize] = if i == 0 { &[4, BIG] } else { &[BIG] };
+            random::normal(k, shape, Dtype::F32).unwrap()
+        })
+        .collect();
+    eval(&args).unwrap();
+    let argnums: Vec<usize> = (0..args.len()).collect();
+    let run = |remat: bool, checkpointed: bool| {
+        let before = memory::active();
+        memory::reset_peak();
+        let f = move |a: &[Array]| weighted_chain(a, remat, checkpointed);
+        let (loss, grads) = value_and_grad(f, &argnums)(&args).unwrap();
+        // The last block's gradient first, as a trainer asks for its
+        // updates: each is then computed as the backward pass leaves its
+        // block.
+        let last_first: Vec<&Array> = grads.iter().rev().collect();
+        eval((&loss, &last_first)).unwrap();
+        let peak = memory::peak() - before;
+        let bits: Vec<Vec<u32>> = grads
+            .iter()
+            .map(|g| {
+                g.to_vec::<f32>()
+                    .unwrap()
+                    .into_iter()
+                    .map(f32::to_bits)
+                    .collect()
+            })
+            .collect();
+        (bits, peak)
+    };
+    let (want, kept_peak) = run(false, false);
+    let weight = BIG * BIG * 4;
+    // Kept: every block's weight lives until the backward pass reaches it.
+    assert!(kept_peak >= BLOCKS * weight, "kept: peak {kept_peak} B");
+    for checkpointed in [false, true] {
+        let (got, peak) = run(true, checkpointed);
+        assert!(
+            got == want,
+            "rematerialized (checkpointed {checkpointed}): gradients differ"
+        );
+        // A few weights at a time, of one block: its weight recomputed (its
+        // sum and product are of its size too), its gradient before it
+        // becomes the parameter's, and the weight once more for exp's own
+        // gradient (a gather's gradient, a reduce-scatter, needs none).
+        let bound = 5 * weight;
+        assert!(
+            peak <= bound,
+            "rematerialized (checkpointed {checkpointed}): peak {peak} B over {bound} B ({kept_peak} B kept)"
+        );
+    }
 }

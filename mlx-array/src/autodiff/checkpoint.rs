@@ -117,7 +117,12 @@ impl Primitive for Checkpointed {
             .map(|(c, o)| c.clone().unwrap_or_else(|| crate::zeros_like(o)))
             .collect();
         // The copy starts once the backward pass has reached the outputs.
-        let gated: Vec<Array> = primals.iter().map(|p| depend(p, &reached)).collect();
+        // An input recomputed for the backward pass (a gathered weight) is
+        // read as recomputed.
+        let gated: Vec<Array> = primals
+            .iter()
+            .map(|p| Ok(super::recomputed(p, &reached)?.unwrap_or_else(|| depend(p, &reached))))
+            .collect::<Result<_>>()?;
         let f = self.f.clone();
         let (_, mut grads) = super::vjp_reached(|x| f(x), &gated, &cotangents)?;
         // The first input's gradient, which a chain of blocks passes on to

@@ -5,7 +5,9 @@
 use std::sync::Arc;
 
 use super::checkpoint::checkpointed;
-use super::{Checkpointed, Depend, Recompute, Tracer, checkpoint, depend};
+use super::{
+    Checkpointed, Depend, Recompute, Rematerialized, Tracer, checkpoint, depend, rematerialize,
+};
 use crate::conformance::*;
 use crate::primitives::elementwise::spec::identity_values;
 use crate::{Array, OutputSpec};
@@ -14,6 +16,7 @@ use crate::{Array, OutputSpec};
 pub fn specs() -> Vec<Spec> {
     vec![
         tracer(),
+        rematerialized(),
         Spec::new::<Depend>(
             "depend",
             |cx: &Ctx| {
@@ -67,6 +70,40 @@ pub fn specs() -> Vec<Spec> {
             },
         ),
     ]
+}
+
+/// A rematerialized value passes on the value it is given; its readers'
+/// gradients read it recomputed, and its own reaches its inputs.
+fn rematerialized() -> Spec {
+    Spec::new::<Rematerialized>(
+        "rematerialize",
+        |cx: &Ctx| {
+            identity_values(cx, "rematerialize", |a| {
+                let f: Recompute = Arc::new(|x: &[Array]| Ok(vec![x[0].clone()]));
+                let node = Array::from_primitive(
+                    super::rematerialize::for_spec(f),
+                    vec![a.clone(), a.clone()],
+                    a.shape().to_vec(),
+                    a.dtype(),
+                );
+                Ok(node)
+            })
+        },
+        || {
+            GradCase::new(
+                vec![
+                    uniform(8, &[2, 3], -2.0, 2.0),
+                    uniform(9, &[3, 3], -1.0, 1.0),
+                ],
+                &[0, 1],
+                |a| {
+                    let f: Recompute = Arc::new(|p: &[Array]| Ok(vec![p[0].sin()?.exp()?]));
+                    let w = rematerialize(f, &a[1..])?;
+                    a[0].matmul(&w)?.multiply(&w.sum(&[0], true)?)
+                },
+            )
+        },
+    )
 }
 
 fn tracer() -> Spec {
