@@ -583,6 +583,179 @@ pub fn prune(out: &Path, keep: usize) -> Result<Vec<PathBuf>> {
     Ok(deleted)
 }
 
+/// The name of the copy of a run's `tokenizer.json` in its checkpoints.
+pub const TOKENIZER_FILE: &str = "tokenizer.json";
+
+/// The files beside a `tokenizer.json` that its chat template comes from,
+/// copied with it when they exist.
+const TOKENIZER_SIDE_FILES: [&str; 2] = ["tokenizer_config.json", "chat_template.jinja"];
+
+/// GPT-2's two files (`--tokenizer` of a folder holding them).
+const GPT2_FILES: [&str; 2] = ["vocab.json", "merges.txt"];
+
+/// The largest tokenizer file read (real ones are tens of MiB at most).
+const MAX_TOKENIZER_BYTES: u64 = 1 << 30;
+
+/// Copies the files of the run's tokenizer `choice` (a `tokenizer.json`
+/// and the chat template files beside it, or GPT-2's two files) into the
+/// checkpoint folder being written, `into`, each read bounded and synced:
+/// the manifest then lists them with their sizes and checksums, and
+/// [`tokenizer_of`] reads them from the checkpoint instead of a path the
+/// manifest names. Other tokenizers have no file to copy. Each file is
+/// written under a name of this process's and renamed into place, so ranks
+/// copying the same files into one folder never read a half-written one.
+pub fn copy_tokenizer(choice: &crate::TokenizerChoice, into: &Path) -> Result<()> {
+    let copy = |from: &Path, name: &str| -> Result<()> {
+        let bytes = read_bounded(from, MAX_TOKENIZER_BYTES)
+            .with_context(|| format!("copying the tokenizer into {}", into.display()))?;
+        let to = into.join(name);
+        let tmp = into.join(format!(".{name}.{}.tmp", std::process::id()));
+        write_synced(&tmp, &bytes)?;
+        std::fs::rename(&tmp, &to).with_context(|| format!("writing {}", to.display()))
+    };
+    match choice {
+        crate::TokenizerChoice::File(p) => {
+            copy(p, TOKENIZER_FILE)?;
+            let beside = p.parent().unwrap_or(Path::new("."));
+            for name in TOKENIZER_SIDE_FILES {
+                if beside.join(name).is_file() {
+                    copy(&beside.join(name), name)?;
+                }
+            }
+        }
+        crate::TokenizerChoice::Gpt2Files(d) => {
+            for name in GPT2_FILES {
+                copy(&d.join(name), name)?;
+            }
+        }
+        crate::TokenizerChoice::Auto | crate::TokenizerChoice::Train(_) => {}
+    }
+    Ok(())
+}
+
+/// Checks the file `name` the manifest `m` of `dir` lists: a regular file
+/// (not a link) of the recorded size and sha256, read no further than that
+/// size; an error when it is not listed or differs.
+fn check_listed(dir: &Path, m: &Manifest, name: &str) -> Result<PathBuf> {
+    let f = m
+        .files
+        .iter()
+        .find(|f| f.name == name)
+        .with_context(|| format!("{}: the manifest does not list {name}", dir.display()))?;
+    let path = dir.join(name);
+    let is_file = std::fs::symlink_metadata(&path).is_ok_and(|m| m.file_type().is_file());
+    if !is_file {
+        bail!(
+            "{}: listed in the manifest but not a regular file",
+            path.display()
+        );
+    }
+    let (bytes, sha256) = hash_file(&path, f.bytes)
+        .with_context(|| format!("{}: listed in the manifest but unreadable", path.display()))?;
+    if bytes != f.bytes || sha256 != f.sha256 {
+        bail!(
+            "{}: {bytes} bytes with sha256 {sha256}, the manifest says {} bytes with sha256 {}",
+            path.display(),
+            f.bytes,
+            f.sha256
+        );
+    }
+    Ok(path)
+}
+
+/// The folder that paths from the manifest of checkpoint `dir` must stay
+/// in: its run folder (`dir` is `RUN/checkpoints/step_N`), or the
+/// checkpoint folder itself when it lies elsewhere; resolved (links, `..`).
+fn run_folder_of(dir: &Path) -> Result<PathBuf> {
+    let dir = dir
+        .canonicalize()
+        .with_context(|| format!("resolving {}", dir.display()))?;
+    let parent = dir
+        .parent()
+        .filter(|p| p.file_name().is_some_and(|n| n == "checkpoints"));
+    Ok(match parent.and_then(Path::parent) {
+        Some(run) => run.to_path_buf(),
+        None => dir,
+    })
+}
+
+/// `path`, resolved (links, `..`), when it lies inside `run` and is a
+/// regular file of at most [`MAX_TOKENIZER_BYTES`]; else an error naming
+/// it, the manifest and the folder it must stay in.
+fn inside_run(manifest: &Path, run: &Path, path: &Path) -> Result<PathBuf> {
+    let outside = || {
+        anyhow::anyhow!(
+            "{}: the run's tokenizer {} is outside its run folder {}, and the checkpoint keeps no copy of it: refused (paths from a manifest stay inside the run folder); pass the tokenizer with --tokenizer",
+            manifest.display(),
+            path.display(),
+            run.display()
+        )
+    };
+    let resolved = path.canonicalize().map_err(|_| outside())?;
+    if !resolved.starts_with(run) {
+        return Err(outside());
+    }
+    let meta = std::fs::metadata(&resolved)
+        .with_context(|| format!("{}: reading {}", manifest.display(), resolved.display()))?;
+    if !meta.is_file() || meta.len() > MAX_TOKENIZER_BYTES {
+        bail!(
+            "{}: the run's tokenizer {} is not a regular file of at most {MAX_TOKENIZER_BYTES} bytes",
+            manifest.display(),
+            resolved.display()
+        );
+    }
+    Ok(resolved)
+}
+
+/// The tokenizer of the checkpoint `dir`, never a path that leads outside
+/// its run folder: the copy the checkpoint keeps ([`copy_tokenizer`]; its
+/// files checked against the manifest, read no further than their recorded
+/// sizes), else (a checkpoint written before copies were kept) the path
+/// its run's configuration names when that lies inside the run folder (a
+/// regular file, bounded), else an error saying to pass `--tokenizer`.
+/// The embedded GPT-2 and a trained tokenizer name no file.
+pub fn tokenizer_of(dir: &Path) -> Result<crate::TokenizerChoice> {
+    use crate::TokenizerChoice;
+    let m = parse_manifest(dir)?;
+    let manifest = dir.join(MANIFEST);
+    let config: crate::TrainConfig = serde_json::from_value(m.config.clone())
+        .with_context(|| format!("the configuration in {}", manifest.display()))?;
+    let listed = |name: &str| m.files.iter().any(|f| f.name == name);
+    match config.tokenizer {
+        TokenizerChoice::File(_) if listed(TOKENIZER_FILE) => {
+            for name in TOKENIZER_SIDE_FILES.into_iter().filter(|n| listed(n)) {
+                check_listed(dir, &m, name)?;
+            }
+            Ok(TokenizerChoice::File(check_listed(
+                dir,
+                &m,
+                TOKENIZER_FILE,
+            )?))
+        }
+        TokenizerChoice::Gpt2Files(_) if GPT2_FILES.iter().all(|n| listed(n)) => {
+            for name in GPT2_FILES {
+                check_listed(dir, &m, name)?;
+            }
+            Ok(TokenizerChoice::Gpt2Files(dir.to_path_buf()))
+        }
+        TokenizerChoice::File(p) => {
+            let run = run_folder_of(dir)?;
+            Ok(TokenizerChoice::File(inside_run(&manifest, &run, &p)?))
+        }
+        TokenizerChoice::Gpt2Files(d) => {
+            let run = run_folder_of(dir)?;
+            for name in GPT2_FILES {
+                inside_run(&manifest, &run, &d.join(name))?;
+            }
+            let resolved = d
+                .canonicalize()
+                .with_context(|| format!("resolving {}", d.display()))?;
+            Ok(TokenizerChoice::Gpt2Files(resolved))
+        }
+        other => Ok(other),
+    }
+}
+
 /// A trained model read back from a checkpoint.
 #[derive(Clone, Debug)]
 pub struct Trained {

@@ -296,7 +296,8 @@ impl Resolved {
 
     /// The tokenizer that goes with the weights: a model folder's
     /// `tokenizer.json` (GPT-2's when it has none, with a warning), or the
-    /// one the checkpoint's run used.
+    /// one the checkpoint's run used ([`checkpoint::tokenizer_of`]: the
+    /// checkpoint's copy, never a path outside its run folder).
     pub fn tokenizer(&self) -> Result<TokenizerChoice> {
         match self.kind {
             SourceKind::ModelFolder => {
@@ -311,7 +312,7 @@ impl Resolved {
                     Ok(TokenizerChoice::Auto)
                 }
             }
-            SourceKind::Checkpoint => Ok(checkpoint::configs(&self.dir)?.0.tokenizer),
+            SourceKind::Checkpoint => checkpoint::tokenizer_of(&self.dir),
         }
     }
 

@@ -134,6 +134,69 @@ fn a_file_the_manifest_does_not_list_is_refused() {
     );
 }
 
+/// The tokenizer a checkpoint's manifest names is read from the
+/// checkpoint's copy (checked against its recorded size and sha256), else
+/// only from inside the run folder: a path outside it, `..` out of it, or
+/// a device is refused, naming the path.
+#[test]
+fn a_manifests_tokenizer_path_stays_inside_its_run_folder() {
+    use mlx_llama::{TokenizerChoice, TrainConfig};
+    let d = tempfile::tempdir().unwrap();
+    let run = d.path().join("run");
+    let ckpt = run.join("checkpoints").join("step_00000004");
+    std::fs::create_dir_all(&ckpt).unwrap();
+    let tokenizer_of = |m: &serde_json::Value, tokenizer: TokenizerChoice| {
+        let mut v = m.clone();
+        v["config"] = serde_json::to_value(TrainConfig {
+            tokenizer,
+            ..TrainConfig::default()
+        })
+        .unwrap();
+        std::fs::write(ckpt.join("manifest.json"), v.to_string()).unwrap();
+        checkpoint::tokenizer_of(&ckpt).map_err(|e| format!("{e:#}"))
+    };
+    let m = valid(&ckpt, b"weights");
+    std::fs::write(run.join("tok.json"), b"{}").unwrap();
+    std::fs::write(d.path().join("outside.json"), b"{}").unwrap();
+    let inside = run.join("tok.json").canonicalize().unwrap();
+    assert_eq!(
+        tokenizer_of(&m, TokenizerChoice::File(run.join("tok.json"))).unwrap(),
+        TokenizerChoice::File(inside)
+    );
+    for bad in [
+        d.path().join("outside.json"),
+        run.join("..").join("outside.json"),
+        "/dev/zero".into(),
+        "/etc/passwd".into(),
+    ] {
+        let e = tokenizer_of(&m, TokenizerChoice::File(bad.clone())).unwrap_err();
+        assert!(
+            e.contains("outside its run folder") && e.contains(&bad.display().to_string()),
+            "{bad:?}: {e}"
+        );
+    }
+    let e = tokenizer_of(&m, TokenizerChoice::Gpt2Files("/etc".into())).unwrap_err();
+    assert!(e.contains("outside its run folder"), "{e}");
+    // A device inside the run folder is no tokenizer file either.
+    std::fs::create_dir(run.join("dev")).unwrap();
+    let e = tokenizer_of(&m, TokenizerChoice::File(run.join("dev"))).unwrap_err();
+    assert!(e.contains("not a regular file"), "{e}");
+    // The checkpoint's copy, whatever the path the manifest names...
+    std::fs::write(ckpt.join("tokenizer.json"), b"{\"copy\": 1}").unwrap();
+    let m = valid(&ckpt, b"weights");
+    assert_eq!(
+        tokenizer_of(&m, TokenizerChoice::File("/dev/zero".into())).unwrap(),
+        TokenizerChoice::File(ckpt.join("tokenizer.json"))
+    );
+    // ...read no further than its recorded size.
+    std::fs::write(ckpt.join("tokenizer.json"), b"{\"copy\": 1, \"more\": 2}").unwrap();
+    let e = tokenizer_of(&m, TokenizerChoice::File("/dev/zero".into())).unwrap_err();
+    assert!(
+        e.contains("tokenizer.json") && e.contains("the manifest says 11 bytes"),
+        "{e}"
+    );
+}
+
 #[test]
 fn the_latest_pointer_names_only_a_checkpoint_folder() {
     assert_eq!(

@@ -517,6 +517,141 @@ fn a_format_1_checkpoint_resumes_only_with_allow_old_checkpoint_format() {
     }
 }
 
+/// `mlx-llama generate` of `checkpoint` (greedy, a few tokens), its
+/// address space limited to 8 GiB and its time to 120 s: a read that
+/// never ends fails instead of taking the machine's memory.
+fn generate_bounded(checkpoint: &Path, extra: &[&str]) -> (Option<i32>, String) {
+    use std::os::unix::process::CommandExt;
+    let mut c = Command::new(env!("CARGO_BIN_EXE_mlx-llama"));
+    c.arg("generate")
+        .arg("--checkpoint")
+        .arg(checkpoint)
+        .args(["--max-tokens", "3", "--temperature", "0"])
+        .args(extra)
+        .env_remove("MLX_PROGRESS")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    // SAFETY: setrlimit is async-signal-safe; it touches only the child.
+    unsafe {
+        c.pre_exec(|| {
+            let limit = libc::rlimit {
+                rlim_cur: 8 << 30,
+                rlim_max: 8 << 30,
+            };
+            if libc::setrlimit(libc::RLIMIT_AS, &limit) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let mut child = Reaped(c.spawn().expect("running mlx-llama generate"));
+    let (mut out, mut err) = (String::new(), String::new());
+    let mut so = child.0.stdout.take().unwrap();
+    let mut se = child.0.stderr.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        let _ = so.read_to_string(&mut out);
+        out
+    });
+    let t = Instant::now();
+    let status = loop {
+        if let Some(st) = child.0.try_wait().unwrap() {
+            break Some(st);
+        }
+        if t.elapsed() > Duration::from_secs(120) {
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let _ = child.0.kill();
+    let _ = se.read_to_string(&mut err);
+    let out = reader.join().unwrap();
+    let said = format!("{out}{err}");
+    match status {
+        Some(st) => (st.code(), said),
+        None => (None, format!("timed out after 120 s: {said}")),
+    }
+}
+
+/// A run's tokenizer file is copied into its checkpoints (listed, checked):
+/// `generate` reads that copy, not the path the manifest names (the
+/// original may be gone). A manifest naming a path outside the run folder
+/// (`/dev/zero`) with no copy is refused at once, naming the path, instead
+/// of read until memory runs out; a link inside the run folder leading
+/// there is refused too, and a copy that differs from its recorded size is
+/// not read past it.
+#[test]
+fn generate_reads_the_checkpoints_tokenizer_never_a_manifest_path_outside_the_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let own = dir.path().join("own");
+    std::fs::create_dir_all(&own).unwrap();
+    let tok = own.join("tokenizer.json");
+    mlx_data::tokenizer::TextTokenizer::gpt2()
+        .unwrap()
+        .save(&tok)
+        .unwrap();
+    let run = dir.path().join("run");
+    let o = train(
+        &run,
+        &["--steps", "1", "--tokenizer", tok.to_str().unwrap()],
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    let ckpt = run.join("checkpoints").join("step_00000001");
+    let manifest = ckpt.join("manifest.json");
+    let m: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&manifest).unwrap()).unwrap();
+    let listed = |m: &serde_json::Value| -> Vec<String> {
+        m["files"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|f| f["name"].as_str().unwrap().to_string())
+            .collect()
+    };
+    assert!(listed(&m).contains(&"tokenizer.json".to_string()), "{m}");
+    assert_eq!(
+        std::fs::read(ckpt.join("tokenizer.json")).unwrap(),
+        std::fs::read(&tok).unwrap()
+    );
+    std::fs::remove_dir_all(&own).unwrap();
+    let (code, said) = generate_bounded(&ckpt, &[]);
+    assert_eq!(code, Some(0), "{said}");
+    assert!(said.starts_with("Once upon a time"), "{said}");
+
+    // A checkpoint without the copy (as before copies were kept) whose
+    // manifest names /dev/zero.
+    let old_style = |tokenizer: &Path| {
+        let mut m = m.clone();
+        m["config"]["tokenizer"] = serde_json::json!({ "File": tokenizer });
+        let files = m["files"].as_array_mut().unwrap();
+        files.retain(|f| f["name"] != "tokenizer.json");
+        std::fs::write(&manifest, m.to_string()).unwrap();
+        let _ = std::fs::remove_file(ckpt.join("tokenizer.json"));
+    };
+    old_style(Path::new("/dev/zero"));
+    let (code, said) = generate_bounded(&ckpt, &[]);
+    assert_eq!(code, Some(1), "{said}");
+    assert!(
+        said.contains("/dev/zero") && said.contains("outside its run folder"),
+        "{said}"
+    );
+    // A link inside the run folder that leads there is outside too.
+    let link = run.join("tokenizer.json");
+    std::os::unix::fs::symlink("/dev/zero", &link).unwrap();
+    old_style(&link);
+    let (code, said) = generate_bounded(&ckpt, &[]);
+    assert_eq!(code, Some(1), "{said}");
+    assert!(said.contains("outside its run folder"), "{said}");
+    // --tokenizer names the tokenizer instead: the manifest's path is not read.
+    let gpt2 = dir.path().join("gpt2.json");
+    mlx_data::tokenizer::TextTokenizer::gpt2()
+        .unwrap()
+        .save(&gpt2)
+        .unwrap();
+    let (code, said) = generate_bounded(&ckpt, &["--tokenizer", gpt2.to_str().unwrap()]);
+    assert_eq!(code, Some(0), "{said}");
+}
+
 #[test]
 fn export_refuses_a_non_empty_folder_without_force_and_any_checkpoint_folder() {
     let dir = tempfile::tempdir().unwrap();

@@ -283,9 +283,13 @@ fn run_generate(a: GenerateArgs) -> Result<()> {
             (config, Part::Stage(stage))
         }
     };
-    if let Some(t) = &a.tokenizer {
-        config.tokenizer = t.clone();
-    }
+    config.tokenizer = match (&a.tokenizer, source.kind) {
+        (Some(t), _) => t.clone(),
+        // The checkpoint's own tokenizer, never a path its manifest names
+        // outside the run folder.
+        (None, SourceKind::Checkpoint) => mlx_llama::checkpoint::tokenizer_of(&source.dir)?,
+        (None, SourceKind::ModelFolder) => config.tokenizer,
+    };
     let part = match (part, &a.adapter) {
         (Part::Shard(mut model), Some(dir)) if a.parallel == Parallel::None => {
             if model.has_adapters() {

@@ -102,7 +102,13 @@ pub fn export_with(
         }
         trained.model.fuse_adapters()?;
     }
-    let tokenizer = crate::trainer::tokenizer_for(&trained.config)
+    // The checkpoint's own tokenizer, never a path its manifest names
+    // outside the run folder.
+    let config = crate::TrainConfig {
+        tokenizer: crate::checkpoint::tokenizer_of(&trained.dir)?,
+        ..trained.config.clone()
+    };
+    let tokenizer = crate::trainer::tokenizer_for(&config)
         .with_context(|| format!("loading the tokenizer of {}", trained.dir.display()))?;
     write(
         &trained.model,

@@ -283,6 +283,7 @@ fn publish(
             checkpoint::sync_path(&weights)?;
         }
     }
+    checkpoint::copy_tokenizer(&cfg.tokenizer, tmp)?;
     let manifest = Manifest {
         format: checkpoint::FORMAT,
         step,

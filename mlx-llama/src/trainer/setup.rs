@@ -221,6 +221,26 @@ pub(super) fn from_source(cfg: &TrainConfig, init: &Resolved) -> Result<TrainCon
                     .with_context(|| format!("writing {}", path.display()))?;
                 TokenizerChoice::File(path)
             }
+            // A checkpoint's tokenizer files (its copy, or files inside its
+            // run folder: never a path its manifest names elsewhere, see
+            // checkpoint::tokenizer_of) are copied into this run's folder,
+            // which the run's options then name: they stay when the
+            // source's checkpoints are pruned, and name the same files at
+            // every resume.
+            t @ (TokenizerChoice::File(_) | TokenizerChoice::Gpt2Files(_))
+                if init.kind == crate::source::SourceKind::Checkpoint =>
+            {
+                std::fs::create_dir_all(&cfg.out_dir)
+                    .with_context(|| format!("creating {}", cfg.out_dir.display()))?;
+                crate::checkpoint::copy_tokenizer(&t, &cfg.out_dir)
+                    .with_context(|| format!("the tokenizer of {}", init.dir.display()))?;
+                match t {
+                    TokenizerChoice::File(_) => {
+                        TokenizerChoice::File(cfg.out_dir.join(crate::checkpoint::TOKENIZER_FILE))
+                    }
+                    _ => TokenizerChoice::Gpt2Files(cfg.out_dir.clone()),
+                }
+            }
             t => t,
         };
     }
