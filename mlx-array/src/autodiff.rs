@@ -417,7 +417,7 @@ fn restructure(like: &Tree, values: &Tree) -> Result<Tree> {
 mod checkpoint;
 mod rematerialize;
 pub use checkpoint::{Checkpointed, Depend, Recompute, checkpoint, depend};
-pub use rematerialize::{Rematerialized, rematerialize};
+pub use rematerialize::{Rematerialized, rematerialize, rematerialize_with};
 
 #[cfg(feature = "conformance")]
 pub(crate) mod spec;

@@ -144,6 +144,32 @@ pub enum Batching {
     Pack,
 }
 
+/// What each data-parallel rank keeps of the training state (`--shard`):
+/// the ZeRO stages, PyTorch's `ZeroRedundancyOptimizer` and FSDP.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum ShardMode {
+    /// Everything whole on every rank: gradients averaged with all-sums.
+    None,
+    /// ZeRO stage 1: the optimizer state sharded; each rank receives only
+    /// its shard of the averaged gradients (a reduce-scatter) and the new
+    /// parameters are gathered whole.
+    #[default]
+    Optimizer,
+    /// ZeRO stage 2: the gradients sharded too. The same run as
+    /// `optimizer` here: the step's graph is evaluated lazily, so a
+    /// bucket's gradients are reduce-scattered as soon as the backward pass
+    /// has computed them and freed after; no rank ever holds the averaged
+    /// gradients whole (PyTorch's stage 1 all-reduces them and keeps them).
+    Gradients,
+    /// ZeRO stage 3 (FSDP): the parameters sharded too. Each rank keeps a
+    /// flat, padded shard of every parameter; a block's weights are
+    /// gathered from every rank just before its forward pass (the next
+    /// block's while this one computes), freed after it, gathered again
+    /// for its backward pass, and its gradients reduce-scattered.
+    Parameters,
+}
+
 /// A floating-point dtype a run computes or communicates in.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
@@ -370,6 +396,15 @@ pub struct TrainConfig {
     /// stage 1, the same results).
     #[arg(long = "no-shard-optimizer", action = clap::ArgAction::SetFalse)]
     pub shard_optimizer: bool,
+    /// What each data-parallel rank keeps of the training state, with
+    /// several ranks: `optimizer` (ZeRO-1, the default), `gradients`
+    /// (ZeRO-2: the same here, see docs/training.md), `parameters` (ZeRO-3,
+    /// FSDP: each rank keeps 1/N of the weights, gathering a block's just
+    /// before it computes), or `none` (everything whole: as
+    /// `--no-shard-optimizer`). Every mode trains the same model.
+    #[serde(default)]
+    #[arg(long, value_enum, default_value_t)]
+    pub shard: ShardMode,
     /// Recompute blocks' activations in the backward pass instead of
     /// keeping them from the forward (mlx-lm's `--grad-checkpoint`,
     /// `torch.utils.checkpoint`): alone, every block; `K`, every K-th block
@@ -459,6 +494,22 @@ impl TrainConfig {
         TrainConfig::augment_args(clap::Command::new("train").args_override_self(true))
     }
 
+    /// What each data-parallel rank keeps: `--shard`, or `none` with
+    /// `--no-shard-optimizer`.
+    pub fn sharding(&self) -> ShardMode {
+        if self.shard_optimizer {
+            self.shard
+        } else {
+            ShardMode::None
+        }
+    }
+
+    /// Whether the optimizer state is sharded over the data-parallel ranks
+    /// (every `--shard` mode but `none`).
+    pub fn shards_optimizer(&self) -> bool {
+        self.sharding() != ShardMode::None
+    }
+
     /// The parts of the configuration a checkpoint must agree with to resume.
     pub fn resume_key(&self) -> serde_json::Value {
         let mut key = serde_json::json!({
@@ -471,7 +522,7 @@ impl TrainConfig {
             "data": self.data,
             "tokenizer": self.tokenizer,
             "batching": self.batching,
-            "shard_optimizer": self.shard_optimizer,
+            "shard_optimizer": self.shards_optimizer(),
         });
         // Only an adapter run's key names its adapters: a full run's stays
         // what checkpoints written before adapters existed recorded.

@@ -169,6 +169,35 @@ impl<O: Optimizer> Sharded<O> {
         self.apply_shards_with(shards, params, Some(apply))
     }
 
+    /// Updates the parameters' shards `params` (this rank's, as
+    /// [`shard_of`] cuts them: fully sharded parameters, ZeRO stage 3) with
+    /// the gradient shards `shards` and returns the new shards, gathering
+    /// nothing. With `apply` the step is decided on the device, as
+    /// [`Self::apply_shards_gated`]. Increments the step; lazy; on error the
+    /// state is unchanged.
+    pub fn apply_to_shards(
+        &mut self,
+        shards: &Tree,
+        params: &Tree,
+        apply: Option<&Array>,
+    ) -> Result<Tree> {
+        let updated = self.update_shards(shards, apply, |path, g| {
+            let p = params
+                .get_array(path)
+                .ok_or_else(|| Error::NoParameter(path.to_string()))?;
+            if g.shape() != p.shape() {
+                return Err(Error::GradientShape {
+                    param: path.to_string(),
+                    expected: p.shape().to_vec(),
+                    grad: g.shape().to_vec(),
+                });
+            }
+            Ok(p.clone())
+        })?;
+        let new: HashMap<String, Array> = updated.into_iter().map(|(p, n, _)| (p, n)).collect();
+        Ok(shards.map(|path, _| Ok(new[path].clone()))?)
+    }
+
     fn apply_shards_with(
         &mut self,
         shards: &Tree,
@@ -176,6 +205,54 @@ impl<O: Optimizer> Sharded<O> {
         apply: Option<&Array>,
     ) -> Result<Tree> {
         let (r, w) = self.world();
+        let flat = shards.flatten();
+        let updated = self.update_shards(shards, apply, |path, g| {
+            let p = params
+                .get_array(path)
+                .ok_or_else(|| Error::NoParameter(path.to_string()))?;
+            let len = shard_len(p.size(), w);
+            if g.shape() != [len] {
+                return Err(Error::GradientShape {
+                    param: path.to_string(),
+                    expected: vec![len],
+                    grad: g.shape().to_vec(),
+                });
+            }
+            Ok(shard_of(p, r, w)?)
+        })?;
+        let whole: Vec<&Array> = flat
+            .iter()
+            .map(|(path, _)| params.get_array(path).expect("checked above"))
+            .collect();
+        let new_shards: Vec<Array> = updated.into_iter().map(|(_, n, _)| n).collect();
+        let mut gathered: HashMap<String, Array> = HashMap::new();
+        for bucket in self.buckets(&whole) {
+            let parts: Vec<Array> = bucket.iter().map(|&i| new_shards[i].clone()).collect();
+            let all = mlx_dist::all_gather(&concatenate(&parts, 0)?, &self.group)?
+                .reshape(&[w as i64, -1])?;
+            let mut at = 0i64;
+            for &i in &bucket {
+                let p = whole[i];
+                let len = shard_len(p.size(), w) as i64;
+                let rows = all.slice_axis(1, at, at + len)?.reshape(&[-1])?;
+                let param = rows.slice_axis(0, 0, p.size() as i64)?;
+                gathered.insert(flat[i].0.clone(), mlx_array::reshape_to(&param, p.shape())?);
+                at += len;
+            }
+        }
+        Ok(shards.map(|path, _| Ok(gathered[path].clone()))?)
+    }
+
+    /// One optimizer step on shards: for every gradient shard of `shards`
+    /// (in flattened order), `shard_of(path, grad)` gives the parameter's
+    /// shard it updates (checking the gradient's shape). Sets the new
+    /// slots and the step; returns (path, new shard, its gradient).
+    fn update_shards(
+        &mut self,
+        shards: &Tree,
+        apply: Option<&Array>,
+        shard_of: impl Fn(&str, &Array) -> Result<Array>,
+    ) -> Result<Vec<(String, Array, Array)>> {
         self.inner.validate()?;
         let gate = match apply {
             Some(a) => Some(Gate::next(&self.inner, a, true)?),
@@ -195,21 +272,10 @@ impl<O: Optimizer> Sharded<O> {
         };
         let names: Vec<&'static str> = self.inner.slot_names().to_vec();
         let flat = shards.flatten();
-        let mut whole = Vec::with_capacity(flat.len());
-        let mut new_shards = Vec::with_capacity(flat.len());
+        let mut updated = Vec::with_capacity(flat.len());
         let mut new_slots = Vec::with_capacity(flat.len());
         for (path, g) in &flat {
-            let p = params
-                .get_array(path)
-                .ok_or_else(|| Error::NoParameter(path.clone()))?;
-            let len = shard_len(p.size(), w);
-            if g.shape() != [len] {
-                return Err(Error::GradientShape {
-                    param: path.clone(),
-                    expected: vec![len],
-                    grad: g.shape().to_vec(),
-                });
-            }
+            let shard = shard_of(path, g)?;
             let slots = names
                 .iter()
                 .map(|s| match self.inner.state().get(path, s) {
@@ -217,29 +283,12 @@ impl<O: Optimizer> Sharded<O> {
                     None => self.inner.init_slot(s, g),
                 })
                 .collect::<Result<Vec<_>>>()?;
-            let shard = shard_of(p, r, w)?;
             let (np, ns) = match &gate {
                 Some(gate) => self.inner.apply_single_gated(g, &shard, &slots, gate)?,
                 None => self.inner.apply_single(g, &shard, &slots, &ctx)?,
             };
-            whole.push(p.clone());
-            new_shards.push(np);
+            updated.push((path.clone(), np, g.clone()));
             new_slots.push((path.clone(), ns));
-        }
-        let mut gathered: HashMap<String, Array> = HashMap::new();
-        for bucket in self.buckets(&whole.iter().collect::<Vec<_>>()) {
-            let parts: Vec<Array> = bucket.iter().map(|&i| new_shards[i].clone()).collect();
-            let all = mlx_dist::all_gather(&concatenate(&parts, 0)?, &self.group)?
-                .reshape(&[w as i64, -1])?;
-            let mut at = 0i64;
-            for &i in &bucket {
-                let p = &whole[i];
-                let len = shard_len(p.size(), w) as i64;
-                let rows = all.slice_axis(1, at, at + len)?.reshape(&[-1])?;
-                let param = rows.slice_axis(0, 0, p.size() as i64)?;
-                gathered.insert(flat[i].0.clone(), mlx_array::reshape_to(&param, p.shape())?);
-                at += len;
-            }
         }
         let state = self.inner.state_mut();
         for (path, slots) in new_slots {
@@ -251,7 +300,7 @@ impl<O: Optimizer> Sharded<O> {
             Some(a) => state.push_pending(a.astype(Dtype::F32)?),
             None => state.set_step(step + 1),
         }
-        Ok(shards.map(|path, _| Ok(gathered[path].clone()))?)
+        Ok(updated)
     }
 }
 

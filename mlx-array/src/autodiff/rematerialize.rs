@@ -40,6 +40,15 @@ use crate::{Array, ArrayData, Primitive, Result};
 /// ```
 pub fn rematerialize(f: Recompute, inputs: &[Array]) -> Result<Array> {
     let value = first(f(inputs)?)?;
+    rematerialize_with(value, f, inputs)
+}
+
+/// [`rematerialize`] of a value the caller computed: `value` must equal
+/// `f(inputs)`, computed as the forward pass should (made to wait for
+/// something with [`super::depend`], say: a weight gathered one block
+/// ahead of its use); the backward pass recomputes it as `f(inputs)`.
+/// Outside differentiation this is `value`.
+pub fn rematerialize_with(value: Array, f: Recompute, inputs: &[Array]) -> Result<Array> {
     if !super::is_tracing() {
         return Ok(value);
     }

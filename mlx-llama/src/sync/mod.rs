@@ -9,6 +9,9 @@
 //!   averaged gradients (`mean_scatter` per bucket), updates its shard of
 //!   every parameter with its shard of the state, and the new parameters are
 //!   gathered whole (`all_gather` per bucket);
+//! - [`FullySharded`]: ZeRO stage 3 (FSDP); each rank keeps only its shard
+//!   of every parameter too, gathering a unit's weights whole just before
+//!   the forward and the backward pass read them;
 //! - [`TensorParallel`]: the model split over the ranks of a replica, the
 //!   replicas averaging their shards' gradients as [`Replicated`] does.
 //!
@@ -16,19 +19,23 @@
 //! scatter the model once, then every step reduce, clip, apply; at
 //! checkpoints the whole model and state the strategy hands it.
 
+mod fully_sharded;
 mod replicated;
 mod sharded;
 mod tensor;
 
 use std::path::{Path, PathBuf};
 
-use anyhow::{Context, Result};
+use anyhow::{Context, Result, bail};
 use mlx_array::{Array, Dtype, Tree};
 use mlx_dist::Group;
 use mlx_optim::{AdamW, Optimizer};
 
-use crate::{Llama, TrainConfig};
+use mlx_nn::ModuleExt;
 
+use crate::{Llama, ShardMode, TrainConfig};
+
+pub(crate) use fully_sharded::FullySharded;
 pub(crate) use replicated::Replicated;
 pub(crate) use sharded::Sharded;
 pub(crate) use tensor::TensorParallel;
@@ -78,6 +85,37 @@ pub(crate) trait GradSync {
     fn scatter(&mut self, model: &mut Llama) -> Result<()> {
         let _ = model;
         Ok(())
+    }
+
+    /// The parameters the loss is differentiated by when they are not the
+    /// model's own trainable ones (fully sharded: this rank's shards), to
+    /// be put into the model by [`GradSync::bind`]. `None`: the model's.
+    fn differentiated(&self) -> Option<&Tree> {
+        None
+    }
+
+    /// Puts `trained` (the [`GradSync::differentiated`] parameters, traced,
+    /// or cast) into `model` for a forward pass, the model computing in
+    /// `compute` when given.
+    fn bind(&self, model: &mut Llama, trained: &Tree, compute: Option<Dtype>) -> Result<()> {
+        let _ = compute;
+        model.update(trained)?;
+        Ok(())
+    }
+
+    /// The model as a forward pass outside training reads it (validation):
+    /// the model itself, or with its parameters gathered whole (lazy).
+    fn forward_model(&self, model: &Llama) -> Result<Llama> {
+        Ok(model.clone())
+    }
+
+    /// What a step updates, to evaluate, the last layer's first (see the
+    /// trainer's `eval_step`): the model's parameters, or this rank's
+    /// shards of them.
+    fn updated(&self, model: &Llama) -> Vec<Array> {
+        let mut updated = model.parameters().leaves();
+        updated.reverse();
+        updated
     }
 
     /// This rank's own gradients averaged over the world, in the form
@@ -135,8 +173,9 @@ pub(crate) trait SavedState {
 }
 
 /// The layout `cfg` asks for on `world`: with `tensor_parallel` > 1 the
-/// model split over replicas of that many ranks; otherwise sharded with
-/// more than one rank and `shard_optimizer`, replicated else.
+/// model split over replicas of that many ranks; otherwise, with more than
+/// one rank, as `--shard` says (parameters, or the optimizer state), and
+/// replicated else.
 pub(crate) fn for_config(
     cfg: &TrainConfig,
     world: &Group,
@@ -146,11 +185,25 @@ pub(crate) fn for_config(
     let communication = cfg.communication_dtype.map(|d| d.dtype());
     let bucket = cfg.all_reduce_size;
     Ok(match tensor {
+        Some(_) if cfg.sharding() == ShardMode::Parameters => {
+            bail!(
+                "--shard parameters and --tensor-parallel each cut the weights: use one (tensor parallelism with --shard optimizer or none)"
+            );
+        }
         Some(t) => {
             let replicas = Replicated::new(adamw, &group, bucket, communication);
             Box::new(TensorParallel::new(replicas, t, world))
         }
-        None if cfg.shard_optimizer && group.size() > 1 => {
+        None if cfg.sharding() == ShardMode::Parameters && group.size() > 1 => {
+            if communication.is_some() {
+                bail!(
+                    "--shard parameters gathers the weights and reduce-scatters the gradients in the compute dtype (--dtype): leave out --communication-dtype"
+                );
+            }
+            let zero1 = Sharded::new(adamw, &group, bucket, None);
+            Box::new(FullySharded::new(zero1))
+        }
+        None if cfg.shards_optimizer() && group.size() > 1 => {
             Box::new(Sharded::new(adamw, &group, bucket, communication))
         }
         None => Box::new(Replicated::new(adamw, &group, bucket, communication)),

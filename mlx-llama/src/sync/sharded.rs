@@ -47,6 +47,11 @@ impl Sharded {
         }
     }
 
+    /// The optimizer over shards.
+    pub(super) fn optimizer_mut(&mut self) -> &mut mlx_optim::Sharded<AdamW> {
+        &mut self.opt
+    }
+
     /// This rank's state file in a checkpoint folder.
     fn state_file(&self) -> String {
         state_file(self.opt.group().rank())

@@ -9,10 +9,12 @@ use mlx_nn::{value_and_grad, value_and_grad_in};
 
 use super::batch::{Micro, micro};
 use crate::Llama;
+use crate::sync::GradSync;
 use mlx_nn::ModuleExt;
 
 /// A micro-batch's loss and gradients (scaled by the `f64`).
-type LossAndGrads = Box<dyn Fn(&mut Llama, &(Micro, f64)) -> mlx_array::Result<(Array, Tree)>>;
+type LossAndGrads<'a> =
+    Box<dyn Fn(&mut Llama, &(Micro, f64)) -> mlx_array::Result<(Array, Tree)> + 'a>;
 
 /// The summed loss of `micros` and this rank's own gradients of it, summed
 /// over the micro-batches. A micro-batch's loss is its masked token losses
@@ -24,6 +26,7 @@ type LossAndGrads = Box<dyn Fn(&mut Llama, &(Micro, f64)) -> mlx_array::Result<(
 /// Lazy.
 pub(super) fn loss_and_grads(
     model: &mut Llama,
+    sync: &dyn GradSync,
     micros: Vec<Micro>,
     scale: f64,
     loss_scale: Option<&Array>,
@@ -39,9 +42,12 @@ pub(super) fn loss_and_grads(
         };
         m.loss_in(&micro.x, &micro.y, &mask, micro.segments.as_ref())
     };
-    let vg: LossAndGrads = match compute {
-        Some(d) => Box::new(value_and_grad_in(d, f)),
-        None => Box::new(value_and_grad(f)),
+    let vg: LossAndGrads = match (sync.differentiated(), compute) {
+        (Some(trained), _) => Box::new(move |model: &mut Llama, args: &(Micro, f64)| {
+            value_and_grad_bound(model, args, trained, sync, compute, &f)
+        }),
+        (None, Some(d)) => Box::new(value_and_grad_in(d, f)),
+        (None, None) => Box::new(value_and_grad(f)),
     };
     let mut loss = Array::zeros(&[], Dtype::F32);
     // Each stage of the gradients replaces the previous one, which is
@@ -70,19 +76,49 @@ pub(super) fn loss_and_grads(
     Ok((loss, grads))
 }
 
+/// `f`'s loss and its gradients with respect to `trained`, which `sync`
+/// puts into `model` for the forward pass ([`GradSync::bind`]: this rank's
+/// shards of fully sharded parameters, gathered), the model computing in
+/// `compute` when given; the loss comes back in float32. The model's
+/// parameters are as they were afterwards.
+fn value_and_grad_bound<A>(
+    model: &mut Llama,
+    args: &A,
+    trained: &Tree,
+    sync: &dyn GradSync,
+    compute: Option<Dtype>,
+    f: &impl Fn(&Llama, &A) -> mlx_array::Result<Array>,
+) -> mlx_array::Result<(Array, Tree)> {
+    let before = model.parameters();
+    let result = mlx_array::value_and_grad_tree(
+        |t| {
+            sync.bind(model, t, compute)
+                .map_err(|e| mlx_array::Error::Invalid {
+                    op: "bind",
+                    message: e.to_string(),
+                })?;
+            f(model, args)?.astype(Dtype::F32)
+        },
+        trained,
+    );
+    model.update(&before)?;
+    result
+}
+
 /// Mean validation loss over every rank's shard (`batches` batches each),
 /// the model computing in `compute` when given.
+/// The model is built for each batch (`model`: its parameters gathered
+/// whole again when they are sharded, so that no batch keeps them).
 pub(super) fn evaluate(
-    model: &Llama,
+    model: &dyn Fn() -> Result<Llama>,
     val: &mut DataLoader,
     batches: usize,
     group: &Group,
     compute: Option<Dtype>,
 ) -> Result<f32> {
-    let cast;
-    let model = match compute {
-        Some(d) => {
-            let mut m = model.clone();
+    let in_compute = || -> Result<Llama> {
+        let mut m = model()?;
+        if let Some(d) = compute {
             m.update(&m.parameters().map(|_, p| {
                 if p.dtype().is_float() {
                     p.astype(d)
@@ -90,14 +126,13 @@ pub(super) fn evaluate(
                     Ok(p.clone())
                 }
             })?)?;
-            cast = m;
-            &cast
         }
-        None => model,
+        Ok(m)
     };
     let mut sum = Array::zeros(&[], Dtype::F32);
     let mut count = Array::zeros(&[], Dtype::F32);
     for _ in 0..batches {
+        let model = in_compute()?;
         let m = micro(&val.next_batch()?)?;
         let loss = model.loss_in(&m.x, &m.y, &m.mask, m.segments.as_ref())?;
         sum = sum.add(&loss.astype(Dtype::F32)?)?;

@@ -257,7 +257,7 @@ impl<'a> Run<'a> {
         )?;
         let parameters = model.num_parameters();
         sync.scatter(&mut model)?;
-        eval(model.parameters())?;
+        eval(sync.updated(&model))?;
         if rank == 0 {
             crate::console::line(&format!(
                 "training {} parameters on {}: {} steps, {} sequences of {} tokens per step, {} data, vocabulary {}",
@@ -279,6 +279,7 @@ impl<'a> Run<'a> {
         let sparse_embedding = cfg.sparse_embedding_gradients
             && replicas > 1
             && !model.config.tie_embeddings
+            && sync.differentiated().is_none()
             && model.trainable_parameters().get_array(EMBEDDING).is_some();
         memory::reset_peak();
         Ok(Run {
@@ -327,6 +328,7 @@ impl<'a> Run<'a> {
         let dropout = self.dropout_key(step);
         let (loss, grads) = loss::loss_and_grads(
             &mut self.model,
+            &*self.sync,
             batch.micros,
             batch.scale,
             loss_scale.as_ref(),
@@ -432,8 +434,7 @@ impl<'a> Run<'a> {
         // starts as soon as the gradient exists and the backward pass goes
         // on while it travels; the updates that read the collectives run
         // after it (see `mlx_array::eval`).
-        let mut updated = self.model.parameters().leaves();
-        updated.reverse();
+        let updated = self.sync.updated(&self.model);
         eval((
             loss,
             &updated,
@@ -570,8 +571,9 @@ impl<'a> Run<'a> {
         if !self.validation_due(done) {
             return Ok(None);
         }
+        let (sync, model) = (&self.sync, &self.model);
         let v = loss::evaluate(
-            &self.model,
+            &|| sync.forward_model(model),
             &mut self.val_loader,
             self.cfg.eval_batches,
             &self.group,
