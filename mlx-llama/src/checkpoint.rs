@@ -713,7 +713,9 @@ fn inside_run(manifest: &Path, run: &Path, path: &Path) -> Result<PathBuf> {
 /// sizes), else (a checkpoint written before copies were kept) the path
 /// its run's configuration names when that lies inside the run folder (a
 /// regular file, bounded), else an error saying to pass `--tokenizer`.
-/// The embedded GPT-2 and a trained tokenizer name no file.
+/// A tokenizer the run trained is its saved copy too (a checkpoint written
+/// before copies were kept still finds it in the data cache); the
+/// embedded GPT-2 names no file.
 pub fn tokenizer_of(dir: &Path) -> Result<crate::TokenizerChoice> {
     use crate::TokenizerChoice;
     let m = parse_manifest(dir)?;
@@ -732,6 +734,11 @@ pub fn tokenizer_of(dir: &Path) -> Result<crate::TokenizerChoice> {
                 TOKENIZER_FILE,
             )?))
         }
+        // A tokenizer the run trained, saved whole (never retrained from
+        // the data, or looked up in the cache, the manifest names).
+        TokenizerChoice::Train(_) if listed(TOKENIZER_FILE) => Ok(TokenizerChoice::File(
+            check_listed(dir, &m, TOKENIZER_FILE)?,
+        )),
         TokenizerChoice::Gpt2Files(_) if GPT2_FILES.iter().all(|n| listed(n)) => {
             for name in GPT2_FILES {
                 check_listed(dir, &m, name)?;

@@ -245,6 +245,32 @@ fn init_from_a_run_that_trained_its_tokenizer_keeps_that_tokenizer() {
     let (base_cfg, _) = configs(&base);
     assert_eq!(base_cfg.tokenizer, TokenizerChoice::Train(300));
     let trained = mlx_llama::trainer::tokenizer_for(&base_cfg).unwrap();
+    // The checkpoint keeps the trained tokenizer, listed in its manifest:
+    // it is read from there, not from the data cache the manifest names
+    // (here a path that cannot hold one).
+    let ckpt = mlx_llama::checkpoint::latest(&base).unwrap().unwrap();
+    let copy = ckpt.join("tokenizer.json");
+    assert_eq!(
+        TextTokenizer::from_file(&copy).unwrap().hash(),
+        trained.hash()
+    );
+    let manifest = ckpt.join("manifest.json");
+    let mut m: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&manifest).unwrap()).unwrap();
+    assert!(
+        m["files"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|f| f["name"] == "tokenizer.json"),
+        "{m}"
+    );
+    m["config"]["data_cache"] = "/dev/null/no-cache".into();
+    std::fs::write(&manifest, m.to_string()).unwrap();
+    assert_eq!(
+        mlx_llama::checkpoint::tokenizer_of(&ckpt).unwrap(),
+        TokenizerChoice::File(copy)
+    );
     let out = tmp.path().join("from-run");
     let o = train_from(&base.to_string_lossy(), &out, &hub);
     assert!(o.status.success(), "{}", text(&o));

@@ -62,6 +62,9 @@ pub struct Merge {
     /// A folder of adapters in PEFT's or mlx-lm's layout to put on the
     /// model first (only with `fuse`).
     pub adapter: Option<PathBuf>,
+    /// The tokenizer to write instead of the checkpoint's own
+    /// ([`crate::checkpoint::tokenizer_of`]).
+    pub tokenizer: Option<crate::TokenizerChoice>,
 }
 
 /// [`export`], merging adapters as `merge` says. A model with adapters is
@@ -105,7 +108,10 @@ pub fn export_with(
     // The checkpoint's own tokenizer, never a path its manifest names
     // outside the run folder.
     let config = crate::TrainConfig {
-        tokenizer: crate::checkpoint::tokenizer_of(&trained.dir)?,
+        tokenizer: match &merge.tokenizer {
+            Some(t) => t.clone(),
+            None => crate::checkpoint::tokenizer_of(&trained.dir)?,
+        },
         ..trained.config.clone()
     };
     let tokenizer = crate::trainer::tokenizer_for(&config)
@@ -235,6 +241,10 @@ pub struct ExportArgs {
     /// adapter_config.json) to merge into the checkpoint's model; needs --fuse.
     #[arg(long, value_name = "DIR")]
     pub adapter: Option<PathBuf>,
+    /// The tokenizer to write, as train's --tokenizer; by default the
+    /// checkpoint's own (the copy it keeps of its run's).
+    #[arg(long)]
+    pub tokenizer: Option<crate::TokenizerChoice>,
     /// Read a checkpoint of format 1, whose manifest records no checksums,
     /// without verifying its files (refused otherwise).
     #[arg(long)]
@@ -299,6 +309,7 @@ pub fn run(args: ExportArgs) -> Result<()> {
     let merge = Merge {
         fuse: args.fuse,
         adapter: args.adapter.clone(),
+        tokenizer: args.tokenizer.clone(),
     };
     let from = export_with(&args.checkpoint, &args.out, args.format, &merge)?;
     println!(

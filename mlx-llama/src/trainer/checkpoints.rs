@@ -283,7 +283,10 @@ fn publish(
             checkpoint::sync_path(&weights)?;
         }
     }
-    checkpoint::copy_tokenizer(&cfg.tokenizer, tmp)?;
+    match &cfg.tokenizer {
+        crate::TokenizerChoice::Train(_) => save_trained_tokenizer(cfg, tmp)?,
+        other => checkpoint::copy_tokenizer(other, tmp)?,
+    }
     let manifest = Manifest {
         format: checkpoint::FORMAT,
         step,
@@ -302,4 +305,44 @@ fn publish(
         tracing::info!(rank = 0, checkpoint = %old.display(), "deleted an old checkpoint");
     }
     Ok(())
+}
+
+/// Writes the tokenizer a run trained on its data into the checkpoint
+/// folder being written, `tmp`, as `tokenizer.json` (listed in the manifest
+/// like the other files): a checkpoint's readers then need neither the
+/// data nor the cache its manifest names ([`checkpoint::tokenizer_of`]).
+/// The tokenizer is loaded (from the data cache) once per process and
+/// configuration; later checkpoints write the same bytes.
+fn save_trained_tokenizer(cfg: &TrainConfig, tmp: &Path) -> Result<()> {
+    static SAVED: std::sync::Mutex<std::collections::BTreeMap<String, Vec<u8>>> =
+        std::sync::Mutex::new(std::collections::BTreeMap::new());
+    let key = serde_json::json!({
+        "data": cfg.data,
+        "tokenizer": cfg.tokenizer,
+        "cache": cfg.data_cache,
+        "out": cfg.out_dir,
+    })
+    .to_string();
+    let path = tmp.join(checkpoint::TOKENIZER_FILE);
+    let known = SAVED
+        .lock()
+        .map_err(|_| anyhow::anyhow!("a poisoned lock"))?
+        .get(&key)
+        .cloned();
+    match known {
+        Some(bytes) => checkpoint::write_synced(&path, &bytes),
+        None => {
+            let tokenizer = super::setup::tokenizer_for(cfg)
+                .context("the tokenizer the run trained, for its checkpoint")?;
+            tokenizer.save(&path)?;
+            checkpoint::sync_path(&path)?;
+            let bytes =
+                std::fs::read(&path).with_context(|| format!("reading {}", path.display()))?;
+            SAVED
+                .lock()
+                .map_err(|_| anyhow::anyhow!("a poisoned lock"))?
+                .insert(key, bytes);
+            Ok(())
+        }
+    }
 }

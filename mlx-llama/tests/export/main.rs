@@ -245,6 +245,8 @@ fn exporting_a_checkpoint_reads_its_model_and_tokenizer() {
     let ckpt = mlx_llama::checkpoint::step_dir(&run, 3);
     std::fs::create_dir_all(&ckpt).unwrap();
     m.save_weights(ckpt.join("model.safetensors")).unwrap();
+    // A checkpoint keeps a copy of its run's tokenizer, as the trainer's do.
+    mlx_llama::checkpoint::copy_tokenizer(&cfg.tokenizer, &ckpt).unwrap();
     let manifest = mlx_llama::checkpoint::Manifest {
         format: mlx_llama::checkpoint::FORMAT,
         step: 3,
@@ -279,6 +281,35 @@ fn exporting_a_checkpoint_reads_its_model_and_tokenizer() {
     assert_eq!(export::export(&ckpt, &again, Format::Mlx).unwrap(), ckpt);
     let (_, meta) = read(&again);
     assert_eq!(meta["format"], "mlx");
+
+    // Without the copy (a checkpoint from before copies were kept), the
+    // tokenizer outside the run folder its manifest names is refused, and
+    // one named for the export is written instead.
+    std::fs::remove_file(ckpt.join("tokenizer.json")).unwrap();
+    let manifest = mlx_llama::checkpoint::Manifest {
+        files: mlx_llama::checkpoint::file_entries(&ckpt).unwrap(),
+        ..manifest
+    };
+    mlx_llama::checkpoint::write_manifest(&ckpt, &manifest).unwrap();
+    let refused = tmp.path().join("refused");
+    let e = format!(
+        "{:#}",
+        export::export(&ckpt, &refused, Format::Hf).unwrap_err()
+    );
+    assert!(
+        e.contains("outside its run folder") && e.contains("--tokenizer"),
+        "{e}"
+    );
+    let named = tmp.path().join("named");
+    let merge = export::Merge {
+        tokenizer: Some(cfg.tokenizer.clone()),
+        ..export::Merge::default()
+    };
+    export::export_with(&ckpt, &named, Format::Hf, &merge).unwrap();
+    assert_eq!(
+        std::fs::read(named.join("tokenizer.json")).unwrap(),
+        std::fs::read(direct.join("tokenizer.json")).unwrap()
+    );
 }
 
 #[test]
