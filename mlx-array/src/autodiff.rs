@@ -144,25 +144,89 @@ fn accumulate(cots: &mut HashMap<u64, Array>, target: &Array, g: Array) -> Resul
     Ok(())
 }
 
-/// `inputs` as a vector-Jacobian product reads them: each one whose
-/// primitive recomputes it for the backward pass
-/// ([`Primitive::recompute_for_backward`]) replaced by that recomputation,
-/// started after `after` (the cotangents at hand).
-fn for_backward(inputs: &[Array], after: &[Array]) -> Result<Vec<Array>> {
+/// What a walk back has learnt of its nodes: each one's recomputation for
+/// the backward pass, or that it has none.
+type Recomputed = HashMap<u64, Option<Array>>;
+
+/// `inputs` as a vector-Jacobian product reads them: each one recomputed
+/// for the backward pass ([`derived_recomputation`]) replaced by its
+/// recomputation, started after `after` (the cotangents at hand).
+fn for_backward(inputs: &[Array], after: &[Array], known: &mut Recomputed) -> Result<Vec<Array>> {
     inputs
         .iter()
-        .map(|x| Ok(recomputed(x, after)?.unwrap_or_else(|| x.clone())))
+        .map(|x| Ok(derived_recomputation(x, after, known, 3)?.unwrap_or_else(|| x.clone())))
         .collect()
+}
+
+/// `x`'s recomputation for the backward pass: its primitive's own
+/// ([`Primitive::recompute_for_backward`]: a rematerialized value), or,
+/// for a node computed by a compute primitive from recomputed values and
+/// evaluated arrays only (a view or a cast of a gathered weight, which
+/// shares or copies its buffer), the same primitive on their
+/// recomputations: the forward pass's node is then read by forward nodes
+/// only, and freed after them. `depth` bounds how far back the second kind
+/// looks.
+fn derived_recomputation(
+    x: &Array,
+    after: &[Array],
+    known: &mut Recomputed,
+    depth: usize,
+) -> Result<Option<Array>> {
+    if let Some(r) = known.get(&x.id()) {
+        return Ok(r.clone());
+    }
+    let (primitive, inputs) = match x.lock().pending() {
+        Some((p, i)) => (p.clone(), i.clone()),
+        None => return Ok(None),
+    };
+    let found = match primitive
+        .recompute_for_backward(&inputs, after)
+        .transpose()?
+    {
+        Some(r) => Some(r),
+        None if depth == 0
+            || !matches!(x.node.kind, NodeKind::Single)
+            || primitive.stream() != crate::Stream::Compute =>
+        {
+            None
+        }
+        None => {
+            let mut read = Vec::with_capacity(inputs.len());
+            let mut any = false;
+            for i in &inputs {
+                match derived_recomputation(i, after, known, depth - 1)? {
+                    Some(r) => {
+                        any = true;
+                        read.push(r);
+                    }
+                    None if i.is_evaluated() => read.push(i.clone()),
+                    None => {
+                        any = false;
+                        break;
+                    }
+                }
+            }
+            (any && read.len() == inputs.len()).then(|| {
+                Array::with_state(
+                    x.shape().to_vec(),
+                    x.dtype(),
+                    x.device(),
+                    crate::array::State::Pending {
+                        primitive,
+                        inputs: read,
+                    },
+                )
+            })
+        }
+    };
+    known.insert(x.id(), found.clone());
+    Ok(found)
 }
 
 /// `x`'s recomputation for the backward pass, if its primitive makes one
 /// (see [`Primitive::recompute_for_backward`]).
 pub(crate) fn recomputed(x: &Array, after: &[Array]) -> Result<Option<Array>> {
-    let (primitive, inputs) = match x.lock().pending() {
-        Some((p, i)) => (p.clone(), i.clone()),
-        None => return Ok(None),
-    };
-    primitive.recompute_for_backward(&inputs, after).transpose()
+    derived_recomputation(x, after, &mut Recomputed::new(), 3)
 }
 
 /// Runs `f` on `primals` and returns its outputs and the vector-Jacobian
@@ -233,6 +297,7 @@ fn vjp_reached(
     // output nodes (which come after it in the order, so the walk back
     // reaches all of them before the node itself).
     let mut output_cots: HashMap<u64, Vec<Option<Array>>> = HashMap::new();
+    let mut known = Recomputed::new();
     for (a, primitive, inputs) in order.iter().rev() {
         if tracer_ids.contains(&a.id()) || !active.contains(&a.id()) {
             continue;
@@ -258,7 +323,7 @@ fn vjp_reached(
                 };
                 let outputs: Vec<Array> = (0..specs.len()).map(|i| a.output(i)).collect();
                 let reached: Vec<Array> = cts.iter().flatten().cloned().collect();
-                let read = for_backward(inputs, &reached)?;
+                let read = for_backward(inputs, &reached, &mut known)?;
                 primitive.vjp_outputs(&read, &outputs, &cts)?
             }
             NodeKind::Single => {
@@ -276,7 +341,7 @@ fn vjp_reached(
                         first.then(|| cots.remove(&input.id())).flatten()
                     })
                     .collect();
-                let read = for_backward(inputs, std::slice::from_ref(&ct))?;
+                let read = for_backward(inputs, std::slice::from_ref(&ct), &mut known)?;
                 let grads = primitive.vjp_accumulating(&read, a, &ct, &mut gathered)?;
                 for (input, left) in inputs.iter().zip(gathered) {
                     if let Some(left) = left {

@@ -56,3 +56,112 @@ fn every_mode_trains_as_replicated_training_at_worlds_2_and_4() {
         }
     }
 }
+
+/// Each rank's largest `peak` in the memory log `PATH.rank<R>.jsonl`.
+fn peaks(log: &Path, world: usize) -> Vec<u64> {
+    (0..world)
+        .map(|r| {
+            let path = log.with_file_name(format!(
+                "{}.rank{r}.jsonl",
+                log.file_name().unwrap().to_string_lossy()
+            ));
+            let text = std::fs::read_to_string(&path)
+                .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            text.lines()
+                .map(|l| {
+                    serde_json::from_str::<serde_json::Value>(l).unwrap()["peak"]
+                        .as_u64()
+                        .unwrap()
+                })
+                .max()
+                .expect("a step")
+        })
+        .collect()
+}
+
+/// Four processes (the byte counters are each process's own): a model
+/// whose parameters, gradients and AdamW state outweigh its activations
+/// (4 blocks of 128 dims, MLP 512, a vocabulary of 64, one sequence of 16
+/// tokens per rank). Replicated, a rank holds them whole; ZeRO-3, a
+/// quarter of them plus the blocks in flight.
+#[test]
+fn zero3_at_world_4_holds_a_quarter_of_the_state_plus_two_blocks_weights() {
+    let dir = tempfile::tempdir().unwrap();
+    let (tokenizer, _) = common::word_tokenizer(dir.path(), 64);
+    let text = dir.path().join("train.txt");
+    let docs: Vec<String> = (0..200)
+        .map(|d| {
+            let words: Vec<String> = (0..60)
+                .map(|i| format!("w{}", (d * 13 + i * 5) % 60))
+                .collect();
+            words.join(" ")
+        })
+        .collect();
+    std::fs::write(&text, docs.join(" <|endoftext|> ")).unwrap();
+    let (layers, dims, mlp) = (4usize, 128usize, 512usize);
+    let peak = |shard: &str| {
+        let out = dir.path().join(shard);
+        let log = dir.path().join(format!("{shard}-memory"));
+        let o = std::process::Command::new(common::launcher())
+            .args(["-n", "4", "--"])
+            .arg(env!("CARGO_BIN_EXE_mlx-llama"))
+            .arg("train")
+            .args(["--layers", &layers.to_string(), "--dims", &dims.to_string()])
+            .args(["--mlp-dims", &mlp.to_string(), "--heads", "2"])
+            .args(["--steps", "3", "--global-batch", "4", "--block-size", "16"])
+            .args([
+                "--eval-every",
+                "0",
+                "--checkpoint-every",
+                "0",
+                "--report-to",
+                "none",
+            ])
+            .args(["--shard", shard])
+            .arg("--tokenizer")
+            .arg(&tokenizer)
+            .arg("--data")
+            .arg(format!("text:{}", text.display()))
+            .arg("--memory-log")
+            .arg(&log)
+            .arg("--out")
+            .arg(&out)
+            .arg("--data-cache")
+            .arg(common::data_cache())
+            .env_remove("MLX_PROGRESS")
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap();
+        assert!(
+            o.status.success(),
+            "--shard {shard}: {}{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        );
+        peaks(&log, 4)
+    };
+    let block = 4 * (4 * dims * dims + 3 * dims * mlp);
+    // Parameters, gradients and AdamW's two moments, float32.
+    let state = 4 * layers * block;
+    let replicated = peak("none");
+    let zero3 = peak("parameters");
+    eprintln!(
+        "block {block} B, state {state} B; peaks: replicated {replicated:?}, ZeRO-3 {zero3:?}"
+    );
+    for (r, &p) in replicated.iter().enumerate() {
+        assert!(
+            p as usize >= state,
+            "replicated rank {r}: peak {p} B under the state's {state} B"
+        );
+    }
+    // A quarter of the state and two blocks' weights gathered whole (the
+    // one computing and the next), with a quarter block for the
+    // activations, the embedding and the communication buffers.
+    let bound = state / 4 + 2 * block + block / 4;
+    for (r, &p) in zero3.iter().enumerate() {
+        assert!(
+            p as usize <= bound,
+            "ZeRO-3 rank {r}: peak {p} B over {bound} B"
+        );
+    }
+}
