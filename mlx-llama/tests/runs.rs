@@ -466,6 +466,58 @@ fn sigterm_under_the_launcher_checkpoints_and_resume_continues_the_same_losses()
     assert_eq!(records(&run), want, "the resumed run's losses, bit for bit");
 }
 
+/// Under `mlx-launch` at world 2 (two processes), every rank resumes from
+/// the checkpoint rank 0 verified: with step 4's manifest edited to say
+/// step 2, rank 0 passes it over for step 2's folder and rank 1 opens that
+/// same folder (before, rank 0 loaded step 4's files "at step 2" and rank 1
+/// step 2's, and the job succeeded). The resumed losses are an
+/// uninterrupted run's, bit for bit.
+#[test]
+fn ranks_in_two_processes_resume_from_the_checkpoint_rank_0_verified() {
+    let dir = tempfile::tempdir().unwrap();
+    let launch = |out: &Path, steps: &str, extra: &[&str]| {
+        let o = Command::new(common::launcher())
+            .args(["-n", "2", "--"])
+            .arg(env!("CARGO_BIN_EXE_mlx-llama"))
+            .arg("train")
+            .args(common::TINY_MODEL_ARGS)
+            .args(TINY)
+            .args([
+                "--steps",
+                steps,
+                "--global-batch",
+                "4",
+                "--checkpoint-every",
+                "2",
+            ])
+            .args(extra)
+            .arg("--out")
+            .arg(out)
+            .arg("--data-cache")
+            .arg(cache())
+            .env_remove("MLX_PROGRESS")
+            .env_remove("MLX_TEST_KILL_AT")
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", text(&o));
+        text(&o)
+    };
+    let whole = dir.path().join("whole");
+    launch(&whole, "6", &[]);
+    let want = records(&whole);
+    let run = dir.path().join("run");
+    launch(&run, "4", &[]);
+    let manifest = run.join("checkpoints/step_00000004/manifest.json");
+    let mut m: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&manifest).unwrap()).unwrap();
+    m["step"] = 2.into();
+    std::fs::write(&manifest, m.to_string()).unwrap();
+    let said = launch(&run, "6", &["--resume"]);
+    assert!(said.contains("step_00000002 at step 2"), "{said}");
+    assert_eq!(records(&run), want, "the resumed run's losses, bit for bit");
+}
+
 /// A checkpoint of format 1 (no list of files, no checksums) resumes only
 /// when `--allow-old-checkpoint-format` asks for it: a manifest edited to
 /// say format 1 no longer turns the checksums off. The flag is not kept in
