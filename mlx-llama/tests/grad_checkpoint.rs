@@ -92,6 +92,12 @@ fn checkpointed_training_equals_plain_training_bit_for_bit() {
         shard_optimizer: false,
         ..config(out)
     });
+    same_with_every_policy("world 2, parameters sharded (ZeRO-3)", 2, |out| {
+        TrainConfig {
+            shard: mlx_llama::ShardMode::Parameters,
+            ..config(out)
+        }
+    });
     same_with_every_policy("world 2, tensor parallel", 2, |out| TrainConfig {
         tensor_parallel: 2,
         ..config(out)
