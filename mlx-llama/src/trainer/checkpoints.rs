@@ -73,7 +73,7 @@ fn same_layout(m: &Manifest, cfg: &TrainConfig, world: usize, mine: &[String]) -
     m.world == world
         && match &m.layout {
             Some(l) => l.optimizer_files == mine,
-            None => m.resume_key.get("shard_optimizer") == Some(&cfg.shard_optimizer.into()),
+            None => m.resume_key.get("shard_optimizer") == Some(&cfg.shards_optimizer().into()),
         }
 }
 
