@@ -8,12 +8,19 @@
 //! 8: per-rank peak within 10% of world 1, launcher under 1% of a core) and
 //! `memprof.png` (memory over time per process, one panel per world size).
 //!
+//! With `--shards` and `--grad-checkpoints` (lists), every combination
+//! runs at every world size, each in a folder of its own with the report
+//! above, and `sharding.md` / `sharding.png` compare them: per-rank peak
+//! RSS and array bytes against the world size, one line per combination.
+//!
 //! One file a job: this one holds the options, the samples and the entry;
 //! `measure.rs` starts the runs and polls their processes; `report.rs`
-//! summarises the samples and writes the CSV, the table and the chart.
+//! summarises the samples and writes the CSV, the table and the chart;
+//! `sweep.rs` compares the sharding modes.
 
 mod measure;
 mod report;
+mod sweep;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -24,7 +31,7 @@ use clap::Args as ClapArgs;
 use crate::util::{RunnerArgs, root, timestamp};
 
 /// Options of `cargo xtask memprof`; anything after `--` goes to `mlx-llama train`.
-#[derive(ClapArgs, Debug)]
+#[derive(ClapArgs, Debug, Clone)]
 pub struct Args {
     /// World sizes to run, one after the other.
     #[arg(long, value_delimiter = ',', default_value = "1,2,4")]
@@ -46,6 +53,14 @@ pub struct Args {
     /// and token store), so that the first world size does not pay for it.
     #[arg(long)]
     pub no_prepare: bool,
+    /// `--shard` modes to compare (none, optimizer, gradients, parameters),
+    /// comma-separated; none given: the trainer's default, one report.
+    #[arg(long, value_delimiter = ',')]
+    pub shards: Vec<String>,
+    /// `--grad-checkpoint` policies to compare (none, all, or K), with
+    /// `--shards`.
+    #[arg(long, value_delimiter = ',', default_value = "none")]
+    pub grad_checkpoints: Vec<String>,
     /// Where the binaries come from and how the ranks talk.
     #[command(flatten)]
     pub runner: RunnerArgs,
@@ -125,9 +140,34 @@ pub fn run(a: Args) -> Result<()> {
     if !a.no_prepare {
         measure::prepare(&a, &bins, &out)?;
     }
-    let mut runs = vec![];
-    for &world in &a.worlds {
-        runs.push(measure::run_world(&a, &bins, &out, world)?);
+    if a.shards.is_empty() {
+        let runs = run_worlds(&a, &bins, &out)?;
+        return report::write(&a, &bins, &out, &runs);
     }
-    report::write(&a, &bins, &out, &runs)
+    let mut compared = vec![];
+    for shard in &a.shards {
+        for gc in &a.grad_checkpoints {
+            let mut one = a.clone();
+            one.trainer.extend([
+                "--shard".into(),
+                shard.clone(),
+                "--grad-checkpoint".into(),
+                gc.clone(),
+            ]);
+            let dir = out.join(format!("shard-{shard}-gc-{gc}"));
+            std::fs::create_dir_all(&dir)?;
+            let runs = run_worlds(&one, &bins, &dir)?;
+            report::write(&one, &bins, &dir, &runs)?;
+            compared.push(sweep::Config::new(shard, gc, &runs));
+        }
+    }
+    sweep::write(&a, &out, &compared)
+}
+
+/// Every world size of `a`, one after the other, into `out`.
+fn run_worlds(a: &Args, bins: &std::path::Path, out: &std::path::Path) -> Result<Vec<WorldRun>> {
+    a.worlds
+        .iter()
+        .map(|&world| measure::run_world(a, bins, out, world))
+        .collect()
 }

@@ -27,16 +27,16 @@ const RANK_COLORS: [(u8, u8, u8); 9] = [
 ];
 
 /// Per-process figures of one world size.
-struct Stats {
-    who: Who,
-    peak: u64,
+pub(super) struct Stats {
+    pub(super) who: Who,
+    pub(super) peak: u64,
     mean: f64,
     samples: usize,
     /// CPU time over the sampled life time, in cores (1.0 = one core busy).
     cores: f64,
     /// CPU time at the last sample, milliseconds.
     cpu_ms: u64,
-    array_peak: Option<u64>,
+    pub(super) array_peak: Option<u64>,
 }
 
 /// Writes `samples.csv`, `memprof.md` and `memprof.png` into `out` and
@@ -70,7 +70,7 @@ fn write_csv(path: &Path, runs: &[WorldRun]) -> Result<()> {
     std::fs::write(path, s).with_context(|| format!("writing {}", path.display()))
 }
 
-fn stats(run: &WorldRun) -> (Vec<Stats>, Option<(u64, f64)>) {
+pub(super) fn stats(run: &WorldRun) -> (Vec<Stats>, Option<(u64, f64)>) {
     let mut by: BTreeMap<Who, Vec<&Sample>> = BTreeMap::new();
     for s in &run.samples {
         by.entry(s.who).or_default().push(s);
