@@ -99,7 +99,8 @@ fn join(xs: &[usize]) -> String {
 }
 
 /// Two panels (peak RSS, peak arrays) against the world size; every
-/// combination a line of its own colour and marker, all in the legend.
+/// combination a line of its own colour, shifted a little sideways, all in
+/// the legend.
 fn chart(path: &Path, configs: &[Config]) -> Result<()> {
     use plotters::prelude::*;
 
@@ -143,14 +144,28 @@ fn chart(path: &Path, configs: &[Config]) -> Result<()> {
             .configure_mesh()
             .x_desc("ranks (world size)")
             .y_desc("MiB")
-            .x_labels(worlds.len().max(2))
+            .x_labels(x_max as usize + 1)
+            .x_label_formatter(&|x| {
+                if (x - x.round()).abs() < 1e-6 {
+                    format!("{x:.0}")
+                } else {
+                    String::new()
+                }
+            })
             .label_style(("sans-serif", 14))
             .draw()
             .map_err(|e| anyhow::anyhow!("{e}"))?;
         for (i, c) in configs.iter().enumerate() {
             let (r, g, b) = COLORS[i % COLORS.len()];
             let color = RGBAColor(r, g, b, 1.0);
-            let pts: Vec<(f64, f64)> = c.worlds.iter().map(|w| (w.0 as f64, value(w))).collect();
+            // Each line a little to the side of the others, so that lines
+            // with the same figures (stages 1 and 2 here) stay visible.
+            let shift = (i as f64 - (configs.len() as f64 - 1.0) / 2.0) * 0.03;
+            let pts: Vec<(f64, f64)> = c
+                .worlds
+                .iter()
+                .map(|w| (w.0 as f64 + shift, value(w)))
+                .collect();
             let style = color.stroke_width(2);
             let series = chart.draw_series(LineSeries::new(pts, style).point_size(4));
             series
