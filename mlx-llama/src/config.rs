@@ -421,6 +421,15 @@ pub struct TrainConfig {
         default_missing_value = "all"
     )]
     pub grad_checkpoint: crate::grad_checkpoint::GradCheckpoint,
+    /// Before the run starts, estimate what each rank would hold
+    /// (parameters, gradients, optimizer state, activations at the chosen
+    /// checkpointing, communication buffers), print it, and refuse the run,
+    /// naming the largest part, when it is over this many bytes: 1.5GiB,
+    /// 800MiB, 2GB (powers of 1000) or plain bytes (see
+    /// `mlx_llama::memory_budget`).
+    #[serde(default)]
+    #[arg(long, value_name = "BYTES", value_parser = crate::memory_budget::parse_budget)]
+    pub memory_budget: Option<u64>,
     /// Wait for each step's loss before building the next step. By default
     /// the host builds and records step n + 1 while the device runs step n,
     /// and writes step n's metrics when its loss arrives (as MLX's
@@ -565,8 +574,10 @@ mod tests {
 
     /// The part of `--help` about `--long`.
     fn help_of(help: &str, long: &str) -> String {
+        // `--long <VALUE>`, or `--long [<VALUE>]` when the value is optional.
         let start = help
             .find(&format!("\n      --{long} <"))
+            .or_else(|| help.find(&format!("\n      --{long} [<")))
             .unwrap_or_else(|| panic!("--{long} missing from the help:\n{help}"));
         let rest = &help[start + 1..];
         let end = rest.find("\n      --").unwrap_or(rest.len());
@@ -710,6 +721,12 @@ mod tests {
         "samples",
         "--no-shard-optimizer",
         "--no-overlap-steps",
+        "--shard",
+        "parameters",
+        "--grad-checkpoint",
+        "2",
+        "--memory-budget",
+        "1.5GiB",
         "--report-to",
         "jsonl,csv",
         "--init-from",

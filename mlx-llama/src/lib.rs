@@ -17,6 +17,7 @@ pub mod eval;
 pub mod export;
 pub mod grad_checkpoint;
 pub mod import;
+pub mod memory_budget;
 pub mod metrics;
 pub mod model;
 pub mod options_file;

@@ -243,6 +243,10 @@ impl<'a> Run<'a> {
             // this run, if any, replaces them below).
             model.load_adapter_tensors(tensors)?;
         }
+        // --memory-budget: the model's shape is known and nothing of it
+        // computed yet (built lazily), nothing written to the run folder.
+        let masked = cfg.batching == crate::Batching::Pack && data.train.is_examples();
+        crate::memory_budget::check_run(cfg, &model, world.size(), masked, rank == 0)?;
         let mut train_loader = setup::loader(data.train.clone(), cfg, &group, batch)?;
         let val_loader = setup::loader(data.validation.clone(), cfg, &group, batch)?;
         let mut precision = Precision::for_config(cfg)?;
