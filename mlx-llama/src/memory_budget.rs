@@ -3,7 +3,9 @@
 //! (parameters, gradients, optimizer state, activations, communication
 //! buffers) from the model's shape and the run's layout, and the check that
 //! refuses a run whose estimate is over the budget, naming its largest part
-//! and what would shrink it.
+//! and what would shrink it. With `--shard parameters`, the moments between
+//! steps when validation and checkpoints gather the whole model on every
+//! rank are estimated too ([`Estimate::between_steps`]).
 //!
 //! It is a model of this trainer, not a measurement: each part is a count
 //! of the arrays the step keeps at its peak (see [`Estimate`]'s fields for
@@ -11,8 +13,8 @@
 //! forward pass, the fused attention and output projection + loss, the
 //! `--shard` layouts) and checked against the measured peak of real runs
 //! (`tests/memory_budget.rs`). It leaves out the allocator's slack, the data
-//! pipeline, the host's own memory and the optimizer step's transient
-//! copies, and counts every gradient as held at once (the evaluator frees
+//! pipeline, the host's own memory, the optimizer step's transient copies
+//! and a checkpoint's write buffers, and counts every gradient as held at once (the evaluator frees
 //! most of them as soon as the update has read them): an upper-ish bound of
 //! the array memory a rank peaks at (`Summary::peak_mib`).
 //!
@@ -33,7 +35,7 @@
 //! assert!(zero3.optimizer_state * 4 < replicated.optimizer_state * 11 / 10);
 //! println!("{}", zero3.table());
 //! assert_eq!(parse_bytes("1.5GiB"), Ok(3 << 29));
-//! assert!(zero3.check(1 << 20).unwrap_err().contains("the largest part is"));
+//! assert!(zero3.check(1 << 20).unwrap_err().contains("over the budget of 1.0 MiB"));
 //! ```
 
 use crate::config::{FloatDtype, ShardMode, TrainConfig};
@@ -310,6 +312,16 @@ pub struct Estimate {
     /// bytes, `g` the largest trainable tensor's gradient bytes (a tensor
     /// larger than a bucket travels alone) and `G` all the gradients' bytes.
     pub communication: u64,
+    /// Not a part of a step, but a moment of its own: with ZeRO-3 (`N >
+    /// 1`), validation and every checkpoint gather the whole model on every
+    /// rank, which then holds its shards of the weights and AdamW state,
+    /// `3 sum_i ceil(P_i / N) * 4`, and every weight whole in float32 (and,
+    /// to validate a half-precision run, its compute copy), `sum_i P_i (4
+    /// [+ c])`. 0 for the other layouts, whose steps hold the whole model
+    /// anyway. The run peaks at the larger of it and the step's total
+    /// ([`Estimate::peak`]). A checkpoint's own write buffers are left out
+    /// (measured at world 4: about one more shard of the weights).
+    pub between_steps: u64,
 }
 
 impl Estimate {
@@ -329,6 +341,13 @@ impl Estimate {
         self.parts().iter().map(|(_, b)| b).sum()
     }
 
+    /// What the run peaks at: the step's [`Estimate::total`], or the
+    /// model gathered whole between steps ([`Estimate::between_steps`])
+    /// when that is more.
+    pub fn peak(&self) -> u64 {
+        self.total().max(self.between_steps)
+    }
+
     /// The largest part (the first of equals).
     pub fn largest(&self) -> (Part, u64) {
         self.parts()
@@ -343,6 +362,13 @@ impl Estimate {
             s.push_str(&format!("  {:<22}{:>10.1} MiB\n", part.name(), mib(bytes)));
         }
         s.push_str(&format!("  {:<22}{:>10.1} MiB", "total", mib(self.total())));
+        if self.between_steps > 0 {
+            s.push_str(&format!(
+                "\n  {:<22}{:>10.1} MiB (validation and checkpoints gather the whole model)",
+                "between steps",
+                mib(self.between_steps)
+            ));
+        }
         s
     }
 
@@ -361,9 +387,17 @@ impl Estimate {
     }
 
     fn check_with(&self, budget: u64, plan: Option<&Plan>) -> Result<(), String> {
-        let total = self.total();
+        let total = self.peak();
         if total <= budget {
             return Ok(());
+        }
+        if self.between_steps > self.total() {
+            return Err(format!(
+                "this configuration needs about {:.1} MiB per rank, over the budget of {:.1} MiB, between steps: --shard parameters gathers the whole model on every rank for validation and for every checkpoint (the last one too), and then holds {:.1} MiB: try a smaller model",
+                mib(total),
+                mib(budget),
+                mib(self.between_steps)
+            ));
         }
         let (part, bytes) = self.largest();
         Err(format!(
@@ -515,12 +549,22 @@ pub fn estimate(plan: &Plan) -> Estimate {
         2 * all.min((plan.bucket_bytes as u64).max(one))
     };
 
+    let between_steps = if layout == ShardMode::Parameters {
+        let shards: u64 = plan.tensors.iter().map(|t| plan.shard_elements(t)).sum();
+        let whole: u64 = plan.tensors.iter().map(|t| t.elements).sum();
+        let copy = if c < MASTER_BYTES { c } else { 0 };
+        (1 + ADAMW_SLOTS) * shards * MASTER_BYTES + whole * (MASTER_BYTES + copy)
+    } else {
+        0
+    };
+
     Estimate {
         parameters,
         gradients,
         optimizer_state,
         activations: activations(plan),
         communication,
+        between_steps,
     }
 }
 

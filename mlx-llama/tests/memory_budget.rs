@@ -124,6 +124,15 @@ fn parameters_gradients_and_optimizer_state_match_an_independent_count() {
     assert_eq!(e.gradients, shard * 4);
     assert_eq!(e.optimizer_state, 2 * shard * 4);
     assert_eq!(e.communication, sizes[sizes.len() - 1] * 4);
+    // Validation and checkpoints: the shards of the weights and of m and v,
+    // and the whole model gathered.
+    assert_eq!(e.between_steps, 3 * shard * 4 + whole * 4);
+    assert_eq!(e.peak(), e.total().max(e.between_steps));
+    // The other layouts hold the whole model in their steps already.
+    for mode in [ShardMode::None, ShardMode::Optimizer] {
+        cfg.shard = mode;
+        assert_eq!(plan_of(&cfg, 4).1.between_steps, 0, "{mode:?}");
+    }
 
     // bf16: float32 masters and their bf16 compute copies.
     cfg.shard = ShardMode::None;
@@ -368,6 +377,32 @@ fn a_run_over_its_budget_is_refused_before_it_writes_anything() {
         four.contains("the largest part is parameters") && four.contains("try --shard parameters"),
         "{four}"
     );
+
+    // ZeRO-3 over many small blocks: a step holds about the whole model's
+    // bytes (a quarter each of weights, gradients and two moments, and two
+    // blocks), validation and checkpoints 1.75 times them: a budget
+    // between the two is refused for the moments between steps.
+    let deep = TrainConfig {
+        model: LlamaConfig {
+            vocab_size: 64,
+            ..mlx_llama::testing::tiny_model(16, 64)
+        },
+        per_rank_batch: Some(1),
+        block_size: 16,
+        shard: ShardMode::Parameters,
+        ..TrainConfig::default()
+    };
+    let model = Llama::new(&deep.model, 0).unwrap();
+    let plan = Plan::new(&deep, &model, 4);
+    let e = estimate(&plan);
+    assert!(e.between_steps > e.total(), "{e:?}");
+    let budget = (e.between_steps + e.total()) / 2;
+    let err = e.check_plan(budget, &plan).unwrap_err();
+    assert!(
+        err.contains("between steps") && err.contains("gathers the whole model"),
+        "{err}"
+    );
+    assert!(e.check_plan(e.between_steps, &plan).is_ok());
 }
 
 /// `--memory-log`'s largest `peak` of each of `world` ranks.
@@ -415,8 +450,11 @@ fn at_world_4_every_shard_mode_peaks_under_its_estimate() {
             "8",
             "--block-size",
             "64",
+            // Validation after each step: ZeRO-3 gathers the whole model.
             "--eval-every",
-            "0",
+            "1",
+            "--eval-batches",
+            "1",
             "--checkpoint-every",
             "0",
             "--report-to",
@@ -474,7 +512,7 @@ fn at_world_4_every_shard_mode_peaks_under_its_estimate() {
             assert!(stdout.contains(&line), "no `{line}` in:\n{stdout}");
         }
         assert!(stdout.contains("memory estimate per rank (4 data-parallel rank(s)"));
-        let est = e.total() as f64 / MIB;
+        let est = e.peak() as f64 / MIB;
         let peaks = logged_peaks(&log, 4);
         eprintln!("--shard {shard}: estimated {est:.2} MiB, measured {peaks:.2?}");
         for (r, &p) in peaks.iter().enumerate() {
