@@ -14,9 +14,10 @@
 //! `--shard` layouts) and checked against the measured peak of real runs
 //! (`tests/memory_budget.rs`). It leaves out the allocator's slack, the data
 //! pipeline, the host's own memory, the optimizer step's transient copies
-//! and a checkpoint's write buffers, and counts every gradient as held at once (the evaluator frees
-//! most of them as soon as the update has read them): an upper-ish bound of
-//! the array memory a rank peaks at (`Summary::peak_mib`).
+//! and a checkpoint's write buffers, and counts every gradient as held at
+//! once (the evaluator frees most of them as soon as the update has read
+//! them): an upper-ish bound of the array memory a rank peaks at
+//! (`Summary::peak_mib`).
 //!
 //! ```
 //! use mlx_llama::memory_budget::{Plan, estimate, parse_bytes};
@@ -422,13 +423,18 @@ fn advice(part: Part, plan: Option<&Plan>) -> Vec<&'static str> {
     let one_replica = plan.is_some_and(|p| p.replicas <= 1 && p.tensor_parallel <= 1);
     let adapters = plan.is_some_and(|p| p.tensors.iter().any(|t| !t.trainable));
     let half = plan.is_some_and(|p| p.compute != FloatDtype::F32);
+    // Tensor parallelism keeps each shard's optimizer state whole and does
+    // not combine with --shard parameters: more of it is what shrinks them.
+    let tensor = plan.is_some_and(|p| p.tensor_parallel > 1);
     let mut tips = Vec::new();
     let shard_tip = |tips: &mut Vec<&'static str>, with: &'static str, more: &'static str| {
         tips.push(if one_replica { more } else { with });
     };
     match part {
         Part::Parameters => {
-            if layout != Some(ShardMode::Parameters) {
+            if tensor {
+                tips.push("a larger --tensor-parallel");
+            } else if layout != Some(ShardMode::Parameters) {
                 shard_tip(
                     &mut tips,
                     "--shard parameters",
@@ -445,6 +451,7 @@ fn advice(part: Part, plan: Option<&Plan>) -> Vec<&'static str> {
         }
         Part::Gradients | Part::OptimizerState => {
             match layout {
+                _ if tensor => tips.push("a larger --tensor-parallel"),
                 Some(ShardMode::None) | None => shard_tip(
                     &mut tips,
                     "--shard optimizer (or parameters)",

@@ -377,6 +377,13 @@ fn a_run_over_its_budget_is_refused_before_it_writes_anything() {
         four.contains("the largest part is parameters") && four.contains("try --shard parameters"),
         "{four}"
     );
+    // Tensor parallel, the optimizer state is not sharded: more of it.
+    big.tensor_parallel = 2;
+    let split = at(&big, 2);
+    assert!(
+        split.contains("try a larger --tensor-parallel") && !split.contains("--shard"),
+        "{split}"
+    );
 
     // ZeRO-3 over many small blocks: a step holds about the whole model's
     // bytes (a quarter each of weights, gradients and two moments, and two
