@@ -32,8 +32,8 @@ pub mod testing;
 pub mod trainer;
 
 pub use config::{
-    Batching, CommunicationDtype, DataSource, FloatDtype, ScheduleKind, ShardMode,
-    TokenizerChoice, TrainConfig,
+    Batching, CommunicationDtype, DataSource, FloatDtype, ScheduleKind, ShardMode, TokenizerChoice,
+    TrainConfig,
 };
 pub use model::{KvCache, Llama, LlamaConfig};
 pub use source::ModelSource;
