@@ -122,24 +122,9 @@ fn checkpointing_every_block_holds_less_memory() {
     let dir = tempfile::tempdir().unwrap();
     // Long sequences, many blocks and a small vocabulary: activations
     // outweigh the weights and their optimizer state.
-    let (tokenizer, _) = common::word_tokenizer(dir.path(), 64);
-    let text = dir.path().join("train.txt");
-    let docs: Vec<String> = (0..400)
-        .map(|d| {
-            let words: Vec<String> = (0..200)
-                .map(|i| format!("w{}", (d * 31 + i * 7) % 60))
-                .collect();
-            words.join(" ")
-        })
-        .collect();
-    std::fs::write(&text, docs.join(" <|endoftext|> ")).unwrap();
     let peak = |policy: GradCheckpoint| {
         let mut cfg = config(&dir.path().join(policy.to_string()));
-        cfg.tokenizer = mlx_llama::TokenizerChoice::File(tokenizer.clone());
-        cfg.data = mlx_llama::DataSource::Text {
-            train: text.clone(),
-            validation: None,
-        };
+        common::word_data(dir.path(), &mut cfg);
         cfg.model = mlx_llama::testing::tiny_model(8, 32);
         cfg.block_size = 256;
         cfg.global_batch = 8;

@@ -246,31 +246,10 @@ fn checkpointing_shrinks_activations_which_scale_with_batch_and_block_size() {
     assert!(masked(256) > activations(&activation_config(2, 256)));
 }
 
-/// A text corpus of 60 words and its word-level tokenizer (64 tokens) in
-/// `dir`: a tiny vocabulary, so that activations outweigh the weights.
-fn word_data(dir: &Path, cfg: &mut TrainConfig) {
-    let (tokenizer, _) = common::word_tokenizer(dir, 64);
-    let text = dir.join("train.txt");
-    let docs: Vec<String> = (0..400)
-        .map(|d| {
-            let words: Vec<String> = (0..200)
-                .map(|i| format!("w{}", (d * 31 + i * 7) % 60))
-                .collect();
-            words.join(" ")
-        })
-        .collect();
-    std::fs::write(&text, docs.join(" <|endoftext|> ")).unwrap();
-    cfg.tokenizer = mlx_llama::TokenizerChoice::File(tokenizer);
-    cfg.data = mlx_llama::DataSource::Text {
-        train: text,
-        validation: None,
-    };
-}
-
 /// One step of 8 blocks of 32 on 8 sequences of 256 tokens, at world 1.
 fn long_sequences(dir: &Path, out: &str) -> TrainConfig {
     let mut cfg = common::tiny(&dir.join(out), 1);
-    word_data(dir, &mut cfg);
+    common::word_data(dir, &mut cfg);
     cfg.model = mlx_llama::testing::tiny_model(8, 32);
     cfg.block_size = 256;
     cfg.global_batch = 8;
@@ -431,7 +410,7 @@ fn logged_peaks(log: &Path, world: usize) -> Vec<f64> {
 fn at_world_4_every_shard_mode_peaks_under_its_estimate() {
     let dir = tempfile::tempdir().unwrap();
     let mut data = TrainConfig::default();
-    word_data(dir.path(), &mut data);
+    common::word_data(dir.path(), &mut data);
     let mlx_llama::DataSource::Text { train: text, .. } = &data.data else {
         unreachable!()
     };

@@ -88,16 +88,7 @@ fn peaks(log: &Path, world: usize) -> Vec<u64> {
 fn zero3_at_world_4_holds_a_quarter_of_the_state_plus_two_blocks_weights() {
     let dir = tempfile::tempdir().unwrap();
     let (tokenizer, _) = common::word_tokenizer(dir.path(), 64);
-    let text = dir.path().join("train.txt");
-    let docs: Vec<String> = (0..200)
-        .map(|d| {
-            let words: Vec<String> = (0..60)
-                .map(|i| format!("w{}", (d * 13 + i * 5) % 60))
-                .collect();
-            words.join(" ")
-        })
-        .collect();
-    std::fs::write(&text, docs.join(" <|endoftext|> ")).unwrap();
+    let text = common::word_corpus(&dir.path().join("train.txt"), 200, 60);
     let (layers, dims, mlp) = (4usize, 128usize, 512usize);
     let peak = |shard: &str| {
         let out = dir.path().join(shard);

@@ -274,3 +274,32 @@ pub fn assert_close(what: &str, got: &[f32], want: &[f32], rel: f32) {
         "{what}: largest difference {worst} against a largest value {scale}"
     );
 }
+
+/// `docs` documents of `words` words each, drawn from `w0` .. `w59` (tokens
+/// of [`word_tokenizer`] with 64 tokens), separated by `<|endoftext|>`,
+/// written to `path`.
+pub fn word_corpus(path: &Path, docs: usize, words: usize) -> PathBuf {
+    let text: Vec<String> = (0..docs)
+        .map(|d| {
+            let w: Vec<String> = (0..words)
+                .map(|i| format!("w{}", (d * 31 + i * 7) % 60))
+                .collect();
+            w.join(" ")
+        })
+        .collect();
+    std::fs::write(path, text.join(" <|endoftext|> ")).unwrap();
+    path.to_path_buf()
+}
+
+/// `cfg` training on a corpus of 400 documents of 200 words in `dir` with
+/// its word-level tokenizer of 64 tokens: a tiny vocabulary, so that
+/// activations outweigh the weights.
+pub fn word_data(dir: &Path, cfg: &mut TrainConfig) {
+    let (tokenizer, _) = word_tokenizer(dir, 64);
+    let text = word_corpus(&dir.join("train.txt"), 400, 200);
+    cfg.tokenizer = mlx_llama::TokenizerChoice::File(tokenizer);
+    cfg.data = mlx_llama::DataSource::Text {
+        train: text,
+        validation: None,
+    };
+}
