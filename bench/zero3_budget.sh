@@ -9,15 +9,17 @@
 # (162M parameters: 650 MB of float32 weights, 2.6 GB with their gradients
 # and AdamW's moments). Per rank: 1 sequence of 256 tokens, STEPS steps.
 #
-#   bench/zero3_budget.sh [limit-bytes] [steps]   # default 2 GiB, 2 steps
+#   bench/zero3_budget.sh [limit-bytes] [steps]   # default 1.5 GiB, 2 steps
 #
 # Runs `--shard none` (replicated: killed by the limit) and then
-# `--shard parameters --grad-checkpoint` (trains), printing each rank's
+# `--shard parameters --grad-checkpoint --memory-budget LIMIT` (trains: the
+# budget also caps the buffer cache at what it leaves over the estimate),
+# printing each rank's
 # peak usage as the kernel counted it (memory.max_usage_in_bytes / memory.peak)
 # and the trainer's summary.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-limit="${1:-2147483648}"
+limit="${1:-1610612736}"
 steps="${2:-2}"
 bin="$(realpath "${MLX_LLAMA:-target/release/mlx-llama}")"
 launch="$(realpath "${MLX_LAUNCH:-target/release/mlx-launch}")"
@@ -49,15 +51,15 @@ chmod +x "$work/in_cgroup.sh"
 "$bin" train --data offline --steps 1 --eval-every 0 --report-to none --out "$work/prep" \
   --data-cache "$work/cache" > /dev/null 2>&1
 echo "# $(date -u +%FT%TZ) bench/zero3_budget.sh $limit $steps ($(nproc) CPUs): limit $((limit >> 20)) MiB per rank"
-for run in "none none" "parameters all"; do
+for run in "none none 100GiB" "parameters all $limit"; do
   set -- $run
-  shard=$1 gc=$2
+  shard=$1 gc=$2 budget=$3
   echo "## --shard $shard --grad-checkpoint $gc"
   set +e
   RAYON_NUM_THREADS=1 "$launch" -n 4 -- "$work/in_cgroup.sh" "$shard" "$bin" train --data offline \
     --layers 12 --dims 768 --heads 12 --mlp-dims 2048 --per-rank-batch 1 --block-size 256 \
     --steps "$steps" --eval-every 0 --checkpoint-every 0 --checkpoint-interval-s 0 --report-to none \
-    --shard "$shard" --grad-checkpoint "$gc" --memory-budget 100GiB \
+    --shard "$shard" --grad-checkpoint "$gc" --memory-budget "$budget" \
     --out "$work/$shard" --data-cache "$work/cache" > "$work/$shard.log" 2>&1
   code=$?
   set -e

@@ -629,7 +629,8 @@ fn activations(plan: &Plan) -> u64 {
 /// ranks ([`Plan::new`]; `masked_attention` when its rows pack examples),
 /// printed when `report` (rank 0), and an error when it is over the
 /// budget. Every rank computes the same estimate, so every rank refuses
-/// together, without communicating.
+/// together, without communicating. Within the budget, the buffer cache is
+/// capped at what the budget leaves over the estimate.
 pub fn check_run(
     cfg: &TrainConfig,
     model: &Llama,
@@ -667,7 +668,13 @@ pub fn check_run(
             e.table()
         ));
     }
-    e.check_plan(budget, plan).map_err(|m| anyhow::anyhow!(m))
+    e.check_plan(budget, plan).map_err(|m| anyhow::anyhow!(m))?;
+    // Freed buffers are kept for reuse only within what the budget leaves
+    // over the estimate: beyond it they go back to the system, so that the
+    // process, not only its arrays, stays within the budget.
+    let spare = budget.saturating_sub(e.peak());
+    mlx_array::memory::set_cache_limit(usize::try_from(spare).unwrap_or(usize::MAX));
+    Ok(())
 }
 
 /// A size in bytes: a number, whole or with a fraction (`1.5`), and an

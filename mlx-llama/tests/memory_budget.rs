@@ -538,3 +538,30 @@ fn the_budget_reads_bytes_with_units_or_says_what_it_expects() {
     let a = parse(&["--memory-budget", "1GiB"]).unwrap();
     assert_eq!(a.resume_key(), TrainConfig::default().resume_key());
 }
+
+/// Within its budget, a run keeps freed buffers for reuse only within what
+/// the budget leaves over the estimate: the whole process, not only its
+/// arrays, stays within the budget.
+#[test]
+fn the_budget_caps_the_buffer_cache_at_what_the_estimate_leaves() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let before = mlx_array::memory::set_cache_limit(usize::MAX);
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = long_sequences(dir.path(), "capped");
+    cfg.steps = 2;
+    let spare = 1u64 << 20;
+    cfg.memory_budget = Some(estimate_words(&cfg).peak() + spare);
+    let log = dir.path().join("memory");
+    cfg.memory_log = Some(log.clone());
+    train(&cfg, &mlx_dist::Group::single()).unwrap();
+    let path = PathBuf::from(format!("{}.rank0.jsonl", log.display()));
+    let cached = common::metric_column(&path, "cache");
+    mlx_array::memory::set_cache_limit(before);
+    assert_eq!(cached.len(), 2);
+    for c in cached {
+        assert!(
+            c <= spare as f64,
+            "{c} bytes cached, over the {spare} the budget leaves"
+        );
+    }
+}
