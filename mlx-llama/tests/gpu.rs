@@ -225,3 +225,31 @@ fn overlapping_float16_steps_on_the_gpu_skip_as_waited_ones() {
         "some steps applied: {scales:?}"
     );
 }
+
+/// Fully sharded parameters on the GPU at world 2: the gathers and
+/// reduce-scatters run on the host, the blocks on the GPU, and the losses
+/// are replicated training's.
+#[test]
+fn fully_sharded_parameters_on_the_gpu_train_as_replicated() {
+    if !mlx_array::conformance::gpu_or_skip() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let run = |name: &str, shard: mlx_llama::ShardMode| {
+        let mut cfg = tiny(&dir.path().join(name), "gpu", 3);
+        cfg.global_batch = 4;
+        cfg.shard = shard;
+        mlx_dist::run_local(2, |g| train(&cfg, &g).unwrap()).unwrap()[0]
+            .losses
+            .clone()
+    };
+    let want = run("replicated", mlx_llama::ShardMode::None);
+    let got = run("zero3", mlx_llama::ShardMode::Parameters);
+    assert_eq!(got.len(), 3);
+    for (a, b) in got.iter().zip(&want) {
+        assert!(
+            (a - b).abs() <= 1e-4 * b.abs(),
+            "ZeRO-3 {got:?} vs replicated {want:?}"
+        );
+    }
+}

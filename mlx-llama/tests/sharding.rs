@@ -207,3 +207,62 @@ fn zero3_in_bf16_trains_as_replicated_bf16() {
         );
     }
 }
+
+/// `--shard parameters` under `mlx-launch` over every transport of one
+/// host: the TCP ring (large payloads through shared memory, and without
+/// it), the ring over TLS and QUIC; each trains as replicated training over
+/// the plain ring.
+#[test]
+fn zero3_trains_alike_over_every_transport() {
+    let dir = tempfile::tempdir().unwrap();
+    let launch = |name: &str, shard: &str, backend: &str, env: &[(&str, &str)]| {
+        let out = dir.path().join(name);
+        let mut c = std::process::Command::new(common::launcher());
+        c.args(["-n", "2", "--backend", backend, "--"])
+            .arg(env!("CARGO_BIN_EXE_mlx-llama"))
+            .arg("train")
+            .args(common::TINY_MODEL_ARGS)
+            .args([
+                "--global-batch",
+                "4",
+                "--block-size",
+                "32",
+                "--data",
+                "offline",
+            ])
+            .args(["--eval-every", "0", "--steps", "4", "--lr", "3e-3"])
+            .args(["--report-to", "jsonl", "--shard", shard])
+            .arg("--out")
+            .arg(&out)
+            .arg("--data-cache")
+            .arg(common::data_cache())
+            .env_remove("MLX_PROGRESS")
+            .stdin(std::process::Stdio::null());
+        for (k, v) in env {
+            c.env(k, v);
+        }
+        let o = c.output().unwrap();
+        assert!(
+            o.status.success(),
+            "{name}: {}{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        );
+        let losses: Vec<f32> = common::metric_column(&out.join("metrics.jsonl"), "loss")
+            .into_iter()
+            .map(|l| l as f32)
+            .collect();
+        assert_eq!(losses.len(), 4, "{name}: a loss a step");
+        losses
+    };
+    let want = launch("replicated", "none", "ring", &[("MLX_DIST_SHM", "0")]);
+    for (name, backend, env) in [
+        ("ring", "ring", &[][..]),
+        ("ring-tcp", "ring", &[("MLX_DIST_SHM", "0")][..]),
+        ("tls", "tls", &[][..]),
+        ("quic", "quic", &[][..]),
+    ] {
+        let got = launch(name, "parameters", backend, env);
+        assert_losses_close(&format!("--shard parameters over {name}"), &got, &want);
+    }
+}
