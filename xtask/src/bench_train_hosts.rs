@@ -45,7 +45,8 @@ pub struct HostsArgs {
     /// With --hosts: where AdamW's state lives: `sharded` over the ranks
     /// (each rank updates its share of the weights, then all_gathers them
     /// in f32), `whole` on every rank (`--no-shard-optimizer`: one all_sum
-    /// of the gradients, in --comm's dtype), or both.
+    /// of the gradients, in --comm's dtype), `parameters` (ZeRO-3: the
+    /// weights sharded too; f32 only), or several.
     #[arg(long, value_delimiter = ',', default_value = "sharded,whole")]
     pub optimizer_state: Vec<OptimizerState>,
     /// With --hosts: run the whole matrix this many times, interleaved
@@ -74,6 +75,10 @@ pub enum OptimizerState {
     Sharded,
     /// Whole on every rank.
     Whole,
+    /// The parameters sharded too (ZeRO-3, `--shard parameters`): the
+    /// weights gathered and the gradients reduce-scattered unit by unit,
+    /// in their own dtype (so with `--comm f32` only).
+    Parameters,
 }
 
 impl OptimizerState {
@@ -81,6 +86,7 @@ impl OptimizerState {
         match self {
             OptimizerState::Sharded => "sharded",
             OptimizerState::Whole => "whole",
+            OptimizerState::Parameters => "parameters",
         }
     }
 }
@@ -134,6 +140,8 @@ struct Measured {
     wait_s: Vec<f64>,
     /// Rank 0's median seconds of its communication thread per step.
     comm_s: f64,
+    /// Rank 0's median megabytes sent per step (the summary's `sent_bytes`).
+    sent_mb: f64,
     final_loss: Option<f64>,
     wall_s: f64,
 }
@@ -170,7 +178,7 @@ pub fn run(a: &TrainArgs, h: &HostsArgs, n: usize, bins: &Path, out: &Path) -> R
     for &world in &worlds {
         for &state in &h.optimizer_state {
             if !h.no_loopback {
-                for comm in &h.comm {
+                for comm in comms(&h.comm, state) {
                     matrix.push(Config {
                         world,
                         place: Place::Loopback,
@@ -181,7 +189,7 @@ pub fn run(a: &TrainArgs, h: &HostsArgs, n: usize, bins: &Path, out: &Path) -> R
                 }
             }
             for &o in &h.overlap {
-                for comm in &h.comm {
+                for comm in comms(&h.comm, state) {
                     matrix.push(Config {
                         world,
                         place: Place::Hosts,
@@ -324,8 +332,12 @@ fn run_one(
         args.push("--communication-dtype".into());
         args.push(c.comm.clone());
     }
-    if c.state == OptimizerState::Whole {
-        args.push("--no-shard-optimizer".into());
+    match c.state {
+        OptimizerState::Whole => args.push("--no-shard-optimizer".into()),
+        OptimizerState::Parameters => {
+            args.extend(["--shard".into(), "parameters".into()]);
+        }
+        OptimizerState::Sharded => {}
     }
     args.extend(a.trainer.iter().cloned());
     let (mut cmd, shown) = command(c, hosts, bins, &a.runner.backend, &args)?;
@@ -368,12 +380,21 @@ fn run_one(
             .map(|x| x / 1e3)
             .collect(),
         comm_s: median_after_first(&nums("comm_ms")) / 1e3,
+        sent_mb: median_after_first(&nums("sent_bytes")) / 1e6,
         final_loss: v["losses"]
             .as_array()
             .and_then(|l| l.last())
             .and_then(|l| l.as_f64()),
         wall_s,
     })
+}
+
+/// The gradient dtypes of `comm` a run with `state` takes: ZeRO-3's
+/// gradients travel in their own (f32) only.
+fn comms(comm: &[String], state: OptimizerState) -> Vec<&String> {
+    comm.iter()
+        .filter(|c| state != OptimizerState::Parameters || c.as_str() == "f32")
+        .collect()
 }
 
 /// Waits for `child` up to `deadline`, then kills it (its ranks die with
@@ -475,7 +496,7 @@ fn markdown(a: &TrainArgs, h: &HostsArgs, n: usize, worlds: &[usize], runs: &[Me
     );
     let _ = writeln!(
         s,
-        "| world | links | optimizer state | overlap | gradients travel in | s/step | waited on the network, s (ranks) | comm s (rank 0) | final loss |{}",
+        "| world | links | optimizer state | overlap | gradients travel in | s/step | waited on the network, s (ranks) | comm s (rank 0) | MB sent per step (rank 0) | final loss |{}",
         if h.repeats > 1 {
             " s/step of each run |"
         } else {
@@ -484,7 +505,7 @@ fn markdown(a: &TrainArgs, h: &HostsArgs, n: usize, worlds: &[usize], runs: &[Me
     );
     let _ = writeln!(
         s,
-        "|---:|---|---|---|---|---:|---:|---:|---:|{}",
+        "|---:|---|---|---|---|---:|---:|---:|---:|---:|{}",
         if h.repeats > 1 { "---|" } else { "" }
     );
     let mut seen: Vec<String> = vec![];
@@ -514,7 +535,7 @@ fn markdown(a: &TrainArgs, h: &HostsArgs, n: usize, worlds: &[usize], runs: &[Me
         let c = &m.config;
         let _ = writeln!(
             s,
-            "| {} | {} | {} | {} | {} | {:.3} | {} | {:.3} | {} |{}",
+            "| {} | {} | {} | {} | {} | {:.3} | {} | {:.3} | {:.1} | {} |{}",
             c.world,
             match c.place {
                 Place::Hosts => h.rate.as_str(),
@@ -526,6 +547,7 @@ fn markdown(a: &TrainArgs, h: &HostsArgs, n: usize, worlds: &[usize], runs: &[Me
             step,
             span(&[median(&mut lo), median(&mut hi)]),
             median(&mut comm),
+            m.sent_mb,
             m.final_loss.map_or("-".into(), |l| format!("{l:.4}")),
             if h.repeats > 1 {
                 format!(" {each} |")
