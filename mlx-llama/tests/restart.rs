@@ -58,13 +58,20 @@ struct Launch {
 }
 
 impl Launch {
-    fn start(world: usize, out: &Path, cache: &Path, kill: Option<(usize, u64)>) -> Launch {
+    fn start(
+        world: usize,
+        out: &Path,
+        cache: &Path,
+        kill: Option<(usize, u64)>,
+        extra: &[&str],
+    ) -> Launch {
         let mut cmd = Command::new(launcher());
         cmd.args(["-n", &world.to_string(), "--max-restarts", "1", "--"])
             .arg(env!("CARGO_BIN_EXE_mlx-llama"))
             .arg("train")
             .args(common::TINY_MODEL_ARGS)
             .args(TRAIN)
+            .args(extra)
             .arg("--out")
             .arg(out)
             .arg("--data-cache")
@@ -141,9 +148,17 @@ impl Drop for Launch {
 }
 
 /// Runs a 20-step job at `world` (killing `kill`'s rank after its step on
-/// the first attempt) into `out`; returns the launcher's output.
-fn train(world: usize, out: &Path, cache: &Path, kill: Option<(usize, u64)>) -> String {
-    let (code, lines) = Launch::start(world, out, cache, kill).finish(Duration::from_secs(90));
+/// the first attempt), with `extra` trainer options, into `out`; returns
+/// the launcher's output.
+fn train(
+    world: usize,
+    out: &Path,
+    cache: &Path,
+    kill: Option<(usize, u64)>,
+    extra: &[&str],
+) -> String {
+    let (code, lines) =
+        Launch::start(world, out, cache, kill, extra).finish(Duration::from_secs(90));
     let text: String = lines.iter().map(|(_, l)| format!("{l}\n")).collect();
     assert_eq!(code, Some(0), "world {world}, kill {kill:?}:\n{text}");
     text
@@ -212,15 +227,15 @@ fn victim(world: usize) -> (usize, u64) {
     (rank, step)
 }
 
-fn killed_run_equals_an_uninterrupted_one(world: usize) {
+fn killed_run_equals_an_uninterrupted_one(world: usize, extra: &[&str]) {
     let (rank, step) = victim(world);
     let dir = tempfile::tempdir().unwrap();
     let cache = dir.path().join("cache");
     let whole = dir.path().join("whole");
     let killed = dir.path().join("killed");
-    let text = train(world, &whole, &cache, None);
+    let text = train(world, &whole, &cache, None, extra);
     assert!(!text.contains("restarting"), "{text}");
-    let text = train(world, &killed, &cache, Some((rank, step)));
+    let text = train(world, &killed, &cache, Some((rank, step)), extra);
     let dying = format!("rank {rank} kills itself (SIGKILL) after step {step}");
     assert!(text.contains(&dying), "no {dying:?}:\n{text}");
     assert!(
@@ -282,12 +297,17 @@ fn killed_run_equals_an_uninterrupted_one(world: usize) {
 
 #[test]
 fn a_rank_killed_at_world_2_is_restarted_and_the_run_is_unchanged() {
-    killed_run_equals_an_uninterrupted_one(2);
+    killed_run_equals_an_uninterrupted_one(2, &[]);
+}
+
+#[test]
+fn a_rank_killed_under_fully_sharded_parameters_is_restarted_and_the_run_is_unchanged() {
+    killed_run_equals_an_uninterrupted_one(2, &["--shard", "parameters"]);
 }
 
 #[test]
 fn a_rank_killed_at_world_3_is_restarted_and_the_run_is_unchanged() {
-    killed_run_equals_an_uninterrupted_one(3);
+    killed_run_equals_an_uninterrupted_one(3, &[]);
 }
 
 /// The time from a rank's death to training again at world 2: from the
@@ -299,10 +319,10 @@ fn restart_time_at_world_2() {
     let dir = tempfile::tempdir().unwrap();
     let cache = dir.path().join("cache");
     // Warm the data cache, so that the measured run prepares nothing.
-    train(2, &dir.path().join("warm"), &cache, None);
+    train(2, &dir.path().join("warm"), &cache, None, &[]);
     let out = dir.path().join("run");
     let (code, lines) =
-        Launch::start(2, &out, &cache, Some((1, 12))).finish(Duration::from_secs(90));
+        Launch::start(2, &out, &cache, Some((1, 12)), &[]).finish(Duration::from_secs(90));
     let text: String = lines.iter().map(|(_, l)| format!("{l}\n")).collect();
     assert_eq!(code, Some(0), "{text}");
     let killed: u128 = lines
