@@ -189,7 +189,7 @@ impl Plan {
     fn units(&self) -> Vec<u64> {
         let mut units: Vec<(String, u64)> = Vec::new();
         for t in &self.tensors {
-            let unit = unit_of(&t.name);
+            let unit = crate::sync::unit_of(&t.name);
             match units.iter_mut().find(|(u, _)| u == unit) {
                 Some((_, n)) => *n += t.elements,
                 None => units.push((unit.to_string(), t.elements)),
@@ -212,18 +212,6 @@ fn is_tensor_parallel_cut(name: &str) -> bool {
         ".linear3.weight",
     ];
     name.starts_with("layers.") && CUT.iter().any(|s| name.ends_with(s))
-}
-
-/// The unit a parameter is gathered with under ZeRO-3: its block
-/// (`layers.3`), or the parameter itself outside the blocks.
-fn unit_of(name: &str) -> &str {
-    match name.strip_prefix("layers.") {
-        Some(rest) => {
-            let block = rest.split('.').next().unwrap_or(rest);
-            &name[..("layers.".len() + block.len())]
-        }
-        None => name,
-    }
 }
 
 /// One of the estimate's parts.
@@ -777,10 +765,10 @@ mod tests {
     #[test]
     fn units_are_blocks_and_the_rest_alone() {
         assert_eq!(
-            unit_of("layers.12.attention.query_proj.weight"),
+            crate::sync::unit_of("layers.12.attention.query_proj.weight"),
             "layers.12"
         );
-        assert_eq!(unit_of("norm.weight"), "norm.weight");
+        assert_eq!(crate::sync::unit_of("norm.weight"), "norm.weight");
         assert!(is_tensor_parallel_cut("layers.0.linear3.weight"));
         assert!(!is_tensor_parallel_cut("layers.0.norm1.weight"));
         assert!(!is_tensor_parallel_cut("out_proj.weight"));

@@ -111,8 +111,9 @@ fn gather_fn(shape: Vec<usize>, group: Group) -> Recompute {
 }
 
 /// The unit a parameter is gathered with: its block (`layers.3`), or the
-/// parameter itself outside the blocks.
-fn unit_of(name: &str) -> &str {
+/// parameter itself outside the blocks (also what `--memory-budget`
+/// counts as gathered together).
+pub(crate) fn unit_of(name: &str) -> &str {
     match name.strip_prefix("layers.") {
         Some(rest) => {
             let block = rest.split('.').next().unwrap_or(rest);

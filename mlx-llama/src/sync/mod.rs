@@ -35,7 +35,7 @@ use mlx_nn::ModuleExt;
 
 use crate::{Llama, ShardMode, TrainConfig};
 
-pub(crate) use fully_sharded::FullySharded;
+pub(crate) use fully_sharded::{FullySharded, unit_of};
 pub(crate) use replicated::Replicated;
 pub(crate) use sharded::Sharded;
 pub(crate) use tensor::TensorParallel;
