@@ -298,6 +298,12 @@ fn vjp_reached(
     // reaches all of them before the node itself).
     let mut output_cots: HashMap<u64, Vec<Option<Array>>> = HashMap::new();
     let mut known = Recomputed::new();
+    // Readers' inputs are looked at for recomputation only in a graph that
+    // holds a rematerialized value: a plain training step's walk is as
+    // before.
+    let rematerialized = order
+        .iter()
+        .any(|(_, p, _)| p.name() == rematerialize::NAME);
     for (a, primitive, inputs) in order.iter().rev() {
         if tracer_ids.contains(&a.id()) || !active.contains(&a.id()) {
             continue;
@@ -323,8 +329,14 @@ fn vjp_reached(
                 };
                 let outputs: Vec<Array> = (0..specs.len()).map(|i| a.output(i)).collect();
                 let reached: Vec<Array> = cts.iter().flatten().cloned().collect();
-                let read = for_backward(inputs, &reached, &mut known)?;
-                primitive.vjp_outputs(&read, &outputs, &cts)?
+                let recomputed;
+                let read: &[Array] = if rematerialized {
+                    recomputed = for_backward(inputs, &reached, &mut known)?;
+                    &recomputed
+                } else {
+                    inputs
+                };
+                primitive.vjp_outputs(read, &outputs, &cts)?
             }
             NodeKind::Single => {
                 let Some(ct) = cots.remove(&a.id()) else {
@@ -341,8 +353,14 @@ fn vjp_reached(
                         first.then(|| cots.remove(&input.id())).flatten()
                     })
                     .collect();
-                let read = for_backward(inputs, std::slice::from_ref(&ct), &mut known)?;
-                let grads = primitive.vjp_accumulating(&read, a, &ct, &mut gathered)?;
+                let recomputed;
+                let read: &[Array] = if rematerialized {
+                    recomputed = for_backward(inputs, std::slice::from_ref(&ct), &mut known)?;
+                    &recomputed
+                } else {
+                    inputs
+                };
+                let grads = primitive.vjp_accumulating(read, a, &ct, &mut gathered)?;
                 for (input, left) in inputs.iter().zip(gathered) {
                     if let Some(left) = left {
                         cots.insert(input.id(), left);

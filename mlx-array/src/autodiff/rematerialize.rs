@@ -71,6 +71,9 @@ pub(crate) fn for_spec(f: Recompute) -> Rematerialized {
     }
 }
 
+/// [`Rematerialized`]'s primitive name.
+pub(crate) const NAME: &str = "rematerialize";
+
 fn first(outputs: Vec<Array>) -> Result<Array> {
     match <[Array; 1]>::try_from(outputs) {
         Ok([x]) => Ok(x),
@@ -97,7 +100,7 @@ impl std::fmt::Debug for Rematerialized {
 
 impl Primitive for Rematerialized {
     fn name(&self) -> &'static str {
-        "rematerialize"
+        NAME
     }
     fn eval_cpu(&self, inputs: &[Array], _out: &Array) -> Result<ArrayData> {
         inputs[0].data()

@@ -107,8 +107,9 @@ fn value_and_grad_bound<A>(
 
 /// Mean validation loss over every rank's shard (`batches` batches each),
 /// the model computing in `compute` when given.
-/// The model is built for each batch (`model`: its parameters gathered
-/// whole again when they are sharded, so that no batch keeps them).
+/// A model whose parameters `model` gives lazily (gathered from shards) is
+/// built again for each batch, so that no batch keeps them whole; one
+/// whose parameters are at hand is built (and cast) once.
 pub(super) fn evaluate(
     model: &dyn Fn() -> Result<Llama>,
     val: &mut DataLoader,
@@ -116,8 +117,7 @@ pub(super) fn evaluate(
     group: &Group,
     compute: Option<Dtype>,
 ) -> Result<f32> {
-    let in_compute = || -> Result<Llama> {
-        let mut m = model()?;
+    let in_compute = |mut m: Llama| -> Result<Llama> {
         if let Some(d) = compute {
             m.update(&m.parameters().map(|_, p| {
                 if p.dtype().is_float() {
@@ -129,10 +129,16 @@ pub(super) fn evaluate(
         }
         Ok(m)
     };
+    let first = model()?;
+    let held = first.parameters().leaves().iter().all(Array::is_evaluated);
+    let once = if held { Some(in_compute(first)?) } else { None };
     let mut sum = Array::zeros(&[], Dtype::F32);
     let mut count = Array::zeros(&[], Dtype::F32);
     for _ in 0..batches {
-        let model = in_compute()?;
+        let model = match &once {
+            Some(m) => m.clone(),
+            None => in_compute(model()?)?,
+        };
         let m = micro(&val.next_batch()?)?;
         let loss = model.loss_in(&m.x, &m.y, &m.mask, m.segments.as_ref())?;
         sum = sum.add(&loss.astype(Dtype::F32)?)?;
