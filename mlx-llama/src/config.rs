@@ -126,13 +126,26 @@ fn byte_size(s: &str) -> Result<usize, String> {
         .ok_or_else(|| format!("`{s}` is too large"))
 }
 
-/// Learning-rate schedule after warmup.
+/// Learning-rate schedule after warmup, as Hugging Face's and torchtitan's
+/// (see `trainer::lr_schedule`): with `t` the updates applied before a step,
+/// `W` the warmup and `T` the steps, the rate after warmup goes from the
+/// base rate at `t = W` towards `--min-lr` at `t = T`.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize, clap::ValueEnum)]
 pub enum ScheduleKind {
     /// The base rate throughout.
     Constant,
-    /// Cosine decay to 10% of the base rate at the last step.
+    /// Cosine decay to --min-lr (default 10% of the base rate) at --steps
+    /// (Hugging Face's cosine_with_min_lr).
     Cosine,
+    /// Linear decay to --min-lr (default 0) at --steps (Hugging Face's linear).
+    Linear,
+    /// Warmup-stable-decay: the base rate, then over the last
+    /// --decay-fraction of the steps a linear decay to --min-lr (default 0)
+    /// at --steps (torchtitan's wsd with decay_type linear).
+    Wsd,
+    /// Warmup-stable-decay whose decay is 1 - sqrt(progress) (torchtitan's
+    /// sqrt, Hugging Face's 1-sqrt; Hägele et al. 2024).
+    WsdSqrt,
 }
 
 /// Padding or packing of stories into rows.
@@ -237,6 +250,18 @@ pub struct TrainConfig {
     /// Linear warmup steps from 0.
     #[arg(long, default_value_t = 0)]
     pub warmup: u64,
+    /// The rate --schedule decays to at --steps (default: 10% of --lr for
+    /// cosine, 0 for linear, wsd and wsd-sqrt, as Hugging Face's and
+    /// torchtitan's); refused with constant.
+    #[serde(default)]
+    #[arg(long, value_name = "LR")]
+    pub min_lr: Option<f64>,
+    /// With --schedule wsd or wsd-sqrt, the share of --steps at the end
+    /// over which the rate decays (default 0.2, rounded to whole steps);
+    /// the steps between warmup and the decay keep the base rate.
+    #[serde(default)]
+    #[arg(long, value_name = "F")]
+    pub decay_fraction: Option<f64>,
     /// AdamW's decoupled weight decay.
     #[arg(long, default_value_t = 0.01)]
     pub weight_decay: f64,
@@ -678,6 +703,10 @@ mod tests {
         "--seed",
         "7",
         "--data",
+        "--min-lr",
+        "0.0001",
+        "--decay-fraction",
+        "0.3",
         "text:a.txt,b.txt",
         "--tokenizer",
         "train:300",

@@ -36,7 +36,7 @@ use precision::Precision;
 use record::{Recorder, Stepped};
 
 pub use record::{StepTransfers, Summary};
-pub use setup::{data_config_for, tokenizer_for};
+pub use setup::{data_config_for, lr_schedule, tokenizer_for};
 
 /// Trains on `group` as configured. Every rank calls this with the same
 /// configuration; rank 0 reports and writes checkpoints.

@@ -159,19 +159,84 @@ pub fn tokenizer_for(cfg: &TrainConfig) -> Result<TextTokenizer> {
     })
 }
 
-fn lr_schedule(cfg: &TrainConfig) -> Result<Schedule> {
-    let lr = cfg.learning_rate;
+/// The learning rate of every step as `cfg` configures it: `--warmup`
+/// steps from 0 to `--lr`, then `--schedule` towards `--min-lr`, as Hugging
+/// Face's schedulers define them (`transformers.optimization`), with the
+/// same step count: `t`, the updates applied before the step (0 for the
+/// first), `W` the warmup steps and `T` the run's steps.
+///
+/// - warmup (`t < W`): `lr * t / W`;
+/// - constant: `lr`;
+/// - cosine: `min + (lr - min) * (1 + cos(pi * (t - W) / (T - W))) / 2`,
+///   `min` 10% of `lr` unless given (`get_cosine_with_min_lr_schedule_with_warmup`);
+/// - linear: `min + (lr - min) * (T - t) / (T - W)`, `min` 0 unless given
+///   (`get_linear_schedule_with_warmup`, which decays to 0);
+/// - wsd, wsd-sqrt: `D = round(T * decay_fraction)` (at least 1) decay
+///   steps at the end: `lr` until `t = T - D`, then with `p = (t - T + D) /
+///   D`, `min + (lr - min) * (1 - p)` or `(1 - sqrt(p))`, `min` 0 unless
+///   given (`get_wsd_schedule` with `decay_type` linear or 1-sqrt; the
+///   shapes of torchtitan's `lr_scheduler.decay_type`).
+///
+/// Refuses `--min-lr` with the constant schedule, `--decay-fraction`
+/// with any but wsd, a floor above `--lr`, and a decay that would start
+/// before the warmup ends.
+pub fn lr_schedule(cfg: &TrainConfig) -> Result<Schedule> {
+    let (lr, steps, warmup) = (cfg.learning_rate, cfg.steps, cfg.warmup);
+    let wsd = matches!(cfg.schedule, ScheduleKind::Wsd | ScheduleKind::WsdSqrt);
+    if cfg.schedule == ScheduleKind::Constant && cfg.min_lr.is_some() {
+        bail!(
+            "--min-lr is the floor a schedule decays to: --schedule constant does not decay (use cosine, linear, wsd or wsd-sqrt)"
+        );
+    }
+    if !wsd && cfg.decay_fraction.is_some() {
+        bail!(
+            "--decay-fraction is the share of the steps a wsd schedule decays over: use it with --schedule wsd or wsd-sqrt"
+        );
+    }
+    let min = cfg.min_lr.unwrap_or(match cfg.schedule {
+        ScheduleKind::Cosine => lr * 0.1,
+        _ => 0.0,
+    });
+    if !(0.0..=lr).contains(&min) {
+        bail!("--min-lr {min} must be between 0 and --lr {lr}");
+    }
+    // The steps after warmup (at least one).
+    let after = steps.saturating_sub(warmup).max(1);
     let main = match cfg.schedule {
         ScheduleKind::Constant => schedule::constant(lr),
-        ScheduleKind::Cosine => {
-            schedule::cosine_decay(lr, cfg.steps.saturating_sub(cfg.warmup).max(1), lr * 0.1)?
+        ScheduleKind::Cosine => schedule::cosine_decay(lr, after, min)?,
+        ScheduleKind::Linear => schedule::linear_schedule(lr, min, after)?,
+        ScheduleKind::Wsd | ScheduleKind::WsdSqrt => {
+            let fraction = cfg.decay_fraction.unwrap_or(0.2);
+            if !(fraction > 0.0 && fraction <= 1.0) {
+                bail!("--decay-fraction {fraction} must be above 0 and at most 1");
+            }
+            let decay = ((steps as f64 * fraction).round() as u64).max(1);
+            let stable = steps.checked_sub(warmup + decay).with_context(|| {
+                format!(
+                    "--schedule wsd: the decay ({decay} steps, --decay-fraction {fraction} of {steps}) would start before the {warmup} warmup steps end"
+                )
+            })?;
+            let sqrt = cfg.schedule == ScheduleKind::WsdSqrt;
+            let tail = Schedule::new(
+                format!(
+                    "{}({lr}, {min}, {decay})",
+                    if sqrt { "sqrt_decay" } else { "linear_decay" }
+                ),
+                move |s| {
+                    let p = s.min(decay) as f64 / decay as f64;
+                    let left = if sqrt { 1.0 - p.sqrt() } else { 1.0 - p };
+                    min + (lr - min) * left
+                },
+            );
+            schedule::join_schedules(vec![schedule::constant(lr), tail], &[stable])?
         }
     };
-    if cfg.warmup == 0 {
+    if warmup == 0 {
         return Ok(main);
     }
-    let warm = schedule::linear_schedule(0.0, lr, cfg.warmup)?;
-    Ok(schedule::join_schedules(vec![warm, main], &[cfg.warmup])?)
+    let warm = schedule::linear_schedule(0.0, lr, warmup)?;
+    Ok(schedule::join_schedules(vec![warm, main], &[warmup])?)
 }
 
 /// AdamW as configured, with mlx-optim's fused float32 kernel (one pass
