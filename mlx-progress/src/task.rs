@@ -300,6 +300,21 @@ impl Task {
         self.update_at(Instant::now(), |s| s.msg = msg);
     }
 
+    /// Sets the position and the message as one change, so that no line,
+    /// event or bar shows the new position beside the old message (a step
+    /// count beside the previous step's loss): each setter alone shows its
+    /// change when due, and the other's may then wait for the next one.
+    pub fn set_position_and_message(&self, n: u64, msg: impl Into<String>) {
+        self.set_position_and_message_at(Instant::now(), n, msg.into());
+    }
+
+    pub(crate) fn set_position_and_message_at(&self, now: Instant, n: u64, msg: String) {
+        self.update_at(now, |s| {
+            s.pos = n;
+            s.msg = msg;
+        });
+    }
+
     /// Prints a line on stderr (above the bars when drawing them); a line,
     /// not progress, so it shows in every mode.
     pub fn println(&self, msg: impl AsRef<str>) {
@@ -651,6 +666,35 @@ mod tests {
                 .iter()
                 .all(|e| e.name == "training" && e.total == Some(1000))
         );
+    }
+
+    #[test]
+    fn a_position_set_with_its_message_is_never_shown_beside_another_message() {
+        let t0 = Instant::now();
+        let out = Lines::default();
+        let t = Task::builder("training", Unit::Steps)
+            .total(Some(1000))
+            .mode(Mode::Events)
+            .writer(out.clone())
+            .start_at(t0);
+        // A step every 110 ms; events come at most every 200 ms.
+        for i in 1..=40u64 {
+            t.set_position_and_message_at(
+                t0 + Duration::from_millis(110 * i),
+                i,
+                format!("loss of step {i}"),
+            );
+        }
+        let events: Vec<Event> = out
+            .take()
+            .iter()
+            .map(|l| Event::decode(l).expect("only event lines").unwrap())
+            .collect();
+        let updates: Vec<&Event> = events.iter().filter(|e| e.kind == Kind::Update).collect();
+        assert!(updates.len() >= 15, "{events:?}");
+        for e in updates {
+            assert_eq!(e.msg, format!("loss of step {}", e.pos), "{e:?}");
+        }
     }
 
     #[test]
