@@ -361,7 +361,14 @@ pub struct TrainConfig {
     /// Run folder for metrics and checkpoints.
     #[arg(long = "out", value_name = "OUT", default_value = "runs/latest")]
     pub out_dir: PathBuf,
-    /// Log every N steps.
+    /// Print a line every N steps, and after the last, whose loss,
+    /// ms_per_step, tokens_per_s and comm times are the means over the
+    /// steps since the line before (lr and memory: the step's own; Hugging
+    /// Face's and mlx-lm's loss); a validation adds eval_loss and eval_ms,
+    /// its own time, which ms_per_step and tokens_per_s leave out. The
+    /// progress bar shows that mean loss so far and the median step time
+    /// (the run's last line's). metrics.jsonl, metrics.csv and TensorBoard
+    /// keep every step's own figures.
     #[arg(long, default_value_t = 1)]
     pub log_every: u64,
     /// Bytes per gradient communication bucket (MLX's all_reduce_size; 0:

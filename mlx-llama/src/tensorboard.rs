@@ -9,11 +9,20 @@
 //! `Summary` of `simple_value`s (tensorflow/core/util/event.proto,
 //! tensorflow/core/framework/summary.proto), encoded below with the
 //! protobuf wire format's varints and fixed-width fields.
+//!
+//! A run's options go to TensorBoard's HParams dashboard as its plugin
+//! reads them (tensorboard/plugins/hparams/summary_v2.py's `hparams_pb`):
+//! a summary value tagged `_hparams_/session_start_info` whose metadata
+//! names the plugin `hparams` and holds, as its content, an
+//! `HParamsPluginData` (plugin_data.proto, version 0) with a
+//! `SessionStartInfo`: each option a `google.protobuf.Value` (a number, a
+//! string or a bool), the group (a hash of them) and the start time.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
+use sha2::Digest;
 
 /// An event file being written.
 pub struct EventWriter {
@@ -70,6 +79,59 @@ impl EventWriter {
             .with_context(|| format!("writing {}", self.path.display()))
     }
 
+    /// Writes the run's hyperparameters (`name`, value), as TensorBoard's
+    /// `hparams_pb` does, in a session started at `start_time` (seconds
+    /// since the Unix epoch); their group (the HParams dashboard's "trial")
+    /// is the SHA-256 of the sorted names and values, so runs with the same
+    /// options fall into one group.
+    pub fn hparams(&mut self, start_time: f64, hparams: &[(String, HParam)]) -> Result<()> {
+        let mut sorted: Vec<&(String, HParam)> = hparams.iter().collect();
+        sorted.sort_by(|a, b| a.0.cmp(&b.0));
+        let mut info = Vec::new();
+        let mut digest = sha2::Sha256::new();
+        for (name, value) in &sorted {
+            // A map entry: key = 1, value = 2 (google.protobuf.Value).
+            let mut v = Vec::new();
+            match value {
+                HParam::Number(x) => put_double(&mut v, 2, *x),
+                HParam::Text(t) => put_bytes(&mut v, 3, t.as_bytes()),
+                HParam::Bool(b) => put_varint_field(&mut v, 4, *b as u64),
+            }
+            let mut entry = Vec::new();
+            put_bytes(&mut entry, 1, name.as_bytes());
+            put_bytes(&mut entry, 2, &v);
+            put_bytes(&mut info, 1, &entry);
+            digest.update(format!("{name}={value:?}\n").as_bytes());
+        }
+        let group = format!("{:x}", digest.finalize());
+        put_bytes(&mut info, 4, group.as_bytes());
+        put_double(&mut info, 5, start_time);
+        // HParamsPluginData: version = 1 (0, left out), session_start_info = 3.
+        let mut content = Vec::new();
+        put_bytes(&mut content, 3, &info);
+        // SummaryMetadata.plugin_data = 1: PluginData { plugin_name = 1, content = 2 }.
+        let mut plugin = Vec::new();
+        put_bytes(&mut plugin, 1, b"hparams");
+        put_bytes(&mut plugin, 2, &content);
+        let mut metadata = Vec::new();
+        put_bytes(&mut metadata, 1, &plugin);
+        // Summary.Value: tag = 1, tensor = 8 (hparams' NULL_TENSOR: an empty
+        // float tensor of shape [0]), metadata = 9.
+        let mut value = Vec::new();
+        put_bytes(&mut value, 1, b"_hparams_/session_start_info");
+        put_bytes(&mut value, 8, &[0x08, 0x01, 0x12, 0x02, 0x12, 0x00]);
+        put_bytes(&mut value, 9, &metadata);
+        let mut summary = Vec::new();
+        put_bytes(&mut summary, 1, &value);
+        let mut event = Vec::new();
+        put_double(&mut event, 1, start_time);
+        put_bytes(&mut event, 5, &summary);
+        self.record(&event)?;
+        self.file
+            .flush()
+            .with_context(|| format!("writing {}", self.path.display()))
+    }
+
     /// One TFRecord: the length, its masked CRC, the data, its masked CRC;
     /// in one write, so a killed run leaves whole records.
     fn record(&mut self, data: &[u8]) -> Result<()> {
@@ -77,6 +139,17 @@ impl EventWriter {
             .write_all(&frame(data))
             .with_context(|| format!("writing {}", self.path.display()))
     }
+}
+
+/// A hyperparameter's value, as the HParams dashboard shows it.
+#[derive(Clone, Debug, PartialEq)]
+pub enum HParam {
+    /// A number (integers too).
+    Number(f64),
+    /// Text.
+    Text(String),
+    /// A switch.
+    Bool(bool),
 }
 
 /// The TFRecord framing of `data`.

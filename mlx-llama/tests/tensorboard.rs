@@ -1,13 +1,15 @@
 //! TensorBoard event files read back by TensorBoard's own reader
 //! (`EventAccumulator`, from `pip install tensorboard`): the same scalars as
-//! metrics.jsonl. Skips, saying why, where Python or the package is
-//! missing, except under CI (the `CI` variable set), where it fails.
+//! metrics.jsonl, and the run's options as the HParams dashboard's plugin
+//! reads them. Skips, saying why, where Python or the package is missing,
+//! except under CI (the `CI` variable set), where it fails.
 
 mod common;
 
 use std::process::Command;
 
 use mlx_llama::metrics::ReportTo;
+use mlx_llama::tensorboard::HParam;
 use mlx_llama::train;
 
 const READ_BACK: &str = r#"
@@ -17,6 +19,42 @@ acc = EventAccumulator(sys.argv[1], size_guidance={"scalars": 0})
 acc.Reload()
 out = {tag: [[e.step, e.value, e.wall_time] for e in acc.Scalars(tag)] for tag in acc.Tags()["scalars"]}
 print(json.dumps(out))
+"#;
+
+/// The hyperparameters as the HParams plugin reads them: through the data
+/// provider TensorBoard serves from (`hparams_metadata`), parsed with the
+/// plugin's own `parse_session_start_info_plugin_data`, and the experiment
+/// the dashboard infers from them (its hyperparameters and metrics).
+const READ_HPARAMS: &str = r#"
+import json, sys
+from tensorboard import context
+from tensorboard.backend.event_processing import data_provider, plugin_event_multiplexer
+from tensorboard.plugins import base_plugin
+from tensorboard.plugins.hparams import backend_context, metadata
+logdir = sys.argv[1]
+mux = plugin_event_multiplexer.EventMultiplexer()
+mux.AddRunsFromDirectory(logdir)
+mux.Reload()
+provider = data_provider.MultiplexerDataProvider(mux, logdir)
+hp = backend_context.Context(base_plugin.TBContext(logdir=logdir, multiplexer=mux, data_provider=provider))
+rc = context.RequestContext()
+content = hp.hparams_metadata(rc, experiment_id="")
+sessions = []
+for run, tags in content.items():
+    for tag, c in tags.items():
+        assert tag == metadata.SESSION_START_INFO_TAG, tag
+        info = metadata.parse_session_start_info_plugin_data(c)
+        sessions.append({
+            "hparams": {k: getattr(v, v.WhichOneof("kind")) for k, v in info.hparams.items()},
+            "group": info.group_name,
+            "start": info.start_time_secs,
+        })
+exp = hp.experiment_from_metadata(rc, "", include_metrics=True, hparams_run_to_tag_to_content=content, data_provider_hparams=None)
+print(json.dumps({
+    "sessions": sessions,
+    "hparams": sorted(h.name for h in exp.hparam_infos),
+    "metrics": sorted(m.name.tag for m in exp.metric_infos),
+}))
 "#;
 
 /// Whether TensorBoard's reader can run here; `None` with the reason when
@@ -124,6 +162,78 @@ fn tensorboard_reads_back_the_scalars_of_metrics_jsonl() {
         .collect();
     assert_eq!(eval, want);
     assert_eq!(want.iter().map(|e| e.0).collect::<Vec<_>>(), vec![2, 4]);
+    // The validation's own time, on the steps that evaluate.
+    let eval_ms: Vec<(u64, f32)> = series("perf/eval_ms")
+        .iter()
+        .map(|e| (e.0, e.1 as f32))
+        .collect();
+    let want: Vec<(u64, f32)> = rows
+        .iter()
+        .filter_map(|r| {
+            r.get("eval_ms")
+                .map(|v| (r["step"].as_u64().unwrap(), v.as_f64().unwrap() as f32))
+        })
+        .collect();
+    assert_eq!(eval_ms, want);
+    assert_eq!(want.len(), 2);
+
+    // The options, as the HParams dashboard reads them.
+    let o = Command::new("python3")
+        .args(["-c", READ_HPARAMS])
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let got: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let sessions = got["sessions"].as_array().unwrap();
+    assert_eq!(sessions.len(), 1, "{got}");
+    let hp = &sessions[0]["hparams"];
+    // The options given, by their run.toml names.
+    assert_eq!(hp["steps"], 4.0);
+    assert_eq!(hp["lr"], 3e-3);
+    assert_eq!(hp["eval_every"], 2.0);
+    assert_eq!(hp["schedule"], "constant");
+    assert_eq!(hp["data"], "offline");
+    assert_eq!(hp["no_overlap_steps"], false);
+    assert_eq!(hp["report_to"], "tensorboard,jsonl,csv");
+    assert!(
+        hp.get("min_lr").is_none(),
+        "unset options are left out: {hp}"
+    );
+    // Every one the run writes, with its value.
+    let ours = mlx_llama::metrics::hparams(&cfg);
+    assert_eq!(hp.as_object().unwrap().len(), ours.len(), "{hp}");
+    for (name, value) in &ours {
+        let read = &hp[name.as_str()];
+        match value {
+            HParam::Number(x) => assert_eq!(read.as_f64(), Some(*x), "{name}"),
+            HParam::Text(t) => assert_eq!(read.as_str(), Some(t.as_str()), "{name}"),
+            HParam::Bool(b) => assert_eq!(read.as_bool(), Some(*b), "{name}"),
+        }
+    }
+    assert_eq!(sessions[0]["group"].as_str().unwrap().len(), 64);
+    let start = sessions[0]["start"].as_f64().unwrap();
+    assert!(start > 1.7e9 && start <= rows[0]["unix_time"].as_f64().unwrap());
+    // The dashboard's columns: the options, and the scalars as metrics.
+    let names: Vec<&str> = got["hparams"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap())
+        .collect();
+    assert!(
+        names.contains(&"lr") && names.contains(&"schedule"),
+        "{got}"
+    );
+    let metrics: Vec<&str> = got["metrics"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap())
+        .collect();
+    for tag in ["train/loss", "eval/loss", "train/learning_rate"] {
+        assert!(metrics.contains(&tag), "{tag} not in {got}");
+    }
 }
 
 #[test]

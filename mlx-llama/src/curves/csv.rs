@@ -1,10 +1,11 @@
-//! `metrics.csv`: one row per step. The values are numbers, so the format
-//! needs no quoting and no CSV library.
+//! `metrics.csv`: one row per step, with every figure of `metrics.jsonl`.
+//! The values are numbers, so the format needs no quoting and no CSV
+//! library.
 
 use super::Point;
 
 /// The header row.
-pub(super) const HEADER: &str = "step,loss,eval_loss,learning_rate,tokens_per_s,ms_per_step,comm_ms,comm_wait_ms,peak_mib,active_mib,grad_norm";
+pub(super) const HEADER: &str = "step,epoch,unix_time,loss,eval_loss,learning_rate,tokens_per_s,ms_per_step,eval_ms,comm_ms,comm_wait_ms,peak_mib,active_mib,grad_norm,loss_scale";
 
 fn opt(v: Option<f64>) -> String {
     v.map_or_else(String::new, |x| x.to_string())
@@ -15,20 +16,25 @@ pub(super) fn to_csv(points: &[Point]) -> String {
     let mut out = String::from(HEADER);
     out.push('\n');
     for p in points {
-        out.push_str(&format!(
-            "{},{},{},{},{},{},{},{},{},{},{}\n",
-            p.step,
-            p.loss,
+        let row = [
+            p.step.to_string(),
+            opt(p.epoch),
+            opt(p.unix_time),
+            p.loss.to_string(),
             opt(p.eval_loss),
-            p.learning_rate,
-            p.tokens_per_s,
-            p.ms_per_step,
-            p.comm_ms,
-            p.comm_wait_ms,
-            p.peak_mib,
-            p.active_mib,
-            opt(p.grad_norm)
-        ));
+            p.learning_rate.to_string(),
+            p.tokens_per_s.to_string(),
+            p.ms_per_step.to_string(),
+            opt(p.eval_ms),
+            p.comm_ms.to_string(),
+            p.comm_wait_ms.to_string(),
+            p.peak_mib.to_string(),
+            p.active_mib.to_string(),
+            opt(p.grad_norm),
+            opt(p.loss_scale),
+        ];
+        out.push_str(&row.join(","));
+        out.push('\n');
     }
     out
 }

@@ -1,6 +1,6 @@
 //! The end of a run in a form people read: `metrics.csv` and `loss.png` (the
-//! training and validation loss over the steps, with tokens per second)
-//! beside `metrics.jsonl`.
+//! training and validation loss over the steps, with tokens per second and
+//! the learning rate below) beside `metrics.jsonl`.
 //!
 //! ```no_run
 //! # fn main() -> anyhow::Result<()> {
@@ -18,13 +18,20 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result};
 use serde::Deserialize;
 
-pub use plot::{EVAL_COLOUR, TRAIN_COLOUR, render_rgb};
+pub use plot::{EVAL_COLOUR, LR_COLOUR, SIZE, TRAIN_COLOUR, render_rgb};
 
 /// One step of `metrics.jsonl`, as far as the curves need it.
 #[derive(Clone, Debug, Default, PartialEq, Deserialize)]
 pub struct Point {
     /// Optimizer step (1-based).
     pub step: u64,
+    /// The passes over the training data at the end of the step (runs
+    /// before it was recorded have none).
+    #[serde(default)]
+    pub epoch: Option<f64>,
+    /// When the step ended, seconds since the Unix epoch.
+    #[serde(default)]
+    pub unix_time: Option<f64>,
     /// Training loss.
     pub loss: f64,
     /// Validation loss (Hugging Face Trainer's `eval_loss`; older runs wrote `val_loss`).
@@ -39,6 +46,9 @@ pub struct Point {
     /// Wall time of the step.
     #[serde(default)]
     pub ms_per_step: f64,
+    /// Time of the validation after the step, on steps that evaluate.
+    #[serde(default)]
+    pub eval_ms: Option<f64>,
     /// Time in collectives.
     #[serde(default)]
     pub comm_ms: f64,
@@ -54,6 +64,9 @@ pub struct Point {
     /// Gradient norm before clipping.
     #[serde(default)]
     pub grad_norm: Option<f64>,
+    /// The loss scale after the step, in float16 runs.
+    #[serde(default)]
+    pub loss_scale: Option<f64>,
 }
 
 /// Reads `metrics.jsonl`; a step written twice (a run resumed from an

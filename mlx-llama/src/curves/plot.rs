@@ -1,5 +1,6 @@
 //! `loss.png`: the training loss and the validation loss over the steps
-//! above, tokens per second below. The font is Hack from the
+//! above, tokens per second below them and the learning rate at the
+//! bottom. The font is Hack from the
 //! `epaint_default_fonts` crate (as xtask's charts use), so the picture does
 //! not depend on the fonts a machine has.
 
@@ -20,9 +21,15 @@ pub const TRAIN_COLOUR: RGBColor = RGBColor(31, 119, 180);
 pub const EVAL_COLOUR: RGBColor = RGBColor(214, 39, 40);
 /// The throughput's colour.
 const SPEED_COLOUR: RGBColor = RGBColor(44, 160, 44);
+/// The learning rate's colour.
+pub const LR_COLOUR: RGBColor = RGBColor(148, 103, 189);
 
 /// Picture size in pixels.
-const SIZE: (u32, u32) = (1000, 700);
+pub const SIZE: (u32, u32) = (1000, 900);
+/// The rows of the loss panel (from the top), then of the throughput's;
+/// the learning rate's take the rest.
+pub(super) const LOSS_ROWS: u32 = 480;
+pub(super) const SPEED_ROWS: u32 = 210;
 
 fn font() -> Result<()> {
     static REGISTERED: OnceLock<bool> = OnceLock::new();
@@ -83,7 +90,8 @@ fn draw<DB: DrawingBackend>(
     let (lo, hi) = losses.fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), l| {
         (lo.min(l), hi.max(l))
     });
-    let (top, bottom) = area.split_vertically(SIZE.1 * 3 / 5);
+    let (top, rest) = area.split_vertically(LOSS_ROWS);
+    let (bottom, lowest) = rest.split_vertically(SPEED_ROWS);
     let mut chart = ChartBuilder::on(&top)
         .caption(format!("{title} loss"), ("sans-serif", 22))
         .margin(12)
@@ -139,7 +147,7 @@ fn draw<DB: DrawingBackend>(
         .margin(12)
         .x_label_area_size(32)
         .y_label_area_size(60)
-        .build_cartesian_2d(steps, 0.0..(speed_hi * 1.1).max(1.0))
+        .build_cartesian_2d(steps.clone(), 0.0..(speed_hi * 1.1).max(1.0))
         .map_err(drawing)?;
     chart
         .configure_mesh()
@@ -153,6 +161,31 @@ fn draw<DB: DrawingBackend>(
         .draw_series(LineSeries::new(
             points.iter().map(|p| (p.step as f64, p.tokens_per_s)),
             SPEED_COLOUR.stroke_width(2),
+        ))
+        .map_err(drawing)?;
+
+    // The learning rate from 0, so that a schedule's shape reads at a glance.
+    let lr_hi = points.iter().map(|p| p.learning_rate).fold(0.0, f64::max);
+    let lr_top = if lr_hi > 0.0 { lr_hi * 1.1 } else { 1.0 };
+    let mut chart = ChartBuilder::on(&lowest)
+        .margin(12)
+        .x_label_area_size(32)
+        .y_label_area_size(60)
+        .build_cartesian_2d(steps, 0.0..lr_top)
+        .map_err(drawing)?;
+    chart
+        .configure_mesh()
+        .x_desc("step")
+        .x_label_formatter(&|x| format!("{x:.0}"))
+        .y_desc("learning rate")
+        .y_labels(4)
+        .y_label_formatter(&|y| format!("{y:.1e}"))
+        .draw()
+        .map_err(drawing)?;
+    chart
+        .draw_series(LineSeries::new(
+            points.iter().map(|p| (p.step as f64, p.learning_rate)),
+            LR_COLOUR.stroke_width(2),
         ))
         .map_err(drawing)?;
     area.present().map_err(drawing)

@@ -13,7 +13,7 @@ const RUN: &[&str] = &[
     "",
     // The run was resumed from step 1's checkpoint: step 2 again, then 3.
     r#"{"step":2,"loss":8.75,"learning_rate":0.0003,"tokens_per_s":2048.0,"ms_per_step":1000.0,"comm_wait_ms":0.5,"comm_ms":1.5,"peak_mib":310.0,"active_mib":210.0,"val_loss":9.5}"#,
-    r#"{"step":3,"loss":8.0,"learning_rate":0.0001,"tokens_per_s":2100.0,"ms_per_step":975.0,"comm_wait_ms":0.5,"comm_ms":1.5,"peak_mib":310.0,"active_mib":210.0,"grad_norm":1.5}"#,
+    r#"{"step":3,"unix_time":1800000000.5,"epoch":0.75,"loss":8.0,"learning_rate":0.0001,"tokens_per_s":2100.0,"ms_per_step":975.0,"eval_ms":250.0,"comm_wait_ms":0.5,"comm_ms":1.5,"peak_mib":310.0,"active_mib":210.0,"grad_norm":1.5,"loss_scale":1024.0}"#,
 ];
 
 #[test]
@@ -40,9 +40,13 @@ fn the_csv_has_a_row_per_step_and_empty_cells_for_missing_values() {
     let text = csv::to_csv(&read(&path).unwrap());
     let rows: Vec<&str> = text.lines().collect();
     assert_eq!(rows[0], csv::HEADER);
-    assert_eq!(rows[1], "1,10.5,,0.0003,1000,2048,2,1,300,200,");
-    assert_eq!(rows[2], "2,8.75,9.5,0.0003,2048,1000,1.5,0.5,310,210,");
-    assert_eq!(rows[3], "3,8,,0.0001,2100,975,1.5,0.5,310,210,1.5");
+    // A record of before epoch and unix_time leaves their cells empty.
+    assert_eq!(rows[1], "1,,,10.5,,0.0003,1000,2048,,2,1,300,200,,");
+    assert_eq!(rows[2], "2,,,8.75,9.5,0.0003,2048,1000,,1.5,0.5,310,210,,");
+    assert_eq!(
+        rows[3],
+        "3,0.75,1800000000.5,8,,0.0001,2100,975,250,1.5,0.5,310,210,1.5,1024"
+    );
     assert_eq!(rows.len(), 4);
 }
 
@@ -63,11 +67,14 @@ fn the_picture_draws_the_training_loss_above_and_the_eval_loss_only_when_there_i
     let (_d, path) = jsonl(RUN);
     let points = read(&path).unwrap();
     let (rgb, (w, h)) = render_rgb(&points, "run").unwrap();
-    let top = 0..h * 3 / 5;
+    let top = 0..plot::LOSS_ROWS;
     assert!(count(&rgb, w, top.clone(), TRAIN_COLOUR) > 100);
     assert!(count(&rgb, w, top.clone(), EVAL_COLOUR) > 20);
-    // The lower panel has the throughput, not the losses.
-    assert_eq!(count(&rgb, w, h * 3 / 5..h, TRAIN_COLOUR), 0);
+    // The lower panels have the throughput and the learning rate, not the losses.
+    assert_eq!(count(&rgb, w, plot::LOSS_ROWS..h, TRAIN_COLOUR), 0);
+    let lr_rows = plot::LOSS_ROWS + plot::SPEED_ROWS..h;
+    assert!(count(&rgb, w, lr_rows.clone(), LR_COLOUR) > 100);
+    assert_eq!(count(&rgb, w, 0..lr_rows.start, LR_COLOUR), 0);
 
     let without: Vec<Point> = points
         .into_iter()
@@ -91,7 +98,7 @@ fn write_puts_a_csv_and_a_png_beside_the_metrics() {
     // IHDR: width and height, big-endian, at bytes 16..24.
     let width = u32::from_be_bytes(png[16..20].try_into().unwrap());
     let height = u32::from_be_bytes(png[20..24].try_into().unwrap());
-    assert_eq!((width, height), (1000, 700));
+    assert_eq!((width, height), SIZE);
 }
 
 #[test]
@@ -99,4 +106,77 @@ fn a_single_step_still_draws() {
     let (_d, path) = jsonl(&RUN[..1]);
     let (rgb, _) = render_rgb(&read(&path).unwrap(), "one").unwrap();
     assert!(rgb.iter().any(|&b| b != 255));
+}
+
+/// The mean row of `colour`'s pixels in each column of `rows` that has any.
+fn line_rows(rgb: &[u8], width: u32, rows: Range<u32>, colour: RGBColor) -> Vec<(u32, f64)> {
+    (0..width)
+        .filter_map(|x| {
+            let ys: Vec<u32> = rows
+                .clone()
+                .filter(|y| {
+                    let i = ((y * width + x) * 3) as usize;
+                    rgb[i..i + 3] == [colour.0, colour.1, colour.2]
+                })
+                .collect();
+            (!ys.is_empty()).then(|| (x, ys.iter().sum::<u32>() as f64 / ys.len() as f64))
+        })
+        .collect()
+}
+
+#[test]
+fn the_learning_rate_panel_draws_each_schedule_as_its_rates() {
+    use crate::{ScheduleKind, TrainConfig};
+    let (w, h) = SIZE;
+    let rows = plot::LOSS_ROWS + plot::SPEED_ROWS..h;
+    for schedule in [
+        ScheduleKind::Constant,
+        ScheduleKind::Cosine,
+        ScheduleKind::Linear,
+        ScheduleKind::Wsd,
+        ScheduleKind::WsdSqrt,
+    ] {
+        let cfg = TrainConfig {
+            steps: 200,
+            warmup: 20,
+            learning_rate: 1e-3,
+            schedule,
+            ..TrainConfig::default()
+        };
+        let lr = crate::trainer::lr_schedule(&cfg).unwrap();
+        let points: Vec<Point> = (1..=200)
+            .map(|step| Point {
+                step,
+                loss: 1.0,
+                learning_rate: lr.at(step - 1),
+                tokens_per_s: 1000.0,
+                ..Point::default()
+            })
+            .collect();
+        let (rgb, _) = render_rgb(&points, "run").unwrap();
+        let line = line_rows(&rgb, w, rows.clone(), LR_COLOUR);
+        // The line spans the steps: its first and last columns are steps 1
+        // and 200; each step's rate is then read off its column's height,
+        // as a straight map from the highest rate (the stable part) to 0.
+        let (x0, x1) = (line[0].0 as f64, line.last().unwrap().0 as f64);
+        let y_at = |step: u64| {
+            let x = (x0 + (step - 1) as f64 / 199.0 * (x1 - x0)).round() as u32;
+            line.iter().find(|(c, _)| *c == x).unwrap().1
+        };
+        // Step 1's rate is 0 (warmup from 0), step 21's (t = 20, the end of
+        // warmup) 1e-3: the map's two ends.
+        let (y_peak, y_first) = (y_at(21), y_at(1));
+        assert_eq!(lr.at(20), 1e-3);
+        assert!(y_first > y_peak + 100.0, "{schedule:?}: {y_first} {y_peak}");
+        let peak = 1e-3;
+        for step in [11, 21, 60, 120, 165, 170, 180, 190, 200] {
+            let want = y_first + (y_peak - y_first) * lr.at(step - 1) / peak;
+            let got = y_at(step);
+            assert!(
+                (got - want).abs() <= 3.0,
+                "{schedule:?} step {step}: rate {} drawn at row {got}, expected {want}",
+                lr.at(step - 1)
+            );
+        }
+    }
 }

@@ -372,9 +372,14 @@ impl<'a> Run<'a> {
                 false
             }
             Some(verdict) => {
-                let eval_loss = self.validate(step + 1)?;
                 // Timed once its loss is read: the device has finished it.
-                self.finish(queued, eval_loss, None)?;
+                // The validation after it is timed apart (`eval_ms`).
+                let (done, stepped) = self.read(queued, None)?;
+                let at = Instant::now();
+                let eval = self
+                    .validate(step + 1)?
+                    .map(|loss| (loss, at.elapsed().as_secs_f64() * 1e3));
+                self.write_records(done, &stepped, eval)?;
                 self.after(step + 1, verdict)?
             }
         };
@@ -462,20 +467,22 @@ impl<'a> Run<'a> {
     /// `until` the next step began (`None`: until its loss is read).
     fn finish_queued(&mut self, until: Option<Instant>) -> Result<()> {
         match self.queued.take() {
-            Some(q) => self.finish(q, None, until),
+            Some(q) => {
+                let (done, stepped) = self.read(q, until)?;
+                self.write_records(done, &stepped, None)
+            }
             None => Ok(()),
         }
     }
 
     /// Reads step `q`'s loss (waiting for the device if it is not there
-    /// yet) and writes its records, with its validation loss if it had one
-    /// and its time from its start `until` the given moment (the next
-    /// step's start for a step that overlapped it, so that the steps' times
-    /// add up to the run's), or with `None` until its loss has been read
-    /// (a step finished at once: timing it before the read measured only
-    /// the host's recording, not the device's work); fails when the loss
-    /// is not finite.
-    fn finish(&mut self, q: Queued, eval_loss: Option<f32>, until: Option<Instant>) -> Result<()> {
+    /// yet) and returns its number and figures, with its time from its
+    /// start `until` the given moment (the next step's start for a step
+    /// that overlapped it, so that the steps' times add up to the run's),
+    /// or with `None` until its loss has been read (a step finished at
+    /// once: timing it before the read measured only the host's recording,
+    /// not the device's work); fails when the loss is not finite.
+    fn read(&mut self, q: Queued, until: Option<Instant>) -> Result<(u64, Stepped)> {
         let loss = q.loss.item::<f32>()?;
         let mut grad_norm = q.grad_norm.map(|n| n.item::<f32>()).transpose()?;
         let until = until.unwrap_or_else(Instant::now);
@@ -510,13 +517,19 @@ impl<'a> Run<'a> {
             drawn: q.drawn,
             loss_scale: self.precision.scale_if_any(),
         };
-        self.record.step(q.done, &stepped)?;
-        if let Some(v) = eval_loss {
-            self.record.eval_loss(q.done, v);
+        Ok((q.done, stepped))
+    }
+
+    /// Writes the records of step `done`, with its validation loss and
+    /// milliseconds if it had one; the line of every `--log-every`-th step,
+    /// and of the last, reports the means since the line before.
+    fn write_records(&mut self, done: u64, s: &Stepped, eval: Option<(f32, f64)>) -> Result<()> {
+        self.record.step(done, s)?;
+        if let Some((v, _)) = eval {
+            self.record.eval_loss(done, v);
         }
-        let log = q.done.is_multiple_of(self.cfg.log_every.max(1));
-        self.record
-            .report(q.done, &stepped, eval_loss, self.tokens, log)
+        let log = done.is_multiple_of(self.cfg.log_every.max(1)) || done == self.cfg.steps;
+        self.record.report(done, s, eval, self.tokens, log)
     }
 
     /// Writes the checkpoint after step `done`; returns its folder. It

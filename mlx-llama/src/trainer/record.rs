@@ -138,12 +138,9 @@ impl Recorder {
             // Steps past the checkpoint resumed from are run again: their
             // records from before go.
             crate::run_folder::keep_metrics_through(&cfg.out_dir, first_step)?;
-            Some(Reporter::reporting_to(
-                &cfg.out_dir,
-                cfg.steps,
-                first_step,
-                cfg.report_to,
-            )?)
+            let mut r = Reporter::reporting_to(&cfg.out_dir, cfg.steps, first_step, cfg.report_to)?;
+            r.write_hparams(cfg)?;
+            Some(r)
         } else {
             None
         };
@@ -263,12 +260,13 @@ impl Recorder {
     }
 
     /// Rank 0 writes step `done`'s metrics (with `tokens` per step over the
-    /// world) and, with `log`, its progress line.
+    /// world, and the validation loss and milliseconds of a step that
+    /// evaluated) and, with `log`, its progress line.
     pub(super) fn report(
         &mut self,
         done: u64,
         s: &Stepped,
-        eval_loss: Option<f32>,
+        eval: Option<(f32, f64)>,
         tokens: f64,
         log: bool,
     ) -> Result<()> {
@@ -291,7 +289,8 @@ impl Recorder {
                 comm_ms: s.comm.busy.as_secs_f64() * 1e3,
                 peak_mib: memory::peak() as f64 / (1 << 20) as f64,
                 active_mib: memory::active() as f64 / (1 << 20) as f64,
-                eval_loss,
+                eval_loss: eval.map(|e| e.0),
+                eval_ms: eval.map(|e| e.1),
                 grad_norm: s.grad_norm,
                 loss_scale: s.loss_scale,
             },
@@ -312,8 +311,8 @@ impl Recorder {
 
     /// The summary of the run, with `tokens` per step over the world; every
     /// rank calls it (the ranks' waits are gathered).
-    pub(super) fn finish(self, tokens: f64, group: &Group) -> Result<Summary> {
-        if let Some(r) = &self.reporter {
+    pub(super) fn finish(mut self, tokens: f64, group: &Group) -> Result<Summary> {
+        if let Some(r) = self.reporter.as_mut() {
             r.finish();
         }
         let mut summary = self.summary;
