@@ -226,47 +226,52 @@ pub type CommunicationDtype = FloatDtype;
 pub struct TrainConfig {
     /// The model. A `vocab_size` of 0 takes the tokenizer's vocabulary (50,257
     /// for GPT-2); a larger tokenizer always grows the model to fit.
-    #[command(flatten)]
+    #[command(flatten, next_help_heading = "Model")]
     pub model: LlamaConfig,
     /// Optimizer steps.
-    #[arg(long, default_value_t = 100)]
+    #[arg(help_heading = "Optimisation", long, default_value_t = 100)]
     pub steps: u64,
     /// Sequences per step across all ranks (split evenly), unless
     /// --per-rank-batch is set.
-    #[arg(long, default_value_t = 4)]
+    #[arg(help_heading = "Optimisation", long, default_value_t = 4)]
     pub global_batch: usize,
     /// Sequences per step on each rank (overrides --global-batch).
-    #[arg(long)]
+    #[arg(help_heading = "Optimisation", long)]
     pub per_rank_batch: Option<usize>,
     /// Tokens predicted per sequence.
-    #[arg(long, default_value_t = 512)]
+    #[arg(help_heading = "Data", long, default_value_t = 512)]
     pub block_size: usize,
     /// Peak learning rate (AdamW).
-    #[arg(long = "lr", value_name = "LR", default_value_t = 3e-4)]
+    #[arg(
+        help_heading = "Optimisation",
+        long = "lr",
+        value_name = "LR",
+        default_value_t = 3e-4
+    )]
     pub learning_rate: f64,
     /// Schedule after warmup.
-    #[arg(long, value_enum, default_value_t = ScheduleKind::Constant)]
+    #[arg(help_heading = "Optimisation", long, value_enum, default_value_t = ScheduleKind::Constant)]
     pub schedule: ScheduleKind,
     /// Linear warmup steps from 0.
-    #[arg(long, default_value_t = 0)]
+    #[arg(help_heading = "Optimisation", long, default_value_t = 0)]
     pub warmup: u64,
     /// The rate --schedule decays to at --steps (default: 10% of --lr for
     /// cosine, 0 for linear, wsd and wsd-sqrt, as Hugging Face's and
     /// torchtitan's); refused with constant.
     #[serde(default)]
-    #[arg(long, value_name = "LR")]
+    #[arg(help_heading = "Optimisation", long, value_name = "LR")]
     pub min_lr: Option<f64>,
     /// With --schedule wsd or wsd-sqrt, the share of --steps at the end
     /// over which the rate decays (default 0.2, rounded to whole steps);
     /// the steps between warmup and the decay keep the base rate.
     #[serde(default)]
-    #[arg(long, value_name = "F")]
+    #[arg(help_heading = "Optimisation", long, value_name = "F")]
     pub decay_fraction: Option<f64>,
     /// AdamW's decoupled weight decay.
-    #[arg(long, default_value_t = 0.01)]
+    #[arg(help_heading = "Optimisation", long, default_value_t = 0.01)]
     pub weight_decay: f64,
     /// Clip the global gradient norm to this.
-    #[arg(long)]
+    #[arg(help_heading = "Optimisation", long)]
     pub grad_clip: Option<f64>,
     /// Split each model over this many consecutive ranks (tensor
     /// parallelism: every block's heads and MLP hidden features); the world
@@ -275,13 +280,17 @@ pub struct TrainConfig {
     /// shard keeps its optimizer state whole: with more than one, the
     /// optimizer is not sharded (--no-shard-optimizer is implied).
     #[serde(default = "one")]
-    #[arg(long, default_value_t = 1)]
+    #[arg(
+        help_heading = "Parallelism and communication",
+        long,
+        default_value_t = 1
+    )]
     pub tensor_parallel: usize,
     /// Micro-batches accumulated per optimizer step.
-    #[arg(long, default_value_t = 1)]
+    #[arg(help_heading = "Optimisation", long, default_value_t = 1)]
     pub grad_accumulation: usize,
     /// Seed of the initial weights and the data order.
-    #[arg(long, default_value_t = 42)]
+    #[arg(help_heading = "Optimisation", long, default_value_t = 42)]
     pub seed: u64,
     /// Data: auto (TinyStories' parquet from the Hub, else offline),
     /// offline, hub, text:TRAIN or text:TRAIN,VALID, jsonl:... or
@@ -291,75 +300,96 @@ pub struct TrainConfig {
     /// {"prompt", "completion"} (a user and an assistant message; without a
     /// template, the prompt then the completion), one format per file.
     /// Without VALID, --valid-fraction of the training documents is held out.
-    #[arg(long, default_value = "auto")]
+    #[arg(help_heading = "Data", long, default_value = "auto")]
     pub data: DataSource,
     /// Tokenizer: auto (GPT-2, embedded; with --init-from, the source's
     /// own: a model folder's tokenizer.json, a checkpoint's run's), a
     /// tokenizer.json path, gpt2:DIR (vocab.json + merges.txt) or train:N.
-    #[arg(long, default_value = "auto")]
+    #[arg(help_heading = "Data", long, default_value = "auto")]
     pub tokenizer: TokenizerChoice,
     /// Padding (one story per row) or packing. Packed chat or
     /// prompt/completion examples do not attend to each other.
-    #[arg(long, value_enum, default_value_t = Batching::Pack)]
+    #[arg(help_heading = "Data", long, value_enum, default_value_t = Batching::Pack)]
     pub batching: Batching,
     /// Where text: files (and JSON Lines text rows) split into documents:
     /// eot (`<|endoftext|>`; JSON Lines text rows stay whole), blank-line
     /// (one or more lines holding only whitespace), or any literal marker.
     #[serde(default = "eot")]
-    #[arg(long, value_name = "SEP", default_value = "eot")]
+    #[arg(help_heading = "Data", long, value_name = "SEP", default_value = "eot")]
     pub separator: String,
     /// A Jinja chat template file for {"messages"} and {"prompt",
     /// "completion"} rows, instead of the tokenizer's own
     /// (tokenizer_config.json's chat_template or chat_template.jinja beside
     /// the --init-from model's or --tokenizer's tokenizer.json).
     #[serde(default)]
-    #[arg(long, value_name = "FILE")]
+    #[arg(help_heading = "Data", long, value_name = "FILE")]
     pub chat_template: Option<PathBuf>,
     /// Only the assistant turns (the completion of prompt/completion rows)
     /// count in the loss, as mlx-lm's --mask-prompt.
     #[serde(default)]
-    #[arg(long)]
+    #[arg(help_heading = "Data", long)]
     pub mask_prompt: bool,
     /// Without a validation file, the share of the training documents held
     /// out for validation (and not trained on): the first document, then
     /// one in every 1/F.
     #[serde(default = "valid_fraction")]
-    #[arg(long, value_name = "F", default_value_t = 0.05)]
+    #[arg(help_heading = "Data", long, value_name = "F", default_value_t = 0.05)]
     pub valid_fraction: f64,
     /// Evaluate on the validation split every N steps and after the last
     /// (0: never); the validation loss is `eval_loss` in metrics.jsonl and
     /// loss.png.
-    #[arg(long, default_value_t = 25)]
+    #[arg(help_heading = "Evaluation", long, default_value_t = 25)]
     pub eval_every: u64,
     /// Validation batches per rank per evaluation.
-    #[arg(long, default_value_t = 4)]
+    #[arg(help_heading = "Evaluation", long, default_value_t = 4)]
     pub eval_batches: usize,
     /// Besides --checkpoint-every, a checkpoint once this many seconds have
     /// passed since the last one, and at least 50 times as long as the last
-    /// one took, so checkpoints cost under 2% of the run (0: off; giving
-    /// --checkpoint-every turns it off unless this is given too).
+    /// one took, so checkpoints cost under 2% of the run; the first comes
+    /// sooner (--first-checkpoint-s) (0: off; giving --checkpoint-every
+    /// turns it off unless this is given too).
     //
     // Declared before `checkpoint_every`: clap fills defaults in this
     // order, so here `checkpoint_every` is present only when given.
     #[serde(default)]
     #[arg(
+        help_heading = "Checkpoints and the run folder",
         long,
         value_name = "SECS",
         default_value_t = 600,
         default_value_if("checkpoint_every", clap::builder::ArgPredicate::IsPresent, "0")
     )]
     pub checkpoint_interval_s: u64,
+    /// The first checkpoint by time comes this many seconds into the run
+    /// when --checkpoint-interval-s is longer, so that a run killed early
+    /// keeps its first minutes.
+    #[serde(default = "first_checkpoint_s")]
+    #[arg(help_heading = "Checkpoints and the run folder", long, value_name = "SECS", default_value_t = first_checkpoint_s())]
+    pub first_checkpoint_s: u64,
     /// Checkpoint every N steps (0: by time only, see
     /// --checkpoint-interval-s); always at the end, and on SIGINT/SIGTERM.
-    #[arg(long, default_value_t = 0)]
+    #[arg(
+        help_heading = "Checkpoints and the run folder",
+        long,
+        default_value_t = 0
+    )]
     pub checkpoint_every: u64,
     /// Keep only the newest N checkpoints, deleting older ones after each
     /// new one is published (0: keep all; `latest` is never deleted).
     #[serde(default)]
-    #[arg(long, default_value_t = 0)]
+    #[arg(
+        help_heading = "Checkpoints and the run folder",
+        long,
+        default_value_t = 0
+    )]
     pub keep_checkpoints: usize,
     /// Run folder for metrics and checkpoints.
-    #[arg(long = "out", value_name = "OUT", default_value = "runs/latest")]
+    #[arg(
+        help_heading = "Checkpoints and the run folder",
+        long = "out",
+        value_name = "OUT",
+        default_value = "runs/latest"
+    )]
     pub out_dir: PathBuf,
     /// Print a line every N steps, and after the last, whose loss,
     /// ms_per_step, tokens_per_s and comm times are the means over the
@@ -369,17 +399,22 @@ pub struct TrainConfig {
     /// progress bar shows that mean loss so far and the median step time
     /// (the run's last line's). metrics.jsonl, metrics.csv and TensorBoard
     /// keep every step's own figures.
-    #[arg(long, default_value_t = 1)]
+    #[arg(help_heading = "Logging", long, default_value_t = 1)]
     pub log_every: u64,
     /// Bytes per gradient communication bucket (MLX's all_reduce_size; 0:
     /// one collective per tensor); suffixes KiB, MiB, GiB, K, M, G allowed.
-    #[arg(long, default_value = "32MiB", value_parser = byte_size)]
+    #[arg(help_heading = "Parallelism and communication", long, default_value = "32MiB", value_parser = byte_size)]
     pub all_reduce_size: usize,
     /// The dtype gradients travel in between the ranks (MLX's
     /// communication_type): bf16 or f16 halve the bytes of f32 gradients;
     /// default: their own dtype.
     #[serde(default)]
-    #[arg(long, value_enum, alias = "communication-type")]
+    #[arg(
+        help_heading = "Parallelism and communication",
+        long,
+        value_enum,
+        alias = "communication-type"
+    )]
     pub communication_dtype: Option<CommunicationDtype>,
     /// Send the embedding's whole gradient between the ranks (by default
     /// only the rows of the batch's tokens travel, as PyTorch's sparse
@@ -387,7 +422,7 @@ pub struct TrainConfig {
     /// dense average, with a fiftieth of the reference model's embedding
     /// bytes).
     #[serde(default = "yes")]
-    #[arg(long = "dense-embedding-gradients", action = clap::ArgAction::SetFalse)]
+    #[arg(help_heading = "Parallelism and communication", long = "dense-embedding-gradients", action = clap::ArgAction::SetFalse)]
     pub sparse_embedding_gradients: bool,
     /// The dtype the model computes in: f32, or bf16 / f16 with float32
     /// master weights and optimizer state (f16 with a dynamic loss scale).
@@ -397,36 +432,45 @@ pub struct TrainConfig {
     /// loss run on them while bf16 computes in f32 (no bf16 cooperative
     /// matrix there); elsewhere f32.
     #[serde(default)]
-    #[arg(long, value_enum, default_value_t)]
+    #[arg(
+        help_heading = "Precision, device and memory",
+        long,
+        value_enum,
+        default_value_t
+    )]
     pub dtype: FloatDtype,
     /// The first loss scale with --dtype f16 (default 65536, PyTorch's
     /// `GradScaler`); halved on every step whose gradients overflow,
     /// doubled after 2,000 good ones.
     #[serde(default)]
-    #[arg(long)]
+    #[arg(help_heading = "Precision, device and memory", long)]
     pub loss_scale: Option<f64>,
     /// Device: cpu or gpu (any adapter wgpu finds; Mesa's lavapipe on Linux
     /// without a GPU).
-    #[arg(long, default_value = "cpu")]
+    #[arg(
+        help_heading = "Precision, device and memory",
+        long,
+        default_value = "cpu"
+    )]
     pub device: String,
     /// Cache folder for token stores and tokenizers (default:
     /// MLX_DATA_CACHE or ~/.cache/mlx-data).
-    #[arg(long)]
+    #[arg(help_heading = "Data", long)]
     pub data_cache: Option<PathBuf>,
     /// Each rank appends its array memory (`memory::active`/`peak`) per step
     /// to `PATH.rank<R>.jsonl`, for memory profiling.
-    #[arg(long)]
+    #[arg(help_heading = "Logging", long)]
     pub memory_log: Option<PathBuf>,
     /// Each rank appends the samples of every step (epoch and token-store
     /// indices of its rows) to `PATH.rank<R>.jsonl`, to audit which data a
     /// run used.
     #[serde(default)]
-    #[arg(long)]
+    #[arg(help_heading = "Logging", long)]
     pub sample_log: Option<PathBuf>,
     /// Keep the whole AdamW state on every rank and average whole gradients
     /// (by default, with several ranks, each keeps only its shard: ZeRO
     /// stage 1, the same results).
-    #[arg(long = "no-shard-optimizer", action = clap::ArgAction::SetFalse)]
+    #[arg(help_heading = "Parallelism and communication", long = "no-shard-optimizer", action = clap::ArgAction::SetFalse)]
     pub shard_optimizer: bool,
     /// What each data-parallel rank keeps of the training state, with
     /// several ranks: `optimizer` (ZeRO-1, the default), `gradients`
@@ -435,7 +479,12 @@ pub struct TrainConfig {
     /// before it computes), or `none` (everything whole: as
     /// `--no-shard-optimizer`). Every mode trains the same model.
     #[serde(default)]
-    #[arg(long, value_enum, default_value_t)]
+    #[arg(
+        help_heading = "Parallelism and communication",
+        long,
+        value_enum,
+        default_value_t
+    )]
     pub shard: ShardMode,
     /// Recompute blocks' activations in the backward pass instead of
     /// keeping them from the forward (mlx-lm's `--grad-checkpoint`,
@@ -446,6 +495,7 @@ pub struct TrainConfig {
     /// third more compute.
     #[serde(default)]
     #[arg(
+        help_heading = "Precision, device and memory",
         long,
         value_name = "all|K|none",
         num_args = 0..=1,
@@ -460,7 +510,7 @@ pub struct TrainConfig {
     /// 800MiB, 2GB (powers of 1000) or plain bytes (see
     /// `mlx_llama::memory_budget`).
     #[serde(default)]
-    #[arg(long, value_name = "BYTES", value_parser = crate::memory_budget::parse_budget)]
+    #[arg(help_heading = "Precision, device and memory", long, value_name = "BYTES", value_parser = crate::memory_budget::parse_budget)]
     pub memory_budget: Option<u64>,
     /// Wait for each step's loss before building the next step. By default
     /// the host builds and records step n + 1 while the device runs step n,
@@ -468,14 +518,14 @@ pub struct TrainConfig {
     /// `async_eval` loops): the same losses, with the GPU kept busy. A step
     /// followed by validation, a checkpoint or a stop is always waited for.
     #[serde(default = "yes")]
-    #[arg(long = "no-overlap-steps", action = clap::ArgAction::SetFalse)]
+    #[arg(help_heading = "Parallelism and communication", long = "no-overlap-steps", action = clap::ArgAction::SetFalse)]
     pub overlap_steps: bool,
     /// Where the metrics go, comma-separated: tensorboard (event files in
     /// the run folder: `tensorboard --logdir runs`), jsonl (metrics.jsonl),
     /// csv (metrics.csv and loss.png, drawn from metrics.jsonl, which is then
     /// written too); all or none. None needs a network.
     #[serde(default)]
-    #[arg(long, default_value = "all")]
+    #[arg(help_heading = "Logging", long, default_value = "all")]
     pub report_to: crate::metrics::ReportTo,
     /// Start from pretrained weights (a new run, not a resume): a run
     /// folder (its newest intact checkpoint), a checkpoint folder, a
@@ -483,13 +533,13 @@ pub struct TrainConfig {
     /// or shards with model.safetensors.index.json), or a Hub model name
     /// `org/name[@revision]` fetched into the Hugging Face cache. Its shape
     /// replaces the model options and its tokenizer is used unless
-    /// --tokenizer is given (see `crate::source`).
+    /// --tokenizer is given.
     #[serde(default)]
-    #[arg(long, value_name = "SOURCE")]
+    #[arg(help_heading = "Model", long, value_name = "SOURCE")]
     pub init_from: Option<crate::ModelSource>,
     /// Fine-tuning with adapters (`--fine-tune`, `--lora-*`, `--base-dtype`).
     #[serde(default)]
-    #[command(flatten)]
+    #[command(flatten, next_help_heading = "Fine-tuning (adapters)")]
     pub adapters: crate::adapters::AdapterOptions,
 }
 
@@ -520,6 +570,11 @@ fn one() -> usize {
 /// `eot`, the default `--separator` (documents end at `<|endoftext|>`).
 fn eot() -> String {
     "eot".into()
+}
+
+/// 120 s, the default `--first-checkpoint-s`.
+fn first_checkpoint_s() -> u64 {
+    120
 }
 
 /// 0.05, the default `--valid-fraction`.
@@ -699,6 +754,10 @@ mod tests {
         "cosine",
         "--warmup",
         "3",
+        "--min-lr",
+        "0.0001",
+        "--decay-fraction",
+        "0.3",
         "--weight-decay",
         "0.1",
         "--grad-clip",
@@ -710,10 +769,6 @@ mod tests {
         "--seed",
         "7",
         "--data",
-        "--min-lr",
-        "0.0001",
-        "--decay-fraction",
-        "0.3",
         "text:a.txt,b.txt",
         "--tokenizer",
         "train:300",

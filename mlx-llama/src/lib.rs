@@ -37,4 +37,4 @@ pub use config::{
 };
 pub use model::{KvCache, Llama, LlamaConfig};
 pub use source::ModelSource;
-pub use trainer::{StepTransfers, Summary, train};
+pub use trainer::{StepTransfers, Summary, train, train_accepted};

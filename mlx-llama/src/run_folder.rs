@@ -225,9 +225,15 @@ fn options(text: &str) -> BTreeMap<String, toml::Value> {
 }
 
 /// The options that differ between two run.toml texts, as `key: old -> new`.
+/// Where the folder is (`out`) is not an option of the run: a folder copied
+/// or moved elsewhere resumes with the same options.
 pub fn changed_options(original: &str, now: &str) -> Vec<String> {
     let (a, b) = (options(original), options(now));
-    let keys: std::collections::BTreeSet<&String> = a.keys().chain(b.keys()).collect();
+    let keys: std::collections::BTreeSet<&String> = a
+        .keys()
+        .chain(b.keys())
+        .filter(|k| k.as_str() != "out")
+        .collect();
     let show = |v: Option<&toml::Value>| v.map_or("(unset)".to_string(), |v| v.to_string());
     keys.into_iter()
         .filter(|k| a.get(*k) != b.get(*k))
@@ -332,5 +338,8 @@ mod tests {
         let c = changed_options("steps = 4\nlr = 0.1\n", "steps = 6\nlr = 0.1\nseed = 1\n");
         assert_eq!(c, ["seed: (unset) -> 1", "steps: 4 -> 6"]);
         assert!(changed_options("steps = 4\n", "steps = 4\n").is_empty());
+        // A folder moved elsewhere keeps its options.
+        let moved = changed_options("out = \"runs/a\"\nsteps = 4\n", "out = \"/b\"\nsteps = 4\n");
+        assert!(moved.is_empty(), "{moved:?}");
     }
 }

@@ -189,6 +189,11 @@ impl ModelSource {
         if path.exists() {
             return Ok(Located::Path(path.to_path_buf()));
         }
+        // A path that names the file system (absolute, `./`, `../`, `~`)
+        // was meant as one: it does not exist.
+        if path.is_absolute() || self.0.starts_with('.') || self.0.starts_with('~') {
+            bail!("`{}` does not exist", self.0);
+        }
         HubName::parse(&self.0).map(Located::Hub).map_err(|why| {
             anyhow::anyhow!(
                 "`{}` is neither an existing folder nor a Hub model name ({why})",

@@ -306,4 +306,116 @@ fn generate_takes_mlx_lm_options_reads_the_prompt_from_stdin_and_refuses_bad_tem
     }
     let o = generate(&["--top-p", "1.5"], None);
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    // A negative number is a value, refused for what it is (it was taken
+    // for a flag: "unexpected argument '-1'").
+    let o = generate(&["--temp", "-1"], None);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(
+        text(&o).contains("expected a finite number of at least 0, got `-1`"),
+        "{}",
+        text(&o)
+    );
+    // A repeated option takes the last value, as argparse's tools do.
+    let twice = generate(&["--temp", "2", "--temp", "0"], None);
+    assert!(twice.status.success(), "{}", text(&twice));
+    assert_eq!(String::from_utf8_lossy(&twice.stdout), want);
+    // A checkpoint path that does not exist is said not to.
+    let o = Command::new(env!("CARGO_BIN_EXE_mlx-llama"))
+        .args(["generate", "--checkpoint", "/nonexistent/run"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(
+        text(&o).contains("`/nonexistent/run` does not exist"),
+        "{}",
+        text(&o)
+    );
+}
+
+/// `train --help` groups its options under headings, as HF's and
+/// torchtitan's do, names no internal module, and ends with the exit
+/// statuses.
+#[test]
+fn train_help_groups_its_options_and_lists_the_exit_statuses() {
+    let o = Command::new(env!("CARGO_BIN_EXE_mlx-llama"))
+        .args(["train", "--help"])
+        .output()
+        .unwrap();
+    assert!(o.status.success());
+    let help = String::from_utf8_lossy(&o.stdout);
+    let headings: Vec<&str> = help
+        .lines()
+        .filter(|l| l.ends_with(':') && !l.starts_with(' '))
+        .collect();
+    for want in [
+        "Model:",
+        "Optimisation:",
+        "Data:",
+        "Parallelism and communication:",
+        "Checkpoints and the run folder:",
+        "Logging:",
+        "Precision, device and memory:",
+        "Fine-tuning (adapters):",
+    ] {
+        assert!(headings.contains(&want), "{want} in {headings:?}");
+    }
+    // Each option under its heading.
+    let line_at = |h: &str| help.find(&format!("\n{h}\n")).unwrap();
+    let under = |option: &str| {
+        let at = [" ", "\n"]
+            .iter()
+            .find_map(|end| help.find(&format!("\n      {option}{end}")))
+            .unwrap();
+        headings
+            .iter()
+            .filter(|h| line_at(h) < at)
+            .max_by_key(|h| line_at(h))
+            .copied()
+    };
+    assert_eq!(under("--lr"), Some("Optimisation:"));
+    assert_eq!(under("--shard"), Some("Parallelism and communication:"));
+    assert_eq!(under("--resume"), Some("Checkpoints and the run folder:"));
+    assert_eq!(under("--layers"), Some("Model:"));
+    assert_eq!(under("--lora-rank"), Some("Fine-tuning (adapters):"));
+    assert!(!help.contains("crate::"), "{help}");
+    assert!(
+        help.contains("143 for\n           SIGTERM") || help.contains("143 for SIGTERM"),
+        "{help}"
+    );
+}
+
+/// A negative number after an option is its value (clap took `-1` for a
+/// flag), refused for what it is.
+#[test]
+fn negative_values_are_values_refused_for_what_they_are() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = dir.path().join("run");
+    let o = mlx_llama(
+        &[
+            "train",
+            "--lr",
+            "-1",
+            "--steps",
+            "1",
+            "--out",
+            run.to_str().unwrap(),
+        ],
+        &dir.path().join("cache"),
+    );
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(
+        text(&o).contains("--lr -1 must be a finite number of at least 0"),
+        "{}",
+        text(&o)
+    );
+    let o = mlx_llama(
+        &["train", "--seed", "-3", "--out", run.to_str().unwrap()],
+        &dir.path().join("cache"),
+    );
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(
+        text(&o).contains("invalid value '-3' for '--seed"),
+        "{}",
+        text(&o)
+    );
 }

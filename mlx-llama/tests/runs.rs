@@ -263,6 +263,63 @@ fn a_resumed_run_records_each_step_once_and_keeps_its_options() {
         "{said}"
     );
     assert_eq!(steps_of(&records(&run)), [1, 2, 3, 4, 5, 6]);
+
+    // A refused resume (the checkpoint's model is another shape) leaves
+    // the folder as it was: no run.resume-2.toml, no new event file.
+    let before = listing(&run);
+    let refused = train(
+        &run,
+        &[
+            "--steps",
+            "8",
+            "--checkpoint-every",
+            "2",
+            "--resume",
+            "--dims",
+            "64",
+        ],
+    );
+    let said = text(&refused);
+    assert_eq!(refused.status.code(), Some(1), "{said}");
+    assert!(said.contains("different configuration"), "{said}");
+    assert_eq!(listing(&run), before, "{said}");
+
+    // Moved elsewhere, the folder resumes with the same options: `out`
+    // is where it is, not an option of the run (the steps are 6 since the
+    // first resume).
+    let moved = dir.path().join("moved");
+    std::fs::rename(&run, &moved).unwrap();
+    let again = train(
+        &moved,
+        &["--steps", "6", "--checkpoint-every", "2", "--resume"],
+    );
+    let said = text(&again);
+    assert!(again.status.success(), "{said}");
+    assert!(
+        said.contains("resuming with changed options (steps: 4 -> 6)"),
+        "only the steps changed: {said}"
+    );
+}
+
+/// Every file under `dir` (but the run's lock) with its contents.
+fn listing(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
+    let mut files = vec![];
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(d) = todo.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                todo.push(p);
+            } else if p.file_name().is_some_and(|n| n != "run.lock") {
+                files.push((
+                    p.strip_prefix(dir).unwrap().to_path_buf(),
+                    std::fs::read(&p).unwrap(),
+                ));
+            }
+        }
+    }
+    files.sort();
+    files
 }
 
 #[test]
@@ -443,17 +500,22 @@ fn sigterm_under_the_launcher_checkpoints_and_resume_continues_the_same_losses()
         .unwrap();
     let st = child.0.wait().unwrap();
     let all = format!("{seen}{err}");
-    assert!(!st.success(), "{all}");
+    // 128 + SIGTERM, as each rank exits (see `train --help`).
+    assert_eq!(st.code(), Some(143), "{all}");
     let stopped = records(&run);
     let at = stopped.last().unwrap().0;
     assert!(
         (3..20).contains(&at),
         "stopped after step {at}, not between 3 and 20:\n{all}"
     );
-    assert!(
-        all.contains(&format!("stopped by a signal after step {at} of 100")),
+    // One line for the job, not one error per rank.
+    assert_eq!(
+        all.matches(&format!("stopped by SIGTERM after step {at} of 100"))
+            .count(),
+        1,
         "{all}"
     );
+    assert!(!all.contains("error"), "{all}");
     assert!(all.contains("--resume"), "{all}");
     let latest = std::fs::read_to_string(run.join("checkpoints").join("latest")).unwrap();
     assert_eq!(latest.trim(), format!("step_{at:08}"), "{all}");
@@ -838,4 +900,25 @@ fn checkpoints_come_by_time_by_default_and_checkpoint_every_rules() {
         steps.len() as u64 <= secs + 1,
         "at most one a second: {steps:?} in {secs} s"
     );
+    // The default interval with an early first checkpoint: one a second
+    // into the run, then none until the end (the next is 600 s away).
+    let run = dir.path().join("early");
+    let cfg = mlx_llama::TrainConfig {
+        checkpoint_interval_s: 600,
+        first_checkpoint_s: 1,
+        ..common::tiny(&run, 60)
+    };
+    let t = Instant::now();
+    mlx_llama::train(&cfg, &mlx_dist::Group::single()).unwrap();
+    let secs = t.elapsed().as_secs_f64();
+    let steps: Vec<u64> = mlx_llama::checkpoint::list(&run)
+        .unwrap()
+        .into_iter()
+        .map(|(s, _)| s)
+        .collect();
+    eprintln!("{secs:.1} s of training, checkpoints at steps {steps:?}");
+    if secs > 1.5 {
+        assert_eq!(steps.len(), 2, "one early, one at the end: {steps:?}");
+        assert!(steps[0] < 60 && steps[1] == 60, "{steps:?}");
+    }
 }

@@ -218,6 +218,14 @@ fn train_init_from_a_run_folder_a_checkpoint_or_an_export_starts_a_new_run_from_
     let o = train_from("./no/such/run", &out, &hub);
     assert!(!o.status.success());
     assert!(
+        text(&o).contains("`./no/such/run` does not exist"),
+        "a path, said to be missing: {}",
+        text(&o)
+    );
+    assert!(!out.exists());
+    let o = train_from("no/such/run", &out, &hub);
+    assert!(!o.status.success());
+    assert!(
         text(&o).contains("neither an existing folder nor a Hub model name"),
         "{}",
         text(&o)

@@ -8,8 +8,11 @@ use anyhow::{Context, Result, bail};
 use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 use mlx_llama::options_file;
 use mlx_llama::source::SourceKind;
-use mlx_llama::{ModelSource, TokenizerChoice, TrainConfig, train};
+use mlx_llama::{ModelSource, TokenizerChoice, TrainConfig, train_accepted};
 
+// Every subcommand takes negative numbers as values (`--temp -1` is
+// refused for its value, not taken for a flag) and a repeated option's
+// last value, as argparse's tools do.
 #[derive(Parser)]
 #[command(
     version,
@@ -23,16 +26,34 @@ struct Cli {
 #[derive(Subcommand)]
 enum Cmd {
     /// Train (the same program on 1 rank or N ranks under mlx-launch).
-    #[command(args_override_self = true)]
+    #[command(
+        args_override_self = true,
+        allow_negative_numbers = true,
+        after_help = TRAIN_EXIT_STATUS
+    )]
     Train(Box<TrainArgs>),
     /// Sample text from a checkpoint, a model folder or a Hub model.
+    #[command(args_override_self = true, allow_negative_numbers = true)]
     Generate(GenerateArgs),
     /// Write a checkpoint as a folder for transformers (hf) or mlx-lm (mlx).
+    #[command(args_override_self = true, allow_negative_numbers = true)]
     Export(mlx_llama::export::ExportArgs),
     /// Loss and perplexity of a model (with or without adapters) on a
     /// dataset, on 1 rank or N under mlx-launch.
+    #[command(args_override_self = true, allow_negative_numbers = true)]
     Eval(mlx_llama::eval::EvalArgs),
 }
+
+/// `train`'s exit statuses, for `--help` (the README's table says the same).
+const TRAIN_EXIT_STATUS: &str = "\
+Exit status (each rank's, and mlx-launch's for the job):
+  0        trained to --steps (or nothing was left to train)
+  1        failed; the error says why (under mlx-launch, which rank)
+  2        the command line or --config file was refused
+  128+N    stopped by signal N after its step, with a checkpoint: 130 for
+           Ctrl-C (SIGINT), 143 for SIGTERM, 129 for SIGHUP; continue with
+           --resume. A second signal ends at once with the same status,
+           losing the steps since the last checkpoint.";
 
 #[derive(Args, Debug)]
 struct TrainArgs {
@@ -47,30 +68,38 @@ struct TrainArgs {
     /// Continue from the latest checkpoint in the run folder (implied in a
     /// job that `mlx-launch --max-restarts` started again); an error when
     /// there is none. Changed options go to run.resume-N.toml.
-    #[arg(long, conflicts_with = "fresh")]
+    #[arg(
+        help_heading = "Checkpoints and the run folder",
+        long,
+        conflicts_with = "fresh"
+    )]
     resume: bool,
     /// Start afresh even if the run folder holds an earlier run (its
     /// checkpoints, metrics and curves are removed).
-    #[arg(long)]
+    #[arg(help_heading = "Checkpoints and the run folder", long)]
     fresh: bool,
     /// Resume from a checkpoint of format 1, whose manifest records no
     /// checksums, without verifying its files (refused otherwise). Not kept
     /// in run.toml: each resume that needs it asks again.
-    #[arg(long)]
+    #[arg(help_heading = "Checkpoints and the run folder", long)]
     allow_old_checkpoint_format: bool,
     /// Seconds a collective waits for a live rank that is late (a long
     /// evaluation or checkpoint on one rank); default MLX_DIST_TIMEOUT_MS, else 600.
-    #[arg(long, value_name = "SECS", value_parser = positive_secs)]
+    #[arg(help_heading = "Parallelism and communication", long, value_name = "SECS", value_parser = positive_secs)]
     collective_timeout: Option<std::time::Duration>,
     /// Seconds without a heartbeat after which a rank is declared dead;
     /// default MLX_DIST_LIVENESS_MS, else 5.
-    #[arg(long, value_name = "SECS", value_parser = positive_secs)]
+    #[arg(help_heading = "Parallelism and communication", long, value_name = "SECS", value_parser = positive_secs)]
     liveness_timeout: Option<std::time::Duration>,
     /// Collective backend: any, ring, quic, mpi.
-    #[arg(long, default_value = "any")]
+    #[arg(
+        help_heading = "Parallelism and communication",
+        long,
+        default_value = "any"
+    )]
     backend: String,
     /// Write the run's summary as JSON to this file (rank 0).
-    #[arg(long)]
+    #[arg(help_heading = "Logging", long)]
     summary: Option<PathBuf>,
 }
 
@@ -171,7 +200,19 @@ fn positive_secs(s: &str) -> std::result::Result<std::time::Duration, String> {
     mlx_dist::config::parse_seconds(s, true)
 }
 
-fn run_train(a: TrainArgs, resolved: String) -> Result<()> {
+/// A stopping signal's name.
+fn signal_name(signal: i32) -> &'static str {
+    match signal {
+        libc::SIGINT => "SIGINT",
+        libc::SIGTERM => "SIGTERM",
+        libc::SIGHUP => "SIGHUP",
+        _ => "a signal",
+    }
+}
+
+/// Trains; returns the exit status (0, or 128 + the signal that stopped
+/// the run with a checkpoint).
+fn run_train(a: TrainArgs, resolved: String) -> Result<i32> {
     mlx_llama::checkpoint::allow_old_format(a.allow_old_checkpoint_format);
     let cfg = a.run;
     // A source that is neither a folder nor a Hub name fails before the run
@@ -194,23 +235,34 @@ fn run_train(a: TrainArgs, resolved: String) -> Result<()> {
     };
     // Held until the run ends: no second run writes into the folder.
     let _lock = mlx_llama::run_folder::prepare(&cfg.out_dir, intent, &group)?;
-    if group.rank() == 0 {
-        let resuming = (a.resume || restarted) && !a.fresh;
-        mlx_llama::run_folder::record_options(&cfg.out_dir, &resolved, resuming)?;
-    }
-    let s = train(&cfg, &group)?;
+    // The options are recorded once the run is accepted (a refused resume
+    // writes nothing).
+    let resuming = (a.resume || restarted) && !a.fresh;
+    let mut record = || {
+        if group.rank() == 0 {
+            mlx_llama::run_folder::record_options(&cfg.out_dir, &resolved, resuming)?;
+        }
+        Ok(())
+    };
+    let s = train_accepted(&cfg, &group, &mut record)?;
     if mlx_array::profile::enabled() {
         eprintln!("rank {}: {}", group.rank(), mlx_array::profile::report(30));
     }
-    if let Some(step) = s.stopped_at {
-        bail!(
-            "stopped by a signal after step {step} of {}; checkpoint {}; to continue, run the same command with --resume (or: mlx-llama train --config {} --resume)",
-            cfg.steps,
-            s.checkpoint
-                .as_ref()
-                .map_or("none".into(), |p| p.display().to_string()),
-            cfg.out_dir.join("run.toml").display()
-        );
+    if let (Some(step), Some(signal)) = (s.stopped_at, s.stop_signal) {
+        // One line for the job (rank 0's), not an error: the run did what
+        // the signal asked.
+        if group.rank() == 0 {
+            mlx_llama::console::line(&format!(
+                "stopped by {} after step {step} of {}; checkpoint {}; to continue, run the same command with --resume (or: mlx-llama train --config {} --resume)",
+                signal_name(signal),
+                cfg.steps,
+                s.checkpoint
+                    .as_ref()
+                    .map_or("none".into(), |p| p.display().to_string()),
+                cfg.out_dir.join("run.toml").display()
+            ));
+        }
+        return Ok(mlx_llama::trainer::stop::exit_status(signal));
     }
     if group.rank() == 0 && !s.losses.is_empty() {
         mlx_llama::console::line(&format!(
@@ -231,7 +283,7 @@ fn run_train(a: TrainArgs, resolved: String) -> Result<()> {
         std::fs::write(p, serde_json::to_string_pretty(&s)?)
             .with_context(|| format!("writing {}", p.display()))?;
     }
-    Ok(())
+    Ok(0)
 }
 
 fn run_generate(a: GenerateArgs) -> Result<()> {
@@ -521,13 +573,18 @@ fn main() {
     }
     let result = match cli.cmd {
         Cmd::Train(a) => run_train(*a, resolved),
-        Cmd::Generate(a) => run_generate(a),
-        Cmd::Export(a) => mlx_llama::export::run(a),
-        Cmd::Eval(a) => mlx_llama::eval::run(a),
+        Cmd::Generate(a) => run_generate(a).map(|()| 0),
+        Cmd::Export(a) => mlx_llama::export::run(a).map(|()| 0),
+        Cmd::Eval(a) => mlx_llama::eval::run(a).map(|()| 0),
     };
-    if let Err(e) = result {
-        eprintln!("error: {e:#}");
-        // Under MPI, aborts the job so the other ranks do not wait for this one.
-        mlx_dist::exit_rank(1);
+    match result {
+        Ok(0) => {}
+        // Stopped by a signal with a checkpoint: every rank exits so.
+        Ok(status) => std::process::exit(status),
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            // Under MPI, aborts the job so the other ranks do not wait for this one.
+            mlx_dist::exit_rank(1);
+        }
     }
 }

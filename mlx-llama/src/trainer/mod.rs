@@ -46,6 +46,19 @@ pub use setup::{data_config_for, lr_schedule, tokenizer_for};
 /// the CPU and transfers are inserted where arrays cross); without a usable
 /// adapter it fails at once with the reason.
 pub fn train(cfg: &TrainConfig, group: &Group) -> Result<Summary> {
+    train_accepted(cfg, group, &mut || Ok(()))
+}
+
+/// Trains as [`train`], calling `accepted` on every rank once the run is
+/// accepted (its data ready, its model built and within any
+/// `--memory-budget`, its checkpoint, if any, resumed) and before the run
+/// writes anything into its folder: `mlx-llama train` records the run's
+/// options there, so that a refused start leaves the folder as it was.
+pub fn train_accepted(
+    cfg: &TrainConfig,
+    group: &Group,
+    accepted: &mut dyn FnMut() -> Result<()>,
+) -> Result<Summary> {
     let device: Device = cfg.device.parse().map_err(|e| anyhow!("{e}"))?;
     if device == Device::Gpu {
         mlx_array::device::gpu_available()
@@ -91,7 +104,7 @@ pub fn train(cfg: &TrainConfig, group: &Group) -> Result<Summary> {
         None => cfg,
     };
     mlx_array::device::with_device(device, || {
-        train_on(cfg, init.as_ref(), adapter_tensors, group)
+        train_on(cfg, init.as_ref(), adapter_tensors, group, accepted)
     })
 }
 
@@ -103,11 +116,12 @@ fn train_on(
     init: Option<&Resolved>,
     adapter_tensors: Option<AdapterTensors>,
     group: &Group,
+    accepted: &mut dyn FnMut() -> Result<()>,
 ) -> Result<Summary> {
     if cfg.grad_accumulation == 0 || cfg.steps == 0 || cfg.block_size == 0 {
         bail!("steps, block size and gradient accumulation must all be at least 1");
     }
-    let mut run = Run::start(cfg, init, adapter_tensors, group)?;
+    let mut run = Run::start(cfg, init, adapter_tensors, group, accepted)?;
     if run.first_step >= cfg.steps {
         if group.rank() == 0 {
             crate::console::line(&format!(
@@ -121,12 +135,13 @@ fn train_on(
         summary.resumed_at = run.first_step;
         return Ok(summary);
     }
-    let mut stopped_at = None;
+    let (mut stopped_at, mut stop_signal) = (None, None);
     for step in run.first_step..cfg.steps {
         match run.step(step) {
-            Ok(false) => {}
-            Ok(true) => {
+            Ok(None) => {}
+            Ok(Some(signal)) => {
                 stopped_at = Some(step + 1);
+                stop_signal = Some(signal);
                 break;
             }
             Err(e) => {
@@ -142,6 +157,7 @@ fn train_on(
     summary.skipped_steps = run.precision.skipped();
     summary.resumed_at = run.first_step;
     summary.stopped_at = stopped_at;
+    summary.stop_signal = stop_signal;
     if group.rank() == 0 && cfg.report_to.csv {
         // The pictures are for people: a run that trained is not failed by them.
         match crate::curves::write(&cfg.out_dir) {
@@ -182,6 +198,8 @@ struct Run<'a> {
     /// When the last checkpoint was written (or the run started), and how
     /// long it took: the periodic checkpoint's clock.
     last_checkpoint: (Instant, std::time::Duration),
+    /// Whether this run has written a checkpoint yet.
+    checkpointed: bool,
     /// The previous step, when its records wait for its loss to reach the
     /// host while this step is recorded (see [`Run::step`]).
     queued: Option<Queued>,
@@ -216,6 +234,7 @@ impl<'a> Run<'a> {
         init: Option<&Resolved>,
         adapter_tensors: Option<AdapterTensors>,
         world: &'a Group,
+        accepted: &mut dyn FnMut() -> Result<()>,
     ) -> Result<Run<'a>> {
         let mut sync = sync::for_config(cfg, world, setup::adamw(cfg)?)?;
         let group = sync.group().clone();
@@ -259,6 +278,7 @@ impl<'a> Run<'a> {
             &mut train_loader,
             &mut precision,
         )?;
+        accepted()?;
         let parameters = model.num_parameters();
         sync.scatter(&mut model)?;
         eval(sync.updated(&model))?;
@@ -300,6 +320,7 @@ impl<'a> Run<'a> {
             precision,
             record,
             last_checkpoint: (Instant::now(), std::time::Duration::ZERO),
+            checkpointed: false,
             queued: None,
         })
     }
@@ -316,7 +337,7 @@ impl<'a> Run<'a> {
     /// `async_eval` loops do). A step after which anything reads the model
     /// (validation, a checkpoint, the end, a stop) is finished at once.
     /// `--no-overlap-steps` finishes every step at once.
-    fn step(&mut self, step: u64) -> Result<bool> {
+    fn step(&mut self, step: u64) -> Result<Option<i32>> {
         let t0 = Instant::now();
         let host0 = host::HostTime::now();
         let comm0 = mlx_array::eval::communication_times();
@@ -369,7 +390,7 @@ impl<'a> Run<'a> {
         let stop = match self.after_actions(step + 1)? {
             None => {
                 self.queued = Some(queued);
-                false
+                None
             }
             Some(verdict) => {
                 // Timed once its loss is read: the device has finished it.
@@ -388,6 +409,8 @@ impl<'a> Run<'a> {
         if mlx_array::profile::enabled() && self.world.rank() == 0 {
             eprintln!("step={} {}", step + 1, host.describe(t0.elapsed()));
         }
+        // The launcher sizes the time it gives the ranks to stop on Ctrl-C
+        // or SIGTERM from the last step and checkpoint (`mlx-launch --grace`).
         Ok(stop)
     }
 
@@ -553,9 +576,14 @@ impl<'a> Run<'a> {
     /// Whether rank 0's clock calls for a periodic checkpoint: the
     /// configured interval has passed since the last one, and 50 times as
     /// long as that one took (so checkpoints cost under 2% of the run).
+    /// The first comes sooner, `--first-checkpoint-s` into the run, so
+    /// that a run killed in its first interval does not lose all its steps.
     fn checkpoint_due_by_time(&self) -> bool {
         let (at, took) = self.last_checkpoint;
-        let every = std::time::Duration::from_secs(self.cfg.checkpoint_interval_s);
+        let mut every = std::time::Duration::from_secs(self.cfg.checkpoint_interval_s);
+        if !self.checkpointed {
+            every = every.min(std::time::Duration::from_secs(self.cfg.first_checkpoint_s));
+        }
         self.cfg.checkpoint_interval_s > 0 && at.elapsed() >= every.max(took * 50)
     }
 
@@ -572,7 +600,7 @@ impl<'a> Run<'a> {
             || self.validation_due(done)
             || (cfg.checkpoint_every > 0 && done.is_multiple_of(cfg.checkpoint_every))
             || verdict.checkpoint_due
-            || verdict.stop
+            || verdict.stop.is_some()
             || test_kill::asked(self.world.rank(), done)?;
         Ok(now.then_some(verdict))
     }
@@ -602,16 +630,17 @@ impl<'a> Run<'a> {
     /// After step `done` (1-based) is finished (its records written): a
     /// test's kill, and a checkpoint when due (every `checkpoint_every`
     /// steps, by time, at the end, or when the ranks agreed to stop);
-    /// returns whether they did.
-    fn after(&mut self, done: u64, verdict: stop::Verdict) -> Result<bool> {
+    /// returns the signal that stopped them, if they did before the end.
+    fn after(&mut self, done: u64, verdict: stop::Verdict) -> Result<Option<i32>> {
         let cfg = self.cfg;
         let last = done == cfg.steps;
         test_kill::die_if_asked(self.world.rank(), done)?;
         let every = cfg.checkpoint_every > 0 && done.is_multiple_of(cfg.checkpoint_every);
-        if every || last || verdict.checkpoint_due || verdict.stop {
+        if every || last || verdict.checkpoint_due || verdict.stop.is_some() {
             let t = Instant::now();
             let dir = self.checkpoint(done)?;
             self.last_checkpoint = (Instant::now(), t.elapsed());
+            self.checkpointed = true;
             if self.world.rank() == 0 {
                 tracing::info!(
                     step = done,
@@ -622,6 +651,6 @@ impl<'a> Run<'a> {
             }
             self.record.checkpoint(dir);
         }
-        Ok(verdict.stop && !last)
+        Ok(verdict.stop.filter(|_| !last))
     }
 }

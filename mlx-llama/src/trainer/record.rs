@@ -62,6 +62,9 @@ pub struct Summary {
     /// The step after which the run stopped on a signal, its checkpoint
     /// written (`None`: it ran to its last step).
     pub stopped_at: Option<u64>,
+    /// The signal that stopped it then (SIGTERM, SIGINT or SIGHUP, as the
+    /// ranks agreed: see `mlx-llama train --help`'s exit statuses).
+    pub stop_signal: Option<i32>,
 }
 
 /// What crossed between the host and the GPU during one step (this
@@ -162,6 +165,7 @@ impl Recorder {
             transfers: vec![],
             resumed_at: first_step,
             stopped_at: None,
+            stop_signal: None,
         };
         let rank_file = |p: &PathBuf, append: bool| {
             let path = PathBuf::from(format!("{}.rank{rank}.jsonl", p.display()));

@@ -183,6 +183,9 @@ pub fn tokenizer_for(cfg: &TrainConfig) -> Result<TextTokenizer> {
 pub fn lr_schedule(cfg: &TrainConfig) -> Result<Schedule> {
     let (lr, steps, warmup) = (cfg.learning_rate, cfg.steps, cfg.warmup);
     let wsd = matches!(cfg.schedule, ScheduleKind::Wsd | ScheduleKind::WsdSqrt);
+    if !(lr.is_finite() && lr >= 0.0) {
+        bail!("--lr {lr} must be a finite number of at least 0");
+    }
     if cfg.schedule == ScheduleKind::Constant && cfg.min_lr.is_some() {
         bail!(
             "--min-lr is the floor a schedule decays to: --schedule constant does not decay (use cosine, linear, wsd or wsd-sqrt)"

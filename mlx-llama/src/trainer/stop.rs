@@ -7,7 +7,7 @@
 //! (see `agree`), so every rank stops after the same step, whichever got
 //! the signal first.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicI32, AtomicUsize, Ordering};
 
 use anyhow::{Context, Result};
 use mlx_dist::Group;
@@ -15,14 +15,27 @@ use mlx_dist::Group;
 /// Signals received (SIGINT, SIGTERM, SIGHUP).
 static SIGNALS: AtomicUsize = AtomicUsize::new(0);
 
-/// The exit code of a process ended by a second signal (128 + SIGINT, as a
-/// shell reports Ctrl-C).
-const STOPPED_AT_ONCE: i32 = 130;
+/// The first signal received (0: none).
+static FIRST: AtomicI32 = AtomicI32::new(0);
+
+/// The signals that stop a run, in the order that names a stop which
+/// several ranks saw differently: a cluster's SIGTERM before Ctrl-C's
+/// SIGINT before a closed terminal's SIGHUP.
+const STOPPING: [i32; 3] = [libc::SIGTERM, libc::SIGINT, libc::SIGHUP];
+
+/// The exit status of a process stopped by signal `sig`, as a shell
+/// reports one killed by it (130 for Ctrl-C's SIGINT, 143 for SIGTERM),
+/// whether it stopped with a checkpoint (the first signal) or at once (a
+/// second).
+pub fn exit_status(sig: i32) -> i32 {
+    128 + sig
+}
 
 /// What a signal does: the first asks the run to stop, the second ends
 /// the process.
-fn on_signal() {
+fn on_signal(sig: i32) {
     use std::io::Write;
+    let _ = FIRST.compare_exchange(0, sig, Ordering::SeqCst, Ordering::SeqCst);
     let n = SIGNALS.fetch_add(1, Ordering::SeqCst) + 1;
     let mut err = std::io::stderr();
     if n == 1 {
@@ -34,7 +47,7 @@ fn on_signal() {
         let _ = writeln!(err, "second signal: stopping at once");
         // SAFETY: _exit ends the process without running atexit handlers
         // or destructors, which may wait on the other ranks.
-        unsafe { libc::_exit(STOPPED_AT_ONCE) };
+        unsafe { libc::_exit(exit_status(sig)) };
     }
 }
 
@@ -84,7 +97,7 @@ pub fn install_signal_handlers() -> Result<()> {
                 // SAFETY: waits for one of the signals of `set`, blocked in
                 // every thread.
                 if unsafe { libc::sigwait(&set, &mut sig) } == 0 {
-                    on_signal();
+                    on_signal(sig);
                 }
             }
         })
@@ -97,25 +110,40 @@ pub fn requested() -> bool {
     SIGNALS.load(Ordering::SeqCst) > 0
 }
 
+/// The first signal this process received, if any.
+pub fn received() -> Option<i32> {
+    Some(FIRST.load(Ordering::SeqCst)).filter(|&s| s != 0)
+}
+
 /// What the ranks decided after a step.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) struct Verdict {
-    /// Some rank was asked to stop: all stop after this step.
-    pub stop: bool,
+    /// Some rank was asked to stop by this signal (the first of
+    /// [`STOPPING`] that any rank received): all stop after this step.
+    pub stop: Option<i32>,
     /// Rank 0's clock says a periodic checkpoint is due.
     pub checkpoint_due: bool,
 }
 
-/// The world's verdict after a step: stop when any rank was signalled; a
-/// checkpoint when rank 0 finds one `due`. One tiny collective over the
-/// world (none on one rank).
+/// The world's verdict after a step: stop when any rank was signalled
+/// (naming the signal every rank exits by); a checkpoint when rank 0 finds
+/// one `due`. One tiny collective over the world (none on one rank).
 pub(super) fn agree(world: &Group, due: bool) -> Result<Verdict> {
-    let mut flags = [i64::from(requested()), i64::from(due && world.rank() == 0)];
+    let mine = received().filter(|_| requested());
+    let mut flags = [0i64; STOPPING.len() + 1];
+    for (flag, sig) in flags.iter_mut().zip(STOPPING) {
+        *flag = i64::from(mine == Some(sig));
+    }
+    flags[STOPPING.len()] = i64::from(due && world.rank() == 0);
     if world.size() > 1 {
         world.all_sum(&mut flags)?;
     }
     Ok(Verdict {
-        stop: flags[0] > 0,
-        checkpoint_due: flags[1] > 0,
+        stop: STOPPING
+            .iter()
+            .zip(flags)
+            .find(|&(_, n)| n > 0)
+            .map(|(&sig, _)| sig),
+        checkpoint_due: flags[STOPPING.len()] > 0,
     })
 }
