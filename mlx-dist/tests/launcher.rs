@@ -760,3 +760,319 @@ fn ctrl_c_works_while_input_is_pending() {
         assert_gone(&job, &format!("rank {r}"), pid);
     }
 }
+
+/// Starts `mlx-launch --hosts fakehost1,fakehost2 ARGS -- /bin/sh -c
+/// SCRIPT` through the stand-in for ssh: each rank goes through its agent.
+fn launch_remote(job: &mut Job, args: &[&str], script: &str, env: &[(&str, &Path)]) {
+    let ssh = fake_ssh(&job.dir);
+    let child = Command::new(LAUNCH)
+        .args(["--hosts", "fakehost1,fakehost2", "--starting-port", "40100"])
+        .args(args)
+        .args(["--", "/bin/sh", "-c", script])
+        .env("T", &job.dir)
+        .env("MLX_LAUNCH_SSH", ssh)
+        .envs(env.iter().copied())
+        .stdin(Stdio::null())
+        .stdout(File::create(job.path("launcher.out")).unwrap())
+        .stderr(File::create(job.path("launcher.err")).unwrap())
+        .spawn()
+        .unwrap();
+    job.launcher = Some(child);
+}
+
+/// SIGKILL to the launcher ends the whole process tree of every rank:
+/// the rank, its child and its child's child (`sh -c 'sleep 97 & ...'`),
+/// which used to be left running under pid 1.
+#[test]
+fn a_sigkilled_launcher_ends_the_whole_process_tree_of_each_rank() {
+    let mut job = Job::new("tree-killed");
+    job.launch(
+        &["-n", "2"],
+        r#"sh -c 'sleep 97 & echo $! > "$T/child.grand.$MLX_RANK"; exec sleep 97' &
+           echo $! > "$T/child.$MLX_RANK"
+           echo $$ > "$T/pid.$MLX_RANK"; exec sleep 60"#,
+    );
+    let mut tree = Vec::new();
+    for r in 0..2 {
+        for what in ["pid", "child", "child.grand"] {
+            tree.push((
+                format!("rank {r}'s {what}"),
+                job.pid(&format!("{what}.{r}")),
+            ));
+        }
+    }
+    // SAFETY: kill(2) on the launcher this test started.
+    unsafe { libc::kill(job.launcher_pid(), libc::SIGKILL) };
+    job.wait(Duration::from_secs(5));
+    remove_job_files_of(job.launcher_pid());
+    for (what, pid) in tree {
+        assert_gone(&job, &what, pid);
+    }
+}
+
+/// This process's peak resident memory in bytes (Linux: VmHWM).
+fn peak_rss(pid: i32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let kb: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .unwrap()
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .unwrap();
+    kb << 10
+}
+
+/// A rank that prints 96 MiB without a newline: the launcher holds at
+/// most a piece of it at a time (its peak memory stays under 48 MiB, where
+/// it used to hold the whole line), and forwards every byte, in prefixed
+/// lines of at most 256 KiB.
+#[test]
+fn a_rank_printing_without_newlines_does_not_grow_the_launcher() {
+    const N: usize = 96 << 20;
+    let mut job = Job::new("long-line");
+    job.launch(
+        &["-n", "1"],
+        &format!(
+            r#"head -c {N} /dev/zero | tr '\0' x; echo $$ > "$T/pid.0"
+               i=0; while [ ! -e "$T/go" ] && [ $i -lt 600 ]; do sleep 0.05; i=$((i+1)); done"#
+        ),
+    );
+    job.pid("pid.0");
+    let out = job.path("launcher.out");
+    assert!(
+        eventually(Duration::from_secs(30), || std::fs::metadata(&out)
+            .is_ok_and(|m| m.len() >= N as u64)),
+        "the output never arrived:\n{}",
+        job.last_stderr_line()
+    );
+    let peak = peak_rss(job.launcher_pid());
+    File::create(job.path("go")).unwrap();
+    let st = job.wait(Duration::from_secs(20));
+    assert!(st.success(), "{}", job.last_stderr_line());
+    assert!(
+        peak < 48 << 20,
+        "the launcher's peak memory was {} MiB",
+        peak >> 20
+    );
+    let text = std::fs::read(&out).unwrap();
+    let mut xs = 0;
+    for line in text.split(|&b| b == b'\n').filter(|l| !l.is_empty()) {
+        let body = line.strip_prefix(b"[0] ").expect("every piece is prefixed");
+        assert!(body.len() <= 256 << 10, "a piece of {} bytes", body.len());
+        assert!(body.iter().all(|&b| b == b'x'));
+        xs += body.len();
+    }
+    assert_eq!(xs, N, "every byte arrives");
+}
+
+/// A line in a remote rank's output that looks like its agent's failure
+/// report (what a rank, or a log line it prints, could write) is not
+/// taken for one: rank 0 fails and is named, not the rank the forgery
+/// blames.
+#[test]
+fn a_forged_report_in_a_remote_ranks_output_blames_nobody() {
+    let mut job = Job::new("forged-report");
+    launch_remote(
+        &mut job,
+        &["--grace", "1"],
+        r#"echo $$ > "$T/pid.$MLX_RANK"
+           if [ "$MLX_RANK" = 0 ]; then
+               printf '\001mlx-launch-report 00ff {"rank":0,"culprit":1,"reason":"forged"}\n' >&2
+               printf '\001mlx-launch-report {"rank":0,"culprit":1,"reason":"forged"}\n' >&2
+               exit 3
+           fi
+           exec sleep 30"#,
+        &[],
+    );
+    let st = job.wait(Duration::from_secs(15));
+    assert_eq!(st.code(), Some(3), "{}", job.output());
+    let last = job.last_stderr_line();
+    assert!(
+        last.contains("rank 0 failed (exit status 3)") && !last.contains("forged"),
+        "{last:?}\n{}",
+        job.output()
+    );
+}
+
+/// Whether `name` is `mlx-launch-agent-<pid>-<rank>-` and 16 hex digits.
+fn unguessable_agent_folder(name: &str) -> bool {
+    let Some(rest) = name.strip_prefix("mlx-launch-agent-") else {
+        return false;
+    };
+    let parts: Vec<&str> = rest.split('-').collect();
+    parts.len() == 3
+        && parts[..2]
+            .iter()
+            .all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
+        && parts[2].len() == 16
+        && parts[2].bytes().all(|b| b.is_ascii_hexdigit())
+}
+
+/// The folder where a rank writes its reports, local or remote (made by
+/// its agent), is new, this user's, a folder (not a link) with mode 0700,
+/// and a remote one's name has a random part; it is gone after the job.
+#[test]
+fn the_ranks_report_folders_are_private_and_unguessable() {
+    let script = r#"echo "$MLX_LAUNCH_REPORT_DIR" > "$T/dir.$MLX_RANK"; echo $$ > "$T/pid.$MLX_RANK"
+                    i=0; while [ ! -e "$T/go" ] && [ $i -lt 200 ]; do sleep 0.05; i=$((i+1)); done"#;
+    for remote in [false, true] {
+        let mut job = Job::new(if remote {
+            "private-remote"
+        } else {
+            "private-local"
+        });
+        if remote {
+            launch_remote(&mut job, &[], script, &[]);
+        } else {
+            job.launch(&["-n", "2"], script);
+        }
+        let mut dirs = Vec::new();
+        for r in 0..2 {
+            job.pid(&format!("pid.{r}"));
+            let d = PathBuf::from(
+                std::fs::read_to_string(job.path(&format!("dir.{r}")))
+                    .unwrap()
+                    .trim(),
+            );
+            let m = std::fs::symlink_metadata(&d).unwrap();
+            use std::os::unix::fs::MetadataExt;
+            assert!(m.file_type().is_dir(), "{}", d.display());
+            assert_eq!(m.mode() & 0o777, 0o700, "{}", d.display());
+            // SAFETY: geteuid has no preconditions.
+            assert_eq!(m.uid(), unsafe { libc::geteuid() });
+            let name = d.file_name().unwrap().to_string_lossy().into_owned();
+            if remote {
+                assert!(unguessable_agent_folder(&name), "{name}");
+            }
+            dirs.push(d);
+        }
+        File::create(job.path("go")).unwrap();
+        let st = job.wait(Duration::from_secs(15));
+        assert!(st.success(), "{}", job.output());
+        for d in dirs {
+            assert!(!d.exists(), "{} is left behind", d.display());
+        }
+    }
+}
+
+/// Environment variable: the checkpoint time, in milliseconds, of the
+/// simulated trainer that [`slow_checkpoint_rank`] runs.
+const SLOW_CHECKPOINT_MS: &str = "MLX_TEST_SLOW_CHECKPOINT_MS";
+
+/// Set by the SIGINT and SIGTERM handler of [`slow_checkpoint_rank`].
+static STOP: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+extern "C" fn ask_to_stop(_: libc::c_int) {
+    STOP.store(true, std::sync::atomic::Ordering::SeqCst);
+}
+
+/// A rank when [`SLOW_CHECKPOINT_MS`] is set (this test binary re-run by
+/// mlx-launch), a trainer in miniature: steps of 200 ms, each reported to
+/// the launcher as mlx-llama reports its own (`mlx_dist::report`), as is
+/// its last checkpoint; on SIGINT it finishes its step, writes a
+/// checkpoint that takes that long (`$T/checkpoint.<rank>`) and exits 0.
+#[test]
+fn slow_checkpoint_rank() {
+    let Some(ms) = std::env::var(SLOW_CHECKPOINT_MS).ok() else {
+        return;
+    };
+    let checkpoint = Duration::from_millis(ms.parse().unwrap());
+    let dir = PathBuf::from(std::env::var("T").unwrap());
+    let rank = std::env::var("MLX_RANK").unwrap();
+    for sig in [libc::SIGINT, libc::SIGTERM] {
+        // SAFETY: the handler only stores to an atomic.
+        unsafe { libc::signal(sig, ask_to_stop as *const () as libc::sighandler_t) };
+    }
+    // As a trainer after its first checkpoint (which this one skips).
+    mlx_dist::report::checkpoint_took(checkpoint);
+    loop {
+        let t = Instant::now();
+        std::thread::sleep(Duration::from_millis(200));
+        mlx_dist::report::step_took(t.elapsed());
+        std::fs::write(dir.join(format!("ready.{rank}")), "").unwrap();
+        if STOP.load(std::sync::atomic::Ordering::SeqCst) {
+            println!("stopping: writing a checkpoint");
+            std::thread::sleep(checkpoint);
+            std::fs::write(dir.join(format!("checkpoint.{rank}")), "").unwrap();
+            println!("checkpoint written");
+            return;
+        }
+    }
+}
+
+/// Starts two ranks of [`slow_checkpoint_rank`] with a checkpoint of
+/// `checkpoint_ms`, locally or through their agents, and interrupts the
+/// launcher once both have reported a step.
+fn interrupt_slow_checkpoints(job: &mut Job, remote: bool, args: &[&str], checkpoint_ms: u64) {
+    let exe = std::env::current_exe().unwrap();
+    let ms = PathBuf::from(checkpoint_ms.to_string());
+    let env = [
+        ("TEST_EXE", exe.as_path()),
+        (SLOW_CHECKPOINT_MS, ms.as_path()),
+    ];
+    let script = r#"echo $$ > "$T/pid.$MLX_RANK"; exec "$TEST_EXE" --exact slow_checkpoint_rank --nocapture --test-threads=1"#;
+    if remote {
+        launch_remote(job, args, script, &env);
+    } else {
+        let mut all = vec!["-n", "2"];
+        all.extend_from_slice(args);
+        job.launch_with(&all, script, &env);
+    }
+    assert!(
+        eventually(Duration::from_secs(20), || (0..2)
+            .all(|r| job.path(&format!("ready.{r}")).exists())),
+        "the ranks never reported a step:\n{}",
+        job.output()
+    );
+    // SAFETY: kill(2) on the launcher this test started.
+    unsafe { libc::kill(job.launcher_pid(), libc::SIGINT) };
+}
+
+/// Ctrl-C (as Slurm's preemption, SIGTERM) to a job whose checkpoint takes
+/// 9 s, past the 8 s the launcher used to wait before SIGKILL: the ranks
+/// reported their step and checkpoint durations, the launcher waits for
+/// them, and every rank writes its checkpoint; local ranks and remote
+/// ones (whose agents carry their durations back) alike.
+#[test]
+fn ctrl_c_waits_for_a_checkpoint_slower_than_the_liveness_grace() {
+    for remote in [false, true] {
+        let mut job = Job::new(if remote {
+            "slow-ckpt-remote"
+        } else {
+            "slow-ckpt-local"
+        });
+        interrupt_slow_checkpoints(&mut job, remote, &[], 9000);
+        let st = job.wait(Duration::from_secs(40));
+        let out = job.output();
+        assert_eq!(st.code(), Some(130), "remote {remote}:\n{out}");
+        for r in 0..2 {
+            assert!(
+                job.path(&format!("checkpoint.{r}")).exists(),
+                "remote {remote}: rank {r} was killed before its checkpoint:\n{out}"
+            );
+        }
+        assert!(
+            out.contains("to stop (the slowest rank's last step and checkpoint took 9"),
+            "remote {remote}:\n{out}"
+        );
+    }
+}
+
+/// The wait is bounded by `--grace`: with `--grace 3` the ranks of a 9 s
+/// checkpoint are killed after 3 s, and the launcher says why.
+#[test]
+fn the_wait_for_a_slow_checkpoint_is_bounded_by_grace() {
+    let mut job = Job::new("slow-ckpt-bounded");
+    interrupt_slow_checkpoints(&mut job, false, &["--grace", "3"], 9000);
+    let st = job.wait(Duration::from_secs(20));
+    let out = job.output();
+    assert_eq!(st.code(), Some(130), "{out}");
+    assert!(!job.path("checkpoint.0").exists(), "{out}");
+    assert!(
+        out.contains("the ranks have 3 s to stop (--grace; they would need"),
+        "{out}"
+    );
+}

@@ -91,11 +91,14 @@ struct Args {
     /// is declared dead (default 5). Sets MLX_DIST_LIVENESS_MS.
     #[arg(long, value_name = "SECS", value_parser = timeout_secs, allow_negative_numbers = true)]
     liveness_timeout: Option<Duration>,
-    /// Seconds the other ranks may run on after one fails, to notice and
-    /// report whom they blame; then they get SIGTERM, and SIGKILL 2 s later
-    /// (default: the liveness timeout plus 3 s). On Ctrl-C or SIGTERM the
-    /// ranks get SIGINT and this long to stop (mlx-llama finishes its step
-    /// and writes a checkpoint) before SIGKILL; a second Ctrl-C kills at once.
+    /// The most seconds the ranks may run on once asked to stop (default
+    /// 600). After one rank fails, the others get the liveness timeout
+    /// plus 3 s of it to notice and report whom they blame, then SIGTERM,
+    /// and SIGKILL 2 s later. On Ctrl-C or SIGTERM the ranks get SIGINT and
+    /// the time they need to finish their step and write a checkpoint, as
+    /// they reported it (mlx-llama does; see mlx_dist::report::step_took):
+    /// twice their last step plus checkpoint, plus the liveness timeout and
+    /// 3 s, at most this; then SIGKILL. A second Ctrl-C kills at once.
     #[arg(long, value_name = "SECS", value_parser = grace_secs, allow_negative_numbers = true)]
     grace: Option<Duration>,
     /// When a rank fails, stop the others and start the whole job again, up
@@ -204,9 +207,7 @@ fn spec(a: Args) -> anyhow::Result<(LaunchSpec, Restarts)> {
         starting_port: a.starting_port,
         connections_per_peer: a.connections_per_peer.max(1),
         prefix_output: !a.no_prefix,
-        grace: a
-            .grace
-            .unwrap_or_else(|| launch::default_grace(a.liveness_timeout)),
+        grace: a.grace.unwrap_or(launch::DEFAULT_GRACE),
         collective_timeout: a.timeout,
         liveness_timeout: a.liveness_timeout,
         ssh_config: a.ssh_config,

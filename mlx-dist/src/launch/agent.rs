@@ -11,10 +11,18 @@
 //! kills the rank and everything the rank started: a lost launcher leaves
 //! nothing running on any host.
 //!
-//! The agent sends nothing back but the rank's own output (passed through)
-//! and, after the rank exited, its failure report (see [`crate::report`]) as
-//! one line on standard error starting with `REPORT_MARKER`, which the
-//! launcher takes out of the output.
+//! The agent sends nothing back but the rank's own output (passed through),
+//! the time the rank needs to stop (see [`crate::report::step_took`]) when
+//! the launcher forwards Ctrl-C or SIGTERM to it, and, after the rank
+//! exited, its failure report (see [`crate::report`]): each as one line on
+//! standard error starting with `STOP_MARKER` or `REPORT_MARKER`, which
+//! the launcher takes out of the output. Those lines are sealed with an
+//! HMAC under a key of the order's that the rank never sees, so that
+//! nothing the rank (or a program it runs) prints can pass for one.
+//!
+//! The rank writes its reports in a folder of the agent's: new, made
+//! atomically with mode 0700 under a name nobody can guess, and checked
+//! (see [`crate::report::new_private_dir`]).
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::process::{Command, Stdio};
@@ -32,6 +40,47 @@ pub(crate) const PROTOCOL: u64 = 1;
 /// The start of the line that carries a remote rank's failure report.
 pub(crate) const REPORT_MARKER: &str = "\u{1}mlx-launch-report ";
 
+/// The start of the line that carries the time a remote rank needs to stop.
+pub(crate) const STOP_MARKER: &str = "\u{1}mlx-launch-stop ";
+
+type HmacSha256 = hmac::Hmac<sha2::Sha256>;
+
+/// The MAC of `text`, sent by rank `rank`'s agent after `marker`.
+fn mac(key: &[u8; 32], marker: &str, rank: usize) -> HmacSha256 {
+    use hmac::Mac;
+    let mut m = HmacSha256::new_from_slice(key).expect("HMAC takes any key length");
+    m.update(marker.as_bytes());
+    m.update(&(rank as u64).to_le_bytes());
+    m
+}
+
+/// The line (with its newline) that carries `text` (one line of JSON)
+/// from rank `rank`'s agent after `marker`: the marker, the HMAC-SHA256 of
+/// the marker, the rank and the text under `key` in hex, a space, the text.
+pub(crate) fn seal(key: &[u8; 32], marker: &str, rank: usize, text: &str) -> String {
+    use hmac::Mac;
+    let mut m = mac(key, marker, rank);
+    m.update(text.as_bytes());
+    let tag = crate::config::hex_encode(&m.finalize().into_bytes());
+    format!("{marker}{tag} {}\n", text.trim_end())
+}
+
+/// The text of a line that starts with `marker` (`rest` is what follows
+/// it), when its MAC under `key` for rank `rank` is right; `None` for a
+/// forgery or anything else.
+pub(crate) fn unseal(key: &[u8; 32], marker: &str, rank: usize, rest: &[u8]) -> Option<String> {
+    use hmac::Mac;
+    let rest = std::str::from_utf8(rest)
+        .ok()?
+        .trim_end_matches(['\n', '\r']);
+    let (tag, text) = rest.split_once(' ')?;
+    let tag = crate::config::hex_decode(tag)?;
+    let mut m = mac(key, marker, rank);
+    m.update(text.as_bytes());
+    m.verify_slice(&tag).ok()?;
+    Some(text.to_string())
+}
+
 /// What the launcher asks the agent to start. Its `Debug` shows the
 /// environment's names, not their values (the job secret is one).
 #[derive(Clone, PartialEq)]
@@ -46,6 +95,9 @@ pub(crate) struct Order {
     pub env: Vec<(String, String)>,
     /// How many ranks of the job run on this host: they share its cores.
     pub ranks_on_host: usize,
+    /// The key that seals what the agent sends back (see [`seal`]); the
+    /// rank never gets it.
+    pub key: [u8; 32],
 }
 
 impl std::fmt::Debug for Order {
@@ -56,6 +108,7 @@ impl std::fmt::Debug for Order {
             .field("cwd", &self.cwd)
             .field("env", &super::RedactedEnv(&self.env))
             .field("ranks_on_host", &self.ranks_on_host)
+            .field("key", &"<redacted>")
             .finish()
     }
 }
@@ -71,6 +124,7 @@ impl Order {
             "cwd": self.cwd,
             "env": self.env.iter().map(|(k, v)| [k, v]).collect::<Vec<_>>(),
             "ranks_on_host": self.ranks_on_host,
+            "key": crate::config::hex_encode(&self.key),
         })
         .to_string();
         s.push('\n');
@@ -110,7 +164,13 @@ impl Order {
         if command.is_empty() {
             return Err("the order names no program".into());
         }
+        let key = v["key"]
+            .as_str()
+            .and_then(crate::config::hex_decode)
+            .and_then(|k| <[u8; 32]>::try_from(k).ok())
+            .ok_or("the order has no key of 32 bytes")?;
         Ok(Order {
+            key,
             rank: v["rank"].as_u64().ok_or("the order has no rank")? as usize,
             command,
             cwd: v["cwd"].as_str().map(str::to_string),
@@ -215,14 +275,24 @@ pub fn run_agent() -> i32 {
             return 127;
         }
     };
-    let reports = std::env::temp_dir().join(format!(
-        "mlx-launch-agent-{}-{}",
-        std::process::id(),
-        order.rank
-    ));
-    match start_and_wait(&order, input, &reports) {
+    let prefix = format!("mlx-launch-agent-{}-{}-", std::process::id(), order.rank);
+    let reports = match crate::report::new_private_dir(&std::env::temp_dir(), &prefix) {
+        Ok(d) => d,
+        Err(e) => {
+            eprintln!(
+                "mlx-launch agent on {host}: cannot make a private folder for rank {}'s reports in {}: {e}",
+                order.rank,
+                std::env::temp_dir().display()
+            );
+            return 127;
+        }
+    };
+    let err = AgentStderr::default();
+    match start_and_wait(&order, input, &reports, &err) {
         Ok(code) => {
-            send_report(&reports, order.rank);
+            if let Some(json) = crate::report::read_raw(&reports, order.rank) {
+                err.send(&seal(&order.key, REPORT_MARKER, order.rank, &json));
+            }
             let _ = std::fs::remove_dir_all(&reports);
             code
         }
@@ -243,8 +313,8 @@ fn start_and_wait(
     order: &Order,
     mut frames: BufReader<std::io::Stdin>,
     reports: &std::path::Path,
+    err: &AgentStderr,
 ) -> std::io::Result<i32> {
-    std::fs::create_dir_all(reports)?;
     let mut cmd = Command::new(&order.command[0]);
     cmd.args(&order.command[1..]);
     if let Some(d) = &order.cwd {
@@ -265,28 +335,26 @@ fn start_and_wait(
         std::process::id().to_string(),
     );
     cmd.stdin(Stdio::piped()).stderr(Stdio::piped());
-    let mut child = spawn_guarded(&mut cmd)?;
+    let (mut child, guard) = spawn_guarded(&mut cmd)?;
     let pgid = child.id();
     let stdin = child.stdin.take();
     let stderr = child.stderr.take().expect("piped");
-    // The rank's standard error passes through a thread that remembers
-    // whether the last line ended, so that the report starts a line.
+    // The rank's standard error passes through a thread that notes
+    // whether the last line ended, so that the agent's lines start one.
     let (done_tx, done_rx) = std::sync::mpsc::channel();
+    let passed = err.clone();
     std::thread::spawn(move || {
         let mut src = stderr;
-        let mut out = std::io::stderr();
         let mut buf = [0u8; 8192];
-        let mut ended = true;
         while let Ok(n) = src.read(&mut buf) {
             if n == 0 {
                 break;
             }
-            let _ = out.write_all(&buf[..n]);
-            let _ = out.flush();
-            ended = buf[n - 1] == b'\n';
+            passed.pass(&buf[..n]);
         }
-        let _ = done_tx.send(ended);
+        let _ = done_tx.send(());
     });
+    let (key, rank, dir, err) = (order.key, order.rank, reports.to_path_buf(), err.clone());
     // Frames from the launcher, until it goes away. The rank's input goes
     // through a queue of its own: a rank that does not read it must not
     // stop this thread from reading the signals behind it.
@@ -304,7 +372,18 @@ fn start_and_wait(
                         i.end();
                     }
                 }
-                Ok(Some(Frame::Signal(sig))) => signal_group(pgid, sig),
+                Ok(Some(Frame::Signal(sig))) => {
+                    signal_group(pgid, sig);
+                    // Asked to stop: say how long the rank needs to.
+                    if [libc::SIGINT, libc::SIGTERM, libc::SIGHUP].contains(&sig)
+                        && let Some((_, text)) = crate::report::stop_time(&dir)
+                    {
+                        let json = serde_json::from_str::<serde_json::Value>(&text)
+                            .map(|v| v.to_string())
+                            .unwrap_or_default();
+                        err.send(&seal(&key, STOP_MARKER, rank, &json));
+                    }
+                }
                 // The launcher, its ssh or the network is gone while the
                 // rank runs: nobody would ever stop it.
                 Ok(None) | Err(_) => {
@@ -317,11 +396,41 @@ fn start_and_wait(
     let status = child.wait()?;
     // Whatever the rank left in its group goes with it.
     signal_group(pgid, libc::SIGKILL);
-    let ended = done_rx.recv_timeout(Duration::from_secs(2)).unwrap_or(true);
-    if !ended {
-        eprintln!();
-    }
+    guard.end();
+    let _ = done_rx.recv_timeout(Duration::from_secs(2));
     Ok(status_code(&status))
+}
+
+/// The agent's standard error, shared by the rank's output passing
+/// through and the agent's own sealed lines, which always start a line.
+#[derive(Clone, Default)]
+struct AgentStderr(std::sync::Arc<std::sync::Mutex<MidLine>>);
+
+/// Whether the rank's output last written ended in the middle of a line.
+#[derive(Default)]
+struct MidLine(bool);
+
+impl AgentStderr {
+    /// Passes `bytes` of the rank's standard error through.
+    fn pass(&self, bytes: &[u8]) {
+        let mut mid = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let mut out = std::io::stderr().lock();
+        let _ = out.write_all(bytes);
+        let _ = out.flush();
+        mid.0 = bytes.last() != Some(&b'\n');
+    }
+
+    /// Writes one of the agent's lines, on a line of its own.
+    fn send(&self, line: &str) {
+        let mut mid = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let mut out = std::io::stderr().lock();
+        if mid.0 {
+            let _ = out.write_all(b"\n");
+        }
+        let _ = out.write_all(line.as_bytes());
+        let _ = out.flush();
+        mid.0 = false;
+    }
 }
 
 /// Input the rank has not read yet that the agent holds at most; past it,
@@ -403,15 +512,6 @@ impl RankInput {
     }
 }
 
-/// Sends the rank's failure report, if it wrote one, as a marked line.
-fn send_report(dir: &std::path::Path, rank: usize) {
-    if let Some(json) = crate::report::read_raw(dir, rank) {
-        let mut err = std::io::stderr().lock();
-        let _ = writeln!(err, "{REPORT_MARKER}{json}");
-        let _ = err.flush();
-    }
-}
-
 /// This machine's host name, for messages.
 pub(crate) fn hostname() -> String {
     let mut buf = [0u8; 256];
@@ -436,6 +536,7 @@ mod tests {
             cwd: Some("/work dir".into()),
             env: vec![("MLX_DIST_JOB_SECRET".into(), "ab\ncd".into())],
             ranks_on_host: 2,
+            key: [7; 32],
         };
         let line = o.to_line();
         assert_eq!(line.matches('\n').count(), 1, "one line: {line}");
@@ -482,6 +583,7 @@ mod tests {
             cwd: Some("/work".into()),
             env: vec![("MLX_RANK".into(), "1".into())],
             ranks_on_host: 2,
+            key: [9; 32],
         }
     }
 
@@ -543,6 +645,45 @@ mod tests {
                 prop_assert!(o.ranks_on_host >= 1);
             }
         }
+    }
+
+    /// A sealed line opens with its key, marker and rank only; a line
+    /// with the marker and anything else (a rank printing one) does not.
+    #[test]
+    fn only_sealed_lines_open() {
+        let key = [3u8; 32];
+        let json = r#"{"rank":0,"culprit":1,"reason":"peer gone"}"#;
+        let line = seal(&key, REPORT_MARKER, 0, json);
+        assert!(line.ends_with('\n') && line.matches('\n').count() == 1);
+        let rest = line.strip_prefix(REPORT_MARKER).unwrap().as_bytes();
+        assert_eq!(unseal(&key, REPORT_MARKER, 0, rest).as_deref(), Some(json));
+        assert!(
+            unseal(&[4; 32], REPORT_MARKER, 0, rest).is_none(),
+            "another key"
+        );
+        assert!(
+            unseal(&key, REPORT_MARKER, 1, rest).is_none(),
+            "another rank"
+        );
+        assert!(
+            unseal(&key, STOP_MARKER, 0, rest).is_none(),
+            "another marker"
+        );
+        let forged = json.replace("peer gone", "forged");
+        let tampered = format!(
+            "{} {forged}",
+            std::str::from_utf8(rest)
+                .unwrap()
+                .split_once(' ')
+                .unwrap()
+                .0
+        );
+        assert!(unseal(&key, REPORT_MARKER, 0, tampered.as_bytes()).is_none());
+        assert!(
+            unseal(&key, REPORT_MARKER, 0, json.as_bytes()).is_none(),
+            "unsealed"
+        );
+        assert!(unseal(&key, REPORT_MARKER, 0, b"zz {}").is_none());
     }
 
     #[test]

@@ -19,7 +19,16 @@
 //!   are killed when the launch ends (start them with `setsid` to keep them).
 //! - Ranks die with the launcher, even when it is killed with SIGKILL: on
 //!   Linux through `PR_SET_PDEATHSIG`, on macOS through [`watch_parent`],
-//!   which the rank's `init` calls (local ranks only; see [`parent`]).
+//!   which the rank's `init` calls (local ranks only; see [`parent`]); and
+//!   with each rank the whole of its process group, its children's children
+//!   too, on both: a guard process in the group kills it when the pipe from
+//!   the launcher ends (see `process::Guard`).
+//! - On Ctrl-C or SIGTERM the ranks get SIGINT and the time they said they
+//!   need to finish their step and write a checkpoint (see
+//!   [`crate::report::step_took`]), at most [`LaunchSpec::grace`], before
+//!   SIGKILL.
+//! - A rank's output is read in lines of at most 256 KiB: a longer line
+//!   comes in pieces, none lost, and the launcher's memory stays bounded.
 //! - The failure reported is the first one the launcher did not cause
 //!   itself: ranks it signalled (after another failed, or on Ctrl-C) are
 //!   not blamed.
@@ -39,6 +48,8 @@ pub mod agent;
 #[cfg(feature = "launcher")]
 pub mod check;
 mod hosts;
+#[cfg(feature = "launcher")]
+mod lines;
 #[cfg(feature = "launcher")]
 pub mod mpirun;
 pub mod parent;
@@ -91,9 +102,13 @@ pub struct LaunchSpec {
     pub connections_per_peer: usize,
     /// Prefix every output line with `[rank]`.
     pub prefix_output: bool,
-    /// How long the other ranks may run on after one failed before they are
-    /// terminated: long enough for them to notice and report whom they blame
-    /// (see [`default_grace`]).
+    /// The most the ranks may run on once the launcher asked them to stop
+    /// (`--grace`; [`DEFAULT_GRACE`] by default). After one rank failed the
+    /// others get the liveness timeout + 3 s of it ([`default_grace`]), to
+    /// notice and report whom they blame, then SIGTERM. On Ctrl-C or
+    /// SIGTERM they get SIGINT and that plus twice the longest stop time a
+    /// rank reported (its last step plus checkpoint, see
+    /// [`crate::report::step_took`]) before SIGKILL.
     pub grace: Duration,
     /// Collective timeout of the ranks (`MLX_DIST_TIMEOUT_MS`): how long a
     /// live peer that is late to a collective is waited for. `None` leaves
@@ -175,7 +190,7 @@ impl LaunchSpec {
             starting_port: None,
             connections_per_peer: 1,
             prefix_output: true,
-            grace: default_grace(None),
+            grace: DEFAULT_GRACE,
             collective_timeout: None,
             liveness_timeout: None,
             ssh_config: None,
@@ -224,8 +239,15 @@ pub fn env_from(
         .collect()
 }
 
-/// The grace period that lets survivors detect a silent rank (the liveness
-/// timeout, `liveness` or the default) and report it: that timeout plus 3 s.
+/// The default of [`LaunchSpec::grace`], the most the ranks may run on once
+/// asked to stop: ten minutes, the collective timeout's default (a rank
+/// held up longer would fail anyway).
+pub const DEFAULT_GRACE: Duration = Duration::from_secs(600);
+
+/// The time survivors need to detect a silent rank (the liveness timeout,
+/// `liveness` or the default) and report it: that timeout plus 3 s. The
+/// others get it after a failure, and ranks that said nothing of their
+/// stop time get it on Ctrl-C (both at most [`LaunchSpec::grace`]).
 pub fn default_grace(liveness: Option<Duration>) -> Duration {
     liveness.unwrap_or(config::DEFAULT_LIVENESS_TIMEOUT) + Duration::from_secs(3)
 }

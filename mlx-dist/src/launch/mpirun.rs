@@ -26,14 +26,15 @@
 //! in a process group of its own that dies with `mlx-launch` (on Linux
 //! `PR_SET_PDEATHSIG`, even when `mlx-launch` is killed with SIGKILL); Ctrl-C
 //! (and SIGTERM, SIGHUP) is forwarded to that group as SIGINT, upon which
-//! mpirun stops the job, and SIGKILL follows after `--grace` (at once on a
-//! second Ctrl-C); the group is killed when mpirun exits. Open MPI starts
+//! mpirun stops the job, and SIGKILL follows after the liveness timeout
+//! plus 3 s, at most `--grace` (2 s after a second Ctrl-C); the group is
+//! killed when mpirun exits. Open MPI starts
 //! each rank in a process group of its own, so these signals reach the ranks
 //! only through mpirun: a rank outlives a killed mpirun unless Open MPI's own
 //! clean-up stops it.
 
 use std::collections::HashMap;
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::process::{Command, Stdio};
 use std::sync::mpsc;
 
@@ -41,8 +42,11 @@ use anyhow::Context;
 use mlx_progress::render::Renderer;
 
 use super::LaunchSpec;
+use super::lines::{BoundedLines, MAX_LINE};
 use super::process::{kill_group_if_ours, signal_group, spawn_guarded, status_code};
-use super::supervise::{finish_output, forward_interrupts, forward_stdin, report_exit, supervise};
+use super::supervise::{
+    Grace, finish_output, forward_interrupts, forward_stdin, report_exit, supervise,
+};
 
 /// The variables `mpirun` passes on to every rank (`-x NAME`): set in
 /// mpirun's own environment, so that their values (the user's `--env`
@@ -222,7 +226,7 @@ pub fn run(spec: &LaunchSpec) -> anyhow::Result<i32> {
     }
     let (tx, rx) = mpsc::channel();
     forward_interrupts(Some(tx.clone()));
-    let mut child = match spawn_guarded(&mut cmd) {
+    let (mut child, guard) = match spawn_guarded(&mut cmd) {
         Ok(c) => c,
         Err(e) => {
             forward_interrupts(None);
@@ -241,9 +245,11 @@ pub fn run(spec: &LaunchSpec) -> anyhow::Result<i32> {
             let _done = out_tx;
             let mut untagger = Untagger::default();
             let renderer = renderer.as_deref();
-            for line in BufReader::new(out).lines() {
-                let Ok(line) = line else { break };
-                for (source, text) in untagger.line(&line) {
+            let mut lines = BoundedLines::new(out, MAX_LINE);
+            while let Some(line) = lines.next_line() {
+                let line = String::from_utf8_lossy(&line);
+                let line = line.trim_end_matches(['\n', '\r']);
+                for (source, text) in untagger.line(line) {
                     print(source, &text, renderer);
                 }
             }
@@ -265,12 +271,14 @@ pub fn run(spec: &LaunchSpec) -> anyhow::Result<i32> {
         &|_, sig| signal_group(pgid, sig),
         1,
         &rx,
-        spec.grace,
+        Grace::of(spec),
+        &|| None,
         false,
         &|_| argv[0].clone(),
     );
     forward_interrupts(None);
     kill_group_if_ours(pgid, s.reaped[0]);
+    guard.end();
     finish_output(out_rx);
     match (&s.statuses[0], &s.first_failure) {
         (Some(st), _) => Ok(status_code(st)),

@@ -1,7 +1,8 @@
 //! The processes the launcher starts: each in a process group of its own
-//! that dies with the launcher, signalled as a group, and its exit status as
-//! a code. Below both the local supervisor (`supervise`) and the remote
-//! agent (`agent`), which start and stop ranks alike.
+//! that dies with the launcher, with its children (a [`Guard`] in the
+//! group), signalled as a group, and its exit status as a code. Below both
+//! the local supervisor (`supervise`) and the remote agent (`agent`), which
+//! start and stop ranks alike.
 
 use std::process::{Child, Command, ExitStatus};
 
@@ -54,10 +55,71 @@ pub(crate) fn kill_group_if_ours(pgid: u32, reaped: bool) {
 }
 
 /// Starts `cmd` in a process group of its own that dies with the launcher
-/// (see [`parent`]). Call it from the thread that waits for the launch: on
-/// Linux the child is killed when the thread that started it exits.
-pub(crate) fn spawn_guarded(cmd: &mut Command) -> std::io::Result<Child> {
+/// (see [`parent`]), with a [`Guard`] in that group. Call it from the
+/// thread that waits for the launch: on Linux the child is killed when the
+/// thread that started it exits.
+pub(crate) fn spawn_guarded(cmd: &mut Command) -> std::io::Result<(Child, Guard)> {
     std::os::unix::process::CommandExt::process_group(cmd, 0);
     parent::die_with_launcher(cmd);
-    cmd.spawn()
+    let child = cmd.spawn()?;
+    let guard = Guard::start(child.id());
+    Ok((child, guard))
+}
+
+/// What the guard runs: it ignores the signals the launcher sends to the
+/// group (so that it outlives a forwarded Ctrl-C), waits for the end of
+/// its standard input, and then kills its whole process group.
+const GUARD_SCRIPT: &str =
+    "trap '' HUP INT QUIT TERM USR1 USR2 ALRM PIPE; while read -r _; do :; done; kill -KILL 0";
+
+/// A watchdog in a rank's process group: `/bin/sh` reading a pipe whose
+/// only writer is the launcher. When the launcher exits, however it exits
+/// (SIGKILL included), the pipe ends and the guard kills the group: the
+/// rank and every process it started that stayed in its group, grandchildren
+/// too, on Linux and macOS alike. While the guard lives, the group's id
+/// cannot be reused by another process. [`Guard::end`] (or dropping it)
+/// ends the pipe: whatever is left in the group is killed.
+pub(crate) struct Guard(Option<Child>);
+
+impl Guard {
+    /// Starts the guard of the process group `pgid`. A guard that cannot
+    /// start (no `/bin/sh`, or the group is already empty) is noted and
+    /// left out: the rank still dies with the launcher, its children may not.
+    fn start(pgid: u32) -> Guard {
+        let mut cmd = Command::new("/bin/sh");
+        cmd.args(["-c", GUARD_SCRIPT])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null());
+        std::os::unix::process::CommandExt::process_group(&mut cmd, pgid as i32);
+        match cmd.spawn() {
+            Ok(c) => Guard(Some(c)),
+            Err(e) => {
+                tracing::warn!(pgid, error = %e, "cannot start the guard of a rank's process group; what the rank starts may outlive a killed launcher");
+                Guard(None)
+            }
+        }
+    }
+
+    /// Ends the guard: it kills whatever is left in its group, itself
+    /// included, and is reaped.
+    pub fn end(mut self) {
+        self.finish();
+    }
+
+    fn finish(&mut self) {
+        if let Some(mut c) = self.0.take() {
+            drop(c.stdin.take());
+            // SAFETY: kill(2) on our own child, not yet reaped: a stopped
+            // guard goes on to read the end of its input.
+            unsafe { libc::kill(c.id() as libc::pid_t, libc::SIGCONT) };
+            let _ = c.wait();
+        }
+    }
+}
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        self.finish();
+    }
 }

@@ -136,6 +136,11 @@ pub(crate) fn order_for(spec: &LaunchSpec, rank: usize, env: Vec<(String, String
         cwd: cwd.map(|d| d.display().to_string()),
         env,
         ranks_on_host: spec.hosts.iter().filter(|h| &h.ssh == here).count(),
+        key: {
+            let mut key = [0u8; 32];
+            getrandom::fill(&mut key).expect("the operating system's random source failed");
+            key
+        },
     }
 }
 

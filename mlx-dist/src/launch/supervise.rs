@@ -2,7 +2,7 @@
 //! all when one fails. The supervisor blocks on a channel of events (a rank
 //! exited, Ctrl-C) with a timeout only while a grace period runs: no polling.
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -12,7 +12,10 @@ use std::path::PathBuf;
 
 use mlx_progress::render::Renderer;
 
-use super::process::{kill_group_if_ours, signal_group, signal_of, spawn_guarded, status_code};
+use super::lines::{BoundedLines, MAX_LINE};
+use super::process::{
+    Guard, kill_group_if_ours, signal_group, signal_of, spawn_guarded, status_code,
+};
 use super::progress::{self, Rendered};
 use super::{JobIdentity, LaunchSpec, agent, hosts, parent, rank_env, remote};
 
@@ -109,6 +112,9 @@ impl LaunchOutcome {
 pub(crate) enum Event {
     Exited(usize, std::io::Result<ExitStatus>),
     Interrupt,
+    /// A rank (remote: through its agent) needs this long to stop cleanly:
+    /// its last step plus its last checkpoint.
+    StopTime(usize, Duration),
 }
 
 /// The Ctrl-C handler can be installed once per process; it forwards to the current launch.
@@ -173,6 +179,41 @@ const OUTPUT_DEADLINE: Duration = Duration::from_secs(2);
 /// How long a terminated process has before SIGKILL.
 const KILL_AFTER: Duration = Duration::from_secs(2);
 
+/// How long the launcher lets processes run on once it asked them to stop.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Grace {
+    /// What survivors need to notice a failure and report whom they blame:
+    /// the liveness timeout plus 3 s (see [`super::default_grace`]).
+    pub notice: Duration,
+    /// The most they ever get (`--grace`, [`LaunchSpec::grace`]).
+    pub most: Duration,
+}
+
+impl Grace {
+    /// The grace of `spec`'s ranks.
+    pub fn of(spec: &LaunchSpec) -> Grace {
+        Grace {
+            notice: super::default_grace(spec.liveness_timeout),
+            most: spec.grace,
+        }
+    }
+
+    /// How long the others run on after one failed.
+    pub fn after_failure(self) -> Duration {
+        self.notice.min(self.most)
+    }
+
+    /// How long the ranks have to stop on an interrupt when the slowest
+    /// needs `need` (its last step plus checkpoint): that twice over (a
+    /// step may be slower than the last) plus [`Grace::notice`], at most
+    /// [`Grace::most`].
+    pub fn for_stopping(self, need: Duration) -> Duration {
+        self.notice
+            .saturating_add(need.saturating_mul(2))
+            .min(self.most)
+    }
+}
+
 /// Waits until every output forwarder holding a clone of the sender of
 /// `done` finished, or [`OUTPUT_DEADLINE`] passed.
 pub(crate) fn finish_output(done: Receiver<()>) {
@@ -211,21 +252,33 @@ pub(crate) struct Supervised {
 /// Waits until each of the `started` processes (out of `n` meant to run)
 /// reported its exit on `rx`; `signal(i, sig)` signals process `i` (its
 /// whole process group, or a remote rank through its agent). When one
-/// fails on its own the others get `grace`, then SIGTERM, then SIGKILL; an
-/// interrupt is forwarded as SIGINT (SIGKILL on the second) and SIGKILL
-/// follows after `grace`. `stop_now` starts the stopping at once (a rank
-/// could not start). `name` names process `i` in the log.
+/// fails on its own the others get [`Grace::after_failure`], then SIGTERM,
+/// then SIGKILL; an interrupt is forwarded as SIGINT (SIGKILL on the
+/// second) and SIGKILL follows after [`Grace::for_stopping`] of the longest stop
+/// time of the ranks: `stop_time()`'s (read on the interrupt) and those
+/// [`Event::StopTime`] brings. `stop_now` starts the stopping at once (a
+/// rank could not start). `name` names process `i` in the log.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn supervise(
     started: usize,
     signal: &dyn Fn(usize, i32),
     n: usize,
     rx: &Receiver<Event>,
-    grace: Duration,
+    grace: Grace,
+    stop_time: &dyn Fn() -> Option<Duration>,
     stop_now: bool,
     name: &dyn Fn(usize) -> String,
 ) -> Supervised {
     // A year stands for "for ever" and keeps Instant arithmetic in range.
-    let grace = grace.min(Duration::from_secs(365 * 24 * 3600));
+    let year = Duration::from_secs(365 * 24 * 3600);
+    let grace = Grace {
+        notice: grace.notice.min(year),
+        most: grace.most.min(year),
+    };
+    // The first interrupt's time while its grace runs, and the longest
+    // stop time heard of.
+    let mut stop_asked: Option<Instant> = None;
+    let mut need = Duration::ZERO;
     let mut alive = vec![true; started];
     let mut signalled = vec![false; n];
     let mut statuses: Vec<Option<ExitStatus>> = vec![None; n];
@@ -265,8 +318,9 @@ pub(crate) fn supervise(
                 if caused {
                     tracing::debug!("{who} exited ({how}) after the launcher signalled it");
                 } else if alive.iter().any(|&a| a) && stopping.is_none() {
-                    tracing::error!("{who} failed ({how}); {}", grace_note(grace));
-                    stopping = Some((Instant::now() + grace, libc::SIGTERM));
+                    let g = grace.after_failure();
+                    tracing::error!("{who} failed ({how}); {}", grace_note(g));
+                    stopping = Some((Instant::now() + g, libc::SIGTERM));
                 } else {
                     tracing::error!("{who} failed ({how})");
                 }
@@ -285,11 +339,38 @@ pub(crate) fn supervise(
                 } else {
                     libc::SIGKILL
                 };
-                tracing::warn!("interrupted; forwarding signal {sig}");
                 send(&alive, &mut signalled, sig);
-                stopping = Some((Instant::now() + grace, libc::SIGKILL));
+                if interrupts == 1 {
+                    let now = Instant::now();
+                    if let Some(d) = stop_time() {
+                        need = need.max(d);
+                    }
+                    let window = grace.for_stopping(need);
+                    tracing::warn!(
+                        "interrupted; forwarding signal {sig}: {}",
+                        stop_note(need, window, grace)
+                    );
+                    stop_asked = Some(now);
+                    stopping = Some((now + window, libc::SIGKILL));
+                } else {
+                    tracing::warn!("interrupted again; killing the ranks (signal {sig})");
+                    stop_asked = None;
+                    stopping = Some((Instant::now() + KILL_AFTER, libc::SIGKILL));
+                }
+            }
+            Ok(Event::StopTime(r, d)) => {
+                if d <= need {
+                    continue;
+                }
+                need = d;
+                if let Some(at) = stop_asked {
+                    let window = grace.for_stopping(need);
+                    tracing::warn!("{}: {}", name(r), stop_note(need, window, grace));
+                    stopping = Some((at + window, libc::SIGKILL));
+                }
             }
             Err(RecvTimeoutError::Timeout) => {
+                stop_asked = None;
                 let sig = stopping.map_or(libc::SIGKILL, |(_, s)| s);
                 tracing::debug!(
                     signal = sig,
@@ -333,6 +414,32 @@ fn grace_note(grace: Duration) -> String {
     )
 }
 
+/// How long the ranks have to stop on an interrupt (`window`), and why.
+fn stop_note(need: Duration, window: Duration, grace: Grace) -> String {
+    let wanted = grace.notice.saturating_add(need.saturating_mul(2));
+    let why = if need.is_zero() {
+        "no rank said how long its step and checkpoint take: the liveness timeout + 3 s".to_string()
+    } else {
+        format!(
+            "the slowest rank's last step and checkpoint took {}: twice that + {}",
+            seconds(need),
+            seconds(grace.notice)
+        )
+    };
+    if wanted > window {
+        format!(
+            "the ranks have {} to stop (--grace; they would need {}, as {why}), then SIGKILL",
+            seconds(window),
+            seconds(wanted)
+        )
+    } else {
+        format!(
+            "the ranks have {} to stop ({why}), then SIGKILL",
+            seconds(window)
+        )
+    }
+}
+
 /// `d` in seconds as people write them: "8 s", "1.5 s".
 fn seconds(d: Duration) -> String {
     let s = d.as_secs_f64();
@@ -362,25 +469,65 @@ enum Stream {
     Stderr,
 }
 
+/// What the launcher takes out of a remote rank's standard error: the
+/// lines its agent sealed (see [`agent::seal`]).
+struct AgentLines {
+    /// The rank.
+    rank: usize,
+    /// The key of the rank's order, which the rank never saw.
+    key: [u8; 32],
+    /// Where its failure report is saved.
+    reports: PathBuf,
+    /// Where its stop time goes.
+    events: Sender<Event>,
+}
+
+impl AgentLines {
+    /// Takes `line` when it starts with one of the agent's markers: its
+    /// text is used when the agent sealed it, and dropped (with a warning)
+    /// otherwise. Returns whether the line was taken.
+    fn take(&self, line: &[u8]) -> bool {
+        for marker in [agent::REPORT_MARKER, agent::STOP_MARKER] {
+            let Some(rest) = line.strip_prefix(marker.as_bytes()) else {
+                continue;
+            };
+            let Some(text) = agent::unseal(&self.key, marker, self.rank, rest) else {
+                tracing::warn!(
+                    "rank {}'s output has a line that looks like its agent's but is not sealed by it; ignored",
+                    self.rank
+                );
+                return true;
+            };
+            if marker == agent::REPORT_MARKER {
+                crate::report::save(&self.reports, self.rank, &text);
+            } else if let Some(d) = crate::report::parse_stop_time(&text) {
+                let _ = self.events.send(Event::StopTime(self.rank, d));
+            }
+            return true;
+        }
+        false
+    }
+}
+
 /// Copies `src` (a rank's `stream`) line by line to the launcher's, after
-/// `prefix`, on a thread that holds `done` until the stream ends. With
-/// `reports`, a line that carries a remote rank's failure report (see
-/// [`agent`]) is saved there instead. With `rendered`, the rank's progress
+/// `prefix`, on a thread that holds `done` until the stream ends. Lines
+/// longer than [`MAX_LINE`] come in pieces of that size, each a line of
+/// its own. With `agent`, the lines that a remote rank's agent sealed are
+/// taken out (see [`AgentLines`]). With `rendered`, the rank's progress
 /// events become bars and the other lines are printed around them.
 #[allow(clippy::too_many_arguments)]
 fn forward<R: Read + Send + 'static>(
     src: R,
     stream: Stream,
     prefix: String,
-    reports: Option<(PathBuf, usize)>,
+    agent: Option<AgentLines>,
     rendered: Option<Rendered>,
     log: Option<RankLog>,
     done: Sender<()>,
 ) {
     std::thread::spawn(move || {
         let _done = done;
-        let mut r = BufReader::new(src);
-        let mut line = Vec::new();
+        let mut lines = BoundedLines::new(src, MAX_LINE);
         let write = |line: &[u8]| {
             let mut w: Box<dyn Write> = match stream {
                 Stream::Stdout => Box::new(std::io::stdout().lock()),
@@ -390,31 +537,22 @@ fn forward<R: Read + Send + 'static>(
             let _ = w.write_all(line);
             let _ = w.flush();
         };
-        loop {
-            line.clear();
-            match r.read_until(b'\n', &mut line) {
-                Ok(0) | Err(_) => break,
-                Ok(_) => {
-                    if let Some((dir, rank)) = &reports
-                        && let Some(json) = line.strip_prefix(agent::REPORT_MARKER.as_bytes())
-                    {
-                        crate::report::save(dir, *rank, &String::from_utf8_lossy(json));
-                        continue;
-                    }
-                    if !line.ends_with(b"\n") {
-                        line.push(b'\n');
-                    }
-                    if let Some(log) = &log {
-                        log.write(&line);
-                    }
-                    match (&rendered, stream) {
-                        (None, _) => write(&line),
-                        (Some(r), Stream::Stdout) => r.stdout(|| write(&line)),
-                        (Some(r), Stream::Stderr) => {
-                            let text = String::from_utf8_lossy(&line);
-                            r.stderr_line(&prefix, text.trim_end_matches(['\n', '\r']));
-                        }
-                    }
+        while let Some(mut line) = lines.next_line() {
+            if agent.as_ref().is_some_and(|a| a.take(&line)) {
+                continue;
+            }
+            if !line.ends_with(b"\n") {
+                line.push(b'\n');
+            }
+            if let Some(log) = &log {
+                log.write(&line);
+            }
+            match (&rendered, stream) {
+                (None, _) => write(&line),
+                (Some(r), Stream::Stdout) => r.stdout(|| write(&line)),
+                (Some(r), Stream::Stderr) => {
+                    let text = String::from_utf8_lossy(&line);
+                    r.stderr_line(&prefix, text.trim_end_matches(['\n', '\r']));
                 }
             }
         }
@@ -451,17 +589,21 @@ impl RankLog {
 
 /// How the launcher signals one rank.
 enum Handle {
-    /// A local process group.
-    Local(u32),
+    /// A local process group, and its guard.
+    Local(u32, Guard),
     /// A remote rank: through its agent, else by killing the local ssh.
-    Remote { ssh: u32, control: remote::Control },
+    Remote {
+        ssh: u32,
+        control: remote::Control,
+        guard: Guard,
+    },
 }
 
 impl Handle {
     fn signal(&self, sig: i32) {
         match self {
-            Handle::Local(pgid) => signal_group(*pgid, sig),
-            Handle::Remote { ssh, control } => {
+            Handle::Local(pgid, _) => signal_group(*pgid, sig),
+            Handle::Remote { ssh, control, .. } => {
                 // SIGKILL is final: without ssh the agent kills the rank
                 // even if the frame never gets through.
                 if !control.send(&agent::Frame::Signal(sig)) || sig == libc::SIGKILL {
@@ -473,12 +615,20 @@ impl Handle {
 
     /// Ends whatever is left of the rank once the launch is over (`reaped`:
     /// whether its process, or its ssh, was reaped).
-    fn finish(&self, reaped: bool) {
+    fn finish(self, reaped: bool) {
         match self {
-            Handle::Local(pgid) => kill_group_if_ours(*pgid, reaped),
-            Handle::Remote { ssh, control } => {
+            Handle::Local(pgid, guard) => {
+                kill_group_if_ours(pgid, reaped);
+                guard.end();
+            }
+            Handle::Remote {
+                ssh,
+                control,
+                guard,
+            } => {
                 control.close();
-                kill_group_if_ours(*ssh, reaped);
+                kill_group_if_ours(ssh, reaped);
+                guard.end();
             }
         }
     }
@@ -490,6 +640,8 @@ struct Output {
     done: Sender<()>,
     /// Draws the ranks' progress events, when the launcher's stderr is a terminal.
     renderer: Option<Arc<Renderer>>,
+    /// The supervisor's events (a remote rank's stop time).
+    events: Sender<Event>,
 }
 
 /// Starts rank `rank`: locally, or over ssh through its agent, with its
@@ -529,7 +681,7 @@ fn start_rank(
         if spec.prefix_output || log.is_some() {
             cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
         }
-        let mut child = spawn_guarded(&mut cmd)
+        let (mut child, guard) = spawn_guarded(&mut cmd)
             .map_err(|e| anyhow::anyhow!("cannot start rank {rank} ({}): {e}", spec.command[0]))?;
         forward_stdin(&mut child);
         if let Some(o) = child.stdout.take() {
@@ -539,18 +691,19 @@ fn start_rank(
         if let Some(e) = child.stderr.take() {
             forward(e, Stream::Stderr, prefix, None, rendered, log, out.clone());
         }
-        return Ok((Handle::Local(child.id()), child));
+        return Ok((Handle::Local(child.id(), guard), child));
     };
     // The rank's environment holds the job secret: it goes to the agent on
     // ssh's standard input, never on a command line.
     let mut env = env;
     env.retain(|(k, _)| k != crate::report::ENV_REPORT_DIR);
     let order = remote::order_for(spec, rank, env);
+    let order_key = order.key;
     let mut cmd = remote::agent_command(spec, host);
     cmd.stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
-    let mut child = spawn_guarded(&mut cmd)
+    let (mut child, guard) = spawn_guarded(&mut cmd)
         .map_err(|e| anyhow::anyhow!("cannot start ssh for rank {rank} on {host}: {e}"))?;
     let stdin = child.stdin.take().expect("piped");
     let control = remote::Control::start(stdin, &order)
@@ -563,11 +716,31 @@ fn start_rank(
         forward(o, Stream::Stdout, prefix.clone(), None, r, l, out.clone());
     }
     if let Some(e) = child.stderr.take() {
-        let saved = Some((reports.to_path_buf(), rank));
-        forward(e, Stream::Stderr, prefix, saved, rendered, log, out.clone());
+        let sealed = AgentLines {
+            rank,
+            key: order_key,
+            reports: reports.to_path_buf(),
+            events: output.events.clone(),
+        };
+        forward(
+            e,
+            Stream::Stderr,
+            prefix,
+            Some(sealed),
+            rendered,
+            log,
+            out.clone(),
+        );
     }
     let ssh = child.id();
-    Ok((Handle::Remote { ssh, control }, child))
+    Ok((
+        Handle::Remote {
+            ssh,
+            control,
+            guard,
+        },
+        child,
+    ))
 }
 
 /// Starts every rank of `spec` and supervises them until all have exited.
@@ -617,9 +790,15 @@ pub fn run(spec: &LaunchSpec) -> anyhow::Result<LaunchOutcome> {
         None
     };
     tracing::info!(world = n, backend = %spec.backend, ?addrs, "launching");
-    // Where failing ranks say whom they blame (see `crate::report`).
+    // Where failing ranks say whom they blame, and how long they need to
+    // stop (see `crate::report`): private to this user, made here and now.
     let reports = std::env::temp_dir().join(format!("{stem}.reports"));
-    std::fs::create_dir_all(&reports)?;
+    crate::report::create_private_dir(&reports).map_err(|e| {
+        anyhow::anyhow!(
+            "cannot make the private folder {} for the ranks' reports: {e}",
+            reports.display()
+        )
+    })?;
     let mut spec = spec.clone();
     spec.env.push((
         crate::report::ENV_REPORT_DIR.to_string(),
@@ -633,6 +812,7 @@ pub fn run(spec: &LaunchSpec) -> anyhow::Result<LaunchOutcome> {
     let output = Output {
         done: out_tx,
         renderer,
+        events: tx.clone(),
     };
     forward_interrupts(Some(tx.clone()));
     let mut handles: Vec<Handle> = Vec::with_capacity(n);
@@ -664,12 +844,13 @@ pub fn run(spec: &LaunchSpec) -> anyhow::Result<LaunchOutcome> {
         &|r, sig| handles[r].signal(sig),
         n,
         &rx,
-        spec.grace,
+        Grace::of(spec),
+        &|| crate::report::stop_time(&reports).map(|(d, _)| d),
         spawn_error.is_some(),
         &|r| format!("rank {r}"),
     );
     forward_interrupts(None);
-    for (h, &reaped) in handles.iter().zip(&s.reaped) {
+    for (h, &reaped) in handles.into_iter().zip(&s.reaped) {
         h.finish(reaped);
     }
     finish_output(out_rx);
@@ -756,7 +937,7 @@ mod finish_tests {
     /// they are.
     #[test]
     fn only_groups_still_ours_are_killed_at_the_end() {
-        let mut stranger = spawn_guarded(Command::new("sleep").arg("30")).unwrap();
+        let (mut stranger, _guard) = spawn_guarded(Command::new("sleep").arg("30")).unwrap();
         kill_group_if_ours(stranger.id(), true);
         std::thread::sleep(Duration::from_millis(100));
         let survived = stranger.try_wait().unwrap().is_none();
@@ -764,7 +945,7 @@ mod finish_tests {
         let _ = stranger.wait();
         assert!(survived, "a stranger's group was killed");
 
-        let mut rank = spawn_guarded(
+        let (mut rank, _guard) = spawn_guarded(
             Command::new("/bin/sh")
                 .args(["-c", "sleep 30 >/dev/null & echo $!"])
                 .stdout(Stdio::piped()),
