@@ -411,6 +411,7 @@ impl<'a> Run<'a> {
         }
         // The launcher sizes the time it gives the ranks to stop on Ctrl-C
         // or SIGTERM from the last step and checkpoint (`mlx-launch --grace`).
+        mlx_dist::report::step_took(t0.elapsed());
         Ok(stop)
     }
 
@@ -640,6 +641,7 @@ impl<'a> Run<'a> {
             let t = Instant::now();
             let dir = self.checkpoint(done)?;
             self.last_checkpoint = (Instant::now(), t.elapsed());
+            mlx_dist::report::checkpoint_took(self.last_checkpoint.1);
             self.checkpointed = true;
             if self.world.rank() == 0 {
                 tracing::info!(
