@@ -787,6 +787,8 @@ mod tests {
         "2",
         "--checkpoint-every",
         "3",
+        "--first-checkpoint-s",
+        "30",
         "--keep-checkpoints",
         "2",
         "--out",

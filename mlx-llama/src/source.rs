@@ -522,11 +522,16 @@ mod tests {
 
     #[test]
     fn a_path_that_does_not_exist_and_is_no_hub_name_is_refused_saying_so() {
-        let e = ModelSource::from("./no/such/folder").locate().unwrap_err();
+        // A path, as the file system names it: said not to exist.
+        for path in ["./no/such/folder", "/no/such/folder", "../no/such"] {
+            let e = format!("{:#}", ModelSource::from(path).locate().unwrap_err());
+            assert_eq!(e, format!("`{path}` does not exist"));
+        }
+        let e = ModelSource::from("no/such/folder").locate().unwrap_err();
         let e = format!("{e:#}");
         assert!(
             e.contains("neither an existing folder nor a Hub model name")
-                && e.contains("./no/such/folder"),
+                && e.contains("no/such/folder"),
             "{e}"
         );
         assert_eq!(
