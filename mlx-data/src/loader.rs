@@ -97,9 +97,12 @@ impl LoaderState {
     }
 
     /// Rows of one batch across the world (`per_rank_batch * world`): the
-    /// unit the position counts in, whatever the world size.
+    /// unit the position counts in, whatever the world size. Saturates: a
+    /// state read from a file may hold any numbers, and one whose product
+    /// overflows matches no loader's (it multiplied with overflow, a panic,
+    /// before).
     pub fn global_batch(&self) -> usize {
-        self.per_rank_batch * self.world
+        self.per_rank_batch.saturating_mul(self.world)
     }
 
     /// Parses a state saved with [`LoaderState::to_json`].
@@ -273,7 +276,11 @@ impl DataLoader {
     /// The next batch, moving to the next epoch when this one is exhausted.
     pub fn next_batch(&mut self) -> Result<Batch> {
         if self.batch_in_epoch >= self.batches_per_epoch() {
-            self.set_epoch(self.sampler.epoch + 1);
+            // A restored state may name any epoch: the last one has no next.
+            let next = self.sampler.epoch.checked_add(1).ok_or_else(|| {
+                DataError::Config(format!("the epoch count {} overflows", self.sampler.epoch))
+            })?;
+            self.set_epoch(next);
         }
         let l = self.cfg.block_size + 1;
         let b = self.per_rank;

@@ -315,3 +315,101 @@ fn prefetcher_delivers_the_same_batches_and_resumes_exactly() {
         assert_eq!(&p.next_batch().unwrap(), b);
     }
 }
+
+/// Restores a loader from `text` as a resume does (`loader_rank<N>.json`)
+/// and takes two batches when it restores: an error or a loader that runs,
+/// never a panic.
+fn restore_from(text: &str) {
+    let (_d, s) = store(7);
+    let mut l = DataLoader::new(s, cfg(BatchMode::Pad, 4, BatchSize::Global(2), 0, 1)).unwrap();
+    if let Ok(state) = LoaderState::from_json(text) {
+        let _ = state.global_batch();
+        if l.restore(&state).is_ok() {
+            l.next_batch().unwrap();
+            l.next_batch().unwrap();
+        }
+    }
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(200))]
+
+    /// Arbitrary text as a loader state (the fuzz target `loader_state`
+    /// runs the same reader under coverage guidance).
+    #[test]
+    fn arbitrary_text_is_a_loader_state_or_an_error(text in "\\PC{0,120}") {
+        restore_from(&text);
+    }
+
+    /// A saved state with any number in any field, or a valid state (after
+    /// three batches) with up to three fields set to anything.
+    #[test]
+    fn any_numbers_restore_or_are_refused(
+        fields in proptest::collection::vec(proptest::prelude::any::<u64>(), 8),
+        edits in proptest::collection::vec(
+            (0usize..8, proptest::prop_oneof![
+                proptest::prelude::any::<u64>(),
+                proptest::strategy::Strategy::prop_map(0u64..4, |d| u64::MAX - d),
+                0u64..8,
+            ]),
+            1..4,
+        ),
+        valid: bool,
+        pack: bool,
+    ) {
+        let names = [
+            "epoch", "batch_in_epoch", "seed", "rank", "world", "n_samples",
+            "per_rank_batch", "block_size",
+        ];
+        let v: serde_json::Map<String, serde_json::Value> = if valid {
+            let (_d, s) = store(7);
+            let mut l = DataLoader::new(s, cfg(BatchMode::Pad, 4, BatchSize::Global(2), 0, 1)).unwrap();
+            for _ in 0..3 {
+                l.next_batch().unwrap();
+            }
+            let mut v: serde_json::Value = serde_json::from_str(&l.state().to_json()).unwrap();
+            for (f, x) in &edits {
+                v[names[*f]] = (*x).into();
+            }
+            v.as_object().unwrap().clone()
+        } else {
+            let mut v: serde_json::Map<String, serde_json::Value> = names
+                .iter()
+                .zip(&fields)
+                .map(|(n, f)| (n.to_string(), (*f).into()))
+                .collect();
+            v.insert("mode".into(), if pack { "Pack" } else { "Pad" }.into());
+            v
+        };
+        restore_from(&serde_json::Value::Object(v).to_string());
+    }
+}
+
+/// Regression (found by `any_numbers_restore_or_are_refused`): a state
+/// whose `per_rank_batch * world` overflows panicked in `global_batch`
+/// ("attempt to multiply with overflow") on the way to being refused.
+#[test]
+fn a_state_whose_global_batch_overflows_is_refused() {
+    let text = r#"{"epoch":0,"batch_in_epoch":0,"seed":5,"rank":0,"world":3,"n_samples":7,"per_rank_batch":6148914691236517206,"block_size":4,"mode":"Pad"}"#;
+    let state = LoaderState::from_json(text).unwrap();
+    assert_eq!(state.global_batch(), usize::MAX);
+    let (_d, s) = store(7);
+    let mut l = DataLoader::new(s, cfg(BatchMode::Pad, 4, BatchSize::Global(2), 0, 1)).unwrap();
+    let err = l.restore(&state).unwrap_err();
+    assert!(err.to_string().contains("global batch"), "{err}");
+}
+
+/// Regression: a state at the end of epoch `u64::MAX` restores (every
+/// field matches), and the next batch, which would begin the epoch after
+/// it, is an error rather than an overflow.
+#[test]
+fn the_last_epoch_has_no_next() {
+    let (_d, s) = store(7);
+    let mut l = DataLoader::new(s, cfg(BatchMode::Pad, 4, BatchSize::Global(2), 0, 1)).unwrap();
+    let mut state = l.state();
+    state.epoch = u64::MAX;
+    state.batch_in_epoch = l.batches_per_epoch();
+    l.restore(&state).unwrap();
+    let err = l.next_batch().unwrap_err();
+    assert!(err.to_string().contains("overflows"), "{err}");
+}

@@ -20,6 +20,34 @@ fn parquet_error(path: &Path, e: impl std::fmt::Display) -> DataError {
     }
 }
 
+/// Runs one step of the parquet reader on the file `path`, a panic in it
+/// becoming an error: the parquet and arrow crates still panic on some
+/// malformed files (a definition-level decoder's "offset + len out of
+/// bounds" in arrow-buffer 60, found by this crate's property tests), and a
+/// dataset's files are untrusted. The panic's message is printed, as every
+/// panic's is.
+fn guarded<T>(path: &Path, f: impl FnOnce() -> Result<T>) -> Result<T> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_or_else(|panic| {
+        let why = panic
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| panic.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "a panic".into());
+        Err(parquet_error(
+            path,
+            format!("is malformed: the parquet reader failed ({why})"),
+        ))
+    })
+}
+
+/// The footer's metadata of the parquet file `file` (at `path`).
+fn load_metadata(path: &Path, file: &std::fs::File) -> Result<ArrowReaderMetadata> {
+    guarded(path, || {
+        ArrowReaderMetadata::load(file, ArrowReaderOptions::new())
+            .map_err(|e| parquet_error(path, e))
+    })
+}
+
 /// The `*.parquet` files of `path`: the file itself, or those directly inside the
 /// folder, sorted by name.
 pub fn parquet_files(path: &Path) -> Result<Vec<PathBuf>> {
@@ -44,8 +72,7 @@ pub fn parquet_files(path: &Path) -> Result<Vec<PathBuf>> {
 /// Number of rows and row groups of a parquet file, from its footer.
 pub fn parquet_shape(path: &Path) -> Result<(u64, usize)> {
     let file = std::fs::File::open(path).at(path)?;
-    let meta = ArrowReaderMetadata::load(&file, ArrowReaderOptions::new())
-        .map_err(|e| parquet_error(path, e))?;
+    let meta = load_metadata(path, &file)?;
     let m = meta.metadata();
     Ok((m.file_metadata().num_rows() as u64, m.num_row_groups()))
 }
@@ -56,8 +83,7 @@ pub fn parquet_shape(path: &Path) -> Result<(u64, usize)> {
 /// estimate for a progress bar, not a count). 0 when the column is missing.
 pub fn parquet_text_bytes(path: &Path, column: &str) -> Result<u64> {
     let file = std::fs::File::open(path).at(path)?;
-    let meta = ArrowReaderMetadata::load(&file, ArrowReaderOptions::new())
-        .map_err(|e| parquet_error(path, e))?;
+    let meta = load_metadata(path, &file)?;
     let m = meta.metadata();
     let schema = m.file_metadata().schema_descr();
     let Some(index) =
@@ -88,8 +114,7 @@ pub fn read_parquet_column(
     row: &mut dyn FnMut(Option<&str>) -> Result<()>,
 ) -> Result<()> {
     let file = std::fs::File::open(path).at(path)?;
-    let meta = ArrowReaderMetadata::load(&file, ArrowReaderOptions::new())
-        .map_err(|e| parquet_error(path, e))?;
+    let meta = load_metadata(path, &file)?;
     let fields = meta.schema().fields();
     let columns = || {
         fields
@@ -123,16 +148,18 @@ pub fn read_parquet_column(
     let mask = ProjectionMask::roots(meta.parquet_schema(), [index]);
     for rg in 0..meta.metadata().num_row_groups() {
         row_group(rg, meta.metadata().row_group(rg).num_rows() as u64);
-        let reader = ParquetRecordBatchReaderBuilder::new_with_metadata(
-            file.try_clone().at(path)?,
-            meta.clone(),
-        )
-        .with_projection(mask.clone())
-        .with_row_groups(vec![rg])
-        .with_batch_size(batch_rows.max(1))
-        .build()
-        .map_err(|e| parquet_error(path, e))?;
-        for batch in reader {
+        let file = file.try_clone().at(path)?;
+        let mut reader = guarded(path, || {
+            ParquetRecordBatchReaderBuilder::new_with_metadata(file, meta.clone())
+                .with_projection(mask.clone())
+                .with_row_groups(vec![rg])
+                .with_batch_size(batch_rows.max(1))
+                .build()
+                .map_err(|e| parquet_error(path, e))
+        })?;
+        // Only the reader's own steps are guarded: a panic in `row` is the
+        // caller's and goes on.
+        while let Some(batch) = guarded(path, || Ok(reader.next()))? {
             let batch = batch.map_err(|e| parquet_error(path, format!("row group {rg}: {e}")))?;
             let values = batch.column(0).as_any();
             if let Some(a) = values.downcast_ref::<StringArray>() {
