@@ -61,9 +61,23 @@ pub struct DeviceLossScaler {
 
 impl DeviceLossScaler {
     /// Continues from `settled` (a fresh [`LossScaler`], or one resumed
-    /// from a checkpoint). Fails when its growth interval exceeds 2^24
-    /// (the device counts good steps in float32).
+    /// from a checkpoint). Fails when its growth interval is 0 or exceeds
+    /// 2^24 (the device counts good steps in float32), or its scale is not
+    /// a positive float32 (a checkpoint's `loss_scale.json` may hold
+    /// anything: a scale of 0 would zero every gradient, a negative one
+    /// turn training uphill).
     pub fn new(settled: LossScaler) -> Result<DeviceLossScaler> {
+        let scale = settled.scale();
+        if !(scale > 0.0 && (scale as f32).is_finite() && (scale as f32) > 0.0) {
+            return Err(Error::Config(format!(
+                "a loss scale must be a positive, finite float32, not {scale}"
+            )));
+        }
+        if settled.growth_interval() == 0 {
+            return Err(Error::Config(
+                "a loss scale's growth interval must be at least 1 step".into(),
+            ));
+        }
         if settled.growth_interval() > MAX_GROWTH_INTERVAL {
             return Err(Error::Config(format!(
                 "a device-side loss scale grows after at most {MAX_GROWTH_INTERVAL} good steps, not {}",

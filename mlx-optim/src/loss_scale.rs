@@ -85,8 +85,10 @@ impl LossScaler {
     /// finite, and returns whether to apply it: a finite step counts toward
     /// doubling the scale; another is skipped and halves it.
     pub fn update(&mut self, finite: bool) -> bool {
+        // Saturating: a scaler read from a checkpoint may hold any counts
+        // (`u64::MAX` overflowed here, a panic).
         if finite {
-            self.good_steps += 1;
+            self.good_steps = self.good_steps.saturating_add(1);
             if self.good_steps >= self.growth_interval {
                 self.scale *= 2.0;
                 self.good_steps = 0;
@@ -94,7 +96,7 @@ impl LossScaler {
         } else {
             self.scale = (self.scale * 0.5).max(f64::MIN_POSITIVE);
             self.good_steps = 0;
-            self.skipped += 1;
+            self.skipped = self.skipped.saturating_add(1);
         }
         finite
     }

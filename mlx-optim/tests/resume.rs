@@ -229,3 +229,114 @@ fn loading_a_file_that_is_not_optimizer_state_is_an_error() {
         "{missing}"
     );
 }
+
+/// Any count, with the edges (0, small, near `u64::MAX`) likelier than
+/// uniform draws make them.
+fn count() -> impl proptest::strategy::Strategy<Value = u64> {
+    proptest::prop_oneof![
+        proptest::prelude::any::<u64>(),
+        0u64..4,
+        proptest::strategy::Strategy::prop_map(0u64..4, |d| u64::MAX - d),
+    ]
+}
+
+/// Loads `bytes` as an AdamW state file for [`trained_only`] parameters,
+/// as a resume does, and takes a step with it when it loads: an error or a
+/// state that steps, never a panic.
+fn resume_from_bytes(dir: &Path, bytes: &[u8]) {
+    let path = dir.join("fuzzed.safetensors");
+    std::fs::write(&path, bytes).unwrap();
+    let mut params = trained_only();
+    let mut opt = AdamW::new(1e-2);
+    if opt.load_state(&path, &params).is_ok() {
+        opt.update_tree(&mut params, &grads(0)).unwrap();
+        values(&params);
+    }
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(100))]
+
+    /// Arbitrary bytes as an optimizer state file (the fuzz target
+    /// `optimizer_state` runs the same reader under coverage guidance).
+    #[test]
+    fn arbitrary_bytes_are_a_state_or_an_error(
+        bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..300),
+    ) {
+        let dir = tempfile::tempdir().unwrap();
+        resume_from_bytes(dir.path(), &bytes);
+    }
+
+    /// A saved state with bytes flipped or cut.
+    #[test]
+    fn mutated_states_are_a_state_or_an_error(
+        flips in proptest::collection::vec((0usize..4096, 1u8..=255), 1..4),
+        cut in 0usize..4096,
+    ) {
+        let dir = tempfile::tempdir().unwrap();
+        let mut b = std::fs::read(saved_state(dir.path())).unwrap();
+        for (at, x) in flips {
+            let at = at % b.len();
+            b[at] ^= x;
+        }
+        b.truncate(cut.max(8));
+        resume_from_bytes(dir.path(), &b);
+    }
+
+    /// Any `loss_scale.json` a float16 checkpoint could hold resumes on
+    /// the device or is refused, and settles steps without a panic.
+    #[test]
+    fn any_loss_scale_resumes_or_is_refused(
+        scale in proptest::prop_oneof![
+            proptest::prelude::any::<f64>(),
+            proptest::strategy::Just(0.0),
+            proptest::strategy::Just(-1.0),
+            proptest::strategy::Just(1e300),
+        ],
+        growth_interval in count(),
+        good_steps in count(),
+        skipped in count(),
+        outcomes in proptest::collection::vec(proptest::prelude::any::<bool>(), 0..8),
+    ) {
+        let text = format!(
+            r#"{{"scale":{scale:?},"growth_interval":{growth_interval},"good_steps":{good_steps},"skipped":{skipped}}}"#
+        );
+        if let Ok(s) = serde_json::from_str::<mlx_optim::LossScaler>(&text)
+            && let Ok(mut d) = mlx_optim::DeviceLossScaler::new(s)
+        {
+            for finite in outcomes {
+                d.settle(finite);
+            }
+        }
+    }
+}
+
+/// Regression: a `loss_scale.json` whose counts are at `u64::MAX` resumed,
+/// and the next step's `update` overflowed ("attempt to add with
+/// overflow"); the counts now saturate.
+#[test]
+fn a_loss_scale_with_counts_at_their_maximum_settles_steps() {
+    let max = u64::MAX;
+    let text =
+        format!(r#"{{"scale":1024.0,"growth_interval":3,"good_steps":{max},"skipped":{max}}}"#);
+    let s: mlx_optim::LossScaler = serde_json::from_str(&text).unwrap();
+    let mut d = mlx_optim::DeviceLossScaler::new(s).unwrap();
+    assert!(d.settle(true));
+    assert!(!d.settle(false));
+    assert_eq!(d.settled().skipped(), max);
+}
+
+/// A `loss_scale.json` whose scale is not a positive float32, or whose
+/// growth interval is 0, is refused rather than resumed (a scale of 0
+/// zeroed every gradient; a negative one turned training uphill).
+#[test]
+fn a_loss_scale_that_is_not_positive_is_refused() {
+    for (scale, interval) in [("0.0", 3), ("-2.0", 3), ("1e300", 3), ("1024.0", 0)] {
+        let text = format!(
+            r#"{{"scale":{scale},"growth_interval":{interval},"good_steps":0,"skipped":0}}"#
+        );
+        let s: mlx_optim::LossScaler = serde_json::from_str(&text).unwrap();
+        let err = mlx_optim::DeviceLossScaler::new(s).map(|_| ()).unwrap_err();
+        assert!(err.to_string().contains("loss scale"), "{err}");
+    }
+}
