@@ -173,6 +173,18 @@ pub fn load_safetensors_parts(
             ))
         })?;
         let full = view.shape().to_vec();
+        // A dimension of 0 makes any other dimensions valid to the parser
+        // (there are no bytes to hold), but strides and block offsets
+        // multiply them: [0, 2^40, 2^40] overflowed, a panic, before.
+        let span = full
+            .iter()
+            .try_fold(dtype.size_of(), |n, &d| n.checked_mul(d.max(1)))
+            .filter(|&n| n <= isize::MAX as usize);
+        if span.is_none() {
+            return Err(fmt(format!(
+                "tensor `{name}` of shape {full:?} has dimensions whose product overflows"
+            )));
+        }
         let bytes = view.data();
         let (shape, chunks) = match part(&name, &full) {
             Part::Skip => continue,

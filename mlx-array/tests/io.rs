@@ -214,3 +214,124 @@ fn parts_read_one_block_along_any_axis_or_skip_a_tensor() {
         "{e}"
     );
 }
+
+/// A small file of three dtypes and ranks, as `save_safetensors` writes it.
+fn valid_file_bytes(dir: &std::path::Path) -> Vec<u8> {
+    let p = dir.join("valid.safetensors");
+    save_safetensors(
+        &p,
+        &[
+            ("w".into(), sample(Dtype::F32, 1)),
+            ("b".into(), Array::from_slice(&[1i32, -2], &[2]).unwrap()),
+            (
+                "f".into(),
+                Array::from_slice(&[mlx_array::Bool8(1), mlx_array::Bool8(0)], &[2]).unwrap(),
+            ),
+        ],
+        Some(HashMap::from([("format".into(), "mlx".into())])),
+    )
+    .unwrap();
+    std::fs::read(&p).unwrap()
+}
+
+/// Loads `bytes` as a file every way a reader does (whole, one block along
+/// `axis`, a tree) and reads every array back; errors are fine, panics not.
+fn load_every_way(dir: &std::path::Path, bytes: &[u8], axis: usize, parts: usize) {
+    use mlx_array::io::{Part, load_safetensors_parts};
+    let p = dir.join("fuzzed.safetensors");
+    std::fs::write(&p, bytes).unwrap();
+    let block = Part::Block {
+        axis,
+        index: parts - 1,
+        parts,
+    };
+    for loaded in [
+        load_safetensors(&p),
+        load_safetensors_parts(&p, |_, _| block),
+        load_tree(&p).map(|t| (t.flatten().into_iter().collect(), HashMap::new())),
+    ] {
+        for a in loaded.iter().flat_map(|(arrays, _)| arrays.values()) {
+            a.astype(Dtype::F32).unwrap().to_vec::<f32>().unwrap();
+        }
+    }
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(200))]
+
+    /// Arbitrary bytes are arrays or an error (the fuzz target
+    /// `safetensors` runs the same readers under coverage guidance).
+    #[test]
+    fn arbitrary_bytes_load_or_give_an_error(
+        bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..300),
+        axis in 0usize..3,
+        parts in 1usize..4,
+    ) {
+        let dir = tempfile::tempdir().unwrap();
+        load_every_way(dir.path(), &bytes, axis, parts);
+    }
+
+    /// A valid file with bytes flipped or cut, and a header length field
+    /// set to anything.
+    #[test]
+    fn mutated_files_load_or_give_an_error(
+        flips in proptest::collection::vec((0usize..400, 1u8..=255), 1..4),
+        cut in 0usize..400,
+        header_len in proptest::option::of(proptest::prelude::any::<u64>()),
+        axis in 0usize..3,
+        parts in 1usize..4,
+    ) {
+        let dir = tempfile::tempdir().unwrap();
+        let mut b = valid_file_bytes(dir.path());
+        for (at, x) in flips {
+            let at = at % b.len();
+            b[at] ^= x;
+        }
+        if let Some(n) = header_len {
+            b[..8].copy_from_slice(&n.to_le_bytes());
+        }
+        b.truncate(cut.max(8));
+        load_every_way(dir.path(), &b, axis, parts);
+    }
+}
+
+/// A safetensors file of one float32 tensor of `shape` and no data, with
+/// the header written by hand (what a hostile or corrupt file may say).
+fn file_with_shape(shape: &[u64]) -> Vec<u8> {
+    let header = format!(r#"{{"t":{{"dtype":"F32","shape":{shape:?},"data_offsets":[0,0]}}}}"#);
+    let mut b = (header.len() as u64).to_le_bytes().to_vec();
+    b.extend(header.as_bytes());
+    b
+}
+
+/// Regression: an empty tensor (a dimension of 0) whose other dimensions
+/// multiply past `usize` passed the parser, then overflowed (a panic)
+/// computing its strides, or a block's offsets under
+/// `load_safetensors_parts`; it is an error naming the tensor.
+#[test]
+fn an_empty_tensor_whose_dimensions_overflow_is_an_error() {
+    use mlx_array::io::{Part, load_safetensors_parts};
+    let dir = tempfile::tempdir().unwrap();
+    for shape in [[0, 1 << 40, 1 << 40], [0, 1 << 62, 4]] {
+        let p = dir.path().join("empty.safetensors");
+        std::fs::write(&p, file_with_shape(&shape)).unwrap();
+        let block = Part::Block {
+            axis: 0,
+            index: 0,
+            parts: 1,
+        };
+        for err in [
+            load_safetensors(&p).map(|_| ()).unwrap_err(),
+            load_safetensors_parts(&p, |_, _| block)
+                .map(|_| ())
+                .unwrap_err(),
+        ] {
+            assert!(err.to_string().contains("`t`"), "{err}");
+            assert!(err.to_string().contains("overflows"), "{err}");
+        }
+    }
+    // An empty tensor of sensible dimensions still loads.
+    let p = dir.path().join("fine.safetensors");
+    std::fs::write(&p, file_with_shape(&[0, 3, 4])).unwrap();
+    assert_eq!(load_safetensors(&p).unwrap().0["t"].shape(), &[0, 3, 4]);
+}
