@@ -69,6 +69,8 @@
 pub mod collectives;
 pub mod config;
 pub mod error;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod group;
 pub mod launch;
 mod local;

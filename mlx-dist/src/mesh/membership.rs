@@ -112,7 +112,7 @@ fn heartbeat(mesh: &Mesh) {
 
 /// The reader of `peer`'s witness: records heartbeats, goodbyes and
 /// announcements, and fails the mesh when the peer dies or falls silent.
-fn listen(mesh: &Mesh, peer: usize) {
+pub(crate) fn listen(mesh: &Mesh, peer: usize) {
     let live = &mesh.live;
     let Some(w) = mesh.witness(peer) else { return };
     // The first heartbeat may come a little late: the peer finishes setting
