@@ -370,6 +370,31 @@ fn an_interrupted_launch_says_so() {
     }
 }
 
+/// SIGTERM to the launcher (a cluster's preemption) reaches the ranks as
+/// SIGTERM, not as Ctrl-C, and the launcher exits with 128 + SIGTERM, as a
+/// trainer stopped by it does.
+#[test]
+fn sigterm_reaches_the_ranks_as_sigterm_and_the_launcher_exits_143() {
+    let mut job = Job::new("sigterm");
+    job.launch(
+        &["-n", "2"],
+        r#"trap 'echo TERM > "$T/got.$MLX_RANK"; exit 0' TERM
+           trap 'echo INT > "$T/got.$MLX_RANK"; exit 0' INT
+           echo $$ > "$T/pid.$MLX_RANK"
+           while :; do sleep 0.1; done"#,
+    );
+    let ranks = [job.pid("pid.0"), job.pid("pid.1")];
+    // SAFETY: kill(2) on the launcher this test started.
+    unsafe { libc::kill(job.launcher_pid(), libc::SIGTERM) };
+    let st = job.wait(Duration::from_secs(10));
+    assert_eq!(st.code(), Some(143), "{}", job.output());
+    for (r, pid) in ranks.into_iter().enumerate() {
+        let got = std::fs::read_to_string(job.path(&format!("got.{r}"))).unwrap_or_default();
+        assert_eq!(got.trim(), "TERM", "rank {r}:\n{}", job.output());
+        assert_gone(&job, &format!("rank {r}"), pid);
+    }
+}
+
 /// Removes what a SIGKILLed launcher could not: its job files in the
 /// temporary folder (`mlx-launch-<pid>-*`; the next launch would too).
 /// Returns how many there were.
@@ -892,6 +917,32 @@ fn a_forged_report_in_a_remote_ranks_output_blames_nobody() {
     let last = job.last_stderr_line();
     assert!(
         last.contains("rank 0 failed (exit status 3)") && !last.contains("forged"),
+        "{last:?}\n{}",
+        job.output()
+    );
+}
+
+/// A remote rank's own failure report, which its agent carries back
+/// sealed, names the rank it blames.
+#[test]
+fn a_remote_ranks_own_report_reaches_the_launcher() {
+    let mut job = Job::new("remote-report");
+    launch_remote(
+        &mut job,
+        &["--grace", "1"],
+        r#"echo $$ > "$T/pid.$MLX_RANK"
+           if [ "$MLX_RANK" = 0 ]; then
+               echo '{"rank":0,"culprit":1,"reason":"rank 1 went silent"}' > "$MLX_LAUNCH_REPORT_DIR/rank-0.json"
+               exit 3
+           fi
+           exec sleep 30"#,
+        &[],
+    );
+    let st = job.wait(Duration::from_secs(15));
+    assert_eq!(st.code(), Some(3), "{}", job.output());
+    let last = job.last_stderr_line();
+    assert!(
+        last.contains("rank 1 failed (as rank 0 reported: rank 1 went silent)"),
         "{last:?}\n{}",
         job.output()
     );

@@ -18,7 +18,8 @@
 //! `mlx_dist::launch::agent`.
 //!
 //! Exit status: 0 when every rank of the last attempt succeeded; else that of the first rank that
-//! failed on its own (its exit code, or 128 + signal), 130 when interrupted,
+//! failed on its own (its exit code, or 128 + signal), 128 + the signal when
+//! interrupted (130 for Ctrl-C, 143 for SIGTERM, which the ranks get too),
 //! 2 when the command line is wrong or the ranks cannot be started.
 
 use std::path::PathBuf;
@@ -94,8 +95,8 @@ struct Args {
     /// The most seconds the ranks may run on once asked to stop (default
     /// 600). After one rank fails, the others get the liveness timeout
     /// plus 3 s of it to notice and report whom they blame, then SIGTERM,
-    /// and SIGKILL 2 s later. On Ctrl-C or SIGTERM the ranks get SIGINT and
-    /// the time they need to finish their step and write a checkpoint, as
+    /// and SIGKILL 2 s later. On Ctrl-C or SIGTERM the ranks get that signal
+    /// and the time they need to finish their step and write a checkpoint, as
     /// they reported it (mlx-llama does; see mlx_dist::report::step_took):
     /// twice their last step plus checkpoint, plus the liveness timeout and
     /// 3 s, at most this; then SIGKILL. A second Ctrl-C kills at once.

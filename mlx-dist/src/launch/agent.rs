@@ -381,7 +381,10 @@ fn start_and_wait(
                         let json = serde_json::from_str::<serde_json::Value>(&text)
                             .map(|v| v.to_string())
                             .unwrap_or_default();
-                        err.send(&seal(&key, STOP_MARKER, rank, &json));
+                        // On a thread of its own: a full stderr pipe must
+                        // not hold up the frames behind this one.
+                        let (err, line) = (err.clone(), seal(&key, STOP_MARKER, rank, &json));
+                        std::thread::spawn(move || err.send(&line));
                     }
                 }
                 // The launcher, its ssh or the network is gone while the

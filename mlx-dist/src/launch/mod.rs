@@ -23,10 +23,10 @@
 //!   with each rank the whole of its process group, its children's children
 //!   too, on both: a guard process in the group kills it when the pipe from
 //!   the launcher ends (see `process::Guard`).
-//! - On Ctrl-C or SIGTERM the ranks get SIGINT and the time they said they
-//!   need to finish their step and write a checkpoint (see
+//! - On Ctrl-C, SIGTERM or SIGHUP the ranks get that signal, and the time
+//!   they said they need to finish their step and write a checkpoint (see
 //!   [`crate::report::step_took`]), at most [`LaunchSpec::grace`], before
-//!   SIGKILL.
+//!   SIGKILL; the launcher then exits with 128 + the signal.
 //! - A rank's output is read in lines of at most 256 KiB: a longer line
 //!   comes in pieces, none lost, and the launcher's memory stays bounded.
 //! - The failure reported is the first one the launcher did not cause
@@ -61,6 +61,8 @@ mod progress;
 mod remote;
 #[cfg(feature = "launcher")]
 pub mod restart;
+#[cfg(feature = "launcher")]
+mod signals;
 #[cfg(feature = "launcher")]
 mod supervise;
 
@@ -106,7 +108,7 @@ pub struct LaunchSpec {
     /// (`--grace`; [`DEFAULT_GRACE`] by default). After one rank failed the
     /// others get the liveness timeout + 3 s of it ([`default_grace`]), to
     /// notice and report whom they blame, then SIGTERM. On Ctrl-C or
-    /// SIGTERM they get SIGINT and that plus twice the longest stop time a
+    /// SIGTERM they get that signal and that plus twice the longest stop time a
     /// rank reported (its last step plus checkpoint, see
     /// [`crate::report::step_took`]) before SIGKILL.
     pub grace: Duration,

@@ -25,7 +25,7 @@
 //! What `mlx-launch` adds around mpirun, as for its own ranks: mpirun runs
 //! in a process group of its own that dies with `mlx-launch` (on Linux
 //! `PR_SET_PDEATHSIG`, even when `mlx-launch` is killed with SIGKILL); Ctrl-C
-//! (and SIGTERM, SIGHUP) is forwarded to that group as SIGINT, upon which
+//! (and SIGTERM, SIGHUP) is forwarded to that group as it came, upon which
 //! mpirun stops the job, and SIGKILL follows after the liveness timeout
 //! plus 3 s, at most `--grace` (2 s after a second Ctrl-C); the group is
 //! killed when mpirun exits. Open MPI starts

@@ -16,7 +16,7 @@
 use std::sync::mpsc;
 use std::time::Duration;
 
-use super::supervise::{Event, forward_interrupts, interrupts_seen};
+use super::supervise::{Event, forward_interrupts, interrupts_seen, last_interrupt};
 use super::{LaunchOutcome, LaunchSpec};
 
 /// How often and how patiently a failed job is started again.
@@ -70,10 +70,11 @@ pub struct RestartsOutcome {
 
 impl RestartsOutcome {
     /// The launcher's exit code: the last attempt's (0 when it succeeded,
-    /// else the failed rank's code), or 130 when interrupted during a backoff.
+    /// else the failed rank's code), or 128 + the signal when interrupted
+    /// during a backoff (130 for Ctrl-C, 143 for SIGTERM).
     pub fn exit_code(&self) -> i32 {
         if self.interrupted_in_backoff {
-            130
+            128 + last_interrupt().unwrap_or(libc::SIGINT)
         } else {
             self.last.exit_code()
         }
@@ -126,7 +127,10 @@ pub fn run_with_restarts(
         let mut last = super::run(&spec)?;
         // An interrupt the attempt did not forward (it came while the
         // launcher was cleaning up) still means: stop.
-        last.interrupted |= interrupts_seen() != seen;
+        if interrupts_seen() != seen {
+            last.interrupted = true;
+            last.interrupt_signal = last.interrupt_signal.or(last_interrupt());
+        }
         if restarts >= policy.max_restarts || !should_restart(&last) {
             return Ok(RestartsOutcome {
                 last,
@@ -156,7 +160,7 @@ fn interrupted_within(wait: Duration) -> bool {
     forward_interrupts(Some(tx));
     let r = rx.recv_timeout(wait);
     forward_interrupts(None);
-    matches!(r, Ok(Event::Interrupt))
+    matches!(r, Ok(Event::Interrupt(_)))
 }
 
 #[cfg(test)]

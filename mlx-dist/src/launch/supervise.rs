@@ -28,6 +28,9 @@ pub struct LaunchOutcome {
     pub first_failure: Option<(usize, String)>,
     /// Whether the user interrupted the job.
     pub interrupted: bool,
+    /// The signal that interrupted it (SIGINT for Ctrl-C, SIGTERM, SIGHUP),
+    /// which the ranks were sent too.
+    pub interrupt_signal: Option<i32>,
     /// The ranks the launcher signalled before they exited (after another
     /// rank failed, or forwarding Ctrl-C); their failures are not blamed.
     pub signalled: Vec<bool>,
@@ -50,8 +53,8 @@ pub struct Blame {
 
 impl LaunchOutcome {
     /// The exit code the launcher should return: 0 when every rank succeeded,
-    /// else the failed rank's code (or 128 + signal), 130 when interrupted,
-    /// or 1.
+    /// else the failed rank's code (or 128 + signal), 128 + the signal when
+    /// interrupted (130 for Ctrl-C, 143 for SIGTERM), or 1.
     pub fn exit_code(&self) -> i32 {
         if let Some(b) = &self.blamed
             && !self.signalled[b.rank]
@@ -63,7 +66,7 @@ impl LaunchOutcome {
             return self.statuses[*r].map_or(1, |st| status_code(&st));
         }
         if self.interrupted {
-            130
+            128 + self.interrupt_signal.unwrap_or(libc::SIGINT)
         } else if self.statuses.iter().all(|s| s.is_some_and(|s| s.success())) {
             0
         } else {
@@ -111,7 +114,8 @@ impl LaunchOutcome {
 
 pub(crate) enum Event {
     Exited(usize, std::io::Result<ExitStatus>),
-    Interrupt,
+    /// The launcher got this signal (SIGINT, SIGTERM or SIGHUP).
+    Interrupt(i32),
     /// A rank (remote: through its agent) needs this long to stop cleanly:
     /// its last step plus its last checkpoint.
     StopTime(usize, Duration),
@@ -119,6 +123,15 @@ pub(crate) enum Event {
 
 /// The Ctrl-C handler can be installed once per process; it forwards to the current launch.
 static INTERRUPTS: OnceLock<Mutex<Option<Sender<Event>>>> = OnceLock::new();
+
+/// The last interrupting signal received; 0 before any.
+static LAST_INTERRUPT: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
+
+/// The last of SIGINT, SIGTERM and SIGHUP received since the handler was
+/// installed (by the first [`forward_interrupts`]), if any.
+pub(crate) fn last_interrupt() -> Option<i32> {
+    Some(LAST_INTERRUPT.load(std::sync::atomic::Ordering::SeqCst)).filter(|&s| s > 0)
+}
 
 /// How many interrupts the handler received, forwarded or not: a launcher
 /// that restarts jobs also sees one that came between two attempts.
@@ -133,10 +146,11 @@ pub(crate) fn interrupts_seen() -> u64 {
 /// Sends Ctrl-C (and SIGTERM, SIGHUP) to `tx` as [`Event::Interrupt`]; `None` stops forwarding.
 pub(crate) fn forward_interrupts(tx: Option<Sender<Event>>) {
     let slot = INTERRUPTS.get_or_init(|| {
-        let r = ctrlc::set_handler(|| {
+        let r = super::signals::install(|sig| {
+            LAST_INTERRUPT.store(sig, std::sync::atomic::Ordering::SeqCst);
             INTERRUPTS_SEEN.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
             if let Some(tx) = INTERRUPTS.get().and_then(|m| m.lock().ok()).and_then(|g| g.clone()) {
-                let _ = tx.send(Event::Interrupt);
+                let _ = tx.send(Event::Interrupt(sig));
             }
         });
         if let Err(e) = r {
@@ -245,6 +259,8 @@ pub(crate) struct Supervised {
     pub signalled: Vec<bool>,
     /// Whether an interrupt arrived.
     pub interrupted: bool,
+    /// The signal of the first interrupt.
+    pub interrupt_signal: Option<i32>,
     /// Which processes were reaped (their exit was reported).
     pub reaped: Vec<bool>,
 }
@@ -253,8 +269,8 @@ pub(crate) struct Supervised {
 /// reported its exit on `rx`; `signal(i, sig)` signals process `i` (its
 /// whole process group, or a remote rank through its agent). When one
 /// fails on its own the others get [`Grace::after_failure`], then SIGTERM,
-/// then SIGKILL; an interrupt is forwarded as SIGINT (SIGKILL on the
-/// second) and SIGKILL follows after [`Grace::for_stopping`] of the longest stop
+/// then SIGKILL; an interrupt is forwarded as the signal it was (SIGKILL
+/// on the second) and SIGKILL follows after [`Grace::for_stopping`] of the longest stop
 /// time of the ranks: `stop_time()`'s (read on the interrupt) and those
 /// [`Event::StopTime`] brings. `stop_now` starts the stopping at once (a
 /// rank could not start). `name` names process `i` in the log.
@@ -284,6 +300,7 @@ pub(crate) fn supervise(
     let mut statuses: Vec<Option<ExitStatus>> = vec![None; n];
     let mut failures: Vec<Failure> = Vec::new();
     let mut interrupted = false;
+    let mut interrupt_signal = None;
     let mut interrupts = 0;
     // When set: (deadline, next signal to send to the survivors).
     let mut stopping: Option<(Instant, i32)> = stop_now.then(|| (Instant::now(), libc::SIGTERM));
@@ -331,14 +348,11 @@ pub(crate) fn supervise(
                     caused,
                 });
             }
-            Ok(Event::Interrupt) => {
+            Ok(Event::Interrupt(got)) => {
                 interrupted = true;
+                interrupt_signal.get_or_insert(got);
                 interrupts += 1;
-                let sig = if interrupts == 1 {
-                    libc::SIGINT
-                } else {
-                    libc::SIGKILL
-                };
+                let sig = if interrupts == 1 { got } else { libc::SIGKILL };
                 send(&alive, &mut signalled, sig);
                 if interrupts == 1 {
                     let now = Instant::now();
@@ -347,7 +361,8 @@ pub(crate) fn supervise(
                     }
                     let window = grace.for_stopping(need);
                     tracing::warn!(
-                        "interrupted; forwarding signal {sig}: {}",
+                        "interrupted by {}; forwarding it: {}",
+                        super::signals::name(sig),
                         stop_note(need, window, grace)
                     );
                     stop_asked = Some(now);
@@ -401,6 +416,7 @@ pub(crate) fn supervise(
         first_failure,
         signalled,
         interrupted,
+        interrupt_signal,
         reaped,
     }
 }
@@ -871,6 +887,7 @@ pub fn run(spec: &LaunchSpec) -> anyhow::Result<LaunchOutcome> {
         statuses: s.statuses,
         first_failure: s.first_failure,
         interrupted: s.interrupted,
+        interrupt_signal: s.interrupt_signal,
         signalled: s.signalled,
         blamed,
     })
