@@ -210,8 +210,9 @@ fn zero3_in_bf16_trains_as_replicated_bf16() {
 
 /// `--shard parameters` under `mlx-launch` over every transport of one
 /// host: the TCP ring (large payloads through shared memory, and without
-/// it), the ring over TLS and QUIC; each trains as replicated training over
-/// the plain ring.
+/// it), the ring over TLS and QUIC, and, built with feature `mpi`, Open
+/// MPI under mpirun; each trains as replicated training over the plain
+/// ring.
 #[test]
 fn zero3_trains_alike_over_every_transport() {
     let dir = tempfile::tempdir().unwrap();
@@ -221,6 +222,12 @@ fn zero3_trains_alike_over_every_transport() {
         c.args(["-n", "2", "--backend", backend, "--"])
             .arg(env!("CARGO_BIN_EXE_mlx-llama"))
             .arg("train")
+            // Each rank's collectives over MPI itself, not a ring beside it.
+            .args(if backend == "mpi" {
+                &["--backend", "mpi"][..]
+            } else {
+                &[]
+            })
             .args(common::TINY_MODEL_ARGS)
             .args([
                 "--global-batch",
@@ -264,5 +271,9 @@ fn zero3_trains_alike_over_every_transport() {
     ] {
         let got = launch(name, "parameters", backend, env);
         assert_losses_close(&format!("--shard parameters over {name}"), &got, &want);
+    }
+    if cfg!(feature = "mpi") {
+        let got = launch("mpi", "parameters", "mpi", &[]);
+        assert_losses_close("--shard parameters over MPI", &got, &want);
     }
 }

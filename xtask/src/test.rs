@@ -11,7 +11,9 @@ use crate::{hosts, hosts_lock, macos_check};
 /// its GPU backend), rustdoc with -D warnings, clippy for macOS on Apple
 /// silicon (see [`macos_check`]), then every test of the workspace;
 /// then the MPI backend (feature `mlx-dist/mpi`): clippy and its multi-process
-/// tests under `mpirun`, building only `mlx-dist` again with the feature;
+/// tests under `mpirun`, and the trainer's fully sharded run over MPI
+/// (`mlx-llama`'s feature `mpi`), building the crates above `mlx-dist` again
+/// with the feature;
 /// then the multi-host tests across two emulated hosts (`xtask hosts`).
 /// Without the macOS target, Open MPI, or where hosts cannot be emulated
 /// (not root, not Linux, no sshd), those are skipped with a reason, unless
@@ -79,6 +81,17 @@ pub fn run() -> Result<()> {
             "mpi",
             "--test",
             "mpi",
+        ])?;
+        // The trainer's fully sharded layout over MPI beside the ring's.
+        cargo(&[
+            "test",
+            "-p",
+            "mlx-llama",
+            "--features",
+            "mpi",
+            "--test",
+            "sharding",
+            "zero3_trains_alike_over_every_transport",
         ])?;
     } else {
         eprintln!(
