@@ -450,3 +450,33 @@ fn bad_tokenizer_file_is_a_typed_error() {
     assert!(matches!(err, mlx_data::DataError::Tokenizer { .. }));
     assert!(err.to_string().contains("tokenizer.json"), "{err}");
 }
+
+/// Regression (found by the fuzz target `tokenizer_json` in its first
+/// seconds): a `tokenizer.json` whose decoder the tokenizers crate cannot
+/// read made it panic (`expect("Helper")` in tokenizers 0.22.2) inside
+/// `TextTokenizer::from_file`; it is an error naming the file. Both a
+/// decoder cut short (as the fuzzer's input had it) and a well-formed one
+/// of the wrong shape.
+#[test]
+fn a_tokenizer_json_with_an_unreadable_decoder_is_an_error() {
+    let docs = ["Once upon a time there was a cat.", "The cat sat on a mat."];
+    let t = TextTokenizer::train_byte_level(&docs, 262).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let good = dir.path().join("tokenizer.json");
+    t.save(&good).unwrap();
+    let mut json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&good).unwrap()).unwrap();
+    json["decoder"] = serde_json::json!({"type": 5});
+    let text = json.to_string();
+    let cut = text.replace(
+        r#""decoder":{"type":5}"#,
+        r#""decoder":{"type":"ByteLevel","use_regex":,"x":1}"#,
+    );
+    assert_ne!(cut, text);
+    for (name, bytes) in [("wrong-shape.json", text), ("cut.json", cut)] {
+        let p = dir.path().join(name);
+        std::fs::write(&p, bytes).unwrap();
+        let err = TextTokenizer::from_file(&p).map(|_| ()).unwrap_err();
+        assert!(err.to_string().contains(name), "{err}");
+    }
+}

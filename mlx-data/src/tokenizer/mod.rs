@@ -45,6 +45,31 @@ fn tok_err(context: impl std::fmt::Display, e: impl std::fmt::Display) -> DataEr
     }
 }
 
+/// Runs a `tokenizers` loader on an untrusted file, a panic in it becoming
+/// an error: tokenizers 0.22 still panics on some malformed
+/// `tokenizer.json` files (a decoder it cannot read: `expect("Helper")`,
+/// found by the fuzz target `tokenizer_json`). The panic's message is
+/// printed, as every panic's is.
+fn load_guarded<T>(
+    context: impl std::fmt::Display,
+    load: impl FnOnce() -> tokenizers::Result<T>,
+) -> Result<T> {
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(load)) {
+        Ok(loaded) => loaded.map_err(|e| tok_err(&context, e)),
+        Err(panic) => {
+            let why = panic
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "a panic".into());
+            Err(tok_err(
+                context,
+                format!("malformed: the tokenizers crate failed reading it ({why})"),
+            ))
+        }
+    }
+}
+
 /// GPT-2's pipeline around a BPE model: byte-level pre-tokenizer (no prefix
 /// space), byte-level decoder and `<|endoftext|>` as a special token.
 fn byte_level_bpe(bpe: BPE) -> Tokenizer {
@@ -85,16 +110,16 @@ impl TextTokenizer {
 
     /// Loads a `tokenizer.json`.
     pub fn from_file(path: &Path) -> Result<TextTokenizer> {
-        let inner = Tokenizer::from_file(path).map_err(|e| tok_err(path.display(), e))?;
+        let inner = load_guarded(path.display(), || Tokenizer::from_file(path))?;
         Self::new(inner, format!("tokenizer.json {}", path.display()))
     }
 
     /// GPT-2's byte-level BPE from `vocab.json` and `merges.txt`.
     pub fn from_vocab_merges(vocab: &Path, merges: &Path) -> Result<TextTokenizer> {
         let ctx = format!("{} + {}", vocab.display(), merges.display());
-        let bpe = BPE::from_file(&vocab.to_string_lossy(), &merges.to_string_lossy())
-            .build()
-            .map_err(|e| tok_err(&ctx, e))?;
+        let bpe = load_guarded(&ctx, || {
+            BPE::from_file(&vocab.to_string_lossy(), &merges.to_string_lossy()).build()
+        })?;
         Self::new(byte_level_bpe(bpe), format!("byte-level BPE {ctx}"))
     }
 
