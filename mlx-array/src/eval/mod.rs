@@ -353,10 +353,13 @@ impl InFlight {
             if crate::profile::enabled() {
                 crate::profile::record(primitive.name(), out.shape(), took);
             }
-            // Let go of the inputs and of this handle before the result is
-            // announced: a kernel that runs next counts references to decide
-            // whether it may write over a buffer.
-            drop((inputs, out));
+            // Let go of the inputs, this handle and the primitive before the
+            // result is announced: a kernel that runs next counts references
+            // to decide whether it may write over a buffer, and a primitive
+            // may hold the last handle on a connection (a collective's
+            // group), whose clean closing must not race the evaluating
+            // thread's exit.
+            drop((inputs, out, primitive));
             let _ = tx.send(result);
         });
         let rx = match with_communication_thread(|t| t.send(job)) {

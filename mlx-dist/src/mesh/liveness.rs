@@ -17,8 +17,10 @@
 //! - a heartbeat says which collective its sender is inside, so a rank whose
 //!   collective times out names the live ranks that never reached it;
 //! - a rank that closes its group says `Bye` after its data is delivered and
-//!   waits (bounded) for each peer's `ByeAck`, so its closing connections
-//!   are not mistaken for a crash while a peer finishes its last collective.
+//!   waits (bounded) for each peer's `ByeAck`, heartbeating all along, so
+//!   that neither its closing connections nor a slow delivery are mistaken
+//!   for a crash or a freeze while a peer finishes its last collective; a
+//!   peer that said `Bye` is never declared unresponsive.
 
 use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -58,10 +60,12 @@ pub(crate) struct Liveness {
     changed: Condvar,
     /// This rank's current operation and count, sent in every heartbeat.
     pub(super) own: Mutex<Heartbeat>,
-    /// Set when this rank closes its group: the heartbeats stop, and peers
-    /// that close are no failure.
+    /// Set when this rank closes its group: peers that close are no failure.
     pub(super) leaving: Mutex<bool>,
-    pub(super) leaving_cv: Condvar,
+    /// Set once this rank's goodbyes are delivered (or after a failure):
+    /// the heartbeats stop.
+    pub(super) quiet: Mutex<bool>,
+    pub(super) quiet_cv: Condvar,
 }
 
 pub(super) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -87,7 +91,8 @@ impl Liveness {
             changed: Condvar::new(),
             own: Mutex::new(Heartbeat::default()),
             leaving: Mutex::new(false),
-            leaving_cv: Condvar::new(),
+            quiet: Mutex::new(false),
+            quiet_cv: Condvar::new(),
         }
     }
 

@@ -54,20 +54,21 @@ impl Membership {
 impl Drop for Membership {
     /// Closes the group cleanly: delivers what was sent, says goodbye to
     /// every live peer and waits (at most the liveness timeout) for their
-    /// acknowledgements, then closes every link. After a failure it only
-    /// closes the links. The readers end with their connections.
+    /// acknowledgements, then closes every link. The heartbeats go on until
+    /// the goodbyes are delivered (acknowledged, or that wait is over): a
+    /// flush that waits on a slow peer (QUIC waits for its acknowledgements)
+    /// must not make this rank look frozen to the others meanwhile. After a
+    /// failure it only closes the links. The readers end with their
+    /// connections.
     fn drop(&mut self) {
         let mesh = &self.mesh;
         let live = &mesh.live;
         *lock(&live.leaving) = true;
-        live.leaving_cv.notify_all();
-        if let Some(h) = self.sender.take() {
-            let _ = h.join();
-        }
         if !mesh.has_failed() {
-            let deadline = Instant::now() + live.timeout;
-            mesh.flush_links(deadline);
+            let t = Instant::now();
+            mesh.flush_links(t + live.timeout);
             let bye = FrameHeader::control(OpKind::Bye, 0);
+            let deadline = Instant::now() + live.timeout;
             let told: Vec<usize> = (0..mesh.world)
                 .filter(|&p| matches!(live.status(p), PeerStatus::Alive))
                 .filter(|&p| {
@@ -76,17 +77,24 @@ impl Drop for Membership {
                 })
                 .collect();
             live.wait_for_acks(&told, deadline);
+            tracing::debug!(rank = mesh.rank, ?told, took = ?t.elapsed(), "left the mesh");
+        }
+        *lock(&live.quiet) = true;
+        live.quiet_cv.notify_all();
+        if let Some(h) = self.sender.take() {
+            let _ = h.join();
         }
         mesh.close_links();
     }
 }
 
-/// The heartbeat sender: every interval, this rank's heartbeat to every live peer.
+/// The heartbeat sender: every interval, this rank's heartbeat to every
+/// live peer, until this rank's goodbyes are delivered.
 fn heartbeat(mesh: &Mesh) {
     let live = &mesh.live;
     let every = live.interval();
     let h = FrameHeader::control(OpKind::Heartbeat, HEARTBEAT_LEN);
-    let mut stop = lock(&live.leaving);
+    let mut stop = lock(&live.quiet);
     loop {
         if *stop || mesh.has_failed() {
             return;
@@ -99,10 +107,10 @@ fn heartbeat(mesh: &Mesh) {
                 let _ = w.send_frame_until(&h, &payload, Instant::now() + every);
             }
         }
-        stop = lock(&live.leaving);
+        stop = lock(&live.quiet);
         if !*stop {
             stop = live
-                .leaving_cv
+                .quiet_cv
                 .wait_timeout(stop, every)
                 .unwrap_or_else(|p| p.into_inner())
                 .0;
