@@ -131,7 +131,11 @@ pub enum DistError {
         last: String,
     },
     /// Not every peer connected to this rank before the deadline.
-    #[error("rank {rank}: ranks {missing:?} did not connect within {timeout:?}")]
+    #[error(
+        "rank {rank}: ranks {missing:?} did not connect within {timeout:?} \
+         ({turned_away} unauthenticated connections were turned away meanwhile: \
+         {no_slot} for want of a handshake slot, the rest refused or too slow to authenticate)"
+    )]
     AcceptTimeout {
         /// This rank.
         rank: usize,
@@ -139,6 +143,13 @@ pub enum DistError {
         missing: Vec<usize>,
         /// The deadline.
         timeout: Duration,
+        /// Connections that never authenticated: closed for want of a
+        /// handshake slot (all taken, or their source's share taken),
+        /// refused, or dropped at the handshake deadline. A flood of them
+        /// is why a rank that did start may still be missing.
+        turned_away: u64,
+        /// Of those, the ones closed at once for want of a slot.
+        no_slot: u64,
     },
     /// A connection handshake failed or was refused.
     #[error("handshake with {who}: {reason}")]

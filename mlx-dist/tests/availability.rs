@@ -1,19 +1,27 @@
-//! Availability (issue 61): clean jobs end cleanly on a busy machine.
+//! Availability (issue 61): clean jobs end cleanly on a busy machine, and a
+//! flood of idle connections does not keep a ring job from forming.
 //!
-//! `clean_jobs_beside_cpu_hogs_succeed` launches short data-parallel jobs
-//! of 3 ranks with the real `mlx-launch` (over QUIC and the TCP ring) while
-//! two threads of this process spin; every job must succeed. The ranks are
-//! this test binary itself, re-run with `--exact rank_main` and
-//! `MLX_DIST_TEST_AVAILABILITY` set. `MLX_DIST_TEST_CLEAN_JOBS` sets the
-//! number of jobs per transport (default 10; the issue's check is 50).
+//! - `clean_jobs_beside_cpu_hogs_succeed` launches short data-parallel jobs
+//!   of 3 ranks with the real `mlx-launch` (over QUIC and the TCP ring)
+//!   while two threads of this process spin; every job must succeed. The
+//!   ranks are this test binary itself, re-run with `--exact rank_main` and
+//!   `MLX_DIST_TEST_AVAILABILITY` set. `MLX_DIST_TEST_CLEAN_JOBS` sets the
+//!   number of jobs per transport (default 10; the issue's check is 50).
+//! - The flood tests run two ranks as threads of this process while 64
+//!   sockets from another loopback address (127.0.0.2) connect to rank 0
+//!   and sit idle, each reconnecting 2 ms after rank 0 drops it. The QUIC
+//!   flood is a unit test of `mlx-dist` (`transports::quic`), where the
+//!   job's certificate is at hand.
 
+use std::io::Read;
+use std::net::{Ipv4Addr, SocketAddrV4, TcpListener, TcpStream};
 use std::process::Command;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Instant;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
 use mlx_array::Array;
-use mlx_dist::{Backend, all_sum, init};
+use mlx_dist::{Backend, Config, DistError, all_sum, init, init_with_config};
 
 /// The variable that makes this test binary a rank of a clean job.
 const ROLE: &str = "MLX_DIST_TEST_AVAILABILITY";
@@ -120,4 +128,193 @@ fn clean_jobs_beside_cpu_hogs_succeed() {
         failures.len()
     );
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A TCP connection to `to` from address `from` (any port).
+fn connect_from(from: Ipv4Addr, to: SocketAddrV4) -> std::io::Result<TcpStream> {
+    use std::os::fd::FromRawFd;
+    let sockaddr = |a: SocketAddrV4| libc::sockaddr_in {
+        sin_family: libc::AF_INET as libc::sa_family_t,
+        sin_port: a.port().to_be(),
+        sin_addr: libc::in_addr {
+            s_addr: u32::from(*a.ip()).to_be(),
+        },
+        sin_zero: [0; 8],
+    };
+    let len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+    // SAFETY: a new socket, owned by the TcpStream once made (or closed
+    // here), and address structures of the size passed.
+    unsafe {
+        let fd = libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0);
+        if fd < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        let st = TcpStream::from_raw_fd(fd);
+        let src = sockaddr(SocketAddrV4::new(from, 0));
+        if libc::bind(fd, (&src as *const libc::sockaddr_in).cast(), len) != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        let dst = sockaddr(to);
+        if libc::connect(fd, (&dst as *const libc::sockaddr_in).cast(), len) != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(st)
+    }
+}
+
+/// 64 sockets from 127.0.0.2 connected to `to`, each idle until the other
+/// end drops it and then connected again 2 ms later, until dropped.
+struct Flood {
+    stop: Arc<AtomicBool>,
+    connects: Arc<AtomicU64>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+}
+
+const FLOOD_SOCKETS: usize = 64;
+
+impl Flood {
+    fn start(to: SocketAddrV4) -> Flood {
+        let stop = Arc::new(AtomicBool::new(false));
+        let connects = Arc::new(AtomicU64::new(0));
+        let threads = (0..FLOOD_SOCKETS)
+            .map(|_| {
+                let (stop, connects) = (stop.clone(), connects.clone());
+                std::thread::spawn(move || {
+                    while !stop.load(Ordering::Relaxed) {
+                        if let Ok(mut s) = connect_from(Ipv4Addr::new(127, 0, 0, 2), to) {
+                            connects.fetch_add(1, Ordering::Relaxed);
+                            let _ = s.set_read_timeout(Some(Duration::from_millis(50)));
+                            let mut b = [0u8; 64];
+                            // Idle until dropped (or told to stop).
+                            while !stop.load(Ordering::Relaxed) {
+                                match s.read(&mut b) {
+                                    Ok(0) => break,
+                                    Ok(_) => {}
+                                    Err(e)
+                                        if matches!(
+                                            e.kind(),
+                                            std::io::ErrorKind::WouldBlock
+                                                | std::io::ErrorKind::TimedOut
+                                        ) => {}
+                                    Err(_) => break,
+                                }
+                            }
+                        }
+                        std::thread::sleep(Duration::from_millis(2));
+                    }
+                })
+            })
+            .collect();
+        Flood {
+            stop,
+            connects,
+            threads,
+        }
+    }
+
+    fn connects(&self) -> u64 {
+        self.connects.load(Ordering::Relaxed)
+    }
+}
+
+impl Drop for Flood {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+fn ring_config(rank: usize, hosts: &[String], connect_timeout: Duration) -> Config {
+    let mut c = Config::new(rank, hosts.to_vec(), [6; 16], vec![0x61; 32]);
+    c.connect_timeout = connect_timeout;
+    c
+}
+
+/// Before: every handshake slot went to the flood (32 slots, none kept for
+/// other sources, each idle connection held 5 s and replaced within 2 ms),
+/// rank 1 never got one, and both ranks failed at the connect timeout
+/// blaming rank 1 (the issue saw it after 60 s; here 30 s).
+#[test]
+fn a_ring_job_forms_under_a_flood_of_idle_connections() {
+    let hosts = vec![
+        format!("127.0.0.1:{}", free_port()),
+        format!("127.0.0.1:{}", free_port()),
+    ];
+    let timeout = Duration::from_secs(30);
+    let rank0 = {
+        let c = ring_config(0, &hosts, timeout);
+        std::thread::spawn(move || {
+            let g = init_with_config(&c, Backend::Ring)?;
+            let mut x = vec![1.0f32; 8];
+            g.all_sum(&mut x)?;
+            Ok::<_, DistError>(x)
+        })
+    };
+    let flood = Flood::start(hosts[0].parse().unwrap());
+    // Rank 1 starts 3 s late, into a flood that has had time to settle.
+    std::thread::sleep(Duration::from_secs(3));
+    let before = flood.connects();
+    let t = Instant::now();
+    let joined = init_with_config(&ring_config(1, &hosts, timeout), Backend::Ring).and_then(|g| {
+        let mut x = vec![2.0f32; 8];
+        g.all_sum(&mut x)?;
+        Ok(x)
+    });
+    let formed = t.elapsed();
+    let during = flood.connects() - before;
+    drop(flood);
+    let r0 = rank0.join().unwrap();
+    eprintln!(
+        "formed {formed:.1?} after rank 1 started, the flood connecting {during} times meanwhile"
+    );
+    assert!(
+        before > FLOOD_SOCKETS as u64,
+        "the flood never got going ({before} connections)"
+    );
+    assert_eq!(joined.unwrap(), vec![3.0; 8]);
+    assert_eq!(r0.unwrap(), vec![3.0; 8]);
+}
+
+/// A rank that truly is missing is still named, with the count of the
+/// unauthenticated connections turned away while waiting for it.
+#[test]
+fn a_missing_rank_is_named_with_the_connections_turned_away() {
+    let hosts = vec![
+        format!("127.0.0.1:{}", free_port()),
+        format!("127.0.0.1:{}", free_port()),
+    ];
+    let c = ring_config(0, &hosts, Duration::from_secs(4));
+    let rank0 = std::thread::spawn(move || init_with_config(&c, Backend::Ring).map(|_| ()));
+    let flood = Flood::start(hosts[0].parse().unwrap());
+    let e = rank0.join().unwrap().unwrap_err();
+    drop(flood);
+    let DistError::AcceptTimeout {
+        missing,
+        turned_away,
+        no_slot,
+        ..
+    } = &e
+    else {
+        panic!("expected an accept timeout, got {e}");
+    };
+    assert_eq!(missing, &[1]);
+    assert!(*turned_away > 0 && *no_slot <= *turned_away, "{e}");
+    let text = e.to_string();
+    assert!(
+        text.contains("ranks [1] did not connect")
+            && text.contains(&format!(
+                "{turned_away} unauthenticated connections were turned away"
+            )),
+        "{text}"
+    );
 }

@@ -8,6 +8,7 @@
 //! ([`crate::wire`]), never the mesh built over their connections, the
 //! collectives or the launcher (checked by `tests/layers.rs`).
 
+pub(crate) mod admission;
 pub mod handshake;
 pub(crate) mod link;
 #[cfg(feature = "mpi")]

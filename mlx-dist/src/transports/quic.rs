@@ -15,9 +15,10 @@
 //! `crate::mesh::liveness`); QUIC's own idle timeout is twice the liveness
 //! timeout, so a silent peer is named by the heartbeats first.
 
+use std::collections::BTreeSet;
 use std::io;
 use std::net::{SocketAddr, ToSocketAddrs};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, mpsc};
 use std::time::{Duration, Instant};
 
 use tokio::runtime::Runtime;
@@ -25,6 +26,7 @@ use tokio::runtime::Runtime;
 use super::Connections;
 use crate::config::{Config, QuicCert};
 use crate::error::{DistError, Result};
+use crate::transports::admission::{ACCEPT_HANDSHAKE_DEADLINE, Admission, Slot};
 use crate::transports::handshake::{self, HandshakeError};
 use crate::transports::link::Link;
 use crate::transports::quic_link::{BlockingStream, Closing, QuicLink, Stream, timed};
@@ -279,6 +281,28 @@ fn dial(
     }
 }
 
+/// What an accepted connection's thread hands the acceptor: link `.1` of
+/// rank `.0`, authenticated.
+type Accepted = (usize, usize, QuicLink);
+
+/// What every accepted connection's thread shares with the acceptor.
+#[derive(Clone)]
+struct Acceptor {
+    rt: Arc<Runtime>,
+    cred: handshake::JobCredentials,
+    rank: usize,
+    nlinks: usize,
+    collective_timeout: Duration,
+    closing: Arc<Closing>,
+    missing: Arc<Mutex<BTreeSet<(usize, usize)>>>,
+    admission: Arc<Admission>,
+}
+
+/// Accepts the higher ranks' connections until every link of theirs is in,
+/// handshaking each connection on a thread of its own under the limits of
+/// [`crate::transports::admission`]: a connection stalled in its TLS or
+/// HMAC handshake (a flood, a stranger) holds one slot for at most the
+/// short authentication deadline and never delays the others.
 #[allow(clippy::too_many_arguments)]
 fn accept_all(
     rt: &Arc<Runtime>,
@@ -291,98 +315,179 @@ fn accept_all(
     cfg: &Config,
     closing: &Arc<Closing>,
 ) -> Result<Vec<(usize, usize, QuicLink)>> {
-    let mut missing: std::collections::BTreeSet<(usize, usize)> = (rank + 1..world)
+    let wanted = world.saturating_sub(rank + 1) * nlinks;
+    let missing: BTreeSet<(usize, usize)> = (rank + 1..world)
         .flat_map(|p| (0..nlinks).map(move |l| (p, l)))
         .collect();
+    let acceptor = Acceptor {
+        rt: rt.clone(),
+        cred: cred.clone(),
+        rank,
+        nlinks,
+        collective_timeout: cfg.collective_timeout,
+        closing: closing.clone(),
+        missing: Arc::new(Mutex::new(missing)),
+        admission: Admission::new(),
+    };
+    let (tx, rx) = mpsc::channel();
     let mut out = Vec::new();
-    while !missing.is_empty() {
-        let left = deadline.saturating_duration_since(Instant::now());
-        let incoming = match timed(rt, left, endpoint.accept()) {
-            Ok(Some(i)) => i,
-            Ok(None) | Err(_) => {
-                let mut m: Vec<usize> = missing.iter().map(|(p, _)| *p).collect();
-                m.dedup();
-                return Err(DistError::AcceptTimeout {
-                    rank,
-                    missing: m,
-                    timeout: cfg.connect_timeout,
-                });
+    while out.len() < wanted {
+        let now = Instant::now();
+        if now >= deadline {
+            let m = lock(&acceptor.missing);
+            let mut m: Vec<usize> = m.iter().map(|(p, _)| *p).collect();
+            m.dedup();
+            let (turned_away, no_slot) = acceptor.admission.turned_away();
+            return Err(DistError::AcceptTimeout {
+                rank,
+                missing: m,
+                timeout: cfg.connect_timeout,
+                turned_away,
+                no_slot,
+            });
+        }
+        // Short waits, so that the links the threads hand in are collected.
+        let wait = (deadline - now).min(Duration::from_millis(20));
+        match timed(rt, wait, endpoint.accept()) {
+            Ok(Some(incoming)) => {
+                let from = incoming.remote_address();
+                match acceptor.admission.admit(from.ip()) {
+                    // Refused at once: a rank's dialler retries.
+                    None => incoming.refuse(),
+                    Some(slot) => {
+                        let (a, tx) = (acceptor.clone(), tx.clone());
+                        let spawned = std::thread::Builder::new()
+                            .name("mlx-dist-quic-handshake".into())
+                            .spawn(move || serve_connection(&a, incoming, slot, &tx));
+                        if let Err(e) = spawned {
+                            // The connection went with the closure: its dialler retries.
+                            tracing::warn!(rank, %from, error = %e, "no thread for a handshake");
+                        }
+                    }
+                }
             }
+            Ok(None) => {
+                return Err(DistError::Config(format!(
+                    "rank {rank}: the QUIC endpoint closed while accepting"
+                )));
+            }
+            Err(_) => {}
+        }
+        out.extend(rx.try_iter());
+    }
+    let (turned_away, no_slot) = acceptor.admission.turned_away();
+    if turned_away > 0 {
+        tracing::warn!(
+            rank,
+            turned_away,
+            no_slot,
+            "connected; unauthenticated connections were turned away meanwhile"
+        );
+    }
+    Ok(out)
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// One accepted connection: its TLS handshake and its first stream's HMAC
+/// handshake within [`ACCEPT_HANDSHAKE_DEADLINE`] (holding `slot` until
+/// then), then the rest of the peer's links, each handed to the acceptor
+/// over `tx` as it authenticates.
+fn serve_connection(
+    a: &Acceptor,
+    incoming: quinn::Incoming,
+    slot: Slot,
+    tx: &mpsc::Sender<Accepted>,
+) {
+    let rank = a.rank;
+    let from = incoming.remote_address();
+    let mut slot = Some(slot);
+    let authenticate_by = Instant::now() + ACCEPT_HANDSHAKE_DEADLINE;
+    let conn = match timed(
+        &a.rt,
+        ACCEPT_HANDSHAKE_DEADLINE,
+        async move { incoming.await },
+    ) {
+        Ok(Ok(c)) => c,
+        Ok(Err(e)) => {
+            a.admission.refused();
+            tracing::warn!(rank, %from, reason = %e, "refused QUIC connection");
+            return;
+        }
+        Err(_) => {
+            a.admission.refused();
+            tracing::debug!(rank, %from, "QUIC connection dropped: no TLS handshake in time");
+            return;
+        }
+    };
+    // Every link of this peer arrives on this connection.
+    for _ in 0..a.nlinks {
+        let until = match slot {
+            Some(_) => authenticate_by,
+            None => Instant::now() + HANDSHAKE_TIMEOUT,
         };
-        let from = incoming.remote_address();
-        let conn = match timed(rt, HANDSHAKE_TIMEOUT, async move { incoming.await }) {
-            Ok(Ok(c)) => c,
+        let left = until.saturating_duration_since(Instant::now());
+        let (send, recv) = match timed(&a.rt, left, conn.accept_bi()) {
+            Ok(Ok(s)) => s,
             Ok(Err(e)) => {
-                tracing::warn!(rank, %from, reason = %e, "refused QUIC connection");
-                continue;
+                tracing::warn!(rank, %from, reason = %e, "QUIC connection lost during set-up");
+                break;
             }
             Err(_) => {
-                tracing::warn!(rank, %from, "QUIC connection timed out during TLS");
-                continue;
+                tracing::warn!(rank, %from, "no stream opened in time");
+                break;
             }
         };
-        // Every link of this peer arrives on this connection.
-        for _ in 0..nlinks {
-            let (send, recv) = match timed(rt, HANDSHAKE_TIMEOUT, conn.accept_bi()) {
-                Ok(Ok(s)) => s,
-                Ok(Err(e)) => {
-                    tracing::warn!(rank, %from, reason = %e, "QUIC connection lost during set-up");
-                    break;
-                }
-                Err(_) => {
-                    tracing::warn!(rank, %from, "no stream opened in time");
-                    break;
-                }
-            };
-            let mut st = Stream { send, recv };
-            let mut b = BlockingStream {
-                rt,
-                s: &mut st,
-                deadline: Instant::now() + HANDSHAKE_TIMEOUT,
-            };
-            let mut claimed = None;
-            let admit = |h: handshake::PeerHello| {
-                let key = (h.rank as usize, h.link as usize);
-                if h.rank as usize <= rank || !missing.remove(&key) {
-                    return Err(HandshakeError::Unexpected {
-                        rank: h.rank,
-                        link: h.link,
-                    });
-                }
-                claimed = Some(key);
-                Ok(())
-            };
-            let r = handshake::server(&mut b, cred, rank as u32, admit);
-            if let (Err(_), Some(key)) = (&r, claimed) {
-                // The last reply failed: the link is still to come.
-                missing.insert(key);
+        let mut st = Stream { send, recv };
+        let mut b = BlockingStream {
+            rt: &a.rt,
+            s: &mut st,
+            deadline: until,
+        };
+        let mut claimed = None;
+        let admit = |h: handshake::PeerHello| {
+            let key = (h.rank as usize, h.link as usize);
+            if h.rank as usize <= rank || !lock(&a.missing).remove(&key) {
+                return Err(HandshakeError::Unexpected {
+                    rank: h.rank,
+                    link: h.link,
+                });
             }
-            match r {
-                Ok(hello) => {
-                    let key = (hello.rank as usize, hello.link as usize);
-                    out.push((
-                        key.0,
-                        key.1,
-                        QuicLink::new(
-                            rt.clone(),
-                            conn.clone(),
-                            st,
-                            cfg.collective_timeout,
-                            closing.clone(),
-                        ),
-                    ));
+            claimed = Some(key);
+            Ok(())
+        };
+        let r = handshake::server(&mut b, &a.cred, rank as u32, admit);
+        if let (Err(_), Some(key)) = (&r, claimed) {
+            // The last reply failed: the link is still to come.
+            lock(&a.missing).insert(key);
+        }
+        match r {
+            Ok(hello) => {
+                // Authenticated: the slot is for strangers-to-be.
+                slot = None;
+                let link = QuicLink::new(
+                    a.rt.clone(),
+                    conn.clone(),
+                    st,
+                    a.collective_timeout,
+                    a.closing.clone(),
+                );
+                let _ = tx.send((hello.rank as usize, hello.link as usize, link));
+            }
+            Err(e @ HandshakeError::Unexpected { .. }) => {
+                tracing::warn!(rank, %from, reason = %e, "refused stream");
+            }
+            Err(e) => {
+                if slot.is_some() {
+                    a.admission.refused();
                 }
-                Err(e @ HandshakeError::Unexpected { .. }) => {
-                    tracing::warn!(rank, %from, reason = %e, "refused stream");
-                }
-                Err(e) => {
-                    tracing::warn!(rank, %from, reason = %e, "refused stream");
-                    break;
-                }
+                tracing::warn!(rank, %from, reason = %e, "refused stream");
+                break;
             }
         }
     }
-    Ok(out)
 }
 
 #[cfg(test)]
@@ -461,5 +566,93 @@ mod tests {
             matches!(&e0, DistError::AcceptTimeout { missing, .. } if missing == &[1]),
             "{e0}"
         );
+    }
+
+    /// `n` QUIC Initial packets, each opening a connection of its own, as a
+    /// client of the job (its certificate) sends them: replayed from another
+    /// address, each starts a TLS handshake that nobody finishes.
+    fn captured_initials(n: usize) -> Vec<Vec<u8>> {
+        install_crypto_provider();
+        let capture = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        capture
+            .set_read_timeout(Some(Duration::from_millis(500)))
+            .unwrap();
+        let to = capture.local_addr().unwrap();
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap();
+        let (_, client) =
+            tls_configs(&job_cert(), Duration::from_secs(10), Duration::from_secs(1)).unwrap();
+        let mut got = Vec::new();
+        let _g = rt.enter();
+        let mut ep = quinn::Endpoint::client("127.0.0.1:0".parse().unwrap()).unwrap();
+        ep.set_default_client_config(client);
+        let mut connecting = Vec::new();
+        let mut buf = [0u8; 2048];
+        while got.len() < n {
+            connecting.push(ep.connect(to, SERVER_NAME).unwrap());
+            match capture.recv(&mut buf) {
+                Ok(len) => got.push(buf[..len].to_vec()),
+                Err(e) => panic!("no Initial captured: {e}"),
+            }
+        }
+        drop(connecting);
+        ep.close(0u32.into(), b"");
+        got
+    }
+
+    /// Before: the acceptor took one incoming connection at a time and
+    /// waited up to 10 s on each TLS handshake, so that a flood of stalled
+    /// handshakes (64 sockets of another address, a fresh one every 2 ms)
+    /// kept rank 1 out until both ranks failed at the connect timeout.
+    #[test]
+    fn a_quic_job_forms_under_a_flood_of_stalled_handshakes() {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let initials = captured_initials(200);
+        let hosts = free_udp_ports(2);
+        let cert = job_cert();
+        let cfg = |rank| {
+            let mut c = Config::new(rank, hosts.clone(), [9; 16], b"job secret".to_vec());
+            c.quic = Some(cert.clone());
+            c.connect_timeout = Duration::from_secs(30);
+            c
+        };
+        let c0 = cfg(0);
+        let rank0 = std::thread::spawn(move || connect_mesh(&c0));
+        let target: SocketAddr = hosts[0].parse().unwrap();
+        let stop = Arc::new(AtomicBool::new(false));
+        let flood = {
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                let mut sockets = std::collections::VecDeque::new();
+                let mut sent = 0usize;
+                while !stop.load(Ordering::Relaxed) {
+                    // The oldest of the 64 gives way to a fresh one.
+                    if sockets.len() == 64 {
+                        sockets.pop_front();
+                    }
+                    let s = std::net::UdpSocket::bind("127.0.0.2:0").unwrap();
+                    let _ = s.send_to(&initials[sent % initials.len()], target);
+                    sockets.push_back(s);
+                    sent += 1;
+                    std::thread::sleep(Duration::from_millis(2));
+                }
+                sent
+            })
+        };
+        // Rank 1 starts 3 s late, into the flood.
+        std::thread::sleep(Duration::from_secs(3));
+        let t = Instant::now();
+        let joined = connect_mesh(&cfg(1));
+        let formed = t.elapsed();
+        stop.store(true, Ordering::Relaxed);
+        let sent = flood.join().unwrap();
+        eprintln!("formed {formed:.1?} after rank 1 started; {sent} stalled handshakes begun");
+        // Rank 1's links to rank 0 (its own row is empty), then rank 0's.
+        let links = |c: Connections| (c.links[0].len(), c.links[1].len());
+        assert_eq!(joined.map(links).unwrap(), (2, 0));
+        assert_eq!(rank0.join().unwrap().map(links).unwrap(), (0, 2));
     }
 }

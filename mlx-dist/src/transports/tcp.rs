@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 use super::Connections;
 use crate::config::Config;
 use crate::error::{DistError, Result};
+use crate::transports::admission::{ACCEPT_HANDSHAKE_DEADLINE, Admission, Slot};
 use crate::transports::handshake::{self, HandshakeError, JobCredentials, PeerHello};
 use crate::transports::link::{Link, TcpLink};
 use crate::transports::shm::{self, ShmLink};
@@ -281,18 +282,6 @@ fn is_transient(e: &HandshakeError) -> bool {
     matches!(e, HandshakeError::Io(_))
 }
 
-/// The most connections that may be handshaking with this rank at once:
-/// a connection beyond them is closed at once (a peer's dial retries), so
-/// that a port scan or a flood of idle connections costs a bounded number
-/// of threads and cannot keep the job's own ranks out for long.
-const MAX_PENDING_HANDSHAKES: usize = 32;
-
-/// How long an accepted connection has to complete the handshake, all its
-/// reads and writes together: an idle or trickling connection loses its
-/// place after this. A rank's own handshake takes milliseconds; one that
-/// times out on a loaded host is retried by its dialler.
-const ACCEPT_HANDSHAKE_DEADLINE: Duration = Duration::from_secs(5);
-
 /// A stream whose reads and writes all end by `until`: a per-call timeout
 /// alone would let a peer sending a byte at a time hold it for ever.
 struct Deadlined {
@@ -394,8 +383,8 @@ fn accept_all(
             .set_nonblocking(true)
             .map_err(|e| DistError::Config(format!("listener: {e}")))?;
     }
-    let (tx, rx) = mpsc::channel();
-    let mut pending = 0usize;
+    let admission = Admission::new();
+    let (tx, rx) = mpsc::channel::<(SocketAddr, Slot, _)>();
     while out.len() < wanted {
         for listener in listeners {
             loop {
@@ -407,42 +396,65 @@ fn accept_all(
                         break;
                     }
                 };
-                if pending >= MAX_PENDING_HANDSHAKES {
-                    tracing::debug!(rank, %from, "closed a connection: too many handshakes at once");
+                // Beyond the limits the connection is closed at once.
+                let Some(slot) = admission.admit(from.ip()) else {
+                    tracing::trace!(rank, %from, "closed a connection: no handshake slot for it");
                     continue;
-                }
+                };
                 let (tx, cred, missing) = (tx.clone(), cred.clone(), missing.clone());
                 let spawned = std::thread::Builder::new()
                     .name("mlx-dist-handshake".into())
                     .spawn(move || {
-                        let _ = tx.send((from, serve_one(st, &cred, rank, &missing)));
+                        let _ = tx.send((from, slot, serve_one(st, &cred, rank, &missing)));
                     });
-                match spawned {
-                    Ok(_) => pending += 1,
-                    // The connection was dropped with the closure: its dialler retries.
-                    Err(e) => tracing::warn!(rank, %from, error = %e, "no thread for a handshake"),
+                // Without a thread the connection and its slot went with the
+                // closure: its dialler retries.
+                if let Err(e) = spawned {
+                    tracing::warn!(rank, %from, error = %e, "no thread for a handshake");
                 }
             }
         }
-        while let Ok((from, r)) = rx.try_recv() {
-            pending -= 1;
+        while let Ok((from, slot, r)) = rx.try_recv() {
+            drop(slot);
             match r {
                 Ok((hello, st)) => out.push((hello.rank as usize, hello.link as usize, st)),
-                Err(e) => tracing::warn!(rank, %from, reason = %e, "refused connection"),
+                Err(e) => {
+                    admission.refused();
+                    // An idle or closed connection is a flood's; a stranger
+                    // speaking our protocol is worth a warning.
+                    if matches!(e, HandshakeError::Io(_)) {
+                        tracing::debug!(rank, %from, reason = %e, "dropped connection");
+                    } else {
+                        tracing::warn!(rank, %from, reason = %e, "refused connection");
+                    }
+                }
             }
         }
         if out.len() < wanted && Instant::now() >= deadline {
             let m = missing.lock().unwrap_or_else(|p| p.into_inner());
             let mut m: Vec<usize> = m.iter().map(|(p, _)| *p).collect();
             m.dedup();
+            let (turned_away, no_slot) = admission.turned_away();
             return Err(DistError::AcceptTimeout {
                 rank,
                 missing: m,
                 timeout,
+                turned_away,
+                no_slot,
             });
         }
         // Start-up only: a short sleep between polls of the non-blocking listener.
-        std::thread::sleep(Duration::from_millis(if pending > 0 { 1 } else { 3 }));
+        let busy = admission.pending() > 0;
+        std::thread::sleep(Duration::from_millis(if busy { 1 } else { 3 }));
+    }
+    let (turned_away, no_slot) = admission.turned_away();
+    if turned_away > 0 {
+        tracing::warn!(
+            rank,
+            turned_away,
+            no_slot,
+            "connected; unauthenticated connections were turned away meanwhile"
+        );
     }
     Ok(out)
 }
