@@ -365,9 +365,27 @@ fn an_interrupted_launch_says_so() {
     assert_eq!(st.code(), Some(130), "{}", job.output());
     let last = job.last_stderr_line();
     assert!(last.contains("interrupted"), "{last:?}\n{}", job.output());
+    // Every line of the launcher's own says whose it is (its warning that
+    // it forwards the signal was a bare ` WARN ...`).
+    let err = std::fs::read_to_string(job.path("launcher.err")).unwrap();
+    assert!(err.lines().count() >= 2, "{err}");
+    for line in err.lines() {
+        assert!(line.starts_with("mlx-launch: "), "{line:?} in\n{err}");
+    }
     for (r, pid) in ranks.into_iter().enumerate() {
         assert_gone(&job, &format!("rank {r}"), pid);
     }
+}
+
+/// Without `-n`, one process, as `mlx.launch` and torchrun start.
+#[test]
+fn one_process_by_default() {
+    let mut job = Job::new("one-by-default");
+    let st = job
+        .launch(&[], r#"echo "rank $MLX_RANK of $MLX_WORLD_SIZE""#)
+        .wait(Duration::from_secs(10));
+    assert!(st.success(), "{}", job.output());
+    assert!(job.output().contains("[0] rank 0 of 1"), "{}", job.output());
 }
 
 /// SIGTERM to the launcher (a cluster's preemption) reaches the ranks as

@@ -247,6 +247,10 @@ fn killed_run_equals_an_uninterrupted_one(world: usize, extra: &[&str]) {
         text.contains("; restarting the job (restart 1 of 1) in 1.0s"),
         "no restart line:\n{text}"
     );
+    // A survivor's log names the culprit as a rank (it said `Some(1)`).
+    let blames: Vec<&str> = text.lines().filter(|l| l.contains("culprit=")).collect();
+    eprintln!("the survivors' failure lines: {blames:?}");
+    assert!(blames.iter().all(|l| !l.contains("Some(")), "{blames:?}");
     // The newest checkpoint before the death: step 5, 10 or 15 (the kill
     // comes before its own step's checkpoint).
     let resumed = (step - 1) / 5 * 5;

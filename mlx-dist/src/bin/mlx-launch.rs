@@ -38,8 +38,9 @@ use mlx_dist::launch::{self, LaunchSpec, RankHost, Restarts, parse_launcher_host
 #[derive(Parser, Debug)]
 #[command(name = "mlx-launch", version)]
 struct Args {
-    /// Number of processes (per host when --hosts or --hostfile is given;
-    /// with an MPI-style host file, it replaces every host's slots).
+    /// Number of processes, 1 by default (per host when --hosts or
+    /// --hostfile is given; with an MPI-style host file, it replaces every
+    /// host's slots).
     #[arg(short = 'n', long = "nproc")]
     n: Option<usize>,
     /// Comma-separated hosts to start ranks on over ssh (localhost runs locally).
@@ -178,9 +179,8 @@ fn spec(a: Args) -> anyhow::Result<(LaunchSpec, Restarts)> {
             .flat_map(|h| std::iter::repeat_n(h.clone(), per_host))
             .collect()
     } else {
-        let n =
-            a.n.context("say how many processes with -n N (or give --hosts / --hostfile)")?;
-        (0..n).map(|_| RankHost::local()).collect()
+        // One process by default, as mlx.launch and torchrun.
+        (0..per_host).map(|_| RankHost::local()).collect()
     };
     if hosts.is_empty() {
         bail!("no ranks to launch");
@@ -220,6 +220,34 @@ fn spec(a: Args) -> anyhow::Result<(LaunchSpec, Restarts)> {
     Ok((spec, restarts))
 }
 
+/// The launcher's log lines as its other lines: `mlx-launch: warning: ...`,
+/// so that each line says whose it is among the ranks' `[r]` lines.
+struct Prefixed;
+
+impl<S, N> tracing_subscriber::fmt::FormatEvent<S, N> for Prefixed
+where
+    S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a>,
+    N: for<'a> tracing_subscriber::fmt::FormatFields<'a> + 'static,
+{
+    fn format_event(
+        &self,
+        ctx: &tracing_subscriber::fmt::FmtContext<'_, S, N>,
+        mut writer: tracing_subscriber::fmt::format::Writer<'_>,
+        event: &tracing::Event<'_>,
+    ) -> std::fmt::Result {
+        let level = match *event.metadata().level() {
+            tracing::Level::ERROR => "error",
+            tracing::Level::WARN => "warning",
+            tracing::Level::INFO => "info",
+            tracing::Level::DEBUG => "debug",
+            tracing::Level::TRACE => "trace",
+        };
+        write!(writer, "mlx-launch: {level}: ")?;
+        ctx.field_format().format_fields(writer.by_ref(), event)?;
+        writeln!(writer)
+    }
+}
+
 fn main() {
     // The remote end of a launch, started by another mlx-launch over ssh:
     // everything it needs comes on standard input.
@@ -237,9 +265,7 @@ fn main() {
             tracing_subscriber::EnvFilter::try_from_env("MLX_LAUNCH_LOG")
                 .unwrap_or_else(|_| level.into()),
         )
-        .with_target(false)
-        .without_time()
-        .with_ansi(mlx_progress::stderr_color())
+        .event_format(Prefixed)
         .with_writer(mlx_progress::stderr)
         .init();
     let (spec, restarts) = match spec(args) {

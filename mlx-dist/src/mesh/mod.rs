@@ -254,7 +254,12 @@ impl Mesh {
                 reason: e.to_string(),
             },
         };
-        tracing::error!(rank = self.rank, error = %err, culprit = ?failure.culprit, "collective failed; closing all links");
+        tracing::error!(
+            rank = self.rank,
+            error = %err,
+            culprit = %failure.culprit.map_or("unknown".into(), |c| c.to_string()),
+            "collective failed; closing all links"
+        );
         crate::report::failure(self.rank, failure.culprit, &err.to_string());
         let payload = failure.encode();
         let h = FrameHeader::control(OpKind::Abort, payload.len());
