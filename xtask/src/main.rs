@@ -4,6 +4,7 @@ mod alpha_beta;
 mod bench;
 mod bench_collectives;
 mod bench_multihost;
+mod fuzz;
 mod hosts;
 mod hosts_lock;
 mod macos_check;
@@ -41,6 +42,14 @@ enum Task {
         #[command(subcommand)]
         what: bench::What,
     },
+    /// The coverage-guided fuzz targets (fuzz/): `fuzz list`, `fuzz run
+    /// TARGET [--seconds N] [-- libFuzzer args]`, `fuzz repro TARGET FILE`,
+    /// `fuzz all` (each target a few seconds, as `xtask test` runs them),
+    /// `fuzz seeds` (rewrites the committed seeds).
+    Fuzz {
+        #[command(subcommand)]
+        what: fuzz::Cmd,
+    },
     /// Emulated hosts on this Linux machine (network namespaces with sshd,
     /// optionally rate-shaped links) for multi-host tests: `hosts up N`,
     /// `hosts down`, `hosts shape RATE`, `hosts status`.
@@ -56,6 +65,7 @@ fn main() -> Result<()> {
         Task::Train(a) => train::run(a),
         Task::Memprof(a) => memprof::run(a),
         Task::Bench { what } => bench::run(what),
+        Task::Fuzz { what } => fuzz::run(what),
         Task::Hosts { what } => hosts::run(what),
     }
 }

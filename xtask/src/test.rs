@@ -5,19 +5,20 @@ use std::ffi::OsStr;
 use anyhow::{Result, bail};
 
 use crate::util::{cargo, cargo_with_env};
-use crate::{hosts, hosts_lock, macos_check};
+use crate::{fuzz, hosts, hosts_lock, macos_check};
 
 /// fmt check, clippy with -D warnings (for this host and for mlx-array without
 /// its GPU backend), rustdoc with -D warnings, clippy for macOS on Apple
 /// silicon (see [`macos_check`]), then every test of the workspace;
+/// then every fuzz target of `fuzz/` for a few seconds (see [`fuzz`]);
 /// then the MPI backend (feature `mlx-dist/mpi`): clippy and its multi-process
 /// tests under `mpirun`, and the trainer's fully sharded run over MPI
 /// (`mlx-llama`'s feature `mpi`), building the crates above `mlx-dist` again
 /// with the feature;
 /// then the multi-host tests across two emulated hosts (`xtask hosts`).
-/// Without the macOS target, Open MPI, or where hosts cannot be emulated
-/// (not root, not Linux, no sshd), those are skipped with a reason, unless
-/// `CI` is set. Under CI
+/// Without the macOS target, a C++ compiler (libFuzzer), Open MPI, or
+/// where hosts cannot be emulated (not root, not Linux, no sshd), those are
+/// skipped with a reason, unless `CI` is set. Under CI
 /// the Slurm test must run too (`MLX_DIST_TEST_SLURM`).
 pub fn run() -> Result<()> {
     let ci = std::env::var_os("CI").is_some();
@@ -61,6 +62,11 @@ pub fn run() -> Result<()> {
         &[]
     };
     cargo_with_env(&["test", "--workspace", "--no-fail-fast"], slurm)?;
+    match fuzz::unavailable() {
+        None => fuzz::all(fuzz::CI_SECONDS)?,
+        Some(why) if ci => bail!("CI is set, but the fuzz targets cannot run: {why}"),
+        Some(why) => eprintln!("xtask test: skipping the fuzz targets: {why}"),
+    }
     if mpi_installed() || ci {
         cargo(&[
             "clippy",
