@@ -299,6 +299,7 @@ fn publish(
     };
     checkpoint::write_manifest(tmp, &manifest)?;
     checkpoint::publish_folder(out, tmp, step)?;
+    #[cfg(feature = "test-hooks")]
     super::test_kill::die_in_publish_if_asked(group.rank(), step)?;
     checkpoint::point_latest_at(out, step)?;
     for old in checkpoint::prune(out, cfg.keep_checkpoints)? {

@@ -15,6 +15,7 @@ mod precision;
 mod record;
 mod setup;
 pub mod stop;
+#[cfg(feature = "test-hooks")]
 mod test_kill;
 #[cfg(test)]
 mod tests;
@@ -601,8 +602,9 @@ impl<'a> Run<'a> {
             || self.validation_due(done)
             || (cfg.checkpoint_every > 0 && done.is_multiple_of(cfg.checkpoint_every))
             || verdict.checkpoint_due
-            || verdict.stop.is_some()
-            || test_kill::asked(self.world.rank(), done)?;
+            || verdict.stop.is_some();
+        #[cfg(feature = "test-hooks")]
+        let now = now || test_kill::asked(self.world.rank(), done)?;
         Ok(now.then_some(verdict))
     }
 
@@ -635,6 +637,7 @@ impl<'a> Run<'a> {
     fn after(&mut self, done: u64, verdict: stop::Verdict) -> Result<Option<i32>> {
         let cfg = self.cfg;
         let last = done == cfg.steps;
+        #[cfg(feature = "test-hooks")]
         test_kill::die_if_asked(self.world.rank(), done)?;
         let every = cfg.checkpoint_every > 0 && done.is_multiple_of(cfg.checkpoint_every);
         if every || last || verdict.checkpoint_due || verdict.stop.is_some() {

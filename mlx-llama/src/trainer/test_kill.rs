@@ -1,6 +1,8 @@
-//! Test support, not a feature: a rank that kills itself with SIGKILL at a
-//! chosen step, so that the restart tests (`tests/restart.rs`) can fail a
-//! run as a crash would, at a step they chose and can replay.
+//! Test support, built only with feature `test-hooks` (the crate's tests
+//! turn it on; a release build has none of it): a rank that kills itself
+//! with SIGKILL at a chosen step, so that the restart tests
+//! (`tests/restart.rs`) can fail a run as a crash would, at a step they
+//! chose and can replay.
 //!
 //! `MLX_TEST_KILL_AT=RANK:STEP` makes rank RANK kill itself right after
 //! step STEP's metrics are written, before that step's checkpoint, on the
