@@ -94,6 +94,20 @@ impl Admission {
         (no_slot + self.refused.load(Ordering::Relaxed), no_slot)
     }
 
+    /// Warns, once rank `rank`'s links are up, how many connections were
+    /// turned away while they formed (nothing when none was).
+    pub(crate) fn warn_if_turned_away(&self, rank: usize) {
+        let (turned_away, no_slot) = self.turned_away();
+        if turned_away > 0 {
+            tracing::warn!(
+                rank,
+                turned_away,
+                no_slot,
+                "connected; unauthenticated connections were turned away meanwhile"
+            );
+        }
+    }
+
     /// How many handshakes are in progress.
     pub(crate) fn pending(&self) -> usize {
         self.pending.lock().unwrap_or_else(|e| e.into_inner()).total

@@ -375,15 +375,7 @@ fn accept_all(
         }
         out.extend(rx.try_iter());
     }
-    let (turned_away, no_slot) = acceptor.admission.turned_away();
-    if turned_away > 0 {
-        tracing::warn!(
-            rank,
-            turned_away,
-            no_slot,
-            "connected; unauthenticated connections were turned away meanwhile"
-        );
-    }
+    acceptor.admission.warn_if_turned_away(rank);
     Ok(out)
 }
 

@@ -447,15 +447,7 @@ fn accept_all(
         let busy = admission.pending() > 0;
         std::thread::sleep(Duration::from_millis(if busy { 1 } else { 3 }));
     }
-    let (turned_away, no_slot) = admission.turned_away();
-    if turned_away > 0 {
-        tracing::warn!(
-            rank,
-            turned_away,
-            no_slot,
-            "connected; unauthenticated connections were turned away meanwhile"
-        );
-    }
+    admission.warn_if_turned_away(rank);
     Ok(out)
 }
 
