@@ -1,18 +1,23 @@
 //! One libFuzzer binary for every fuzz target of the workspace: the target
 //! is named by `MLX_FUZZ_TARGET` (one build and one link serve them all;
 //! `cargo xtask fuzz` sets it; `MLX_FUZZ_LIST=1` lists them, and
-//! `MLX_FUZZ_SEEDS=<dir>` writes their seeds). Each target feeds its input to a reader of
-//! bytes from a file or a peer, as production calls it; a panic, an abort,
-//! a timeout or a runaway allocation is a crash.
+//! `MLX_FUZZ_SEEDS=<dir>` writes their seeds). Each target feeds its input
+//! to a reader of bytes from a file or a peer, as production calls it; a
+//! panic that reaches the target, an abort, a timeout or a runaway
+//! allocation is a crash.
 
 #![no_main]
 
 mod targets;
 
-use std::sync::OnceLock;
+use std::sync::{Mutex, OnceLock};
 
 /// The target this process runs, chosen once.
 static TARGET: OnceLock<fn(&[u8])> = OnceLock::new();
+
+/// The place and message of the last panic, on any thread (printed when
+/// one is not caught).
+static LAST_PANIC: Mutex<String> = Mutex::new(String::new());
 
 libfuzzer_sys::fuzz_target!(
     init: {
@@ -29,10 +34,12 @@ libfuzzer_sys::fuzz_target!(
         // libfuzzer-sys's panic hook aborts on every panic, even one caught:
         // the readers catch the panics of crates that still panic on
         // malformed files (parquet/arrow, tokenizers) and return an error,
-        // which is what they must do. The default hook prints the panic;
-        // one that is not caught unwinds to libfuzzer-sys, which aborts:
-        // still a crash.
-        drop(std::panic::take_hook());
+        // which is what they must do. This hook only keeps the panic's
+        // place and message; one that is not caught reaches the closure
+        // below, which prints it and aborts: still a crash.
+        std::panic::set_hook(Box::new(|info| {
+            *LAST_PANIC.lock().unwrap_or_else(|p| p.into_inner()) = info.to_string();
+        }));
         let name = std::env::var("MLX_FUZZ_TARGET").unwrap_or_default();
         match targets::TARGETS.iter().find(|t| t.name == name) {
             Some(t) => {
@@ -49,8 +56,12 @@ libfuzzer_sys::fuzz_target!(
         }
     },
     |data: &[u8]| {
-        if let Some(f) = TARGET.get() {
-            f(data);
+        if let Some(f) = TARGET.get()
+            && std::panic::catch_unwind(|| f(data)).is_err()
+        {
+            let last = LAST_PANIC.lock().unwrap_or_else(|p| p.into_inner());
+            eprintln!("mlx-fuzz: a panic reached the target: {last}");
+            std::process::abort();
         }
     }
 );
