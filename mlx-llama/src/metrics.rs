@@ -665,7 +665,10 @@ mod tests {
         let ms = [900.0, 100.0, 120.0, 110.0, 500.0, 105.0];
         for (i, (&loss, &t)) in losses.iter().zip(&ms).enumerate() {
             let step = i as u64 + 1;
-            assert!(r.show(&stepped(step, loss, t), step.is_multiple_of(2)).is_empty());
+            assert!(
+                r.show(&stepped(step, loss, t), step.is_multiple_of(2))
+                    .is_empty()
+            );
         }
         r.finish();
         let text = String::from_utf8(out.0.lock().unwrap().clone()).unwrap();
