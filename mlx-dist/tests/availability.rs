@@ -141,19 +141,28 @@ fn free_port() -> u16 {
 /// A TCP connection to `to` from address `from` (any port).
 fn connect_from(from: Ipv4Addr, to: SocketAddrV4) -> std::io::Result<TcpStream> {
     use std::os::fd::FromRawFd;
-    let sockaddr = |a: SocketAddrV4| libc::sockaddr_in {
-        sin_family: libc::AF_INET as libc::sa_family_t,
-        sin_port: a.port().to_be(),
-        sin_addr: libc::in_addr {
+    let sockaddr = |a: SocketAddrV4| {
+        // SAFETY: all zeros is a valid sockaddr_in on every platform (with
+        // the BSDs' `sin_len` too, which their kernels take from the length).
+        let mut s: libc::sockaddr_in = unsafe { std::mem::zeroed() };
+        s.sin_family = libc::AF_INET as libc::sa_family_t;
+        s.sin_port = a.port().to_be();
+        s.sin_addr = libc::in_addr {
             s_addr: u32::from(*a.ip()).to_be(),
-        },
-        sin_zero: [0; 8],
+        };
+        s
     };
+    // Not inherited by the ranks the tests start (macOS has no
+    // SOCK_CLOEXEC: there a rank may hold a flood socket, to no effect).
+    #[cfg(target_os = "linux")]
+    let kind = libc::SOCK_STREAM | libc::SOCK_CLOEXEC;
+    #[cfg(not(target_os = "linux"))]
+    let kind = libc::SOCK_STREAM;
     let len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
     // SAFETY: a new socket, owned by the TcpStream once made (or closed
     // here), and address structures of the size passed.
     unsafe {
-        let fd = libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0);
+        let fd = libc::socket(libc::AF_INET, kind, 0);
         if fd < 0 {
             return Err(std::io::Error::last_os_error());
         }
