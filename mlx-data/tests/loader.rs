@@ -324,9 +324,10 @@ fn restore_from(text: &str) {
     let mut l = DataLoader::new(s, cfg(BatchMode::Pad, 4, BatchSize::Global(2), 0, 1)).unwrap();
     if let Ok(state) = LoaderState::from_json(text) {
         let _ = state.global_batch();
-        if l.restore(&state).is_ok() {
-            l.next_batch().unwrap();
-            l.next_batch().unwrap();
+        // A restored loader gives its batches or an error (at the last
+        // epoch a count can hold, there is no next one).
+        if l.restore(&state).is_ok() && l.next_batch().is_ok() {
+            let _ = l.next_batch();
         }
     }
 }
