@@ -103,6 +103,36 @@ pub const TARGETS: &[Target] = &[
         run: safetensors_index,
         seeds: safetensors_index_seeds,
     },
+    Target {
+        name: "chat_template",
+        run: chat_template,
+        seeds: chat_template_seeds,
+    },
+    Target {
+        name: "checkpoint_manifest",
+        run: checkpoint_manifest,
+        seeds: checkpoint_manifest_seeds,
+    },
+    Target {
+        name: "model_config",
+        run: model_config,
+        seeds: model_config_seeds,
+    },
+    Target {
+        name: "model_weights",
+        run: model_weights,
+        seeds: model_weights_seeds,
+    },
+    Target {
+        name: "adapter_config",
+        run: adapter_config,
+        seeds: adapter_config_seeds,
+    },
+    Target {
+        name: "options_file",
+        run: options_file,
+        seeds: options_file_seeds,
+    },
 ];
 
 /// A scratch folder of this process (removed by nobody: a fuzz run is one
@@ -704,4 +734,210 @@ fn safetensors_index(data: &[u8]) {
 
 fn safetensors_index_seeds() -> Vec<Vec<u8>> {
     vec![br#"{"metadata":{"total_size":16},"weight_map":{"a.weight":"model-00001-of-00002.safetensors","b.weight":"model-00002-of-00002.safetensors"}}"#.to_vec()]
+}
+
+// --- mlx-data: chat templates ----------------------------------------------
+
+/// A model's `tokenizer_config.json`: its chat template read, compiled and
+/// rendered over a system, user and assistant turn, as `generate` and the
+/// chat data pipeline do.
+fn chat_template(data: &[u8]) {
+    let dir = scratch().join("chat");
+    std::fs::create_dir_all(&dir).expect("a chat folder");
+    std::fs::write(dir.join("tokenizer_config.json"), data).expect("writing the input file");
+    if let Ok(Some(t)) = mlx_data::ChatTemplate::from_model_dir(&dir)
+        && let Ok(r) = t.renderer()
+    {
+        let messages = [
+            serde_json::json!({"role": "system", "content": "Be brief."}),
+            serde_json::json!({"role": "user", "content": "Once upon a time?"}),
+            serde_json::json!({"role": "assistant", "content": "The end."}),
+        ];
+        let _ = r.render(&messages, true);
+    }
+}
+
+fn chat_template_seeds() -> Vec<Vec<u8>> {
+    // As transformers saves them: a template string, a list of named
+    // templates, with the special tokens beside.
+    let template = "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}";
+    [
+        serde_json::json!({"bos_token": "<|im_start|>", "eos_token": "<|im_end|>", "chat_template": template}),
+        serde_json::json!({"eos_token": {"content": "</s>"}, "chat_template": [{"name": "default", "template": template}]}),
+    ]
+    .iter()
+    .map(|v| serde_json::to_vec_pretty(v).unwrap())
+    .collect()
+}
+
+// --- mlx-llama ---------------------------------------------------------------
+
+/// A checkpoint's `manifest.json`, checked as resume, generate and export
+/// check it before reading a file it lists.
+fn checkpoint_manifest(data: &[u8]) {
+    let _ = mlx_llama::checkpoint::Manifest::from_bytes(data);
+}
+
+fn checkpoint_manifest_seeds() -> Vec<Vec<u8>> {
+    // A format-3 manifest as `write_manifest` writes one (serde, pretty),
+    // and a format-1 one (no files).
+    let sha = "0".repeat(64);
+    let m: mlx_llama::checkpoint::Manifest = serde_json::from_value(serde_json::json!({
+        "format": 3, "step": 4, "world": 2,
+        "resume_key": {"model": {"dims": 32}, "global_batch": 4},
+        "config": {"steps": 4, "dims": 32},
+        "vocab_size": 300,
+        "files": [
+            {"name": "model.safetensors", "bytes": 10, "sha256": sha},
+            {"name": "optimizer.safetensors", "bytes": 20, "sha256": sha},
+        ],
+        "layout": {
+            "optimizer_files": ["optimizer.safetensors"],
+            "data": {"epoch": 0, "batch_in_epoch": 4, "seed": 42, "rank": 0, "world": 2,
+                     "n_samples": 100, "per_rank_batch": 2, "block_size": 32, "mode": "Pack"},
+        },
+    }))
+    .expect("a manifest");
+    let old = serde_json::json!({"format": 1, "step": 2, "world": 1, "resume_key": {},
+                                 "config": {}, "vocab_size": 300});
+    vec![
+        serde_json::to_vec_pretty(&m).unwrap(),
+        serde_json::to_vec_pretty(&old).unwrap(),
+    ]
+}
+
+/// A pretrained model's `config.json` (transformers' or mlx-lm's), read as
+/// `--init-from` and `generate --checkpoint` read it.
+fn model_config(data: &[u8]) {
+    let _ = mlx_llama::import::parse_config(data);
+}
+
+fn model_config_seeds() -> Vec<Vec<u8>> {
+    // transformers' own, from the fixtures its reference outputs came with.
+    [
+        &include_bytes!("../../mlx-llama/tests/fixtures/hf_llamas/llama-3.2-1b/config.json")[..],
+        &include_bytes!("../../mlx-llama/tests/fixtures/hf_llamas/smollm-135m/config.json")[..],
+        &include_bytes!("../../mlx-llama/tests/fixtures/hf_llamas/dynamic-rope/config.json")[..],
+        &include_bytes!("../../mlx-llama/tests/fixtures/hf_llamas/linear-rope/config.json")[..],
+    ]
+    .iter()
+    .map(|b| b.to_vec())
+    .collect()
+}
+
+/// A pretrained model's weights (`model.safetensors`) and shard index
+/// (`model.safetensors.index.json`), read as `--init-from` reads them: the
+/// first byte picks which.
+fn model_weights(data: &[u8]) {
+    match data.split_first() {
+        Some((0, rest)) => {
+            let _ = mlx_llama::import::parse_index(rest);
+        }
+        Some((_, rest)) => {
+            let _ = mlx_llama::import::parse_safetensors(rest);
+        }
+        None => {}
+    }
+}
+
+fn model_weights_seeds() -> Vec<Vec<u8>> {
+    let index = br#"{"metadata":{"total_size":16},"weight_map":{"model.norm.weight":"model-00001-of-00002.safetensors","lm_head.weight":"model-00002-of-00002.safetensors"}}"#;
+    let mut seeds = vec![[&[0u8][..], &index[..]].concat()];
+    // The safetensors target's files (after its picking byte), each once.
+    seeds.extend(
+        safetensors_seeds()
+            .into_iter()
+            .map(|s| [&[1u8][..], s.get(1..).unwrap_or_default()].concat()),
+    );
+    seeds.dedup();
+    seeds
+}
+
+/// A PEFT or mlx-lm `adapter_config.json` (the first byte picks which),
+/// read for a model of 4 blocks as `--init-from` and `--adapter` read it.
+fn adapter_config(data: &[u8]) {
+    match data.split_first() {
+        Some((0, rest)) => {
+            let _ = mlx_llama::adapters::peft::parse_config(rest, 4);
+        }
+        Some((_, rest)) => {
+            let _ = mlx_llama::adapters::mlx_lm::parse_config(rest, 4);
+        }
+        None => {}
+    }
+}
+
+fn adapter_config_seeds() -> Vec<Vec<u8>> {
+    // PEFT's and mlx-lm's own, from the fixtures they wrote.
+    let peft = [
+        &include_bytes!("../../mlx-llama/tests/fixtures/adapters/peft-lora/adapter_config.json")[..],
+        &include_bytes!("../../mlx-llama/tests/fixtures/adapters/peft-dora/adapter_config.json")[..],
+    ];
+    let mlx_lm = [
+        &include_bytes!("../../mlx-llama/tests/fixtures/adapters/mlx-lm-lora/adapter_config.json")
+            [..],
+        &include_bytes!("../../mlx-llama/tests/fixtures/adapters/mlx-lm-dora/adapter_config.json")
+            [..],
+    ];
+    peft.iter()
+        .map(|b| [&[0u8][..], b].concat())
+        .chain(mlx_lm.iter().map(|b| [&[1u8][..], b].concat()))
+        .collect()
+}
+
+/// `mlx-llama train --config FILE` (and a run's `run.toml`): the TOML's
+/// options turned into flags, parsed as the command line is.
+fn options_file(data: &[u8]) {
+    use clap::FromArgMatches;
+    let p = file_with("run.toml", data);
+    let cmd = train_command();
+    let argv = vec!["train".into(), "--config".into(), p.into_os_string()];
+    if let Ok(args) = mlx_llama::options_file::with_config_file(&cmd, argv, "config")
+        && let Ok(m) = cmd.clone().try_get_matches_from(args)
+    {
+        let _ = mlx_llama::TrainConfig::from_arg_matches(&m);
+        let _ = mlx_llama::options_file::resolved_toml(&cmd, &m, &["config"]);
+    }
+}
+
+/// `mlx-llama train`'s options, with `--config`.
+fn train_command() -> clap::Command {
+    use clap::Args;
+    mlx_llama::TrainConfig::augment_args(
+        clap::Command::new("train").arg(clap::Arg::new("config").long("config")),
+    )
+}
+
+fn options_file_seeds() -> Vec<Vec<u8>> {
+    // run.toml as a run writes it (its resolved options), for a plain run
+    // and a fine-tuning one.
+    let cmd = train_command();
+    [
+        &[
+            "train",
+            "--steps",
+            "4",
+            "--dims",
+            "32",
+            "--schedule",
+            "cosine",
+        ][..],
+        &[
+            "train",
+            "--lora-rank",
+            "8",
+            "--data",
+            "jsonl:a.jsonl,b.jsonl",
+            "--mask-prompt",
+        ][..],
+    ]
+    .iter()
+    .map(|argv| {
+        let m = cmd
+            .clone()
+            .try_get_matches_from(*argv)
+            .expect("valid options");
+        mlx_llama::options_file::resolved_toml(&cmd, &m, &["config"]).into_bytes()
+    })
+    .collect()
 }
