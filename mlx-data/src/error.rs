@@ -214,3 +214,13 @@ impl<T> IoContext<T> for std::io::Result<T> {
         self.map_err(|e| DataError::io(path, e))
     }
 }
+
+/// What a caught panic said (its `&str` or `String` payload), for the error
+/// that a library's panic on untrusted bytes becomes.
+pub(crate) fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    panic
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic".into())
+}

@@ -28,11 +28,7 @@ fn parquet_error(path: &Path, e: impl std::fmt::Display) -> DataError {
 /// panic's is.
 fn guarded<T>(path: &Path, f: impl FnOnce() -> Result<T>) -> Result<T> {
     std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_or_else(|panic| {
-        let why = panic
-            .downcast_ref::<&str>()
-            .map(|s| s.to_string())
-            .or_else(|| panic.downcast_ref::<String>().cloned())
-            .unwrap_or_else(|| "a panic".into());
+        let why = crate::error::panic_message(&*panic);
         Err(parquet_error(
             path,
             format!("is malformed: the parquet reader failed ({why})"),

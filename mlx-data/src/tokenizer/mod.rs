@@ -57,11 +57,7 @@ fn load_guarded<T>(
     match std::panic::catch_unwind(std::panic::AssertUnwindSafe(load)) {
         Ok(loaded) => loaded.map_err(|e| tok_err(&context, e)),
         Err(panic) => {
-            let why = panic
-                .downcast_ref::<&str>()
-                .map(|s| s.to_string())
-                .or_else(|| panic.downcast_ref::<String>().cloned())
-                .unwrap_or_else(|| "a panic".into());
+            let why = crate::error::panic_message(&*panic);
             Err(tok_err(
                 context,
                 format!("malformed: the tokenizers crate failed reading it ({why})"),
