@@ -49,9 +49,19 @@ pub const TARGETS: &[Target] = &[
         seeds: handshake_seeds,
     },
     Target {
+        name: "shm_offer",
+        run: shm_offer,
+        seeds: shm_offer_seeds,
+    },
+    Target {
         name: "agent",
         run: agent,
         seeds: agent_seeds,
+    },
+    Target {
+        name: "launcher_output",
+        run: launcher_output,
+        seeds: dist::launcher_output_seeds,
     },
     Target {
         name: "hostfile_report",
@@ -102,6 +112,11 @@ pub const TARGETS: &[Target] = &[
         name: "safetensors_index",
         run: safetensors_index,
         seeds: safetensors_index_seeds,
+    },
+    Target {
+        name: "hub_listing",
+        run: hub_listing,
+        seeds: hub_listing_seeds,
     },
     Target {
         name: "chat_template",
@@ -332,6 +347,19 @@ fn handshake_seeds() -> Vec<Vec<u8>> {
     vec![server, client, b"\x01\x01\x04\x00nope".to_vec()]
 }
 
+/// A lower rank's shared-memory offer, answered after the handshake; the
+/// first byte turns segments on (odd) or off.
+fn shm_offer(data: &[u8]) {
+    let _ = dist::shm_offer(data);
+}
+
+fn shm_offer_seeds() -> Vec<Vec<u8>> {
+    [true, false]
+        .into_iter()
+        .map(|segment| [vec![1u8], dist::shm_offer_bytes(segment)].concat())
+        .collect()
+}
+
 /// The remote agent's order line and the frames after it.
 fn agent(data: &[u8]) {
     let Some((&which, rest)) = data.split_first() else {
@@ -350,6 +378,12 @@ fn agent_seeds() -> Vec<Vec<u8>> {
     let mut order = vec![1u8];
     order.extend(dist::agent_order_line(&["python3", "-c", "print(1)"]).bytes());
     vec![frames, order]
+}
+
+/// What the launcher reads from ranks, `mpirun` and remote hosts: tagged
+/// output, sealed agent lines, `--check` requests and answers, progress events.
+fn launcher_output(data: &[u8]) {
+    let _ = dist::launcher_output(data);
 }
 
 /// The host file (`--hostfile`), a rank's failure report, a timeout.
@@ -734,6 +768,42 @@ fn safetensors_index(data: &[u8]) {
 
 fn safetensors_index_seeds() -> Vec<Vec<u8>> {
     vec![br#"{"metadata":{"total_size":16},"weight_map":{"a.weight":"model-00001-of-00002.safetensors","b.weight":"model-00002-of-00002.safetensors"}}"#.to_vec()]
+}
+
+/// A Hub repository's file listing: the server's answer to
+/// `/api/models/{repo}/revision/{revision}` (first byte even) or the copy the
+/// cache keeps of it (odd), read as `HubClient::list_files` reads them.
+fn hub_listing(data: &[u8]) {
+    let Some((&which, rest)) = data.split_first() else {
+        return;
+    };
+    let Ok(text) = std::str::from_utf8(rest) else {
+        return;
+    };
+    if which & 1 == 0 {
+        let _ = mlx_data::hub::RepoListing::from_revision_info("https://hub.test/api", text);
+    } else {
+        let _ = mlx_data::hub::RepoListing::from_cached_json(HUB_COMMIT, text);
+    }
+}
+
+/// The commit the `hub_listing` seeds list.
+const HUB_COMMIT: &str = "0123456789abcdef0123456789abcdef01234567";
+
+fn hub_listing_seeds() -> Vec<Vec<u8>> {
+    // The Hub's answer, trimmed to what is read (as huggingface_hub receives it).
+    let answer = format!(
+        r#"{{"_id":"621ffdc036468d709f174338","id":"gpt2","private":false,"sha":"{HUB_COMMIT}","siblings":[{{"rfilename":".gitattributes"}},{{"rfilename":"config.json"}},{{"rfilename":"onnx/decoder_model.onnx"}},{{"rfilename":"model.safetensors"}}]}}"#
+    );
+    let cached = serde_json::to_vec(&mlx_data::hub::RepoListing {
+        commit: HUB_COMMIT.into(),
+        files: vec!["config.json".into(), "model.safetensors".into()],
+    })
+    .expect("a listing as JSON");
+    vec![
+        [[0u8].as_slice(), answer.as_bytes()].concat(),
+        [[1u8].as_slice(), &cached].concat(),
+    ]
 }
 
 // --- mlx-data: chat templates ----------------------------------------------

@@ -139,6 +139,171 @@ pub fn witness_frames(bytes: &[u8]) -> Option<String> {
     m.first_failure().map(|e| e.to_string())
 }
 
+/// Answers the shared-memory offer a lower rank sent as `bytes[1..]` (the
+/// higher rank's half of the negotiation after the handshake), with segments
+/// enabled when `bytes[0]` is odd; whether a segment was mapped, or the
+/// error that refused the offer, as text.
+pub fn shm_offer(bytes: &[u8]) -> Result<bool, String> {
+    let Some((&pick, sent)) = bytes.split_first() else {
+        return Ok(false);
+    };
+    let mut stream = InputStream(sent);
+    crate::transports::shm::answer(&mut stream, pick & 1 == 1)
+        .map(|s| s.is_some())
+        .map_err(|e| e.to_string())
+}
+
+/// An offer as the lower rank writes it (of a segment removed again before
+/// this returns, or a refusal when `segment` is false): seeds for [`shm_offer`].
+pub fn shm_offer_bytes(segment: bool) -> Vec<u8> {
+    let mut sent = Vec::new();
+    let offer = crate::transports::shm::offer(&mut sent, segment);
+    drop(offer);
+    sent
+}
+
+/// A stream whose reads come from `.0` and whose writes are dropped.
+struct InputStream<'a>(&'a [u8]);
+
+impl io::Read for InputStream<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        self.0.read(buf)
+    }
+}
+
+impl io::Write for InputStream<'_> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+/// The key the agent lines of [`launcher_output`] are sealed with.
+#[cfg(feature = "launcher")]
+const AGENT_KEY: [u8; 32] = [7; 32];
+
+/// The launcher's readers of what ranks, `mpirun` and remote hosts print,
+/// over `bytes[1..]`, chosen by `bytes[0] % 4`:
+/// 0. `mpirun --tag-output`'s lines, split back into each rank's;
+/// 1. a remote rank's stderr lines, sealed failure reports and stop times
+///    among them (under [`AGENT_KEY`], as rank 1's);
+/// 2. a `--check` request as a host reads it, and a host's answer to it;
+/// 3. a rank's stderr lines drawn as progress bars.
+///
+/// Returns how many lines came out; panics where a reader breaks its bounds.
+#[cfg(feature = "launcher")]
+pub fn launcher_output(bytes: &[u8]) -> usize {
+    use crate::launch::{agent, check, mpirun};
+    let Some((&pick, rest)) = bytes.split_first() else {
+        return 0;
+    };
+    let text = String::from_utf8_lossy(rest);
+    let mut n = 0;
+    match pick % 4 {
+        0 => {
+            let mut u = mpirun::Untagger::default();
+            for line in text.split('\n') {
+                for (_, l) in u.line(line) {
+                    assert!(
+                        l.len() < crate::launch::lines::MAX_LINE + line.len(),
+                        "a line past the bound"
+                    );
+                    n += 1;
+                }
+            }
+            n += u.finish().len();
+        }
+        1 => {
+            for line in rest.split(|&b| b == b'\n') {
+                for marker in [agent::REPORT_MARKER, agent::STOP_MARKER] {
+                    if let Some(sealed) = line.strip_prefix(marker.as_bytes())
+                        && let Some(t) = agent::unseal(&AGENT_KEY, marker, 1, sealed)
+                    {
+                        let _ = crate::report::parse_report(&t, 1, 4);
+                        let _ = crate::report::parse_stop_time(&t);
+                        n += 1;
+                    }
+                }
+            }
+        }
+        2 => {
+            if let Ok(req) = check::Request::parse(&text) {
+                let _ = req.to_json();
+                n += 1;
+            }
+            if let Ok(answer) = serde_json::from_str::<serde_json::Value>(&text) {
+                let req = check::Request::parse(&check_request()).expect("the fixed request");
+                n += check::host_problems(&req, &answer, &answer).len();
+            }
+        }
+        _ => {
+            let r = mlx_progress::render::Renderer::hidden();
+            for line in text.split('\n') {
+                n += usize::from(r.feed(1, line).is_some());
+            }
+            r.end_rank(1);
+        }
+    }
+    n
+}
+
+/// The `--check` request [`launcher_output`] compares answers with.
+#[cfg(feature = "launcher")]
+fn check_request() -> String {
+    r#"{"program":"/bin/sh","cwd":"/","names":["localhost"],"ports":[["127.0.0.1",0]]}"#.into()
+}
+
+/// Inputs for [`launcher_output`] as the launcher receives them: tagged
+/// mpirun output, sealed agent lines, a check request and this host's
+/// answer to it, progress events.
+#[cfg(feature = "launcher")]
+pub fn launcher_output_seeds() -> Vec<Vec<u8>> {
+    use crate::launch::{agent, check};
+    let req = check::Request::parse(&check_request()).expect("the fixed request");
+    let report = r#"{"rank":1,"culprit":2,"reason":"rank 2 closed its connection"}"#;
+    let stop = r#"{"step_ms":1500,"checkpoint_ms":9000}"#;
+    let agent_lines = [
+        agent::seal(&AGENT_KEY, agent::REPORT_MARKER, 1, report),
+        "a line of the rank's own\n".into(),
+        agent::seal(&AGENT_KEY, agent::STOP_MARKER, 1, stop),
+    ]
+    .concat();
+    let event = |kind: mlx_progress::Kind, pos: u64| {
+        mlx_progress::Event {
+            pid: 9,
+            id: 1,
+            kind,
+            name: "tokenizing".into(),
+            unit: mlx_progress::Unit::Tokens,
+            pos,
+            total: Some(100),
+            msg: String::new(),
+        }
+        .encode()
+    };
+    use mlx_progress::Kind;
+    let events = [
+        event(Kind::Start, 0),
+        event(Kind::Update, 50),
+        event(Kind::Finish, 100),
+    ]
+    .join("\n");
+    vec![
+        b"\0[1,1]<stdout>:test result: [1,3]<stdout>:RANK 3 OK\n[1,1]<stdout>: done\nplain\n"
+            .to_vec(),
+        [b"\x01".as_slice(), agent_lines.as_bytes()].concat(),
+        [b"\x02".as_slice(), check_request().as_bytes()].concat(),
+        [
+            b"\x02".as_slice(),
+            check::probe(&req).to_string().as_bytes(),
+        ]
+        .concat(),
+        [b"\x03".as_slice(), events.as_bytes()].concat(),
+    ]
+}
+
 /// Reads the frames the launcher sends a remote agent after its order
 /// (standard input, signals, end of input) from `bytes`, as the agent does,
 /// until the stream ends or a frame is refused; returns how many were read.
@@ -257,6 +422,42 @@ mod tests {
         assert!(witness_frames(&abort()).unwrap().contains("gone"));
     }
 
+    #[cfg(feature = "launcher")]
+    #[test]
+    fn the_launchers_readers_take_what_the_launcher_receives() {
+        let seeds = launcher_output_seeds();
+        // "test result:  done" (rank 1), "RANK 3 OK", "plain", and the empty
+        // line after the last newline.
+        assert_eq!(launcher_output(&seeds[0]), 4);
+        // Both sealed lines, and nothing once a byte of the text changes.
+        assert_eq!(launcher_output(&seeds[1]), 2);
+        let forged = String::from_utf8(seeds[1].clone())
+            .unwrap()
+            .replace("rank 2", "rank 3");
+        assert_eq!(launcher_output(forged.as_bytes()), 1);
+        // The request parses (1); read as an answer, it names no version,
+        // no program and no address for the host (3 problems).
+        assert_eq!(launcher_output(&seeds[2]), 4);
+        // This host's own answer has no problems.
+        assert_eq!(launcher_output(&seeds[3]), 0);
+        // Start, update, finish: no line printed as it is.
+        assert_eq!(launcher_output(&seeds[4]), 0);
+    }
+
+    #[test]
+    fn a_shared_memory_offer_is_answered_and_anything_else_refused() {
+        let declined = shm_offer_bytes(false);
+        assert_eq!(shm_offer(&[[1].as_slice(), &declined].concat()), Ok(false));
+        // A real offer, of a segment removed before the answer: not mapped.
+        let offered = shm_offer_bytes(true);
+        assert_eq!(offered[0], b'S');
+        assert_eq!(shm_offer(&[[1].as_slice(), &offered].concat()), Ok(false));
+        let cut = &offered[..offered.len() - 1];
+        assert!(shm_offer(&[[1].as_slice(), cut].concat()).is_err());
+        let e = shm_offer(&[1, b'x']).unwrap_err();
+        assert!(e.contains("expected a shared memory offer"), "{e}");
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(300))]
 
@@ -281,6 +482,23 @@ mod tests {
             b.extend(abort());
             crate::mutation::apply(&mut b, &edits);
             let _ = data_link_frames(&b);
+        }
+
+        /// Arbitrary bytes to the launcher's readers of ranks' and hosts' output.
+        #[cfg(feature = "launcher")]
+        #[test]
+        fn any_output_is_read_within_bounds(
+            bytes in proptest::collection::vec(any::<u8>(), 0..400),
+        ) {
+            let _ = launcher_output(&bytes);
+        }
+
+        /// Arbitrary bytes as a shared-memory offer are answered or refused.
+        #[test]
+        fn any_bytes_as_a_shared_memory_offer_are_answered_or_refused(
+            bytes in proptest::collection::vec(any::<u8>(), 0..300),
+        ) {
+            let _ = shm_offer(&bytes);
         }
 
         /// Arbitrary bytes on a witness end the reader with a failure or a goodbye.

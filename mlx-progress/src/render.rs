@@ -16,6 +16,9 @@ use crate::{Unit, style, task};
 /// A task of a rank: (rank, process, task id).
 type Key = (usize, u32, u64);
 
+/// The most bars a [`Renderer`] keeps at once.
+pub const MAX_BARS: usize = 256;
+
 /// A bar the renderer draws.
 struct Shown {
     bar: ProgressBar,
@@ -89,19 +92,24 @@ impl Renderer {
     /// Takes one line of `rank`'s stderr: an event line updates that
     /// rank's bars and gives `None`; any other line (a broken event line
     /// included) comes back, for the caller to print with [`Renderer::println`].
+    ///
+    /// At most [`MAX_BARS`] bars are kept: an event that would start one
+    /// more comes back as a line too (the lines come from other processes,
+    /// which may print anything).
     pub fn feed<'a>(&self, rank: usize, line: &'a str) -> Option<&'a str> {
         match Event::decode(line) {
-            Some(Ok(e)) => {
-                self.apply(rank, e);
-                None
-            }
+            Some(Ok(e)) => (!self.apply(rank, e)).then_some(line),
             _ => Some(line),
         }
     }
 
-    fn apply(&self, rank: usize, e: Event) {
+    /// Moves the event's bar; false when it would be a bar past [`MAX_BARS`].
+    fn apply(&self, rank: usize, e: Event) -> bool {
         let key = (rank, e.pid, e.id);
         let mut bars = self.lock();
+        if bars.len() >= MAX_BARS && !bars.contains_key(&key) {
+            return false;
+        }
         let shown = bars.entry(key).or_insert_with(|| {
             // Styled before it joins the others, which draw it from then on.
             let shown = Shown {
@@ -132,6 +140,7 @@ impl Renderer {
             drop(bars);
             self.close(rank, shown, e.kind == Kind::Finish, &e.msg);
         }
+        true
     }
 
     /// Replaces a bar by the line that sums it up.
@@ -226,6 +235,22 @@ mod tests {
             msg: msg.into(),
         }
         .encode()
+    }
+
+    #[test]
+    fn bars_past_the_limit_come_back_as_lines() {
+        let r = Renderer::hidden();
+        for id in 0..MAX_BARS as u64 {
+            assert_eq!(r.feed(0, &ev(id, Kind::Start, 0, None, "")), None);
+        }
+        let one_more = ev(MAX_BARS as u64, Kind::Start, 0, None, "");
+        assert_eq!(r.feed(0, &one_more), Some(one_more.as_str()));
+        assert_eq!(r.bars().len(), MAX_BARS);
+        // Bars already shown still move, and a finished one makes room.
+        assert_eq!(r.feed(0, &ev(3, Kind::Update, 7, None, "")), None);
+        assert_eq!(r.feed(0, &ev(3, Kind::Finish, 9, None, "")), None);
+        assert_eq!(r.feed(0, &one_more), None);
+        assert_eq!(r.bars().len(), MAX_BARS);
     }
 
     #[test]

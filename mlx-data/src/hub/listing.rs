@@ -33,8 +33,7 @@ impl CachedRepo {
     pub fn cached_listing(&self) -> Option<RepoListing> {
         let commit = self.cached_commit()?;
         let text = std::fs::read_to_string(self.listing_path(&commit)).ok()?;
-        let listing: RepoListing = serde_json::from_str(&text).ok()?;
-        (listing.commit == commit).then_some(listing)
+        RepoListing::from_cached_json(&commit, &text)
     }
 
     /// Saves `listing` (atomically) and points the revision at its commit.
@@ -119,7 +118,7 @@ impl HubClient {
                 };
             }
         };
-        let listing = parse_revision_info(&url, &body)?;
+        let listing = RepoListing::from_revision_info(&url, &body)?;
         cache.save_listing(&listing)?;
         Ok(listing)
     }
@@ -149,39 +148,131 @@ impl HubClient {
     }
 }
 
-/// The commit (`sha`) and file names (`siblings[].rfilename`) of a revision's
-/// JSON description; the commit must be a 40-hex-digit id.
-fn parse_revision_info(url: &str, body: &str) -> Result<RepoListing> {
-    let bad = |message: String| DataError::Hub {
-        url: url.to_owned(),
-        message,
-    };
-    let v: serde_json::Value =
-        serde_json::from_str(body).map_err(|e| bad(format!("expected JSON: {e}")))?;
-    let commit = v
-        .get("sha")
-        .and_then(|s| s.as_str())
-        .ok_or_else(|| bad("the answer lacks a string \"sha\" (is this a Hub endpoint?)".into()))?;
-    if !is_commit(commit) {
-        return Err(bad(format!(
-            "refusing the commit {commit:?}: expected a 40-hex-digit id"
-        )));
-    }
-    let siblings = v
-        .get("siblings")
-        .and_then(|s| s.as_array())
-        .ok_or_else(|| bad("the answer lacks a \"siblings\" array".into()))?;
-    let files = siblings
-        .iter()
-        .map(|s| {
-            s.get("rfilename")
-                .and_then(|f| f.as_str())
-                .map(str::to_owned)
-                .ok_or_else(|| bad(format!("sibling {s} lacks a string \"rfilename\"")))
+impl RepoListing {
+    /// The commit (`sha`) and file names (`siblings[].rfilename`) of a revision's
+    /// JSON description, as the Hub at `url` answered it; the commit must be a
+    /// 40-hex-digit id and every name a plain relative path (the names become
+    /// paths in the cache).
+    pub fn from_revision_info(url: &str, body: &str) -> Result<RepoListing> {
+        let bad = |message: String| DataError::Hub {
+            url: url.to_owned(),
+            message,
+        };
+        let v: serde_json::Value =
+            serde_json::from_str(body).map_err(|e| bad(format!("expected JSON: {e}")))?;
+        let commit = v.get("sha").and_then(|s| s.as_str()).ok_or_else(|| {
+            bad("the answer lacks a string \"sha\" (is this a Hub endpoint?)".into())
+        })?;
+        if !is_commit(commit) {
+            return Err(bad(format!(
+                "refusing the commit {commit:?}: expected a 40-hex-digit id"
+            )));
+        }
+        let siblings = v
+            .get("siblings")
+            .and_then(|s| s.as_array())
+            .ok_or_else(|| bad("the answer lacks a \"siblings\" array".into()))?;
+        let files = siblings
+            .iter()
+            .map(|s| {
+                s.get("rfilename")
+                    .and_then(|f| f.as_str())
+                    .map(str::to_owned)
+                    .ok_or_else(|| bad(format!("sibling {s} lacks a string \"rfilename\"")))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        for f in &files {
+            check_relative("file name", f).map_err(|e| bad(format!("sibling {f:?}: {e}")))?;
+        }
+        Ok(RepoListing {
+            commit: commit.to_owned(),
+            files,
         })
-        .collect::<Result<Vec<_>>>()?;
-    Ok(RepoListing {
-        commit: commit.to_owned(),
-        files,
-    })
+    }
+
+    /// A listing this cache saved for `commit` (`<commit>.json`), or `None`
+    /// when `text` is not one: another commit's, or a name that is not a plain
+    /// relative path (a cache file is as untrusted as the server).
+    pub fn from_cached_json(commit: &str, text: &str) -> Option<RepoListing> {
+        let listing: RepoListing = serde_json::from_str(text).ok()?;
+        let plain = listing
+            .files
+            .iter()
+            .all(|f| check_relative("file name", f).is_ok());
+        (listing.commit == commit && plain).then_some(listing)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    const SHA: &str = "0123456789abcdef0123456789abcdef01234567";
+
+    fn answer(names: &[&str]) -> String {
+        let siblings: Vec<_> = names
+            .iter()
+            .map(|n| serde_json::json!({ "rfilename": n }))
+            .collect();
+        serde_json::json!({ "sha": SHA, "siblings": siblings }).to_string()
+    }
+
+    #[test]
+    fn an_answer_gives_its_commit_and_files() {
+        let l = RepoListing::from_revision_info("u", &answer(&["config.json", "a/b.safetensors"]))
+            .unwrap();
+        assert_eq!(l.commit, SHA);
+        assert_eq!(l.files, ["config.json", "a/b.safetensors"]);
+    }
+
+    #[test]
+    fn a_name_outside_the_repository_is_refused_from_the_server_and_the_cache() {
+        for bad in ["../escape", "/etc/passwd", "a//b", "a\\b"] {
+            let e = RepoListing::from_revision_info("u", &answer(&["ok", bad])).unwrap_err();
+            assert!(e.to_string().contains(&format!("{bad:?}")), "{e}");
+            let cached = serde_json::json!({ "commit": SHA, "files": ["ok", bad] }).to_string();
+            assert_eq!(RepoListing::from_cached_json(SHA, &cached), None);
+        }
+        let cached = serde_json::json!({ "commit": SHA, "files": ["ok"] }).to_string();
+        assert!(RepoListing::from_cached_json(SHA, &cached).is_some());
+        assert_eq!(
+            RepoListing::from_cached_json(&"f".repeat(40), &cached),
+            None
+        );
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(256))]
+
+        /// Arbitrary bytes from the server or the cache give an error or a
+        /// listing of plain relative names.
+        #[test]
+        fn any_answer_is_refused_or_names_inside_the_repository(
+            bytes in proptest::collection::vec(any::<u8>(), 0..256),
+        ) {
+            let text = String::from_utf8_lossy(&bytes);
+            if let Ok(l) = RepoListing::from_revision_info("u", &text) {
+                prop_assert!(is_commit(&l.commit));
+                for f in &l.files {
+                    prop_assert!(check_relative("file name", f).is_ok());
+                }
+            }
+            let _ = RepoListing::from_cached_json(SHA, &text);
+        }
+
+        /// Answers whose names are arbitrary paths keep only plain ones.
+        #[test]
+        fn answers_with_any_names_keep_only_plain_ones(
+            names in proptest::collection::vec("[a-z./\\\\]{0,10}", 0..5),
+        ) {
+            let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+            let plain = refs.iter().all(|n| {
+                !n.is_empty()
+                    && !n.contains('\\')
+                    && n.split('/').all(|c| !c.is_empty() && c != "." && c != "..")
+            });
+            prop_assert_eq!(RepoListing::from_revision_info("u", &answer(&refs)).is_ok(), plain);
+        }
+    }
 }

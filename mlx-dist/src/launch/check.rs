@@ -35,7 +35,7 @@ const PROBE_TIMEOUT: Duration = Duration::from_secs(20);
 
 /// What one host is asked.
 #[derive(Clone, Debug)]
-struct Request {
+pub(crate) struct Request {
     program: String,
     cwd: Option<String>,
     names: Vec<String>,
@@ -44,7 +44,7 @@ struct Request {
 }
 
 impl Request {
-    fn to_json(&self) -> String {
+    pub(crate) fn to_json(&self) -> String {
         serde_json::json!({
             "program": self.program,
             "cwd": self.cwd,
@@ -54,7 +54,7 @@ impl Request {
         .to_string()
     }
 
-    fn parse(text: &str) -> Result<Request, String> {
+    pub(crate) fn parse(text: &str) -> Result<Request, String> {
         let v: serde_json::Value = serde_json::from_str(text).map_err(|e| e.to_string())?;
         let strings = |x: &serde_json::Value| -> Vec<String> {
             x.as_array()
@@ -101,7 +101,7 @@ pub fn run_probe() -> i32 {
 }
 
 /// This host's answer to `req`.
-fn probe(req: &Request) -> serde_json::Value {
+pub(crate) fn probe(req: &Request) -> serde_json::Value {
     let cwd = req.cwd.as_deref().map(PathBuf::from);
     let cwd_ok = cwd.as_deref().is_none_or(Path::is_dir);
     let program = program_facts(&req.program, cwd.as_deref());
@@ -375,7 +375,11 @@ fn ask(spec: &LaunchSpec, t: &Target) -> Result<serde_json::Value, String> {
 }
 
 /// What is wrong on one host, from its answer, compared with this machine's (`here`).
-fn host_problems(req: &Request, a: &serde_json::Value, here: &serde_json::Value) -> Vec<String> {
+pub(crate) fn host_problems(
+    req: &Request,
+    a: &serde_json::Value,
+    here: &serde_json::Value,
+) -> Vec<String> {
     let mut v = Vec::new();
     let version = a["version"].as_str().unwrap_or("?");
     if version != env!("CARGO_PKG_VERSION") {
@@ -459,12 +463,29 @@ fn host_problems(req: &Request, a: &serde_json::Value, here: &serde_json::Value)
 
 fn short(v: &serde_json::Value) -> String {
     v.as_str()
-        .map_or("?".into(), |s| s[..s.len().min(12)].to_string())
+        .map_or("?".into(), |s| s.chars().take(12).collect())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_answer_with_any_text_is_described_without_panicking() {
+        // A SHA-256 of multi-byte characters: cut at 12 bytes, it split one.
+        let req = Request::parse(r#"{"program":"p","names":[]}"#).unwrap();
+        let here = serde_json::json!({"program": {"found": true, "sha256": "0123456789abcdef"}});
+        let there = serde_json::json!({
+            "version": env!("CARGO_PKG_VERSION"),
+            "program": {"found": true, "executable": true, "sha256": "aééééééééééééé"},
+        });
+        let p = host_problems(&req, &there, &here);
+        assert_eq!(p.len(), 1, "{p:?}");
+        assert!(
+            p[0].contains("0123456789ab here, aééééééééééé there"),
+            "{p:?}"
+        );
+    }
 
     #[test]
     fn requests_round_trip() {

@@ -49,7 +49,7 @@ pub mod agent;
 pub mod check;
 mod hosts;
 #[cfg(feature = "launcher")]
-mod lines;
+pub(crate) mod lines;
 #[cfg(feature = "launcher")]
 pub mod mpirun;
 pub mod parent;

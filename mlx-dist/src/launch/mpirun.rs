@@ -135,15 +135,23 @@ type Source = Option<(usize, bool)>;
 /// Splits mpirun's tagged output back into each rank's lines. Open MPI tags
 /// every chunk a rank writes, not every line, so one physical line can hold
 /// the unfinished line of one rank followed by chunks of others.
+///
+/// What it keeps is bounded, whatever the ranks print: an unfinished line
+/// that reaches [`MAX_LINE`] comes out as a line of its own (as
+/// [`BoundedLines`] cuts a long physical line), and more than
+/// [`MAX_SOURCES`] unfinished lines (tags naming made-up ranks) all come out.
 #[derive(Default)]
-struct Untagger {
+pub(crate) struct Untagger {
     partial: HashMap<Source, String>,
 }
+
+/// The most sources with an unfinished line an [`Untagger`] keeps.
+pub(crate) const MAX_SOURCES: usize = 1024;
 
 impl Untagger {
     /// Takes one physical line (without its newline) and returns the lines
     /// it completes.
-    fn line(&mut self, line: &str) -> Vec<(Source, String)> {
+    pub(crate) fn line(&mut self, line: &str) -> Vec<(Source, String)> {
         let mut pieces: Vec<(Source, &str)> = Vec::new();
         let (mut source, mut start, mut i) = (None, 0, 0);
         while i < line.len() {
@@ -166,16 +174,20 @@ impl Untagger {
         for (k, (source, text)) in pieces.into_iter().enumerate() {
             let buf = self.partial.entry(source).or_default();
             buf.push_str(text);
-            if k == last {
-                // The newline ends the line of whoever wrote last.
+            // The newline ends the line of whoever wrote last.
+            if k == last || buf.len() >= MAX_LINE {
                 done.push((source, std::mem::take(buf)));
             }
+        }
+        self.partial.retain(|_, t| !t.is_empty());
+        if self.partial.len() > MAX_SOURCES {
+            done.extend(self.partial.drain());
         }
         done
     }
 
     /// Lines left unfinished when the stream ended.
-    fn finish(self) -> Vec<(Source, String)> {
+    pub(crate) fn finish(self) -> Vec<(Source, String)> {
         self.partial
             .into_iter()
             .filter(|(_, t)| !t.is_empty())
@@ -312,6 +324,35 @@ mod tests {
         assert!(env.contains(&("MLX_DIST_BACKEND".into(), "mpi".into())));
         assert_eq!(&c[c.len() - 2..], ["prog", "--x"]);
         assert!(!mpirun_command(&spec, false).contains(&"--allow-run-as-root".to_string()));
+    }
+
+    #[test]
+    fn unfinished_lines_are_bounded_whatever_the_ranks_print() {
+        let mut u = Untagger::default();
+        // One rank's line that never ends, a chunk at a time.
+        let chunk = format!("[1,1]<stdout>:{}[1,0]<stdout>:x", "a".repeat(1000));
+        let mut out = Vec::new();
+        for _ in 0..(MAX_LINE / 1000 + 2) {
+            out.extend(u.line(&chunk));
+        }
+        let long: Vec<_> = out.iter().filter(|(s, _)| *s == Some((1, false))).collect();
+        assert_eq!(
+            long.len(),
+            1,
+            "the unfinished line came out once it was full"
+        );
+        assert!(long[0].1.len() >= MAX_LINE && long[0].1.len() < MAX_LINE + 1000);
+        // Tags of made-up ranks, each left unfinished.
+        let mut u = Untagger::default();
+        let mut out = Vec::new();
+        for r in 0..(MAX_SOURCES + 1) {
+            out.extend(u.line(&format!("[1,{r}]<stderr>:part[1,0]<stdout>:x")));
+            assert!(u.partial.len() <= MAX_SOURCES);
+        }
+        assert_eq!(
+            out.iter().filter(|(_, t)| t == "part").count(),
+            MAX_SOURCES + 1
+        );
     }
 
     #[test]

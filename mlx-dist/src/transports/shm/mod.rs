@@ -63,3 +63,5 @@ use posix_shm as named;
 
 pub(crate) use link::ShmLink;
 pub(crate) use negotiate::negotiate;
+/// The two halves of a negotiation, for the fuzz target of the answer.
+pub(crate) use negotiate::{answer, offer};

@@ -21,13 +21,13 @@ const DECLINE: u8 = b'N';
 const ACCEPT: u8 = b'Y';
 
 /// The creating side's half of a negotiation, between sending the offer and reading the answer.
-pub(super) struct Offer {
+pub(crate) struct Offer {
     seg: Option<(Segment, String)>,
 }
 
 /// Sends the offer of a new segment over `stream` (or a refusal when
 /// `enabled` is false or the segment cannot be made): the lower rank's first half.
-pub(super) fn offer(stream: &mut TcpStream, enabled: bool) -> io::Result<Offer> {
+pub(crate) fn offer(stream: &mut impl Write, enabled: bool) -> io::Result<Offer> {
     let made = if enabled {
         (|| -> io::Result<(Segment, String, [u8; NONCE_LEN])> {
             let name = segment_name(std::process::id(), &random::<8>()?);
@@ -72,7 +72,7 @@ pub(super) fn offer(stream: &mut TcpStream, enabled: bool) -> io::Result<Offer> 
 impl Offer {
     /// Reads the peer's answer and removes the segment's name; the segment
     /// if the peer mapped it.
-    pub(super) fn settle(mut self, stream: &mut TcpStream) -> io::Result<Option<Segment>> {
+    pub(super) fn settle(mut self, stream: &mut impl Read) -> io::Result<Option<Segment>> {
         let Some((seg, handle)) = self.seg.take() else {
             return Ok(None);
         };
@@ -95,7 +95,7 @@ impl Drop for Offer {
 
 /// Reads the lower rank's offer and answers it: the higher rank's half. The
 /// segment when it could be mapped and holds the offered nonce (the same host).
-pub(super) fn answer(
+pub(crate) fn answer(
     stream: &mut (impl Read + Write),
     enabled: bool,
 ) -> io::Result<Option<Segment>> {
