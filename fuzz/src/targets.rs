@@ -144,6 +144,11 @@ pub const TARGETS: &[Target] = &[
         seeds: adapter_config_seeds,
     },
     Target {
+        name: "run_records",
+        run: run_records,
+        seeds: run_records_seeds,
+    },
+    Target {
         name: "options_file",
         run: options_file,
         seeds: options_file_seeds,
@@ -841,6 +846,63 @@ fn chat_template_seeds() -> Vec<Vec<u8>> {
 }
 
 // --- mlx-llama ---------------------------------------------------------------
+
+/// A run folder's records read back, chosen by `data[0] & 3`: its
+/// `metrics.jsonl` (trimmed as a resume trims it when bit 2 is set, read and
+/// drawn as `mlx-llama curves` does when bit 3 is), its `run.toml` against a
+/// resume's options (1), and the end-of-sequence readers of a model's JSON
+/// files (2 and 3).
+fn run_records(data: &[u8]) {
+    let Some((&which, rest)) = data.split_first() else {
+        return;
+    };
+    match which & 3 {
+        0 => {
+            let dir = scratch().join("run");
+            std::fs::create_dir_all(&dir).expect("a run folder");
+            let metrics = dir.join("metrics.jsonl");
+            std::fs::write(&metrics, rest).expect("writing the input file");
+            if which & 4 != 0 {
+                let _ = mlx_llama::run_folder::keep_metrics_through(&dir, 3);
+            }
+            if which & 8 != 0 {
+                let _ = mlx_llama::curves::write(&dir);
+            } else {
+                let _ = mlx_llama::curves::read(&metrics);
+            }
+        }
+        1 => {
+            let text = String::from_utf8_lossy(rest);
+            let _ = mlx_llama::run_folder::changed_options(RUN_TOML, &text);
+            let _ = mlx_llama::run_folder::changed_options(&text, RUN_TOML);
+        }
+        _ => {
+            let _ = mlx_llama::source::eos_token_ids(rest);
+            let _ = mlx_llama::source::eos_token_name(rest);
+            let _ = mlx_llama::source::token_id(rest, "</s>");
+        }
+    }
+}
+
+/// A run's options as `train` records them (the seeds' run.toml).
+const RUN_TOML: &str = "steps = 200\nlr = 0.0003\nschedule = \"cosine\"\nbatch = 8\nout = \"runs/a\"\n\n[model]\ndims = 64\n";
+
+fn run_records_seeds() -> Vec<Vec<u8>> {
+    let record = |step: u64, loss: f64| {
+        serde_json::json!({"step": step, "epoch": 0, "loss": loss, "learning_rate": 3e-4,
+            "tokens_per_s": 1234.5, "ms_per_step": 80.0, "comm_ms": 2.0,
+            "comm_wait_ms": 1.0, "peak_mib": 300.0, "active_mib": 120.0,
+            "grad_norm": 1.5, "unix_time": 1_765_000_000.0, "eval_loss": loss + 0.1})
+        .to_string()
+    };
+    let metrics: String = (1..=5).map(|s| record(s, 5.0 / s as f64) + "\n").collect();
+    vec![
+        [[4u8].as_slice(), metrics.as_bytes()].concat(),
+        [[8u8].as_slice(), metrics.as_bytes()].concat(),
+        [[1u8].as_slice(), RUN_TOML.replace("200", "400").as_bytes()].concat(),
+        [[2u8].as_slice(), br#"{"eos_token_id": [2, 128001], "eos_token": {"content": "</s>"}, "added_tokens": [{"id": 2, "content": "</s>"}], "model": {"vocab": {"</s>": 2}}}"#].concat(),
+    ]
+}
 
 /// A checkpoint's `manifest.json`, checked as resume, generate and export
 /// check it before reading a file it lists.

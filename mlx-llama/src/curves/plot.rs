@@ -48,16 +48,32 @@ fn font() -> Result<()> {
     }
 }
 
-/// `lo..hi` widened by 5% (and to a unit span when flat).
+/// The largest magnitude a panel's axis spans: the records are read from a
+/// file, and values near `f64::MAX` overflow the axis's arithmetic.
+const LIMIT: f64 = 1e100;
+
+/// `lo..hi` widened by 5% (and to a unit span when flat), within ±[`LIMIT`].
 fn padded(lo: f64, hi: f64) -> Range<f64> {
     if !(lo.is_finite() && hi.is_finite()) {
         return 0.0..1.0;
     }
+    let (lo, hi) = (lo.clamp(-LIMIT, LIMIT), hi.clamp(-LIMIT, LIMIT));
     if hi - lo < 1e-9 {
         return lo - 0.5..hi + 0.5;
     }
     let pad = (hi - lo) * 0.05;
     lo - pad..hi + pad
+}
+
+/// `v` where the panel of y-range `r` draws it: at its edge when outside it
+/// (a line to a point far outside is rasterised pixel by pixel, and one
+/// near `f64::MAX` overflows the drawing's integers), at the bottom when NaN.
+fn within(r: &Range<f64>, v: f64) -> f64 {
+    if v.is_nan() {
+        r.start
+    } else {
+        v.clamp(r.start, r.end)
+    }
 }
 
 fn drawing<E: std::fmt::Debug>(e: E) -> anyhow::Error {
@@ -90,6 +106,7 @@ fn draw<DB: DrawingBackend>(
     let (lo, hi) = losses.fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), l| {
         (lo.min(l), hi.max(l))
     });
+    let loss_range = padded(lo, hi);
     let (top, rest) = area.split_vertically(LOSS_ROWS);
     let (bottom, lowest) = rest.split_vertically(SPEED_ROWS);
     let mut chart = ChartBuilder::on(&top)
@@ -97,7 +114,7 @@ fn draw<DB: DrawingBackend>(
         .margin(12)
         .x_label_area_size(32)
         .y_label_area_size(60)
-        .build_cartesian_2d(steps.clone(), padded(lo, hi))
+        .build_cartesian_2d(steps.clone(), loss_range.clone())
         .map_err(drawing)?;
     chart
         .configure_mesh()
@@ -108,7 +125,9 @@ fn draw<DB: DrawingBackend>(
         .map_err(drawing)?;
     chart
         .draw_series(LineSeries::new(
-            points.iter().map(|p| (p.step as f64, p.loss)),
+            points
+                .iter()
+                .map(|p| (p.step as f64, within(&loss_range, p.loss))),
             TRAIN_COLOUR.stroke_width(2),
         ))
         .map_err(drawing)?
@@ -117,7 +136,7 @@ fn draw<DB: DrawingBackend>(
     if !evals.is_empty() {
         chart
             .draw_series(LineSeries::new(
-                evals.iter().copied(),
+                evals.iter().map(|&(x, y)| (x, within(&loss_range, y))),
                 EVAL_COLOUR.stroke_width(2),
             ))
             .map_err(drawing)?
@@ -127,9 +146,9 @@ fn draw<DB: DrawingBackend>(
             });
         chart
             .draw_series(
-                evals
-                    .iter()
-                    .map(|&p| Circle::new(p, 4, EVAL_COLOUR.filled())),
+                evals.iter().map(|&(x, y)| {
+                    Circle::new((x, within(&loss_range, y)), 4, EVAL_COLOUR.filled())
+                }),
             )
             .map_err(drawing)?;
     }
@@ -143,11 +162,12 @@ fn draw<DB: DrawingBackend>(
         .map_err(drawing)?;
 
     let speed_hi = points.iter().map(|p| p.tokens_per_s).fold(0.0, f64::max);
+    let speed_range = 0.0..(speed_hi.min(LIMIT) * 1.1).max(1.0);
     let mut chart = ChartBuilder::on(&bottom)
         .margin(12)
         .x_label_area_size(32)
         .y_label_area_size(60)
-        .build_cartesian_2d(steps.clone(), 0.0..(speed_hi * 1.1).max(1.0))
+        .build_cartesian_2d(steps.clone(), speed_range.clone())
         .map_err(drawing)?;
     chart
         .configure_mesh()
@@ -159,19 +179,26 @@ fn draw<DB: DrawingBackend>(
         .map_err(drawing)?;
     chart
         .draw_series(LineSeries::new(
-            points.iter().map(|p| (p.step as f64, p.tokens_per_s)),
+            points
+                .iter()
+                .map(|p| (p.step as f64, within(&speed_range, p.tokens_per_s))),
             SPEED_COLOUR.stroke_width(2),
         ))
         .map_err(drawing)?;
 
     // The learning rate from 0, so that a schedule's shape reads at a glance.
     let lr_hi = points.iter().map(|p| p.learning_rate).fold(0.0, f64::max);
-    let lr_top = if lr_hi > 0.0 { lr_hi * 1.1 } else { 1.0 };
+    let lr_top = if lr_hi > 0.0 {
+        lr_hi.min(LIMIT) * 1.1
+    } else {
+        1.0
+    };
+    let lr_range = 0.0..lr_top;
     let mut chart = ChartBuilder::on(&lowest)
         .margin(12)
         .x_label_area_size(32)
         .y_label_area_size(60)
-        .build_cartesian_2d(steps, 0.0..lr_top)
+        .build_cartesian_2d(steps, lr_range.clone())
         .map_err(drawing)?;
     chart
         .configure_mesh()
@@ -184,7 +211,9 @@ fn draw<DB: DrawingBackend>(
         .map_err(drawing)?;
     chart
         .draw_series(LineSeries::new(
-            points.iter().map(|p| (p.step as f64, p.learning_rate)),
+            points
+                .iter()
+                .map(|p| (p.step as f64, within(&lr_range, p.learning_rate))),
             LR_COLOUR.stroke_width(2),
         ))
         .map_err(drawing)?;

@@ -108,6 +108,25 @@ fn a_single_step_still_draws() {
     assert!(rgb.iter().any(|&b| b != 255));
 }
 
+/// Records at the ends of f64's range (a metrics file is read, not trusted):
+/// before, an axis of -1e308..1e308 made the drawing rasterise lines for
+/// minutes, and a negative throughput overflowed plotters' arithmetic.
+#[test]
+fn records_at_the_ends_of_the_range_still_draw_promptly() {
+    let (_d, path) = jsonl(&[
+        r#"{"step":1,"loss":1e308,"learning_rate":-1e308,"tokens_per_s":-1e300,"ms_per_step":1.0,"comm_wait_ms":0.0,"comm_ms":0.0,"peak_mib":1e308,"active_mib":0.0,"eval_loss":-1e308}"#,
+        r#"{"step":18446744073709551615,"loss":-1e308,"learning_rate":1e308,"tokens_per_s":1e308,"ms_per_step":-1.0,"comm_wait_ms":0.0,"comm_ms":0.0,"peak_mib":0.0,"active_mib":0.0}"#,
+    ]);
+    let points = read(&path).unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || tx.send(render_rgb(&points, "extremes").map(|r| r.1)));
+    let drawn = rx
+        .recv_timeout(std::time::Duration::from_secs(60))
+        .expect("drawn within a minute")
+        .expect("drawn");
+    assert_eq!(drawn, SIZE);
+}
+
 /// The mean row of `colour`'s pixels in each column of `rows` that has any.
 fn line_rows(rgb: &[u8], width: u32, rows: Range<u32>, colour: RGBColor) -> Vec<(u32, f64)> {
     (0..width)
