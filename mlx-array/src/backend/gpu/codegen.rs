@@ -25,7 +25,7 @@ pub(crate) fn compute_type(d: Dtype) -> &'static str {
 pub(crate) fn packed(d: Dtype) -> bool {
     match d {
         Dtype::BF16 | Dtype::Bool => true,
-        Dtype::F16 => !super::native_f16(),
+        Dtype::F16 => !super::device::native_f16(),
         _ => false,
     }
 }

@@ -1,8 +1,10 @@
 //! Creation kernels: `arange` and Threefry-2x32 `random_bits`.
 
 use super::codegen;
+use super::device::context;
+use super::dispatch::dispatch;
 use super::indexing::{Meta, entry, header};
-use super::{alloc, context, dispatch, supported};
+use super::pool::{alloc, supported};
 use crate::data::{ArrayData, Operand};
 use crate::{Dtype, Result};
 

@@ -19,7 +19,10 @@
 //! kernel with several output buffers ([`dispatch_outputs`]) declares each
 //! with [`output`], which defines its stores.
 
-use super::{alloc as alloc_array, codegen, context, dispatch_groups};
+use super::codegen;
+use super::device::context;
+use super::dispatch::dispatch_groups;
+use super::pool::alloc as alloc_array;
 use crate::data::ArrayData;
 use crate::{Dtype, Result};
 

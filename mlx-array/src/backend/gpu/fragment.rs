@@ -66,7 +66,7 @@ pub(crate) fn chosen(dtype: Dtype) -> Result<Option<Fragments>> {
     if dtype != Dtype::F16 || super::codegen::packed(dtype) {
         return Ok(None);
     }
-    let c = super::context()?;
+    let c = super::device::context()?;
     Ok(match settings::gpu_coopmat() {
         GpuCoopmat::Off => None,
         GpuCoopmat::Plain => Some(Fragments::Plain),

@@ -8,7 +8,9 @@
 //! are skipped (scatters) and never touch memory outside the arrays.
 
 use super::codegen::{self, compute_type};
-use super::{alloc, context, dispatch, supported};
+use super::device::context;
+use super::dispatch::dispatch;
+use super::pool::{alloc, supported};
 use crate::data::{ArrayData, Operand};
 use crate::dtype::{Element, cast};
 use crate::shape::{contiguous_strides, size_of_shape};

@@ -7,8 +7,12 @@
 use std::sync::mpsc::{Receiver, sync_channel};
 use std::time::{Duration, Instant};
 
-use super::{ArrayData, Dtype, Error, Result, buffer_of, context, copy_contiguous, transfers};
-use crate::data::Operand;
+use super::device::{context, lock};
+use super::elementwise::copy_contiguous;
+use super::pool::buffer_of;
+use super::transfers;
+use crate::data::{ArrayData, Operand};
+use crate::{Dtype, Error, Result};
 
 /// A copy of GPU data on its way to the host (made by [`start`]).
 pub(crate) struct PendingDownload {
@@ -59,7 +63,7 @@ pub(crate) fn start(x: &Operand<'_>) -> Result<PendingDownload> {
     staging.slice(..).map_async(wgpu::MapMode::Read, move |r| {
         let _ = tx.send(r);
     });
-    pending.submission = super::lock(&c.last_submission).clone();
+    pending.submission = lock(&c.last_submission).clone();
     pending.staging = Some(staging);
     Ok(pending)
 }

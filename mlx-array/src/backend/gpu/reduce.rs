@@ -49,7 +49,9 @@
 //! yet.
 
 use super::codegen::{self, compute_type};
-use super::{alloc, context, dispatch, dispatch_groups, supported};
+use super::device::context;
+use super::dispatch::{dispatch, dispatch_groups};
+use super::pool::{alloc, supported};
 use crate::backend::common::reduce::ReduceOp;
 use crate::data::{ArrayData, Operand};
 use crate::shape::size_of_shape;

@@ -34,8 +34,11 @@
 //! views, where a `[B, H, L, d]` output took them a copy.
 
 use super::codegen;
+use super::device::context;
+use super::dispatch::dispatch;
+use super::elementwise::dense;
 use super::elementwise::{input4, output4, rows_of_quads};
-use super::{alloc, context, dense, dispatch};
+use super::pool::alloc;
 use crate::Result;
 use crate::backend::common::rope::RopeSpec;
 use crate::data::{ArrayData, Operand};

@@ -4,7 +4,9 @@
 //! writes its chunk's running sums.
 
 use super::codegen::{self, compute_type};
-use super::{alloc, context, dispatch_groups, supported};
+use super::device::context;
+use super::dispatch::dispatch_groups;
+use super::pool::{alloc, supported};
 use crate::data::{ArrayData, Operand};
 use crate::shape::{contiguous_strides, size_of_shape};
 use crate::{Dtype, Result};

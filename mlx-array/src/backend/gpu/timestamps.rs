@@ -7,7 +7,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::GpuContext;
+use super::device::GpuContext;
 use crate::Result;
 use crate::timing::Tag;
 

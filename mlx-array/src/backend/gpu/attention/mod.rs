@@ -206,8 +206,11 @@ mod rows;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use super::codegen;
+use super::device::context;
+use super::dispatch::{dispatch, dispatch_groups, dispatch_groups_with_half};
+use super::elementwise::dense;
 use super::fragment::{self, Fragments};
-use super::{alloc, context, dense, dispatch, dispatch_groups, dispatch_groups_with_half};
+use super::pool::alloc;
 use crate::backend::common::attention::AttentionDims;
 use crate::data::{ArrayData, Operand};
 use crate::settings;

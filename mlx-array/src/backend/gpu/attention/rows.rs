@@ -9,7 +9,10 @@
 //! the query heads of its group) for `dk` and `dv`, each recomputing the
 //! probabilities it needs from the forward's logsumexps.
 
-use super::super::{alloc, context, dense, dispatch};
+use super::super::device::context;
+use super::super::dispatch::dispatch;
+use super::super::elementwise::dense;
+use super::super::pool::alloc;
 use super::codegen;
 use super::{Forward, heads, heads_qkv, meta, output_store};
 use crate::backend::common::attention::AttentionDims;

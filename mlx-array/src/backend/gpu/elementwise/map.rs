@@ -39,7 +39,9 @@
 
 use super::MATH;
 use crate::backend::gpu::codegen::{self, compute_type};
-use crate::backend::gpu::{alloc, context, dispatch_groups, supported};
+use crate::backend::gpu::device::context;
+use crate::backend::gpu::dispatch::dispatch_groups;
+use crate::backend::gpu::pool::{alloc, supported};
 use crate::data::ArrayData;
 use crate::{Dtype, Result};
 

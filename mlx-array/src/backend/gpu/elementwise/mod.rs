@@ -13,6 +13,16 @@ use crate::backend::common::elementwise::{BinaryOp, UnaryOp};
 use crate::data::{ArrayData, Operand};
 use crate::{Dtype, Error, Result};
 
+/// `x`'s data itself when it is dense for its shape from its offset (as
+/// kernels that index `offset + i` need), else a dense copy.
+pub(crate) fn dense(x: &Operand<'_>) -> Result<ArrayData> {
+    if super::codegen::is_dense(&x.data, x.shape) {
+        Ok(x.data.clone())
+    } else {
+        copy_contiguous(x)
+    }
+}
+
 /// A dense copy of any view.
 pub fn copy_contiguous(x: &Operand<'_>) -> Result<ArrayData> {
     map("copy", "a0", x.shape, &[(&x.data, x.dtype)], x.dtype)

@@ -79,9 +79,12 @@
 //! NaN gradient rows.
 
 use super::super::codegen;
+use super::super::device::context;
+use super::super::dispatch::dispatch;
+use super::super::elementwise::astype;
 use super::super::indexing::{Meta, VLOC};
 use super::super::matmul::{self, Destination};
-use super::super::{alloc, astype, context, dispatch, supported};
+use super::super::pool::{alloc, supported};
 use crate::backend::common::loss::{LceArgs, chunk_cols};
 use crate::data::{ArrayData, Operand};
 use crate::shape::size_of_shape;
@@ -116,7 +119,7 @@ fn f32_dense(x: &Operand<'_>) -> Result<ArrayData> {
     if x.dtype != Dtype::F32 {
         astype(x, Dtype::F32)
     } else {
-        super::super::dense(x)
+        super::super::elementwise::dense(x)
     }
 }
 
@@ -166,7 +169,10 @@ impl Setup {
         // matrix on the H100's driver and is computed in f32.
         let half = a.h.dtype == Dtype::F16 && matmul::f16_f32_products()?;
         let (h, w) = if half {
-            (super::super::dense(&a.h)?, super::super::dense(&a.w)?)
+            (
+                super::super::elementwise::dense(&a.h)?,
+                super::super::elementwise::dense(&a.w)?,
+            )
         } else {
             (f32_dense(&a.h)?, f32_dense(&a.w)?)
         };
@@ -434,7 +440,7 @@ pub fn linear_cross_entropy(a: &LceArgs<'_>) -> Result<ArrayData> {
             st.smoothing.to_bits(),
             0,
         ];
-        super::super::dispatch_groups(
+        super::super::dispatch::dispatch_groups(
             &pipeline,
             &meta,
             &[&x, &st.tg, &stats],
@@ -813,7 +819,7 @@ pub fn linear_cross_entropy_value_and_grad(
             st.smoothing.to_bits(),
             r0 as u32,
         ];
-        super::super::dispatch_groups(
+        super::super::dispatch::dispatch_groups(
             &stats_kernel,
             &meta,
             &[&x, &st.tg, &stats],

@@ -29,9 +29,12 @@
 //! measured before.
 
 use super::super::codegen;
+use super::super::device::context;
+use super::super::dispatch::dispatch;
+use super::super::elementwise::dense;
 use super::super::elementwise::{input4, output4};
 use super::super::indexing::{Meta, index_input};
-use super::super::{alloc, context, dense, dispatch, supported};
+use super::super::pool::{alloc, supported};
 use crate::data::{ArrayData, Operand};
 use crate::shape::size_of_shape;
 use crate::{Dtype, Error, Result};
@@ -186,7 +189,7 @@ pub fn softmax(x: &Operand<'_>) -> Result<ArrayData> {
     let unroll = codegen::row_unroll(loads, team);
     let key = format!("softmax:{dtype}:{team}:{unroll}:{vec4}");
     let pipeline = context()?.pipeline(&key, || softmax_source(dtype, (team, unroll), vec4))?;
-    super::super::dispatch_groups(
+    super::super::dispatch::dispatch_groups(
         &pipeline,
         &m.0,
         &[&x],

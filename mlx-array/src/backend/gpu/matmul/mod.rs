@@ -134,7 +134,9 @@
 //! [`coop_product_count`] counts the products on the cooperative template.
 
 use super::codegen;
-use super::{alloc, context, dispatch_groups, supported};
+use super::device::context;
+use super::dispatch::dispatch_groups;
+use super::pool::{alloc, supported};
 use crate::data::{ArrayData, Operand};
 use crate::settings;
 use crate::shape::size_of_shape;
@@ -961,7 +963,7 @@ fn sum_slices(
         .chain(to.addend.map(|(x, _)| x))
         .collect();
     let stored = epilogue.stored(dtype);
-    super::dispatch(
+    super::dispatch::dispatch(
         &pipeline,
         &meta,
         &inputs,

@@ -33,7 +33,10 @@
 //! reference shape (2 MiB per operand) is launch-bound at a few us.
 
 use super::codegen;
-use super::{alloc, context, dense, dispatch, dispatch_groups, dispatch_groups_with_half};
+use super::device::context;
+use super::dispatch::{dispatch, dispatch_groups, dispatch_groups_with_half};
+use super::elementwise::dense;
+use super::pool::alloc;
 use crate::data::{ArrayData, Operand};
 use crate::{Dtype, Result};
 
