@@ -7,6 +7,7 @@ mod bench_multihost;
 mod fuzz;
 mod hosts;
 mod hosts_lock;
+mod layers;
 mod macos_check;
 mod memprof;
 mod report_common;
@@ -29,8 +30,11 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Task {
-    /// The whole suite: fmt check, clippy with -D warnings, every test.
+    /// The whole suite: the layering check, fmt check, clippy with -D warnings, every test.
     Test,
+    /// The layering check: every crate's imports against its table in
+    /// `layers.toml` (layers, forbidden imports, allowed circles).
+    Layers(layers::Args),
     /// Build in release and train the Llama on N ranks through mlx-launch.
     Train(train::TrainArgs),
     /// The experiment at several world sizes with the memory of every process
@@ -62,6 +66,7 @@ enum Task {
 fn main() -> Result<()> {
     match Cli::parse().task {
         Task::Test => test::run(),
+        Task::Layers(a) => layers::run(a),
         Task::Train(a) => train::run(a),
         Task::Memprof(a) => memprof::run(a),
         Task::Bench { what } => bench::run(what),

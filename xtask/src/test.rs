@@ -7,8 +7,9 @@ use anyhow::{Result, bail};
 use crate::util::{cargo, cargo_with_env};
 use crate::{fuzz, hosts, hosts_lock, macos_check};
 
-/// fmt check, clippy with -D warnings (for this host and for mlx-array without
-/// its GPU backend), rustdoc with -D warnings, clippy for macOS on Apple
+/// The layering table (`layers.toml`, see [`crate::layers`]), fmt check,
+/// clippy with -D warnings (for this host and for mlx-array without its GPU
+/// backend), rustdoc with -D warnings, clippy for macOS on Apple
 /// silicon (see [`macos_check`]), then every test of the workspace;
 /// then every fuzz target of `fuzz/` for a few seconds (see [`fuzz`]);
 /// then the MPI backend (feature `mlx-dist/mpi`): clippy and its multi-process
@@ -22,6 +23,9 @@ use crate::{fuzz, hosts, hosts_lock, macos_check};
 /// the Slurm test must run too (`MLX_DIST_TEST_SLURM`).
 pub fn run() -> Result<()> {
     let ci = std::env::var_os("CI").is_some();
+    // The layering table first: it takes a second, and names the file and
+    // line of an import that breaks a crate's layers (`xtask layers`).
+    crate::layers::run(crate::layers::Args::default())?;
     cargo(&["fmt", "--all", "--", "--check"])?;
     cargo(&[
         "clippy",
