@@ -40,41 +40,7 @@ fn storage_type(d: Dtype) -> &'static str {
 }
 
 /// Shared helpers every kernel includes.
-pub(crate) const PRELUDE: &str = r#"
-fn bf16_bits(v: f32) -> u32 {
-    let b = bitcast<u32>(v);
-    if ((b & 0x7fffffffu) > 0x7f800000u) { return 0x7fc0u; }
-    return (b + 0x7fffu + ((b >> 16u) & 1u)) >> 16u;
-}
-// f32 to f16 bits, rounded to nearest even in integer arithmetic, so that
-// every driver rounds alike (WGSL leaves the rounding of `f16(v)` and of
-// `pack2x16float` to the implementation) and as the CPU does; magnitudes
-// from 65520 on become infinities, NaN a quiet NaN of the same sign.
-fn f16_bits(v: f32) -> u32 {
-    let b = bitcast<u32>(v);
-    let s = (b >> 16u) & 0x8000u;
-    let a = b & 0x7fffffffu;
-    if (a > 0x7f800000u) { return s | 0x7e00u; }
-    if (a >= 0x477ff000u) { return s | 0x7c00u; }
-    if (a >= 0x38800000u) {
-        return s | ((a + 0x0fffu + ((a >> 13u) & 1u) - 0x38000000u) >> 13u);
-    }
-    if (a <= 0x33000000u) { return s; }
-    let e = a >> 23u;
-    let m = (a & 0x7fffffu) | 0x800000u;
-    let sh = 126u - e;
-    let q = m >> sh;
-    let rem = m & ((1u << sh) - 1u);
-    let half = 1u << (sh - 1u);
-    return s | (q + select(0u, 1u, rem > half || (rem == half && (q & 1u) == 1u)));
-}
-fn round_f16(v: f32) -> f32 {
-    return unpack2x16float(f16_bits(v)).x;
-}
-fn round_bf16(v: f32) -> f32 {
-    return bitcast<f32>(bf16_bits(v) << 16u);
-}
-"#;
+pub(crate) const PRELUDE: &str = include_str!("prelude.wgsl");
 
 /// `var` declaration of input `name` of dtype `d` at `binding`, and a
 /// `load_<name>(j: u32) -> T` reading element `j`.
@@ -300,4 +266,50 @@ pub(crate) fn row_walk(
         "    for (var u = k; u < {loads}; u = u + {step}u) {{\n{fetch}{uses}    }}\n",
         step = team * unroll
     )
+}
+
+/// Fills a WGSL template (a `.wgsl` file whose first lines, starting with
+/// `//!`, say that it is one and name its placeholders): the header is
+/// dropped and each `{name}` of `values` replaced by its text, in one pass
+/// (replaced text is not searched again). Other braces are WGSL's own.
+pub(crate) fn fill(template: &str, values: &[(&str, &str)]) -> String {
+    let mut rest = template;
+    while rest.starts_with("//!") {
+        rest = rest.split_once('\n').map_or("", |(_, after)| after);
+    }
+    let mut out = String::with_capacity(rest.len());
+    while let Some(at) = rest.find('{') {
+        out.push_str(&rest[..at]);
+        let after = &rest[at + 1..];
+        let named = after
+            .find('}')
+            .and_then(|end| values.iter().find(|(name, _)| *name == &after[..end]));
+        match named {
+            Some((name, value)) => {
+                out.push_str(value);
+                rest = &after[name.len() + 1..];
+            }
+            None => {
+                out.push('{');
+                rest = after;
+            }
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
+#[cfg(test)]
+mod fill_tests {
+    use super::fill;
+
+    /// The header goes, placeholders are filled once, WGSL's braces stay.
+    #[test]
+    fn fills_placeholders_once_and_keeps_wgsl_braces() {
+        let t = "//! A template: {a}.\n//! More.\nfn f() { {a}; {b} {c} }\n";
+        assert_eq!(
+            fill(t, &[("a", "x{b}"), ("b", "y")]),
+            "fn f() { x{b}; y {c} }\n"
+        );
+    }
 }
