@@ -65,6 +65,11 @@ impl TrainArgs {
 pub fn run(what: What) -> Result<()> {
     match what {
         What::Train(a) => train(a),
+        // Across emulated hosts (or redrawn from a run), bench_multihost
+        // measures; it stands on bench_collectives' options and rows.
+        What::Collectives(a) if a.hosts.is_some() || a.from_run.is_some() => {
+            crate::bench_multihost::run(&a)
+        }
         What::Collectives(a) => crate::bench_collectives::run(a),
     }
 }

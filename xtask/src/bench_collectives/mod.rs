@@ -8,8 +8,8 @@
 //! `mlx-nn/examples/average_gradients_bench.rs` (their `--json` output); this
 //! builds them in release, runs one backend and world at a time under a
 //! deadline, and writes `collectives.md` and `collectives.json` into the run
-//! folder. With `--hosts N` it runs across emulated hosts over shaped links
-//! instead (see `bench_multihost/`).
+//! folder. With `--hosts N` `bench` runs `bench_multihost/` instead, across
+//! emulated hosts over shaped links.
 //!
 //! One file a job: this one holds the options, what a run measured and the
 //! entry; `measure.rs` builds and starts the examples and reads what they
@@ -235,11 +235,10 @@ pub(crate) struct Measured {
     pub load: (Option<String>, Option<String>),
 }
 
-/// Runs the benchmark and writes the run folder.
+/// Runs the benchmark on this machine and writes the run folder (`bench`
+/// hands runs with `--hosts` or `--from-run` to `bench_multihost`, which
+/// builds on this module).
 pub fn run(a: CollectivesArgs) -> Result<()> {
-    if a.hosts.is_some() || a.from_run.is_some() {
-        return crate::bench_multihost::run(&a);
-    }
     if a.worlds.is_empty() || a.worlds.iter().any(|&w| w < 2) {
         bail!("--worlds needs world sizes of at least 2, e.g. 2,4");
     }

@@ -7,7 +7,7 @@ use std::time::Duration;
 use anyhow::{Result, bail};
 
 use super::DEFAULT_PREFIX;
-use super::exec::exec;
+use super::exec::{exec, list_namespaces};
 use super::layout::{bridge_name, valid_prefix};
 use super::sshd::sshd_pid;
 use super::state::{State, state_dir};
@@ -131,15 +131,6 @@ pub(super) fn numbered(name: &str, prefix: &str, suffix: &str) -> bool {
     name.strip_prefix(prefix)
         .and_then(|rest| rest.strip_suffix(suffix))
         .is_some_and(|digits| !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit()))
-}
-
-/// The named network namespaces (`ip netns list`).
-pub(super) fn list_namespaces() -> Result<Vec<String>> {
-    Ok(exec(&["ip", "netns", "list"])?
-        .lines()
-        .filter_map(|l| l.split_whitespace().next())
-        .map(String::from)
-        .collect())
 }
 
 /// The root namespace's interfaces (`ip -o link show`), without their `@peer`.

@@ -60,3 +60,12 @@ pub(super) fn write(p: &Path, text: &str) -> Result<()> {
     f.write_all(text.as_bytes())
         .with_context(|| format!("writing {}", p.display()))
 }
+
+/// The named network namespaces (`ip netns list`).
+pub(super) fn list_namespaces() -> Result<Vec<String>> {
+    Ok(exec(&["ip", "netns", "list"])?
+        .lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .map(String::from)
+        .collect())
+}

@@ -134,7 +134,8 @@ mod tests {
     use std::fs;
     use std::path::Path;
 
-    use super::down::{list_namespaces, numbered};
+    use super::down::numbered;
+    use super::exec::list_namespaces;
     use super::running::ssh;
     use super::*;
 

@@ -7,8 +7,7 @@ use std::process::{Command, Output, Stdio};
 
 use anyhow::{Context, Result, bail};
 
-use super::down::list_namespaces;
-use super::exec::tool;
+use super::exec::{list_namespaces, tool};
 use super::rate::parse_rate;
 use super::sshd::sshd_pid;
 use super::state::State;
@@ -140,4 +139,22 @@ pub fn ssh(hosts: &Hosts, i: usize, cmd: &str) -> Result<Output> {
         .ssh_command(i, cmd)
         .output()
         .with_context(|| format!("starting ssh to {}", hosts.names[i]))
+}
+
+impl State {
+    /// The public view (here, not in `state.rs`, so that the state stays
+    /// below the running hosts).
+    pub(super) fn hosts(&self) -> Hosts {
+        let l = &self.layout;
+        Hosts {
+            names: (0..l.n).map(|i| l.name(i)).collect(),
+            ips: (0..l.n).map(|i| l.ip(i)).collect(),
+            state_dir: self.dir.clone(),
+            ssh_config: self.dir.join("ssh_config"),
+            json_hostfile: self.dir.join("hosts.json"),
+            mpi_hostfile: self.dir.join("hostfile"),
+            env_file: self.dir.join("env.sh"),
+            rate: self.rate.as_ref().map(|r| r.text.clone()),
+        }
+    }
 }

@@ -11,14 +11,14 @@ use crate::util::root;
 use super::exec::write;
 use super::layout::Layout;
 use super::rate::{Rate, parse_rate};
-use super::running::Hosts;
 
 /// The state folder: `target/mlx-hosts` in the workspace root.
 pub fn state_dir() -> PathBuf {
     root().join("target").join("mlx-hosts")
 }
 
-/// What `state.json` records: enough to rebuild [`Hosts`] and to find
+/// What `state.json` records: enough to rebuild
+/// [`Hosts`](super::running::Hosts) and to find
 /// everything again for `down` and `shape`.
 pub(super) struct State {
     pub(super) layout: Layout,
@@ -65,20 +65,5 @@ impl State {
             "rate": self.rate.as_ref().map(|r| r.text.clone()),
         });
         write(&self.dir.join("state.json"), &format!("{v:#}\n"))
-    }
-
-    /// The public view.
-    pub(super) fn hosts(&self) -> Hosts {
-        let l = &self.layout;
-        Hosts {
-            names: (0..l.n).map(|i| l.name(i)).collect(),
-            ips: (0..l.n).map(|i| l.ip(i)).collect(),
-            state_dir: self.dir.clone(),
-            ssh_config: self.dir.join("ssh_config"),
-            json_hostfile: self.dir.join("hosts.json"),
-            mpi_hostfile: self.dir.join("hostfile"),
-            env_file: self.dir.join("env.sh"),
-            rate: self.rate.as_ref().map(|r| r.text.clone()),
-        }
     }
 }
