@@ -27,8 +27,7 @@
 use mlx_array::backend::gpu::custom;
 use mlx_array::{ArrayData, Dtype, Result};
 
-use super::group::coefficients;
-use super::{StepCoefficients, rows};
+use super::{AdamCoefficients, StepCoefficients, rows};
 
 /// Threads per workgroup.
 const WORKGROUP: usize = 256;
@@ -87,6 +86,21 @@ const OFFSETS_AT: usize = 2;
 
 /// Coefficients per candidate in `params`.
 pub(super) const COEFFICIENTS: usize = 8;
+
+/// One candidate's (or the single step's) coefficients in the kernels' order
+/// (the grouped kernel, `group.rs`, reads them alike).
+pub(super) fn coefficients(c: &AdamCoefficients) -> [f32; COEFFICIENTS] {
+    [
+        c.b1,
+        c.one_minus_b1,
+        c.b2,
+        c.one_minus_b2,
+        c.numerator,
+        c.denominator.unwrap_or(1.0),
+        c.eps,
+        c.decay.unwrap_or(1.0),
+    ]
+}
 
 /// The names of the buffers bound as inputs: in place only `g` (the rows
 /// are read from the output buffer itself), and a gated step's control.

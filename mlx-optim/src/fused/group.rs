@@ -38,8 +38,8 @@
 use mlx_array::backend::gpu::custom;
 use mlx_array::{ArrayData, Dtype, Result};
 
-use super::gpu::{COEFFICIENTS, MOMENTS, parameter};
-use super::{AdamCoefficients, StepCoefficients, rows};
+use super::gpu::{COEFFICIENTS, MOMENTS, coefficients, parameter};
+use super::{StepCoefficients, rows};
 
 /// Threads per workgroup.
 const WORKGROUP: usize = 256;
@@ -216,20 +216,6 @@ fn dispatch(
 struct Shape {
     in_place: bool,
     grad: Dtype,
-}
-
-/// One candidate's coefficients in the kernel's order.
-pub(super) fn coefficients(c: &AdamCoefficients) -> [f32; COEFFICIENTS] {
-    [
-        c.b1,
-        c.one_minus_b1,
-        c.b2,
-        c.one_minus_b2,
-        c.numerator,
-        c.denominator.unwrap_or(1.0),
-        c.eps,
-        c.decay.unwrap_or(1.0),
-    ]
 }
 
 /// The kernel's WGSL for parameters of `shapes`, in binding order.

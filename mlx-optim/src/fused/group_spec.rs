@@ -16,12 +16,13 @@
 //! with three or more non-empty parameters must run fewer kernels than
 //! parameters on the GPU.
 
+use std::sync::Arc;
+
 use mlx_array::conformance::*;
 use mlx_array::{Array, Device, Dtype};
 use proptest::prelude::*;
 use proptest::strategy::ValueTree;
 
-use super::spec::{bits, buffer};
 use super::{AdamCoefficients, FusedAdamGroup, StepCoefficients, adam_group_with, adam_step_with};
 use crate::{AdamW, StepContext};
 
@@ -385,4 +386,16 @@ fn gpu_dispatches(cx: &Ctx) -> usize {
         Device::Cpu => 0,
         Device::Gpu => mlx_array::backend::gpu::dispatch_count(),
     }
+}
+
+/// The bits of a float32 array (also `spec.rs`'s, which registers this
+/// specification).
+pub(super) fn bits(a: &Array) -> Vec<u32> {
+    let v = a.to_vec::<f32>().expect("float32 values");
+    v.iter().map(|x| x.to_bits()).collect()
+}
+
+/// The address of the buffer an evaluated array views.
+pub(super) fn buffer(a: &Array) -> usize {
+    Arc::as_ptr(a.data().expect("evaluated").storage()) as usize
 }

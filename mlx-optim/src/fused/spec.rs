@@ -29,14 +29,13 @@
 //! Gradients: an optimizer step is not differentiated; differentiating
 //! through one is refused, naming the primitive.
 
-use std::sync::Arc;
-
 use mlx_array::conformance::*;
 use mlx_array::device::with_device;
 use mlx_array::{Array, Device, Dtype};
 use proptest::prelude::*;
 use proptest::strategy::ValueTree;
 
+use super::group_spec::{bits, buffer};
 use super::{
     AdamCoefficients, FusedAdam, FusedAdamMoments, FusedAdamParameter, adam_step, adam_step_apart,
     applies,
@@ -268,17 +267,6 @@ fn step(
     let out = with_device(device, || build(hyper, fused, apart, inputs));
     mlx_array::eval(&out[..]).unwrap_or_else(|e| panic!("{hyper:?}: {e}"));
     out
-}
-
-/// The bits of a float32 array.
-pub(super) fn bits(a: &Array) -> Vec<u32> {
-    let v = a.to_vec::<f32>().expect("float32 values");
-    v.iter().map(|x| x.to_bits()).collect()
-}
-
-/// The address of the buffer an evaluated array views.
-pub(super) fn buffer(a: &Array) -> usize {
-    Arc::as_ptr(a.data().expect("evaluated").storage()) as usize
 }
 
 const NAMES: [&str; 3] = ["p'", "m'", "v'"];
