@@ -201,13 +201,17 @@ mod backward;
 mod forward;
 mod fragments;
 mod fragments_backward;
+mod grad;
 mod rows;
+mod sources;
+mod telemetry;
+mod text;
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 
 use super::codegen;
 use super::device::context;
-use super::dispatch::{dispatch, dispatch_groups, dispatch_groups_with_half};
+use super::dispatch::dispatch_groups_with_half;
 use super::elementwise::dense;
 use super::fragment::{self, Fragments};
 use super::pool::alloc;
@@ -215,7 +219,17 @@ use crate::backend::common::attention::AttentionDims;
 use crate::data::{ArrayData, Operand};
 use crate::settings;
 use crate::{Dtype, Result};
-use fragments::{Loads, Rows, Tile};
+use fragments::Loads;
+
+pub use grad::attention_grad;
+#[doc(hidden)]
+pub use sources::kernel_sources;
+use telemetry::{FRAGMENT_FORWARDS, LAST_SCALAR_TILES, QUAD_STAGED, SCALAR_QUAD_STAGED};
+pub use telemetry::{fragment_runs, last_scalar_tiles, quad_staged_runs, scalar_quad_staged_runs};
+use text::{
+    QUERY_BLOCK, SIZES, header, output_store, quad_cols, quad_stride, stage, store_quad, unroll,
+    unrolled,
+};
 
 /// Invocations per workgroup side: kernels run `SIDE x SIDE` invocations.
 const SIDE: usize = 16;
@@ -327,177 +341,6 @@ fn heads(x: &ArrayData, shape: [usize; 4], dtype: Dtype) -> Result<(ArrayData, [
     Ok((data, [h * l * w, l * w, w].map(|s| s as u32)))
 }
 
-/// The WGSL shared by the kernels: constants, the bindings of `inputs`
-/// (name and dtype; those named in `staged` read by quads, `load4_<name>`,
-/// when `loads` says so, the others element by element, `load_<name>`),
-/// an output of dtype `out`, and the sizes read from `params`.
-fn header(
-    dims: &AttentionDims,
-    inputs: &[(&str, Dtype)],
-    tiles: Tiles,
-    loads: Loads,
-    staged: &[&str],
-    out: Dtype,
-) -> String {
-    let mut s = String::from(codegen::PRELUDE);
-    s.push_str(codegen::META);
-    for (i, (name, dtype)) in inputs.iter().enumerate() {
-        let binding = i as u32 + 1;
-        if loads == Loads::Quads && staged.contains(name) {
-            s.push_str(&super::elementwise::input4(name, binding, *dtype));
-        } else {
-            s.push_str(&codegen::input(name, binding, *dtype));
-        }
-    }
-    s.push_str(&codegen::output(inputs.len() as u32 + 1, out));
-    s.push_str(&format!(
-        "const D: u32 = {}u;\nconst DV: u32 = {}u;\nconst BQ: u32 = {}u;\nconst BK: u32 = {}u;\n",
-        dims.d, dims.dv, tiles.bq, tiles.bk
-    ));
-    s.push_str(SIZES);
-    s
-}
-
-/// WGSL every attention kernel shares: the sizes read from `params`, and
-/// which keys a query sees (`limit`) and which queries see a key
-/// (`first_query`) under the causal mask (queries are the last positions).
-/// WGSL opening a kernel with a workgroup per (batch, head, block of `BQ`
-/// query rows): its flat index `g` (returning past the last), `bh`, the
-/// first query row `q0`, the head `hi` and the batch `bi`.
-pub(super) const QUERY_BLOCK: &str = r#"    let g = wid.x + wid.y * nw.x;
-    let blocks = (lq() + BQ - 1u) / BQ;
-    if (g >= b() * h() * blocks) { return; }
-    let bh = g / blocks;
-    let q0 = (g % blocks) * BQ;
-    let hi = bh % h();
-    let bi = bh / h();
-"#;
-
-pub(super) const SIZES: &str = r#"fn neg_inf() -> f32 { return bitcast<f32>(0xff800000u); }
-fn b() -> u32 { return params[0]; }
-fn h() -> u32 { return params[1]; }
-fn lq() -> u32 { return params[2]; }
-fn lk() -> u32 { return params[3]; }
-fn scale() -> f32 { return bitcast<f32>(params[5]); }
-// Query heads per key/value head (grouped-query attention; 1 without),
-// and the key/value heads.
-fn group() -> u32 { return params[28]; }
-fn hkv() -> u32 { return h() / group(); }
-// The keys query `i` sees: 0..limit(i) (all keys for rows past lq).
-fn limit(i: u32) -> u32 {
-    if (params[4] == 0u) { return lk(); }
-    return min(i + 1u + lk() - lq(), lk());
-}
-// The first query that sees key `j`.
-fn first_query(j: u32) -> u32 {
-    if (params[4] != 0u && j + lq() > lk()) { return j + lq() - lk(); }
-    return 0u;
-}
-// The first element of row `l` of query head `bh` (batch `bh / h()`) of
-// input `x` (0 q, 1 k, 2 v, 3 the cotangent), whose first element is `o`:
-// k and v are read at the query head's key/value head.
-fn row_of(x: u32, o: u32, bh: u32, l: u32) -> u32 {
-    let s = 16u + 3u * x;
-    var head = bh % h();
-    if (x == 1u || x == 2u) { head = head / group(); }
-    return o + (bh / h()) * params[s] + head * params[s + 1u] + l * params[s + 2u];
-}
-// The elements from one row of input `x` to the next.
-fn row_step(x: u32) -> u32 { return params[18u + 3u * x]; }
-"#;
-
-/// WGSL of a loop of `n` steps over `var`, unrolled: `body` once per
-/// step, in a block where `var` is the step's constant. The kernels'
-/// inner products and softmax walks are unrolled so, not left to the
-/// driver: in kernels compiled with wgpu's runtime checks each loop
-/// carries a guard counter that hides its trip count, and straight-line
-/// code lets the driver issue the steps' workgroup-memory loads ahead of
-/// their FMAs whatever the checks.
-fn unrolled(var: &str, n: usize, body: &str) -> String {
-    (0..n)
-        .map(|k| format!("        {{ let {var} = {k}u;\n{body}\n        }}\n"))
-        .collect()
-}
-
-/// WGSL statements, unrolled: `f(i, j)` for `i < n`, `j < m`.
-fn unroll(n: usize, m: usize, f: impl Fn(usize, usize) -> String) -> String {
-    let mut s = String::new();
-    for i in 0..n {
-        for j in 0..m {
-            s.push_str(&f(i, j));
-            s.push('\n');
-        }
-    }
-    s
-}
-
-/// WGSL in which the 256 invocations stage the tile `r` of input `name`
-/// (rows of `r.width` adjacent elements from `r.base`, zeros from row
-/// `r.valid` on and past the width up to `r.padded`) into the workgroup
-/// array of `vec4<f32>` quads `tile`, rows `stride` quads apart: element
-/// by element in a loop, or with [`Loads::Quads`] by `load4_` quads,
-/// unrolled, each invocation's loads all issued before its stores.
-fn stage(tile: &str, name: &str, loads: Loads, r: &Rows<'_>, stride: usize) -> String {
-    let Rows {
-        rows,
-        width,
-        padded,
-        valid,
-        base,
-        step,
-    } = *r;
-    if loads == Loads::Scalar {
-        return format!(
-            r#"
-    for (var e = lid; e < {rows}u * {padded}u; e = e + 256u) {{
-        let r = e / {padded}u;
-        let c = e % {padded}u;
-        var x = 0.0;
-        if (r < {valid} && c < {width}u) {{ x = load_{name}({base} + r * {step} + c); }}
-        {tile}[r * {stride}u + c / 4u][c % 4u] = x;
-    }}
-"#
-        );
-    }
-    fragments::stage_quads(256, Tile::Quads(tile, stride), r, "f32", &|i: &str| {
-        format!("load4_{name}({i})")
-    })
-}
-
-/// Quads per row of an f32 kernel's tile of rows `w` elements wide: an odd
-/// count, so that the 16-byte reads of 8 rows at one column fall in 8
-/// different groups of 4 banks (no conflicts).
-fn quad_stride(w: usize) -> usize {
-    w.div_ceil(4) | 1
-}
-
-/// Quads an invocation owns in a row of `w` elements (`tx + 16 j` for
-/// `j < quad_cols(w)`).
-fn quad_cols(w: usize) -> usize {
-    w.div_ceil(4).div_ceil(SIDE)
-}
-
-/// WGSL storing the quad `v` (columns `4 (tx + 16 j)` on) of a row that
-/// starts at output element `at`, each of its columns below `width`, with
-/// the WGSL function `store`; `scale` multiplies it (WGSL, may be empty).
-fn store_quad(store: &str, v: &str, j: usize, at: &str, width: &str, scale: &str) -> String {
-    let mut s = format!("{{ let c = 4u * (tx + {}u); let o = {v}{scale};", SIDE * j);
-    for e in 0..4 {
-        s.push_str(&format!(
-            " if (c + {e}u < {width}) {{ {store}({at} + c + {e}u, o[{e}]); }}"
-        ));
-    }
-    s.push_str(" }");
-    s
-}
-
-/// WGSL of the forward kernels' `store_o(i, v)`, which stores an element
-/// of the attention's output into the packed f32 buffer and, with a `half`
-/// dtype, into the half-precision output at binding 5.
-fn output_store(half: Option<Dtype>) -> String {
-    codegen::store_with_half("store_o", 5, half)
-}
-
 /// The forward's buffers: the packed f32 output and logsumexps, and the
 /// output in a half-precision dtype (`[B, Lq, H, dv]`) where one is asked.
 struct Forward {
@@ -605,67 +448,9 @@ fn tiled_attention(
     Ok(out)
 }
 
-static FRAGMENT_FORWARDS: AtomicUsize = AtomicUsize::new(0);
-/// The last f32-compute kernel's tiles, `bq << 16 | bk` (0: none yet).
-static LAST_SCALAR_TILES: AtomicUsize = AtomicUsize::new(0);
-
-/// The tiles (query rows, key rows) of the last f32-compute attention
-/// kernel recorded, forward or gradient; `None` before the first and
-/// after the per-row fallback (for tests that check which kernels ran).
-pub fn last_scalar_tiles() -> Option<(usize, usize)> {
-    match LAST_SCALAR_TILES.load(Ordering::Relaxed) {
-        0 => None,
-        t => Some((t >> 16, t & 0xffff)),
-    }
-}
-
 /// Notes `tiles` as the last f32-compute kernel's.
 fn note_scalar_tiles(tiles: Tiles) {
     LAST_SCALAR_TILES.store(tiles.bq << 16 | tiles.bk, Ordering::Relaxed);
-}
-static FRAGMENT_GRADS: AtomicUsize = AtomicUsize::new(0);
-
-/// Forwards and gradients run on the f16 fragment kernels (`fragments`,
-/// `fragments_backward`) since the process started (for tests that
-/// check which kernels ran).
-pub fn fragment_runs() -> (usize, usize) {
-    (
-        FRAGMENT_FORWARDS.load(Ordering::Relaxed),
-        FRAGMENT_GRADS.load(Ordering::Relaxed),
-    )
-}
-
-/// The gradient's kernels: the f32-compute ones with their tiles, or the
-/// f16 fragment ones with the dK/dV and the dQ passes' tiles.
-#[derive(Clone, Copy)]
-enum GradKernels {
-    Scalar(Tiles),
-    Fragments(Fragments, Tiles, Tiles),
-}
-
-/// The fragment implementation and both passes' tiles of the f16 fragment
-/// gradient, when it runs for `dtype` on this device.
-fn fragment_grad_tiles(
-    dims: &AttentionDims,
-    dtype: Dtype,
-) -> Result<Option<(Fragments, Tiles, Tiles)>> {
-    let Some(f) = fragment::chosen(dtype)? else {
-        return Ok(None);
-    };
-    let plan = |pass| {
-        Tiles::plan_among(fragments_backward::candidates(pass), |t| {
-            fragments_backward::bytes(dims, t, pass)
-        })
-    };
-    Ok(
-        match (
-            plan(backward::Pass::KeyValue)?,
-            plan(backward::Pass::Query)?,
-        ) {
-            (Some(kv), Some(query)) => Some((f, kv, query)),
-            _ => None,
-        },
-    )
 }
 
 /// [`attention`] for f16 `q`, `k`, `v` on 16 x 16 fragments (`f`) with
@@ -703,17 +488,6 @@ fn fragment_attention(
     Ok(out)
 }
 
-/// f32-compute kernels recorded with inputs staged by quads since the
-/// process started.
-static SCALAR_QUAD_STAGED: AtomicUsize = AtomicUsize::new(0);
-
-/// f32-compute attention kernels (forward or gradient pass) recorded with
-/// their inputs staged by quads since the process started (for tests that
-/// check which loads ran).
-pub fn scalar_quad_staged_runs() -> usize {
-    SCALAR_QUAD_STAGED.load(Ordering::Relaxed)
-}
-
 /// How the f32-compute kernels read `inputs` of the heads' `strides`
 /// ([`staging_loads`]), counted when by quads.
 fn scalar_kernel_loads(dims: &AttentionDims, inputs: &[&ArrayData], strides: &Strides) -> Loads {
@@ -722,17 +496,6 @@ fn scalar_kernel_loads(dims: &AttentionDims, inputs: &[&ArrayData], strides: &St
         SCALAR_QUAD_STAGED.fetch_add(1, Ordering::Relaxed);
     }
     loads
-}
-
-/// Fragment kernels recorded with inputs staged by quads
-/// ([`fragments::Loads::Quads`]) since the process started.
-static QUAD_STAGED: AtomicUsize = AtomicUsize::new(0);
-
-/// Fragment kernels (forward or gradient pass) recorded with their inputs
-/// staged by quads since the process started (for tests that check which
-/// loads ran).
-pub fn quad_staged_runs() -> usize {
-    QUAD_STAGED.load(Ordering::Relaxed)
 }
 
 /// How a kernel stages `inputs` (q, k, v, and the gradient's f32
@@ -761,72 +524,6 @@ fn fragment_loads(dims: &AttentionDims, inputs: &[&ArrayData], strides: &Strides
     loads
 }
 
-/// The f16 fragment forward's WGSL, named with its workgroup memory, for
-/// both fragment implementations at the head widths of the specs and the
-/// model (`d = dv = 64`, `32`, `128`, and `40 x 24`, padded), each at
-/// every candidate tile that fits 48 KiB. The sources start with
-/// `enable f16;`. For the test that compiles them through naga to SPIR-V.
-#[doc(hidden)]
-pub fn kernel_sources() -> Vec<(String, String)> {
-    let mut out = Vec::new();
-    for (d, dv) in [(64, 64), (32, 32), (128, 128), (40, 24)] {
-        let dims = AttentionDims {
-            b: 1,
-            h: 1,
-            hkv: 1,
-            lq: 1,
-            lk: 1,
-            d,
-            dv,
-            scale: 1.0,
-            causal: false,
-        };
-        for (bq, bk) in fragments::CANDIDATES {
-            let t = Tiles { bq, bk };
-            let bytes = fragments::bytes(&dims, t);
-            if bytes > WORKGROUP_BYTES {
-                continue;
-            }
-            for f in [Fragments::Cooperative, Fragments::Plain] {
-                for loads in [Loads::Scalar, Loads::Quads] {
-                    out.push((
-                        format!(
-                            "attention fragments d {d} dv {dv} {t:?} {f:?} {loads:?} ({bytes} B)"
-                        ),
-                        format!(
-                            "enable f16;\n{}",
-                            fragments::source(&dims, t, f, loads, Some(Dtype::F16))
-                        ),
-                    ));
-                }
-            }
-        }
-        for pass in [backward::Pass::KeyValue, backward::Pass::Query] {
-            for &(bq, bk) in fragments_backward::candidates(pass) {
-                let t = Tiles { bq, bk };
-                let bytes = fragments_backward::bytes(&dims, t, pass);
-                if bytes > WORKGROUP_BYTES {
-                    continue;
-                }
-                for f in [Fragments::Cooperative, Fragments::Plain] {
-                    for loads in [Loads::Scalar, Loads::Quads] {
-                        for g16 in [false, true] {
-                            out.push((
-                                format!("attention_grad fragments {pass:?} d {d} dv {dv} {t:?} {f:?} {loads:?} f16 cotangent {g16} ({bytes} B)"),
-                                format!(
-                                    "enable f16;\n{}",
-                                    fragments_backward::source(&dims, t, pass, f, (loads, g16))
-                                ),
-                            ));
-                        }
-                    }
-                }
-            }
-        }
-    }
-    out
-}
-
 /// `q`, `k`, `v` (of `dtype`, shaped as `dims` says) as the kernels read
 /// them ([`heads`]), with their strides (the cotangent's zero).
 fn heads_qkv(
@@ -841,119 +538,4 @@ fn heads_qkv(
     let (k, sk) = heads(k, ks, dtype)?;
     let (v, sv) = heads(v, vs, dtype)?;
     Ok(([q, k, v], [sq, sk, sv, [0; 3]]))
-}
-
-/// The gradients of [`attention`] for the cotangent `d_out` of its output
-/// (`packed` being its result; f32, or the inputs' dtype, read as stored),
-/// packed as on the CPU, stored in the inputs' `dtype` (computed in f32,
-/// rounded once as they are stored: a half-precision model's gradients
-/// and cotangent need no casts of their own).
-pub fn attention_grad(
-    q: &ArrayData,
-    k: &ArrayData,
-    v: &ArrayData,
-    packed: &ArrayData,
-    d_out: &Operand<'_>,
-    dims: &AttentionDims,
-    dtype: Dtype,
-) -> Result<ArrayData> {
-    let kernels = match fragment_grad_tiles(dims, dtype)? {
-        Some((f, kv, query)) => GradKernels::Fragments(f, kv, query),
-        None => match Tiles::plan(|t| backward::bytes(dims, t))? {
-            Some(tiles) => GradKernels::Scalar(tiles),
-            None => {
-                LAST_SCALAR_TILES.store(0, Ordering::Relaxed);
-                return rows::attention_grad(q, k, v, packed, d_out, dims, dtype);
-            }
-        },
-    };
-    let AttentionDims { b, h, lq, dv, .. } = *dims;
-    let (n_out, n_lse) = dims.packed_len();
-    let (nq, nk, nv) = dims.grad_len();
-    let ([q, k, v], mut strides) = heads_qkv(q, k, v, dims, dtype)?;
-    let packed = dense(&Operand::new(packed.clone(), &[n_out + n_lse], Dtype::F32))?;
-    // The fragment kernels stage the cotangent as f16: read so from f16 or
-    // f32, cast to f32 first from another dtype.
-    let cast;
-    let d_out = match kernels {
-        GradKernels::Fragments(..) if !matches!(d_out.dtype, Dtype::F16 | Dtype::F32) => {
-            cast = super::astype(d_out, Dtype::F32)?;
-            Operand::new(cast, d_out.shape, Dtype::F32)
-        }
-        _ => d_out.clone(),
-    };
-    let gd = d_out.dtype;
-    let (g, sg) = heads(&d_out.data, [b, h, lq, dv], gd)?;
-    strides[3] = sg;
-    codegen::check_size("attention_grad", nq + nk + nv, &[&q, &k, &v, &packed, &g])?;
-    let out = alloc(&[nq + nk + nv], dtype)?;
-    if nq + nk + nv == 0 {
-        return Ok(out);
-    }
-    // delta = rowsum(dO o O), a thread per query row.
-    let delta = alloc(&[n_lse], Dtype::F32)?;
-    let key = format!("attention_delta:{}:{gd}", dims.dv);
-    let pipeline = context()?.pipeline(&key, || backward::delta_source(dims, gd))?;
-    dispatch(
-        &pipeline,
-        &meta(dims, &[&packed, &g], &[], &strides),
-        &[&packed, &g],
-        &delta,
-        n_lse * 4,
-        false,
-        n_lse,
-    )?;
-    let inputs = [&q, &k, &v, &packed, &g, &delta];
-    let meta = meta(dims, &inputs, &[nq as u32, (nq + nk) as u32], &strides);
-    let (d, dv) = (dims.d, dims.dv);
-    for pass in [backward::Pass::KeyValue, backward::Pass::Query] {
-        let (pipeline, tiles) = match kernels {
-            GradKernels::Scalar(tiles) => {
-                note_scalar_tiles(tiles);
-                let loads = scalar_kernel_loads(dims, &[&q, &k, &v, &g], &strides);
-                let key =
-                    format!("attention_grad:{pass:?}:{d}:{dv}:{dtype}:{gd}:{tiles:?}:{loads:?}");
-                let p = context()?.pipeline(&key, || {
-                    backward::source(dims, (dtype, gd), tiles, pass, loads)
-                })?;
-                (p, tiles)
-            }
-            GradKernels::Fragments(f, kv, query) => {
-                let tiles = match pass {
-                    backward::Pass::KeyValue => kv,
-                    backward::Pass::Query => query,
-                };
-                let loads = fragment_loads(dims, &[&q, &k, &v, &g], &strides);
-                let g16 = gd == Dtype::F16;
-                let key = format!(
-                    "attention_grad-fragments:{pass:?}:{d}:{dv}:{f:?}:{tiles:?}:{loads:?}:{g16}"
-                );
-                let p = context()?.pipeline(&key, || {
-                    fragments_backward::source(dims, tiles, pass, f, (loads, g16))
-                })?;
-                (p, tiles)
-            }
-        };
-        // The dK/dV pass: a workgroup per key/value head's block of keys
-        // (its group's query heads walked inside); the dQ pass: per query
-        // head's block of queries.
-        let (heads, l, block) = match pass {
-            backward::Pass::KeyValue => (dims.hkv, dims.lk, tiles.bk),
-            backward::Pass::Query => (h, lq, tiles.bq),
-        };
-        // A packed dtype's words are OR-ed into: the first pass clears them.
-        dispatch_groups(
-            &pipeline,
-            &meta,
-            &inputs,
-            &out,
-            (nq + nk + nv) * dtype.size_of(),
-            codegen::packed(dtype) && pass == backward::Pass::KeyValue,
-            b * heads * l.div_ceil(block),
-        )?;
-    }
-    if matches!(kernels, GradKernels::Fragments(..)) {
-        FRAGMENT_GRADS.fetch_add(1, Ordering::Relaxed);
-    }
-    Ok(out)
 }
