@@ -78,18 +78,20 @@
 //! Targets out of range (which the CPU rejects at eval) give a NaN loss and
 //! NaN gradient rows.
 
-use super::super::codegen;
-use super::super::device::context;
-use super::super::dispatch::dispatch;
-use super::super::elementwise::astype;
-use super::super::indexing::{Meta, VLOC};
-use super::super::matmul::{self, Destination};
-use super::super::pool::{alloc, supported};
+mod kernels;
+
 use crate::backend::common::loss::{LceArgs, chunk_cols};
+use crate::backend::gpu::codegen;
+use crate::backend::gpu::device::context;
+use crate::backend::gpu::elementwise::astype;
+use crate::backend::gpu::matmul::{self, Destination};
+use crate::backend::gpu::pool::{alloc, supported};
 use crate::data::{ArrayData, Operand};
 use crate::shape::size_of_shape;
 use crate::{Dtype, Error, Result};
-
+use kernels::{
+    column_mean, record_grad, resolve_targets, row_block_terms, row_terms, stats_source,
+};
 const OP: &str = "linear_cross_entropy";
 
 /// Resolved target of a row whose target equals the ignore index.
@@ -119,7 +121,7 @@ fn f32_dense(x: &Operand<'_>) -> Result<ArrayData> {
     if x.dtype != Dtype::F32 {
         astype(x, Dtype::F32)
     } else {
-        super::super::elementwise::dense(x)
+        crate::backend::gpu::elementwise::dense(x)
     }
 }
 
@@ -170,8 +172,8 @@ impl Setup {
         let half = a.h.dtype == Dtype::F16 && matmul::f16_f32_products()?;
         let (h, w) = if half {
             (
-                super::super::elementwise::dense(&a.h)?,
-                super::super::elementwise::dense(&a.w)?,
+                crate::backend::gpu::elementwise::dense(&a.h)?,
+                crate::backend::gpu::elementwise::dense(&a.w)?,
             )
         } else {
             (f32_dense(&a.h)?, f32_dense(&a.w)?)
@@ -248,174 +250,6 @@ impl Setup {
             .map(|c0| (c0, self.cols.min(self.vocab - c0)))
     }
 }
-
-/// Per row, a dense u32: its class, [`IGNORED`] when it equals the ignore
-/// index, `IGNORED - 1` when out of range.
-fn resolve_targets(
-    t: &ArrayData,
-    rows_shape: &[usize],
-    t_dtype: Dtype,
-    vocab: usize,
-    ignore: Option<i64>,
-) -> Result<ArrayData> {
-    let rows = size_of_shape(rows_shape);
-    // The ignore index as the target's 32 bits, when a target can equal it.
-    let range = match t_dtype {
-        Dtype::I32 => i32::MIN as i64..=i32::MAX as i64,
-        _ => 0..=u32::MAX as i64,
-    };
-    let ign = ignore.filter(|i| range.contains(i));
-    let mut m = Meta(vec![
-        rows as u32,
-        vocab as u32,
-        ign.is_some() as u32,
-        ign.unwrap_or(0) as u32,
-        0,
-    ]);
-    m.0[4] = m.view(t, rows_shape);
-    let key = format!("lce_targets:{t_dtype}");
-    let pipeline = context()?.pipeline(&key, || {
-        let mut s = String::from(codegen::PRELUDE);
-        s.push_str(codegen::META);
-        s.push_str(VLOC);
-        s.push_str(&codegen::input("t", 1, t_dtype));
-        s.push_str("@group(0) @binding(2) var<storage, read_write> out: array<u32>;\n");
-        s.push_str(codegen::ENTRY);
-        s.push_str(&format!(
-            r#" {{
-    {index}
-    if (i >= params[0]) {{ return; }}
-    let raw = bitcast<u32>(load_t(vloc(i, params[4])));
-    var r = raw;
-    if (params[2] != 0u && raw == params[3]) {{ r = {IGNORED}u; }} else if (raw >= params[1]) {{ r = {bad}u; }}
-    out[i] = r;
-}}
-"#,
-            index = codegen::THREAD_INDEX,
-            bad = IGNORED - 1,
-        ));
-        s
-    })?;
-    let out = alloc(&[rows], Dtype::U32)?;
-    dispatch(&pipeline, &m.0, &[t], &out, rows * 4, false, rows)?;
-    Ok(out)
-}
-
-/// `red` reductions over the 256 invocations of a workgroup (call from
-/// uniform control flow; every invocation gets the result).
-const WORKGROUP_REDUCE: &str = r#"
-var<workgroup> red: array<f32, 256>;
-fn reduce_max(v: f32, lid: u32) -> f32 {
-    red[lid] = v;
-    workgroupBarrier();
-    for (var s = 128u; s > 0u; s = s >> 1u) {
-        if (lid < s) { red[lid] = max(red[lid], red[lid + s]); }
-        workgroupBarrier();
-    }
-    let r = red[0];
-    workgroupBarrier();
-    return r;
-}
-fn reduce_sum(v: f32, lid: u32) -> f32 {
-    red[lid] = v;
-    workgroupBarrier();
-    for (var s = 128u; s > 0u; s = s >> 1u) {
-        if (lid < s) { red[lid] = red[lid] + red[lid + s]; }
-        workgroupBarrier();
-    }
-    let r = red[0];
-    workgroupBarrier();
-    return r;
-}
-"#;
-
-/// One workgroup per row: folds the chunk `x` (`[rows, n]`, classes `c0..`),
-/// read in [`codegen::row_walk`]'s unrolled rounds, into the row's running `(max, sum of exp(x - max), x[target], sum x)` in
-/// `stats`; after the last chunk writes the row's loss. The rows are
-/// `params[7]..` of the targets and losses (a block of rows).
-fn stats_source() -> String {
-    // A row's classes in unrolled rounds of 16 loads per invocation (the
-    // block's rows are 50,257 classes long: 13 rounds).
-    let walk = |take: &dyn Fn(&str) -> String| {
-        codegen::row_walk(
-            "n",
-            (256, codegen::ROW_LOADS),
-            "f32",
-            &|i| format!("x[base + {i}]"),
-            &|v, _| take(v),
-        )
-    };
-    let mut s = String::from(codegen::PRELUDE);
-    s.push_str(codegen::META);
-    s.push_str(WORKGROUP_REDUCE);
-    s.push_str(
-        r#"@group(0) @binding(1) var<storage, read> x: array<f32>;
-@group(0) @binding(2) var<storage, read> tg: array<u32>;
-@group(0) @binding(3) var<storage, read_write> stats: array<f32>;
-@group(0) @binding(4) var<storage, read_write> out: array<f32>;
-"#,
-    );
-    s.push_str(codegen::GROUP_ENTRY);
-    s.push_str(&format!(
-        r#" {{
-    {index}
-    let row = g;
-    if (row >= params[0]) {{ return; }}
-    let n = params[1];
-    let c0 = params[2];
-    let first = params[3] != 0u;
-    let last = params[4] != 0u;
-    let vocab = params[5];
-    let sm = bitcast<f32>(params[6]);
-    let ninf = bitcast<f32>(0xff800000u);
-    let base = row * n;
-    let t = tg[params[7] + row];
-    var m0 = ninf;
-    var s0 = 0.0;
-    var xt = 0.0;
-    var tot = 0.0;
-    if (!first) {{
-        m0 = stats[row * 4u];
-        s0 = stats[row * 4u + 1u];
-        xt = stats[row * 4u + 2u];
-        tot = stats[row * 4u + 3u];
-    }}
-    let k = lid;
-    var pm = ninf;
-{max_walk}    let m = max(m0, reduce_max(pm, lid));
-    var pe = 0.0;
-    var ps = 0.0;
-    if (m != ninf) {{
-{sum_walk}    }}
-    let fresh = reduce_sum(pe, lid);
-    let chunk_total = reduce_sum(ps, lid);
-    if (lid != 0u) {{ return; }}
-    if (m != ninf) {{
-        var carried = 0.0;
-        if (m0 != ninf) {{ carried = s0 * exp(m0 - m); }}
-        s0 = carried + fresh;
-        m0 = m;
-        if (t >= c0 && t < c0 + n) {{ xt = x[base + t - c0]; }}
-        tot = tot + chunk_total;
-    }}
-    stats[row * 4u] = m0;
-    stats[row * 4u + 1u] = s0;
-    stats[row * 4u + 2u] = xt;
-    stats[row * 4u + 3u] = tot;
-    if (last) {{
-        var loss = m0 + log(s0) - (1.0 - sm) * xt - sm * tot / f32(vocab);
-        if (t == {IGNORED}u) {{ loss = 0.0; }} else if (t >= vocab) {{ loss = bitcast<f32>(0x7fc00000u); }}
-        out[params[7] + row] = loss;
-    }}
-}}
-"#,
-        index = codegen::GROUP_INDEX,
-        max_walk = walk(&|v| format!("pm = max(pm, {v});")),
-        sum_walk = walk(&|v| format!("pe = pe + exp({v} - m); ps = ps + {v};")),
-    ));
-    s
-}
-
 /// Per-row cross-entropy of the logits `h @ w^T`, one chunk of classes at a
 /// time: f32 losses of shape `h.shape[..-1]`.
 pub fn linear_cross_entropy(a: &LceArgs<'_>) -> Result<ArrayData> {
@@ -440,7 +274,7 @@ pub fn linear_cross_entropy(a: &LceArgs<'_>) -> Result<ArrayData> {
             st.smoothing.to_bits(),
             0,
         ];
-        super::super::dispatch::dispatch_groups(
+        crate::backend::gpu::dispatch::dispatch_groups(
             &pipeline,
             &meta,
             &[&x, &st.tg, &stats],
@@ -452,216 +286,6 @@ pub fn linear_cross_entropy(a: &LceArgs<'_>) -> Result<ArrayData> {
     }
     Ok(out)
 }
-
-/// `mean(w, axis 0)` as dense f32 `[dims]` (for label smoothing).
-fn column_mean(st: &Setup) -> Result<ArrayData> {
-    let wd = st.operands();
-    let pipeline = context()?.pipeline(&format!("lce_column_mean:{wd}"), || {
-        let mut s = String::from(codegen::PRELUDE);
-        s.push_str(codegen::META);
-        s.push_str(&codegen::input("w", 1, wd));
-        s.push_str("@group(0) @binding(2) var<storage, read_write> out: array<f32>;\n");
-        s.push_str(codegen::ENTRY);
-        s.push_str(&format!(
-            r#" {{
-    {index}
-    let dims = params[0];
-    if (i >= dims) {{ return; }}
-    var acc = 0.0;
-    for (var v = 0u; v < params[1]; v = v + 1u) {{ acc = acc + load_w(params[2] + v * dims + i); }}
-    out[i] = acc / f32(params[1]);
-}}
-"#,
-            index = codegen::THREAD_INDEX,
-        ));
-        s
-    })?;
-    let out = alloc(&[st.dims], Dtype::F32)?;
-    let meta = [st.dims as u32, st.vocab as u32, st.w.offset() as u32];
-    dispatch(
-        &pipeline,
-        &meta,
-        &[&st.w],
-        &out,
-        st.dims * 4,
-        false,
-        st.dims,
-    )?;
-    Ok(out)
-}
-
-/// Per row `(logsumexp, cotangent)`: the logsumexp from the loss
-/// (`loss + (1 - s) x[t] + s mean(x)`, with `x[t]` and `mean(x)` as dot
-/// products); `(0, 0)` for ignored rows and rows with a zero cotangent,
-/// NaNs for rows whose target is out of range.
-fn row_terms(
-    st: &Setup,
-    loss: &ArrayData,
-    ct: &ArrayData,
-    w_mean: Option<&ArrayData>,
-) -> Result<ArrayData> {
-    row_block_terms(st, 0, st.rows, loss, ct, w_mean)
-}
-
-/// [`row_terms`] of the rows `r0..r0 + rows` (`loss` and `ct` are views
-/// starting at row `r0`), numbered from 0 in the result.
-fn row_block_terms(
-    st: &Setup,
-    r0: usize,
-    rows: usize,
-    loss: &ArrayData,
-    ct: &ArrayData,
-    w_mean: Option<&ArrayData>,
-) -> Result<ArrayData> {
-    let smooth = w_mean.is_some();
-    let hw = st.operands();
-    let key = format!("lce_rows:{smooth}:{hw}");
-    let pipeline = context()?.pipeline(&key, || {
-        let mut s = String::from(codegen::PRELUDE);
-        s.push_str(codegen::META);
-        s.push_str(&codegen::input("h", 1, hw));
-        s.push_str(&codegen::input("w", 2, hw));
-        s.push_str(
-            r#"@group(0) @binding(3) var<storage, read> tg: array<u32>;
-@group(0) @binding(4) var<storage, read> ct: array<f32>;
-@group(0) @binding(5) var<storage, read> loss: array<f32>;
-"#,
-        );
-        let out_at = if smooth {
-            s.push_str("@group(0) @binding(6) var<storage, read> wm: array<f32>;\n");
-            7
-        } else {
-            6
-        };
-        s.push_str(&format!(
-            "@group(0) @binding({out_at}) var<storage, read_write> out: array<f32>;\n"
-        ));
-        s.push_str(codegen::ENTRY);
-        let mean = if smooth {
-            "for (var d = 0u; d < dims; d = d + 1u) { mean = mean + load_h(hb + d) * wm[d]; }"
-        } else {
-            ""
-        };
-        s.push_str(&format!(
-            r#" {{
-    {index}
-    if (i >= params[0]) {{ return; }}
-    let dims = params[1];
-    let vocab = params[2];
-    let sm = bitcast<f32>(params[3]);
-    let t = tg[params[8] + i];
-    let c = ct[params[6] + i];
-    var lse = 0.0;
-    var cr = 0.0;
-    if (t < vocab && c != 0.0) {{
-        let hb = params[4] + i * dims;
-        let wb = params[5] + t * dims;
-        var xt = 0.0;
-        for (var d = 0u; d < dims; d = d + 1u) {{ xt = xt + load_h(hb + d) * load_w(wb + d); }}
-        var mean = 0.0;
-        {mean}
-        lse = loss[params[7] + i] + (1.0 - sm) * xt + sm * mean;
-        cr = c;
-    }} else if (t == {bad}u) {{
-        lse = bitcast<f32>(0x7fc00000u);
-        cr = lse;
-    }}
-    out[i * 2u] = lse;
-    out[i * 2u + 1u] = cr;
-}}
-"#,
-            index = codegen::THREAD_INDEX,
-            bad = IGNORED - 1,
-        ));
-        s
-    })?;
-    let out = alloc(&[rows, 2], Dtype::F32)?;
-    let meta = [
-        rows as u32,
-        st.dims as u32,
-        st.vocab as u32,
-        st.smoothing.to_bits(),
-        (st.h.offset() + r0 * st.dims) as u32,
-        st.w.offset() as u32,
-        ct.offset() as u32,
-        loss.offset() as u32,
-        r0 as u32,
-    ];
-    let mut inputs = vec![&st.h, &st.w, &st.tg, ct, loss];
-    inputs.extend(w_mean);
-    dispatch(&pipeline, &meta, &inputs, &out, rows * 8, false, rows)?;
-    Ok(out)
-}
-
-/// Over the chunk `x` (`[rows, n]`, classes `c0..`):
-/// `ct * (softmax(x) - (1 - s) onehot(t) - s / V)`, zero for rows whose
-/// cotangent is zero, in place; with `half`, rounded to f16 into `g`
-/// instead (`x` left as it was). The rows are `params[5]..` of the targets.
-fn grad_source(half: bool) -> String {
-    let mut s = String::from(codegen::PRELUDE);
-    s.push_str(codegen::META);
-    s.push_str(
-        r#"@group(0) @binding(1) var<storage, read> terms: array<f32>;
-@group(0) @binding(2) var<storage, read> tg: array<u32>;
-"#,
-    );
-    s.push_str(if half {
-        "@group(0) @binding(3) var<storage, read> x: array<f32>;\n\
-         @group(0) @binding(4) var<storage, read_write> gh: array<f16>;\n\
-         fn store_g(i: u32, v: f32) { gh[i] = f16(round_f16(v)); }\n"
-    } else {
-        "@group(0) @binding(3) var<storage, read_write> x: array<f32>;\n\
-         fn store_g(i: u32, v: f32) { x[i] = v; }\n"
-    });
-    s.push_str(codegen::ENTRY);
-    s.push_str(&format!(
-        r#" {{
-    {index}
-    let n = params[1];
-    if (i >= params[0] * n) {{ return; }}
-    let r = i / n;
-    let j = i % n;
-    let lse = terms[r * 2u];
-    let c = terms[r * 2u + 1u];
-    let sm = bitcast<f32>(params[3]);
-    var g = 0.0;
-    if (c != 0.0) {{
-        g = exp(x[i] - lse) * c - c * sm / f32(params[4]);
-        if (tg[params[5] + r] == params[2] + j) {{ g = g - c * (1.0 - sm); }}
-    }}
-    store_g(i, g);
-}}
-"#,
-        index = codegen::THREAD_INDEX,
-    ));
-    s
-}
-
-/// Records [`grad_source`]'s kernel over the `[rows, n]` logits `x` with
-/// `meta`: in place, or into the f16 scratch `g` where the products take
-/// f16 operands. Returns the products' gradient operand (`g` or `x`).
-fn record_grad<'a>(
-    meta: &[u32],
-    terms: &ArrayData,
-    tg: &ArrayData,
-    x: &'a ArrayData,
-    g: Option<&'a ArrayData>,
-    count: usize,
-) -> Result<&'a ArrayData> {
-    let half = g.is_some();
-    let pipeline = context()?.pipeline(&format!("lce_grad:{half}"), || grad_source(half))?;
-    match g {
-        Some(g) => {
-            dispatch(&pipeline, meta, &[terms, tg, x], g, count * 2, false, count)?;
-            Ok(g)
-        }
-        None => {
-            dispatch(&pipeline, meta, &[terms, tg], x, count * 4, false, count)?;
-            Ok(x)
-        }
-    }
-}
-
 /// The gradients of [`linear_cross_entropy`] for row cotangents `ct` given
 /// its f32 `loss`: one flat buffer of `a.h.dtype` holding `dh` (`h`'s shape)
 /// followed by `dw` (`[V, D]`).
@@ -819,7 +443,7 @@ pub fn linear_cross_entropy_value_and_grad(
             st.smoothing.to_bits(),
             r0 as u32,
         ];
-        super::super::dispatch::dispatch_groups(
+        crate::backend::gpu::dispatch::dispatch_groups(
             &stats_kernel,
             &meta,
             &[&x, &st.tg, &stats],
