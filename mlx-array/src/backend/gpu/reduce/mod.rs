@@ -48,6 +48,10 @@
 //! replace 5 of the 6 steps; the backend does not request the feature
 //! yet.
 
+mod arg;
+
+pub use arg::arg_reduce;
+
 use super::codegen::{self, compute_type};
 use super::device::context;
 use super::dispatch::{dispatch, dispatch_groups};
@@ -56,6 +60,18 @@ use crate::backend::common::reduce::ReduceOp;
 use crate::data::{ArrayData, Operand};
 use crate::shape::size_of_shape;
 use crate::{Dtype, Result};
+
+/// The kernel reducing an output per workgroup (a template).
+const PER_GROUP: &str = include_str!("per_group.wgsl");
+
+/// The kernel reducing an output per invocation (a template).
+const PER_THREAD: &str = include_str!("per_thread.wgsl");
+
+/// The kernel reducing rows by teams of invocations (a template).
+const ROWS: &str = include_str!("rows.wgsl");
+
+/// The WGSL of `base` and `at` (a template).
+const LOCATORS: &str = include_str!("locators.wgsl");
 
 /// Runs no longer than this are folded by one invocation each.
 const SHORT_RUN: usize = 32;
@@ -202,24 +218,7 @@ fn locators(flat_run: bool) -> String {
     return idx;"#
             .to_string()
     };
-    format!(
-        r#"
-fn base(o: u32) -> i32 {{
-    let nk = params[2];
-    var idx = bitcast<i32>(params[4]);
-    var rem = o;
-    for (var d = i32(nk) - 1; d >= 0; d = d - 1) {{
-        let s = params[5u + u32(d)];
-        idx = idx + i32(rem % s) * bitcast<i32>(params[5u + nk + u32(d)]);
-        rem = rem / s;
-    }}
-    return idx;
-}}
-fn at(r: u32) -> i32 {{
-{at}
-}}
-"#
-    )
+    codegen::fill(LOCATORS, &[("at", &at)])
 }
 
 /// The accumulator type, its initial value, how a loaded value enters it,
@@ -354,33 +353,19 @@ fn rows_source(f: &Fold, dtype: Dtype, (team, unroll, vec4): (usize, usize, bool
     } else {
         format!("@group(0) @binding(1) var<storage, read> in0: array<{t}>;\n")
     };
-    format!(
-        r#"{decl}var<workgroup> part: array<{acc}, 256>;
-{entry} {{
-    {index}
-    let row = g * {rows}u + lid / {team}u;
-    let k = lid % {team}u;
-    let live = row < params[0];
-    var acc: {acc} = {init};
-    if (live) {{
-        let b = base(row);
-        let b4 = u32(b) / 4u;
-{walk}    }}
-    part[lid] = acc;
-    workgroupBarrier();
-    for (var s = {half}u; s > 0u; s = s >> 1u) {{
-        if (k < s) {{ part[lid] = merge(part[lid], part[lid + s]); }}
-        workgroupBarrier();
-    }}
-    if (live && k == 0u) {{ store_out(row, finish(part[lid])); }}
-}}
-"#,
-        acc = f.acc,
-        init = f.init,
-        entry = codegen::GROUP_ENTRY,
-        index = codegen::GROUP_INDEX,
-        rows = 256 / team,
-        half = team / 2,
+    codegen::fill(
+        ROWS,
+        &[
+            ("decl", &decl),
+            ("acc", f.acc),
+            ("entry", codegen::GROUP_ENTRY),
+            ("index", codegen::GROUP_INDEX),
+            ("rows", &(256 / team).to_string()),
+            ("team", &team.to_string()),
+            ("init", f.init),
+            ("walk", &walk),
+            ("half", &(team / 2).to_string()),
+        ],
     )
 }
 
@@ -478,21 +463,13 @@ fn run(
         ));
         if p.per_thread {
             src.push_str(codegen::ENTRY);
-            src.push_str(&format!(
-                r#" {{
-    {index}
-    if (i >= params[0]) {{ return; }}
-    let b = base(i);
-    var acc: {acc} = {init};
-    for (var r = 0u; r < params[1]; r = r + 1u) {{
-        acc = merge(acc, value(b + at(r)));
-    }}
-    store_out(i, finish(acc));
-}}
-"#,
-                index = codegen::THREAD_INDEX,
-                acc = f.acc,
-                init = f.init,
+            src.push_str(&codegen::fill(
+                PER_THREAD,
+                &[
+                    ("index", codegen::THREAD_INDEX),
+                    ("acc", f.acc),
+                    ("init", f.init),
+                ],
             ));
         } else {
             src.push_str(&format!(
@@ -500,29 +477,13 @@ fn run(
                 f.acc,
                 codegen::GROUP_ENTRY
             ));
-            src.push_str(&format!(
-                r#" {{
-    {index}
-    let live = g < params[0];
-    var acc: {acc} = {init};
-    if (live) {{
-        let b = base(g);
-        for (var r = lid; r < params[1]; r = r + 256u) {{
-            acc = merge(acc, value(b + at(r)));
-        }}
-    }}
-    part[lid] = acc;
-    workgroupBarrier();
-    for (var s = 128u; s > 0u; s = s >> 1u) {{
-        if (lid < s) {{ part[lid] = merge(part[lid], part[lid + s]); }}
-        workgroupBarrier();
-    }}
-    if (live && lid == 0u) {{ store_out(g, finish(part[0])); }}
-}}
-"#,
-                index = codegen::GROUP_INDEX,
-                acc = f.acc,
-                init = f.init,
+            src.push_str(&codegen::fill(
+                PER_GROUP,
+                &[
+                    ("index", codegen::GROUP_INDEX),
+                    ("acc", f.acc),
+                    ("init", f.init),
+                ],
             ));
         }
         src
@@ -536,117 +497,6 @@ fn run(
         dispatch(&pipeline, &p.meta, &[data], &out, bytes, clear, p.n_out)?;
     } else {
         dispatch_groups(&pipeline, &p.meta, &[data], &out, bytes, clear, p.n_out)?;
-    }
-    Ok(out)
-}
-
-/// Index (uint32) of the first maximum (or minimum) along `axis`, kept
-/// dimensions only; a NaN counts as the extreme (the first NaN wins), as
-/// on the CPU. The axis must not be empty.
-pub fn arg_reduce(is_max: bool, x: &Operand<'_>, axis: usize) -> Result<ArrayData> {
-    let (data, shape, dtype) = (&x.data, x.shape, x.dtype);
-    supported(dtype)?;
-    codegen::check_size("arg_reduce", size_of_shape(shape), &[data])?;
-    let p = plan(data, shape, &[axis]);
-    let kept: Vec<usize> = (0..shape.len())
-        .filter(|&a| a != axis)
-        .map(|a| shape[a])
-        .collect();
-    let out = alloc(&kept, Dtype::U32)?;
-    if p.n_out == 0 {
-        return Ok(out);
-    }
-    let t = compute_type(dtype);
-    let key = format!(
-        "argreduce:{is_max}:{dtype}:{}",
-        if p.per_thread { "thread" } else { "group" }
-    );
-    let pipeline = context()?.pipeline(&key, || {
-        let mut src = String::from(codegen::PRELUDE);
-        src.push_str(codegen::IS_NAN);
-        src.push_str(codegen::META);
-        src.push_str(&codegen::input("in0", 1, dtype));
-        src.push_str(&codegen::output(2, Dtype::U32));
-        src.push_str(&locators(true));
-        let nan = if t == "f32" {
-            "    let an = is_nan(av);\n    let bn = is_nan(bv);\n    \
-             if (an || bn) { return bn && (!an || bi < ai); }\n"
-        } else {
-            ""
-        };
-        let cmp = if is_max { ">" } else { "<" };
-        // Whether candidate (bv, bi) replaces (av, ai); index EMPTY is no candidate.
-        src.push_str(&format!(
-            r#"
-const EMPTY: u32 = 0xffffffffu;
-fn take(av: {t}, ai: u32, bv: {t}, bi: u32) -> bool {{
-    if (bi == EMPTY) {{ return false; }}
-    if (ai == EMPTY) {{ return true; }}
-{nan}    if (bv == av) {{ return bi < ai; }}
-    return bv {cmp} av;
-}}
-"#
-        ));
-        if p.per_thread {
-            src.push_str(codegen::ENTRY);
-            src.push_str(&format!(
-                r#" {{
-    {index}
-    if (i >= params[0]) {{ return; }}
-    let b = base(i);
-    var bv = load_in0(u32(b));
-    var bi = 0u;
-    for (var r = 1u; r < params[1]; r = r + 1u) {{
-        let v = load_in0(u32(b + at(r)));
-        if (take(bv, bi, v, r)) {{ bv = v; bi = r; }}
-    }}
-    store_out(i, bi);
-}}
-"#,
-                index = codegen::THREAD_INDEX,
-            ));
-        } else {
-            src.push_str(&format!(
-                "var<workgroup> part_v: array<{t}, 256>;\n\
-                 var<workgroup> part_i: array<u32, 256>;\n{}",
-                codegen::GROUP_ENTRY
-            ));
-            src.push_str(&format!(
-                r#" {{
-    {index}
-    let live = g < params[0];
-    var bv: {t};
-    var bi = EMPTY;
-    if (live) {{
-        let b = base(g);
-        for (var r = lid; r < params[1]; r = r + 256u) {{
-            let v = load_in0(u32(b + at(r)));
-            if (take(bv, bi, v, r)) {{ bv = v; bi = r; }}
-        }}
-    }}
-    part_v[lid] = bv;
-    part_i[lid] = bi;
-    workgroupBarrier();
-    for (var s = 128u; s > 0u; s = s >> 1u) {{
-        if (lid < s && take(part_v[lid], part_i[lid], part_v[lid + s], part_i[lid + s])) {{
-            part_v[lid] = part_v[lid + s];
-            part_i[lid] = part_i[lid + s];
-        }}
-        workgroupBarrier();
-    }}
-    if (live && lid == 0u) {{ store_out(g, part_i[0]); }}
-}}
-"#,
-                index = codegen::GROUP_INDEX,
-            ));
-        }
-        src
-    })?;
-    let bytes = p.n_out * 4;
-    if p.per_thread {
-        dispatch(&pipeline, &p.meta, &[data], &out, bytes, false, p.n_out)?;
-    } else {
-        dispatch_groups(&pipeline, &p.meta, &[data], &out, bytes, false, p.n_out)?;
     }
     Ok(out)
 }
