@@ -30,6 +30,7 @@ pub mod tensorboard;
 #[doc(hidden)]
 pub mod testing;
 pub mod trainer;
+pub mod weights;
 
 pub use config::{
     Batching, CommunicationDtype, DataSource, FloatDtype, ScheduleKind, ShardMode, TokenizerChoice,

@@ -10,9 +10,10 @@
 //! reorders the rows of every query and key projection within each head
 //! (see [`hf::halves_row_order`]), which leaves the logits unchanged.
 
-pub mod hf;
 pub mod mlx;
-pub mod names;
+// The names and layouts import reads too (`crate::weights`), here where
+// exporters have always found them.
+pub use crate::weights::{WEIGHTS, hf, names};
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -23,9 +24,6 @@ use mlx_data::TextTokenizer;
 use mlx_nn::ModuleExt;
 
 use crate::Llama;
-
-/// The weights file of an export.
-pub const WEIGHTS: &str = "model.safetensors";
 
 /// Whose layout to write.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]

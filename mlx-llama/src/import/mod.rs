@@ -24,7 +24,7 @@ use mlx_array::Array;
 use mlx_nn::Module;
 use serde_json::Value;
 
-use crate::export::{WEIGHTS, hf, names};
+use crate::weights::{WEIGHTS, hf, names};
 use crate::{Llama, LlamaConfig};
 
 /// The index of a sharded safetensors checkpoint.
