@@ -270,18 +270,7 @@ pub fn check(krate: &Crate, rules: &CrateRules, prefix: &str) -> Vec<Violation> 
     }
 
     // Circles.
-    let mut edges: BTreeMap<(Module, Module), (usize, usize)> = BTreeMap::new();
-    for re in &refs {
-        let from = &krate.files[re.file].module;
-        // A module and its own submodules are one unit here: the parent
-        // mounts, re-exports and drives its children, which use what it
-        // holds for them all.
-        if !re.defined.starts_with(from) && !from.starts_with(&re.defined) {
-            edges
-                .entry((from.clone(), re.defined.clone()))
-                .or_insert((re.file, re.line));
-        }
-    }
+    let edges = graph(krate, &refs);
     let mut used = vec![false; rules.circles.len()];
     for scc in circles(&edges) {
         let allowed = rules
@@ -329,6 +318,49 @@ pub fn check(krate: &Crate, rules: &CrateRules, prefix: &str) -> Vec<Violation> 
         }
     }
     found.into_iter().collect()
+}
+
+/// The module graph: an edge from each module to each module that defines
+/// a name it uses, with the first place (file, line) it does.
+fn graph(krate: &Crate, refs: &[Reference]) -> BTreeMap<(Module, Module), (usize, usize)> {
+    let mut edges = BTreeMap::new();
+    for re in refs {
+        let from = &krate.files[re.file].module;
+        // A module and its own submodules are one unit here: the parent
+        // mounts, re-exports and drives its children, which use what it
+        // holds for them all.
+        if !re.defined.starts_with(from) && !from.starts_with(&re.defined) {
+            edges
+                .entry((from.clone(), re.defined.clone()))
+                .or_insert((re.file, re.line));
+        }
+    }
+    edges
+}
+
+/// The module graph's edges within its circles, as `from -> to (file:line)`
+/// lines (files named `prefix` + their path under `src/`).
+pub fn circle_edges(krate: &Crate, prefix: &str) -> Vec<String> {
+    let r = Resolver::new(krate);
+    let edges = graph(krate, &references(krate, &r));
+    let mut out = Vec::new();
+    for scc in circles(&edges) {
+        out.push(format!(
+            "circle: {}",
+            scc.iter().map(|m| name(m)).collect::<Vec<_>>().join(", ")
+        ));
+        for ((a, b), (file, line)) in &edges {
+            if scc.contains(a) && scc.contains(b) {
+                out.push(format!(
+                    "  {} -> {} ({prefix}{}:{line})",
+                    name(a),
+                    name(b),
+                    krate.files[*file].rel
+                ));
+            }
+        }
+    }
+    out
 }
 
 /// The strongly connected components of more than one module (Tarjan).

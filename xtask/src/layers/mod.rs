@@ -36,11 +36,26 @@ pub struct Args {
     /// one by default.
     #[arg(long)]
     root: Option<PathBuf>,
+    /// Instead of checking, list the import circles of this crate (allowed
+    /// or not) with every edge inside them and where it is.
+    #[arg(long, value_name = "CRATE")]
+    circles: Option<String>,
 }
 
 /// Checks every workspace member and prints what breaks the table.
 pub fn run(a: Args) -> Result<()> {
     let root = a.root.unwrap_or_else(crate::util::root);
+    if let Some(member) = a.circles {
+        let text = std::fs::read_to_string(root.join("layers.toml"))?;
+        let tests = table::parse(&text)?
+            .get(&member)
+            .is_some_and(|r| r.check_tests);
+        let krate = source::read(&root.join(&member).join("src"), tests)?;
+        for line in check::circle_edges(&krate, &format!("{member}/src/")) {
+            println!("{line}");
+        }
+        return Ok(());
+    }
     let found = check_workspace(&root)?;
     for v in &found {
         println!("{v}");

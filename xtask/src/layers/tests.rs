@@ -1,6 +1,6 @@
 //! The tool on small source trees, and on the workspace itself.
 
-use super::check::{Resolver, check};
+use super::check::{Resolver, check, circle_edges};
 use super::source::{Crate, from_texts};
 use super::table::CrateRules;
 
@@ -153,6 +153,16 @@ fn an_import_circle_is_found_and_can_be_allowed() {
     assert!(
         all[0].starts_with("src/a.rs:1: import circle a -> b -> c -> a (each step at src/a.rs:1, src/b.rs:2, src/c.rs:1;"),
         "{all:#?}"
+    );
+    // `xtask layers --circles` lists each circle with its edges.
+    assert_eq!(
+        circle_edges(&read(&files, false), "src/"),
+        [
+            "circle: a, b, c",
+            "  a -> b (src/a.rs:1)",
+            "  b -> c (src/b.rs:2)",
+            "  c -> a (src/c.rs:1)"
+        ]
     );
     let allowed = "[[circles]]\nmodules = [\"a\", \"b\", \"c\"]\nwhy = \"a test\"\n";
     assert_eq!(found(&files, allowed), Vec::<String>::new());
