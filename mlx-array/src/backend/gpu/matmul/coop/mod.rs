@@ -74,9 +74,19 @@
 use super::loads::{Slice, VecLoads};
 use super::{Epilogue, View};
 use crate::Dtype;
+use crate::backend::gpu::codegen;
 pub(super) use crate::backend::gpu::fragment::Fragments;
 use crate::backend::gpu::fragment::{LANES, Layout, Operand};
 use crate::settings::GpuCoopTile;
+
+/// The kernel (a template).
+const PRODUCT: &str = include_str!("product.wgsl");
+
+/// The single-buffered main loop (a template).
+const MAIN_LOOP: &str = include_str!("main_loop.wgsl");
+
+/// The double-buffered main loop (a template).
+const MAIN_LOOP_DOUBLE: &str = include_str!("main_loop_double.wgsl");
 
 /// Depth of one staged slice (two fragment steps).
 pub(super) const DEPTH: usize = 32;
@@ -275,8 +285,8 @@ pub(super) fn source(
     let sa_stride = DEPTH + PAD;
     let sb_stride = bn + PAD;
     let mut src = String::from(fragments.enable());
-    src.push_str(super::super::codegen::PRELUDE);
-    src.push_str(super::super::codegen::META);
+    src.push_str(crate::backend::gpu::codegen::PRELUDE);
+    src.push_str(crate::backend::gpu::codegen::META);
     for (name, binding, vector) in [("a", 1, loads.a), ("b", 2, loads.b)] {
         let ty = if vector { "vec4<f16>" } else { "f16" };
         src.push_str(&format!(
@@ -284,7 +294,9 @@ pub(super) fn source(
         ));
     }
     src.push_str(&match epilogue {
-        Epilogue::Store if out_dtype == Dtype::F16 => super::super::codegen::native_f16_output(3),
+        Epilogue::Store if out_dtype == Dtype::F16 => {
+            crate::backend::gpu::codegen::native_f16_output(3)
+        }
         Epilogue::Addend(_) => {
             super::output_decl(3, out_dtype, epilogue, super::PRODUCT_ADDEND_SHIFT)
         }
@@ -446,80 +458,50 @@ pub(super) fn source(
         // the other buffer after the present one's products; every
         // invocation finished reading that buffer before the last
         // barrier, and one barrier makes the new slice visible.
-        format!(
-            r#"    var k0 = 0u;
-    var cur = 0u;
-    {{
-        let kf = 0u;
-        let pa = 0u;
-        let pb = 0u;
-{fetch}{put}    }}
-    workgroupBarrier();
-    loop {{
-        if (k0 >= k) {{ break; }}
-        let kf = k0 + {DEPTH}u;
-        let next = kf < k;
-        if (next) {{
-{fetch}        }}
-        let abuf = cur * {a_len}u;
-        let bbuf = cur * {b_len}u;
-{step}        let nbuf = 1u - cur;
-        if (next) {{
-            let pa = nbuf * {a_len}u;
-            let pb = nbuf * {b_len}u;
-{put}        }}
-        workgroupBarrier();
-        cur = nbuf;
-        k0 = kf;
-    }}
-"#
+        codegen::fill(
+            MAIN_LOOP_DOUBLE,
+            &[
+                ("fetch", &fetch),
+                ("put", &put),
+                ("DEPTH", &DEPTH.to_string()),
+                ("a_len", &a_len.to_string()),
+                ("b_len", &b_len.to_string()),
+                ("step", &step),
+            ],
         )
     } else {
-        format!(
-            r#"    var k0 = 0u;
-    {{
-        let kf = 0u;
-{fetch}    }}
-    loop {{
-        if (k0 >= k) {{ break; }}
-{put}        workgroupBarrier();
-        let kf = k0 + {DEPTH}u;
-        if (kf < k) {{
-{fetch}        }}
-{step}        workgroupBarrier();
-        k0 = kf;
-    }}
-"#
+        codegen::fill(
+            MAIN_LOOP,
+            &[
+                ("fetch", &fetch),
+                ("put", &put),
+                ("DEPTH", &DEPTH.to_string()),
+                ("step", &step),
+            ],
         )
     };
-    src.push_str(&format!(
-        r#"
-var<workgroup> sa: array<f16, {sa_len}>;
-var<workgroup> sb: array<f16, {sb_len}>;
-var<workgroup> stage: array<f32, {stage_len}>;
-@compute @workgroup_size({inv})
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nw: vec3<u32>, @builtin(local_invocation_index) lid: u32) {{
-    let g = wid.x + wid.y * nw.x;
-    if (g >= params[6]) {{ return; }}
-{prologue}
-    let sg = lid / 32u;
-    let lane = lid % 32u;
-    {lanes}    let wr = (sg / {sg_cols}u) * {wm}u;
-    let wc = (sg % {sg_cols}u) * {wn}u;
-    let row_base = tm * {bm}u;
-    let col_base = tn * {bn}u;
-{decl}{regs}
-{main_loop}    let ob = params[13] + bi * m * n;
-{epilogue}}}
-"#,
-        sa_len = buffers * a_len,
-        sb_len = buffers * b_len,
-        stage_len = 256 * staged * tiling.sg_rows * tiling.sg_cols,
-        sg_cols = tiling.sg_cols,
-        wm = fm * 16,
-        wn = fnn * 16,
-        prologue = super::PROLOGUE,
-        lanes = LANES,
+    src.push_str(&codegen::fill(
+        PRODUCT,
+        &[
+            ("sa_len", &(buffers * a_len).to_string()),
+            ("sb_len", &(buffers * b_len).to_string()),
+            (
+                "stage_len",
+                &(256 * staged * tiling.sg_rows * tiling.sg_cols).to_string(),
+            ),
+            ("inv", &inv.to_string()),
+            ("prologue", super::PROLOGUE),
+            ("lanes", LANES),
+            ("sg_cols", &(tiling.sg_cols).to_string()),
+            ("wm", &(fm * 16).to_string()),
+            ("wn", &(fnn * 16).to_string()),
+            ("bm", &bm.to_string()),
+            ("bn", &bn.to_string()),
+            ("decl", &decl),
+            ("regs", &regs),
+            ("main_loop", &main_loop),
+            ("epilogue", &epilogue),
+        ],
     ));
     src
 }
@@ -591,64 +573,4 @@ fn stage(name: &str, shared: &str, slice: &Slice<'_>, [regs, fetch, put]: [&mut 
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// `(buffers, staged, bytes)` of `tiling` within `limit` bytes.
-    fn chosen(tiling: Tiling, limit: usize, double: bool) -> (usize, usize, usize) {
-        let s = Staging::choose(tiling, limit, double);
-        (s.buffers, s.staged, tiling.shared_bytes_for(s))
-    }
-
-    #[test]
-    fn stagings_fill_the_workgroup_memory_as_documented() {
-        let (h100, lavapipe) = (48 << 10, 32 << 10);
-        // Two buffers where they fit, the staging fragments in what is left.
-        assert_eq!(chosen(Tiling::LARGE_4, h100, true), (2, 2, 46_080));
-        assert_eq!(chosen(Tiling::LARGE_8, h100, true), (2, 1, 46_080));
-        assert_eq!(chosen(Tiling::SMALL, h100, true), (2, 4, 35_840));
-        // One buffer: more staging fragments a round.
-        assert_eq!(chosen(Tiling::LARGE_4, h100, false), (1, 4, 35_328));
-        assert_eq!(chosen(Tiling::LARGE_8, h100, false), (1, 2, 35_328));
-        assert_eq!(chosen(Tiling::SMALL, h100, false), (1, 4, 26_112));
-        // 32 KiB: only the 64 x 64 tiling has room for two buffers.
-        assert_eq!(chosen(Tiling::LARGE_4, lavapipe, true), (1, 2, 27_136));
-        assert_eq!(chosen(Tiling::LARGE_8, lavapipe, true), (1, 1, 27_136));
-        assert_eq!(chosen(Tiling::SMALL, lavapipe, true), (2, 2, 27_648));
-        // The least always fits where the template runs at all.
-        for tiling in Tiling::ALL {
-            assert_eq!(
-                tiling.shared_bytes(),
-                tiling.shared_bytes_for(Staging::LEAST)
-            );
-            assert!(tiling.shared_bytes() <= lavapipe);
-        }
-    }
-
-    #[test]
-    fn the_double_buffered_loop_has_one_barrier_a_slice() {
-        let barriers = |staging: Staging| {
-            let src = source(
-                Tiling::SMALL,
-                staging,
-                Fragments::Plain,
-                View {
-                    a_cols: false,
-                    b_cols: false,
-                },
-                Dtype::F16,
-                Epilogue::Store,
-                VecLoads::default(),
-            );
-            let main = &src[src.find("loop {").unwrap()..src.find("let ob =").unwrap()];
-            main.matches("workgroupBarrier()").count()
-        };
-        let one = |staged| Staging { buffers: 1, staged };
-        let two = Staging {
-            buffers: 2,
-            staged: 4,
-        };
-        assert_eq!(barriers(one(4)), 2);
-        assert_eq!(barriers(two), 1);
-    }
-}
+mod tests;
