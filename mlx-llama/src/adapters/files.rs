@@ -9,7 +9,7 @@
 //! from a Hugging Face model), while ours rotates interleaved pairs. So the
 //! output rows of a query or key adapter (`B`'s rows, DoRA's magnitude) are
 //! reordered within each head as `export --format hf` reorders the
-//! projections' weights ([`crate::export::hf::halves_row_order`]), and back
+//! projections' weights ([`crate::weights::hf::halves_row_order`]), and back
 //! when read; `A` (rank by input) is unaffected. [`Rows::Interleaved`]
 //! leaves them as ours, for a base exported with `--format mlx`
 //! (`rope_traditional`).
@@ -346,7 +346,7 @@ pub(crate) fn reorder(config: &LlamaConfig, adapters: &mut Adapters, to_halves: 
     let d = config.head_dim();
     let mut orders = HashMap::new();
     for heads in [config.num_heads, config.kv_heads()] {
-        let order = crate::export::hf::halves_row_order(heads, d);
+        let order = crate::weights::hf::halves_row_order(heads, d);
         let order = if to_halves {
             order
         } else {
@@ -368,7 +368,7 @@ pub(crate) fn reorder(config: &LlamaConfig, adapters: &mut Adapters, to_halves: 
         for (slot, cols) in [(&mut pair.b, None), (&mut pair.m, Some(1))] {
             if let Some(x) = slot {
                 let cols = cols.unwrap_or_else(|| x.shape.get(1).copied().unwrap_or(1));
-                x.values = crate::export::hf::reorder_rows(&x.values, cols, order);
+                x.values = crate::weights::hf::reorder_rows(&x.values, cols, order);
             }
         }
     }
