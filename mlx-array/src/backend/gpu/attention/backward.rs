@@ -11,6 +11,27 @@ use super::{SIDE, Tiles, header, quad_cols, quad_stride, stage, store_quad, unro
 use crate::Dtype;
 use crate::backend::common::attention::AttentionDims;
 
+/// WGSL of `source` (a template).
+const BACKWARD_SOURCE_6_WGSL: &str = include_str!("backward_source_6.wgsl");
+
+/// WGSL of `source` (a template).
+const BACKWARD_SOURCE_5_WGSL: &str = include_str!("backward_source_5.wgsl");
+
+/// WGSL of `source` (a template).
+const BACKWARD_SOURCE_4_WGSL: &str = include_str!("backward_source_4.wgsl");
+
+/// WGSL of `delta_source`.
+const BACKWARD_DELTA_SOURCE_WGSL: &str = include_str!("backward_delta_source.wgsl");
+
+/// WGSL of `source`.
+const BACKWARD_SOURCE_3_WGSL: &str = include_str!("backward_source_3.wgsl");
+
+/// WGSL of `source` (a template).
+const BACKWARD_SOURCE_2_WGSL: &str = include_str!("backward_source_2.wgsl");
+
+/// WGSL of `source` (a template).
+const BACKWARD_SOURCE_WGSL: &str = include_str!("backward_source.wgsl");
+
 /// The two passes over blocks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Pass {
@@ -48,19 +69,7 @@ pub(super) fn delta_source(dims: &AttentionDims, g: Dtype) -> String {
     s.push_str(super::codegen::ENTRY);
     s.push_str(" {\n    ");
     s.push_str(super::codegen::THREAD_INDEX);
-    s.push_str(
-        r#"
-    if (i >= b() * h() * lq()) { return; }
-    let qi = i % lq();
-    let bh = i / lq();
-    let o0 = params[6] + ((bh / h() * lq() + qi) * h() + bh % h()) * DV;
-    let g0 = row_of(3u, params[7], bh, qi);
-    var delta = 0.0;
-    for (var c = 0u; c < DV; c = c + 1u) { delta = delta + load_g(g0 + c) * load_packed(o0 + c); }
-    store_out(i, delta);
-}
-"#,
-    );
+    s.push_str(BACKWARD_DELTA_SOURCE_WGSL);
     s
 }
 
@@ -86,22 +95,15 @@ pub(super) fn source(
         ("delta", Dtype::F32),
     ];
     let mut s = header(dims, &inputs, t, loads, &["q", "k", "v", "g"], dtype);
-    s.push_str(&format!(
-        r#"
-var<workgroup> q_s: array<vec4<f32>, {q_len}>;
-var<workgroup> g_s: array<vec4<f32>, {g_len}>;
-var<workgroup> k_s: array<vec4<f32>, {k_len}>;
-var<workgroup> v_s: array<vec4<f32>, {v_len}>;
-var<workgroup> p_s: array<f32, {p_len}>;
-var<workgroup> ds_s: array<f32, {p_len}>;
-var<workgroup> lse_s: array<f32, BQ>;
-var<workgroup> dl_s: array<f32, BQ>;
-"#,
-        q_len = t.bq * qs + SIDE,
-        g_len = t.bq * vs + SIDE,
-        k_len = t.bk * qs + SIDE,
-        v_len = t.bk * vs + SIDE,
-        p_len = t.bq * ps,
+    s.push_str(&crate::backend::gpu::codegen::fill(
+        BACKWARD_SOURCE_4_WGSL,
+        &[
+            ("q_len", &(t.bq * qs + SIDE).to_string()),
+            ("g_len", &(t.bq * vs + SIDE).to_string()),
+            ("k_len", &(t.bk * qs + SIDE).to_string()),
+            ("v_len", &(t.bk * vs + SIDE).to_string()),
+            ("p_len", &(t.bq * ps).to_string()),
+        ],
     ));
     s.push_str(super::codegen::GROUP_ENTRY);
 
@@ -159,14 +161,16 @@ var<workgroup> dl_s: array<f32, BQ>;
         } else {
             String::new()
         };
-        format!(
-            r#"        {{
-            var p = 0.0;
-            if (q0 + ty + {r}u < lq() && k0 + tx + {c}u < limit(q0 + ty + {r}u)) {{
-                p = exp(s{i}_{j} * scale() - lse_s[ty + {r}u]);
-            }}{keep}
-            ds_s[{at}] = p * (dp{i}_{j} - dl_s[ty + {r}u]);
-        }}"#
+        crate::backend::gpu::codegen::fill(
+            BACKWARD_SOURCE_6_WGSL,
+            &[
+                ("r", &r.to_string()),
+                ("c", &c.to_string()),
+                ("i", &i.to_string()),
+                ("j", &j.to_string()),
+                ("keep", &keep),
+                ("at", &at),
+            ],
         )
     });
     let scores = format!(
@@ -179,32 +183,18 @@ var<workgroup> dl_s: array<f32, BQ>;
     let g_stage = stage("g_s", "g", loads, &r.g, vs);
     let k_stage = stage("k_s", "k", loads, &r.k, qs);
     let v_stage = stage("v_s", "v", loads, &r.v, vs);
-    let rows_stage = r#"
-    if (lid < BQ) {
-        var lse = 0.0;
-        var dl = 0.0;
-        if (q0 + lid < lq()) {
-            lse = load_packed(params[9] + b() * h() * lq() * DV + bh * lq() + q0 + lid);
-            dl = load_delta(params[11] + bh * lq() + q0 + lid);
-        }
-        lse_s[lid] = lse;
-        dl_s[lid] = dl;
-    }
-"#;
+    let rows_stage = BACKWARD_SOURCE_3_WGSL;
     // A workgroup per block of `block` rows of `l` of head `hi` of `heads`
     // (`h()` or `hkv()`) in batch `bi`.
     let prologue = |l: &str, block: &str, heads: &str| {
-        format!(
-            r#" {{
-    let g = wid.x + wid.y * nw.x;
-    let blocks = ({l} + {block} - 1u) / {block};
-    if (g >= b() * {heads} * blocks) {{ return; }}
-    let start = (g % blocks) * {block};
-    let hi = g / blocks % {heads};
-    let bi = g / blocks / {heads};
-    let tx = lid % {SIDE}u;
-    let ty = lid / {SIDE}u;
-"#
+        crate::backend::gpu::codegen::fill(
+            BACKWARD_SOURCE_5_WGSL,
+            &[
+                ("l", l),
+                ("block", block),
+                ("heads", heads),
+                ("SIDE", &SIDE.to_string()),
+            ],
         )
     };
     match pass {
@@ -277,32 +267,19 @@ var<workgroup> dl_s: array<f32, BQ>;
             });
             let acc_steps = unrolled("r", t.bq, &acc);
             s.push_str(&prologue("lk()", "BK", "hkv()"));
-            s.push_str(&format!(
-                r#"    let k0 = start;
-    // Key/value head `hi`, read as its group's first query head's.
-    let bh0 = bi * h() + hi * group();
-    {{
-        let bh = bh0;
-        {k_stage}
-        {v_stage}
-    }}
-{acc_decl}
-    // dK and dV sum over the group's query heads.
-    for (var bh = bh0; bh < bh0 + group(); bh = bh + 1u) {{
-    for (var q0 = first_query(k0) / BQ * BQ; q0 < lq(); q0 = q0 + BQ) {{
-        workgroupBarrier();
-        {q_stage}
-        {g_stage}
-        {rows_stage}
-        workgroupBarrier();
-{scores}
-        workgroupBarrier();
-{acc_steps}
-    }}
-    }}
-{store}
-}}
-"#
+            s.push_str(&crate::backend::gpu::codegen::fill(
+                BACKWARD_SOURCE_WGSL,
+                &[
+                    ("k_stage", &k_stage),
+                    ("v_stage", &v_stage),
+                    ("acc_decl", &acc_decl),
+                    ("q_stage", &q_stage),
+                    ("g_stage", &g_stage),
+                    ("rows_stage", rows_stage),
+                    ("scores", &scores),
+                    ("acc_steps", &acc_steps),
+                    ("store", &store),
+                ],
             ));
         }
         Pass::Query => {
@@ -337,27 +314,19 @@ var<workgroup> dl_s: array<f32, BQ>;
             });
             let acc_steps = unrolled("j", t.bk, &acc);
             s.push_str(&prologue("lq()", "BQ", "h()"));
-            s.push_str(&format!(
-                r#"    let q0 = start;
-    let bh = bi * h() + hi;
-    {q_stage}
-    {g_stage}
-    {rows_stage}
-{acc_decl}
-    // The keys the block's last row sees.
-    let k_end = limit(min(q0 + BQ, lq()) - 1u);
-    for (var k0 = 0u; k0 < k_end; k0 = k0 + BK) {{
-        workgroupBarrier();
-        {k_stage}
-        {v_stage}
-        workgroupBarrier();
-{scores}
-        workgroupBarrier();
-{acc_steps}
-    }}
-{store}
-}}
-"#
+            s.push_str(&crate::backend::gpu::codegen::fill(
+                BACKWARD_SOURCE_2_WGSL,
+                &[
+                    ("q_stage", &q_stage),
+                    ("g_stage", &g_stage),
+                    ("rows_stage", rows_stage),
+                    ("acc_decl", &acc_decl),
+                    ("k_stage", &k_stage),
+                    ("v_stage", &v_stage),
+                    ("scores", &scores),
+                    ("acc_steps", &acc_steps),
+                    ("store", &store),
+                ],
             ));
         }
     }

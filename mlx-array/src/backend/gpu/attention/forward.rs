@@ -10,6 +10,12 @@ use super::{
 use crate::Dtype;
 use crate::backend::common::attention::AttentionDims;
 
+/// WGSL of `source` (a template).
+const FORWARD_SOURCE_2_WGSL: &str = include_str!("forward_source_2.wgsl");
+
+/// WGSL of `source` (a template).
+const FORWARD_SOURCE_WGSL: &str = include_str!("forward_source.wgsl");
+
 /// Row strides of the workgroup tiles: Q and K/V in quads, S in words.
 fn strides(dims: &AttentionDims, t: Tiles) -> (usize, usize, usize) {
     (
@@ -55,19 +61,14 @@ pub(super) fn source(
         Dtype::F32,
     );
     s.push_str(&output_store(half));
-    s.push_str(&format!(
-        r#"
-var<workgroup> q_s: array<vec4<f32>, {q_len}>;
-var<workgroup> kv_s: array<vec4<f32>, {kv_len}>;
-var<workgroup> s_s: array<f32, {s_len}>;
-var<workgroup> m_s: array<f32, BQ>;
-var<workgroup> l_s: array<f32, BQ>;
-var<workgroup> a_s: array<f32, BQ>;
-var<workgroup> red_s: array<f32, {INVOCATIONS}>;
-"#,
-        q_len = t.bq * qs,
-        kv_len = t.bk * ks + SIDE,
-        s_len = t.bq * ss,
+    s.push_str(&crate::backend::gpu::codegen::fill(
+        FORWARD_SOURCE_2_WGSL,
+        &[
+            ("q_len", &(t.bq * qs).to_string()),
+            ("kv_len", &(t.bk * ks + SIDE).to_string()),
+            ("s_len", &(t.bq * ss).to_string()),
+            ("INVOCATIONS", &INVOCATIONS.to_string()),
+        ],
     ));
     s.push_str(super::codegen::GROUP_ENTRY);
     let o_decl = unroll(ri, co, |i, j| format!("    var o{i}_{j} = vec4<f32>();"));
@@ -152,68 +153,29 @@ var<workgroup> red_s: array<f32, {INVOCATIONS}>;
     let q_stage = stage("q_s", "q", loads, &r.q, qs);
     let k_stage = stage("kv_s", "k", loads, &r.k, ks);
     let v_stage = stage("kv_s", "v", loads, &r.v, ks);
-    s.push_str(&format!(
-        r#" {{
-{QUERY_BLOCK}    let tx = lid % {SIDE}u;
-    let ty = lid / {SIDE}u;
-    {q_stage}
-    if (lid < BQ) {{
-        m_s[lid] = neg_inf();
-        l_s[lid] = 0.0;
-    }}
-{o_decl}
-    // The keys the block's last row sees.
-    let k_end = limit(min(q0 + BQ, lq()) - 1u);
-    for (var k0 = 0u; k0 < k_end; k0 = k0 + BK) {{
-        workgroupBarrier();
-        {k_stage}
-        workgroupBarrier();
-{s_decl}
-{s_steps}
-{s_store}
-        workgroupBarrier();
-        {v_stage}
-        // Row `sr`'s keys `kb..kb + {kp}` for this invocation.
-        let sr = lid / {parts}u;
-        let at = sr * {ss}u + (lid % {parts}u) * {kp}u;
-        let first = sr * {parts}u;
-        let m_old = m_s[sr];
-        {{
-            var mx = m_old;
-{max_steps}
-            red_s[lid] = mx;
-        }}
-        workgroupBarrier();
-        var mx = m_old;
-        {{
-{merge_max}
-        }}
-        var sum = 0.0;
-        {{
-{exp_steps}
-        }}
-        workgroupBarrier();
-        red_s[lid] = sum;
-        workgroupBarrier();
-        if (lid % {parts}u == 0u) {{
-            var total = 0.0;
-{merge_sum}
-            // Every row sees key 0, so mx is finite from the first block on.
-            let alpha = exp(m_old - mx);
-            a_s[sr] = alpha;
-            l_s[sr] = l_s[sr] * alpha + total;
-            m_s[sr] = mx;
-        }}
-        workgroupBarrier();
-{o_rescale}
-{pv_steps}
-    }}
-{o_store}
-    if (lid < BQ && q0 + lid < lq()) {{
-        store_out(b() * h() * lq() * DV + bh * lq() + q0 + lid, m_s[lid] + log(l_s[lid]));
-    }}
-}}
-"#
+    s.push_str(&crate::backend::gpu::codegen::fill(
+        FORWARD_SOURCE_WGSL,
+        &[
+            ("QUERY_BLOCK", QUERY_BLOCK),
+            ("SIDE", &SIDE.to_string()),
+            ("q_stage", &q_stage),
+            ("o_decl", &o_decl),
+            ("k_stage", &k_stage),
+            ("s_decl", &s_decl),
+            ("s_steps", &s_steps),
+            ("s_store", &s_store),
+            ("v_stage", &v_stage),
+            ("kp", &kp.to_string()),
+            ("parts", &parts.to_string()),
+            ("ss", &ss.to_string()),
+            ("max_steps", &max_steps),
+            ("merge_max", &merge_max),
+            ("exp_steps", &exp_steps),
+            ("merge_sum", &merge_sum),
+            ("o_rescale", &o_rescale),
+            ("pv_steps", &pv_steps),
+            ("o_store", &o_store),
+        ],
     ));
     s
 }

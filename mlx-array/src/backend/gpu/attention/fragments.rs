@@ -15,6 +15,12 @@ use super::{QUERY_BLOCK, Tiles};
 use crate::backend::common::attention::AttentionDims;
 use crate::backend::gpu::fragment::{Fragments, LANES, Layout, Operand};
 
+/// WGSL of `stage` (a template).
+const FRAGMENTS_STAGE_WGSL: &str = include_str!("fragments_stage.wgsl");
+
+/// WGSL of `source` (a template).
+const FRAGMENTS_SOURCE_WGSL: &str = include_str!("fragments_source.wgsl");
+
 /// Padding of every staged f16 row, in halves (16 bytes, which keeps each
 /// fragment's rows 16-byte aligned and spreads them over the banks).
 const PAD: usize = 8;
@@ -145,87 +151,31 @@ pub(super) fn source(
             "        {{\n            var p = 0.0h;\n            if (kh + {j}u < lim) {{ p = f16(exp(s_s[srow + {j}u] * scale() - mx)); }}\n            p_s[prow_s + {j}u] = p;\n            sum = sum + f32(p);\n        }}\n"
         ));
     }
-    s.push_str(&format!(
-        r#"
-var<workgroup> q_s: array<f16, {q_len}>;
-var<workgroup> kv_s: array<f16, {kv_len}>;
-var<workgroup> p_s: array<f16, {p_len}>;
-var<workgroup> s_s: array<f32, {s_len}>;
-var<workgroup> m_s: array<f32, BQ>;
-var<workgroup> l_s: array<f32, BQ>;
-var<workgroup> a_s: array<f32, BQ>;
-var<workgroup> x_s: array<f32, {halves}>;
-var<workgroup> y_s: array<f32, {halves}>;
-@compute @workgroup_size({inv})
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nw: vec3<u32>, @builtin(local_invocation_index) lid: u32) {{
-{QUERY_BLOCK}    let sg = lid / 32u;
-    let lane = lid % 32u;
-    {LANES}
-    // The subgroup's first row in the block.
-    let row0 = sg * 16u;
-{q_stage}
-    if (lid < BQ) {{
-        m_s[lid] = neg_inf();
-        l_s[lid] = 0.0;
-    }}
-{o_decl}
-    let orow = (row0 + prow) * {ss}u;
-    // The keys the block's last row sees.
-    let k_end = limit(min(q0 + BQ, lq()) - 1u);
-    for (var k0 = 0u; k0 < k_end; k0 = k0 + BK) {{
-        workgroupBarrier();
-{k_stage}
-        workgroupBarrier();
-{scores}
-        workgroupBarrier();
-{v_stage}
-        // The online softmax on all 32 lanes: row `row0 + lane % 16`, the
-        // lane's half of the block's keys, unrolled; the halves' maxima and
-        // sums meet in workgroup memory.
-        let row = row0 + lane % 16u;
-        let half = lane / 16u;
-        let lim = limit(q0 + row);
-        let srow = row * {ss}u + half * {hk}u;
-        let prow_s = row * {ps}u + half * {hk}u;
-        let kh = k0 + half * {hk}u;
-        let m_old = m_s[row];
-        var mx = m_old;
-{max_part}        x_s[row * 2u + half] = mx;
-        workgroupBarrier();
-        mx = max(x_s[row * 2u], x_s[row * 2u + 1u]);
-        var sum = 0.0;
-{exp_part}        y_s[row * 2u + half] = sum;
-        workgroupBarrier();
-        if (half == 0u) {{
-            // Every row sees key 0, so mx is finite from the first block on.
-            let alpha = exp(m_old - mx);
-            a_s[row] = alpha;
-            l_s[row] = l_s[row] * alpha + y_s[row * 2u] + y_s[row * 2u + 1u];
-            m_s[row] = mx;
-        }}
-{pv}
-        workgroupBarrier();
-        let alpha = a_s[row0 + prow];
-{o_add}
-    }}
-    let qi = q0 + row0 + prow;
-    if (qi < lq()) {{
-        let inv_l = 1.0 / l_s[row0 + prow];
-        let ob = ((bi * lq() + qi) * h() + hi) * DV;
-{o_store}
-    }}
-    let lrow = row0 + lane;
-    if (lane < 16u && q0 + lrow < lq()) {{
-        store_out(b() * h() * lq() * DV + bh * lq() + q0 + lrow, m_s[lrow] + log(l_s[lrow]));
-    }}
-}}
-"#,
-        q_len = t.bq * qs,
-        kv_len = t.bk * kvs,
-        p_len = t.bq * ps,
-        s_len = t.bq * ss,
-        hk = t.bk / 2,
-        halves = 2 * t.bq,
+    s.push_str(&crate::backend::gpu::codegen::fill(
+        FRAGMENTS_SOURCE_WGSL,
+        &[
+            ("q_len", &(t.bq * qs).to_string()),
+            ("kv_len", &(t.bk * kvs).to_string()),
+            ("p_len", &(t.bq * ps).to_string()),
+            ("s_len", &(t.bq * ss).to_string()),
+            ("halves", &(2 * t.bq).to_string()),
+            ("inv", &inv.to_string()),
+            ("QUERY_BLOCK", QUERY_BLOCK),
+            ("LANES", LANES),
+            ("q_stage", &q_stage),
+            ("o_decl", &o_decl),
+            ("ss", &ss.to_string()),
+            ("k_stage", &k_stage),
+            ("scores", &scores),
+            ("v_stage", &v_stage),
+            ("hk", &(t.bk / 2).to_string()),
+            ("ps", &ps.to_string()),
+            ("max_part", &max_part),
+            ("exp_part", &exp_part),
+            ("pv", &pv),
+            ("o_add", &o_add),
+            ("o_store", &o_store),
+        ],
     ));
     s
 }
@@ -376,15 +326,18 @@ pub(super) fn stage(
     if convert {
         read = format!("f16({read})");
     }
-    format!(
-        r#"    for (var e = lid; e < {rows}u * {padded}u; e = e + {inv}u) {{
-        let r = e / {padded}u;
-        let c = e % {padded}u;
-        var x = 0.0h;
-        if (r < {valid} && c < {width}u) {{ x = {read}; }}
-        {tile}[r * {stride}u + c] = x;
-    }}
-"#
+    crate::backend::gpu::codegen::fill(
+        FRAGMENTS_STAGE_WGSL,
+        &[
+            ("rows", &rows.to_string()),
+            ("padded", &padded.to_string()),
+            ("inv", &inv.to_string()),
+            ("valid", valid),
+            ("width", &width.to_string()),
+            ("read", &read),
+            ("tile", tile),
+            ("stride", &stride.to_string()),
+        ],
     )
 }
 

@@ -24,6 +24,27 @@ use crate::backend::gpu::fragment::{Fragments, LANES, Layout};
 
 use super::backward::Pass;
 
+/// WGSL of `source` (a template).
+const FRAGMENTS_BACKWARD_SOURCE_4_WGSL: &str = include_str!("fragments_backward_source_4.wgsl");
+
+/// WGSL of `source` (a template).
+const FRAGMENTS_BACKWARD_SOURCE_3_WGSL: &str = include_str!("fragments_backward_source_3.wgsl");
+
+/// WGSL of `source` (a template).
+const FRAGMENTS_BACKWARD_SOURCE_2_WGSL: &str = include_str!("fragments_backward_source_2.wgsl");
+
+/// WGSL of `source` (a template).
+const FRAGMENTS_BACKWARD_SOURCE_WGSL: &str = include_str!("fragments_backward_source.wgsl");
+
+/// WGSL of `write_out` (a template).
+const FRAGMENTS_BACKWARD_WRITE_OUT_WGSL: &str = include_str!("fragments_backward_write_out.wgsl");
+
+/// WGSL of `main` (a template).
+const FRAGMENTS_BACKWARD_MAIN_2_WGSL: &str = include_str!("fragments_backward_main_2.wgsl");
+
+/// WGSL of `main` (a template).
+const FRAGMENTS_BACKWARD_MAIN_WGSL: &str = include_str!("fragments_backward_main.wgsl");
+
 /// Candidate tiles `(bq, bk)` per pass, best first: the dK/dV pass owns
 /// `bk` keys (16 per subgroup) and walks `bq` queries; the dQ pass owns
 /// `bq` queries and walks `bk` keys.
@@ -86,22 +107,20 @@ fn write_out(
 ) -> String {
     let mut s = String::new();
     for j in 0..n {
-        s.push_str(&format!(
-            r#"    {{
-        let st0 = row0 * {ss}u;
-        {store}    }}
-    workgroupBarrier();
-    for (var e = lane; e < 256u; e = e + 32u) {{
-        let row = own0 + row0 + e / 16u;
-        let col = {c}u + e % 16u;
-        if (row < {rows} && col < {width}) {{
-            store_out({index} * {width} + col, st[(row0 + e / 16u) * {ss}u + e % 16u] * {factor});
-        }}
-    }}
-    workgroupBarrier();
-"#,
-            store = f.store(&format!("{acc}{j}"), "st", "st0", ss),
-            c = 16 * j,
+        s.push_str(&crate::backend::gpu::codegen::fill(
+            FRAGMENTS_BACKWARD_WRITE_OUT_WGSL,
+            &[
+                ("ss", &ss.to_string()),
+                (
+                    "store",
+                    &(f.store(&format!("{acc}{j}"), "st", "st0", ss)).to_string(),
+                ),
+                ("c", &(16 * j).to_string()),
+                ("rows", rows),
+                ("width", width),
+                ("index", index),
+                ("factor", factor),
+            ],
         ));
     }
     s
@@ -144,26 +163,17 @@ pub(super) fn source(
         dims.d, dims.dv, t.bq, t.bk
     ));
     s.push_str(super::SIZES);
-    s.push_str(&format!(
-        r#"
-var<workgroup> x_s: array<f16, {x_len}>;
-var<workgroup> y_s: array<f16, {y_len}>;
-var<workgroup> w1_s: array<f16, {w1_len}>;
-var<workgroup> w2_s: array<f16, {w2_len}>;
-var<workgroup> st: array<f32, {st_len}>;
-var<workgroup> p_s: array<f16, {p_len}>;
-var<workgroup> lse_s: array<f32, BQ>;
-var<workgroup> dl_s: array<f32, BQ>;
-@compute @workgroup_size({inv})
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nw: vec3<u32>, @builtin(local_invocation_index) lid: u32) {{
-    let wg = wid.x + wid.y * nw.x;
-"#,
-        x_len = own * ks,
-        y_len = own * vs,
-        w1_len = walk * ks,
-        w2_len = walk * vs,
-        st_len = own * ss,
-        p_len = own * ps,
+    s.push_str(&crate::backend::gpu::codegen::fill(
+        FRAGMENTS_BACKWARD_SOURCE_WGSL,
+        &[
+            ("x_len", &(own * ks).to_string()),
+            ("y_len", &(own * vs).to_string()),
+            ("w1_len", &(walk * ks).to_string()),
+            ("w2_len", &(walk * vs).to_string()),
+            ("st_len", &(own * ss).to_string()),
+            ("p_len", &(own * ps).to_string()),
+            ("inv", &inv.to_string()),
+        ],
     ));
     let InputRows {
         q: q_rows,
@@ -171,18 +181,9 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nw: vec3
         v: v_rows,
         g: g_rows,
     } = InputRows::new(dims, t, 16);
-    let rows_stage = format!(
-        r#"    for (var i = lid; i < BQ; i = i + {inv}u) {{
-        var lse = 0.0;
-        var dl = 0.0;
-        if (q0 + i < lq()) {{
-            lse = packed[params[9] + b() * h() * lq() * DV + bh * lq() + q0 + i];
-            dl = delta[params[11] + bh * lq() + q0 + i];
-        }}
-        lse_s[i] = lse;
-        dl_s[i] = dl;
-    }}
-"#
+    let rows_stage = crate::backend::gpu::codegen::fill(
+        FRAGMENTS_BACKWARD_SOURCE_2_WGSL,
+        &[("inv", &inv.to_string())],
     );
     // The products, with the owned tiles x_s (K or Q), y_s (V or dO) and
     // the walked ones w1_s (Q or K), w2_s (dO or V).
@@ -233,18 +234,17 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nw: vec3
         Pass::Query => ("own0 + row0 + r", "k0 + c", "row0 + r"),
     };
     let each = |body: &str| {
-        format!(
-            r#"    for (var e = lane; e < {n}u; e = e + 32u) {{
-        let r = e / {walk}u;
-        let c = e % {walk}u;
-        let at = (row0 + r) * {ss}u + c;
-        let pt = (row0 + r) * {ps}u + c;
-        let query = {query};
-        let key = {key};
-{body}
-    }}
-"#,
-            n = 16 * walk
+        crate::backend::gpu::codegen::fill(
+            FRAGMENTS_BACKWARD_SOURCE_4_WGSL,
+            &[
+                ("n", &(16 * walk).to_string()),
+                ("walk", &walk.to_string()),
+                ("ss", &ss.to_string()),
+                ("ps", &ps.to_string()),
+                ("query", query),
+                ("key", key),
+                ("body", body),
+            ],
         )
     };
     let probs = each(&format!(
@@ -259,18 +259,14 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nw: vec3
         Pass::KeyValue => ("lk()", "hkv()"),
         Pass::Query => ("lq()", "h()"),
     };
-    s.push_str(&format!(
-        r#"    let blocks = ({l} + {own}u - 1u) / {own}u;
-    if (wg >= b() * {heads} * blocks) {{ return; }}
-    let own0 = (wg % blocks) * {own}u;
-    let hi = wg / blocks % {heads};
-    let bi = wg / blocks / {heads};
-    let sg = lid / 32u;
-    let lane = lid % 32u;
-    {LANES}
-    // The subgroup's first row in the owned block.
-    let row0 = sg * 16u;
-"#,
+    s.push_str(&crate::backend::gpu::codegen::fill(
+        FRAGMENTS_BACKWARD_SOURCE_3_WGSL,
+        &[
+            ("l", l),
+            ("own", &own.to_string()),
+            ("heads", heads),
+            ("LANES", LANES),
+        ],
     ));
     match pass {
         Pass::KeyValue => {
@@ -301,34 +297,25 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nw: vec3
                 ),
             );
             let (dk_decl, dv_decl) = (declare(f, "dk", nd), declare(f, "dv", ndv));
-            s.push_str(&format!(
-                r#"    let k0 = own0;
-    // Key/value head `hi`, read as its group's first query head's.
-    let bh0 = bi * h() + hi * group();
-    {{
-        let bh = bh0;
-{x}{y}    }}
-{dk_decl}{dv_decl}
-    // dK and dV sum over the group's query heads.
-    for (var bh = bh0; bh < bh0 + group(); bh = bh + 1u) {{
-    for (var q0 = first_query(k0) / BQ * BQ; q0 < lq(); q0 = q0 + BQ) {{
-        workgroupBarrier();
-{w1}{w2}{rows_stage}
-        workgroupBarrier();
-{scores}
-        workgroupBarrier();
-{probs}
-        workgroupBarrier();
-{d_values}{d_probs}
-        workgroupBarrier();
-{d_scores}
-        workgroupBarrier();
-{d_keys}
-    }}
-    }}
-    workgroupBarrier();
-{out_k}{out_v}}}
-"#
+            s.push_str(&crate::backend::gpu::codegen::fill(
+                FRAGMENTS_BACKWARD_MAIN_WGSL,
+                &[
+                    ("x", &x),
+                    ("y", &y),
+                    ("dk_decl", &dk_decl),
+                    ("dv_decl", &dv_decl),
+                    ("w1", &w1),
+                    ("w2", &w2),
+                    ("rows_stage", &rows_stage),
+                    ("scores", &scores),
+                    ("probs", &probs),
+                    ("d_values", &d_values),
+                    ("d_probs", &d_probs),
+                    ("d_scores", &d_scores),
+                    ("d_keys", &d_keys),
+                    ("out_k", &out_k),
+                    ("out_v", &out_v),
+                ],
             ));
         }
         Pass::Query => {
@@ -343,29 +330,22 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nw: vec3
                 ("lq()", "D", "((bi * lq() + row) * h() + hi)", "scale()"),
             );
             let dq_decl = declare(f, "dq", nd);
-            s.push_str(&format!(
-                r#"    let q0 = own0;
-    let bh = bi * h() + hi;
-{x}{y}{rows_stage}{dq_decl}
-    // The keys the block's last row sees.
-    let k_end = limit(min(q0 + BQ, lq()) - 1u);
-    for (var k0 = 0u; k0 < k_end; k0 = k0 + BK) {{
-        workgroupBarrier();
-{w1}{w2}
-        workgroupBarrier();
-{scores}
-        workgroupBarrier();
-{probs}
-        workgroupBarrier();
-{d_probs}
-        workgroupBarrier();
-{d_scores}
-        workgroupBarrier();
-{d_queries}
-    }}
-    workgroupBarrier();
-{out_q}}}
-"#
+            s.push_str(&crate::backend::gpu::codegen::fill(
+                FRAGMENTS_BACKWARD_MAIN_2_WGSL,
+                &[
+                    ("x", &x),
+                    ("y", &y),
+                    ("rows_stage", &rows_stage),
+                    ("dq_decl", &dq_decl),
+                    ("w1", &w1),
+                    ("w2", &w2),
+                    ("scores", &scores),
+                    ("probs", &probs),
+                    ("d_probs", &d_probs),
+                    ("d_scores", &d_scores),
+                    ("d_queries", &d_queries),
+                    ("out_q", &out_q),
+                ],
             ));
         }
     }

@@ -19,6 +19,12 @@ use crate::backend::common::attention::AttentionDims;
 use crate::data::{ArrayData, Operand};
 use crate::{Dtype, Result};
 
+/// WGSL of `probability`.
+const ROWS_PROBABILITY_WGSL: &str = include_str!("rows_probability.wgsl");
+
+/// WGSL of `attention`.
+const ROWS_ATTENTION_WGSL: &str = include_str!("rows_attention.wgsl");
+
 /// The WGSL shared by the kernels: constants, the bindings of `inputs`
 /// (name and dtype), an output of dtype `out`, and the sizes read from
 /// `params`.
@@ -65,38 +71,7 @@ pub(super) fn attention(
         s.push_str(codegen::ENTRY);
         s.push_str(" {\n    ");
         s.push_str(codegen::THREAD_INDEX);
-        s.push_str(
-            r#"
-    let rows = b() * h() * lq();
-    if (i >= rows) { return; }
-    let qi = i % lq();
-    let bh = i / lq();
-    let q0 = row_of(0u, params[6], bh, qi);
-    var m = neg_inf();
-    var total = 0.0;
-    var acc: array<f32, DV>;
-    for (var c = 0u; c < DV; c = c + 1u) { acc[c] = 0.0; }
-    for (var j = 0u; j < limit(qi); j = j + 1u) {
-        let k0 = row_of(1u, params[7], bh, j);
-        var s = 0.0;
-        for (var c = 0u; c < D; c = c + 1u) { s = s + load_q(q0 + c) * load_k(k0 + c); }
-        s = s * scale();
-        let mn = max(m, s);
-        let keep = exp(m - mn);
-        let p = exp(s - mn);
-        total = total * keep + p;
-        let v0 = row_of(2u, params[8], bh, j);
-        for (var c = 0u; c < DV; c = c + 1u) { acc[c] = acc[c] * keep + p * load_v(v0 + c); }
-        m = mn;
-    }
-    let hi = bh % h();
-    let bi = bh / h();
-    let o0 = ((bi * lq() + qi) * h() + hi) * DV;
-    for (var c = 0u; c < DV; c = c + 1u) { store_o(o0 + c, acc[c] / total); }
-    store_out(rows * DV + i, m + log(total));
-}
-"#,
-        );
+        s.push_str(ROWS_ATTENTION_WGSL);
         s
     })?;
     out.dispatch(
@@ -113,16 +88,7 @@ pub(super) fn attention(
 /// `p` (the probability) and `ds = p * (d_out . v_j - delta)`, with
 /// `delta = d_out_i . o_i` already in scope, `q0`, `g0` the query's and
 /// its cotangent's first elements and `lse0h` the head's first logsumexp.
-const PROBABILITY: &str = r#"
-        let k0 = row_of(1u, params[7], bh, j);
-        let v0 = row_of(2u, params[8], bh, j);
-        var s = 0.0;
-        for (var c = 0u; c < D; c = c + 1u) { s = s + load_q(q0 + c) * load_k(k0 + c); }
-        let p = exp(s * scale() - load_packed(lse0h + qi));
-        var dp = 0.0;
-        for (var c = 0u; c < DV; c = c + 1u) { dp = dp + load_g(g0 + c) * load_v(v0 + c); }
-        let ds = p * (dp - delta);
-"#;
+const PROBABILITY: &str = ROWS_PROBABILITY_WGSL;
 
 /// `delta = d_out_i . o_i` for query `qi` of head `bh` (the output read
 /// from its `[B, Lq, H, dv]` place in the packed buffer).
