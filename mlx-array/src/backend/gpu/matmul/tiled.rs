@@ -72,6 +72,9 @@ use super::{Epilogue, View};
 use crate::Dtype;
 use crate::settings::GpuF32Tile;
 
+/// WGSL of `source` (a template).
+const TILED_SOURCE_WGSL: &str = include_str!("tiled_source.wgsl");
+
 /// Depth of one staged slice.
 pub(super) const DEPTH: usize = 16;
 /// Elements per vector staging load (a `vec4<f32>` of f32; 8 bytes of a
@@ -289,62 +292,37 @@ pub(super) fn source(
     let (words_a, words_b) = (DEPTH * stride_a, DEPTH * stride_b);
     let entry = codegen::GROUP_ENTRY.replace("256", &inv.to_string());
     debug_assert!(entry.contains(&format!("({inv}")), "{entry}");
-    src.push_str(&format!(
-        r#"
-var<workgroup> sa4: array<vec4<f32>, {total_a}>;
-var<workgroup> sb4: array<vec4<f32>, {total_b}>;
-{entry} {{
-    {index}
-    if (g >= params[6]) {{ return; }}
-{prologue}
-    let tx = lid % {tx}u;
-    let ty = lid / {tx}u;
-    let row_base = tm * {bm}u;
-    let col_base = tn * {bn}u;
-{decl}{regs}
-    var k0 = 0u;
-    var buf = 0u;
-    {{
-        let kf = 0u;
-        let nbuf_a = 0u;
-        let nbuf_b = 0u;
-{fetch}{put}    }}
-    workgroupBarrier();
-    loop {{
-        if (k0 >= k) {{ break; }}
-        let abase = buf * {wa4}u;
-        let bbase = buf * {wb4}u;
-        let kf = k0 + 16u;
-        let next = kf < k;
-        if (next) {{
-{fetch}        }}
-{fma}        let nbuf = {flip};
-        let nbuf_a = nbuf * {words_a}u;
-        let nbuf_b = nbuf * {words_b}u;
-{wait}        if (next) {{
-{put}        }}
-        buf = nbuf;
-        k0 = kf;
-        workgroupBarrier();
-    }}
-    let ob = params[13] + bi * m * n;
-{store}}}
-"#,
-        total_a = buffers * words_a / 4,
-        total_b = buffers * words_b / 4,
-        wa4 = words_a / 4,
-        wb4 = words_b / 4,
-        tx = tile.tx,
-        bm = tile.bm,
-        bn = tile.bn,
-        flip = if buffers == 2 { "1u - buf" } else { "0u" },
-        wait = if buffers == 2 {
-            ""
-        } else {
-            "        workgroupBarrier();\n"
-        },
-        index = codegen::GROUP_INDEX,
-        prologue = super::PROLOGUE,
+    src.push_str(&crate::backend::gpu::codegen::fill(
+        TILED_SOURCE_WGSL,
+        &[
+            ("total_a", &(buffers * words_a / 4).to_string()),
+            ("total_b", &(buffers * words_b / 4).to_string()),
+            ("entry", &entry),
+            ("index", codegen::GROUP_INDEX),
+            ("prologue", (super::PROLOGUE)),
+            ("tx", &tile.tx.to_string()),
+            ("bm", &tile.bm.to_string()),
+            ("bn", &tile.bn.to_string()),
+            ("decl", &decl),
+            ("regs", &regs),
+            ("fetch", &fetch),
+            ("put", &put),
+            ("wa4", &(words_a / 4).to_string()),
+            ("wb4", &(words_b / 4).to_string()),
+            ("fma", &fma),
+            ("flip", (if buffers == 2 { "1u - buf" } else { "0u" })),
+            ("words_a", &words_a.to_string()),
+            ("words_b", &words_b.to_string()),
+            (
+                "wait",
+                (if buffers == 2 {
+                    ""
+                } else {
+                    "        workgroupBarrier();\n"
+                }),
+            ),
+            ("store", &store),
+        ],
     ));
     src
 }
