@@ -39,6 +39,21 @@ use crate::data::{ArrayData, Operand};
 use crate::shape::size_of_shape;
 use crate::{Dtype, Error, Result};
 
+/// WGSL of `cross_entropy`.
+const ROWS_CROSS_ENTROPY_WGSL: &str = include_str!("rows_cross_entropy.wgsl");
+
+/// WGSL of `cross_entropy_grad`.
+const ROWS_CROSS_ENTROPY_GRAD_WGSL: &str = include_str!("rows_cross_entropy_grad.wgsl");
+
+/// WGSL of `helpers`.
+const ROWS_HELPERS_WGSL: &str = include_str!("rows_helpers.wgsl");
+
+/// WGSL of `lse_prologue` (a template).
+const ROWS_LSE_PROLOGUE_WGSL: &str = include_str!("rows_lse_prologue.wgsl");
+
+/// WGSL of `softmax_source` (a template).
+const ROWS_SOFTMAX_SOURCE_WGSL: &str = include_str!("rows_softmax_source.wgsl");
+
 fn check_float(op: &'static str, dtype: Dtype) -> Result<()> {
     if !dtype.is_float() {
         return Err(Error::eval(
@@ -67,59 +82,10 @@ fn row_prologue(x_at: &str) -> String {
 /// Row `row` (of `params[1]` elements from `params[2]`), its maximum `m`
 /// and `lse = logsumexp(row)`, held by every thread of the workgroup.
 fn lse_prologue(x_at: &str) -> String {
-    format!(
-        r#"var<workgroup> red: array<f32, 256>;
-fn x_at(j: u32) -> f32 {{ {x_at} }}
-@compute @workgroup_size(256)
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nw: vec3<u32>, @builtin(local_invocation_index) lid: u32) {{
-    let row = wid.x + wid.y * nw.x;
-    let rows = params[0];
-    if (row >= rows) {{ return; }}
-    let vocab = params[1];
-    let base = params[2] + row * vocab;
-    var m = bitcast<f32>(0xff800000u);
-    for (var j = lid; j < vocab; j = j + 256u) {{ m = max(m, x_at(base + j)); }}
-    red[lid] = m;
-    workgroupBarrier();
-    for (var s = 128u; s > 0u; s = s >> 1u) {{
-        if (lid < s) {{ red[lid] = max(red[lid], red[lid + s]); }}
-        workgroupBarrier();
-    }}
-    m = red[0];
-    workgroupBarrier();
-    var acc = 0.0;
-    if (m != bitcast<f32>(0xff800000u)) {{
-        for (var j = lid; j < vocab; j = j + 256u) {{ acc = acc + exp(x_at(base + j) - m); }}
-    }}
-    red[lid] = acc;
-    workgroupBarrier();
-    for (var s = 128u; s > 0u; s = s >> 1u) {{
-        if (lid < s) {{ red[lid] = red[lid] + red[lid + s]; }}
-        workgroupBarrier();
-    }}
-    var lse = m;
-    if (m != bitcast<f32>(0xff800000u)) {{ lse = m + log(red[0]); }}
-    let total = red[0];
-"#
-    )
+    crate::backend::gpu::codegen::fill(ROWS_LSE_PROLOGUE_WGSL, &[("x_at", x_at)])
 }
 
-const HELPERS: &str = r#"
-fn vloc(i: u32, base: u32) -> u32 {
-    let nd = params[base];
-    var idx = bitcast<i32>(params[base + 1u + nd]);
-    var rem = i;
-    for (var d = i32(nd) - 1; d >= 0; d = d - 1) {
-        let s = params[base + 1u + u32(d)];
-        idx = idx + i32(rem % s) * bitcast<i32>(params[base + 2u + nd + u32(d)]);
-        rem = rem / s;
-    }
-    return u32(idx);
-}
-fn resolve_target(v: i32, vocab: u32) -> i32 {
-    return select(-1, v, v >= 0 && u32(v) < vocab);
-}
-"#;
+const HELPERS: &str = ROWS_HELPERS_WGSL;
 
 /// Per-row `logsumexp(logits) - logits[target]` over the last axis.
 pub fn cross_entropy(logits: &Operand<'_>, t: &Operand<'_>) -> Result<ArrayData> {
@@ -142,15 +108,7 @@ pub fn cross_entropy(logits: &Operand<'_>, t: &Operand<'_>) -> Result<ArrayData>
         s.push_str(&idx_src);
         s.push_str(&codegen::output(3, dtype));
         s.push_str(&row_prologue("return load_x(j);"));
-        s.push_str(
-            r#"    if (lid == 0u) {
-        var loss = bitcast<f32>(0x7fc00000u);
-        if (t >= 0) { loss = lse - x_at(base + u32(t)); }
-        store_out(row, loss);
-    }
-}
-"#,
-        );
+        s.push_str(ROWS_CROSS_ENTROPY_WGSL);
         s
     })?;
     let out = alloc(rows_shape, dtype)?;
@@ -242,45 +200,17 @@ fn softmax_source(dtype: Dtype, (team, unroll): (usize, usize), vec4: bool) -> S
         )
     };
     s.push_str(&io);
-    s.push_str(&format!(
-        r#"var<workgroup> part_m: array<f32, 256>;
-var<workgroup> part_s: array<f32, 256>;
-{entry} {{
-    {index}
-    let NINF = bitcast<f32>(0xff800000u);
-    let row = g * {rows}u + lid / {team}u;
-    let k = lid % {team}u;
-    let live = row < params[0];
-    let base = params[2] + row * params[1];
-    var m = NINF;
-    var sum = 0.0;
-    if (live) {{
-{fold}    }}
-    part_m[lid] = m;
-    part_s[lid] = sum;
-    workgroupBarrier();
-    for (var h = {half}u; h > 0u; h = h >> 1u) {{
-        if (k < h) {{
-            let m1 = part_m[lid];
-            let m2 = part_m[lid + h];
-            let mm = max(m1, m2);
-            var t = 0.0;
-            if (mm != NINF) {{ t = part_s[lid] * exp(m1 - mm) + part_s[lid + h] * exp(m2 - mm); }}
-            part_m[lid] = mm;
-            part_s[lid] = t;
-        }}
-        workgroupBarrier();
-    }}
-    m = part_m[lid - k];
-    sum = part_s[lid - k];
-    if (live) {{
-{write}    }}
-}}
-"#,
-        entry = codegen::GROUP_ENTRY,
-        index = codegen::GROUP_INDEX,
-        rows = 256 / team,
-        half = team / 2,
+    s.push_str(&crate::backend::gpu::codegen::fill(
+        ROWS_SOFTMAX_SOURCE_WGSL,
+        &[
+            ("entry", codegen::GROUP_ENTRY),
+            ("index", codegen::GROUP_INDEX),
+            ("rows", &(256 / team).to_string()),
+            ("team", &team.to_string()),
+            ("fold", &fold),
+            ("half", &(team / 2).to_string()),
+            ("write", &write),
+        ],
     ));
     s
 }
@@ -339,19 +269,7 @@ pub fn cross_entropy_grad(
             s.push_str(&codegen::output(4, dtype));
             s.push_str(&row_prologue("return load_x(j);"));
         }
-        s.push_str(
-            r#"    let c = f32(load_c(vloc(row, params[4])));
-    let bad = t < 0;
-    // Every thread has read its elements above; no one else writes them.
-    for (var j = lid; j < vocab; j = j + 256u) {
-        let e = rnd(exp(x_at(base + j) - lse) * c);
-        var g = e;
-        if (bad) { g = bitcast<f32>(0x7fc00000u); } else if (i32(j) == t) { g = e - c; }
-        store_out(row * vocab + j, g);
-    }
-}
-"#,
-        );
+        s.push_str(ROWS_CROSS_ENTROPY_GRAD_WGSL);
         s
     })?;
     if in_place {
