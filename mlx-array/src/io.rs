@@ -109,6 +109,111 @@ pub fn save_safetensors(
     std::fs::rename(&tmp, path).map_err(|e| io_err(path, e))
 }
 
+/// What [`save_safetensors_streamed`] writes of one array: its name, shape
+/// and dtype, declared before its values exist.
+pub type TensorSpec = (String, Vec<usize>, Dtype);
+
+/// Writes a safetensors file one array at a time: the header comes from
+/// `specs`, then each array is made by `produce` (given its name),
+/// evaluated, written and dropped before the next is made, so the file
+/// never needs more than one of them in memory. The arrays are made in the
+/// file's order (by dtype, then name, as safetensors lays them out, so the
+/// file is the one [`save_safetensors`] writes of the same arrays); with
+/// `path` `None` they are made and evaluated in that order and nothing is
+/// written (the ranks that take part in a collective save without writing
+/// it). Atomic like [`save_safetensors`]. An array whose shape or dtype is
+/// not its spec's is an error.
+pub fn save_safetensors_streamed(
+    path: Option<&Path>,
+    specs: &[TensorSpec],
+    metadata: Option<HashMap<String, String>>,
+    mut produce: impl FnMut(&str) -> Result<Array>,
+) -> Result<()> {
+    let mut order: Vec<&TensorSpec> = specs.iter().collect();
+    order.sort_by(|(ln, _, ld), (rn, _, rd)| to_st(*rd).cmp(&to_st(*ld)).then(ln.cmp(rn)));
+    let format = |path: &Path, message: String| Error::Format {
+        path: path.display().to_string(),
+        message,
+    };
+    let mut file = match path {
+        Some(path) => {
+            let mut offset = 0usize;
+            let mut infos = Vec::with_capacity(order.len());
+            for (name, shape, dtype) in &order {
+                let end = shape
+                    .iter()
+                    .try_fold(dtype.size_of(), |a, &d| a.checked_mul(d))
+                    .and_then(|n| n.checked_add(offset))
+                    .ok_or_else(|| format(path, format!("`{name}` is too large")))?;
+                let info = safetensors::tensor::TensorInfo {
+                    dtype: to_st(*dtype),
+                    shape: shape.clone(),
+                    data_offsets: (offset, end),
+                };
+                offset = end;
+                infos.push((name.clone(), info));
+            }
+            let header = safetensors::tensor::Metadata::new(metadata, infos)
+                .and_then(|m| serde_json::to_vec(&m).map_err(Into::into))
+                .map_err(|e| format(path, e.to_string()))?;
+            let mut header = header;
+            header.resize(header.len().next_multiple_of(8), b' ');
+            let tmp = path.with_extension(format!("tmp.{}", std::process::id()));
+            let f = std::fs::File::create(&tmp).map_err(|e| io_err(&tmp, e))?;
+            let mut w = std::io::BufWriter::new(f);
+            let start = [&(header.len() as u64).to_le_bytes()[..], &header[..]].concat();
+            std::io::Write::write_all(&mut w, &start).map_err(|e| io_err(&tmp, e))?;
+            Some((w, tmp, path))
+        }
+        None => None,
+    };
+    let written = (|| {
+        for (name, shape, dtype) in order {
+            let a = produce(name)?;
+            if a.shape() != shape.as_slice() || a.dtype() != *dtype {
+                return Err(Error::Invalid {
+                    op: "save_safetensors_streamed",
+                    message: format!(
+                        "`{name}` was declared {dtype:?} {shape:?} and made {:?} {:?}",
+                        a.dtype(),
+                        a.shape()
+                    ),
+                });
+            }
+            let Some((w, tmp, _)) = file.as_mut() else {
+                crate::eval(std::slice::from_ref(&a))?;
+                continue;
+            };
+            let c = crate::device::with_device(crate::Device::Cpu, || {
+                a.to_device(crate::Device::Cpu).contiguous()
+            })?;
+            crate::eval(std::slice::from_ref(&c))?;
+            let b = Bytes {
+                dtype: *dtype,
+                shape: shape.clone(),
+                data: c.data()?,
+                len: a.nbytes(),
+            };
+            std::io::Write::write_all(w, &(&b).data()).map_err(|e| io_err(tmp, e))?;
+        }
+        if let Some((w, tmp, _)) = file.as_mut() {
+            std::io::Write::flush(w).map_err(|e| io_err(tmp, e))?;
+        }
+        Ok(())
+    })();
+    if let Err(e) = written {
+        if let Some((_, tmp, _)) = file {
+            let _ = std::fs::remove_file(tmp);
+        }
+        return Err(e);
+    }
+    if let Some((w, tmp, path)) = file {
+        drop(w);
+        std::fs::rename(&tmp, path).map_err(|e| io_err(path, e))?;
+    }
+    Ok(())
+}
+
 /// Writes a tree with dotted names (see [`save_safetensors`]).
 pub fn save_tree(
     path: impl AsRef<Path>,

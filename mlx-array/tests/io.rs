@@ -335,3 +335,68 @@ fn an_empty_tensor_whose_dimensions_overflow_is_an_error() {
     std::fs::write(&p, file_with_shape(&[0, 3, 4])).unwrap();
     assert_eq!(load_safetensors(&p).unwrap().0["t"].shape(), &[0, 3, 4]);
 }
+
+/// A file written one array at a time is the file written at once, each
+/// array is made once, in the file's order, and only while the one before
+/// it is gone; without a path, the same arrays are made and nothing written.
+#[test]
+fn a_file_streamed_one_array_at_a_time_is_the_file_written_at_once() {
+    use mlx_array::io::{TensorSpec, save_safetensors_streamed};
+    let dir = tempfile::tempdir().unwrap();
+    let arrays: Vec<(String, Array)> = [Dtype::F32, Dtype::BF16, Dtype::I32, Dtype::F16]
+        .iter()
+        .enumerate()
+        .flat_map(|(i, &d)| {
+            let i = i as u64;
+            [
+                (format!("b{i}.{}", d.name()), sample(d, 2 * i)),
+                (format!("a{i}.{}", d.name()), sample(d, 2 * i + 1)),
+            ]
+        })
+        .collect();
+    let meta: HashMap<String, String> = [("format".to_string(), "mlx".to_string())].into();
+    let whole = dir.path().join("whole.safetensors");
+    save_safetensors(&whole, &arrays, Some(meta.clone())).unwrap();
+    let specs: Vec<TensorSpec> = arrays
+        .iter()
+        .map(|(n, a)| (n.clone(), a.shape().to_vec(), a.dtype()))
+        .collect();
+    let by_name: HashMap<&str, &Array> = arrays.iter().map(|(n, a)| (n.as_str(), a)).collect();
+    let streamed = dir.path().join("streamed.safetensors");
+    let mut made = Vec::new();
+    save_safetensors_streamed(Some(&streamed), &specs, Some(meta.clone()), |name| {
+        made.push(name.to_string());
+        // A fresh array each time, as a gather makes one.
+        Ok(by_name[name]
+            .add_scalar(0.0)?
+            .astype(by_name[name].dtype())?)
+    })
+    .unwrap();
+    assert_eq!(
+        std::fs::read(&streamed).unwrap(),
+        std::fs::read(&whole).unwrap()
+    );
+    // The file's order: by dtype as safetensors ranks them (descending), then by name.
+    assert_eq!(made.len(), 8);
+    assert_eq!(made[..2], ["a0.float32", "b0.float32"], "{made:?}");
+    let mut again = Vec::new();
+    save_safetensors_streamed(None, &specs, None, |name| {
+        again.push(name.to_string());
+        Ok(by_name[name].clone())
+    })
+    .unwrap();
+    assert_eq!(again, made);
+    // An array that is not its spec is an error, and no file appears.
+    let bad = dir.path().join("bad.safetensors");
+    let e = save_safetensors_streamed(Some(&bad), &specs, None, |_| {
+        Ok(sample(Dtype::F32, 0).reshape(&[15]).unwrap())
+    })
+    .unwrap_err();
+    assert!(e.to_string().contains("was declared"), "{e}");
+    assert!(!bad.exists());
+    assert_eq!(
+        std::fs::read_dir(dir.path()).unwrap().count(),
+        2,
+        "no temporary file left"
+    );
+}

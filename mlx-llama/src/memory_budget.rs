@@ -4,8 +4,9 @@
 //! buffers) from the model's shape and the run's layout, and the check that
 //! refuses a run whose estimate is over the budget, naming its largest part
 //! and what would shrink it. With `--shard parameters`, the moments between
-//! steps when validation and checkpoints gather the whole model on every
-//! rank are estimated too ([`Estimate::between_steps`]).
+//! steps when validation gathers the whole model on every rank are
+//! estimated too ([`Estimate::between_steps`]); a checkpoint gathers one
+//! parameter at a time.
 //!
 //! It is a model of this trainer, not a measurement: each part is a count
 //! of the arrays the step keeps at its peak (see [`Estimate`]'s fields for
@@ -112,6 +113,8 @@ pub struct Plan {
     /// keeps its `[B, H, L, L]` probabilities, the fused one only a
     /// logsumexp per query.
     pub masked_attention: bool,
+    /// Whether the run validates (`--eval-every` over 0).
+    pub validates: bool,
 }
 
 impl Plan {
@@ -150,6 +153,7 @@ impl Plan {
             block_size: cfg.block_size,
             bucket_bytes: cfg.all_reduce_size,
             masked_attention: false,
+            validates: cfg.eval_every > 0,
         }
     }
 
@@ -302,14 +306,14 @@ pub struct Estimate {
     /// larger than a bucket travels alone) and `G` all the gradients' bytes.
     pub communication: u64,
     /// Not a part of a step, but a moment of its own: with ZeRO-3 (`N >
-    /// 1`), validation and every checkpoint gather the whole model on every
+    /// 1`) and validation, the validation gathers the whole model on every
     /// rank, which then holds its shards of the weights and AdamW state,
     /// `3 sum_i ceil(P_i / N) * 4`, and every weight whole in float32 (and,
     /// to validate a half-precision run, its compute copy), `sum_i P_i (4
     /// [+ c])`. 0 for the other layouts, whose steps hold the whole model
-    /// anyway. The run peaks at the larger of it and the step's total
-    /// ([`Estimate::peak`]). A checkpoint's own write buffers are left out
-    /// (measured at world 4: about one more shard of the weights).
+    /// anyway, and without validation: a checkpoint gathers one parameter
+    /// at a time, less than a step holds. The run peaks at the larger of it
+    /// and the step's total ([`Estimate::peak`]).
     pub between_steps: u64,
 }
 
@@ -353,7 +357,7 @@ impl Estimate {
         s.push_str(&format!("  {:<22}{:>10.1} MiB", "total", mib(self.total())));
         if self.between_steps > 0 {
             s.push_str(&format!(
-                "\n  {:<22}{:>10.1} MiB (validation and checkpoints gather the whole model)",
+                "\n  {:<22}{:>10.1} MiB (validation gathers the whole model)",
                 "between steps",
                 mib(self.between_steps)
             ));
@@ -382,7 +386,7 @@ impl Estimate {
         }
         if self.between_steps > self.total() {
             return Err(format!(
-                "this configuration needs about {:.1} MiB per rank, over the budget of {:.1} MiB, between steps: --shard parameters gathers the whole model on every rank for validation and for every checkpoint (the last one too), and then holds {:.1} MiB: try a smaller model",
+                "this configuration needs about {:.1} MiB per rank, over the budget of {:.1} MiB, between steps: --shard parameters gathers the whole model on every rank to validate, and then holds {:.1} MiB: try --eval-every 0, or a smaller model",
                 mib(total),
                 mib(budget),
                 mib(self.between_steps)
@@ -544,7 +548,7 @@ pub fn estimate(plan: &Plan) -> Estimate {
         2 * all.min((plan.bucket_bytes as u64).max(one))
     };
 
-    let between_steps = if layout == ShardMode::Parameters {
+    let between_steps = if layout == ShardMode::Parameters && plan.validates {
         let shards: u64 = plan.tensors.iter().map(|t| plan.shard_elements(t)).sum();
         let whole: u64 = plan.tensors.iter().map(|t| t.elements).sum();
         let copy = if c < MASTER_BYTES { c } else { 0 };

@@ -124,10 +124,16 @@ fn parameters_gradients_and_optimizer_state_match_an_independent_count() {
     assert_eq!(e.gradients, shard * 4);
     assert_eq!(e.optimizer_state, 2 * shard * 4);
     assert_eq!(e.communication, sizes[sizes.len() - 1] * 4);
-    // Validation and checkpoints: the shards of the weights and of m and v,
-    // and the whole model gathered.
+    // Validation: the shards of the weights and of m and v, and the whole
+    // model gathered; without it, nothing beyond the step (a checkpoint
+    // gathers one parameter at a time).
     assert_eq!(e.between_steps, 3 * shard * 4 + whole * 4);
     assert_eq!(e.peak(), e.total().max(e.between_steps));
+    let no_validation = TrainConfig {
+        eval_every: 0,
+        ..cfg.clone()
+    };
+    assert_eq!(plan_of(&no_validation, 4).1.between_steps, 0);
     // The other layouts hold the whole model in their steps already.
     for mode in [ShardMode::None, ShardMode::Optimizer] {
         cfg.shard = mode;
@@ -385,7 +391,8 @@ fn a_run_over_its_budget_is_refused_before_it_writes_anything() {
     let budget = (e.between_steps + e.total()) / 2;
     let err = e.check_plan(budget, &plan).unwrap_err();
     assert!(
-        err.contains("between steps") && err.contains("gathers the whole model"),
+        err.contains("between steps")
+            && err.contains("gathers the whole model on every rank to validate"),
         "{err}"
     );
     assert!(e.check_plan(e.between_steps, &plan).is_ok());

@@ -24,7 +24,7 @@ use mlx_dist::Group;
 use mlx_nn::ModuleExt;
 use mlx_optim::Optimizer;
 
-use super::{CheckpointWriter, GradSync, SavedState, Sharded, SparseRows};
+use super::{CheckpointWriter, GradSync, SavedState, Sharded, SparseRows, Weights};
 use crate::Llama;
 
 /// Parameters, gradients and optimizer state sharded over the ranks.
@@ -234,12 +234,29 @@ impl GradSync for FullySharded {
         self.zero1.optimizer()
     }
 
-    /// Every rank gathers the whole model (collectively), and the writer
-    /// gets it with ZeRO-1's state files: a checkpoint as any layout's.
+    /// The writer gets the weights gathered one parameter at a time as the
+    /// file reaches it (every rank takes part), with ZeRO-1's state files:
+    /// a checkpoint as any layout's, without the whole model on any rank.
     fn checkpoint(&self, model: &Llama, write: &mut CheckpointWriter) -> Result<()> {
-        let whole = self.whole_model(model)?;
-        eval(whole.parameters())?;
-        self.zero1.checkpoint(&whole, write)
+        let group = self.group().clone();
+        let gather = |name: &str| -> Result<Array> {
+            let shape = self
+                .shapes
+                .iter()
+                .find(|(n, _)| n == name)
+                .map(|(_, s)| s.clone())
+                .ok_or_else(|| anyhow!("no parameter `{name}`"))?;
+            let shard = self
+                .shards
+                .get_array(name)
+                .ok_or_else(|| anyhow!("no shard of `{name}`"))?;
+            Ok(gather_fn(shape, group.clone())(std::slice::from_ref(shard))?.remove(0))
+        };
+        write(
+            self.group(),
+            &Weights::gathered(model, &gather),
+            &self.zero1,
+        )
     }
 }
 

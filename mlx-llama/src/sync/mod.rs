@@ -55,10 +55,74 @@ pub(crate) struct SparseRows {
 }
 
 /// What writes a checkpoint (the trainer's): given the data-parallel group
-/// that writes it, the whole model and the whole optimizer state in the
-/// layout it is saved in.
+/// that writes it, the whole model's weights and the whole optimizer state
+/// in the layout it is saved in.
 pub(crate) type CheckpointWriter<'a> =
-    dyn FnMut(&Group, &Llama, &dyn SavedState) -> Result<()> + 'a;
+    dyn FnMut(&Group, &Weights, &dyn SavedState) -> Result<()> + 'a;
+
+/// A checkpoint's weights: the model's own, or (parameters sharded) each
+/// gathered from the ranks' shards only when the file reaches it, so that
+/// no rank ever holds the whole model to write it.
+pub(crate) struct Weights<'a> {
+    /// The model (with its configuration; sharded, its parameters are
+    /// placeholders of their shape).
+    pub model: &'a Llama,
+    /// Gathers one parameter by name (collectively: every rank of the
+    /// group calls it, for the same names in the same order).
+    gather: Option<&'a dyn Fn(&str) -> Result<Array>>,
+}
+
+impl<'a> Weights<'a> {
+    /// The weights `model` holds.
+    pub(crate) fn of(model: &'a Llama) -> Self {
+        Weights {
+            model,
+            gather: None,
+        }
+    }
+
+    /// The parameters of `model` (placeholders of their shape and dtype),
+    /// each made by `gather` when it is written.
+    pub(crate) fn gathered(model: &'a Llama, gather: &'a dyn Fn(&str) -> Result<Array>) -> Self {
+        Weights {
+            model,
+            gather: Some(gather),
+        }
+    }
+
+    /// Writes the weights to `path` as `save_weights` does (MLX's names
+    /// and metadata), one parameter at a time. Gathered weights take every
+    /// rank: the writer passes its path, the others `None`, and they make
+    /// the same parameters in the same order without writing.
+    pub(crate) fn save(&self, path: Option<&Path>) -> Result<()> {
+        let named = self.model.named_parameters();
+        let specs: Vec<mlx_array::io::TensorSpec> = named
+            .iter()
+            .map(|(n, a)| (n.clone(), a.shape().to_vec(), a.dtype()))
+            .collect();
+        let own: std::collections::HashMap<&str, &Array> =
+            named.iter().map(|(n, a)| (n.as_str(), a)).collect();
+        let metadata = [("format".to_string(), "mlx".to_string())].into();
+        mlx_array::io::save_safetensors_streamed(path, &specs, Some(metadata), |name| {
+            match self.gather {
+                Some(g) => g(name).map_err(|e| mlx_array::Error::Invalid {
+                    op: "gathering a parameter",
+                    message: format!("`{name}`: {e:#}"),
+                }),
+                None => Ok(own[name].clone()),
+            }
+        })
+        .with_context(|| match path {
+            Some(p) => format!("writing {}", p.display()),
+            None => "gathering the weights of a checkpoint".into(),
+        })
+    }
+
+    /// Whether the other ranks must take part in [`Weights::save`].
+    pub(crate) fn is_gathered(&self) -> bool {
+        self.gather.is_some()
+    }
+}
 
 /// A parallel layout: averages the ranks' gradients, clips them, applies
 /// them with the optimizer, and puts the model and its state together for

@@ -8,7 +8,7 @@ use mlx_dist::Group;
 use mlx_nn::{AverageOptions, average_gradients};
 use mlx_optim::{AdamW, Optimizer, OptimizerState};
 
-use super::{CheckpointWriter, GradSync, SavedState, SparseRows, reduce_with};
+use super::{CheckpointWriter, GradSync, SavedState, SparseRows, Weights, reduce_with};
 use crate::{Llama, checkpoint};
 
 /// The state file of every rank (rank 0 writes it, every rank reads it).
@@ -100,7 +100,7 @@ impl GradSync for Replicated {
     }
 
     fn checkpoint(&self, model: &Llama, write: &mut CheckpointWriter) -> Result<()> {
-        write(&self.group, model, self)
+        write(&self.group, &Weights::of(model), self)
     }
 }
 

@@ -8,7 +8,7 @@ use mlx_array::{Array, Dtype, Tree};
 use mlx_dist::Group;
 use mlx_optim::{AdamW, Optimizer};
 
-use super::{CheckpointWriter, GradSync, SavedState, SparseRows, reduce_with};
+use super::{CheckpointWriter, GradSync, SavedState, SparseRows, Weights, reduce_with};
 use crate::{Llama, checkpoint};
 
 /// Gradients averaged with one `mean_scatter` per bucket, so that each rank
@@ -107,7 +107,7 @@ impl GradSync for Sharded {
     }
 
     fn checkpoint(&self, model: &Llama, write: &mut CheckpointWriter) -> Result<()> {
-        write(self.opt.group(), model, self)
+        write(self.opt.group(), &Weights::of(model), self)
     }
 }
 

@@ -16,7 +16,7 @@ use mlx_dist::Group;
 use mlx_nn::{ModuleExt, gather_axis, shard_axis};
 use mlx_optim::Optimizer;
 
-use super::{CheckpointWriter, GradSync, Replicated, SavedState, SparseRows};
+use super::{CheckpointWriter, GradSync, Replicated, SavedState, SparseRows, Weights};
 use crate::Llama;
 use crate::config::TrainConfig;
 
@@ -169,7 +169,11 @@ impl GradSync for TensorParallel {
         }
         eval((&model.parameters(), &whole.tree()?))?;
         if self.tensor.rank() == 0 {
-            write(self.group(), &model, &self.replicas.with_state(whole))?;
+            write(
+                self.group(),
+                &Weights::of(&model),
+                &self.replicas.with_state(whole),
+            )?;
         }
         self.world.barrier()?;
         Ok(())

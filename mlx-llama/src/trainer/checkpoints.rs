@@ -10,7 +10,7 @@ use mlx_nn::ModuleExt;
 use crate::Llama;
 use crate::checkpoint::{self, Layout, Manifest};
 use crate::config::TrainConfig;
-use crate::sync::SavedState;
+use crate::sync::{SavedState, Weights};
 
 use super::precision::Precision;
 
@@ -194,8 +194,9 @@ fn resume_from(cfg: &TrainConfig, group: &Group) -> Result<Option<PathBuf>> {
 
 /// What a checkpoint holds.
 pub(super) struct Parts<'a> {
-    /// The weights (rank 0 writes them).
-    pub model: &'a Llama,
+    /// The weights (rank 0 writes them; gathered ones, every rank takes
+    /// part).
+    pub weights: &'a Weights<'a>,
     /// The optimizer state (each strategy writes its own files).
     pub state: &'a dyn SavedState,
     /// Where each rank's loader is (every rank writes its own).
@@ -251,7 +252,9 @@ fn save_via(
             optimizer_files: parts.state.state_files(),
             data: parts.batches.state(),
         };
-        publish(cfg, group, parts.model, layout, tmp, step)?;
+        publish(cfg, group, parts.weights, layout, tmp, step)?;
+    } else if parts.weights.is_gathered() {
+        parts.weights.save(None)?;
     }
     group.barrier()?;
     Ok(checkpoint::step_dir(out, step))
@@ -261,12 +264,13 @@ fn save_via(
 fn publish(
     cfg: &TrainConfig,
     group: &Group,
-    model: &Llama,
+    weights: &Weights,
     layout: Layout,
     tmp: &Path,
     step: u64,
 ) -> Result<()> {
     let out = &cfg.out_dir;
+    let model = weights.model;
     match cfg.adapters.spec(model.config.num_layers) {
         // An adapter run keeps only its adapters, in PEFT's layout here and
         // mlx-lm's in a subfolder: the frozen base is --init-from's.
@@ -278,9 +282,9 @@ fn publish(
             crate::adapters::write_both_layouts(tmp, &spec, model, &base)?;
         }
         None => {
-            let weights = tmp.join("model.safetensors");
-            model.save_weights(&weights)?;
-            checkpoint::sync_path(&weights)?;
+            let path = tmp.join("model.safetensors");
+            weights.save(Some(&path))?;
+            checkpoint::sync_path(&path)?;
         }
     }
     match &cfg.tokenizer {

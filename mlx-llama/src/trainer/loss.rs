@@ -135,12 +135,18 @@ pub(super) fn evaluate(
     let mut sum = Array::zeros(&[], Dtype::F32);
     let mut count = Array::zeros(&[], Dtype::F32);
     for _ in 0..batches {
-        let model = match &once {
-            Some(m) => m.clone(),
-            None => in_compute(model()?)?,
-        };
         let m = micro(&val.next_batch()?)?;
-        let loss = model.loss_in(&m.x, &m.y, &m.mask, m.segments.as_ref())?;
+        // The model is dropped before the loss is evaluated: weights made
+        // lazily (gathered from the ranks' shards, one unit after another)
+        // are then freed as soon as their unit has run, so validating never
+        // holds the whole model.
+        let loss = {
+            let model = match &once {
+                Some(m) => m.clone(),
+                None => in_compute(model()?)?,
+            };
+            model.loss_in(&m.x, &m.y, &m.mask, m.segments.as_ref())?
+        };
         sum = sum.add(&loss.astype(Dtype::F32)?)?;
         count = count.add(&m.mask.sum_all()?)?;
         eval((&sum, &count))?;

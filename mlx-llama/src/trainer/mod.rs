@@ -31,7 +31,7 @@ use mlx_nn::ModuleExt;
 use crate::Llama;
 use crate::config::TrainConfig;
 use crate::source::Resolved;
-use crate::sync::{self, EMBEDDING, GradSync, SavedState};
+use crate::sync::{self, EMBEDDING, GradSync, SavedState, Weights};
 use batch::StepBatch;
 use precision::Precision;
 use record::{Recorder, Stepped};
@@ -562,9 +562,9 @@ impl<'a> Run<'a> {
     /// [`GradSync::checkpoint`]).
     fn checkpoint(&self, done: u64) -> Result<std::path::PathBuf> {
         let (cfg, batches, precision) = (self.cfg, &self.batches, &self.precision);
-        let mut write = |group: &Group, model: &Llama, state: &dyn SavedState| {
+        let mut write = |group: &Group, weights: &Weights, state: &dyn SavedState| {
             let parts = checkpoints::Parts {
-                model,
+                weights,
                 state,
                 batches,
                 precision,
