@@ -13,6 +13,9 @@ use crate::backend::common::elementwise::{BinaryOp, UnaryOp};
 use crate::data::{ArrayData, Operand};
 use crate::{Dtype, Error, Result};
 
+/// WGSL of `math`.
+const MATH_WGSL: &str = include_str!("math.wgsl");
+
 /// `x`'s data itself when it is dense for its shape from its offset (as
 /// kernels that index `offset + i` need), else a dense copy.
 pub(crate) fn dense(x: &Operand<'_>) -> Result<ArrayData> {
@@ -202,34 +205,7 @@ fn binary_expr(op: BinaryOp, dtype: Dtype) -> Option<(String, bool)> {
 }
 
 /// Helpers some binary expressions call.
-pub(crate) const MATH: &str = r#"
-fn is_nan(x: f32) -> bool {
-    return (bitcast<u32>(x) & 0x7fffffffu) > 0x7f800000u;
-}
-fn erf_as(x: f32) -> f32 {
-    let t = 1.0 / (1.0 + 0.3275911 * abs(x));
-    let y = 1.0 - (((((1.061405429 * t - 1.453152027) * t) + 1.421413741) * t - 0.284496736) * t + 0.254829592) * t * exp(-x * x);
-    return select(-y, y, x >= 0.0);
-}
-fn pow_signed(x: f32, y: f32) -> f32 {
-    if (y == 0.0) { return 1.0; }
-    if (x >= 0.0) { return pow(x, y); }
-    if (floor(y) != y) { return bitcast<f32>(0x7fc00000u); }
-    let m = pow(-x, y);
-    return select(m, -m, (i32(y) & 1) == 1);
-}
-fn ipow(x: i32, y: i32) -> i32 {
-    if (y < 0) { return select(select(0, select(-1, 1, (y & 1) == 0), x == -1), 1, x == 1); }
-    var acc = 1; var b = x; var e = u32(y);
-    loop { if (e == 0u) { break; } if ((e & 1u) == 1u) { acc = acc * b; } b = b * b; e = e >> 1u; }
-    return acc;
-}
-fn upow(x: u32, y: u32) -> u32 {
-    var acc = 1u; var b = x; var e = y;
-    loop { if (e == 0u) { break; } if ((e & 1u) == 1u) { acc = acc * b; } b = b * b; e = e >> 1u; }
-    return acc;
-}
-"#;
+pub(crate) const MATH: &str = MATH_WGSL;
 
 /// The WGSL expression of a binary op on `a0`, `a1` of `dtype`, and the
 /// output dtype.

@@ -40,6 +40,30 @@ use super::pool::alloc;
 use crate::data::{ArrayData, Operand};
 use crate::{Dtype, Result};
 
+/// WGSL of `rms_norm`.
+const RMS_NORM_2_WGSL: &str = include_str!("rms_norm_2.wgsl");
+
+/// WGSL of `rms_norm`.
+const RMS_NORM_WGSL: &str = include_str!("rms_norm.wgsl");
+
+/// WGSL of `row_tree`.
+const ROW_TREE_WGSL: &str = include_str!("row_tree.wgsl");
+
+/// WGSL of `row_header`.
+const ROW_HEADER_WGSL: &str = include_str!("row_header.wgsl");
+
+/// WGSL of `rms_norm_grad` (a template).
+const RMS_NORM_GRAD_4_WGSL: &str = include_str!("rms_norm_grad_4.wgsl");
+
+/// WGSL of `rms_norm_grad`.
+const RMS_NORM_GRAD_3_WGSL: &str = include_str!("rms_norm_grad_3.wgsl");
+
+/// WGSL of `rms_norm_grad`.
+const RMS_NORM_GRAD_2_WGSL: &str = include_str!("rms_norm_grad_2.wgsl");
+
+/// WGSL of `rms_norm_grad` (a template).
+const RMS_NORM_GRAD_WGSL: &str = include_str!("rms_norm_grad.wgsl");
+
 /// Rows per column-sum chunk of the `dw` pass.
 const CHUNK: usize = 32;
 
@@ -81,27 +105,13 @@ fn row_header(inputs: &[(&str, Dtype)], out: Dtype, t: usize, sums: &str, decls:
     s.push_str(codegen::GROUP_ENTRY);
     s.push_str(" {\n    ");
     s.push_str(codegen::GROUP_INDEX);
-    s.push_str(
-        r#"
-    let width = params[1];
-    let row = g * (256u / T) + lid / T;
-    let t = lid % T;
-    let live = row < params[0];
-    let x0 = params[3] + row * width;
-"#,
-    );
+    s.push_str(ROW_HEADER_WGSL);
     s
 }
 
 /// The tree that merges each row's `T` partials in `part` (every
 /// invocation of the workgroup reaches it: barriers are uniform).
-const ROW_TREE: &str = r#"
-    workgroupBarrier();
-    for (var s = T / 2u; s > 0u; s = s >> 1u) {
-        if (t < s) { part[lid] = part[lid] + part[lid + s]; }
-        workgroupBarrier();
-    }
-"#;
+const ROW_TREE: &str = ROW_TREE_WGSL;
 
 /// `x * w / sqrt(mean(x^2) + eps)` over rows, computed in f32 from `x`
 /// and `w` as stored, written in `dtype` (rounded as a cast rounds; a
@@ -129,19 +139,9 @@ pub fn rms_norm(x: &Operand<'_>, w: &Operand<'_>, eps: f32, dtype: Dtype) -> Res
     let key = format!("rms_norm:{t}:{xd}:{wd}:{dtype}");
     let pipeline = context()?.pipeline(&key, || {
         row_header(&[("x", xd), ("w", wd)], dtype, t, "f32", "")
-            + r#"    var ss = 0.0;
-    if (live) {
-        for (var j = t; j < width; j = j + T) { let v = load_x(x0 + j); ss = ss + v * v; }
-    }
-    part[lid] = ss;
-"# + ROW_TREE
-            + r#"    if (!live) { return; }
-    let r = 1.0 / sqrt(part[lid - t] / f32(width) + bitcast<f32>(params[2]));
-    for (var j = t; j < width; j = j + T) {
-        store_out(row * width + j, load_x(x0 + j) * r * load_w(params[4] + j));
-    }
-}
-"#
+            + RMS_NORM_2_WGSL
+            + ROW_TREE
+            + RMS_NORM_WGSL
     })?;
     let groups = rows.div_ceil(256 / t);
     let packed = codegen::packed(dtype);
@@ -221,30 +221,12 @@ pub fn rms_norm_grad(
             ("", "")
         };
         row_header(&inputs, Dtype::F32, t, "vec2<f32>", &store_dx)
-            + r#"    let c0 = params[5] + row * width;
-    var acc = vec2<f32>(0.0, 0.0);
-    if (live) {
-        for (var j = t; j < width; j = j + T) {
-            let v = load_x(x0 + j);
-            acc = acc + vec2<f32>(v * v, v * load_c(c0 + j) * load_w(params[4] + j));
-        }
-    }
-    part[lid] = acc;
-"# + ROW_TREE
-            + r#"    if (!live) { return; }
-    let sums = part[lid - t];
-    let r = 1.0 / sqrt(sums.x / f32(width) + bitcast<f32>(params[2]));
-    let k = sums.y / f32(width) * r * r * r;
-    for (var j = t; j < width; j = j + T) {
-        let d = OPEN(r * load_w(params[4] + j) * load_c(c0 + j) - load_x(x0 + j) * k)PLUS;
-        store_dx(row * width + j, d);
-    }
-    if (t == 0u) { store_out(params[6] + width + row, r); }
-}
-"#
-            .replace("OPEN", open)
-            .replace("PLUS", plus)
-            .as_str()
+            + RMS_NORM_GRAD_3_WGSL
+            + ROW_TREE
+            + RMS_NORM_GRAD_2_WGSL
+                .replace("OPEN", open)
+                .replace("PLUS", plus)
+                .as_str()
     })?;
     // Pass 1 of dw: partial column sums over chunks of CHUNK rows, read
     // with the rows' r from the row pass's output.
@@ -269,22 +251,7 @@ pub fn rms_norm_grad(
             },
             &|x, _| format!("acc = acc + {x};"),
         );
-        s.push_str(&format!(
-            r#" {{
-    {index}
-    let width = params[1];
-    if (i >= width * params[7]) {{ return; }}
-    let j = i % width;
-    let chunk = i / width;
-    let first = chunk * {CHUNK}u;
-    let rows = min(params[0], first + {CHUNK}u) - first;
-    var acc = 0.0;
-    let k = 0u;
-{walk}    store_out(i, acc);
-}}
-"#,
-            index = codegen::THREAD_INDEX
-        ));
+        s.push_str(&crate::backend::gpu::codegen::fill(RMS_NORM_GRAD_WGSL, &[("index", codegen::THREAD_INDEX), ("CHUNK", &CHUNK.to_string()), ("walk", &walk)]));
         s
     })?;
     // Pass 2: each column's partials, summed in chunk order.
@@ -304,17 +271,9 @@ pub fn rms_norm_grad(
             &|c| format!("load_p({c} * width + i)"),
             &|x, _| format!("acc = acc + {x};"),
         );
-        s.push_str(&format!(
-            r#" {{
-    {index}
-    let width = params[1];
-    if (i >= width) {{ return; }}
-    var acc = 0.0;
-    let k = 0u;
-{walk}    store_out(params[6] + i, acc);
-}}
-"#,
-            index = codegen::THREAD_INDEX
+        s.push_str(&crate::backend::gpu::codegen::fill(
+            RMS_NORM_GRAD_4_WGSL,
+            &[("index", codegen::THREAD_INDEX), ("walk", &walk)],
         ));
         s
     })?;

@@ -43,6 +43,18 @@ use crate::Result;
 use crate::backend::common::rope::RopeSpec;
 use crate::data::{ArrayData, Operand};
 
+/// WGSL of `out_at`.
+const ROPE_OUT_AT_WGSL: &str = include_str!("out_at.wgsl");
+
+/// WGSL of `halves`.
+const ROPE_HALVES_WGSL: &str = include_str!("halves.wgsl");
+
+/// WGSL of `pairs`.
+const ROPE_PAIRS_WGSL: &str = include_str!("pairs.wgsl");
+
+/// WGSL of `elements`.
+const ROPE_ELEMENTS_WGSL: &str = include_str!("elements.wgsl");
+
 /// Whether `x` rotates by quads in place ([`rope_quads`]): halves or
 /// pairs over the whole row, a multiple of 8 wide, and a view whose rows
 /// are read by aligned quads (`elementwise::rows_of_quads`).
@@ -175,63 +187,13 @@ fn rope_quads(x: &Operand<'_>, spec: &RopeSpec, in_order: bool) -> Result<ArrayD
 /// Where invocation `i`'s quad `e` (an element of the dense output) is
 /// stored: at `e`, or where the input holds it, relative to the input's
 /// offset (`params[8]`: keep the input's order).
-const OUT_AT: &str = r#"
-fn out_at(e: u32, at: u32) -> u32 {
-    if (params[8] != 0u) { return at - params[9u + params[7]]; }
-    return e;
-}
-"#;
+const OUT_AT: &str = ROPE_OUT_AT_WGSL;
 
 /// The kernel's body for pairs: the 2 pairs of one quad.
-const PAIRS: &str = r#"
-    if (i >= params[0]) { return; }
-    let width = params[1];
-    let per_row = width / 4u;
-    let row = i / per_row;
-    let c = (i - row * per_row) * 4u;
-    let e = row * width + c;
-    let at = loc(e, 9u + params[7]);
-    let a = load4_x(at >> 2u);
-    let pos = f32(params[3] + row % params[2]) * bitcast<f32>(params[4]);
-    let p = f32(c / 2u);
-    let pair = vec4<f32>(p, p, p + 1.0, p + 1.0);
-    let theta = pos * exp(pair * bitcast<f32>(params[5]));
-    var s = sin(theta);
-    if (params[6] != 0u) { s = -s; }
-    let co = cos(theta);
-    let r = vec4<f32>(
-        a.x * co.x - a.y * s.x,
-        a.x * s.y + a.y * co.y,
-        a.z * co.z - a.w * s.z,
-        a.z * s.w + a.w * co.w,
-    );
-    store4(out_at(e, at) >> 2u, r);
-}
-"#;
+const PAIRS: &str = ROPE_PAIRS_WGSL;
 
 /// The kernel's body for halves: the quads at `c` and `c + width / 2`.
-const HALVES: &str = r#"
-    if (i >= params[0]) { return; }
-    let width = params[1];
-    let half = width / 2u;
-    let per_row = half / 4u;
-    let row = i / per_row;
-    let c = (i - row * per_row) * 4u;
-    let e = row * width + c;
-    let at = loc(e, 9u + params[7]);
-    let a = load4_x(at >> 2u);
-    let b = load4_x((at + half) >> 2u);
-    let pos = f32(params[3] + row % params[2]) * bitcast<f32>(params[4]);
-    let pair = vec4<f32>(f32(c), f32(c + 1u), f32(c + 2u), f32(c + 3u));
-    let theta = pos * exp(pair * bitcast<f32>(params[5]));
-    var s = sin(theta);
-    if (params[6] != 0u) { s = -s; }
-    let co = cos(theta);
-    let o = out_at(e, at);
-    store4(o >> 2u, a * co - b * s);
-    store4((o + half) >> 2u, a * s + b * co);
-}
-"#;
+const HALVES: &str = ROPE_HALVES_WGSL;
 
 /// Rotations run by quads of pairs since the process started.
 static ROPE_QUADS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
@@ -292,31 +254,4 @@ pub fn rope(x: &Operand<'_>, spec: &RopeSpec, keep_order: bool) -> Result<ArrayD
 
 /// The element kernel's body: one output element, reading its pair's
 /// partner.
-const ELEMENTS: &str = r#"
-    if (i >= params[0]) { return; }
-    let width = params[2];
-    let dims = params[3];
-    let c = i % width;
-    let x0 = params[9] + i - c;
-    if (c >= dims) { store_out(i, load_x(x0 + c)); return; }
-    let half = dims / 2u;
-    var pair = c % half;
-    var first = c < half;
-    var partner = c + half;
-    if (!first) { partner = c - half; }
-    if (params[4] != 0u) {
-        pair = c / 2u;
-        first = c % 2u == 0u;
-        partner = c + 1u;
-        if (!first) { partner = c - 1u; }
-    }
-    let pos = f32(params[5] + (i / width) % params[1]) * bitcast<f32>(params[6]);
-    let theta = pos * exp(f32(pair) * bitcast<f32>(params[7]));
-    var s = sin(theta);
-    if (params[8] != 0u) { s = -s; }
-    let co = cos(theta);
-    let own = load_x(x0 + c);
-    let other = load_x(x0 + partner);
-    if (first) { store_out(i, own * co - other * s); } else { store_out(i, other * s + own * co); }
-}
-"#;
+const ELEMENTS: &str = ROPE_ELEMENTS_WGSL;

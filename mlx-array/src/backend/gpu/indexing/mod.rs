@@ -16,6 +16,27 @@ use crate::dtype::{Element, cast};
 use crate::shape::{contiguous_strides, size_of_shape};
 use crate::{Dtype, Error, Result};
 
+/// WGSL of `take` (a template).
+const INDEXING_TAKE_WGSL: &str = include_str!("take.wgsl");
+
+/// WGSL of `atomic_add_f32`.
+const INDEXING_ATOMIC_ADD_F32_WGSL: &str = include_str!("atomic_add_f32.wgsl");
+
+/// WGSL of `scatter_add`.
+const INDEXING_SCATTER_ADD_WGSL: &str = include_str!("scatter_add.wgsl");
+
+/// WGSL of `take_along_axis` (a template).
+const INDEXING_TAKE_ALONG_AXIS_WGSL: &str = include_str!("take_along_axis.wgsl");
+
+/// WGSL of `pad` (a template).
+const INDEXING_PAD_WGSL: &str = include_str!("pad.wgsl");
+
+/// WGSL of `vloc`.
+const INDEXING_VLOC_WGSL: &str = include_str!("vloc.wgsl");
+
+/// WGSL of `slice_update`.
+const INDEXING_SLICE_UPDATE_WGSL: &str = include_str!("slice_update.wgsl");
+
 /// Kernel parameters under construction: scalars first, then view
 /// descriptors `[ndim, shape.., offset, strides..]` appended by [`Meta::view`].
 pub(crate) struct Meta(pub(crate) Vec<u32>);
@@ -46,25 +67,7 @@ impl Meta {
 
 /// `vloc(i, base)`: the buffer element at row-major position `i` of the
 /// view described at `params[base]`.
-pub(crate) const VLOC: &str = r#"
-fn vloc(i: u32, base: u32) -> u32 {
-    let nd = params[base];
-    var idx = bitcast<i32>(params[base + 1u + nd]);
-    var rem = i;
-    for (var d = i32(nd) - 1; d >= 0; d = d - 1) {
-        let s = params[base + 1u + u32(d)];
-        idx = idx + i32(rem % s) * bitcast<i32>(params[base + 2u + nd + u32(d)]);
-        rem = rem / s;
-    }
-    return u32(idx);
-}
-fn vshape(base: u32, d: u32) -> u32 { return params[base + 1u + d]; }
-fn vstride(base: u32, d: u32) -> i32 { return bitcast<i32>(params[base + 2u + params[base] + d]); }
-fn resolve(v: i32, len: u32) -> i32 {
-    let w = select(v, v + i32(len), v < 0);
-    return select(-1, w, w >= 0 && u32(w) < len);
-}
-"#;
+pub(crate) const VLOC: &str = INDEXING_VLOC_WGSL;
 
 /// `idx_at(j) -> i32`: index `j` of the input `idx` (i32 or u32; u32 values
 /// beyond `i32::MAX` become an out-of-range sentinel).
@@ -143,16 +146,9 @@ pub fn take(
         s.push_str(&idx_src);
         s.push_str(&codegen::output(3, dtype));
         s.push_str(&entry());
-        s.push_str(&format!(
-            r#"    let post = params[2]; let nidx = params[1]; let len = params[3];
-    let q = i % post; let r = i / post; let k = r % nidx; let p = r / nidx;
-    let j = resolve(idx_at(vloc(k, params[5])), len);
-    var v = {zero};
-    if (j >= 0) {{ v = load_a(vloc((p * len + u32(j)) * post + q, params[4])); }}
-    store_out(i, v);
-}}
-"#,
-            zero = zero(dtype)
+        s.push_str(&crate::backend::gpu::codegen::fill(
+            INDEXING_TAKE_WGSL,
+            &[("zero", (zero(dtype)))],
         ));
         s
     })?;
@@ -188,24 +184,9 @@ pub fn take_along_axis(a: &Operand<'_>, idx: &Operand<'_>, axis: usize) -> Resul
         s.push_str(&idx_src);
         s.push_str(&codegen::output(3, dtype));
         s.push_str(&entry());
-        s.push_str(&format!(
-            r#"    let axis = params[1]; let ab = params[2]; let ib = params[3];
-    let nd = params[ib];
-    var rem = i;
-    var off = bitcast<i32>(params[ab + 1u + nd]);
-    for (var d = i32(nd) - 1; d >= 0; d = d - 1) {{
-        let s = vshape(ib, u32(d));
-        let c = rem % s;
-        rem = rem / s;
-        if (u32(d) != axis) {{ off = off + i32(c) * vstride(ab, u32(d)); }}
-    }}
-    let j = resolve(idx_at(vloc(i, ib)), vshape(ab, axis));
-    var v = {zero};
-    if (j >= 0) {{ v = load_a(u32(off + j * vstride(ab, axis))); }}
-    store_out(i, v);
-}}
-"#,
-            zero = zero(dtype)
+        s.push_str(&crate::backend::gpu::codegen::fill(
+            INDEXING_TAKE_ALONG_AXIS_WGSL,
+            &[("zero", (zero(dtype)))],
         ));
         s
     })?;
@@ -223,16 +204,7 @@ pub fn take_along_axis(a: &Operand<'_>, idx: &Operand<'_>, axis: usize) -> Resul
 }
 
 /// `atomic_add(k, v)`: adds `v` to f32 element `k` of the atomic output.
-const ATOMIC_ADD_F32: &str = r#"
-fn atomic_add(k: u32, v: f32) {
-    var old = atomicLoad(&out[k]);
-    loop {
-        let r = atomicCompareExchangeWeak(&out[k], old, bitcast<u32>(bitcast<f32>(old) + v));
-        if (r.exchanged) { break; }
-        old = r.old_value;
-    }
-}
-"#;
+const ATOMIC_ADD_F32: &str = INDEXING_ATOMIC_ADD_F32_WGSL;
 
 /// Adds `ct` into zeros of `out_shape` at the positions `idx` names along
 /// `axis`: the gradient of `take` (`along_axis` false) or of
@@ -280,20 +252,7 @@ pub fn scatter_add(
         s.push_str("    let v = f32(load_ct(vloc(i, params[5])));\n");
         if along_axis {
             s.push_str(
-                r#"    let ib = params[6]; let ob = params[7];
-    let nd = params[ib];
-    var rem = i;
-    var off = 0;
-    for (var d = i32(nd) - 1; d >= 0; d = d - 1) {
-        let s = vshape(ib, u32(d));
-        let c = rem % s;
-        rem = rem / s;
-        if (u32(d) != axis) { off = off + i32(c) * vstride(ob, u32(d)); }
-    }
-    let j = resolve(idx_at(vloc(i, ib)), len);
-    if (j >= 0) { atomic_add(u32(off + j * vstride(ob, axis)), v); }
-}
-"#,
+                INDEXING_SCATTER_ADD_WGSL,
             );
         } else {
             s.push_str(
@@ -417,25 +376,9 @@ pub fn pad(x: &Operand<'_>, low: &[usize], value: f64, out_shape: &[usize]) -> R
         s.push_str(&codegen::input("x", 1, dtype));
         s.push_str(&codegen::output(2, dtype));
         s.push_str(&entry());
-        s.push_str(&format!(
-            r#"    let xb = params[1]; let os = params[2]; let lw = params[3];
-    let nd = params[xb];
-    var rem = i; var inside = true; var xi = 0u; var mul = 1u;
-    for (var d = i32(nd) - 1; d >= 0; d = d - 1) {{
-        let s = params[os + u32(d)];
-        let c = rem % s;
-        rem = rem / s;
-        let xs = vshape(xb, u32(d));
-        let lo = params[lw + u32(d)];
-        if (c < lo || c - lo >= xs) {{ inside = false; }} else {{ xi = xi + (c - lo) * mul; }}
-        mul = mul * xs;
-    }}
-    var v = bitcast<{t}>(params[4]);
-    if (inside) {{ v = load_x(vloc(xi, xb)); }}
-    store_out(i, v);
-}}
-"#,
-            t = compute_type(dtype)
+        s.push_str(&crate::backend::gpu::codegen::fill(
+            INDEXING_PAD_WGSL,
+            &[("t", (compute_type(dtype)))],
         ));
         s
     })?;
@@ -479,29 +422,7 @@ pub fn slice_update(
         s.push_str(&codegen::input("u", 2, dtype));
         s.push_str(&codegen::output(3, dtype));
         s.push_str(&entry());
-        s.push_str(
-            r#"    let bb = params[1]; let ub = params[2]; let sa = params[3]; let sp = params[4];
-    let nd = params[bb];
-    var rem = i; var inside = true; var ui = 0u; var mul = 1u;
-    for (var d = i32(nd) - 1; d >= 0; d = d - 1) {
-        let s = vshape(bb, u32(d));
-        let c = rem % s;
-        rem = rem / s;
-        let us = vshape(ub, u32(d));
-        let diff = i32(c) - i32(params[sa + u32(d)]);
-        let st = bitcast<i32>(params[sp + u32(d)]);
-        if (diff % st != 0) {
-            inside = false;
-        } else {
-            let t = diff / st;
-            if (t < 0 || t >= i32(us)) { inside = false; } else { ui = ui + u32(t) * mul; }
-        }
-        mul = mul * us;
-    }
-    if (inside) { store_out(i, load_u(vloc(ui, ub))); } else { store_out(i, load_b(vloc(i, bb))); }
-}
-"#,
-        );
+        s.push_str(INDEXING_SLICE_UPDATE_WGSL);
         s
     })?;
     let out = alloc(shape, dtype)?;

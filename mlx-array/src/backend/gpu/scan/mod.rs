@@ -11,6 +11,9 @@ use crate::data::{ArrayData, Operand};
 use crate::shape::{contiguous_strides, size_of_shape};
 use crate::{Dtype, Result};
 
+/// WGSL of `cumsum` (a template).
+const SCAN_CUMSUM_WGSL: &str = include_str!("cumsum.wgsl");
+
 /// Inclusive or exclusive cumulative sum of `data` (any view) along `axis`,
 /// optionally from the end. The output is contiguous with the input's shape
 /// and dtype (bool counts in i32); floats accumulate in f32 (the CPU rounds
@@ -62,62 +65,19 @@ pub fn cumsum(x: &Operand<'_>, axis: usize, reverse: bool, inclusive: bool) -> R
         } else {
             ("store_out(u32(ob + i32(j) * so), acc);", "acc = acc + x;")
         };
-        src.push_str(&format!(
-            r#"
-var<workgroup> part: array<{acc}, 256>;
-{entry} {{
-    {index}
-    let live = g < params[0];
-    let len = params[1];
-    let nk = params[2];
-    let sa = bitcast<i32>(params[4]);
-    let so = i32(params[5]);
-    var ib = bitcast<i32>(params[3]);
-    var ob = 0;
-    var rem = g;
-    for (var d = i32(nk) - 1; d >= 0; d = d - 1) {{
-        let s = params[6u + u32(d)];
-        let c = i32(rem % s);
-        ib = ib + c * bitcast<i32>(params[6u + nk + u32(d)]);
-        ob = ob + c * i32(params[6u + 2u * nk + u32(d)]);
-        rem = rem / s;
-    }}
-    let chunk = (len + 255u) / 256u;
-    let lo = min(lid * chunk, len);
-    let hi = min(lo + chunk, len);
-    var sum: {acc} = {zero};
-    if (live) {{
-        for (var k = lo; k < hi; k = k + 1u) {{
-            let j = {pos};
-            let x = load_in0(u32(ib + i32(j) * sa));
-            sum = sum + {conv};
-        }}
-    }}
-    part[lid] = sum;
-    workgroupBarrier();
-    for (var off = 1u; off < 256u; off = off << 1u) {{
-        var v = part[lid];
-        if (lid >= off) {{ v = v + part[lid - off]; }}
-        workgroupBarrier();
-        part[lid] = v;
-        workgroupBarrier();
-    }}
-    var acc: {acc} = {zero};
-    if (lid > 0u) {{ acc = part[lid - 1u]; }}
-    if (live) {{
-        for (var k = lo; k < hi; k = k + 1u) {{
-            let j = {pos};
-            let x0 = load_in0(u32(ib + i32(j) * sa));
-            let x = {conv0};
-            {before}
-            {after}
-        }}
-    }}
-}}
-"#,
-            entry = codegen::GROUP_ENTRY,
-            index = codegen::GROUP_INDEX,
-            conv0 = conv.replace('x', "x0"),
+        src.push_str(&crate::backend::gpu::codegen::fill(
+            SCAN_CUMSUM_WGSL,
+            &[
+                ("acc", acc),
+                ("entry", codegen::GROUP_ENTRY),
+                ("index", codegen::GROUP_INDEX),
+                ("zero", zero),
+                ("pos", pos),
+                ("conv", conv),
+                ("conv0", &(conv.replace('x', "x0")).to_string()),
+                ("before", before),
+                ("after", after),
+            ],
         ));
         src
     })?;
