@@ -19,6 +19,12 @@ use crate::backend::common::attention::AttentionDims;
 use crate::data::{ArrayData, Operand};
 use crate::{Dtype, Result};
 
+/// WGSL of `attention_grad` (a template).
+const ROWS_GRAD_DQ_WGSL: &str = include_str!("rows_grad_dq.wgsl");
+
+/// WGSL of `attention_grad` (a template).
+const ROWS_GRAD_DKV_WGSL: &str = include_str!("rows_grad_dkv.wgsl");
+
 /// WGSL of `probability`.
 const ROWS_PROBABILITY_WGSL: &str = include_str!("rows_probability.wgsl");
 
@@ -149,61 +155,15 @@ pub(super) fn attention_grad(
         s
     };
     let dq = context()?.pipeline(&format!("attention_rows_dq:{d}:{dv}:{dtype}:{gd}"), || {
-        prologue(&format!(
-            r#"    if (i >= b() * h() * lq()) {{ return; }}
-    let qi = i % lq();
-    let bh = i / lq();
-    let q0 = row_of(0u, params[6], bh, qi);
-    let g0 = row_of(3u, params[10], bh, qi);
-    let lse0h = lse0 + bh * lq();
-    {{
-        {DELTA}
-        var acc: array<f32, D>;
-        for (var c = 0u; c < D; c = c + 1u) {{ acc[c] = 0.0; }}
-        for (var j = 0u; j < limit(qi); j = j + 1u) {{
-            {}
-            for (var c = 0u; c < D; c = c + 1u) {{ acc[c] = acc[c] + ds * load_k(k0 + c); }}
-        }}
-        let dq0 = ((bh / h() * lq() + qi) * h() + bh % h()) * D;
-        for (var c = 0u; c < D; c = c + 1u) {{ store_out(dq0 + c, acc[c] * scale()); }}
-    }}
-}}
-"#,
-            PROBABILITY
+        prologue(&crate::backend::gpu::codegen::fill(
+            ROWS_GRAD_DQ_WGSL,
+            &[("DELTA", DELTA), ("PROBABILITY", PROBABILITY)],
         ))
     })?;
     let dkv = context()?.pipeline(&format!("attention_rows_dkv:{d}:{dv}:{dtype}:{gd}"), || {
-        prologue(&format!(
-            r#"    if (i >= b() * hkv() * lk()) {{ return; }}
-    let j = i % lk();
-    // Key/value head `kh` of batch `bi`, and its group's first query head.
-    let kh = i / lk() % hkv();
-    let bi = i / lk() / hkv();
-    let bh0 = bi * h() + kh * group();
-    var dk: array<f32, D>;
-    var dv: array<f32, DV>;
-    for (var c = 0u; c < D; c = c + 1u) {{ dk[c] = 0.0; }}
-    for (var c = 0u; c < DV; c = c + 1u) {{ dv[c] = 0.0; }}
-    // The first query that sees key j.
-    var first = 0u;
-    if (params[4] != 0u && j + lq() > lk()) {{ first = j + lq() - lk(); }}
-    for (var bh = bh0; bh < bh0 + group(); bh = bh + 1u) {{
-    let lse0h = lse0 + bh * lq();
-    for (var qi = first; qi < lq(); qi = qi + 1u) {{
-        let q0 = row_of(0u, params[6], bh, qi);
-        let g0 = row_of(3u, params[10], bh, qi);
-        {DELTA}
-        {}
-        for (var c = 0u; c < D; c = c + 1u) {{ dk[c] = dk[c] + ds * load_q(q0 + c); }}
-        for (var c = 0u; c < DV; c = c + 1u) {{ dv[c] = dv[c] + p * load_g(g0 + c); }}
-    }}
-    }}
-    let row = (bi * lk() + j) * hkv() + kh;
-    for (var c = 0u; c < D; c = c + 1u) {{ store_out(params[11] + row * D + c, dk[c] * scale()); }}
-    for (var c = 0u; c < DV; c = c + 1u) {{ store_out(params[12] + row * DV + c, dv[c]); }}
-}}
-"#,
-            PROBABILITY,
+        prologue(&crate::backend::gpu::codegen::fill(
+            ROWS_GRAD_DKV_WGSL,
+            &[("DELTA", DELTA), ("PROBABILITY", PROBABILITY)],
         ))
     })?;
     // A packed dtype's words are OR-ed into: the first pass clears them.
