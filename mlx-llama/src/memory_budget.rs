@@ -3,10 +3,9 @@
 //! (parameters, gradients, optimizer state, activations, communication
 //! buffers) from the model's shape and the run's layout, and the check that
 //! refuses a run whose estimate is over the budget, naming its largest part
-//! and what would shrink it. With `--shard parameters`, the moments between
-//! steps when validation gathers the whole model on every rank are
-//! estimated too ([`Estimate::between_steps`]); a checkpoint gathers one
-//! parameter at a time.
+//! and what would shrink it. With `--shard parameters`, validation and
+//! checkpoints gather a unit (a checkpoint: a parameter) at a time, less
+//! than a step holds, so the step is the run's peak whatever the layout.
 //!
 //! It is a model of this trainer, not a measurement: each part is a count
 //! of the arrays the step keeps at its peak (see [`Estimate`]'s fields for
@@ -113,8 +112,6 @@ pub struct Plan {
     /// keeps its `[B, H, L, L]` probabilities, the fused one only a
     /// logsumexp per query.
     pub masked_attention: bool,
-    /// Whether the run validates (`--eval-every` over 0).
-    pub validates: bool,
 }
 
 impl Plan {
@@ -153,7 +150,6 @@ impl Plan {
             block_size: cfg.block_size,
             bucket_bytes: cfg.all_reduce_size,
             masked_attention: false,
-            validates: cfg.eval_every > 0,
         }
     }
 
@@ -305,16 +301,6 @@ pub struct Estimate {
     /// bytes, `g` the largest trainable tensor's gradient bytes (a tensor
     /// larger than a bucket travels alone) and `G` all the gradients' bytes.
     pub communication: u64,
-    /// Not a part of a step, but a moment of its own: with ZeRO-3 (`N >
-    /// 1`) and validation, the validation gathers the whole model on every
-    /// rank, which then holds its shards of the weights and AdamW state,
-    /// `3 sum_i ceil(P_i / N) * 4`, and every weight whole in float32 (and,
-    /// to validate a half-precision run, its compute copy), `sum_i P_i (4
-    /// [+ c])`. 0 for the other layouts, whose steps hold the whole model
-    /// anyway, and without validation: a checkpoint gathers one parameter
-    /// at a time, less than a step holds. The run peaks at the larger of it
-    /// and the step's total ([`Estimate::peak`]).
-    pub between_steps: u64,
 }
 
 impl Estimate {
@@ -334,13 +320,6 @@ impl Estimate {
         self.parts().iter().map(|(_, b)| b).sum()
     }
 
-    /// What the run peaks at: the step's [`Estimate::total`], or the
-    /// model gathered whole between steps ([`Estimate::between_steps`])
-    /// when that is more.
-    pub fn peak(&self) -> u64 {
-        self.total().max(self.between_steps)
-    }
-
     /// The largest part (the first of equals).
     pub fn largest(&self) -> (Part, u64) {
         self.parts()
@@ -355,13 +334,6 @@ impl Estimate {
             s.push_str(&format!("  {:<22}{:>10.1} MiB\n", part.name(), mib(bytes)));
         }
         s.push_str(&format!("  {:<22}{:>10.1} MiB", "total", mib(self.total())));
-        if self.between_steps > 0 {
-            s.push_str(&format!(
-                "\n  {:<22}{:>10.1} MiB (validation gathers the whole model)",
-                "between steps",
-                mib(self.between_steps)
-            ));
-        }
         s
     }
 
@@ -380,17 +352,9 @@ impl Estimate {
     }
 
     fn check_with(&self, budget: u64, plan: Option<&Plan>) -> Result<(), String> {
-        let total = self.peak();
+        let total = self.total();
         if total <= budget {
             return Ok(());
-        }
-        if self.between_steps > self.total() {
-            return Err(format!(
-                "this configuration needs about {:.1} MiB per rank, over the budget of {:.1} MiB, between steps: --shard parameters gathers the whole model on every rank to validate, and then holds {:.1} MiB: try --eval-every 0, or a smaller model",
-                mib(total),
-                mib(budget),
-                mib(self.between_steps)
-            ));
         }
         let (part, bytes) = self.largest();
         Err(format!(
@@ -548,22 +512,12 @@ pub fn estimate(plan: &Plan) -> Estimate {
         2 * all.min((plan.bucket_bytes as u64).max(one))
     };
 
-    let between_steps = if layout == ShardMode::Parameters && plan.validates {
-        let shards: u64 = plan.tensors.iter().map(|t| plan.shard_elements(t)).sum();
-        let whole: u64 = plan.tensors.iter().map(|t| t.elements).sum();
-        let copy = if c < MASTER_BYTES { c } else { 0 };
-        (1 + ADAMW_SLOTS) * shards * MASTER_BYTES + whole * (MASTER_BYTES + copy)
-    } else {
-        0
-    };
-
     Estimate {
         parameters,
         gradients,
         optimizer_state,
         activations: activations(plan),
         communication,
-        between_steps,
     }
 }
 
@@ -664,7 +618,7 @@ pub fn check_run(
     // Freed buffers are kept for reuse only within what the budget leaves
     // over the estimate: beyond it they go back to the system, so that the
     // process, not only its arrays, stays within the budget.
-    let spare = budget.saturating_sub(e.peak());
+    let spare = budget.saturating_sub(e.total());
     mlx_array::memory::set_cache_limit(usize::try_from(spare).unwrap_or(usize::MAX));
     Ok(())
 }
