@@ -5,7 +5,8 @@
 //!
 //! A leaf: it imports only dtypes, shape helpers and the memory
 //! accounting. The backends read it, the arrays and primitives hand it to
-//! them, and nothing here knows about either (`tests/layers.rs` checks it).
+//! them, and nothing here knows about either (`cargo xtask layers` checks
+//! it against `layers.toml`).
 
 use std::fmt;
 use std::sync::Arc;

@@ -52,7 +52,7 @@
 //! or by the environment ([`config`]).
 //!
 //! The source, from the bottom layer up (each imports only its own layer
-//! and those below; `tests/layers.rs` checks it):
+//! and those below; `cargo xtask layers` checks it against `layers.toml`):
 //! - [`error`], [`wire`] (the frame layout), [`reduce`], [`report`] and
 //!   [`group`] (the handle every backend implements): leaves;
 //! - [`config`]: the environment, host files and Slurm's variables;

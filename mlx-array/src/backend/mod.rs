@@ -5,7 +5,7 @@
 //! read `common` and the leaf under them (`crate::data`: the [`Operand`]s
 //! kernels take, one per operand, and dtypes, shapes, memory accounting,
 //! settings), and the GPU backend never reaches into the CPU one.
-//! `tests/layers.rs` checks it.
+//! `cargo xtask layers` checks it against `layers.toml`.
 //!
 //! [`Operand`]: crate::data::Operand
 

@@ -6,7 +6,8 @@
 //!
 //! Layering: transports know the configuration and the frame layout
 //! ([`crate::wire`]), never the mesh built over their connections, the
-//! collectives or the launcher (checked by `tests/layers.rs`).
+//! collectives or the launcher (checked by `cargo xtask layers`, from the
+//! table in `layers.toml`).
 
 pub(crate) mod admission;
 pub mod handshake;
