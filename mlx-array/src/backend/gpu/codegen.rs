@@ -8,6 +8,9 @@
 use crate::data::ArrayData;
 use crate::{Dtype, Result};
 
+/// WGSL of `loc` (a template).
+const STRIDED_LOC: &str = include_str!("strided_loc.wgsl");
+
 /// Invocations per workgroup for one-thread-per-element kernels.
 pub(crate) const WORKGROUP: u32 = 256;
 
@@ -142,20 +145,12 @@ pub(crate) const ENTRY: &str = "@compute @workgroup_size(256)\nfn main(@builtin(
 /// strides in `meta` from `base`) at row-major position `i` of a shape
 /// stored in `params[shape_at..shape_at + ndim]`.
 pub(crate) fn strided_loc(ndim_at: u32, shape_at: u32) -> String {
-    format!(
-        r#"
-fn loc(i: u32, base: u32) -> u32 {{
-    let nd = params[{ndim_at}u];
-    var idx = bitcast<i32>(params[base]);
-    var rem = i;
-    for (var d = i32(nd) - 1; d >= 0; d = d - 1) {{
-        let s = params[{shape_at}u + u32(d)];
-        idx = idx + i32(rem % s) * bitcast<i32>(params[base + 1u + u32(d)]);
-        rem = rem / s;
-    }}
-    return u32(idx);
-}}
-"#
+    fill(
+        STRIDED_LOC,
+        &[
+            ("ndim_at", &ndim_at.to_string()),
+            ("shape_at", &shape_at.to_string()),
+        ],
     )
 }
 

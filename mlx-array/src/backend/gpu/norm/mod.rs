@@ -58,7 +58,7 @@ const RMS_NORM_GRAD_4_WGSL: &str = include_str!("rms_norm_grad_4.wgsl");
 /// WGSL of `rms_norm_grad`.
 const RMS_NORM_GRAD_3_WGSL: &str = include_str!("rms_norm_grad_3.wgsl");
 
-/// WGSL of `rms_norm_grad`.
+/// WGSL of `rms_norm_grad` (a template).
 const RMS_NORM_GRAD_2_WGSL: &str = include_str!("rms_norm_grad_2.wgsl");
 
 /// WGSL of `rms_norm_grad` (a template).
@@ -223,10 +223,7 @@ pub fn rms_norm_grad(
         row_header(&inputs, Dtype::F32, t, "vec2<f32>", &store_dx)
             + RMS_NORM_GRAD_3_WGSL
             + ROW_TREE
-            + RMS_NORM_GRAD_2_WGSL
-                .replace("OPEN", open)
-                .replace("PLUS", plus)
-                .as_str()
+            + codegen::fill(RMS_NORM_GRAD_2_WGSL, &[("open", open), ("plus", plus)]).as_str()
     })?;
     // Pass 1 of dw: partial column sums over chunks of CHUNK rows, read
     // with the rows' r from the row pass's output.

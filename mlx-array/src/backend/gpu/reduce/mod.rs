@@ -61,6 +61,9 @@ use crate::data::{ArrayData, Operand};
 use crate::shape::size_of_shape;
 use crate::{Dtype, Result};
 
+/// The body of `at` where the reduced axes are not one run (see `locators`).
+const AT_RUNS: &str = include_str!("at_runs.wgsl");
+
 /// The kernel reducing an output per workgroup (a template).
 const PER_GROUP: &str = include_str!("per_group.wgsl");
 
@@ -205,18 +208,7 @@ fn locators(flat_run: bool) -> String {
     let at = if flat_run {
         "    return i32(r) * bitcast<i32>(params[6u + 2u * params[2]]);".to_string()
     } else {
-        r#"    let nk = params[2];
-    let nr = params[3];
-    let b = 5u + 2u * nk;
-    var idx = 0;
-    var rem = r;
-    for (var d = i32(nr) - 1; d >= 0; d = d - 1) {
-        let s = params[b + u32(d)];
-        idx = idx + i32(rem % s) * bitcast<i32>(params[b + nr + u32(d)]);
-        rem = rem / s;
-    }
-    return idx;"#
-            .to_string()
+        AT_RUNS.to_string()
     };
     codegen::fill(LOCATORS, &[("at", &at)])
 }
