@@ -6,7 +6,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
-use super::{matmul, pool, submission, timestamps};
+use super::{fragment, pool, submission, timestamps};
 use crate::memory::accounting;
 use crate::{Error, Result};
 
@@ -102,7 +102,7 @@ impl GpuContext {
         } else {
             Ok(())
         };
-        let coopmat = f16 && matmul::coopmat_usable(&adapter);
+        let coopmat = f16 && fragment::coopmat_usable(&adapter);
         let mut required_features = wgpu::Features::empty();
         if f16 {
             required_features |= wgpu::Features::SHADER_F16;

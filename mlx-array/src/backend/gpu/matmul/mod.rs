@@ -5,7 +5,7 @@
 //!   and bf16 converted to f32 as they load, through `codegen::input`).
 //! - [`coop`]: f16 operands on cooperative matrices (tensor cores),
 //!   16 x 16 x 16 f16 x f16 -> f32 fragments, for f16 products where the
-//!   adapter has them ([`coopmat_usable`]; `MLX_GPU_COOPMAT`,
+//!   adapter has them ([`super::fragment::coopmat_usable`]; `MLX_GPU_COOPMAT`,
 //!   [`settings::gpu_coopmat`]). bf16 has no cooperative-matrix
 //!   configuration on the H100's Vulkan driver (only f16 operands), so bf16
 //!   products stay on the f32-compute kernel; so does everything on a device
@@ -148,7 +148,7 @@ mod telemetry;
 mod tiled;
 
 pub use loads::vector_operand_count;
-pub(crate) use plan::{coopmat_usable, f16_f32_products};
+pub(crate) use plan::f16_f32_products;
 #[doc(hidden)]
 pub use sources::kernel_sources;
 pub use telemetry::{

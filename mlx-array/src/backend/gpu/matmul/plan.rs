@@ -1,5 +1,5 @@
 //! Planning a product: which kernel family runs it (the cooperative one
-//! where the device and dtype allow, [`coopmat_usable`]), which tiles, and
+//! where the device and dtype allow, [`super::super::fragment::coopmat_usable`]), which tiles, and
 //! how its depth is split over workgroups (split-K: [`split_k`] on 64 x 64
 //! tiles, [`split_big`] on 128 x 128 ones). See the module docs of
 //! [`super`] for the figures behind these choices.
@@ -26,7 +26,7 @@ pub(super) fn coop_fragments(dtype: Dtype, accumulate: bool) -> Result<Option<co
 /// The fragment implementation the cooperative kernel runs with, or `None`
 /// where it cannot run: [`super::super::fragment::chosen`] offers one (f16 stored
 /// natively, and [`settings::gpu_coopmat`] either `Plain` or `Auto` on a
-/// device with cooperative matrices, [`coopmat_usable`]), and the workgroup
+/// device with cooperative matrices, [`super::super::fragment::coopmat_usable`]), and the workgroup
 /// memory fits the device's limit.
 pub(super) fn coop_mode() -> Result<Option<coop::Fragments>> {
     let Some(fragments) = super::super::fragment::chosen(Dtype::F16)? else {
@@ -44,25 +44,6 @@ pub(super) fn coop_mode() -> Result<Option<coop::Fragments>> {
 /// available (on tensor cores, or with plain fragments when forced).
 pub(crate) fn f16_f32_products() -> Result<bool> {
     Ok(coop_mode()?.is_some())
-}
-
-/// Whether `adapter` can run the tensor-core kernel: it offers
-/// `EXPERIMENTAL_COOPERATIVE_MATRIX` and `SHADER_F16`, a 16 x 16 x 16
-/// configuration with f16 operands and an f32 accumulator, and subgroups
-/// of exactly 32 invocations (the kernel's subgroups are 32 consecutive
-/// invocations of a workgroup).
-pub(crate) fn coopmat_usable(adapter: &wgpu::Adapter) -> bool {
-    use wgpu::wgt::CooperativeScalarType as S;
-    let needed = wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX | wgpu::Features::SHADER_F16;
-    let info = adapter.get_info();
-    adapter.features().contains(needed)
-        && info.subgroup_min_size == 32
-        && info.subgroup_max_size == 32
-        && adapter.cooperative_matrix_properties().iter().any(|p| {
-            (p.m_size, p.n_size, p.k_size) == (16, 16, 16)
-                && p.ab_type == S::F16
-                && p.cr_type == S::F32
-        })
 }
 
 impl Product<'_> {
