@@ -69,8 +69,11 @@ pub(crate) struct Weights<'a> {
     pub model: &'a Llama,
     /// Gathers one parameter by name (collectively: every rank of the
     /// group calls it, for the same names in the same order).
-    gather: Option<&'a dyn Fn(&str) -> Result<Array>>,
+    gather: Option<&'a Gather<'a>>,
 }
+
+/// What gathers one parameter by name (see [`Weights::gathered`]).
+pub(crate) type Gather<'a> = dyn Fn(&str) -> Result<Array> + 'a;
 
 impl<'a> Weights<'a> {
     /// The weights `model` holds.
@@ -83,7 +86,7 @@ impl<'a> Weights<'a> {
 
     /// The parameters of `model` (placeholders of their shape and dtype),
     /// each made by `gather` when it is written.
-    pub(crate) fn gathered(model: &'a Llama, gather: &'a dyn Fn(&str) -> Result<Array>) -> Self {
+    pub(crate) fn gathered(model: &'a Llama, gather: &'a Gather<'a>) -> Self {
         Weights {
             model,
             gather: Some(gather),
