@@ -188,7 +188,7 @@ const AGENT_KEY: [u8; 32] = [7; 32];
 /// over `bytes[1..]`, chosen by `bytes[0] % 4`:
 /// 0. `mpirun --tag-output`'s lines, split back into each rank's;
 /// 1. a remote rank's stderr lines, sealed failure reports and stop times
-///    among them (under [`AGENT_KEY`], as rank 1's);
+///    among them (under a fixed key, as rank 1's);
 /// 2. a `--check` request as a host reads it, and a host's answer to it;
 /// 3. a rank's stderr lines drawn as progress bars.
 ///

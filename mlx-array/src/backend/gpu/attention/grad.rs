@@ -52,7 +52,7 @@ fn fragment_grad_tiles(
     )
 }
 
-/// The gradients of [`attention`] for the cotangent `d_out` of its output
+/// The gradients of [`attention`](super::attention) for the cotangent `d_out` of its output
 /// (`packed` being its result; f32, or the inputs' dtype, read as stored),
 /// packed as on the CPU, stored in the inputs' `dtype` (computed in f32,
 /// rounded once as they are stored: a half-precision model's gradients
