@@ -283,24 +283,6 @@ fn mesh_witness_seeds() -> Vec<Vec<u8>> {
     ]
 }
 
-/// A byte stream whose reads come from the input, whose writes are dropped.
-struct Peer<'a>(&'a [u8]);
-
-impl std::io::Read for Peer<'_> {
-    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        self.0.read(buf)
-    }
-}
-
-impl std::io::Write for Peer<'_> {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
 fn credentials() -> JobCredentials {
     JobCredentials {
         job_id: [7; 16],
@@ -317,9 +299,9 @@ fn handshake_server(data: &[u8]) {
     };
     let cred = credentials();
     if side & 1 == 0 {
-        let _ = handshake::server(&mut Peer(rest), &cred, 0, |_| Ok(()));
+        let _ = handshake::server(&mut dist::InputStream(rest), &cred, 0, |_| Ok(()));
     } else {
-        let _ = handshake::client(&mut Peer(rest), &cred, 1, 0, 0);
+        let _ = handshake::client(&mut dist::InputStream(rest), &cred, 1, 0, 0);
     }
 }
 

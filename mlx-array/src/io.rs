@@ -188,13 +188,9 @@ pub fn save_safetensors_streamed(
                 a.to_device(crate::Device::Cpu).contiguous()
             })?;
             crate::eval(std::slice::from_ref(&c))?;
-            let b = Bytes {
-                dtype: *dtype,
-                shape: shape.clone(),
-                data: c.data()?,
-                len: a.nbytes(),
-            };
-            std::io::Write::write_all(w, &(&b).data()).map_err(|e| io_err(tmp, e))?;
+            let bytes = c.data()?;
+            std::io::Write::write_all(w, bytes.as_bytes(*dtype, a.size()))
+                .map_err(|e| io_err(tmp, e))?;
         }
         if let Some((w, tmp, _)) = file.as_mut() {
             std::io::Write::flush(w).map_err(|e| io_err(tmp, e))?;

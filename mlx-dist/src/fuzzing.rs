@@ -162,8 +162,9 @@ pub fn shm_offer_bytes(segment: bool) -> Vec<u8> {
     sent
 }
 
-/// A stream whose reads come from `.0` and whose writes are dropped.
-struct InputStream<'a>(&'a [u8]);
+/// A stream whose reads come from `.0` (what a peer sent) and whose writes
+/// are dropped: the fuzz targets' stand-in for a connection.
+pub struct InputStream<'a>(pub &'a [u8]);
 
 impl io::Read for InputStream<'_> {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {

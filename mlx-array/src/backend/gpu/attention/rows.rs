@@ -25,9 +25,6 @@ const ROWS_GRAD_DQ_WGSL: &str = include_str!("rows_grad_dq.wgsl");
 /// WGSL of `attention_grad` (a template).
 const ROWS_GRAD_DKV_WGSL: &str = include_str!("rows_grad_dkv.wgsl");
 
-/// WGSL of `probability`.
-const ROWS_PROBABILITY_WGSL: &str = include_str!("rows_probability.wgsl");
-
 /// WGSL of `attention`.
 const ROWS_ATTENTION_WGSL: &str = include_str!("rows_attention.wgsl");
 
@@ -94,7 +91,7 @@ pub(super) fn attention(
 /// `p` (the probability) and `ds = p * (d_out . v_j - delta)`, with
 /// `delta = d_out_i . o_i` already in scope, `q0`, `g0` the query's and
 /// its cotangent's first elements and `lse0h` the head's first logsumexp.
-const PROBABILITY: &str = ROWS_PROBABILITY_WGSL;
+const PROBABILITY: &str = include_str!("rows_probability.wgsl");
 
 /// `delta = d_out_i . o_i` for query `qi` of head `bh` (the output read
 /// from its `[B, Lq, H, dv]` place in the packed buffer).

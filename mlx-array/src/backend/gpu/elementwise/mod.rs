@@ -13,9 +13,6 @@ use crate::backend::common::elementwise::{BinaryOp, UnaryOp};
 use crate::data::{ArrayData, Operand};
 use crate::{Dtype, Error, Result};
 
-/// WGSL of `math`.
-const MATH_WGSL: &str = include_str!("math.wgsl");
-
 /// `x`'s data itself when it is dense for its shape from its offset (as
 /// kernels that index `offset + i` need), else a dense copy.
 pub(crate) fn dense(x: &Operand<'_>) -> Result<ArrayData> {
@@ -205,7 +202,7 @@ fn binary_expr(op: BinaryOp, dtype: Dtype) -> Option<(String, bool)> {
 }
 
 /// Helpers some binary expressions call.
-pub(crate) const MATH: &str = MATH_WGSL;
+pub(crate) const MATH: &str = include_str!("math.wgsl");
 
 /// The WGSL expression of a binary op on `a0`, `a1` of `dtype`, and the
 /// output dtype.

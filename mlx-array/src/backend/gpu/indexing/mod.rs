@@ -19,9 +19,6 @@ use crate::{Dtype, Error, Result};
 /// WGSL of `take` (a template).
 const INDEXING_TAKE_WGSL: &str = include_str!("take.wgsl");
 
-/// WGSL of `atomic_add_f32`.
-const INDEXING_ATOMIC_ADD_F32_WGSL: &str = include_str!("atomic_add_f32.wgsl");
-
 /// WGSL of `scatter_add`.
 const INDEXING_SCATTER_ADD_WGSL: &str = include_str!("scatter_add.wgsl");
 
@@ -30,9 +27,6 @@ const INDEXING_TAKE_ALONG_AXIS_WGSL: &str = include_str!("take_along_axis.wgsl")
 
 /// WGSL of `pad` (a template).
 const INDEXING_PAD_WGSL: &str = include_str!("pad.wgsl");
-
-/// WGSL of `vloc`.
-const INDEXING_VLOC_WGSL: &str = include_str!("vloc.wgsl");
 
 /// WGSL of `slice_update`.
 const INDEXING_SLICE_UPDATE_WGSL: &str = include_str!("slice_update.wgsl");
@@ -67,7 +61,7 @@ impl Meta {
 
 /// `vloc(i, base)`: the buffer element at row-major position `i` of the
 /// view described at `params[base]`.
-pub(crate) const VLOC: &str = INDEXING_VLOC_WGSL;
+pub(crate) const VLOC: &str = include_str!("vloc.wgsl");
 
 /// `idx_at(j) -> i32`: index `j` of the input `idx` (i32 or u32; u32 values
 /// beyond `i32::MAX` become an out-of-range sentinel).
@@ -204,7 +198,7 @@ pub fn take_along_axis(a: &Operand<'_>, idx: &Operand<'_>, axis: usize) -> Resul
 }
 
 /// `atomic_add(k, v)`: adds `v` to f32 element `k` of the atomic output.
-const ATOMIC_ADD_F32: &str = INDEXING_ATOMIC_ADD_F32_WGSL;
+const ATOMIC_ADD_F32: &str = include_str!("atomic_add_f32.wgsl");
 
 /// Adds `ct` into zeros of `out_shape` at the positions `idx` names along
 /// `axis`: the gradient of `take` (`along_axis` false) or of

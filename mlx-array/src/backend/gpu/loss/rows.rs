@@ -45,9 +45,6 @@ const ROWS_CROSS_ENTROPY_WGSL: &str = include_str!("rows_cross_entropy.wgsl");
 /// WGSL of `cross_entropy_grad`.
 const ROWS_CROSS_ENTROPY_GRAD_WGSL: &str = include_str!("rows_cross_entropy_grad.wgsl");
 
-/// WGSL of `helpers`.
-const ROWS_HELPERS_WGSL: &str = include_str!("rows_helpers.wgsl");
-
 /// WGSL of `lse_prologue` (a template).
 const ROWS_LSE_PROLOGUE_WGSL: &str = include_str!("rows_lse_prologue.wgsl");
 
@@ -85,7 +82,9 @@ fn lse_prologue(x_at: &str) -> String {
     crate::backend::gpu::codegen::fill(ROWS_LSE_PROLOGUE_WGSL, &[("x_at", x_at)])
 }
 
-const HELPERS: &str = ROWS_HELPERS_WGSL;
+/// `resolve_target(v, vocab)`: a target id, or -1 when out of range (the
+/// kernels take `vloc` from indexing's helpers).
+const RESOLVE_TARGET: &str = include_str!("resolve_target.wgsl");
 
 /// Per-row `logsumexp(logits) - logits[target]` over the last axis.
 pub fn cross_entropy(logits: &Operand<'_>, t: &Operand<'_>) -> Result<ArrayData> {
@@ -103,7 +102,8 @@ pub fn cross_entropy(logits: &Operand<'_>, t: &Operand<'_>) -> Result<ArrayData>
     let pipeline = context()?.pipeline(&key, || {
         let mut s = String::from(codegen::PRELUDE);
         s.push_str(codegen::META);
-        s.push_str(HELPERS);
+        s.push_str(crate::backend::gpu::indexing::VLOC);
+        s.push_str(RESOLVE_TARGET);
         s.push_str(&codegen::input("x", 1, dtype));
         s.push_str(&idx_src);
         s.push_str(&codegen::output(3, dtype));
@@ -252,7 +252,8 @@ pub fn cross_entropy_grad(
     let pipeline = context()?.pipeline(&key, || {
         let mut s = String::from(codegen::PRELUDE);
         s.push_str(codegen::META);
-        s.push_str(HELPERS);
+        s.push_str(crate::backend::gpu::indexing::VLOC);
+        s.push_str(RESOLVE_TARGET);
         s.push_str(round_fn(dtype));
         // Bindings: 1 is the logits (or the cotangent when in place), 2 the
         // targets, 3 the cotangent (or the output), 4 the output.

@@ -46,9 +46,6 @@ const RMS_NORM_2_WGSL: &str = include_str!("rms_norm_2.wgsl");
 /// WGSL of `rms_norm`.
 const RMS_NORM_WGSL: &str = include_str!("rms_norm.wgsl");
 
-/// WGSL of `row_tree`.
-const ROW_TREE_WGSL: &str = include_str!("row_tree.wgsl");
-
 /// WGSL of `row_header`.
 const ROW_HEADER_WGSL: &str = include_str!("row_header.wgsl");
 
@@ -111,7 +108,7 @@ fn row_header(inputs: &[(&str, Dtype)], out: Dtype, t: usize, sums: &str, decls:
 
 /// The tree that merges each row's `T` partials in `part` (every
 /// invocation of the workgroup reaches it: barriers are uniform).
-const ROW_TREE: &str = ROW_TREE_WGSL;
+const ROW_TREE: &str = include_str!("row_tree.wgsl");
 
 /// `x * w / sqrt(mean(x^2) + eps)` over rows, computed in f32 from `x`
 /// and `w` as stored, written in `dtype` (rounded as a cast rounds; a

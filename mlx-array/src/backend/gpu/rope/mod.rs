@@ -43,18 +43,6 @@ use crate::Result;
 use crate::backend::common::rope::RopeSpec;
 use crate::data::{ArrayData, Operand};
 
-/// WGSL of `out_at`.
-const ROPE_OUT_AT_WGSL: &str = include_str!("out_at.wgsl");
-
-/// WGSL of `halves`.
-const ROPE_HALVES_WGSL: &str = include_str!("halves.wgsl");
-
-/// WGSL of `pairs`.
-const ROPE_PAIRS_WGSL: &str = include_str!("pairs.wgsl");
-
-/// WGSL of `elements`.
-const ROPE_ELEMENTS_WGSL: &str = include_str!("elements.wgsl");
-
 /// Whether `x` rotates by quads in place ([`rope_quads`]): halves or
 /// pairs over the whole row, a multiple of 8 wide, and a view whose rows
 /// are read by aligned quads (`elementwise::rows_of_quads`).
@@ -187,13 +175,13 @@ fn rope_quads(x: &Operand<'_>, spec: &RopeSpec, in_order: bool) -> Result<ArrayD
 /// Where invocation `i`'s quad `e` (an element of the dense output) is
 /// stored: at `e`, or where the input holds it, relative to the input's
 /// offset (`params[8]`: keep the input's order).
-const OUT_AT: &str = ROPE_OUT_AT_WGSL;
+const OUT_AT: &str = include_str!("out_at.wgsl");
 
 /// The kernel's body for pairs: the 2 pairs of one quad.
-const PAIRS: &str = ROPE_PAIRS_WGSL;
+const PAIRS: &str = include_str!("pairs.wgsl");
 
 /// The kernel's body for halves: the quads at `c` and `c + width / 2`.
-const HALVES: &str = ROPE_HALVES_WGSL;
+const HALVES: &str = include_str!("halves.wgsl");
 
 /// Rotations run by quads of pairs since the process started.
 static ROPE_QUADS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
@@ -254,4 +242,4 @@ pub fn rope(x: &Operand<'_>, spec: &RopeSpec, keep_order: bool) -> Result<ArrayD
 
 /// The element kernel's body: one output element, reading its pair's
 /// partner.
-const ELEMENTS: &str = ROPE_ELEMENTS_WGSL;
+const ELEMENTS: &str = include_str!("elements.wgsl");
