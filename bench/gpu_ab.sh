@@ -11,12 +11,12 @@
 #   2. matmul with each product's GPU time (MLX_PROFILE=1: timestamp queries, free of the
 #      host's recording; the wall clock of mid-sized products varied 4x between processes on
 #      the H200): f32 and f16 by default (tensor-core products unchecked and double
-#      buffered), f16 with one buffer (MLX_GPU_COOP_DOUBLE_BUFFER=0: two barriers a slice,
-#      4 staging fragments a round) and on the tall tile (MLX_GPU_COOP_TILE=256x128), f32 on
-#      the other large tiles (MLX_GPU_F32_TILE); then
+#      buffered), f16 with one buffer (MLX_GPU_TUNING=coop_double_buffer=off: two barriers a slice,
+#      4 staging fragments a round) and on the tall tile (MLX_GPU_TUNING=coop_tile=256x128), f32 on
+#      the other large tiles (MLX_GPU_TUNING=f32_tile=...); then
 #      cuBLAS (torch_gpu_ops.py) f32 (TF32 off), f16;
 #   3. attention forward and backward with the kernels' GPU time, f32 and f16 (and f16 without
-#      wgpu's checks, MLX_GPU_CHECKED=0), and PyTorch's SDPA (bench/torch_attention.py);
+#      wgpu's checks, MLX_GPU_TUNING=checked=off), and PyTorch's SDPA (bench/torch_attention.py);
 #   4. memory-bound kernels with their GPU time (f32, f16), and PyTorch's, with its device copy;
 #   5. where a half-precision step's time goes (MLX_PROFILE=1), reference and large, and the
 #      large f32 step's products by shape;
@@ -36,7 +36,7 @@ B=.gpu-bin
 #    one (32 KiB), only their plain-fragment template at smaller tilings.
 xz -dc $B/tests/mlx-array_gpu_conformance.xz > /tmp/gpu_conformance && chmod +x /tmp/gpu_conformance
 for tile in 128x128 256x128; do
-  left && env CI=1 MLX_REQUIRE_GPU=1 MLX_GPU_COOP_TILE=$tile timeout 150 /tmp/gpu_conformance \
+  left && env CI=1 MLX_REQUIRE_GPU=1 MLX_GPU_TUNING=coop_tile=$tile timeout 150 /tmp/gpu_conformance \
     --test-threads 1 matmul:: linear_loss:: > $g/conformance_$tile.log 2>&1
   echo "specs, coop tile $tile: $(grep -E '^test result' $g/conformance_$tile.log) \
     $(grep -c FAILED $g/conformance_$tile.log) failed"
@@ -78,17 +78,17 @@ mm() { # name, then VAR=value settings: gpu_bench's matmul table, f32 and f16, w
   done
 }
 mm default
-left && env MLX_PROFILE=1 MLX_GPU_COOP_DOUBLE_BUFFER=0 timeout 100 $B/gpu_bench --dtype f16 \
+left && env MLX_PROFILE=1 MLX_GPU_TUNING=coop_double_buffer=off timeout 100 $B/gpu_bench --dtype f16 \
   --only matmul > $g/mm_one_buffer_f16.log 2>&1; echo "one buffer f16:"
 grep -E "^matmul" $g/mm_one_buffer_f16.log | sed 's/.*(\([0-9x]*\)): /\1 /'
-left && env MLX_PROFILE=1 MLX_GPU_COOP_TILE=256x128 timeout 100 $B/gpu_bench --dtype f16 \
+left && env MLX_PROFILE=1 MLX_GPU_TUNING=coop_tile=256x128 timeout 100 $B/gpu_bench --dtype f16 \
   --only matmul > $g/mm_tall_f16.log 2>&1; echo "tall tensor-core tile f16:"
 grep -E "^matmul" $g/mm_tall_f16.log | sed 's/.*(\([0-9x]*\)): /\1 /'
-# The f32 kernel's other large tiles (MLX_GPU_F32_TILE; 128x128 on 16 x 16 invocations is the
+# The f32 kernel's other large tiles (MLX_GPU_TUNING=f32_tile=...; 128x128 on 16 x 16 invocations is the
 # default above): which reaches 60% of cuBLAS?
 for t in 128x64 128x128/128 256x128; do
   f=$g/mm_tile_${t//\//w}_f32.log
-  left && env MLX_PROFILE=1 MLX_GPU_F32_TILE=$t timeout 100 $B/gpu_bench --dtype f32 --only matmul \
+  left && env MLX_PROFILE=1 MLX_GPU_TUNING=f32_tile=$t timeout 100 $B/gpu_bench --dtype f32 --only matmul \
     > $f 2>&1; echo "f32 tile $t:"; grep -E "^matmul" $f | sed 's/.*(\([0-9x]*\)): /\1 /'
 done
 pack
@@ -101,7 +101,7 @@ for d in f32 f16; do
   grep -E "^attention" $g/att_$d.log
 done
 # The f16 attention kernels keep wgpu's checks by default (not audited): what would dropping them gain?
-left && MLX_PROFILE=1 MLX_GPU_CHECKED=0 timeout 100 $B/gpu_bench --dtype f16 --only attention \
+left && MLX_PROFILE=1 MLX_GPU_TUNING=checked=off timeout 100 $B/gpu_bench --dtype f16 --only attention \
   > $g/att_f16_unchecked.log 2>&1; echo "unchecked:"; grep -E "^attention" $g/att_f16_unchecked.log
 left && timeout 100 $PY bench/torch_attention.py > $g/torch_attention.log 2>&1
 grep RESULT $g/torch_attention.log
@@ -134,5 +134,5 @@ sed -n '/GPU execution time/,$p' $g/prof_large_f32.log | grep -E "^  (matmul|lin
 # 6. The host's cost per dispatch (recording, and the evaluator's share of a block's), then the
 #    split-K wave (workgroups one wave holds; 528 by default) at 264 and 1056.
 left && timeout 60 $B/gpu_dispatch_bench > $g/dispatch_bench.log 2>&1; tail -n 3 $g/dispatch_bench.log
-for w in 264 1056; do mm wave$w MLX_GPU_SPLIT_WAVE=$w; done
+for w in 264 1056; do mm wave$w MLX_GPU_TUNING=split_wave=$w; done
 pack; echo packed

@@ -12,7 +12,7 @@ for d in f32 f16 bf16; do
   left && timeout 100 .gpu-bin/gpu_bench --dtype $d > $g/ops/ops_ours_$d.log 2>&1
   grep -E "matmul|attention|GB/s" $g/ops/ops_ours_$d.log | grep -v RESULT | head -30
 done
-left && MLX_GPU_COOPMAT=0 timeout 100 .gpu-bin/gpu_bench --dtype f16 > $g/ops/ops_nocoop_f16.log 2>&1
+left && MLX_GPU_TUNING=coopmat=off timeout 100 .gpu-bin/gpu_bench --dtype f16 > $g/ops/ops_nocoop_f16.log 2>&1
 grep -E "matmul float16 (4096|8192)" $g/ops/ops_nocoop_f16.log
 pack
 left && RUN_TIMEOUT=60 SYSTEMS=ours bench/gpu.sh train large $g/large

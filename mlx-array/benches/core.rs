@@ -155,7 +155,7 @@ fn eval_overhead(c: &mut Criterion) {
 }
 
 /// The same products in bfloat16: on the AVX512_BF16 GEMM (where the CPU
-/// has it), and converted to f32 for the BLAS (`MLX_GEMM_BF16=0`), beside
+/// has it), and converted to f32 for the BLAS (`MLX_CPU_TUNING=bf16=off`), beside
 /// float32 through the BLAS.
 fn matmul_bf16(c: &mut Criterion) {
     let mut g = c.benchmark_group("matmul_bf16");
@@ -175,7 +175,7 @@ fn matmul_bf16(c: &mut Criterion) {
             ("bf16", &a16, &b16, true),
             ("bf16_via_f32", &a16, &b16, false),
         ] {
-            mlx_array::settings::set_bf16_gemm(gemm);
+            mlx_array::settings::tune_cpu(|t| t.bf16 = gemm);
             g.bench_function(BenchmarkId::new(path, name), |bch| {
                 bch.iter(|| {
                     let out = x.matmul(y).unwrap();
@@ -184,7 +184,7 @@ fn matmul_bf16(c: &mut Criterion) {
                 })
             });
         }
-        mlx_array::settings::set_bf16_gemm(true);
+        mlx_array::settings::tune_cpu(|t| t.bf16 = true);
     }
     g.finish();
 }

@@ -10,14 +10,13 @@
 //! profile is optimised), or
 //! `... --example gpu_bench -- --small` to divide every dimension by 4 (a
 //! software adapter such as lavapipe needs that), `--dtype f16` (or
-//! `bf16`) for half-precision operands and block (`MLX_GPU_F16=0` packs f16
+//! `bf16`) for half-precision operands and block (`MLX_GPU_TUNING=f16=off` packs f16
 //! two to a word even where the adapter stores it natively;
 //! `--only matmul,attention` runs just those sections (of `matmul`,
 //! `memory`, `attention`, `block`: a device scan of one setting needs one);
-//! `MLX_GPU_COOPMAT=0` multiplies f16, in products and attention, on the
-//! f32-compute kernels instead of the tensor cores, to compare the two; `MLX_GPU_SPLIT_K=0` runs products
-//! with few output tiles unsplit over their depth, `MLX_GPU_VEC_LOADS=0`
-//! stages their operands one element per load instead of by vectors, and `MLX_GPU_CHUNKS=0`
+//! `MLX_GPU_TUNING=coopmat=off` multiplies f16, in products and attention, on the
+//! f32-compute kernels instead of the tensor cores, to compare the two; `MLX_GPU_TUNING=split_wave=1` runs products
+//! with few output tiles unsplit over their depth, and `MLX_GPU_TUNING=chunks=off`
 //! submits each eval at its end; `MLX_PROFILE=1` adds to every figure the
 //! GPU's own execution time per call (timestamp queries around each
 //! compute pass: `GPU time`, and `gpu_seconds` in `RESULT`), free of the

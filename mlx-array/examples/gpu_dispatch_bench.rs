@@ -1,8 +1,8 @@
 //! The host's cost per GPU dispatch: how long recording one kernel takes
 //! (its meta words, bind group, pass and, every chunk, a submission), apart
-//! from the GPU's execution, with the recording switches on and off side by
-//! side in one process (issue 38: on an H100 the host's recording was on a
-//! training step's critical path).
+//! from the GPU's execution, submitted in chunks while recording and once
+//! per eval, side by side in one process (issue 38: on an H100 the host's
+//! recording was on a training step's critical path).
 //!
 //! Two workloads, each run for every configuration in alternating rounds
 //! (the median of the rounds is printed):
@@ -14,16 +14,17 @@
 //!   (T = 64, D = 64): the evaluator's host time per dispatch, fusion
 //!   planning and kernels' own setup included.
 //!
-//! Configurations: `before` (`MLX_GPU_META_ARENA`, `MLX_GPU_SHARED_PASSES`
-//! and `MLX_GPU_LAYOUT_CACHE` off: a buffer, a layout look-up and a pass per
-//! dispatch), each switch alone, and all on (the default).
+//! Configurations: chunked submission (the default) and one submission per
+//! eval (the GPU tuning's `chunks=off`). The recording's three savings
+//! measured here on 2026-11-28 (the meta arena, shared compute passes, kept
+//! bind group layouts) are settled and no longer switches.
 //!
 //! `cargo run -p mlx-array --example gpu_dispatch_bench [-- --dispatches N --rounds R --evals E]`;
-//! `--only I` runs configuration `I` (0 to 4, in the order above) alone,
+//! `--only I` runs configuration `I` (0 or 1, in the order above) alone,
 //! for a profiler.
 //! A software adapter (lavapipe) runs the submitted chunks on the host's own
-//! cores while it records: `MLX_GPU_CHUNKS=0` keeps the wait out of the
-//! recording (one submission per eval) for a quieter figure.
+//! cores while it records: one submission per eval keeps the wait out of
+//! the recording, for a quieter figure.
 use std::time::{Duration, Instant};
 
 use mlx_array::backend::common::elementwise::UnaryOp;
@@ -34,14 +35,8 @@ use common_block::block;
 use mlx_array::device::with_device;
 use mlx_array::{Array, Device, Dtype, Operand, Result, random, settings, value_and_grad};
 
-/// (name, meta arena, shared passes, layout cache).
-const CONFIGS: [(&str, bool, bool, bool); 5] = [
-    ("before (all off)", false, false, false),
-    ("meta arena only", true, false, false),
-    ("shared passes only", false, true, false),
-    ("layout cache only", false, false, true),
-    ("all on (default)", true, true, true),
-];
+/// (name, chunked submission).
+const CONFIGS: [(&str, bool); 2] = [("chunks (default)", true), ("one submission", false)];
 
 /// Distinct unary ops that keep values finite along a chain.
 const OPS: [UnaryOp; 8] = [
@@ -64,10 +59,8 @@ struct Run {
     submits: usize,
 }
 
-fn apply(config: (&str, bool, bool, bool)) {
-    settings::set_gpu_meta_arena(config.1);
-    settings::set_gpu_shared_passes(config.2);
-    settings::set_gpu_layout_cache(config.3);
+fn apply(config: (&str, bool)) {
+    settings::tune_gpu(|t| t.chunks = config.1);
 }
 
 /// Reads `y` back to the host: waits for every queued GPU command.
@@ -148,17 +141,14 @@ fn main() -> Result<()> {
     let rounds = arg("--rounds", 3).max(1);
     let evals = arg("--evals", 5).max(1);
     let only = arg("--only", usize::MAX);
-    let configs: Vec<(&str, bool, bool, bool)> = CONFIGS
+    let configs: Vec<(&str, bool)> = CONFIGS
         .iter()
         .enumerate()
         .filter(|&(i, _)| only == usize::MAX || i == only)
         .map(|(_, c)| *c)
         .collect();
     println!("adapter: {}", gpu::adapter_name()?);
-    println!(
-        "chunked submission: {}; {n} kernels and {evals} block evals per round, {rounds} rounds",
-        settings::gpu_chunks()
-    );
+    println!("{n} kernels and {evals} block evals per round, {rounds} rounds");
     let x = gpu_uniform(&[1024], 1, 1.0)?;
     let (t, d) = (64, 64);
     let mut p = vec![gpu_uniform(&[t, d], 10, 1.0)?];
@@ -215,6 +205,6 @@ fn main() -> Result<()> {
             b.submits / evals
         );
     }
-    apply(CONFIGS[CONFIGS.len() - 1]);
+    apply(CONFIGS[0]);
     Ok(())
 }

@@ -10,7 +10,7 @@
 //! the one-pass `linear_cross_entropy_sum` alone, for profiling it; `bf16`
 //! anywhere: `h` and `w` in bfloat16, as a `--dtype bf16` model has them).
 //! `MLX_DEVICE=gpu` runs it on the GPU. On an AVX-512 CPU the one-pass
-//! loss (`linear_cross_entropy_sum`) runs its own kernels; `MLX_LCE=blas`
+//! loss (`linear_cross_entropy_sum`) runs its own kernels; `MLX_CPU_TUNING=loss=blas`
 //! runs it through the BLAS instead, for comparison.
 
 use std::time::Instant;

@@ -1,7 +1,7 @@
 //! Fused attention on bfloat16 `q`, `k`, `v`: on CPUs with AMX its products
 //! take bfloat16 operands (the probabilities and score gradients rounded
 //! to bfloat16 for them) with float32 sums; elsewhere, and in a child
-//! process with `MLX_AMX=0`, it runs in f32 on converted operands. Either
+//! process with `MLX_CPU_TUNING=amx=off`, it runs in f32 on converted operands. Either
 //! way the output and the three gradients follow a float64 reference on the
 //! same bfloat16 values within the error that rounding to bfloat16 where
 //! the kernels round can make, bounded below term by term; with grouped
@@ -215,7 +215,7 @@ fn bf16_attention_follows_float64_within_its_roundings() {
     );
 }
 
-/// The test above in a child process with `MLX_AMX=0`: f32 on converted
+/// The test above in a child process with `MLX_CPU_TUNING=amx=off`: f32 on converted
 /// operands (AVX512_BF16 has no attention kernel), on a CPU with AMX too.
 #[test]
 fn bf16_attention_follows_float64_without_amx() {

@@ -1,6 +1,6 @@
 //! bfloat16 matrix products: on CPUs with AMX they take the `tdpbf16ps`
-//! tiles (`MLX_AMX`, on by default; the suite runs again with it off), on
-//! CPUs with AVX512_BF16 the `vdpbf16ps` GEMM (`MLX_GEMM_BF16`, on by
+//! tiles (`MLX_CPU_TUNING`'s `amx`, on by default; the suite runs again with it off), on
+//! CPUs with AVX512_BF16 the `vdpbf16ps` GEMM (`MLX_CPU_TUNING`'s `bf16`, on by
 //! default), elsewhere f32 `sgemm` on converted operands. Either way each element is the float32 sum of
 //! the exact products of the bfloat16 inputs, rounded to bfloat16 once:
 //! checked against a float64 reference, with odd sizes, transposed and
@@ -8,7 +8,7 @@
 
 use half::bf16;
 use mlx_array::conformance::values;
-use mlx_array::{Array, Dtype, random, settings};
+use mlx_array::{Array, Dtype, random};
 
 /// A `rows x cols` bfloat16 operand, or the transpose of a `cols x rows` one.
 fn operand(rows: usize, cols: usize, transposed: bool, seed: u64) -> Array {
@@ -65,7 +65,7 @@ fn bf16_products_equal_float64_rounded_once() {
         (17, 2051, 4100),
     ];
     for gemm in [true, false] {
-        settings::set_bf16_gemm(gemm);
+        mlx_array::settings::tune_cpu(|t| t.bf16 = gemm);
         for (s, &(m, k, n)) in shapes.iter().enumerate() {
             for (ta, tb) in [(false, false), (true, false), (false, true), (true, true)] {
                 let a = operand(m, k, ta, 2 * s as u64);
@@ -78,14 +78,14 @@ fn bf16_products_equal_float64_rounded_once() {
             }
         }
     }
-    settings::set_bf16_gemm(true);
+    mlx_array::settings::tune_cpu(|t| t.bf16 = true);
     eprintln!(
         "bfloat16 products: {:?}",
         mlx_array::backend::cpu::bf16_products()
     );
 }
 
-/// The test above in a child process with `MLX_AMX=0`: the AVX512_BF16
+/// The test above in a child process with `MLX_CPU_TUNING=amx=off`: the AVX512_BF16
 /// kernels, on a CPU with AMX too.
 #[test]
 fn bf16_products_equal_float64_rounded_once_without_amx() {

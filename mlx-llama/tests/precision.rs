@@ -132,7 +132,7 @@ fn the_residual_stream_stays_float32_under_bfloat16_weights() {
 /// 30 steps of the tiny model in float32, bfloat16 and float16 from the
 /// same seed: the low-precision losses stay within 3% of float32's at every
 /// step (measured: bf16 within 0.44% on AMX, attention included, and 0.72%
-/// with `MLX_AMX=0` on AVX512_BF16, f16 within 0.47%; bfloat16 keeps 8 bits
+/// with `MLX_CPU_TUNING=amx=off` on AVX512_BF16, f16 within 0.47%; bfloat16 keeps 8 bits
 /// of mantissa, so each activation is
 /// off by up to 0.4%, and the loss sums thousands of them with errors of
 /// both signs), the checkpoints hold

@@ -1,6 +1,6 @@
 //! Running one test of the current test binary again in a child process
 //! with other environment variables: for settings read once per process
-//! (`MLX_AMX`, `MLX_GPU_F16`), whose other value cannot be tried in place.
+//! (the CPU tuning's `amx`, the GPU tuning's `f16`), whose other value cannot be tried in place.
 
 use std::process::Command;
 
@@ -27,15 +27,16 @@ pub fn rerun_with_env(name: &str, env: &[(&str, &str)]) -> String {
 
 /// For a test that takes the AMX tiles where the CPU has them and prints
 /// [`crate::backend::cpu::bf16_products`]: runs it (`name`) again in a
-/// child with `MLX_AMX=0` and asserts that the child did not use AMX.
-/// Does nothing in the child itself, or in a run that set `MLX_AMX`.
+/// child with `MLX_CPU_TUNING=amx=off` and asserts that the child did not use AMX.
+/// Does nothing in the child itself, or in a run whose `MLX_CPU_TUNING`
+/// already chose `amx`.
 pub fn rerun_without_amx(name: &str) {
-    if std::env::var_os("MLX_AMX").is_some() {
+    if std::env::var("MLX_CPU_TUNING").is_ok_and(|v| v.contains("amx")) {
         return;
     }
-    let stderr = rerun_with_env(name, &[("MLX_AMX", "0")]);
+    let stderr = rerun_with_env(name, &[("MLX_CPU_TUNING", "amx=off")]);
     assert!(
         !stderr.contains("Amx"),
-        "MLX_AMX=0 still used AMX: {stderr}"
+        "MLX_CPU_TUNING=amx=off still used AMX: {stderr}"
     );
 }

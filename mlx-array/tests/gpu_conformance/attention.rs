@@ -1,5 +1,5 @@
 //! The f16 flash attention on 16 x 16 fragments, forward and gradient:
-//! with plain-WGSL fragments (`MLX_GPU_COOPMAT=plain`, any adapter) they
+//! with plain-WGSL fragments (`MLX_GPU_TUNING=coopmat=plain`, any adapter) they
 //! run, not the f32 kernels, and agree with the CPU on shapes that are not
 //! multiples of their tiles, causal and not, at head widths 64, 32 and ones
 //! padded to 16; their cooperative-matrix variants, which no CI adapter
@@ -7,7 +7,7 @@
 
 use mlx_array::backend::gpu::{attention_fragment_runs, attention_kernel_sources};
 use mlx_array::device::with_device;
-use mlx_array::settings::{GpuCoopmat, set_gpu_coopmat};
+use mlx_array::settings::{GpuCoopmat, tune_gpu};
 use mlx_array::{Array, Device, Dtype, Result};
 
 use crate::harness::{bits, compare, gpu, native_f16_or_skip, spirv, tol};
@@ -70,7 +70,7 @@ fn f16_attention_on_plain_fragments_agrees_with_the_cpu() {
     if !native_f16_or_skip() {
         return;
     }
-    set_gpu_coopmat(GpuCoopmat::Plain);
+    tune_gpu(|t| t.coopmat = GpuCoopmat::Plain);
     // Several query and key blocks with ragged ends, more keys than
     // queries (a cache) under the mask, more queries than keys without,
     // widths padded to 16 (40 x 24, 8), one row.
@@ -91,7 +91,7 @@ fn f16_attention_on_plain_fragments_agrees_with_the_cpu() {
     }
     // The f32 kernel where the adapter has no cooperative matrices
     // (lavapipe) and the setting is the default.
-    set_gpu_coopmat(GpuCoopmat::Auto);
+    tune_gpu(|t| t.coopmat = GpuCoopmat::Auto);
     if !mlx_array::backend::gpu::adapter_name()
         .unwrap()
         .contains("llvmpipe")
@@ -125,14 +125,14 @@ fn every_fragment_attention_kernel_compiles_to_spirv() {
     }
 }
 
-/// `MLX_GPU_ATTENTION_TILES` (here its setter) makes the f32-compute
+/// The tuning's `attention_tiles` makes the f32-compute
 /// forward and both gradient passes take each of the tiles it allows, and
 /// every one of them agrees with the CPU on lengths that are not
 /// multiples of any tile, causal and not.
 #[test]
 fn f32_attention_takes_the_tiles_it_is_told_and_agrees_with_the_cpu() {
     use mlx_array::backend::gpu::attention_last_scalar_tiles;
-    use mlx_array::settings::{GPU_ATTENTION_TILES, set_gpu_attention_tiles};
+    use mlx_array::settings::GPU_ATTENTION_TILES;
     let Some(_gpu) = gpu() else { return };
     let f32_input = |shape: [usize; 4], seed| input(shape, seed).astype(Dtype::F32).unwrap();
     let (b, h, lq, lk, d, dv) = (1, 2, 45, 70, 8, 8);
@@ -143,7 +143,7 @@ fn f32_attention_takes_the_tiles_it_is_told_and_agrees_with_the_cpu() {
         f32_input([b, h, lq, dv], 4),
     ];
     for tiles in GPU_ATTENTION_TILES {
-        set_gpu_attention_tiles(Some(tiles)).unwrap();
+        tune_gpu(|t| t.attention_tiles = Some(tiles));
         for causal in [false, true] {
             let attend =
                 move |x: &[Array]| mlx_array::fused_attention(&x[0], &x[1], &x[2], 0.3, causal);
@@ -163,7 +163,7 @@ fn f32_attention_takes_the_tiles_it_is_told_and_agrees_with_the_cpu() {
             );
         }
     }
-    set_gpu_attention_tiles(None).unwrap();
+    tune_gpu(|t| t.attention_tiles = None);
 }
 
 /// The f16 fragment kernels stage their inputs by quads (`vec4` loads,
@@ -177,7 +177,7 @@ fn f16_attention_stages_by_quads_where_widths_allow_and_agrees_either_way() {
     if !native_f16_or_skip() {
         return;
     }
-    set_gpu_coopmat(GpuCoopmat::Plain);
+    tune_gpu(|t| t.coopmat = GpuCoopmat::Plain);
     for (dims, causal, quads) in [
         ([1, 2, 37, 53, 40, 24], true, true),
         ([2, 1, 19, 33, 12, 20], false, true),
@@ -221,26 +221,24 @@ fn f16_attention_stages_by_quads_where_widths_allow_and_agrees_either_way() {
         before,
         "odd offset: quads ran"
     );
-    set_gpu_coopmat(GpuCoopmat::Auto);
+    tune_gpu(|t| t.coopmat = GpuCoopmat::Auto);
 }
 
 /// The f32-compute kernels (f32 and bf16 inputs here) stage their inputs
-/// by quads where the head widths are multiples of 4 and
-/// `MLX_GPU_VEC_LOADS` is on, element by element otherwise; both agree
-/// with the CPU, forward and gradients, causal and not.
+/// by quads where the head widths are multiples of 4, element by element
+/// otherwise; both agree with the CPU, forward and gradients, causal and
+/// not.
 #[test]
 fn f32_attention_stages_by_quads_where_widths_allow_and_agrees_either_way() {
     use mlx_array::backend::gpu::attention_scalar_quad_staged_runs;
-    use mlx_array::settings::set_gpu_vec_loads;
     let Some(_gpu) = gpu() else { return };
-    set_gpu_coopmat(GpuCoopmat::Off);
-    for (dtype, [b, h, lq, lk, d, dv], causal, vec_loads, quads) in [
-        (Dtype::F32, [1, 2, 37, 53, 40, 24], true, true, true),
-        (Dtype::BF16, [2, 1, 19, 33, 12, 20], false, true, true),
-        (Dtype::F32, [1, 2, 37, 53, 6, 10], true, true, false),
-        (Dtype::F32, [1, 2, 37, 53, 40, 24], false, false, false),
+    tune_gpu(|t| t.coopmat = GpuCoopmat::Off);
+    for (dtype, [b, h, lq, lk, d, dv], causal, quads) in [
+        (Dtype::F32, [1, 2, 37, 53, 40, 24], true, true),
+        (Dtype::BF16, [2, 1, 19, 33, 12, 20], false, true),
+        (Dtype::F32, [1, 2, 37, 53, 6, 10], true, false),
+        (Dtype::F32, [1, 2, 37, 53, 42, 24], false, false),
     ] {
-        set_gpu_vec_loads(vec_loads);
         let cast = |x: Array| x.astype(dtype).unwrap();
         let inputs = [
             cast(input([b, h, lq, d], 1)),
@@ -251,7 +249,7 @@ fn f32_attention_stages_by_quads_where_widths_allow_and_agrees_either_way() {
         let attend =
             move |x: &[Array]| mlx_array::fused_attention(&x[0], &x[1], &x[2], 0.3, causal);
         let what = format!(
-            "{dtype} attention {:?} causal {causal} vec loads {vec_loads}",
+            "{dtype} attention {:?} causal {causal}",
             [b, h, lq, lk, d, dv]
         );
         let before = attention_scalar_quad_staged_runs();
@@ -270,8 +268,7 @@ fn f32_attention_stages_by_quads_where_widths_allow_and_agrees_either_way() {
             "{what}: quad-staged kernels"
         );
     }
-    set_gpu_vec_loads(true);
-    set_gpu_coopmat(GpuCoopmat::Auto);
+    tune_gpu(|t| t.coopmat = GpuCoopmat::Auto);
 }
 
 /// The f32-compute kernels hold their tiles as quads, and each invocation
@@ -438,7 +435,7 @@ fn assert_cotangent_read_as_stored(inputs: &[Array], grads: &[Array], what: &str
 fn half_precision_gradients_leave_the_kernels_in_their_dtype() {
     let Some(_gpu) = gpu() else { return };
     let native = native_f16_or_skip();
-    set_gpu_coopmat(GpuCoopmat::Plain);
+    tune_gpu(|t| t.coopmat = GpuCoopmat::Plain);
     for dtype in [Dtype::F16, Dtype::BF16] {
         if dtype == Dtype::F16 && !native {
             continue;
@@ -464,7 +461,7 @@ fn half_precision_gradients_leave_the_kernels_in_their_dtype() {
         );
         assert_cotangent_read_as_stored(&inputs, &grads, &dtype.to_string());
     }
-    set_gpu_coopmat(GpuCoopmat::Auto);
+    tune_gpu(|t| t.coopmat = GpuCoopmat::Auto);
 }
 
 /// Heads too wide for the adapter's workgroup memory (`d = 128` on
@@ -512,7 +509,7 @@ fn every_forward_kernel_writes_the_half_output_as_the_cast_would() {
         if dtype == Dtype::F16 && !native {
             continue;
         }
-        set_gpu_coopmat(mode);
+        tune_gpu(|t| t.coopmat = mode);
         let what = format!("{dtype} {shape:?} on the {kernel}");
         let x = gpu_inputs(shape, dtype);
         let fragments = attention_fragment_runs().0;
@@ -541,7 +538,7 @@ fn every_forward_kernel_writes_the_half_output_as_the_cast_would() {
         .unwrap();
         assert_eq!(bits(&out), bits(&cast), "{what}: fused_attention's output");
     }
-    set_gpu_coopmat(GpuCoopmat::Auto);
+    tune_gpu(|t| t.coopmat = GpuCoopmat::Auto);
 }
 
 /// Grouped-query (4 query heads on 2 key/value heads, causal) and
@@ -567,7 +564,7 @@ fn grouped_query_attention_runs_on_every_kernel_family_and_agrees_with_the_cpu()
         if dtype == Dtype::F16 && !native {
             continue;
         }
-        set_gpu_coopmat(mode);
+        tune_gpu(|t| t.coopmat = mode);
         for (h, hkv, causal) in [(4, 2, true), (2, 1, false)] {
             let (lq, lk) = if family == "rows" { (9, 12) } else { (20, 27) };
             let what = format!("{dtype} on the {family}: {h} heads on {hkv}, causal {causal}");
@@ -649,5 +646,5 @@ fn grouped_query_attention_runs_on_every_kernel_family_and_agrees_with_the_cpu()
             assert_eq!(shapes, want, "{what}: the gradients' shapes");
         }
     }
-    set_gpu_coopmat(GpuCoopmat::Auto);
+    tune_gpu(|t| t.coopmat = GpuCoopmat::Auto);
 }

@@ -1,6 +1,6 @@
 //! `f16` on the GPU in both of its storage modes: native WGSL `f16` where
 //! the adapter has `shader-f16` (lavapipe has), two to a 32-bit word
-//! elsewhere, or when `MLX_GPU_F16=0` forces it. Both compute in `f32` and
+//! elsewhere, or when `MLX_GPU_TUNING=f16=off` forces it. Both compute in `f32` and
 //! round once, so the correctly rounded operations (casts, `+ - *`, max,
 //! copies to any offset) must equal the CPU's results bit for bit, infinities,
 //! NaNs, subnormals and signed zeros included; the rest within `f16`'s
@@ -75,8 +75,8 @@ fn f16_kernels_agree_with_the_cpu() {
     });
     let mode = if native_f16() { "native" } else { "packed" };
     eprintln!("f16 storage on the GPU: {mode}");
-    if std::env::var("MLX_GPU_F16").as_deref() == Ok("0") {
-        assert!(!native_f16(), "MLX_GPU_F16=0 must pack f16");
+    if !mlx_array::settings::gpu_tuning().f16 {
+        assert!(!native_f16(), "MLX_GPU_TUNING=f16=off must pack f16");
     }
 
     let a = f16_of(&EDGES, &[4, 4]);
@@ -170,13 +170,13 @@ fn f16_kernels_agree_with_the_cpu() {
 }
 
 /// The packed mode, whatever this adapter has: the test above again in a
-/// child process with `MLX_GPU_F16=0`.
+/// child process with `MLX_GPU_TUNING=f16=off`.
 #[test]
 fn f16_kernels_agree_with_the_cpu_when_packed() {
     let Some(_gpu) = gpu() else { return };
     let stderr = mlx_array::conformance::rerun_with_env(
         "half::f16_kernels_agree_with_the_cpu",
-        &[("MLX_GPU_F16", "0"), ("MLX_REQUIRE_GPU", "1")],
+        &[("MLX_GPU_TUNING", "f16=off"), ("MLX_REQUIRE_GPU", "1")],
     );
     assert!(
         stderr.contains("f16 storage on the GPU: packed"),

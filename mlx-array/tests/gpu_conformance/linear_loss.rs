@@ -7,7 +7,7 @@
 use mlx_array::backend::gpu::coop_product_count;
 use mlx_array::device::with_device;
 use mlx_array::primitives::loss::LinearCrossEntropyOptions;
-use mlx_array::settings::{GpuCoopmat, set_gpu_coopmat};
+use mlx_array::settings::{GpuCoopmat, tune_gpu};
 use mlx_array::{Array, Device, Dtype, Result};
 
 use crate::harness::{gpu, native_f16_or_skip};
@@ -145,7 +145,7 @@ fn f16_loss_on_the_tensor_core_path_agrees_with_the_cpu() {
     let t = Array::from_slice(&tv, &[ROWS]).unwrap();
     let rwv: Vec<f32> = (0..ROWS).map(|i| 0.25 + (i % 3) as f32).collect();
     let rw = Array::from_slice(&rwv, &[ROWS]).unwrap();
-    set_gpu_coopmat(GpuCoopmat::Plain);
+    tune_gpu(|t| t.coopmat = GpuCoopmat::Plain);
     for (one_pass, scale, smoothing, products) in [
         (true, 1.0, 0.0, 9),
         (true, 1024.0, 0.1, 9),
@@ -249,5 +249,5 @@ fn f16_loss_on_the_tensor_core_path_agrees_with_the_cpu() {
     })
     .unwrap();
     assert_eq!(coop_product_count(), before, "f32 operands");
-    set_gpu_coopmat(GpuCoopmat::Auto);
+    tune_gpu(|t| t.coopmat = GpuCoopmat::Auto);
 }

@@ -5,10 +5,7 @@
 //! linear cross-entropy uses (through its own specs).
 
 use mlx_array::backend::gpu::vector_operand_count;
-use mlx_array::settings::{
-    GPU_COOP_SUBGROUPS, GpuCoopmat, set_gpu_coop_double_buffer, set_gpu_coop_subgroups,
-    set_gpu_coopmat, set_gpu_vec_loads,
-};
+use mlx_array::settings::{GPU_COOP_SUBGROUPS, GpuCoopmat, GpuTuning, tune_gpu};
 use mlx_array::{Array, Dtype, Result};
 
 use crate::harness::{compare, gpu, native_f16_or_skip, spirv, tol};
@@ -91,7 +88,7 @@ fn shapes(what: &str, dtype: Dtype) {
 #[test]
 fn f32_kernel_agrees_with_the_cpu() {
     let Some(_gpu) = gpu() else { return };
-    set_gpu_coopmat(GpuCoopmat::Off);
+    tune_gpu(|t| t.coopmat = GpuCoopmat::Off);
     for dtype in [Dtype::F32, Dtype::F16, Dtype::BF16] {
         shapes("f32 kernel", dtype);
     }
@@ -106,10 +103,10 @@ fn f32_kernel_agrees_with_the_cpu() {
         130,
     );
     check("f32 kernel, 128 tiles", Dtype::F16, &[264], &[], 5, 3, 7);
-    set_gpu_coopmat(GpuCoopmat::Auto);
+    tune_gpu(|t| t.coopmat = GpuCoopmat::Auto);
 }
 
-/// Every large tile of the f32 kernel (`MLX_GPU_F32_TILE`: 8 x 4 outputs
+/// Every large tile of the f32 kernel (the tuning's `f32_tile`: 8 x 4 outputs
 /// an invocation, 128 invocations of 16 x 8, 256 x 128 on one buffer)
 /// agrees with the CPU across tile edges (rows past 128 and 256, columns
 /// past 64 and 128, a depth of three staged slices, the last partial), in
@@ -117,10 +114,10 @@ fn f32_kernel_agrees_with_the_cpu() {
 #[test]
 fn every_large_f32_tile_agrees_with_the_cpu() {
     let Some(_gpu) = gpu() else { return };
-    use mlx_array::settings::{GpuF32Tile, set_gpu_f32_tile};
-    set_gpu_coopmat(GpuCoopmat::Off);
+    use mlx_array::settings::GpuF32Tile;
+    tune_gpu(|t| t.coopmat = GpuCoopmat::Off);
     for (tile, name) in GpuF32Tile::ALL {
-        set_gpu_f32_tile(Some(tile));
+        tune_gpu(|t| t.f32_tile = tile);
         check(
             &format!("f32 tile {name}"),
             Dtype::F32,
@@ -149,8 +146,8 @@ fn every_large_f32_tile_agrees_with_the_cpu() {
             66,
         );
     }
-    set_gpu_f32_tile(None);
-    set_gpu_coopmat(GpuCoopmat::Auto);
+    tune_gpu(|t| t.f32_tile = GpuF32Tile::Square);
+    tune_gpu(|t| t.coopmat = GpuCoopmat::Auto);
 }
 
 /// Kernel dispatches one GPU product of `[m, k] @ [k, n]` f32 records.
@@ -179,21 +176,18 @@ fn dispatches_in(dtype: Dtype, m: usize, k: usize, n: usize) -> usize {
 #[test]
 fn split_k_products_agree_with_the_cpu() {
     let Some(_gpu) = gpu() else { return };
-    set_gpu_coopmat(GpuCoopmat::Off);
+    tune_gpu(|t| t.coopmat = GpuCoopmat::Off);
     // One 64 x 64 tile, depth 3001: 11 slices of 288, the last of 121.
     assert_eq!(dispatches_of(37, 3001, 45), 2, "split: product and sum");
     // Too shallow to split (one slice of at least 256 each would be 1).
     assert_eq!(dispatches_of(37, 511, 45), 1, "not split");
-    mlx_array::settings::set_gpu_split_k(false);
-    assert_eq!(dispatches_of(37, 3001, 45), 1, "MLX_GPU_SPLIT_K=0");
-    mlx_array::settings::set_gpu_split_k(true);
     // A wave of one workgroup leaves nothing to split; of two, two slices.
-    mlx_array::settings::set_gpu_split_wave(Some(1));
-    assert_eq!(dispatches_of(37, 3001, 45), 1, "MLX_GPU_SPLIT_WAVE=1");
-    mlx_array::settings::set_gpu_split_wave(Some(2));
-    assert_eq!(dispatches_of(37, 3001, 45), 2, "MLX_GPU_SPLIT_WAVE=2");
+    tune_gpu(|t| t.split_wave = 1);
+    assert_eq!(dispatches_of(37, 3001, 45), 1, "split_wave=1");
+    tune_gpu(|t| t.split_wave = 2);
+    assert_eq!(dispatches_of(37, 3001, 45), 2, "split_wave=2");
     check("split-K, two slices", Dtype::F32, &[], &[], 37, 3001, 45);
-    mlx_array::settings::set_gpu_split_wave(None);
+    tune_gpu(|t| t.split_wave = GpuTuning::default().split_wave);
     check("split-K", Dtype::F32, &[], &[], 37, 3001, 45);
     check("split-K", Dtype::F32, &[], &[], 1, 700, 3);
     // Six tiles a product over the batch: 4 slices of 288, the last of 236.
@@ -209,7 +203,7 @@ fn split_k_products_agree_with_the_cpu() {
     for dtype in [Dtype::F16, Dtype::BF16] {
         check("split-K", dtype, &[], &[], 33, 1500, 20);
     }
-    set_gpu_coopmat(GpuCoopmat::Auto);
+    tune_gpu(|t| t.coopmat = GpuCoopmat::Auto);
 }
 
 /// A product with few 128 x 128 tiles and a deep reduction is split on
@@ -221,7 +215,7 @@ fn split_k_products_agree_with_the_cpu() {
 #[test]
 fn deep_products_with_few_big_tiles_split_on_them() {
     let Some(_gpu) = gpu() else { return };
-    mlx_array::settings::set_gpu_split_wave(Some(16));
+    tune_gpu(|t| t.split_wave = 16);
     for (dtype, coopmat) in [
         (Dtype::F32, GpuCoopmat::Off),
         (Dtype::BF16, GpuCoopmat::Off),
@@ -230,7 +224,7 @@ fn deep_products_with_few_big_tiles_split_on_them() {
         if dtype == Dtype::F16 && !native_f16_or_skip() {
             continue;
         }
-        set_gpu_coopmat(coopmat);
+        tune_gpu(|t| t.coopmat = coopmat);
         assert_eq!(dispatches_in(dtype, 250, 2100, 256), 2, "{dtype}: split");
         assert_eq!(mlx_array::backend::gpu::last_product_tile(), Some(128));
         check("split on 128 tiles", dtype, &[], &[], 250, 2100, 256);
@@ -240,8 +234,8 @@ fn deep_products_with_few_big_tiles_split_on_them() {
         assert_eq!(dispatches_in(dtype, 250, 2000, 256), 1, "{dtype}: whole");
         assert_eq!(mlx_array::backend::gpu::last_product_tile(), Some(64));
     }
-    mlx_array::settings::set_gpu_split_wave(None);
-    set_gpu_coopmat(GpuCoopmat::Auto);
+    tune_gpu(|t| t.split_wave = GpuTuning::default().split_wave);
+    tune_gpu(|t| t.coopmat = GpuCoopmat::Auto);
 }
 
 #[test]
@@ -250,10 +244,10 @@ fn cooperative_template_with_plain_fragments_agrees_with_the_cpu() {
     if !native_f16_or_skip() {
         return;
     }
-    set_gpu_coopmat(GpuCoopmat::Plain);
+    tune_gpu(|t| t.coopmat = GpuCoopmat::Plain);
     shapes("plain fragments", Dtype::F16);
     check("plain fragments, deep", Dtype::F16, &[], &[], 40, 200, 33);
-    set_gpu_coopmat(GpuCoopmat::Auto);
+    tune_gpu(|t| t.coopmat = GpuCoopmat::Auto);
 }
 
 /// f16 products on the cooperative template (plain fragments here) split
@@ -268,7 +262,7 @@ fn cooperative_split_k_products_agree_with_the_cpu() {
     if !native_f16_or_skip() {
         return;
     }
-    set_gpu_coopmat(GpuCoopmat::Plain);
+    tune_gpu(|t| t.coopmat = GpuCoopmat::Plain);
     let before = mlx_array::backend::gpu::coop_product_count();
     // One 64 x 64 tile, depth 1500: 5 slices of 320, the last of 220.
     assert_eq!(dispatches_in(Dtype::F16, 33, 1500, 20), 2, "split");
@@ -308,13 +302,13 @@ fn cooperative_split_k_products_agree_with_the_cpu() {
         1100,
         35,
     );
-    set_gpu_coopmat(GpuCoopmat::Auto);
+    tune_gpu(|t| t.coopmat = GpuCoopmat::Auto);
 }
 
 #[test]
 fn default_path_agrees_with_the_cpu() {
     let Some(_gpu) = gpu() else { return };
-    set_gpu_coopmat(GpuCoopmat::Auto);
+    tune_gpu(|t| t.coopmat = GpuCoopmat::Auto);
     for dtype in [Dtype::F32, Dtype::F16] {
         check("default", dtype, &[], &[], 33, 40, 17);
     }
@@ -368,9 +362,7 @@ const TRANSPOSES: [(bool, bool); 4] = [(false, false), (false, true), (true, fal
 
 /// `a @ b` against the CPU in the transpose `cases`, with `a` and `b` read
 /// from elements `shifts` of their buffers, asserting which operands the
-/// kernel staged with vector loads of `width` elements (none when
-/// `vectors` is off).
-#[allow(clippy::too_many_arguments)]
+/// kernel staged with vector loads of `width` elements.
 fn check_staging(
     what: &str,
     dtype: Dtype,
@@ -378,7 +370,6 @@ fn check_staging(
     (m, k, n): (usize, usize, usize),
     shifts: [usize; 2],
     width: usize,
-    vectors: bool,
     cases: &[(bool, bool)],
 ) {
     let count = |batch: &[usize], r: usize, c: usize| batch.iter().product::<usize>() * r * c;
@@ -411,8 +402,8 @@ fn check_staging(
             },
             tol(dtype).max(1e-6 * k as f64),
         );
-        let want = usize::from(vectors && vectorisable(at, m, k, width))
-            + usize::from(vectors && vectorisable(bt, k, n, width));
+        let want =
+            usize::from(vectorisable(at, m, k, width)) + usize::from(vectorisable(bt, k, n, width));
         assert_eq!(
             vector_operand_count() - before,
             want,
@@ -424,41 +415,34 @@ fn check_staging(
 /// Views of every kind through both staging paths: aligned operands (in
 /// every transpose case, batched and broadcast, depth below one staged
 /// slice, at an aligned offset) take the vector loads, misaligned ones
-/// (views from element 1, extents off the vector width) the scalar ones,
-/// and `MLX_GPU_VEC_LOADS=0` none; each product against the CPU.
+/// (views from element 1, extents off the vector width) the scalar ones;
+/// each product against the CPU.
 fn staging_cases(what: &str, dtype: Dtype, width: usize) {
     let w = width;
     let none: &[usize] = &[];
-    for vectors in [true, false] {
-        set_gpu_vec_loads(vectors);
-        let check = |batches, mkn, shifts| {
-            check_staging(what, dtype, batches, mkn, shifts, w, vectors, &TRANSPOSES)
-        };
-        check((none, none), (w, 3 * w, 2 * w), [0, 0]);
-        check((none, none), (2 * w, 3 * w, w), [1, w]);
-        if vectors {
-            // Depth below one slice; offsets of a whole vector and of 1.
-            check((none, none), (3 * w, w, 2 * w), [w, 0]);
-            check((none, none), (3 * w, w, 2 * w), [0, 1]);
-            // No depth: zeros, and no vector bindings of empty buffers.
-            check((none, none), (w, 0, w), [0, 0]);
-            // Shapes off the width and the tiles.
-            check((none, none), (1, 1, 1), [0, 0]);
-            check((none, none), (5, 3, 7), [0, 0]);
-            check((none, none), (67, 130, 5), [0, 0]);
-            check((none, none), (w + 1, 2 * w, 3 * w), [0, 0]);
-            // Batched and broadcast: `a` shared by three products, `b` by two.
-            check((&[1, 2], &[3, 1]), (w, 2 * w, 3 * w), [0, 0]);
-            check((&[1, 2], &[3, 1]), (w, 2 * w, 3 * w), [1, w]);
-        }
-    }
-    set_gpu_vec_loads(true);
+    let check =
+        |batches, mkn, shifts| check_staging(what, dtype, batches, mkn, shifts, w, &TRANSPOSES);
+    check((none, none), (w, 3 * w, 2 * w), [0, 0]);
+    check((none, none), (2 * w, 3 * w, w), [1, w]);
+    // Depth below one slice; offsets of a whole vector and of 1.
+    check((none, none), (3 * w, w, 2 * w), [w, 0]);
+    check((none, none), (3 * w, w, 2 * w), [0, 1]);
+    // No depth: zeros, and no vector bindings of empty buffers.
+    check((none, none), (w, 0, w), [0, 0]);
+    // Shapes off the width and the tiles.
+    check((none, none), (1, 1, 1), [0, 0]);
+    check((none, none), (5, 3, 7), [0, 0]);
+    check((none, none), (67, 130, 5), [0, 0]);
+    check((none, none), (w + 1, 2 * w, 3 * w), [0, 0]);
+    // Batched and broadcast: `a` shared by three products, `b` by two.
+    check((&[1, 2], &[3, 1]), (w, 2 * w, 3 * w), [0, 0]);
+    check((&[1, 2], &[3, 1]), (w, 2 * w, 3 * w), [1, w]);
 }
 
 #[test]
 fn f32_kernel_stages_aligned_operands_with_vector_loads() {
     let Some(_gpu) = gpu() else { return };
-    set_gpu_coopmat(GpuCoopmat::Off);
+    tune_gpu(|t| t.coopmat = GpuCoopmat::Off);
     for dtype in [Dtype::F32, Dtype::F16, Dtype::BF16] {
         staging_cases("f32 kernel", dtype, 4);
     }
@@ -479,7 +463,6 @@ fn f32_kernel_stages_aligned_operands_with_vector_loads() {
         (4, 8, 12),
         [0, 0],
         4,
-        true,
         &[(false, true)],
     );
     // Split over the depth (one tile, 4 slices of 256): `a` by vectors,
@@ -491,21 +474,20 @@ fn f32_kernel_stages_aligned_operands_with_vector_loads() {
         (8, 1024, 12),
         [0, 1],
         4,
-        true,
         &TRANSPOSES,
     );
-    set_gpu_coopmat(GpuCoopmat::Auto);
+    tune_gpu(|t| t.coopmat = GpuCoopmat::Auto);
 }
 
 /// The f32 kernel's vector loads of f16 stored packed two to a word (as
 /// on adapters without `shader-f16`), whatever this adapter has: the test
-/// above again in a child process with `MLX_GPU_F16=0`.
+/// above again in a child process with `MLX_GPU_TUNING=f16=off`.
 #[test]
 fn f32_kernel_stages_packed_f16_with_vector_loads() {
     let Some(_gpu) = gpu() else { return };
     let stderr = mlx_array::conformance::rerun_with_env(
         "matmul::f32_kernel_stages_aligned_operands_with_vector_loads",
-        &[("MLX_GPU_F16", "0"), ("MLX_REQUIRE_GPU", "1")],
+        &[("MLX_GPU_TUNING", "f16=off"), ("MLX_REQUIRE_GPU", "1")],
     );
     assert!(
         stderr.contains("f16 staged from packed storage"),
@@ -519,7 +501,7 @@ fn cooperative_template_stages_aligned_operands_with_vector_loads() {
     if !native_f16_or_skip() {
         return;
     }
-    set_gpu_coopmat(GpuCoopmat::Plain);
+    tune_gpu(|t| t.coopmat = GpuCoopmat::Plain);
     staging_cases("plain fragments", Dtype::F16, 8);
     // A depth of four vectors but not of eight: `a` and `b` along it by
     // elements, along `m` and `n` by vectors.
@@ -530,14 +512,13 @@ fn cooperative_template_stages_aligned_operands_with_vector_loads() {
         (16, 36, 24),
         [0, 0],
         8,
-        true,
         &TRANSPOSES,
     );
     // The 128 x 128 tilings (264 tiles), both operands vectors, in one
     // transpose case (lavapipe takes three seconds for each): each operand
     // along the tile's places, with either count of subgroups.
     for subgroups in GPU_COOP_SUBGROUPS {
-        set_gpu_coop_subgroups(Some(subgroups)).unwrap();
+        tune_gpu(|t| t.coop_subgroups = subgroups);
         check_staging(
             &format!("plain fragments, 128 tiles, {subgroups} subgroups"),
             Dtype::F16,
@@ -545,7 +526,6 @@ fn cooperative_template_stages_aligned_operands_with_vector_loads() {
             (8, 16, 8),
             [0, 0],
             8,
-            true,
             &[(true, false)],
         );
         assert_eq!(
@@ -577,11 +557,11 @@ fn cooperative_template_stages_aligned_operands_with_vector_loads() {
             "staging fragments a round: {staged:?}"
         );
     }
-    set_gpu_coop_subgroups(None).unwrap();
+    tune_gpu(|t| t.coop_subgroups = GPU_COOP_SUBGROUPS[0]);
     // The 64 x 64 tiling with one buffer: its 4 fragments a subgroup leave
     // in one round (26,112 bytes, within what any adapter that runs the
     // template has).
-    set_gpu_coop_double_buffer(false);
+    tune_gpu(|t| t.coop_double_buffer = false);
     check(
         "plain fragments, 64 tiles, one buffer",
         Dtype::F16,
@@ -593,11 +573,11 @@ fn cooperative_template_stages_aligned_operands_with_vector_loads() {
     );
     assert_eq!(mlx_array::backend::gpu::last_coop_buffers(), Some(1));
     assert_eq!(mlx_array::backend::gpu::last_coop_staged(), Some(4));
-    set_gpu_coop_double_buffer(true);
-    set_gpu_coopmat(GpuCoopmat::Auto);
+    tune_gpu(|t| t.coop_double_buffer = true);
+    tune_gpu(|t| t.coopmat = GpuCoopmat::Auto);
 }
 
-/// The tall tensor-core tiling (`MLX_GPU_COOP_TILE=256x128`: 8 subgroups
+/// The tall tensor-core tiling (`MLX_GPU_TUNING=coop_tile=256x128`: 8 subgroups
 /// of 64 x 64) where the adapter's workgroup memory holds it (37,376 bytes
 /// at least: on an H100, not on lavapipe's 32 KiB, where the default
 /// 128 x 128 tiling of 4 subgroups runs instead): whole and ragged tiles,
@@ -608,9 +588,9 @@ fn cooperative_template_runs_the_tall_tiling_where_it_fits() {
     if !native_f16_or_skip() {
         return;
     }
-    use mlx_array::settings::{GpuCoopTile, set_gpu_coop_tile};
-    set_gpu_coopmat(GpuCoopmat::Plain);
-    set_gpu_coop_tile(Some(GpuCoopTile::Tall));
+    use mlx_array::settings::GpuCoopTile;
+    tune_gpu(|t| t.coopmat = GpuCoopmat::Plain);
+    tune_gpu(|t| t.coop_tile = GpuCoopTile::Tall);
     let limit = mlx_array::backend::gpu::workgroup_memory_limit().unwrap();
     let subgroups = if limit >= 37_376 { 8 } else { 4 };
     // 264 products of 256 x 128 tiles wholly inside, then ragged ones.
@@ -625,8 +605,8 @@ fn cooperative_template_runs_the_tall_tiling_where_it_fits() {
         mlx_array::backend::gpu::last_coop_subgroups(),
         Some(subgroups)
     );
-    set_gpu_coop_tile(None);
-    set_gpu_coopmat(GpuCoopmat::Auto);
+    tune_gpu(|t| t.coop_tile = GpuCoopTile::Square);
+    tune_gpu(|t| t.coopmat = GpuCoopmat::Auto);
 }
 
 /// The tensor-core template's double-buffered main loop (slice `s` staged
@@ -642,9 +622,9 @@ fn cooperative_template_double_buffers_its_slices() {
     if !native_f16_or_skip() {
         return;
     }
-    set_gpu_coopmat(GpuCoopmat::Plain);
+    tune_gpu(|t| t.coopmat = GpuCoopmat::Plain);
     for double in [true, false] {
-        set_gpu_coop_double_buffer(double);
+        tune_gpu(|t| t.coop_double_buffer = double);
         for k in [16, 32, 33, 64, 96, 100, 128] {
             check(
                 &format!("plain fragments, double buffer {double}"),
@@ -661,8 +641,8 @@ fn cooperative_template_double_buffers_its_slices() {
             );
         }
     }
-    set_gpu_coop_double_buffer(true);
-    set_gpu_coopmat(GpuCoopmat::Auto);
+    tune_gpu(|t| t.coop_double_buffer = true);
+    tune_gpu(|t| t.coopmat = GpuCoopmat::Auto);
 }
 
 /// Every matmul kernel variant (the cooperative-matrix ones included,
@@ -801,14 +781,14 @@ fn linear_cross_entropy_over_classes_of_several_rounds_agrees_with_the_cpu() {
 
 /// Kernels compile with wgpu's runtime checks by default, the plain
 /// fragments of the tensor-core template included, and without them under
-/// `MLX_GPU_CHECKED=0` (here its setter), as variants of their own;
+/// `MLX_GPU_TUNING=checked=off` (here its setter), as variants of their own;
 /// products agree with the CPU either way.
 #[test]
 fn checked_and_unchecked_kernels_agree_with_the_cpu() {
     use mlx_array::backend::gpu::{pipeline_count, unchecked_pipeline_count};
-    use mlx_array::settings::{GpuChecks, set_gpu_checks};
+    use mlx_array::settings::GpuChecks;
     let Some(_gpu) = gpu() else { return };
-    set_gpu_coopmat(GpuCoopmat::Off);
+    tune_gpu(|t| t.coopmat = GpuCoopmat::Off);
     let unchecked = unchecked_pipeline_count();
     check("checked", Dtype::F32, &[], &[], 17, 33, 9);
     let compiled = pipeline_count().unwrap();
@@ -820,7 +800,7 @@ fn checked_and_unchecked_kernels_agree_with_the_cpu() {
     );
     // The tensor-core template on plain fragments: checked under `auto`.
     if native_f16_or_skip() {
-        set_gpu_coopmat(GpuCoopmat::Plain);
+        tune_gpu(|t| t.coopmat = GpuCoopmat::Plain);
         let before = mlx_array::backend::gpu::coop_product_count();
         check("plain fragments", Dtype::F16, &[], &[], 17, 40, 9);
         assert!(
@@ -833,8 +813,8 @@ fn checked_and_unchecked_kernels_agree_with_the_cpu() {
         unchecked,
         "plain fragment kernels keep the checks"
     );
-    set_gpu_coopmat(GpuCoopmat::Off);
-    set_gpu_checks(GpuChecks::None);
+    tune_gpu(|t| t.coopmat = GpuCoopmat::Off);
+    tune_gpu(|t| t.checked = GpuChecks::None);
     let compiled = pipeline_count().unwrap();
     check("unchecked", Dtype::F32, &[], &[], 17, 33, 9);
     assert!(
@@ -845,6 +825,6 @@ fn checked_and_unchecked_kernels_agree_with_the_cpu() {
         unchecked_pipeline_count() > unchecked,
         "counted as unchecked"
     );
-    set_gpu_checks(GpuChecks::Auto);
-    set_gpu_coopmat(GpuCoopmat::Auto);
+    tune_gpu(|t| t.checked = GpuChecks::Auto);
+    tune_gpu(|t| t.coopmat = GpuCoopmat::Auto);
 }

@@ -1,8 +1,7 @@
 //! Chunked submission: an eval that records more passes than one chunk
 //! reaches the GPU in several command buffers while the host still records,
-//! and computes exactly what the CPU does, with no extra transfers. The
-//! recording switches (the meta arena, shared compute passes, kept bind
-//! group layouts) change how dispatches are recorded, never what they compute.
+//! and computes exactly what the CPU does, with no extra transfers; one
+//! submission per eval (the tuning's `chunks=off`) computes the same.
 
 use mlx_array::backend::gpu::{custom, dispatch_count, submit_count, transfers};
 use mlx_array::device::with_device;
@@ -65,48 +64,32 @@ fn an_eval_longer_than_a_chunk_submits_in_chunks_with_the_cpus_results() -> Resu
     assert_eq!(gpu_y.device(), Device::Gpu);
     assert_eq!(gpu_y.to_vec::<f32>()?, cpu.to_vec::<f32>()?);
 
-    // MLX_GPU_CHUNKS=0: the same eval in one submission, the same values.
-    mlx_array::settings::set_gpu_chunks(false);
+    // chunks=off: the same eval in one submission, the same values.
+    let (_mode, _) = Mode::set(false);
     let once = with_device(Device::Gpu, || chain(&xg, &pg, &cg, steps))?;
     let submits = submit_count();
     once.eval()?;
     let submits = submit_count() - submits;
-    mlx_array::settings::set_gpu_chunks(true);
     assert_eq!(submits, 1);
     assert_eq!(once.to_vec::<f32>()?, cpu.to_vec::<f32>()?);
     Ok(())
 }
 
-/// Sets the recording switches and the chunking for one mode; dropping it
-/// restores the defaults (all on), also when a test fails.
+/// Sets chunked submission on or off; dropping it turns it back on, also
+/// when a test fails.
 struct Mode;
 
 impl Mode {
-    /// Mode `bits` of 16: bit 0 the meta arena, 1 shared passes, 2 the
-    /// layout cache, 3 chunked submission; and its description.
-    fn set(bits: u8) -> (Mode, String) {
-        let on = |b: u8| bits & (1 << b) != 0;
-        settings::set_gpu_meta_arena(on(0));
-        settings::set_gpu_shared_passes(on(1));
-        settings::set_gpu_layout_cache(on(2));
-        settings::set_gpu_chunks(on(3));
-        let name = format!(
-            "meta arena {}, shared passes {}, layout cache {}, chunks {}",
-            on(0),
-            on(1),
-            on(2),
-            on(3)
-        );
-        (Mode, name)
+    /// The mode, and its description.
+    fn set(chunked: bool) -> (Mode, String) {
+        settings::tune_gpu(|t| t.chunks = chunked);
+        (Mode, format!("chunks {chunked}"))
     }
 }
 
 impl Drop for Mode {
     fn drop(&mut self) {
-        settings::set_gpu_meta_arena(true);
-        settings::set_gpu_shared_passes(true);
-        settings::set_gpu_layout_cache(true);
-        settings::set_gpu_chunks(true);
+        settings::tune_gpu(|t| t.chunks = true);
     }
 }
 
@@ -128,14 +111,14 @@ fn main() {
 ";
 
 #[test]
-fn every_dispatch_reads_its_own_meta_words_in_every_recording_mode() -> Result<()> {
+fn every_dispatch_reads_its_own_meta_words_chunked_or_not() -> Result<()> {
     let Some(_gpu) = gpu() else { return Ok(()) };
     // Sizes from one word to more than a 64 KiB page (17,000 words: a
     // buffer of its own), so slices pack, move to the next page and
     // overflow; 45 dispatches cross the first chunks' ends (16, 48).
     let sizes = [1usize, 3, 40, 700, 5000, 17_000, 9];
-    for bits in 0..16 {
-        let (_mode, name) = Mode::set(bits);
+    for chunked in [true, false] {
+        let (_mode, name) = Mode::set(chunked);
         let mut outs = Vec::new();
         for k in 0..45 {
             let meta: Vec<u32> = (0..sizes[k % sizes.len()])
@@ -176,8 +159,7 @@ fn sliding_chain(x: &Array, p: &Array, y0: &Array, steps: usize) -> Result<Array
 }
 
 #[test]
-fn cleared_outputs_and_distinct_views_compute_the_cpus_results_in_every_recording_mode()
--> Result<()> {
+fn cleared_outputs_and_distinct_views_compute_the_cpus_results_chunked_or_not() -> Result<()> {
     let Some(_gpu) = gpu() else { return Ok(()) };
     let steps = 120;
     for dtype in [Dtype::F32, Dtype::BF16] {
@@ -196,8 +178,8 @@ fn cleared_outputs_and_distinct_views_compute_the_cpus_results_in_every_recordin
             with_device(Device::Cpu, || sliding_chain(&x, &p, &y0, steps))?.to_vec::<f32>()?;
         let [xg, pg, yg] = [&x, &p, &y0].map(|a| a.to_device(Device::Gpu));
         mlx_array::eval((&xg, &pg, &yg))?;
-        for bits in 0..16 {
-            let (_mode, name) = Mode::set(bits);
+        for chunked in [true, false] {
+            let (_mode, name) = Mode::set(chunked);
             let gpu_y = with_device(Device::Gpu, || sliding_chain(&xg, &pg, &yg, steps))?;
             let dispatches = dispatch_count();
             gpu_y.eval()?;

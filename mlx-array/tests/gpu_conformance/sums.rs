@@ -9,7 +9,7 @@
 
 use mlx_array::backend::gpu::{dispatch_count, matmul_adding};
 use mlx_array::device::with_device;
-use mlx_array::settings::{GpuCoopmat, set_gpu_coopmat, set_gpu_split_wave};
+use mlx_array::settings::{GpuCoopmat, GpuTuning, tune_gpu};
 use mlx_array::{Array, Device, Dtype, Result, SliceArg, reshape_to, value_and_grad};
 
 use crate::harness::{bits, close, gpu, native_f16_or_skip};
@@ -101,12 +101,12 @@ fn split_and_large_products_add_in_their_last_pass() {
     assert_eq!(run(|| a.matmul(&b)).1, 2, "split: product and sum");
     check_sum("split-K", &on_gpu(&[37, 45], 3), &a, &b);
     // Split on 128 x 128 tiles (a wave of 16 64 x 64 workgroups).
-    set_gpu_split_wave(Some(16));
+    tune_gpu(|t| t.split_wave = 16);
     let (a, b) = (on_gpu(&[250, 2100], 4), on_gpu(&[2100, 256], 5));
     assert_eq!(run(|| a.matmul(&b)).1, 2, "split on 128 tiles");
     assert_eq!(mlx_array::backend::gpu::last_product_tile(), Some(128));
     check_sum("split on 128 tiles", &on_gpu(&[250, 256], 6), &a, &b);
-    set_gpu_split_wave(None);
+    tune_gpu(|t| t.split_wave = GpuTuning::default().split_wave);
     // Whole on 128 x 128 tiles: 272 of them.
     let (a, b) = (on_gpu(&[2100, 40], 7), on_gpu(&[40, 2000], 8));
     let (_, kernels) = run(|| a.matmul(&b));
@@ -135,7 +135,7 @@ fn half_precision_products_add_in_their_kernel() {
         as_gpu(&on_gpu(&[3001, 45], 5), Dtype::F16),
     );
     for coopmat in [GpuCoopmat::Plain, GpuCoopmat::Off] {
-        set_gpu_coopmat(coopmat);
+        tune_gpu(|t| t.coopmat = coopmat);
         for dtype in [Dtype::F16, Dtype::F32] {
             let what = format!("{coopmat:?}, f16 product, {dtype} sum");
             check_sum(&what, &as_gpu(&on_gpu(&[2, 8, 40], 1), dtype), &h, &w);
@@ -149,7 +149,7 @@ fn half_precision_products_add_in_their_kernel() {
         assert_eq!(run(|| deep_a.matmul(&deep_b)).1, 2, "{coopmat:?}: split");
     }
     assert!(mlx_array::backend::gpu::coop_product_count() > 0);
-    set_gpu_coopmat(GpuCoopmat::Auto);
+    tune_gpu(|t| t.coopmat = GpuCoopmat::Auto);
     let bf = |x: &Array| as_gpu(x, Dtype::BF16);
     for dtype in [Dtype::BF16, Dtype::F32] {
         let what = format!("bf16 product, {dtype} sum");

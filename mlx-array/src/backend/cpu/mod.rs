@@ -56,15 +56,15 @@ pub enum Bf16Products {
     /// AVX512_BF16 (`vdpbf16ps`), float32 sums.
     Avx512Bf16,
     /// Operands converted to float32 for the BLAS and the f32 kernels
-    /// (no bfloat16 instructions, or `MLX_GEMM_BF16=0`).
+    /// (no bfloat16 instructions, or `MLX_CPU_TUNING=bf16=off`).
     Float32,
 }
 
 /// The bfloat16 product path this CPU, operating system and the settings
-/// (`MLX_GEMM_BF16`, `MLX_AMX`) give.
+/// (`MLX_CPU_TUNING`'s `bf16` and `amx`) give.
 pub fn bf16_products() -> Bf16Products {
     #[cfg(target_arch = "x86_64")]
-    if crate::settings::bf16_gemm() && matmul::gemm_bf16::available() {
+    if crate::settings::cpu_tuning().bf16 && matmul::gemm_bf16::available() {
         return if matmul::amx::available() {
             Bf16Products::Amx
         } else {

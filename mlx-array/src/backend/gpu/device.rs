@@ -22,8 +22,7 @@ pub struct GpuContext {
     /// f32 configuration and subgroups of 32 ([`matmul`]'s tensor-core path).
     pub(super) coopmat: bool,
     pub(super) pipelines: Mutex<HashMap<String, Arc<wgpu::ComputePipeline>>>,
-    /// Each pipeline's bind group layout, asked of wgpu once
-    /// ([`crate::settings::gpu_layout_cache`]).
+    /// Each pipeline's bind group layout, asked of wgpu once.
     pub(super) layouts: Mutex<HashMap<wgpu::ComputePipeline, wgpu::BindGroupLayout>>,
     pub(super) pool: Mutex<HashMap<u64, Vec<wgpu::Buffer>>>,
     pub(super) encoder: Mutex<submission::Recording>,
@@ -54,7 +53,8 @@ pub fn context() -> Result<&'static GpuContext> {
 }
 
 /// True when `f16` arrays live on the GPU as WGSL `f16`: the adapter has
-/// the `shader-f16` feature and [`crate::settings::gpu_f16`] is on. Otherwise they
+/// the `shader-f16` feature and the tuning's
+/// [`f16`](crate::settings::GpuTuning::f16) is on. Otherwise they
 /// are packed two to a 32-bit word. False before the GPU is first used.
 pub fn native_f16() -> bool {
     matches!(CONTEXT.get(), Some(Ok(c)) if c.f16)
@@ -84,8 +84,8 @@ impl GpuContext {
         })?;
         let info = adapter.get_info();
         let limits = adapter.limits();
-        let f16 =
-            adapter.features().contains(wgpu::Features::SHADER_F16) && crate::settings::gpu_f16();
+        let f16 = adapter.features().contains(wgpu::Features::SHADER_F16)
+            && crate::settings::gpu_tuning().f16;
         // Timestamps only while profiling, so that a device made without
         // it has exactly the features it had before they existed.
         let timed = if !crate::settings::profile().unwrap_or(false) {

@@ -45,8 +45,7 @@ impl GpuContext {
     /// Records one dispatch of `pipeline` over a `grid` of workgroups on the
     /// eval's command encoder, binding `meta` at 0 and `buffers` at 1..;
     /// `clear` first zeroes that many bytes of the last buffer (outside any
-    /// pass). Consecutive dispatches share a compute pass
-    /// ([`crate::settings::gpu_shared_passes`]; wgpu puts a barrier between
+    /// pass). Consecutive dispatches share a compute pass (wgpu puts a barrier between
     /// dispatches that depend on each other, as between passes), except
     /// while profiling with timestamps: then the pass is the dispatch's own,
     /// and writes the GPU's clock as it begins and ends for the primitive
@@ -64,13 +63,8 @@ impl GpuContext {
         let mut slot = lock(&self.encoder);
         let slot = &mut *slot;
         let align = u64::from(self.limits.min_storage_buffer_offset_alignment).max(4);
-        let staged = if crate::settings::gpu_meta_arena() {
-            slot.meta.push(&self.device, align, meta)
-        } else {
-            None
-        };
-        // Without the arena, or for words larger than its page: a buffer
-        // of their own.
+        let staged = slot.meta.push(&self.device, align, meta);
+        // Words larger than the arena's page: a buffer of their own.
         let own;
         let meta_binding = match staged {
             Some(slice) => wgpu::BindingResource::Buffer(slice),
@@ -112,7 +106,7 @@ impl GpuContext {
             pass.set_bind_group(0, &bind, &[]);
             pass.dispatch_workgroups(grid.0, grid.1, 1);
         };
-        if writes.is_none() && crate::settings::gpu_shared_passes() {
+        if writes.is_none() {
             run(slot.shared_pass(&self.device));
         } else {
             let mut pass =

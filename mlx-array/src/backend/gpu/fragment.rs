@@ -17,7 +17,7 @@
 //! names of `let`s, never inline expressions: naga's SPIR-V back end panics
 //! on a cooperative load or store indexed by an expression.
 
-use crate::settings::{self, GpuCoopmat};
+use crate::settings::{GpuCoopmat, GpuTuning};
 use crate::{Dtype, Result};
 
 /// How the 16 x 16 fragment operations are written.
@@ -60,14 +60,14 @@ pub(crate) const LANES: &str = "let prow = lane / 2u;\n    let pcol = (lane % 2u
 
 /// The fragment implementation for f16 products on this device, or `None`
 /// for the f32-compute kernels: f16 stored natively, and
-/// [`settings::gpu_coopmat`] either `Plain` or `Auto` on a device with
-/// cooperative matrices ([`coopmat_usable`]).
-pub(crate) fn chosen(dtype: Dtype) -> Result<Option<Fragments>> {
+/// the tuning's [`GpuTuning::coopmat`] either `Plain` or `Auto` on a device
+/// with cooperative matrices ([`coopmat_usable`]).
+pub(crate) fn chosen(dtype: Dtype, tuning: &GpuTuning) -> Result<Option<Fragments>> {
     if dtype != Dtype::F16 || super::codegen::packed(dtype) {
         return Ok(None);
     }
     let c = super::device::context()?;
-    Ok(match settings::gpu_coopmat() {
+    Ok(match tuning.coopmat {
         GpuCoopmat::Off => None,
         GpuCoopmat::Plain => Some(Fragments::Plain),
         GpuCoopmat::Auto if c.coopmat => Some(Fragments::Cooperative),

@@ -10,9 +10,8 @@
 //! `min_storage_buffer_offset_alignment` and binds its slice of a page (a
 //! storage buffer of [`PAGE`] bytes; a slice never straddles two), and the
 //! chunk's words reach the pages with one `queue.write_buffer` per page used,
-//! just before the chunk is submitted. `MLX_GPU_META_ARENA=0`
-//! ([`crate::settings::set_gpu_meta_arena`]) makes a buffer per dispatch
-//! again, to measure the gain.
+//! just before the chunk is submitted (words larger than a page get a
+//! buffer of their own).
 //!
 //! Lifetime: the pages are reused by every chunk. A `write_buffer` runs on
 //! the queue after every submission made before it and before the next

@@ -10,8 +10,9 @@ use crate::{Error, Result};
 
 impl GpuContext {
     /// The compiled pipeline for `key`, compiling `source()` the first time,
-    /// with wgpu's runtime checks unless [`crate::settings::gpu_checks`]
-    /// is `None` (each variant kept under its own key).
+    /// with wgpu's runtime checks unless the tuning's
+    /// [`checked`](crate::settings::GpuTuning::checked) is `None` (each
+    /// variant kept under its own key).
     pub(crate) fn pipeline(
         &self,
         key: &str,
@@ -22,7 +23,7 @@ impl GpuContext {
 
     /// [`GpuContext::pipeline`] for a matrix product on `fragments`: on
     /// cooperative matrices (tensor cores) it is compiled without wgpu's
-    /// runtime checks unless [`crate::settings::gpu_checks`] is `All`.
+    /// runtime checks unless the tuning's `checked` is `All`.
     /// Only the products take this path: every workgroup index of their
     /// template is a constant of its tiling plus the invocation's index
     /// (staged slices, fragments, the staging fragment), whatever the
@@ -44,7 +45,9 @@ impl GpuContext {
         tensor_cores: bool,
         source: impl FnOnce() -> String,
     ) -> Result<Arc<wgpu::ComputePipeline>> {
-        let checked = crate::settings::gpu_checks().checks(tensor_cores);
+        // Read where a kernel is compiled: whether it is checked is part
+        // of its key, so a change reaches only kernels compiled after it.
+        let checked = crate::settings::gpu_tuning().checked.checks(tensor_cores);
         let unchecked_key;
         let key = if !checked {
             unchecked_key = format!("{key}:unchecked");
@@ -103,12 +106,10 @@ impl GpuContext {
         Ok(p)
     }
 
-    /// The bind group layout of `pipeline`'s group 0: kept per pipeline
-    /// ([`crate::settings::gpu_layout_cache`]), or asked of wgpu each time.
+    /// The bind group layout of `pipeline`'s group 0, kept per pipeline
+    /// instead of asked of wgpu at every dispatch (one of the three
+    /// recording savings `gpu_dispatch_bench` measured on 2026-11-28).
     pub(super) fn layout(&self, pipeline: &wgpu::ComputePipeline) -> wgpu::BindGroupLayout {
-        if !crate::settings::gpu_layout_cache() {
-            return pipeline.get_bind_group_layout(0);
-        }
         lock(&self.layouts)
             .entry(pipeline.clone())
             .or_insert_with(|| pipeline.get_bind_group_layout(0))

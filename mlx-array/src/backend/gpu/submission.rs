@@ -28,9 +28,11 @@
 //! changes: counted by [`submit_count`]. Within a chunk, consecutive
 //! dispatches share one compute pass (ended by anything else recorded on the
 //! encoder: a copy, a clear, a timed pass), and the chunk's parameter words
-//! are written just before it is submitted (`meta_arena`). `MLX_GPU_CHUNKS=0`
-//! ([`crate::settings::set_gpu_chunks`]) submits once per eval again, to
-//! measure what the overlap gains.
+//! are written just before it is submitted (`meta_arena`). The tuning's
+//! `chunks=off` ([`crate::settings::GpuTuning::chunks`]) submits once per
+//! eval again, to measure what the overlap gains (and, on a software
+//! adapter that runs chunks on the recording host's cores, for a quieter
+//! figure of the host's own cost).
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -44,8 +46,7 @@ pub(crate) const MAX_CHUNK: usize = 256;
 
 /// The eval's open command encoder and where its chunk ends.
 pub(crate) struct Recording {
-    /// The compute pass that consecutive dispatches share
-    /// ([`crate::settings::gpu_shared_passes`]), open on `encoder` until
+    /// The compute pass that consecutive dispatches share, open on `encoder` until
     /// anything else is recorded there. Declared first: it ends before the
     /// encoder is dropped.
     pass: Option<wgpu::ComputePass<'static>>,
@@ -57,6 +58,9 @@ pub(crate) struct Recording {
     commands: usize,
     /// Commands at which `encoder` is submitted.
     chunk: usize,
+    /// Whether this eval submits in chunks: the tuning's `chunks`, read at
+    /// the eval's first command.
+    chunked: Option<bool>,
 }
 
 impl Recording {
@@ -68,6 +72,7 @@ impl Recording {
             meta: MetaArena::new(),
             commands: 0,
             chunk: FIRST_CHUNK,
+            chunked: None,
         }
     }
 
@@ -101,14 +106,18 @@ impl Recording {
         debug_assert!(self.encoder.is_none(), "restarted with work unsubmitted");
         self.commands = 0;
         self.chunk = FIRST_CHUNK;
+        self.chunked = None;
     }
 
     /// Counts one more command in the encoder; true when the chunk is full
     /// (the caller submits it and calls [`Recording::submitted`]).
-    /// Never full with [`crate::settings::gpu_chunks`] off.
+    /// Never full with the tuning's `chunks` off.
     pub(crate) fn count(&mut self) -> bool {
         self.commands += 1;
-        self.commands >= self.chunk && crate::settings::gpu_chunks()
+        let chunked = *self
+            .chunked
+            .get_or_insert_with(|| crate::settings::gpu_tuning().chunks);
+        self.commands >= self.chunk && chunked
     }
 
     /// The encoder was submitted: the next chunk is twice as large, up to

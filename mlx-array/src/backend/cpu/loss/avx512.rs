@@ -45,10 +45,11 @@ pub(super) fn available(dims: usize) -> bool {
 }
 
 /// Whether the one-pass loss takes this path: [`available`], unless
-/// `MLX_LCE=blas` asks for the BLAS path (to compare the two in one build).
+/// the tuning's `loss=blas` (`MLX_CPU_TUNING`) asks for the BLAS path (to
+/// compare the two in one build).
 pub(super) fn enabled(dims: usize) -> bool {
-    use crate::settings::{LossPath, loss_path};
-    available(dims) && loss_path().map_or(true, |p| p == LossPath::Fused)
+    use crate::settings::{LossPath, cpu_tuning};
+    available(dims) && cpu_tuning().loss == LossPath::Fused
 }
 
 /// Rows per block rounded up to whole micro-tile columns of `lt`.

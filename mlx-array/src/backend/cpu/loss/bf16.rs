@@ -33,10 +33,10 @@ use crate::{ArrayData, Dtype};
 
 /// Whether the bfloat16 path applies: AVX-512F and AVX512_BF16, a feature
 /// axis of whole micro-tile columns, and bfloat16 products switched on
-/// (`MLX_GEMM_BF16`, [`crate::settings::set_bf16_gemm`]) and the fused loss
-/// not switched off (`MLX_LCE=blas`).
+/// (the CPU tuning's `bf16`, [`crate::settings::CpuTuning`]) and the fused
+/// loss not switched off (its `loss=blas`).
 pub(super) fn enabled(dims: usize) -> bool {
-    super::avx512::enabled(dims) && crate::settings::bf16_gemm() && gemm_bf16::available()
+    super::avx512::enabled(dims) && crate::settings::cpu_tuning().bf16 && gemm_bf16::available()
 }
 
 /// The bfloat16 tiles.

@@ -1,7 +1,7 @@
 //! bfloat16 products on Intel AMX tiles (`tdpbf16ps`, Sapphire Rapids on),
 //! for the bfloat16 GEMM and the one-pass loss, where the CPU has AMX-BF16
 //! and the operating system lends the process the tile state (Linux 5.16
-//! on, once asked with `arch_prctl`). Elsewhere, or with `MLX_AMX=0`, the
+//! on, once asked with `arch_prctl`). Elsewhere, or with `MLX_CPU_TUNING=amx=off`, the
 //! callers keep their AVX512_BF16 kernels.
 //!
 //! A tile register holds 16 rows of 64 bytes. `tdpbf16ps C, A, B` adds to
@@ -38,10 +38,11 @@ pub(in crate::backend::cpu) const STEP: usize = 16;
 
 /// Whether the AMX kernels run: the CPU has AMX-TILE and AMX-BF16 (and
 /// AVX512_BF16, for rounding results), the operating system grants the
-/// tile state, and `MLX_AMX` is not `0`. Decided once per process.
+/// tile state, and the CPU tuning's `amx` is on. Decided once per process.
 pub(in crate::backend::cpu) fn available() -> bool {
     static AVAILABLE: OnceLock<bool> = OnceLock::new();
-    *AVAILABLE.get_or_init(|| crate::settings::amx() && cpu_has_amx() && os_grants_tiles())
+    *AVAILABLE
+        .get_or_init(|| crate::settings::cpu_tuning().amx && cpu_has_amx() && os_grants_tiles())
 }
 
 /// CPUID leaf 7: AMX-BF16 is EDX bit 22, AMX-TILE bit 24.
@@ -315,7 +316,7 @@ mod tests {
     #[test]
     fn products_equal_the_definition() {
         if !available() {
-            eprintln!("skipping: no AMX on this CPU or OS (or MLX_AMX=0)");
+            eprintln!("skipping: no AMX on this CPU or OS (or MLX_CPU_TUNING=amx=off)");
             return;
         }
         for &(m, n, kp) in &[(32, 32, 16), (70, 64, 48), (5, 96, 16), (33, 32, 128)] {

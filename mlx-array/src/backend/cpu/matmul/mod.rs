@@ -113,11 +113,11 @@ pub fn matmul(a: &Operand<'_>, b: &Operand<'_>, out_shape: &[usize]) -> ArrayDat
 
 /// Whether bfloat16 products take the bfloat16 GEMM (AVX512_BF16, and AMX
 /// where present): the CPU has it and
-/// `MLX_GEMM_BF16` does not say `f32` (which converts to f32 for `sgemm`,
+/// the CPU tuning's `bf16` is not off (which converts to f32 for `sgemm`,
 /// to compare the two in one build).
 #[cfg(target_arch = "x86_64")]
 fn bf16_gemm() -> bool {
-    gemm_bf16::available() && crate::settings::bf16_gemm()
+    gemm_bf16::available() && crate::settings::cpu_tuning().bf16
 }
 
 /// [`matmul`] of bfloat16 operands on the bfloat16 GEMM: float32 sums,

@@ -17,6 +17,7 @@ use super::{
 };
 use crate::backend::common::attention::AttentionDims;
 use crate::data::{ArrayData, Operand};
+use crate::settings::GpuTuning;
 use crate::{Dtype, Result};
 
 /// The gradient's kernels: the f32-compute ones with their tiles, or the
@@ -32,8 +33,9 @@ enum GradKernels {
 fn fragment_grad_tiles(
     dims: &AttentionDims,
     dtype: Dtype,
+    tuning: &GpuTuning,
 ) -> Result<Option<(Fragments, Tiles, Tiles)>> {
-    let Some(f) = fragment::chosen(dtype)? else {
+    let Some(f) = fragment::chosen(dtype, tuning)? else {
         return Ok(None);
     };
     let plan = |pass| {
@@ -66,9 +68,10 @@ pub fn attention_grad(
     dims: &AttentionDims,
     dtype: Dtype,
 ) -> Result<ArrayData> {
-    let kernels = match fragment_grad_tiles(dims, dtype)? {
+    let tuning = crate::settings::gpu_tuning();
+    let kernels = match fragment_grad_tiles(dims, dtype, &tuning)? {
         Some((f, kv, query)) => GradKernels::Fragments(f, kv, query),
-        None => match Tiles::plan(|t| backward::bytes(dims, t))? {
+        None => match Tiles::plan(&tuning, |t| backward::bytes(dims, t))? {
             Some(tiles) => GradKernels::Scalar(tiles),
             None => {
                 LAST_SCALAR_TILES.store(0, Ordering::Relaxed);

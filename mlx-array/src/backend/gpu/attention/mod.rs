@@ -27,7 +27,7 @@
 //!
 //! For f16 `q`, `k`, `v` where the fragment mode is chosen
 //! (`fragment::chosen`: cooperative matrices on an adapter that has them,
-//! or `MLX_GPU_COOPMAT=plain` on any adapter with `shader-f16`),
+//! or `MLX_GPU_TUNING=coopmat=plain` on any adapter with `shader-f16`),
 //! [`fragments`] runs instead: a workgroup of `BQ / 16` subgroups of 32
 //! per (batch, head, block of `BQ` query rows), each subgroup owning 16
 //! rows; per block of `BK` keys, `S = Q K^T` and `O += P V` are 16 x 16 x
@@ -115,7 +115,7 @@
 //! (the attention specs' first, uncached run 98 s instead of 59).
 //! Tiles are staged from global memory by `vec4` quads where the head
 //! widths and the inputs' first elements and strides are multiples of 4
-//! (`MLX_GPU_VEC_LOADS`, on by default), each invocation's loads all
+//! (a settled choice: vectors always where they fit), each invocation's loads all
 //! issued before its stores, and element by element otherwise.
 //!
 //! - Forward ([`forward`]): a workgroup per (batch, head, block of `BQ`
@@ -217,7 +217,7 @@ use super::fragment::{self, Fragments};
 use super::pool::alloc;
 use crate::backend::common::attention::AttentionDims;
 use crate::data::{ArrayData, Operand};
-use crate::settings;
+use crate::settings::{self, GpuTuning};
 use crate::{Dtype, Result};
 use fragments::Loads;
 
@@ -250,12 +250,12 @@ pub(crate) struct Tiles {
 impl Tiles {
     /// The largest tiles whose workgroup memory (`bytes(tiles)`) fits the
     /// adapter's limit, at most [`WORKGROUP_BYTES`]; `None` when even the
-    /// smallest do not (heads too wide for the adapter). The tiles
-    /// `MLX_GPU_ATTENTION_TILES` names ([`settings::gpu_attention_tiles`])
-    /// come first where they fit, to measure each on a device.
-    fn plan(bytes: impl Fn(Tiles) -> usize) -> Result<Option<Tiles>> {
+    /// smallest do not (heads too wide for the adapter). The tiles the
+    /// tuning names ([`GpuTuning::attention_tiles`]) come first where they
+    /// fit, to measure each on a device.
+    fn plan(tuning: &GpuTuning, bytes: impl Fn(Tiles) -> usize) -> Result<Option<Tiles>> {
         let all = settings::GPU_ATTENTION_TILES;
-        match settings::gpu_attention_tiles() {
+        match tuning.attention_tiles {
             Some(asked) => {
                 let mut order = vec![asked];
                 order.extend(all.iter().filter(|&&t| t != asked));
@@ -399,12 +399,13 @@ pub fn attention(
     dtype: Dtype,
     half: Option<Dtype>,
 ) -> Result<(ArrayData, Option<ArrayData>)> {
-    let out = if let Some(f) = fragment::chosen(dtype)?
+    let tuning = settings::gpu_tuning();
+    let out = if let Some(f) = fragment::chosen(dtype, &tuning)?
         && let Some(tiles) =
             Tiles::plan_among(&fragments::CANDIDATES, |t| fragments::bytes(dims, t))?
     {
         fragment_attention(q, k, v, dims, half, tiles, f)?
-    } else if let Some(tiles) = Tiles::plan(|t| forward::bytes(dims, t))? {
+    } else if let Some(tiles) = Tiles::plan(&tuning, |t| forward::bytes(dims, t))? {
         tiled_attention(q, k, v, dims, (dtype, half), tiles)?
     } else {
         LAST_SCALAR_TILES.store(0, Ordering::Relaxed);
@@ -499,13 +500,9 @@ fn scalar_kernel_loads(dims: &AttentionDims, inputs: &[&ArrayData], strides: &St
 }
 
 /// How a kernel stages `inputs` (q, k, v, and the gradient's f32
-/// cotangent) of the heads' `strides`: by quads where
-/// [`settings::gpu_vec_loads`] is on and the head widths, the inputs'
-/// first elements and their strides allow it.
+/// cotangent) of the heads' `strides`: by quads where the head widths,
+/// the inputs' first elements and their strides allow it.
 fn staging_loads(dims: &AttentionDims, inputs: &[&ArrayData], strides: &Strides) -> Loads {
-    if !settings::gpu_vec_loads() {
-        return Loads::Scalar;
-    }
     let places: Vec<usize> = inputs
         .iter()
         .map(|d| d.offset())

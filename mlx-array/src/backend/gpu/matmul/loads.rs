@@ -11,13 +11,12 @@
 //! elements and to hold elements of one row (or column) of the product, so
 //! that it is either wholly inside the product or wholly outside
 //! ([`aligned`]); otherwise the operand is staged one element per load
-//! (the scalar path, also taken with `MLX_GPU_VEC_LOADS=0`).
+//! (the scalar path).
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use super::View;
 use crate::data::ArrayData;
-use crate::settings;
 
 /// Which operands a product stages with vector loads.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -79,8 +78,8 @@ pub(super) fn aligned(width: usize, x: &OperandLayout<'_>, dims: &[usize]) -> bo
 
 /// Which of `a` and `b` (read as `view`, the product `[m, k] @ [k, n]`
 /// with `dims` batch dimensions and each operand's `batch_strides` for
-/// them) take vector loads of `width` (none with `MLX_GPU_VEC_LOADS=0`,
-/// [`settings::gpu_vec_loads`]), counted in [`vector_operand_count`].
+/// them) take vector loads of `width`, counted in
+/// [`vector_operand_count`].
 pub(super) fn choose(
     width: usize,
     view: View,
@@ -102,10 +101,9 @@ pub(super) fn choose(
             batch_strides,
         }
     };
-    let on = settings::gpu_vec_loads();
     let loads = VecLoads {
-        a: on && aligned(width, &layout(a, m, k, view.a_cols, batch_strides[0]), dims),
-        b: on && aligned(width, &layout(b, k, n, view.b_cols, batch_strides[1]), dims),
+        a: aligned(width, &layout(a, m, k, view.a_cols, batch_strides[0]), dims),
+        b: aligned(width, &layout(b, k, n, view.b_cols, batch_strides[1]), dims),
     };
     VECTOR_OPERANDS.fetch_add(
         usize::from(loads.a) + usize::from(loads.b),

@@ -5,8 +5,8 @@
 //!   and bf16 converted to f32 as they load, through `codegen::input`).
 //! - [`coop`]: f16 operands on cooperative matrices (tensor cores),
 //!   16 x 16 x 16 f16 x f16 -> f32 fragments, for f16 products where the
-//!   adapter has them ([`super::fragment::coopmat_usable`]; `MLX_GPU_COOPMAT`,
-//!   [`settings::gpu_coopmat`]). bf16 has no cooperative-matrix
+//!   adapter has them ([`super::fragment::coopmat_usable`]; the tuning's
+//!   [`GpuTuning::coopmat`]). bf16 has no cooperative-matrix
 //!   configuration on the H100's Vulkan driver (only f16 operands), so bf16
 //!   products stay on the f32-compute kernel; so does everything on a device
 //!   without the feature, the configuration, subgroups of 32 or
@@ -29,12 +29,12 @@
 //! | f32, 128 | 256 | 128 x 128, depth slices of 16, double buffered | 8 x 8 outputs | 33,792 B | ~110-128 | 2 (registers) |
 //! | f32, 64 | 256 | 64 x 64, slices of 16, double buffered | 4 x 4 outputs | 17,408 B | ~48 | 4-8 |
 //! | coop, large (default) | 128 (4 subgroups, 2 x 2) | 128 x 128, slices of 32, double buffered | a subgroup: 4 x 4 fragments (64 x 64) | 46,080 B (2 staging fragments a subgroup) | ~210 | 2 (registers) |
-//! | coop, large, `MLX_GPU_COOP_SUBGROUPS=8` | 256 (8 subgroups, 4 x 2) | 128 x 128, slices of 32, double buffered | a subgroup: 2 x 4 fragments (32 x 64) | 46,080 B (1 staging fragment) | ~100-130 | 2 |
-//! | coop, `MLX_GPU_COOP_TILE=256x128` | 256 (8 subgroups, 4 x 2) | 256 x 128, slices of 32, one buffer | a subgroup: 4 x 4 fragments (64 x 64) | 45,568 B (2 staging fragments) | ~210 | 1 (registers) |
+//! | coop, large, `MLX_GPU_TUNING=coop_subgroups=8` | 256 (8 subgroups, 4 x 2) | 128 x 128, slices of 32, double buffered | a subgroup: 2 x 4 fragments (32 x 64) | 46,080 B (1 staging fragment) | ~100-130 | 2 |
+//! | coop, `MLX_GPU_TUNING=coop_tile=256x128` | 256 (8 subgroups, 4 x 2) | 256 x 128, slices of 32, one buffer | a subgroup: 4 x 4 fragments (64 x 64) | 45,568 B (2 staging fragments) | ~210 | 1 (registers) |
 //! | coop, small | 128 (4 subgroups, 2 x 2) | 64 x 64, slices of 32, double buffered | a subgroup: 2 x 2 fragments (32 x 32) | 35,840 B (4 staging fragments) | ~70 | 4-6 |
 //!
 //! **Double buffering of the tensor-core kernel** (`coop::Staging`,
-//! `MLX_GPU_COOP_DOUBLE_BUFFER`; designed, not measured). With one buffer
+//! the tuning's `coop_double_buffer`; designed, not measured). With one buffer
 //! per operand, every 32-deep slice costs two barriers: the stores of the
 //! next slice wait until every subgroup has finished multiplying the
 //! present one, and the products wait for the stores. With two, each
@@ -80,7 +80,7 @@
 //! and 8 warps per SM instead of 16 to hide latency, each with twice the
 //! independent products per slice. Measured on an H200 (checked kernels):
 //! 101 TFLOP/s at 8192^3 against the 8-subgroup tiling's 66.
-//! `MLX_GPU_COOP_SUBGROUPS=8` keeps the older tiling, to compare both.
+//! `MLX_GPU_TUNING=coop_subgroups=8` keeps the older tiling, to compare both.
 //!
 //! **Split-K.** A product with fewer 128 x 128 tiles than two per SM and
 //! a long depth (the fused loss's gradient products, `dX` over the
@@ -97,8 +97,8 @@
 //! multiple of its 32-deep staged slice), so f16 weight gradients, whose
 //! outputs are small, no longer run on one workgroup per SM (on the H100,
 //! f16 `dX` 2044 x 50257 x 256 ran at 5.9 TFLOP/s and `dW` 256 x 2044 x
-//! 512 at 1.3 unsplit, a fifth and a third of their f32 rates). `MLX_GPU_SPLIT_K=0`
-//! ([`settings::set_gpu_split_k`]) turns it off, to measure the gain.
+//! 512 at 1.3 unsplit, a fifth and a third of their f32 rates). The tuning's
+//! `split_wave=1` ([`GpuTuning::split_wave`]) turns it off, to measure the gain.
 //!
 //! | split-K, `[m, k] @ [k, n]` | tiles (side) | slices x depth | workgroups | partial sums |
 //! |---|---|---|---|---|
@@ -136,6 +136,7 @@
 use super::codegen;
 use super::pool::{alloc, supported};
 use crate::data::{ArrayData, Operand};
+use crate::settings::{self, GpuTuning};
 use crate::shape::size_of_shape;
 use crate::{Dtype, Error, Result};
 
@@ -155,13 +156,10 @@ pub use telemetry::{
     coop_product_count, last_coop_buffers, last_coop_staged, last_coop_subgroups, last_product_tile,
 };
 
+#[cfg(doc)]
+use plan::{BIG_TILES_FROM, split_big, split_k};
 use plan::{coop_fragments, coop_mode};
 use product::Product;
-#[cfg(doc)]
-use {
-    crate::settings,
-    plan::{BIG_TILES_FROM, split_big, split_k},
-};
 
 /// Which operands are read by columns (their row stride is the unit one).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -276,7 +274,7 @@ fn new_product(
         accumulate: false,
         addend: addend.map(|x| (&x.data, x.dtype)),
     };
-    record(a, b, &to)?;
+    record(a, b, &to, &settings::gpu_tuning())?;
     Ok(out)
 }
 
@@ -376,15 +374,20 @@ impl Destination<'_> {
 /// where it runs ([`coop_fragments`]), everything else on the f32 kernel.
 /// Products with too few output tiles to fill the GPU and a long depth are
 /// split over the depth ([`split_k`]) on either kernel.
-pub(crate) fn record(a: &Operand<'_>, b: &Operand<'_>, to: &Destination<'_>) -> Result<()> {
+pub(crate) fn record(
+    a: &Operand<'_>,
+    b: &Operand<'_>,
+    to: &Destination<'_>,
+    tuning: &GpuTuning,
+) -> Result<()> {
     let dtype = a.dtype;
     // Packed outputs are cleared and OR-ed into from their first word.
     debug_assert!(!codegen::packed(dtype) || (to.offset == 0 && !to.accumulate));
     debug_assert!(!to.accumulate || dtype == Dtype::F32);
     debug_assert!(to.addend.is_none() || adds_in_kernel(dtype));
     debug_assert!(!(to.accumulate && to.addend.is_some()));
-    let product = Product::new(&a.data, &b.data, dtype, a.shape, to.shape);
-    let coop = coop_fragments(dtype, to.accumulate)?;
+    let product = Product::new(&a.data, &b.data, dtype, a.shape, to.shape, tuning);
+    let coop = coop_fragments(dtype, to.accumulate, tuning)?;
     product.record(coop, dtype, to)
 }
 
@@ -394,14 +397,19 @@ pub(crate) fn record(a: &Operand<'_>, b: &Operand<'_>, to: &Destination<'_>) -> 
 /// linear cross-entropy's products in f16 run (mixed precision, as
 /// PyTorch's autocast does). Split over the depth as [`record`] splits.
 /// Fails where [`f16_f32_products`] is false.
-pub(crate) fn record_f16_f32(a: &Operand<'_>, b: &Operand<'_>, to: &Destination<'_>) -> Result<()> {
+pub(crate) fn record_f16_f32(
+    a: &Operand<'_>,
+    b: &Operand<'_>,
+    to: &Destination<'_>,
+    tuning: &GpuTuning,
+) -> Result<()> {
     debug_assert!(a.dtype == Dtype::F16 && b.dtype == Dtype::F16);
-    let Some(fragments) = coop_mode()? else {
+    let Some(fragments) = coop_mode(tuning)? else {
         return Err(Error::gpu(
             "matmul: f16 operands with an f32 result need the cooperative-matrix kernel, \
-             which this device (or MLX_GPU_COOPMAT) does not offer",
+             which this device (or the tuning's coopmat) does not offer",
         ));
     };
-    let product = Product::new(&a.data, &b.data, Dtype::F16, a.shape, to.shape);
+    let product = Product::new(&a.data, &b.data, Dtype::F16, a.shape, to.shape, tuning);
     product.record(Some(fragments), Dtype::F32, to)
 }

@@ -6,7 +6,7 @@
 
 use super::super::device::context;
 use super::{Product, coop, tiled};
-use crate::settings;
+use crate::settings::GpuTuning;
 use crate::{Dtype, Result};
 
 /// Workgroups that keep every SM of an H100 (132) busy twice over: below
@@ -16,20 +16,24 @@ pub(super) const BIG_TILES_FROM: usize = 264;
 /// The fragment implementation of the cooperative kernel for products of
 /// `dtype`, or `None` for the f32-compute kernel: f16 stored natively, not
 /// accumulating, and [`coop_mode`] offering the kernel.
-pub(super) fn coop_fragments(dtype: Dtype, accumulate: bool) -> Result<Option<coop::Fragments>> {
+pub(super) fn coop_fragments(
+    dtype: Dtype,
+    accumulate: bool,
+    tuning: &GpuTuning,
+) -> Result<Option<coop::Fragments>> {
     if dtype != Dtype::F16 || accumulate {
         return Ok(None);
     }
-    coop_mode()
+    coop_mode(tuning)
 }
 
 /// The fragment implementation the cooperative kernel runs with, or `None`
 /// where it cannot run: [`super::super::fragment::chosen`] offers one (f16 stored
-/// natively, and [`settings::gpu_coopmat`] either `Plain` or `Auto` on a
+/// natively, and the tuning's [`GpuTuning::coopmat`] either `Plain` or `Auto` on a
 /// device with cooperative matrices, [`super::super::fragment::coopmat_usable`]), and the workgroup
 /// memory fits the device's limit.
-pub(super) fn coop_mode() -> Result<Option<coop::Fragments>> {
-    let Some(fragments) = super::super::fragment::chosen(Dtype::F16)? else {
+pub(super) fn coop_mode(tuning: &GpuTuning) -> Result<Option<coop::Fragments>> {
+    let Some(fragments) = super::super::fragment::chosen(Dtype::F16, tuning)? else {
         return Ok(None);
     };
     let c = context()?;
@@ -42,8 +46,8 @@ pub(super) fn coop_mode() -> Result<Option<coop::Fragments>> {
 
 /// Whether [`record_f16_f32`] can run here: the cooperative kernel is
 /// available (on tensor cores, or with plain fragments when forced).
-pub(crate) fn f16_f32_products() -> Result<bool> {
-    Ok(coop_mode()?.is_some())
+pub(crate) fn f16_f32_products(tuning: &GpuTuning) -> Result<bool> {
+    Ok(coop_mode(tuning)?.is_some())
 }
 
 impl Product<'_> {
@@ -60,7 +64,7 @@ impl Product<'_> {
             .min(c.limits.max_buffer_size) as usize;
         let unit = if coop { coop::DEPTH } else { tiled::DEPTH };
         let tiles = self.batch() * self.m.div_ceil(t) * self.n.div_ceil(t);
-        let wave = settings::gpu_split_wave();
+        let wave = self.tuning.split_wave;
         let slices = if t == 128 {
             match split_big(tiles, self.k, unit, wave / 2) {
                 Some(slices) => slices,
@@ -95,7 +99,7 @@ pub(super) const MAX_SLICES: usize = 16;
 /// Split-K for a product of `tiles` 64 x 64 output tiles and depth `k`,
 /// on a kernel staging `unit`-deep slices (16 for the f32 kernel, 32 for
 /// the cooperative one), on a GPU whose one wave holds `wave` such
-/// workgroups ([`settings::gpu_split_wave`]).
+/// workgroups ([`GpuTuning::split_wave`]).
 ///
 /// The wave's default, 528, is 132 SMs x 4 resident workgroups. The f32
 /// kernel's (256 invocations, ~48 registers, 17 KiB of workgroup memory)
@@ -104,7 +108,7 @@ pub(super) const MAX_SLICES: usize = 16;
 /// fits 4-5, and 4 is the safe figure: a product launched as slightly
 /// more than one wave runs its leftovers as a second wave as long as the
 /// first. wgpu reports no SM count, so the H100's is the design figure
-/// (the same as [`BIG_TILES_FROM`]'s); `MLX_GPU_SPLIT_WAVE` measures
+/// (the same as [`BIG_TILES_FROM`]'s); the tuning's `split_wave` measures
 /// others on a device.
 ///
 /// A product with fewer tiles than two per SM of an H100 (below

@@ -12,7 +12,7 @@ use super::telemetry::{
 };
 use super::{Destination, View, coop, loads, output_decl, tiled};
 use crate::data::ArrayData;
-use crate::settings;
+use crate::settings::{GpuCoopTile, GpuTuning};
 use crate::{Dtype, Result};
 
 /// The kernel that sums a split product's slices (a template).
@@ -40,6 +40,8 @@ pub(super) struct Product<'a> {
     pub(super) k: usize,
     /// The output's batch dimensions (the operands' broadcast to them).
     pub(super) batch_shape: &'a [usize],
+    /// The tuning its entry point read: the planning's choices.
+    pub(super) tuning: &'a GpuTuning,
 }
 
 impl<'a> Product<'a> {
@@ -51,6 +53,7 @@ impl<'a> Product<'a> {
         dtype: Dtype,
         a_shape: &[usize],
         out_shape: &'a [usize],
+        tuning: &'a GpuTuning,
     ) -> Product<'a> {
         let nd = out_shape.len();
         Product {
@@ -61,6 +64,7 @@ impl<'a> Product<'a> {
             n: out_shape[nd - 1],
             k: a_shape[nd - 1],
             batch_shape: &out_shape[..nd - 2],
+            tuning,
         }
     }
 
@@ -94,7 +98,7 @@ impl<'a> Product<'a> {
             return Ok(());
         }
         let big = self.big();
-        if !big && settings::gpu_split_k() {
+        if !big {
             let split = match self.depth_split(coop.is_some(), 128)? {
                 Some(slices) => Some((128, slices)),
                 None => self.depth_split(coop.is_some(), 64)?.map(|s| (64, s)),
@@ -169,20 +173,19 @@ impl Product<'_> {
         let limit = super::super::device::workgroup_memory_limit()?;
         let (pipeline, tm, tn) = match coop {
             Some(fragments) => {
-                let subgroups = settings::gpu_coop_subgroups();
+                let subgroups = self.tuning.coop_subgroups;
                 let tiling = if t == 128 {
                     // The tall tiling where it fits, else the default.
-                    let large = coop::Tiling::large(settings::gpu_coop_tile(), subgroups);
+                    let large = coop::Tiling::large(self.tuning.coop_tile, subgroups);
                     if large.shared_bytes() <= limit {
                         large
                     } else {
-                        coop::Tiling::large(settings::GpuCoopTile::Square, subgroups)
+                        coop::Tiling::large(GpuCoopTile::Square, subgroups)
                     }
                 } else {
                     coop::Tiling::SMALL
                 };
-                let staging =
-                    coop::Staging::choose(tiling, limit, settings::gpu_coop_double_buffer());
+                let staging = coop::Staging::choose(tiling, limit, self.tuning.coop_double_buffer);
                 let key = format!(
                     "matmul-coop:{tiling:?}:{staging:?}:{fragments:?}:{view:?}:{loads:?}:{out_dtype}:{epilogue:?}"
                 );
@@ -197,7 +200,7 @@ impl Product<'_> {
             }
             None => {
                 let tile = if t == 128 {
-                    tiled::large_tile(settings::gpu_f32_tile())
+                    tiled::large_tile(self.tuning.f32_tile)
                 } else {
                     tiled::Tile::T64
                 };

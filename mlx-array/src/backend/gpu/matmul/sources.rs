@@ -122,7 +122,7 @@ pub fn kernel_sources() -> Vec<(String, String)> {
             }
         }
     }
-    // The other large tiles (`MLX_GPU_F32_TILE`), f32 only.
+    // The other large tiles (the tuning's `f32_tile`), f32 only.
     for (choice, _) in &settings::GpuF32Tile::ALL[1..] {
         let tile = tiled::large_tile(*choice);
         // Two buffers only where they fit the H100's 48 KiB.

@@ -11,13 +11,13 @@
 //! registers before the products of the present one and to the other
 //! buffer after them, so one barrier per slice suffices.
 //!
-//! **Large tiles to measure** (`MLX_GPU_F32_TILE`; designed, not
+//! **Large tiles to measure** (the tuning's `f32_tile`; designed, not
 //! measured). The 128 x 128 kernel reached 28-29 TFLOP/s on an H200 (57% of
 //! an H100's cuBLAS with TF32 off; the goal is 60%), the same with and
 //! without wgpu's checks, so its instructions are not the bound; what is,
 //! no profile of ours says. Each alternative tests one explanation:
 //!
-//! | `MLX_GPU_F32_TILE` | invocations | outputs each | fmas : `vec4` reads a depth | registers (est.) | workgroup memory | workgroups per SM (est.) |
+//! | `f32_tile` | invocations | outputs each | fmas : `vec4` reads a depth | registers (est.) | workgroup memory | workgroups per SM (est.) |
 //! |---|---|---|---|---|---|---|
 //! | `128x128` (default) | 256 | 8 x 8 | 64 : 4 | ~110-128 | 33,792 B | 2 if under 128 registers, else 1 |
 //! | `128x64` | 256 | 8 x 4 | 32 : 3 | ~70 | 25,600 B | 3 (24 warps): more warps hide latency |
@@ -46,8 +46,7 @@
 //! w^T`), four float stores a row apart, with neighbouring invocations
 //! two vectors (32 bytes) along the operand and then across it, which
 //! puts a warp's stores in 32 different banks. Any other operand goes
-//! through the scalar path (one element per load), which
-//! `MLX_GPU_VEC_LOADS=0` also forces. The choice is per operand and part
+//! through the scalar path (one element per load). The choice is per operand and part
 //! of the pipeline key. Per invocation and 16-deep slice:
 //!
 //! | per invocation, slice, each operand | scalar | vector |
@@ -142,7 +141,7 @@ impl Tile {
     }
 }
 
-/// The tiling of the large tile `choice` (`MLX_GPU_F32_TILE`).
+/// The tiling of the large tile `choice` (the tuning's `f32_tile`).
 pub(super) fn large_tile(choice: GpuF32Tile) -> Tile {
     let tile = |bm, bn, ty, tx| Tile { bm, bn, ty, tx };
     match choice {

@@ -40,14 +40,14 @@
 //! cooperative-matrix configuration on the H100's Vulkan driver, so it
 //! gains nothing from staying bf16). f16 `h` and `w`, where the matmul's
 //! cooperative kernel runs (tensor cores, or its plain fragments when
-//! `MLX_GPU_COOPMAT=plain`; `matmul::f16_f32_products`), stay f16 and every
+//! `MLX_GPU_TUNING=coopmat=plain`; `matmul::f16_f32_products`), stay f16 and every
 //! product runs on it, as PyTorch's autocast does: the logits are f16 x f16
 //! products accumulated and stored in f32 (the statistics, softmax and
 //! gradient stay f32); the gradient `g` of the logits, already scaled by
 //! the row cotangents (which carry the loss scale in f16 training), is
 //! rounded to f16 by the gradient kernel into its own scratch, and `dh =
 //! g @ w`, `dw = g^T @ h` accumulate in f32 into the f32 gradient buffer.
-//! Elsewhere (no `shader-f16`, no cooperative matrices, `MLX_GPU_COOPMAT=0`)
+//! Elsewhere (no `shader-f16`, no cooperative matrices, `MLX_GPU_TUNING=coopmat=off`)
 //! f16 is computed in f32 like bf16. The gradients are cast to the
 //! operands' dtype at the end.
 //!
@@ -114,6 +114,8 @@ struct Setup {
     w: ArrayData,
     /// Per row: its class, [`IGNORED`], or `IGNORED - 1` when out of range.
     tg: ArrayData,
+    /// The GPU tuning the loss's entry point read, for its products.
+    tuning: crate::settings::GpuTuning,
 }
 
 /// `x` as a dense f32 array.
@@ -169,7 +171,8 @@ impl Setup {
         // f16 operands stay f16 (no copies where already dense) when the
         // tensor-core kernel can multiply them; bf16 has no cooperative
         // matrix on the H100's driver and is computed in f32.
-        let half = a.h.dtype == Dtype::F16 && matmul::f16_f32_products()?;
+        let tuning = crate::settings::gpu_tuning();
+        let half = a.h.dtype == Dtype::F16 && matmul::f16_f32_products(&tuning)?;
         let (h, w) = if half {
             (
                 crate::backend::gpu::elementwise::dense(&a.h)?,
@@ -189,6 +192,7 @@ impl Setup {
             h,
             w,
             tg,
+            tuning,
         })
     }
 
@@ -208,9 +212,9 @@ impl Setup {
     /// operands on the f32 kernel.
     fn product(&self, a: &Operand<'_>, b: &Operand<'_>, to: &Destination<'_>) -> Result<()> {
         if self.half {
-            matmul::record_f16_f32(a, b, to)
+            matmul::record_f16_f32(a, b, to, &self.tuning)
         } else {
-            matmul::record(a, b, to)
+            matmul::record(a, b, to, &self.tuning)
         }
     }
 

@@ -44,7 +44,7 @@
 //! bytes) at a time, as two `vec4<f16>` from one 16-byte-aligned address,
 //! with one bounds check and one address per 8 halves; any other operand
 //! goes through the scalar path (one half per load, each with its own
-//! check and address), which `MLX_GPU_VEC_LOADS=0` also forces. The choice
+//! check and address). The choice
 //! is per operand and part of the pipeline key. Per invocation and 32-deep
 //! slice, for the 64 x 64 and the 8-subgroup 128 x 128 tilings (16 halves
 //! of each operand per invocation; the 4-subgroup 128 x 128 tiling, with
@@ -132,7 +132,7 @@ impl Tiling {
     };
 
     /// 256 x 128 tiles: 8 subgroups (4 x 2) of 4 x 4 fragments (64 x 64),
-    /// `MLX_GPU_COOP_TILE=256x128`: per product, a quarter fewer staged
+    /// `MLX_GPU_TUNING=coop_tile=256x128`: per product, a quarter fewer staged
     /// halves than [`Tiling::LARGE_4`] (each `b` slice serves twice the
     /// rows); one buffer (two would need 58,368 bytes with a staging
     /// fragment), 256 invocations of ~210 registers: one workgroup per SM
