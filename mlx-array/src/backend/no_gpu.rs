@@ -1,10 +1,12 @@
 //! `backend::gpu` when mlx-array is built without its `gpu` feature: the
 //! entry points of the wgpu backend that the rest of the crate calls, each
-//! failing with [`UNAVAILABLE`] or giving the answer of a machine with no
-//! GPU (nothing to submit, nothing pooled, nothing to fuse). The primitives,
-//! the evaluator, devices and memory call `gpu::...` the same way in both
-//! builds, so no `cfg` is needed outside `backend/`. No array can live on
-//! the GPU in this build: nothing makes a `Storage::Device`.
+//! failing with [`UNAVAILABLE`](crate::backend::gpu::UNAVAILABLE) (a link
+//! written out: rustdoc reads this module's doc in `backend`) or giving the
+//! answer of a machine with no GPU (nothing to submit, nothing pooled,
+//! nothing to fuse). The primitives, the evaluator, devices and memory call
+//! `gpu::...` the same way in both builds, so no `cfg` is needed outside
+//! `backend/`. No array can live on the GPU in this build: nothing makes a
+//! `Storage::Device`.
 
 use crate::backend::common::attention::AttentionDims;
 use crate::backend::common::elementwise::{BinaryOp, UnaryOp};
