@@ -11,7 +11,11 @@
 
 pub mod common;
 pub mod cpu;
+// Before `gpu`: its macros are in scope from here on.
+#[macro_use]
+mod gpu_entry_points;
 /// The wgpu backend; without the `gpu` feature, a stub whose entry points
-/// say so (`no_gpu.rs`), so that callers need no `cfg`.
+/// say so (`no_gpu.rs`), so that callers need no `cfg`. Both take their
+/// functions' signatures from one table, `gpu_entry_points.rs`.
 #[cfg_attr(not(feature = "gpu"), path = "no_gpu.rs")]
 pub mod gpu;

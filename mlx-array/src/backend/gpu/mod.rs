@@ -55,7 +55,14 @@ mod stats;
 mod submission;
 mod timestamps;
 mod transfers;
-pub use attention::{attention, attention_grad};
+
+// The entry points the rest of the crate calls, from the table that the
+// no-GPU build's stubs come from too (each checked against its row's
+// signature; see `backend/gpu_entry_points.rs`).
+gpu_entry_points!(gpu_reexports);
+
+// Only this build has these: the wgpu backend's test hooks, for the GPU
+// conformance tests (`tests/gpu_conformance`).
 #[doc(hidden)]
 pub use attention::{
     fragment_runs as attention_fragment_runs, kernel_sources as attention_kernel_sources,
@@ -63,29 +70,14 @@ pub use attention::{
     quad_staged_runs as attention_quad_staged_runs,
     scalar_quad_staged_runs as attention_scalar_quad_staged_runs,
 };
-pub use creation::{arange, random_bits};
-pub use elementwise::{astype, binary, copy_contiguous, row_view_reads, unary, where_};
-pub use indexing::{concatenate, pad, scatter_add, slice_update, take, take_along_axis};
-pub use loss::{
-    cross_entropy, cross_entropy_grad, linear_cross_entropy, linear_cross_entropy_grad,
-    linear_cross_entropy_value_and_grad, softmax,
-};
-pub use matmul::adds_in_kernel as product_adds_in_kernel;
+pub use device::workgroup_memory_limit;
+pub use elementwise::row_view_reads;
 #[doc(hidden)]
 pub use matmul::kernel_sources as matmul_kernel_sources;
-pub use matmul::{
-    coop_product_count, last_coop_buffers, last_coop_staged, last_coop_subgroups,
-    last_product_tile, matmul, matmul_adding, vector_operand_count,
-};
-pub use norm::{rms_norm, rms_norm_grad};
-pub use reduce::{arg_reduce, reduce};
-pub use rope::{rope, rope_quad_count};
-pub use scan::cumsum;
-pub use submission::submit_count;
-pub use transfers::{Transfers, transfers};
+pub use matmul::{last_coop_buffers, last_coop_staged, last_coop_subgroups, last_product_tile};
+pub use rope::rope_quad_count;
+pub use stats::{pipeline_count, unchecked_pipeline_count};
 
-pub use device::{GpuContext, adapter_name, context, native_f16, workgroup_memory_limit};
-pub use dispatch::submit;
-pub(crate) use host::{download, upload};
+pub use device::GpuContext;
 pub use pool::DeviceBuffer;
-pub use stats::{dispatch_count, pipeline_count, unchecked_pipeline_count};
+pub use transfers::{Transfers, transfers};
