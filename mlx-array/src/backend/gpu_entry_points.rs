@@ -274,6 +274,8 @@ macro_rules! gpu_entry_points {
                 pub fn output(name: &str, binding: u32, d: Dtype) -> String => { String::new() };
                 /// Nothing is stored on a GPU in this build.
                 pub fn packed(d: Dtype) -> bool => false;
+                /// Always [`UNAVAILABLE`](crate::backend::gpu::UNAVAILABLE).
+                pub fn storage_buffer_limit() -> Result<usize> => unavailable;
             }
         }
     };
