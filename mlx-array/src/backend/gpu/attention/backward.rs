@@ -11,26 +11,26 @@ use super::{SIDE, Tiles, header, quad_cols, quad_stride, stage, store_quad, unro
 use crate::Dtype;
 use crate::backend::common::attention::AttentionDims;
 
-/// WGSL of `source` (a template).
-const BACKWARD_SOURCE_6_WGSL: &str = include_str!("backward_source_6.wgsl");
+/// WGSL: one score's probability and gradient, `p * (dp - delta)` (a template).
+const BACKWARD_SCORE_GRADIENT_WGSL: &str = include_str!("backward_score_gradient.wgsl");
 
-/// WGSL of `source` (a template).
-const BACKWARD_SOURCE_5_WGSL: &str = include_str!("backward_source_5.wgsl");
+/// WGSL: which block of rows, head and batch a workgroup owns (a template).
+const BACKWARD_BLOCK_PROLOGUE_WGSL: &str = include_str!("backward_block_prologue.wgsl");
 
-/// WGSL of `source` (a template).
-const BACKWARD_SOURCE_4_WGSL: &str = include_str!("backward_source_4.wgsl");
+/// WGSL: the gradient kernels' workgroup arrays (a template).
+const BACKWARD_WORKGROUP_MEMORY_WGSL: &str = include_str!("backward_workgroup_memory.wgsl");
 
 /// WGSL of `delta_source`.
 const BACKWARD_DELTA_SOURCE_WGSL: &str = include_str!("backward_delta_source.wgsl");
 
-/// WGSL of `source`.
-const BACKWARD_SOURCE_3_WGSL: &str = include_str!("backward_source_3.wgsl");
+/// WGSL: each query row's logsumexp and delta staged in workgroup memory.
+const BACKWARD_STAGE_ROW_STATS_WGSL: &str = include_str!("backward_stage_row_stats.wgsl");
 
-/// WGSL of `source` (a template).
-const BACKWARD_SOURCE_2_WGSL: &str = include_str!("backward_source_2.wgsl");
+/// WGSL: the dQ pass: a workgroup per block of queries of one head (a template).
+const BACKWARD_QUERY_PASS_WGSL: &str = include_str!("backward_query_pass.wgsl");
 
-/// WGSL of `source` (a template).
-const BACKWARD_SOURCE_WGSL: &str = include_str!("backward_source.wgsl");
+/// WGSL: the dK/dV pass: a workgroup per block of keys of one key/value head (a template).
+const BACKWARD_KEY_VALUE_PASS_WGSL: &str = include_str!("backward_key_value_pass.wgsl");
 
 /// The two passes over blocks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -96,7 +96,7 @@ pub(super) fn source(
     ];
     let mut s = header(dims, &inputs, t, loads, &["q", "k", "v", "g"], dtype);
     s.push_str(&crate::backend::gpu::codegen::fill(
-        BACKWARD_SOURCE_4_WGSL,
+        BACKWARD_WORKGROUP_MEMORY_WGSL,
         &[
             ("q_len", &(t.bq * qs + SIDE).to_string()),
             ("g_len", &(t.bq * vs + SIDE).to_string()),
@@ -162,7 +162,7 @@ pub(super) fn source(
             String::new()
         };
         crate::backend::gpu::codegen::fill(
-            BACKWARD_SOURCE_6_WGSL,
+            BACKWARD_SCORE_GRADIENT_WGSL,
             &[
                 ("r", &r.to_string()),
                 ("c", &c.to_string()),
@@ -183,12 +183,12 @@ pub(super) fn source(
     let g_stage = stage("g_s", "g", loads, &r.g, vs);
     let k_stage = stage("k_s", "k", loads, &r.k, qs);
     let v_stage = stage("v_s", "v", loads, &r.v, vs);
-    let rows_stage = BACKWARD_SOURCE_3_WGSL;
+    let rows_stage = BACKWARD_STAGE_ROW_STATS_WGSL;
     // A workgroup per block of `block` rows of `l` of head `hi` of `heads`
     // (`h()` or `hkv()`) in batch `bi`.
     let prologue = |l: &str, block: &str, heads: &str| {
         crate::backend::gpu::codegen::fill(
-            BACKWARD_SOURCE_5_WGSL,
+            BACKWARD_BLOCK_PROLOGUE_WGSL,
             &[
                 ("l", l),
                 ("block", block),
@@ -268,7 +268,7 @@ pub(super) fn source(
             let acc_steps = unrolled("r", t.bq, &acc);
             s.push_str(&prologue("lk()", "BK", "hkv()"));
             s.push_str(&crate::backend::gpu::codegen::fill(
-                BACKWARD_SOURCE_WGSL,
+                BACKWARD_KEY_VALUE_PASS_WGSL,
                 &[
                     ("k_stage", &k_stage),
                     ("v_stage", &v_stage),
@@ -315,7 +315,7 @@ pub(super) fn source(
             let acc_steps = unrolled("j", t.bk, &acc);
             s.push_str(&prologue("lq()", "BQ", "h()"));
             s.push_str(&crate::backend::gpu::codegen::fill(
-                BACKWARD_SOURCE_2_WGSL,
+                BACKWARD_QUERY_PASS_WGSL,
                 &[
                     ("q_stage", &q_stage),
                     ("g_stage", &g_stage),

@@ -10,11 +10,11 @@ use super::{
 use crate::Dtype;
 use crate::backend::common::attention::AttentionDims;
 
-/// WGSL of `source` (a template).
-const FORWARD_SOURCE_2_WGSL: &str = include_str!("forward_source_2.wgsl");
+/// WGSL: the forward kernel's workgroup arrays (a template).
+const FORWARD_WORKGROUP_MEMORY_WGSL: &str = include_str!("forward_workgroup_memory.wgsl");
 
-/// WGSL of `source` (a template).
-const FORWARD_SOURCE_WGSL: &str = include_str!("forward_source.wgsl");
+/// WGSL: the forward kernel's body: stage Q, walk the key blocks, online softmax, store O and the logsumexps (a template).
+const FORWARD_MAIN_WGSL: &str = include_str!("forward_main.wgsl");
 
 /// Row strides of the workgroup tiles: Q and K/V in quads, S in words.
 fn strides(dims: &AttentionDims, t: Tiles) -> (usize, usize, usize) {
@@ -62,7 +62,7 @@ pub(super) fn source(
     );
     s.push_str(&output_store(half));
     s.push_str(&crate::backend::gpu::codegen::fill(
-        FORWARD_SOURCE_2_WGSL,
+        FORWARD_WORKGROUP_MEMORY_WGSL,
         &[
             ("q_len", &(t.bq * qs).to_string()),
             ("kv_len", &(t.bk * ks + SIDE).to_string()),
@@ -154,7 +154,7 @@ pub(super) fn source(
     let k_stage = stage("kv_s", "k", loads, &r.k, ks);
     let v_stage = stage("kv_s", "v", loads, &r.v, ks);
     s.push_str(&crate::backend::gpu::codegen::fill(
-        FORWARD_SOURCE_WGSL,
+        FORWARD_MAIN_WGSL,
         &[
             ("QUERY_BLOCK", QUERY_BLOCK),
             ("SIDE", &SIDE.to_string()),

@@ -24,26 +24,31 @@ use crate::backend::gpu::fragment::{Fragments, LANES, Layout};
 
 use super::backward::Pass;
 
-/// WGSL of `source` (a template).
-const FRAGMENTS_BACKWARD_SOURCE_4_WGSL: &str = include_str!("fragments_backward_source_4.wgsl");
+/// WGSL: a loop over one subgroup's 16-row block, element by element (a template).
+const FRAGMENTS_BACKWARD_EACH_ELEMENT_WGSL: &str =
+    include_str!("fragments_backward_each_element.wgsl");
 
-/// WGSL of `source` (a template).
-const FRAGMENTS_BACKWARD_SOURCE_3_WGSL: &str = include_str!("fragments_backward_source_3.wgsl");
+/// WGSL: which block of rows, head and batch a workgroup owns (a template).
+const FRAGMENTS_BACKWARD_BLOCK_PROLOGUE_WGSL: &str =
+    include_str!("fragments_backward_block_prologue.wgsl");
 
-/// WGSL of `source` (a template).
-const FRAGMENTS_BACKWARD_SOURCE_2_WGSL: &str = include_str!("fragments_backward_source_2.wgsl");
+/// WGSL: each query row's logsumexp and delta staged in workgroup memory (a template).
+const FRAGMENTS_BACKWARD_STAGE_ROW_STATS_WGSL: &str =
+    include_str!("fragments_backward_stage_row_stats.wgsl");
 
-/// WGSL of `source` (a template).
-const FRAGMENTS_BACKWARD_SOURCE_WGSL: &str = include_str!("fragments_backward_source.wgsl");
+/// WGSL: the fragment gradient kernels' workgroup arrays (a template).
+const FRAGMENTS_BACKWARD_WORKGROUP_MEMORY_WGSL: &str =
+    include_str!("fragments_backward_workgroup_memory.wgsl");
 
 /// WGSL of `write_out` (a template).
 const FRAGMENTS_BACKWARD_WRITE_OUT_WGSL: &str = include_str!("fragments_backward_write_out.wgsl");
 
-/// WGSL of `main` (a template).
-const FRAGMENTS_BACKWARD_MAIN_2_WGSL: &str = include_str!("fragments_backward_main_2.wgsl");
+/// WGSL: the dQ pass on fragments (a template).
+const FRAGMENTS_BACKWARD_QUERY_PASS_WGSL: &str = include_str!("fragments_backward_query_pass.wgsl");
 
-/// WGSL of `main` (a template).
-const FRAGMENTS_BACKWARD_MAIN_WGSL: &str = include_str!("fragments_backward_main.wgsl");
+/// WGSL: the dK/dV pass on fragments (a template).
+const FRAGMENTS_BACKWARD_KEY_VALUE_PASS_WGSL: &str =
+    include_str!("fragments_backward_key_value_pass.wgsl");
 
 /// Candidate tiles `(bq, bk)` per pass, best first: the dK/dV pass owns
 /// `bk` keys (16 per subgroup) and walks `bq` queries; the dQ pass owns
@@ -164,7 +169,7 @@ pub(super) fn source(
     ));
     s.push_str(super::SIZES);
     s.push_str(&crate::backend::gpu::codegen::fill(
-        FRAGMENTS_BACKWARD_SOURCE_WGSL,
+        FRAGMENTS_BACKWARD_WORKGROUP_MEMORY_WGSL,
         &[
             ("x_len", &(own * ks).to_string()),
             ("y_len", &(own * vs).to_string()),
@@ -182,7 +187,7 @@ pub(super) fn source(
         g: g_rows,
     } = InputRows::new(dims, t, 16);
     let rows_stage = crate::backend::gpu::codegen::fill(
-        FRAGMENTS_BACKWARD_SOURCE_2_WGSL,
+        FRAGMENTS_BACKWARD_STAGE_ROW_STATS_WGSL,
         &[("inv", &inv.to_string())],
     );
     // The products, with the owned tiles x_s (K or Q), y_s (V or dO) and
@@ -235,7 +240,7 @@ pub(super) fn source(
     };
     let each = |body: &str| {
         crate::backend::gpu::codegen::fill(
-            FRAGMENTS_BACKWARD_SOURCE_4_WGSL,
+            FRAGMENTS_BACKWARD_EACH_ELEMENT_WGSL,
             &[
                 ("n", &(16 * walk).to_string()),
                 ("walk", &walk.to_string()),
@@ -260,7 +265,7 @@ pub(super) fn source(
         Pass::Query => ("lq()", "h()"),
     };
     s.push_str(&crate::backend::gpu::codegen::fill(
-        FRAGMENTS_BACKWARD_SOURCE_3_WGSL,
+        FRAGMENTS_BACKWARD_BLOCK_PROLOGUE_WGSL,
         &[
             ("l", l),
             ("own", &own.to_string()),
@@ -298,7 +303,7 @@ pub(super) fn source(
             );
             let (dk_decl, dv_decl) = (declare(f, "dk", nd), declare(f, "dv", ndv));
             s.push_str(&crate::backend::gpu::codegen::fill(
-                FRAGMENTS_BACKWARD_MAIN_WGSL,
+                FRAGMENTS_BACKWARD_KEY_VALUE_PASS_WGSL,
                 &[
                     ("x", &x),
                     ("y", &y),
@@ -331,7 +336,7 @@ pub(super) fn source(
             );
             let dq_decl = declare(f, "dq", nd);
             s.push_str(&crate::backend::gpu::codegen::fill(
-                FRAGMENTS_BACKWARD_MAIN_2_WGSL,
+                FRAGMENTS_BACKWARD_QUERY_PASS_WGSL,
                 &[
                     ("x", &x),
                     ("y", &y),

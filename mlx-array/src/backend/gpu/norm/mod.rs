@@ -40,26 +40,26 @@ use super::pool::alloc;
 use crate::data::{ArrayData, Operand};
 use crate::{Dtype, Result};
 
-/// WGSL of `rms_norm`.
-const RMS_NORM_2_WGSL: &str = include_str!("rms_norm_2.wgsl");
+/// WGSL: each invocation's part of its row's sum of squares.
+const RMS_NORM_SUM_SQUARES_WGSL: &str = include_str!("rms_norm_sum_squares.wgsl");
 
-/// WGSL of `rms_norm`.
-const RMS_NORM_WGSL: &str = include_str!("rms_norm.wgsl");
+/// WGSL: the end of the forward: each row scaled by its reciprocal root mean square and the weight.
+const RMS_NORM_SCALE_ROWS_WGSL: &str = include_str!("rms_norm_scale_rows.wgsl");
 
 /// WGSL of `row_header`.
 const ROW_HEADER_WGSL: &str = include_str!("row_header.wgsl");
 
-/// WGSL of `rms_norm_grad` (a template).
-const RMS_NORM_GRAD_4_WGSL: &str = include_str!("rms_norm_grad_4.wgsl");
+/// WGSL: the weight gradient: each column's chunk partials summed in order (a template).
+const RMS_NORM_GRAD_WEIGHT_TOTAL_WGSL: &str = include_str!("rms_norm_grad_weight_total.wgsl");
 
-/// WGSL of `rms_norm_grad`.
-const RMS_NORM_GRAD_3_WGSL: &str = include_str!("rms_norm_grad_3.wgsl");
+/// WGSL: each invocation's part of its row's two sums, of `x * x` and of `x * c * w`.
+const RMS_NORM_GRAD_ROW_SUMS_WGSL: &str = include_str!("rms_norm_grad_row_sums.wgsl");
 
-/// WGSL of `rms_norm_grad` (a template).
-const RMS_NORM_GRAD_2_WGSL: &str = include_str!("rms_norm_grad_2.wgsl");
+/// WGSL: the end of the `dx` kernel (a template).
+const RMS_NORM_GRAD_DX_END_WGSL: &str = include_str!("rms_norm_grad_dx_end.wgsl");
 
-/// WGSL of `rms_norm_grad` (a template).
-const RMS_NORM_GRAD_WGSL: &str = include_str!("rms_norm_grad.wgsl");
+/// WGSL: the weight gradient's partial sums, one per chunk of rows (a template).
+const RMS_NORM_GRAD_WEIGHT_CHUNKS_WGSL: &str = include_str!("rms_norm_grad_weight_chunks.wgsl");
 
 /// Rows per column-sum chunk of the `dw` pass.
 const CHUNK: usize = 32;
@@ -136,9 +136,9 @@ pub fn rms_norm(x: &Operand<'_>, w: &Operand<'_>, eps: f32, dtype: Dtype) -> Res
     let key = format!("rms_norm:{t}:{xd}:{wd}:{dtype}");
     let pipeline = context()?.pipeline(&key, || {
         row_header(&[("x", xd), ("w", wd)], dtype, t, "f32", "")
-            + RMS_NORM_2_WGSL
+            + RMS_NORM_SUM_SQUARES_WGSL
             + ROW_TREE
-            + RMS_NORM_WGSL
+            + RMS_NORM_SCALE_ROWS_WGSL
     })?;
     let groups = rows.div_ceil(256 / t);
     let packed = codegen::packed(dtype);
@@ -218,9 +218,9 @@ pub fn rms_norm_grad(
             ("", "")
         };
         row_header(&inputs, Dtype::F32, t, "vec2<f32>", &store_dx)
-            + RMS_NORM_GRAD_3_WGSL
+            + RMS_NORM_GRAD_ROW_SUMS_WGSL
             + ROW_TREE
-            + codegen::fill(RMS_NORM_GRAD_2_WGSL, &[("open", open), ("plus", plus)]).as_str()
+            + codegen::fill(RMS_NORM_GRAD_DX_END_WGSL, &[("open", open), ("plus", plus)]).as_str()
     })?;
     // Pass 1 of dw: partial column sums over chunks of CHUNK rows, read
     // with the rows' r from the row pass's output.
@@ -245,7 +245,7 @@ pub fn rms_norm_grad(
             },
             &|x, _| format!("acc = acc + {x};"),
         );
-        s.push_str(&crate::backend::gpu::codegen::fill(RMS_NORM_GRAD_WGSL, &[("index", codegen::THREAD_INDEX), ("CHUNK", &CHUNK.to_string()), ("walk", &walk)]));
+        s.push_str(&crate::backend::gpu::codegen::fill(RMS_NORM_GRAD_WEIGHT_CHUNKS_WGSL, &[("index", codegen::THREAD_INDEX), ("CHUNK", &CHUNK.to_string()), ("walk", &walk)]));
         s
     })?;
     // Pass 2: each column's partials, summed in chunk order.
@@ -266,7 +266,7 @@ pub fn rms_norm_grad(
             &|x, _| format!("acc = acc + {x};"),
         );
         s.push_str(&crate::backend::gpu::codegen::fill(
-            RMS_NORM_GRAD_4_WGSL,
+            RMS_NORM_GRAD_WEIGHT_TOTAL_WGSL,
             &[("index", codegen::THREAD_INDEX), ("walk", &walk)],
         ));
         s
