@@ -7,7 +7,7 @@
 
 fn main() {
     mlx_array::conformance::main(
-        mlx_array::conformance::specs(),
+        mlx_array::primitives::specs(),
         &[concat!(env!("CARGO_MANIFEST_DIR"), "/src")],
     )
 }

@@ -4,13 +4,15 @@
 //! primitive, and [`main`] turns a list of them into one named test per
 //! primitive and device, as candle's `test_device!` does.
 //!
-//! Crates that add primitives register theirs the same way: a test target
+//! The harness knows no primitive: it is handed the list. mlx-array's is
+//! [`crate::primitives::specs`], which names each family's `spec.rs`;
+//! crates that add primitives pass theirs the same way, from a test target
 //! with `harness = false` whose `main` is
 //!
 //! ```no_run
 //! // tests/conformance.rs, with `[[test]] name = "conformance" harness = false`
 //! mlx_array::conformance::main(
-//!     mlx_array::conformance::specs(), // or your crate's own list
+//!     mlx_array::primitives::specs(), // or your crate's own list
 //!     &[concat!(env!("CARGO_MANIFEST_DIR"), "/src")],
 //! )
 //! ```
@@ -118,9 +120,4 @@ impl std::fmt::Debug for Spec {
             .field("devices", &self.devices)
             .finish()
     }
-}
-
-/// The specifications of every primitive `mlx-array` defines.
-pub fn specs() -> Vec<Spec> {
-    crate::primitives::specs()
 }

@@ -47,7 +47,7 @@ pub(in crate::backend::cpu) fn available() -> bool {
 
 /// CPUID leaf 7: AMX-BF16 is EDX bit 22, AMX-TILE bit 24.
 fn cpu_has_amx() -> bool {
-    if !super::gemm_bf16::available() {
+    if !super::bf16_instructions::available() {
         return false;
     }
     // CPUID is part of x86_64; leaf 7 exists on every CPU with AVX-512.

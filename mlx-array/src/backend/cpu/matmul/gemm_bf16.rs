@@ -36,14 +36,7 @@ const MC: usize = MR * 16;
 /// Columns per task: whole strips.
 const NC: usize = NR * 8;
 
-/// Whether this CPU has the instructions: AVX-512F, BW and VL, and
-/// AVX512_BF16 (checked once, cheaply, by std).
-pub(in crate::backend::cpu) fn available() -> bool {
-    is_x86_feature_detected!("avx512f")
-        && is_x86_feature_detected!("avx512bf16")
-        && is_x86_feature_detected!("avx512bw")
-        && is_x86_feature_detected!("avx512vl")
-}
+pub(in crate::backend::cpu) use super::bf16_instructions::available;
 
 /// A matrix of bfloat16 bit patterns: element `(r, c)` at `ptr + r * rs +
 /// c * cs`.

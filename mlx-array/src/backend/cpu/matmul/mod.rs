@@ -5,6 +5,8 @@
 
 #[cfg(target_arch = "x86_64")]
 pub(super) mod amx;
+#[cfg(target_arch = "x86_64")]
+mod bf16_instructions;
 pub mod blas;
 #[cfg(target_arch = "x86_64")]
 pub(super) mod gemm_bf16;
