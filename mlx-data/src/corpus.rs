@@ -4,6 +4,7 @@
 //! byte-identical text, so token stores built from it are reproducible.
 
 use crate::rng::SplitMix64;
+use crate::split::Split;
 
 /// Parameters of the generated corpus.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -161,10 +162,10 @@ pub fn stories(seed: u64, bytes: usize) -> Vec<String> {
 
 impl OfflineCorpus {
     /// The stories of one split (`validation` uses a different seed stream).
-    pub fn split(&self, split: crate::Split) -> Vec<String> {
+    pub fn split(&self, split: Split) -> Vec<String> {
         match split {
-            crate::Split::Train => stories(self.seed, self.train_bytes),
-            crate::Split::Validation => stories(
+            Split::Train => stories(self.seed, self.train_bytes),
+            Split::Validation => stories(
                 crate::rng::mix(self.seed ^ 0x5641_4C49_4441_5445),
                 self.validation_bytes,
             ),
@@ -172,7 +173,7 @@ impl OfflineCorpus {
     }
 
     /// A stable identity of this corpus, recorded in token store headers.
-    pub fn identity(&self, split: crate::Split) -> String {
+    pub fn identity(&self, split: Split) -> String {
         format!(
             "offline:v{GRAMMAR_VERSION}:seed={}:train={}:validation={}:{}",
             self.seed,
@@ -205,8 +206,8 @@ mod tests {
             train_bytes: 20_000,
             validation_bytes: 5_000,
         };
-        let t = c.split(crate::Split::Train);
-        let v = c.split(crate::Split::Validation);
+        let t = c.split(Split::Train);
+        let v = c.split(Split::Validation);
         assert_ne!(t[0], v[0]);
     }
 }

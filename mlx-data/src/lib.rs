@@ -33,6 +33,7 @@ pub mod prefetch;
 pub mod rng;
 pub mod sampler;
 pub mod source;
+pub mod split;
 pub mod store;
 pub mod tokenizer;
 
@@ -48,7 +49,7 @@ pub use prefetch::Prefetcher;
 pub use sampler::ShardedSampler;
 pub use source::{
     Corpus, Example, HubDataset, HubFiles, LocalFormat, LocalOptions, LocalSource, SourceSpec,
-    Split,
 };
+pub use split::Split;
 pub use store::{TokenStore, Verify};
 pub use tokenizer::TextTokenizer;

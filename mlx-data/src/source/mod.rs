@@ -18,24 +18,7 @@ use crate::hub::HubClient;
 use batches::DocBatcher;
 use std::path::{Path, PathBuf};
 
-/// Training or validation data.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
-pub enum Split {
-    /// The training split.
-    Train,
-    /// The validation split.
-    Validation,
-}
-
-impl Split {
-    /// `train` or `validation`.
-    pub fn name(self) -> &'static str {
-        match self {
-            Split::Train => "train",
-            Split::Validation => "validation",
-        }
-    }
-}
+pub use crate::split::Split;
 
 /// How local files are laid out.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
