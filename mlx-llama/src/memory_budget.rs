@@ -264,7 +264,15 @@ pub struct Estimate {
     /// Float32 gradients of the trainable parameters: `sum_t P_t * 4`
     /// replicated; ZeRO-1/2/3 (`N > 1`) this rank's shards of the averaged
     /// gradients, `sum_t ceil(P_t / N) * 4` (the whole ones exist only a
-    /// bucket at a time: see `communication`).
+    /// bucket at a time: see `communication`). With `M > 1` micro-batches
+    /// (`--grad-accumulation`), also the running sums of the micro-batches
+    /// before the last, held while the next one computes: this rank's
+    /// whole gradients, `sum_t P_t * 4` (they are averaged once per step),
+    /// or under ZeRO-3 its shards, `sum_t ceil(P_t / N) * 4` (each
+    /// micro-batch's come back reduce-scattered); and, until the first
+    /// micro-batch's sums are formed, the buffers its norms' weight
+    /// gradients are views of (each shares one with its input's gradient):
+    /// `(2 layers + 1) B L D * 4`.
     pub gradients: u64,
     /// AdamW's two float32 moments of the trainable parameters:
     /// `2 sum_t P_t * 4`, or with any sharding `2 sum_t ceil(P_t / N) * 4`.
@@ -285,11 +293,13 @@ pub struct Estimate {
     /// weights, `12 B L`. A checkpointed block's `A - 4 B L D` is
     /// recomputed in the backward pass (one block at a time), and the
     /// backward pass works on the stream's gradient and a block's gate and
-    /// up gradients, `4 B L D + 2 B L F c`. All of that for each of the `M`
-    /// micro-batches of `--grad-accumulation`: a step's micro-batches are
-    /// one graph, evaluated together (every forward pass runs before the
-    /// first backward pass, and their backward passes interleave; measured:
-    /// two micro-batches peak at twice one's activations). Once per step,
+    /// up gradients, `4 B L D + 2 B L F c`. All of that for one micro-batch
+    /// of `--grad-accumulation`'s: each is evaluated before the next one
+    /// is built (as one graph, every forward pass ran before the first
+    /// backward pass: two micro-batches peaked at twice one's activations;
+    /// the reference model's step on one rank, micro-batches of 2 x 256,
+    /// peaked at 68 MiB with one, 158 MiB with four as one graph, 88 MiB
+    /// with four one by one). Once per step,
     /// one block of float32 logits `4 R V` (`R` rows: `B L` cut into blocks
     /// of at most 50 MiB of logits or a ninth of the rows; the fused output
     /// projection + loss never holds the `[B, L, V]` logits).
@@ -425,12 +435,7 @@ fn advice(part: Part, plan: Option<&Plan>) -> Vec<&'static str> {
             if !every_block {
                 tips.push("--grad-checkpoint");
             }
-            tips.push("a smaller --per-rank-batch");
-            if plan.is_some_and(|p| p.micro_batches > 1) {
-                tips.push(
-                    "a smaller --grad-accumulation (a step's micro-batches are held together)",
-                );
-            }
+            tips.push("a smaller --per-rank-batch (with a larger --grad-accumulation)");
             tips.push("a smaller --block-size");
             if !half {
                 tips.push("--dtype bf16");
@@ -492,7 +497,19 @@ pub fn estimate(plan: &Plan) -> Estimate {
             })
             .sum()
     };
-    let gradients = trained_elements * MASTER_BYTES;
+    let running_sums = if plan.micro_batches > 1 {
+        let summed: u64 = if layout == ShardMode::Parameters {
+            trained_elements
+        } else {
+            trainable.iter().map(|t| plan.per_rank_elements(t)).sum()
+        };
+        let norms = 2 * plan.model.num_layers as u64 + 1;
+        let stream = (plan.batch * plan.block_size * plan.model.dims) as u64 * RESIDUAL_BYTES;
+        summed * MASTER_BYTES + norms * stream
+    } else {
+        0
+    };
+    let gradients = trained_elements * MASTER_BYTES + running_sums;
     let optimizer_state = ADAMW_SLOTS * trained_elements * MASTER_BYTES;
 
     let communication = if n <= 1 {
@@ -567,7 +584,7 @@ fn activations(plan: &Plan) -> u64 {
     let rows = tokens.div_ceil(tokens.div_ceil(most).max(1)).min(tokens);
     let logits = 4 * rows * vocab;
     let working = input + 2 * tokens * mlp * c;
-    plan.micro_batches.max(1) as u64 * (per_micro + recomputed + working) + logits
+    per_micro + recomputed + working + logits
 }
 
 /// The trainer's check at the start of a run (`Run::start`): with

@@ -57,6 +57,25 @@ fn every_mode_trains_as_replicated_training_at_worlds_2_and_4() {
     }
 }
 
+/// With `--grad-accumulation 2` each micro-batch is evaluated before the
+/// next one (ZeRO-3's gradients reduce-scattered per micro-batch, the
+/// others averaged once per step): every mode still trains as replicated
+/// accumulation does at world 2.
+#[test]
+fn accumulated_micro_batches_train_alike_in_every_mode() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = |name: &str, shard: ShardMode| TrainConfig {
+        grad_accumulation: 2,
+        ..config(&dir.path().join(name), shard, 8)
+    };
+    let want = run(2, &cfg("none", ShardMode::None))[0].losses.clone();
+    for shard in [ShardMode::Gradients, ShardMode::Parameters] {
+        let name = format!("{shard:?}");
+        let got = run(2, &cfg(&name, shard))[0].losses.clone();
+        assert_losses_close(&format!("--shard {name}, 2 micro-batches"), &got, &want);
+    }
+}
+
 /// Each rank's largest `peak` in the memory log `PATH.rank<R>.jsonl`.
 fn peaks(log: &Path, world: usize) -> Vec<u64> {
     (0..world)

@@ -23,7 +23,18 @@ type LossAndGrads<'a> =
 /// pass. With `compute` the model runs in that dtype, its gradients coming
 /// back in float32 ([`mlx_nn::value_and_grad_in`]). With `dropout` (a
 /// key), the adapters' dropout draws from a split of it per micro-batch.
-/// Lazy.
+///
+/// Every micro-batch but the last is evaluated as soon as it is added to
+/// the running sums, so a step holds one micro-batch's activations at a
+/// time (and the sums of those before it), whatever `--grad-accumulation`
+/// says: as one graph, every forward pass ran before the first backward
+/// pass. The sums are the same, added in the same order. The last
+/// micro-batch's gradients stay lazy (the returned sums), so that the
+/// collectives that average them still overlap its backward pass. Under
+/// ZeRO-3 each micro-batch's gradients come back through its gathers'
+/// reduce-scatters, so the running sums are shards and each micro-batch
+/// sends its own (as FSDP2 does by default); otherwise they are this
+/// rank's whole gradients, averaged once per step (as DDP's `no_sync`).
 pub(super) fn loss_and_grads(
     model: &mut Llama,
     sync: &dyn GradSync,
@@ -58,16 +69,27 @@ pub(super) fn loss_and_grads(
         Some(k) => Some(mlx_array::random::split_keys(k, micros.len().max(1))?),
         None => None,
     };
+    let count = micros.len();
     for (i, m) in micros.into_iter().enumerate() {
         if let Some(keys) = &keys {
             model.set_adapter_dropout(Some(&keys[i]))?;
         }
         let (l, g) = vg(model, &(m, scale))?;
         loss = loss.add(&l)?;
-        grads = Some(match grads {
+        let sums = match grads {
+            // Held across the next micro-batch, the sums start as arrays
+            // of their own: some gradients are views into a larger buffer
+            // (a norm's weight gradient shares one with its input's), which
+            // a held view would keep whole. -0.0 is the sum's identity,
+            // signed zeros included.
+            None if count > 1 => g.map(|_, a| mlx_array::full_like(a, -0.0).add(a))?,
             None => g,
             Some(acc) => acc.zip_map(&g, |_, a, b| a.add(b))?,
-        });
+        };
+        if i + 1 < count {
+            eval((&loss, &sums))?;
+        }
+        grads = Some(sums);
     }
     if dropout.is_some() {
         model.set_adapter_dropout(None)?;
