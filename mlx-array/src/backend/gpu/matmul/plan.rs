@@ -1,5 +1,5 @@
 //! Planning a product: which kernel family runs it (the cooperative one
-//! where the device and dtype allow, [`super::super::fragment::coopmat_usable`]), which tiles, and
+//! where the device and dtype allow, [`super::super::device::coopmat_usable`]), which tiles, and
 //! how its depth is split over workgroups (split-K: [`split_k`] on 64 x 64
 //! tiles, [`split_big`] on 128 x 128 ones). See the module docs of
 //! [`super`] for the figures behind these choices.
@@ -30,7 +30,7 @@ pub(super) fn coop_fragments(
 /// The fragment implementation the cooperative kernel runs with, or `None`
 /// where it cannot run: [`super::super::fragment::chosen`] offers one (f16 stored
 /// natively, and the tuning's [`GpuTuning::coopmat`] either `Plain` or `Auto` on a
-/// device with cooperative matrices, [`super::super::fragment::coopmat_usable`]), and the workgroup
+/// device with cooperative matrices, [`super::super::device::coopmat_usable`]), and the workgroup
 /// memory fits the device's limit.
 pub(super) fn coop_mode(tuning: &GpuTuning) -> Result<Option<coop::Fragments>> {
     let Some(fragments) = super::super::fragment::chosen(Dtype::F16, tuning)? else {
