@@ -6,7 +6,8 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
-use super::{fragment, pool, submission, timestamps};
+use super::buffers::BufferPool;
+use super::{submission, timestamps};
 use crate::memory::accounting;
 use crate::{Error, Result};
 
@@ -24,7 +25,8 @@ pub struct GpuContext {
     pub(super) pipelines: Mutex<HashMap<String, Arc<wgpu::ComputePipeline>>>,
     /// Each pipeline's bind group layout, asked of wgpu once.
     pub(super) layouts: Mutex<HashMap<wgpu::ComputePipeline, wgpu::BindGroupLayout>>,
-    pub(super) pool: Mutex<HashMap<u64, Vec<wgpu::Buffer>>>,
+    /// Free storage buffers, for reuse.
+    pub(super) pool: BufferPool,
     pub(super) encoder: Mutex<submission::Recording>,
     /// GPU times for the profile: present when profiling was on as the
     /// device was made and the adapter has `TIMESTAMP_QUERY`. Locked after
@@ -45,11 +47,18 @@ pub(super) static CONTEXT: OnceLock<std::result::Result<GpuContext, String>> = O
 pub fn context() -> Result<&'static GpuContext> {
     CONTEXT
         .get_or_init(|| {
-            accounting::register_device_cache_clearer(pool::clear_pool);
+            accounting::register_device_cache_clearer(clear_pool);
             GpuContext::new()
         })
         .as_ref()
         .map_err(|e| Error::gpu(e.clone()))
+}
+
+/// Returns every pooled GPU buffer to the driver.
+fn clear_pool() {
+    if let Some(Ok(c)) = CONTEXT.get() {
+        c.pool.clear();
+    }
 }
 
 /// True when `f16` arrays live on the GPU as WGSL `f16`: the adapter has
@@ -64,6 +73,25 @@ pub fn native_f16() -> bool {
 pub fn adapter_name() -> Result<String> {
     let c = context()?;
     Ok(format!("{} ({:?})", c.info.name, c.info.backend))
+}
+
+/// Whether `adapter` can run the tensor-core kernel: it offers
+/// `EXPERIMENTAL_COOPERATIVE_MATRIX` and `SHADER_F16`, a 16 x 16 x 16
+/// configuration with f16 operands and an f32 accumulator, and subgroups
+/// of exactly 32 invocations (the kernel's subgroups are 32 consecutive
+/// invocations of a workgroup).
+fn coopmat_usable(adapter: &wgpu::Adapter) -> bool {
+    use wgpu::wgt::CooperativeScalarType as S;
+    let needed = wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX | wgpu::Features::SHADER_F16;
+    let info = adapter.get_info();
+    adapter.features().contains(needed)
+        && info.subgroup_min_size == 32
+        && info.subgroup_max_size == 32
+        && adapter.cooperative_matrix_properties().iter().any(|p| {
+            (p.m_size, p.n_size, p.k_size) == (16, 16, 16)
+                && p.ab_type == S::F16
+                && p.cr_type == S::F32
+        })
 }
 
 impl GpuContext {
@@ -102,7 +130,7 @@ impl GpuContext {
         } else {
             Ok(())
         };
-        let coopmat = f16 && fragment::coopmat_usable(&adapter);
+        let coopmat = f16 && coopmat_usable(&adapter);
         let mut required_features = wgpu::Features::empty();
         if f16 {
             required_features |= wgpu::Features::SHADER_F16;
@@ -158,7 +186,7 @@ impl GpuContext {
             coopmat,
             pipelines: Mutex::new(HashMap::new()),
             layouts: Mutex::new(HashMap::new()),
-            pool: Mutex::new(HashMap::new()),
+            pool: BufferPool::new(),
             encoder: Mutex::new(submission::Recording::new()),
             timestamps,
             readbacks: Mutex::new(Vec::new()),

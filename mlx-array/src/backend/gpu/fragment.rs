@@ -61,7 +61,7 @@ pub(crate) const LANES: &str = "let prow = lane / 2u;\n    let pcol = (lane % 2u
 /// The fragment implementation for f16 products on this device, or `None`
 /// for the f32-compute kernels: f16 stored natively, and
 /// the tuning's [`GpuTuning::coopmat`] either `Plain` or `Auto` on a device
-/// with cooperative matrices ([`coopmat_usable`]).
+/// with cooperative matrices ([`super::device::coopmat_usable`]).
 pub(crate) fn chosen(dtype: Dtype, tuning: &GpuTuning) -> Result<Option<Fragments>> {
     if dtype != Dtype::F16 || super::codegen::packed(dtype) {
         return Ok(None);
@@ -73,25 +73,6 @@ pub(crate) fn chosen(dtype: Dtype, tuning: &GpuTuning) -> Result<Option<Fragment
         GpuCoopmat::Auto if c.coopmat => Some(Fragments::Cooperative),
         GpuCoopmat::Auto => None,
     })
-}
-
-/// Whether `adapter` can run the tensor-core kernel: it offers
-/// `EXPERIMENTAL_COOPERATIVE_MATRIX` and `SHADER_F16`, a 16 x 16 x 16
-/// configuration with f16 operands and an f32 accumulator, and subgroups
-/// of exactly 32 invocations (the kernel's subgroups are 32 consecutive
-/// invocations of a workgroup).
-pub(crate) fn coopmat_usable(adapter: &wgpu::Adapter) -> bool {
-    use wgpu::wgt::CooperativeScalarType as S;
-    let needed = wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX | wgpu::Features::SHADER_F16;
-    let info = adapter.get_info();
-    adapter.features().contains(needed)
-        && info.subgroup_min_size == 32
-        && info.subgroup_max_size == 32
-        && adapter.cooperative_matrix_properties().iter().any(|p| {
-            (p.m_size, p.n_size, p.k_size) == (16, 16, 16)
-                && p.ab_type == S::F16
-                && p.cr_type == S::F32
-        })
 }
 
 impl Fragments {

@@ -31,6 +31,7 @@
 //! computing in `f32` and rounding once gives the `f16` result exactly.
 
 mod attention;
+mod buffers;
 mod codegen;
 mod creation;
 pub mod custom;
@@ -78,6 +79,6 @@ pub use matmul::{last_coop_buffers, last_coop_staged, last_coop_subgroups, last_
 pub use rope::rope_quad_count;
 pub use stats::{pipeline_count, unchecked_pipeline_count};
 
+pub use buffers::DeviceBuffer;
 pub use device::GpuContext;
-pub use pool::DeviceBuffer;
 pub use transfers::{Transfers, transfers};

@@ -7,7 +7,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::device::GpuContext;
 use crate::Result;
 use crate::timing::Tag;
 
@@ -113,20 +112,14 @@ pub(crate) struct Readback {
     period: f64,
 }
 
-/// Waits once for the submissions of `readbacks` (profiling synchronises at
-/// the end of each eval) and adds each of their passes' times to the profile.
-pub(crate) fn finish(c: &GpuContext, readbacks: Vec<Readback>) -> Result<()> {
-    if readbacks.is_empty() {
-        return Ok(());
-    }
-    let buffers: Vec<&wgpu::Buffer> = readbacks.iter().map(|r| &r.buffer).collect();
-    c.map_read_all(&buffers)?;
-    readbacks.into_iter().try_for_each(Readback::record)
-}
-
 impl Readback {
+    /// The buffer the CPU maps to read the timestamps.
+    pub(crate) fn buffer(&self) -> &wgpu::Buffer {
+        &self.buffer
+    }
+
     /// Adds each pass's time to the profile (the buffer is mapped).
-    fn record(self) -> Result<()> {
+    pub(crate) fn record(self) -> Result<()> {
         let ticks: Vec<u64> = {
             let view = self.buffer.slice(..).get_mapped_range().map_err(|e| {
                 crate::Error::gpu(format!("reading the profile's timestamps failed: {e}"))

@@ -6,7 +6,7 @@
 //! walks the query blocks of every query head of its group in turn,
 //! summing their contributions in its registers.
 
-use super::fragments::{InputRows, Loads};
+use super::staging::{InputRows, Loads};
 use super::{SIDE, Tiles, header, quad_cols, quad_stride, stage, store_quad, unroll, unrolled};
 use crate::Dtype;
 use crate::backend::common::attention::AttentionDims;

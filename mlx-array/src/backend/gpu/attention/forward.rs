@@ -2,7 +2,7 @@
 //! of `BQ` query rows), online softmax over blocks of `BK` keys (see the
 //! module above for the design and its figures).
 
-use super::fragments::{InputRows, Loads};
+use super::staging::{InputRows, Loads};
 use super::{
     QUERY_BLOCK, SIDE, Tiles, header, output_store, quad_cols, quad_stride, stage, store_quad,
     unroll, unrolled,

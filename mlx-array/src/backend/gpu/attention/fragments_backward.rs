@@ -18,7 +18,8 @@
 //! masked and out-of-range entries get `P = 0`.
 
 use super::Tiles;
-use super::fragments::{InputRows, Loads, declare, product, product_to_memory, stage};
+use super::fragments::{declare, product, product_to_memory, stage};
+use super::staging::{InputRows, Loads};
 use crate::backend::common::attention::AttentionDims;
 use crate::backend::gpu::fragment::{Fragments, LANES, Layout};
 

@@ -52,7 +52,7 @@
 //!   memory; the output (16 x 64 per subgroup) stays in registers, 32 f32
 //!   per invocation;
 //! - staging: where the head widths are multiples of 4 and the inputs
-//!   start on a multiple of 4 (`fragments::Loads`), each invocation loads
+//!   start on a multiple of 4 (`staging::Loads`), each invocation loads
 //!   `vec4<f16>` quads (the cotangent `vec4<f32>`), all of its 8 loads of
 //!   a 64 x 64 tile issued before its stores, instead of 32 single halves
 //!   in a loop, each load's latency (hundreds of cycles from L2) waited
@@ -204,6 +204,7 @@ mod fragments_backward;
 mod grad;
 mod rows;
 mod sources;
+mod staging;
 mod telemetry;
 mod text;
 
@@ -219,7 +220,7 @@ use crate::backend::common::attention::AttentionDims;
 use crate::data::{ArrayData, Operand};
 use crate::settings::{self, GpuTuning};
 use crate::{Dtype, Result};
-use fragments::Loads;
+use staging::Loads;
 
 pub use grad::attention_grad;
 #[doc(hidden)]

@@ -41,7 +41,7 @@ pub fn scalar_quad_staged_runs() -> usize {
 }
 
 /// Fragment kernels recorded with inputs staged by quads
-/// ([`fragments::Loads::Quads`]) since the process started.
+/// ([`super::staging::Loads::Quads`]) since the process started.
 pub(super) static QUAD_STAGED: AtomicUsize = AtomicUsize::new(0);
 
 /// Fragment kernels (forward or gradient pass) recorded with their inputs

@@ -3,7 +3,7 @@
 //! into workgroup memory and quad stores.
 
 use super::super::codegen;
-use super::fragments::{self, Rows, Tile};
+use super::staging::{Rows, Tile, stage_quads};
 use super::{Loads, SIDE, Tiles};
 use crate::Dtype;
 use crate::backend::common::attention::AttentionDims;
@@ -108,7 +108,7 @@ pub(super) fn stage(tile: &str, name: &str, loads: Loads, r: &Rows<'_>, stride: 
             ],
         );
     }
-    fragments::stage_quads(256, Tile::Quads(tile, stride), r, "f32", &|i: &str| {
+    stage_quads(256, Tile::Quads(tile, stride), r, "f32", &|i: &str| {
         format!("load4_{name}({i})")
     })
 }

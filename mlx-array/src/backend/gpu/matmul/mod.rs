@@ -5,7 +5,7 @@
 //!   and bf16 converted to f32 as they load, through `codegen::input`).
 //! - [`coop`]: f16 operands on cooperative matrices (tensor cores),
 //!   16 x 16 x 16 f16 x f16 -> f32 fragments, for f16 products where the
-//!   adapter has them ([`super::fragment::coopmat_usable`]; the tuning's
+//!   adapter has them ([`super::device::coopmat_usable`]; the tuning's
 //!   [`GpuTuning::coopmat`]). bf16 has no cooperative-matrix
 //!   configuration on the H100's Vulkan driver (only f16 operands), so bf16
 //!   products stay on the f32-compute kernel; so does everything on a device

@@ -1,11 +1,11 @@
 //! Planning a product: which kernel family runs it (the cooperative one
-//! where the device and dtype allow, [`super::super::fragment::coopmat_usable`]), which tiles, and
+//! where the device and dtype allow, [`super::super::device::coopmat_usable`]), which tiles, and
 //! how its depth is split over workgroups (split-K: [`split_k`] on 64 x 64
 //! tiles, [`split_big`] on 128 x 128 ones). See the module docs of
 //! [`super`] for the figures behind these choices.
 
 use super::super::device::context;
-use super::{Product, coop, tiled};
+use super::coop;
 use crate::settings::GpuTuning;
 use crate::{Dtype, Result};
 
@@ -30,7 +30,7 @@ pub(super) fn coop_fragments(
 /// The fragment implementation the cooperative kernel runs with, or `None`
 /// where it cannot run: [`super::super::fragment::chosen`] offers one (f16 stored
 /// natively, and the tuning's [`GpuTuning::coopmat`] either `Plain` or `Auto` on a
-/// device with cooperative matrices, [`super::super::fragment::coopmat_usable`]), and the workgroup
+/// device with cooperative matrices, [`super::super::device::coopmat_usable`]), and the workgroup
 /// memory fits the device's limit.
 pub(super) fn coop_mode(tuning: &GpuTuning) -> Result<Option<coop::Fragments>> {
     let Some(fragments) = super::super::fragment::chosen(Dtype::F16, tuning)? else {
@@ -48,34 +48,6 @@ pub(super) fn coop_mode(tuning: &GpuTuning) -> Result<Option<coop::Fragments>> {
 /// available (on tensor cores, or with plain fragments when forced).
 pub(crate) fn f16_f32_products(tuning: &GpuTuning) -> Result<bool> {
     Ok(coop_mode(tuning)?.is_some())
-}
-
-impl Product<'_> {
-    /// How to split the depth over the `t x t` workgroups (64:
-    /// [`split_k`], 128: [`split_big`]) of the cooperative kernel (`coop`:
-    /// slices a multiple of its 32-deep staged slice) or of the f32 kernel
-    /// (16-deep); `None` when one slice is best or the f32 partial sums
-    /// would not fit a buffer.
-    pub(super) fn depth_split(&self, coop: bool, t: usize) -> Result<Option<Slices>> {
-        let c = context()?;
-        let max_bytes = c
-            .limits
-            .max_storage_buffer_binding_size
-            .min(c.limits.max_buffer_size) as usize;
-        let unit = if coop { coop::DEPTH } else { tiled::DEPTH };
-        let tiles = self.batch() * self.m.div_ceil(t) * self.n.div_ceil(t);
-        let wave = self.tuning.split_wave;
-        let slices = if t == 128 {
-            match split_big(tiles, self.k, unit, wave / 2) {
-                Some(slices) => slices,
-                None => return Ok(None),
-            }
-        } else {
-            split_k(tiles, self.k, unit, wave)
-        };
-        let fits = slices.count * self.total() * 4 <= max_bytes.min(i32::MAX as usize);
-        Ok((slices.count > 1 && fits).then_some(slices))
-    }
 }
 
 /// How a product's depth is cut: `count` slices of `depth` (the last one

@@ -1,12 +1,14 @@
 //! One product's recording: its operands and sizes ([`Product`]), the
-//! kernel variant its plan picks (cooperative or f32, tile, staging), its
-//! meta words and dispatch, and the sum of a split product's slices.
+//! kernel variant its plan picks (cooperative or f32, tile, staging), how
+//! its depth is split (the plan's [`split_k`] or [`split_big`], within the
+//! device's buffer limit), its meta words and dispatch, and the sum of a
+//! split product's slices.
 
 use super::super::codegen;
 use super::super::device::context;
 use super::super::dispatch::dispatch_groups;
 use super::super::pool::alloc;
-use super::plan::{BIG_TILES_FROM, Slices};
+use super::plan::{BIG_TILES_FROM, Slices, split_big, split_k};
 use super::telemetry::{
     COOP_PRODUCTS, LAST_COOP_BUFFERS, LAST_COOP_STAGED, LAST_COOP_SUBGROUPS, LAST_PRODUCT_TILE,
 };
@@ -124,6 +126,32 @@ impl<'a> Product<'a> {
 }
 
 impl Product<'_> {
+    /// How to split the depth over the `t x t` workgroups (64:
+    /// [`split_k`], 128: [`split_big`]) of the cooperative kernel (`coop`:
+    /// slices a multiple of its 32-deep staged slice) or of the f32 kernel
+    /// (16-deep); `None` when one slice is best or the f32 partial sums
+    /// would not fit a buffer.
+    fn depth_split(&self, coop: bool, t: usize) -> Result<Option<Slices>> {
+        let c = context()?;
+        let max_bytes = c
+            .limits
+            .max_storage_buffer_binding_size
+            .min(c.limits.max_buffer_size) as usize;
+        let unit = if coop { coop::DEPTH } else { tiled::DEPTH };
+        let tiles = self.batch() * self.m.div_ceil(t) * self.n.div_ceil(t);
+        let wave = self.tuning.split_wave;
+        let slices = if t == 128 {
+            match split_big(tiles, self.k, unit, wave / 2) {
+                Some(slices) => slices,
+                None => return Ok(None),
+            }
+        } else {
+            split_k(tiles, self.k, unit, wave)
+        };
+        let fits = slices.count * self.total() * 4 <= max_bytes.min(i32::MAX as usize);
+        Ok((slices.count > 1 && fits).then_some(slices))
+    }
+
     /// Records the product (or, with several `slices`, each slice's partial
     /// product as an outer batch of the destination) into `to` as
     /// `out_dtype`: on the cooperative kernel with `coop`, else on the f32
