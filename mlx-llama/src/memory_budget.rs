@@ -298,7 +298,7 @@ pub struct Estimate {
     /// is built (as one graph, every forward pass ran before the first
     /// backward pass: two micro-batches peaked at twice one's activations;
     /// the reference model's step on one rank, micro-batches of 2 x 256,
-    /// peaked at 68 MiB with one, 158 MiB with four as one graph, 88 MiB
+    /// peaked at 68 MiB with one, 158 MiB with four as one graph, 82 MiB
     /// with four one by one). Once per step,
     /// one block of float32 logits `4 R V` (`R` rows: `B L` cut into blocks
     /// of at most 50 MiB of logits or a ninth of the rows; the fused output
